@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+// Starts dynalite, a DynamoDB-compatible server, on a loopback address.
+//
+// Unlike dynalite's own CLI, it accepts --port 0 (pick a free port) and prints
+// one machine-readable line once the server accepts connections:
+//
+//   dynalite listening http://127.0.0.1:PORT
+//
+// Tests and `make dev` rely on that line instead of sleeping.
+'use strict'
+
+const dynalite = require('dynalite')
+
+// argv holds --name value pairs; nothing else is accepted.
+const argv = {}
+const args = process.argv.slice(2)
+for (let i = 0; i < args.length; i += 2) {
+  const m = /^--([A-Za-z]+)$/.exec(args[i])
+  if (!m || i + 1 >= args.length) {
+    console.error(`dynalite: usage: dynalite.js [--host H] [--port N] [--path DIR]`)
+    process.exit(2)
+  }
+  argv[m[1]] = args[i + 1]
+}
+
+const host = argv.host || '127.0.0.1'
+const port = argv.port === undefined ? 8000 : Number(argv.port)
+if (!Number.isInteger(port) || port < 0 || port > 65535) {
+  console.error(`dynalite: invalid --port ${argv.port}`)
+  process.exit(2)
+}
+
+const server = dynalite({
+  createTableMs: Number(argv.createTableMs ?? 0),
+  deleteTableMs: Number(argv.deleteTableMs ?? 0),
+  updateTableMs: Number(argv.updateTableMs ?? 0),
+  path: argv.path,
+})
+
+server.on('error', (err) => {
+  console.error(`dynalite: ${err.message}`)
+  process.exit(1)
+})
+
+server.listen(port, host, () => {
+  const addr = server.address()
+  console.log(`dynalite listening http://${host}:${addr.port}`)
+})
+
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, () => server.close(() => process.exit(0)))
+}

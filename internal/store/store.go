@@ -1,0 +1,191 @@
+// Package store holds what the gateway's three DynamoDB tables share: their
+// names from the environment, their key schemas, and the client built once
+// per process from the standard AWS SDK configuration.
+//
+// Each domain package (registry, auth, lease) owns the items of its table;
+// this package only knows the tables exist.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+)
+
+// The environment variables that name the tables.
+const (
+	EnvServersTable = "SERVERS_TABLE"
+	EnvLeasesTable  = "LEASES_TABLE"
+	EnvKeysTable    = "KEYS_TABLE"
+)
+
+// Partition key attribute names, one per table.
+const (
+	ServerIDAttr   = "server_id"
+	LimiterKeyAttr = "limiter_key"
+	KeyHashAttr    = "key_hash"
+	// TTLAttr is the leases table's TTL attribute. DynamoDB deletes items
+	// whose TTL has passed, lazily; the gateway uses it only to clean up
+	// abandoned lease items, never to expire a lease.
+	TTLAttr = "ttl"
+)
+
+// Tables names the gateway's three tables.
+type Tables struct {
+	// Servers holds one item per upstream server, edited by admins.
+	Servers string
+	// Leases holds one item per limiter key: the live leases of the
+	// distributed semaphore.
+	Leases string
+	// Keys holds one item per API key, keyed by the key's SHA-256.
+	Keys string
+}
+
+// TablesFromEnv reads the table names from SERVERS_TABLE, LEASES_TABLE and
+// KEYS_TABLE. Every one must be set.
+func TablesFromEnv() (Tables, error) {
+	t := Tables{
+		Servers: os.Getenv(EnvServersTable),
+		Leases:  os.Getenv(EnvLeasesTable),
+		Keys:    os.Getenv(EnvKeysTable),
+	}
+	var missing []error
+	for name, v := range map[string]string{EnvServersTable: t.Servers, EnvLeasesTable: t.Leases, EnvKeysTable: t.Keys} {
+		if v == "" {
+			missing = append(missing, fmt.Errorf("%s is not set", name))
+		}
+	}
+	return t, errors.Join(missing...)
+}
+
+// NewClient builds a DynamoDB client from the standard AWS SDK configuration:
+// AWS_REGION, credentials from the usual chain, and AWS_ENDPOINT_URL_DYNAMODB
+// for a local endpoint. Build it once per process and share it.
+func NewClient(ctx context.Context, optFns ...func(*config.LoadOptions) error) (*dynamodb.Client, error) {
+	cfg, err := config.LoadDefaultConfig(ctx, optFns...)
+	if err != nil {
+		return nil, fmt.Errorf("load aws config: %w", err)
+	}
+	if cfg.Region == "" {
+		return nil, errors.New("load aws config: no region: set AWS_REGION")
+	}
+	return dynamodb.NewFromConfig(cfg), nil
+}
+
+// Definitions returns the CreateTable inputs for the three tables: on-demand
+// billing, one string partition key each.
+func (t Tables) Definitions() []*dynamodb.CreateTableInput {
+	def := func(name, key string) *dynamodb.CreateTableInput {
+		return &dynamodb.CreateTableInput{
+			TableName:   aws.String(name),
+			BillingMode: types.BillingModePayPerRequest,
+			AttributeDefinitions: []types.AttributeDefinition{
+				{AttributeName: aws.String(key), AttributeType: types.ScalarAttributeTypeS},
+			},
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(key), KeyType: types.KeyTypeHash},
+			},
+		}
+	}
+	return []*dynamodb.CreateTableInput{
+		def(t.Servers, ServerIDAttr),
+		def(t.Leases, LimiterKeyAttr),
+		def(t.Keys, KeyHashAttr),
+	}
+}
+
+// TableAPI is the part of the DynamoDB client that table creation uses.
+type TableAPI interface {
+	CreateTable(context.Context, *dynamodb.CreateTableInput, ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	DescribeTable(context.Context, *dynamodb.DescribeTableInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	UpdateTimeToLive(context.Context, *dynamodb.UpdateTimeToLiveInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
+}
+
+var _ TableAPI = (*dynamodb.Client)(nil)
+
+// CreateReport says what CreateTables did with each table.
+type CreateReport struct {
+	Table   string
+	Created bool // false: it existed already
+	// TTLNote is set when the TTL attribute could not be enabled, e.g. on a
+	// local endpoint without the TimeToLive API.
+	TTLNote string
+}
+
+// CreateTables creates the three tables if they do not exist, waits until
+// each is active, and enables TTL on the leases table. It is idempotent.
+func (t Tables) CreateTables(ctx context.Context, db TableAPI) ([]CreateReport, error) {
+	var reports []CreateReport
+	for _, in := range t.Definitions() {
+		name := aws.ToString(in.TableName)
+		r := CreateReport{Table: name, Created: true}
+		if _, err := db.CreateTable(ctx, in); err != nil {
+			var inUse *types.ResourceInUseException
+			if !errors.As(err, &inUse) {
+				return reports, fmt.Errorf("create table %s: %w", name, err)
+			}
+			r.Created = false
+		}
+		if err := waitActive(ctx, db, name); err != nil {
+			return reports, err
+		}
+		if name == t.Leases {
+			r.TTLNote = enableTTL(ctx, db, name)
+		}
+		reports = append(reports, r)
+	}
+	return reports, nil
+}
+
+func waitActive(ctx context.Context, db TableAPI, name string) error {
+	delay := 50 * time.Millisecond
+	for {
+		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+		if err != nil {
+			return fmt.Errorf("describe table %s: %w", name, err)
+		}
+		if out.Table != nil && out.Table.TableStatus == types.TableStatusActive {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for table %s: %w", name, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+// enableTTL turns on TTL for the leases table and returns a note when it
+// could not (the local server has no TimeToLive API; TTL is only cleanup).
+func enableTTL(ctx context.Context, db TableAPI, name string) string {
+	_, err := db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(name),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{
+			AttributeName: aws.String(TTLAttr),
+			Enabled:       aws.Bool(true),
+		},
+	})
+	if err == nil {
+		return ""
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode() {
+		case "UnknownOperationException":
+			return "TTL not supported by this endpoint; skipped (TTL only cleans up abandoned lease items)"
+		case "ValidationException":
+			// Already enabled on this attribute.
+			return ""
+		}
+	}
+	return "enabling TTL failed: " + err.Error()
+}
