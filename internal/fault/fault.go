@@ -1,0 +1,194 @@
+// Package fault defines the gateway's client-facing errors: a stable
+// machine-readable code, the HTTP status it maps to, whether a retry may
+// succeed, and an optional retry-after hint.
+//
+// Internal failures are wrapped with %w and short context where they happen;
+// at the edge they become a *fault.Error whose Message is safe to show to a
+// client. The underlying cause is kept for logs only and never serialised.
+package fault
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Code is a stable, machine-readable error code. Clients match on it; its
+// spelling never changes.
+type Code string
+
+// The codes the gateway answers with, REST and MCP alike.
+const (
+	// AtCapacity: the server's concurrency cap is reached and its policy is to
+	// shed. Retry after RetryAfter.
+	AtCapacity Code = "AT_CAPACITY"
+	// QueueTimeout: the call waited for a slot for its whole queue budget.
+	QueueTimeout Code = "QUEUE_TIMEOUT"
+	// CircuitOpen: the circuit breaker for the server or tool is open.
+	CircuitOpen Code = "CIRCUIT_OPEN"
+	// UpstreamTimeout: the upstream did not answer within the call timeout.
+	UpstreamTimeout Code = "UPSTREAM_TIMEOUT"
+	// UpstreamError: the upstream could not be reached or answered with a
+	// transport or protocol failure.
+	UpstreamError Code = "UPSTREAM_ERROR"
+	// Unauthorized: no bearer key, or an unknown one.
+	Unauthorized Code = "UNAUTHORIZED"
+	// Forbidden: the key is valid but may not call this server.
+	Forbidden Code = "FORBIDDEN"
+	// NotFound: unknown server, tool or route.
+	NotFound Code = "NOT_FOUND"
+	// BadRequest: the request is malformed or fails validation.
+	BadRequest Code = "BAD_REQUEST"
+	// StoreUnavailable: the gateway's DynamoDB store failed or is throttled.
+	StoreUnavailable Code = "STORE_UNAVAILABLE"
+	// PayloadTooLarge: the request body exceeds the gateway's limit.
+	PayloadTooLarge Code = "PAYLOAD_TOO_LARGE"
+	// MethodNotAllowed: the route exists but not for this HTTP method.
+	MethodNotAllowed Code = "METHOD_NOT_ALLOWED"
+	// Misconfigured: the server item in the servers table is invalid.
+	Misconfigured Code = "SERVER_MISCONFIGURED"
+	// Internal: an unexpected failure inside the gateway.
+	Internal Code = "INTERNAL"
+)
+
+type codeInfo struct {
+	status    int
+	retryable bool
+}
+
+var codes = map[Code]codeInfo{
+	AtCapacity:       {http.StatusTooManyRequests, true},
+	QueueTimeout:     {http.StatusTooManyRequests, true},
+	CircuitOpen:      {http.StatusServiceUnavailable, true},
+	UpstreamTimeout:  {http.StatusGatewayTimeout, true},
+	UpstreamError:    {http.StatusBadGateway, true},
+	Unauthorized:     {http.StatusUnauthorized, false},
+	Forbidden:        {http.StatusForbidden, false},
+	NotFound:         {http.StatusNotFound, false},
+	BadRequest:       {http.StatusBadRequest, false},
+	StoreUnavailable: {http.StatusServiceUnavailable, true},
+	PayloadTooLarge:  {http.StatusRequestEntityTooLarge, false},
+	MethodNotAllowed: {http.StatusMethodNotAllowed, false},
+	Misconfigured:    {http.StatusBadGateway, false},
+	Internal:         {http.StatusInternalServerError, false},
+}
+
+// Codes returns every code the gateway may answer with.
+func Codes() []Code {
+	out := make([]Code, 0, len(codes))
+	for c := range codes {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Status is the HTTP status for the code; unknown codes map to 500.
+func (c Code) Status() int {
+	if info, ok := codes[c]; ok {
+		return info.status
+	}
+	return http.StatusInternalServerError
+}
+
+// Retryable reports whether the same request may succeed if sent again later.
+func (c Code) Retryable() bool { return codes[c].retryable }
+
+// Error is a client-facing error. Message is safe to send to a client; Cause
+// is for logs only.
+type Error struct {
+	// Code is the stable machine-readable code.
+	Code Code
+	// Message is a short human-readable explanation, safe to show a client.
+	Message string
+	// RetryAfter, when positive, hints how long to wait before retrying.
+	RetryAfter time.Duration
+	// Cause is the internal error, logged but never sent to a client.
+	Cause error
+}
+
+// New returns an Error with a formatted, client-safe message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an Error carrying cause for the logs and a client-safe message.
+func Wrap(cause error, code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Cause: cause}
+}
+
+// WithRetryAfter sets the retry hint and returns e.
+func (e *Error) WithRetryAfter(d time.Duration) *Error {
+	e.RetryAfter = d
+	return e
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return string(e.Code) + ": " + e.Message + ": " + e.Cause.Error()
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Cause }
+
+// As returns err as a client-facing *Error. An error that is not one becomes
+// Internal with a generic message, so internal text never reaches a client.
+func As(err error) *Error {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return &Error{Code: Internal, Message: "internal error", Cause: err}
+}
+
+// Body is the JSON shape of an error response: {"error": {...}}.
+type Body struct {
+	Error Detail `json:"error"`
+}
+
+// Detail is the error object inside Body, and the structured content of an
+// MCP tool result that reports a gateway error.
+type Detail struct {
+	Code         Code   `json:"code"`
+	Message      string `json:"message"`
+	Retryable    bool   `json:"retryable"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+}
+
+// Detail returns the serialisable form of e.
+func (e *Error) Detail() Detail {
+	d := Detail{Code: e.Code, Message: e.Message, Retryable: e.Code.Retryable()}
+	if e.RetryAfter > 0 {
+		d.RetryAfterMS = e.RetryAfter.Milliseconds()
+		if d.RetryAfterMS == 0 {
+			d.RetryAfterMS = 1
+		}
+	}
+	return d
+}
+
+// RetryAfterHeader is the Retry-After header value (whole seconds, rounded
+// up), or "" when e carries no hint.
+func (e *Error) RetryAfterHeader() string {
+	if e.RetryAfter <= 0 {
+		return ""
+	}
+	secs := (e.RetryAfter + time.Second - 1) / time.Second
+	return strconv.FormatInt(int64(secs), 10)
+}
+
+// WriteHTTP writes e as a JSON error response with the code's status and,
+// when e has a hint, a Retry-After header.
+func WriteHTTP(w http.ResponseWriter, e *Error) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if ra := e.RetryAfterHeader(); ra != "" {
+		h.Set("Retry-After", ra)
+	}
+	w.WriteHeader(e.Code.Status())
+	_ = json.NewEncoder(w).Encode(Body{Error: e.Detail()})
+}

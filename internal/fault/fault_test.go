@@ -1,0 +1,79 @@
+package fault
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCodesHaveStatus(t *testing.T) {
+	want := map[Code]int{
+		AtCapacity:       429,
+		QueueTimeout:     429,
+		CircuitOpen:      503,
+		UpstreamTimeout:  504,
+		UpstreamError:    502,
+		Unauthorized:     401,
+		Forbidden:        403,
+		NotFound:         404,
+		BadRequest:       400,
+		StoreUnavailable: 503,
+	}
+	for code, status := range want {
+		if got := code.Status(); got != status {
+			t.Errorf("%s.Status() = %d, want %d", code, got, status)
+		}
+	}
+	for _, c := range []Code{AtCapacity, QueueTimeout, CircuitOpen, UpstreamTimeout, UpstreamError, StoreUnavailable} {
+		if !c.Retryable() {
+			t.Errorf("%s should be retryable", c)
+		}
+	}
+	for _, c := range []Code{Unauthorized, Forbidden, NotFound, BadRequest, Internal} {
+		if c.Retryable() {
+			t.Errorf("%s should not be retryable", c)
+		}
+	}
+}
+
+func TestWriteHTTP(t *testing.T) {
+	rec := httptest.NewRecorder()
+	WriteHTTP(rec, New(AtCapacity, "server %q is at capacity", "demo").WithRetryAfter(1500*time.Millisecond))
+	if rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("status = %d, want 429", rec.Code)
+	}
+	if got := rec.Header().Get("Retry-After"); got != "2" {
+		t.Errorf("Retry-After = %q, want 2 (rounded up)", got)
+	}
+	var body Body
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	want := Detail{Code: AtCapacity, Message: `server "demo" is at capacity`, Retryable: true, RetryAfterMS: 1500}
+	if body.Error != want {
+		t.Errorf("body = %+v, want %+v", body.Error, want)
+	}
+}
+
+func TestAsHidesInternalText(t *testing.T) {
+	e := As(errors.New("dial tcp 10.0.0.1:443: secret detail"))
+	if e.Code != Internal {
+		t.Fatalf("code = %s, want INTERNAL", e.Code)
+	}
+	rec := httptest.NewRecorder()
+	WriteHTTP(rec, e)
+	if strings.Contains(rec.Body.String(), "secret") {
+		t.Errorf("internal error text leaked: %s", rec.Body.String())
+	}
+	wrapped := Wrap(errors.New("boom"), StoreUnavailable, "store unavailable")
+	if got := As(wrapped); got != wrapped {
+		t.Errorf("As did not return the wrapped *Error")
+	}
+	if !errors.Is(wrapped, wrapped.Cause) {
+		t.Errorf("Unwrap does not expose the cause")
+	}
+}
