@@ -1,0 +1,313 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Transport is how the gateway talks to an upstream MCP server.
+type Transport string
+
+const (
+	// TransportHTTP is MCP streamable HTTP (the default).
+	TransportHTTP Transport = "http"
+	// TransportSSE is the older HTTP+SSE transport.
+	TransportSSE Transport = "sse"
+)
+
+// Policy is what happens to a call when the server's cap is reached.
+type Policy string
+
+const (
+	// PolicyQueue waits for a slot, up to the queue timeout (the default).
+	PolicyQueue Policy = "queue"
+	// PolicyShed refuses the call at once with AT_CAPACITY.
+	PolicyShed Policy = "shed"
+)
+
+// Defaults and bounds for server item attributes.
+const (
+	DefaultTimeout      = 30 * time.Second
+	MaxTimeout          = 900 * time.Second
+	DefaultQueueTimeout = 10 * time.Second
+	// MaxConcurrentLimit bounds max_concurrent_requests: each live lease is
+	// a map entry in one DynamoDB item, and every write is billed per KB of
+	// that item.
+	MaxConcurrentLimit = 1000
+	maxURLLen          = 2048
+)
+
+// Server is one upstream MCP server, as configured by an item of the servers
+// table. The zero values of optional fields are already resolved to their
+// defaults by Parse.
+type Server struct {
+	// ID is the item's server_id.
+	ID string
+	// URL is the upstream's MCP endpoint.
+	URL string
+	// Transport is http (streamable HTTP) or sse.
+	Transport Transport
+	// MaxConcurrent is the fleet-wide cap on calls in flight; 0 = unlimited.
+	MaxConcurrent int
+	// Timeout bounds one upstream call.
+	Timeout time.Duration
+	// OnLimit is the policy when the cap is reached.
+	OnLimit Policy
+	// QueueTimeout bounds the wait for a slot under PolicyQueue.
+	QueueTimeout time.Duration
+	// Description is free text for people.
+	Description string
+}
+
+// Capped reports whether calls to s take a slot of the distributed semaphore.
+func (s *Server) Capped() bool { return s.MaxConcurrent > 0 }
+
+// Item attribute names, as admins write them.
+const (
+	attrID           = "server_id"
+	attrURL          = "url"
+	attrTransport    = "transport"
+	attrMaxConc      = "max_concurrent_requests"
+	attrTimeout      = "timeout"
+	attrOnLimit      = "on_limit"
+	attrQueueTimeout = "queue_timeout"
+	attrDescription  = "description"
+)
+
+// KnownAttributes lists the attributes a server item may carry. Any other
+// attribute is rejected (a misspelt max_concurrent_requests must not silently
+// mean "unlimited"), except names starting with "x_", which are kept for
+// admins' own notes and ignored.
+var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.]{0,63}$`)
+
+// ValidateID checks a server_id: 1 to 64 letters, digits, '_' or '.', not
+// starting with '.'. The '-' is excluded because the MCP front door names
+// tools "<server_id>-<tool>" and splits at the first '-'.
+func ValidateID(id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("server_id %q is invalid: use 1 to 64 letters, digits, '_' or '.' ('-' is reserved as the tool name separator)", truncate(id, 80))
+	}
+	return nil
+}
+
+// FieldError is a problem with one attribute of a server item.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Parse validates a servers-table item and returns the Server it describes.
+// Every problem is reported, each naming its attribute.
+func Parse(item map[string]types.AttributeValue) (*Server, error) {
+	p := parser{item: item}
+	s := &Server{
+		ID:            p.str(attrID, true),
+		URL:           p.str(attrURL, true),
+		Transport:     Transport(p.str(attrTransport, false)),
+		MaxConcurrent: p.cap(attrMaxConc),
+		Timeout:       p.seconds(attrTimeout, DefaultTimeout, MaxTimeout),
+		OnLimit:       Policy(p.str(attrOnLimit, false)),
+		QueueTimeout:  p.seconds(attrQueueTimeout, DefaultQueueTimeout, MaxTimeout),
+		Description:   p.str(attrDescription, false),
+	}
+	if s.ID != "" {
+		if err := ValidateID(s.ID); err != nil {
+			p.fail(attrID, strings.TrimPrefix(err.Error(), "server_id "))
+		}
+	}
+	if s.URL != "" {
+		if err := validateURL(s.URL); err != nil {
+			p.fail(attrURL, err.Error())
+		}
+	}
+	switch s.Transport {
+	case "":
+		s.Transport = TransportHTTP
+	case TransportHTTP, TransportSSE:
+	default:
+		p.fail(attrTransport, fmt.Sprintf("%q is not a transport: use \"http\" or \"sse\"", truncate(string(s.Transport), 40)))
+	}
+	switch s.OnLimit {
+	case "":
+		s.OnLimit = PolicyQueue
+	case PolicyQueue, PolicyShed:
+	default:
+		p.fail(attrOnLimit, fmt.Sprintf("%q is not a policy: use \"queue\" or \"shed\"", truncate(string(s.OnLimit), 40)))
+	}
+	if len(s.Description) > 1024 {
+		p.fail(attrDescription, "longer than 1024 bytes")
+	}
+	var unknown []string
+	for name := range item {
+		if !isKnown(name) && !strings.HasPrefix(name, "x_") {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(unknown)
+	for _, name := range unknown {
+		p.fail(truncate(name, 64), "unknown attribute (known: "+strings.Join(KnownAttributes, ", ")+"; prefix your own with x_)")
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return s, nil
+}
+
+func isKnown(name string) bool {
+	for _, k := range KnownAttributes {
+		if k == name {
+			return true
+		}
+	}
+	return false
+}
+
+func validateURL(raw string) error {
+	if len(raw) > maxURLLen {
+		return fmt.Errorf("longer than %d bytes", maxURLLen)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a valid URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme must be http or https, not %q", truncate(u.Scheme, 20))
+	}
+	if u.Host == "" {
+		return errors.New("has no host")
+	}
+	if u.User != nil {
+		return errors.New("must not carry credentials")
+	}
+	return nil
+}
+
+type parser struct {
+	item map[string]types.AttributeValue
+	errs []error
+}
+
+func (p *parser) fail(field, reason string) {
+	p.errs = append(p.errs, &FieldError{Field: field, Reason: reason})
+}
+
+func typeName(v types.AttributeValue) string {
+	switch v.(type) {
+	case *types.AttributeValueMemberS:
+		return "S (string)"
+	case *types.AttributeValueMemberN:
+		return "N (number)"
+	case *types.AttributeValueMemberBOOL:
+		return "BOOL"
+	case *types.AttributeValueMemberM:
+		return "M (map)"
+	case *types.AttributeValueMemberL:
+		return "L (list)"
+	case *types.AttributeValueMemberSS:
+		return "SS (string set)"
+	case *types.AttributeValueMemberNS:
+		return "NS (number set)"
+	case *types.AttributeValueMemberNULL:
+		return "NULL"
+	case *types.AttributeValueMemberB:
+		return "B (binary)"
+	default:
+		return "another type"
+	}
+}
+
+func (p *parser) str(name string, required bool) string {
+	v, ok := p.item[name]
+	if !ok {
+		if required {
+			p.fail(name, "missing (type S)")
+		}
+		return ""
+	}
+	s, ok := v.(*types.AttributeValueMemberS)
+	if !ok {
+		p.fail(name, "must be of type S (string), got "+typeName(v))
+		return ""
+	}
+	if required && s.Value == "" {
+		p.fail(name, "must not be empty")
+	}
+	return s.Value
+}
+
+func (p *parser) number(name string) (float64, bool) {
+	v, ok := p.item[name]
+	if !ok {
+		return 0, false
+	}
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		p.fail(name, "must be of type N (number), got "+typeName(v))
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(n.Value, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		p.fail(name, fmt.Sprintf("%q is not a number", truncate(n.Value, 40)))
+		return 0, false
+	}
+	return f, true
+}
+
+// cap reads max_concurrent_requests: absent or <= 0 means unlimited (0).
+func (p *parser) cap(name string) int {
+	f, ok := p.number(name)
+	if !ok || f <= 0 {
+		return 0
+	}
+	if f != math.Trunc(f) {
+		p.fail(name, fmt.Sprintf("must be a whole number, got %v", f))
+		return 0
+	}
+	if f > MaxConcurrentLimit {
+		p.fail(name, fmt.Sprintf("must be at most %d, got %v", MaxConcurrentLimit, f))
+		return 0
+	}
+	return int(f)
+}
+
+// seconds reads a positive duration in (possibly fractional) seconds.
+func (p *parser) seconds(name string, def, max time.Duration) time.Duration {
+	f, ok := p.number(name)
+	if !ok {
+		return def
+	}
+	if f <= 0 {
+		p.fail(name, fmt.Sprintf("must be a positive number of seconds, got %v", f))
+		return def
+	}
+	d := time.Duration(f * float64(time.Second))
+	if d > max {
+		p.fail(name, fmt.Sprintf("must be at most %v seconds, got %v", max.Seconds(), f))
+		return def
+	}
+	if d < time.Millisecond {
+		p.fail(name, fmt.Sprintf("must be at least 0.001 seconds, got %v", f))
+		return def
+	}
+	return d
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

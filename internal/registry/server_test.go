@@ -1,0 +1,126 @@
+package registry
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func n(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+
+func base() map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"server_id": s("demo"),
+		"url":       s("http://127.0.0.1:9000/mcp"),
+	}
+}
+
+func with(kv ...any) map[string]types.AttributeValue {
+	item := base()
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i+1] == nil {
+			delete(item, kv[i].(string))
+			continue
+		}
+		item[kv[i].(string)] = kv[i+1].(types.AttributeValue)
+	}
+	return item
+}
+
+func TestParseDefaults(t *testing.T) {
+	srv, err := Parse(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Server{ID: "demo", URL: "http://127.0.0.1:9000/mcp", Transport: TransportHTTP, Timeout: DefaultTimeout, OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout}
+	if *srv != want {
+		t.Errorf("got %+v, want %+v", *srv, want)
+	}
+	if srv.Capped() {
+		t.Error("server without max_concurrent_requests is capped")
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	srv, err := Parse(with("transport", s("sse"), "max_concurrent_requests", n("2"), "timeout", n("1.5"),
+		"on_limit", s("shed"), "queue_timeout", n("3"), "x_owner", s("team-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.Transport != TransportSSE || srv.MaxConcurrent != 2 || srv.Timeout != 1500*time.Millisecond ||
+		srv.OnLimit != PolicyShed || srv.QueueTimeout != 3*time.Second {
+		t.Errorf("got %+v", *srv)
+	}
+}
+
+func TestParseUnlimited(t *testing.T) {
+	for _, v := range []string{"0", "-1", "-0.5"} {
+		srv, err := Parse(with("max_concurrent_requests", n(v)))
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if srv.Capped() {
+			t.Errorf("max_concurrent_requests=%s: capped, want unlimited", v)
+		}
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	tests := []struct {
+		name  string
+		item  map[string]types.AttributeValue
+		field string
+	}{
+		{"missing url", with("url", nil), "url"},
+		{"missing id", with("server_id", nil), "server_id"},
+		{"url not a string", with("url", n("3")), "url"},
+		{"url scheme", with("url", s("ftp://x/y")), "url"},
+		{"url no host", with("url", s("http:///mcp")), "url"},
+		{"url with credentials", with("url", s("http://u:p@h/mcp")), "url"},
+		{"bad transport", with("transport", s("websocket")), "transport"},
+		{"cap as string", with("max_concurrent_requests", s("2")), "max_concurrent_requests"},
+		{"cap fractional", with("max_concurrent_requests", n("2.5")), "max_concurrent_requests"},
+		{"cap too large", with("max_concurrent_requests", n("100000")), "max_concurrent_requests"},
+		{"negative timeout", with("timeout", n("-1")), "timeout"},
+		{"zero timeout", with("timeout", n("0")), "timeout"},
+		{"huge timeout", with("timeout", n("100000")), "timeout"},
+		{"timeout as bool", with("timeout", &types.AttributeValueMemberBOOL{Value: true}), "timeout"},
+		{"bad policy", with("on_limit", s("drop")), "on_limit"},
+		{"typo", with("max_concurent_requests", n("2")), "max_concurent_requests"},
+		{"id with dash", with("server_id", s("my-server")), "server_id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(tt.item)
+			if err == nil {
+				t.Fatal("got nil error")
+			}
+			if !strings.Contains(err.Error(), tt.field+":") {
+				t.Errorf("error %q does not name field %q", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestItemFromJSON(t *testing.T) {
+	item, srv, err := ItemFromJSON([]byte(`{"server_id":"demo","url":"http://127.0.0.1:1/mcp","max_concurrent_requests":2,"x_tags":["a",1,true,null,{"k":"v"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.MaxConcurrent != 2 {
+		t.Errorf("cap = %d, want 2", srv.MaxConcurrent)
+	}
+	if _, ok := item["max_concurrent_requests"].(*types.AttributeValueMemberN); !ok {
+		t.Errorf("cap stored as %T, want N", item["max_concurrent_requests"])
+	}
+	if _, _, err := ItemFromJSON([]byte(`{"server_id":"demo","url":"http://h/mcp","max_concurrent_requests":"two"}`)); err == nil ||
+		!strings.Contains(err.Error(), "max_concurrent_requests") {
+		t.Errorf("string cap: err = %v, want one naming max_concurrent_requests", err)
+	}
+	if _, _, err := ItemFromJSON([]byte(`[1]`)); err == nil {
+		t.Error("array accepted as a server definition")
+	}
+}
