@@ -1,0 +1,45 @@
+package lease
+
+import "sync/atomic"
+
+// Stats counts what a Limiter did since it was built.
+type Stats struct {
+	// Writes is every UpdateItem sent (acquire, purge, init, release, renew).
+	Writes int64
+	// FailedWrites is the writes whose condition failed (still billed).
+	FailedWrites int64
+	// InitWrites is the writes that created an item or a missing map.
+	InitWrites int64
+	// Reads is every GetItem sent.
+	Reads int64
+	// Acquired and Released count granted and given-back leases.
+	Acquired, Released int64
+	// Purged counts expired leases removed by this limiter.
+	Purged int64
+	// Shed counts requests refused at once because a slot was full.
+	Shed int64
+	// WaitTimeouts counts requests that waited their whole budget.
+	WaitTimeouts int64
+}
+
+type counters struct {
+	writes, failedWrites, initWrites, reads atomic.Int64
+	acquired, released, purged              atomic.Int64
+	shed, waitTimeouts                      atomic.Int64
+}
+
+// Stats returns the limiter's counters.
+func (l *Limiter) Stats() Stats {
+	c := &l.stats
+	return Stats{
+		Writes:       c.writes.Load(),
+		FailedWrites: c.failedWrites.Load(),
+		InitWrites:   c.initWrites.Load(),
+		Reads:        c.reads.Load(),
+		Acquired:     c.acquired.Load(),
+		Released:     c.released.Load(),
+		Purged:       c.purged.Load(),
+		Shed:         c.shed.Load(),
+		WaitTimeouts: c.waitTimeouts.Load(),
+	}
+}
