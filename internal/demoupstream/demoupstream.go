@@ -1,0 +1,270 @@
+// Package demoupstream is a small MCP server that stands for a batch backend
+// behind the gateway. Its slow_tool reports how many calls were in flight
+// when it was entered and the highest number it has seen: the instrument for
+// checking that the gateway's fleet-wide cap holds.
+//
+// It serves MCP streamable HTTP at /mcp, the older HTTP+SSE transport at
+// /sse, and its counters as JSON at GET /stats (POST /stats/reset zeroes
+// them). Tests run it in-process on loopback; infra/demo-upstream runs it
+// for `make dev`.
+package demoupstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// MaxSleep bounds slow_tool's ms argument.
+const MaxSleep = 10 * time.Minute
+
+// Demo is the server and its instruments. Its methods are safe for
+// concurrent use.
+type Demo struct {
+	server *mcp.Server
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced whenever a counter moves
+	inFlight int
+	peak     int
+	calls    int
+	gates    map[string]chan struct{}
+	barriers map[chan struct{}]int // waiting calls → in-flight count they wait for
+	// hang makes slow_tool calls that start while it is set wait their
+	// full ms, ignoring until_in_flight and gates (fault injection).
+	hang bool
+}
+
+// SlowArgs are slow_tool's arguments.
+type SlowArgs struct {
+	// MS is how long to sleep, in milliseconds (default 1000).
+	MS *int `json:"ms,omitempty" jsonschema:"sleep time in milliseconds (default 1000)"`
+	// UntilInFlight, if positive, ends the sleep early once that many calls
+	// are in flight at the same time.
+	UntilInFlight int `json:"until_in_flight,omitempty" jsonschema:"end early once this many calls are in flight together"`
+	// Gate, if set, holds the call until the gate of that name is opened
+	// (by the process running the server), or ms passes.
+	Gate string `json:"gate,omitempty" jsonschema:"hold until this gate is opened"`
+}
+
+// SlowResult is slow_tool's structured result.
+type SlowResult struct {
+	// InFlightAtEntry is how many calls were in flight, this one included,
+	// when it started.
+	InFlightAtEntry int `json:"in_flight_at_entry"`
+	// Peak is the highest InFlightAtEntry seen since the last reset.
+	Peak int `json:"peak"`
+	// SleptMS is how long the call held.
+	SleptMS int64 `json:"slept_ms"`
+}
+
+// Stats is the JSON served at /stats.
+type Stats struct {
+	InFlight int `json:"in_flight"`
+	Peak     int `json:"peak"`
+	Calls    int `json:"calls"`
+}
+
+// New returns a demo server.
+func New() *Demo {
+	d := &Demo{changed: make(chan struct{}), gates: map[string]chan struct{}{}, barriers: map[chan struct{}]int{}}
+	d.server = mcp.NewServer(&mcp.Implementation{Name: "demo-upstream", Version: "1.0.0"}, nil)
+	mcp.AddTool(d.server, &mcp.Tool{
+		Name:        "slow_tool",
+		Description: "Sleeps, then reports how many calls were in flight when it started and the peak seen so far.",
+	}, d.slow)
+	mcp.AddTool(d.server, &mcp.Tool{Name: "echo", Description: "Returns its text."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+			Text string `json:"text"`
+		}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+		})
+	mcp.AddTool(d.server, &mcp.Tool{Name: "fail_tool", Description: "Always fails as a tool (isError), never as a protocol error."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the tool failed on purpose"}}}, nil, nil
+		})
+	return d
+}
+
+// Server is the MCP server, for in-memory transports.
+func (d *Demo) Server() *mcp.Server { return d.server }
+
+// Handler serves /mcp (streamable HTTP), /sse (HTTP+SSE) and /stats.
+func (d *Demo) Handler() http.Handler {
+	mux := http.NewServeMux()
+	get := func(*http.Request) *mcp.Server { return d.server }
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(get, nil))
+	mux.Handle("/sse", mcp.NewSSEHandler(get, nil))
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(d.Stats())
+	})
+	mux.HandleFunc("POST /stats/reset", func(w http.ResponseWriter, r *http.Request) {
+		d.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) (*mcp.CallToolResult, SlowResult, error) {
+	ms := 1000
+	if in.MS != nil {
+		ms = *in.MS
+	}
+	sleep := time.Duration(ms) * time.Millisecond
+	if ms < 0 || sleep > MaxSleep {
+		return nil, SlowResult{}, fmt.Errorf("ms must be between 0 and %d", MaxSleep.Milliseconds())
+	}
+	start := time.Now()
+	d.mu.Lock()
+	d.inFlight++
+	d.calls++
+	entry := d.inFlight
+	d.peak = max(d.peak, entry)
+	// Release every call waiting for the in-flight count just reached.
+	for ch, n := range d.barriers {
+		if d.inFlight >= n {
+			close(ch)
+			delete(d.barriers, ch)
+		}
+	}
+	var gate, barrier chan struct{}
+	if d.hang {
+		in.UntilInFlight, in.Gate = 0, ""
+	} else if in.Gate != "" {
+		gate = d.gateLocked(in.Gate)
+	}
+	if in.UntilInFlight > 0 {
+		barrier = make(chan struct{})
+		if d.inFlight >= in.UntilInFlight {
+			close(barrier)
+		} else {
+			d.barriers[barrier] = in.UntilInFlight
+		}
+	}
+	d.notifyLocked()
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.inFlight--
+		delete(d.barriers, barrier)
+		d.notifyLocked()
+		d.mu.Unlock()
+	}()
+
+	// The call ends when ms passes, or when its gate (if any) is open and
+	// its barrier (if any) was reached, whichever comes first.
+	timer := time.NewTimer(sleep)
+	defer timer.Stop()
+	for gate != nil || barrier != nil {
+		select {
+		case <-ctx.Done():
+			return nil, SlowResult{}, ctx.Err()
+		case <-timer.C:
+			gate, barrier = nil, nil
+		case <-gate:
+			gate = nil
+		case <-barrier:
+			barrier = nil
+		}
+	}
+	if in.Gate == "" && in.UntilInFlight <= 0 {
+		select {
+		case <-ctx.Done():
+			return nil, SlowResult{}, ctx.Err()
+		case <-timer.C:
+		}
+	}
+	d.mu.Lock()
+	res := SlowResult{InFlightAtEntry: entry, Peak: d.peak, SleptMS: time.Since(start).Milliseconds()}
+	d.mu.Unlock()
+	text := fmt.Sprintf("slept %d ms; in flight at entry %d; peak %d", res.SleptMS, res.InFlightAtEntry, res.Peak)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, res, nil
+}
+
+func (d *Demo) notifyLocked() {
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+func (d *Demo) gateLocked(name string) chan struct{} {
+	g, ok := d.gates[name]
+	if !ok {
+		g = make(chan struct{})
+		d.gates[name] = g
+	}
+	return g
+}
+
+// OpenGate releases every call held on the named gate, now and later.
+func (d *Demo) OpenGate(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g := d.gateLocked(name)
+	select {
+	case <-g:
+	default:
+		close(g)
+	}
+}
+
+// SetHang makes slow_tool calls that start from now on ignore
+// until_in_flight and gates, holding each for its whole ms: a stalled
+// backend.
+func (d *Demo) SetHang(hang bool) {
+	d.mu.Lock()
+	d.hang = hang
+	d.notifyLocked()
+	d.mu.Unlock()
+}
+
+// Stats returns the counters.
+func (d *Demo) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Stats{InFlight: d.inFlight, Peak: d.peak, Calls: d.calls}
+}
+
+// Reset zeroes the peak and call count (in-flight calls keep counting).
+func (d *Demo) Reset() {
+	d.mu.Lock()
+	d.peak = d.inFlight
+	d.calls = 0
+	d.gates = map[string]chan struct{}{}
+	d.notifyLocked()
+	d.mu.Unlock()
+}
+
+// WaitInFlight blocks until at least n slow_tool calls are in flight, or ctx
+// ends.
+func (d *Demo) WaitInFlight(ctx context.Context, n int) error {
+	return d.wait(ctx, func(s Stats) bool { return s.InFlight >= n })
+}
+
+// WaitCalls blocks until at least n slow_tool calls have started since the
+// last reset, or ctx ends.
+func (d *Demo) WaitCalls(ctx context.Context, n int) error {
+	return d.wait(ctx, func(s Stats) bool { return s.Calls >= n })
+}
+
+func (d *Demo) wait(ctx context.Context, ok func(Stats) bool) error {
+	for {
+		d.mu.Lock()
+		s := Stats{InFlight: d.inFlight, Peak: d.peak, Calls: d.calls}
+		changed := d.changed
+		d.mu.Unlock()
+		if ok(s) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo upstream: %w (now %+v)", ctx.Err(), s)
+		case <-changed:
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package demoupstream
+
+import (
+	"context"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func connect(t *testing.T, d *Demo) *mcp.ClientSession {
+	t.Helper()
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func TestSlowToolCountsInFlight(t *testing.T) {
+	d := New()
+	cs := connect(t, d)
+	var wg sync.WaitGroup
+	results := make([]*mcp.CallToolResult, 3)
+	for i := range results {
+		wg.Go(func() {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{
+				Name: "slow_tool", Arguments: map[string]any{"ms": 60000, "until_in_flight": 3},
+			})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	if s := d.Stats(); s.Peak != 3 || s.Calls != 3 || s.InFlight != 0 {
+		t.Errorf("stats = %+v, want peak 3, 3 calls, none in flight", s)
+	}
+	for _, res := range results {
+		if res == nil || res.IsError {
+			t.Fatalf("result = %+v", res)
+		}
+		m := res.StructuredContent.(map[string]any)
+		if m["peak"].(float64) < 1 {
+			t.Errorf("structured content = %v", m)
+		}
+	}
+}
+
+func TestGateHoldsUntilOpened(t *testing.T) {
+	d := New()
+	cs := connect(t, d)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow_tool", Arguments: map[string]any{"ms": 60000, "gate": "g"}})
+		done <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.WaitInFlight(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("call returned before the gate opened: %v", err)
+	default:
+	}
+	d.OpenGate("g")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFailToolIsAToolError(t *testing.T) {
+	cs := connect(t, New())
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "fail_tool"})
+	if err != nil {
+		t.Fatalf("protocol error %v, want a tool error result", err)
+	}
+	if !res.IsError {
+		t.Error("IsError not set")
+	}
+}

@@ -1,0 +1,436 @@
+// Package upstream calls upstream MCP servers with the official MCP Go SDK,
+// over streamable HTTP or SSE, and keeps their client sessions for reuse
+// across calls (and across warm Lambda invocations).
+//
+// A session serves one call at a time: a failure of one call's transport
+// breaks only that session, and notifications the upstream sends during a
+// call reach that call alone. Idle sessions are kept per upstream, a broken
+// one is closed and replaced by the next call, never fatal.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/registry"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxIdle          = 8
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultToolsTTL         = 30 * time.Second
+	DefaultMaxResponseBytes = 16 << 20
+	// maxTools bounds how many tools one upstream may list.
+	maxTools = 2000
+	// toolsRefreshFloor is the least time between two tool-list refreshes
+	// caused by calls naming unknown tools.
+	toolsRefreshFloor = time.Second
+)
+
+// Options configures a Pool. The zero value means defaults.
+type Options struct {
+	// HTTPClient sends the requests to upstreams. Nil means a client with
+	// pooled keep-alive connections and MaxResponseBytes enforced.
+	HTTPClient *http.Client
+	// MaxResponseBytes bounds each upstream HTTP response body (one
+	// streamable-HTTP POST, or one SSE stream). Zero means the default.
+	MaxResponseBytes int64
+	// MaxIdle is how many idle sessions are kept per upstream.
+	MaxIdle int
+	// IdleTimeout closes sessions unused for that long.
+	IdleTimeout time.Duration
+	// ToolsTTL is how long an upstream's tool list is reused.
+	ToolsTTL time.Duration
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+	// Version is reported as the gateway's client version.
+	Version string
+}
+
+// Pool holds client sessions to upstream servers.
+type Pool struct {
+	client   *mcp.Client
+	http     *http.Client
+	maxIdle  int
+	idleTTL  time.Duration
+	toolsTTL time.Duration
+	log      *slog.Logger
+
+	mu    sync.Mutex
+	idle  map[string][]*session // by endpoint key, newest last
+	tools map[string]*toolList  // by endpoint key
+	// listeners routes notifications received on a session to its call.
+	listeners sync.Map // *mcp.ClientSession → *Listener
+	closed    bool
+	connects  atomic.Int64
+}
+
+type session struct {
+	cs       *mcp.ClientSession
+	lastUsed time.Time
+}
+
+type toolList struct {
+	mu      sync.Mutex
+	tools   map[string]*mcp.Tool
+	ordered []*mcp.Tool
+	fetched time.Time
+}
+
+// Listener receives the notifications an upstream sends while a call runs.
+type Listener struct {
+	// Progress receives notifications/progress.
+	Progress func(context.Context, *mcp.ProgressNotificationParams)
+	// Log receives notifications/message.
+	Log func(context.Context, *mcp.LoggingMessageParams)
+}
+
+// New returns a Pool.
+func New(opts Options) *Pool {
+	p := &Pool{
+		http:     opts.HTTPClient,
+		maxIdle:  opts.MaxIdle,
+		idleTTL:  opts.IdleTimeout,
+		toolsTTL: opts.ToolsTTL,
+		log:      opts.Logger,
+		idle:     map[string][]*session{},
+		tools:    map[string]*toolList{},
+	}
+	if p.http == nil {
+		limit := opts.MaxResponseBytes
+		if limit <= 0 {
+			limit = DefaultMaxResponseBytes
+		}
+		p.http = NewHTTPClient(limit)
+	}
+	if p.maxIdle <= 0 {
+		p.maxIdle = DefaultMaxIdle
+	}
+	if p.idleTTL <= 0 {
+		p.idleTTL = DefaultIdleTimeout
+	}
+	if p.toolsTTL <= 0 {
+		p.toolsTTL = DefaultToolsTTL
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	version := opts.Version
+	if version == "" {
+		version = "dev"
+	}
+	p.client = mcp.NewClient(&mcp.Implementation{Name: "mcpgate", Version: version}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{},
+		// The gateway relays results as they are; it cannot answer an
+		// upstream's requests for input on an agent's behalf.
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+			if l := p.listener(req.Session); l != nil && l.Progress != nil {
+				l.Progress(ctx, req.Params)
+			}
+		},
+		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
+			if l := p.listener(req.Session); l != nil && l.Log != nil {
+				l.Log(ctx, req.Params)
+			}
+		},
+	})
+	return p
+}
+
+func (p *Pool) listener(cs *mcp.ClientSession) *Listener {
+	if v, ok := p.listeners.Load(cs); ok {
+		return v.(*Listener)
+	}
+	return nil
+}
+
+// Connects is how many sessions the pool has opened.
+func (p *Pool) Connects() int64 { return p.connects.Load() }
+
+// NewHTTPClient returns an HTTP client for upstream calls: keep-alive
+// connections pooled per host, and every response body cut off after limit
+// bytes. It has no overall timeout: each call's context bounds it.
+func NewHTTPClient(limit int64) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 64
+	t.IdleConnTimeout = 90 * time.Second
+	t.ResponseHeaderTimeout = 0
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return &http.Client{Transport: &limitTransport{base: t, limit: limit}}
+}
+
+// limitTransport caps response bodies.
+type limitTransport struct {
+	base  http.RoundTripper
+	limit int64
+}
+
+func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: t.limit}
+	return resp, nil
+}
+
+// ErrResponseTooLarge is returned when an upstream response exceeds the
+// configured limit.
+var ErrResponseTooLarge = errors.New("upstream response too large")
+
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, ErrResponseTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
+
+func endpointKey(srv *registry.Server) string { return string(srv.Transport) + " " + srv.URL }
+
+// Close closes every idle session. Sessions in use close when returned.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = map[string][]*session{}
+	p.mu.Unlock()
+	for _, list := range idle {
+		for _, s := range list {
+			_ = s.cs.Close()
+		}
+	}
+}
+
+// checkout returns an idle session for srv or connects a new one.
+func (p *Pool) checkout(ctx context.Context, srv *registry.Server) (*session, bool, error) {
+	key := endpointKey(srv)
+	now := time.Now()
+	var stale []*session
+	var got *session
+	p.mu.Lock()
+	list := p.idle[key]
+	for len(list) > 0 {
+		s := list[len(list)-1]
+		list = list[:len(list)-1]
+		if now.Sub(s.lastUsed) > p.idleTTL {
+			stale = append(stale, s)
+			continue
+		}
+		got = s
+		break
+	}
+	p.idle[key] = list
+	p.mu.Unlock()
+	for _, s := range stale {
+		go s.cs.Close()
+	}
+	if got != nil {
+		return got, true, nil
+	}
+	cs, err := p.connect(ctx, srv)
+	if err != nil {
+		return nil, false, err
+	}
+	return &session{cs: cs}, false, nil
+}
+
+func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*mcp.ClientSession, error) {
+	var t mcp.Transport
+	switch srv.Transport {
+	case registry.TransportSSE:
+		t = &mcp.SSEClientTransport{Endpoint: srv.URL, HTTPClient: p.http}
+	default:
+		t = &mcp.StreamableClientTransport{
+			Endpoint:             srv.URL,
+			HTTPClient:           p.http,
+			DisableStandaloneSSE: true,
+			MaxRetries:           -1,
+		}
+	}
+	p.connects.Add(1)
+	cs, err := p.client.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", srv.ID, err)
+	}
+	return cs, nil
+}
+
+// checkin returns a healthy session to the idle list, or closes it.
+func (p *Pool) checkin(srv *registry.Server, s *session, healthy bool) {
+	if healthy {
+		s.lastUsed = time.Now()
+		key := endpointKey(srv)
+		p.mu.Lock()
+		if !p.closed && len(p.idle[key]) < p.maxIdle {
+			p.idle[key] = append(p.idle[key], s)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	go s.cs.Close()
+}
+
+// healthy reports whether a session that returned err may be reused: after
+// success or a JSON-RPC error answer, yes; after a transport failure or a
+// cancelled call, no.
+func healthy(err error) bool {
+	if err == nil {
+		return true
+	}
+	var rpcErr *jsonrpc.Error
+	return errors.As(err, &rpcErr) && !localCode(rpcErr.Code) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+// Do runs fn with a session to srv, exclusive for the call. If the upstream
+// no longer knows a reused session (it restarted), the request was not
+// processed, and fn runs once more on a new session. l, if not nil,
+// receives the upstream's notifications while fn runs.
+func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn func(context.Context, *mcp.ClientSession) error) error {
+	for attempt := 0; ; attempt++ {
+		s, reused, err := p.checkout(ctx, srv)
+		if err != nil {
+			return classify(ctx, srv, err)
+		}
+		if l != nil {
+			p.listeners.Store(s.cs, l)
+		}
+		err = fn(ctx, s.cs)
+		if l != nil {
+			p.listeners.Delete(s.cs)
+		}
+		p.checkin(srv, s, healthy(err))
+		if err != nil && reused && attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
+			p.log.Debug("upstream lost its session; reconnecting", "server_id", srv.ID)
+			continue
+		}
+		if err != nil {
+			return classify(ctx, srv, err)
+		}
+		return nil
+	}
+}
+
+// CallTool calls a tool on srv. A tool's own failure is a result with
+// IsError set, not an error.
+func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *Listener) (*mcp.CallToolResult, error) {
+	var res *mcp.CallToolResult
+	err := p.Do(ctx, srv, l, func(ctx context.Context, cs *mcp.ClientSession) error {
+		var err error
+		res, err = cs.CallTool(ctx, params)
+		return err
+	})
+	return res, err
+}
+
+// Tools returns srv's tools, from a cache refreshed every ToolsTTL.
+func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, error) {
+	tl := p.toolList(srv)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL {
+		return tl.ordered, nil
+	}
+	if err := p.refreshTools(ctx, srv, tl); err != nil {
+		return nil, err
+	}
+	return tl.ordered, nil
+}
+
+// ErrUnknownTool means the upstream does not list a tool of that name.
+var ErrUnknownTool = errors.New("unknown tool")
+
+// Tool returns srv's tool named name. A name missing from a cached list
+// triggers one refresh (at most once a second), so a tool added upstream
+// is found without waiting for ToolsTTL.
+func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mcp.Tool, error) {
+	tl := p.toolList(srv)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	fresh := tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL
+	if fresh {
+		if t, ok := tl.tools[name]; ok {
+			return t, nil
+		}
+		if time.Since(tl.fetched) < toolsRefreshFloor {
+			return nil, ErrUnknownTool
+		}
+	}
+	if err := p.refreshTools(ctx, srv, tl); err != nil {
+		return nil, err
+	}
+	if t, ok := tl.tools[name]; ok {
+		return t, nil
+	}
+	return nil, ErrUnknownTool
+}
+
+func (p *Pool) toolList(srv *registry.Server) *toolList {
+	key := endpointKey(srv)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tl, ok := p.tools[key]
+	if !ok {
+		tl = &toolList{}
+		p.tools[key] = tl
+	}
+	return tl
+}
+
+// refreshTools lists the upstream's tools; tl.mu is held.
+func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, tl *toolList) error {
+	var list []*mcp.Tool
+	err := p.Do(ctx, srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+		list = list[:0]
+		for t, err := range cs.Tools(ctx, nil) {
+			if err != nil {
+				return err
+			}
+			if len(list) >= maxTools {
+				return fmt.Errorf("upstream lists more than %d tools", maxTools)
+			}
+			list = append(list, t)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	tl.tools = make(map[string]*mcp.Tool, len(list))
+	for _, t := range list {
+		tl.tools[t.Name] = t
+	}
+	tl.ordered = list
+	if tl.ordered == nil {
+		tl.ordered = []*mcp.Tool{}
+	}
+	tl.fetched = time.Now()
+	return nil
+}
