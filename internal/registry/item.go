@@ -5,37 +5,51 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // ItemFromJSON converts a JSON object, as an admin would write a server
-// definition, into a servers-table item, and validates it with Parse. JSON
-// strings become S, numbers N, booleans BOOL, objects M, arrays L.
+// definition, into a servers-table item, and validates it with Parse.
 func ItemFromJSON(doc []byte) (map[string]types.AttributeValue, *Server, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, nil, fmt.Errorf("server definition is not a JSON object: %w", err)
-	}
-	if dec.More() {
-		return nil, nil, errors.New("server definition: unexpected data after the JSON object")
-	}
-	item := make(map[string]types.AttributeValue, len(obj))
-	for k, v := range obj {
-		av, err := toAttributeValue(v)
-		if err != nil {
-			return nil, nil, &FieldError{Field: k, Reason: err.Error()}
-		}
-		item[k] = av
+	item, err := JSONToItem(doc)
+	if err != nil {
+		return nil, nil, err
 	}
 	s, err := Parse(item)
 	if err != nil {
 		return nil, nil, err
 	}
 	return item, s, nil
+}
+
+// JSONToItem converts a JSON object into a DynamoDB item without validating
+// it: JSON strings become S, numbers N, booleans BOOL, null NULL, objects M,
+// arrays L.
+func JSONToItem(doc []byte) (map[string]types.AttributeValue, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if obj == nil {
+		return nil, errors.New("not a JSON object: null")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("unexpected data after the JSON object")
+	}
+	item := make(map[string]types.AttributeValue, len(obj))
+	for k, v := range obj {
+		av, err := toAttributeValue(v)
+		if err != nil {
+			return nil, &FieldError{Field: k, Reason: err.Error()}
+		}
+		item[k] = av
+	}
+	return item, nil
 }
 
 func toAttributeValue(v any) (types.AttributeValue, error) {

@@ -50,17 +50,22 @@ type Tables struct {
 }
 
 // TablesFromEnv reads the table names from SERVERS_TABLE, LEASES_TABLE and
-// KEYS_TABLE. Every one must be set.
-func TablesFromEnv() (Tables, error) {
+// KEYS_TABLE through getenv (os.Getenv if nil). Every one must be set.
+func TablesFromEnv(getenv func(string) string) (Tables, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	t := Tables{
-		Servers: os.Getenv(EnvServersTable),
-		Leases:  os.Getenv(EnvLeasesTable),
-		Keys:    os.Getenv(EnvKeysTable),
+		Servers: getenv(EnvServersTable),
+		Leases:  getenv(EnvLeasesTable),
+		Keys:    getenv(EnvKeysTable),
 	}
 	var missing []error
-	for name, v := range map[string]string{EnvServersTable: t.Servers, EnvLeasesTable: t.Leases, EnvKeysTable: t.Keys} {
-		if v == "" {
-			missing = append(missing, fmt.Errorf("%s is not set", name))
+	for _, v := range []struct{ name, value string }{
+		{EnvServersTable, t.Servers}, {EnvLeasesTable, t.Leases}, {EnvKeysTable, t.Keys},
+	} {
+		if v.value == "" {
+			missing = append(missing, fmt.Errorf("%s is not set", v.name))
 		}
 	}
 	return t, errors.Join(missing...)

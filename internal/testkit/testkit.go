@@ -1,0 +1,104 @@
+// Package testkit holds helpers shared by the gateway's tests: seeding the
+// servers and keys tables, and running the demo upstream on loopback.
+package testkit
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+// PutServer writes a server item given as a JSON object, as an admin would,
+// without validating it (tests also write invalid items).
+func PutServer(t testing.TB, env *storetest.Env, doc map[string]any) {
+	t.Helper()
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	item, err := registry.JSONToItem(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(env.Tables.Servers), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// UpdateServer sets attributes on an existing server item.
+func UpdateServer(t testing.TB, env *storetest.Env, id string, attr string, value types.AttributeValue) {
+	t.Helper()
+	_, err := env.Client.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(env.Tables.Servers),
+		Key:                       map[string]types.AttributeValue{store.ServerIDAttr: &types.AttributeValueMemberS{Value: id}},
+		UpdateExpression:          aws.String("SET #a = :v"),
+		ExpressionAttributeNames:  map[string]string{"#a": attr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":v": value},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PutKey stores key's hash with access to servers ("*" for all) and
+// returns the key.
+func PutKey(t testing.TB, env *storetest.Env, servers ...string) string {
+	t.Helper()
+	key := auth.NewKey()
+	_, err := env.Client.PutItem(context.Background(), &dynamodb.PutItemInput{
+		TableName: aws.String(env.Tables.Keys),
+		Item: map[string]types.AttributeValue{
+			store.KeyHashAttr: &types.AttributeValueMemberS{Value: auth.HashKey(key)},
+			auth.AttrServers:  &types.AttributeValueMemberSS{Value: servers},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// Demo runs a demo upstream on loopback until the test ends.
+type Demo struct {
+	*demoupstream.Demo
+	// URL is the streamable-HTTP endpoint; SSEURL the HTTP+SSE one.
+	URL, SSEURL string
+}
+
+// StartDemo starts a demo upstream server on 127.0.0.1.
+func StartDemo(t testing.TB) *Demo {
+	t.Helper()
+	d := demoupstream.New()
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	return &Demo{Demo: d, URL: srv.URL + "/mcp", SSEURL: srv.URL + "/sse"}
+}
+
+// LeaseCount returns how many leases the item of key holds in attr.
+func LeaseCount(t testing.TB, env *storetest.Env, key, attr string) int {
+	t.Helper()
+	out, err := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(env.Tables.Leases),
+		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := out.Item[attr].(*types.AttributeValueMemberM)
+	if m == nil {
+		return 0
+	}
+	return len(m.Value)
+}
