@@ -1,0 +1,36 @@
+// Command mcpgate administers the MCP gateway's DynamoDB tables: it creates
+// them, edits upstream server definitions, issues and revokes API keys, shows
+// the live leases of the fleet-wide concurrency limiter, and imports the
+// mcp_servers of a LiteLLM config.
+//
+// It reads the same environment as the gateway: SERVERS_TABLE, LEASES_TABLE
+// and KEYS_TABLE name the tables; AWS_REGION, AWS_ENDPOINT_URL_DYNAMODB (for
+// a local endpoint) and the standard AWS credentials reach them.
+//
+// Usage:
+//
+//	mcpgate tables create
+//	mcpgate servers put FILE [--if-absent]      FILE is a JSON object, or - for stdin
+//	mcpgate servers get ID
+//	mcpgate servers list
+//	mcpgate servers delete ID
+//	mcpgate servers set ID name=value [name=value...]
+//	mcpgate keys create --servers ID[,ID...|*] [--name LABEL]
+//	mcpgate keys list
+//	mcpgate keys revoke HASH_OR_PREFIX
+//	mcpgate status [SERVER_ID] [--json]
+//	mcpgate import litellm FILE [--dry-run] [--rename] [--overwrite]
+//	mcpgate help [COMMAND]
+//
+// Every server definition is checked with the same code the gateway uses
+// when it reads the item (registry.Parse) before it is written, and errors
+// name the attribute at fault. servers set types its values: numbers for
+// max_concurrent_requests, timeout and queue_timeout, strings otherwise, JSON
+// for a value starting with '{' or '['; "name=" removes the attribute.
+//
+// keys create prints the new key once, alone on standard output; only its
+// SHA-256 is stored.
+//
+// Exit status: 0 on success, 1 on failure (one line on standard error), 2
+// for an unknown command or bad flags or arguments (with usage).
+package main

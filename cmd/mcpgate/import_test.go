@@ -1,0 +1,209 @@
+package main
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+const liteLLMConfig = "testdata/litellm_config.yaml"
+
+// report is import's output for one LiteLLM server.
+type report struct {
+	status   string   // the text after "name: "
+	unmapped []string // the settings listed as not imported
+}
+
+// parseReport splits import's output into one report per server; the
+// last line, the summary, is left out.
+func parseReport(t *testing.T, out string) map[string]*report {
+	t.Helper()
+	reports := map[string]*report{}
+	var cur *report
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, line := range lines[:len(lines)-1] {
+		if rest, ok := strings.CutPrefix(line, "  not imported (values not shown): "); ok {
+			if cur == nil {
+				t.Fatalf("settings listed before any server: %q", line)
+			}
+			cur.unmapped = strings.Split(rest, ", ")
+			continue
+		}
+		name, status, ok := strings.Cut(line, ": ")
+		if !ok || strings.HasPrefix(line, " ") {
+			t.Fatalf("unexpected import output line %q", line)
+		}
+		cur = &report{status: status}
+		reports[name] = cur
+	}
+	return reports
+}
+
+// wantUnmapped is every setting of testdata/litellm_config.yaml that does
+// not carry over, per server.
+var wantUnmapped = map[string][]string{
+	"zapier_mcp":      {"mcp_info.logo_url", "mcp_info.server_name"},
+	"deepwiki":        {"access_groups", "allowed_tools"},
+	"github":          {"auth_type", "authentication_token", "extra_headers", "static_headers"},
+	"internal_search": {"auth_type", "authentication_token", "headers"},
+	"filesystem":      {"args", "command", "env"},
+	"brave-search":    {"headers"},
+	"petstore":        {"auth_type", "spec_path"},
+}
+
+func checkReport(t *testing.T, r result) map[string]*report {
+	t.Helper()
+	for _, out := range []string{r.stdout, r.stderr} {
+		if strings.Contains(out, "FAKESECRET") || strings.Contains(out, "GITHUB_PAT") {
+			t.Errorf("import printed a secret's value:\n%s", out)
+		}
+	}
+	reports := parseReport(t, r.stdout)
+	for name, want := range wantUnmapped {
+		rep := reports[name]
+		if rep == nil {
+			t.Errorf("no report for %s:\n%s", name, r.stdout)
+			continue
+		}
+		if !reflect.DeepEqual(rep.unmapped, want) {
+			t.Errorf("%s: not imported %q, want %q", name, rep.unmapped, want)
+		}
+	}
+	for name, want := range map[string]string{
+		"filesystem":   "SKIPPED: transport stdio runs a local command",
+		"brave-search": `SKIPPED: server_id "brave-search" is invalid`,
+		"petstore":     "SKIPPED: spec_path",
+	} {
+		if rep := reports[name]; rep == nil || !strings.HasPrefix(rep.status, want) {
+			t.Errorf("%s: reported %+v, want %q", name, rep, want)
+		}
+	}
+	if rep := reports["brave-search"]; rep != nil && !strings.Contains(rep.status, `suggested id "brave_search" (rerun with --rename`) {
+		t.Errorf("brave-search: no suggested id in %q", rep.status)
+	}
+	return reports
+}
+
+func TestImportLiteLLMDryRun(t *testing.T) {
+	env := storetest.NewEnv(t)
+	r := mcpgate(t, env, "import", "litellm", liteLLMConfig, "--dry-run")
+	r.fails(t, 1, "import incomplete: 3 of 7 servers skipped, 17 settings not imported")
+	reports := checkReport(t, r)
+	for name, want := range map[string]string{
+		"zapier_mcp":      `would write {"description":"Zapier actions","server_id":"zapier_mcp","transport":"sse","url":"https://mcp.zapier.example/api/mcp/sse"}`,
+		"deepwiki":        `would write {"description":"Read GitHub repositories' wikis","max_concurrent_requests":4,"server_id":"deepwiki","timeout":45,"transport":"http","url":"https://mcp.deepwiki.com/mcp"}`,
+		"github":          `would write {"server_id":"github","transport":"http","url":"https://api.githubcopilot.com/mcp/"}`,
+		"internal_search": `would write {"server_id":"internal_search","url":"http://search.internal.example:8080/mcp"}`,
+	} {
+		if rep := reports[name]; rep == nil || rep.status != want {
+			t.Errorf("%s: reported %+v\nwant %s", name, rep, want)
+		}
+	}
+	if !strings.Contains(r.stdout, "dry run, nothing written: would import 4 of 7 servers; 3 skipped; 17 settings not imported") {
+		t.Errorf("no dry-run summary:\n%s", r.stdout)
+	}
+	if items := scanAll(t, env, env.Tables.Servers); len(items) != 0 {
+		t.Errorf("--dry-run wrote %d items", len(items))
+	}
+	// A dry run needs no AWS access at all.
+	if r := runWith(t, nil, "", "import", "litellm", "--dry-run", liteLLMConfig); !strings.Contains(r.stdout, "would import 4 of 7") {
+		t.Errorf("dry run without an environment:\n%s\n%s", r.stdout, r.stderr)
+	}
+}
+
+func TestImportLiteLLM(t *testing.T) {
+	env := storetest.NewEnv(t)
+	r := mcpgate(t, env, "import", "litellm", liteLLMConfig)
+	r.fails(t, 1, "import incomplete: 3 of 7 servers skipped, 17 settings not imported (listed above)")
+	reports := checkReport(t, r)
+	if rep := reports["github"]; rep == nil || rep.status != `imported as server "github"` {
+		t.Errorf("github reported %+v", rep)
+	}
+
+	var ids []string
+	for _, item := range scanAll(t, env, env.Tables.Servers) {
+		if _, err := registry.Parse(item); err != nil {
+			t.Errorf("import wrote an invalid item %v: %v", registry.ItemToJSON(item), err)
+		}
+		ids = append(ids, rawAttr(item, store.ServerIDAttr))
+	}
+	slices.Sort(ids)
+	if want := []string{"deepwiki", "github", "internal_search", "zapier_mcp"}; !reflect.DeepEqual(ids, want) {
+		t.Errorf("imported %q, want %q", ids, want)
+	}
+	deepwiki, err := registry.Parse(serverItem(t, env, "deepwiki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deepwiki.MaxConcurrent != 4 || deepwiki.Timeout.Seconds() != 45 || deepwiki.Transport != registry.TransportHTTP || deepwiki.Description != "Read GitHub repositories' wikis" {
+		t.Errorf("deepwiki imported as %+v", deepwiki)
+	}
+	zapier, err := registry.Parse(serverItem(t, env, "zapier_mcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zapier.Transport != registry.TransportSSE || zapier.Description != "Zapier actions" {
+		t.Errorf("zapier_mcp imported as %+v", zapier)
+	}
+
+	// Again: what exists is not replaced unless asked; --rename imports
+	// the server whose name is not a valid id.
+	r = mcpgate(t, env, "import", "litellm", liteLLMConfig, "--rename")
+	reports = parseReport(t, r.stdout)
+	if rep := reports["deepwiki"]; rep == nil || !strings.Contains(rep.status, `SKIPPED: server "deepwiki" exists already; not replaced (rerun with --overwrite`) {
+		t.Errorf("second import reported deepwiki as %+v", rep)
+	}
+	if rep := reports["brave-search"]; rep == nil || rep.status != `imported as server "brave_search"` {
+		t.Errorf("--rename reported brave-search as %+v", rep)
+	}
+	testkit.UpdateServer(t, env, "deepwiki", "max_concurrent_requests", &types.AttributeValueMemberN{Value: "1"})
+	r = mcpgate(t, env, "import", "litellm", liteLLMConfig, "--rename", "--overwrite")
+	r.fails(t, 1, "2 of 7 servers skipped")
+	if rep := parseReport(t, r.stdout)["deepwiki"]; rep == nil || rep.status != `imported as server "deepwiki"` {
+		t.Errorf("--overwrite reported deepwiki as %+v", rep)
+	}
+	if got := rawAttr(serverItem(t, env, "deepwiki"), "max_concurrent_requests"); got != "4" {
+		t.Errorf("after --overwrite, deepwiki's cap is %s, want 4", got)
+	}
+}
+
+func TestImportLiteLLMClean(t *testing.T) {
+	env := storetest.NewEnv(t)
+	cfg := writeFile(t, "config.yaml", "mcp_servers:\n  docs:\n    url: https://docs.example/mcp\n    timeout: 2.5\n")
+	r := mcpgate(t, env, "import", "litellm", cfg).ok(t)
+	if want := "docs: imported as server \"docs\"\nimported 1 of 1 servers; 0 skipped; 0 settings not imported\n"; r.stdout != want {
+		t.Errorf("import said:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	if s, err := registry.Parse(serverItem(t, env, "docs")); err != nil || s.Timeout.Seconds() != 2.5 {
+		t.Errorf("docs imported as %+v, %v", s, err)
+	}
+
+	for _, tc := range []struct{ doc, want string }{
+		{"model_list: []\n", "no mcp_servers section"},
+		{"mcp_servers: [a, b]\n", "mcp_servers must map server names to their settings"},
+		{"mcp_servers: {a: [\n", "not a valid YAML config"},
+	} {
+		mcpgate(t, env, "import", "litellm", writeFile(t, "bad.yaml", tc.doc)).fails(t, 1, tc.want)
+	}
+	// A mapped setting of the wrong type fails the gateway's check, named.
+	// An environment reference in a mapped setting is not resolved.
+	r = mcpgate(t, env, "import", "litellm", writeFile(t, "typed.yaml",
+		"mcp_servers:\n  slow:\n    url: https://slow.example/mcp\n    timeout: soon\n  hidden:\n    url: os.environ/HIDDEN_URL\n"))
+	r.fails(t, 1, "2 of 2 servers skipped, 1 settings not imported")
+	reports := parseReport(t, r.stdout)
+	if rep := reports["slow"]; rep == nil || !strings.Contains(rep.status, "SKIPPED: invalid as a server: timeout: must be of type N") {
+		t.Errorf("slow reported as %+v", rep)
+	}
+	if rep := reports["hidden"]; rep == nil || !strings.Contains(rep.status, "url: missing") ||
+		!reflect.DeepEqual(rep.unmapped, []string{"url (an os.environ/ reference; not resolved)"}) {
+		t.Errorf("hidden reported as %+v", rep)
+	}
+}

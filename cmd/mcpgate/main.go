@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go"
+
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// command is one subcommand: its name as typed ("servers put"), a one-line
+// summary for the overview, and a help text a person can act on.
+type command struct {
+	name    string
+	args    string // synopsis after the name, e.g. "FILE [--if-absent]"
+	summary string
+	help    string
+	run     func(c *cli, args []string) error
+}
+
+// commands lists every subcommand, in the order help shows them.
+var commands = []*command{
+	tablesCreateCmd,
+	serversPutCmd, serversGetCmd, serversListCmd, serversDeleteCmd, serversSetCmd,
+	keysCreateCmd, keysListCmd, keysRevokeCmd,
+	statusCmd,
+	importLiteLLMCmd,
+}
+
+// cli is one invocation: its streams, environment and, once a command needs
+// the store, the DynamoDB client and table names.
+type cli struct {
+	ctx            context.Context
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	cmd            *command
+
+	db     *dynamodb.Client
+	tables store.Tables
+}
+
+// usageError is a mistake in how the command was invoked: it prints the
+// command's usage and exits with status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+// run executes the command line args and returns the exit status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, overview())
+		return exitUsage
+	}
+	if isHelp(args[0]) || args[0] == "help" {
+		return c.help(args[1:])
+	}
+	cmd, rest := lookup(args)
+	if cmd == nil {
+		if group := groupOf(args[0]); group != "" {
+			if len(args) > 1 && isHelp(args[1]) {
+				fmt.Fprint(stdout, groupHelp(group))
+				return exitOK
+			}
+			if len(args) == 1 {
+				fmt.Fprintf(stderr, "mcpgate %s: missing subcommand\n\n%s", group, groupHelp(group))
+			} else {
+				fmt.Fprintf(stderr, "mcpgate %s: unknown subcommand %q\n\n%s", group, args[1], groupHelp(group))
+			}
+			return exitUsage
+		}
+		fmt.Fprintf(stderr, "mcpgate: unknown command %q\n\n%s", args[0], overview())
+		return exitUsage
+	}
+	c.cmd = cmd
+	err := cmd.run(c, rest)
+	var uerr *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, cmdHelp(cmd))
+		return exitOK
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "mcpgate %s: %s\n\n%s", cmd.name, oneLine(uerr.msg), cmdHelp(cmd))
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "mcpgate %s: %s\n", cmd.name, oneLine(err.Error()))
+		return exitFail
+	}
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// lookup finds the command named by the first one or two words of args.
+func lookup(args []string) (*command, []string) {
+	for _, cmd := range commands {
+		words := strings.Fields(cmd.name)
+		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == cmd.name {
+			return cmd, args[len(words):]
+		}
+	}
+	return nil, nil
+}
+
+// groupOf returns word if it is the first word of a two-word command.
+func groupOf(word string) string {
+	for _, cmd := range commands {
+		if g, _, ok := strings.Cut(cmd.name, " "); ok && g == word {
+			return g
+		}
+	}
+	return ""
+}
+
+func (c *cli) help(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stdout, overview())
+		return exitOK
+	}
+	if cmd, rest := lookup(args); cmd != nil && len(rest) == 0 {
+		fmt.Fprint(c.stdout, cmdHelp(cmd))
+		return exitOK
+	}
+	if group := groupOf(args[0]); group != "" && len(args) == 1 {
+		fmt.Fprint(c.stdout, groupHelp(group))
+		return exitOK
+	}
+	fmt.Fprintf(c.stderr, "mcpgate help: no command %q\n\n%s", strings.Join(args, " "), overview())
+	return exitUsage
+}
+
+const envHelp = `Environment:
+  SERVERS_TABLE, LEASES_TABLE, KEYS_TABLE   the gateway's table names (required)
+  AWS_REGION                                AWS region (required)
+  AWS_ENDPOINT_URL_DYNAMODB                 a local endpoint, e.g. http://127.0.0.1:8000
+  AWS_PROFILE, AWS_ACCESS_KEY_ID, ...       credentials, as for any AWS SDK tool
+`
+
+func overview() string {
+	var b strings.Builder
+	b.WriteString("mcpgate administers the MCP gateway's DynamoDB tables.\n\nUsage: mcpgate COMMAND [ARGS]\n\nCommands:\n")
+	listCommands(&b, "")
+	b.WriteString("\nRun 'mcpgate help COMMAND' (or 'mcpgate COMMAND -h') for its arguments and flags.\n\n")
+	b.WriteString(envHelp)
+	return b.String()
+}
+
+func groupHelp(group string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage: mcpgate %s SUBCOMMAND [ARGS]\n\nSubcommands:\n", group)
+	listCommands(&b, group+" ")
+	fmt.Fprintf(&b, "\nRun 'mcpgate help %s SUBCOMMAND' for its arguments and flags.\n", group)
+	return b.String()
+}
+
+// listCommands writes the name and summary of each command whose name
+// starts with prefix, aligned.
+func listCommands(b *strings.Builder, prefix string) {
+	tw := tabwriter.NewWriter(b, 0, 4, 3, ' ', 0)
+	for _, cmd := range commands {
+		if strings.HasPrefix(cmd.name, prefix) {
+			fmt.Fprintf(tw, "  %s\t%s\n", cmd.name, cmd.summary)
+		}
+	}
+	if prefix == "" {
+		fmt.Fprintf(tw, "  help [COMMAND]\tshow how to use a command\n")
+	}
+	tw.Flush()
+}
+
+func cmdHelp(cmd *command) string {
+	return fmt.Sprintf("Usage: mcpgate %s %s\n\n%s\n", cmd.name, cmd.args, strings.TrimSpace(cmd.help))
+}
+
+// parse parses the command's flags, which may come before, between or
+// after its positional arguments ("--" ends the flags), and returns the
+// positional arguments.
+func (c *cli) parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usagef("%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// newFlags returns an empty flag set for the command.
+func (c *cli) newFlags() *flag.FlagSet {
+	return flag.NewFlagSet(c.cmd.name, flag.ContinueOnError)
+}
+
+// open reads the table names and builds the DynamoDB client.
+func (c *cli) open() error {
+	tables, err := store.TablesFromEnv(c.getenv)
+	if err != nil {
+		return err
+	}
+	db, err := store.NewClient(c.ctx, awsOptions(c.getenv)...)
+	if err != nil {
+		return err
+	}
+	c.db, c.tables = db, tables
+	return nil
+}
+
+// awsOptions hands the standard AWS variables read through getenv to the
+// SDK, which otherwise reads the process environment itself; with
+// os.Getenv they change nothing.
+func awsOptions(getenv func(string) string) []func(*config.LoadOptions) error {
+	var opts []func(*config.LoadOptions) error
+	if v := getenv("AWS_REGION"); v != "" {
+		opts = append(opts, config.WithRegion(v))
+	}
+	if v := getenv("AWS_PROFILE"); v != "" {
+		opts = append(opts, config.WithSharedConfigProfile(v))
+	}
+	if v := getenv("AWS_ENDPOINT_URL_DYNAMODB"); v != "" {
+		opts = append(opts, config.WithBaseEndpoint(v))
+	}
+	if id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"); id != "" && secret != "" {
+		opts = append(opts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(id, secret, getenv("AWS_SESSION_TOKEN"))))
+	}
+	return opts
+}
+
+// awsError shortens a DynamoDB client error to what an admin can act on
+// (the service's error code and message, or the network failure), keeping
+// the full error for errors.As and errors.Is.
+type awsError struct{ err error }
+
+func (e *awsError) Error() string {
+	var api smithy.APIError
+	var op *net.OpError
+	msg := e.err.Error()
+	switch {
+	case strings.Contains(msg, "get credentials: "):
+		// The SDK has no error type for this; its chain of providers is
+		// in the message.
+		_, detail, _ := strings.Cut(msg, "get credentials: ")
+		return "no usable AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY): " + truncate(detail, 120)
+	case errors.As(e.err, &api):
+		return api.ErrorCode() + ": " + api.ErrorMessage()
+	case errors.As(e.err, &op):
+		return "cannot reach DynamoDB: " + op.Error()
+	case errors.Is(e.err, context.Canceled):
+		return "interrupted"
+	case errors.Is(e.err, context.DeadlineExceeded):
+		return "timed out"
+	}
+	return truncate(msg, 200)
+}
+
+func (e *awsError) Unwrap() error { return e.err }
+
+// dbErr wraps a DynamoDB client error with a short context.
+func dbErr(context string, err error) error {
+	return fmt.Errorf("%s: %w", context, &awsError{err})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// oneLine joins the lines of a multi-line error (errors.Join) with "; ".
+func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ") }

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+// result is what one mcpgate invocation did.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// vars returns env's environment as a map; nil env means an empty
+// environment.
+func vars(env *storetest.Env) map[string]string {
+	m := map[string]string{}
+	if env != nil {
+		for _, kv := range env.Vars() {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// runWith runs mcpgate in process with exactly the environment vars.
+func runWith(t *testing.T, vars map[string]string, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errb, func(k string) string { return vars[k] })
+	return result{code, out.String(), errb.String()}
+}
+
+// mcpgate runs mcpgate against env.
+func mcpgate(t *testing.T, env *storetest.Env, args ...string) result {
+	t.Helper()
+	return runWith(t, vars(env), "", args...)
+}
+
+// ok fails the test unless r succeeded.
+func (r result) ok(t *testing.T) result {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// fails checks r exited with code and that stderr has each of want.
+func (r result) fails(t *testing.T, code int, want ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, r.stderr)
+		}
+	}
+}
+
+// serverItem reads a server item directly; nil if absent.
+func serverItem(t *testing.T, env *storetest.Env, id string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(env.Tables.Servers),
+		Key:            map[string]types.AttributeValue{store.ServerIDAttr: &types.AttributeValueMemberS{Value: id}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Item) == 0 {
+		return nil
+	}
+	return out.Item
+}
+
+// scanAll reads every item of table directly.
+func scanAll(t *testing.T, env *storetest.Env, table string) []map[string]types.AttributeValue {
+	t.Helper()
+	out, err := env.Client.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Items
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		// out and err must appear in stdout and stderr.
+		out, err string
+	}{
+		{args: nil, code: 2, err: "Commands:"},
+		{args: []string{"help"}, code: 0, out: "Commands:"},
+		{args: []string{"-h"}, code: 0, out: "Commands:"},
+		{args: []string{"--help"}, code: 0, out: "SERVERS_TABLE"},
+		{args: []string{"help", "servers"}, code: 0, out: "servers set"},
+		{args: []string{"servers", "-h"}, code: 0, out: "servers put"},
+		{args: []string{"help", "keys", "create"}, code: 0, out: "Usage: mcpgate keys create --servers"},
+		{args: []string{"help", "nope"}, code: 2, err: `no command "nope"`},
+		{args: []string{"nope"}, code: 2, err: `unknown command "nope"`},
+		{args: []string{"servers"}, code: 2, err: "missing subcommand"},
+		{args: []string{"servers", "nope"}, code: 2, err: `unknown subcommand "nope"`},
+		{args: []string{"servers", "put", "--bogus", "x.json"}, code: 2, err: "flag provided but not defined: -bogus"},
+		{args: []string{"servers", "put"}, code: 2, err: "want one FILE"},
+		{args: []string{"servers", "get"}, code: 2, err: "want one ID"},
+		{args: []string{"servers", "get", "a", "b"}, code: 2, err: "want one ID, got 2"},
+		{args: []string{"servers", "list", "extra"}, code: 2, err: `unexpected argument "extra"`},
+		{args: []string{"servers", "set", "github"}, code: 2, err: "at least one name=value"},
+		{args: []string{"servers", "set", "github", "timeout"}, code: 2, err: `"timeout" is not name=value`},
+		{args: []string{"keys", "create"}, code: 2, err: "--servers is required"},
+		{args: []string{"keys", "create", "--servers", "bad-id"}, code: 2, err: `--servers: server_id "bad-id" is invalid`},
+		{args: []string{"keys", "create", "--servers"}, code: 2, err: "flag needs an argument: -servers"},
+		{args: []string{"keys", "revoke", "abc"}, code: 2, err: "at least 8 hex characters"},
+		{args: []string{"keys", "revoke", "zzzzzzzz"}, code: 2, err: "at least 8 hex characters"},
+		{args: []string{"status", "a", "b"}, code: 2, err: "at most one SERVER_ID"},
+		{args: []string{"status", "--json=maybe"}, code: 2, err: "invalid boolean value"},
+		{args: []string{"import", "litellm"}, code: 2, err: "want one FILE"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := runWith(t, nil, "", tc.args...)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, tc.code, r.stdout, r.stderr)
+			}
+			if !strings.Contains(r.stdout, tc.out) {
+				t.Errorf("stdout does not say %q:\n%s", tc.out, r.stdout)
+			}
+			if !strings.Contains(r.stderr, tc.err) {
+				t.Errorf("stderr does not say %q:\n%s", tc.err, r.stderr)
+			}
+			if tc.code == 2 && tc.err != "" && !strings.Contains(r.stderr, "Usage:") {
+				t.Errorf("a usage error prints no usage:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestEveryCommandHasHelp checks that -h on each command prints its help
+// on stdout and exits 0, and that help COMMAND prints the same.
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, cmd := range commands {
+		t.Run(cmd.name, func(t *testing.T) {
+			args := append(strings.Fields(cmd.name), "-h")
+			r := runWith(t, nil, "", args...).ok(t)
+			if !strings.HasPrefix(r.stdout, "Usage: mcpgate "+cmd.name) || len(r.stdout) < 100 {
+				t.Errorf("-h printed:\n%s", r.stdout)
+			}
+			h := runWith(t, nil, "", append([]string{"help"}, strings.Fields(cmd.name)...)...).ok(t)
+			if h.stdout != r.stdout {
+				t.Errorf("help %s differs from -h:\n%s\nvs\n%s", cmd.name, h.stdout, r.stdout)
+			}
+		})
+	}
+}
+
+func TestMissingEnvironment(t *testing.T) {
+	r := runWith(t, nil, "", "servers", "list")
+	r.fails(t, 1, "SERVERS_TABLE is not set", "KEYS_TABLE is not set")
+	if n := strings.Count(r.stderr, "\n"); n != 1 {
+		t.Errorf("got %d lines on stderr, want one:\n%s", n, r.stderr)
+	}
+	v := vars(storetest.NewEnv(t))
+	delete(v, "AWS_REGION")
+	runWith(t, v, "", "servers", "list").fails(t, 1, "AWS_REGION")
+}
+
+// TestStoreErrorIsShort checks an AWS error reaches the admin as one short
+// line: the service's code and message, without request ids or retries.
+func TestStoreErrorIsShort(t *testing.T) {
+	v := vars(storetest.NewEnv(t))
+	v[store.EnvServersTable] = "no-such-table"
+	r := runWith(t, v, "", "servers", "list")
+	r.fails(t, 1, "mcpgate servers list: scan no-such-table: ResourceNotFoundException")
+	if n := strings.Count(r.stderr, "\n"); n != 1 {
+		t.Errorf("got %d lines on stderr, want one:\n%s", n, r.stderr)
+	}
+	for _, noise := range []string{"RequestID", "operation error", "StatusCode", "https response"} {
+		if strings.Contains(r.stderr, noise) {
+			t.Errorf("stderr carries AWS internals (%q):\n%s", noise, r.stderr)
+		}
+	}
+}
+
+func TestStoreUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	v := vars(storetest.NewEnv(t))
+	v["AWS_ENDPOINT_URL_DYNAMODB"] = "http://" + addr
+	r := runWith(t, v, "", "keys", "list")
+	r.fails(t, 1, "mcpgate keys list: scan "+v[store.EnvKeysTable]+": cannot reach DynamoDB: dial tcp "+addr)
+	if n := strings.Count(r.stderr, "\n"); n != 1 || strings.Contains(r.stderr, "operation error") {
+		t.Errorf("stderr is not one short line:\n%s", r.stderr)
+	}
+}
+
+func TestAWSErrorText(t *testing.T) {
+	creds := errors.New("operation error DynamoDB: Scan, get identity: get credentials: failed to refresh cached credentials, no EC2 IMDS role found")
+	if got := dbErr("scan t", creds).Error(); !strings.HasPrefix(got, "scan t: no usable AWS credentials") || !strings.Contains(got, "no EC2 IMDS role found") {
+		t.Errorf("credentials error shown as %q", got)
+	}
+	long := errors.New(strings.Repeat("x", 500))
+	if got := dbErr("scan t", long).Error(); len(got) > 220 {
+		t.Errorf("a long error is shown whole (%d bytes)", len(got))
+	}
+	if got := dbErr("scan t", context.Canceled); got.Error() != "scan t: interrupted" || !errors.Is(got, context.Canceled) {
+		t.Errorf("cancellation shown as %q (errors.Is = %v)", got, errors.Is(got, context.Canceled))
+	}
+}
+
+func TestTablesCreate(t *testing.T) {
+	env := storetest.NewEnv(t)
+	r := mcpgate(t, env, "tables", "create").ok(t)
+	for _, table := range []string{env.Tables.Servers, env.Tables.Leases, env.Tables.Keys} {
+		if !strings.Contains(r.stdout, table+": already exists") {
+			t.Errorf("output does not say %s already exists:\n%s", table, r.stdout)
+		}
+	}
+
+	v := vars(env)
+	fresh := env.Tables.Servers + "-fresh"
+	v[store.EnvServersTable] = fresh
+	r = runWith(t, v, "", "tables", "create").ok(t)
+	if !strings.Contains(r.stdout, fresh+": created\n") {
+		t.Errorf("output does not say %s was created:\n%s", fresh, r.stdout)
+	}
+	leasesLine := ""
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(line, env.Tables.Leases+":") {
+			leasesLine = line
+		}
+	}
+	if !strings.Contains(leasesLine, "TTL") {
+		t.Errorf("leases line has no TTL note: %q", leasesLine)
+	}
+	if got := len(scanAll(t, env, fresh)); got != 0 {
+		t.Errorf("fresh table has %d items", got)
+	}
+	if r := mcpgate(t, env, "servers", "list").ok(t); !strings.Contains(r.stdout, "no servers") {
+		t.Errorf("servers list on an empty table:\n%s", r.stdout)
+	}
+}

@@ -1,0 +1,479 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+var serversPutCmd = &command{
+	name:    "servers put",
+	args:    "FILE [--if-absent]",
+	summary: "create or replace a server from a JSON definition",
+	help: `
+Reads a server definition, a JSON object, from FILE ("-" for standard
+input), checks it exactly as the gateway does when it reads the item, and
+writes it to the servers table, replacing any server with the same id.
+
+Attributes:
+  server_id                 required; letters, digits, '_' or '.'
+  url                       required; the upstream's http(s) MCP endpoint
+  transport                 "http" (streamable HTTP, default) or "sse"
+  max_concurrent_requests   fleet-wide cap on calls in flight; absent or <= 0 = unlimited
+  timeout                   seconds per upstream call (default 30)
+  on_limit                  "queue" (default) or "shed" when the cap is reached
+  queue_timeout             seconds a queued call waits for a slot (default 10)
+  description               free text
+  x_*                       your own notes, ignored by the gateway
+
+Flags:
+  --if-absent   refuse to replace an existing server with this id
+
+Example:
+  echo '{"server_id":"github","url":"https://example.com/mcp","max_concurrent_requests":5}' |
+    mcpgate servers put -
+`,
+	run: runServersPut,
+}
+
+var serversGetCmd = &command{
+	name:    "servers get",
+	args:    "ID",
+	summary: "print a server's item as JSON, and whether it is valid",
+	help: `
+Prints the server's item as indented JSON on standard output. When the item
+is invalid (the gateway refuses calls to it), it says why on standard error
+and exits with status 1.
+`,
+	run: runServersGet,
+}
+
+var serversListCmd = &command{
+	name:    "servers list",
+	summary: "list every server, invalid ones included",
+	help: `
+Lists every server: id, url, transport, cap, timeout and on_limit. Items the
+gateway would refuse are listed too, with what is wrong with them.
+`,
+	run: runServersList,
+}
+
+var serversDeleteCmd = &command{
+	name:    "servers delete",
+	args:    "ID",
+	summary: "delete a server",
+	help: `
+Deletes the server's item. It is an error if there was no such server.
+Gateway instances stop serving it within their registry cache time (a few
+seconds). Keys that list the id keep it.
+`,
+	run: runServersDelete,
+}
+
+var serversSetCmd = &command{
+	name:    "servers set",
+	args:    "ID name=value [name=value...]",
+	summary: "change attributes of a server, checked before writing",
+	help: `
+Changes attributes of an existing server. The result is checked as the
+gateway checks it before anything is written; the write fails if the server
+was deleted meanwhile.
+
+Values are typed by attribute: max_concurrent_requests, timeout and
+queue_timeout are numbers; url, transport, on_limit, description and x_*
+are strings. A value starting with '{' or '[' is JSON, for map- and
+list-valued attributes. "name=" with an empty value removes the attribute.
+
+Examples:
+  mcpgate servers set github max_concurrent_requests=10 timeout=60
+  mcpgate servers set github on_limit=shed description=
+`,
+	run: runServersSet,
+}
+
+// numberAttrs are the server attributes written as DynamoDB numbers.
+var numberAttrs = []string{"max_concurrent_requests", "timeout", "queue_timeout"}
+
+func runServersPut(c *cli, args []string) error {
+	fs := c.newFlags()
+	ifAbsent := fs.Bool("if-absent", false, "")
+	pos, err := c.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one FILE (or - for standard input), got %d arguments", len(pos))
+	}
+	doc, err := c.readFile(pos[0])
+	if err != nil {
+		return err
+	}
+	item, s, err := registry.ItemFromJSON(doc)
+	if err != nil {
+		return fmt.Errorf("%s: invalid server definition: %w", pos[0], err)
+	}
+	if err := c.open(); err != nil {
+		return err
+	}
+	in := &dynamodb.PutItemInput{TableName: aws.String(c.tables.Servers), Item: item}
+	if *ifAbsent {
+		in.ConditionExpression = aws.String("attribute_not_exists(" + store.ServerIDAttr + ")")
+	}
+	if _, err := c.db.PutItem(c.ctx, in); err != nil {
+		if conditionFailed(err) {
+			return fmt.Errorf("server %q already exists; not replaced (drop --if-absent to replace it)", s.ID)
+		}
+		return dbErr("put server "+s.ID, err)
+	}
+	fmt.Fprintf(c.stdout, "server %q written: %s\n", s.ID, describe(s))
+	return nil
+}
+
+func runServersGet(c *cli, args []string) error {
+	id, err := c.oneArg(args, "ID")
+	if err != nil {
+		return err
+	}
+	if err := c.open(); err != nil {
+		return err
+	}
+	item, err := c.serverItem(id)
+	if err != nil {
+		return err
+	}
+	if item == nil {
+		return fmt.Errorf("server %q not found", id)
+	}
+	if err := printJSON(c.stdout, registry.ItemToJSON(item)); err != nil {
+		return err
+	}
+	if _, err := registry.Parse(item); err != nil {
+		return fmt.Errorf("server %q is invalid, the gateway refuses calls to it: %w", id, err)
+	}
+	return nil
+}
+
+func runServersList(c *cli, args []string) error {
+	if err := c.noArgs(args); err != nil {
+		return err
+	}
+	if err := c.open(); err != nil {
+		return err
+	}
+	items, err := c.scan(c.tables.Servers)
+	if err != nil {
+		return err
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(c.stdout, "no servers (add one with: mcpgate servers put FILE)")
+		return nil
+	}
+	slices.SortFunc(items, func(a, b map[string]types.AttributeValue) int {
+		return strings.Compare(rawAttr(a, store.ServerIDAttr), rawAttr(b, store.ServerIDAttr))
+	})
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tURL\tTRANSPORT\tCAP\tTIMEOUT\tON_LIMIT\tSTATUS")
+	invalid := 0
+	for _, item := range items {
+		s, err := registry.Parse(item)
+		if err != nil {
+			invalid++
+			raw := func(name string) string { return rawAttr(item, name) }
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tINVALID: %s\n", raw(store.ServerIDAttr), raw("url"), raw("transport"),
+				raw("max_concurrent_requests"), raw("timeout"), raw("on_limit"), oneLine(err.Error()))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tok\n", s.ID, s.URL, s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "%d servers, %d invalid\n", len(items), invalid)
+	return nil
+}
+
+func runServersDelete(c *cli, args []string) error {
+	id, err := c.oneArg(args, "ID")
+	if err != nil {
+		return err
+	}
+	if err := c.open(); err != nil {
+		return err
+	}
+	_, err = c.db.DeleteItem(c.ctx, &dynamodb.DeleteItemInput{
+		TableName:           aws.String(c.tables.Servers),
+		Key:                 serverKey(id),
+		ConditionExpression: aws.String("attribute_exists(" + store.ServerIDAttr + ")"),
+	})
+	if conditionFailed(err) {
+		return fmt.Errorf("server %q not found", id)
+	}
+	if err != nil {
+		return dbErr("delete server "+id, err)
+	}
+	fmt.Fprintf(c.stdout, "server %q deleted\n", id)
+	return nil
+}
+
+// change is one name=value of servers set; a nil value removes the
+// attribute.
+type change struct {
+	name  string
+	value types.AttributeValue
+}
+
+func runServersSet(c *cli, args []string) error {
+	pos, err := c.parse(c.newFlags(), args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 2 {
+		return usagef("want ID and at least one name=value")
+	}
+	id := pos[0]
+	var changes []change
+	for _, arg := range pos[1:] {
+		ch, err := parseChange(arg)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(changes, func(o change) bool { return o.name == ch.name }) {
+			return fmt.Errorf("%s: given twice", ch.name)
+		}
+		changes = append(changes, ch)
+	}
+	if err := c.open(); err != nil {
+		return err
+	}
+	item, err := c.serverItem(id)
+	if err != nil {
+		return err
+	}
+	if item == nil {
+		return fmt.Errorf("server %q not found", id)
+	}
+	next := maps.Clone(item)
+	for _, ch := range changes {
+		if ch.value == nil {
+			delete(next, ch.name)
+		} else {
+			next[ch.name] = ch.value
+		}
+	}
+	if _, err := registry.Parse(next); err != nil {
+		return fmt.Errorf("server %q not changed: %w", id, err)
+	}
+	in := updateInput(changes)
+	in.TableName = aws.String(c.tables.Servers)
+	in.Key = serverKey(id)
+	if _, err := c.db.UpdateItem(c.ctx, in); err != nil {
+		if conditionFailed(err) {
+			return fmt.Errorf("server %q was deleted meanwhile; nothing written", id)
+		}
+		return dbErr("update server "+id, err)
+	}
+	fmt.Fprintf(c.stdout, "server %q updated: %s\n", id, strings.Join(pos[1:], " "))
+	return nil
+}
+
+// parseChange reads one name=value, typing the value by attribute.
+func parseChange(arg string) (change, error) {
+	name, value, ok := strings.Cut(arg, "=")
+	if !ok || name == "" {
+		return change{}, usagef("%q is not name=value", arg)
+	}
+	switch {
+	case name == store.ServerIDAttr:
+		return change{}, errors.New("server_id: cannot be changed (put the definition under the new id, then delete this one)")
+	case value == "":
+		return change{name: name}, nil
+	case value[0] == '{' || value[0] == '[':
+		if !json.Valid([]byte(value)) {
+			return change{}, fmt.Errorf("%s: value starts with %q but is not valid JSON", name, value[:1])
+		}
+		item, err := registry.JSONToItem([]byte(`{"v":` + value + `}`))
+		if err != nil {
+			return change{}, fmt.Errorf("%s: %w", name, err)
+		}
+		return change{name, item["v"]}, nil
+	case slices.Contains(numberAttrs, name):
+		// Normalised when it is a number; otherwise kept as given, so the
+		// check below rejects it naming the attribute.
+		if f, err := strconv.ParseFloat(value, 64); err == nil {
+			value = strconv.FormatFloat(f, 'f', -1, 64)
+		}
+		return change{name, &types.AttributeValueMemberN{Value: value}}, nil
+	default:
+		return change{name, &types.AttributeValueMemberS{Value: value}}, nil
+	}
+}
+
+// updateInput builds the SET/REMOVE update for changes, conditioned on the
+// item still existing.
+func updateInput(changes []change) *dynamodb.UpdateItemInput {
+	names := map[string]string{"#id": store.ServerIDAttr}
+	values := map[string]types.AttributeValue{}
+	var sets, removes []string
+	for i, ch := range changes {
+		n := fmt.Sprintf("#a%d", i)
+		names[n] = ch.name
+		if ch.value == nil {
+			removes = append(removes, n)
+			continue
+		}
+		v := fmt.Sprintf(":v%d", i)
+		values[v] = ch.value
+		sets = append(sets, n+" = "+v)
+	}
+	var expr []string
+	if len(sets) > 0 {
+		expr = append(expr, "SET "+strings.Join(sets, ", "))
+	}
+	if len(removes) > 0 {
+		expr = append(expr, "REMOVE "+strings.Join(removes, ", "))
+	}
+	in := &dynamodb.UpdateItemInput{
+		UpdateExpression:         aws.String(strings.Join(expr, " ")),
+		ConditionExpression:      aws.String("attribute_exists(#id)"),
+		ExpressionAttributeNames: names,
+	}
+	if len(values) > 0 {
+		in.ExpressionAttributeValues = values
+	}
+	return in
+}
+
+// describe summarises a valid server in one line.
+func describe(s *registry.Server) string {
+	return fmt.Sprintf("url %s, transport %s, cap %s, timeout %v, on_limit %s", s.URL, s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
+}
+
+func capText(n int) string {
+	if n <= 0 {
+		return "unlimited"
+	}
+	return strconv.Itoa(n)
+}
+
+// rawAttr renders a string or number attribute as stored, "-" otherwise.
+func rawAttr(item map[string]types.AttributeValue, name string) string {
+	switch v := item[name].(type) {
+	case *types.AttributeValueMemberS:
+		return v.Value
+	case *types.AttributeValueMemberN:
+		return v.Value
+	case nil:
+		return "-"
+	default:
+		return "?"
+	}
+}
+
+func serverKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{store.ServerIDAttr: &types.AttributeValueMemberS{Value: id}}
+}
+
+// serverItem reads a server's item (consistently); nil when there is none.
+func (c *cli) serverItem(id string) (map[string]types.AttributeValue, error) {
+	out, err := c.db.GetItem(c.ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(c.tables.Servers),
+		Key:            serverKey(id),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, dbErr("read server "+id, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return out.Item, nil
+}
+
+// scan reads every item of table.
+func (c *cli) scan(table string) ([]map[string]types.AttributeValue, error) {
+	p := dynamodb.NewScanPaginator(c.db, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	var items []map[string]types.AttributeValue
+	for p.HasMorePages() {
+		out, err := p.NextPage(c.ctx)
+		if err != nil {
+			return nil, dbErr("scan "+table, err)
+		}
+		items = append(items, out.Items...)
+	}
+	return items, nil
+}
+
+// readFile reads name, or standard input for "-".
+func (c *cli) readFile(name string) ([]byte, error) {
+	if name == "-" {
+		b, err := io.ReadAll(c.stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read standard input: %w", err)
+		}
+		return b, nil
+	}
+	return os.ReadFile(name) // its error names the file
+}
+
+// oneArg parses a command that takes one positional argument and no flags.
+func (c *cli) oneArg(args []string, what string) (string, error) {
+	pos, err := c.parse(c.newFlags(), args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return "", usagef("want one %s, got %d arguments", what, len(pos))
+	}
+	return pos[0], nil
+}
+
+// noArgs parses a command that takes no arguments and no flags.
+func (c *cli) noArgs(args []string) error {
+	pos, err := c.parse(c.newFlags(), args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	return nil
+}
+
+func conditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+// printJSON writes v as indented JSON, without escaping &, < and > (URLs
+// stay readable).
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// compactJSON renders v as one line of JSON, without escaping &, < and >.
+func compactJSON(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Sprintf("<%v>", err)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}

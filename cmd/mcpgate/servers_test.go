@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestServersPutGetListDelete(t *testing.T) {
+	env := storetest.NewEnv(t)
+	file := writeFile(t, "github.json", `{"server_id":"github","url":"https://example.com/mcp?a=1&b=2","max_concurrent_requests":5,"timeout":12.5,"description":"GitHub tools"}`)
+	r := mcpgate(t, env, "servers", "put", file).ok(t)
+	if want := `server "github" written: url https://example.com/mcp?a=1&b=2, transport http, cap 5, timeout 12.5s, on_limit queue`; strings.TrimSpace(r.stdout) != want {
+		t.Errorf("put said %q, want %q", r.stdout, want)
+	}
+	item := serverItem(t, env, "github")
+	if n, ok := item["max_concurrent_requests"].(*types.AttributeValueMemberN); !ok || n.Value != "5" {
+		t.Errorf("max_concurrent_requests stored as %#v, want N 5", item["max_concurrent_requests"])
+	}
+
+	// From standard input; flags may follow the file.
+	r = runWith(t, vars(env), `{"server_id":"search","url":"https://search.example/sse","transport":"sse"}`, "servers", "put", "-", "--if-absent").ok(t)
+	if !strings.Contains(r.stdout, `server "search" written`) {
+		t.Errorf("put - said %q", r.stdout)
+	}
+
+	r = mcpgate(t, env, "servers", "get", "github").ok(t)
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("get did not print JSON: %v\n%s", err, r.stdout)
+	}
+	want := map[string]any{"server_id": "github", "url": "https://example.com/mcp?a=1&b=2", "max_concurrent_requests": 5.0, "timeout": 12.5, "description": "GitHub tools"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("get printed %v, want %v", got, want)
+	}
+	if !strings.Contains(r.stdout, "a=1&b=2") {
+		t.Errorf("get escaped the url:\n%s", r.stdout)
+	}
+
+	r = mcpgate(t, env, "servers", "list").ok(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("list printed %d lines, want header, 2 servers and a total:\n%s", len(lines), r.stdout)
+	}
+	for i, want := range [][]string{
+		{"ID", "URL", "TRANSPORT", "CAP", "TIMEOUT", "ON_LIMIT", "STATUS"},
+		{"github", "https://example.com/mcp?a=1&b=2", "http", "5", "12.5s", "queue", "ok"},
+		{"search", "https://search.example/sse", "sse", "unlimited", "30s", "queue", "ok"},
+	} {
+		if got := strings.Fields(lines[i]); !reflect.DeepEqual(got, want) {
+			t.Errorf("list line %d: got %q, want %q", i, got, want)
+		}
+	}
+
+	mcpgate(t, env, "servers", "put", "--if-absent", file).fails(t, 1, `server "github" already exists; not replaced`)
+
+	r = mcpgate(t, env, "servers", "delete", "github").ok(t)
+	if !strings.Contains(r.stdout, `server "github" deleted`) {
+		t.Errorf("delete said %q", r.stdout)
+	}
+	if serverItem(t, env, "github") != nil {
+		t.Error("github is still in the table after delete")
+	}
+	mcpgate(t, env, "servers", "delete", "github").fails(t, 1, `server "github" not found`)
+	mcpgate(t, env, "servers", "get", "github").fails(t, 1, `server "github" not found`)
+	mcpgate(t, env, "servers", "put", "/no/such/file.json").fails(t, 1, "no such file")
+}
+
+// TestServersPutRejects checks bad definitions are refused, naming the
+// field, and that nothing is written.
+func TestServersPutRejects(t *testing.T) {
+	env := storetest.NewEnv(t)
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"unknown field", `{"server_id":"a","url":"https://x.example/mcp","max_concurent_requests":5}`, []string{"max_concurent_requests: unknown attribute"}},
+		{"negative timeout", `{"server_id":"a","url":"https://x.example/mcp","timeout":-5}`, []string{"timeout: must be a positive number of seconds, got -5"}},
+		{"non-numeric cap", `{"server_id":"a","url":"https://x.example/mcp","max_concurrent_requests":"five"}`, []string{"max_concurrent_requests: must be of type N"}},
+		{"fractional cap", `{"server_id":"a","url":"https://x.example/mcp","max_concurrent_requests":2.5}`, []string{"max_concurrent_requests: must be a whole number"}},
+		{"bad transport", `{"server_id":"a","url":"https://x.example/mcp","transport":"stdio"}`, []string{"transport: \"stdio\" is not a transport"}},
+		{"missing url and bad id", `{"server_id":"a-b"}`, []string{"url: missing", "server_id: \"a-b\" is invalid"}},
+		{"not an object", `[1,2]`, []string{"not a JSON object"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runWith(t, vars(env), tc.doc, "servers", "put", "-")
+			r.fails(t, 1, tc.want...)
+			if n := strings.Count(r.stderr, "\n"); n != 1 {
+				t.Errorf("got %d lines on stderr, want one:\n%s", n, r.stderr)
+			}
+		})
+	}
+	if items := scanAll(t, env, env.Tables.Servers); len(items) != 0 {
+		t.Errorf("rejected definitions wrote %d items", len(items))
+	}
+}
+
+func TestServersInvalidItems(t *testing.T) {
+	env := storetest.NewEnv(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "good", "url": "https://good.example/mcp", "max_concurrent_requests": 0, "on_limit": "shed"})
+	testkit.PutServer(t, env, map[string]any{"server_id": "bad", "url": "https://bad.example/mcp", "timeout": -1})
+
+	r := mcpgate(t, env, "servers", "get", "bad")
+	r.fails(t, 1, `server "bad" is invalid`, "timeout: must be a positive number")
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got["timeout"] != -1.0 {
+		t.Errorf("get of an invalid item printed %q (%v), want its JSON", r.stdout, err)
+	}
+
+	r = mcpgate(t, env, "servers", "list").ok(t)
+	var badLine, goodLine string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		switch {
+		case strings.HasPrefix(line, "bad "):
+			badLine = line
+		case strings.HasPrefix(line, "good "):
+			goodLine = line
+		}
+	}
+	if !strings.Contains(badLine, "INVALID: timeout: must be a positive number") || !strings.Contains(badLine, "https://bad.example/mcp") {
+		t.Errorf("list shows the invalid item as %q", badLine)
+	}
+	if got, want := strings.Fields(goodLine), []string{"good", "https://good.example/mcp", "http", "unlimited", "30s", "shed", "ok"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("list shows good as %q, want %q", got, want)
+	}
+	if !strings.Contains(r.stdout, "2 servers, 1 invalid") {
+		t.Errorf("list total:\n%s", r.stdout)
+	}
+}
+
+func TestServersSet(t *testing.T) {
+	env := storetest.NewEnv(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "github", "url": "https://example.com/mcp", "description": "old"})
+
+	mcpgate(t, env, "servers", "set", "github", "max_concurrent_requests=10", "timeout=60.5", "on_limit=shed", "description=").ok(t)
+	item := serverItem(t, env, "github")
+	for name, want := range map[string]types.AttributeValue{
+		"max_concurrent_requests": &types.AttributeValueMemberN{Value: "10"},
+		"timeout":                 &types.AttributeValueMemberN{Value: "60.5"},
+		"on_limit":                &types.AttributeValueMemberS{Value: "shed"},
+		"url":                     &types.AttributeValueMemberS{Value: "https://example.com/mcp"},
+	} {
+		if !reflect.DeepEqual(item[name], want) {
+			t.Errorf("%s: stored %#v, want %#v", name, item[name], want)
+		}
+	}
+	if _, ok := item["description"]; ok {
+		t.Error("description= did not remove the attribute")
+	}
+	if _, err := registry.Parse(item); err != nil {
+		t.Errorf("set wrote an invalid item: %v", err)
+	}
+
+	// JSON values become maps and lists (here under x_, which the gateway
+	// accepts; later map-valued attributes use the same path).
+	mcpgate(t, env, "servers", "set", "github", `x_meta={"owner":"platform","tier":2}`, `x_tags=["a","b"]`).ok(t)
+	item = serverItem(t, env, "github")
+	wantMeta := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		"owner": &types.AttributeValueMemberS{Value: "platform"},
+		"tier":  &types.AttributeValueMemberN{Value: "2"},
+	}}
+	if !reflect.DeepEqual(item["x_meta"], wantMeta) {
+		t.Errorf("x_meta stored as %#v", item["x_meta"])
+	}
+	if l, ok := item["x_tags"].(*types.AttributeValueMemberL); !ok || len(l.Value) != 2 {
+		t.Errorf("x_tags stored as %#v, want a list of 2", item["x_tags"])
+	}
+
+	before := serverItem(t, env, "github")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"max_concurent_requests=3"}, "max_concurent_requests: unknown attribute"},
+		{[]string{"timeout=-5"}, "timeout: must be a positive number of seconds, got -5"},
+		{[]string{"max_concurrent_requests=abc"}, `max_concurrent_requests: "abc" is not a number`},
+		{[]string{"queue_timeout=1e9"}, "queue_timeout: must be at most"},
+		{[]string{"transport=stdio"}, `transport: "stdio" is not a transport`},
+		{[]string{"url="}, "url: missing"},
+		{[]string{"url=ftp://example.com"}, "url: scheme must be http or https"},
+		{[]string{"server_id=other"}, "server_id: cannot be changed"},
+		{[]string{"x_meta={oops"}, "x_meta: value starts with \"{\" but is not valid JSON"},
+		{[]string{"timeout=5", "timeout=6"}, "timeout: given twice"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			mcpgate(t, env, append([]string{"servers", "set", "github"}, tc.args...)...).fails(t, 1, tc.want)
+			if after := serverItem(t, env, "github"); !reflect.DeepEqual(after, before) {
+				t.Errorf("a refused set changed the item:\nbefore %v\nafter  %v", registry.ItemToJSON(before), registry.ItemToJSON(after))
+			}
+		})
+	}
+	mcpgate(t, env, "servers", "set", "nope", "timeout=5").fails(t, 1, `server "nope" not found`)
+}
+
+// TestServersSetConditional checks the write is conditioned on the item
+// still existing, so a set racing a delete never recreates a partial item.
+func TestServersSetConditional(t *testing.T) {
+	in := updateInput([]change{{name: "timeout", value: &types.AttributeValueMemberN{Value: "5"}}, {name: "description"}})
+	if got, want := *in.UpdateExpression, "SET #a0 = :v0 REMOVE #a1"; got != want {
+		t.Errorf("update expression %q, want %q", got, want)
+	}
+	if got, want := *in.ConditionExpression, "attribute_exists(#id)"; got != want || in.ExpressionAttributeNames["#id"] != "server_id" {
+		t.Errorf("condition %q (#id = %q), want %q on server_id", got, in.ExpressionAttributeNames["#id"], want)
+	}
+}

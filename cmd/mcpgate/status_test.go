@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+func statusJSON(t *testing.T, env *storetest.Env, args ...string) *statusReport {
+	t.Helper()
+	r := mcpgate(t, env, append([]string{"status", "--json"}, args...)...).ok(t)
+	var rep statusReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("status --json printed invalid JSON: %v\n%s", err, r.stdout)
+	}
+	return &rep
+}
+
+func TestStatus(t *testing.T) {
+	env := storetest.NewEnv(t)
+	ctx := context.Background()
+	if r := mcpgate(t, env, "status").ok(t); !strings.Contains(r.stdout, "no limiter items") {
+		t.Errorf("status of an empty table:\n%s", r.stdout)
+	}
+	testkit.PutServer(t, env, map[string]any{"server_id": "github", "url": "https://example.com/mcp", "max_concurrent_requests": 3})
+
+	slots := []lease.Slot{{Attr: lease.ServerAttr, Cap: 3}, {Attr: lease.ToolAttr("search"), Cap: 2}}
+	live, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"}).
+		Acquire(ctx, lease.Request{Key: "github", Slots: slots, Hold: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A holder whose clock is two hours behind writes a lease that has
+	// already expired: what a crashed instance leaves behind.
+	stale, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst2", Clock: func() time.Time { return time.Now().Add(-2 * time.Hour) }}).
+		Acquire(ctx, lease.Request{Key: "github", Slots: slots[:1], Hold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another limiter key, with no server item, and state status does not
+	// know (as a circuit breaker will add).
+	other, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"}).
+		Acquire(ctx, lease.Request{Key: "gone", Slots: slots[:1], Hold: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = env.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(env.Tables.Leases),
+		Key:                       map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "gone"}},
+		UpdateExpression:          aws.String("SET breaker_state = :s, breaker_until = :u"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: "open"}, ":u": &types.AttributeValueMemberN{Value: "1700000000000"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r := mcpgate(t, env, "status").ok(t)
+	for _, want := range []string{
+		"github: cap 3\n",
+		"  leases: 1 live of 3, 1 expired (waiting to be purged)\n",
+		"  tool:search: 1 live\n",
+		"gone: not in the servers table\n",
+		"  other state:\n",
+		"    breaker_state = \"open\"\n",
+		"    breaker_until = 1700000000000\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status does not say %q:\n%s", want, r.stdout)
+		}
+	}
+	for _, ls := range []*lease.Lease{live, stale} {
+		if !strings.Contains(r.stdout, ls.ID()) {
+			t.Errorf("status does not list lease %s:\n%s", ls.ID(), r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, store.TTLAttr+" =") {
+		t.Errorf("status shows ttl as other state:\n%s", r.stdout)
+	}
+
+	rep := statusJSON(t, env)
+	if len(rep.Limiters) != 2 || rep.Limiters[0].Key != "github" || rep.Limiters[1].Key != "gone" {
+		t.Fatalf("status --json limiters: %+v", rep.Limiters)
+	}
+	gh := rep.Limiters[0]
+	if !gh.Server.Found || gh.Server.Cap != 3 || gh.Other != nil {
+		t.Errorf("github: server %+v, other %v", gh.Server, gh.Other)
+	}
+	if len(gh.Slots) != 2 || gh.Slots[0].Attr != lease.ServerAttr || gh.Slots[1].Attr != "tool:search" {
+		t.Fatalf("github slots: %+v", gh.Slots)
+	}
+	byID := map[string]leaseState{}
+	for _, ls := range gh.Slots[0].Leases {
+		byID[ls.ID] = ls
+	}
+	if got := byID[live.ID()]; got.Holder != "inst1" || got.Expired || got.TimeLeftMS == nil || *got.TimeLeftMS <= 0 || !got.ExpiresAt.Equal(live.Expiry) {
+		t.Errorf("live lease shown as %+v, want holder inst1, not expired, expiring at %v", got, live.Expiry)
+	}
+	if got := byID[stale.ID()]; got.Holder != "inst2" || !got.Expired || got.TimeLeftMS == nil || *got.TimeLeftMS >= 0 {
+		t.Errorf("stale lease shown as %+v, want holder inst2, expired, negative time left", got)
+	}
+	if tl := gh.Slots[1].Leases; len(tl) != 1 || tl[0].ID != live.ID() {
+		t.Errorf("tool:search leases %+v, want only %s", tl, live.ID())
+	}
+	gone := rep.Limiters[1]
+	if gone.Server.Found || gone.Other["breaker_state"] != "open" {
+		t.Errorf("gone: server %+v, other %v", gone.Server, gone.Other)
+	}
+
+	// One server only.
+	if rep := statusJSON(t, env, "github"); len(rep.Limiters) != 1 || rep.Limiters[0].Key != "github" || len(rep.Limiters[0].Slots[0].Leases) != 2 {
+		t.Errorf("status --json github: %+v", rep.Limiters)
+	}
+
+	for _, ls := range []*lease.Lease{live, stale, other} {
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = mcpgate(t, env, "status", "github").ok(t)
+	if want := "github: cap 3\n  leases: no live leases\n  tool:search: no live leases\n"; r.stdout != want {
+		t.Errorf("status github after release:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	if rep := statusJSON(t, env, "github"); len(rep.Limiters[0].Slots[0].Leases) != 0 || len(rep.Limiters[0].Slots[1].Leases) != 0 {
+		t.Errorf("status --json github after release: %+v", rep.Limiters[0].Slots)
+	}
+}
+
+func TestStatusOneServer(t *testing.T) {
+	env := storetest.NewEnv(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "idle", "url": "https://example.com/mcp"})
+	testkit.PutServer(t, env, map[string]any{"server_id": "broken", "url": "https://example.com/mcp", "timeout": "soon"})
+
+	if r := mcpgate(t, env, "status", "idle").ok(t); r.stdout != "idle: cap unlimited (calls take no lease)\n  leases: no live leases\n" {
+		t.Errorf("status of a server never called:\n%s", r.stdout)
+	}
+	if r := mcpgate(t, env, "status", "broken").ok(t); !strings.Contains(r.stdout, "broken: server item invalid: timeout: must be of type N") {
+		t.Errorf("status of an invalid server:\n%s", r.stdout)
+	}
+	mcpgate(t, env, "status", "nope").fails(t, 1, `no server "nope" and no leases for it`)
+}
