@@ -61,6 +61,8 @@ type SlowResult struct {
 	Peak int `json:"peak"`
 	// SleptMS is how long the call held.
 	SleptMS int64 `json:"slept_ms"`
+	// EnteredAtMS is when the call started, in Unix milliseconds.
+	EnteredAtMS int64 `json:"entered_at_ms"`
 }
 
 // Stats is the JSON served at /stats.
@@ -76,7 +78,7 @@ func New() *Demo {
 	d.server = mcp.NewServer(&mcp.Implementation{Name: "demo-upstream", Version: "1.0.0"}, nil)
 	mcp.AddTool(d.server, &mcp.Tool{
 		Name:        "slow_tool",
-		Description: "Sleeps, then reports how many calls were in flight when it started and the peak seen so far.",
+		Description: "Sleeps, then reports how many calls were in flight when it started and the peak seen so far. Sends progress when asked.",
 	}, d.slow)
 	mcp.AddTool(d.server, &mcp.Tool{Name: "echo", Description: "Returns its text."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in struct {
@@ -157,6 +159,13 @@ func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) 
 		d.mu.Unlock()
 	}()
 
+	progress := func(done float64, msg string) {
+		if token := req.Params.GetProgressToken(); token != nil {
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: done, Total: 1, Message: msg})
+		}
+	}
+	progress(0, "started")
+
 	// The call ends when ms passes, or when its gate (if any) is open and
 	// its barrier (if any) was reached, whichever comes first.
 	timer := time.NewTimer(sleep)
@@ -181,8 +190,9 @@ func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) 
 		}
 	}
 	d.mu.Lock()
-	res := SlowResult{InFlightAtEntry: entry, Peak: d.peak, SleptMS: time.Since(start).Milliseconds()}
+	res := SlowResult{InFlightAtEntry: entry, Peak: d.peak, SleptMS: time.Since(start).Milliseconds(), EnteredAtMS: start.UnixMilli()}
 	d.mu.Unlock()
+	progress(1, "done")
 	text := fmt.Sprintf("slept %d ms; in flight at entry %d; peak %d", res.SleptMS, res.InFlightAtEntry, res.Peak)
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, res, nil
 }

@@ -5,8 +5,8 @@ import (
 	"syscall"
 )
 
-// setParentDeathSignal makes the kernel kill cmd if the test process dies
+// SetParentDeathSignal makes the kernel kill cmd if the test process dies
 // first, so an interrupted test run leaves no dynalite behind.
-func setParentDeathSignal(cmd *exec.Cmd) {
+func SetParentDeathSignal(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

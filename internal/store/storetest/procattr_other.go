@@ -4,4 +4,5 @@ package storetest
 
 import "os/exec"
 
-func setParentDeathSignal(*exec.Cmd) {}
+// SetParentDeathSignal does nothing outside Linux.
+func SetParentDeathSignal(*exec.Cmd) {}

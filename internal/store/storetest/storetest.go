@@ -51,10 +51,16 @@ var (
 // Main runs the tests and then stops the shared dynalite, if one was started.
 func Main(m *testing.M) {
 	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
+
+// StopShared stops the shared dynalite, if one was started. A TestMain
+// that cannot use Main calls it after m.Run.
+func StopShared() {
 	if shared != nil {
 		shared.Stop()
 	}
-	os.Exit(code)
 }
 
 // Shared returns the test binary's dynalite, starting it on first use.
@@ -114,7 +120,7 @@ func Start() (*Server, error) {
 	}
 	cmd := exec.Command(node, script, "--host", "127.0.0.1", "--port", "0")
 	cmd.Stderr = os.Stderr
-	setParentDeathSignal(cmd)
+	SetParentDeathSignal(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,50 @@
+# mcpgate: `make dev` runs it locally, `make test` tests it, `sam deploy` ships it.
+
+GO      ?= go
+NPM     ?= npm
+# SAM passes ARTIFACTS_DIR to build-GatewayFunction; `make build` uses bin/.
+ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
+TEST_TIMEOUT  ?= 15m
+
+.PHONY: help dev test deps tables build build-GatewayFunction vet fmt bench clean
+
+help:
+	@echo "make dev     run the gateway locally (store, tables, demo upstream, dev key) on 127.0.0.1:8080"
+	@echo "make test    run every test (starts and stops its own dynalite and gateways)"
+	@echo "make tables  create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point"
+	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
+	@echo "make deps    install the Node packages (dynalite) and Go modules"
+
+deps: infra/node_modules/.package-lock.json
+	$(GO) mod download
+
+infra/node_modules/.package-lock.json: infra/package.json infra/package-lock.json
+	cd infra && $(NPM) ci --no-audit --no-fund
+
+dev: infra/node_modules/.package-lock.json
+	./infra/dev.sh
+
+test: infra/node_modules/.package-lock.json
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+tables:
+	$(GO) run ./cmd/mcpgate tables create
+
+# The Lambda bootstrap. SAM's makefile builder calls this target with
+# ARTIFACTS_DIR set, which keeps internal/ in the build.
+build-GatewayFunction:
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" \
+		-o $(ARTIFACTS_DIR)/bootstrap ./functions/gateway
+
+build: build-GatewayFunction
+	@ls -l $(ARTIFACTS_DIR)/bootstrap
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin .aws-sam .dev results

@@ -1,0 +1,308 @@
+package main
+
+// These tests run the real gateway binary as several OS processes sharing
+// one dynalite, in front of a demo upstream on loopback: the fleet-wide cap
+// must hold across processes, not just goroutines.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
+	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testkit.CleanupBinaries()
+	storetest.StopShared()
+	os.Exit(code)
+}
+
+// fleet is N gateway processes, a demo upstream and a key.
+type fleet struct {
+	t    *testing.T
+	env  *storetest.Env
+	demo *testkit.Demo
+	gws  []*testkit.Gateway
+	key  string
+}
+
+func newFleet(t *testing.T, n int, extraEnv ...string) *fleet {
+	t.Helper()
+	env := storetest.NewEnv(t)
+	f := &fleet{t: t, env: env, demo: testkit.StartDemo(t), key: testkit.PutKey(t, env, "*")}
+	env2 := append([]string{"LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=200ms"}, extraEnv...)
+	var wg sync.WaitGroup
+	f.gws = make([]*testkit.Gateway, n)
+	for i := range n {
+		wg.Go(func() { f.gws[i] = testkit.StartGateway(t, env, env2...) })
+	}
+	wg.Wait()
+	return f
+}
+
+func (f *fleet) server(doc map[string]any) {
+	f.t.Helper()
+	doc["url"] = f.demo.URL
+	testkit.PutServer(f.t, f.env, doc)
+}
+
+type outcome struct {
+	status int
+	header http.Header
+	result demoupstream.SlowResult
+	fault  fault.Detail
+	body   string
+}
+
+// slow calls slow_tool through gateway i.
+func (f *fleet) slow(i int, args map[string]any) outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := f.gws[i%len(f.gws)].CallTool(ctx, f.key, "demo", "slow_tool", args)
+	if err != nil {
+		f.t.Errorf("call via gateway %d: %v", i, err)
+		return outcome{}
+	}
+	o := outcome{status: r.Status, header: r.Header, body: string(r.Body)}
+	if r.Status == http.StatusOK {
+		var res struct {
+			StructuredContent demoupstream.SlowResult `json:"structuredContent"`
+			IsError           bool                    `json:"isError"`
+		}
+		if err := json.Unmarshal(r.Body, &res); err != nil || res.IsError {
+			f.t.Errorf("result %s: %v", r.Body, err)
+		}
+		o.result = res.StructuredContent
+	} else {
+		var b fault.Body
+		_ = json.Unmarshal(r.Body, &b)
+		o.fault = b.Error
+	}
+	return o
+}
+
+// burst makes n concurrent slow_tool calls spread over the processes.
+func (f *fleet) burst(n int, args map[string]any) []outcome {
+	out := make([]outcome, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { out[i] = f.slow(i, args) })
+	}
+	wg.Wait()
+	return out
+}
+
+func (f *fleet) leases() int {
+	return testkit.LeaseCount(f.t, f.env, "demo", lease.ServerAttr)
+}
+
+func allOK(t *testing.T, outs []outcome) (peak int) {
+	t.Helper()
+	for i, o := range outs {
+		if o.status != http.StatusOK {
+			t.Errorf("call %d: status %d %s", i, o.status, o.body)
+			continue
+		}
+		peak = max(peak, o.result.InFlightAtEntry)
+	}
+	return peak
+}
+
+// TestFleetCap is the core experiment: a backend registered with
+// max_concurrent_requests 2, six concurrent calls over three processes.
+func TestFleetCap(t *testing.T) {
+	f := newFleet(t, 3)
+	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "queue_timeout": 60})
+	// Each call ends as soon as 2 are in flight together (or after 3 s):
+	// a cap that held the calls to 1 would make every call wait the full
+	// 3 s and show a peak of 1.
+	outs := f.burst(6, map[string]any{"ms": 3000, "until_in_flight": 2})
+	peak := allOK(t, outs)
+	for i, o := range outs {
+		t.Logf("call %d: in flight at entry %d, held %d ms", i, o.result.InFlightAtEntry, o.result.SleptMS)
+	}
+	if peak != 2 || f.demo.Stats().Peak != 2 {
+		t.Errorf("upstream peak = %d (stats %d), want exactly the cap, 2", peak, f.demo.Stats().Peak)
+	}
+	if n := f.leases(); n != 0 {
+		t.Errorf("%d leases left", n)
+	}
+	t.Logf("6 calls over 3 processes, cap 2: upstream peak %d", f.demo.Stats().Peak)
+}
+
+// TestFleetUnlimited: without a cap (absent, 0, -1) all six run at once.
+func TestFleetUnlimited(t *testing.T) {
+	f := newFleet(t, 3)
+	for _, cap := range []any{nil, 0, -1} {
+		t.Run(fmt.Sprint(cap), func(t *testing.T) {
+			doc := map[string]any{"server_id": "demo"}
+			if cap != nil {
+				doc["max_concurrent_requests"] = cap
+			}
+			f.server(doc)
+			time.Sleep(400 * time.Millisecond) // let every process's 200 ms registry cache expire
+			f.demo.Reset()
+			// Each call waits until all 6 are in flight: only an
+			// uncapped gateway lets them finish before 60 s.
+			outs := f.burst(6, map[string]any{"ms": 60000, "until_in_flight": 6})
+			if peak := allOK(t, outs); peak != 6 {
+				t.Errorf("peak = %d, want 6", peak)
+			}
+		})
+	}
+	out, err := f.env.Client.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(f.env.Tables.Leases)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Items) != 0 {
+		t.Errorf("uncapped calls wrote %d lease items", len(out.Items))
+	}
+}
+
+// TestFleetShed: with on_limit shed, calls beyond the cap are refused at
+// once, while the holders still run.
+func TestFleetShed(t *testing.T) {
+	f := newFleet(t, 3)
+	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "on_limit": "shed"})
+	held := make(chan outcome, 2)
+	for i := range 2 {
+		go func() { held <- f.slow(i, map[string]any{"ms": 60000, "gate": "hold"}) }()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.demo.WaitInFlight(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	// The gate is still closed: these can only return by being shed.
+	for i, o := range f.burst(4, map[string]any{"ms": 0}) {
+		if o.status != http.StatusTooManyRequests || o.fault.Code != fault.AtCapacity || !o.fault.Retryable {
+			t.Errorf("call %d: %d %s, want 429 AT_CAPACITY", i, o.status, o.body)
+		}
+		if ra, err := strconv.Atoi(o.header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Errorf("call %d: Retry-After %q", i, o.header.Get("Retry-After"))
+		}
+	}
+	f.demo.OpenGate("hold")
+	for range 2 {
+		if o := <-held; o.status != http.StatusOK {
+			t.Errorf("held call: %d %s", o.status, o.body)
+		}
+	}
+	if p := f.demo.Stats().Peak; p > 2 {
+		t.Errorf("upstream peak %d, cap 2", p)
+	}
+	if calls := f.demo.Stats().Calls; calls != 2 {
+		t.Errorf("upstream saw %d calls, want only the 2 holders", calls)
+	}
+}
+
+// leaseExpiries reads the live leases of the demo item: id → expiry.
+func (f *fleet) leaseExpiries() map[string]time.Time {
+	out, err := f.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(f.env.Tables.Leases),
+		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "demo"}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	exps := map[string]time.Time{}
+	if m, ok := out.Item[lease.ServerAttr].(*types.AttributeValueMemberM); ok {
+		for id, v := range m.Value {
+			ms, _ := strconv.ParseInt(v.(*types.AttributeValueMemberN).Value, 10, 64)
+			exps[id] = time.UnixMilli(ms)
+		}
+	}
+	return exps
+}
+
+// TestFleetCrashSafety: a process killed with -9 while holding a lease
+// costs its slot only until the lease expires.
+func TestFleetCrashSafety(t *testing.T) {
+	f := newFleet(t, 2)
+	// timeout 2 s + margin 1 s: the lease lapses 3 s after it was taken.
+	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "timeout": 2, "queue_timeout": 30})
+	crashed := make(chan struct{})
+	go func() {
+		defer close(crashed)
+		// This call dies with its gateway.
+		_, _ = f.gws[0].CallTool(context.Background(), f.key, "demo", "slow_tool", map[string]any{"ms": 60000, "gate": "never"})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.demo.WaitInFlight(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	exps := f.leaseExpiries()
+	if len(exps) != 1 {
+		t.Fatalf("leases = %v, want the one held", exps)
+	}
+	var expiry time.Time
+	for _, e := range exps {
+		expiry = e
+	}
+	f.gws[0].Kill()
+	<-crashed
+
+	o := f.slow(1, map[string]any{"ms": 0})
+	if o.status != http.StatusOK {
+		t.Fatalf("call after the crash: %d %s", o.status, o.body)
+	}
+	entered := time.UnixMilli(o.result.EnteredAtMS)
+	if entered.Before(expiry) {
+		t.Errorf("the slot was reused at %v, before the crashed lease expired at %v", entered, expiry)
+	}
+	if late := entered.Sub(expiry); late > time.Second {
+		t.Errorf("the slot came back %v after the lease expired, want at most 1s", late)
+	}
+	t.Logf("slot reclaimed %v after the dead lease expired", entered.Sub(expiry).Round(time.Millisecond))
+	if n := f.leases(); n != 0 {
+		t.Errorf("%d leases left", n)
+	}
+	// Later calls go straight through.
+	if o := f.slow(1, map[string]any{"ms": 0}); o.status != http.StatusOK {
+		t.Errorf("later call: %d %s", o.status, o.body)
+	}
+}
+
+// TestFleetLiveCapChange: an admin's update of max_concurrent_requests
+// reaches every process within the registry cache time.
+func TestFleetLiveCapChange(t *testing.T) {
+	f := newFleet(t, 3)
+	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "queue_timeout": 60})
+	setCap := func(n int) {
+		testkit.UpdateServer(t, f.env, "demo", "max_concurrent_requests", &types.AttributeValueMemberN{Value: strconv.Itoa(n)})
+		// Every process reads the item again after its 200 ms cache.
+		time.Sleep(400 * time.Millisecond)
+		f.demo.Reset()
+	}
+	if peak := allOK(t, f.burst(6, map[string]any{"ms": 100, "until_in_flight": 3})); peak != 1 {
+		t.Errorf("cap 1: peak %d", peak)
+	}
+	setCap(3)
+	// Calls end early once 3 run together: only a cap of 3 lets them.
+	if peak := allOK(t, f.burst(6, map[string]any{"ms": 10000, "until_in_flight": 3})); peak != 3 {
+		t.Errorf("cap raised to 3: peak %d, want 3", peak)
+	}
+	setCap(1)
+	if peak := allOK(t, f.burst(6, map[string]any{"ms": 100, "until_in_flight": 3})); peak != 1 {
+		t.Errorf("cap lowered to 1: peak %d, want 1", peak)
+	}
+}

@@ -1,0 +1,213 @@
+package testkit
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// GatewayBinary builds functions/gateway once per test binary and returns
+// the executable's path.
+func GatewayBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := storetest.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir, err = os.MkdirTemp("", "mcpgate-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "gateway"), "./functions/gateway")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "gateway")
+}
+
+// CleanupBinaries removes what GatewayBinary built; call it from TestMain.
+func CleanupBinaries() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// Gateway is a gateway OS process serving on loopback.
+type Gateway struct {
+	// URL is the base URL, e.g. http://127.0.0.1:41234.
+	URL  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	logs bytes.Buffer
+}
+
+// StartGateway starts the gateway binary against env's store, with extra
+// environment variables (NAME=value), and waits until it is listening. It
+// is stopped when the test ends.
+func StartGateway(t testing.TB, env *storetest.Env, extra ...string) *Gateway {
+	t.Helper()
+	cmd := exec.Command(GatewayBinary(t))
+	cmd.Env = append(append(baseEnv(), env.Vars()...), "GATEWAY_ADDR=127.0.0.1:0")
+	cmd.Env = append(cmd.Env, extra...)
+	storetest.SetParentDeathSignal(cmd)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{cmd: cmd, done: make(chan struct{})}
+	ready := make(chan string, 1)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			g.mu.Lock()
+			g.logs.Write(line)
+			g.logs.WriteByte('\n')
+			g.mu.Unlock()
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal(line, &rec) == nil && rec.Msg == "listening" {
+				select {
+				case ready <- rec.Addr:
+				default:
+				}
+			}
+		}
+	}()
+	go func() {
+		<-scanned
+		_ = cmd.Wait()
+		close(g.done)
+	}()
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() {
+			t.Logf("gateway pid %d logs:\n%s", cmd.Process.Pid, g.Logs())
+		}
+	})
+	select {
+	case addr := <-ready:
+		g.URL = "http://" + addr
+		return g
+	case <-g.done:
+		t.Fatalf("gateway exited before listening:\n%s", g.Logs())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gateway did not listen within 60s:\n%s", g.Logs())
+	}
+	return nil
+}
+
+// baseEnv is the parent's environment without anything that would point
+// the gateway elsewhere.
+func baseEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "AWS_") || name == "GATEWAY_ADDR" ||
+			name == "SERVERS_TABLE" || name == "LEASES_TABLE" || name == "KEYS_TABLE" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// Logs returns what the process has written to stderr.
+func (g *Gateway) Logs() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.logs.String()
+}
+
+// Kill ends the process with SIGKILL, as a crash would, and waits for it.
+func (g *Gateway) Kill() {
+	_ = g.cmd.Process.Signal(syscall.SIGKILL)
+	<-g.done
+}
+
+// Stop asks the process to shut down (SIGTERM), kills it if it has not
+// exited within 10 s, and waits for it.
+func (g *Gateway) Stop() {
+	select {
+	case <-g.done:
+		return
+	default:
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(10 * time.Second):
+		g.Kill()
+	}
+}
+
+// Response is an HTTP answer read whole.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+var client = &http.Client{Timeout: 2 * time.Minute}
+
+// Post sends a JSON body with the bearer key.
+func Post(ctx context.Context, url, key string, body any) (Response, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return Response{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return Response{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(resp.Body)
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: rb}, err
+}
+
+// CallTool calls a tool through the gateway's REST route.
+func (g *Gateway) CallTool(ctx context.Context, key, serverID, tool string, args map[string]any) (Response, error) {
+	return Post(ctx, g.URL+"/mcp-rest/tools/call", key, map[string]any{"server_id": serverID, "name": tool, "arguments": args})
+}
