@@ -25,6 +25,8 @@ type config struct {
 	MaxBodyBytes     int64
 	// RequestTimeout gives local requests a deadline, as Lambda does.
 	RequestTimeout time.Duration
+	// AllowedOrigins are the browser origins trusted to call cross-origin.
+	AllowedOrigins []string
 	// ClockOffset shifts the wall clock used for lease expiries: a test
 	// hook to simulate clock skew between instances. Never set it in
 	// production.
@@ -79,6 +81,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 			errs = append(errs, fmt.Errorf("MAX_BODY_BYTES=%q is not a positive integer", v))
 		}
 		c.MaxBodyBytes = n
+	}
+	for o := range strings.SplitSeq(getenv("ALLOWED_ORIGINS"), ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			c.AllowedOrigins = append(c.AllowedOrigins, o)
+		}
 	}
 	switch strings.ToLower(getenv("LOG_LEVEL")) {
 	case "", "info":

@@ -56,17 +56,21 @@ func run(ctx context.Context, getenv func(string) string) error {
 	})
 	pool := upstream.New(upstream.Options{Logger: log, Version: version()})
 	defer pool.Close()
-	gw := gateway.New(gateway.Deps{
+	gw, err := gateway.New(gateway.Deps{
 		Auth:     auth.New(db, cfg.Tables.Keys, auth.Options{CacheTTL: cfg.KeysCacheTTL}),
 		Registry: registry.New(db, cfg.Tables.Servers, registry.Options{CacheTTL: cfg.RegistryCacheTTL}),
 		Limiter:  limiter,
 		Upstream: pool,
 	}, gateway.Options{
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		Logger:       log,
-		Version:      version(),
-		RequestID:    lambdaRequestID,
+		MaxBodyBytes:   cfg.MaxBodyBytes,
+		Logger:         log,
+		Version:        version(),
+		RequestID:      lambdaRequestID,
+		AllowedOrigins: cfg.AllowedOrigins,
 	})
+	if err != nil {
+		return err
+	}
 	handler := gw.Handler()
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String())
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -43,6 +44,7 @@ type Authenticator interface {
 // Registry finds server definitions.
 type Registry interface {
 	Get(ctx context.Context, id string) (*registry.Server, error)
+	All(ctx context.Context) ([]*registry.Server, []error, error)
 }
 
 var (
@@ -72,6 +74,12 @@ type Options struct {
 	// RequestID returns the id of the request being served, for example
 	// the Lambda request id; nil or "" means a random one.
 	RequestID func(*http.Request) string
+	// AllowedOrigins are browser origins (scheme://host[:port]) trusted to
+	// call the gateway cross-origin. A request whose Origin is neither one
+	// of them nor the gateway's own is refused with 403, against DNS
+	// rebinding and cross-site requests; requests without Origin (agents,
+	// CLIs) are not affected.
+	AllowedOrigins []string
 }
 
 // Gateway serves the routes.
@@ -82,10 +90,12 @@ type Gateway struct {
 	log     *slog.Logger
 	version string
 	reqID   func(*http.Request) string
+	mcp     mcpHandlers
+	origins *http.CrossOriginProtection
 }
 
-// New returns a Gateway.
-func New(deps Deps, opts Options) *Gateway {
+// New returns a Gateway. It fails only on an invalid AllowedOrigins entry.
+func New(deps Deps, opts Options) (*Gateway, error) {
 	g := &Gateway{
 		deps:    deps,
 		maxBody: opts.MaxBodyBytes,
@@ -106,7 +116,17 @@ func New(deps Deps, opts Options) *Gateway {
 	if g.version == "" {
 		g.version = "dev"
 	}
-	return g
+	g.mcp = g.newMCPHandlers()
+	g.origins = http.NewCrossOriginProtection()
+	for _, o := range opts.AllowedOrigins {
+		if err := g.origins.AddTrustedOrigin(o); err != nil {
+			return nil, fmt.Errorf("allowed origin %q: %w", o, err)
+		}
+	}
+	g.origins.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeFault(w, r, fault.New(fault.Forbidden, "cross-origin request from %q refused", truncate(r.Header.Get("Origin"), 100)))
+	}))
+	return g, nil
 }
 
 // route is one path and the handlers of its methods.
@@ -122,6 +142,8 @@ func (g *Gateway) routes() []route {
 		{path: "/health", public: true, methods: map[string]http.HandlerFunc{http.MethodGet: g.health}},
 		{path: "/mcp-rest/tools/call", methods: map[string]http.HandlerFunc{http.MethodPost: g.restCall}},
 		{path: "/mcp-rest/tools/list", methods: map[string]http.HandlerFunc{http.MethodGet: g.restList}},
+		{path: "/mcp", methods: map[string]http.HandlerFunc{http.MethodPost: g.serveMCP}},
+		{path: "/mcp/{server_id}", methods: map[string]http.HandlerFunc{http.MethodPost: g.serveMCP}},
 	}
 }
 
@@ -138,7 +160,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, fault.New(fault.NotFound, "no route %s %s", r.Method, truncate(r.URL.Path, 100)))
 	}))
-	return g.observe(mux)
+	return g.observe(g.origins.Handler(mux))
 }
 
 // methods dispatches on the HTTP method, answering 405 with an Allow header.
@@ -291,6 +313,9 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k, ferr := g.authKey(r)
 		if ferr != nil {
+			if ferr.Code == fault.Unauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="mcpgate"`)
+			}
 			writeFault(w, r, ferr)
 			return
 		}

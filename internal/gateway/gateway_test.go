@@ -62,12 +62,15 @@ func newHarness(t *testing.T) *harness {
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pool := upstream.New(upstream.Options{Logger: log})
 	t.Cleanup(pool.Close)
-	g := New(Deps{
+	g, err := New(Deps{
 		Auth:     auth.New(env.Client, env.Tables.Keys, auth.Options{}),
 		Registry: registry.New(env.Client, env.Tables.Servers, registry.Options{CacheTTL: -1}),
 		Limiter:  lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond}),
 		Upstream: pool,
-	}, Options{Logger: log, MaxBodyBytes: 4096})
+	}, Options{Logger: log, MaxBodyBytes: 4096, AllowedOrigins: []string{"https://console.example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
 	h := &harness{t: t, env: env, demo: demo, url: srv.URL, logs: logs}
@@ -344,12 +347,15 @@ func TestUpstreamUnavailable(t *testing.T) {
 
 func TestStoreUnavailable(t *testing.T) {
 	env := storetest.NewEnv(t)
-	g := New(Deps{
+	g, err := New(Deps{
 		Auth:     auth.New(env.Client, "no-such-keys-table", auth.Options{}),
 		Registry: registry.New(env.Client, env.Tables.Servers, registry.Options{}),
 		Limiter:  lease.New(env.Client, env.Tables.Leases, lease.Options{}),
 		Upstream: upstream.New(upstream.Options{}),
 	}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, "/mcp-rest/tools/call", strings.NewReader(`{"server_id":"demo","name":"echo"}`))
 	req.Header.Set("Authorization", "Bearer "+auth.NewKey())
@@ -385,4 +391,30 @@ func TestUncappedServerTakesNoLease(t *testing.T) {
 
 func scanInput(table string) *dynamodb.ScanInput {
 	return &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
+}
+
+func TestOrigin(t *testing.T) {
+	h := newHarness(t)
+	body := `{"server_id":"demo","name":"echo","arguments":{"text":"x"}}`
+	for origin, want := range map[string]int{
+		"":                            200, // agents and CLIs send none
+		"https://console.example.com": 200, // trusted
+		"https://evil.example.net":    403,
+		h.url:                         200, // same origin
+	} {
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/mcp-rest/tools/call", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+h.key)
+		req.Header.Set("Content-Type", "application/json")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Origin %q: status %d, want %d", origin, resp.StatusCode, want)
+		}
+	}
 }

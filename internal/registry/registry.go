@@ -65,6 +65,13 @@ type Registry struct {
 	group singleflight.Group
 	mu    sync.Mutex
 	cache map[string]entry
+	all   *allEntry
+}
+
+type allEntry struct {
+	servers []*Server
+	invalid []error
+	fetched time.Time
 }
 
 type entry struct {
@@ -160,6 +167,39 @@ func (r *Registry) store(id string, e entry) {
 		}
 	}
 	r.cache[id] = e
+}
+
+// All returns every valid server, and the invalid items as errors, from a
+// scan shared by concurrent callers and cached for the cache TTL.
+func (r *Registry) All(ctx context.Context) ([]*Server, []error, error) {
+	if r.ttl > 0 {
+		r.mu.Lock()
+		a := r.all
+		r.mu.Unlock()
+		if a != nil && r.now().Sub(a.fetched) < r.ttl {
+			return a.servers, a.invalid, nil
+		}
+	}
+	v, err, _ := r.group.Do("\x00all", func() (any, error) {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		servers, invalid, err := r.List(sctx)
+		if err != nil {
+			return nil, err
+		}
+		a := &allEntry{servers: servers, invalid: invalid, fetched: r.now()}
+		if r.ttl > 0 {
+			r.mu.Lock()
+			r.all = a
+			r.mu.Unlock()
+		}
+		return a, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	a := v.(*allEntry)
+	return a.servers, a.invalid, nil
 }
 
 // List reads every server item. Invalid items are returned as errors beside

@@ -71,6 +71,7 @@ type Pool struct {
 	mu    sync.Mutex
 	idle  map[string][]*session // by endpoint key, newest last
 	tools map[string]*toolList  // by endpoint key
+	info  map[string]infoEntry  // by endpoint key: the upstream's last initialize result
 	// listeners routes notifications received on a session to its call.
 	listeners sync.Map // *mcp.ClientSession → *Listener
 	closed    bool
@@ -107,6 +108,7 @@ func New(opts Options) *Pool {
 		log:      opts.Logger,
 		idle:     map[string][]*session{},
 		tools:    map[string]*toolList{},
+		info:     map[string]infoEntry{},
 	}
 	if p.http == nil {
 		limit := opts.MaxResponseBytes
@@ -278,6 +280,11 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*mcp.ClientSe
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", srv.ID, err)
 	}
+	if res := cs.InitializeResult(); res != nil {
+		p.mu.Lock()
+		p.info[endpointKey(srv)] = infoEntry{res: res, fetched: time.Now()}
+		p.mu.Unlock()
+	}
 	return cs, nil
 }
 
@@ -362,6 +369,39 @@ func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, er
 		return nil, err
 	}
 	return tl.ordered, nil
+}
+
+type infoEntry struct {
+	res     *mcp.InitializeResult
+	fetched time.Time
+}
+
+// Info returns what srv said of itself when a session last connected to it
+// (capabilities, server info, instructions), connecting if no session has
+// within ToolsTTL.
+func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeResult, error) {
+	key := endpointKey(srv)
+	p.mu.Lock()
+	e, ok := p.info[key]
+	p.mu.Unlock()
+	if ok && time.Since(e.fetched) < p.toolsTTL {
+		return e.res, nil
+	}
+	var res *mcp.InitializeResult
+	err := p.Do(ctx, srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+		res = cs.InitializeResult()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		return nil, &Error{Kind: KindUnavailable, ServerID: srv.ID, Err: errors.New("session has no initialize result")}
+	}
+	p.mu.Lock()
+	p.info[key] = infoEntry{res: res, fetched: time.Now()}
+	p.mu.Unlock()
+	return res, nil
 }
 
 // ErrUnknownTool means the upstream does not list a tool of that name.
