@@ -418,3 +418,17 @@ func TestOrigin(t *testing.T) {
 		}
 	}
 }
+
+func TestSSEUpstream(t *testing.T) {
+	h := newHarness(t)
+	h.server(map[string]any{"server_id": "old", "url": h.demo.SSEURL, "transport": "sse", "max_concurrent_requests": 1})
+	r := h.call(h.key, `{"server_id":"old","name":"echo","arguments":{"text":"over sse"}}`)
+	if r.status != 200 || !strings.Contains(string(r.body), "over sse") {
+		t.Fatalf("call over SSE: %d %s\n%s", r.status, r.body, h.logs)
+	}
+	cs := h.connect("/mcp/old", h.key, "", nil)
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil || len(res.Tools) != 3 {
+		t.Fatalf("list over SSE: %v %+v", err, res)
+	}
+}

@@ -80,6 +80,7 @@ type Pool struct {
 
 type session struct {
 	cs       *mcp.ClientSession
+	cancel   context.CancelFunc
 	lastUsed time.Time
 }
 
@@ -187,6 +188,7 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = &limitedBody{rc: resp.Body, left: t.limit}
+	tapEvents(req, resp)
 	return resp, nil
 }
 
@@ -224,7 +226,7 @@ func (p *Pool) Close() {
 	p.mu.Unlock()
 	for _, list := range idle {
 		for _, s := range list {
-			_ = s.cs.Close()
+			s.close()
 		}
 	}
 }
@@ -250,19 +252,22 @@ func (p *Pool) checkout(ctx context.Context, srv *registry.Server) (*session, bo
 	p.idle[key] = list
 	p.mu.Unlock()
 	for _, s := range stale {
-		go s.cs.Close()
+		go s.close()
 	}
 	if got != nil {
 		return got, true, nil
 	}
-	cs, err := p.connect(ctx, srv)
+	s, err := p.connect(ctx, srv)
 	if err != nil {
 		return nil, false, err
 	}
-	return &session{cs: cs}, false, nil
+	return s, false, nil
 }
 
-func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*mcp.ClientSession, error) {
+// connect opens a session to srv. The session outlives the call that
+// opened it, so it is connected in a context of its own (the SSE transport
+// ties its event stream to that context); ctx bounds only the handshake.
+func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, error) {
 	var t mcp.Transport
 	switch srv.Transport {
 	case registry.TransportSSE:
@@ -276,8 +281,19 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*mcp.ClientSe
 		}
 	}
 	p.connects.Add(1)
-	cs, err := p.client.Connect(ctx, t, nil)
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	cs, err := p.client.Connect(sctx, t, nil)
+	if !stop() {
+		// ctx ended during the handshake.
+		if err == nil {
+			_ = cs.Close()
+		}
+		cancel()
+		return nil, fmt.Errorf("connect to %s: %w", srv.ID, ctx.Err())
+	}
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("connect to %s: %w", srv.ID, err)
 	}
 	if res := cs.InitializeResult(); res != nil {
@@ -285,7 +301,13 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*mcp.ClientSe
 		p.info[endpointKey(srv)] = infoEntry{res: res, fetched: time.Now()}
 		p.mu.Unlock()
 	}
-	return cs, nil
+	return &session{cs: cs, cancel: cancel}, nil
+}
+
+// close ends the session and its context.
+func (s *session) close() {
+	_ = s.cs.Close()
+	s.cancel()
 }
 
 // checkin returns a healthy session to the idle list, or closes it.
@@ -301,7 +323,7 @@ func (p *Pool) checkin(srv *registry.Server, s *session, healthy bool) {
 		}
 		p.mu.Unlock()
 	}
-	go s.cs.Close()
+	go s.close()
 }
 
 // healthy reports whether a session that returned err may be reused: after
@@ -326,10 +348,17 @@ func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn fun
 		if err != nil {
 			return classify(ctx, srv, err)
 		}
+		fctx := ctx
 		if l != nil {
-			p.listeners.Store(s.cs, l)
+			if srv.Transport == registry.TransportSSE {
+				// The old transport carries every message on one stream
+				// not tied to this call: the SDK's handlers relay them.
+				p.listeners.Store(s.cs, l)
+			} else {
+				fctx = withListener(ctx, l)
+			}
 		}
-		err = fn(ctx, s.cs)
+		err = fn(fctx, s.cs)
 		if l != nil {
 			p.listeners.Delete(s.cs)
 		}
