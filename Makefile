@@ -6,7 +6,7 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev test deps tables build build-GatewayFunction vet fmt bench clean
+.PHONY: help dev test deps tables build build-GatewayFunction vet fmt fuzz bench clean
 
 help:
 	@echo "make dev     run the gateway locally (store, tables, demo upstream, dev key) on 127.0.0.1:8080"
@@ -14,6 +14,7 @@ help:
 	@echo "make tables  create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point"
 	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
 	@echo "make deps    install the Node packages (dynalite) and Go modules"
+	@echo "make fuzz    fuzz the MCP and REST request decoding"
 
 deps: infra/node_modules/.package-lock.json
 	$(GO) mod download
@@ -42,6 +43,13 @@ build: build-GatewayFunction
 
 vet:
 	$(GO) vet ./...
+
+# Fuzz the MCP and REST request decoding (FUZZTIME each; the seed corpus
+# also runs in `make test`).
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzMCPRequest$$' -fuzztime $(FUZZTIME) ./internal/gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzRESTCall$$' -fuzztime $(FUZZTIME) ./internal/gateway
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
