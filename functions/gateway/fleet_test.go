@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/fault"
@@ -304,5 +305,61 @@ func TestFleetLiveCapChange(t *testing.T) {
 	setCap(1)
 	if peak := allOK(t, f.burst(6, map[string]any{"ms": 100, "until_in_flight": 3})); peak != 1 {
 		t.Errorf("cap lowered to 1: peak %d, want 1", peak)
+	}
+}
+
+// bearer adds the Authorization header to every request.
+type bearer struct{ key string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestFleetCapThroughMCP is the core experiment driven by MCP clients on
+// the aggregated endpoint: the same fleet-wide slot is taken.
+func TestFleetCapThroughMCP(t *testing.T) {
+	f := newFleet(t, 3)
+	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "queue_timeout": 60})
+	outs := make([]demoupstream.SlowResult, 6)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Go(func() {
+			c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+			cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+				Endpoint:             f.gws[i%len(f.gws)].URL + "/mcp",
+				HTTPClient:           &http.Client{Transport: bearer{f.key}},
+				DisableStandaloneSSE: true,
+			}, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer cs.Close()
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{
+				Name: "demo" + "-slow_tool", Arguments: map[string]any{"ms": 3000, "until_in_flight": 2},
+			})
+			if err != nil || res.IsError {
+				t.Errorf("call %d: %v %+v", i, err, res)
+				return
+			}
+			b, _ := json.Marshal(res.StructuredContent)
+			if err := json.Unmarshal(b, &outs[i]); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	peak := 0
+	for i, o := range outs {
+		t.Logf("call %d: in flight at entry %d, held %d ms", i, o.InFlightAtEntry, o.SleptMS)
+		peak = max(peak, o.InFlightAtEntry)
+	}
+	if peak != 2 || f.demo.Stats().Peak != 2 {
+		t.Errorf("upstream peak through MCP = %d (stats %d), want exactly the cap, 2", peak, f.demo.Stats().Peak)
+	}
+	if n := f.leases(); n != 0 {
+		t.Errorf("%d leases left", n)
 	}
 }

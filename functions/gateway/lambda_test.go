@@ -1,0 +1,220 @@
+package main
+
+// These tests run the real Lambda bootstrap (built with -tags lambda.norpc,
+// as for provided.al2023) under the AWS Lambda Runtime Interface Emulator on
+// loopback, and invoke it with Function URL events from testdata/: the
+// handler, lambdaurl's response streaming and the Lambda request id are
+// exercised as Lambda runs them.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+var (
+	lambdaBuildOnce sync.Once
+	lambdaBuildDir  string
+	lambdaBuildErr  error
+)
+
+// lambdaBinaries builds the bootstrap and the emulator once.
+func lambdaBinaries(t *testing.T) (bootstrap, rie string) {
+	t.Helper()
+	lambdaBuildOnce.Do(func() {
+		root, err := storetest.RepoRoot()
+		if err != nil {
+			lambdaBuildErr = err
+			return
+		}
+		lambdaBuildDir = t.TempDir()
+		for _, b := range [][]string{
+			{"build", "-tags", "lambda.norpc", "-o", filepath.Join(lambdaBuildDir, "bootstrap"), "./functions/gateway"},
+			{"build", "-o", filepath.Join(lambdaBuildDir, "rie"), "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie"},
+		} {
+			cmd := exec.Command("go", b...)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				lambdaBuildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(b, " "), err, out)
+				return
+			}
+		}
+	})
+	if lambdaBuildErr != nil {
+		t.Fatal(lambdaBuildErr)
+	}
+	return filepath.Join(lambdaBuildDir, "bootstrap"), filepath.Join(lambdaBuildDir, "rie")
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// emulator is the bootstrap running under the emulator.
+type emulator struct {
+	addr string
+	logs *bytes.Buffer
+	mu   *sync.Mutex
+}
+
+func startEmulator(t *testing.T, env *storetest.Env) *emulator {
+	t.Helper()
+	bootstrap, rie := lambdaBinaries(t)
+	e := &emulator{addr: freeAddr(t), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	cmd := exec.Command(rie,
+		"--runtime-interface-emulator-address", e.addr,
+		"--runtime-api-address", freeAddr(t),
+		bootstrap)
+	cmd.Env = append(os.Environ(), env.Vars()...)
+	cmd.Env = append(cmd.Env, "LOG_LEVEL=info")
+	w := &lockedWriter{mu: e.mu, w: e.logs}
+	cmd.Stdout, cmd.Stderr = w, w
+	storetest.SetParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			e.mu.Lock()
+			t.Logf("emulator logs:\n%s", e.logs)
+			e.mu.Unlock()
+		}
+	})
+	// The emulator prints nothing when it starts listening: wait until it
+	// accepts a connection.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", e.addr)
+		if err == nil {
+			c.Close()
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("emulator did not listen on %s", e.addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// streamedResponse is a Function URL response in Lambda's streaming wire
+// format: a JSON prelude, eight NUL bytes, the body.
+type streamedResponse struct {
+	StatusCode int               `json:"statusCode"`
+	Headers    map[string]string `json:"headers"`
+	Body       string            `json:"-"`
+}
+
+// invoke sends a Function URL event from testdata, with {{NAME}}
+// placeholders replaced.
+func (e *emulator) invoke(t *testing.T, fixture string, repl map[string]string) streamedResponse {
+	t.Helper()
+	event, err := os.ReadFile(filepath.Join("testdata", fixture))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range repl {
+		event = bytes.ReplaceAll(event, []byte("{{"+k+"}}"), []byte(v))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.addr+"/2015-03-31/functions/function/invocations", bytes.NewReader(event))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prelude, body, ok := bytes.Cut(raw, make([]byte, 8))
+	if !ok {
+		t.Fatalf("response is not in the streaming format: %q", raw)
+	}
+	var out streamedResponse
+	if err := json.Unmarshal(prelude, &out); err != nil {
+		t.Fatalf("prelude %q: %v", prelude, err)
+	}
+	out.Body = string(body)
+	return out
+}
+
+func TestLambdaBootstrap(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1})
+	key := testkit.PutKey(t, env, "*")
+	e := startEmulator(t, env)
+
+	health := e.invoke(t, "function-url-health.json", nil)
+	if health.StatusCode != 200 || !strings.Contains(health.Body, `"ok"`) {
+		t.Errorf("health: %+v", health)
+	}
+	// The Lambda request id is the gateway's request id.
+	if id := health.Headers["X-Request-Id"]; id == "" || strings.Count(id, "-") != 4 {
+		t.Errorf("X-Request-Id = %q, want the Lambda request id", id)
+	}
+
+	call := e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": key})
+	if call.StatusCode != 200 || !strings.Contains(call.Body, "from lambda") {
+		t.Errorf("REST tools/call: %+v", call)
+	}
+	if n := testkit.LeaseCount(t, env, "demo", "leases"); n != 0 {
+		t.Errorf("%d leases left after the invocation", n)
+	}
+
+	denied := e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": "mcpg_not-a-real-key-0000000000"})
+	if denied.StatusCode != 401 || !strings.Contains(denied.Body, "UNAUTHORIZED") {
+		t.Errorf("bad key: %+v", denied)
+	}
+
+	// An MCP tool call with a progress token is answered as an event
+	// stream through Lambda's response stream, the upstream's progress
+	// relayed in order before the result. (The emulator hands the client
+	// the stream only once it is complete, so this checks the format and
+	// the order, not the timing.)
+	mcpResp := e.invoke(t, "function-url-mcp-progress.json", map[string]string{"KEY": key})
+	if mcpResp.StatusCode != 200 || mcpResp.Headers["Content-Type"] != "text/event-stream" {
+		t.Fatalf("MCP call: status %d, headers %v", mcpResp.StatusCode, mcpResp.Headers)
+	}
+	started := strings.Index(mcpResp.Body, `"message":"started"`)
+	done := strings.Index(mcpResp.Body, `"message":"done"`)
+	result := strings.Index(mcpResp.Body, `"in_flight_at_entry"`)
+	if started < 0 || done < started || result < done {
+		t.Errorf("event stream does not carry progress before the result:\n%s", mcpResp.Body)
+	}
+}
