@@ -38,3 +38,7 @@ func (b *exprBuilder) value(v types.AttributeValue) string {
 	b.values[p] = v
 	return p
 }
+
+func number(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}

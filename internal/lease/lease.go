@@ -148,7 +148,8 @@ func (l *Limiter) newLeaseID() string {
 type Slot struct {
 	// Attr is the map attribute: ServerAttr or ToolAttr(name).
 	Attr string
-	// Cap is the most live leases the map may hold; it must be positive.
+	// Cap is the most live leases the map may hold. Zero means no cap: the
+	// lease is recorded (for a breaker's sake) but never refused for room.
 	Cap int
 }
 
@@ -168,6 +169,9 @@ type Request struct {
 	// Wait is how long to wait for a place when every one is taken. Zero or
 	// negative means do not wait: fail at once with *FullError.
 	Wait time.Duration
+	// Breaker, if set, refuses the acquire while that breaker is open, and
+	// makes it the probe when the breaker is half-open and nobody else is.
+	Breaker *Breaker
 }
 
 // FullError means every slot was taken and the request did not wait.
@@ -215,7 +219,13 @@ type Lease struct {
 	CallDeadline time.Time
 	// Waited is how long Acquire spent before the lease was granted.
 	Waited time.Duration
+
+	breaker *Breaker
+	probe   bool
 }
+
+// Probe reports whether this lease is its breaker's half-open probe.
+func (ls *Lease) Probe() bool { return ls.probe }
 
 // ID is the lease id (the holder's instance id, '.', a sequence number).
 func (ls *Lease) ID() string { return ls.id }
@@ -234,8 +244,8 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		return nil, errors.New("lease: request needs a key and at least one slot")
 	}
 	for i, s := range req.Slots {
-		if s.Cap <= 0 || s.Attr == "" {
-			return nil, fmt.Errorf("lease: slot %q has cap %d; uncapped slots take no lease", s.Attr, s.Cap)
+		if s.Cap < 0 || s.Attr == "" || (s.Cap == 0 && req.Breaker == nil) {
+			return nil, fmt.Errorf("lease: slot %q has cap %d; an uncapped slot without a breaker takes no lease", s.Attr, s.Cap)
 		}
 		for _, o := range req.Slots[:i] {
 			if o.Attr == s.Attr {
@@ -259,6 +269,22 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	var snap *snapshot // what the last failed write or read showed
 	eager := 0         // writes since the last wait
 	for {
+		if snap != nil && req.Breaker != nil {
+			now := a.now()
+			switch snap.br.phase(now) {
+			case phaseOpen:
+				l.stats.circuitOpen.Add(1)
+				return nil, &CircuitOpenError{Name: req.Breaker.Name, RetryAfter: time.UnixMilli(snap.br.openUntil).Sub(now)}
+			case phaseProbeActive:
+				l.stats.circuitOpen.Add(1)
+				return nil, &CircuitOpenError{Name: req.Breaker.Name, HalfOpen: true,
+					RetryAfter: max(time.UnixMilli(snap.br.probeExp).Sub(now), 50*time.Millisecond)}
+			case phaseHalfOpen:
+				a.probe, a.seenOpenUntil = true, snap.br.openUntil
+			default:
+				a.probe = false
+			}
+		}
 		if snap != nil && snap.backlog(a.now(), req.Slots) {
 			// More expired leases than one acquire may purge: clear some.
 			next, err := a.purge(ctx, snap)
@@ -364,6 +390,10 @@ type attempt struct {
 	l   *Limiter
 	req Request
 	id  string
+	// probe: the item showed the breaker half-open with no live probe, so
+	// the next write tries to become it.
+	probe         bool
+	seenOpenUntil int64
 }
 
 func (a *attempt) now() time.Time { return a.l.clock() }
@@ -404,9 +434,26 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 				limit++
 			}
 		}
-		conds = append(conds, "size("+m+") < "+b.value(&types.AttributeValueMemberN{Value: strconv.Itoa(limit)}))
+		if s.Cap > 0 {
+			conds = append(conds, "size("+m+") < "+b.value(&types.AttributeValueMemberN{Value: strconv.Itoa(limit)}))
+		} else {
+			// No cap, but the map must exist for the SET to be valid.
+			conds = append(conds, "attribute_exists("+m+")")
+		}
 		if i == 0 {
 			conds = append(conds, "attribute_not_exists("+m+"."+idName+")")
+		}
+	}
+	if br := a.req.Breaker; br != nil {
+		ba := br.attrs()
+		bo := b.name(ba.openUntil)
+		if a.probe {
+			bp, bpe := b.name(ba.probe), b.name(ba.probeExp)
+			conds = append(conds, bo+" = "+b.value(number(a.seenOpenUntil)),
+				"(attribute_not_exists("+bp+") OR "+bpe+" < "+b.value(number(wallNow.UnixMilli()))+")")
+			sets = append(sets, bp+" = "+b.value(&types.AttributeValueMemberS{Value: a.id}), bpe+" = "+expVal)
+		} else {
+			conds = append(conds, "(attribute_not_exists("+bo+") OR "+bo+" = "+b.value(number(0))+")")
 		}
 	}
 	ttl := time.UnixMilli(exp).Add(abandonedAfter).Unix()
@@ -429,6 +476,9 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 	if err == nil {
 		purged := len(removes)
 		l.stats.purged.Add(int64(purged))
+		if a.probe {
+			l.stats.probes.Add(1)
+		}
 		return a.lease(exp, localNow.Add(hold)), nil, nil
 	}
 	var ccf *types.ConditionalCheckFailedException
@@ -446,7 +496,7 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 	l.stats.failedWrites.Add(1)
 	var next *snapshot
 	if len(ccf.Item) > 0 {
-		next = parseSnapshot(ccf.Item, a.req.Slots)
+		next = parseSnapshot(ccf.Item, a.req.Slots, a.req.Breaker)
 	} else {
 		// DynamoDB returns the item with the failure; some compatible
 		// servers do not, and the item may not exist yet: read it.
@@ -505,7 +555,7 @@ func (a *attempt) purge(ctx context.Context, snap *snapshot) (*snapshot, error) 
 	case errors.As(err, &ccf):
 		a.l.stats.failedWrites.Add(1)
 		if len(ccf.Item) > 0 {
-			return parseSnapshot(ccf.Item, a.req.Slots), nil
+			return parseSnapshot(ccf.Item, a.req.Slots, a.req.Breaker), nil
 		}
 	default:
 		return nil, fmt.Errorf("lease: purge %s: %w", a.req.Key, err)
@@ -524,6 +574,8 @@ func (a *attempt) lease(exp int64, callDeadline time.Time) *Lease {
 		attrs:        attrs,
 		id:           a.id,
 		exp:          exp,
+		breaker:      a.req.Breaker,
+		probe:        a.probe,
 		Expiry:       time.UnixMilli(exp),
 		CallDeadline: callDeadline,
 	}
@@ -556,9 +608,13 @@ func (a *attempt) init(ctx context.Context, attrs []string) error {
 // read fetches the slot maps with a strongly consistent read.
 func (a *attempt) read(ctx context.Context) (*snapshot, error) {
 	b := newExprBuilder()
-	proj := make([]string, len(a.req.Slots))
-	for i, s := range a.req.Slots {
-		proj[i] = b.name(s.Attr)
+	proj := make([]string, 0, len(a.req.Slots)+4)
+	for _, s := range a.req.Slots {
+		proj = append(proj, b.name(s.Attr))
+	}
+	if br := a.req.Breaker; br != nil {
+		ba := br.attrs()
+		proj = append(proj, b.name(ba.fails), b.name(ba.openUntil), b.name(ba.probe), b.name(ba.probeExp))
 	}
 	a.l.stats.reads.Add(1)
 	out, err := a.l.db.GetItem(ctx, &dynamodb.GetItemInput{
@@ -571,7 +627,7 @@ func (a *attempt) read(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: read %s: %w", a.req.Key, err)
 	}
-	return parseSnapshot(out.Item, a.req.Slots), nil
+	return parseSnapshot(out.Item, a.req.Slots, a.req.Breaker), nil
 }
 
 // cleanup removes this attempt's lease id if a failed write landed anyway.
@@ -580,87 +636,4 @@ func (a *attempt) cleanup(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	_ = ls.remove(cctx)
-}
-
-// Release gives the place back. It is idempotent: releasing twice, or after
-// the lease expired and was purged, never frees another holder's place;
-// those cases return ErrNotHeld (after the first, without a store call).
-func (ls *Lease) Release(ctx context.Context) error {
-	if ls.released.Swap(true) {
-		return ErrNotHeld
-	}
-	err := ls.remove(ctx)
-	if err == nil {
-		ls.l.stats.released.Add(1)
-	}
-	return err
-}
-
-func (ls *Lease) remove(ctx context.Context) error {
-	b := newExprBuilder()
-	id := b.name(ls.id)
-	removes := make([]string, len(ls.attrs))
-	for i, attr := range ls.attrs {
-		removes[i] = b.name(attr) + "." + id
-	}
-	ls.l.stats.writes.Add(1)
-	_, err := ls.l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(ls.l.table),
-		Key:                      map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: ls.key}},
-		UpdateExpression:         aws.String("REMOVE " + strings.Join(removes, ", ")),
-		ConditionExpression:      aws.String("attribute_exists(" + removes[0] + ")"),
-		ExpressionAttributeNames: b.names,
-	})
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ccf):
-		ls.l.stats.failedWrites.Add(1)
-		return ErrNotHeld
-	default:
-		return fmt.Errorf("lease: release %s: %w", ls.key, err)
-	}
-}
-
-// Renew extends the lease so it expires hold + Margin from now, only if it
-// is still held with the expiry this holder last wrote: a renewal never
-// brings back a lease that was released or purged (ErrNotHeld).
-func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
-	if ls.released.Load() {
-		return ErrNotHeld
-	}
-	l := ls.l
-	localNow := time.Now()
-	exp := l.clock().Add(hold + l.margin).UnixMilli()
-	b := newExprBuilder()
-	id := b.name(ls.id)
-	newVal := b.value(&types.AttributeValueMemberN{Value: strconv.FormatInt(exp, 10)})
-	oldVal := b.value(&types.AttributeValueMemberN{Value: strconv.FormatInt(ls.exp, 10)})
-	sets := make([]string, len(ls.attrs))
-	for i, attr := range ls.attrs {
-		sets[i] = b.name(attr) + "." + id + " = " + newVal
-	}
-	l.stats.writes.Add(1)
-	_, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(l.table),
-		Key:                       map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: ls.key}},
-		UpdateExpression:          aws.String("SET " + strings.Join(sets, ", ")),
-		ConditionExpression:       aws.String(b.name(ls.attrs[0]) + "." + id + " = " + oldVal),
-		ExpressionAttributeNames:  b.names,
-		ExpressionAttributeValues: b.values,
-	})
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case err == nil:
-		ls.exp = exp
-		ls.Expiry = time.UnixMilli(exp)
-		ls.CallDeadline = localNow.Add(hold)
-		return nil
-	case errors.As(err, &ccf):
-		l.stats.failedWrites.Add(1)
-		return ErrNotHeld
-	default:
-		return fmt.Errorf("lease: renew %s: %w", ls.key, err)
-	}
 }

@@ -248,7 +248,7 @@ func TestRenewedLeaseIsNotPurged(t *testing.T) {
 	b := New(env.Client, env.Tables.Leases, Options{InstanceID: "b", Clock: offsetClock(5 * time.Second)})
 	req := Request{Key: "srv", Slots: serverSlot(1), Hold: time.Second}
 	held := acquire(t, a, req)
-	stale := parseSnapshot(item(t, env, "srv"), req.Slots) // b's view before the renewal
+	stale := parseSnapshot(item(t, env, "srv"), req.Slots, nil) // b's view before the renewal
 	if err := held.Renew(context.Background(), time.Minute); err != nil {
 		t.Fatal(err)
 	}

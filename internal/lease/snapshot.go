@@ -13,6 +13,7 @@ import (
 // present, lease id → expiry in Unix ms.
 type snapshot struct {
 	maps map[string]map[string]int64
+	br   breakerState
 }
 
 type entry struct {
@@ -23,8 +24,19 @@ type entry struct {
 // parseSnapshot extracts the slot maps from an item. An entry that is not a
 // number (a hand edit) counts as a lease that never expires, as it counts
 // towards size() in the store too.
-func parseSnapshot(item map[string]types.AttributeValue, slots []Slot) *snapshot {
+func parseSnapshot(item map[string]types.AttributeValue, slots []Slot, br *Breaker) *snapshot {
 	s := &snapshot{maps: make(map[string]map[string]int64, len(slots))}
+	if br != nil {
+		a := br.attrs()
+		s.br = breakerState{
+			fails:     numberAttr(item[a.fails]),
+			openUntil: numberAttr(item[a.openUntil]),
+			probeExp:  numberAttr(item[a.probeExp]),
+		}
+		if v, ok := item[a.probe].(*types.AttributeValueMemberS); ok {
+			s.br.probe = v.Value
+		}
+	}
 	for _, slot := range slots {
 		m, ok := item[slot.Attr].(*types.AttributeValueMemberM)
 		if !ok {
@@ -43,6 +55,19 @@ func parseSnapshot(item map[string]types.AttributeValue, slots []Slot) *snapshot
 		s.maps[slot.Attr] = leases
 	}
 	return s
+}
+
+// numberAttr reads an N attribute, 0 if absent or not a number.
+func numberAttr(v types.AttributeValue) int64 {
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return 0
+	}
+	i, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return i
 }
 
 // missing lists the slot maps the item lacks.
@@ -104,7 +129,7 @@ func (s *snapshot) room(now time.Time, slots []Slot) bool {
 		return true
 	}
 	for _, slot := range slots {
-		if s.occupied(slot.Attr, now) >= slot.Cap {
+		if slot.Cap > 0 && s.occupied(slot.Attr, now) >= slot.Cap {
 			return false
 		}
 	}
@@ -114,7 +139,7 @@ func (s *snapshot) room(now time.Time, slots []Slot) bool {
 // fullSlot is the first slot without room.
 func (s *snapshot) fullSlot(now time.Time, slots []Slot) Slot {
 	for _, slot := range slots {
-		if s.occupied(slot.Attr, now) >= slot.Cap {
+		if slot.Cap > 0 && s.occupied(slot.Attr, now) >= slot.Cap {
 			return slot
 		}
 	}

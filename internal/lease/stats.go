@@ -20,12 +20,16 @@ type Stats struct {
 	Shed int64
 	// WaitTimeouts counts requests that waited their whole budget.
 	WaitTimeouts int64
+	// CircuitOpen counts acquires refused by an open breaker; Probes the
+	// half-open probes granted; Transitions the breaker changes made.
+	CircuitOpen, Probes, Transitions int64
 }
 
 type counters struct {
 	writes, failedWrites, initWrites, reads atomic.Int64
 	acquired, released, purged              atomic.Int64
 	shed, waitTimeouts                      atomic.Int64
+	circuitOpen, probes, transitions        atomic.Int64
 }
 
 // Stats returns the limiter's counters.
@@ -41,5 +45,8 @@ func (l *Limiter) Stats() Stats {
 		Purged:       c.purged.Load(),
 		Shed:         c.shed.Load(),
 		WaitTimeouts: c.waitTimeouts.Load(),
+		CircuitOpen:  c.circuitOpen.Load(),
+		Probes:       c.probes.Load(),
+		Transitions:  c.transitions.Load(),
 	}
 }

@@ -1,0 +1,243 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// Release gives the place back after a call that did not fail: it is
+// Finish(ctx, false).
+func (ls *Lease) Release(ctx context.Context) error {
+	_, err := ls.Finish(ctx, false)
+	return err
+}
+
+// Finish gives the place back and, if the lease has a breaker, reports the
+// call's outcome to it in the same write: failed means an infrastructure
+// failure (timeout, unreachable upstream, broken transport). It returns the
+// breaker change it made, if any.
+//
+// It is idempotent: finishing twice, or after the lease expired and was
+// purged, never frees another holder's place; those cases return
+// ErrNotHeld (after the first, without a store call). When the item it
+// leaves behind holds leases that have expired (their holders died), it
+// removes them with one more write, so dead leases do not linger.
+func (ls *Lease) Finish(ctx context.Context, failed bool) (Transition, error) {
+	if ls.released.Swap(true) {
+		return NoTransition, ErrNotHeld
+	}
+	l := ls.l
+	tr, item, err := ls.finish(ctx, failed)
+	if err != nil {
+		return NoTransition, err
+	}
+	l.stats.released.Add(1)
+	if tr != NoTransition {
+		l.stats.transitions.Add(1)
+	}
+	ls.purgeLeftovers(ctx, item)
+	return tr, nil
+}
+
+func (ls *Lease) itemKey() map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: ls.key}}
+}
+
+// finish makes the release write (and, when a failure reaches the
+// threshold, the write that opens the breaker).
+func (ls *Lease) finish(ctx context.Context, failed bool) (Transition, map[string]types.AttributeValue, error) {
+	if ls.probe {
+		tr, item, err := ls.finishProbe(ctx, failed)
+		if !errors.Is(err, ErrNotHeld) {
+			return tr, item, err
+		}
+		// No longer the probe (its lease ended and another took over):
+		// release as an ordinary lease.
+	}
+	b := newExprBuilder()
+	id := b.name(ls.id)
+	removes := make([]string, len(ls.attrs))
+	for i, attr := range ls.attrs {
+		removes[i] = b.name(attr) + "." + id
+	}
+	update := "REMOVE " + strings.Join(removes, ", ")
+	var ba breakerAttrs
+	if ls.breaker != nil {
+		ba = ls.breaker.attrs()
+		if failed {
+			update += " ADD " + b.name(ba.fails) + " " + b.value(number(1))
+		} else {
+			update += " SET " + b.name(ba.fails) + " = " + b.value(number(0))
+		}
+	}
+	out, err := ls.update(ctx, &dynamodb.UpdateItemInput{
+		UpdateExpression:    aws.String(update),
+		ConditionExpression: aws.String("attribute_exists(" + removes[0] + ")"),
+		ReturnValues:        types.ReturnValueAllNew,
+	}, b)
+	if err != nil {
+		return NoTransition, nil, err
+	}
+	if ls.breaker == nil || !failed || numberAttr(out.Attributes[ba.fails]) < int64(ls.breaker.Threshold) {
+		return NoTransition, out.Attributes, nil
+	}
+	// This failure reached the threshold: open the breaker, unless it is
+	// open already (another instance's failure got there first).
+	ob := newExprBuilder()
+	bo, bf := ob.name(ba.openUntil), ob.name(ba.fails)
+	until := ls.l.clock().Add(ls.breaker.Recovery).UnixMilli()
+	_, err = ls.update(ctx, &dynamodb.UpdateItemInput{
+		UpdateExpression: aws.String("SET " + bo + " = " + ob.value(number(until))),
+		ConditionExpression: aws.String(bf + " >= " + ob.value(number(int64(ls.breaker.Threshold))) +
+			" AND (attribute_not_exists(" + bo + ") OR " + bo + " = " + ob.value(number(0)) + ")"),
+	}, ob)
+	switch {
+	case err == nil:
+		return Opened, out.Attributes, nil
+	case errors.Is(err, ErrNotHeld):
+		return NoTransition, out.Attributes, nil
+	default:
+		// The lease is released; the breaker stays closed until the next
+		// failure tries again.
+		return NoTransition, out.Attributes, fmt.Errorf("lease: open breaker %s: %w", ls.breaker.Name, err)
+	}
+}
+
+// finishProbe releases a probe lease and closes (success) or reopens
+// (failure) the breaker, only while this lease is still the probe.
+func (ls *Lease) finishProbe(ctx context.Context, failed bool) (Transition, map[string]types.AttributeValue, error) {
+	ba := ls.breaker.attrs()
+	b := newExprBuilder()
+	id := b.name(ls.id)
+	removes := make([]string, 0, len(ls.attrs)+2)
+	for _, attr := range ls.attrs {
+		removes = append(removes, b.name(attr)+"."+id)
+	}
+	bp, bpe, bo := b.name(ba.probe), b.name(ba.probeExp), b.name(ba.openUntil)
+	removes = append(removes, bp, bpe)
+	var set string
+	tr := Closed
+	if failed {
+		until := ls.l.clock().Add(ls.breaker.Recovery).UnixMilli()
+		set, tr = bo+" = "+b.value(number(until)), Reopened
+	} else {
+		set = bo + " = " + b.value(number(0)) + ", " + b.name(ba.fails) + " = " + b.value(number(0))
+	}
+	out, err := ls.update(ctx, &dynamodb.UpdateItemInput{
+		UpdateExpression:    aws.String("REMOVE " + strings.Join(removes, ", ") + " SET " + set),
+		ConditionExpression: aws.String("attribute_exists(" + removes[0] + ") AND " + bp + " = " + b.value(&types.AttributeValueMemberS{Value: ls.id})),
+		ReturnValues:        types.ReturnValueAllNew,
+	}, b)
+	if err != nil {
+		return NoTransition, nil, err
+	}
+	return tr, out.Attributes, nil
+}
+
+// update sends one conditional write on the lease's item; a failed
+// condition is ErrNotHeld.
+func (ls *Lease) update(ctx context.Context, in *dynamodb.UpdateItemInput, b *exprBuilder) (*dynamodb.UpdateItemOutput, error) {
+	in.TableName = aws.String(ls.l.table)
+	in.Key = ls.itemKey()
+	in.ExpressionAttributeNames = b.names
+	in.ExpressionAttributeValues = b.values
+	ls.l.stats.writes.Add(1)
+	out, err := ls.l.db.UpdateItem(ctx, in)
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.As(err, &ccf):
+		ls.l.stats.failedWrites.Add(1)
+		return nil, ErrNotHeld
+	default:
+		return nil, fmt.Errorf("lease: write %s: %w", ls.key, err)
+	}
+}
+
+// purgeLeftovers removes leases that item shows expired: the leases of
+// holders that died. Best effort, and only when there are any.
+func (ls *Lease) purgeLeftovers(ctx context.Context, item map[string]types.AttributeValue) {
+	if len(item) == 0 {
+		return
+	}
+	slots := make([]Slot, len(ls.attrs))
+	for i, attr := range ls.attrs {
+		slots[i] = Slot{Attr: attr}
+	}
+	snap := parseSnapshot(item, slots, nil)
+	now := ls.l.clock()
+	any := false
+	for _, s := range slots {
+		if len(snap.expired(s.Attr, now, 1)) > 0 {
+			any = true
+		}
+	}
+	if !any {
+		return
+	}
+	a := &attempt{l: ls.l, req: Request{Key: ls.key, Slots: slots}}
+	_, _ = a.purge(ctx, snap)
+}
+
+// remove deletes the lease id from its maps if it is there (cleanup after
+// a failed acquire that may have landed).
+func (ls *Lease) remove(ctx context.Context) error {
+	b := newExprBuilder()
+	id := b.name(ls.id)
+	removes := make([]string, len(ls.attrs))
+	for i, attr := range ls.attrs {
+		removes[i] = b.name(attr) + "." + id
+	}
+	_, err := ls.update(ctx, &dynamodb.UpdateItemInput{
+		UpdateExpression:    aws.String("REMOVE " + strings.Join(removes, ", ")),
+		ConditionExpression: aws.String("attribute_exists(" + removes[0] + ")"),
+	}, b)
+	return err
+}
+
+// Renew extends the lease so it expires hold + Margin from now, only if it
+// is still held with the expiry this holder last wrote: a renewal never
+// brings back a lease that was released or purged (ErrNotHeld). A probe
+// lease extends its probe too.
+func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
+	if ls.released.Load() {
+		return ErrNotHeld
+	}
+	l := ls.l
+	localNow := time.Now()
+	exp := l.clock().Add(hold + l.margin).UnixMilli()
+	b := newExprBuilder()
+	id := b.name(ls.id)
+	newVal := b.value(number(exp))
+	sets := make([]string, 0, len(ls.attrs)+1)
+	for _, attr := range ls.attrs {
+		sets = append(sets, b.name(attr)+"."+id+" = "+newVal)
+	}
+	cond := b.name(ls.attrs[0]) + "." + id + " = " + b.value(number(ls.exp))
+	if ls.probe {
+		ba := ls.breaker.attrs()
+		sets = append(sets, b.name(ba.probeExp)+" = "+newVal)
+		cond += " AND " + b.name(ba.probe) + " = " + b.value(&types.AttributeValueMemberS{Value: ls.id})
+	}
+	_, err := ls.update(ctx, &dynamodb.UpdateItemInput{
+		UpdateExpression:    aws.String("SET " + strings.Join(sets, ", ")),
+		ConditionExpression: aws.String(cond),
+	}, b)
+	if err != nil {
+		return err
+	}
+	ls.exp = exp
+	ls.Expiry = time.UnixMilli(exp)
+	ls.CallDeadline = localNow.Add(hold)
+	return nil
+}
