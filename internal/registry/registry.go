@@ -53,13 +53,21 @@ type Options struct {
 	CacheTTL time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// MaxStale is how old a cached item may be and still be served when
+	// the store fails to answer; zero means DefaultMaxStale, negative never.
+	MaxStale time.Duration
 }
+
+// DefaultMaxStale is the default for Options.MaxStale: a store outage of a
+// few minutes does not make every server unknown.
+const DefaultMaxStale = 5 * time.Minute
 
 // Registry looks up servers by id.
 type Registry struct {
 	db    API
 	table string
 	ttl   time.Duration
+	stale time.Duration
 	now   func() time.Time
 
 	group singleflight.Group
@@ -90,7 +98,11 @@ func New(db API, table string, opts Options) *Registry {
 	if now == nil {
 		now = time.Now
 	}
-	return &Registry{db: db, table: table, ttl: ttl, now: now, cache: make(map[string]entry)}
+	stale := opts.MaxStale
+	if stale == 0 {
+		stale = DefaultMaxStale
+	}
+	return &Registry{db: db, table: table, ttl: ttl, stale: stale, now: now, cache: make(map[string]entry)}
 }
 
 // Get returns the server with that id: ErrNotFound when there is none, an
@@ -100,12 +112,14 @@ func (r *Registry) Get(ctx context.Context, id string) (*Server, error) {
 	if err := ValidateID(id); err != nil {
 		return nil, ErrNotFound
 	}
+	var cached entry
+	var have bool
 	if r.ttl > 0 {
 		r.mu.Lock()
-		e, ok := r.cache[id]
+		cached, have = r.cache[id]
 		r.mu.Unlock()
-		if ok && r.now().Sub(e.fetched) < r.ttl {
-			return e.server, e.err
+		if have && r.now().Sub(cached.fetched) < r.ttl {
+			return cached.server, cached.err
 		}
 	}
 	v, err, _ := r.group.Do(id, func() (any, error) {
@@ -121,6 +135,10 @@ func (r *Registry) Get(ctx context.Context, id string) (*Server, error) {
 		return e, nil
 	})
 	if err != nil {
+		if have && r.stale > 0 && r.now().Sub(cached.fetched) < r.stale {
+			// The store is failing: the last known definition beats none.
+			return cached.server, cached.err
+		}
 		return nil, err
 	}
 	e := v.(entry)
@@ -172,13 +190,11 @@ func (r *Registry) store(id string, e entry) {
 // All returns every valid server, and the invalid items as errors, from a
 // scan shared by concurrent callers and cached for the cache TTL.
 func (r *Registry) All(ctx context.Context) ([]*Server, []error, error) {
-	if r.ttl > 0 {
-		r.mu.Lock()
-		a := r.all
-		r.mu.Unlock()
-		if a != nil && r.now().Sub(a.fetched) < r.ttl {
-			return a.servers, a.invalid, nil
-		}
+	r.mu.Lock()
+	cached := r.all
+	r.mu.Unlock()
+	if r.ttl > 0 && cached != nil && r.now().Sub(cached.fetched) < r.ttl {
+		return cached.servers, cached.invalid, nil
 	}
 	v, err, _ := r.group.Do("\x00all", func() (any, error) {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -196,6 +212,9 @@ func (r *Registry) All(ctx context.Context) ([]*Server, []error, error) {
 		return a, nil
 	})
 	if err != nil {
+		if cached != nil && r.stale > 0 && r.now().Sub(cached.fetched) < r.stale {
+			return cached.servers, cached.invalid, nil
+		}
 		return nil, nil, err
 	}
 	a := v.(*allEntry)

@@ -144,3 +144,37 @@ func TestList(t *testing.T) {
 		t.Fatalf("got %d servers and %d invalid, want 2 and 1", len(servers), len(invalid))
 	}
 }
+
+// failingAPI fails every call once failing is set.
+type failingAPI struct {
+	API
+	failing atomic.Bool
+}
+
+func (f *failingAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if f.failing.Load() {
+		return nil, errors.New("store down")
+	}
+	return f.API.GetItem(ctx, in, opts...)
+}
+
+func TestStaleServedWhileStoreFails(t *testing.T) {
+	env := storetest.NewEnv(t)
+	put(t, env, with("max_concurrent_requests", n("2")))
+	api := &failingAPI{API: env.Client}
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	r := New(api, env.Tables.Servers, Options{CacheTTL: time.Second, MaxStale: time.Minute, Now: clock.Now})
+	if _, err := r.Get(context.Background(), "demo"); err != nil {
+		t.Fatal(err)
+	}
+	api.failing.Store(true)
+	clock.Advance(30 * time.Second)
+	srv, err := r.Get(context.Background(), "demo")
+	if err != nil || srv.MaxConcurrent != 2 {
+		t.Fatalf("during the outage: %v %v, want the cached item", srv, err)
+	}
+	clock.Advance(time.Minute)
+	if _, err := r.Get(context.Background(), "demo"); err == nil {
+		t.Fatal("an item older than MaxStale was served")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -66,10 +67,65 @@ type Server struct {
 	QueueTimeout time.Duration
 	// Description is free text for people.
 	Description string
+	// Tools holds per-tool limits, by tool name.
+	Tools map[string]ToolLimits
+	// Breaker configures the fleet-wide circuit breaker; nil means none.
+	Breaker *Breaker
+	// OnStoreError is what to do when the lease store fails.
+	OnStoreError StorePolicy
 }
+
+// ToolLimits are one tool's own limits.
+type ToolLimits struct {
+	// MaxConcurrent caps the tool's calls in flight, fleet-wide, within
+	// the server's cap; 0 = only the server's cap applies.
+	MaxConcurrent int
+	// Timeout bounds one call of the tool; 0 = the server's timeout.
+	Timeout time.Duration
+}
+
+// Breaker configures a circuit breaker per (server, tool), shared by every
+// instance of the gateway.
+type Breaker struct {
+	// FailureThreshold is how many consecutive infrastructure failures
+	// (timeouts, unreachable upstream, broken transport) open it.
+	FailureThreshold int
+	// RecoveryTimeout is how long it stays open before one probe call is
+	// let through.
+	RecoveryTimeout time.Duration
+	// ExcludedTools have no breaker.
+	ExcludedTools []string
+}
+
+// Covers reports whether calls to tool are guarded by the breaker.
+func (b *Breaker) Covers(tool string) bool {
+	return b != nil && !slices.Contains(b.ExcludedTools, tool)
+}
+
+// StorePolicy is what happens to a capped call when the lease store fails.
+type StorePolicy string
+
+const (
+	// StoreReject answers STORE_UNAVAILABLE (the default).
+	StoreReject StorePolicy = "reject"
+	// StoreAllow makes the call without a slot, logged and counted.
+	StoreAllow StorePolicy = "allow"
+)
 
 // Capped reports whether calls to s take a slot of the distributed semaphore.
 func (s *Server) Capped() bool { return s.MaxConcurrent > 0 }
+
+// ToolCap is the tool's own cap (0 = none).
+func (s *Server) ToolCap(tool string) int { return s.Tools[tool].MaxConcurrent }
+
+// TimeoutFor is the timeout of one call of tool: the tool's own if it has
+// one, else the server's.
+func (s *Server) TimeoutFor(tool string) time.Duration {
+	if t := s.Tools[tool].Timeout; t > 0 {
+		return t
+	}
+	return s.Timeout
+}
 
 // Item attribute names, as admins write them.
 const (
@@ -81,13 +137,24 @@ const (
 	attrOnLimit      = "on_limit"
 	attrQueueTimeout = "queue_timeout"
 	attrDescription  = "description"
+	attrTools        = "tools"
+	attrBreaker      = "breaker"
+	attrOnStoreError = "on_store_error"
+)
+
+// Limits on the nested attributes.
+const (
+	maxToolEntries  = 100
+	maxToolName     = 128
+	MaxRecovery     = time.Hour
+	maxFailureLimit = 1000
 )
 
 // KnownAttributes lists the attributes a server item may carry. Any other
 // attribute is rejected (a misspelt max_concurrent_requests must not silently
 // mean "unlimited"), except names starting with "x_", which are kept for
 // admins' own notes and ignored.
-var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription}
+var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription, attrTools, attrBreaker, attrOnStoreError}
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.]{0,63}$`)
 
@@ -122,6 +189,16 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 		OnLimit:       Policy(p.str(attrOnLimit, false)),
 		QueueTimeout:  p.seconds(attrQueueTimeout, DefaultQueueTimeout, MaxTimeout),
 		Description:   p.str(attrDescription, false),
+		OnStoreError:  StorePolicy(p.str(attrOnStoreError, false)),
+	}
+	s.Tools = p.tools(attrTools)
+	s.Breaker = p.breaker(attrBreaker)
+	switch s.OnStoreError {
+	case "":
+		s.OnStoreError = StoreReject
+	case StoreReject, StoreAllow:
+	default:
+		p.fail(attrOnStoreError, fmt.Sprintf("%q is not a policy: use \"reject\" or \"allow\"", truncate(string(s.OnStoreError), 40)))
 	}
 	if s.ID != "" {
 		if err := ValidateID(s.ID); err != nil {
@@ -196,12 +273,13 @@ func validateURL(raw string) error {
 }
 
 type parser struct {
-	item map[string]types.AttributeValue
-	errs []error
+	item   map[string]types.AttributeValue
+	errs   []error
+	prefix string // "tools.fetch_quote." inside nested maps
 }
 
 func (p *parser) fail(field, reason string) {
-	p.errs = append(p.errs, &FieldError{Field: field, Reason: reason})
+	p.errs = append(p.errs, &FieldError{Field: strings.TrimSuffix(p.prefix+field, "."), Reason: reason})
 }
 
 func typeName(v types.AttributeValue) string {
@@ -310,4 +388,114 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// sub returns a parser for a nested map attribute, naming its fields
+// "parent.field" in errors.
+func (p *parser) sub(name string) (*parser, bool) {
+	v, ok := p.item[name]
+	if !ok {
+		return nil, false
+	}
+	m, ok := v.(*types.AttributeValueMemberM)
+	if !ok {
+		p.fail(name, "must be of type M (map), got "+typeName(v))
+		return nil, false
+	}
+	return &parser{item: m.Value, prefix: p.prefix + name + "."}, true
+}
+
+// merge takes a nested parser's errors.
+func (p *parser) merge(sub *parser) { p.errs = append(p.errs, sub.errs...) }
+
+// unknown rejects fields of a nested map other than known.
+func (p *parser) unknown(known ...string) {
+	var names []string
+	for name := range p.item {
+		if !slices.Contains(known, name) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p.fail(truncate(name, 64), "unknown attribute (known: "+strings.Join(known, ", ")+")")
+	}
+}
+
+// tools reads tools: {"<tool>": {"max_concurrent": N, "timeout": S}}.
+func (p *parser) tools(name string) map[string]ToolLimits {
+	tp, ok := p.sub(name)
+	if !ok {
+		return nil
+	}
+	defer p.merge(tp)
+	if len(tp.item) > maxToolEntries {
+		tp.fail("", fmt.Sprintf("more than %d tools", maxToolEntries))
+		return nil
+	}
+	out := make(map[string]ToolLimits, len(tp.item))
+	names := make([]string, 0, len(tp.item))
+	for tool := range tp.item {
+		names = append(names, tool)
+	}
+	sort.Strings(names)
+	for _, tool := range names {
+		if tool == "" || len(tool) > maxToolName || strings.ContainsFunc(tool, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			tp.fail(truncate(tool, 64), fmt.Sprintf("is not a tool name (1 to %d printable characters)", maxToolName))
+			continue
+		}
+		one, ok := tp.sub(tool)
+		if !ok {
+			continue
+		}
+		one.unknown("max_concurrent", "timeout")
+		tl := ToolLimits{
+			MaxConcurrent: one.cap("max_concurrent"),
+			Timeout:       one.seconds("timeout", 0, MaxTimeout),
+		}
+		tp.merge(one)
+		out[tool] = tl
+	}
+	return out
+}
+
+// breaker reads breaker: {"failure_threshold": N, "recovery_timeout": S,
+// "excluded_tools": [...]}.
+func (p *parser) breaker(name string) *Breaker {
+	bp, ok := p.sub(name)
+	if !ok {
+		return nil
+	}
+	defer p.merge(bp)
+	bp.unknown("failure_threshold", "recovery_timeout", "excluded_tools")
+	b := &Breaker{RecoveryTimeout: bp.seconds("recovery_timeout", 30*time.Second, MaxRecovery)}
+	f, ok := bp.number("failure_threshold")
+	switch {
+	case !ok:
+		if _, present := bp.item["failure_threshold"]; !present {
+			bp.fail("failure_threshold", "missing (type N)")
+		}
+	case f < 1 || f != math.Trunc(f) || f > maxFailureLimit:
+		bp.fail("failure_threshold", fmt.Sprintf("must be a whole number from 1 to %d, got %v", maxFailureLimit, f))
+	default:
+		b.FailureThreshold = int(f)
+	}
+	switch v := bp.item["excluded_tools"].(type) {
+	case nil:
+	case *types.AttributeValueMemberSS:
+		b.ExcludedTools = slices.Clone(v.Value)
+	case *types.AttributeValueMemberL:
+		for _, e := range v.Value {
+			s, ok := e.(*types.AttributeValueMemberS)
+			if !ok {
+				bp.fail("excluded_tools", "must list strings")
+				break
+			}
+			b.ExcludedTools = append(b.ExcludedTools, s.Value)
+		}
+	default:
+		bp.fail("excluded_tools", "must be of type L or SS (a list of tool names), got "+typeName(v))
+	}
+	sort.Strings(b.ExcludedTools)
+	return b
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,9 @@ import (
 
 func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 func n(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+func m(v map[string]types.AttributeValue) types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: v}
+}
 
 func base() map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
@@ -35,8 +39,9 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Server{ID: "demo", URL: "http://127.0.0.1:9000/mcp", Transport: TransportHTTP, Timeout: DefaultTimeout, OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout}
-	if *srv != want {
+	want := Server{ID: "demo", URL: "http://127.0.0.1:9000/mcp", Transport: TransportHTTP, Timeout: DefaultTimeout,
+		OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout, OnStoreError: StoreReject}
+	if !reflect.DeepEqual(*srv, want) {
 		t.Errorf("got %+v, want %+v", *srv, want)
 	}
 	if srv.Capped() {
@@ -91,6 +96,16 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad policy", with("on_limit", s("drop")), "on_limit"},
 		{"typo", with("max_concurent_requests", n("2")), "max_concurent_requests"},
 		{"id with dash", with("server_id", s("my-server")), "server_id"},
+		{"tools not a map", with("tools", s("x")), "tools"},
+		{"tool not a map", with("tools", m(map[string]types.AttributeValue{"t": n("2")})), "tools.t"},
+		{"tool unknown field", with("tools", m(map[string]types.AttributeValue{"t": m(map[string]types.AttributeValue{"max": n("2")})})), "tools.t.max"},
+		{"tool cap string", with("tools", m(map[string]types.AttributeValue{"t": m(map[string]types.AttributeValue{"max_concurrent": s("2")})})), "tools.t.max_concurrent"},
+		{"tool negative timeout", with("tools", m(map[string]types.AttributeValue{"t": m(map[string]types.AttributeValue{"timeout": n("-1")})})), "tools.t.timeout"},
+		{"breaker no threshold", with("breaker", m(map[string]types.AttributeValue{"recovery_timeout": n("5")})), "breaker.failure_threshold"},
+		{"breaker zero threshold", with("breaker", m(map[string]types.AttributeValue{"failure_threshold": n("0")})), "breaker.failure_threshold"},
+		{"breaker unknown field", with("breaker", m(map[string]types.AttributeValue{"failure_threshold": n("2"), "half_open": n("1")})), "breaker.half_open"},
+		{"breaker excluded not list", with("breaker", m(map[string]types.AttributeValue{"failure_threshold": n("2"), "excluded_tools": s("a")})), "breaker.excluded_tools"},
+		{"bad store policy", with("on_store_error", s("ignore")), "on_store_error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,5 +137,31 @@ func TestItemFromJSON(t *testing.T) {
 	}
 	if _, _, err := ItemFromJSON([]byte(`[1]`)); err == nil {
 		t.Error("array accepted as a server definition")
+	}
+}
+
+func TestParseToolsAndBreaker(t *testing.T) {
+	_, srv, err := ItemFromJSON([]byte(`{"server_id":"q","url":"http://h/mcp","timeout":10,"on_store_error":"allow",
+		"tools":{"fetch_quote":{"max_concurrent":2,"timeout":1},"other":{"timeout":3}},
+		"breaker":{"failure_threshold":3,"recovery_timeout":20,"excluded_tools":["health"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.ToolCap("fetch_quote") != 2 || srv.ToolCap("other") != 0 || srv.ToolCap("absent") != 0 {
+		t.Errorf("tool caps = %+v", srv.Tools)
+	}
+	if srv.TimeoutFor("fetch_quote") != time.Second || srv.TimeoutFor("other") != 3*time.Second || srv.TimeoutFor("absent") != 10*time.Second {
+		t.Errorf("tool timeouts = %+v", srv.Tools)
+	}
+	b := srv.Breaker
+	if b == nil || b.FailureThreshold != 3 || b.RecoveryTimeout != 20*time.Second || !b.Covers("fetch_quote") || b.Covers("health") {
+		t.Errorf("breaker = %+v", b)
+	}
+	if srv.OnStoreError != StoreAllow {
+		t.Errorf("on_store_error = %q", srv.OnStoreError)
+	}
+	var none *Breaker
+	if none.Covers("x") {
+		t.Error("a nil breaker covers a tool")
 	}
 }
