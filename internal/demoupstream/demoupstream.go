@@ -256,6 +256,11 @@ func (d *Demo) WaitInFlight(ctx context.Context, n int) error {
 	return d.wait(ctx, func(s Stats) bool { return s.InFlight >= n })
 }
 
+// WaitIdle blocks until no slow_tool call is in flight, or ctx ends.
+func (d *Demo) WaitIdle(ctx context.Context) error {
+	return d.wait(ctx, func(s Stats) bool { return s.InFlight == 0 })
+}
+
 // WaitCalls blocks until at least n slow_tool calls have started since the
 // last reset, or ctx ends.
 func (d *Demo) WaitCalls(ctx context.Context, n int) error {

@@ -55,9 +55,16 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Infrastructure reports whether the failure says the upstream is unwell
-// (timeout, unreachable, broken transport), as opposed to an answer.
+// (timeout, unreachable, broken transport, or its own internal error), as
+// opposed to an answer about the request.
 func (e *Error) Infrastructure() bool {
-	return e.Kind == KindTimeout || e.Kind == KindUnavailable
+	switch e.Kind {
+	case KindTimeout, KindUnavailable:
+		return true
+	case KindRPC:
+		return e.RPC != nil && e.RPC.Code == jsonrpc.CodeInternalError
+	}
+	return false
 }
 
 // localCode reports JSON-RPC codes that the SDK itself produces for a

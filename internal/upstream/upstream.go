@@ -57,7 +57,15 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is reported as the gateway's client version.
 	Version string
+	// CancelGrace is how long a call whose context ended waits, at most,
+	// for its cancellation to reach the upstream before returning, so the
+	// caller frees the call's slot only once the upstream was told to
+	// stop. Zero means DefaultCancelGrace.
+	CancelGrace time.Duration
 }
+
+// DefaultCancelGrace is the default for Options.CancelGrace.
+const DefaultCancelGrace = time.Second
 
 // Pool holds client sessions to upstream servers.
 type Pool struct {
@@ -66,6 +74,7 @@ type Pool struct {
 	maxIdle  int
 	idleTTL  time.Duration
 	toolsTTL time.Duration
+	grace    time.Duration
 	log      *slog.Logger
 
 	mu    sync.Mutex
@@ -106,6 +115,7 @@ func New(opts Options) *Pool {
 		maxIdle:  opts.MaxIdle,
 		idleTTL:  opts.IdleTimeout,
 		toolsTTL: opts.ToolsTTL,
+		grace:    opts.CancelGrace,
 		log:      opts.Logger,
 		idle:     map[string][]*session{},
 		tools:    map[string]*toolList{},
@@ -126,6 +136,9 @@ func New(opts Options) *Pool {
 	}
 	if p.toolsTTL <= 0 {
 		p.toolsTTL = DefaultToolsTTL
+	}
+	if p.grace <= 0 {
+		p.grace = DefaultCancelGrace
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -184,6 +197,7 @@ type limitTransport struct {
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
+	watchCancel(req, err)
 	if err != nil {
 		return nil, err
 	}
@@ -327,15 +341,14 @@ func (p *Pool) checkin(srv *registry.Server, s *session, healthy bool) {
 }
 
 // healthy reports whether a session that returned err may be reused: after
-// success or a JSON-RPC error answer, yes; after a transport failure or a
-// cancelled call, no.
+// success, a JSON-RPC error answer or a cancelled call (the SDK retires the
+// call and tells the upstream), yes; after a transport failure, no.
 func healthy(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return true
 	}
 	var rpcErr *jsonrpc.Error
-	return errors.As(err, &rpcErr) && !localCode(rpcErr.Code) &&
-		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+	return errors.As(err, &rpcErr) && !localCode(rpcErr.Code)
 }
 
 // Do runs fn with a session to srv, exclusive for the call. If the upstream
@@ -376,13 +389,26 @@ func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn fun
 
 // CallTool calls a tool on srv. A tool's own failure is a result with
 // IsError set, not an error.
+//
+// When ctx ends first, CallTool returns once the upstream has received the
+// call's cancellation (or after CancelGrace): a caller that frees a slot
+// on return frees it only after the upstream was told to stop.
 func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *Listener) (*mcp.CallToolResult, error) {
 	var res *mcp.CallToolResult
-	err := p.Do(ctx, srv, l, func(ctx context.Context, cs *mcp.ClientSession) error {
+	wctx, watch := withCancelWatch(ctx)
+	err := p.Do(wctx, srv, l, func(ctx context.Context, cs *mcp.ClientSession) error {
 		var err error
 		res, err = cs.CallTool(ctx, params)
 		return err
 	})
+	if err != nil && ctx.Err() != nil {
+		t := time.NewTimer(p.grace)
+		select {
+		case <-watch.sent:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	return res, err
 }
 

@@ -120,7 +120,7 @@ func TestLostSessionIsReplaced(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
-	_, _, srv := demoServer(t, registry.TransportHTTP)
+	d, _, srv := demoServer(t, registry.TransportHTTP)
 	p := New(Options{})
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -132,6 +132,19 @@ func TestTimeout(t *testing.T) {
 	}
 	if !ue.Infrastructure() {
 		t.Error("timeout is not an infrastructure failure")
+	}
+	// The upstream was told to stop: its call ends long before its 60 s.
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := d.WaitIdle(wctx); err != nil {
+		t.Fatalf("the upstream still runs the timed-out call: %v", err)
+	}
+	// The session survives a cancelled call.
+	if _, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Connects(); n != 1 {
+		t.Errorf("%d sessions, want 1 (kept after the cancelled call)", n)
 	}
 }
 
