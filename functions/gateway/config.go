@@ -22,6 +22,7 @@ type config struct {
 	RegistryCacheTTL time.Duration
 	KeysCacheTTL     time.Duration
 	LeaseMargin      time.Duration
+	LeaseHold        time.Duration
 	MaxBodyBytes     int64
 	// RequestTimeout gives local requests a deadline, as Lambda does.
 	RequestTimeout time.Duration
@@ -70,10 +71,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.RegistryCacheTTL = dur("REGISTRY_CACHE_TTL", 0)
 	c.KeysCacheTTL = dur("KEYS_CACHE_TTL", 0)
 	c.LeaseMargin = dur("LEASE_MARGIN", 0)
+	c.LeaseHold = dur("LEASE_HOLD", 0)
 	c.RequestTimeout = dur("REQUEST_TIMEOUT", 0)
 	c.ClockOffset = dur("GATEWAY_TEST_CLOCK_OFFSET", 0)
 	if c.LeaseMargin < 0 {
 		errs = append(errs, errors.New("LEASE_MARGIN must not be negative"))
+	}
+	if c.LeaseHold < 0 || (c.LeaseHold > 0 && c.LeaseHold < time.Second) {
+		errs = append(errs, errors.New("LEASE_HOLD must be at least 1s"))
 	}
 	if v := getenv("MAX_BODY_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)

@@ -85,38 +85,60 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	if ferr := g.tool(ctx, srv, params.Name); ferr != nil {
 		return nil, ferr
 	}
-
+	timeout := srv.TimeoutFor(params.Name)
+	req, capped := g.leaseRequest(ctx, srv, params.Name, timeout)
 	var ls *lease.Lease
-	callCtx, cancel := g.boundedCtx(ctx, srv.Timeout)
-	defer cancel()
-	if slots := slotsFor(srv); len(slots) > 0 {
-		wait := time.Duration(0)
-		if srv.OnLimit == registry.PolicyQueue {
-			wait = srv.QueueTimeout
-		}
+	if capped {
 		var err error
-		ls, err = g.deps.Limiter.Acquire(ctx, lease.Request{
-			Key:    srv.ID,
-			Slots:  slots,
-			Hold:   srv.Timeout,
-			CallBy: g.callBy(ctx),
-			Wait:   wait,
-		})
+		ls, err = g.deps.Limiter.Acquire(ctx, req)
 		if err != nil {
-			return nil, acquireFault(srv, err)
+			ferr := acquireFault(srv, params.Name, err)
+			if ferr.Code != fault.StoreUnavailable || srv.OnStoreError != registry.StoreAllow || ctx.Err() != nil {
+				return nil, ferr
+			}
+			// The server prefers an uncapped call to none.
+			g.log.Warn("lease store failed; calling without a slot (on_store_error allow)",
+				"request_id", rec.id, "server_id", srv.ID, "tool", rec.tool, "error", err.Error())
+			rec.uncapped = true
+		} else {
+			rec.waited = ls.Waited
+			rec.leaseID = ls.ID()
 		}
-		rec.waited = ls.Waited
-		rec.leaseID = ls.ID()
-		cancel()
-		callCtx, cancel = context.WithDeadline(ctx, ls.CallDeadline)
-		defer cancel()
+	}
+	callEnd := time.Now().Add(timeout)
+	if by := g.callBy(ctx); !by.IsZero() && by.Before(callEnd) {
+		callEnd = by
+	}
+	if ls != nil && req.Hold >= timeout {
+		// The lease was taken for the whole call: the call ends when the
+		// lease says, Margin before it expires.
+		callEnd = ls.CallDeadline
+	}
+	callCtx, cancel := context.WithDeadline(ctx, callEnd)
+	defer cancel()
+	stopGuard := func() {}
+	if ls != nil {
+		callCtx, stopGuard = g.guard(callCtx, ls, callEnd, req.Hold)
 	}
 	res, err := g.deps.Upstream.CallTool(callCtx, srv, params, l)
-	if ls != nil {
-		g.release(ctx, ls)
-	}
+	lost := errors.Is(context.Cause(callCtx), errLeaseLost)
+	stopGuard()
+
+	var ferr *fault.Error
 	if err != nil {
-		return nil, upstreamFault(srv, err)
+		ferr = upstreamFault(srv, err)
+		if lost {
+			ferr = fault.Wrap(err, fault.StoreUnavailable, "the call to server %q was stopped: its slot could not be kept", srv.ID).
+				WithRetryAfter(storeRetryAfter)
+		}
+	}
+	if ls != nil {
+		var ue *upstream.Error
+		failed := errors.As(err, &ue) && ue.Infrastructure() && !lost
+		g.finish(ctx, ls, failed)
+	}
+	if ferr != nil {
+		return nil, ferr
 	}
 	rec.outcome = "ok"
 	if res.IsError {
@@ -125,30 +147,127 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	return res, nil
 }
 
-// release gives the slot back even if the client has gone away. A lease
-// already gone (expired and purged) is logged: its call outlived it.
-func (g *Gateway) release(ctx context.Context, ls *lease.Lease) {
+// leaseRequest says which slots a call of tool on srv takes and whether it
+// takes a lease at all: for the server's cap, the tool's cap, or the
+// tool's breaker. A call with none of those causes no store traffic.
+func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool string, timeout time.Duration) (lease.Request, bool) {
+	var slots []lease.Slot
+	if srv.Capped() {
+		slots = append(slots, lease.Slot{Attr: lease.ServerAttr, Cap: srv.MaxConcurrent})
+	}
+	if c := srv.ToolCap(tool); c > 0 {
+		slots = append(slots, lease.Slot{Attr: lease.ToolAttr(tool), Cap: c})
+	}
+	var br *lease.Breaker
+	if srv.Breaker.Covers(tool) {
+		br = &lease.Breaker{Name: tool, Threshold: srv.Breaker.FailureThreshold, Recovery: srv.Breaker.RecoveryTimeout}
+		if len(slots) == 0 {
+			// No cap: the lease only carries the breaker.
+			slots = append(slots, lease.Slot{Attr: lease.ServerAttr})
+		}
+	}
+	if len(slots) == 0 {
+		return lease.Request{}, false
+	}
+	wait := time.Duration(0)
+	if srv.OnLimit == registry.PolicyQueue {
+		wait = srv.QueueTimeout
+	}
+	return lease.Request{
+		Key:     srv.ID,
+		Slots:   slots,
+		Hold:    min(timeout, g.maxHold),
+		CallBy:  g.callBy(ctx),
+		Wait:    wait,
+		Breaker: br,
+	}, true
+}
+
+// errLeaseLost cancels a call whose lease could not be renewed.
+var errLeaseLost = errors.New("lease lost")
+
+// guard bounds a call by its lease. When the call may outlast the lease, it
+// renews the lease halfway through each hold, and cancels the call (cause
+// errLeaseLost) if the lease is gone or cannot be renewed before it
+// lapses: no call runs on an expired lease. The returned stop function ends
+// the renewals and waits for them.
+func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, callEnd time.Time, hold time.Duration) (context.Context, func()) {
+	if !ls.CallDeadline.Before(callEnd) {
+		// The lease covers the whole call: nothing to renew.
+		return ctx, func() {}
+	}
+	callCtx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := ls.CallDeadline
+		for {
+			t := time.NewTimer(time.Until(deadline.Add(-hold / 2)))
+			select {
+			case <-callCtx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			for {
+				left := time.Until(callEnd)
+				if left <= 0 {
+					return
+				}
+				rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
+				err := ls.Renew(rctx, min(hold, left))
+				rcancel()
+				if err == nil {
+					deadline = ls.CallDeadline
+					break
+				}
+				if errors.Is(err, lease.ErrNotHeld) || !time.Now().Before(deadline) {
+					g.log.Warn("lease lost; stopping the call", "server_id", ls.Key(), "lease", ls.ID(), "error", err.Error())
+					cancel(errLeaseLost)
+					return
+				}
+				// A store hiccup: try again soon, while the lease holds.
+				select {
+				case <-callCtx.Done():
+					return
+				case <-time.After(min(200*time.Millisecond, time.Until(deadline))):
+				}
+			}
+		}
+	}()
+	return callCtx, func() { cancel(nil); <-done }
+}
+
+// finish gives the slot back even if the client has gone away, reporting
+// the call's outcome to the breaker. A lease already gone (expired and
+// purged) is logged: its call outlived it.
+func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, failed bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if err := ls.Release(rctx); err != nil {
+	rec := recordFrom(ctx)
+	tr, err := ls.Finish(rctx, failed)
+	if err != nil {
 		g.log.Warn("release failed; the lease will expire on its own",
-			"request_id", recordFrom(ctx).id, "server_id", ls.Key(), "lease", ls.ID(),
+			"request_id", rec.id, "server_id", ls.Key(), "lease", ls.ID(),
 			"expiry", ls.Expiry, "error", err.Error())
 	}
-}
-
-// slotsFor lists the semaphore slots a call to srv takes.
-func slotsFor(srv *registry.Server) []lease.Slot {
-	if !srv.Capped() {
-		return nil
+	if tr != lease.NoTransition {
+		rec.breaker = string(tr)
+		g.log.Warn("circuit breaker "+string(tr), "request_id", rec.id, "server_id", ls.Key(), "tool", rec.tool)
 	}
-	return []lease.Slot{{Attr: lease.ServerAttr, Cap: srv.MaxConcurrent}}
 }
 
-func acquireFault(srv *registry.Server, err error) *fault.Error {
+func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 	var full *lease.FullError
 	var wt *lease.WaitTimeoutError
+	var open *lease.CircuitOpenError
 	switch {
+	case errors.As(err, &open):
+		return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open", truncate(tool, 128), srv.ID).
+			WithRetryAfter(open.RetryAfter)
+	case errors.As(err, &full) && full.Attr != lease.ServerAttr:
+		return fault.New(fault.AtCapacity, "tool %q of server %q is at capacity (%d calls in flight)", truncate(tool, 128), srv.ID, full.Cap).
+			WithRetryAfter(full.RetryAfter)
 	case errors.As(err, &full):
 		return fault.New(fault.AtCapacity, "server %q is at capacity (%d calls in flight)", srv.ID, full.Cap).
 			WithRetryAfter(full.RetryAfter)
@@ -159,9 +278,13 @@ func acquireFault(srv *registry.Server, err error) *fault.Error {
 		return fault.Wrap(err, fault.QueueTimeout, "the request ended while waiting for a slot on server %q", srv.ID).
 			WithRetryAfter(queueRetryAfter)
 	default:
-		return fault.Wrap(err, fault.StoreUnavailable, "cannot take a slot on server %q right now", srv.ID)
+		return fault.Wrap(err, fault.StoreUnavailable, "cannot take a slot on server %q right now", srv.ID).
+			WithRetryAfter(storeRetryAfter)
 	}
 }
+
+// storeRetryAfter is the hint given with STORE_UNAVAILABLE.
+const storeRetryAfter = time.Second
 
 // maxUpstreamMessage bounds the upstream error text relayed to a client.
 const maxUpstreamMessage = 512

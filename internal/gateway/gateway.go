@@ -34,6 +34,8 @@ const (
 	// releaseTimeout bounds the release write, which runs even when the
 	// client has gone away.
 	releaseTimeout = 2 * time.Second
+	// DefaultMaxLeaseHold is the default for Options.MaxLeaseHold.
+	DefaultMaxLeaseHold = 30 * time.Second
 )
 
 // Authenticator checks a request's Authorization header.
@@ -67,6 +69,10 @@ type Options struct {
 	// AnswerReserve is kept before the request deadline to release the
 	// slot and answer; zero means DefaultAnswerReserve.
 	AnswerReserve time.Duration
+	// MaxLeaseHold is the longest a lease is taken for; a call allowed to
+	// run longer renews its lease while it runs. A shorter hold gives a
+	// crashed instance's slot back sooner. Zero means DefaultMaxLeaseHold.
+	MaxLeaseHold time.Duration
 	// Logger receives one record per request; nil discards them.
 	Logger *slog.Logger
 	// Version is reported by /health.
@@ -87,6 +93,7 @@ type Gateway struct {
 	deps    Deps
 	maxBody int64
 	reserve time.Duration
+	maxHold time.Duration
 	log     *slog.Logger
 	version string
 	reqID   func(*http.Request) string
@@ -100,6 +107,7 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		deps:    deps,
 		maxBody: opts.MaxBodyBytes,
 		reserve: opts.AnswerReserve,
+		maxHold: opts.MaxLeaseHold,
 		log:     opts.Logger,
 		version: opts.Version,
 		reqID:   opts.RequestID,
@@ -109,6 +117,9 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 	}
 	if g.reserve <= 0 {
 		g.reserve = DefaultAnswerReserve
+	}
+	if g.maxHold <= 0 {
+		g.maxHold = DefaultMaxLeaseHold
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -201,6 +212,8 @@ type record struct {
 	cause    error
 	waited   time.Duration
 	leaseID  string
+	breaker  string // a breaker transition this request caused
+	uncapped bool   // the store failed and the call went without a slot
 }
 
 func recordFrom(ctx context.Context) *record {
@@ -294,6 +307,12 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 			}
 			if rec.leaseID != "" {
 				attrs = append(attrs, "lease", rec.leaseID)
+			}
+			if rec.breaker != "" {
+				attrs = append(attrs, "breaker", rec.breaker)
+			}
+			if rec.uncapped {
+				attrs = append(attrs, "uncapped", true)
 			}
 			if rec.cause != nil {
 				attrs = append(attrs, "error", rec.cause.Error())

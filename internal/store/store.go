@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -36,6 +37,12 @@ const (
 	// whose TTL has passed, lazily; the gateway uses it only to clean up
 	// abandoned lease items, never to expire a lease.
 	TTLAttr = "ttl"
+)
+
+// Retry budget of the DynamoDB client.
+const (
+	MaxAttempts = 4
+	MaxBackoff  = 250 * time.Millisecond
 )
 
 // Tables names the gateway's three tables.
@@ -74,8 +81,20 @@ func TablesFromEnv(getenv func(string) string) (Tables, error) {
 // NewClient builds a DynamoDB client from the standard AWS SDK configuration:
 // AWS_REGION, credentials from the usual chain, and AWS_ENDPOINT_URL_DYNAMODB
 // for a local endpoint. Build it once per process and share it.
+//
+// Throttled and failed requests are retried at most MaxAttempts times in
+// all, with jittered backoff capped at MaxBackoff: a hot item sheds load
+// quickly instead of holding callers for the SDK's default 20 s backoff.
 func NewClient(ctx context.Context, optFns ...func(*config.LoadOptions) error) (*dynamodb.Client, error) {
-	cfg, err := config.LoadDefaultConfig(ctx, optFns...)
+	opts := append([]func(*config.LoadOptions) error{
+		config.WithRetryer(func() aws.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = MaxAttempts
+				o.MaxBackoff = MaxBackoff
+			})
+		}),
+	}, optFns...)
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("load aws config: %w", err)
 	}
