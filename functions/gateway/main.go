@@ -63,6 +63,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 		Upstream: pool,
 	}, gateway.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
+		MaxLeaseHold:   cfg.LeaseHold,
 		Logger:         log,
 		Version:        version(),
 		RequestID:      lambdaRequestID,
