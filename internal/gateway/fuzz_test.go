@@ -76,6 +76,12 @@ func FuzzMCPRequest(f *testing.F) {
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
 		`{"jsonrpc":"2.0","id":"s","method":"no/such"}`,
 		`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"demo-echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+		`{"jsonrpc":"2.0","id":7,"method":"resources/list"}`,
+		`{"jsonrpc":"2.0","id":8,"method":"prompts/get"}`,
+		`{"jsonrpc":"2.0","id":9,"method":"resources/read","params":null}`,
+		`{"jsonrpc":"2.0","id":10,"method":"completion/complete"}`,
+		`{"jsonrpc":"2.0","id":11,"method":"logging/setLevel","params":{"level":"loud"}}`,
+		`{"jsonrpc":"2.0","id":12,"method":"resources/subscribe","params":{"uri":"x"}}`,
 		`{"jsonrpc":`, `null`, `"x"`, ``,
 	} {
 		f.Add([]byte(seed), "2025-11-25", false)

