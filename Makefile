@@ -6,11 +6,12 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev test deps tables build build-GatewayFunction vet fmt fuzz bench clean
+.PHONY: help dev test soak deps tables build build-GatewayFunction vet fmt fuzz bench clean
 
 help:
 	@echo "make dev     run the gateway locally (store, tables, demo upstream, dev key) on 127.0.0.1:8080"
 	@echo "make test    run every test (starts and stops its own dynalite and gateways)"
+	@echo "make soak    the fault soak: kills, store outage, stalled upstream, over 6 processes"
 	@echo "make tables  create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point"
 	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
 	@echo "make deps    install the Node packages (dynalite) and Go modules"
@@ -28,6 +29,12 @@ dev: infra/node_modules/.package-lock.json
 test: infra/node_modules/.package-lock.json
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Thousands of calls over six gateway processes with processes killed and
+# restarted, the store stopped and restarted and the upstream stalled
+# (functions/gateway/soak_test.go). SOAK_CALLS and SOAK_PROCS size it.
+soak: infra/node_modules/.package-lock.json
+	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
 
 tables:
 	$(GO) run ./cmd/mcpgate tables create

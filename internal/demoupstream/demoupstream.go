@@ -35,8 +35,8 @@ type Demo struct {
 	calls    int
 	gates    map[string]chan struct{}
 	barriers map[chan struct{}]int // waiting calls → in-flight count they wait for
-	// hang makes slow_tool calls that start while it is set wait their
-	// full ms, ignoring until_in_flight and gates (fault injection).
+	// hang makes slow_tool calls that start while it is set hold until
+	// cancelled, ignoring their arguments (fault injection).
 	hang bool
 }
 
@@ -137,7 +137,9 @@ func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) 
 	}
 	var gate, barrier chan struct{}
 	if d.hang {
+		// A stalled backend: the call holds until it is cancelled.
 		in.UntilInFlight, in.Gate = 0, ""
+		sleep = MaxSleep
 	} else if in.Gate != "" {
 		gate = d.gateLocked(in.Gate)
 	}
@@ -223,9 +225,8 @@ func (d *Demo) OpenGate(name string) {
 	}
 }
 
-// SetHang makes slow_tool calls that start from now on ignore
-// until_in_flight and gates, holding each for its whole ms: a stalled
-// backend.
+// SetHang makes slow_tool calls that start from now on hold until they are
+// cancelled (or MaxSleep), whatever their arguments: a stalled backend.
 func (d *Demo) SetHang(hang bool) {
 	d.mu.Lock()
 	d.hang = hang

@@ -1,0 +1,207 @@
+package main
+
+// Fleet-wide resilience: per-tool caps, the shared circuit breaker and its
+// single half-open probe, and what clock skew does to the guarantee, each
+// across several gateway OS processes.
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// breakerOpenUntil reads when the breaker of tool on "demo" reopens.
+func (f *fleet) breakerOpenUntil(tool string) time.Time {
+	f.t.Helper()
+	out, err := f.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(f.env.Tables.Leases),
+		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "demo"}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	n, ok := out.Item["breaker_open_until:"+tool].(*types.AttributeValueMemberN)
+	if !ok {
+		return time.Time{}
+	}
+	ms, _ := strconv.ParseInt(n.Value, 10, 64)
+	return time.UnixMilli(ms)
+}
+
+func waitFor(t *testing.T, what string, wait func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := wait(ctx); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestFleetStalledTool is the seed scenario: a stalled tool (cap 2,
+// timeout 1 s, each call sleeping 5 s) flooded with 8 calls over 3
+// processes while a healthy tool of the same server is called.
+func TestFleetStalledTool(t *testing.T) {
+	f := newFleet(t, 3)
+	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 10, "on_limit": "shed",
+		"tools":   map[string]any{"slow_tool": map[string]any{"max_concurrent": 2, "timeout": 1}},
+		"breaker": map[string]any{"failure_threshold": 2, "recovery_timeout": 30}})
+
+	stalled := make(chan outcome, 2)
+	for i := range 2 {
+		go func() { stalled <- f.slow(i, map[string]any{"ms": 5000}) }()
+	}
+	waitFor(t, "2 stalled calls", func(ctx context.Context) error { return f.demo.WaitInFlight(ctx, 2) })
+
+	// The other 6 of the 8 are shed at once, with a retryable error.
+	var wg sync.WaitGroup
+	shed := make([]outcome, 6)
+	for i := range shed {
+		wg.Go(func() { shed[i] = f.slow(i, map[string]any{"ms": 5000}) })
+	}
+	healthy := f.call(2, "echo", map[string]any{"text": "still here"})
+	wg.Wait()
+	for i, o := range shed {
+		if o.status != http.StatusTooManyRequests || o.fault.Code != fault.AtCapacity || !o.fault.Retryable {
+			t.Errorf("flood call %d: %d %s, want 429 AT_CAPACITY", i, o.status, o.body)
+		}
+	}
+	if healthy.status != http.StatusOK {
+		t.Errorf("healthy tool during the flood: %d %s", healthy.status, healthy.body)
+	}
+
+	// The 2 that ran time out, and that opens the breaker fleet-wide.
+	for range 2 {
+		if o := <-stalled; o.status != http.StatusGatewayTimeout || o.fault.Code != fault.UpstreamTimeout {
+			t.Errorf("stalled call: %d %s, want 504 UPSTREAM_TIMEOUT", o.status, o.body)
+		}
+	}
+	// The gateways told the upstream to stop them: it goes idle long
+	// before the calls' 5 s.
+	idle := time.Now()
+	waitFor(t, "the upstream to drop the timed-out calls", f.demo.WaitIdle)
+	t.Logf("upstream idle %v after the timeouts", time.Since(idle).Round(time.Millisecond))
+	calls := f.demo.Stats().Calls
+	for i := range f.gws {
+		start := time.Now()
+		o := f.slow(i, map[string]any{"ms": 0})
+		if o.status != http.StatusServiceUnavailable || o.fault.Code != fault.CircuitOpen || o.header.Get("Retry-After") == "" {
+			t.Errorf("process %d after the breaker opened: %d %s, want 503 CIRCUIT_OPEN with Retry-After", i, o.status, o.body)
+		}
+		t.Logf("process %d refused in %v (tool timeout 1s)", i, time.Since(start).Round(time.Millisecond))
+	}
+	if got := f.demo.Stats().Calls; got != calls {
+		t.Errorf("%d calls reached the stalled tool through the open breaker", got-calls)
+	}
+	if p := f.demo.Stats().Peak; p > 2 {
+		t.Errorf("the stalled tool saw %d calls at once, cap 2", p)
+	}
+	// Other tools of the server still answer.
+	if o := f.call(0, "echo", map[string]any{"text": "x"}); o.status != http.StatusOK {
+		t.Errorf("healthy tool with the breaker open: %d %s", o.status, o.body)
+	}
+}
+
+// TestFleetHalfOpenProbe: after the recovery time, many callers on several
+// processes, and exactly one probe reaches the upstream.
+func TestFleetHalfOpenProbe(t *testing.T) {
+	f := newFleet(t, 3)
+	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 20,
+		"tools":   map[string]any{"slow_tool": map[string]any{"timeout": 0.3}},
+		"breaker": map[string]any{"failure_threshold": 1, "recovery_timeout": 1}})
+	if o := f.slow(0, map[string]any{"ms": 5000}); o.fault.Code != fault.UpstreamTimeout {
+		t.Fatalf("opening call: %d %s", o.status, o.body)
+	}
+	openUntil := f.breakerOpenUntil("slow_tool")
+	if openUntil.IsZero() {
+		t.Fatal("the breaker did not open")
+	}
+	// Give the probe time to be held while the others arrive.
+	testkit.UpdateServer(t, f.env, "demo", "tools", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		"slow_tool": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"timeout": &types.AttributeValueMemberN{Value: "30"}}},
+	}})
+	time.Sleep(time.Until(openUntil) + 400*time.Millisecond) // recovery time, and the 200 ms registry cache
+	f.demo.Reset()
+
+	const callers = 12
+	results := make(chan outcome, callers)
+	for i := range callers {
+		go func() { results <- f.slow(i, map[string]any{"ms": 30000, "gate": "probe"}) }()
+	}
+	waitFor(t, "the probe", func(ctx context.Context) error { return f.demo.WaitCalls(ctx, 1) })
+	// The probe is held at its gate: every other caller can only come back
+	// by being refused. A second call let through would hang here.
+	timeout := time.After(time.Minute)
+	for range callers - 1 {
+		select {
+		case o := <-results:
+			if o.status != http.StatusServiceUnavailable || o.fault.Code != fault.CircuitOpen {
+				t.Errorf("caller during the probe: %d %s, want 503 CIRCUIT_OPEN", o.status, o.body)
+			}
+		case <-timeout:
+			t.Fatalf("callers still waiting while the probe runs; upstream saw %d calls", f.demo.Stats().Calls)
+		}
+	}
+	if calls := f.demo.Stats().Calls; calls != 1 {
+		t.Errorf("upstream saw %d calls while half-open, want exactly 1 probe", calls)
+	}
+	f.demo.OpenGate("probe")
+	if o := <-results; o.status != http.StatusOK {
+		t.Errorf("probe: %d %s", o.status, o.body)
+	}
+	// The probe's success closed the breaker for everyone.
+	if o := f.slow(1, map[string]any{"ms": 0}); o.status != http.StatusOK {
+		t.Errorf("after the probe: %d %s", o.status, o.body)
+	}
+}
+
+// TestFleetClockSkew shows the margin's effect. Instance A holds the only
+// slot for a call that times out after 3 s; its lease expires 3 s + 1 s
+// margin after it was taken, by A's clock. Instance B's clock is offset
+// by GATEWAY_TEST_CLOCK_OFFSET. Within the margin, B never reaches the
+// upstream while A's call runs; beyond it, B purges A's lease early and
+// the upstream sees 2 calls at once: exactly the README's guarantee.
+func TestFleetClockSkew(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		offset   string
+		wantPeak int
+	}{
+		{"within margin", "500ms", 1},
+		{"beyond margin", "3s", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := storetest.NewEnv(t)
+			f := &fleet{t: t, env: env, demo: testkit.StartDemo(t), key: testkit.PutKey(t, env, "*")}
+			common := []string{"LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=200ms"}
+			f.gws = []*testkit.Gateway{
+				testkit.StartGateway(t, env, common...),
+				testkit.StartGateway(t, env, append(common, "GATEWAY_TEST_CLOCK_OFFSET="+tc.offset)...),
+			}
+			f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "timeout": 3, "queue_timeout": 30})
+			a := make(chan outcome, 1)
+			go func() { a <- f.slow(0, map[string]any{"ms": 60000, "gate": "never"}) }()
+			waitFor(t, "A's call", func(ctx context.Context) error { return f.demo.WaitInFlight(ctx, 1) })
+			b := f.slow(1, map[string]any{"ms": 0})
+			if b.status != http.StatusOK {
+				t.Fatalf("B: %d %s", b.status, b.body)
+			}
+			<-a
+			if p := f.demo.Stats().Peak; p != tc.wantPeak {
+				t.Errorf("clock offset %s: upstream peak %d, want %d", tc.offset, p, tc.wantPeak)
+			}
+		})
+	}
+}

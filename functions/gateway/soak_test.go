@@ -1,0 +1,230 @@
+package main
+
+// The soak: thousands of calls over six gateway processes while processes
+// are killed (-9) and restarted, the store goes away and comes back, and
+// the upstream stalls. It runs with `make soak` (MCPGATE_SOAK=1), which
+// .ci/run also runs; SOAK_CALLS and SOAK_PROCS change its size.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// soakFleet is a set of gateway slots whose processes can be replaced.
+type soakFleet struct {
+	t     *testing.T
+	env   *storetest.Env
+	extra []string
+	mu    sync.Mutex
+	gws   []*testkit.Gateway
+}
+
+func (s *soakFleet) pick(i int) *testkit.Gateway {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gws[i%len(s.gws)]
+}
+
+// replace kills slot i's process with SIGKILL and starts a new one.
+func (s *soakFleet) replace(i int) {
+	s.mu.Lock()
+	old := s.gws[i]
+	s.mu.Unlock()
+	old.Kill()
+	g := testkit.StartGateway(s.t, s.env, s.extra...)
+	s.mu.Lock()
+	s.gws[i] = g
+	s.mu.Unlock()
+}
+
+// allowed are the codes a call may end with under faults: each says what
+// happened and whether to retry.
+var allowed = map[fault.Code]bool{
+	fault.AtCapacity: true, fault.QueueTimeout: true, fault.CircuitOpen: true,
+	fault.UpstreamTimeout: true, fault.UpstreamError: true, fault.StoreUnavailable: true,
+}
+
+func TestSoak(t *testing.T) {
+	if os.Getenv("MCPGATE_SOAK") == "" {
+		t.Skip("the soak runs with `make soak` (MCPGATE_SOAK=1)")
+	}
+	const cap = 3
+	total, procs, workers := envInt("SOAK_CALLS", 2000), envInt("SOAK_PROCS", 6), 24
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	key := testkit.PutKey(t, env, "*")
+	proxy := testkit.NewProxy(t, strings.TrimPrefix(env.Endpoint, "http://"))
+	testkit.PutServer(t, env, map[string]any{
+		"server_id": "demo", "url": demo.URL, "max_concurrent_requests": cap, "timeout": 2, "queue_timeout": 3,
+		"breaker": map[string]any{"failure_threshold": 4, "recovery_timeout": 1, "excluded_tools": []any{"echo"}},
+	})
+	fl := &soakFleet{t: t, env: env, extra: []string{
+		"LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=500ms", "AWS_ENDPOINT_URL_DYNAMODB=http://" + proxy.Addr,
+	}}
+	fl.gws = make([]*testkit.Gateway, procs)
+	var wg sync.WaitGroup
+	for i := range procs {
+		wg.Go(func() { fl.gws[i] = testkit.StartGateway(t, env, fl.extra...) })
+	}
+	wg.Wait()
+
+	var (
+		done, died, next atomic.Int64
+		mu               sync.Mutex
+		counts           = map[string]int{}
+		failures         []string
+	)
+	note := func(outcome string) {
+		mu.Lock()
+		counts[outcome]++
+		mu.Unlock()
+	}
+	fail := func(msg string) {
+		mu.Lock()
+		failures = append(failures, msg)
+		mu.Unlock()
+	}
+
+	// Faults, triggered by progress: a kill -9 and restart every eighth of
+	// the run, the store away for 1.5 s at a third, the upstream stalled
+	// for 3 s at two thirds.
+	progress := make(chan int64, 1024)
+	chaos := make(chan struct{})
+	go func() {
+		defer close(chaos)
+		killEvery := int64(total / 8)
+		nextKill, storeDone, hangDone := killEvery, false, false
+		for n := range progress {
+			switch {
+			case n >= nextKill && n < int64(total)-killEvery/2:
+				nextKill += killEvery
+				slot := rand.IntN(procs)
+				fl.replace(slot)
+				note("(fault) process killed and restarted")
+			case !storeDone && n >= int64(total/3):
+				storeDone = true
+				proxy.Stop()
+				time.Sleep(1500 * time.Millisecond) // the outage itself
+				proxy.Start(t)
+				note("(fault) store stopped and restarted")
+			case !hangDone && n >= int64(2*total/3):
+				hangDone = true
+				demo.SetHang(true)
+				time.Sleep(3 * time.Second) // the stall itself
+				demo.SetHang(false)
+				note("(fault) upstream hung for 3s")
+			}
+		}
+	}()
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				i := next.Add(1)
+				if i > int64(total) {
+					return
+				}
+				tool, args := "slow_tool", map[string]any{"ms": rng.IntN(40)}
+				if rng.IntN(5) == 0 {
+					tool, args = "echo", map[string]any{"text": "soak"}
+				}
+				gw := fl.pick(rng.IntN(procs))
+				callStart := time.Now()
+				ctx, cancel := context.WithCancel(context.Background())
+				r, err := testkit.Post(ctx, gw.URL+"/mcp-rest/tools/call", key, map[string]any{"server_id": "demo", "name": tool, "arguments": args})
+				cancel()
+				switch {
+				case err != nil && errors.Is(err, context.DeadlineExceeded) || err != nil && strings.Contains(err.Error(), "Client.Timeout"):
+					fail(fmt.Sprintf("call %d hung past %v", i, client.Timeout))
+				case err != nil:
+					// The process serving it was killed.
+					died.Add(1)
+					note("(transport) gateway process died mid-call")
+				case r.Status == http.StatusOK:
+					note("ok")
+				default:
+					o := parseOutcome(t, r)
+					if !allowed[o.fault.Code] || o.fault.Code.Status() != r.Status || !o.fault.Retryable {
+						fail(fmt.Sprintf("call %d: %d %s", i, r.Status, r.Body))
+					} else {
+						note(string(o.fault.Code))
+					}
+					// A well-behaved client waits as told (here at most
+					// 300 ms) before its next call.
+					if ms := o.fault.RetryAfterMS; ms > 0 {
+						time.Sleep(min(time.Duration(ms)*time.Millisecond, 300*time.Millisecond))
+					}
+				}
+				if took := time.Since(callStart); took > 20*time.Second {
+					fail(fmt.Sprintf("call %d took %v", i, took))
+				}
+				select {
+				case progress <- done.Add(1):
+				default:
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(progress)
+	<-chaos
+	elapsed := time.Since(start)
+
+	// Let every lease of a killed process expire, then one call per
+	// process: its release removes leases whose holders died.
+	time.Sleep(2*time.Second + time.Second + 500*time.Millisecond) // timeout + margin, and slack
+	for i := range procs {
+		r, err := testkit.Post(context.Background(), fl.pick(i).URL+"/mcp-rest/tools/call", key,
+			map[string]any{"server_id": "demo", "name": "slow_tool", "arguments": map[string]any{"ms": 0}})
+		if err != nil || r.Status != http.StatusOK {
+			t.Errorf("call after the soak via process %d: %v %d %s", i, err, r.Status, r.Body)
+		}
+	}
+	left := testkit.LeaseCount(t, env, "demo", lease.ServerAttr)
+
+	var lines []string
+	for k, v := range counts {
+		lines = append(lines, fmt.Sprintf("  %-40s %d", k, v))
+	}
+	sort.Strings(lines)
+	t.Logf("soak: %d calls over %d processes (%d workers) in %v; upstream peak %d (cap %d); %d leases left\n%s",
+		total, procs, workers, elapsed.Round(time.Millisecond), demo.Stats().Peak, cap, left, strings.Join(lines, "\n"))
+	for _, f := range failures {
+		t.Error(f)
+	}
+	if p := demo.Stats().Peak; p > cap {
+		t.Errorf("the upstream saw %d calls at once, cap %d", p, cap)
+	}
+	if counts["ok"] == 0 {
+		t.Error("no call succeeded")
+	}
+	if left != 0 {
+		t.Errorf("%d leases left in the item after the run", left)
+	}
+}
