@@ -28,6 +28,9 @@ type config struct {
 	RequestTimeout time.Duration
 	// AllowedOrigins are the browser origins trusted to call cross-origin.
 	AllowedOrigins []string
+	// Metrics turns on the CloudWatch EMF records on stdout (EMF_METRICS;
+	// on under Lambda, off elsewhere, by default).
+	Metrics bool
 	// ClockOffset shifts the wall clock used for lease expiries: a test
 	// hook to simulate clock skew between instances. Never set it in
 	// production.
@@ -86,6 +89,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 			errs = append(errs, fmt.Errorf("MAX_BODY_BYTES=%q is not a positive integer", v))
 		}
 		c.MaxBodyBytes = n
+	}
+	switch strings.ToLower(getenv("EMF_METRICS")) {
+	case "":
+		c.Metrics = c.Lambda
+	case "on", "true", "1":
+		c.Metrics = true
+	case "off", "false", "0":
+	default:
+		errs = append(errs, fmt.Errorf("EMF_METRICS=%q: use on or off", getenv("EMF_METRICS")))
 	}
 	for o := range strings.SplitSeq(getenv("ALLOWED_ORIGINS"), ",") {
 		if o = strings.TrimSpace(o); o != "" {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -195,6 +196,28 @@ func TestLambdaBootstrap(t *testing.T) {
 	}
 	if n := testkit.LeaseCount(t, env, "demo", "leases"); n != 0 {
 		t.Errorf("%d leases left after the invocation", n)
+	}
+	// The call's EMF record was written (to stdout, hence CloudWatch Logs)
+	// before the invocation ended.
+	e.mu.Lock()
+	logs := e.logs.String()
+	e.mu.Unlock()
+	found := false
+	for line := range strings.SplitSeq(logs, "\n") {
+		if !strings.Contains(line, `"_aws"`) {
+			continue
+		}
+		rec, err := metrics.Parse([]byte(line))
+		if err != nil {
+			t.Errorf("invalid EMF record %s: %v", line, err)
+			continue
+		}
+		if tool, _ := rec.String(metrics.DimTool); tool == "echo" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no EMF record for the call in the function's output:\n%s", logs)
 	}
 
 	denied := e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": "mcpg_not-a-real-key-0000000000"})

@@ -25,6 +25,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/upstream"
@@ -56,11 +57,13 @@ func run(ctx context.Context, getenv func(string) string) error {
 	})
 	pool := upstream.New(upstream.Options{Logger: log, Version: version()})
 	defer pool.Close()
+	em := metrics.New(os.Stdout, metrics.Options{Disabled: !cfg.Metrics})
 	gw, err := gateway.New(gateway.Deps{
 		Auth:     auth.New(db, cfg.Tables.Keys, auth.Options{CacheTTL: cfg.KeysCacheTTL}),
 		Registry: registry.New(db, cfg.Tables.Servers, registry.Options{CacheTTL: cfg.RegistryCacheTTL}),
 		Limiter:  limiter,
 		Upstream: pool,
+		Metrics:  em,
 	}, gateway.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxLeaseHold:   cfg.LeaseHold,
@@ -78,9 +81,12 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if cfg.Lambda {
 		// Response streaming lets MCP progress notifications reach the
 		// agent while a tool runs; plain JSON answers stream as one chunk.
-		lambdaurl.Start(handler)
+		// The invocation may be frozen once it answers: its metrics are
+		// written before it does.
+		lambdaurl.Start(flushAfter(handler, em))
 		return nil
 	}
+	defer em.Close(context.Background())
 	if cfg.RequestTimeout > 0 {
 		handler = withTimeout(handler, cfg.RequestTimeout)
 	}
@@ -115,6 +121,17 @@ func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) e
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// flushAfter writes the request's queued metrics before the invocation
+// ends (bounded, so a stuck stdout cannot hold it).
+func flushAfter(h http.Handler, em *metrics.Emitter) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 50*time.Millisecond)
+		defer cancel()
+		_ = em.Flush(ctx)
+	})
 }
 
 // withTimeout gives every request a deadline, as Lambda does.

@@ -13,6 +13,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -79,15 +80,19 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 
 // callTool runs one tool call through the semaphore. A tool's own failure
 // is a result with IsError; every other failure is a fault.
-func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (*mcp.CallToolResult, *fault.Error) {
+func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.tool = truncate(params.Name, 128)
 	if ferr := g.tool(ctx, srv, params.Name); ferr != nil {
 		return nil, ferr
 	}
+	// From here the tool is known to exist: it may name a metric
+	// dimension without letting callers create unbounded ones.
+	start := time.Now()
+	var ls *lease.Lease
+	defer func() { g.emitCall(rec.id, srv, params.Name, start, ls, res, ferr) }()
 	timeout := srv.TimeoutFor(params.Name)
 	req, capped := g.leaseRequest(ctx, srv, params.Name, timeout)
-	var ls *lease.Lease
 	if capped {
 		var err error
 		ls, err = g.deps.Limiter.Acquire(ctx, req)
@@ -100,6 +105,7 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 			g.log.Warn("lease store failed; calling without a slot (on_store_error allow)",
 				"request_id", rec.id, "server_id", srv.ID, "tool", rec.tool, "error", err.Error())
 			rec.uncapped = true
+			ls = nil
 		} else {
 			rec.waited = ls.Waited
 			rec.leaseID = ls.ID()
@@ -124,7 +130,6 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	lost := errors.Is(context.Cause(callCtx), errLeaseLost)
 	stopGuard()
 
-	var ferr *fault.Error
 	if err != nil {
 		ferr = upstreamFault(srv, err)
 		if lost {
@@ -254,7 +259,68 @@ func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, failed bool) {
 	if tr != lease.NoTransition {
 		rec.breaker = string(tr)
 		g.log.Warn("circuit breaker "+string(tr), "request_id", rec.id, "server_id", ls.Key(), "tool", rec.tool)
+		from, to := "closed", "open"
+		switch tr {
+		case lease.Closed:
+			from, to = "half_open", "closed"
+		case lease.Reopened:
+			from = "half_open"
+		}
+		_ = g.deps.Metrics.BreakerTransition(ls.Key(), rec.tool, from, to)
 	}
+}
+
+// storeStatsEvery is how often the limiter's counters are emitted.
+const storeStatsEvery = time.Minute
+
+// emitCall writes the call's EMF record and, once a minute, the limiter's
+// store counters since the last time.
+func (g *Gateway) emitCall(requestID string, srv *registry.Server, tool string, start time.Time, ls *lease.Lease, res *mcp.CallToolResult, ferr *fault.Error) {
+	m := g.deps.Metrics
+	if m == nil {
+		return
+	}
+	c := metrics.Call{ServerID: srv.ID, Tool: tool, Latency: time.Since(start), Outcome: "ok", RequestID: requestID}
+	if ls != nil {
+		c.QueueWait, c.LeaseID = ls.Waited, ls.ID()
+		c.InFlightAfterAcquire, c.InFlightKnown = ls.InFlight, true
+	}
+	switch {
+	case ferr != nil:
+		c.Outcome = string(ferr.Code)
+		c.Shed = ferr.Code == fault.AtCapacity
+		c.QueueTimeout = ferr.Code == fault.QueueTimeout
+		c.CircuitOpen = ferr.Code == fault.CircuitOpen
+		c.StoreError = ferr.Code == fault.StoreUnavailable
+		c.UpstreamTimeout = ferr.Code == fault.UpstreamTimeout
+		c.UpstreamError = ferr.Code == fault.UpstreamError
+	case res != nil && res.IsError:
+		c.Outcome = "tool_error"
+	}
+	_ = m.Call(c)
+
+	if g.deps.Limiter == nil {
+		return
+	}
+	g.statsMu.Lock()
+	defer g.statsMu.Unlock()
+	now := time.Now()
+	if g.statsAt.IsZero() {
+		g.statsAt, g.statsLast = now, g.deps.Limiter.Stats()
+		return
+	}
+	if now.Sub(g.statsAt) < storeStatsEvery {
+		return
+	}
+	cur := g.deps.Limiter.Stats()
+	last := g.statsLast
+	g.statsAt, g.statsLast = now, cur
+	_ = m.StoreStats(metrics.StoreStats{
+		Calls:        (cur.Acquired + cur.Shed + cur.WaitTimeouts + cur.CircuitOpen) - (last.Acquired + last.Shed + last.WaitTimeouts + last.CircuitOpen),
+		Writes:       cur.Writes - last.Writes,
+		FailedWrites: cur.FailedWrites - last.FailedWrites,
+		Reads:        cur.Reads - last.Reads,
+	})
 }
 
 func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {

@@ -16,11 +16,13 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -60,6 +62,9 @@ type Deps struct {
 	Registry Registry
 	Limiter  *lease.Limiter
 	Upstream *upstream.Pool
+	// Metrics receives one EMF record per tool call and per breaker
+	// change; nil emits none.
+	Metrics *metrics.Emitter
 }
 
 // Options configures a Gateway. The zero value means defaults.
@@ -99,6 +104,11 @@ type Gateway struct {
 	reqID   func(*http.Request) string
 	mcp     mcpHandlers
 	origins *http.CrossOriginProtection
+	// storeStats is when the limiter's counters were last emitted, and
+	// what they were.
+	statsMu   sync.Mutex
+	statsAt   time.Time
+	statsLast lease.Stats
 }
 
 // New returns a Gateway. It fails only on an invalid AllowedOrigins entry.

@@ -16,6 +16,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -106,6 +107,12 @@ func TestToolErrorsDoNotOpenTheBreaker(t *testing.T) {
 // newGateway builds a gateway on h's store with its own limiter and options.
 func (h *harness) newGateway(lim *lease.Limiter, opts Options) string {
 	h.t.Helper()
+	return h.newGatewayWith(lim, nil, opts)
+}
+
+// newGatewayWith is newGateway with a metrics emitter.
+func (h *harness) newGatewayWith(lim *lease.Limiter, em *metrics.Emitter, opts Options) string {
+	h.t.Helper()
 	pool := upstream.New(upstream.Options{})
 	h.t.Cleanup(pool.Close)
 	opts.Logger = slog.New(slog.NewJSONHandler(h.logs, nil))
@@ -114,6 +121,7 @@ func (h *harness) newGateway(lim *lease.Limiter, opts Options) string {
 		Registry: registry.New(h.env.Client, h.env.Tables.Servers, registry.Options{CacheTTL: -1}),
 		Limiter:  lim,
 		Upstream: pool,
+		Metrics:  em,
 	}, opts)
 	if err != nil {
 		h.t.Fatal(err)

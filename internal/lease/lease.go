@@ -219,6 +219,10 @@ type Lease struct {
 	CallDeadline time.Time
 	// Waited is how long Acquire spent before the lease was granted.
 	Waited time.Duration
+	// InFlight is how many leases the first slot held right after this
+	// one was granted, this one included (leases expired but not yet
+	// purged count too).
+	InFlight int
 
 	breaker *Breaker
 	probe   bool
@@ -470,16 +474,23 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 		ExpressionAttributeNames:            b.names,
 		ExpressionAttributeValues:           b.values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		// The item after the write tells how many are in flight; it costs
+		// no capacity, only response bytes.
+		ReturnValues: types.ReturnValueAllNew,
 	}
 	l.stats.writes.Add(1)
-	_, err := l.db.UpdateItem(ctx, in)
+	out, err := l.db.UpdateItem(ctx, in)
 	if err == nil {
 		purged := len(removes)
 		l.stats.purged.Add(int64(purged))
 		if a.probe {
 			l.stats.probes.Add(1)
 		}
-		return a.lease(exp, localNow.Add(hold)), nil, nil
+		ls := a.lease(exp, localNow.Add(hold))
+		if m, ok := out.Attributes[a.req.Slots[0].Attr].(*types.AttributeValueMemberM); ok {
+			ls.InFlight = len(m.Value)
+		}
+		return ls, nil, nil
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {

@@ -390,3 +390,14 @@ func TestBadRequests(t *testing.T) {
 		}
 	}
 }
+
+func TestInFlightAfterAcquire(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	req := Request{Key: "srv", Slots: serverSlot(5), Hold: time.Minute}
+	for want := 1; want <= 3; want++ {
+		if got := acquire(t, l, req).InFlight; got != want {
+			t.Errorf("lease %d: InFlight = %d", want, got)
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package metrics
+
+import "time"
+
+// Member names of the gateway's records.
+const (
+	DimServerID = "ServerID"
+	DimTool     = "Tool"
+
+	MetricLatency           = "Latency"
+	MetricQueueWait         = "QueueWait"
+	MetricInFlight          = "InFlight"
+	MetricShed              = "Shed"
+	MetricQueueTimeout      = "QueueTimeout"
+	MetricCircuitOpen       = "CircuitOpen"
+	MetricStoreError        = "StoreError"
+	MetricUpstreamTimeout   = "UpstreamTimeout"
+	MetricUpstreamError     = "UpstreamError"
+	MetricBreakerTransition = "BreakerTransition"
+
+	PropOutcome   = "Outcome"
+	PropRequestID = "RequestID"
+	PropLeaseID   = "LeaseID"
+	PropFrom      = "From"
+	PropTo        = "To"
+)
+
+var (
+	serverSets     = [][]string{{DimServerID}}
+	serverToolSets = [][]string{{DimServerID}, {DimServerID, DimTool}}
+)
+
+// Call is what one tool call's record says. It has no field for keys, key
+// hashes, arguments or results, on purpose: records are logs.
+type Call struct {
+	// ServerID is the server called (required): dimension of both sets.
+	ServerID string
+	// Tool is the tool called: dimension of the [ServerID, Tool] set.
+	// Empty (refused before the tool was known) writes only [ServerID].
+	Tool string
+	// Outcome is a property: "ok", "tool_error", or the fault code.
+	Outcome string
+	// Latency is the call's whole time in the gateway: metric Latency in
+	// milliseconds, always written.
+	Latency time.Duration
+	// QueueWait is the time spent taking a slot: metric QueueWait in
+	// milliseconds, always written (zero when uncapped or refused at once).
+	QueueWait time.Duration
+	// InFlightAfterAcquire is the server's calls in flight, this one
+	// included, right after the slot was taken: metric InFlight (Count),
+	// written only when InFlightKnown.
+	InFlightAfterAcquire int
+	// InFlightKnown says InFlightAfterAcquire was measured.
+	InFlightKnown bool
+	// Each flag set writes its metric (Count) with value 1; unset ones are
+	// left out. Shed: refused at capacity (AT_CAPACITY). QueueTimeout: no
+	// slot within the wait (QUEUE_TIMEOUT). CircuitOpen: the breaker
+	// refused. StoreError: the lease store failed (STORE_UNAVAILABLE).
+	// UpstreamTimeout and UpstreamError: the upstream call failed so.
+	Shed, QueueTimeout, CircuitOpen, StoreError, UpstreamTimeout, UpstreamError bool
+	// RequestID and LeaseID are properties, left out when empty.
+	RequestID, LeaseID string
+}
+
+// Call writes the record of one tool call. Errors are as for Emit; the
+// call path may ignore them, as they are counted in Stats.
+func (e *Emitter) Call(c Call) error {
+	if e == nil || e.off {
+		return nil
+	}
+	dims := [2]Dimension{{DimServerID, c.ServerID}, {DimTool, c.Tool}}
+	en := Entry{Dimensions: dims[:], Sets: serverToolSets}
+	if c.Tool == "" {
+		en.Dimensions, en.Sets = dims[:1], serverSets
+	}
+	var ms [9]Metric
+	m := append(ms[:0],
+		Metric{MetricLatency, Milliseconds, millis(c.Latency)},
+		Metric{MetricQueueWait, Milliseconds, millis(c.QueueWait)})
+	if c.InFlightKnown {
+		m = append(m, Metric{MetricInFlight, Count, float64(c.InFlightAfterAcquire)})
+	}
+	for _, f := range [...]struct {
+		on   bool
+		name string
+	}{
+		{c.Shed, MetricShed},
+		{c.QueueTimeout, MetricQueueTimeout},
+		{c.CircuitOpen, MetricCircuitOpen},
+		{c.StoreError, MetricStoreError},
+		{c.UpstreamTimeout, MetricUpstreamTimeout},
+		{c.UpstreamError, MetricUpstreamError},
+	} {
+		if f.on {
+			m = append(m, Metric{f.name, Count, 1})
+		}
+	}
+	en.Metrics = m
+	var ps [3]Property
+	p := ps[:0]
+	for _, q := range [...]Property{{PropOutcome, c.Outcome}, {PropRequestID, c.RequestID}, {PropLeaseID, c.LeaseID}} {
+		if q.Value != "" {
+			p = append(p, q)
+		}
+	}
+	en.Properties = p
+	return e.Emit(en)
+}
+
+// BreakerTransition writes the record of a circuit breaker changing state
+// (for example from "closed" to "open"): metric BreakerTransition (Count 1),
+// properties From and To, dimension sets [ServerID] and [ServerID, Tool]
+// (only [ServerID] when tool is empty).
+func (e *Emitter) BreakerTransition(serverID, tool, from, to string) error {
+	if e == nil || e.off {
+		return nil
+	}
+	dims := [2]Dimension{{DimServerID, serverID}, {DimTool, tool}}
+	en := Entry{Dimensions: dims[:], Sets: serverToolSets}
+	if tool == "" {
+		en.Dimensions, en.Sets = dims[:1], serverSets
+	}
+	ms := [1]Metric{{MetricBreakerTransition, Count, 1}}
+	ps := [2]Property{{PropFrom, from}, {PropTo, to}}
+	en.Metrics, en.Properties = ms[:], ps[:]
+	return e.Emit(en)
+}
+
+// StoreStats are the lease store's operations over an interval: the
+// difference of two lease.Limiter Stats, and the tool calls served in it.
+type StoreStats struct {
+	// Calls is the tool calls that went through the limiter.
+	Calls int64
+	// Writes, FailedWrites and Reads are the limiter's UpdateItem calls,
+	// those whose condition failed, and its GetItem calls.
+	Writes, FailedWrites, Reads int64
+}
+
+// StoreStats writes one record of s, without dimensions: metrics
+// StoreCalls, StoreWrites, StoreFailedWrites and StoreReads (Count) and,
+// when Calls > 0, StoreWritesPerCall and StoreReadsPerCall (None).
+func (e *Emitter) StoreStats(s StoreStats) error {
+	if e == nil || e.off {
+		return nil
+	}
+	var ms [6]Metric
+	m := append(ms[:0],
+		Metric{"StoreCalls", Count, float64(s.Calls)},
+		Metric{"StoreWrites", Count, float64(s.Writes)},
+		Metric{"StoreFailedWrites", Count, float64(s.FailedWrites)},
+		Metric{"StoreReads", Count, float64(s.Reads)})
+	if s.Calls > 0 {
+		m = append(m,
+			Metric{"StoreWritesPerCall", None, float64(s.Writes) / float64(s.Calls)},
+			Metric{"StoreReadsPerCall", None, float64(s.Reads) / float64(s.Calls)})
+	}
+	return e.Emit(Entry{Metrics: m})
+}
+
+// millis is d in milliseconds, to the microsecond.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
