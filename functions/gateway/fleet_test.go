@@ -370,3 +370,41 @@ func TestFleetCapThroughMCP(t *testing.T) {
 		t.Errorf("%d leases left", n)
 	}
 }
+
+// TestFleetCapOpenAPI is the second experiment: an OpenAPI-backed server
+// with max_concurrent_requests 2, six concurrent calls over three
+// processes, through the same semaphore.
+func TestFleetCapOpenAPI(t *testing.T) {
+	f := newFleet(t, 3)
+	testkit.PutServer(t, f.env, map[string]any{"server_id": "api", "transport": "openapi", "spec_url": f.demo.SpecURL,
+		"max_concurrent_requests": 2, "queue_timeout": 60})
+	outs := make([]demoupstream.SlowResult, 6)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Go(func() {
+			r, err := f.gws[i%len(f.gws)].CallTool(context.Background(), f.key, "api", "slow_api", map[string]any{"ms": 3000, "until_in_flight": 2})
+			if err != nil || r.Status != http.StatusOK {
+				t.Errorf("call %d: %v %d %s", i, err, r.Status, r.Body)
+				return
+			}
+			var res struct {
+				StructuredContent demoupstream.SlowResult `json:"structuredContent"`
+			}
+			if err := json.Unmarshal(r.Body, &res); err != nil {
+				t.Error(err)
+			}
+			outs[i] = res.StructuredContent
+		})
+	}
+	wg.Wait()
+	peak := 0
+	for _, o := range outs {
+		peak = max(peak, o.InFlightAtEntry)
+	}
+	if peak != 2 || f.demo.Stats().Peak != 2 {
+		t.Errorf("OpenAPI upstream peak = %d (stats %d), want exactly the cap, 2", peak, f.demo.Stats().Peak)
+	}
+	if n := testkit.LeaseCount(t, f.env, "api", lease.ServerAttr); n != 0 {
+		t.Errorf("%d leases left", n)
+	}
+}

@@ -4,8 +4,9 @@
 // checking that the gateway's fleet-wide cap holds.
 //
 // It serves MCP streamable HTTP at /mcp, the older HTTP+SSE transport at
-// /sse, and its counters as JSON at GET /stats (POST /stats/reset zeroes
-// them). Tests run it in-process on loopback; infra/demo-upstream runs it
+// /sse, the same instrument as a plain HTTP API at /api/ described by an
+// OpenAPI document at /openapi.json, and its counters as JSON at GET
+// /stats (POST /stats/reset zeroes them). Tests run it in-process on loopback; infra/demo-upstream runs it
 // for `make dev`.
 package demoupstream
 
@@ -110,17 +111,34 @@ func (d *Demo) Handler() http.Handler {
 		d.Reset()
 		w.WriteHeader(http.StatusNoContent)
 	})
+	d.apiRoutes(mux)
 	return mux
 }
 
 func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) (*mcp.CallToolResult, SlowResult, error) {
+	progress := func(done float64, msg string) {
+		if token := req.Params.GetProgressToken(); token != nil {
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: done, Total: 1, Message: msg})
+		}
+	}
+	res, err := d.hold(ctx, in, progress)
+	if err != nil {
+		return nil, SlowResult{}, err
+	}
+	text := fmt.Sprintf("slept %d ms; in flight at entry %d; peak %d", res.SleptMS, res.InFlightAtEntry, res.Peak)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, res, nil
+}
+
+// hold is slow_tool (and the HTTP API's /api/slow): it counts the call in
+// flight and holds it as in asks.
+func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64, msg string)) (SlowResult, error) {
 	ms := 1000
 	if in.MS != nil {
 		ms = *in.MS
 	}
 	sleep := time.Duration(ms) * time.Millisecond
 	if ms < 0 || sleep > MaxSleep {
-		return nil, SlowResult{}, fmt.Errorf("ms must be between 0 and %d", MaxSleep.Milliseconds())
+		return SlowResult{}, fmt.Errorf("ms must be between 0 and %d", MaxSleep.Milliseconds())
 	}
 	start := time.Now()
 	d.mu.Lock()
@@ -161,11 +179,6 @@ func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) 
 		d.mu.Unlock()
 	}()
 
-	progress := func(done float64, msg string) {
-		if token := req.Params.GetProgressToken(); token != nil {
-			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: done, Total: 1, Message: msg})
-		}
-	}
 	progress(0, "started")
 
 	// The call ends when ms passes, or when its gate (if any) is open and
@@ -175,7 +188,7 @@ func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) 
 	for gate != nil || barrier != nil {
 		select {
 		case <-ctx.Done():
-			return nil, SlowResult{}, ctx.Err()
+			return SlowResult{}, ctx.Err()
 		case <-timer.C:
 			gate, barrier = nil, nil
 		case <-gate:
@@ -187,7 +200,7 @@ func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) 
 	if in.Gate == "" && in.UntilInFlight <= 0 {
 		select {
 		case <-ctx.Done():
-			return nil, SlowResult{}, ctx.Err()
+			return SlowResult{}, ctx.Err()
 		case <-timer.C:
 		}
 	}
@@ -195,8 +208,7 @@ func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) 
 	res := SlowResult{InFlightAtEntry: entry, Peak: d.peak, SleptMS: time.Since(start).Milliseconds(), EnteredAtMS: start.UnixMilli()}
 	d.mu.Unlock()
 	progress(1, "done")
-	text := fmt.Sprintf("slept %d ms; in flight at entry %d; peak %d", res.SleptMS, res.InFlightAtEntry, res.Peak)
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, res, nil
+	return res, nil
 }
 
 func (d *Demo) notifyLocked() {

@@ -357,6 +357,10 @@ const maxUpstreamMessage = 512
 
 func upstreamFault(srv *registry.Server, err error) *fault.Error {
 	var ue *upstream.Error
+	var se *upstream.SpecError
+	if errors.As(err, &se) {
+		return fault.Wrap(err, fault.Misconfigured, "server %q is misconfigured: its OpenAPI document cannot be used; ask an admin to check the log", srv.ID)
+	}
 	if !errors.As(err, &ue) {
 		return fault.Wrap(err, fault.UpstreamError, "server %q failed", srv.ID)
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
@@ -431,4 +433,39 @@ func TestSSEUpstream(t *testing.T) {
 	if err != nil || len(res.Tools) != 3 {
 		t.Fatalf("list over SSE: %v %+v", err, res)
 	}
+}
+
+func TestOpenAPIServer(t *testing.T) {
+	h := newHarness(t)
+	h.server(map[string]any{"server_id": "api", "transport": "openapi", "spec_url": h.demo.SpecURL, "max_concurrent_requests": 1,
+		"breaker": map[string]any{"failure_threshold": 2, "recovery_timeout": 60}})
+	r := h.do(http.MethodGet, "/mcp-rest/tools/list?server_id=api", h.key, "", nil)
+	if r.status != 200 || !strings.Contains(string(r.body), `"slow_api"`) || !strings.Contains(string(r.body), `"echo_api"`) {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+	if r := h.call(h.key, `{"server_id":"api","name":"echo_api","arguments":{"body":{"text":"via openapi"}}}`); r.status != 200 || !strings.Contains(string(r.body), "via openapi") {
+		t.Errorf("echo_api: %d %s", r.status, r.body)
+	}
+	if r := h.call(h.key, `{"server_id":"api","name":"slow_api","arguments":{"ms":1}}`); r.status != 200 || !strings.Contains(string(r.body), "in_flight_at_entry") {
+		t.Errorf("slow_api: %d %s", r.status, r.body)
+	}
+	h.expectFault(h.call(h.key, `{"server_id":"api","name":"echo_api","arguments":{"nope":1}}`), 400, fault.BadRequest)
+	h.expectFault(h.call(h.key, `{"server_id":"api","name":"no_such_op"}`), 404, fault.NotFound)
+	// 5xx answers are infrastructure failures: they open the breaker.
+	for range 2 {
+		h.expectFault(h.call(h.key, `{"server_id":"api","name":"fail_api"}`), 502, fault.UpstreamError)
+	}
+	h.expectFault(h.call(h.key, `{"server_id":"api","name":"fail_api"}`), 503, fault.CircuitOpen)
+	// Through MCP, aggregated and passthrough.
+	cs := h.connect("/mcp/api", h.key, "", nil)
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo_api", Arguments: map[string]any{"body": map[string]any{"text": "mcp"}}})
+	if err != nil || res.IsError {
+		t.Fatalf("MCP call: %v %+v", err, res)
+	}
+	if _, err := cs.ListResources(context.Background(), nil); err == nil {
+		t.Error("an OpenAPI server listed resources")
+	}
+	// A spec that cannot be used makes the server misconfigured.
+	h.server(map[string]any{"server_id": "badspec", "transport": "openapi", "spec_url": h.demo.URL})
+	h.expectFault(h.call(h.key, `{"server_id":"badspec","name":"x"}`), 502, fault.Misconfigured)
 }

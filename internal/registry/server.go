@@ -23,6 +23,9 @@ const (
 	TransportHTTP Transport = "http"
 	// TransportSSE is the older HTTP+SSE transport.
 	TransportSSE Transport = "sse"
+	// TransportOpenAPI is a plain HTTP API described by an OpenAPI 3
+	// document (spec_url or spec_path); its operations are the tools.
+	TransportOpenAPI Transport = "openapi"
 )
 
 // Policy is what happens to a call when the server's cap is reached.
@@ -53,8 +56,11 @@ const (
 type Server struct {
 	// ID is the item's server_id.
 	ID string
-	// URL is the upstream's MCP endpoint.
+	// URL is the upstream's MCP endpoint; for an OpenAPI server, an
+	// optional base URL that replaces the document's servers.
 	URL string
+	// SpecURL or SpecPath locates an OpenAPI server's document.
+	SpecURL, SpecPath string
 	// Transport is http (streamable HTTP) or sse.
 	Transport Transport
 	// MaxConcurrent is the fleet-wide cap on calls in flight; 0 = unlimited.
@@ -140,6 +146,8 @@ const (
 	attrTools        = "tools"
 	attrBreaker      = "breaker"
 	attrOnStoreError = "on_store_error"
+	attrSpecURL      = "spec_url"
+	attrSpecPath     = "spec_path"
 )
 
 // Limits on the nested attributes.
@@ -154,7 +162,7 @@ const (
 // attribute is rejected (a misspelt max_concurrent_requests must not silently
 // mean "unlimited"), except names starting with "x_", which are kept for
 // admins' own notes and ignored.
-var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription, attrTools, attrBreaker, attrOnStoreError}
+var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription, attrTools, attrBreaker, attrOnStoreError, attrSpecURL, attrSpecPath}
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.]{0,63}$`)
 
@@ -182,7 +190,9 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 	p := parser{item: item}
 	s := &Server{
 		ID:            p.str(attrID, true),
-		URL:           p.str(attrURL, true),
+		URL:           p.str(attrURL, false),
+		SpecURL:       p.str(attrSpecURL, false),
+		SpecPath:      p.str(attrSpecPath, false),
 		Transport:     Transport(p.str(attrTransport, false)),
 		MaxConcurrent: p.cap(attrMaxConc),
 		Timeout:       p.seconds(attrTimeout, DefaultTimeout, MaxTimeout),
@@ -213,9 +223,32 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 	switch s.Transport {
 	case "":
 		s.Transport = TransportHTTP
-	case TransportHTTP, TransportSSE:
+	case TransportHTTP, TransportSSE, TransportOpenAPI:
 	default:
-		p.fail(attrTransport, fmt.Sprintf("%q is not a transport: use \"http\" or \"sse\"", truncate(string(s.Transport), 40)))
+		p.fail(attrTransport, fmt.Sprintf("%q is not a transport: use \"http\", \"sse\" or \"openapi\"", truncate(string(s.Transport), 40)))
+	}
+	if s.Transport == TransportOpenAPI {
+		switch {
+		case (s.SpecURL == "") == (s.SpecPath == ""):
+			p.fail(attrSpecURL, "an openapi server needs exactly one of spec_url and spec_path")
+		case s.SpecURL != "":
+			if err := validateURL(s.SpecURL); err != nil {
+				p.fail(attrSpecURL, err.Error())
+			}
+		case len(s.SpecPath) > maxURLLen || strings.ContainsRune(s.SpecPath, 0):
+			p.fail(attrSpecPath, "is not a usable file path")
+		}
+	} else {
+		if _, ok := item[attrURL]; !ok {
+			p.fail(attrURL, "missing (type S)")
+		} else if s.URL == "" {
+			p.fail(attrURL, "must not be empty")
+		}
+		for _, a := range []string{attrSpecURL, attrSpecPath} {
+			if _, ok := item[a]; ok {
+				p.fail(a, "only an openapi server has one (set transport to \"openapi\")")
+			}
+		}
 	}
 	switch s.OnLimit {
 	case "":

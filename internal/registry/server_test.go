@@ -106,6 +106,10 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"breaker unknown field", with("breaker", m(map[string]types.AttributeValue{"failure_threshold": n("2"), "half_open": n("1")})), "breaker.half_open"},
 		{"breaker excluded not list", with("breaker", m(map[string]types.AttributeValue{"failure_threshold": n("2"), "excluded_tools": s("a")})), "breaker.excluded_tools"},
 		{"bad store policy", with("on_store_error", s("ignore")), "on_store_error"},
+		{"openapi without spec", with("transport", s("openapi")), "spec_url"},
+		{"openapi with both specs", with("transport", s("openapi"), "spec_url", s("http://h/o.json"), "spec_path", s("o.json")), "spec_url"},
+		{"openapi bad spec url", with("transport", s("openapi"), "spec_url", s("file:///etc/passwd")), "spec_url"},
+		{"spec on an mcp server", with("spec_path", s("o.json")), "spec_path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,5 +167,18 @@ func TestParseToolsAndBreaker(t *testing.T) {
 	var none *Breaker
 	if none.Covers("x") {
 		t.Error("a nil breaker covers a tool")
+	}
+}
+
+func TestParseOpenAPIServer(t *testing.T) {
+	srv, err := Parse(map[string]types.AttributeValue{
+		"server_id": s("api"), "transport": s("openapi"), "spec_url": s("https://api.example.com/openapi.json"),
+		"max_concurrent_requests": n("2"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.Transport != TransportOpenAPI || srv.SpecURL == "" || srv.URL != "" || srv.MaxConcurrent != 2 {
+		t.Errorf("got %+v", *srv)
 	}
 }

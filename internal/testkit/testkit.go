@@ -72,8 +72,9 @@ func PutKey(t testing.TB, env *storetest.Env, servers ...string) string {
 // Demo runs a demo upstream on loopback until the test ends.
 type Demo struct {
 	*demoupstream.Demo
-	// URL is the streamable-HTTP endpoint; SSEURL the HTTP+SSE one.
-	URL, SSEURL string
+	// URL is the streamable-HTTP endpoint; SSEURL the HTTP+SSE one;
+	// SpecURL the OpenAPI document of its plain HTTP API.
+	URL, SSEURL, SpecURL string
 }
 
 // StartDemo starts a demo upstream server on 127.0.0.1.
@@ -82,7 +83,7 @@ func StartDemo(t testing.TB) *Demo {
 	d := demoupstream.New()
 	srv := httptest.NewServer(d.Handler())
 	t.Cleanup(srv.Close)
-	return &Demo{Demo: d, URL: srv.URL + "/mcp", SSEURL: srv.URL + "/sse"}
+	return &Demo{Demo: d, URL: srv.URL + "/mcp", SSEURL: srv.URL + "/sse", SpecURL: srv.URL + "/openapi.json"}
 }
 
 // LeaseCount returns how many leases the item of key holds in attr.

@@ -81,6 +81,7 @@ type Pool struct {
 	idle  map[string][]*session // by endpoint key, newest last
 	tools map[string]*toolList  // by endpoint key
 	info  map[string]infoEntry  // by endpoint key: the upstream's last initialize result
+	apis  map[string]*apiEntry  // by endpoint key: OpenAPI-backed servers' documents
 	// listeners routes notifications received on a session to its call.
 	listeners sync.Map // *mcp.ClientSession → *Listener
 	closed    bool
@@ -120,6 +121,7 @@ func New(opts Options) *Pool {
 		idle:     map[string][]*session{},
 		tools:    map[string]*toolList{},
 		info:     map[string]infoEntry{},
+		apis:     map[string]*apiEntry{},
 	}
 	if p.http == nil {
 		limit := opts.MaxResponseBytes
@@ -229,7 +231,12 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
 
-func endpointKey(srv *registry.Server) string { return string(srv.Transport) + " " + srv.URL }
+func endpointKey(srv *registry.Server) string {
+	if srv.Transport == registry.TransportOpenAPI {
+		return string(srv.Transport) + " " + srv.SpecURL + srv.SpecPath + " " + srv.URL
+	}
+	return string(srv.Transport) + " " + srv.URL
+}
 
 // Close closes every idle session. Sessions in use close when returned.
 func (p *Pool) Close() {
@@ -365,6 +372,9 @@ func healthy(err error) bool {
 // processed, and fn runs once more on a new session. l, if not nil,
 // receives the upstream's notifications while fn runs.
 func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn func(context.Context, *mcp.ClientSession) error) error {
+	if srv.Transport == registry.TransportOpenAPI {
+		return &Error{Kind: KindRPC, ServerID: srv.ID, RPC: errNotMCP, Err: errNotMCP}
+	}
 	for attempt := 0; ; attempt++ {
 		s, reused, err := p.checkout(ctx, srv)
 		if err != nil {
@@ -403,6 +413,9 @@ func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn fun
 // call's cancellation (or after CancelGrace): a caller that frees a slot
 // on return frees it only after the upstream was told to stop.
 func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *Listener) (*mcp.CallToolResult, error) {
+	if srv.Transport == registry.TransportOpenAPI {
+		return p.callOpenAPI(ctx, srv, params)
+	}
 	var res *mcp.CallToolResult
 	wctx, watch := withCancelWatch(ctx)
 	err := p.Do(wctx, srv, l, func(ctx context.Context, cs *mcp.ClientSession) error {
@@ -423,6 +436,13 @@ func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.C
 
 // Tools returns srv's tools, from a cache refreshed every ToolsTTL.
 func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, error) {
+	if srv.Transport == registry.TransportOpenAPI {
+		api, err := p.openAPI(ctx, srv)
+		if err != nil {
+			return nil, err
+		}
+		return api.Tools(), nil
+	}
 	tl := p.toolList(srv)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -444,6 +464,13 @@ type infoEntry struct {
 // (capabilities, server info, instructions), connecting if no session has
 // within ToolsTTL.
 func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeResult, error) {
+	if srv.Transport == registry.TransportOpenAPI {
+		api, err := p.openAPI(ctx, srv)
+		if err != nil {
+			return nil, err
+		}
+		return openAPIInfo(api, srv), nil
+	}
 	key := endpointKey(srv)
 	p.mu.Lock()
 	e, ok := p.info[key]
@@ -475,6 +502,9 @@ var ErrUnknownTool = errors.New("unknown tool")
 // triggers one refresh (at most once a second), so a tool added upstream
 // is found without waiting for ToolsTTL.
 func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mcp.Tool, error) {
+	if srv.Transport == registry.TransportOpenAPI {
+		return p.openAPITool(ctx, srv, name)
+	}
 	tl := p.toolList(srv)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()

@@ -1,0 +1,148 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/openapi"
+	"github.com/mcpgate/mcpgate/internal/registry"
+)
+
+// OpenAPI-backed servers (transport "openapi") have no MCP session: their
+// tools come from the document, loaded once per instance and refreshed
+// every ToolsTTL, and a call is one HTTP request. The gateway treats them
+// like any upstream: same slots, timeouts and breaker.
+
+// SpecError means an OpenAPI server's document could not be loaded or
+// mapped; the server is misconfigured.
+type SpecError struct {
+	ServerID string
+	Err      error
+}
+
+func (e *SpecError) Error() string {
+	return fmt.Sprintf("openapi server %s: %v", e.ServerID, e.Err)
+}
+
+func (e *SpecError) Unwrap() error { return e.Err }
+
+type apiEntry struct {
+	mu      sync.Mutex
+	api     *openapi.API
+	err     error
+	fetched time.Time
+}
+
+// loadFailureTTL is how long a failed load is remembered before trying
+// again.
+const loadFailureTTL = 5 * time.Second
+
+func (p *Pool) openAPI(ctx context.Context, srv *registry.Server) (*openapi.API, error) {
+	key := endpointKey(srv)
+	p.mu.Lock()
+	e, ok := p.apis[key]
+	if !ok {
+		e = &apiEntry{}
+		p.apis[key] = e
+	}
+	p.mu.Unlock()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	age := time.Since(e.fetched)
+	if e.api != nil && age < p.toolsTTL {
+		return e.api, nil
+	}
+	if e.api == nil && e.err != nil && age < loadFailureTTL {
+		return nil, e.err
+	}
+	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{BaseURL: srv.URL})
+	e.fetched = time.Now()
+	if err != nil {
+		if e.api != nil {
+			// Keep serving the last good document.
+			p.log.Warn("reloading an OpenAPI document failed; keeping the last one", "server_id", srv.ID, "error", err.Error())
+			return e.api, nil
+		}
+		e.err = &SpecError{ServerID: srv.ID, Err: err}
+		return nil, e.err
+	}
+	for _, s := range api.Skipped() {
+		p.log.Info("OpenAPI operation left out", "server_id", srv.ID, "operation", s.Op, "reason", s.Reason)
+	}
+	e.api, e.err = api, nil
+	return api, nil
+}
+
+func (p *Pool) openAPITool(ctx context.Context, srv *registry.Server, name string) (*mcp.Tool, error) {
+	api, err := p.openAPI(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range api.Tools() {
+		if t.Name == name {
+			return t, nil
+		}
+	}
+	return nil, ErrUnknownTool
+}
+
+func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	api, err := p.openAPI(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	var raw json.RawMessage
+	switch a := params.Arguments.(type) {
+	case json.RawMessage:
+		raw = a
+	case nil:
+		raw = json.RawMessage("{}")
+	default:
+		if raw, err = json.Marshal(a); err != nil {
+			return nil, fmt.Errorf("encode arguments: %w", err)
+		}
+	}
+	res, err := api.Call(ctx, params.Name, raw)
+	if err == nil {
+		return res, nil
+	}
+	e := &Error{ServerID: srv.ID, Err: err}
+	var argsErr *openapi.ArgsError
+	var te *openapi.TransportError
+	switch {
+	case errors.Is(err, openapi.ErrUnknownTool):
+		return nil, ErrUnknownTool
+	case errors.As(err, &argsErr):
+		e.Kind, e.RPC = KindRPC, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: argsErr.Error()}
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.As(err, &te) && errors.Is(te.Err, context.DeadlineExceeded):
+		e.Kind = KindTimeout
+	case ctx.Err() != nil:
+		e.Kind = KindCanceled
+	default:
+		// A 5xx answer or a failed request: the API is unwell.
+		e.Kind = KindUnavailable
+	}
+	return nil, e
+}
+
+func openAPIInfo(api *openapi.API, srv *registry.Server) *mcp.InitializeResult {
+	name := api.Title()
+	if name == "" {
+		name = srv.ID
+	}
+	return &mcp.InitializeResult{
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		ServerInfo:   &mcp.Implementation{Name: name, Version: "openapi"},
+	}
+}
+
+// errNotMCP answers requests an OpenAPI server has no notion of.
+var errNotMCP = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "an OpenAPI-backed server has only tools"}
