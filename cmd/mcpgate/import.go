@@ -26,14 +26,15 @@ Reads a LiteLLM proxy config.yaml and turns each entry of its mcp_servers
 mapping (server name: settings) into a server item. The server name becomes
 the server_id. These settings carry over: url, transport ("http" or "sse"),
 timeout (seconds), max_concurrent_requests and description (also taken from
-mcp_info.description). Every other setting (auth_type, authentication_token,
-headers, extra_headers, static_headers, command, args, env, spec_path,
-allowed_tools, access_groups, ...) is listed by name for each server, never
-with its value, and is not imported.
+mcp_info.description). A server with a spec_path (tools made from an OpenAPI
+document) becomes an openapi server: spec_path, or spec_url when it is an
+http(s) URL, with url as the API's base URL. Every other setting (auth_type,
+authentication_token, headers, extra_headers, static_headers, command, args,
+env, allowed_tools, access_groups, ...) is listed by name for each server,
+never with its value, and is not imported.
 
 Servers are skipped, with the reason, when: their transport is stdio (a
-local process a serverless gateway cannot run); they have a spec_path (tools
-LiteLLM makes from an OpenAPI spec); their name is not a valid
+local process a serverless gateway cannot run); their name is not a valid
 server_id (a valid one is suggested: rerun with --rename to use it); their
 result fails the gateway's checks; or a server with that id exists already
 (rerun with --overwrite to replace it). The exit status is 1 when anything
@@ -196,10 +197,16 @@ func planServer(name string, settings map[string]any, rename bool) *planned {
 		switch {
 		case key == "mcp_info":
 			p.mapInfo(v, doc, settings)
+		case key == "spec_path" && isEnvRef(v):
+			p.unmapped = append(p.unmapped, key+" (an os.environ/ reference; not resolved)")
 		case key == "spec_path":
-			p.unmapped = append(p.unmapped, key)
-			if p.skipped == "" {
-				p.skipped = "spec_path: LiteLLM makes its tools from an OpenAPI spec; its url is a REST API, not an MCP server"
+			// LiteLLM makes this server's tools from an OpenAPI document;
+			// its url is the API's base URL.
+			doc["transport"] = string(registry.TransportOpenAPI)
+			if s, ok := v.(string); ok && (strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")) {
+				doc["spec_url"] = s
+			} else {
+				doc["spec_path"] = v
 			}
 		case !slices.Contains(liteLLMMapped, key):
 			p.unmapped = append(p.unmapped, key)
@@ -209,6 +216,8 @@ func planServer(name string, settings map[string]any, rename bool) *planned {
 			if p.skipped == "" {
 				p.skipped = "transport stdio runs a local command, which a serverless gateway cannot serve; run it behind an HTTP MCP server and import that url"
 			}
+		case key == "transport" && settings["spec_path"] != nil:
+			// spec_path decides: an openapi server.
 		default:
 			doc[key] = v
 		}

@@ -56,7 +56,7 @@ var wantUnmapped = map[string][]string{
 	"internal_search": {"auth_type", "authentication_token", "headers"},
 	"filesystem":      {"args", "command", "env"},
 	"brave-search":    {"headers"},
-	"petstore":        {"auth_type", "spec_path"},
+	"petstore":        {"auth_type"},
 }
 
 func checkReport(t *testing.T, r result) map[string]*report {
@@ -80,7 +80,6 @@ func checkReport(t *testing.T, r result) map[string]*report {
 	for name, want := range map[string]string{
 		"filesystem":   "SKIPPED: transport stdio runs a local command",
 		"brave-search": `SKIPPED: server_id "brave-search" is invalid`,
-		"petstore":     "SKIPPED: spec_path",
 	} {
 		if rep := reports[name]; rep == nil || !strings.HasPrefix(rep.status, want) {
 			t.Errorf("%s: reported %+v, want %q", name, rep, want)
@@ -95,26 +94,27 @@ func checkReport(t *testing.T, r result) map[string]*report {
 func TestImportLiteLLMDryRun(t *testing.T) {
 	env := storetest.NewEnv(t)
 	r := mcpgate(t, env, "import", "litellm", liteLLMConfig, "--dry-run")
-	r.fails(t, 1, "import incomplete: 3 of 7 servers skipped, 17 settings not imported")
+	r.fails(t, 1, "import incomplete: 2 of 7 servers skipped, 16 settings not imported")
 	reports := checkReport(t, r)
 	for name, want := range map[string]string{
 		"zapier_mcp":      `would write {"description":"Zapier actions","server_id":"zapier_mcp","transport":"sse","url":"https://mcp.zapier.example/api/mcp/sse"}`,
 		"deepwiki":        `would write {"description":"Read GitHub repositories' wikis","max_concurrent_requests":4,"server_id":"deepwiki","timeout":45,"transport":"http","url":"https://mcp.deepwiki.com/mcp"}`,
 		"github":          `would write {"server_id":"github","transport":"http","url":"https://api.githubcopilot.com/mcp/"}`,
 		"internal_search": `would write {"server_id":"internal_search","url":"http://search.internal.example:8080/mcp"}`,
+		"petstore":        `would write {"server_id":"petstore","spec_path":"./openapi/petstore.json","transport":"openapi","url":"https://petstore3.swagger.io/api/v3"}`,
 	} {
 		if rep := reports[name]; rep == nil || rep.status != want {
 			t.Errorf("%s: reported %+v\nwant %s", name, rep, want)
 		}
 	}
-	if !strings.Contains(r.stdout, "dry run, nothing written: would import 4 of 7 servers; 3 skipped; 17 settings not imported") {
+	if !strings.Contains(r.stdout, "dry run, nothing written: would import 5 of 7 servers; 2 skipped; 16 settings not imported") {
 		t.Errorf("no dry-run summary:\n%s", r.stdout)
 	}
 	if items := scanAll(t, env, env.Tables.Servers); len(items) != 0 {
 		t.Errorf("--dry-run wrote %d items", len(items))
 	}
 	// A dry run needs no AWS access at all.
-	if r := runWith(t, nil, "", "import", "litellm", "--dry-run", liteLLMConfig); !strings.Contains(r.stdout, "would import 4 of 7") {
+	if r := runWith(t, nil, "", "import", "litellm", "--dry-run", liteLLMConfig); !strings.Contains(r.stdout, "would import 5 of 7") {
 		t.Errorf("dry run without an environment:\n%s\n%s", r.stdout, r.stderr)
 	}
 }
@@ -122,7 +122,7 @@ func TestImportLiteLLMDryRun(t *testing.T) {
 func TestImportLiteLLM(t *testing.T) {
 	env := storetest.NewEnv(t)
 	r := mcpgate(t, env, "import", "litellm", liteLLMConfig)
-	r.fails(t, 1, "import incomplete: 3 of 7 servers skipped, 17 settings not imported (listed above)")
+	r.fails(t, 1, "import incomplete: 2 of 7 servers skipped, 16 settings not imported (listed above)")
 	reports := checkReport(t, r)
 	if rep := reports["github"]; rep == nil || rep.status != `imported as server "github"` {
 		t.Errorf("github reported %+v", rep)
@@ -136,7 +136,7 @@ func TestImportLiteLLM(t *testing.T) {
 		ids = append(ids, rawAttr(item, store.ServerIDAttr))
 	}
 	slices.Sort(ids)
-	if want := []string{"deepwiki", "github", "internal_search", "zapier_mcp"}; !reflect.DeepEqual(ids, want) {
+	if want := []string{"deepwiki", "github", "internal_search", "petstore", "zapier_mcp"}; !reflect.DeepEqual(ids, want) {
 		t.Errorf("imported %q, want %q", ids, want)
 	}
 	deepwiki, err := registry.Parse(serverItem(t, env, "deepwiki"))
@@ -166,7 +166,7 @@ func TestImportLiteLLM(t *testing.T) {
 	}
 	testkit.UpdateServer(t, env, "deepwiki", "max_concurrent_requests", &types.AttributeValueMemberN{Value: "1"})
 	r = mcpgate(t, env, "import", "litellm", liteLLMConfig, "--rename", "--overwrite")
-	r.fails(t, 1, "2 of 7 servers skipped")
+	r.fails(t, 1, "1 of 7 servers skipped")
 	if rep := parseReport(t, r.stdout)["deepwiki"]; rep == nil || rep.status != `imported as server "deepwiki"` {
 		t.Errorf("--overwrite reported deepwiki as %+v", rep)
 	}

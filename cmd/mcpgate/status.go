@@ -30,8 +30,10 @@ server that has been called), the server's cap from the servers table, and
 every lease in the server's map and in each per-tool map: lease id, holder
 (the gateway instance, the part of the id before the first '.'), expiry and
 time left. A negative time left means the lease expired and is waiting to be
-purged by the next acquire. Any other attribute of the item is shown as
-"other state".
+purged by the next acquire. Each tool's circuit breaker is shown with its
+state (closed, open for how long, half-open, or probing with the probe's
+lease) and its count of consecutive failures. Any other attribute of the
+item is shown as "other state".
 
 Flags:
   --json   print the same data as JSON, for scripts
@@ -50,6 +52,8 @@ type limiterState struct {
 	Server serverState `json:"server"`
 	// Slots holds the server's map ("leases") first, then each "tool:<name>".
 	Slots []slotState `json:"slots"`
+	// Breakers are the circuit breakers of the server's tools.
+	Breakers []lease.BreakerStatus `json:"breakers,omitempty"`
 	// Other is every other attribute but ttl, rendered as JSON values.
 	Other map[string]any `json:"other,omitempty"`
 }
@@ -154,6 +158,7 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 				l.Slots[0].Leases = leasesOf(m, now)
 			case strings.HasPrefix(name, lease.ToolAttrPrefix) && isMap:
 				l.Slots = append(l.Slots, slotState{Attr: name, Leases: leasesOf(m, now)})
+			case lease.IsBreakerAttr(name):
 			default:
 				other[name] = item[name]
 			}
@@ -161,6 +166,7 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 		if len(other) > 0 {
 			l.Other = registry.ItemToJSON(other)
 		}
+		l.Breakers = lease.Breakers(item, now)
 		r.Limiters = append(r.Limiters, l)
 	}
 	slices.SortFunc(r.Limiters, func(a, b limiterState) int { return strings.Compare(a.Key, b.Key) })
@@ -235,6 +241,19 @@ func printStatus(c *cli, r *statusReport) error {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+		}
+		for _, b := range l.Breakers {
+			line := fmt.Sprintf("  breaker %s: %s", b.Name, b.State)
+			switch b.State {
+			case "open":
+				line += fmt.Sprintf(" for %v more", b.OpenUntil.Sub(r.Now).Round(100*time.Millisecond))
+			case "probing":
+				line += fmt.Sprintf(" (probe %s, its lease ends in %v)", b.Probe, b.ProbeExpiry.Sub(r.Now).Round(100*time.Millisecond))
+			case "half-open":
+				line += " (the next call is the probe)"
+			}
+			line += fmt.Sprintf("; %d consecutive failures", b.Failures)
+			fmt.Fprintln(c.stdout, line)
 		}
 		if len(l.Other) > 0 {
 			fmt.Fprintln(c.stdout, "  other state:")

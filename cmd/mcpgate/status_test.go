@@ -149,3 +149,24 @@ func TestStatusOneServer(t *testing.T) {
 	}
 	mcpgate(t, env, "status", "nope").fails(t, 1, `no server "nope" and no leases for it`)
 }
+
+func TestStatusShowsBreakers(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := lease.New(env.Client, env.Tables.Leases, lease.Options{})
+	req := lease.Request{Key: "demo", Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: 5}}, Hold: time.Second,
+		Breaker: &lease.Breaker{Name: "slow_tool", Threshold: 1, Recovery: time.Minute}}
+	ls, err := l.Acquire(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr, err := ls.Finish(context.Background(), true); err != nil || tr != lease.Opened {
+		t.Fatalf("finish: %q %v", tr, err)
+	}
+	r := mcpgate(t, env, "status", "demo")
+	if !strings.Contains(r.stdout, "breaker slow_tool: open for") || !strings.Contains(r.stdout, "1 consecutive failures") {
+		t.Errorf("status does not show the open breaker:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, "other state") {
+		t.Errorf("breaker attributes shown as other state:\n%s", r.stdout)
+	}
+}

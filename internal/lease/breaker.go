@@ -2,7 +2,12 @@ package lease
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // Breaker is a circuit breaker kept in the lease item, beside the leases,
@@ -46,6 +51,21 @@ type breakerAttrs struct{ fails, openUntil, probe, probeExp string }
 
 // BreakerAttrPrefix starts the names of every breaker attribute.
 const BreakerAttrPrefix = "breaker_"
+
+// IsBreakerAttr reports whether an item attribute holds breaker state
+// ("breaker_<field>:<name>").
+func IsBreakerAttr(attr string) bool {
+	rest, ok := strings.CutPrefix(attr, BreakerAttrPrefix)
+	if !ok {
+		return false
+	}
+	field, _, ok := strings.Cut(rest, ":")
+	switch field {
+	case "fails", "open_until", "probe", "probe_expiry":
+		return ok
+	}
+	return false
+}
 
 // CircuitOpenError means the breaker refused the call.
 type CircuitOpenError struct {
@@ -108,4 +128,63 @@ func (b breakerState) phase(now time.Time) breakerPhase {
 	default:
 		return phaseHalfOpen
 	}
+}
+
+// BreakerStatus is a breaker as an item shows it, for people and tools.
+type BreakerStatus struct {
+	// Name is the breaker's (the tool's) name.
+	Name string `json:"name"`
+	// State is "closed", "open", "half-open" (the next call will be the
+	// probe) or "probing" (a probe is running).
+	State string `json:"state"`
+	// Failures is the count of consecutive failures.
+	Failures int64 `json:"failures"`
+	// OpenUntil is when an open breaker lets a probe through.
+	OpenUntil *time.Time `json:"open_until,omitempty"`
+	// Probe and ProbeExpiry name the running probe's lease.
+	Probe       string     `json:"probe,omitempty"`
+	ProbeExpiry *time.Time `json:"probe_expiry,omitempty"`
+}
+
+// Breakers reads every breaker of a lease item, by name, as of now.
+func Breakers(item map[string]types.AttributeValue, now time.Time) []BreakerStatus {
+	names := map[string]bool{}
+	for attr := range item {
+		if IsBreakerAttr(attr) {
+			_, name, _ := strings.Cut(attr, ":")
+			names[name] = true
+		}
+	}
+	var out []BreakerStatus
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		b := (&Breaker{Name: name}).attrs()
+		st := breakerState{
+			fails:     numberAttr(item[b.fails]),
+			openUntil: numberAttr(item[b.openUntil]),
+			probeExp:  numberAttr(item[b.probeExp]),
+		}
+		if v, ok := item[b.probe].(*types.AttributeValueMemberS); ok {
+			st.probe = v.Value
+		}
+		s := BreakerStatus{Name: name, Failures: st.fails}
+		switch st.phase(now) {
+		case phaseClosed:
+			s.State = "closed"
+		case phaseOpen:
+			s.State = "open"
+		case phaseHalfOpen:
+			s.State = "half-open"
+		case phaseProbeActive:
+			s.State = "probing"
+			s.Probe = st.probe
+			pe := time.UnixMilli(st.probeExp)
+			s.ProbeExpiry = &pe
+		}
+		if st.openUntil > 0 {
+			ou := time.UnixMilli(st.openUntil)
+			s.OpenUntil = &ou
+		}
+		out = append(out, s)
+	}
+	return out
 }
