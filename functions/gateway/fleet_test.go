@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -406,5 +407,58 @@ func TestFleetCapOpenAPI(t *testing.T) {
 	}
 	if n := testkit.LeaseCount(t, f.env, "api", lease.ServerAttr); n != 0 {
 		t.Errorf("%d leases left", n)
+	}
+}
+
+// TestFleetStatus: the admin CLI's status shows the live leases of a
+// multi-process run, with their holders, and none after.
+func TestFleetStatus(t *testing.T) {
+	f := newFleet(t, 2)
+	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2})
+	cli := testkit.Binary(t, "./cmd/mcpgate")
+	status := func() (leases []struct{ ID, Holder string }) {
+		t.Helper()
+		cmd := exec.Command(cli, "status", "demo", "--json")
+		cmd.Env = append(os.Environ(), f.env.Vars()...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("mcpgate status: %v", err)
+		}
+		var rep struct {
+			Limiters []struct {
+				Slots []struct {
+					Leases []struct{ ID, Holder string }
+				}
+			}
+		}
+		if err := json.Unmarshal(out, &rep); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, out)
+		}
+		for _, l := range rep.Limiters {
+			for _, s := range l.Slots {
+				leases = append(leases, s.Leases...)
+			}
+		}
+		return leases
+	}
+	held := make(chan outcome, 2)
+	for i := range 2 {
+		go func() { held <- f.slow(i, map[string]any{"ms": 60000, "gate": "g"}) }()
+	}
+	waitFor(t, "2 calls", func(ctx context.Context) error { return f.demo.WaitInFlight(ctx, 2) })
+	live := status()
+	holders := map[string]bool{}
+	for _, l := range live {
+		holders[l.Holder] = true
+	}
+	if len(live) != 2 || len(holders) != 2 {
+		t.Errorf("status during the run: %+v, want 2 leases held by the 2 processes", live)
+	}
+	f.demo.OpenGate("g")
+	for range 2 {
+		<-held
+	}
+	if after := status(); len(after) != 0 {
+		t.Errorf("status after the run: %+v, want none", after)
 	}
 }

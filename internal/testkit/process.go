@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,36 +20,41 @@ import (
 )
 
 var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
+	buildMu  sync.Mutex
+	buildDir string
+	built    = map[string]string{} // package → executable
 )
 
 // GatewayBinary builds functions/gateway once per test binary and returns
 // the executable's path.
-func GatewayBinary(t testing.TB) string {
+func GatewayBinary(t testing.TB) string { return Binary(t, "./functions/gateway") }
+
+// Binary builds a main package of this module (e.g. "./cmd/mcpgate") once
+// per test binary and returns the executable's path.
+func Binary(t testing.TB, pkg string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		root, err := storetest.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir, err = os.MkdirTemp("", "mcpgate-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "gateway"), "./functions/gateway")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if path, ok := built[pkg]; ok {
+		return path
 	}
-	return filepath.Join(buildDir, "gateway")
+	root, err := storetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if buildDir == "" {
+		if buildDir, err = os.MkdirTemp("", "mcpgate-bin-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(buildDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", path, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	built[pkg] = path
+	return path
 }
 
 // CleanupBinaries removes what GatewayBinary built; call it from TestMain.
