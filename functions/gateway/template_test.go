@@ -7,6 +7,7 @@ package main
 // the DynamoDB interfaces each package declares.
 
 import (
+	"encoding/json"
 	"os"
 	"reflect"
 	"regexp"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -239,5 +241,61 @@ func TestTemplateOutputs(t *testing.T) {
 	// SAM names the Function URL resource <FunctionLogicalId>Url.
 	if v := out.Value; v != "getatt:GatewayFunctionUrl.FunctionUrl" {
 		t.Errorf("GatewayUrl = %v, want !GetAtt GatewayFunctionUrl.FunctionUrl", v)
+	}
+}
+
+// TestTemplateMetrics checks the dashboard and alarms name the namespace,
+// dimension and metrics the gateway's EMF records carry.
+func TestTemplateMetrics(t *testing.T) {
+	tpl := loadTemplate(t)
+	known := map[string]bool{}
+	for _, m := range []string{metrics.MetricLatency, metrics.MetricQueueWait, metrics.MetricInFlight, metrics.MetricShed,
+		metrics.MetricQueueTimeout, metrics.MetricCircuitOpen, metrics.MetricStoreError, metrics.MetricUpstreamTimeout,
+		metrics.MetricUpstreamError} {
+		known[m] = true
+	}
+	query := regexp.MustCompile(`^SELECT SUM\((\w+)\) FROM SCHEMA\("([^"]+)", (\w+)\)$`)
+	alarms := 0
+	for name, res := range tpl.Resources {
+		if res.AWSCloudFormationType() != "AWS::CloudWatch::Alarm" {
+			continue
+		}
+		alarms++
+		a, err := tpl.GetCloudWatchAlarmWithName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.AWSCloudFormationCondition != "WantAlarms" {
+			t.Errorf("%s: condition %q, want WantAlarms", name, a.AWSCloudFormationCondition)
+		}
+		for _, m := range a.Metrics {
+			got := query.FindStringSubmatch(*m.Expression)
+			if got == nil || !known[got[1]] || got[2] != metrics.DefaultNamespace || got[3] != metrics.DimServerID {
+				t.Errorf("%s: expression %q does not query a metric the gateway emits", name, *m.Expression)
+			}
+		}
+	}
+	if alarms == 0 {
+		t.Error("no alarms")
+	}
+	dash, err := tpl.GetCloudWatchDashboardWithName("Dashboard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := regexp.MustCompile(`\$\{AWS::\w+\}`).ReplaceAllString(dash.DashboardBody, "x")
+	if !json.Valid([]byte(body)) {
+		t.Errorf("dashboard body is not JSON:\n%s", dash.DashboardBody)
+	}
+	graphed := regexp.MustCompile(`MetricName=\\"(\w+)\\"`).FindAllStringSubmatch(dash.DashboardBody, -1)
+	if len(graphed) == 0 {
+		t.Error("the dashboard graphs no metric")
+	}
+	for _, m := range graphed {
+		if !known[m[1]] {
+			t.Errorf("dashboard graphs %s, which the gateway does not emit", m[1])
+		}
+	}
+	if !strings.Contains(dash.DashboardBody, "{"+metrics.DefaultNamespace+","+metrics.DimServerID+"}") {
+		t.Error("dashboard does not search the gateway's namespace and dimension")
 	}
 }
