@@ -42,7 +42,7 @@ func (g *Gateway) server(ctx context.Context, k *auth.Key, id string) (*registry
 		// cannot be used until it is fixed.
 		return nil, fault.Wrap(err, fault.Misconfigured, "server %q is misconfigured; ask an admin to check its item", id)
 	default:
-		return nil, fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now")
+		return nil, fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 	}
 }
 

@@ -363,7 +363,7 @@ func (g *Gateway) authKey(r *http.Request) (*auth.Key, *fault.Error) {
 	case err == auth.ErrBadKey:
 		return nil, fault.New(fault.Unauthorized, "unknown or malformed key")
 	default:
-		return nil, fault.Wrap(err, fault.StoreUnavailable, "cannot check the key right now")
+		return nil, fault.Wrap(err, fault.StoreUnavailable, "cannot check the key right now").WithRetryAfter(storeRetryAfter)
 	}
 }
 

@@ -453,7 +453,7 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 	}
 	servers, err := sc.g.allowedServers(ctx, sc.key)
 	if err != nil {
-		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now")
+		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 		return nil, sc.rpcError(fe, err)
 	}
 	lists := make([][]*mcp.Tool, len(servers))
