@@ -17,14 +17,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"golang.org/x/sync/singleflight"
 
+	"github.com/mcpgate/mcpgate/internal/cache"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -128,16 +127,7 @@ type Options struct {
 type Authenticator struct {
 	db    API
 	table string
-	ttl   time.Duration
-	now   func() time.Time
-	group singleflight.Group
-	mu    sync.Mutex
-	cache map[string]cached
-}
-
-type cached struct {
-	key     *Key // nil: unknown key
-	fetched time.Time
+	keys  cache.Loader[*Key] // by hash; nil: unknown key
 }
 
 // New returns an Authenticator reading table through db.
@@ -146,11 +136,9 @@ func New(db API, table string, opts Options) *Authenticator {
 	if ttl == 0 {
 		ttl = DefaultCacheTTL
 	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	return &Authenticator{db: db, table: table, ttl: ttl, now: now, cache: map[string]cached{}}
+	a := &Authenticator{db: db, table: table}
+	a.keys = cache.Loader[*Key]{Load: a.fetch, TTL: ttl, Max: maxEntries, Now: opts.Now}
+	return a
 }
 
 // Authenticate checks the Authorization header value. It returns ErrNoKey,
@@ -160,29 +148,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (*Key, 
 	if err != nil {
 		return nil, err
 	}
-	hash := HashKey(raw)
-	if a.ttl > 0 {
-		a.mu.Lock()
-		c, ok := a.cache[hash]
-		a.mu.Unlock()
-		if ok && a.now().Sub(c.fetched) < a.ttl {
-			return found(c.key)
-		}
-	}
-	v, err, _ := a.group.Do(hash, func() (any, error) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		k, err := a.fetch(rctx, hash)
-		if err != nil {
-			return nil, err
-		}
-		a.store(hash, k)
-		return k, nil
-	})
+	k, err := a.keys.Get(ctx, HashKey(raw))
 	if err != nil {
 		return nil, err
 	}
-	return found(v.(*Key))
+	return found(k)
 }
 
 func found(k *Key) (*Key, error) {
@@ -232,24 +202,4 @@ func ParseItem(item map[string]types.AttributeValue) *Key {
 	}
 	slices.Sort(k.Servers)
 	return k
-}
-
-func (a *Authenticator) store(hash string, k *Key) {
-	if a.ttl <= 0 {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.cache) >= maxEntries {
-		now := a.now()
-		for h, c := range a.cache {
-			if now.Sub(c.fetched) >= a.ttl {
-				delete(a.cache, h)
-			}
-		}
-		if len(a.cache) >= maxEntries {
-			clear(a.cache)
-		}
-	}
-	a.cache[hash] = cached{key: k, fetched: a.now()}
 }

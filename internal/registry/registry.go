@@ -8,20 +8,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"golang.org/x/sync/singleflight"
+
+	"github.com/mcpgate/mcpgate/internal/cache"
 )
 
 // DefaultCacheTTL is how long a server item is served from memory.
 const DefaultCacheTTL = 2 * time.Second
-
-// maxEntries bounds the cache; past it, expired entries are dropped first.
-const maxEntries = 4096
 
 // ErrNotFound means the servers table has no item with that server_id.
 var ErrNotFound = errors.New("server not found")
@@ -66,26 +63,18 @@ const DefaultMaxStale = 5 * time.Minute
 type Registry struct {
 	db    API
 	table string
-	ttl   time.Duration
-	stale time.Duration
-	now   func() time.Time
-
-	group singleflight.Group
-	mu    sync.Mutex
-	cache map[string]entry
-	all   *allEntry
+	byID  cache.Loader[entry]
+	all   cache.Loader[allEntry]
 }
 
 type allEntry struct {
 	servers []*Server
 	invalid []error
-	fetched time.Time
 }
 
 type entry struct {
-	server  *Server
-	err     error // ErrNotFound or *InvalidError; store errors are not cached
-	fetched time.Time
+	server *Server
+	err    error // ErrNotFound or *InvalidError; store errors are not cached
 }
 
 // New returns a Registry reading table through db.
@@ -94,15 +83,25 @@ func New(db API, table string, opts Options) *Registry {
 	if ttl == 0 {
 		ttl = DefaultCacheTTL
 	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
 	stale := opts.MaxStale
 	if stale == 0 {
 		stale = DefaultMaxStale
 	}
-	return &Registry{db: db, table: table, ttl: ttl, stale: stale, now: now, cache: make(map[string]entry)}
+	if ttl < 0 || stale < 0 {
+		// No cache means nothing to fall back on either.
+		stale = 0
+	}
+	r := &Registry{db: db, table: table}
+	// A stale definition beats none while the store fails to answer.
+	r.byID = cache.Loader[entry]{Load: r.fetch, TTL: ttl, MaxStale: stale, Now: opts.Now}
+	r.all = cache.Loader[allEntry]{
+		Load: func(ctx context.Context, _ string) (allEntry, error) {
+			servers, invalid, err := r.List(ctx)
+			return allEntry{servers, invalid}, err
+		},
+		TTL: ttl, MaxStale: stale, Now: opts.Now, LoadTimeout: 10 * time.Second,
+	}
+	return r
 }
 
 // Get returns the server with that id: ErrNotFound when there is none, an
@@ -112,36 +111,10 @@ func (r *Registry) Get(ctx context.Context, id string) (*Server, error) {
 	if err := ValidateID(id); err != nil {
 		return nil, ErrNotFound
 	}
-	var cached entry
-	var have bool
-	if r.ttl > 0 {
-		r.mu.Lock()
-		cached, have = r.cache[id]
-		r.mu.Unlock()
-		if have && r.now().Sub(cached.fetched) < r.ttl {
-			return cached.server, cached.err
-		}
-	}
-	v, err, _ := r.group.Do(id, func() (any, error) {
-		// The read is shared by every waiter: it must not die with the
-		// first caller's context.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		e, err := r.fetch(rctx, id)
-		if err != nil {
-			return nil, err
-		}
-		r.store(id, e)
-		return e, nil
-	})
+	e, err := r.byID.Get(ctx, id)
 	if err != nil {
-		if have && r.stale > 0 && r.now().Sub(cached.fetched) < r.stale {
-			// The store is failing: the last known definition beats none.
-			return cached.server, cached.err
-		}
 		return nil, err
 	}
-	e := v.(entry)
 	return e.server, e.err
 }
 
@@ -153,71 +126,23 @@ func (r *Registry) fetch(ctx context.Context, id string) (entry, error) {
 	if err != nil {
 		return entry{}, fmt.Errorf("read server %q: %w", id, err)
 	}
-	e := entry{fetched: r.now()}
 	if len(out.Item) == 0 {
-		e.err = ErrNotFound
-		return e, nil
+		return entry{err: ErrNotFound}, nil
 	}
 	s, perr := Parse(out.Item)
 	if perr != nil {
-		e.err = &InvalidError{ID: id, Err: perr}
-		return e, nil
+		return entry{err: &InvalidError{ID: id, Err: perr}}, nil
 	}
-	e.server = s
-	return e, nil
-}
-
-func (r *Registry) store(id string, e entry) {
-	if r.ttl <= 0 {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.cache) >= maxEntries {
-		now := r.now()
-		for k, old := range r.cache {
-			if now.Sub(old.fetched) >= r.ttl {
-				delete(r.cache, k)
-			}
-		}
-		if len(r.cache) >= maxEntries {
-			clear(r.cache)
-		}
-	}
-	r.cache[id] = e
+	return entry{server: s}, nil
 }
 
 // All returns every valid server, and the invalid items as errors, from a
 // scan shared by concurrent callers and cached for the cache TTL.
 func (r *Registry) All(ctx context.Context) ([]*Server, []error, error) {
-	r.mu.Lock()
-	cached := r.all
-	r.mu.Unlock()
-	if r.ttl > 0 && cached != nil && r.now().Sub(cached.fetched) < r.ttl {
-		return cached.servers, cached.invalid, nil
-	}
-	v, err, _ := r.group.Do("\x00all", func() (any, error) {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		servers, invalid, err := r.List(sctx)
-		if err != nil {
-			return nil, err
-		}
-		a := &allEntry{servers: servers, invalid: invalid, fetched: r.now()}
-		if r.ttl > 0 {
-			r.mu.Lock()
-			r.all = a
-			r.mu.Unlock()
-		}
-		return a, nil
-	})
+	a, err := r.all.Get(ctx, "")
 	if err != nil {
-		if cached != nil && r.stale > 0 && r.now().Sub(cached.fetched) < r.stale {
-			return cached.servers, cached.invalid, nil
-		}
 		return nil, nil, err
 	}
-	a := v.(*allEntry)
 	return a.servers, a.invalid, nil
 }
 

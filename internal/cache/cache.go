@@ -1,0 +1,123 @@
+// Package cache keeps values read from the store for a short time, per
+// process: a miss is loaded once however many callers ask at once, and a
+// value a little too old can stand in while loads fail.
+package cache
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// Loader caches the values Load returns, by key. Its zero value is not
+// usable; set Load, and the other fields as needed.
+type Loader[V any] struct {
+	// Load reads a key's value. It runs detached from the caller's
+	// cancellation (the result is shared by every caller waiting for it),
+	// bounded by LoadTimeout. A returned error is not cached.
+	Load func(ctx context.Context, key string) (V, error)
+	// TTL is how long a value is served from memory; zero or negative
+	// disables caching.
+	TTL time.Duration
+	// MaxStale is how old a value may be and still be served when Load
+	// fails; zero means never.
+	MaxStale time.Duration
+	// Max bounds the number of keys held; past it, expired ones are
+	// dropped first, then all. Zero means 4096.
+	Max int
+	// LoadTimeout bounds one Load; zero means 5 s.
+	LoadTimeout time.Duration
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+
+	group singleflight.Group
+	mu    sync.Mutex
+	m     map[string]entry[V]
+}
+
+type entry[V any] struct {
+	v  V
+	at time.Time
+}
+
+func (l *Loader[V]) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
+}
+
+// Get returns key's value: from memory if younger than TTL, else from one
+// Load shared with concurrent callers; if that fails, a value younger than
+// MaxStale, else the error.
+func (l *Loader[V]) Get(ctx context.Context, key string) (V, error) {
+	e, have := l.held(key)
+	if have && l.TTL > 0 && l.now().Sub(e.at) < l.TTL {
+		return e.v, nil
+	}
+	v, err, _ := l.group.Do(key, func() (any, error) {
+		// A caller that missed just before another's load finished
+		// finds its value here instead of loading again.
+		if e, ok := l.held(key); ok && l.TTL > 0 && l.now().Sub(e.at) < l.TTL {
+			return e.v, nil
+		}
+		timeout := l.LoadTimeout
+		if timeout <= 0 {
+			timeout = 5 * time.Second
+		}
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		v, err := l.Load(lctx, key)
+		if err != nil {
+			return nil, err
+		}
+		l.put(key, v)
+		return v, nil
+	})
+	if err != nil {
+		if have && l.MaxStale > 0 && l.now().Sub(e.at) < l.MaxStale {
+			return e.v, nil
+		}
+		var zero V
+		return zero, err
+	}
+	return v.(V), nil
+}
+
+// held returns what is held for key, however old.
+func (l *Loader[V]) held(key string) (entry[V], bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.m[key]
+	return e, ok
+}
+
+func (l *Loader[V]) put(key string, v V) {
+	if l.TTL <= 0 && l.MaxStale <= 0 {
+		return
+	}
+	limit := l.Max
+	if limit <= 0 {
+		limit = 4096
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = make(map[string]entry[V])
+	}
+	if len(l.m) >= limit {
+		keep := max(l.TTL, l.MaxStale)
+		for k, e := range l.m {
+			if now.Sub(e.at) >= keep {
+				delete(l.m, k)
+			}
+		}
+		if len(l.m) >= limit {
+			clear(l.m)
+		}
+	}
+	l.m[key] = entry[V]{v: v, at: now}
+}
