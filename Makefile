@@ -16,6 +16,7 @@ help:
 	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
 	@echo "make deps    install the Node packages (dynalite) and Go modules"
 	@echo "make fuzz    fuzz the MCP and REST request decoding"
+	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start) into results/"
 
 deps: infra/node_modules/.package-lock.json
 	$(GO) mod download
@@ -35,6 +36,11 @@ test: infra/node_modules/.package-lock.json
 # (functions/gateway/soak_test.go). SOAK_CALLS and SOAK_PROCS size it.
 soak: infra/node_modules/.package-lock.json
 	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
+
+# The limiter's benchmark (functions/gateway/bench_test.go): prints one
+# table and writes results/bench.json. `make test` runs a brief smoke of it.
+bench: infra/node_modules/.package-lock.json
+	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
 
 tables:
 	$(GO) run ./cmd/mcpgate tables create

@@ -34,13 +34,15 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Getenv); err != nil {
+	if err := run(ctx, os.Getenv, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, getenv func(string) string) error {
+// run serves until ctx ends. wrap, if not nil, wraps the gateway's handler
+// (the benchmark puts an in-process semaphore in front, for comparison).
+func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler) http.Handler) error {
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return err
@@ -76,6 +78,9 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 	handler := gw.Handler()
+	if wrap != nil {
+		handler = wrap(handler)
+	}
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String())
 
 	if cfg.Lambda {

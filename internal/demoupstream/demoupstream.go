@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,6 +40,43 @@ type Demo struct {
 	// hang makes slow_tool calls that start while it is set hold until
 	// cancelled, ignoring their arguments (fault injection).
 	hang bool
+	// events, while recording, logs every slow_tool entry and exit.
+	recording bool
+	events    []Event
+}
+
+// Event is a slow_tool call entering or leaving, as RecordEvents logs it.
+type Event struct {
+	At    time.Time
+	Enter bool
+}
+
+// maxEvents bounds the event log; past it, events are not recorded.
+const maxEvents = 1 << 20
+
+// RecordEvents clears the event log and starts (on) or stops logging every
+// slow_tool entry and exit, for measuring how fast a freed slot is reused.
+func (d *Demo) RecordEvents(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.recording = on
+	if on {
+		d.events = nil
+	}
+}
+
+// Events returns the entries and exits logged since RecordEvents(true), in
+// the order they happened.
+func (d *Demo) Events() []Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.events)
+}
+
+func (d *Demo) eventLocked(enter bool) {
+	if d.recording && len(d.events) < maxEvents {
+		d.events = append(d.events, Event{At: time.Now(), Enter: enter})
+	}
 }
 
 // SlowArgs are slow_tool's arguments.
@@ -146,6 +184,7 @@ func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64
 	d.calls++
 	entry := d.inFlight
 	d.peak = max(d.peak, entry)
+	d.eventLocked(true)
 	// Release every call waiting for the in-flight count just reached.
 	for ch, n := range d.barriers {
 		if d.inFlight >= n {
@@ -174,6 +213,7 @@ func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64
 	defer func() {
 		d.mu.Lock()
 		d.inFlight--
+		d.eventLocked(false)
 		delete(d.barriers, barrier)
 		d.notifyLocked()
 		d.mu.Unlock()

@@ -89,3 +89,34 @@ func TestFailToolIsAToolError(t *testing.T) {
 		t.Error("IsError not set")
 	}
 }
+
+func TestRecordEvents(t *testing.T) {
+	d := New()
+	cs := connect(t, d)
+	call := func() {
+		if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow_tool", Arguments: map[string]any{"ms": 0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call()
+	if n := len(d.Events()); n != 0 {
+		t.Fatalf("%d events logged before recording", n)
+	}
+	d.RecordEvents(true)
+	call()
+	call()
+	ev := d.Events()
+	if len(ev) != 4 || !ev[0].Enter || ev[1].Enter || !ev[2].Enter || ev[3].Enter {
+		t.Fatalf("events %+v, want enter, exit, enter, exit", ev)
+	}
+	for i := 1; i < len(ev); i++ {
+		if ev[i].At.Before(ev[i-1].At) {
+			t.Fatalf("event %d is earlier than event %d", i, i-1)
+		}
+	}
+	d.RecordEvents(false)
+	call()
+	if n := len(d.Events()); n != 4 {
+		t.Fatalf("%d events after recording stopped, want 4", n)
+	}
+}

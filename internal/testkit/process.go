@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,7 +82,14 @@ type Gateway struct {
 // is stopped when the test ends.
 func StartGateway(t testing.TB, env *storetest.Env, extra ...string) *Gateway {
 	t.Helper()
-	cmd := exec.Command(GatewayBinary(t))
+	return StartServing(t, env, GatewayBinary(t), extra...)
+}
+
+// StartServing runs the executable at path as a gateway process: with the
+// store's environment and extra, until it logs that it is listening.
+func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string) *Gateway {
+	t.Helper()
+	cmd := exec.Command(path)
 	cmd.Env = append(append(baseEnv(), env.Vars()...), "GATEWAY_ADDR=127.0.0.1:0")
 	cmd.Env = append(cmd.Env, extra...)
 	storetest.SetParentDeathSignal(cmd)
@@ -155,6 +165,22 @@ func (g *Gateway) Logs() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.logs.String()
+}
+
+// PeakRSS is the process's peak resident set size so far, in bytes (from
+// /proc, so Linux only).
+func (g *Gateway) PeakRSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
 }
 
 // Kill ends the process with SIGKILL, as a crash would, and waits for it.

@@ -1,0 +1,822 @@
+package main
+
+// TestBench measures what the fleet-wide cap costs: store operations per
+// call against their floor, the gateway's overhead against calling the
+// upstream directly, how fully a saturated cap is used across 4 gateway
+// processes, the in-process design other gateways ship on the same
+// workload, one hot item's throughput and size, and the gateway's cold
+// start and memory.
+//
+// `make bench` runs it in full (MCPGATE_BENCH=1) and writes
+// results/bench.json; `make test` runs every scenario briefly and checks
+// only that each completes and the cap held, never a timing.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// benchConfig sizes the run: the full bench and the smoke version in
+// `make test` differ only here.
+type benchConfig struct {
+	full         bool
+	soloCalls    int           // sequential calls in the uncontended scenario
+	rounds       int           // calls per caller in each saturation run
+	hotFor       time.Duration // how long the hot-key scenario runs
+	coldStarts   int
+	buildLambda  bool // build the arm64 bootstrap to report its size
+	procs        int  // gateway processes
+	toolDuration time.Duration
+}
+
+var (
+	fullBench = benchConfig{full: true, soloCalls: 400, rounds: 20, hotFor: 10 * time.Second,
+		coldStarts: 5, buildLambda: true, procs: 4, toolDuration: 100 * time.Millisecond}
+	smokeBench = benchConfig{soloCalls: 10, rounds: 1, hotFor: 300 * time.Millisecond,
+		coldStarts: 1, procs: 4, toolDuration: 100 * time.Millisecond}
+)
+
+// benchChildEnv makes the test binary, started by the bench, act as one of
+// its child processes instead of running tests (see benchChild).
+const benchChildEnv = "MCPGATE_BENCH_CHILD"
+
+func TestBench(t *testing.T) {
+	cfg := smokeBench
+	if os.Getenv("MCPGATE_BENCH") == "1" {
+		cfg = fullBench
+	}
+	b := newBench(t, cfg)
+	b.uncontended()
+	for _, c := range []int{1, 2, 8} {
+		ours := b.saturation("ours", c)
+		base := b.saturation("in-process", c)
+		b.compare(c, ours, base)
+	}
+	b.memory()
+	b.hotKey()
+	b.itemSizes()
+	b.coldStart()
+	b.report()
+}
+
+type bench struct {
+	t     *testing.T
+	cfg   benchConfig
+	env   *storetest.Env
+	meter *storeMeter
+	demo  *testkit.Demo
+	key   string
+	gws   []*testkit.Gateway
+	http  *http.Client
+	rows  []benchRow
+}
+
+// benchRow is one figure of the table.
+type benchRow struct {
+	Scenario string  `json:"scenario"`
+	Metric   string  `json:"metric"`
+	Value    float64 `json:"value"`
+	Unit     string  `json:"unit"`
+	// Baseline is what Value is compared with, named by Against; Ratio is
+	// Value / Baseline.
+	Baseline float64 `json:"baseline,omitempty"`
+	Against  string  `json:"against,omitempty"`
+	Ratio    float64 `json:"ratio,omitempty"`
+	Goal     string  `json:"goal,omitempty"`
+}
+
+func (b *bench) add(scenario, metric string, value float64, unit string, baseline float64, against, goal string) {
+	r := benchRow{Scenario: scenario, Metric: metric, Value: value, Unit: unit, Baseline: baseline, Against: against, Goal: goal}
+	if baseline != 0 {
+		r.Ratio = value / baseline
+	}
+	b.rows = append(b.rows, r)
+}
+
+func newBench(t *testing.T, cfg benchConfig) *bench {
+	env := storetest.NewEnv(t)
+	b := &bench{t: t, cfg: cfg, env: env, demo: testkit.StartDemo(t), key: testkit.PutKey(t, env, "*"),
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}}
+	b.meter = startStoreMeter(t, env)
+	b.gws = make([]*testkit.Gateway, cfg.procs)
+	var wg sync.WaitGroup
+	for i := range b.gws {
+		wg.Go(func() { b.gws[i] = testkit.StartGateway(t, env, b.gatewayEnv()...) })
+	}
+	wg.Wait()
+	return b
+}
+
+// gatewayEnv points a gateway process at the metered store.
+func (b *bench) gatewayEnv() []string {
+	return []string{"AWS_ENDPOINT_URL_DYNAMODB=" + b.meter.URL}
+}
+
+// call is one tool call through the REST route, as an agent makes it.
+type call struct {
+	sent, done time.Time
+	status     int
+	body       []byte
+}
+
+func (b *bench) call(base, server, tool string, args map[string]any) call {
+	body, _ := json.Marshal(map[string]any{"server_id": server, "name": tool, "arguments": args})
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp-rest/tools/call", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	req.Header.Set("Content-Type", "application/json")
+	c := call{sent: time.Now()}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		c.done, c.body = time.Now(), []byte(err.Error())
+		return c
+	}
+	c.body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	c.done, c.status = time.Now(), resp.StatusCode
+	return c
+}
+
+// uncontended: one caller, a capped server, a tool that answers at once.
+func (b *bench) uncontended() {
+	t := b.t
+	testkit.PutServer(t, b.env, map[string]any{"server_id": "solo", "url": b.demo.URL, "max_concurrent_requests": 8})
+	n := b.cfg.soloCalls
+	args := map[string]any{"text": "x"}
+
+	cs := connectDirect(t, b.demo.URL)
+	direct := make([]time.Duration, 0, n)
+	for i := range n + 5 {
+		start := time.Now()
+		if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: args}); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 5 { // the first few warm the connection
+			direct = append(direct, time.Since(start))
+		}
+	}
+	gw := b.gws[0].URL
+	for range 5 {
+		if c := b.call(gw, "solo", "echo", args); c.status != http.StatusOK {
+			t.Fatalf("warm-up call: %d %s", c.status, c.body)
+		}
+	}
+	b.meter.reset()
+	through := make([]time.Duration, 0, n)
+	for range n {
+		c := b.call(gw, "solo", "echo", args)
+		if c.status != http.StatusOK {
+			t.Fatalf("call: %d %s", c.status, c.body)
+		}
+		through = append(through, c.done.Sub(c.sent))
+	}
+	m := b.meter.reset()
+	perCall := func(x int) float64 { return float64(x) / float64(n) }
+	writes, reads := perCall(m.leaseWrites()), perCall(m.leaseReads())
+	const sc = "uncontended capped call"
+	b.add(sc, "lease writes per call", writes, "ops", 2, "floor", "2")
+	b.add(sc, "lease reads per call", reads, "ops", 0, "", "0")
+	b.add(sc, "registry+key reads per call", perCall(m.otherOps()), "ops", 0, "", "")
+	dp50, dp99 := quantile(direct, 0.5), quantile(direct, 0.99)
+	tp50, tp99 := quantile(through, 0.5), quantile(through, 0.99)
+	b.add(sc, "direct call p50", ms(dp50), "ms", 0, "", "")
+	b.add(sc, "through gateway p50", ms(tp50), "ms", ms(dp50), "direct", "")
+	b.add(sc, "overhead p50", ms(tp50-dp50), "ms", 0, "", "")
+	b.add(sc, "overhead p99", ms(tp99-dp99), "ms", 0, "", "")
+	storePerCall := m.leaseTime / time.Duration(n)
+	b.add(sc, "lease store time per call", ms(storePerCall), "ms", 0, "", "")
+	beyond := mean(through) - mean(direct) - storePerCall
+	b.add(sc, "overhead beyond store round trips (mean)", ms(beyond), "ms", 0, "", "")
+	if writes < 2 {
+		t.Errorf("%.2f lease writes per capped call: the acquire and release did not both reach the store", writes)
+	}
+}
+
+func connectDirect(t *testing.T, endpoint string) *mcp.ClientSession {
+	c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// satResult is one saturation run.
+type satResult struct {
+	cap, calls, failed int
+	peak               int
+	wall, ideal        time.Duration
+	latency            []time.Duration
+	handoffs           []time.Duration
+	waiterSeconds      float64
+	store              meterCounts
+	rss                int64
+}
+
+// saturation runs 5×cap callers, each making cfg.rounds calls of a
+// 100 ms tool in a row, spread over the gateway processes: "ours" through
+// the fleet-wide cap, "in-process" through processes that each hold a
+// semaphore of size cap (and no store limit).
+func (b *bench) saturation(design string, c int) satResult {
+	t := b.t
+	id := fmt.Sprintf("sat_%s_%d", strings.ReplaceAll(design, "-", ""), c)
+	doc := map[string]any{"server_id": id, "url": b.demo.URL, "queue_timeout": 300, "timeout": 60}
+	gws := b.gws
+	if design == "ours" {
+		doc["max_concurrent_requests"] = c
+	} else {
+		gws = b.baselineFleet(c)
+	}
+	testkit.PutServer(t, b.env, doc)
+	ms := int(b.cfg.toolDuration / time.Millisecond)
+	args := map[string]any{"ms": ms}
+	// Warm every process's registry cache and upstream session.
+	for _, g := range gws {
+		if r := b.call(g.URL, id, "slow_tool", map[string]any{"ms": 0}); r.status != http.StatusOK {
+			t.Fatalf("warm-up: %d %s", r.status, r.body)
+		}
+	}
+	callers := 5 * c
+	b.demo.Reset()
+	b.demo.RecordEvents(true)
+	b.meter.reset()
+	calls := make([][]call, callers)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			g := gws[i%len(gws)]
+			for range b.cfg.rounds {
+				calls[i] = append(calls[i], b.call(g.URL, id, "slow_tool", args))
+			}
+		})
+	}
+	wg.Wait()
+	r := satResult{cap: c, wall: time.Since(start), store: b.meter.reset(), peak: b.demo.Stats().Peak}
+	events := b.demo.Events()
+	b.demo.RecordEvents(false)
+	var sent, entered float64
+	for _, cc := range calls {
+		for _, x := range cc {
+			r.calls++
+			if x.status != http.StatusOK {
+				r.failed++
+				t.Errorf("%s cap %d: call failed: %d %s", design, c, x.status, x.body)
+				continue
+			}
+			r.latency = append(r.latency, x.done.Sub(x.sent))
+			sent += float64(x.sent.UnixNano()) / 1e9
+		}
+	}
+	slots := make([]time.Time, 0, c) // when each freed slot became free
+	for _, e := range events {
+		if e.Enter {
+			entered += float64(e.At.UnixNano()) / 1e9
+			if len(slots) > 0 {
+				r.handoffs = append(r.handoffs, e.At.Sub(slots[0]))
+				slots = slots[1:]
+			}
+		} else {
+			slots = append(slots, e.At)
+		}
+	}
+	r.waiterSeconds = entered - sent
+	r.ideal = time.Duration(math.Ceil(float64(r.calls)/float64(c))) * b.cfg.toolDuration
+	if design == "ours" {
+		if r.peak > c {
+			t.Errorf("cap %d: the upstream saw %d calls in flight", c, r.peak)
+		}
+		if n := testkit.LeaseCount(t, b.env, id, lease.ServerAttr); n != 0 {
+			t.Errorf("cap %d: %d leases left after the run", c, n)
+		}
+	}
+	return r
+}
+
+// baselineFleet starts cfg.procs gateway processes that cap calls with an
+// in-process semaphore of size c, the design other gateways ship.
+func (b *bench) baselineFleet(c int) []*testkit.Gateway {
+	self, err := os.Executable()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	gws := make([]*testkit.Gateway, b.cfg.procs)
+	var wg sync.WaitGroup
+	for i := range gws {
+		wg.Go(func() {
+			gws[i] = testkit.StartServing(b.t, b.env, self,
+				append(b.gatewayEnv(), benchChildEnv+"=baseline", "BENCH_CAP="+strconv.Itoa(c))...)
+		})
+	}
+	wg.Wait()
+	b.t.Cleanup(func() {
+		for _, g := range gws {
+			g.Stop()
+		}
+	})
+	return gws
+}
+
+func (b *bench) compare(c int, ours, base satResult) {
+	sc := fmt.Sprintf("saturation C=%d, %d callers, %d procs", c, 5*c, b.cfg.procs)
+	b.add(sc, "calls", float64(ours.calls), "", 0, "", "")
+	b.add(sc, "upstream peak in flight", float64(ours.peak), "calls", float64(c), "cap", "= cap")
+	b.add(sc, "in-process design: upstream peak", float64(base.peak), "calls", float64(c), "cap", "")
+	util := ours.ideal.Seconds() / ours.wall.Seconds()
+	b.add(sc, "slot utilisation (ideal/measured makespan)", util, "", 1, "ideal", "≥ 0.95")
+	b.add(sc, "release→next acquire p50", ms(quantile(ours.handoffs, 0.5)), "ms", 25, "goal", "≤ 25")
+	b.add(sc, "release→next acquire p99", ms(quantile(ours.handoffs, 0.99)), "ms", 100, "goal", "≤ 100")
+	waitOps := float64(ours.store.leaseOps() - 2*ours.calls)
+	perWaiter := 0.0
+	if ours.waiterSeconds > 0 {
+		perWaiter = waitOps / ours.waiterSeconds
+	}
+	b.add(sc, "store requests per waiter-second", perWaiter, "req/s", 10, "goal", "≤ 10")
+	b.add(sc, "failed conditional writes per call", float64(ours.store.failedWrites)/float64(ours.calls), "", 0, "", "")
+	b.add(sc, "call latency p50", ms(quantile(ours.latency, 0.5)), "ms", ms(quantile(base.latency, 0.5)), "in-process", "")
+	b.add(sc, "call latency p99", ms(quantile(ours.latency, 0.99)), "ms", ms(quantile(base.latency, 0.99)), "in-process", "")
+	if base.failed+ours.failed > 0 {
+		b.add(sc, "failed calls", float64(ours.failed), "calls", float64(base.failed), "in-process", "0")
+	}
+}
+
+func (b *bench) memory() {
+	var peak int64
+	for _, g := range b.gws {
+		rss, err := g.PeakRSS()
+		if err != nil {
+			b.t.Logf("peak RSS: %v", err)
+			return
+		}
+		peak = max(peak, rss)
+	}
+	b.add("gateway process", "peak RSS after the saturation runs", float64(peak)/(1<<20), "MiB", 0, "", "")
+}
+
+// hotKey: 4 processes acquire and release on one item as fast as they can,
+// under a cap they never reach, so only write contention limits them.
+func (b *bench) hotKey() {
+	t := b.t
+	const capacity, workers = 64, 4
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type child struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *bufio.Reader
+	}
+	kids := make([]child, b.cfg.procs)
+	for i := range kids {
+		cmd := exec.Command(self)
+		cmd.Env = append(append(os.Environ(), b.env.Vars()...), b.gatewayEnv()...)
+		cmd.Env = append(cmd.Env, benchChildEnv+"=hotkey", "BENCH_CAP="+strconv.Itoa(capacity),
+			"BENCH_WORKERS="+strconv.Itoa(workers), "BENCH_FOR="+b.cfg.hotFor.String())
+		cmd.Stderr = os.Stderr
+		storetest.SetParentDeathSignal(cmd)
+		in, _ := cmd.StdinPipe()
+		outPipe, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		kids[i] = child{cmd, in, bufio.NewReader(outPipe)}
+	}
+	for _, k := range kids { // each says it is ready, then all start together
+		if line, err := k.out.ReadString('\n'); err != nil || strings.TrimSpace(line) != "ready" {
+			t.Fatalf("hot-key child: %q %v", line, err)
+		}
+	}
+	b.meter.reset()
+	for _, k := range kids {
+		io.WriteString(k.in, "go\n")
+	}
+	var pairs, errs int
+	for _, k := range kids {
+		var res hotResult
+		line, err := k.out.ReadString('\n')
+		if err != nil || json.Unmarshal([]byte(line), &res) != nil {
+			t.Fatalf("hot-key child result %q: %v", line, err)
+		}
+		pairs += res.Pairs
+		errs += res.Errors
+	}
+	m := b.meter.reset()
+	sc := fmt.Sprintf("hot key (%d procs × %d workers, cap %d)", b.cfg.procs, workers, capacity)
+	b.add(sc, "acquire+release pairs per second", float64(pairs)/b.cfg.hotFor.Seconds(), "pairs/s", 0, "", "")
+	if pairs > 0 {
+		b.add(sc, "failed conditional writes per pair", float64(m.failedWrites)/float64(pairs), "", 0, "", "")
+		b.add(sc, "lease requests per pair", float64(m.leaseOps())/float64(pairs), "ops", 2, "floor", "")
+	}
+	if errs > 0 {
+		b.add(sc, "acquire or release errors", float64(errs), "", 0, "", "0")
+	}
+	if pairs == 0 {
+		t.Error("hot key: no acquire+release pair completed")
+	}
+	if n := testkit.LeaseCount(t, b.env, "hot", lease.ServerAttr); n != 0 {
+		t.Errorf("hot key: %d leases left", n)
+	}
+}
+
+type hotResult struct{ Pairs, Errors int }
+
+// itemSizes fills an item with n live leases and reports its size.
+func (b *bench) itemSizes() {
+	t := b.t
+	l := lease.New(b.env.Client, b.env.Tables.Leases, lease.Options{})
+	for _, n := range []int{8, 64, 512} {
+		key := fmt.Sprintf("size_%d", n)
+		held := make([]*lease.Lease, n)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for i := range held {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				ls, err := l.Acquire(context.Background(), lease.Request{Key: key,
+					Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: n}}, Hold: time.Minute, Wait: time.Minute})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held[i] = ls
+			})
+		}
+		wg.Wait()
+		out, err := b.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+			TableName:      aws.String(b.env.Tables.Leases),
+			Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
+			ConsistentRead: aws.Bool(true),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := testkit.LeaseCount(t, b.env, key, lease.ServerAttr); got != n {
+			t.Errorf("item holds %d leases, want %d", got, n)
+		}
+		size := store.ItemSize(out.Item)
+		sc := "lease item size"
+		b.add(sc, fmt.Sprintf("bytes with %d leases held", n), float64(size), "B", 0, "", "")
+		b.add(sc, fmt.Sprintf("write units per operation at %d", n), float64(store.WriteUnits(size)), "WCU", 1, "1 KB item", "")
+		for _, ls := range held {
+			if ls != nil {
+				if err := ls.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+}
+
+// coldStart times a new gateway process from exec to listening, and to its
+// first tool call answered (registry read, key check, upstream session).
+func (b *bench) coldStart() {
+	t := b.t
+	var listen, first []time.Duration
+	for range b.cfg.coldStarts {
+		start := time.Now()
+		g := testkit.StartGateway(t, b.env, b.gatewayEnv()...)
+		listen = append(listen, time.Since(start))
+		if c := b.call(g.URL, "solo", "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
+			t.Fatalf("first call: %d %s", c.status, c.body)
+		}
+		first = append(first, time.Since(start))
+		g.Stop()
+	}
+	sc := "cold start (local process)"
+	b.add(sc, "exec → listening (median)", ms(quantile(listen, 0.5)), "ms", 0, "", "")
+	b.add(sc, "exec → first call answered (median)", ms(quantile(first, 0.5)), "ms", 0, "", "")
+	if b.cfg.buildLambda {
+		root, err := storetest.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "bootstrap")
+		cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", out, "./functions/gateway")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
+		if o, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build bootstrap: %v\n%s", err, o)
+		}
+		fi, err := os.Stat(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.add(sc, "bootstrap size (linux/arm64, stripped)", float64(fi.Size())/(1<<20), "MiB", 0, "", "")
+	}
+}
+
+func (b *bench) report() {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tmetric\tvalue\tunit\tvs\tratio\tgoal")
+	last := ""
+	for _, r := range b.rows {
+		sc := r.Scenario
+		if sc == last {
+			sc = ""
+		}
+		last = r.Scenario
+		vs, ratio := "", ""
+		if r.Baseline != 0 {
+			vs = fmt.Sprintf("%s %s", trim(r.Baseline), r.Against)
+			ratio = fmt.Sprintf("%.2f", r.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sc, r.Metric, trim(r.Value), r.Unit, vs, ratio, r.Goal)
+	}
+	tw.Flush()
+	machine := machineInfo()
+	fmt.Printf("\nmcpgate bench, %s, %s\n\n%s", time.Now().UTC().Format("2006-01-02"), machine, buf.String())
+	if !b.cfg.full {
+		return
+	}
+	root, err := storetest.RepoRoot()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	dir := filepath.Join(root, "results")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.t.Fatal(err)
+	}
+	doc, _ := json.MarshalIndent(map[string]any{
+		"date": time.Now().UTC().Format(time.RFC3339), "machine": machine, "rows": b.rows,
+	}, "", "  ")
+	path := filepath.Join(dir, "bench.json")
+	if err := os.WriteFile(path, append(doc, '\n'), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	fmt.Println("\nwritten to", path)
+}
+
+func machineInfo() string {
+	cpu := runtime.GOARCH
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if name, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d cores, %s/%s, %s", cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+func trim(v float64) string {
+	switch {
+	case v == math.Trunc(v) && math.Abs(v) < 1e9:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case math.Abs(v) >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case math.Abs(v) >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(math.Ceil(q*float64(len(s))))-1)]
+}
+
+func mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
+
+// storeMeter is an HTTP proxy in front of dynalite that counts what the
+// gateway processes send: operations by table, failed conditional writes,
+// and the time lease-table operations take.
+type storeMeter struct {
+	URL    string
+	target string
+	leases string
+	client *http.Client
+	mu     sync.Mutex
+	counts meterCounts
+}
+
+type meterCounts struct {
+	ops          map[string]int // "<table kind> <operation>"
+	failedWrites int            // ConditionalCheckFailed on the leases table
+	leaseTime    time.Duration  // summed round trips of lease-table operations
+}
+
+func (m meterCounts) leaseWrites() int { return m.ops["leases UpdateItem"] }
+func (m meterCounts) leaseReads() int  { return m.ops["leases GetItem"] }
+func (m meterCounts) leaseOps() int {
+	n := 0
+	for k, v := range m.ops {
+		if strings.HasPrefix(k, "leases ") {
+			n += v
+		}
+	}
+	return n
+}
+func (m meterCounts) otherOps() int {
+	n := 0
+	for k, v := range m.ops {
+		if !strings.HasPrefix(k, "leases ") {
+			n += v
+		}
+	}
+	return n
+}
+
+func startStoreMeter(t *testing.T, env *storetest.Env) *storeMeter {
+	m := &storeMeter{target: env.Endpoint, leases: env.Tables.Leases,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	m.counts.ops = map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(m.serve))
+	t.Cleanup(srv.Close)
+	m.URL = srv.URL
+	return m
+}
+
+func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	var in struct{ TableName string }
+	_ = json.Unmarshal(body, &in)
+	_, op, _ := strings.Cut(r.Header.Get("X-Amz-Target"), ".")
+	kind := "other"
+	if in.TableName == m.leases {
+		kind = "leases"
+	}
+	u, _ := url.Parse(m.target)
+	u.Path = r.URL.Path
+	out, _ := http.NewRequestWithContext(r.Context(), r.Method, u.String(), bytes.NewReader(body))
+	out.Header = r.Header.Clone()
+	start := time.Now()
+	resp, err := m.client.Do(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	rb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	rt := time.Since(start)
+	m.mu.Lock()
+	m.counts.ops[kind+" "+op]++
+	if kind == "leases" {
+		m.counts.leaseTime += rt
+		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(rb, []byte("ConditionalCheckFailed")) {
+			m.counts.failedWrites++
+		}
+	}
+	m.mu.Unlock()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(rb)
+}
+
+// reset returns the counts so far and starts new ones.
+func (m *storeMeter) reset() meterCounts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.counts
+	m.counts = meterCounts{ops: map[string]int{}}
+	return c
+}
+
+// benchChild runs the test binary as one of the bench's child processes.
+func benchChild(mode string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch mode {
+	case "baseline":
+		err = baselineGateway(ctx)
+	case "hotkey":
+		err = hotKeyChild(ctx)
+	default:
+		err = fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench child:", err)
+		return 1
+	}
+	return 0
+}
+
+// baselineGateway is the gateway with an in-process semaphore of BENCH_CAP
+// in front of its tool calls, as other gateways cap them.
+func baselineGateway(ctx context.Context) error {
+	c, err := strconv.Atoi(os.Getenv("BENCH_CAP"))
+	if err != nil || c <= 0 {
+		return fmt.Errorf("BENCH_CAP=%q", os.Getenv("BENCH_CAP"))
+	}
+	sem := make(chan struct{}, c)
+	return run(ctx, os.Getenv, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/mcp-rest/tools/call" {
+				select {
+				case sem <- struct{}{}:
+					defer func() { <-sem }()
+				case <-r.Context().Done():
+					return
+				}
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+}
+
+// hotKeyChild acquires and releases on the item "hot" with BENCH_WORKERS
+// goroutines for BENCH_FOR, from "go" on stdin, and prints its counts.
+func hotKeyChild(ctx context.Context) error {
+	capacity, _ := strconv.Atoi(os.Getenv("BENCH_CAP"))
+	workers, _ := strconv.Atoi(os.Getenv("BENCH_WORKERS"))
+	d, err := time.ParseDuration(os.Getenv("BENCH_FOR"))
+	if err != nil || capacity <= 0 || workers <= 0 {
+		return fmt.Errorf("BENCH_CAP, BENCH_WORKERS and BENCH_FOR must be set")
+	}
+	db, err := store.NewClient(ctx)
+	if err != nil {
+		return err
+	}
+	tables, err := store.TablesFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	l := lease.New(db, tables.Leases, lease.Options{})
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return err
+	}
+	end := time.Now().Add(d)
+	var mu sync.Mutex
+	var res hotResult
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil && time.Now().Before(end) {
+				ls, err := l.Acquire(ctx, lease.Request{Key: "hot", Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: capacity}},
+					Hold: 10 * time.Second, Wait: 10 * time.Second})
+				if err == nil {
+					err = ls.Release(ctx)
+				}
+				mu.Lock()
+				if err != nil {
+					res.Errors++
+				} else {
+					res.Pairs++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+	return nil
+}
