@@ -83,6 +83,7 @@ type Limiter struct {
 	instance string
 	seq      atomic.Uint64
 	stats    counters
+	lines    lines
 }
 
 // New returns a Limiter storing its items in table.
@@ -272,7 +273,29 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	backoff := l.minBack
 	var snap *snapshot // what the last failed write or read showed
 	eager := 0         // writes since the last wait
+	set := slotSet(req.Slots)
+	var w *waiter // this acquire's place in the process's line, once it waits
+	defer func() {
+		if w != nil {
+			l.lines.leave(w)
+		}
+	}()
+	if req.Wait > 0 && l.lines.busy(req.Key, set) {
+		// Others here already wait for these slots: no writing past them.
+		w = l.lines.join(req.Key, set)
+	}
 	for {
+		if w != nil && !w.head() {
+			if err := a.awaitTurn(ctx, w, waitUntil, start, snap); err != nil {
+				return nil, err
+			}
+			// The waiter ahead got its place or gave up: look again.
+			var err error
+			if snap, err = a.read(ctx); err != nil {
+				return nil, err
+			}
+			eager = 0
+		}
 		if snap != nil && req.Breaker != nil {
 			now := a.now()
 			switch snap.br.phase(now) {
@@ -322,6 +345,12 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			l.stats.shed.Add(1)
 			return nil, &FullError{Attr: full.Attr, Cap: full.Cap, RetryAfter: l.retryHint(snap, a.now())}
 		}
+		if w == nil {
+			w = l.lines.join(req.Key, set)
+			if !w.head() {
+				continue // wait in line, not at the store
+			}
+		}
 		// Wait, then read (cheap, and never a failed write) before writing.
 		sleep := jitter(backoff)
 		if snap != nil {
@@ -343,6 +372,11 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			t.Stop()
 			return nil, fmt.Errorf("lease: waiting for %s: %w", req.Key, ctx.Err())
 		case <-t.C:
+		case <-w.kick:
+			// A place was given back in this process: write for it now.
+			t.Stop()
+			snap, eager = nil, 0
+			continue
 		}
 		backoff = min(backoff*3/2, l.maxBack)
 		eager = 0
@@ -355,6 +389,26 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			l.stats.waitTimeouts.Add(1)
 			return nil, &WaitTimeoutError{Attr: full.Attr, Waited: time.Since(start)}
 		}
+	}
+}
+
+// awaitTurn holds a waiter until it heads its line, ctx ends or waiting
+// time runs out.
+func (a *attempt) awaitTurn(ctx context.Context, w *waiter, until, start time.Time, snap *snapshot) error {
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-w.turn:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("lease: waiting for %s: %w", a.req.Key, ctx.Err())
+	case <-t.C:
+		attr := a.req.Slots[0].Attr
+		if snap != nil {
+			attr = snap.fullSlot(a.now(), a.req.Slots).Attr
+		}
+		a.l.stats.waitTimeouts.Add(1)
+		return &WaitTimeoutError{Attr: attr, Waited: time.Since(start)}
 	}
 }
 

@@ -41,6 +41,7 @@ func (ls *Lease) Finish(ctx context.Context, failed bool) (Transition, error) {
 		return NoTransition, err
 	}
 	l.stats.released.Add(1)
+	l.lines.kick(ls.key)
 	if tr != NoTransition {
 		l.stats.transitions.Add(1)
 	}
