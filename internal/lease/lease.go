@@ -43,7 +43,7 @@ func ToolAttr(tool string) string { return ToolAttrPrefix + tool }
 // Defaults for Options.
 const (
 	DefaultMargin     = 2 * time.Second
-	DefaultMinBackoff = 10 * time.Millisecond
+	DefaultMinBackoff = 25 * time.Millisecond
 	DefaultMaxBackoff = 150 * time.Millisecond
 	// abandonedAfter is added to a lease's expiry to form the item's TTL:
 	// DynamoDB may delete an item nobody has touched for that long.
