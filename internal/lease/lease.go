@@ -282,9 +282,18 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	}()
 	if req.Wait > 0 && l.lines.busy(req.Key, set) {
 		// Others here already wait for these slots: no writing past them.
-		w = l.lines.join(req.Key, set)
+		w = l.lines.join(req.Key, set, req)
 	}
 	for {
+		if w != nil {
+			select {
+			case got := <-w.offer:
+				if got != nil {
+					return l.handedOver(got, start), nil
+				}
+			default:
+			}
+		}
 		if w != nil && !w.head() {
 			if err := a.awaitTurn(ctx, w, waitUntil, start, snap); err != nil {
 				return nil, err
@@ -346,7 +355,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, &FullError{Attr: full.Attr, Cap: full.Cap, RetryAfter: l.retryHint(snap, a.now())}
 		}
 		if w == nil {
-			w = l.lines.join(req.Key, set)
+			w = l.lines.join(req.Key, set, req)
 			if !w.head() {
 				continue // wait in line, not at the store
 			}
@@ -377,6 +386,14 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			t.Stop()
 			snap, eager = nil, 0
 			continue
+		case got := <-w.offer:
+			t.Stop()
+			if got != nil {
+				return l.handedOver(got, start), nil
+			}
+			// The hand-off failed; the place may be free: write now.
+			snap, eager = nil, 0
+			continue
 		}
 		backoff = min(backoff*3/2, l.maxBack)
 		eager = 0
@@ -390,6 +407,14 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, &WaitTimeoutError{Attr: full.Attr, Waited: time.Since(start)}
 		}
 	}
+}
+
+// handedOver completes an acquire with the lease a holder in this process
+// passed to it.
+func (l *Limiter) handedOver(ls *Lease, start time.Time) *Lease {
+	ls.Waited = time.Since(start)
+	l.stats.acquired.Add(1)
+	return ls
 }
 
 // awaitTurn holds a waiter until it heads its line, ctx ends or waiting

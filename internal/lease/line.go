@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"context"
 	"strings"
 	"sync"
+	"time"
 )
 
 // lines are this process's waiters, in arrival order, one line per limiter
@@ -22,10 +24,17 @@ type lines struct {
 // waiter is one Acquire in a line.
 type waiter struct {
 	key, set string
+	req      Request
 	// turn is closed when the waiter reaches the head of its line.
 	turn chan struct{}
 	// kick tells the head that a place was given back in this process.
 	kick chan struct{}
+	// offer receives the outcome of a hand-off claimed for this waiter: a
+	// lease passed to it by a holder in this process, or nil.
+	offer chan *Lease
+	// claimed is set (under lines.mu) while a holder is passing its place
+	// to this waiter.
+	claimed bool
 }
 
 // head reports whether w is at the head of its line.
@@ -42,13 +51,14 @@ func (w *waiter) head() bool {
 // interchangeable; a call for another tool of the same server is not in
 // their line (it may find room they cannot use).
 func slotSet(slots []Slot) string {
-	var b strings.Builder
-	for _, s := range slots {
-		b.WriteString(s.Attr)
-		b.WriteByte(0)
+	attrs := make([]string, len(slots))
+	for i, s := range slots {
+		attrs[i] = s.Attr
 	}
-	return b.String()
+	return attrSet(attrs)
 }
+
+func attrSet(attrs []string) string { return strings.Join(attrs, "\x00") }
 
 // busy reports whether anyone is in the line for key and set.
 func (q *lines) busy(key, set string) bool {
@@ -58,8 +68,8 @@ func (q *lines) busy(key, set string) bool {
 }
 
 // join puts a new waiter at the end of the line for key and set.
-func (q *lines) join(key, set string) *waiter {
-	w := &waiter{key: key, set: set, turn: make(chan struct{}), kick: make(chan struct{}, 1)}
+func (q *lines) join(key, set string, req Request) *waiter {
+	w := &waiter{key: key, set: set, req: req, turn: make(chan struct{}), kick: make(chan struct{}, 1), offer: make(chan *Lease, 1)}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.m == nil {
@@ -78,10 +88,50 @@ func (q *lines) join(key, set string) *waiter {
 }
 
 // leave takes w out of its line; if it was the head, the next one's turn
-// comes.
+// comes. A lease passed to w that it did not take is given back.
 func (q *lines) leave(w *waiter) {
 	q.mu.Lock()
+	claimed := w.claimed
+	q.remove(w)
+	q.mu.Unlock()
+	var unused *Lease
+	if claimed {
+		unused = <-w.offer
+	} else {
+		select {
+		case unused = <-w.offer:
+		default:
+		}
+	}
+	if unused != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = unused.Release(ctx)
+	}
+}
+
+// claim picks the head of the line for key and set to pass a place to,
+// unless a hand-off to it is under way already.
+func (q *lines) claim(key, set string) *waiter {
+	q.mu.Lock()
 	defer q.mu.Unlock()
+	line := q.m[key][set]
+	if len(line) == 0 || line[0].claimed {
+		return nil
+	}
+	line[0].claimed = true
+	return line[0]
+}
+
+// settle ends a claim on w with the lease passed to it, or nil.
+func (q *lines) settle(w *waiter, ls *Lease) {
+	q.mu.Lock()
+	w.claimed = false
+	q.mu.Unlock()
+	w.offer <- ls // never blocks: one claim at a time, and leave drains it
+}
+
+func (q *lines) remove(w *waiter) {
 	sets := q.m[w.key]
 	line := sets[w.set]
 	for i, o := range line {

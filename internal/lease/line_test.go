@@ -12,8 +12,8 @@ import (
 
 func TestLinesAreFirstComeFirstServed(t *testing.T) {
 	var q lines
-	a, b, c := q.join("k", "s"), q.join("k", "s"), q.join("k", "s")
-	other := q.join("k", "t")
+	a, b, c := q.join("k", "s", Request{}), q.join("k", "s", Request{}), q.join("k", "s", Request{})
+	other := q.join("k", "t", Request{})
 	if !a.head() || b.head() || c.head() || !other.head() {
 		t.Fatal("the first of each line must head it, and only it")
 	}
@@ -150,5 +150,91 @@ func TestLineDoesNotHoldUpOtherTools(t *testing.T) {
 	}
 	if err := <-waited; err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestReleasePassesThePlaceToTheHeadInOneWrite(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
+	held := acquire(t, l, req)
+	got := make(chan *Lease, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), req)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ls
+	}()
+	for lineLen(l, req) < 1 {
+		runtime.Gosched()
+	}
+	before := l.Stats()
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := l.Stats()
+	if after.Handoffs-before.Handoffs != 1 {
+		t.Fatalf("release made %d hand-offs, want 1", after.Handoffs-before.Handoffs)
+	}
+	ls := <-got
+	if ls == nil {
+		t.FailNow()
+	}
+	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 1 || !ids[ls.ID()] || ls.ID() == held.ID() {
+		t.Fatalf("item holds %v; want only the waiter's new lease %s", ids, ls.ID())
+	}
+	if ls.InFlight != 1 {
+		t.Errorf("handed-over lease reports %d in flight, want 1", ls.InFlight)
+	}
+	if err := held.Release(context.Background()); err != ErrNotHeld {
+		t.Errorf("second release of the handed-over lease: %v, want ErrNotHeld", err)
+	}
+	if err := ls.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 0 {
+		t.Errorf("leases left: %v", ids)
+	}
+}
+
+func TestPlacePassedToAWaiterThatLeftIsGivenBack(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
+	held := acquire(t, l, req)
+	// A waiter that never takes what it is offered, then leaves.
+	w := l.lines.join(req.Key, slotSet(req.Slots), req)
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(leaseIDs(t, env, "srv", ServerAttr)); n != 1 {
+		t.Fatalf("%d leases after the hand-off, want the waiter's 1", n)
+	}
+	l.lines.leave(w)
+	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 0 {
+		t.Errorf("the untaken lease was not given back: %v", ids)
+	}
+}
+
+func TestNoHandOffWhileTheBreakerIsOpen(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	br := &Breaker{Name: "srv", Threshold: 1, Recovery: time.Minute}
+	req := Request{Key: "srv", Slots: serverSlot(2), Hold: 10 * time.Second, Wait: time.Minute, Breaker: br}
+	held, failing := acquire(t, l, req), acquire(t, l, req)
+	if tr, err := failing.Finish(context.Background(), true); err != nil || tr != Opened {
+		t.Fatalf("failure with threshold 1: %v %v, want the breaker opened", tr, err)
+	}
+	w := l.lines.join(req.Key, slotSet(req.Slots), req)
+	defer l.lines.leave(w)
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-w.offer; got != nil {
+		t.Fatalf("a place was passed on while the breaker was open: %s", got.ID())
+	}
+	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 0 {
+		t.Errorf("leases left: %v", ids)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,20 @@ func (ls *Lease) Finish(ctx context.Context, failed bool) (Transition, error) {
 		return NoTransition, ErrNotHeld
 	}
 	l := ls.l
+	if !failed && !ls.probe {
+		if w := l.lines.claim(ls.key, attrSet(ls.attrs)); w != nil {
+			next, item, err := ls.handOff(ctx, w.req)
+			l.lines.settle(w, next)
+			if err == nil {
+				l.stats.released.Add(1)
+				l.stats.handoffs.Add(1)
+				ls.purgeLeftovers(ctx, item)
+				return NoTransition, nil
+			}
+			// Not passed on (the lease is gone, or the breaker opened):
+			// give it back the ordinary way, which tells which.
+		}
+	}
 	tr, item, err := ls.finish(ctx, failed)
 	if err != nil {
 		return NoTransition, err
@@ -241,4 +256,65 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	ls.Expiry = time.UnixMilli(exp)
 	ls.CallDeadline = localNow.Add(hold)
 	return nil
+}
+
+// errNoTime means a waiter's call would have no time left to run.
+var errNoTime = errors.New("lease: no time left for the waiter's call")
+
+// handOff passes this lease's place to a waiter in the same process in one
+// write: its id goes out of every map and the waiter's comes in, so the
+// count never changes and the waiter needs no write of its own. It is
+// conditioned on still holding the lease and, with a breaker, on the
+// breaker being closed (this call succeeded, which also resets its failure
+// count). A failed condition is ErrNotHeld.
+func (ls *Lease) handOff(ctx context.Context, req Request) (*Lease, map[string]types.AttributeValue, error) {
+	l := ls.l
+	if (ls.breaker == nil) != (req.Breaker == nil) || (ls.breaker != nil && ls.breaker.Name != req.Breaker.Name) {
+		return nil, nil, ErrNotHeld
+	}
+	wallNow, localNow := l.clock(), time.Now()
+	hold := req.Hold
+	if !req.CallBy.IsZero() {
+		hold = min(hold, req.CallBy.Sub(localNow))
+	}
+	if hold <= 0 {
+		return nil, nil, errNoTime
+	}
+	exp := wallNow.Add(hold + l.margin).UnixMilli()
+	id := l.newLeaseID()
+	b := newExprBuilder()
+	oldID, newID := b.name(ls.id), b.name(id)
+	expVal := b.value(number(exp))
+	removes := make([]string, len(ls.attrs))
+	sets := make([]string, 0, len(ls.attrs)+2)
+	for i, attr := range ls.attrs {
+		m := b.name(attr)
+		removes[i] = m + "." + oldID
+		sets = append(sets, m+"."+newID+" = "+expVal)
+	}
+	cond := "attribute_exists(" + removes[0] + ")"
+	if ls.breaker != nil {
+		ba := ls.breaker.attrs()
+		bo := b.name(ba.openUntil)
+		sets = append(sets, b.name(ba.fails)+" = "+b.value(number(0)))
+		cond += " AND (attribute_not_exists(" + bo + ") OR " + bo + " = " + b.value(number(0)) + ")"
+	}
+	ttl := time.UnixMilli(exp).Add(abandonedAfter).Unix()
+	sets = append(sets, b.name(store.TTLAttr)+" = "+b.value(number(ttl)))
+	out, err := ls.update(ctx, &dynamodb.UpdateItemInput{
+		UpdateExpression:    aws.String("SET " + strings.Join(sets, ", ") + " REMOVE " + strings.Join(removes, ", ")),
+		ConditionExpression: aws.String(cond),
+		ReturnValues:        types.ReturnValueAllNew,
+	}, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	next := &Lease{
+		l: l, key: ls.key, attrs: slices.Clone(ls.attrs), id: id, exp: exp, breaker: req.Breaker,
+		Expiry: time.UnixMilli(exp), CallDeadline: localNow.Add(hold),
+	}
+	if m, ok := out.Attributes[ls.attrs[0]].(*types.AttributeValueMemberM); ok {
+		next.InFlight = len(m.Value)
+	}
+	return next, out.Attributes, nil
 }

@@ -14,6 +14,9 @@ type Stats struct {
 	Reads int64
 	// Acquired and Released count granted and given-back leases.
 	Acquired, Released int64
+	// Handoffs counts releases that passed their place straight to a
+	// waiter in this process (one write for both).
+	Handoffs int64
 	// Purged counts expired leases removed by this limiter.
 	Purged int64
 	// Shed counts requests refused at once because a slot was full.
@@ -27,7 +30,7 @@ type Stats struct {
 
 type counters struct {
 	writes, failedWrites, initWrites, reads atomic.Int64
-	acquired, released, purged              atomic.Int64
+	acquired, released, purged, handoffs    atomic.Int64
 	shed, waitTimeouts                      atomic.Int64
 	circuitOpen, probes, transitions        atomic.Int64
 }
@@ -42,6 +45,7 @@ func (l *Limiter) Stats() Stats {
 		Reads:        c.reads.Load(),
 		Acquired:     c.acquired.Load(),
 		Released:     c.released.Load(),
+		Handoffs:     c.handoffs.Load(),
 		Purged:       c.purged.Load(),
 		Shed:         c.shed.Load(),
 		WaitTimeouts: c.waitTimeouts.Load(),
