@@ -116,8 +116,8 @@ func (q *lines) claim(key, set string) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	line := q.m[key][set]
-	if len(line) == 0 || line[0].claimed {
-		return nil
+	if len(line) == 0 || line[0].claimed || len(line[0].offer) > 0 {
+		return nil // none, or one hand-off at a time
 	}
 	line[0].claimed = true
 	return line[0]
@@ -126,9 +126,11 @@ func (q *lines) claim(key, set string) *waiter {
 // settle ends a claim on w with the lease passed to it, or nil.
 func (q *lines) settle(w *waiter, ls *Lease) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	// Both at once, so leave either waits for the offer or finds it. The
+	// send never blocks: claim made sure the buffer was empty.
+	w.offer <- ls
 	w.claimed = false
-	q.mu.Unlock()
-	w.offer <- ls // never blocks: one claim at a time, and leave drains it
 }
 
 func (q *lines) remove(w *waiter) {

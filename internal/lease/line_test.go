@@ -238,3 +238,49 @@ func TestNoHandOffWhileTheBreakerIsOpen(t *testing.T) {
 		t.Errorf("leases left: %v", ids)
 	}
 }
+
+func TestOneProcessManyWaitersLosesNothing(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	const capacity, workers, rounds = 2, 16, 8
+	req := Request{Key: "srv", Slots: serverSlot(capacity), Hold: 10 * time.Second, Wait: time.Minute}
+	var mu sync.Mutex
+	inFlight, peak, done := 0, 0, 0
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range rounds {
+				ls, err := l.Acquire(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inFlight++
+				peak = max(peak, inFlight)
+				mu.Unlock()
+				runtime.Gosched()
+				mu.Lock()
+				inFlight--
+				done++
+				mu.Unlock()
+				if err := ls.Release(context.Background()); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if peak > capacity {
+		t.Errorf("%d holders at once, cap %d", peak, capacity)
+	}
+	if done != workers*rounds {
+		t.Errorf("%d rounds done, want %d", done, workers*rounds)
+	}
+	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 0 {
+		t.Errorf("leases left: %v", ids)
+	}
+	if s := l.Stats(); s.Handoffs == 0 {
+		t.Logf("no hand-offs happened (%+v)", s)
+	}
+}

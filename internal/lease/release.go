@@ -306,12 +306,18 @@ func (ls *Lease) handOff(ctx context.Context, req Request) (*Lease, map[string]t
 		ConditionExpression: aws.String(cond),
 		ReturnValues:        types.ReturnValueAllNew,
 	}, b)
-	if err != nil {
-		return nil, nil, err
-	}
 	next := &Lease{
 		l: l, key: ls.key, attrs: slices.Clone(ls.attrs), id: id, exp: exp, breaker: req.Breaker,
 		Expiry: time.UnixMilli(exp), CallDeadline: localNow.Add(hold),
+	}
+	if err != nil {
+		// The write may have landed unseen (a lost answer the SDK retried
+		// reads as a failed condition): take the waiter's id out again
+		// rather than leave it holding a place until it expires.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = next.remove(rctx)
+		cancel()
+		return nil, nil, err
 	}
 	if m, ok := out.Attributes[ls.attrs[0]].(*types.AttributeValueMemberM); ok {
 		next.InFlight = len(m.Value)
