@@ -37,6 +37,19 @@ const server = dynalite({
   path: argv.path,
 })
 
+// dynalite rethrows every request stream error, so one client that goes away
+// mid-request (a killed gateway, a cut connection) ends the whole server.
+// Node emits 'aborted' only for a request whose body never fully arrived, so
+// no operation ran for it: survive that one error and let anything else
+// crash as before.
+process.on('uncaughtException', (err) => {
+  if (err && err.code === 'ECONNRESET' && err.message === 'aborted') {
+    return
+  }
+  console.error(err)
+  process.exit(1)
+})
+
 server.on('error', (err) => {
   console.error(`dynalite: ${err.message}`)
   process.exit(1)
