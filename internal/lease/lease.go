@@ -9,6 +9,7 @@ import (
 	mrand "math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,11 +41,29 @@ const (
 // ToolAttr is the attribute holding the leases of one capped tool.
 func ToolAttr(tool string) string { return ToolAttrPrefix + tool }
 
+// WaitingAttrPrefix prefixes the map of waiters that have waited longer
+// than Options.PriorityAfter for a place in one slot map
+// ("waiting:leases", "waiting:tool:<name>"): waiter id → when the mark
+// lapses (Unix ms). While it holds a live mark, only marked waiters may
+// take a place in that slot, so newcomers cannot keep writing past a
+// waiter on another instance.
+const WaitingAttrPrefix = "waiting:"
+
+// WaitingAttr is the waiting-marks map of a slot map.
+func WaitingAttr(attr string) string { return WaitingAttrPrefix + attr }
+
 // Defaults for Options.
 const (
-	DefaultMargin     = 2 * time.Second
-	DefaultMinBackoff = 25 * time.Millisecond
-	DefaultMaxBackoff = 150 * time.Millisecond
+	DefaultMargin        = 2 * time.Second
+	DefaultMinBackoff    = 25 * time.Millisecond
+	DefaultMaxBackoff    = 150 * time.Millisecond
+	DefaultPriorityAfter = time.Second
+	// markTTL is how long a waiting mark lasts unless renewed: a waiter
+	// that dies blocks newcomers for at most that long.
+	markTTL = time.Second
+	// markedMaxBackoff bounds a marked waiter's backoff: while it is
+	// marked, a place it does not take stays free.
+	markedMaxBackoff = 50 * time.Millisecond
 	// abandonedAfter is added to a lease's expiry to form the item's TTL:
 	// DynamoDB may delete an item nobody has touched for that long.
 	abandonedAfter = 24 * time.Hour
@@ -69,6 +88,10 @@ type Options struct {
 	// InstanceID prefixes every lease id this limiter writes, naming the
 	// holder. Empty means a random id.
 	InstanceID string
+	// PriorityAfter is how long a waiter waits before it marks itself in
+	// the item and so goes before every caller that has waited less, on
+	// any instance. Zero means DefaultPriorityAfter; negative, never.
+	PriorityAfter time.Duration
 }
 
 // Limiter is a distributed counting semaphore over one DynamoDB table. It is
@@ -80,10 +103,14 @@ type Limiter struct {
 	minBack  time.Duration
 	maxBack  time.Duration
 	clock    func() time.Time
+	priority time.Duration
 	instance string
 	seq      atomic.Uint64
 	stats    counters
 	lines    lines
+	// marked holds, per limiter key, until when (Unix ms) the item was
+	// last seen holding a live waiting mark.
+	marked sync.Map
 }
 
 // New returns a Limiter storing its items in table.
@@ -95,7 +122,11 @@ func New(db API, table string, opts Options) *Limiter {
 		minBack:  opts.MinBackoff,
 		maxBack:  opts.MaxBackoff,
 		clock:    opts.Clock,
+		priority: opts.PriorityAfter,
 		instance: opts.InstanceID,
+	}
+	if l.priority == 0 {
+		l.priority = DefaultPriorityAfter
 	}
 	if l.margin <= 0 {
 		l.margin = DefaultMargin
@@ -263,6 +294,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	}
 	start := time.Now()
 	a := &attempt{l: l, req: req, id: l.newLeaseID()}
+	a.since = a.now().UnixMilli()
 	waitUntil := start.Add(max(req.Wait, 0))
 	if dl, ok := ctx.Deadline(); ok && dl.Before(waitUntil) {
 		waitUntil = dl
@@ -279,10 +311,18 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		if w != nil {
 			l.lines.leave(w)
 		}
+		a.unmark(ctx)
 	}()
 	if req.Wait > 0 && l.lines.busy(req.Key, set) {
 		// Others here already wait for these slots: no writing past them.
 		w = l.lines.join(req.Key, set, req)
+	} else if l.marksLikely(req.Key) {
+		// Lately the item had marked waiters, who a newcomer may not pass:
+		// look (a read) rather than leap (a write that would fail).
+		var err error
+		if snap, err = a.read(ctx); err != nil {
+			return nil, err
+		}
 	}
 	for {
 		if w != nil {
@@ -330,7 +370,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			snap = next
 			continue
 		}
-		if snap.room(a.now(), req.Slots) && eager < maxEager {
+		if a.room(snap) && eager < maxEager {
 			eager++
 			ls, next, err := a.try(ctx, snap)
 			if err != nil {
@@ -348,7 +388,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		}
 		full := Slot{Attr: req.Slots[0].Attr, Cap: req.Slots[0].Cap}
 		if snap != nil {
-			full = snap.fullSlot(a.now(), req.Slots)
+			full = a.blockingSlot(snap)
 		}
 		if req.Wait <= 0 {
 			l.stats.shed.Add(1)
@@ -359,6 +399,15 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			if !w.head() {
 				continue // wait in line, not at the store
 			}
+		}
+		if l.priority > 0 && time.Since(start) >= l.priority {
+			// Waited long: go before newcomers, fleet-wide.
+			if err := a.mark(ctx, snap, full.Attr); err != nil {
+				return nil, err
+			}
+		}
+		if a.markAttr != "" {
+			backoff = min(backoff, markedMaxBackoff)
 		}
 		// Wait, then read (cheap, and never a failed write) before writing.
 		sleep := jitter(backoff)
@@ -382,9 +431,16 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, fmt.Errorf("lease: waiting for %s: %w", req.Key, ctx.Err())
 		case <-t.C:
 		case <-w.kick:
-			// A place was given back in this process: write for it now.
+			// A place was given back in this process: write for it now,
+			// unless marked waiters elsewhere come first.
 			t.Stop()
 			snap, eager = nil, 0
+			if a.markAttr == "" && l.marksLikely(req.Key) {
+				var err error
+				if snap, err = a.read(ctx); err != nil {
+					return nil, err
+				}
+			}
 			continue
 		case got := <-w.offer:
 			t.Stop()
@@ -396,13 +452,16 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			continue
 		}
 		backoff = min(backoff*3/2, l.maxBack)
+		if a.markAttr != "" {
+			backoff = min(backoff, markedMaxBackoff)
+		}
 		eager = 0
 		var err error
 		snap, err = a.read(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if !time.Now().Before(waitUntil) && !snap.room(a.now(), req.Slots) {
+		if !time.Now().Before(waitUntil) && !a.room(snap) {
 			l.stats.waitTimeouts.Add(1)
 			return nil, &WaitTimeoutError{Attr: full.Attr, Waited: time.Since(start)}
 		}
@@ -477,6 +536,13 @@ type attempt struct {
 	// the next write tries to become it.
 	probe         bool
 	seenOpenUntil int64
+	// markAttr and markID name this waiter's waiting mark while it has
+	// one; markUntil is when it lapses.
+	markAttr, markID string
+	markUntil        time.Time
+	// since is when the acquire began, on the wall clock (Unix ms): the
+	// order of marked waiters.
+	since int64
 }
 
 func (a *attempt) now() time.Time { return a.l.clock() }
@@ -526,6 +592,24 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 		if i == 0 {
 			conds = append(conds, "attribute_not_exists("+m+"."+idName+")")
 		}
+		if s.Cap > 0 && a.markAttr == "" {
+			// Unmarked: only if nobody marked waits for this slot (marks
+			// that lapsed are removed on the way).
+			wm := b.name(WaitingAttr(s.Attr))
+			limit := 1
+			if snap != nil {
+				for _, p := range snap.expired(WaitingAttr(s.Attr), wallNow, maxPurge) {
+					pn := b.name(p.id)
+					removes = append(removes, wm+"."+pn)
+					conds = append(conds, wm+"."+pn+" = "+b.value(number(p.exp)))
+					limit++
+				}
+			}
+			conds = append(conds, "(attribute_not_exists("+wm+") OR size("+wm+") < "+b.value(number(int64(limit)))+")")
+		}
+	}
+	if a.markAttr != "" {
+		removes = append(removes, b.name(a.markAttr)+"."+b.name(a.markID))
 	}
 	if br := a.req.Breaker; br != nil {
 		ba := br.attrs()
@@ -560,6 +644,7 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 	l.stats.writes.Add(1)
 	out, err := l.db.UpdateItem(ctx, in)
 	if err == nil {
+		a.markAttr = "" // removed by this write
 		purged := len(removes)
 		l.stats.purged.Add(int64(purged))
 		if a.probe {
@@ -569,6 +654,7 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 		if m, ok := out.Attributes[a.req.Slots[0].Attr].(*types.AttributeValueMemberM); ok {
 			ls.InFlight = len(m.Value)
 		}
+		l.noteMarks(a.req.Key, parseSnapshot(out.Attributes, a.req.Slots, nil), a.req.Slots)
 		return ls, nil, nil
 	}
 	var ccf *types.ConditionalCheckFailedException
@@ -587,6 +673,7 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 	var next *snapshot
 	if len(ccf.Item) > 0 {
 		next = parseSnapshot(ccf.Item, a.req.Slots, a.req.Breaker)
+		l.noteMarks(a.req.Key, next, a.req.Slots)
 	} else {
 		// DynamoDB returns the item with the failure; some compatible
 		// servers do not, and the item may not exist yet: read it.
@@ -598,6 +685,7 @@ func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, e
 	if own, ok := next.holds(a.req.Slots[0].Attr, a.id); ok && own == exp {
 		// An earlier attempt of this very write landed (the SDK retried
 		// it): we hold the lease.
+		a.markAttr = "" // that write removed it
 		return a.lease(exp, localNow.Add(hold)), nil, nil
 	} else if ok {
 		a.id = a.l.newLeaseID()
@@ -700,7 +788,7 @@ func (a *attempt) read(ctx context.Context) (*snapshot, error) {
 	b := newExprBuilder()
 	proj := make([]string, 0, len(a.req.Slots)+4)
 	for _, s := range a.req.Slots {
-		proj = append(proj, b.name(s.Attr))
+		proj = append(proj, b.name(s.Attr), b.name(WaitingAttr(s.Attr)))
 	}
 	if br := a.req.Breaker; br != nil {
 		ba := br.attrs()
@@ -717,7 +805,9 @@ func (a *attempt) read(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: read %s: %w", a.req.Key, err)
 	}
-	return parseSnapshot(out.Item, a.req.Slots, a.req.Breaker), nil
+	snap := parseSnapshot(out.Item, a.req.Slots, a.req.Breaker)
+	a.l.noteMarks(a.req.Key, snap, a.req.Slots)
+	return snap, nil
 }
 
 // cleanup removes this attempt's lease id if a failed write landed anyway.

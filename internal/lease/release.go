@@ -37,7 +37,7 @@ func (ls *Lease) Finish(ctx context.Context, failed bool) (Transition, error) {
 		return NoTransition, ErrNotHeld
 	}
 	l := ls.l
-	if !failed && !ls.probe {
+	if !failed && !ls.probe && !l.marksLikely(ls.key) {
 		if w := l.lines.claim(ls.key, attrSet(ls.attrs)); w != nil {
 			next, item, err := ls.handOff(ctx, w.req)
 			l.lines.settle(w, next)
@@ -293,6 +293,11 @@ func (ls *Lease) handOff(ctx context.Context, req Request) (*Lease, map[string]t
 		sets = append(sets, m+"."+newID+" = "+expVal)
 	}
 	cond := "attribute_exists(" + removes[0] + ")"
+	for _, attr := range ls.attrs {
+		// Not past a waiter marked in the item (see mark).
+		wm := b.name(WaitingAttr(attr))
+		cond += " AND (attribute_not_exists(" + wm + ") OR size(" + wm + ") = " + b.value(number(0)) + ")"
+	}
 	if ls.breaker != nil {
 		ba := ls.breaker.attrs()
 		bo := b.name(ba.openUntil)
@@ -301,23 +306,45 @@ func (ls *Lease) handOff(ctx context.Context, req Request) (*Lease, map[string]t
 	}
 	ttl := time.UnixMilli(exp).Add(abandonedAfter).Unix()
 	sets = append(sets, b.name(store.TTLAttr)+" = "+b.value(number(ttl)))
-	out, err := ls.update(ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression:    aws.String("SET " + strings.Join(sets, ", ") + " REMOVE " + strings.Join(removes, ", ")),
-		ConditionExpression: aws.String(cond),
-		ReturnValues:        types.ReturnValueAllNew,
-	}, b)
+	l.stats.writes.Add(1)
+	out, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(l.table),
+		Key:                                 ls.itemKey(),
+		UpdateExpression:                    aws.String("SET " + strings.Join(sets, ", ") + " REMOVE " + strings.Join(removes, ", ")),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            b.names,
+		ExpressionAttributeValues:           b.values,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
 	next := &Lease{
 		l: l, key: ls.key, attrs: slices.Clone(ls.attrs), id: id, exp: exp, breaker: req.Breaker,
 		Expiry: time.UnixMilli(exp), CallDeadline: localNow.Add(hold),
 	}
 	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		isCCF := errors.As(err, &ccf)
+		if isCCF {
+			l.stats.failedWrites.Add(1)
+			snap := parseSnapshot(ccf.Item, []Slot{{Attr: ls.attrs[0]}}, nil)
+			l.noteMarks(ls.key, snap, []Slot{{Attr: ls.attrs[0], Cap: 1}})
+			if len(ccf.Item) > 0 {
+				if _, landed := snap.holds(ls.attrs[0], id); !landed {
+					return nil, nil, ErrNotHeld
+				}
+			}
+		}
 		// The write may have landed unseen (a lost answer the SDK retried
-		// reads as a failed condition): take the waiter's id out again
-		// rather than leave it holding a place until it expires.
+		// reads as a failed condition; without the item, there is no
+		// telling): take the waiter's id out again rather than leave it
+		// holding a place until it expires.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = next.remove(rctx)
 		cancel()
-		return nil, nil, err
+		if isCCF {
+			return nil, nil, ErrNotHeld
+		}
+		return nil, nil, fmt.Errorf("lease: write %s: %w", ls.key, err)
 	}
 	if m, ok := out.Attributes[ls.attrs[0]].(*types.AttributeValueMemberM); ok {
 		next.InFlight = len(m.Value)

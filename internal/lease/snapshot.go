@@ -10,7 +10,8 @@ import (
 )
 
 // snapshot is what a lease item held when last seen: for each slot map
-// present, lease id → expiry in Unix ms.
+// present, lease id → expiry in Unix ms, and for each waiting map, waiter
+// id → when its mark lapses.
 type snapshot struct {
 	maps map[string]map[string]int64
 	br   breakerState
@@ -37,8 +38,12 @@ func parseSnapshot(item map[string]types.AttributeValue, slots []Slot, br *Break
 			s.br.probe = v.Value
 		}
 	}
+	attrs := make([]string, 0, 2*len(slots))
 	for _, slot := range slots {
-		m, ok := item[slot.Attr].(*types.AttributeValueMemberM)
+		attrs = append(attrs, slot.Attr, WaitingAttr(slot.Attr))
+	}
+	for _, attr := range attrs {
+		m, ok := item[attr].(*types.AttributeValueMemberM)
 		if !ok {
 			continue
 		}
@@ -52,7 +57,7 @@ func parseSnapshot(item map[string]types.AttributeValue, slots []Slot, br *Break
 			}
 			leases[id] = exp
 		}
-		s.maps[slot.Attr] = leases
+		s.maps[attr] = leases
 	}
 	return s
 }

@@ -17,6 +17,8 @@ type Stats struct {
 	// Handoffs counts releases that passed their place straight to a
 	// waiter in this process (one write for both).
 	Handoffs int64
+	// Marks counts waiting marks written (and renewed) by long waiters.
+	Marks int64
 	// Purged counts expired leases removed by this limiter.
 	Purged int64
 	// Shed counts requests refused at once because a slot was full.
@@ -31,6 +33,7 @@ type Stats struct {
 type counters struct {
 	writes, failedWrites, initWrites, reads atomic.Int64
 	acquired, released, purged, handoffs    atomic.Int64
+	marks                                   atomic.Int64
 	shed, waitTimeouts                      atomic.Int64
 	circuitOpen, probes, transitions        atomic.Int64
 }
@@ -46,6 +49,7 @@ func (l *Limiter) Stats() Stats {
 		Acquired:     c.acquired.Load(),
 		Released:     c.released.Load(),
 		Handoffs:     c.handoffs.Load(),
+		Marks:        c.marks.Load(),
 		Purged:       c.purged.Load(),
 		Shed:         c.shed.Load(),
 		WaitTimeouts: c.waitTimeouts.Load(),
