@@ -54,6 +54,9 @@ type limiterState struct {
 	Slots []slotState `json:"slots"`
 	// Breakers are the circuit breakers of the server's tools.
 	Breakers []lease.BreakerStatus `json:"breakers,omitempty"`
+	// Waiting counts, per slot map, the live marks of callers that have
+	// waited long and go before newcomers.
+	Waiting map[string]int `json:"waiting,omitempty"`
 	// Other is every other attribute but ttl, rendered as JSON values.
 	Other map[string]any `json:"other,omitempty"`
 }
@@ -158,6 +161,19 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 				l.Slots[0].Leases = leasesOf(m, now)
 			case strings.HasPrefix(name, lease.ToolAttrPrefix) && isMap:
 				l.Slots = append(l.Slots, slotState{Attr: name, Leases: leasesOf(m, now)})
+			case strings.HasPrefix(name, lease.WaitingAttrPrefix) && isMap:
+				live := 0
+				for _, ls := range leasesOf(m, now) {
+					if !ls.Expired {
+						live++
+					}
+				}
+				if live > 0 {
+					if l.Waiting == nil {
+						l.Waiting = map[string]int{}
+					}
+					l.Waiting[strings.TrimPrefix(name, lease.WaitingAttrPrefix)] = live
+				}
 			case lease.IsBreakerAttr(name):
 			default:
 				other[name] = item[name]
@@ -254,6 +270,9 @@ func printStatus(c *cli, r *statusReport) error {
 			}
 			line += fmt.Sprintf("; %d consecutive failures", b.Failures)
 			fmt.Fprintln(c.stdout, line)
+		}
+		for _, attr := range slices.Sorted(maps.Keys(l.Waiting)) {
+			fmt.Fprintf(c.stdout, "  %s: %d caller(s) waiting long, served before newcomers\n", attr, l.Waiting[attr])
 		}
 		if len(l.Other) > 0 {
 			fmt.Fprintln(c.stdout, "  other state:")

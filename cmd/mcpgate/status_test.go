@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,32 @@ func TestStatusShowsBreakers(t *testing.T) {
 	}
 	if strings.Contains(r.stdout, "other state") {
 		t.Errorf("breaker attributes shown as other state:\n%s", r.stdout)
+	}
+}
+
+func TestStatusShowsLongWaiters(t *testing.T) {
+	env := storetest.NewEnv(t)
+	ctx := context.Background()
+	exp := func(d time.Duration) types.AttributeValue {
+		return &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10)}
+	}
+	_, err := env.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(env.Tables.Leases),
+		Item: map[string]types.AttributeValue{
+			store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "batch"},
+			lease.ServerAttr:     &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"inst1.1": exp(time.Hour)}},
+			lease.WaitingAttr(lease.ServerAttr): &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+				"1.inst2.1": exp(time.Minute), "2.inst3.1": exp(time.Minute), "3.dead.1": exp(-time.Minute)}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := statusJSON(t, env, "batch")
+	if len(rep.Limiters) != 1 || rep.Limiters[0].Waiting[lease.ServerAttr] != 2 || rep.Limiters[0].Other != nil {
+		t.Fatalf("status: %+v; want 2 live waiters on %s and nothing unknown", rep.Limiters, lease.ServerAttr)
+	}
+	if r := mcpgate(t, env, "status", "batch").ok(t); !strings.Contains(r.stdout, "leases: 2 caller(s) waiting long") {
+		t.Errorf("status text:\n%s", r.stdout)
 	}
 }
