@@ -61,8 +61,9 @@ const (
 	// markTTL is how long a waiting mark lasts unless renewed: a waiter
 	// that dies blocks newcomers for at most that long.
 	markTTL = time.Second
-	// markedMaxBackoff bounds a marked waiter's backoff: while it is
-	// marked, a place it does not take stays free.
+	// markedMaxBackoff bounds the backoff of a marked waiter that is next
+	// in the fleet: while it is marked, a place it does not take stays
+	// free.
 	markedMaxBackoff = 50 * time.Millisecond
 	// abandonedAfter is added to a lease's expiry to form the item's TTL:
 	// DynamoDB may delete an item nobody has touched for that long.
@@ -406,11 +407,14 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 				return nil, err
 			}
 		}
-		if a.markAttr != "" {
-			backoff = min(backoff, markedMaxBackoff)
-		}
 		// Wait, then read (cheap, and never a failed write) before writing.
-		sleep := jitter(backoff)
+		poll := backoff
+		if a.front(snap) {
+			// Next to be served fleet-wide: a place it does not take stays
+			// free, so look often.
+			poll = min(poll, markedMaxBackoff)
+		}
+		sleep := jitter(poll)
 		if snap != nil {
 			if untilExp := snap.earliestExpiry(full.Attr).Sub(a.now()); untilExp > 0 && untilExp < sleep {
 				// The oldest lease lapses first: be there to purge it.
@@ -452,9 +456,6 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			continue
 		}
 		backoff = min(backoff*3/2, l.maxBack)
-		if a.markAttr != "" {
-			backoff = min(backoff, markedMaxBackoff)
-		}
 		eager = 0
 		var err error
 		snap, err = a.read(ctx)

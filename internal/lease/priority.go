@@ -38,16 +38,7 @@ func (a *attempt) room(snap *snapshot) bool {
 		// Marked: behind the waiters marked before it, as many as there
 		// are free places, so marked waiters do not all write for one.
 		for _, s := range a.req.Slots {
-			if s.Cap <= 0 || WaitingAttr(s.Attr) != a.markAttr {
-				continue
-			}
-			ahead := 0
-			for id, exp := range snap.maps[a.markAttr] {
-				if exp >= now.UnixMilli() && id != a.markID && markSince(id) < a.since {
-					ahead++
-				}
-			}
-			if ahead >= s.Cap-snap.occupied(s.Attr, now) {
+			if s.Cap > 0 && WaitingAttr(s.Attr) == a.markAttr && a.ahead(snap) >= s.Cap-snap.occupied(s.Attr, now) {
 				return false
 			}
 		}
@@ -56,6 +47,36 @@ func (a *attempt) room(snap *snapshot) bool {
 	for _, s := range a.req.Slots {
 		if s.Cap > 0 && snap.occupied(WaitingAttr(s.Attr), now) > 0 {
 			return false
+		}
+	}
+	return true
+}
+
+// ahead counts the live marks in snap older than this waiter's own.
+func (a *attempt) ahead(snap *snapshot) int {
+	now := a.now().UnixMilli()
+	n := 0
+	for id, exp := range snap.maps[a.markAttr] {
+		if exp >= now && id != a.markID && markSince(id) < a.since {
+			n++
+		}
+	}
+	return n
+}
+
+// front reports whether this waiter is marked and among the first Cap
+// marked waiters of its slot, so the next place given back is its: only
+// those poll fast, the marked waiters behind them at the usual backoff.
+func (a *attempt) front(snap *snapshot) bool {
+	if a.markAttr == "" {
+		return false
+	}
+	if snap == nil {
+		return true
+	}
+	for _, s := range a.req.Slots {
+		if s.Cap > 0 && WaitingAttr(s.Attr) == a.markAttr {
+			return a.ahead(snap) < s.Cap
 		}
 	}
 	return true
