@@ -127,6 +127,9 @@ func (a *attempt) mark(ctx context.Context, snap *snapshot, attr string) error {
 		}
 	}
 	until := now.Add(markTTL)
+	// Recorded before the write: a write cut off by cancellation may
+	// still land, and unmark must then remove it.
+	a.markAttr = wattr
 	b := newExprBuilder()
 	a.l.stats.writes.Add(1)
 	_, err := a.l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -139,7 +142,7 @@ func (a *attempt) mark(ctx context.Context, snap *snapshot, attr string) error {
 	if err != nil {
 		return fmt.Errorf("lease: mark waiter on %s: %w", a.req.Key, err)
 	}
-	a.markAttr, a.markUntil = wattr, until
+	a.markUntil = until
 	a.l.stats.marks.Add(1)
 	return nil
 }
