@@ -67,6 +67,20 @@ func acquire(t *testing.T, l *Limiter, req Request) *Lease {
 	return ls
 }
 
+// acquireAsync acquires in the background; the lease (nil on error,
+// which fails the test) arrives on the channel.
+func acquireAsync(t *testing.T, l *Limiter, req Request) <-chan *Lease {
+	got := make(chan *Lease, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), req)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ls
+	}()
+	return got
+}
+
 func TestUncontendedCostsTwoWrites(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})

@@ -158,14 +158,7 @@ func TestReleasePassesThePlaceToTheHeadInOneWrite(t *testing.T) {
 	l := New(env.Client, env.Tables.Leases, Options{})
 	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
 	held := acquire(t, l, req)
-	got := make(chan *Lease, 1)
-	go func() {
-		ls, err := l.Acquire(context.Background(), req)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- ls
-	}()
+	got := acquireAsync(t, l, req)
 	for lineLen(l, req) < 1 {
 		runtime.Gosched()
 	}

@@ -25,14 +25,7 @@ func TestLongWaiterGoesBeforeNewcomersOnOtherInstances(t *testing.T) {
 	b := New(env.Client, env.Tables.Leases, Options{InstanceID: "b", PriorityAfter: time.Millisecond})
 	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
 	held := acquire(t, a, req)
-	got := make(chan *Lease, 1)
-	go func() {
-		ls, err := b.Acquire(context.Background(), req)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- ls
-	}()
+	got := acquireAsync(t, b, req)
 	for len(marks(t, env, "srv", ServerAttr)) == 0 { // until b's waiter has marked itself
 	}
 	if err := held.Release(context.Background()); err != nil {
