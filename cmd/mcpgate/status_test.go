@@ -160,7 +160,7 @@ func TestStatusShowsBreakers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr, err := ls.Finish(context.Background(), true); err != nil || tr != lease.Opened {
+	if tr, err := ls.Finish(context.Background(), lease.Failure); err != nil || tr != lease.Opened {
 		t.Fatalf("finish: %q %v", tr, err)
 	}
 	r := mcpgate(t, env, "status", "demo")

@@ -138,9 +138,7 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 		}
 	}
 	if ls != nil {
-		var ue *upstream.Error
-		failed := errors.As(err, &ue) && ue.Infrastructure() && !lost
-		g.finish(ctx, ls, failed)
+		g.finish(ctx, ls, callOutcome(err, lost))
 	}
 	if ferr != nil {
 		return nil, ferr
@@ -243,14 +241,30 @@ func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, callEnd time.Time,
 	return callCtx, func() { cancel(nil); <-done }
 }
 
+// callOutcome says what a call that returned err tells its breaker. A call
+// cut off by the caller going away, or by a lost lease, tells nothing about
+// the upstream's health.
+func callOutcome(err error, lost bool) lease.Outcome {
+	var ue *upstream.Error
+	switch {
+	case err == nil:
+		return lease.Success
+	case lost || errors.As(err, &ue) && ue.Kind == upstream.KindCanceled:
+		return lease.Abandoned
+	case errors.As(err, &ue) && ue.Infrastructure():
+		return lease.Failure
+	}
+	return lease.Success
+}
+
 // finish gives the slot back even if the client has gone away, reporting
 // the call's outcome to the breaker. A lease already gone (expired and
 // purged) is logged: its call outlived it.
-func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, failed bool) {
+func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, outcome lease.Outcome) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	rec := recordFrom(ctx)
-	tr, err := ls.Finish(rctx, failed)
+	tr, err := ls.Finish(rctx, outcome)
 	if err != nil {
 		g.log.Warn("release failed; the lease will expire on its own",
 			"request_id", rec.id, "server_id", ls.Key(), "lease", ls.ID(),

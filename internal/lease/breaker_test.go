@@ -21,9 +21,13 @@ func breakerReq(cap int) Request {
 
 // call acquires and finishes one lease with the given outcome.
 func call(t *testing.T, l *Limiter, req Request, failed bool) Transition {
+	outcome := Success
+	if failed {
+		outcome = Failure
+	}
 	t.Helper()
 	ls := acquire(t, l, req)
-	tr, err := ls.Finish(context.Background(), failed)
+	tr, err := ls.Finish(context.Background(), outcome)
 	if err != nil {
 		t.Fatalf("finish: %v", err)
 	}
@@ -90,7 +94,7 @@ func TestBreakerHalfOpenProbe(t *testing.T) {
 	if !errors.As(err, &open) || !open.HalfOpen {
 		t.Fatalf("second acquire while the probe runs: %v, want half-open refusal", err)
 	}
-	tr, err := probe.Finish(context.Background(), false)
+	tr, err := probe.Finish(context.Background(), Success)
 	if err != nil || tr != Closed {
 		t.Fatalf("probe success: %q %v, want closed", tr, err)
 	}
@@ -106,7 +110,7 @@ func TestBreakerProbeFailureReopens(t *testing.T) {
 	req := breakerReq(5)
 	openBreaker(t, now, req)
 	probe := acquire(t, later, req)
-	if tr, err := probe.Finish(context.Background(), true); err != nil || tr != Reopened {
+	if tr, err := probe.Finish(context.Background(), Failure); err != nil || tr != Reopened {
 		t.Fatalf("probe failure: %q %v, want reopened", tr, err)
 	}
 	_, err := later.Acquire(context.Background(), req)
@@ -131,10 +135,10 @@ func TestBreakerDeadProbeDoesNotWedge(t *testing.T) {
 	}
 	// The dead probe's late finish must not close the breaker for the
 	// live one.
-	if tr, err := dead.Finish(context.Background(), false); tr != NoTransition || !errors.Is(err, ErrNotHeld) {
+	if tr, err := dead.Finish(context.Background(), Success); tr != NoTransition || !errors.Is(err, ErrNotHeld) {
 		t.Errorf("late finish of the dead probe: %q %v, want no transition, not held", tr, err)
 	}
-	if tr, err := second.Finish(context.Background(), false); err != nil || tr != Closed {
+	if tr, err := second.Finish(context.Background(), Success); err != nil || tr != Closed {
 		t.Errorf("live probe: %q %v, want closed", tr, err)
 	}
 }
@@ -177,7 +181,7 @@ func TestBreakerOnUncappedSlot(t *testing.T) {
 	for range 5 { // no cap: all five at once
 		held = append(held, acquire(t, l, req))
 	}
-	if tr, _ := held[0].Finish(context.Background(), true); tr != Opened {
+	if tr, _ := held[0].Finish(context.Background(), Failure); tr != Opened {
 		t.Fatalf("threshold 1: %q, want opened", tr)
 	}
 	var open *CircuitOpenError
@@ -202,5 +206,50 @@ func TestReleasePurgesDeadLeases(t *testing.T) {
 	}
 	if p := live.Stats().Purged; p != 3 {
 		t.Errorf("purged %d, want 3", p)
+	}
+}
+
+func TestBreakerIgnoresAbandonedCalls(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	req := breakerReq(5)
+	finish := func(o Outcome) Transition {
+		t.Helper()
+		tr, err := acquire(t, l, req).Finish(context.Background(), o)
+		if err != nil {
+			t.Fatalf("finish %v: %v", o, err)
+		}
+		return tr
+	}
+	finish(Failure)
+	// A caller that went away says nothing of the upstream: the failure
+	// count stays, so the next failure opens the breaker.
+	if tr := finish(Abandoned); tr != NoTransition {
+		t.Fatalf("abandoned call: %q, want no transition", tr)
+	}
+	if tr := finish(Failure); tr != Opened {
+		t.Fatalf("failure after an abandoned call: %q, want opened (count kept)", tr)
+	}
+}
+
+func TestBreakerAbandonedProbeStaysHalfOpen(t *testing.T) {
+	env := storetest.NewEnv(t)
+	now := New(env.Client, env.Tables.Leases, Options{})
+	later := New(env.Client, env.Tables.Leases, Options{Clock: offsetClock(11 * time.Second)})
+	req := breakerReq(5)
+	openBreaker(t, now, req)
+	probe := acquire(t, later, req)
+	if tr, err := probe.Finish(context.Background(), Abandoned); err != nil || tr != NoTransition {
+		t.Fatalf("abandoned probe: %q %v, want no transition", tr, err)
+	}
+	// Still half-open: the next caller is the probe, and only it.
+	next := acquire(t, later, req)
+	if !next.Probe() {
+		t.Fatal("after an abandoned probe, the next acquire is not the probe (breaker closed?)")
+	}
+	_, err := later.Acquire(context.Background(), req)
+	var open *CircuitOpenError
+	if !errors.As(err, &open) || !open.HalfOpen {
+		t.Fatalf("second caller while the new probe runs: %v, want half-open refusal", err)
 	}
 }

@@ -216,7 +216,7 @@ func TestNoHandOffWhileTheBreakerIsOpen(t *testing.T) {
 	br := &Breaker{Name: "srv", Threshold: 1, Recovery: time.Minute}
 	req := Request{Key: "srv", Slots: serverSlot(2), Hold: 10 * time.Second, Wait: time.Minute, Breaker: br}
 	held, failing := acquire(t, l, req), acquire(t, l, req)
-	if tr, err := failing.Finish(context.Background(), true); err != nil || tr != Opened {
+	if tr, err := failing.Finish(context.Background(), Failure); err != nil || tr != Opened {
 		t.Fatalf("failure with threshold 1: %v %v, want the breaker opened", tr, err)
 	}
 	w := l.lines.join(req.Key, slotSet(req.Slots), req)

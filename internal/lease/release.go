@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,29 +16,59 @@ import (
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
+// Outcome is what a finished call tells its breaker.
+type Outcome int
+
+const (
+	// Success: the upstream answered (a tool's own isError answer
+	// included). It resets the failure count; a probe's success closes
+	// the breaker.
+	Success Outcome = iota
+	// Failure: an infrastructure failure of the upstream (timeout,
+	// unreachable, broken transport, 5xx). It counts towards opening the
+	// breaker; a probe's failure reopens it.
+	Failure
+	// Abandoned: the call ended without telling anything about the
+	// upstream's health (the caller went away, the lease was lost, the
+	// gateway shut down, the caller's own input was refused). The breaker
+	// is left as it was; an abandoned probe only gives up being the probe.
+	Abandoned
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case Failure:
+		return "failure"
+	case Abandoned:
+		return "abandoned"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
 // Release gives the place back after a call that did not fail: it is
-// Finish(ctx, false).
+// Finish(ctx, Success).
 func (ls *Lease) Release(ctx context.Context) error {
-	_, err := ls.Finish(ctx, false)
+	_, err := ls.Finish(ctx, Success)
 	return err
 }
 
 // Finish gives the place back and, if the lease has a breaker, reports the
-// call's outcome to it in the same write: failed means an infrastructure
-// failure (timeout, unreachable upstream, broken transport). It returns the
-// breaker change it made, if any.
+// call's outcome to it in the same write. It returns the breaker change it
+// made, if any.
 //
 // It is idempotent: finishing twice, or after the lease expired and was
 // purged, never frees another holder's place; those cases return
 // ErrNotHeld (after the first, without a store call). When the item it
 // leaves behind holds leases that have expired (their holders died), it
 // removes them with one more write, so dead leases do not linger.
-func (ls *Lease) Finish(ctx context.Context, failed bool) (Transition, error) {
+func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error) {
 	if ls.released.Swap(true) {
 		return NoTransition, ErrNotHeld
 	}
 	l := ls.l
-	if !failed && !ls.probe && !l.marksLikely(ls.key) {
+	if outcome == Success && !ls.probe && !l.marksLikely(ls.key) {
 		if w := l.lines.claim(ls.key, attrSet(ls.attrs)); w != nil {
 			next, item, err := ls.handOff(ctx, w.req)
 			l.lines.settle(w, next)
@@ -51,7 +82,7 @@ func (ls *Lease) Finish(ctx context.Context, failed bool) (Transition, error) {
 			// give it back the ordinary way, which tells which.
 		}
 	}
-	tr, item, err := ls.finish(ctx, failed)
+	tr, item, err := ls.finish(ctx, outcome)
 	if err != nil {
 		return NoTransition, err
 	}
@@ -70,9 +101,10 @@ func (ls *Lease) itemKey() map[string]types.AttributeValue {
 
 // finish makes the release write (and, when a failure reaches the
 // threshold, the write that opens the breaker).
-func (ls *Lease) finish(ctx context.Context, failed bool) (Transition, map[string]types.AttributeValue, error) {
+func (ls *Lease) finish(ctx context.Context, outcome Outcome) (Transition, map[string]types.AttributeValue, error) {
+	failed := outcome == Failure
 	if ls.probe {
-		tr, item, err := ls.finishProbe(ctx, failed)
+		tr, item, err := ls.finishProbe(ctx, outcome)
 		if !errors.Is(err, ErrNotHeld) {
 			return tr, item, err
 		}
@@ -87,7 +119,7 @@ func (ls *Lease) finish(ctx context.Context, failed bool) (Transition, map[strin
 	}
 	update := "REMOVE " + strings.Join(removes, ", ")
 	var ba breakerAttrs
-	if ls.breaker != nil {
+	if ls.breaker != nil && outcome != Abandoned {
 		ba = ls.breaker.attrs()
 		if failed {
 			update += " ADD " + b.name(ba.fails) + " " + b.value(number(1))
@@ -129,8 +161,10 @@ func (ls *Lease) finish(ctx context.Context, failed bool) (Transition, map[strin
 }
 
 // finishProbe releases a probe lease and closes (success) or reopens
-// (failure) the breaker, only while this lease is still the probe.
-func (ls *Lease) finishProbe(ctx context.Context, failed bool) (Transition, map[string]types.AttributeValue, error) {
+// (failure) the breaker, only while this lease is still the probe. An
+// abandoned probe gives up being the probe and leaves the breaker half-open,
+// so the next caller may probe.
+func (ls *Lease) finishProbe(ctx context.Context, outcome Outcome) (Transition, map[string]types.AttributeValue, error) {
 	ba := ls.breaker.attrs()
 	b := newExprBuilder()
 	id := b.name(ls.id)
@@ -138,18 +172,22 @@ func (ls *Lease) finishProbe(ctx context.Context, failed bool) (Transition, map[
 	for _, attr := range ls.attrs {
 		removes = append(removes, b.name(attr)+"."+id)
 	}
-	bp, bpe, bo := b.name(ba.probe), b.name(ba.probeExp), b.name(ba.openUntil)
+	bp, bpe := b.name(ba.probe), b.name(ba.probeExp)
 	removes = append(removes, bp, bpe)
 	var set string
 	tr := Closed
-	if failed {
+	switch outcome {
+	case Failure:
 		until := ls.l.clock().Add(ls.breaker.Recovery).UnixMilli()
-		set, tr = bo+" = "+b.value(number(until)), Reopened
-	} else {
-		set = bo + " = " + b.value(number(0)) + ", " + b.name(ba.fails) + " = " + b.value(number(0))
+		set, tr = " SET "+b.name(ba.openUntil)+" = "+b.value(number(until)), Reopened
+	case Abandoned:
+		// Every name in the expression must be used: nothing to set.
+		tr = NoTransition
+	default:
+		set = " SET " + b.name(ba.openUntil) + " = " + b.value(number(0)) + ", " + b.name(ba.fails) + " = " + b.value(number(0))
 	}
 	out, err := ls.update(ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression:    aws.String("REMOVE " + strings.Join(removes, ", ") + " SET " + set),
+		UpdateExpression:    aws.String("REMOVE " + strings.Join(removes, ", ") + set),
 		ConditionExpression: aws.String("attribute_exists(" + removes[0] + ") AND " + bp + " = " + b.value(&types.AttributeValueMemberS{Value: ls.id})),
 		ReturnValues:        types.ReturnValueAllNew,
 	}, b)
