@@ -181,7 +181,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, fault.New(fault.NotFound, "no route %s %s", r.Method, truncate(r.URL.Path, 100)))
 	}))
-	return g.observe(g.origins.Handler(mux))
+	return g.observe(g.origins.Handler(collapseSlashes(mux)))
 }
 
 // methods dispatches on the HTTP method, answering 405 with an Allow header.
