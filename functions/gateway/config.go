@@ -26,6 +26,9 @@ type config struct {
 	MaxBodyBytes     int64
 	// RequestTimeout gives local requests a deadline, as Lambda does.
 	RequestTimeout time.Duration
+	// FunctionTimeout is FUNCTION_TIMEOUT, the Lambda function's timeout
+	// (the template sets it): under Lambda, the longest a request may run.
+	FunctionTimeout time.Duration
 	// AllowedOrigins are the browser origins trusted to call cross-origin.
 	AllowedOrigins []string
 	// Metrics turns on the CloudWatch EMF records on stdout (EMF_METRICS;
@@ -35,6 +38,15 @@ type config struct {
 	// hook to simulate clock skew between instances. Never set it in
 	// production.
 	ClockOffset time.Duration
+}
+
+// requestTimeout is the longest one request may run, if known: the
+// function's timeout under Lambda, REQUEST_TIMEOUT locally.
+func (c config) requestTimeout() time.Duration {
+	if c.Lambda {
+		return c.FunctionTimeout
+	}
+	return c.RequestTimeout
 }
 
 func (c config) clock() func() time.Time {
@@ -76,12 +88,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.LeaseMargin = dur("LEASE_MARGIN", 0)
 	c.LeaseHold = dur("LEASE_HOLD", 0)
 	c.RequestTimeout = dur("REQUEST_TIMEOUT", 0)
+	c.FunctionTimeout = dur("FUNCTION_TIMEOUT", 0)
 	c.ClockOffset = dur("GATEWAY_TEST_CLOCK_OFFSET", 0)
 	if c.LeaseMargin < 0 {
 		errs = append(errs, errors.New("LEASE_MARGIN must not be negative"))
 	}
 	if c.LeaseHold < 0 || (c.LeaseHold > 0 && c.LeaseHold < time.Second) {
 		errs = append(errs, errors.New("LEASE_HOLD must be at least 1s"))
+	}
+	if c.RequestTimeout < 0 || c.FunctionTimeout < 0 {
+		errs = append(errs, errors.New("REQUEST_TIMEOUT and FUNCTION_TIMEOUT must not be negative"))
 	}
 	if v := getenv("MAX_BODY_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)

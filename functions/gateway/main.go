@@ -69,6 +69,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	}, gateway.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxLeaseHold:   cfg.LeaseHold,
+		RequestTimeout: cfg.requestTimeout(),
 		Logger:         log,
 		Version:        version(),
 		RequestID:      lambdaRequestID,
@@ -81,7 +82,8 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if wrap != nil {
 		handler = wrap(handler)
 	}
-	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String())
+	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String(),
+		"request_timeout", cfg.requestTimeout().String())
 
 	if cfg.Lambda {
 		// Response streaming lets MCP progress notifications reach the
