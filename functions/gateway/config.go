@@ -29,6 +29,8 @@ type config struct {
 	// FunctionTimeout is FUNCTION_TIMEOUT, the Lambda function's timeout
 	// (the template sets it): under Lambda, the longest a request may run.
 	FunctionTimeout time.Duration
+	// Local is how the local HTTP server bounds its clients.
+	Local localLimits
 	// AllowedOrigins are the browser origins trusted to call cross-origin.
 	AllowedOrigins []string
 	// Metrics turns on the CloudWatch EMF records on stdout (EMF_METRICS;
@@ -39,6 +41,29 @@ type config struct {
 	// production.
 	ClockOffset time.Duration
 }
+
+// localLimits bound the local server's clients, so slow or idle ones
+// cannot hold it: under Lambda the Function URL does this.
+type localLimits struct {
+	// ReadTimeout bounds reading one request, headers and body
+	// (GATEWAY_READ_TIMEOUT); the headers alone get at most
+	// maxReadHeaderTimeout of it.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle that long
+	// (GATEWAY_IDLE_TIMEOUT).
+	IdleTimeout time.Duration
+	// MaxConns is how many connections are served at once
+	// (GATEWAY_MAX_CONNS); further ones wait to be accepted.
+	MaxConns int
+}
+
+// Defaults of localLimits.
+const (
+	defaultReadTimeout   = 30 * time.Second
+	maxReadHeaderTimeout = 10 * time.Second
+	defaultIdleTimeout   = 2 * time.Minute
+	defaultMaxConns      = 1024
+)
 
 // requestTimeout is the longest one request may run, if known: the
 // function's timeout under Lambda, REQUEST_TIMEOUT locally.
@@ -89,6 +114,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.LeaseHold = dur("LEASE_HOLD", 0)
 	c.RequestTimeout = dur("REQUEST_TIMEOUT", 0)
 	c.FunctionTimeout = dur("FUNCTION_TIMEOUT", 0)
+	c.Local.ReadTimeout = dur("GATEWAY_READ_TIMEOUT", defaultReadTimeout)
+	c.Local.IdleTimeout = dur("GATEWAY_IDLE_TIMEOUT", defaultIdleTimeout)
 	c.ClockOffset = dur("GATEWAY_TEST_CLOCK_OFFSET", 0)
 	if c.LeaseMargin < 0 {
 		errs = append(errs, errors.New("LEASE_MARGIN must not be negative"))
@@ -98,6 +125,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if c.RequestTimeout < 0 || c.FunctionTimeout < 0 {
 		errs = append(errs, errors.New("REQUEST_TIMEOUT and FUNCTION_TIMEOUT must not be negative"))
+	}
+	if c.Local.ReadTimeout <= 0 || c.Local.IdleTimeout <= 0 {
+		errs = append(errs, errors.New("GATEWAY_READ_TIMEOUT and GATEWAY_IDLE_TIMEOUT must be positive: the local server must not wait on a client for ever"))
+	}
+	c.Local.MaxConns = defaultMaxConns
+	if v := getenv("GATEWAY_MAX_CONNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("GATEWAY_MAX_CONNS=%q is not a positive integer", v))
+		}
+		c.Local.MaxConns = n
 	}
 	if v := getenv("MAX_BODY_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
