@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,12 @@ type config struct {
 	FunctionTimeout time.Duration
 	// Local is how the local HTTP server bounds its clients.
 	Local localLimits
+	// MemoryLimit is the Go runtime's soft memory limit to set, in bytes:
+	// memoryShare of the Lambda function's memory
+	// (AWS_LAMBDA_FUNCTION_MEMORY_SIZE, in MiB), so the collector works
+	// harder before the function runs out, rather than after. Zero leaves
+	// the runtime's own: none, or GOMEMLIMIT, which wins when set.
+	MemoryLimit int64
 	// AllowedOrigins are the browser origins trusted to call cross-origin.
 	AllowedOrigins []string
 	// Metrics turns on the CloudWatch EMF records on stdout (EMF_METRICS;
@@ -64,6 +71,11 @@ const (
 	defaultIdleTimeout   = 2 * time.Minute
 	defaultMaxConns      = 1024
 )
+
+// memoryShare is the part of the function's memory given to the Go
+// runtime's memory limit; the rest is for what the limit does not count
+// (the mapped executable, the runtime's own bookkeeping outside the heap).
+const memoryShare = 0.9
 
 // requestTimeout is the longest one request may run, if known: the
 // function's timeout under Lambda, REQUEST_TIMEOUT locally.
@@ -144,6 +156,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 		c.MaxBodyBytes = n
 	}
+	if v := getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"); v != "" && getenv("GOMEMLIMIT") == "" {
+		mib, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || mib <= 0 || mib > 1<<20 {
+			errs = append(errs, fmt.Errorf("AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%q is not a size in MiB", v))
+		} else {
+			c.MemoryLimit = int64(float64(mib<<20) * memoryShare)
+		}
+	}
 	switch strings.ToLower(getenv("EMF_METRICS")) {
 	case "":
 		c.Metrics = c.Lambda
@@ -171,4 +191,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: use debug, info, warn or error", getenv("LOG_LEVEL")))
 	}
 	return c, errors.Join(errs...)
+}
+
+// memoryLimitText renders a runtime memory limit for the log.
+func memoryLimitText(limit int64) string {
+	if limit == math.MaxInt64 {
+		return "none"
+	}
+	return fmt.Sprintf("%d MiB", limit>>20)
 }

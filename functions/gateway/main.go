@@ -46,6 +46,9 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.MemoryLimit)
+	}
 
 	db, err := store.NewClient(ctx)
 	if err != nil {
@@ -81,7 +84,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		handler = wrap(handler)
 	}
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String(),
-		"request_timeout", cfg.requestTimeout().String())
+		"request_timeout", cfg.requestTimeout().String(), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)))
 
 	if cfg.Lambda {
 		// Response streaming lets MCP progress notifications reach the
