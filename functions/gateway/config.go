@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,17 @@ type config struct {
 	MaxBodyBytes     int64
 	// RequestTimeout gives local requests a deadline, as Lambda does.
 	RequestTimeout time.Duration
+	// FunctionTimeout is FUNCTION_TIMEOUT, the Lambda function's timeout
+	// (the template sets it): under Lambda, the longest a request may run.
+	FunctionTimeout time.Duration
+	// Local is how the local HTTP server bounds its clients.
+	Local localLimits
+	// MemoryLimit is the Go runtime's soft memory limit to set, in bytes:
+	// memoryShare of the Lambda function's memory
+	// (AWS_LAMBDA_FUNCTION_MEMORY_SIZE, in MiB), so the collector works
+	// harder before the function runs out, rather than after. Zero leaves
+	// the runtime's own: none, or GOMEMLIMIT, which wins when set.
+	MemoryLimit int64
 	// AllowedOrigins are the browser origins trusted to call cross-origin.
 	AllowedOrigins []string
 	// Metrics turns on the CloudWatch EMF records on stdout (EMF_METRICS;
@@ -35,6 +47,43 @@ type config struct {
 	// hook to simulate clock skew between instances. Never set it in
 	// production.
 	ClockOffset time.Duration
+}
+
+// localLimits bound the local server's clients, so slow or idle ones
+// cannot hold it: under Lambda the Function URL does this.
+type localLimits struct {
+	// ReadTimeout bounds reading one request, headers and body
+	// (GATEWAY_READ_TIMEOUT); the headers alone get at most
+	// maxReadHeaderTimeout of it.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle that long
+	// (GATEWAY_IDLE_TIMEOUT).
+	IdleTimeout time.Duration
+	// MaxConns is how many connections are served at once
+	// (GATEWAY_MAX_CONNS); further ones wait to be accepted.
+	MaxConns int
+}
+
+// Defaults of localLimits.
+const (
+	defaultReadTimeout   = 30 * time.Second
+	maxReadHeaderTimeout = 10 * time.Second
+	defaultIdleTimeout   = 2 * time.Minute
+	defaultMaxConns      = 1024
+)
+
+// memoryShare is the part of the function's memory given to the Go
+// runtime's memory limit; the rest is for what the limit does not count
+// (the mapped executable, the runtime's own bookkeeping outside the heap).
+const memoryShare = 0.9
+
+// requestTimeout is the longest one request may run, if known: the
+// function's timeout under Lambda, REQUEST_TIMEOUT locally.
+func (c config) requestTimeout() time.Duration {
+	if c.Lambda {
+		return c.FunctionTimeout
+	}
+	return c.RequestTimeout
 }
 
 func (c config) clock() func() time.Time {
@@ -76,6 +125,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.LeaseMargin = dur("LEASE_MARGIN", 0)
 	c.LeaseHold = dur("LEASE_HOLD", 0)
 	c.RequestTimeout = dur("REQUEST_TIMEOUT", 0)
+	c.FunctionTimeout = dur("FUNCTION_TIMEOUT", 0)
+	c.Local.ReadTimeout = dur("GATEWAY_READ_TIMEOUT", defaultReadTimeout)
+	c.Local.IdleTimeout = dur("GATEWAY_IDLE_TIMEOUT", defaultIdleTimeout)
 	c.ClockOffset = dur("GATEWAY_TEST_CLOCK_OFFSET", 0)
 	if c.LeaseMargin < 0 {
 		errs = append(errs, errors.New("LEASE_MARGIN must not be negative"))
@@ -83,12 +135,34 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.LeaseHold < 0 || (c.LeaseHold > 0 && c.LeaseHold < time.Second) {
 		errs = append(errs, errors.New("LEASE_HOLD must be at least 1s"))
 	}
+	if c.RequestTimeout < 0 || c.FunctionTimeout < 0 {
+		errs = append(errs, errors.New("REQUEST_TIMEOUT and FUNCTION_TIMEOUT must not be negative"))
+	}
+	if c.Local.ReadTimeout <= 0 || c.Local.IdleTimeout <= 0 {
+		errs = append(errs, errors.New("GATEWAY_READ_TIMEOUT and GATEWAY_IDLE_TIMEOUT must be positive: the local server must not wait on a client for ever"))
+	}
+	c.Local.MaxConns = defaultMaxConns
+	if v := getenv("GATEWAY_MAX_CONNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("GATEWAY_MAX_CONNS=%q is not a positive integer", v))
+		}
+		c.Local.MaxConns = n
+	}
 	if v := getenv("MAX_BODY_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
 			errs = append(errs, fmt.Errorf("MAX_BODY_BYTES=%q is not a positive integer", v))
 		}
 		c.MaxBodyBytes = n
+	}
+	if v := getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"); v != "" && getenv("GOMEMLIMIT") == "" {
+		mib, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || mib <= 0 || mib > 1<<20 {
+			errs = append(errs, fmt.Errorf("AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%q is not a size in MiB", v))
+		} else {
+			c.MemoryLimit = int64(float64(mib<<20) * memoryShare)
+		}
 	}
 	switch strings.ToLower(getenv("EMF_METRICS")) {
 	case "":
@@ -117,4 +191,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: use debug, info, warn or error", getenv("LOG_LEVEL")))
 	}
 	return c, errors.Join(errs...)
+}
+
+// memoryLimitText renders a runtime memory limit for the log.
+func memoryLimitText(limit int64) string {
+	if limit == math.MaxInt64 {
+		return "none"
+	}
+	return fmt.Sprintf("%d MiB", limit>>20)
 }

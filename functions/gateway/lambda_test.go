@@ -79,7 +79,9 @@ type emulator struct {
 	mu   *sync.Mutex
 }
 
-func startEmulator(t *testing.T, env *storetest.Env) *emulator {
+// startEmulator runs the bootstrap under the emulator with env's store and
+// extra environment variables (NAME=value).
+func startEmulator(t *testing.T, env *storetest.Env, extra ...string) *emulator {
 	t.Helper()
 	bootstrap, rie := lambdaBinaries(t)
 	e := &emulator{addr: freeAddr(t), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
@@ -89,6 +91,7 @@ func startEmulator(t *testing.T, env *storetest.Env) *emulator {
 		bootstrap)
 	cmd.Env = append(os.Environ(), env.Vars()...)
 	cmd.Env = append(cmd.Env, "LOG_LEVEL=info")
+	cmd.Env = append(cmd.Env, extra...)
 	w := &lockedWriter{mu: e.mu, w: e.logs}
 	cmd.Stdout, cmd.Stderr = w, w
 	storetest.SetParentDeathSignal(cmd)
@@ -179,7 +182,9 @@ func TestLambdaBootstrap(t *testing.T) {
 	demo := testkit.StartDemo(t)
 	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1})
 	key := testkit.PutKey(t, env, "*")
-	e := startEmulator(t, env)
+	// A server whose calls may take longer than the function may run.
+	testkit.PutServer(t, env, map[string]any{"server_id": "slow", "url": demo.URL, "timeout": 90})
+	e := startEmulator(t, env, "FUNCTION_TIMEOUT=60s", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256")
 
 	health := e.invoke(t, "function-url-health.json", nil)
 	if health.StatusCode != 200 || !strings.Contains(health.Body, `"ok"`) {
@@ -218,6 +223,24 @@ func TestLambdaBootstrap(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no EMF record for the call in the function's output:\n%s", logs)
+	}
+
+	// "${GatewayUrl}/mcp-rest/..." with a URL ending in "/" is served.
+	double := e.invoke(t, "function-url-double-slash-call.json", map[string]string{"KEY": key, "SERVER": "demo"})
+	if double.StatusCode != 200 || !strings.Contains(double.Body, "double slash") {
+		t.Errorf("//mcp-rest/tools/call: %+v", double)
+	}
+	// The function's 60 s cannot hold a 90 s call.
+	slow := e.invoke(t, "function-url-double-slash-call.json", map[string]string{"KEY": key, "SERVER": "slow"})
+	if slow.StatusCode != 502 || !strings.Contains(slow.Body, "SERVER_MISCONFIGURED") {
+		t.Errorf("a server that cannot fit the function's timeout: %+v", slow)
+	}
+	// The Go memory limit comes from the function's memory: 90% of 256 MiB.
+	e.mu.Lock()
+	limited := strings.Contains(e.logs.String(), `"memory_limit":"230 MiB"`)
+	e.mu.Unlock()
+	if !limited {
+		t.Error(`the bootstrap did not log "memory_limit":"230 MiB" for a 256 MiB function`)
 	}
 
 	denied := e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": "mcpg_not-a-real-key-0000000000"})

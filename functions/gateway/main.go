@@ -8,10 +8,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -48,6 +46,9 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.MemoryLimit)
+	}
 
 	db, err := store.NewClient(ctx)
 	if err != nil {
@@ -69,6 +70,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	}, gateway.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxLeaseHold:   cfg.LeaseHold,
+		RequestTimeout: cfg.requestTimeout(),
 		Logger:         log,
 		Version:        version(),
 		RequestID:      lambdaRequestID,
@@ -81,7 +83,8 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if wrap != nil {
 		handler = wrap(handler)
 	}
-	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String())
+	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String(),
+		"request_timeout", cfg.requestTimeout().String(), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)))
 
 	if cfg.Lambda {
 		// Response streaming lets MCP progress notifications reach the
@@ -95,37 +98,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if cfg.RequestTimeout > 0 {
 		handler = withTimeout(handler, cfg.RequestTimeout)
 	}
-	return serve(ctx, log, cfg.Addr, handler)
-}
-
-// serve runs the local HTTP server until ctx ends, then drains in-flight
-// requests (so their slots are released) before returning.
-func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-	}
-	log.Info("listening", "addr", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	return serve(ctx, log, cfg.Addr, handler, cfg.Local)
 }
 
 // flushAfter writes the request's queued metrics before the invocation

@@ -30,28 +30,70 @@ import (
 
 const templatePath = "../../template.yaml"
 
-// loadTemplate parses the template, rendering Ref and GetAtt as markers
-// ("ref:Name", "getatt:Name.Attr") so references can be checked.
+// functionURL is the Function URL the tests give the GatewayFunctionUrl
+// that SAM generates: Lambda's form, with its trailing slash.
+const functionURL = "https://abcdefghij.lambda-url.us-east-1.on.aws/"
+
+// readTemplate returns the template as JSON-decoded data, intrinsics in
+// their long form and unevaluated.
+func readTemplate(t *testing.T) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(templatePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := intrinsics.ProcessYAML(data, &intrinsics.ProcessorOptions{NoProcess: true})
+	if err != nil {
+		t.Fatalf("parse %s: %v", templatePath, err)
+	}
+	var tpl map[string]any
+	if err := json.Unmarshal(raw, &tpl); err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+// evaluateTemplate returns tpl as CloudFormation would deploy it with the
+// given parameter values (defaults for the others). Resource Refs render
+// as "ref:Name" and GetAtts as "getatt:Name.Attr", so references can be
+// checked.
+func evaluateTemplate(t *testing.T, tpl map[string]any, params map[string]string, keepAll bool) map[string]any {
+	t.Helper()
+	ev, err := cfnEvaluate(tpl, params, map[string]any{"GatewayFunctionUrl.FunctionUrl": functionURL}, keepAll)
+	if err != nil {
+		t.Fatalf("evaluate %s with %v: %v", templatePath, params, err)
+	}
+	return ev
+}
+
+// newerProperties are properties goformation's types do not know yet
+// (resource → property); loadTemplate drops them, and TestTemplateDeploy
+// checks them on the evaluated template.
+var newerProperties = map[string][]string{
+	"GatewayFunction":               {"LoggingConfig", "ReservedConcurrentExecutions"},
+	"GatewayPublicInvokePermission": {"InvokedViaFunctionUrl"},
+}
+
+// loadTemplate parses the template into goformation's types, evaluated
+// with the default parameters but keeping every conditional resource.
 func loadTemplate(t *testing.T) *cloudformation.Template {
 	t.Helper()
-	tpl, err := goformation.OpenWithOptions(templatePath, &intrinsics.ProcessorOptions{
-		IntrinsicHandlerOverrides: map[string]intrinsics.IntrinsicHandler{
-			"Ref": func(_ string, input, _ any) any { return "ref:" + input.(string) },
-			"Fn::GetAtt": func(_ string, input, _ any) any {
-				switch v := input.(type) {
-				case []any:
-					parts := make([]string, len(v))
-					for i, p := range v {
-						parts[i] = p.(string)
-					}
-					return "getatt:" + strings.Join(parts, ".")
-				case string:
-					return "getatt:" + v
-				}
-				return nil
-			},
-		},
-	})
+	ev := evaluateTemplate(t, readTemplate(t), nil, true)
+	resources := ev["Resources"].(map[string]any)
+	for id, props := range newerProperties {
+		res, ok := resources[id].(map[string]any)
+		if !ok {
+			t.Fatalf("no resource %s", id)
+		}
+		for _, p := range props {
+			delete(res["Properties"].(map[string]any), p)
+		}
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := goformation.ParseJSONWithOptions(data, &intrinsics.ProcessorOptions{NoProcess: true})
 	if err != nil {
 		t.Fatalf("parse %s: %v", templatePath, err)
 	}
@@ -234,13 +276,22 @@ func TestTemplateIAM(t *testing.T) {
 
 func TestTemplateOutputs(t *testing.T) {
 	tpl := loadTemplate(t)
-	out, ok := tpl.Outputs["GatewayUrl"]
-	if !ok {
-		t.Fatal("no GatewayUrl output")
-	}
-	// SAM names the Function URL resource <FunctionLogicalId>Url.
-	if v := out.Value; v != "getatt:GatewayFunctionUrl.FunctionUrl" {
-		t.Errorf("GatewayUrl = %v, want !GetAtt GatewayFunctionUrl.FunctionUrl", v)
+	// SAM names the Function URL resource <FunctionLogicalId>Url; its URL
+	// ends in "/", the outputs do not, so "${GatewayUrl}/mcp" works.
+	base := strings.TrimSuffix(functionURL, "/")
+	for name, want := range map[string]any{
+		"GatewayUrl":   base,
+		"McpUrl":       base + "/mcp",
+		"LogGroupName": "ref:GatewayLogGroup",
+	} {
+		out, ok := tpl.Outputs[name]
+		if !ok {
+			t.Errorf("no %s output", name)
+			continue
+		}
+		if out.Value != want {
+			t.Errorf("%s = %v, want %v", name, out.Value, want)
+		}
 	}
 }
 

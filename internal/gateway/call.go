@@ -93,6 +93,9 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	defer func() { g.emitCall(rec.id, srv, params.Name, start, ls, res, ferr) }()
 	timeout := srv.TimeoutFor(params.Name)
 	req, capped := g.leaseRequest(ctx, srv, params.Name, timeout)
+	if ferr := g.budgetFault(srv, params.Name, timeout, req, capped); ferr != nil {
+		return nil, ferr
+	}
 	if capped {
 		var err error
 		ls, err = g.deps.Limiter.Acquire(ctx, req)

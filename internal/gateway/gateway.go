@@ -78,6 +78,12 @@ type Options struct {
 	// run longer renews its lease while it runs. A shorter hold gives a
 	// crashed instance's slot back sooner. Zero means DefaultMaxLeaseHold.
 	MaxLeaseHold time.Duration
+	// RequestTimeout is the longest one request may run: under Lambda the
+	// function's timeout. A tool call whose worst case (its timeout, the
+	// time it may wait for a slot, and AnswerReserve) does not fit is
+	// refused with SERVER_MISCONFIGURED before it takes a slot, rather than
+	// cut off by the deadline halfway. Zero means unknown: no check.
+	RequestTimeout time.Duration
 	// Logger receives one record per request; nil discards them.
 	Logger *slog.Logger
 	// Version is reported by /health.
@@ -99,6 +105,7 @@ type Gateway struct {
 	maxBody int64
 	reserve time.Duration
 	maxHold time.Duration
+	maxReq  time.Duration
 	log     *slog.Logger
 	version string
 	reqID   func(*http.Request) string
@@ -118,6 +125,7 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		maxBody: opts.MaxBodyBytes,
 		reserve: opts.AnswerReserve,
 		maxHold: opts.MaxLeaseHold,
+		maxReq:  opts.RequestTimeout,
 		log:     opts.Logger,
 		version: opts.Version,
 		reqID:   opts.RequestID,
@@ -181,7 +189,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, fault.New(fault.NotFound, "no route %s %s", r.Method, truncate(r.URL.Path, 100)))
 	}))
-	return g.observe(g.origins.Handler(mux))
+	return g.observe(g.origins.Handler(collapseSlashes(mux)))
 }
 
 // methods dispatches on the HTTP method, answering 405 with an Allow header.

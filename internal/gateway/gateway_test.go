@@ -58,10 +58,18 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessWith(t, Options{})
+}
+
+// newHarnessWith is newHarness with opts for the gateway (its logger,
+// body limit and origins are the harness's).
+func newHarnessWith(t *testing.T, opts Options) *harness {
+	t.Helper()
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	opts.Logger, opts.MaxBodyBytes, opts.AllowedOrigins = log, 4096, []string{"https://console.example.com"}
 	pool := upstream.New(upstream.Options{Logger: log})
 	t.Cleanup(pool.Close)
 	g, err := New(Deps{
@@ -69,7 +77,7 @@ func newHarness(t *testing.T) *harness {
 		Registry: registry.New(env.Client, env.Tables.Servers, registry.Options{CacheTTL: -1}),
 		Limiter:  lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond}),
 		Upstream: pool,
-	}, Options{Logger: log, MaxBodyBytes: 4096, AllowedOrigins: []string{"https://console.example.com"}})
+	}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
