@@ -1,0 +1,77 @@
+package lease
+
+import (
+	"sync"
+	"time"
+)
+
+// board is what this process last saw of one key's item, shared by every
+// acquire and release on the key here: any answer of the store about the
+// item goes on it, and waiters here wake to look at it. So waiters in one
+// process share their reads, and a place a release here passes to a waiter
+// here reaches it at once.
+type board struct {
+	mu      sync.Mutex
+	snap    *snapshot
+	at      time.Time     // when snap was seen (local clock)
+	changed chan struct{} // closed when snap is replaced
+	// held is the running mean of how long leases on the key were held
+	// here, as measured from the expiry they were granted with; zero
+	// until one was.
+	held time.Duration
+}
+
+func (l *Limiter) board(key string) *board {
+	if b, ok := l.boards.Load(key); ok {
+		return b.(*board)
+	}
+	b, _ := l.boards.LoadOrStore(key, &board{changed: make(chan struct{})})
+	return b.(*board)
+}
+
+// see puts snap on the board, wakes whoever waits for news, and returns it.
+func (b *board) see(snap *snapshot) *snapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.snap, b.at = snap, time.Now()
+	close(b.changed)
+	b.changed = make(chan struct{})
+	return snap
+}
+
+// latest returns what the board holds, when it was seen, and a channel
+// closed when that changes.
+func (b *board) latest() (*snapshot, time.Time, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.snap, b.at, b.changed
+}
+
+// recent returns the board's item if it was seen within maxAge.
+func (b *board) recent(maxAge time.Duration) *snapshot {
+	snap, at, _ := b.latest()
+	if snap == nil || time.Since(at) > maxAge {
+		return nil
+	}
+	return snap
+}
+
+// heldFor records that a lease here was held for d.
+func (b *board) heldFor(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held == 0 {
+		b.held = d
+	} else {
+		b.held += (d - b.held) / 4
+	}
+}
+
+func (b *board) meanHeld() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
+}
