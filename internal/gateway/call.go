@@ -194,10 +194,12 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 var errLeaseLost = errors.New("lease lost")
 
 // guard bounds a call by its lease. When the call may outlast the lease, it
-// renews the lease halfway through each hold, and cancels the call (cause
-// errLeaseLost) if the lease is gone or cannot be renewed before it
-// lapses: no call runs on an expired lease. The returned stop function ends
-// the renewals and waits for them.
+// renews the lease halfway through each hold, each renewal covering one
+// more hold or the rest of the call, whichever is shorter, and stops once
+// the lease covers the call. It cancels the call (cause errLeaseLost) if
+// the lease is gone or cannot be renewed before it lapses: no call runs on
+// an expired lease. The returned stop function ends the renewals and waits
+// for them.
 func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, callEnd time.Time, hold time.Duration) (context.Context, func()) {
 	if !ls.CallDeadline.Before(callEnd) {
 		// The lease covers the whole call: nothing to renew.
@@ -207,37 +209,31 @@ func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, callEnd time.Time,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		deadline := ls.CallDeadline
-		for {
-			t := time.NewTimer(time.Until(deadline.Add(-hold / 2)))
+		for ls.CallDeadline.Before(callEnd) {
+			deadline := ls.CallDeadline
+			// Halfway through the hold, but never past the deadline.
+			t := time.NewTimer(time.Until(deadline.Add(-min(hold, time.Until(deadline)) / 2)))
 			select {
 			case <-callCtx.Done():
 				t.Stop()
 				return
 			case <-t.C:
 			}
-			for {
-				left := time.Until(callEnd)
-				if left <= 0 {
-					return
-				}
-				rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
-				err := ls.Renew(rctx, min(hold, left))
-				rcancel()
-				if err == nil {
-					deadline = ls.CallDeadline
-					break
-				}
-				if errors.Is(err, lease.ErrNotHeld) || !time.Now().Before(deadline) {
-					g.log.Warn("lease lost; stopping the call", "server_id", ls.Key(), "lease", ls.ID(), "error", err.Error())
-					cancel(errLeaseLost)
-					return
-				}
+			rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
+			err := ls.Renew(rctx, min(hold, time.Until(callEnd)))
+			rcancel()
+			switch {
+			case err == nil:
+			case errors.Is(err, lease.ErrNotHeld) || !time.Now().Before(deadline):
+				g.log.Warn("lease lost; stopping the call", "server_id", ls.Key(), "lease", ls.ID(), "error", err.Error())
+				cancel(errLeaseLost)
+				return
+			default:
 				// A store hiccup: try again soon, while the lease holds.
 				select {
 				case <-callCtx.Done():
 					return
-				case <-time.After(min(200*time.Millisecond, time.Until(deadline))):
+				case <-time.After(min(200*time.Millisecond, time.Until(deadline)/2)):
 				}
 			}
 		}
