@@ -16,9 +16,9 @@ type board struct {
 	at      time.Time     // when snap was seen (local clock)
 	changed chan struct{} // closed when snap is replaced
 	// held is the running mean of how long leases on the key were held
-	// here, as measured from the expiry they were granted with; zero
-	// until one was.
-	held time.Duration
+	// here, from when their caller got them; spread, the running mean of
+	// the distance from that mean. Zero until one was.
+	held, spread time.Duration
 }
 
 func (l *Limiter) board(key string) *board {
@@ -65,13 +65,13 @@ func (b *board) heldFor(d time.Duration) {
 	defer b.mu.Unlock()
 	if b.held == 0 {
 		b.held = d
-	} else {
-		b.held += (d - b.held) / 4
 	}
+	b.spread += (max(d-b.held, b.held-d) - b.spread) / 4
+	b.held += (d - b.held) / 4
 }
 
-func (b *board) meanHeld() time.Duration {
+func (b *board) meanHeld() (held, spread time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.held
+	return b.held, b.spread
 }

@@ -248,41 +248,33 @@ func (l *Limiter) open(ctx context.Context, key string, br *Breaker, snap *snaps
 // say: one consistent read, and a write only to become the probe.
 func (l *Limiter) acquireBreaker(ctx context.Context, req Request) (*Lease, error) {
 	br := req.Breaker
-	ls := &Lease{l: l, key: req.Key, id: l.newLeaseID(req.Holder), breaker: br}
-	for range maxEager {
-		snap, err := l.read(ctx, req.Key)
-		if err != nil {
-			return nil, err
-		}
-		st := snap.breakers[br.Name]
-		if err := l.refuse(st, br.Name); err != nil {
-			return nil, err
-		}
-		wallNow, localNow := l.clock(), time.Now()
-		hold := req.Hold
-		if !req.CallBy.IsZero() {
-			hold = min(hold, req.CallBy.Sub(localNow))
-		}
-		ls.exp, ls.failsSeen = wallNow.Add(hold+l.margin).UnixMilli(), st.fails
-		ls.Expiry, ls.CallDeadline = time.UnixMilli(ls.exp), localNow.Add(hold)
-		if st.phase(wallNow) != phaseHalfOpen {
-			l.stats.acquired.Add(1)
-			return ls, nil
-		}
+	snap, err := l.read(ctx, req.Key)
+	if err != nil {
+		return nil, err
+	}
+	st := snap.breakers[br.Name]
+	if err := l.refuse(st, br.Name); err != nil {
+		return nil, err
+	}
+	wallNow, localNow := l.clock(), time.Now()
+	hold := req.hold(localNow)
+	ls := &Lease{l: l, key: req.Key, id: l.newLeaseID(req.Holder), breaker: br, failsSeen: st.fails,
+		exp: wallNow.Add(hold + l.margin).UnixMilli(), CallDeadline: localNow.Add(hold)}
+	ls.Expiry = time.UnixMilli(ls.exp)
+	if st.phase(wallNow) == phaseHalfOpen {
 		u := newUpdate()
 		u.probe(br, ls.id, ls.exp, st.openUntil, wallNow.UnixMilli())
-		_, err = l.write(ctx, req.Key, u)
-		if err == nil {
-			ls.probe = true
-			l.stats.acquired.Add(1)
-			l.stats.probes.Add(1)
-			return ls, nil
-		}
-		if !errors.Is(err, errCondition) {
+		if _, err := l.write(ctx, req.Key, u); errors.Is(err, errCondition) {
+			l.stats.circuitOpen.Add(1)
+			return nil, &CircuitOpenError{Name: br.Name, HalfOpen: true, RetryAfter: 50 * time.Millisecond}
+		} else if err != nil {
 			return nil, err
 		}
+		ls.probe = true
+		l.stats.probes.Add(1)
 	}
-	return nil, &CircuitOpenError{Name: br.Name, HalfOpen: true, RetryAfter: 50 * time.Millisecond}
+	l.stats.acquired.Add(1)
+	return ls, nil
 }
 
 // finishBreaker reports the outcome of a call that took no place.

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -165,10 +166,7 @@ func (l *Limiter) write(ctx context.Context, key string, u *update) (*snapshot, 
 	if len(ccf.Item) == 0 {
 		// Not returned (a store that does not, or no item yet): read it.
 		snap, err := l.read(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return snap, errCondition
+		return snap, cmp.Or(err, errCondition)
 	}
 	return l.board(key).see(parseItem(ccf.Item)), errCondition
 }
@@ -196,7 +194,6 @@ func (l *Limiter) create(ctx context.Context, key string, attrs []string) error 
 		n := u.path(attr)
 		u.sets = append(u.sets, n+" = if_not_exists("+n+", "+empty+")")
 	}
-	l.stats.initWrites.Add(1)
 	_, err := l.write(ctx, key, u)
 	return err
 }

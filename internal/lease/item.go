@@ -158,29 +158,20 @@ type stale struct {
 	seen     types.AttributeValue
 }
 
-// stale lists, oldest first, every expired lease and lapsed ticket at now.
+// stale lists every expired lease and lapsed ticket at now.
 func (s *snapshot) stale(now int64) []stale {
-	type aged struct {
-		stale
-		at int64
-	}
-	var all []aged
+	var out []stale
 	for attr, m := range s.slots {
 		for id, exp := range m {
 			if exp < now {
-				all = append(all, aged{stale{attr, id, number(exp)}, exp})
+				out = append(out, stale{attr, id, number(exp)})
 			}
 		}
 	}
 	for _, t := range s.tickets {
 		if !t.live(now) {
-			all = append(all, aged{stale{TicketsAttr, t.id, t.rawExp}, t.exp})
+			out = append(out, stale{TicketsAttr, t.id, t.rawExp})
 		}
-	}
-	slices.SortFunc(all, func(a, b aged) int { return cmp.Or(cmp.Compare(a.at, b.at), strings.Compare(a.id, b.id)) })
-	out := make([]stale, len(all))
-	for i, a := range all {
-		out[i] = a.stale
 	}
 	return out
 }
@@ -195,7 +186,7 @@ func (s *snapshot) stale(now int64) []stale {
 func (s *snapshot) turn(now int64, me *ticket) (served bool, ahead int) {
 	taken := map[string]int{}
 	queue := s.tickets
-	if !slices.ContainsFunc(queue, func(t *ticket) bool { return t.id == me.id }) {
+	if !s.queued(me.id) {
 		at, _ := slices.BinarySearchFunc(queue, me, func(t, me *ticket) int { return cmp.Compare(t.arrive, me.arrive+1) })
 		queue = slices.Insert(slices.Clone(queue), at, me)
 	}
@@ -250,14 +241,9 @@ func shares(a, b []Slot) bool {
 	return false
 }
 
-// ticket returns the ticket with id, if the item holds one.
-func (s *snapshot) ticket(id string) *ticket {
-	for _, t := range s.tickets {
-		if t.id == id {
-			return t
-		}
-	}
-	return nil
+// queued reports whether the item holds a ticket with id.
+func (s *snapshot) queued(id string) bool {
+	return slices.ContainsFunc(s.tickets, func(t *ticket) bool { return t.id == id })
 }
 
 // holds returns the expiry of lease id in attr, if present.

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"math/big"
 	mrand "math/rand/v2"
 	"slices"
 	"strconv"
@@ -134,21 +133,8 @@ func (l *Limiter) InstanceID() string { return l.instance }
 // Margin is the time a lease outlives its call.
 func (l *Limiter) Margin() time.Duration { return l.margin }
 
-const idAlphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-// NewInstanceID returns 8 random base-62 characters.
-func NewInstanceID() string {
-	var b strings.Builder
-	n := big.NewInt(int64(len(idAlphabet)))
-	for range 8 {
-		i, err := rand.Int(rand.Reader, n)
-		if err != nil {
-			panic("crypto/rand failed: " + err.Error())
-		}
-		b.WriteByte(idAlphabet[i.Int64()])
-	}
-	return b.String()
-}
+// NewInstanceID returns 8 random base-32 characters.
+func NewInstanceID() string { return rand.Text()[:8] }
 
 // newLeaseID is "<instance>.<sequence>" and, for a named holder,
 // ".<holder>".
@@ -352,11 +338,11 @@ type attempt struct {
 func (a *attempt) now() time.Time { return a.l.clock() }
 
 // hold is how long a place taken at localNow may be held.
-func (a *attempt) hold(localNow time.Time) time.Duration {
-	if !a.req.CallBy.IsZero() {
-		return min(a.req.Hold, a.req.CallBy.Sub(localNow))
+func (r *Request) hold(localNow time.Time) time.Duration {
+	if !r.CallBy.IsZero() {
+		return min(r.Hold, r.CallBy.Sub(localNow))
 	}
-	return a.req.Hold
+	return r.Hold
 }
 
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
@@ -385,11 +371,8 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			}
 			if len(snap.stale(now)) > maxPurge {
 				// More stale entries than a write removes with its own
-				// business: clear some first.
-				var err error
-				if snap, err = a.purge(ctx, snap); err != nil {
-					return nil, err
-				}
+				// business: clear some first (and pass on a place freed).
+				snap = a.l.passOn(ctx, a.req.Key, snap, a.req.Slots)
 				continue
 			}
 		}
@@ -397,7 +380,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		if snap != nil {
 			served, ahead = snap.turn(now, a.me)
 		}
-		queued := snap != nil && snap.ticket(a.me.id) != nil
+		queued := snap != nil && snap.queued(a.me.id)
 		var err error
 		switch {
 		case served && queued && !a.ready:
@@ -445,7 +428,7 @@ func (a *attempt) checkBreaker(snap *snapshot) error {
 // found no place after all.
 func (a *attempt) take(ctx context.Context, snap *snapshot) (*Lease, *snapshot, error) {
 	wallNow, localNow := a.now(), time.Now()
-	hold := a.hold(localNow)
+	hold := a.req.hold(localNow)
 	if hold <= 0 {
 		return nil, nil, &WaitTimeoutError{Attr: a.req.Slots[0].Attr, Waited: time.Since(a.start)}
 	}
@@ -536,7 +519,7 @@ func (a *attempt) join(ctx context.Context, snap *snapshot) (*snapshot, error) {
 		}
 	}
 	a.me.exp = a.now().Add(TicketTTL).UnixMilli()
-	a.me.hold = a.hold(time.Now()).Milliseconds()
+	a.me.hold = a.req.hold(time.Now()).Milliseconds()
 	u := newUpdate()
 	u.sets = append(u.sets, u.path(TicketsAttr, a.me.id)+" = "+u.value(a.me.value()))
 	u.ttl(a.me.exp)
@@ -576,28 +559,23 @@ func (a *attempt) wait(ctx context.Context, snap *snapshot, look time.Duration, 
 }
 
 // nextLook is how long a queued caller waits before it looks at the item
-// again. When this process knows how long calls here last, it looks when
-// its place may first free: the holders' grant times (from their
-// expiries) plus that mean, a round of them per Cap callers ahead of it;
-// then, while the place is late, after 5 ms, doubling up to MaxBackoff.
-// Otherwise it backs off from MinBackoff, or waits MaxBackoff while more
-// than a cap of callers are ahead of it. The mean is of calls measured
-// from when their caller got the place, not from the grant, so the time a
-// waiter took to notice its grant never makes others look later.
+// again. When this process knows how long calls here last (their mean and
+// spread, measured from when their caller got the place, so the time a
+// waiter took to notice its place never makes others look later), it
+// looks when its place may first free: the holders' grant times (from
+// their expiries) plus the mean less the spread, a round of them per Cap
+// callers ahead of it; then, while the place is late, every quarter of the
+// spread (at least 5 ms), growing by half up to MaxBackoff. Otherwise it
+// backs off from MinBackoff, or waits MaxBackoff while a cap of callers or
+// more are ahead of it.
 func (a *attempt) nextLook(snap *snapshot, ahead int) time.Duration {
 	if ahead < a.ahead {
 		a.look = 0 // the queue moved: start over
 	}
 	a.ahead = ahead
 	now := a.now().UnixMilli()
-	held := a.b.meanHeld()
-	slot := a.req.Slots[0]
-	for _, s := range a.req.Slots {
-		if snap.occupied(s.Attr, now) >= s.Cap {
-			slot = s
-			break
-		}
-	}
+	held, spread := a.b.meanHeld()
+	slot := a.blocking(snap, now)
 	if held <= 0 {
 		if ahead >= slot.Cap {
 			return a.l.maxBack
@@ -608,7 +586,7 @@ func (a *attempt) nextLook(snap *snapshot, ahead int) time.Duration {
 	var ends []int64
 	for _, exp := range snap.slots[slot.Attr] {
 		if exp >= now {
-			ends = append(ends, exp-a.me.hold-a.l.margin.Milliseconds()+held.Milliseconds())
+			ends = append(ends, exp-a.me.hold-a.l.margin.Milliseconds()+(held-spread).Milliseconds())
 		}
 	}
 	slices.Sort(ends)
@@ -619,7 +597,7 @@ func (a *attempt) nextLook(snap *snapshot, ahead int) time.Duration {
 			return d
 		}
 	}
-	a.look = min(max(a.look*2, overdueLook), a.l.maxBack)
+	a.look = min(max(a.look*3/2, overdueLook, spread/4), a.l.maxBack)
 	return a.look
 }
 
@@ -641,21 +619,6 @@ func (a *attempt) renewTicket(ctx context.Context) (*snapshot, error) {
 	return snap, err
 }
 
-// purge removes stale entries, without taking a place, and returns the
-// item as it is now.
-func (a *attempt) purge(ctx context.Context, snap *snapshot) (*snapshot, error) {
-	u := newUpdate()
-	u.purge(snap, a.now().UnixMilli(), a.me.id)
-	next, err := a.l.write(ctx, a.req.Key, u)
-	if err == nil {
-		a.l.stats.purged.Add(int64(len(u.removes)))
-	}
-	if errors.Is(err, errCondition) {
-		err = nil
-	}
-	return next, err
-}
-
 // withdraw takes back what this failed attempt may have written: its
 // ticket, and a lease that was passed to it or that landed unseen, which
 // then goes on to the next in the queue. Best effort: a ticket left
@@ -666,36 +629,35 @@ func (a *attempt) withdraw(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	known, _, _ := a.b.latest()
 	u := newUpdate()
-	if a.joined && (known == nil || known.hasTickets) {
+	if a.joined {
 		u.removes = append(u.removes, u.path(TicketsAttr, a.me.id))
 	}
 	for _, s := range a.req.Slots {
-		if known == nil || known.slots[s.Attr] != nil {
-			u.removes = append(u.removes, u.path(s.Attr, a.me.id))
-		}
-	}
-	if len(u.removes) == 0 {
-		return
+		u.removes = append(u.removes, u.path(s.Attr, a.me.id))
 	}
 	if snap, err := a.l.write(ctx, a.req.Key, u); err == nil {
 		a.l.passOn(ctx, a.req.Key, snap, a.req.Slots)
 	}
 }
 
-// full is the refusal of a caller that does not wait.
-func (a *attempt) full(snap *snapshot, now int64, ahead int) *FullError {
-	slot := a.req.Slots[0]
-	if snap == nil {
-		return &FullError{Attr: slot.Attr, Cap: slot.Cap, InUse: slot.Cap, RetryAfter: jitter(time.Second)}
-	}
+// blocking is the first of the caller's slots that is full, else its first.
+func (a *attempt) blocking(snap *snapshot, now int64) Slot {
 	for _, s := range a.req.Slots {
 		if snap.occupied(s.Attr, now) >= s.Cap {
-			slot = s
-			break
+			return s
 		}
 	}
+	return a.req.Slots[0]
+}
+
+// full is the refusal of a caller that does not wait.
+func (a *attempt) full(snap *snapshot, now int64, ahead int) *FullError {
+	if snap == nil {
+		s := a.req.Slots[0]
+		return &FullError{Attr: s.Attr, Cap: s.Cap, InUse: s.Cap, RetryAfter: jitter(time.Second)}
+	}
+	slot := a.blocking(snap, now)
 	// Suggest the first expiry if it comes before a second.
 	d := time.Second
 	for _, m := range snap.slots {

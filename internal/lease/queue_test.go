@@ -238,11 +238,7 @@ func TestRenewedTicketIsNotPurged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(env.Client, env.Tables.Leases, Options{})
-	a := &attempt{l: l, req: Request{Key: "srv", Slots: serverSlot(1), Hold: time.Second}, b: l.board("srv"), me: &ticket{id: "x"}}
-	if _, err := a.purge(context.Background(), stale); err != nil {
-		t.Fatal(err)
-	}
+	New(env.Client, env.Tables.Leases, Options{}).passOn(context.Background(), "srv", stale, serverSlot(1))
 	if !tickets(t, env, "srv")["dead.0"] {
 		t.Error("a renewed ticket was purged on a stale view")
 	}

@@ -174,12 +174,13 @@ const maxPassOn = 4
 
 // passOn passes one place that snap shows free to the caller the queue
 // gives it to, purging what is stale in the same write, and tries again
-// with the item its write returns while that fails. Best effort: a waiter
-// that finds a place free takes it itself.
-func (l *Limiter) passOn(ctx context.Context, key string, snap *snapshot, caps []Slot) {
+// with the item its write returns while that fails. It returns the item
+// as last seen (nil after a store error). Best effort: a waiter that finds
+// a place free takes it itself.
+func (l *Limiter) passOn(ctx context.Context, key string, snap *snapshot, caps []Slot) *snapshot {
 	for range maxPassOn {
 		if snap == nil {
-			return
+			return nil
 		}
 		now := l.clock().UnixMilli()
 		t := snap.next(now)
@@ -187,7 +188,7 @@ func (l *Limiter) passOn(ctx context.Context, key string, snap *snapshot, caps [
 			t = nil // its breaker is not closed: the waiter sees to it
 		}
 		if t == nil && len(snap.stale(now)) == 0 {
-			return
+			return snap
 		}
 		u := newUpdate()
 		skip := ""
@@ -204,10 +205,11 @@ func (l *Limiter) passOn(ctx context.Context, key string, snap *snapshot, caps [
 			l.stats.grants.Add(1)
 		}
 		if !errors.Is(err, errCondition) || t == nil {
-			return
+			return next
 		}
 		snap = next
 	}
+	return snap
 }
 
 // Renew extends the lease so it expires hold + Margin from now, only if it

@@ -8,8 +8,6 @@ type Stats struct {
 	Writes int64
 	// FailedWrites is the writes whose condition failed (still billed).
 	FailedWrites int64
-	// InitWrites is the writes that created an item or a missing map.
-	InitWrites int64
 	// Reads is every GetItem sent.
 	Reads int64
 	// Acquired and Released count granted and given-back leases.
@@ -31,11 +29,11 @@ type Stats struct {
 }
 
 type counters struct {
-	writes, failedWrites, initWrites, reads atomic.Int64
-	acquired, released, purged, grants      atomic.Int64
-	tickets                                 atomic.Int64
-	shed, waitTimeouts                      atomic.Int64
-	circuitOpen, probes, transitions        atomic.Int64
+	writes, failedWrites, reads        atomic.Int64
+	acquired, released, purged, grants atomic.Int64
+	tickets                            atomic.Int64
+	shed, waitTimeouts                 atomic.Int64
+	circuitOpen, probes, transitions   atomic.Int64
 }
 
 // Stats returns the limiter's counters.
@@ -44,7 +42,6 @@ func (l *Limiter) Stats() Stats {
 	return Stats{
 		Writes:       c.writes.Load(),
 		FailedWrites: c.failedWrites.Load(),
-		InitWrites:   c.initWrites.Load(),
 		Reads:        c.reads.Load(),
 		Acquired:     c.acquired.Load(),
 		Released:     c.released.Load(),
