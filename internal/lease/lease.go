@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -651,24 +652,18 @@ func (a *attempt) blocking(snap *snapshot, now int64) Slot {
 	return a.req.Slots[0]
 }
 
-// full is the refusal of a caller that does not wait.
+// full is the refusal of a caller that does not wait. It suggests trying
+// again after about as long as calls here last, at most a second.
 func (a *attempt) full(snap *snapshot, now int64, ahead int) *FullError {
-	if snap == nil {
-		s := a.req.Slots[0]
-		return &FullError{Attr: s.Attr, Cap: s.Cap, InUse: s.Cap, RetryAfter: jitter(time.Second)}
+	held, _ := a.b.meanHeld()
+	s := a.req.Slots[0]
+	e := &FullError{Attr: s.Attr, Cap: s.Cap, InUse: s.Cap, Waiting: ahead,
+		RetryAfter: max(jitter(cmp.Or(min(held, time.Second), time.Second)), 50*time.Millisecond)}
+	if snap != nil {
+		s = a.blocking(snap, now)
+		e.Attr, e.Cap, e.InUse = s.Attr, s.Cap, snap.occupied(s.Attr, now)
 	}
-	slot := a.blocking(snap, now)
-	// Suggest the first expiry if it comes before a second.
-	d := time.Second
-	for _, m := range snap.slots {
-		for _, exp := range m {
-			if until := time.Duration(exp-now) * time.Millisecond; until > 0 && until < d {
-				d = until
-			}
-		}
-	}
-	return &FullError{Attr: slot.Attr, Cap: slot.Cap, InUse: snap.occupied(slot.Attr, now), Waiting: ahead,
-		RetryAfter: max(jitter(d), 50*time.Millisecond)}
+	return e
 }
 
 // jitter returns a duration uniformly drawn from [d/2, d].

@@ -73,7 +73,9 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		return NoTransition, err
 	}
 	l.stats.released.Add(1)
-	b.heldFor(time.Since(ls.since))
+	if !ls.since.IsZero() {
+		b.heldFor(time.Since(ls.since))
+	}
 	tr := verdict(probe, outcome)
 	if ls.breaker != nil && !probe && outcome == Failure {
 		snap, tr, err = l.open(ctx, ls.key, ls.breaker, snap)
