@@ -557,7 +557,9 @@ func (b *bench) hotKey() {
 
 type hotResult struct{ Pairs, Errors int }
 
-// itemSizes fills an item with n live leases and reports its size.
+// itemSizes fills an item with n live leases, each labelled with its
+// caller as the gateway labels them, and reports its size; at 8 leases,
+// also with 16 callers queued.
 func (b *bench) itemSizes() {
 	t := b.t
 	l := lease.New(b.env.Client, b.env.Tables.Leases, lease.Options{})
@@ -570,7 +572,7 @@ func (b *bench) itemSizes() {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				ls, err := l.Acquire(context.Background(), lease.Request{Key: key,
+				ls, err := l.Acquire(context.Background(), lease.Request{Key: key, Holder: "0123abcd",
 					Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: n}}, Hold: time.Minute, Wait: time.Minute})
 				if err != nil {
 					t.Error(err)
@@ -595,6 +597,11 @@ func (b *bench) itemSizes() {
 		sc := "lease item size"
 		b.add(sc, fmt.Sprintf("bytes with %d leases held", n), float64(size), "B", 0, "", "")
 		b.add(sc, fmt.Sprintf("write units per operation at %d", n), float64(store.WriteUnits(size)), "WCU", 1, "1 KB item", "")
+		if n == 8 {
+			size := b.queuedSize(l, key, n, 16)
+			b.add(sc, "bytes with 8 leases held and 16 callers queued", float64(size), "B", 0, "", "")
+			b.add(sc, "write units per operation then", float64(store.WriteUnits(size)), "WCU", 1, "1 KB item", "")
+		}
 		for _, ls := range held {
 			// ErrNotHeld: a release whose answer was lost and retried
 			// (the leases left are checked below).
@@ -608,6 +615,32 @@ func (b *bench) itemSizes() {
 			t.Errorf("%d leases left after releasing all", left)
 		}
 	}
+}
+
+// queuedSize queues callers for the full item of key and returns its size
+// once they all wait, then lets them go.
+func (b *bench) queuedSize(l *lease.Limiter, key string, capacity, callers int) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			_, _ = l.Acquire(ctx, lease.Request{Key: key, Holder: "0123abcd",
+				Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: capacity}}, Hold: time.Minute, Wait: time.Minute})
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	for testkit.LeaseCount(b.t, b.env, key, lease.TicketsAttr) < callers {
+		time.Sleep(10 * time.Millisecond)
+	}
+	out, err := b.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(b.env.Tables.Leases),
+		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return store.ItemSize(out.Item)
 }
 
 // coldStart times a new gateway process from exec to listening, and to its

@@ -565,10 +565,10 @@ func (a *attempt) wait(ctx context.Context, snap *snapshot, look time.Duration, 
 // waiter took to notice its place never makes others look later), it
 // looks when its place may first free: the holders' grant times (from
 // their expiries) plus the mean less the spread, a round of them per Cap
-// callers ahead of it; then, while the place is late, every quarter of the
-// spread (at least 5 ms), growing by half up to MaxBackoff. Otherwise it
-// backs off from MinBackoff, or waits MaxBackoff while a cap of callers or
-// more are ahead of it.
+// callers ahead of it; then, while the place is late, every eighth of the
+// spread (at least 5 ms), growing by half up to twice MinBackoff.
+// Otherwise it backs off from MinBackoff to twice that, or waits
+// MaxBackoff while a cap of callers or more are ahead of it.
 func (a *attempt) nextLook(snap *snapshot, ahead int) time.Duration {
 	if ahead < a.ahead {
 		a.look = 0 // the queue moved: start over
@@ -578,10 +578,10 @@ func (a *attempt) nextLook(snap *snapshot, ahead int) time.Duration {
 	held, spread := a.b.meanHeld()
 	slot := a.blocking(snap, now)
 	if held <= 0 {
+		a.look = min(max(a.look*3/2, a.l.minBack), 2*a.l.minBack)
 		if ahead >= slot.Cap {
 			return a.l.maxBack
 		}
-		a.look = min(max(a.look*3/2, a.l.minBack), a.l.maxBack)
 		return jitter(a.look)
 	}
 	var ends []int64
@@ -598,7 +598,7 @@ func (a *attempt) nextLook(snap *snapshot, ahead int) time.Duration {
 			return d
 		}
 	}
-	a.look = min(max(a.look*3/2, overdueLook, spread/4), a.l.maxBack)
+	a.look = min(max(a.look*3/2, overdueLook, spread/8), 2*a.l.minBack)
 	return a.look
 }
 
