@@ -582,18 +582,10 @@ func (b *bench) itemSizes() {
 			})
 		}
 		wg.Wait()
-		out, err := b.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
-			TableName:      aws.String(b.env.Tables.Leases),
-			Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
-			ConsistentRead: aws.Bool(true),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if got := testkit.LeaseCount(t, b.env, key, lease.ServerAttr); got != n {
 			t.Errorf("item holds %d leases, want %d", got, n)
 		}
-		size := store.ItemSize(out.Item)
+		size := b.itemBytes(key)
 		sc := "lease item size"
 		b.add(sc, fmt.Sprintf("bytes with %d leases held", n), float64(size), "B", 0, "", "")
 		b.add(sc, fmt.Sprintf("write units per operation at %d", n), float64(store.WriteUnits(size)), "WCU", 1, "1 KB item", "")
@@ -632,6 +624,11 @@ func (b *bench) queuedSize(l *lease.Limiter, key string, capacity, callers int) 
 	for testkit.LeaseCount(b.t, b.env, key, lease.TicketsAttr) < callers {
 		time.Sleep(10 * time.Millisecond)
 	}
+	return b.itemBytes(key)
+}
+
+// itemBytes is the size of the lease item of key, as DynamoDB counts it.
+func (b *bench) itemBytes(key string) int {
 	out, err := b.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
 		TableName:      aws.String(b.env.Tables.Leases),
 		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
