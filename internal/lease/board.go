@@ -11,9 +11,11 @@ import (
 // process share their reads, and a place a release here passes to a waiter
 // here reaches it at once.
 type board struct {
-	mu      sync.Mutex
-	snap    *snapshot
-	at      time.Time     // when snap was seen (local clock)
+	mu   sync.Mutex
+	snap *snapshot
+	// at is when the request whose answer snap is was sent: a later
+	// request sees the item at least as it was then.
+	at      time.Time
 	changed chan struct{} // closed when snap is replaced
 	// held is the running mean of how long leases on the key were held
 	// here, from when their caller got them; spread, the running mean of
@@ -29,18 +31,23 @@ func (l *Limiter) board(key string) *board {
 	return b.(*board)
 }
 
-// see puts snap on the board, wakes whoever waits for news, and returns it.
-func (b *board) see(snap *snapshot) *snapshot {
+// see puts snap, the answer to a request sent at sent, on the board unless
+// it holds the answer to a later one, wakes whoever waits for news, and
+// returns snap.
+func (b *board) see(snap *snapshot, sent time.Time) *snapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.snap, b.at = snap, time.Now()
+	if sent.Before(b.at) {
+		return snap // an answer that was overtaken
+	}
+	b.snap, b.at = snap, sent
 	close(b.changed)
 	b.changed = make(chan struct{})
 	return snap
 }
 
-// latest returns what the board holds, when it was seen, and a channel
-// closed when that changes.
+// latest returns what the board holds, when the request that brought it
+// was sent, and a channel closed when that changes.
 func (b *board) latest() (*snapshot, time.Time, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

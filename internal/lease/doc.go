@@ -93,6 +93,11 @@
 //     (TestRetriedAcquireThatLandedIsKept, TestLateLandingAcquireIsAdopted,
 //     TestAcquireThatLandedUnseenIsTakenBack,
 //     TestFailedAcquireThatLandedIsRemoved, TestWaiterThatGivesUpLeavesNoTicket).
+//     A place is passed only to a caller that holds none, and a process's
+//     view of the item is never replaced by an answer to an earlier request,
+//     so a caller never queues twice for one call
+//     (TestNoPlacePassedToACallerThatHoldsOne,
+//     TestOvertakenAnswerDoesNotReplaceANewerView).
 //  9. A renewal extends only a lease still held. Only its holder writes a
 //     lease's expiry after the grant, so a lease found with an expiry other
 //     than the one its holder knows was renewed by an attempt whose answer

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -154,11 +155,12 @@ func (l *Limiter) write(ctx context.Context, key string, u *update) (*snapshot, 
 		in.ConditionExpression = aws.String(strings.Join(u.conds, " AND "))
 	}
 	l.stats.writes.Add(1)
+	sent := time.Now()
 	out, err := l.db.UpdateItem(ctx, in)
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case err == nil:
-		return l.board(key).see(parseItem(out.Attributes)), nil
+		return l.board(key).see(parseItem(out.Attributes), sent), nil
 	case !errors.As(err, &ccf):
 		return nil, fmt.Errorf("lease: write %s: %w", key, err)
 	}
@@ -168,12 +170,13 @@ func (l *Limiter) write(ctx context.Context, key string, u *update) (*snapshot, 
 		snap, err := l.read(ctx, key)
 		return snap, cmp.Or(err, errCondition)
 	}
-	return l.board(key).see(parseItem(ccf.Item)), errCondition
+	return l.board(key).see(parseItem(ccf.Item), sent), errCondition
 }
 
 // read fetches the item of key with a strongly consistent read.
 func (l *Limiter) read(ctx context.Context, key string) (*snapshot, error) {
 	l.stats.reads.Add(1)
+	sent := time.Now()
 	out, err := l.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(l.table),
 		Key:            itemKey(key),
@@ -182,7 +185,7 @@ func (l *Limiter) read(ctx context.Context, key string) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: read %s: %w", key, err)
 	}
-	return l.board(key).see(parseItem(out.Item)), nil
+	return l.board(key).see(parseItem(out.Item), sent), nil
 }
 
 // create makes the item of key and the maps it lacks among attrs, leaving

@@ -367,8 +367,13 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			if exp, ok := snap.holds(first, a.me.id); ok {
 				return a.lease(ctx, exp, snap)
 			}
-			if err := a.checkBreaker(snap); err != nil {
-				return nil, err
+			if br := a.req.Breaker; br != nil {
+				// Refused while open or probing; half-open: be the probe.
+				st := snap.breakers[br.Name]
+				a.probe, a.seenOpenUntil = st.phase(a.now()) == phaseHalfOpen, st.openUntil
+				if err := a.l.refuse(st, br.Name); err != nil {
+					return nil, err
+				}
 			}
 			if len(snap.stale(now)) > maxPurge {
 				// More stale entries than a write removes with its own
@@ -412,17 +417,6 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	}
 }
 
-// checkBreaker refuses the acquire while its breaker is open or another
-// call is its probe, and notes when it may become the probe.
-func (a *attempt) checkBreaker(snap *snapshot) error {
-	if a.req.Breaker == nil {
-		return nil
-	}
-	st := snap.breakers[a.req.Breaker.Name]
-	a.probe, a.seenOpenUntil = st.phase(a.now()) == phaseHalfOpen, st.openUntil
-	return a.l.refuse(st, a.req.Breaker.Name)
-}
-
 // take makes one conditional write that puts the lease in every slot,
 // removes this caller's ticket if it has one, and purges what snap shows
 // stale. It returns the lease, or the item as it is now when the write
@@ -462,7 +456,8 @@ func (a *attempt) take(ctx context.Context, snap *snapshot) (*Lease, *snapshot, 
 	next, err := a.l.write(ctx, a.req.Key, u)
 	if err == nil {
 		a.l.stats.purged.Add(int64(len(u.removes)))
-		return a.newLease(exp, localNow.Add(hold), next), nil, nil
+		ls, err := a.lease(ctx, exp, next)
+		return ls, nil, err
 	}
 	if !errors.Is(err, errCondition) {
 		return nil, nil, err
@@ -485,30 +480,30 @@ func slotAttrs(slots []Slot) []string {
 }
 
 // lease completes the acquire with the lease the item shows this attempt
-// holding, expiring at exp: a place passed on to its ticket, or one its
-// own write took although the answer said otherwise (an SDK retry of a
-// write that had landed). A place with no time left for the call is given
-// back.
+// holding, expiring at exp: the place its write took, one passed on to its
+// ticket, or one its own write took although the answer said otherwise (an
+// SDK retry of a write that had landed). A place with no time left for the
+// call is given back.
 func (a *attempt) lease(ctx context.Context, exp int64, snap *snapshot) (*Lease, error) {
 	localNow := time.Now()
 	deadline := localNow.Add(time.UnixMilli(exp).Sub(a.now()) - a.l.margin)
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
 		deadline = a.req.CallBy
 	}
-	ls := a.newLease(exp, deadline, snap)
+	ls := &Lease{l: a.l, key: a.req.Key, slots: a.req.Slots, id: a.me.id, exp: exp, breaker: a.req.Breaker, probe: a.probe,
+		Expiry: time.UnixMilli(exp), CallDeadline: deadline, InFlight: snap.occupied(a.req.Slots[0].Attr, a.now().UnixMilli())}
+	if snap.queued(a.me.id) {
+		// It queued again on a view that had not caught up: a ticket left
+		// behind would be passed a place nobody takes.
+		u := newUpdate()
+		u.removes = append(u.removes, u.path(TicketsAttr, a.me.id))
+		_, _ = a.l.write(ctx, a.req.Key, u)
+	}
 	if !deadline.After(localNow) {
 		_, _ = ls.Finish(ctx, Abandoned)
 		return nil, &WaitTimeoutError{Attr: a.req.Slots[0].Attr, Waited: time.Since(a.start)}
 	}
 	return ls, nil
-}
-
-func (a *attempt) newLease(exp int64, callDeadline time.Time, snap *snapshot) *Lease {
-	return &Lease{
-		l: a.l, key: a.req.Key, slots: a.req.Slots, id: a.me.id, exp: exp, breaker: a.req.Breaker, probe: a.probe,
-		Expiry: time.UnixMilli(exp), CallDeadline: callDeadline,
-		InFlight: snap.occupied(a.req.Slots[0].Attr, a.now().UnixMilli()),
-	}
 }
 
 // join puts this caller's ticket in the queue (again, with its first

@@ -421,3 +421,46 @@ func TestLostProbeLeavesTheBreakerHalfOpen(t *testing.T) {
 		t.Fatalf("acquire while the new probe runs: %v, want half-open refusal", err)
 	}
 }
+
+// An answer to a request sent before the one whose answer the board holds
+// was overtaken: it must not replace the newer view (a waiter reading it
+// would think its ticket gone and queue again).
+func TestOvertakenAnswerDoesNotReplaceANewerView(t *testing.T) {
+	b := &board{changed: make(chan struct{})}
+	newer, older := &snapshot{}, &snapshot{}
+	now := time.Now()
+	b.see(newer, now)
+	b.see(older, now.Add(-time.Millisecond))
+	if got, _, _ := b.latest(); got != newer {
+		t.Error("an overtaken answer replaced the newer view")
+	}
+}
+
+// A place is never passed to a caller that holds one already (a ticket
+// left behind by a caller that got its place): its lease is not
+// overwritten, and the ticket stays for its owner to remove.
+func TestNoPlacePassedToACallerThatHoldsOne(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	req := Request{Key: "srv", Slots: serverSlot(2), Hold: time.Minute, Wait: time.Minute}
+	held := acquire(t, l, req)
+	stray := &ticket{id: held.ID(), arrive: 1, exp: time.Now().Add(time.Minute).UnixMilli(), hold: 1000, slots: req.Slots}
+	_, err := env.Client.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(env.Tables.Leases),
+		Key:                       map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "srv"}},
+		UpdateExpression:          aws.String("SET #t = :t"),
+		ExpressionAttributeNames:  map[string]string{"#t": TicketsAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{stray.id: stray.value()}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.passOn(context.Background(), "srv", parseItem(item(t, env, "srv")), req.Slots)
+	snap := parseItem(item(t, env, "srv"))
+	if exp, _ := snap.holds(ServerAttr, held.ID()); exp != held.exp {
+		t.Errorf("the holder's lease was overwritten: expiry %d, want %d", exp, held.exp)
+	}
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -148,8 +148,9 @@ func (ls *Lease) release(ctx context.Context, outcome Outcome, b *board) (snap *
 
 // grant adds to u the hand-over of a place to ticket t: t's lease in every
 // slot it wants, while each has room (freed counts what the same write
-// frees), its ticket out, only while the ticket is live and its breaker
-// closed. A slot t shares with caps uses the lower cap of the two.
+// frees), its ticket out, only while the ticket is live, t holds no place
+// yet and its breaker is closed. A slot t shares with caps uses the lower
+// cap of the two.
 func (l *Limiter) grant(u *update, t *ticket, caps []Slot, freed map[string]int) {
 	now := l.clock()
 	exp := now.Add(time.Duration(t.hold)*time.Millisecond + l.margin).UnixMilli()
@@ -164,7 +165,8 @@ func (l *Limiter) grant(u *update, t *ticket, caps []Slot, freed map[string]int)
 	}
 	u.take(t.id, exp, slots, freed)
 	u.removes = append(u.removes, u.path(TicketsAttr, t.id))
-	u.conds = append(u.conds, u.path(TicketsAttr, t.id, ticketExpiry)+" >= "+u.num(now.UnixMilli()))
+	u.conds = append(u.conds, u.path(TicketsAttr, t.id, ticketExpiry)+" >= "+u.num(now.UnixMilli()),
+		"attribute_not_exists("+u.path(slots[0].Attr, t.id)+")")
 	if t.breaker != "" {
 		u.closed(t.breaker)
 	}
