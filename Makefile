@@ -30,6 +30,9 @@ dev: infra/node_modules/.package-lock.json
 test: infra/node_modules/.package-lock.json
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	# The limiter again on a store that returns no item with a failed
+	# conditional write: its fallback read.
+	STORETEST_CCF_ITEM=off $(GO) test -count=1 ./internal/lease
 
 # Thousands of calls over six gateway processes with processes killed and
 # restarted, the store stopped and restarted and the upstream stalled

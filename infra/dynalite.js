@@ -17,13 +17,37 @@ const args = process.argv.slice(2)
 for (let i = 0; i < args.length; i += 2) {
   const m = /^--([A-Za-z]+)$/.exec(args[i])
   if (!m || i + 1 >= args.length) {
-    console.error(`dynalite: usage: dynalite.js [--host H] [--port N] [--path DIR]`)
+    console.error(`dynalite: usage: dynalite.js [--host H] [--port N] [--path DIR] [--ccfItem true|false]`)
     process.exit(2)
   }
   argv[m[1]] = args[i + 1]
 }
 
 const host = argv.host || '127.0.0.1'
+
+// DynamoDB answers a failed conditional write with the item as it was when
+// the request asks for it (ReturnValuesOnConditionCheckFailure: ALL_OLD),
+// at no read cost; dynalite drops the parameter and returns no item. Teach
+// it the parameter, so code that relies on the item runs here as it does in
+// production. --ccfItem false keeps dynalite's own behaviour, for testing
+// the fallback of clients that must also work without the item.
+if ((argv.ccfItem ?? 'true') !== 'false') {
+  const db = require('dynalite/db')
+  const param = {
+    ReturnValuesOnConditionCheckFailure: { type: 'String', enum: ['ALL_OLD', 'NONE'] },
+  }
+  for (const action of ['putItem', 'updateItem', 'deleteItem']) {
+    Object.assign(require(`dynalite/validations/${action}`).types, param)
+  }
+  const checkConditional = db.checkConditional
+  db.checkConditional = function (data, existingItem) {
+    const err = checkConditional(data, existingItem)
+    if (err && existingItem && data.ReturnValuesOnConditionCheckFailure === 'ALL_OLD') {
+      err.body.Item = existingItem
+    }
+    return err
+  }
+}
 const port = argv.port === undefined ? 8000 : Number(argv.port)
 if (!Number.isInteger(port) || port < 0 || port > 65535) {
   console.error(`dynalite: invalid --port ${argv.port}`)

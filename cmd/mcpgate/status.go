@@ -28,12 +28,18 @@ var statusCmd = &command{
 Shows the leases table as it is now: for each limiter item (one per capped
 server that has been called), the server's cap from the servers table, and
 every lease in the server's map and in each per-tool map: lease id, holder
-(the gateway instance, the part of the id before the first '.'), expiry and
-time left. A negative time left means the lease expired and is waiting to be
-purged by the next acquire. Each tool's circuit breaker is shown with its
-state (closed, open for how long, half-open, or probing with the probe's
-lease) and its count of consecutive failures. Any other attribute of the
-item is shown as "other state".
+(the gateway instance, the part of the id before the first '.'), caller
+(the key's hash prefix the gateway labels the lease with), expiry and time
+left. A negative time left means the lease expired and is waiting to be
+purged by the next write. Callers waiting for a place are listed oldest
+first, as they will be served: caller, instance, the slots they wait for,
+how long they have waited, and whether their ticket lapsed (its waiter died
+or stalled; the next write purges it) or a place is free for them (the
+next look of the waiter or the next release hands it over; a place that
+stays free while someone waits is worth a look). Each tool's circuit
+breaker is shown with its state (closed, open for how long, half-open, or
+probing with the probe's lease) and its count of consecutive failures. Any
+other attribute of the item is shown as "other state".
 
 Flags:
   --json   print the same data as JSON, for scripts
@@ -54,9 +60,8 @@ type limiterState struct {
 	Slots []slotState `json:"slots"`
 	// Breakers are the circuit breakers of the server's tools.
 	Breakers []lease.BreakerStatus `json:"breakers,omitempty"`
-	// Waiting counts, per slot map, the live marks of callers that have
-	// waited long and go before newcomers.
-	Waiting map[string]int `json:"waiting,omitempty"`
+	// Waiting are the callers queued for a place, oldest first.
+	Waiting []lease.TicketStatus `json:"waiting,omitempty"`
 	// Other is every other attribute but ttl, rendered as JSON values.
 	Other map[string]any `json:"other,omitempty"`
 }
@@ -76,8 +81,11 @@ type slotState struct {
 }
 
 type leaseState struct {
-	ID     string `json:"id"`
+	ID string `json:"id"`
+	// Holder is the gateway instance; Caller the label of the caller it
+	// serves, if the lease has one.
 	Holder string `json:"holder"`
+	Caller string `json:"caller,omitempty"`
 	// ExpiresAt and TimeLeftMS are null when the stored expiry is not a
 	// number (a hand edit): the limiter counts such a lease as never
 	// expiring.
@@ -161,20 +169,11 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 				l.Slots[0].Leases = leasesOf(m, now)
 			case strings.HasPrefix(name, lease.ToolAttrPrefix) && isMap:
 				l.Slots = append(l.Slots, slotState{Attr: name, Leases: leasesOf(m, now)})
-			case strings.HasPrefix(name, lease.WaitingAttrPrefix) && isMap:
-				live := 0
-				for _, ls := range leasesOf(m, now) {
-					if !ls.Expired {
-						live++
-					}
+			case name == lease.TicketsAttr && isMap:
+				if ts := lease.Tickets(item, now); len(ts) > 0 {
+					l.Waiting = ts
 				}
-				if live > 0 {
-					if l.Waiting == nil {
-						l.Waiting = map[string]int{}
-					}
-					l.Waiting[strings.TrimPrefix(name, lease.WaitingAttrPrefix)] = live
-				}
-			case lease.IsBreakerAttr(name):
+			case lease.IsBreakerAttr(name) || name == lease.ReleasedAttr:
 			default:
 				other[name] = item[name]
 			}
@@ -193,8 +192,8 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 func leasesOf(m *types.AttributeValueMemberM, now time.Time) []leaseState {
 	out := []leaseState{}
 	for _, id := range slices.Sorted(maps.Keys(m.Value)) {
-		holder, _, _ := strings.Cut(id, ".")
-		ls := leaseState{ID: id, Holder: holder}
+		holder, caller := lease.ParseLeaseID(id)
+		ls := leaseState{ID: id, Holder: holder, Caller: caller}
 		if n, ok := m.Value[id].(*types.AttributeValueMemberN); ok {
 			if ms, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
 				exp := time.UnixMilli(ms).UTC()
@@ -245,14 +244,14 @@ func printStatus(c *cli, r *statusReport) error {
 			}
 			fmt.Fprintln(c.stdout, line)
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "    LEASE\tHOLDER\tEXPIRES\tTIME LEFT")
+			fmt.Fprintln(tw, "    LEASE\tHOLDER\tCALLER\tEXPIRES\tTIME LEFT")
 			for _, ls := range s.Leases {
 				exp, left := "never (expiry is not a number)", "-"
 				if ls.ExpiresAt != nil {
 					exp = ls.ExpiresAt.Format("2006-01-02T15:04:05.000Z07:00")
 					left = (time.Duration(*ls.TimeLeftMS) * time.Millisecond).Round(100 * time.Millisecond).String()
 				}
-				fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\n", ls.ID, ls.Holder, exp, left)
+				fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", ls.ID, ls.Holder, orDash(ls.Caller), exp, left)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -271,8 +270,8 @@ func printStatus(c *cli, r *statusReport) error {
 			line += fmt.Sprintf("; %d consecutive failures", b.Failures)
 			fmt.Fprintln(c.stdout, line)
 		}
-		for _, attr := range slices.Sorted(maps.Keys(l.Waiting)) {
-			fmt.Fprintf(c.stdout, "  %s: %d caller(s) waiting long, served before newcomers\n", attr, l.Waiting[attr])
+		if err := printWaiting(c, l.Waiting, r.Now); err != nil {
+			return err
 		}
 		if len(l.Other) > 0 {
 			fmt.Fprintln(c.stdout, "  other state:")
@@ -282,6 +281,50 @@ func printStatus(c *cli, r *statusReport) error {
 		}
 	}
 	return nil
+}
+
+// printWaiting lists the queue, oldest first, and what looks wedged.
+func printWaiting(c *cli, ts []lease.TicketStatus, now time.Time) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	lapsed, free := 0, 0
+	for _, t := range ts {
+		if t.Lapsed {
+			lapsed++
+		} else if t.PlaceFree {
+			free++
+		}
+	}
+	line := fmt.Sprintf("  waiting: %d caller(s), served oldest first", len(ts)-lapsed)
+	if lapsed > 0 {
+		line += fmt.Sprintf("; %d lapsed ticket(s) (waiter died or stalled; the next write purges them)", lapsed)
+	}
+	if free > 0 {
+		line += fmt.Sprintf("; a place is free for %d of them", free)
+	}
+	fmt.Fprintln(c.stdout, line)
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "    CALLER\tINSTANCE\tWANTS\tWAITED\tTICKET")
+	for _, t := range ts {
+		state := "lapses in " + t.Expiry.Sub(now).Round(100*time.Millisecond).String()
+		switch {
+		case t.Lapsed:
+			state = "lapsed"
+		case t.PlaceFree:
+			state += ", place free"
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%v\t%s\n", orDash(t.Caller), t.Instance, strings.Join(t.Slots, "+"),
+			now.Sub(t.Since).Round(100*time.Millisecond), state)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func (s serverState) describe() string {

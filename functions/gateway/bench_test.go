@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -59,13 +60,14 @@ type benchConfig struct {
 	buildLambda  bool // build the arm64 bootstrap to report its size
 	procs        int  // gateway processes
 	toolDuration time.Duration
+	varRounds    int // calls per caller in the variable-duration run
 }
 
 var (
 	fullBench = benchConfig{full: true, soloCalls: 400, rounds: 20, hotFor: 10 * time.Second,
-		coldStarts: 5, buildLambda: true, procs: 4, toolDuration: 100 * time.Millisecond}
+		coldStarts: 5, buildLambda: true, procs: 4, toolDuration: 100 * time.Millisecond, varRounds: 10}
 	smokeBench = benchConfig{soloCalls: 10, rounds: 1, hotFor: 300 * time.Millisecond,
-		coldStarts: 1, procs: 4, toolDuration: 100 * time.Millisecond}
+		coldStarts: 1, procs: 4, toolDuration: 100 * time.Millisecond, varRounds: 1}
 )
 
 // benchChildEnv makes the test binary, started by the bench, act as one of
@@ -79,14 +81,18 @@ func TestBench(t *testing.T) {
 	}
 	b := newBench(t, cfg)
 	b.uncontended()
+	fixed := b.fixedWorkload()
 	for _, c := range []int{1, 2, 8} {
-		ours := b.saturation("ours", c)
-		base := b.saturation("in-process", c)
+		ours := b.saturation("ours", c, fixed)
+		base := b.saturation("in-process", c, fixed)
 		b.compare(fmt.Sprintf("saturation C=%d, %d callers, %d procs", c, 5*c, b.cfg.procs), ours, &base)
 	}
 	// On Lambda an instance serves one request at a time: no two waiters
 	// share a process, so every hand-off goes through the store.
-	b.compare("saturation C=2, 10 callers, one per process (as on Lambda)", b.saturation("one per process", 2), nil)
+	b.compare("saturation C=2, 10 callers, one per process (as on Lambda)", b.saturation("one per process", 2, fixed), nil)
+	// Real tool calls vary in length.
+	b.compare("variable calls (log-normal, median 300 ms), C=2, 10 callers, one per process",
+		b.saturation("one per process", 2, b.variableWorkload()), nil)
 	b.memory()
 	b.hotKey()
 	b.itemSizes()
@@ -105,6 +111,7 @@ type bench struct {
 	http  *http.Client
 	rows  []benchRow
 	stop  []*testkit.Gateway // processes to stop once their run is over
+	runs  int                // saturation runs so far, naming their servers
 }
 
 // benchRow is one figure of the table.
@@ -242,20 +249,89 @@ type satResult struct {
 	cap, calls, failed int
 	peak               int
 	wall, ideal        time.Duration
-	latency            []time.Duration
-	handoffs           []time.Duration
-	waiterSeconds      float64
-	store              meterCounts
-	rss                int64
+	// idealP99 is the p99 call latency of a perfect fleet-wide FIFO queue
+	// on the same workload (see fifoIdeal).
+	idealP99      time.Duration
+	latency       []time.Duration
+	handoffs      []time.Duration
+	waiterSeconds float64
+	store         meterCounts
+	rss           int64
 }
 
-// saturation runs 5×cap callers, each making cfg.rounds calls of a
-// 100 ms tool in a row, spread over the gateway processes: "ours" through
-// the fleet-wide cap, "in-process" through processes that each hold a
-// semaphore of size cap (and no store limit).
-func (b *bench) saturation(design string, c int) satResult {
+// workload is what the callers of a saturation run ask slow_tool to do:
+// rounds calls each, caller i's call r lasting dur(i, r).
+type workload struct {
+	rounds int
+	dur    func(i, r int) time.Duration
+}
+
+// fixedWorkload: every call lasts cfg.toolDuration.
+func (b *bench) fixedWorkload() workload {
+	return workload{rounds: b.cfg.rounds, dur: func(int, int) time.Duration { return b.cfg.toolDuration }}
+}
+
+// variableWorkload: call lengths drawn from a log-normal distribution with
+// a median of 300 ms and σ = 0.6 (p10 ≈ 140 ms, p90 ≈ 650 ms), capped at
+// 3 s, the same for every run (seeded by caller and round).
+func (b *bench) variableWorkload() workload {
+	return workload{rounds: b.cfg.varRounds, dur: func(i, r int) time.Duration {
+		rng := mrand.New(mrand.NewPCG(uint64(i), uint64(r)))
+		d := time.Duration(300 * math.Exp(0.6*rng.NormFloat64()) * float64(time.Millisecond))
+		return min(d.Round(time.Millisecond), 3*time.Second)
+	}}
+}
+
+// fifoIdeal runs the workload of callers through a perfect fleet-wide FIFO
+// queue with c places and no overhead: every caller sends its first call
+// at 0 and its next the moment the previous one answers. It returns the
+// makespan and the p99 call latency (queueing plus the call itself). With
+// every call lasting d and callers a multiple of c, a call's latency is
+// callers / c × d once the first round is past.
+func fifoIdeal(w workload, callers, c int) (makespan, p99 time.Duration) {
+	type job struct {
+		caller, round int
+		arrive, end   time.Duration
+	}
+	var queue, running []job
+	for i := range callers {
+		queue = append(queue, job{caller: i})
+	}
+	var now time.Duration
+	var lat []time.Duration
+	for len(queue)+len(running) > 0 {
+		for len(running) < c && len(queue) > 0 {
+			j := queue[0]
+			queue = queue[1:]
+			j.end = now + w.dur(j.caller, j.round)
+			lat = append(lat, j.end-j.arrive)
+			running = append(running, j)
+		}
+		first := 0
+		for k, j := range running {
+			if j.end < running[first].end {
+				first = k
+			}
+		}
+		j := running[first]
+		running = slices.Delete(running, first, first+1)
+		now = j.end
+		if j.round+1 < w.rounds {
+			queue = append(queue, job{caller: j.caller, round: j.round + 1, arrive: now})
+		}
+	}
+	return now, quantile(lat, 0.99)
+}
+
+// saturation runs 5×cap callers, each making the workload's calls of
+// slow_tool in a row, spread over the gateway processes: "ours" through
+// the fleet-wide cap, "one per process" the same with a gateway process
+// per caller, "in-process" through processes that each hold a semaphore
+// of size cap (and no store limit).
+func (b *bench) saturation(design string, c int, w workload) satResult {
 	t := b.t
-	id := fmt.Sprintf("sat_%s_%d", strings.NewReplacer("-", "", " ", "").Replace(design), c)
+	b.runs++
+	id := fmt.Sprintf("sat%d_%s_%d", b.runs, strings.NewReplacer("-", "", " ", "").Replace(design), c)
 	doc := map[string]any{"server_id": id, "url": b.demo.URL, "queue_timeout": 300, "timeout": 60}
 	gws := b.gws
 	switch design {
@@ -268,8 +344,6 @@ func (b *bench) saturation(design string, c int) satResult {
 		gws = b.baselineFleet(c)
 	}
 	testkit.PutServer(t, b.env, doc)
-	ms := int(b.cfg.toolDuration / time.Millisecond)
-	args := map[string]any{"ms": ms}
 	// Warm every process's registry cache and upstream session.
 	for _, g := range gws {
 		if r := b.call(g.URL, id, "slow_tool", map[string]any{"ms": 0}); r.status != http.StatusOK {
@@ -286,13 +360,15 @@ func (b *bench) saturation(design string, c int) satResult {
 	for i := range callers {
 		wg.Go(func() {
 			g := gws[i%len(gws)]
-			for range b.cfg.rounds {
+			for r := range w.rounds {
+				args := map[string]any{"ms": w.dur(i, r).Milliseconds()}
 				calls[i] = append(calls[i], b.call(g.URL, id, "slow_tool", args))
 			}
 		})
 	}
 	wg.Wait()
 	r := satResult{cap: c, wall: time.Since(start), store: b.meter.reset(), peak: b.demo.Stats().Peak}
+	r.ideal, r.idealP99 = fifoIdeal(w, callers, c)
 	for _, g := range b.stop {
 		g.Stop()
 	}
@@ -325,7 +401,6 @@ func (b *bench) saturation(design string, c int) satResult {
 		}
 	}
 	r.waiterSeconds = entered - sent
-	r.ideal = time.Duration(math.Ceil(float64(r.calls)/float64(c))) * b.cfg.toolDuration
 	if design != "in-process" {
 		if r.peak > c {
 			t.Errorf("cap %d: the upstream saw %d calls in flight", c, r.peak)
@@ -386,7 +461,7 @@ func (b *bench) compare(sc string, ours satResult, base *satResult) {
 	b.add(sc, "failed conditional writes per call", float64(ours.store.failedWrites)/float64(ours.calls), "", 0, "", "")
 	if base == nil {
 		b.add(sc, "call latency p50", ms(quantile(ours.latency, 0.5)), "ms", 0, "", "")
-		b.add(sc, "call latency p99", ms(quantile(ours.latency, 0.99)), "ms", 0, "", "")
+		b.add(sc, "call latency p99", ms(quantile(ours.latency, 0.99)), "ms", ms(ours.idealP99), "ideal FIFO", "≤ 1.5 × ideal")
 		if ours.failed > 0 {
 			b.add(sc, "failed calls", float64(ours.failed), "calls", 0, "", "0")
 		}
@@ -394,6 +469,7 @@ func (b *bench) compare(sc string, ours satResult, base *satResult) {
 	}
 	b.add(sc, "call latency p50", ms(quantile(ours.latency, 0.5)), "ms", ms(quantile(base.latency, 0.5)), "in-process", "")
 	b.add(sc, "call latency p99", ms(quantile(ours.latency, 0.99)), "ms", ms(quantile(base.latency, 0.99)), "in-process", "")
+	b.add(sc, "call latency p99 vs ideal FIFO", ms(quantile(ours.latency, 0.99)), "ms", ms(ours.idealP99), "ideal FIFO", "")
 	if base.failed+ours.failed > 0 {
 		b.add(sc, "failed calls", float64(ours.failed), "calls", float64(base.failed), "in-process", "0")
 	}
@@ -481,7 +557,9 @@ func (b *bench) hotKey() {
 
 type hotResult struct{ Pairs, Errors int }
 
-// itemSizes fills an item with n live leases and reports its size.
+// itemSizes fills an item with n live leases, each labelled with its
+// caller as the gateway labels them, and reports its size; at 8 leases,
+// also with 16 callers queued.
 func (b *bench) itemSizes() {
 	t := b.t
 	l := lease.New(b.env.Client, b.env.Tables.Leases, lease.Options{})
@@ -494,7 +572,7 @@ func (b *bench) itemSizes() {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				ls, err := l.Acquire(context.Background(), lease.Request{Key: key,
+				ls, err := l.Acquire(context.Background(), lease.Request{Key: key, Holder: "0123abcd",
 					Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: n}}, Hold: time.Minute, Wait: time.Minute})
 				if err != nil {
 					t.Error(err)
@@ -504,21 +582,18 @@ func (b *bench) itemSizes() {
 			})
 		}
 		wg.Wait()
-		out, err := b.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
-			TableName:      aws.String(b.env.Tables.Leases),
-			Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
-			ConsistentRead: aws.Bool(true),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if got := testkit.LeaseCount(t, b.env, key, lease.ServerAttr); got != n {
 			t.Errorf("item holds %d leases, want %d", got, n)
 		}
-		size := store.ItemSize(out.Item)
+		size := b.itemBytes(key)
 		sc := "lease item size"
 		b.add(sc, fmt.Sprintf("bytes with %d leases held", n), float64(size), "B", 0, "", "")
 		b.add(sc, fmt.Sprintf("write units per operation at %d", n), float64(store.WriteUnits(size)), "WCU", 1, "1 KB item", "")
+		if n == 8 {
+			size := b.queuedSize(l, key, n, 16)
+			b.add(sc, "bytes with 8 leases held and 16 callers queued", float64(size), "B", 0, "", "")
+			b.add(sc, "write units per operation then", float64(store.WriteUnits(size)), "WCU", 1, "1 KB item", "")
+		}
 		for _, ls := range held {
 			// ErrNotHeld: a release whose answer was lost and retried
 			// (the leases left are checked below).
@@ -532,6 +607,37 @@ func (b *bench) itemSizes() {
 			t.Errorf("%d leases left after releasing all", left)
 		}
 	}
+}
+
+// queuedSize queues callers for the full item of key and returns its size
+// once they all wait, then lets them go.
+func (b *bench) queuedSize(l *lease.Limiter, key string, capacity, callers int) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			_, _ = l.Acquire(ctx, lease.Request{Key: key, Holder: "0123abcd",
+				Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: capacity}}, Hold: time.Minute, Wait: time.Minute})
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	for testkit.LeaseCount(b.t, b.env, key, lease.TicketsAttr) < callers {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return b.itemBytes(key)
+}
+
+// itemBytes is the size of the lease item of key, as DynamoDB counts it.
+func (b *bench) itemBytes(key string) int {
+	out, err := b.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(b.env.Tables.Leases),
+		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return store.ItemSize(out.Item)
 }
 
 // coldStart times a new gateway process from exec to listening, and to its
@@ -854,4 +960,12 @@ func hotKeyChild(ctx context.Context) error {
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
 	return nil
+}
+
+func TestFIFOIdeal(t *testing.T) {
+	w := workload{rounds: 20, dur: func(int, int) time.Duration { return 100 * time.Millisecond }}
+	makespan, p99 := fifoIdeal(w, 10, 2)
+	if makespan != 10*time.Second || p99 != 500*time.Millisecond {
+		t.Errorf("10 callers × 20 calls of 100 ms through 2 places: makespan %v, p99 %v; want 10s and 500ms", makespan, p99)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -115,8 +116,11 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 		}
 	}
 	callEnd := time.Now().Add(timeout)
+	// short: the request's own deadline, not the tool's timeout, ends the
+	// call; a call it cuts off says nothing of the upstream.
+	short := false
 	if by := g.callBy(ctx); !by.IsZero() && by.Before(callEnd) {
-		callEnd = by
+		callEnd, short = by, true
 	}
 	if ls != nil && req.Hold >= timeout {
 		// The lease was taken for the whole call: the call ends when the
@@ -141,7 +145,7 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 		}
 	}
 	if ls != nil {
-		g.finish(ctx, ls, callOutcome(err, lost))
+		g.finish(ctx, ls, callOutcome(err, lost, short))
 	}
 	if ferr != nil {
 		return nil, ferr
@@ -154,8 +158,9 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 }
 
 // leaseRequest says which slots a call of tool on srv takes and whether it
-// takes a lease at all: for the server's cap, the tool's cap, or the
-// tool's breaker. A call with none of those causes no store traffic.
+// asks the limiter at all: for the server's cap, the tool's cap, or the
+// tool's breaker (which alone takes no place). A call with none of those
+// causes no store traffic.
 func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool string, timeout time.Duration) (lease.Request, bool) {
 	var slots []lease.Slot
 	if srv.Capped() {
@@ -167,18 +172,15 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 	var br *lease.Breaker
 	if srv.Breaker.Covers(tool) {
 		br = &lease.Breaker{Name: tool, Threshold: srv.Breaker.FailureThreshold, Recovery: srv.Breaker.RecoveryTimeout}
-		if len(slots) == 0 {
-			// No cap: the lease only carries the breaker.
-			slots = append(slots, lease.Slot{Attr: lease.ServerAttr})
-		}
 	}
-	if len(slots) == 0 {
+	if len(slots) == 0 && br == nil {
 		return lease.Request{}, false
 	}
 	wait := time.Duration(0)
 	if srv.OnLimit == registry.PolicyQueue {
 		wait = srv.QueueTimeout
 	}
+	holder := recordFrom(ctx).key
 	return lease.Request{
 		Key:     srv.ID,
 		Slots:   slots,
@@ -186,6 +188,10 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 		CallBy:  g.callBy(ctx),
 		Wait:    wait,
 		Breaker: br,
+		// The caller's key, by the first 8 characters of the hash prefix
+		// its log records carry, so operators see who holds and who
+		// waits for 9 bytes per lease.
+		Holder: holder[:min(len(holder), 8)],
 	}, true
 }
 
@@ -193,10 +199,12 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 var errLeaseLost = errors.New("lease lost")
 
 // guard bounds a call by its lease. When the call may outlast the lease, it
-// renews the lease halfway through each hold, and cancels the call (cause
-// errLeaseLost) if the lease is gone or cannot be renewed before it
-// lapses: no call runs on an expired lease. The returned stop function ends
-// the renewals and waits for them.
+// renews the lease halfway through each hold, each renewal covering one
+// more hold or the rest of the call, whichever is shorter, and stops once
+// the lease covers the call. It cancels the call (cause errLeaseLost) if
+// the lease is gone or cannot be renewed before it lapses: no call runs on
+// an expired lease. The returned stop function ends the renewals and waits
+// for them.
 func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, callEnd time.Time, hold time.Duration) (context.Context, func()) {
 	if !ls.CallDeadline.Before(callEnd) {
 		// The lease covers the whole call: nothing to renew.
@@ -206,37 +214,31 @@ func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, callEnd time.Time,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		deadline := ls.CallDeadline
-		for {
-			t := time.NewTimer(time.Until(deadline.Add(-hold / 2)))
+		for ls.CallDeadline.Before(callEnd) {
+			deadline := ls.CallDeadline
+			// Halfway through the hold, but never past the deadline.
+			t := time.NewTimer(time.Until(deadline.Add(-min(hold, time.Until(deadline)) / 2)))
 			select {
 			case <-callCtx.Done():
 				t.Stop()
 				return
 			case <-t.C:
 			}
-			for {
-				left := time.Until(callEnd)
-				if left <= 0 {
-					return
-				}
-				rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
-				err := ls.Renew(rctx, min(hold, left))
-				rcancel()
-				if err == nil {
-					deadline = ls.CallDeadline
-					break
-				}
-				if errors.Is(err, lease.ErrNotHeld) || !time.Now().Before(deadline) {
-					g.log.Warn("lease lost; stopping the call", "server_id", ls.Key(), "lease", ls.ID(), "error", err.Error())
-					cancel(errLeaseLost)
-					return
-				}
+			rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
+			err := ls.Renew(rctx, min(hold, time.Until(callEnd)))
+			rcancel()
+			switch {
+			case err == nil:
+			case errors.Is(err, lease.ErrNotHeld) || !time.Now().Before(deadline):
+				g.log.Warn("lease lost; stopping the call", "server_id", ls.Key(), "lease", ls.ID(), "error", err.Error())
+				cancel(errLeaseLost)
+				return
+			default:
 				// A store hiccup: try again soon, while the lease holds.
 				select {
 				case <-callCtx.Done():
 					return
-				case <-time.After(min(200*time.Millisecond, time.Until(deadline))):
+				case <-time.After(min(200*time.Millisecond, time.Until(deadline)/2)):
 				}
 			}
 		}
@@ -245,14 +247,15 @@ func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, callEnd time.Time,
 }
 
 // callOutcome says what a call that returned err tells its breaker. A call
-// cut off by the caller going away, or by a lost lease, tells nothing about
-// the upstream's health.
-func callOutcome(err error, lost bool) lease.Outcome {
+// cut off by the caller going away, by a lost lease, or by the request's
+// own deadline before the tool's timeout (short) tells nothing about the
+// upstream's health.
+func callOutcome(err error, lost, short bool) lease.Outcome {
 	var ue *upstream.Error
 	switch {
 	case err == nil:
 		return lease.Success
-	case lost || errors.As(err, &ue) && ue.Kind == upstream.KindCanceled:
+	case lost || errors.As(err, &ue) && (ue.Kind == upstream.KindCanceled || short && ue.Kind == upstream.KindTimeout):
 		return lease.Abandoned
 	case errors.As(err, &ue) && ue.Infrastructure():
 		return lease.Failure
@@ -348,11 +351,17 @@ func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 	case errors.As(err, &open):
 		return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open", truncate(tool, 128), srv.ID).
 			WithRetryAfter(open.RetryAfter)
-	case errors.As(err, &full) && full.Attr != lease.ServerAttr:
-		return fault.New(fault.AtCapacity, "tool %q of server %q is at capacity (%d calls in flight)", truncate(tool, 128), srv.ID, full.Cap).
-			WithRetryAfter(full.RetryAfter)
 	case errors.As(err, &full):
-		return fault.New(fault.AtCapacity, "server %q is at capacity (%d calls in flight)", srv.ID, full.Cap).
+		what := fmt.Sprintf("server %q", srv.ID)
+		if full.Attr != lease.ServerAttr {
+			what = fmt.Sprintf("tool %q of server %q", truncate(tool, 128), srv.ID)
+		}
+		if full.InUse < full.Cap {
+			// Free places, but callers queued earlier come first.
+			return fault.New(fault.AtCapacity, "%s has %d callers queued ahead (%d of %d calls in flight)", what, full.Waiting, full.InUse, full.Cap).
+				WithRetryAfter(full.RetryAfter)
+		}
+		return fault.New(fault.AtCapacity, "%s is at capacity (%d of %d calls in flight)", what, full.InUse, full.Cap).
 			WithRetryAfter(full.RetryAfter)
 	case errors.As(err, &wt):
 		return fault.New(fault.QueueTimeout, "no slot on server %q within %v", srv.ID, wt.Waited.Round(time.Millisecond)).

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,4 +231,69 @@ func leaseExpiry(t *testing.T, h *harness) string {
 		return string(b)
 	}
 	return ""
+}
+
+// countingAPI counts the lease writes a limiter sends.
+type countingAPI struct {
+	lease.API
+	mu     sync.Mutex
+	writes int
+}
+
+func (c *countingAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	c.mu.Lock()
+	c.writes++
+	c.mu.Unlock()
+	return c.API.UpdateItem(ctx, in, opts...)
+}
+
+// A call longer than its lease's hold renews it about twice per hold, and
+// not back to back once less than a hold is left.
+func TestRenewalsOfALongCall(t *testing.T) {
+	h := newHarness(t)
+	api := &countingAPI{API: h.env.Client}
+	lim := lease.New(api, h.env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond})
+	h.url = h.newGateway(lim, Options{MaxLeaseHold: time.Second})
+	h.server(map[string]any{"server_id": "demo", "url": h.demo.URL, "max_concurrent_requests": 1, "timeout": 3})
+	if r := h.call(h.key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":0}}`); r.status != 200 {
+		t.Fatalf("warm-up: %d %s", r.status, r.body)
+	}
+	api.mu.Lock()
+	api.writes = 0
+	api.mu.Unlock()
+	// Most of a 3 s timeout with a 1 s hold: renewals at about 0.5, 1, 1.5
+	// and 2 s, the last covering the rest of the call's time.
+	if r := h.call(h.key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":2900}}`); r.status != 200 {
+		t.Fatalf("long call: %d %s", r.status, r.body)
+	}
+	api.mu.Lock()
+	renewals := api.writes - 2 // less the acquire and the release
+	api.mu.Unlock()
+	if renewals < 1 || renewals > 6 {
+		t.Errorf("%d renewal writes in a 2.9 s call with a 1 s hold, want 1 to 6", renewals)
+	}
+	t.Logf("%d renewal writes", renewals)
+}
+
+// A call cut off by the caller, by a lost lease, or by the request's own
+// deadline before the tool's timeout tells the breaker nothing; one that
+// ran out the tool's timeout is a failure.
+func TestCallOutcome(t *testing.T) {
+	timeout := &upstream.Error{Kind: upstream.KindTimeout}
+	for _, tc := range []struct {
+		err         error
+		lost, short bool
+		want        lease.Outcome
+	}{
+		{nil, false, false, lease.Success},
+		{timeout, false, false, lease.Failure},
+		{timeout, false, true, lease.Abandoned},
+		{timeout, true, false, lease.Abandoned},
+		{&upstream.Error{Kind: upstream.KindCanceled}, false, false, lease.Abandoned},
+		{&upstream.Error{Kind: upstream.KindUnavailable}, false, true, lease.Failure},
+	} {
+		if got := callOutcome(tc.err, tc.lost, tc.short); got != tc.want {
+			t.Errorf("callOutcome(%v, lost %v, short %v) = %v, want %v", tc.err, tc.lost, tc.short, got, tc.want)
+		}
+	}
 }

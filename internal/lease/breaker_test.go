@@ -175,8 +175,7 @@ func TestBreakerElectsExactlyOneProbe(t *testing.T) {
 func TestBreakerOnUncappedSlot(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: []Slot{{Attr: ServerAttr}}, Hold: time.Second,
-		Breaker: &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}}
+	req := Request{Key: "srv", Hold: time.Second, Breaker: &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}}
 	var held []*Lease
 	for range 5 { // no cap: all five at once
 		held = append(held, acquire(t, l, req))

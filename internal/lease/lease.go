@@ -1,23 +1,20 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"math/big"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // API is the part of the DynamoDB client the limiter uses.
@@ -36,41 +33,42 @@ const (
 	// ToolAttrPrefix prefixes the map that counts against one tool's cap:
 	// "tool:<name>".
 	ToolAttrPrefix = "tool:"
+	// TicketsAttr is the map of waiting callers' tickets: lease id → {a:
+	// arrival, e: expiry, h: hold, s: {slot: cap}, b: breaker}.
+	TicketsAttr = "tickets"
+	// ReleasedAttr names the lease whose release wrote last.
+	ReleasedAttr = "last_release"
 )
 
 // ToolAttr is the attribute holding the leases of one capped tool.
 func ToolAttr(tool string) string { return ToolAttrPrefix + tool }
 
-// WaitingAttrPrefix prefixes the map of waiters that have waited longer
-// than Options.PriorityAfter for a place in one slot map
-// ("waiting:leases", "waiting:tool:<name>"): waiter id → when the mark
-// lapses (Unix ms). While it holds a live mark, only marked waiters may
-// take a place in that slot, so newcomers cannot keep writing past a
-// waiter on another instance.
-const WaitingAttrPrefix = "waiting:"
-
-// WaitingAttr is the waiting-marks map of a slot map.
-func WaitingAttr(attr string) string { return WaitingAttrPrefix + attr }
-
-// Defaults for Options.
+// Defaults for Options, and the protocol's fixed times.
 const (
-	DefaultMargin        = 2 * time.Second
-	DefaultMinBackoff    = 25 * time.Millisecond
-	DefaultMaxBackoff    = 150 * time.Millisecond
-	DefaultPriorityAfter = time.Second
-	// markTTL is how long a waiting mark lasts unless renewed: a waiter
-	// that dies blocks newcomers for at most that long.
-	markTTL = time.Second
-	// markedMaxBackoff bounds the backoff of a marked waiter that is next
-	// in the fleet: while it is marked, a place it does not take stays
-	// free.
-	markedMaxBackoff = 50 * time.Millisecond
+	DefaultMargin     = 2 * time.Second
+	DefaultMinBackoff = 25 * time.Millisecond
+	DefaultMaxBackoff = 150 * time.Millisecond
+	// TicketTTL is how long a ticket lasts unless its waiter renews it: a
+	// waiter that dies holds its place in the queue for at most that long.
+	TicketTTL = 2 * time.Second
+	// MaxHolder is the longest Request.Holder, in bytes.
+	MaxHolder = 32
 	// abandonedAfter is added to a lease's expiry to form the item's TTL:
 	// DynamoDB may delete an item nobody has touched for that long.
 	abandonedAfter = 24 * time.Hour
-	// maxPurge bounds how many expired leases one write removes, keeping
-	// the expression well under DynamoDB's size limits.
+	// maxPurge bounds the stale entries one write removes, keeping the
+	// expression well under DynamoDB's size limits.
 	maxPurge = 25
+	// maxEager bounds the writes an acquire makes back to back while the
+	// item keeps changing under it; then it waits its turn, or is shed.
+	maxEager = 6
+	// recentView is how old a view of the item may be to stand in for a
+	// first write that would fail (a queue is there) or to tell a release
+	// whom to pass its place to.
+	recentView = time.Second
+	// overdueLook is the first wait of a waiter whose place was expected
+	// to free already; it doubles up to MaxBackoff.
+	overdueLook = 5 * time.Millisecond
 )
 
 // Options configures a Limiter. The zero value means defaults.
@@ -80,19 +78,16 @@ type Options struct {
 	// the call was cancelled, as long as clocks differ by less than Margin.
 	// Zero means DefaultMargin.
 	Margin time.Duration
-	// MinBackoff and MaxBackoff bound the jittered wait between a waiter's
-	// reads of a full item. Zero means the defaults.
+	// MinBackoff and MaxBackoff bound the wait between a waiter's looks at
+	// the item while it cannot tell when its place will free. Zero means
+	// the defaults.
 	MinBackoff, MaxBackoff time.Duration
 	// Clock returns the wall-clock time written into and compared with
-	// lease expiries. Nil means time.Now. Tests use it to simulate skew.
+	// expiries. Nil means time.Now. Tests use it to simulate skew.
 	Clock func() time.Time
-	// InstanceID prefixes every lease id this limiter writes, naming the
-	// holder. Empty means a random id.
+	// InstanceID starts every lease id this limiter writes, naming the
+	// gateway instance. Empty means a random id.
 	InstanceID string
-	// PriorityAfter is how long a waiter waits before it marks itself in
-	// the item and so goes before every caller that has waited less, on
-	// any instance. Zero means DefaultPriorityAfter; negative, never.
-	PriorityAfter time.Duration
 }
 
 // Limiter is a distributed counting semaphore over one DynamoDB table. It is
@@ -104,31 +99,16 @@ type Limiter struct {
 	minBack  time.Duration
 	maxBack  time.Duration
 	clock    func() time.Time
-	priority time.Duration
 	instance string
 	seq      atomic.Uint64
 	stats    counters
-	lines    lines
-	// marked holds, per limiter key, until when (Unix ms) the item was
-	// last seen holding a live waiting mark.
-	marked sync.Map
+	boards   sync.Map // limiter key → *board
 }
 
 // New returns a Limiter storing its items in table.
 func New(db API, table string, opts Options) *Limiter {
-	l := &Limiter{
-		db:       db,
-		table:    table,
-		margin:   opts.Margin,
-		minBack:  opts.MinBackoff,
-		maxBack:  opts.MaxBackoff,
-		clock:    opts.Clock,
-		priority: opts.PriorityAfter,
-		instance: opts.InstanceID,
-	}
-	if l.priority == 0 {
-		l.priority = DefaultPriorityAfter
-	}
+	l := &Limiter{db: db, table: table, margin: opts.Margin, minBack: opts.MinBackoff, maxBack: opts.MaxBackoff,
+		clock: opts.Clock, instance: opts.InstanceID}
 	if l.margin <= 0 {
 		l.margin = DefaultMargin
 	}
@@ -138,9 +118,7 @@ func New(db API, table string, opts Options) *Limiter {
 	if l.maxBack <= 0 {
 		l.maxBack = DefaultMaxBackoff
 	}
-	if l.maxBack < l.minBack {
-		l.maxBack = l.minBack
-	}
+	l.maxBack = max(l.maxBack, l.minBack)
 	if l.clock == nil {
 		l.clock = time.Now
 	}
@@ -150,30 +128,31 @@ func New(db API, table string, opts Options) *Limiter {
 	return l
 }
 
-// InstanceID is the prefix of this limiter's lease ids.
+// InstanceID is the start of this limiter's lease ids.
 func (l *Limiter) InstanceID() string { return l.instance }
 
 // Margin is the time a lease outlives its call.
 func (l *Limiter) Margin() time.Duration { return l.margin }
 
-const idAlphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+// NewInstanceID returns 8 random base-32 characters.
+func NewInstanceID() string { return rand.Text()[:8] }
 
-// NewInstanceID returns 8 random base-62 characters.
-func NewInstanceID() string {
-	var b strings.Builder
-	max := big.NewInt(int64(len(idAlphabet)))
-	for range 8 {
-		n, err := rand.Int(rand.Reader, max)
-		if err != nil {
-			panic("crypto/rand failed: " + err.Error())
-		}
-		b.WriteByte(idAlphabet[n.Int64()])
+// newLeaseID is "<instance>.<sequence>" and, for a named holder,
+// ".<holder>".
+func (l *Limiter) newLeaseID(holder string) string {
+	id := l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36)
+	if holder != "" {
+		id += "." + holder
 	}
-	return b.String()
+	return id
 }
 
-func (l *Limiter) newLeaseID() string {
-	return l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36)
+// ParseLeaseID splits a lease (or ticket) id into the gateway instance
+// that wrote it and the caller's label it carries, if any.
+func ParseLeaseID(id string) (instance, holder string) {
+	instance, rest, _ := strings.Cut(id, ".")
+	_, holder, _ = strings.Cut(rest, ".")
+	return instance, holder
 }
 
 // Slot is one counter a lease counts against: a map attribute of the item
@@ -181,8 +160,7 @@ func (l *Limiter) newLeaseID() string {
 type Slot struct {
 	// Attr is the map attribute: ServerAttr or ToolAttr(name).
 	Attr string
-	// Cap is the most live leases the map may hold. Zero means no cap: the
-	// lease is recorded (for a breaker's sake) but never refused for room.
+	// Cap is the most live leases the map may hold; it must be positive.
 	Cap int
 }
 
@@ -191,6 +169,8 @@ type Request struct {
 	// Key is the limiter key: the item's partition key (the server id).
 	Key string
 	// Slots are the counters the lease takes a place in, all in one write.
+	// It may be empty when Breaker is set: the call then takes no place
+	// and only asks the breaker.
 	Slots []Slot
 	// Hold is the longest the holder will use the slot: the call timeout.
 	// The lease expires at now + Hold + Margin.
@@ -199,26 +179,57 @@ type Request struct {
 	// the Lambda deadline minus time to answer). Hold is shortened so the
 	// call ends by then, and waiting stops when no time would be left.
 	CallBy time.Time
-	// Wait is how long to wait for a place when every one is taken. Zero or
+	// Wait is how long to wait for a place when none is free. Zero or
 	// negative means do not wait: fail at once with *FullError.
 	Wait time.Duration
 	// Breaker, if set, refuses the acquire while that breaker is open, and
 	// makes it the probe when the breaker is half-open and nobody else is.
 	Breaker *Breaker
+	// Holder is a short label of the caller (at most MaxHolder bytes of
+	// printable ASCII), kept in the lease id so operators can see who
+	// holds each place and who waits. Empty means none.
+	Holder string
 }
 
-// FullError means every slot was taken and the request did not wait.
+func (r *Request) validate() error {
+	if r.Key == "" || (len(r.Slots) == 0 && r.Breaker == nil) {
+		return errors.New("lease: request needs a key and a slot or a breaker")
+	}
+	for i, s := range r.Slots {
+		if s.Cap <= 0 || s.Attr == "" || !isSlotAttr(s.Attr) {
+			return fmt.Errorf("lease: slot %q has cap %d; want a slot map and a positive cap", s.Attr, s.Cap)
+		}
+		if slices.ContainsFunc(r.Slots[:i], func(o Slot) bool { return o.Attr == s.Attr }) {
+			return fmt.Errorf("lease: slot %q given twice", s.Attr)
+		}
+	}
+	if r.Hold <= 0 {
+		return errors.New("lease: hold must be positive")
+	}
+	if len(r.Holder) > MaxHolder || strings.ContainsFunc(r.Holder, func(c rune) bool { return c <= ' ' || c > '~' }) {
+		return fmt.Errorf("lease: holder label must be at most %d bytes of printable ASCII", MaxHolder)
+	}
+	return nil
+}
+
+// FullError means the request found no place and did not wait.
 type FullError struct {
-	// Attr is the map that was full.
+	// Attr is the map that had no place for it.
 	Attr string
-	// Cap is its cap, as requested.
-	Cap int
+	// Cap is its cap, as requested; InUse how many live leases it held.
+	Cap, InUse int
+	// Waiting is how many callers queued before this one want the same
+	// slots: with fewer than Cap in use, they, not the cap, refused it.
+	Waiting int
 	// RetryAfter is a jittered hint for when to try again.
 	RetryAfter time.Duration
 }
 
 func (e *FullError) Error() string {
-	return fmt.Sprintf("lease: %s is full (%d in use)", e.Attr, e.Cap)
+	if e.InUse < e.Cap {
+		return fmt.Sprintf("lease: %s has %d callers waiting (%d of %d in use)", e.Attr, e.Waiting, e.InUse, e.Cap)
+	}
+	return fmt.Sprintf("lease: %s is full (%d in use)", e.Attr, e.InUse)
 }
 
 // WaitTimeoutError means the request waited its whole budget for a place.
@@ -239,9 +250,11 @@ var ErrNotHeld = errors.New("lease: not held")
 type Lease struct {
 	l     *Limiter
 	key   string
-	attrs []string
+	slots []Slot
 	id    string
 	exp   int64 // expiry in Unix ms, as stored
+	// since is when the holder got the lease (local clock).
+	since time.Time
 	// released guards against double release from one holder.
 	released atomic.Bool
 
@@ -252,271 +265,400 @@ type Lease struct {
 	CallDeadline time.Time
 	// Waited is how long Acquire spent before the lease was granted.
 	Waited time.Duration
-	// InFlight is how many leases the first slot held right after this
-	// one was granted, this one included (leases expired but not yet
-	// purged count too).
+	// InFlight is how many live leases the first slot held right after
+	// this one was granted, this one included.
 	InFlight int
 
-	breaker *Breaker
-	probe   bool
+	breaker   *Breaker
+	probe     bool
+	failsSeen int64 // a breaker-only lease: the failure count it saw
 }
 
 // Probe reports whether this lease is its breaker's half-open probe.
 func (ls *Lease) Probe() bool { return ls.probe }
 
-// ID is the lease id (the holder's instance id, '.', a sequence number).
+// ID is the lease id (see ParseLeaseID).
 func (ls *Lease) ID() string { return ls.id }
 
 // Key is the limiter key the lease was taken on.
 func (ls *Lease) Key() string { return ls.key }
 
-// Acquire takes a place in every slot of req in one conditional write. When
-// a slot is full it purges leases that have expired (each removal
-// conditioned on the expiry it saw), and otherwise fails with *FullError or,
-// if req.Wait is positive, waits with jittered backoff, reading the item
-// before each write attempt, until a place frees, req.Wait passes
-// (*WaitTimeoutError) or ctx ends.
+// Acquire takes a place in every slot of req in one conditional write, unless
+// callers queued before it can use the places free. When it finds no place
+// it fails with *FullError or, if req.Wait is positive, puts a ticket in
+// the queue and waits until the place is its (a release passed it on, or it
+// took it), req.Wait passes (*WaitTimeoutError) or ctx ends.
 func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
-	if req.Key == "" || len(req.Slots) == 0 {
-		return nil, errors.New("lease: request needs a key and at least one slot")
+	if err := req.validate(); err != nil {
+		return nil, err
 	}
-	for i, s := range req.Slots {
-		if s.Cap < 0 || s.Attr == "" || (s.Cap == 0 && req.Breaker == nil) {
-			return nil, fmt.Errorf("lease: slot %q has cap %d; an uncapped slot without a breaker takes no lease", s.Attr, s.Cap)
-		}
-		for _, o := range req.Slots[:i] {
-			if o.Attr == s.Attr {
-				return nil, fmt.Errorf("lease: slot %q given twice", s.Attr)
-			}
-		}
+	if len(req.Slots) == 0 {
+		return l.acquireBreaker(ctx, req)
 	}
-	if req.Hold <= 0 {
-		return nil, errors.New("lease: hold must be positive")
+	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key)}
+	a.me = &ticket{id: l.newLeaseID(req.Holder), arrive: l.clock().UnixMilli(), slots: req.Slots}
+	if req.Breaker != nil {
+		a.me.breaker = req.Breaker.Name
 	}
-	start := time.Now()
-	a := &attempt{l: l, req: req, id: l.newLeaseID()}
-	a.since = a.now().UnixMilli()
-	waitUntil := start.Add(max(req.Wait, 0))
+	ls, err := a.run(ctx)
+	if err != nil {
+		a.withdraw(ctx)
+		return nil, err
+	}
+	ls.Waited, ls.since = time.Since(a.start), time.Now()
+	l.stats.acquired.Add(1)
+	if ls.probe {
+		l.stats.probes.Add(1)
+	}
+	return ls, nil
+}
+
+// attempt is the state of one Acquire.
+type attempt struct {
+	l     *Limiter
+	req   Request
+	b     *board
+	me    *ticket
+	start time.Time
+	// wrote is set while a write that adds this attempt's id may have
+	// landed; joined once its ticket write was sent.
+	wrote, joined bool
+	// probe: the item showed the breaker half-open with no live probe, so
+	// the next write tries to become it.
+	probe         bool
+	seenOpenUntil int64
+	// asked is when the last request of this attempt was sent; look is
+	// the next wait for a place that was expected to be free already.
+	asked time.Time
+	look  time.Duration
+	ahead int // callers ahead of it at its last look
+	// ready: its last look found a place free for it.
+	ready bool
+}
+
+func (a *attempt) now() time.Time { return a.l.clock() }
+
+// hold is how long a place taken at localNow may be held.
+func (r *Request) hold(localNow time.Time) time.Duration {
+	if !r.CallBy.IsZero() {
+		return min(r.Hold, r.CallBy.Sub(localNow))
+	}
+	return r.Hold
+}
+
+func (a *attempt) run(ctx context.Context) (*Lease, error) {
+	waitUntil := a.start.Add(max(a.req.Wait, 0))
 	if dl, ok := ctx.Deadline(); ok && dl.Before(waitUntil) {
 		waitUntil = dl
 	}
-	if !req.CallBy.IsZero() && req.CallBy.Before(waitUntil) {
-		waitUntil = req.CallBy
+	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(waitUntil) {
+		waitUntil = a.req.CallBy
 	}
-	backoff := l.minBack
-	var snap *snapshot // what the last failed write or read showed
-	eager := 0         // writes since the last wait
-	set := slotSet(req.Slots)
-	var w *waiter // this acquire's place in the process's line, once it waits
-	defer func() {
-		if w != nil {
-			l.lines.leave(w)
-		}
-		a.unmark(ctx)
-	}()
-	if req.Wait > 0 && l.lines.busy(req.Key, set) {
-		// Others here already wait for these slots: no writing past them.
-		w = l.lines.join(req.Key, set, req)
-	} else if l.marksLikely(req.Key) {
-		// Lately the item had marked waiters, who a newcomer may not pass:
-		// look (a read) rather than leap (a write that would fail).
-		var err error
-		if snap, err = a.read(ctx); err != nil {
-			return nil, err
-		}
+	first := a.req.Slots[0].Attr
+	// A recent view showing a queue saves a first write that would fail.
+	snap := a.b.recent(recentView)
+	if snap != nil && len(snap.tickets) == 0 {
+		snap = nil
 	}
+	eager := 0
 	for {
-		if w != nil {
-			select {
-			case got := <-w.offer:
-				if got != nil {
-					return l.handedOver(got, start), nil
-				}
-			default:
-			}
-		}
-		if w != nil && !w.head() {
-			if err := a.awaitTurn(ctx, w, waitUntil, start, snap); err != nil {
-				return nil, err
-			}
-			// The waiter ahead got its place or gave up: look again.
-			var err error
-			if snap, err = a.read(ctx); err != nil {
-				return nil, err
-			}
-			eager = 0
-		}
-		if snap != nil && req.Breaker != nil {
-			now := a.now()
-			switch snap.br.phase(now) {
-			case phaseOpen:
-				l.stats.circuitOpen.Add(1)
-				return nil, &CircuitOpenError{Name: req.Breaker.Name, RetryAfter: time.UnixMilli(snap.br.openUntil).Sub(now)}
-			case phaseProbeActive:
-				l.stats.circuitOpen.Add(1)
-				return nil, &CircuitOpenError{Name: req.Breaker.Name, HalfOpen: true,
-					RetryAfter: max(time.UnixMilli(snap.br.probeExp).Sub(now), 50*time.Millisecond)}
-			case phaseHalfOpen:
-				a.probe, a.seenOpenUntil = true, snap.br.openUntil
-			default:
-				a.probe = false
-			}
-		}
-		if snap != nil && snap.backlog(a.now(), req.Slots) {
-			// More expired leases than one acquire may purge: clear some.
-			next, err := a.purge(ctx, snap)
-			if err != nil {
-				return nil, err
-			}
-			snap = next
-			continue
-		}
-		if a.room(snap) && eager < maxEager {
-			eager++
-			ls, next, err := a.try(ctx, snap)
-			if err != nil {
-				return nil, err
-			}
-			if ls != nil {
-				ls.Waited = time.Since(start)
-				l.stats.acquired.Add(1)
-				return ls, nil
-			}
-			// A place is free, or expired leases can be purged: loop and
-			// write again at once with what the item now shows.
-			snap = next
-			continue
-		}
-		full := Slot{Attr: req.Slots[0].Attr, Cap: req.Slots[0].Cap}
+		now := a.now().UnixMilli()
 		if snap != nil {
-			full = a.blockingSlot(snap)
-		}
-		if req.Wait <= 0 {
-			l.stats.shed.Add(1)
-			return nil, &FullError{Attr: full.Attr, Cap: full.Cap, RetryAfter: l.retryHint(snap, a.now())}
-		}
-		if w == nil {
-			w = l.lines.join(req.Key, set, req)
-			if !w.head() {
-				continue // wait in line, not at the store
+			if exp, ok := snap.holds(first, a.me.id); ok {
+				return a.lease(ctx, exp, snap)
 			}
-		}
-		if l.priority > 0 && time.Since(start) >= l.priority {
-			// Waited long: go before newcomers, fleet-wide.
-			if err := a.mark(ctx, snap, full.Attr); err != nil {
-				return nil, err
-			}
-		}
-		// Wait, then read (cheap, and never a failed write) before writing.
-		poll := backoff
-		if a.front(snap) {
-			// Next to be served fleet-wide: a place it does not take stays
-			// free, so look often.
-			poll = min(poll, markedMaxBackoff)
-		}
-		sleep := jitter(poll)
-		if snap != nil {
-			if untilExp := snap.earliestExpiry(full.Attr).Sub(a.now()); untilExp > 0 && untilExp < sleep {
-				// The oldest lease lapses first: be there to purge it.
-				sleep = untilExp + time.Millisecond
-			}
-		}
-		if time.Now().Add(sleep).After(waitUntil) {
-			sleep = time.Until(waitUntil)
-		}
-		if sleep <= 0 {
-			l.stats.waitTimeouts.Add(1)
-			return nil, &WaitTimeoutError{Attr: full.Attr, Waited: time.Since(start)}
-		}
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("lease: waiting for %s: %w", req.Key, ctx.Err())
-		case <-t.C:
-		case <-w.kick:
-			// A place was given back in this process: write for it now,
-			// unless marked waiters elsewhere come first.
-			t.Stop()
-			snap, eager = nil, 0
-			if a.markAttr == "" && l.marksLikely(req.Key) {
-				var err error
-				if snap, err = a.read(ctx); err != nil {
+			if br := a.req.Breaker; br != nil {
+				// Refused while open or probing; half-open: be the probe.
+				st := snap.breakers[br.Name]
+				a.probe, a.seenOpenUntil = st.phase(a.now()) == phaseHalfOpen, st.openUntil
+				if err := a.l.refuse(st, br.Name); err != nil {
 					return nil, err
 				}
 			}
-			continue
-		case got := <-w.offer:
-			t.Stop()
-			if got != nil {
-				return l.handedOver(got, start), nil
+			if len(snap.stale(now)) > maxPurge {
+				// More stale entries than a write removes with its own
+				// business: clear some first (and pass on a place freed).
+				snap = a.l.passOn(ctx, a.req.Key, snap, a.req.Slots)
+				continue
 			}
-			// The hand-off failed; the place may be free: write now.
-			snap, eager = nil, 0
-			continue
 		}
-		backoff = min(backoff*3/2, l.maxBack)
-		eager = 0
+		served, ahead := true, 0
+		if snap != nil {
+			served, ahead = snap.turn(now, a.me)
+		}
+		queued := snap != nil && snap.queued(a.me.id)
 		var err error
-		snap, err = a.read(ctx)
+		switch {
+		case served && queued && !a.ready:
+			// A release passes places on itself: take one only if it is
+			// still free at the next look.
+			a.ready = true
+			snap, err = a.wait(ctx, snap, overdueLook, waitUntil)
+		case served && eager < maxEager:
+			eager++
+			var ls *Lease
+			if ls, snap, err = a.take(ctx, snap); ls != nil || err != nil {
+				return ls, err
+			}
+			continue
+		case a.req.Wait <= 0:
+			a.l.stats.shed.Add(1)
+			return nil, a.full(snap, now, ahead)
+		case !queued:
+			snap, err = a.join(ctx, snap)
+		default:
+			a.ready = false
+			snap, err = a.wait(ctx, snap, a.nextLook(snap, ahead), waitUntil)
+		}
+		eager = 0
 		if err != nil {
 			return nil, err
 		}
-		if !time.Now().Before(waitUntil) && !a.room(snap) {
-			l.stats.waitTimeouts.Add(1)
-			return nil, &WaitTimeoutError{Attr: full.Attr, Waited: time.Since(start)}
-		}
 	}
 }
 
-// handedOver completes an acquire with the lease a holder in this process
-// passed to it.
-func (l *Limiter) handedOver(ls *Lease, start time.Time) *Lease {
-	ls.Waited = time.Since(start)
-	l.stats.acquired.Add(1)
-	return ls
+// take makes one conditional write that puts the lease in every slot,
+// removes this caller's ticket if it has one, and purges what snap shows
+// stale. It returns the lease, or the item as it is now when the write
+// found no place after all.
+func (a *attempt) take(ctx context.Context, snap *snapshot) (*Lease, *snapshot, error) {
+	wallNow, localNow := a.now(), time.Now()
+	hold := a.req.hold(localNow)
+	if hold <= 0 {
+		return nil, nil, &WaitTimeoutError{Attr: a.req.Slots[0].Attr, Waited: time.Since(a.start)}
+	}
+	exp := wallNow.Add(hold + a.l.margin).UnixMilli()
+	u := newUpdate()
+	purged := u.purge(snap, wallNow.UnixMilli(), a.me.id)
+	u.take(a.me.id, exp, a.req.Slots, purged)
+	u.conds = append(u.conds, "attribute_not_exists("+u.path(a.req.Slots[0].Attr, a.me.id)+")")
+	if a.joined {
+		u.removes = append(u.removes, u.path(TicketsAttr, a.me.id))
+	} else {
+		// A newcomer goes only if nobody queued since it looked: it
+		// judged from what it saw that none of them can use the place.
+		n := 0
+		if snap != nil {
+			n = len(snap.tickets)
+		}
+		tp := u.path(TicketsAttr)
+		u.conds = append(u.conds, "(attribute_not_exists("+tp+") OR size("+tp+") = "+u.num(int64(n))+")")
+	}
+	if br := a.req.Breaker; br != nil {
+		if a.probe {
+			u.probe(br, a.me.id, exp, a.seenOpenUntil, wallNow.UnixMilli())
+		} else {
+			u.closed(br.Name)
+		}
+	}
+	u.ttl(exp)
+	a.wrote, a.asked = true, time.Now()
+	next, err := a.l.write(ctx, a.req.Key, u)
+	if err == nil {
+		a.l.stats.purged.Add(int64(len(u.removes)))
+		ls, err := a.lease(ctx, exp, next)
+		return ls, nil, err
+	}
+	if !errors.Is(err, errCondition) {
+		return nil, nil, err
+	}
+	// Not landed, unless the item shows it did (the caller's loop looks).
+	a.wrote = a.joined
+	if missing := next.missing(slotAttrs(a.req.Slots)...); len(missing) > 0 {
+		// A new item or a new tool: make the maps, then write again.
+		return nil, nil, a.l.create(ctx, a.req.Key, missing)
+	}
+	return nil, next, nil
 }
 
-// awaitTurn holds a waiter until it heads its line, ctx ends or waiting
-// time runs out.
-func (a *attempt) awaitTurn(ctx context.Context, w *waiter, until, start time.Time, snap *snapshot) error {
-	t := time.NewTimer(time.Until(until))
+func slotAttrs(slots []Slot) []string {
+	attrs := make([]string, len(slots))
+	for i, s := range slots {
+		attrs[i] = s.Attr
+	}
+	return attrs
+}
+
+// lease completes the acquire with the lease the item shows this attempt
+// holding, expiring at exp: the place its write took, one passed on to its
+// ticket, or one its own write took although the answer said otherwise (an
+// SDK retry of a write that had landed). A place with no time left for the
+// call is given back.
+func (a *attempt) lease(ctx context.Context, exp int64, snap *snapshot) (*Lease, error) {
+	localNow := time.Now()
+	deadline := localNow.Add(time.UnixMilli(exp).Sub(a.now()) - a.l.margin)
+	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
+		deadline = a.req.CallBy
+	}
+	ls := &Lease{l: a.l, key: a.req.Key, slots: a.req.Slots, id: a.me.id, exp: exp, breaker: a.req.Breaker, probe: a.probe,
+		Expiry: time.UnixMilli(exp), CallDeadline: deadline, InFlight: snap.occupied(a.req.Slots[0].Attr, a.now().UnixMilli())}
+	if snap.queued(a.me.id) {
+		// It queued again on a view that had not caught up: a ticket left
+		// behind would be passed a place nobody takes.
+		u := newUpdate()
+		u.removes = append(u.removes, u.path(TicketsAttr, a.me.id))
+		_, _ = a.l.write(ctx, a.req.Key, u)
+	}
+	if !deadline.After(localNow) {
+		_, _ = ls.Finish(ctx, Abandoned)
+		return nil, &WaitTimeoutError{Attr: a.req.Slots[0].Attr, Waited: time.Since(a.start)}
+	}
+	return ls, nil
+}
+
+// join puts this caller's ticket in the queue (again, with its first
+// arrival, if its ticket lapsed while it was away).
+func (a *attempt) join(ctx context.Context, snap *snapshot) (*snapshot, error) {
+	if snap == nil || len(snap.missing(append(slotAttrs(a.req.Slots), TicketsAttr)...)) > 0 {
+		if err := a.l.create(ctx, a.req.Key, append(slotAttrs(a.req.Slots), TicketsAttr)); err != nil {
+			return nil, err
+		}
+	}
+	a.me.exp = a.now().Add(TicketTTL).UnixMilli()
+	a.me.hold = a.req.hold(time.Now()).Milliseconds()
+	u := newUpdate()
+	u.sets = append(u.sets, u.path(TicketsAttr, a.me.id)+" = "+u.value(a.me.value()))
+	u.ttl(a.me.exp)
+	a.wrote, a.joined, a.asked = true, true, time.Now()
+	a.l.stats.tickets.Add(1)
+	return a.l.write(ctx, a.req.Key, u)
+}
+
+// wait holds a queued caller until there is news of the item from this
+// process, or for look, then looks itself; it renews its ticket before it
+// lapses.
+func (a *attempt) wait(ctx context.Context, snap *snapshot, look time.Duration, until time.Time) (*snapshot, error) {
+	if !time.Now().Before(until) {
+		a.l.stats.waitTimeouts.Add(1)
+		return nil, &WaitTimeoutError{Attr: a.req.Slots[0].Attr, Waited: time.Since(a.start)}
+	}
+	latest, at, changed := a.b.latest()
+	if latest != nil && latest != snap && at.After(a.asked) {
+		return latest, nil // news from another request here
+	}
+	renewIn := time.UnixMilli(a.me.exp).Sub(a.now()) - TicketTTL/2
+	t := time.NewTimer(max(min(look, renewIn, time.Until(until)), 0))
 	defer t.Stop()
 	select {
-	case <-w.turn:
-		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("lease: waiting for %s: %w", a.req.Key, ctx.Err())
+		return nil, fmt.Errorf("lease: waiting for %s: %w", a.req.Key, ctx.Err())
+	case <-changed:
+		latest, _, _ := a.b.latest()
+		return latest, nil
 	case <-t.C:
-		attr := a.req.Slots[0].Attr
-		if snap != nil {
-			attr = snap.fullSlot(a.now(), a.req.Slots).Attr
+	}
+	a.asked = time.Now()
+	if time.UnixMilli(a.me.exp).Sub(a.now()) <= TicketTTL/2 {
+		return a.renewTicket(ctx)
+	}
+	return a.l.read(ctx, a.req.Key)
+}
+
+// nextLook is how long a queued caller waits before it looks at the item
+// again. When this process knows how long calls here last (their mean and
+// spread, measured from when their caller got the place, so the time a
+// waiter took to notice its place never makes others look later), it
+// looks when its place may first free: the holders' grant times (from
+// their expiries) plus the mean less the spread, a round of them per Cap
+// callers ahead of it; then, while the place is late, every eighth of the
+// spread (at least 5 ms), growing by half up to twice MinBackoff.
+// Otherwise it backs off from MinBackoff to twice that, or waits
+// MaxBackoff while a cap of callers or more are ahead of it.
+func (a *attempt) nextLook(snap *snapshot, ahead int) time.Duration {
+	if ahead < a.ahead {
+		a.look = 0 // the queue moved: start over
+	}
+	a.ahead = ahead
+	now := a.now().UnixMilli()
+	held, spread := a.b.meanHeld()
+	slot := a.blocking(snap, now)
+	if held <= 0 {
+		a.look = min(max(a.look*3/2, a.l.minBack), 2*a.l.minBack)
+		if ahead >= slot.Cap {
+			return a.l.maxBack
 		}
-		a.l.stats.waitTimeouts.Add(1)
-		return &WaitTimeoutError{Attr: attr, Waited: time.Since(start)}
+		return jitter(a.look)
+	}
+	var ends []int64
+	for _, exp := range snap.slots[slot.Attr] {
+		if exp >= now {
+			ends = append(ends, exp-a.me.hold-a.l.margin.Milliseconds()+(held-spread).Milliseconds())
+		}
+	}
+	slices.Sort(ends)
+	if len(ends) > 0 {
+		eta := ends[ahead%len(ends)] + int64(ahead/len(ends))*held.Milliseconds()
+		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
+			a.look = 0
+			return d
+		}
+	}
+	a.look = min(max(a.look*3/2, overdueLook, spread/8), 2*a.l.minBack)
+	return a.look
+}
+
+// renewTicket extends this caller's ticket by TicketTTL. A ticket found
+// gone was passed a place, or lapsed and was purged: the caller's loop
+// sees which.
+func (a *attempt) renewTicket(ctx context.Context) (*snapshot, error) {
+	exp := a.now().Add(TicketTTL).UnixMilli()
+	u := newUpdate()
+	u.sets = append(u.sets, u.path(TicketsAttr, a.me.id, ticketExpiry)+" = "+u.num(exp))
+	u.conds = append(u.conds, "attribute_exists("+u.path(TicketsAttr, a.me.id)+")")
+	snap, err := a.l.write(ctx, a.req.Key, u)
+	if err == nil {
+		a.me.exp = exp
+	}
+	if errors.Is(err, errCondition) {
+		err = nil
+	}
+	return snap, err
+}
+
+// withdraw takes back what this failed attempt may have written: its
+// ticket, and a lease that was passed to it or that landed unseen, which
+// then goes on to the next in the queue. Best effort: a ticket left
+// behind lapses, a lease expires.
+func (a *attempt) withdraw(ctx context.Context) {
+	if !a.wrote {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	u := newUpdate()
+	if a.joined {
+		u.removes = append(u.removes, u.path(TicketsAttr, a.me.id))
+	}
+	for _, s := range a.req.Slots {
+		u.removes = append(u.removes, u.path(s.Attr, a.me.id))
+	}
+	if snap, err := a.l.write(ctx, a.req.Key, u); err == nil {
+		a.l.passOn(ctx, a.req.Key, snap, a.req.Slots)
 	}
 }
 
-// maxEager bounds the writes an acquire makes back to back, without waiting,
-// when the item keeps changing under it (a hot item): after that many it
-// backs off like a waiter, or is shed.
-const maxEager = 6
-
-// retryHint suggests when a shed caller should retry: up to a second, sooner
-// if the oldest lease lapses sooner, jittered so shed callers spread out.
-func (l *Limiter) retryHint(s *snapshot, now time.Time) time.Duration {
-	d := time.Second
-	if s == nil {
-		return jitter(d)
-	}
-	for _, m := range s.maps {
-		for _, exp := range m {
-			if until := time.UnixMilli(exp).Sub(now); until > 0 && until < d {
-				d = until
-			}
+// blocking is the first of the caller's slots that is full, else its first.
+func (a *attempt) blocking(snap *snapshot, now int64) Slot {
+	for _, s := range a.req.Slots {
+		if snap.occupied(s.Attr, now) >= s.Cap {
+			return s
 		}
 	}
-	return max(jitter(d), 50*time.Millisecond)
+	return a.req.Slots[0]
+}
+
+// full is the refusal of a caller that does not wait. It suggests trying
+// again after about as long as calls here last, at most a second.
+func (a *attempt) full(snap *snapshot, now int64, ahead int) *FullError {
+	held, _ := a.b.meanHeld()
+	s := a.req.Slots[0]
+	e := &FullError{Attr: s.Attr, Cap: s.Cap, InUse: s.Cap, Waiting: ahead,
+		RetryAfter: max(jitter(cmp.Or(min(held, time.Second), time.Second)), 50*time.Millisecond)}
+	if snap != nil {
+		s = a.blocking(snap, now)
+		e.Attr, e.Cap, e.InUse = s.Attr, s.Cap, snap.occupied(s.Attr, now)
+	}
+	return e
 }
 
 // jitter returns a duration uniformly drawn from [d/2, d].
@@ -524,297 +666,5 @@ func jitter(d time.Duration) time.Duration {
 	if d <= 1 {
 		return d
 	}
-	half := d / 2
-	return half + mrand.N(d-half+1)
-}
-
-// attempt is the state of one Acquire call.
-type attempt struct {
-	l   *Limiter
-	req Request
-	id  string
-	// probe: the item showed the breaker half-open with no live probe, so
-	// the next write tries to become it.
-	probe         bool
-	seenOpenUntil int64
-	// markAttr and markID name this waiter's waiting mark while it has
-	// one; markUntil is when it lapses.
-	markAttr, markID string
-	markUntil        time.Time
-	// since is when the acquire began, on the wall clock (Unix ms): the
-	// order of marked waiters.
-	since int64
-}
-
-func (a *attempt) now() time.Time { return a.l.clock() }
-
-func (a *attempt) key() map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: a.req.Key}}
-}
-
-// try makes one conditional write that adds the lease and purges what snap
-// shows expired. It returns the lease on success, or what the item holds
-// now when the condition failed.
-func (a *attempt) try(ctx context.Context, snap *snapshot) (*Lease, *snapshot, error) {
-	l := a.l
-	wallNow := a.now()
-	localNow := time.Now()
-	hold := a.req.Hold
-	if !a.req.CallBy.IsZero() {
-		hold = min(hold, a.req.CallBy.Sub(localNow))
-	}
-	if hold <= 0 {
-		return nil, nil, &WaitTimeoutError{Attr: a.req.Slots[0].Attr, Waited: 0}
-	}
-	exp := wallNow.Add(hold + l.margin).UnixMilli()
-
-	b := newExprBuilder()
-	idName := b.name(a.id)
-	expVal := b.value(&types.AttributeValueMemberN{Value: strconv.FormatInt(exp, 10)})
-	var sets, removes, conds []string
-	for i, s := range a.req.Slots {
-		m := b.name(s.Attr)
-		sets = append(sets, m+"."+idName+" = "+expVal)
-		limit := s.Cap
-		if snap != nil {
-			for _, p := range snap.expired(s.Attr, wallNow, maxPurge) {
-				pn := b.name(p.id)
-				removes = append(removes, m+"."+pn)
-				conds = append(conds, m+"."+pn+" = "+b.value(&types.AttributeValueMemberN{Value: strconv.FormatInt(p.exp, 10)}))
-				limit++
-			}
-		}
-		if s.Cap > 0 {
-			conds = append(conds, "size("+m+") < "+b.value(&types.AttributeValueMemberN{Value: strconv.Itoa(limit)}))
-		} else {
-			// No cap, but the map must exist for the SET to be valid.
-			conds = append(conds, "attribute_exists("+m+")")
-		}
-		if i == 0 {
-			conds = append(conds, "attribute_not_exists("+m+"."+idName+")")
-		}
-		if s.Cap > 0 && a.markAttr == "" {
-			// Unmarked: only if nobody marked waits for this slot (marks
-			// that lapsed are removed on the way).
-			wm := b.name(WaitingAttr(s.Attr))
-			limit := 1
-			if snap != nil {
-				for _, p := range snap.expired(WaitingAttr(s.Attr), wallNow, maxPurge) {
-					pn := b.name(p.id)
-					removes = append(removes, wm+"."+pn)
-					conds = append(conds, wm+"."+pn+" = "+b.value(number(p.exp)))
-					limit++
-				}
-			}
-			conds = append(conds, "(attribute_not_exists("+wm+") OR size("+wm+") < "+b.value(number(int64(limit)))+")")
-		}
-	}
-	if a.markAttr != "" {
-		removes = append(removes, b.name(a.markAttr)+"."+b.name(a.markID))
-	}
-	if br := a.req.Breaker; br != nil {
-		ba := br.attrs()
-		bo := b.name(ba.openUntil)
-		if a.probe {
-			bp, bpe := b.name(ba.probe), b.name(ba.probeExp)
-			conds = append(conds, bo+" = "+b.value(number(a.seenOpenUntil)),
-				"(attribute_not_exists("+bp+") OR "+bpe+" < "+b.value(number(wallNow.UnixMilli()))+")")
-			sets = append(sets, bp+" = "+b.value(&types.AttributeValueMemberS{Value: a.id}), bpe+" = "+expVal)
-		} else {
-			conds = append(conds, "(attribute_not_exists("+bo+") OR "+bo+" = "+b.value(number(0))+")")
-		}
-	}
-	ttl := time.UnixMilli(exp).Add(abandonedAfter).Unix()
-	sets = append(sets, b.name(store.TTLAttr)+" = "+b.value(&types.AttributeValueMemberN{Value: strconv.FormatInt(ttl, 10)}))
-	update := "SET " + strings.Join(sets, ", ")
-	if len(removes) > 0 {
-		update += " REMOVE " + strings.Join(removes, ", ")
-	}
-	in := &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(l.table),
-		Key:                                 a.key(),
-		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String(strings.Join(conds, " AND ")),
-		ExpressionAttributeNames:            b.names,
-		ExpressionAttributeValues:           b.values,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		// The item after the write tells how many are in flight; it costs
-		// no capacity, only response bytes.
-		ReturnValues: types.ReturnValueAllNew,
-	}
-	l.stats.writes.Add(1)
-	out, err := l.db.UpdateItem(ctx, in)
-	if err == nil {
-		a.markAttr = "" // removed by this write
-		purged := len(removes)
-		l.stats.purged.Add(int64(purged))
-		if a.probe {
-			l.stats.probes.Add(1)
-		}
-		ls := a.lease(exp, localNow.Add(hold))
-		if m, ok := out.Attributes[a.req.Slots[0].Attr].(*types.AttributeValueMemberM); ok {
-			ls.InFlight = len(m.Value)
-		}
-		l.noteMarks(a.req.Key, parseSnapshot(out.Attributes, a.req.Slots, nil), a.req.Slots)
-		return ls, nil, nil
-	}
-	var ccf *types.ConditionalCheckFailedException
-	if !errors.As(err, &ccf) {
-		if ctx.Err() != nil {
-			a.cleanup(ctx)
-			return nil, nil, fmt.Errorf("lease: acquire %s: %w", a.req.Key, ctx.Err())
-		}
-		// The write may still have landed (a timeout after the request
-		// reached DynamoDB): remove it so it does not hold a place until
-		// it expires. Best effort.
-		a.cleanup(ctx)
-		return nil, nil, fmt.Errorf("lease: acquire %s: %w", a.req.Key, err)
-	}
-	l.stats.failedWrites.Add(1)
-	var next *snapshot
-	if len(ccf.Item) > 0 {
-		next = parseSnapshot(ccf.Item, a.req.Slots, a.req.Breaker)
-		l.noteMarks(a.req.Key, next, a.req.Slots)
-	} else {
-		// DynamoDB returns the item with the failure; some compatible
-		// servers do not, and the item may not exist yet: read it.
-		next, err = a.read(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-	}
-	if own, ok := next.holds(a.req.Slots[0].Attr, a.id); ok && own == exp {
-		// An earlier attempt of this very write landed (the SDK retried
-		// it): we hold the lease.
-		a.markAttr = "" // that write removed it
-		return a.lease(exp, localNow.Add(hold)), nil, nil
-	} else if ok {
-		a.id = a.l.newLeaseID()
-	}
-	if missing := next.missing(a.req.Slots); len(missing) > 0 {
-		if err := a.init(ctx, missing); err != nil {
-			return nil, nil, err
-		}
-		next = nil // unknown again: write at once
-	}
-	return nil, next, nil
-}
-
-// purge removes up to maxPurge expired leases per slot, without acquiring,
-// each removal conditioned on the expiry snap showed. It returns the item
-// as it is now.
-func (a *attempt) purge(ctx context.Context, snap *snapshot) (*snapshot, error) {
-	now := a.now()
-	b := newExprBuilder()
-	var removes, conds []string
-	n := 0
-	for _, s := range a.req.Slots {
-		m := b.name(s.Attr)
-		for _, p := range snap.expired(s.Attr, now, maxPurge) {
-			pn := b.name(p.id)
-			removes = append(removes, m+"."+pn)
-			conds = append(conds, m+"."+pn+" = "+b.value(&types.AttributeValueMemberN{Value: strconv.FormatInt(p.exp, 10)}))
-			n++
-		}
-	}
-	a.l.stats.writes.Add(1)
-	_, err := a.l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(a.l.table),
-		Key:                                 a.key(),
-		UpdateExpression:                    aws.String("REMOVE " + strings.Join(removes, ", ")),
-		ConditionExpression:                 aws.String(strings.Join(conds, " AND ")),
-		ExpressionAttributeNames:            b.names,
-		ExpressionAttributeValues:           b.values,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case err == nil:
-		a.l.stats.purged.Add(int64(n))
-	case errors.As(err, &ccf):
-		a.l.stats.failedWrites.Add(1)
-		if len(ccf.Item) > 0 {
-			return parseSnapshot(ccf.Item, a.req.Slots, a.req.Breaker), nil
-		}
-	default:
-		return nil, fmt.Errorf("lease: purge %s: %w", a.req.Key, err)
-	}
-	return a.read(ctx)
-}
-
-func (a *attempt) lease(exp int64, callDeadline time.Time) *Lease {
-	attrs := make([]string, len(a.req.Slots))
-	for i, s := range a.req.Slots {
-		attrs[i] = s.Attr
-	}
-	return &Lease{
-		l:            a.l,
-		key:          a.req.Key,
-		attrs:        attrs,
-		id:           a.id,
-		exp:          exp,
-		breaker:      a.req.Breaker,
-		probe:        a.probe,
-		Expiry:       time.UnixMilli(exp),
-		CallDeadline: callDeadline,
-	}
-}
-
-// init creates the item and the missing maps, leaving existing ones alone.
-func (a *attempt) init(ctx context.Context, attrs []string) error {
-	b := newExprBuilder()
-	empty := b.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}})
-	sets := make([]string, len(attrs))
-	for i, attr := range attrs {
-		n := b.name(attr)
-		sets[i] = n + " = if_not_exists(" + n + ", " + empty + ")"
-	}
-	a.l.stats.writes.Add(1)
-	a.l.stats.initWrites.Add(1)
-	_, err := a.l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(a.l.table),
-		Key:                       a.key(),
-		UpdateExpression:          aws.String("SET " + strings.Join(sets, ", ")),
-		ExpressionAttributeNames:  b.names,
-		ExpressionAttributeValues: b.values,
-	})
-	if err != nil {
-		return fmt.Errorf("lease: create item %s: %w", a.req.Key, err)
-	}
-	return nil
-}
-
-// read fetches the slot maps with a strongly consistent read.
-func (a *attempt) read(ctx context.Context) (*snapshot, error) {
-	b := newExprBuilder()
-	proj := make([]string, 0, len(a.req.Slots)+4)
-	for _, s := range a.req.Slots {
-		proj = append(proj, b.name(s.Attr), b.name(WaitingAttr(s.Attr)))
-	}
-	if br := a.req.Breaker; br != nil {
-		ba := br.attrs()
-		proj = append(proj, b.name(ba.fails), b.name(ba.openUntil), b.name(ba.probe), b.name(ba.probeExp))
-	}
-	a.l.stats.reads.Add(1)
-	out, err := a.l.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:                aws.String(a.l.table),
-		Key:                      a.key(),
-		ConsistentRead:           aws.Bool(true),
-		ProjectionExpression:     aws.String(strings.Join(proj, ", ")),
-		ExpressionAttributeNames: b.names,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lease: read %s: %w", a.req.Key, err)
-	}
-	snap := parseSnapshot(out.Item, a.req.Slots, a.req.Breaker)
-	a.l.noteMarks(a.req.Key, snap, a.req.Slots)
-	return snap, nil
-}
-
-// cleanup removes this attempt's lease id if a failed write landed anyway.
-func (a *attempt) cleanup(ctx context.Context) {
-	ls := a.lease(0, time.Time{})
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_ = ls.remove(cctx)
+	return d/2 + mrand.N(d-d/2+1)
 }

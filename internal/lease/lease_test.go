@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -207,11 +208,12 @@ func TestWaiterGetsReleasedSlot(t *testing.T) {
 func TestDoubleReleaseIsHarmless(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(2), Hold: 10 * time.Second}
-	a := acquire(t, l, req)
-	b := acquire(t, l, req)
-	if err := a.Release(context.Background()); err != nil {
-		t.Fatal(err)
+	req := Request{Key: "srv", Slots: serverSlot(3), Hold: 10 * time.Second}
+	a, b, c := acquire(t, l, req), acquire(t, l, req), acquire(t, l, req)
+	for _, ls := range []*Lease{a, c} {
+		if err := ls.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	writes := l.Stats().Writes
 	if err := a.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
@@ -221,7 +223,7 @@ func TestDoubleReleaseIsHarmless(t *testing.T) {
 		t.Error("second release of the same lease sent a write")
 	}
 	// A copy of the lease (another path holding the same id) cannot free b.
-	stale := &Lease{l: a.l, key: a.key, attrs: a.attrs, id: a.id, exp: a.exp}
+	stale := &Lease{l: a.l, key: a.key, slots: a.slots, id: a.id, exp: a.exp}
 	if err := stale.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("stale release: err = %v, want ErrNotHeld", err)
 	}
@@ -262,20 +264,20 @@ func TestRenewedLeaseIsNotPurged(t *testing.T) {
 	b := New(env.Client, env.Tables.Leases, Options{InstanceID: "b", Clock: offsetClock(5 * time.Second)})
 	req := Request{Key: "srv", Slots: serverSlot(1), Hold: time.Second}
 	held := acquire(t, a, req)
-	stale := parseSnapshot(item(t, env, "srv"), req.Slots, nil) // b's view before the renewal
+	stale := parseItem(item(t, env, "srv")) // b's view before the renewal
 	if err := held.Renew(context.Background(), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// b writes with the stale view: its purge of a's old expiry must fail.
-	att := &attempt{l: b, req: req, id: b.newLeaseID()}
-	ls, next, err := att.try(context.Background(), stale)
+	att := &attempt{l: b, req: req, b: b.board("srv"), me: &ticket{id: b.newLeaseID(""), slots: req.Slots}, start: time.Now()}
+	ls, next, err := att.take(context.Background(), stale)
 	if err != nil || ls != nil {
-		t.Fatalf("try with stale view: lease %v, err %v; want a failed condition", ls, err)
+		t.Fatalf("take with stale view: lease %v, err %v; want a failed condition", ls, err)
 	}
 	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 1 || !ids[held.ID()] {
 		t.Fatalf("leases = %v, want only the renewed %s", ids, held.ID())
 	}
-	if next.room(b.clock(), req.Slots) {
+	if served, _ := next.turn(b.clock().UnixMilli(), att.me); served {
 		t.Error("fresh view shows room although the renewed lease is live")
 	}
 	if err := held.Release(context.Background()); err != nil {
@@ -393,11 +395,15 @@ func TestFailedAcquireThatLandedIsRemoved(t *testing.T) {
 func TestBadRequests(t *testing.T) {
 	l := New(nil, "t", Options{})
 	for name, req := range map[string]Request{
-		"no key":     {Slots: serverSlot(1), Hold: time.Second},
-		"no slots":   {Key: "k", Hold: time.Second},
-		"zero cap":   {Key: "k", Slots: serverSlot(0), Hold: time.Second},
-		"no hold":    {Key: "k", Slots: serverSlot(1)},
-		"same twice": {Key: "k", Slots: []Slot{{ServerAttr, 1}, {ServerAttr, 2}}, Hold: time.Second},
+		"no key":              {Slots: serverSlot(1), Hold: time.Second},
+		"no slots":            {Key: "k", Hold: time.Second},
+		"zero cap":            {Key: "k", Slots: serverSlot(0), Hold: time.Second},
+		"no slot, no breaker": {Key: "k", Hold: time.Second},
+		"not a slot map":      {Key: "k", Slots: []Slot{{Attr: TicketsAttr, Cap: 1}}, Hold: time.Second},
+		"long holder":         {Key: "k", Slots: serverSlot(1), Hold: time.Second, Holder: strings.Repeat("h", MaxHolder+1)},
+		"holder with a space": {Key: "k", Slots: serverSlot(1), Hold: time.Second, Holder: "a b"},
+		"no hold":             {Key: "k", Slots: serverSlot(1)},
+		"same twice":          {Key: "k", Slots: []Slot{{ServerAttr, 1}, {ServerAttr, 2}}, Hold: time.Second},
 	} {
 		if _, err := l.Acquire(context.Background(), req); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -4,16 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // Outcome is what a finished call tells its breaker.
@@ -55,214 +49,178 @@ func (ls *Lease) Release(ctx context.Context) error {
 }
 
 // Finish gives the place back and, if the lease has a breaker, reports the
-// call's outcome to it in the same write. It returns the breaker change it
-// made, if any.
+// call's outcome to it in the same write. When callers wait for the place,
+// the same write passes it to the first in the queue who can use it (or,
+// when this process did not know of them, one more write does). It
+// returns the breaker change it made, if any.
 //
 // It is idempotent: finishing twice, or after the lease expired and was
 // purged, never frees another holder's place; those cases return
-// ErrNotHeld (after the first, without a store call). When the item it
-// leaves behind holds leases that have expired (their holders died), it
-// removes them with one more write, so dead leases do not linger.
+// ErrNotHeld (after the first, without a store call). Every release write
+// names its lease in the item's last_release attribute, so a retry of a
+// write whose first attempt landed (its answer was lost) knows it did.
 func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error) {
 	if ls.released.Swap(true) {
 		return NoTransition, ErrNotHeld
 	}
 	l := ls.l
-	if outcome == Success && !ls.probe && !l.marksLikely(ls.key) {
-		if w := l.lines.claim(ls.key, attrSet(ls.attrs)); w != nil {
-			next, item, err := ls.handOff(ctx, w.req)
-			l.lines.settle(w, next)
-			if err == nil {
-				l.stats.released.Add(1)
-				l.stats.handoffs.Add(1)
-				ls.purgeLeftovers(ctx, item)
-				return NoTransition, nil
-			}
-			// Not passed on (the lease is gone, or the breaker opened):
-			// give it back the ordinary way, which tells which.
-		}
+	if len(ls.slots) == 0 {
+		return ls.finishBreaker(ctx, outcome)
 	}
-	tr, item, err := ls.finish(ctx, outcome)
+	b := l.board(ls.key)
+	snap, probe, passed, err := ls.release(ctx, outcome, b)
 	if err != nil {
 		return NoTransition, err
 	}
 	l.stats.released.Add(1)
-	l.lines.kick(ls.key)
+	if !ls.since.IsZero() {
+		b.heldFor(time.Since(ls.since))
+	}
+	tr := verdict(probe, outcome)
+	if ls.breaker != nil && !probe && outcome == Failure {
+		snap, tr, err = l.open(ctx, ls.key, ls.breaker, snap)
+	}
 	if tr != NoTransition {
 		l.stats.transitions.Add(1)
 	}
-	ls.purgeLeftovers(ctx, item)
-	return tr, nil
+	if !passed {
+		l.passOn(ctx, ls.key, snap, ls.slots)
+	}
+	return tr, err
 }
 
-func (ls *Lease) itemKey() map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: ls.key}}
-}
-
-// finish makes the release write (and, when a failure reaches the
-// threshold, the write that opens the breaker).
-func (ls *Lease) finish(ctx context.Context, outcome Outcome) (Transition, map[string]types.AttributeValue, error) {
-	failed := outcome == Failure
-	if ls.probe {
-		tr, item, err := ls.finishProbe(ctx, outcome)
-		if !errors.Is(err, ErrNotHeld) {
-			return tr, item, err
+// release makes the release write and returns the item after it, whether
+// it released the probe and whether it passed the place on. Unless the call failed (its breaker may
+// be about to open), it passes the place to the caller this process knows
+// to be next in the queue in the same write.
+func (ls *Lease) release(ctx context.Context, outcome Outcome, b *board) (snap *snapshot, probe, passed bool, err error) {
+	l := ls.l
+	first := ls.slots[0].Attr
+	probe = ls.probe
+	var next *ticket
+	now := l.clock().UnixMilli()
+	if known := b.recent(recentView); known != nil && outcome != Failure && !probe && known.occupied(first, now) == 1 {
+		// This lease was the only one: no other release can have passed
+		// the place it would pass on since this process looked.
+		next = known.without(ls.id).next(now)
+	}
+	for {
+		u := newUpdate()
+		for _, s := range ls.slots {
+			u.removes = append(u.removes, u.path(s.Attr, ls.id))
 		}
-		// No longer the probe (its lease ended and another took over):
-		// release as an ordinary lease.
-	}
-	b := newExprBuilder()
-	id := b.name(ls.id)
-	removes := make([]string, len(ls.attrs))
-	for i, attr := range ls.attrs {
-		removes[i] = b.name(attr) + "." + id
-	}
-	update := "REMOVE " + strings.Join(removes, ", ")
-	var ba breakerAttrs
-	if ls.breaker != nil && outcome != Abandoned {
-		ba = ls.breaker.attrs()
-		if failed {
-			update += " ADD " + b.name(ba.fails) + " " + b.value(number(1))
-		} else {
-			update += " SET " + b.name(ba.fails) + " = " + b.value(number(0))
+		u.conds = append(u.conds, "attribute_exists("+u.path(first, ls.id)+")")
+		u.released(ls.id)
+		if ls.breaker != nil && outcome != Abandoned || probe {
+			u.outcome(ls.breaker, ls.id, probe, outcome, l.clock())
 		}
-	}
-	out, err := ls.update(ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression:    aws.String(update),
-		ConditionExpression: aws.String("attribute_exists(" + removes[0] + ")"),
-		ReturnValues:        types.ReturnValueAllNew,
-	}, b)
-	if err != nil {
-		return NoTransition, nil, err
-	}
-	if ls.breaker == nil || !failed || numberAttr(out.Attributes[ba.fails]) < int64(ls.breaker.Threshold) {
-		return NoTransition, out.Attributes, nil
-	}
-	// This failure reached the threshold: open the breaker, unless it is
-	// open already (another instance's failure got there first).
-	ob := newExprBuilder()
-	bo, bf := ob.name(ba.openUntil), ob.name(ba.fails)
-	until := ls.l.clock().Add(ls.breaker.Recovery).UnixMilli()
-	_, err = ls.update(ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String("SET " + bo + " = " + ob.value(number(until))),
-		ConditionExpression: aws.String(bf + " >= " + ob.value(number(int64(ls.breaker.Threshold))) +
-			" AND (attribute_not_exists(" + bo + ") OR " + bo + " = " + ob.value(number(0)) + ")"),
-	}, ob)
-	switch {
-	case err == nil:
-		return Opened, out.Attributes, nil
-	case errors.Is(err, ErrNotHeld):
-		return NoTransition, out.Attributes, nil
-	default:
-		// The lease is released; the breaker stays closed until the next
-		// failure tries again.
-		return NoTransition, out.Attributes, fmt.Errorf("lease: open breaker %s: %w", ls.breaker.Name, err)
-	}
-}
-
-// finishProbe releases a probe lease and closes (success) or reopens
-// (failure) the breaker, only while this lease is still the probe. An
-// abandoned probe gives up being the probe and leaves the breaker half-open,
-// so the next caller may probe.
-func (ls *Lease) finishProbe(ctx context.Context, outcome Outcome) (Transition, map[string]types.AttributeValue, error) {
-	ba := ls.breaker.attrs()
-	b := newExprBuilder()
-	id := b.name(ls.id)
-	removes := make([]string, 0, len(ls.attrs)+2)
-	for _, attr := range ls.attrs {
-		removes = append(removes, b.name(attr)+"."+id)
-	}
-	bp, bpe := b.name(ba.probe), b.name(ba.probeExp)
-	removes = append(removes, bp, bpe)
-	var set string
-	tr := Closed
-	switch outcome {
-	case Failure:
-		until := ls.l.clock().Add(ls.breaker.Recovery).UnixMilli()
-		set, tr = " SET "+b.name(ba.openUntil)+" = "+b.value(number(until)), Reopened
-	case Abandoned:
-		// Every name in the expression must be used: nothing to set.
-		tr = NoTransition
-	default:
-		set = " SET " + b.name(ba.openUntil) + " = " + b.value(number(0)) + ", " + b.name(ba.fails) + " = " + b.value(number(0))
-	}
-	out, err := ls.update(ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression:    aws.String("REMOVE " + strings.Join(removes, ", ") + set),
-		ConditionExpression: aws.String("attribute_exists(" + removes[0] + ") AND " + bp + " = " + b.value(&types.AttributeValueMemberS{Value: ls.id})),
-		ReturnValues:        types.ReturnValueAllNew,
-	}, b)
-	if err != nil {
-		return NoTransition, nil, err
-	}
-	return tr, out.Attributes, nil
-}
-
-// update sends one conditional write on the lease's item; a failed
-// condition is ErrNotHeld.
-func (ls *Lease) update(ctx context.Context, in *dynamodb.UpdateItemInput, b *exprBuilder) (*dynamodb.UpdateItemOutput, error) {
-	in.TableName = aws.String(ls.l.table)
-	in.Key = ls.itemKey()
-	in.ExpressionAttributeNames = b.names
-	in.ExpressionAttributeValues = b.values
-	ls.l.stats.writes.Add(1)
-	out, err := ls.l.db.UpdateItem(ctx, in)
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case err == nil:
-		return out, nil
-	case errors.As(err, &ccf):
-		ls.l.stats.failedWrites.Add(1)
-		return nil, ErrNotHeld
-	default:
-		return nil, fmt.Errorf("lease: write %s: %w", ls.key, err)
-	}
-}
-
-// purgeLeftovers removes leases that item shows expired: the leases of
-// holders that died. Best effort, and only when there are any.
-func (ls *Lease) purgeLeftovers(ctx context.Context, item map[string]types.AttributeValue) {
-	if len(item) == 0 {
-		return
-	}
-	slots := make([]Slot, len(ls.attrs))
-	for i, attr := range ls.attrs {
-		slots[i] = Slot{Attr: attr}
-	}
-	snap := parseSnapshot(item, slots, nil)
-	now := ls.l.clock()
-	any := false
-	for _, s := range slots {
-		if len(snap.expired(s.Attr, now, 1)) > 0 {
-			any = true
+		if next != nil {
+			freed := map[string]int{}
+			for _, s := range ls.slots {
+				freed[s.Attr] = 1
+			}
+			l.grant(u, next, ls.slots, freed)
 		}
+		snap, err = l.write(ctx, ls.key, u)
+		if err == nil {
+			if next != nil {
+				l.stats.grants.Add(1)
+			}
+			return snap, probe, next != nil, nil
+		}
+		if !errors.Is(err, errCondition) {
+			return nil, false, false, err
+		}
+		_, held := snap.holds(first, ls.id)
+		if held && (next != nil || probe) {
+			// The caller it was passed to is gone, or another call
+			// became the probe: give the place back plainly.
+			next, probe = nil, false
+			continue
+		}
+		if !held && snap.released == ls.id {
+			// An earlier attempt of this write landed.
+			return snap, probe, next != nil, nil
+		}
+		return nil, false, false, ErrNotHeld
 	}
-	if !any {
-		return
-	}
-	a := &attempt{l: ls.l, req: Request{Key: ls.key, Slots: slots}}
-	_, _ = a.purge(ctx, snap)
 }
 
-// remove deletes the lease id from its maps if it is there (cleanup after
-// a failed acquire that may have landed).
-func (ls *Lease) remove(ctx context.Context) error {
-	b := newExprBuilder()
-	id := b.name(ls.id)
-	removes := make([]string, len(ls.attrs))
-	for i, attr := range ls.attrs {
-		removes[i] = b.name(attr) + "." + id
+// grant adds to u the hand-over of a place to ticket t: t's lease in every
+// slot it wants, while each has room (freed counts what the same write
+// frees), its ticket out, only while the ticket is live, t holds no place
+// yet and its breaker is closed. A slot t shares with caps uses the lower
+// cap of the two.
+func (l *Limiter) grant(u *update, t *ticket, caps []Slot, freed map[string]int) {
+	now := l.clock()
+	exp := now.Add(time.Duration(t.hold)*time.Millisecond + l.margin).UnixMilli()
+	slots := make([]Slot, len(t.slots))
+	for i, s := range t.slots {
+		for _, c := range caps {
+			if c.Attr == s.Attr {
+				s.Cap = min(s.Cap, c.Cap)
+			}
+		}
+		slots[i] = s
 	}
-	_, err := ls.update(ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression:    aws.String("REMOVE " + strings.Join(removes, ", ")),
-		ConditionExpression: aws.String("attribute_exists(" + removes[0] + ")"),
-	}, b)
-	return err
+	u.take(t.id, exp, slots, freed)
+	u.removes = append(u.removes, u.path(TicketsAttr, t.id))
+	u.conds = append(u.conds, u.path(TicketsAttr, t.id, ticketExpiry)+" >= "+u.num(now.UnixMilli()),
+		"attribute_not_exists("+u.path(slots[0].Attr, t.id)+")")
+	if t.breaker != "" {
+		u.closed(t.breaker)
+	}
+	u.ttl(exp)
+}
+
+// maxPassOn bounds the writes one release makes to pass its place on.
+const maxPassOn = 4
+
+// passOn passes one place that snap shows free to the caller the queue
+// gives it to, purging what is stale in the same write, and tries again
+// with the item its write returns while that fails. It returns the item
+// as last seen (nil after a store error). Best effort: a waiter that finds
+// a place free takes it itself.
+func (l *Limiter) passOn(ctx context.Context, key string, snap *snapshot, caps []Slot) *snapshot {
+	for range maxPassOn {
+		if snap == nil {
+			return nil
+		}
+		now := l.clock().UnixMilli()
+		t := snap.next(now)
+		if t != nil && t.breaker != "" && snap.breakers[t.breaker].openUntil != 0 {
+			t = nil // its breaker is not closed: the waiter sees to it
+		}
+		if t == nil && len(snap.stale(now)) == 0 {
+			return snap
+		}
+		u := newUpdate()
+		skip := ""
+		if t != nil {
+			skip = t.id
+		}
+		purged := u.purge(snap, now, skip)
+		l.stats.purged.Add(int64(len(u.removes)))
+		if t != nil {
+			l.grant(u, t, caps, purged)
+		}
+		next, err := l.write(ctx, key, u)
+		if err == nil && t != nil {
+			l.stats.grants.Add(1)
+		}
+		if !errors.Is(err, errCondition) || t == nil {
+			return next
+		}
+		snap = next
+	}
+	return snap
 }
 
 // Renew extends the lease so it expires hold + Margin from now, only if it
 // is still held with the expiry this holder last wrote: a renewal never
 // brings back a lease that was released or purged (ErrNotHeld). A probe
-// lease extends its probe too.
+// lease extends its probe too. A renewal whose answer was lost and whose
+// retry finds the new expiry in place counts as done.
 func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	if ls.released.Load() {
 		return ErrNotHeld
@@ -270,25 +228,39 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	l := ls.l
 	localNow := time.Now()
 	exp := l.clock().Add(hold + l.margin).UnixMilli()
-	b := newExprBuilder()
-	id := b.name(ls.id)
-	newVal := b.value(number(exp))
-	sets := make([]string, 0, len(ls.attrs)+1)
-	for _, attr := range ls.attrs {
-		sets = append(sets, b.name(attr)+"."+id+" = "+newVal)
-	}
-	cond := b.name(ls.attrs[0]) + "." + id + " = " + b.value(number(ls.exp))
-	if ls.probe {
-		ba := ls.breaker.attrs()
-		sets = append(sets, b.name(ba.probeExp)+" = "+newVal)
-		cond += " AND " + b.name(ba.probe) + " = " + b.value(&types.AttributeValueMemberS{Value: ls.id})
-	}
-	_, err := ls.update(ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression:    aws.String("SET " + strings.Join(sets, ", ")),
-		ConditionExpression: aws.String(cond),
-	}, b)
-	if err != nil {
-		return err
+	for try := 0; len(ls.slots) > 0 || ls.probe; try++ {
+		u := newUpdate()
+		for _, s := range ls.slots {
+			u.sets = append(u.sets, u.path(s.Attr, ls.id)+" = "+u.num(exp))
+		}
+		if len(ls.slots) > 0 {
+			u.conds = append(u.conds, u.path(ls.slots[0].Attr, ls.id)+" = "+u.num(ls.exp))
+		}
+		if ls.probe {
+			ba := ls.breaker.attrs()
+			u.sets = append(u.sets, u.path(ba.probeExp)+" = "+u.num(exp))
+			u.conds = append(u.conds, u.path(ba.probe)+" = "+u.value(&types.AttributeValueMemberS{Value: ls.id}))
+			if len(ls.slots) == 0 {
+				u.conds = append(u.conds, u.path(ba.probeExp)+" = "+u.num(ls.exp))
+			}
+		}
+		snap, err := l.write(ctx, ls.key, u)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errCondition) {
+			return fmt.Errorf("lease: renew %s: %w", ls.id, err)
+		}
+		// Only this holder renews its lease: one still there with another
+		// expiry was renewed by an attempt whose answer was lost.
+		seen, held := ls.stored(snap)
+		if !held || seen < l.clock().UnixMilli() || try > 0 {
+			return ErrNotHeld
+		}
+		if seen == exp {
+			break
+		}
+		ls.exp = seen
 	}
 	ls.exp = exp
 	ls.Expiry = time.UnixMilli(exp)
@@ -296,96 +268,12 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	return nil
 }
 
-// errNoTime means a waiter's call would have no time left to run.
-var errNoTime = errors.New("lease: no time left for the waiter's call")
-
-// handOff passes this lease's place to a waiter in the same process in one
-// write: its id goes out of every map and the waiter's comes in, so the
-// count never changes and the waiter needs no write of its own. It is
-// conditioned on still holding the lease and, with a breaker, on the
-// breaker being closed (this call succeeded, which also resets its failure
-// count). A failed condition is ErrNotHeld.
-func (ls *Lease) handOff(ctx context.Context, req Request) (*Lease, map[string]types.AttributeValue, error) {
-	l := ls.l
-	if (ls.breaker == nil) != (req.Breaker == nil) || (ls.breaker != nil && ls.breaker.Name != req.Breaker.Name) {
-		return nil, nil, ErrNotHeld
+// stored returns the expiry snap shows for the lease, and whether it is
+// still there (for a breaker-only probe: still the probe).
+func (ls *Lease) stored(snap *snapshot) (int64, bool) {
+	if len(ls.slots) > 0 {
+		return snap.holds(ls.slots[0].Attr, ls.id)
 	}
-	wallNow, localNow := l.clock(), time.Now()
-	hold := req.Hold
-	if !req.CallBy.IsZero() {
-		hold = min(hold, req.CallBy.Sub(localNow))
-	}
-	if hold <= 0 {
-		return nil, nil, errNoTime
-	}
-	exp := wallNow.Add(hold + l.margin).UnixMilli()
-	id := l.newLeaseID()
-	b := newExprBuilder()
-	oldID, newID := b.name(ls.id), b.name(id)
-	expVal := b.value(number(exp))
-	removes := make([]string, len(ls.attrs))
-	sets := make([]string, 0, len(ls.attrs)+2)
-	for i, attr := range ls.attrs {
-		m := b.name(attr)
-		removes[i] = m + "." + oldID
-		sets = append(sets, m+"."+newID+" = "+expVal)
-	}
-	cond := "attribute_exists(" + removes[0] + ")"
-	for _, attr := range ls.attrs {
-		// Not past a waiter marked in the item (see mark).
-		wm := b.name(WaitingAttr(attr))
-		cond += " AND (attribute_not_exists(" + wm + ") OR size(" + wm + ") = " + b.value(number(0)) + ")"
-	}
-	if ls.breaker != nil {
-		ba := ls.breaker.attrs()
-		bo := b.name(ba.openUntil)
-		sets = append(sets, b.name(ba.fails)+" = "+b.value(number(0)))
-		cond += " AND (attribute_not_exists(" + bo + ") OR " + bo + " = " + b.value(number(0)) + ")"
-	}
-	ttl := time.UnixMilli(exp).Add(abandonedAfter).Unix()
-	sets = append(sets, b.name(store.TTLAttr)+" = "+b.value(number(ttl)))
-	l.stats.writes.Add(1)
-	out, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(l.table),
-		Key:                                 ls.itemKey(),
-		UpdateExpression:                    aws.String("SET " + strings.Join(sets, ", ") + " REMOVE " + strings.Join(removes, ", ")),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            b.names,
-		ExpressionAttributeValues:           b.values,
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	next := &Lease{
-		l: l, key: ls.key, attrs: slices.Clone(ls.attrs), id: id, exp: exp, breaker: req.Breaker,
-		Expiry: time.UnixMilli(exp), CallDeadline: localNow.Add(hold),
-	}
-	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		isCCF := errors.As(err, &ccf)
-		if isCCF {
-			l.stats.failedWrites.Add(1)
-			snap := parseSnapshot(ccf.Item, []Slot{{Attr: ls.attrs[0]}}, nil)
-			l.noteMarks(ls.key, snap, []Slot{{Attr: ls.attrs[0], Cap: 1}})
-			if len(ccf.Item) > 0 {
-				if _, landed := snap.holds(ls.attrs[0], id); !landed {
-					return nil, nil, ErrNotHeld
-				}
-			}
-		}
-		// The write may have landed unseen (a lost answer the SDK retried
-		// reads as a failed condition; without the item, there is no
-		// telling): take the waiter's id out again rather than leave it
-		// holding a place until it expires.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = next.remove(rctx)
-		cancel()
-		if isCCF {
-			return nil, nil, ErrNotHeld
-		}
-		return nil, nil, fmt.Errorf("lease: write %s: %w", ls.key, err)
-	}
-	if m, ok := out.Attributes[ls.attrs[0]].(*types.AttributeValueMemberM); ok {
-		next.InFlight = len(m.Value)
-	}
-	return next, out.Attributes, nil
+	st := snap.breakers[ls.breaker.Name]
+	return st.probeExp, st.probe == ls.id
 }

@@ -8,17 +8,15 @@ type Stats struct {
 	Writes int64
 	// FailedWrites is the writes whose condition failed (still billed).
 	FailedWrites int64
-	// InitWrites is the writes that created an item or a missing map.
-	InitWrites int64
 	// Reads is every GetItem sent.
 	Reads int64
 	// Acquired and Released count granted and given-back leases.
 	Acquired, Released int64
-	// Handoffs counts releases that passed their place straight to a
-	// waiter in this process (one write for both).
-	Handoffs int64
-	// Marks counts waiting marks written (and renewed) by long waiters.
-	Marks int64
+	// Grants counts places passed to a queued caller by the release that
+	// freed them (or a write after it), so the caller needs no write.
+	Grants int64
+	// Tickets counts callers that joined the queue.
+	Tickets int64
 	// Purged counts expired leases removed by this limiter.
 	Purged int64
 	// Shed counts requests refused at once because a slot was full.
@@ -31,11 +29,11 @@ type Stats struct {
 }
 
 type counters struct {
-	writes, failedWrites, initWrites, reads atomic.Int64
-	acquired, released, purged, handoffs    atomic.Int64
-	marks                                   atomic.Int64
-	shed, waitTimeouts                      atomic.Int64
-	circuitOpen, probes, transitions        atomic.Int64
+	writes, failedWrites, reads        atomic.Int64
+	acquired, released, purged, grants atomic.Int64
+	tickets                            atomic.Int64
+	shed, waitTimeouts                 atomic.Int64
+	circuitOpen, probes, transitions   atomic.Int64
 }
 
 // Stats returns the limiter's counters.
@@ -44,12 +42,11 @@ func (l *Limiter) Stats() Stats {
 	return Stats{
 		Writes:       c.writes.Load(),
 		FailedWrites: c.failedWrites.Load(),
-		InitWrites:   c.initWrites.Load(),
 		Reads:        c.reads.Load(),
 		Acquired:     c.acquired.Load(),
 		Released:     c.released.Load(),
-		Handoffs:     c.handoffs.Load(),
-		Marks:        c.marks.Load(),
+		Grants:       c.grants.Load(),
+		Tickets:      c.tickets.Load(),
 		Purged:       c.purged.Load(),
 		Shed:         c.shed.Load(),
 		WaitTimeouts: c.waitTimeouts.Load(),

@@ -9,6 +9,14 @@
 //
 // When dynalite is not installed, tests skip with a message locally and fail
 // in CI (CI=true), so a CI run can never pass by skipping.
+//
+// The server answers a failed conditional write with the item when asked
+// (ReturnValuesOnConditionCheckFailure: ALL_OLD), as DynamoDB does, so
+// tests run the code that production runs. Setting STORETEST_CCF_ITEM=off
+// starts it without that, as dynalite itself behaves, to run a package's
+// tests on the fallback path of clients that read the item instead:
+//
+//	STORETEST_CCF_ITEM=off go test ./internal/lease
 package storetest
 
 import (
@@ -19,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,9 +112,21 @@ func RepoRoot() (string, error) {
 	}
 }
 
+// CCFItemEnv names the switch that starts dynalite without the item in
+// failed conditional writes' answers ("off"); anything else leaves it on.
+const CCFItemEnv = "STORETEST_CCF_ITEM"
+
+// CCFItem reports whether servers started now return the item with a failed
+// conditional write, as DynamoDB does.
+func CCFItem() bool { return os.Getenv(CCFItemEnv) != "off" }
+
 // Start launches a new dynalite on a free loopback port and waits until it
 // says it is listening. Stop it with Stop.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartWith(CCFItem()) }
+
+// StartWith is Start with the item returned on a failed conditional write
+// (ccfItem) or not, whatever the environment says.
+func StartWith(ccfItem bool) (*Server, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -118,7 +139,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node not found: %w", ErrNotInstalled)
 	}
-	cmd := exec.Command(node, script, "--host", "127.0.0.1", "--port", "0")
+	cmd := exec.Command(node, script, "--host", "127.0.0.1", "--port", "0", "--ccfItem", strconv.FormatBool(ccfItem))
 	cmd.Stderr = os.Stderr
 	SetParentDeathSignal(cmd)
 	stdout, err := cmd.StdoutPipe()
