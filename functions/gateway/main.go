@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdaurl"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/extension"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -88,19 +89,49 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		// agent while a tool runs; plain JSON answers stream as one chunk.
 		// The invocation may be frozen once it answers: its metrics are
 		// written before it does.
-		lambdaurl.Start(flushAfter(handler, em))
+		lambdaurl.Start(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), flushAfter(handler, em), gw, em))
 		return nil
 	}
 	defer em.Close(context.Background())
 	if cfg.RequestTimeout > 0 {
 		handler = withTimeout(handler, cfg.RequestTimeout)
 	}
-	return serve(ctx, log, cfg.Addr, handler)
+	return serve(ctx, log, cfg.Addr, handler, gw)
 }
 
+// afterResponse keeps each invocation alive after its response, until the
+// exchanges it left open (calls cut off before their upstreams answered,
+// still holding their slots) are closed: an internal Lambda extension,
+// registered before the runtime asks for its first event, asks for its next
+// event only then. Without it, Lambda could freeze the environment with
+// those slots held and their leases unrenewed. If the extension cannot be
+// registered, h is served as it is, and that is logged.
+func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Handler, gw *gateway.Gateway, em *metrics.Emitter) http.Handler {
+	ext, err := extension.Register(ctx, api, "mcpgate-exchanges")
+	if err != nil {
+		log.Error("cannot register the internal Lambda extension: calls cut off before their upstreams answer may be frozen with their slots", "error", err.Error())
+		return h
+	}
+	go func() {
+		err := ext.Run(ctx, func(ictx context.Context) {
+			gw.Drain(ictx)
+			fctx, cancel := context.WithTimeout(ictx, 50*time.Millisecond)
+			defer cancel()
+			_ = em.Flush(fctx)
+		})
+		log.Error("the internal Lambda extension stopped", "error", err.Error())
+	}()
+	return ext.Wrap(h, lambdaRequestID)
+}
+
+// shutdownWait bounds, on shutdown, the wait for requests in flight, and
+// then again the wait for the exchanges they left open.
+const shutdownWait = 30 * time.Second
+
 // serve runs the local HTTP server until ctx ends, then drains in-flight
-// requests (so their slots are released) before returning.
-func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
+// requests and the exchanges they left open (so their slots are released)
+// before returning.
+func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler, gw *gateway.Gateway) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -120,10 +151,19 @@ func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) e
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
+	herr := srv.Shutdown(sctx)
+	// Calls still waiting for their upstreams are cut off; every exchange
+	// left open gets until its upstream stops (or its grace ends), within
+	// the bound, and is then closed, its slot given back.
+	dctx, dcancel := context.WithTimeout(context.Background(), shutdownWait)
+	defer dcancel()
+	if n := gw.Shutdown(dctx); n > 0 {
+		log.Warn("exchanges still open at shutdown were closed", "closed", n)
+	}
+	if herr != nil && !errors.Is(herr, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", herr)
 	}
 	return nil
 }
