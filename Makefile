@@ -32,8 +32,9 @@ test: infra/node_modules/.package-lock.json
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # Thousands of calls over six gateway processes with processes killed and
-# restarted, the store stopped and restarted and the upstream stalled
-# (functions/gateway/soak_test.go). SOAK_CALLS and SOAK_PROCS size it.
+# restarted, the store stopped and restarted and the upstream stalled, against
+# a stateful and a stateless upstream (functions/gateway/soak_test.go).
+# SOAK_CALLS and SOAK_PROCS size each run.
 soak: infra/node_modules/.package-lock.json
 	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
 
