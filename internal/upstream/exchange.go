@@ -214,18 +214,13 @@ func (x *Exchange) Stop() {
 }
 
 // Close ends the exchange at once and waits for the call to return: the
-// request is aborted if still open (the SDK then sends
-// notifications/cancelled), and a session whose call was not known to have
-// stopped is closed rather than reused.
+// request is aborted if still open, and the SDK sends
+// notifications/cancelled on the call's session. The session is kept: an
+// upstream that goes on with the call does so whether or not it is closed.
 func (x *Exchange) Close() {
 	x.detached.Store(true)
 	x.mu.Lock()
 	x.stopping = true
-	select {
-	case <-x.stopped:
-	default:
-		x.discard = true
-	}
 	x.mu.Unlock()
 	x.cancel(errClosed)
 	<-x.done

@@ -172,8 +172,8 @@ func TestExchangeStopBeforeSent(t *testing.T) {
 	}
 }
 
-// TestExchangeClose: closing an exchange whose upstream was not known to
-// stop aborts the request and does not reuse the session.
+// TestExchangeClose: closing an exchange aborts its request, the SDK tells
+// a stateful upstream, and the session is kept.
 func TestExchangeClose(t *testing.T) {
 	d, srv := upstreamModes[0].start(t)
 	p := New(Options{})
@@ -193,8 +193,8 @@ func TestExchangeClose(t *testing.T) {
 	if _, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.Connects(); n != 2 {
-		t.Errorf("%d sessions, want 2 (the closed exchange's session replaced)", n)
+	if n := p.Connects(); n != 1 {
+		t.Errorf("%d sessions, want 1 (the closed exchange's session kept)", n)
 	}
 }
 
