@@ -35,8 +35,9 @@ test: infra/node_modules/.package-lock.json
 	STORETEST_CCF_ITEM=off $(GO) test -count=1 ./internal/lease
 
 # Thousands of calls over six gateway processes with processes killed and
-# restarted, the store stopped and restarted and the upstream stalled
-# (functions/gateway/soak_test.go). SOAK_CALLS and SOAK_PROCS size it.
+# restarted, the store stopped and restarted and the upstream stalled, against
+# a stateful and a stateless upstream (functions/gateway/soak_test.go).
+# SOAK_CALLS and SOAK_PROCS size each run.
 soak: infra/node_modules/.package-lock.json
 	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
 

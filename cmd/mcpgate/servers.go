@@ -93,9 +93,9 @@ Changes attributes of an existing server. The result is checked as the
 gateway checks it before anything is written; the write fails if the server
 was deleted meanwhile.
 
-Values are typed by attribute: max_concurrent_requests, timeout and
-queue_timeout are numbers; url, transport, on_limit, description and x_*
-are strings. A value starting with '{' or '[' is JSON, for map- and
+Values are typed by attribute: max_concurrent_requests, timeout,
+queue_timeout and cancel_grace are numbers; stops_on_close is true or
+false; url, transport, on_limit, description and x_* are strings. A value starting with '{' or '[' is JSON, for map- and
 list-valued attributes. "name=" with an empty value removes the attribute.
 
 Examples:
@@ -106,7 +106,10 @@ Examples:
 }
 
 // numberAttrs are the server attributes written as DynamoDB numbers.
-var numberAttrs = []string{"max_concurrent_requests", "timeout", "queue_timeout"}
+var numberAttrs = []string{"max_concurrent_requests", "timeout", "queue_timeout", "cancel_grace"}
+
+// boolAttrs are the server attributes written as DynamoDB booleans.
+var boolAttrs = []string{"stops_on_close"}
 
 func runServersPut(c *cli, args []string) error {
 	fs := c.newFlags()
@@ -317,6 +320,12 @@ func parseChange(arg string) (change, error) {
 			value = strconv.FormatFloat(f, 'f', -1, 64)
 		}
 		return change{name, &types.AttributeValueMemberN{Value: value}}, nil
+	case slices.Contains(boolAttrs, name):
+		b, err := strconv.ParseBool(value)
+		if err != nil {
+			return change{}, fmt.Errorf("%s: %q is not true or false", name, value)
+		}
+		return change{name, &types.AttributeValueMemberBOOL{Value: b}}, nil
 	default:
 		return change{name, &types.AttributeValueMemberS{Value: value}}, nil
 	}

@@ -150,11 +150,14 @@ func TestServersSet(t *testing.T) {
 	env := storetest.NewEnv(t)
 	testkit.PutServer(t, env, map[string]any{"server_id": "github", "url": "https://example.com/mcp", "description": "old"})
 
-	mcpgate(t, env, "servers", "set", "github", "max_concurrent_requests=10", "timeout=60.5", "on_limit=shed", "description=").ok(t)
+	mcpgate(t, env, "servers", "set", "github", "max_concurrent_requests=10", "timeout=60.5", "on_limit=shed", "description=",
+		"cancel_grace=20", "stops_on_close=true").ok(t)
 	item := serverItem(t, env, "github")
 	for name, want := range map[string]types.AttributeValue{
 		"max_concurrent_requests": &types.AttributeValueMemberN{Value: "10"},
 		"timeout":                 &types.AttributeValueMemberN{Value: "60.5"},
+		"cancel_grace":            &types.AttributeValueMemberN{Value: "20"},
+		"stops_on_close":          &types.AttributeValueMemberBOOL{Value: true},
 		"on_limit":                &types.AttributeValueMemberS{Value: "shed"},
 		"url":                     &types.AttributeValueMemberS{Value: "https://example.com/mcp"},
 	} {
@@ -199,6 +202,8 @@ func TestServersSet(t *testing.T) {
 		{[]string{"server_id=other"}, "server_id: cannot be changed"},
 		{[]string{"x_meta={oops"}, "x_meta: value starts with \"{\" but is not valid JSON"},
 		{[]string{"timeout=5", "timeout=6"}, "timeout: given twice"},
+		{[]string{"stops_on_close=maybe"}, `stops_on_close: "maybe" is not true or false`},
+		{[]string{"cancel_grace=0"}, "cancel_grace: must be a positive number of seconds"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			mcpgate(t, env, append([]string{"servers", "set", "github"}, tc.args...)...).fails(t, 1, tc.want)

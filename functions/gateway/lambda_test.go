@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -33,6 +34,13 @@ var (
 	lambdaBuildErr  error
 )
 
+// removeLambdaBinaries removes what lambdaBinaries built.
+func removeLambdaBinaries() {
+	if lambdaBuildDir != "" {
+		os.RemoveAll(lambdaBuildDir)
+	}
+}
+
 // lambdaBinaries builds the bootstrap and the emulator once.
 func lambdaBinaries(t *testing.T) (bootstrap, rie string) {
 	t.Helper()
@@ -42,7 +50,10 @@ func lambdaBinaries(t *testing.T) (bootstrap, rie string) {
 			lambdaBuildErr = err
 			return
 		}
-		lambdaBuildDir = t.TempDir()
+		// Every test of the binary uses the build: removed by TestMain.
+		if lambdaBuildDir, lambdaBuildErr = os.MkdirTemp("", "mcpgate-lambda-"); lambdaBuildErr != nil {
+			return
+		}
 		for _, b := range [][]string{
 			{"build", "-tags", "lambda.norpc", "-o", filepath.Join(lambdaBuildDir, "bootstrap"), "./functions/gateway"},
 			{"build", "-o", filepath.Join(lambdaBuildDir, "rie"), "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie"},
@@ -146,9 +157,19 @@ type streamedResponse struct {
 // placeholders replaced.
 func (e *emulator) invoke(t *testing.T, fixture string, repl map[string]string) streamedResponse {
 	t.Helper()
-	event, err := os.ReadFile(filepath.Join("testdata", fixture))
+	out, err := e.send(fixture, repl)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// send is invoke, for any goroutine.
+func (e *emulator) send(fixture string, repl map[string]string) (streamedResponse, error) {
+	var out streamedResponse
+	event, err := os.ReadFile(filepath.Join("testdata", fixture))
+	if err != nil {
+		return out, err
 	}
 	for k, v := range repl {
 		event = bytes.ReplaceAll(event, []byte("{{"+k+"}}"), []byte(v))
@@ -158,23 +179,29 @@ func (e *emulator) invoke(t *testing.T, fixture string, repl map[string]string) 
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.addr+"/2015-03-31/functions/function/invocations", bytes.NewReader(event))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return out, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return out, err
 	}
 	prelude, body, ok := bytes.Cut(raw, make([]byte, 8))
 	if !ok {
-		t.Fatalf("response is not in the streaming format: %q", raw)
+		return out, fmt.Errorf("response is not in the streaming format: %q", raw)
 	}
-	var out streamedResponse
 	if err := json.Unmarshal(prelude, &out); err != nil {
-		t.Fatalf("prelude %q: %v", prelude, err)
+		return out, fmt.Errorf("prelude %q: %v", prelude, err)
 	}
 	out.Body = string(body)
-	return out
+	return out, nil
+}
+
+// output is what the emulator and the function have written so far.
+func (e *emulator) output() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.logs.String()
 }
 
 func TestLambdaBootstrap(t *testing.T) {
@@ -262,5 +289,72 @@ func TestLambdaBootstrap(t *testing.T) {
 	result := strings.Index(mcpResp.Body, `"in_flight_at_entry"`)
 	if started < 0 || done < started || result < done {
 		t.Errorf("event stream does not carry progress before the result:\n%s", mcpResp.Body)
+	}
+}
+
+// TestLambdaKeepsTheSlotAfterTheAnswer: under Lambda, a call cut off before
+// its upstream answered (here a stateless upstream, which runs the call to
+// its end whatever it is told) is answered at once, and the invocation goes
+// on, kept alive by the gateway's internal extension, until the upstream's
+// late answer arrives and the slot is given back. The emulator returns an
+// invocation's response only once the invocation has ended, where Lambda
+// returns it as soon as the runtime has sent it: what this shows is the
+// order (the handler answered; the invocation went on while the upstream
+// still ran the call; it ended after the slot was given back), not when the
+// agent receives its answer.
+func TestLambdaKeepsTheSlotAfterTheAnswer(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemoWith(t, demoupstream.HandlerOptions{Stateless: true, JSONResponse: true})
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1, "timeout": 0.5})
+	key := testkit.PutKey(t, env, "*")
+	e := startEmulator(t, env)
+
+	type result struct {
+		r   streamedResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := e.send("function-url-slow-call.json", map[string]string{"KEY": key})
+		done <- result{r, err}
+	}()
+	// The handler answered (its request record is written as it returns).
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(e.output(), `"status":504`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler did not answer:\n%s", e.output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The invocation goes on while the upstream runs the call. (Waiting
+	// here can only hide an early end, never invent one.)
+	select {
+	case r := <-done:
+		t.Fatalf("the invocation ended (%+v, %v) while the upstream still ran the call; leases %d",
+			r.r, r.err, testkit.LeaseCount(t, env, "demo", "leases"))
+	case <-time.After(time.Second):
+	}
+	if n := testkit.LeaseCount(t, env, "demo", "leases"); n != 1 {
+		t.Errorf("%d leases while the upstream runs the cut-off call, want 1", n)
+	}
+	demo.OpenGate("g")
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.r.StatusCode != http.StatusGatewayTimeout || !strings.Contains(r.r.Body, "UPSTREAM_TIMEOUT") {
+		t.Errorf("answer %+v, want 504 UPSTREAM_TIMEOUT", r.r)
+	}
+	// By the time the invocation ended, the slot was back.
+	if n := testkit.LeaseCount(t, env, "demo", "leases"); n != 0 {
+		t.Errorf("%d leases when the invocation ended, want 0", n)
+	}
+	if s := demo.Stats(); s.Completed != 1 {
+		t.Errorf("upstream stats %+v, want the call run to its end", s)
+	}
+	for line := range strings.SplitSeq(e.output(), "\n") {
+		if strings.HasPrefix(line, "REPORT") {
+			t.Log(line)
+		}
 	}
 }

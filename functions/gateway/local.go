@@ -11,15 +11,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mcpgate/mcpgate/internal/gateway"
 )
 
 // serve runs the local HTTP server until ctx ends, then drains in-flight
-// requests (so their slots are released) before returning. Under Lambda
+// requests and the exchanges they left open (so their slots are released)
+// before returning. Under Lambda
 // the Function URL bounds clients; here lim does: a client must send its
 // request within lim.ReadTimeout (its headers within
 // maxReadHeaderTimeout), an idle connection closes after lim.IdleTimeout,
 // and at most lim.MaxConns connections are served at once.
-func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler, lim localLimits) error {
+func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler, lim localLimits, gw *gateway.Gateway) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -41,13 +44,26 @@ func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
+	herr := srv.Shutdown(sctx)
+	// Calls still waiting for their upstreams are cut off; every exchange
+	// left open gets until its upstream stops (or its grace ends), within
+	// the bound, and is then closed, its slot given back.
+	dctx, dcancel := context.WithTimeout(context.Background(), shutdownWait)
+	defer dcancel()
+	if n := gw.Shutdown(dctx); n > 0 {
+		log.Warn("exchanges still open at shutdown were closed", "closed", n)
+	}
+	if herr != nil && !errors.Is(herr, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", herr)
 	}
 	return nil
 }
+
+// shutdownWait bounds, on shutdown, the wait for requests in flight, and
+// then again the wait for the exchanges they left open.
+const shutdownWait = 30 * time.Second
 
 // limitListener serves at most max connections at once: a connection
 // accepted beyond that waits, unserved, until another closes (and the ones

@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdaurl"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/extension"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -91,14 +92,39 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		// agent while a tool runs; plain JSON answers stream as one chunk.
 		// The invocation may be frozen once it answers: its metrics are
 		// written before it does.
-		lambdaurl.Start(flushAfter(handler, em))
+		lambdaurl.Start(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), flushAfter(handler, em), gw, em))
 		return nil
 	}
 	defer em.Close(context.Background())
 	if cfg.RequestTimeout > 0 {
 		handler = withTimeout(handler, cfg.RequestTimeout)
 	}
-	return serve(ctx, log, cfg.Addr, handler, cfg.Local)
+	return serve(ctx, log, cfg.Addr, handler, cfg.Local, gw)
+}
+
+// afterResponse keeps each invocation alive after its response, until the
+// exchanges it left open (calls cut off before their upstreams answered,
+// still holding their slots) are closed: an internal Lambda extension,
+// registered before the runtime asks for its first event, asks for its next
+// event only then. Without it, Lambda could freeze the environment with
+// those slots held and their leases unrenewed. If the extension cannot be
+// registered, h is served as it is, and that is logged.
+func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Handler, gw *gateway.Gateway, em *metrics.Emitter) http.Handler {
+	ext, err := extension.Register(ctx, api, "mcpgate-exchanges")
+	if err != nil {
+		log.Error("cannot register the internal Lambda extension: calls cut off before their upstreams answer may be frozen with their slots", "error", err.Error())
+		return h
+	}
+	go func() {
+		err := ext.Run(ctx, func(ictx context.Context) {
+			gw.Drain(ictx)
+			fctx, cancel := context.WithTimeout(ictx, 50*time.Millisecond)
+			defer cancel()
+			_ = em.Flush(fctx)
+		})
+		log.Error("the internal Lambda extension stopped", "error", err.Error())
+	}()
+	return ext.Wrap(h, lambdaRequestID)
 }
 
 // flushAfter writes the request's queued metrics before the invocation

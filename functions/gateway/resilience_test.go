@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -93,6 +94,8 @@ func TestFleetStalledTool(t *testing.T) {
 	idle := time.Now()
 	waitFor(t, "the upstream to drop the timed-out calls", f.demo.WaitIdle)
 	t.Logf("upstream idle %v after the timeouts", time.Since(idle).Round(time.Millisecond))
+	// Then their slots come back, telling the breaker.
+	waitNoLease(t, f.env, "demo")
 	calls := f.demo.Stats().Calls
 	for i := range f.gws {
 		start := time.Now()
@@ -124,6 +127,8 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 	if o := f.slow(0, map[string]any{"ms": 5000}); o.fault.Code != fault.UpstreamTimeout {
 		t.Fatalf("opening call: %d %s", o.status, o.body)
 	}
+	// The cut-off call tells its breaker when its slot comes back.
+	waitNoLease(t, f.env, "demo")
 	openUntil := f.breakerOpenUntil("slow_tool")
 	if openUntil.IsZero() {
 		t.Fatal("the breaker did not open")
@@ -203,5 +208,18 @@ func TestFleetClockSkew(t *testing.T) {
 				t.Errorf("clock offset %s: upstream peak %d, want %d", tc.offset, p, tc.wantPeak)
 			}
 		})
+	}
+}
+
+// waitNoLease waits until the leases item of id holds no lease: the calls'
+// slots were given back (a cut-off call's once its upstream stopped).
+func waitNoLease(t *testing.T, env *storetest.Env, id string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for testkit.LeaseCount(t, env, id, lease.ServerAttr) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a lease of %s is still held after a minute", id)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -67,22 +68,36 @@ var allowed = map[fault.Code]bool{
 	fault.UpstreamTimeout: true, fault.UpstreamError: true, fault.StoreUnavailable: true,
 }
 
+// TestSoak runs the soak against a stateful upstream, which stops a call
+// when told, and against a stateless one, which runs every call to its end
+// whatever the gateway says: its cut-off calls keep their slots until their
+// late answers.
 func TestSoak(t *testing.T) {
 	if os.Getenv("MCPGATE_SOAK") == "" {
 		t.Skip("the soak runs with `make soak` (MCPGATE_SOAK=1)")
 	}
+	t.Run("stateful", func(t *testing.T) { soak(t, demoupstream.HandlerOptions{}) })
+	t.Run("stateless", func(t *testing.T) { soak(t, demoupstream.HandlerOptions{Stateless: true, JSONResponse: true}) })
+}
+
+// soakHold is the LEASE_HOLD of the soak's gateways: a lease renewed while
+// a cut-off call waits for its upstream is renewed for this long at most,
+// so a killed process's lease lapses within it (and the margin).
+const soakHold = 3 * time.Second
+
+func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 	const cap = 3
 	total, procs, workers := envInt("SOAK_CALLS", 2000), envInt("SOAK_PROCS", 6), 24
 	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
+	demo := testkit.StartDemoWith(t, upstream)
 	key := testkit.PutKey(t, env, "*")
 	proxy := testkit.NewProxy(t, strings.TrimPrefix(env.Endpoint, "http://"))
 	testkit.PutServer(t, env, map[string]any{
-		"server_id": "demo", "url": demo.URL, "max_concurrent_requests": cap, "timeout": 2, "queue_timeout": 3,
+		"server_id": "demo", "url": demo.URL, "max_concurrent_requests": cap, "timeout": 2, "queue_timeout": 3, "cancel_grace": 10,
 		"breaker": map[string]any{"failure_threshold": 4, "recovery_timeout": 1, "excluded_tools": []any{"echo"}},
 	})
 	fl := &soakFleet{t: t, env: env, extra: []string{
-		"LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=500ms", "AWS_ENDPOINT_URL_DYNAMODB=http://" + proxy.Addr,
+		"LEASE_MARGIN=1s", "LEASE_HOLD=" + soakHold.String(), "REGISTRY_CACHE_TTL=500ms", "AWS_ENDPOINT_URL_DYNAMODB=http://" + proxy.Addr,
 	}}
 	fl.gws = make([]*testkit.Gateway, procs)
 	var wg sync.WaitGroup
@@ -198,7 +213,7 @@ func TestSoak(t *testing.T) {
 
 	// Let every lease of a killed process expire, then one call per
 	// process: its release removes leases whose holders died.
-	time.Sleep(2*time.Second + time.Second + 500*time.Millisecond) // timeout + margin, and slack
+	time.Sleep(soakHold + time.Second + 500*time.Millisecond) // hold + margin, and slack
 	for i := range procs {
 		r, err := testkit.Post(context.Background(), fl.pick(i).URL+"/mcp-rest/tools/call", key,
 			map[string]any{"server_id": "demo", "name": "slow_tool", "arguments": map[string]any{"ms": 0}})

@@ -3,16 +3,18 @@
 // when it was entered and the highest number it has seen: the instrument for
 // checking that the gateway's fleet-wide cap holds.
 //
-// It serves MCP streamable HTTP at /mcp, the older HTTP+SSE transport at
-// /sse, the same instrument as a plain HTTP API at /api/ described by an
-// OpenAPI document at /openapi.json, and its counters as JSON at GET
-// /stats (POST /stats/reset zeroes them). Tests run it in-process on loopback; infra/demo-upstream runs it
-// for `make dev`.
+// It serves MCP streamable HTTP at /mcp (stateful or stateless, event-stream
+// or JSON answers: HandlerOptions), the older HTTP+SSE transport at /sse,
+// the same instrument as a plain HTTP API at /api/ described by an OpenAPI
+// document at /openapi.json, and its counters as JSON at GET /stats (GET
+// /stats/idle waits until no call is in flight, POST /stats/reset zeroes
+// them, POST /gates/{name} opens a gate). Tests run it in-process on
+// loopback or as its own process (infra/demo-upstream, which also serves
+// `make dev`).
 package demoupstream
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -35,11 +37,16 @@ type Demo struct {
 	inFlight int
 	peak     int
 	calls    int
-	gates    map[string]chan struct{}
-	barriers map[chan struct{}]int // waiting calls → in-flight count they wait for
+	// completed and cancelled count the calls that ran to their end and
+	// those that ended because their context was cancelled.
+	completed, cancelled int
+	gates                map[string]chan struct{}
+	barriers             map[chan struct{}]int // waiting calls → in-flight count they wait for
 	// hang makes slow_tool calls that start while it is set hold until
-	// cancelled, ignoring their arguments (fault injection).
-	hang bool
+	// cancelled or the hang is lifted (fault injection); lifted is closed
+	// when it is.
+	hang   bool
+	lifted chan struct{}
 	// events, while recording, logs every slow_tool entry and exit.
 	recording bool
 	events    []Event
@@ -109,11 +116,15 @@ type Stats struct {
 	InFlight int `json:"in_flight"`
 	Peak     int `json:"peak"`
 	Calls    int `json:"calls"`
+	// Completed is the calls that ran to their end; Cancelled those that
+	// ended early because their context was cancelled.
+	Completed int `json:"completed"`
+	Cancelled int `json:"cancelled"`
 }
 
 // New returns a demo server.
 func New() *Demo {
-	d := &Demo{changed: make(chan struct{}), gates: map[string]chan struct{}{}, barriers: map[chan struct{}]int{}}
+	d := &Demo{changed: make(chan struct{}), gates: map[string]chan struct{}{}, barriers: map[chan struct{}]int{}, lifted: make(chan struct{})}
 	d.server = mcp.NewServer(&mcp.Implementation{Name: "demo-upstream", Version: "1.0.0"}, nil)
 	mcp.AddTool(d.server, &mcp.Tool{
 		Name:        "slow_tool",
@@ -135,18 +146,54 @@ func New() *Demo {
 // Server is the MCP server, for in-memory transports.
 func (d *Demo) Server() *mcp.Server { return d.server }
 
-// Handler serves /mcp (streamable HTTP), /sse (HTTP+SSE) and /stats.
-func (d *Demo) Handler() http.Handler {
+// HandlerOptions says how Handler serves MCP streamable HTTP. The zero value
+// is the SDK's default: stateful sessions, answers as event streams.
+type HandlerOptions struct {
+	// Stateless serves every request on its own, without sessions: then
+	// notifications/cancelled cannot reach a running call (it arrives as an
+	// unrelated request), and, without PropagateCancellation, neither does
+	// the request being closed.
+	Stateless bool
+	// JSONResponse answers calls with application/json instead of an event
+	// stream.
+	JSONResponse bool
+	// PropagateCancellation cancels a 2026-07-28 call when its request is
+	// closed (the SDK's PropagateRequestCancellation).
+	PropagateCancellation bool
+}
+
+// Handler serves /mcp (streamable HTTP), /sse (HTTP+SSE), the OpenAPI API
+// and the counters, with the SDK's default streamable-HTTP options.
+func (d *Demo) Handler() http.Handler { return d.HandlerWith(HandlerOptions{}) }
+
+// HandlerWith is Handler with /mcp served as opts say.
+func (d *Demo) HandlerWith(opts HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	get := func(*http.Request) *mcp.Server { return d.server }
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(get, nil))
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+		Stateless:                    opts.Stateless,
+		JSONResponse:                 opts.JSONResponse,
+		PropagateRequestCancellation: opts.PropagateCancellation,
+	}))
 	mux.Handle("/sse", mcp.NewSSEHandler(get, nil))
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(d.Stats())
+		writeJSON(w, d.Stats())
+	})
+	mux.HandleFunc("GET /stats/idle", func(w http.ResponseWriter, r *http.Request) {
+		// Long poll: answers once no call is in flight, or when the
+		// client gives up.
+		if err := d.WaitIdle(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		writeJSON(w, d.Stats())
 	})
 	mux.HandleFunc("POST /stats/reset", func(w http.ResponseWriter, r *http.Request) {
 		d.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /gates/{name}", func(w http.ResponseWriter, r *http.Request) {
+		d.OpenGate(r.PathValue("name"))
 		w.WriteHeader(http.StatusNoContent)
 	})
 	d.apiRoutes(mux)
@@ -193,10 +240,13 @@ func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64
 		}
 	}
 	var gate, barrier chan struct{}
-	if d.hang {
-		// A stalled backend: the call holds until it is cancelled.
+	hung := d.hang
+	if hung {
+		// A stalled backend: the call holds until it is cancelled or
+		// the stall ends.
 		in.UntilInFlight, in.Gate = 0, ""
 		sleep = MaxSleep
+		gate = d.lifted
 	} else if in.Gate != "" {
 		gate = d.gateLocked(in.Gate)
 	}
@@ -210,9 +260,15 @@ func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64
 	}
 	d.notifyLocked()
 	d.mu.Unlock()
+	var err error
 	defer func() {
 		d.mu.Lock()
 		d.inFlight--
+		if err != nil {
+			d.cancelled++
+		} else {
+			d.completed++
+		}
 		d.eventLocked(false)
 		delete(d.barriers, barrier)
 		d.notifyLocked()
@@ -228,7 +284,8 @@ func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64
 	for gate != nil || barrier != nil {
 		select {
 		case <-ctx.Done():
-			return SlowResult{}, ctx.Err()
+			err = ctx.Err()
+			return SlowResult{}, err
 		case <-timer.C:
 			gate, barrier = nil, nil
 		case <-gate:
@@ -237,10 +294,11 @@ func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64
 			barrier = nil
 		}
 	}
-	if in.Gate == "" && in.UntilInFlight <= 0 {
+	if in.Gate == "" && in.UntilInFlight <= 0 && !hung {
 		select {
 		case <-ctx.Done():
-			return SlowResult{}, ctx.Err()
+			err = ctx.Err()
+			return SlowResult{}, err
 		case <-timer.C:
 		}
 	}
@@ -278,9 +336,19 @@ func (d *Demo) OpenGate(name string) {
 }
 
 // SetHang makes slow_tool calls that start from now on hold until they are
-// cancelled (or MaxSleep), whatever their arguments: a stalled backend.
+// cancelled (or MaxSleep, or the hang is lifted), whatever their arguments:
+// a stalled backend.
+//
+// Lifting the hang (false) lets the calls held by it answer, as a stalled
+// backend that recovers does.
 func (d *Demo) SetHang(hang bool) {
 	d.mu.Lock()
+	switch {
+	case hang && !d.hang:
+		d.lifted = make(chan struct{})
+	case !hang && d.hang:
+		close(d.lifted)
+	}
 	d.hang = hang
 	d.notifyLocked()
 	d.mu.Unlock()
@@ -290,14 +358,18 @@ func (d *Demo) SetHang(hang bool) {
 func (d *Demo) Stats() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return Stats{InFlight: d.inFlight, Peak: d.peak, Calls: d.calls}
+	return d.statsLocked()
 }
 
-// Reset zeroes the peak and call count (in-flight calls keep counting).
+func (d *Demo) statsLocked() Stats {
+	return Stats{InFlight: d.inFlight, Peak: d.peak, Calls: d.calls, Completed: d.completed, Cancelled: d.cancelled}
+}
+
+// Reset zeroes the peak and call counts (in-flight calls keep counting).
 func (d *Demo) Reset() {
 	d.mu.Lock()
 	d.peak = d.inFlight
-	d.calls = 0
+	d.calls, d.completed, d.cancelled = 0, 0, 0
 	d.gates = map[string]chan struct{}{}
 	d.notifyLocked()
 	d.mu.Unlock()
@@ -323,7 +395,7 @@ func (d *Demo) WaitCalls(ctx context.Context, n int) error {
 func (d *Demo) wait(ctx context.Context, ok func(Stats) bool) error {
 	for {
 		d.mu.Lock()
-		s := Stats{InFlight: d.inFlight, Peak: d.peak, Calls: d.calls}
+		s := d.statsLocked()
 		changed := d.changed
 		d.mu.Unlock()
 		if ok(s) {

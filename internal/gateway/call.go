@@ -81,11 +81,22 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 
 // callTool runs one tool call through the semaphore. A tool's own failure
 // is a result with IsError; every other failure is a fault.
+//
+// The agent is answered when the upstream answers or the call is cut off
+// (its timeout, the request's deadline, the caller gone, shutdown),
+// whichever comes first. A cut-off call's slot is not given back then: its
+// exchange goes on in the background until the upstream is known to have
+// stopped working on it, or the server's cancel_grace runs out.
 func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.tool = truncate(params.Name, 128)
 	if ferr := g.tool(ctx, srv, params.Name); ferr != nil {
 		return nil, ferr
+	}
+	select {
+	case <-g.stopping:
+		return nil, fault.New(fault.UpstreamTimeout, "the gateway is shutting down: the call to server %q was not sent", srv.ID)
+	default:
 	}
 	// From here the tool is known to exist: it may name a metric
 	// dimension without letting callers create unbounded ones.
@@ -127,16 +138,35 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 		// lease says, Margin before it expires.
 		callEnd = ls.CallDeadline
 	}
-	callCtx, cancel := context.WithDeadline(ctx, callEnd)
-	defer cancel()
-	stopGuard := func() {}
-	if ls != nil {
-		callCtx, stopGuard = g.guard(callCtx, ls, callEnd, req.Hold)
-	}
-	res, err := g.deps.Upstream.CallTool(callCtx, srv, params, l)
-	lost := errors.Is(context.Cause(callCtx), errLeaseLost)
-	stopGuard()
+	f := g.startFlight(ctx, srv, params, l, ls, req.Hold, callEnd)
 
+	// Answer when the upstream does, or when the call is cut off.
+	timer := time.NewTimer(time.Until(callEnd))
+	defer timer.Stop()
+	var cut error
+	select {
+	case <-f.up.Done():
+	case <-timer.C:
+		cut = context.DeadlineExceeded
+	case <-ctx.Done():
+		cut = ctx.Err()
+	case <-g.stopping:
+		cut = errShutdown
+	}
+	if cut != nil {
+		select {
+		case <-f.up.Done():
+			// The answer came at the same instant: it wins.
+			cut = nil
+		default:
+		}
+	}
+	if cut != nil {
+		return nil, g.cutOff(f, cut, short)
+	}
+
+	res, err := f.up.Result()
+	lost := errors.Is(context.Cause(f.ctx), errLeaseLost)
 	if err != nil {
 		ferr = upstreamFault(srv, err)
 		if lost {
@@ -144,8 +174,10 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 				WithRetryAfter(storeRetryAfter)
 		}
 	}
-	if ls != nil {
-		g.finish(ctx, ls, callOutcome(err, lost, short))
+	if how := f.close(callOutcome(err, lost, short)); how == "" {
+		// The exchange ended without the upstream known to stop (its
+		// lease lost, or the gateway draining) while it had the call.
+		g.closed(f, how, 0)
 	}
 	if ferr != nil {
 		return nil, ferr
@@ -155,6 +187,29 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 		rec.outcome = "tool_error"
 	}
 	return res, nil
+}
+
+// cutOff answers a call cut off for cause before its upstream answered, and
+// leaves its exchange to close in the background.
+func (g *Gateway) cutOff(f *flight, cause error, short bool) *fault.Error {
+	kind := upstream.KindCanceled
+	if errors.Is(cause, context.DeadlineExceeded) {
+		kind = upstream.KindTimeout
+	}
+	err := &upstream.Error{Kind: kind, ServerID: f.srv.ID, Err: cause}
+	ferr := upstreamFault(f.srv, err)
+	if errors.Is(cause, errShutdown) {
+		ferr = fault.Wrap(err, fault.UpstreamTimeout, "the gateway is shutting down: the call to server %q was stopped before it answered", f.srv.ID)
+	}
+	outcome := callOutcome(err, false, short)
+	if !f.capped {
+		// No place under a cap to keep (at most the breaker's lease,
+		// which learns the outcome now): nothing to wait for.
+		f.closeNow(outcome, errNoSlot)
+		return ferr
+	}
+	g.background(f, outcome)
+	return ferr
 }
 
 // leaseRequest says which slots a call of tool on srv takes and whether it
@@ -198,48 +253,61 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 // errLeaseLost cancels a call whose lease could not be renewed.
 var errLeaseLost = errors.New("lease lost")
 
-// guard bounds a call by its lease. When the call may outlast the lease, it
-// renews the lease halfway through each hold, each renewal covering one
-// more hold or the rest of the call, whichever is shorter, and stops once
-// the lease covers the call. It cancels the call (cause errLeaseLost) if
-// the lease is gone or cannot be renewed before it lapses: no call runs on
-// an expired lease. The returned stop function ends the renewals and waits
+// guard keeps ls for a call's exchange until end. When the exchange may
+// outlast the lease, it renews the lease halfway through each term, for
+// hold() at a time (or what is left until end), and cancels the exchange
+// (cause errLeaseLost) if the lease is gone or cannot be renewed before it
+// lapses: no call runs on an expired lease. Once a renewal covers end, it
+// stops renewing. The returned stop function ends the renewals and waits
 // for them.
-func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, callEnd time.Time, hold time.Duration) (context.Context, func()) {
-	if !ls.CallDeadline.Before(callEnd) {
-		// The lease covers the whole call: nothing to renew.
+func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, end time.Time, hold func() time.Duration) (context.Context, func()) {
+	if !ls.CallDeadline.Before(end) {
+		// The lease covers the whole exchange: nothing to renew.
 		return ctx, func() {}
 	}
 	callCtx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for ls.CallDeadline.Before(callEnd) {
-			deadline := ls.CallDeadline
-			// Halfway through the hold, but never past the deadline.
-			t := time.NewTimer(time.Until(deadline.Add(-min(hold, time.Until(deadline)) / 2)))
+		deadline := ls.CallDeadline
+		term := hold()
+		for {
+			t := time.NewTimer(time.Until(deadline.Add(-term / 2)))
 			select {
 			case <-callCtx.Done():
 				t.Stop()
 				return
 			case <-t.C:
 			}
-			rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
-			err := ls.Renew(rctx, min(hold, time.Until(callEnd)))
-			rcancel()
-			switch {
-			case err == nil:
-			case errors.Is(err, lease.ErrNotHeld) || !time.Now().Before(deadline):
-				g.log.Warn("lease lost; stopping the call", "server_id", ls.Key(), "lease", ls.ID(), "error", err.Error())
-				cancel(errLeaseLost)
-				return
-			default:
+			for {
+				left := time.Until(end)
+				if left <= 0 {
+					return
+				}
+				term = min(hold(), left)
+				rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
+				err := ls.Renew(rctx, term)
+				rcancel()
+				if err == nil {
+					deadline = ls.CallDeadline
+					break
+				}
+				if errors.Is(err, lease.ErrNotHeld) || !time.Now().Before(deadline) {
+					g.log.Warn("lease lost; stopping the call", "server_id", ls.Key(), "lease", ls.ID(), "error", err.Error())
+					cancel(errLeaseLost)
+					return
+				}
 				// A store hiccup: try again soon, while the lease holds.
 				select {
 				case <-callCtx.Done():
 					return
 				case <-time.After(min(200*time.Millisecond, time.Until(deadline)/2)):
 				}
+			}
+			if term >= time.Until(end) {
+				// The lease now covers the whole exchange.
+				<-callCtx.Done()
+				return
 			}
 		}
 	}()
@@ -264,12 +332,11 @@ func callOutcome(err error, lost, short bool) lease.Outcome {
 }
 
 // finish gives the slot back even if the client has gone away, reporting
-// the call's outcome to the breaker. A lease already gone (expired and
-// purged) is logged: its call outlived it.
-func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, outcome lease.Outcome) {
+// the call's outcome to the breaker and any transition in rec. A lease
+// already gone (expired and purged) is logged: its call outlived it.
+func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, outcome lease.Outcome, rec *record) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	rec := recordFrom(ctx)
 	tr, err := ls.Finish(rctx, outcome)
 	if err != nil {
 		g.log.Warn("release failed; the lease will expire on its own",

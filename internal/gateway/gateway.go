@@ -3,6 +3,18 @@
 // take a place in its fleet-wide semaphore, call the upstream within a
 // deadline that ends before the lease, give the place back, answer.
 //
+// The invariant the call path keeps: a place goes back only when the
+// upstream is known to have stopped working on the call. The agent is
+// answered when the upstream answers or when the call is cut off (its
+// timeout, the request's deadline, the caller gone, shutdown), whichever is
+// first; a cut-off call's exchange with the upstream goes on in the
+// background, holding and renewing its lease, until the upstream's answer
+// arrives, a stateful session acknowledges the cancellation, or the request
+// is closed on a server declared stops_on_close; at the latest when the
+// server's cancel_grace ends, and then the place is freed anyway, logged and
+// counted (CapMayBeExceeded). Drain and Shutdown wait for those exchanges;
+// under Lambda an internal extension keeps the invocation alive for them.
+//
 // The same http.Handler is served under Lambda (through the Function URL),
 // as a local HTTP server, and in tests.
 package gateway
@@ -116,19 +128,26 @@ type Gateway struct {
 	statsMu   sync.Mutex
 	statsAt   time.Time
 	statsLast lease.Stats
+	// flights are the calls' exchanges that outlived their answers.
+	flights flights
+	// stopping is closed by Shutdown: calls still waiting for their
+	// upstreams are cut off.
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // New returns a Gateway. It fails only on an invalid AllowedOrigins entry.
 func New(deps Deps, opts Options) (*Gateway, error) {
 	g := &Gateway{
-		deps:    deps,
-		maxBody: opts.MaxBodyBytes,
-		reserve: opts.AnswerReserve,
-		maxHold: opts.MaxLeaseHold,
-		maxReq:  opts.RequestTimeout,
-		log:     opts.Logger,
-		version: opts.Version,
-		reqID:   opts.RequestID,
+		deps:     deps,
+		maxBody:  opts.MaxBodyBytes,
+		reserve:  opts.AnswerReserve,
+		maxHold:  opts.MaxLeaseHold,
+		maxReq:   opts.RequestTimeout,
+		log:      opts.Logger,
+		version:  opts.Version,
+		reqID:    opts.RequestID,
+		stopping: make(chan struct{}),
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBodyBytes

@@ -54,6 +54,7 @@ type harness struct {
 	url  string
 	key  string // may call every server
 	logs *syncBuffer
+	gw   *Gateway
 }
 
 func newHarness(t *testing.T) *harness {
@@ -83,10 +84,27 @@ func newHarnessWith(t *testing.T, opts Options) *harness {
 	}
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
-	h := &harness{t: t, env: env, demo: demo, url: srv.URL, logs: logs}
+	t.Cleanup(func() {
+		// Exchanges left open are closed before the upstream goes.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+	})
+	h := &harness{t: t, env: env, demo: demo, url: srv.URL, logs: logs, gw: g}
 	h.key = testkit.PutKey(t, env, "*")
 	h.server(map[string]any{"server_id": "demo", "url": demo.URL})
 	return h
+}
+
+// drain waits until every call cut off before its upstream answered has
+// given its slot back.
+func (h *harness) drain() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if n := h.gw.Drain(ctx); n != 0 {
+		h.t.Fatalf("%d exchanges still open after 30s", n)
+	}
 }
 
 func (h *harness) server(doc map[string]any) {
@@ -340,6 +358,8 @@ func TestUpstreamTimeoutReleasesTheSlot(t *testing.T) {
 	h := newHarness(t)
 	h.server(map[string]any{"server_id": "demo", "url": h.demo.URL, "max_concurrent_requests": 1, "timeout": 0.3})
 	h.expectFault(h.call(h.key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":30000}}`), 504, fault.UpstreamTimeout)
+	// The slot is given back once the upstream has stopped the call.
+	h.drain()
 	if n := testkit.LeaseCount(t, h.env, "demo", lease.ServerAttr); n != 0 {
 		t.Errorf("%d leases left after the timeout", n)
 	}

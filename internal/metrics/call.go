@@ -17,12 +17,15 @@ const (
 	MetricUpstreamTimeout   = "UpstreamTimeout"
 	MetricUpstreamError     = "UpstreamError"
 	MetricBreakerTransition = "BreakerTransition"
+	MetricHeldAfterAnswer   = "HeldAfterAnswer"
+	MetricCapMayBeExceeded  = "CapMayBeExceeded"
 
 	PropOutcome   = "Outcome"
 	PropRequestID = "RequestID"
 	PropLeaseID   = "LeaseID"
 	PropFrom      = "From"
 	PropTo        = "To"
+	PropStoppedBy = "StoppedBy"
 )
 
 var (
@@ -123,6 +126,53 @@ func (e *Emitter) BreakerTransition(serverID, tool, from, to string) error {
 	ms := [1]Metric{{MetricBreakerTransition, Count, 1}}
 	ps := [2]Property{{PropFrom, from}, {PropTo, to}}
 	en.Metrics, en.Properties = ms[:], ps[:]
+	return e.Emit(en)
+}
+
+// Exchange is what the record of a cut-off call's exchange says once the
+// exchange is closed: the agent was answered before the upstream was known
+// to have stopped, and the call kept its slot meanwhile.
+type Exchange struct {
+	// ServerID and Tool are as in Call.
+	ServerID, Tool string
+	// Held is how long the slot was kept after the agent's answer: metric
+	// HeldAfterAnswer in milliseconds.
+	Held time.Duration
+	// StoppedBy says how the upstream was known to stop (property
+	// StoppedBy); empty means it was not known: the exchange was closed at
+	// the end of its grace (or by a lost slot, or shutdown) and metric
+	// CapMayBeExceeded (Count 1) is written.
+	StoppedBy string
+	// RequestID and LeaseID are properties, left out when empty.
+	RequestID, LeaseID string
+}
+
+// Exchange writes the record of a cut-off call's exchange, closed.
+func (e *Emitter) Exchange(x Exchange) error {
+	if e == nil || e.off {
+		return nil
+	}
+	dims := [2]Dimension{{DimServerID, x.ServerID}, {DimTool, x.Tool}}
+	en := Entry{Dimensions: dims[:], Sets: serverToolSets}
+	if x.Tool == "" {
+		en.Dimensions, en.Sets = dims[:1], serverSets
+	}
+	ms := [2]Metric{{MetricHeldAfterAnswer, Milliseconds, millis(x.Held)}}
+	m := ms[:1]
+	stopped := x.StoppedBy
+	if stopped == "" {
+		m = append(m, Metric{MetricCapMayBeExceeded, Count, 1})
+		stopped = "unknown"
+	}
+	en.Metrics = m
+	var ps [3]Property
+	p := append(ps[:0], Property{PropStoppedBy, stopped})
+	for _, q := range [...]Property{{PropRequestID, x.RequestID}, {PropLeaseID, x.LeaseID}} {
+		if q.Value != "" {
+			p = append(p, q)
+		}
+	}
+	en.Properties = p
 	return e.Emit(en)
 }
 

@@ -164,6 +164,28 @@ func TestBreakerTransition(t *testing.T) {
 		"[[ServerID]]")
 }
 
+func TestExchange(t *testing.T) {
+	e, lines := newTest(t, Options{})
+	if err := e.Exchange(Exchange{ServerID: "batch", Tool: "run", Held: 2500 * time.Millisecond, StoppedBy: "answered", RequestID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Exchange(Exchange{ServerID: "batch", Tool: "run", Held: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	got := lines()
+	if len(got) != 2 {
+		t.Fatalf("got %d lines, want 2", len(got))
+	}
+	checkRecord(t, mustParse(t, got[0]),
+		map[string]wantMetric{"HeldAfterAnswer": {Milliseconds, 2500}},
+		map[string]string{"ServerID": "batch", "Tool": "run", "StoppedBy": "answered", "RequestID": "r1"},
+		"[[ServerID] [ServerID Tool]]")
+	checkRecord(t, mustParse(t, got[1]),
+		map[string]wantMetric{"HeldAfterAnswer": {Milliseconds, 60000}, "CapMayBeExceeded": {Count, 1}},
+		map[string]string{"StoppedBy": "unknown"},
+		"[[ServerID] [ServerID Tool]]")
+}
+
 func TestStoreStats(t *testing.T) {
 	e, lines := newTest(t, Options{})
 	if err := e.StoreStats(StoreStats{Calls: 4, Writes: 10, FailedWrites: 2, Reads: 3}); err != nil {

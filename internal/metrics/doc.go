@@ -11,8 +11,9 @@
 // records never interleave and a slow or failing io.Writer never blocks the
 // caller: when the queue is full the record is dropped and counted.
 //
-// Call, BreakerTransition and StoreStats build the gateway's records; Emit
-// writes any Entry. Parse checks a line against the format, for tests.
+// Call, BreakerTransition, Exchange and StoreStats build the gateway's
+// records; Emit writes any Entry. Parse checks a line against the format,
+// for tests.
 //
 // Records carry server ids, tool names, outcomes, request and lease ids.
 // There is no field for keys, key hashes or call arguments, and none should

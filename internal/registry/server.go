@@ -43,6 +43,9 @@ const (
 	DefaultTimeout      = 30 * time.Second
 	MaxTimeout          = 900 * time.Second
 	DefaultQueueTimeout = 10 * time.Second
+	// DefaultCancelGrace is how long, by default, a cut-off call keeps its
+	// slot while the gateway waits for the upstream's late answer.
+	DefaultCancelGrace = 60 * time.Second
 	// MaxConcurrentLimit bounds max_concurrent_requests: each live lease is
 	// a map entry in one DynamoDB item, and every write is billed per KB of
 	// that item.
@@ -79,6 +82,18 @@ type Server struct {
 	Breaker *Breaker
 	// OnStoreError is what to do when the lease store fails.
 	OnStoreError StorePolicy
+	// CancelGrace bounds how long a call cut off before the upstream
+	// answered (timeout, caller gone, lost slot, shutdown) keeps its slot
+	// while the gateway waits to learn that the upstream stopped working on
+	// it. When it ends without that, the slot is freed anyway and the cap
+	// may be exceeded (logged and counted).
+	CancelGrace time.Duration
+	// StopsOnClose declares that the upstream stops working on a call when
+	// its request is closed (the stream of a streamable-HTTP POST, an
+	// OpenAPI request, the session of the SSE transport): a cut-off call
+	// then closes it and frees its slot at once, without waiting for a late
+	// answer.
+	StopsOnClose bool
 }
 
 // ToolLimits are one tool's own limits.
@@ -148,6 +163,8 @@ const (
 	attrOnStoreError = "on_store_error"
 	attrSpecURL      = "spec_url"
 	attrSpecPath     = "spec_path"
+	attrCancelGrace  = "cancel_grace"
+	attrStopsOnClose = "stops_on_close"
 )
 
 // Limits on the nested attributes.
@@ -162,7 +179,7 @@ const (
 // attribute is rejected (a misspelt max_concurrent_requests must not silently
 // mean "unlimited"), except names starting with "x_", which are kept for
 // admins' own notes and ignored.
-var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription, attrTools, attrBreaker, attrOnStoreError, attrSpecURL, attrSpecPath}
+var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription, attrTools, attrBreaker, attrOnStoreError, attrSpecURL, attrSpecPath, attrCancelGrace, attrStopsOnClose}
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.]{0,63}$`)
 
@@ -200,6 +217,8 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 		QueueTimeout:  p.seconds(attrQueueTimeout, DefaultQueueTimeout, MaxTimeout),
 		Description:   p.str(attrDescription, false),
 		OnStoreError:  StorePolicy(p.str(attrOnStoreError, false)),
+		CancelGrace:   p.seconds(attrCancelGrace, DefaultCancelGrace, MaxTimeout),
+		StopsOnClose:  p.boolean(attrStopsOnClose),
 	}
 	s.Tools = p.tools(attrTools)
 	s.Breaker = p.breaker(attrBreaker)
@@ -375,6 +394,20 @@ func (p *parser) number(name string) (float64, bool) {
 		return 0, false
 	}
 	return f, true
+}
+
+// boolean reads an optional BOOL attribute; absent means false.
+func (p *parser) boolean(name string) bool {
+	v, ok := p.item[name]
+	if !ok {
+		return false
+	}
+	b, ok := v.(*types.AttributeValueMemberBOOL)
+	if !ok {
+		p.fail(name, "must be of type BOOL (true or false), got "+typeName(v))
+		return false
+	}
+	return b.Value
 }
 
 // cap reads max_concurrent_requests: absent or <= 0 means unlimited (0).

@@ -40,7 +40,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Server{ID: "demo", URL: "http://127.0.0.1:9000/mcp", Transport: TransportHTTP, Timeout: DefaultTimeout,
-		OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout, OnStoreError: StoreReject}
+		OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout, OnStoreError: StoreReject, CancelGrace: DefaultCancelGrace}
 	if !reflect.DeepEqual(*srv, want) {
 		t.Errorf("got %+v, want %+v", *srv, want)
 	}
@@ -51,12 +51,14 @@ func TestParseDefaults(t *testing.T) {
 
 func TestParseValues(t *testing.T) {
 	srv, err := Parse(with("transport", s("sse"), "max_concurrent_requests", n("2"), "timeout", n("1.5"),
-		"on_limit", s("shed"), "queue_timeout", n("3"), "x_owner", s("team-a")))
+		"on_limit", s("shed"), "queue_timeout", n("3"), "x_owner", s("team-a"),
+		"cancel_grace", n("2.5"), "stops_on_close", &types.AttributeValueMemberBOOL{Value: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if srv.Transport != TransportSSE || srv.MaxConcurrent != 2 || srv.Timeout != 1500*time.Millisecond ||
-		srv.OnLimit != PolicyShed || srv.QueueTimeout != 3*time.Second {
+		srv.OnLimit != PolicyShed || srv.QueueTimeout != 3*time.Second ||
+		srv.CancelGrace != 2500*time.Millisecond || !srv.StopsOnClose {
 		t.Errorf("got %+v", *srv)
 	}
 }
@@ -110,6 +112,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"openapi with both specs", with("transport", s("openapi"), "spec_url", s("http://h/o.json"), "spec_path", s("o.json")), "spec_url"},
 		{"openapi bad spec url", with("transport", s("openapi"), "spec_url", s("file:///etc/passwd")), "spec_url"},
 		{"spec on an mcp server", with("spec_path", s("o.json")), "spec_path"},
+		{"zero cancel grace", with("cancel_grace", n("0")), "cancel_grace"},
+		{"huge cancel grace", with("cancel_grace", n("100000")), "cancel_grace"},
+		{"stops_on_close as string", with("stops_on_close", s("true")), "stops_on_close"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

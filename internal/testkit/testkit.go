@@ -80,8 +80,15 @@ type Demo struct {
 // StartDemo starts a demo upstream server on 127.0.0.1.
 func StartDemo(t testing.TB) *Demo {
 	t.Helper()
+	return StartDemoWith(t, demoupstream.HandlerOptions{})
+}
+
+// StartDemoWith starts a demo upstream server on 127.0.0.1, serving MCP
+// streamable HTTP as opts say.
+func StartDemoWith(t testing.TB, opts demoupstream.HandlerOptions) *Demo {
+	t.Helper()
 	d := demoupstream.New()
-	srv := httptest.NewServer(d.Handler())
+	srv := httptest.NewServer(d.HandlerWith(opts))
 	t.Cleanup(srv.Close)
 	return &Demo{Demo: d, URL: srv.URL + "/mcp", SSEURL: srv.URL + "/sse", SpecURL: srv.URL + "/openapi.json"}
 }

@@ -94,7 +94,9 @@ func (p *Pool) openAPITool(ctx context.Context, srv *registry.Server, name strin
 	return nil, ErrUnknownTool
 }
 
-func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+// callOpenAPI makes the HTTP request of an OpenAPI tool call; x, if not
+// nil, is the call's exchange, told before the request goes out.
+func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, x *Exchange) (*mcp.CallToolResult, error) {
 	api, err := p.openAPI(ctx, srv)
 	if err != nil {
 		return nil, err
@@ -108,6 +110,11 @@ func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, params *mc
 	default:
 		if raw, err = json.Marshal(a); err != nil {
 			return nil, fmt.Errorf("encode arguments: %w", err)
+		}
+	}
+	if x != nil {
+		if err := x.sending(&sentCall{}); err != nil {
+			return nil, &Error{Kind: KindCanceled, ServerID: srv.ID, Err: err}
 		}
 	}
 	res, err := api.Call(ctx, params.Name, raw)

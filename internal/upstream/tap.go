@@ -7,7 +7,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -124,39 +123,5 @@ func (t *eventTap) dispatch(data []byte) {
 		if t.l.Log != nil && json.Unmarshal(msg.Params, &p) == nil {
 			t.l.Log(t.ctx, &p)
 		}
-	}
-}
-
-// cancelWatch learns when the upstream has received the cancellation of a
-// call whose context ended: the SDK sends notifications/cancelled on its own
-// goroutine, with the call's context values, and this sees the request go.
-type cancelWatch struct {
-	once sync.Once
-	sent chan struct{}
-}
-
-type cancelWatchKey struct{}
-
-func withCancelWatch(ctx context.Context) (context.Context, *cancelWatch) {
-	w := &cancelWatch{sent: make(chan struct{})}
-	return context.WithValue(ctx, cancelWatchKey{}, w), w
-}
-
-// watchCancel notes a notifications/cancelled request of a watched call once
-// the upstream has answered it.
-func watchCancel(req *http.Request, err error) {
-	w, _ := req.Context().Value(cancelWatchKey{}).(*cancelWatch)
-	if w == nil || req.Method != http.MethodPost || req.GetBody == nil || err != nil {
-		return
-	}
-	body, gerr := req.GetBody()
-	if gerr != nil {
-		return
-	}
-	defer body.Close()
-	head := make([]byte, 512)
-	n, _ := io.ReadFull(body, head)
-	if bytes.Contains(head[:n], []byte(`"notifications/cancelled"`)) {
-		w.once.Do(func() { close(w.sent) })
 	}
 }

@@ -6,6 +6,11 @@
 // breaks only that session, and notifications the upstream sends during a
 // call reach that call alone. Idle sessions are kept per upstream, a broken
 // one is closed and replaced by the next call, never fatal.
+//
+// A tool call is an Exchange: its caller may stop waiting for it, tell the
+// upstream to stop (Stop) in every way the upstream's protocol allows
+// without losing the late answer, and learn when the upstream is known to
+// have stopped working on the call (Stopped).
 package upstream
 
 import (
@@ -57,15 +62,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is reported as the gateway's client version.
 	Version string
-	// CancelGrace is how long a call whose context ended waits, at most,
-	// for its cancellation to reach the upstream before returning, so the
-	// caller frees the call's slot only once the upstream was told to
-	// stop. Zero means DefaultCancelGrace.
-	CancelGrace time.Duration
 }
-
-// DefaultCancelGrace is the default for Options.CancelGrace.
-const DefaultCancelGrace = time.Second
 
 // Pool holds client sessions to upstream servers.
 type Pool struct {
@@ -74,7 +71,6 @@ type Pool struct {
 	maxIdle  int
 	idleTTL  time.Duration
 	toolsTTL time.Duration
-	grace    time.Duration
 	log      *slog.Logger
 
 	mu    sync.Mutex
@@ -116,7 +112,6 @@ func New(opts Options) *Pool {
 		maxIdle:  opts.MaxIdle,
 		idleTTL:  opts.IdleTimeout,
 		toolsTTL: opts.ToolsTTL,
-		grace:    opts.CancelGrace,
 		log:      opts.Logger,
 		idle:     map[string][]*session{},
 		tools:    map[string]*toolList{},
@@ -138,9 +133,6 @@ func New(opts Options) *Pool {
 	}
 	if p.toolsTTL <= 0 {
 		p.toolsTTL = DefaultToolsTTL
-	}
-	if p.grace <= 0 {
-		p.grace = DefaultCancelGrace
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -198,8 +190,12 @@ type limitTransport struct {
 }
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if x := exchangeFrom(req.Context()); x != nil {
+		if err := x.sendingHTTP(req); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := t.base.RoundTrip(req)
-	watchCancel(req, err)
 	if err != nil {
 		return nil, err
 	}
@@ -372,6 +368,12 @@ func healthy(err error) bool {
 // processed, and fn runs once more on a new session. l, if not nil,
 // receives the upstream's notifications while fn runs.
 func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn func(context.Context, *mcp.ClientSession) error) error {
+	return p.do(ctx, srv, l, nil, fn)
+}
+
+// do is Do for the call of exchange x (nil for other requests): x sees its
+// call's HTTP requests, and decides whether the session is kept.
+func (p *Pool) do(ctx context.Context, srv *registry.Server, l *Listener, x *Exchange, fn func(context.Context, *mcp.ClientSession) error) error {
 	if srv.Transport == registry.TransportOpenAPI {
 		return &Error{Kind: KindRPC, ServerID: srv.ID, RPC: errNotMCP, Err: errNotMCP}
 	}
@@ -387,14 +389,17 @@ func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn fun
 				// not tied to this call: the SDK's handlers relay them.
 				p.listeners.Store(s.cs, l)
 			} else {
-				fctx = withListener(ctx, l)
+				fctx = withListener(fctx, l)
 			}
+		}
+		if x != nil {
+			fctx = withExchange(fctx, x)
 		}
 		err = fn(fctx, s.cs)
 		if l != nil {
 			p.listeners.Delete(s.cs)
 		}
-		p.checkin(srv, s, healthy(err))
+		p.checkin(srv, s, healthy(err) && (x == nil || !x.discarding()))
 		if err != nil && reused && attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
 			p.log.Debug("upstream lost its session; reconnecting", "server_id", srv.ID)
 			continue
@@ -404,34 +409,6 @@ func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn fun
 		}
 		return nil
 	}
-}
-
-// CallTool calls a tool on srv. A tool's own failure is a result with
-// IsError set, not an error.
-//
-// When ctx ends first, CallTool returns once the upstream has received the
-// call's cancellation (or after CancelGrace): a caller that frees a slot
-// on return frees it only after the upstream was told to stop.
-func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *Listener) (*mcp.CallToolResult, error) {
-	if srv.Transport == registry.TransportOpenAPI {
-		return p.callOpenAPI(ctx, srv, params)
-	}
-	var res *mcp.CallToolResult
-	wctx, watch := withCancelWatch(ctx)
-	err := p.Do(wctx, srv, l, func(ctx context.Context, cs *mcp.ClientSession) error {
-		var err error
-		res, err = cs.CallTool(ctx, params)
-		return err
-	})
-	if err != nil && ctx.Err() != nil {
-		t := time.NewTimer(p.grace)
-		select {
-		case <-watch.sent:
-		case <-t.C:
-		}
-		t.Stop()
-	}
-	return res, err
 }
 
 // Tools returns srv's tools, from a cache refreshed every ToolsTTL.
