@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -52,12 +53,19 @@ Example:
 
 var serversGetCmd = &command{
 	name:    "servers get",
-	args:    "ID",
+	args:    "ID [--reveal]",
 	summary: "print a server's item as JSON, and whether it is valid",
 	help: `
 Prints the server's item as indented JSON on standard output. When the item
 is invalid (the gateway refuses calls to it), it says why on standard error
 and exits with status 1.
+
+URLs may carry credentials: the values of their query and their user and
+password are printed as REDACTED, as everywhere the CLI and the gateway
+print a URL.
+
+Flags:
+  --reveal   print url and spec_url as stored, secrets included
 `,
 	run: runServersGet,
 }
@@ -105,6 +113,9 @@ Examples:
 	run: runServersSet,
 }
 
+// urlAttrs are the server attributes holding URLs, redacted when printed.
+var urlAttrs = []string{"url", "spec_url"}
+
 // numberAttrs are the server attributes written as DynamoDB numbers.
 var numberAttrs = []string{"max_concurrent_requests", "timeout", "queue_timeout", "cancel_grace"}
 
@@ -147,10 +158,16 @@ func runServersPut(c *cli, args []string) error {
 }
 
 func runServersGet(c *cli, args []string) error {
-	id, err := c.oneArg(args, "ID")
+	fs := c.newFlags()
+	reveal := fs.Bool("reveal", false, "")
+	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
+	if len(pos) != 1 {
+		return usagef("want one ID, got %d arguments", len(pos))
+	}
+	id := pos[0]
 	if err := c.open(); err != nil {
 		return err
 	}
@@ -161,7 +178,15 @@ func runServersGet(c *cli, args []string) error {
 	if item == nil {
 		return fmt.Errorf("server %q not found", id)
 	}
-	if err := printJSON(c.stdout, registry.ItemToJSON(item)); err != nil {
+	doc := registry.ItemToJSON(item)
+	if !*reveal {
+		for _, name := range urlAttrs {
+			if u, ok := doc[name].(string); ok {
+				doc[name] = safeurl.Redact(u)
+			}
+		}
+	}
+	if err := printJSON(c.stdout, doc); err != nil {
 		return err
 	}
 	if _, err := registry.Parse(item); err != nil {
@@ -196,11 +221,11 @@ func runServersList(c *cli, args []string) error {
 		if err != nil {
 			invalid++
 			raw := func(name string) string { return rawAttr(item, name) }
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tINVALID: %s\n", raw(store.ServerIDAttr), raw("url"), raw("transport"),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tINVALID: %s\n", raw(store.ServerIDAttr), safeurl.Redact(raw("url")), raw("transport"),
 				raw("max_concurrent_requests"), raw("timeout"), raw("on_limit"), oneLine(err.Error()))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tok\n", s.ID, s.URL, s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tok\n", s.ID, safeurl.Redact(s.URL), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -368,7 +393,7 @@ func updateInput(changes []change) *dynamodb.UpdateItemInput {
 
 // describe summarises a valid server in one line.
 func describe(s *registry.Server) string {
-	return fmt.Sprintf("url %s, transport %s, cap %s, timeout %v, on_limit %s", s.URL, s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
+	return fmt.Sprintf("url %s, transport %s, cap %s, timeout %v, on_limit %s", safeurl.Redact(s.URL), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
 }
 
 func capText(n int) string {

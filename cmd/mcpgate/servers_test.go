@@ -28,7 +28,7 @@ func TestServersPutGetListDelete(t *testing.T) {
 	env := storetest.NewEnv(t)
 	file := writeFile(t, "github.json", `{"server_id":"github","url":"https://example.com/mcp?a=1&b=2","max_concurrent_requests":5,"timeout":12.5,"description":"GitHub tools"}`)
 	r := mcpgate(t, env, "servers", "put", file).ok(t)
-	if want := `server "github" written: url https://example.com/mcp?a=1&b=2, transport http, cap 5, timeout 12.5s, on_limit queue`; strings.TrimSpace(r.stdout) != want {
+	if want := `server "github" written: url https://example.com/mcp?a=REDACTED&b=REDACTED, transport http, cap 5, timeout 12.5s, on_limit queue`; strings.TrimSpace(r.stdout) != want {
 		t.Errorf("put said %q, want %q", r.stdout, want)
 	}
 	item := serverItem(t, env, "github")
@@ -47,12 +47,14 @@ func TestServersPutGetListDelete(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("get did not print JSON: %v\n%s", err, r.stdout)
 	}
-	want := map[string]any{"server_id": "github", "url": "https://example.com/mcp?a=1&b=2", "max_concurrent_requests": 5.0, "timeout": 12.5, "description": "GitHub tools"}
+	want := map[string]any{"server_id": "github", "url": "https://example.com/mcp?a=REDACTED&b=REDACTED", "max_concurrent_requests": 5.0, "timeout": 12.5, "description": "GitHub tools"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("get printed %v, want %v", got, want)
 	}
-	if !strings.Contains(r.stdout, "a=1&b=2") {
-		t.Errorf("get escaped the url:\n%s", r.stdout)
+	// --reveal prints the item as stored, unescaped, for editing.
+	r = mcpgate(t, env, "servers", "get", "github", "--reveal").ok(t)
+	if !strings.Contains(r.stdout, `"url": "https://example.com/mcp?a=1&b=2"`) {
+		t.Errorf("get --reveal printed:\n%s", r.stdout)
 	}
 
 	r = mcpgate(t, env, "servers", "list").ok(t)
@@ -62,7 +64,7 @@ func TestServersPutGetListDelete(t *testing.T) {
 	}
 	for i, want := range [][]string{
 		{"ID", "URL", "TRANSPORT", "CAP", "TIMEOUT", "ON_LIMIT", "STATUS"},
-		{"github", "https://example.com/mcp?a=1&b=2", "http", "5", "12.5s", "queue", "ok"},
+		{"github", "https://example.com/mcp?a=REDACTED&b=REDACTED", "http", "5", "12.5s", "queue", "ok"},
 		{"search", "https://search.example/sse", "sse", "unlimited", "30s", "queue", "ok"},
 	} {
 		if got := strings.Fields(lines[i]); !reflect.DeepEqual(got, want) {
@@ -117,6 +119,7 @@ func TestServersInvalidItems(t *testing.T) {
 	env := storetest.NewEnv(t)
 	testkit.PutServer(t, env, map[string]any{"server_id": "good", "url": "https://good.example/mcp", "max_concurrent_requests": 0, "on_limit": "shed"})
 	testkit.PutServer(t, env, map[string]any{"server_id": "bad", "url": "https://bad.example/mcp", "timeout": -1})
+	testkit.PutServer(t, env, map[string]any{"server_id": "creds", "url": "https://admin:hunter2@creds.example/mcp?token=s3cr3t"})
 
 	r := mcpgate(t, env, "servers", "get", "bad")
 	r.fails(t, 1, `server "bad" is invalid`, "timeout: must be a positive number")
@@ -126,13 +129,26 @@ func TestServersInvalidItems(t *testing.T) {
 	}
 
 	r = mcpgate(t, env, "servers", "list").ok(t)
-	var badLine, goodLine string
+	var badLine, goodLine, credsLine string
 	for _, line := range strings.Split(r.stdout, "\n") {
 		switch {
 		case strings.HasPrefix(line, "bad "):
 			badLine = line
 		case strings.HasPrefix(line, "good "):
 			goodLine = line
+		case strings.HasPrefix(line, "creds "):
+			credsLine = line
+		}
+	}
+	// An item refused for carrying credentials is listed without them.
+	if !strings.Contains(credsLine, "https://REDACTED@creds.example/mcp?token=REDACTED") || !strings.Contains(credsLine, "INVALID: url: must not carry credentials") {
+		t.Errorf("list shows the item with credentials as %q", credsLine)
+	}
+	for _, out := range []string{r.stdout, mcpgate(t, env, "servers", "get", "creds").stdout} {
+		for _, secret := range []string{"hunter2", "s3cr3t", "admin"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("the CLI printed %q:\n%s", secret, out)
+			}
 		}
 	}
 	if !strings.Contains(badLine, "INVALID: timeout: must be a positive number") || !strings.Contains(badLine, "https://bad.example/mcp") {
@@ -141,7 +157,7 @@ func TestServersInvalidItems(t *testing.T) {
 	if got, want := strings.Fields(goodLine), []string{"good", "https://good.example/mcp", "http", "unlimited", "30s", "shed", "ok"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("list shows good as %q, want %q", got, want)
 	}
-	if !strings.Contains(r.stdout, "2 servers, 1 invalid") {
+	if !strings.Contains(r.stdout, "3 servers, 2 invalid") {
 		t.Errorf("list total:\n%s", r.stdout)
 	}
 }

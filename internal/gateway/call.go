@@ -56,18 +56,19 @@ func (g *Gateway) callBy(ctx context.Context) time.Time {
 	return time.Time{}
 }
 
-// tool checks that srv has the named tool, before any slot is taken.
-func (g *Gateway) tool(ctx context.Context, srv *registry.Server, name string) *fault.Error {
+// tool checks that srv has the named tool and that the call's arguments
+// fit its input schema, before any slot is taken.
+func (g *Gateway) tool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams) *fault.Error {
 	lctx, cancel := g.boundedCtx(ctx, srv.Timeout)
 	defer cancel()
-	_, err := g.deps.Upstream.Tool(lctx, srv, name)
+	t, err := g.deps.Upstream.Tool(lctx, srv, params.Name)
 	if errors.Is(err, upstream.ErrUnknownTool) {
-		return fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, truncate(name, 128))
+		return fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, truncate(params.Name, 128))
 	}
 	if err != nil {
 		return upstreamFault(srv, err)
 	}
-	return nil
+	return g.checkArguments(srv, t, params.Arguments)
 }
 
 // boundedCtx bounds ctx by d and by the request's call deadline.
@@ -90,7 +91,7 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.tool = truncate(params.Name, 128)
-	if ferr := g.tool(ctx, srv, params.Name); ferr != nil {
+	if ferr := g.tool(ctx, srv, params); ferr != nil {
 		return nil, ferr
 	}
 	select {
@@ -315,15 +316,17 @@ func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, end time.Time, hol
 }
 
 // callOutcome says what a call that returned err tells its breaker. A call
-// cut off by the caller going away, by a lost lease, or by the request's
-// own deadline before the tool's timeout (short) tells nothing about the
-// upstream's health.
+// cut off by a lost lease, by the request's own deadline before the tool's
+// timeout (short), or that failed because of its own request (the caller
+// went away, the upstream refused the arguments, the answer was too large),
+// tells nothing about the upstream's health: one caller must not be able to
+// open the breaker for every other.
 func callOutcome(err error, lost, short bool) lease.Outcome {
 	var ue *upstream.Error
 	switch {
 	case err == nil:
 		return lease.Success
-	case lost || errors.As(err, &ue) && (ue.Kind == upstream.KindCanceled || short && ue.Kind == upstream.KindTimeout):
+	case lost || errors.As(err, &ue) && (ue.AboutRequest() || short && ue.Kind == upstream.KindTimeout):
 		return lease.Abandoned
 	case errors.As(err, &ue) && ue.Infrastructure():
 		return lease.Failure
@@ -462,6 +465,19 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 		return fault.Wrap(err, fault.UpstreamTimeout, "server %q did not answer in time", srv.ID)
 	case upstream.KindCanceled:
 		return fault.Wrap(err, fault.UpstreamTimeout, "the request ended before server %q answered", srv.ID)
+	case upstream.KindTooLarge:
+		var le *upstream.LimitError
+		if errors.As(err, &le) {
+			return fault.Wrap(err, fault.UpstreamError, "server %q answered with more than the gateway takes: %s", srv.ID, le.Error())
+		}
+		return fault.Wrap(err, fault.UpstreamError, "server %q answered with more than the gateway takes", srv.ID)
+	case upstream.KindRejected:
+		switch ue.Status {
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusRequestURITooLong,
+			http.StatusUnprocessableEntity, http.StatusRequestHeaderFieldsTooLarge:
+			return fault.Wrap(err, fault.BadRequest, "server %q refused the request as invalid (HTTP %d)", srv.ID, ue.Status)
+		}
+		return fault.Wrap(err, fault.UpstreamError, "server %q refused the request (HTTP %d)", srv.ID, ue.Status)
 	case upstream.KindRPC:
 		// The upstream's own answer to the caller's request: relay it.
 		msg := truncate(ue.RPC.Message, maxUpstreamMessage)
@@ -485,9 +501,13 @@ func writeFault(w http.ResponseWriter, r *http.Request, e *fault.Error) {
 	fault.WriteHTTP(w, e)
 }
 
+// writeJSON writes v as JSON, without HTML escaping (which would make
+// every <, > and & six bytes: the answer is JSON, never HTML).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }

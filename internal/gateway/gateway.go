@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -103,6 +104,14 @@ type Options struct {
 	// RequestID returns the id of the request being served, for example
 	// the Lambda request id; nil or "" means a random one.
 	RequestID func(*http.Request) string
+	// MaxArgumentDepth bounds how deep a tool call's arguments may nest;
+	// deeper ones are refused before the call takes a slot. Zero means
+	// DefaultMaxArgumentDepth.
+	MaxArgumentDepth int
+	// MaxResultBytes bounds a tool result as the gateway sends it (its
+	// content and structured content, encoded); a larger one is answered
+	// with UPSTREAM_ERROR. Zero means DefaultMaxResultBytes.
+	MaxResultBytes int64
 	// AllowedOrigins are browser origins (scheme://host[:port]) trusted to
 	// call the gateway cross-origin. A request whose Origin is neither one
 	// of them nor the gateway's own is refused with 403, against DNS
@@ -113,16 +122,19 @@ type Options struct {
 
 // Gateway serves the routes.
 type Gateway struct {
-	deps    Deps
-	maxBody int64
-	reserve time.Duration
-	maxHold time.Duration
-	maxReq  time.Duration
-	log     *slog.Logger
-	version string
-	reqID   func(*http.Request) string
-	mcp     mcpHandlers
-	origins *http.CrossOriginProtection
+	deps      Deps
+	maxBody   int64
+	maxDepth  int
+	maxResult int64
+	schemas   schemas
+	reserve   time.Duration
+	maxHold   time.Duration
+	maxReq    time.Duration
+	log       *slog.Logger
+	version   string
+	reqID     func(*http.Request) string
+	mcp       mcpHandlers
+	origins   *http.CrossOriginProtection
 	// storeStats is when the limiter's counters were last emitted, and
 	// what they were.
 	statsMu   sync.Mutex
@@ -139,18 +151,26 @@ type Gateway struct {
 // New returns a Gateway. It fails only on an invalid AllowedOrigins entry.
 func New(deps Deps, opts Options) (*Gateway, error) {
 	g := &Gateway{
-		deps:     deps,
-		maxBody:  opts.MaxBodyBytes,
-		reserve:  opts.AnswerReserve,
-		maxHold:  opts.MaxLeaseHold,
-		maxReq:   opts.RequestTimeout,
-		log:      opts.Logger,
-		version:  opts.Version,
-		reqID:    opts.RequestID,
-		stopping: make(chan struct{}),
+		deps:      deps,
+		maxBody:   opts.MaxBodyBytes,
+		maxDepth:  opts.MaxArgumentDepth,
+		maxResult: opts.MaxResultBytes,
+		reserve:   opts.AnswerReserve,
+		maxHold:   opts.MaxLeaseHold,
+		maxReq:    opts.RequestTimeout,
+		log:       opts.Logger,
+		version:   opts.Version,
+		reqID:     opts.RequestID,
+		stopping:  make(chan struct{}),
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBodyBytes
+	}
+	if g.maxDepth <= 0 {
+		g.maxDepth = DefaultMaxArgumentDepth
+	}
+	if g.maxResult <= 0 {
+		g.maxResult = DefaultMaxResultBytes
 	}
 	if g.reserve <= 0 {
 		g.reserve = DefaultAnswerReserve
@@ -239,11 +259,16 @@ const (
 )
 
 // record is what the access log says of one request; handlers fill it in.
+// A request carries at most one tool call (JSON-RPC batches are refused),
+// so a tool call's record is its audit record: who (key, client_ip), which
+// server and tool, and how it ended (outcome, code).
 type record struct {
 	id       string
 	key      string // the key's hash prefix, never the key
+	clientIP string
+	method   string // the JSON-RPC method, on the MCP routes
 	serverID string
-	tool     string
+	tool     string // the tool called: the upstream's name for it
 	outcome  string
 	code     fault.Code
 	cause    error
@@ -299,7 +324,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (g *Gateway) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &record{}
+		rec := &record{clientIP: clientIP(r)}
 		if g.reqID != nil {
 			rec.id = g.reqID(r)
 		}
@@ -326,6 +351,12 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 			}
 			if rec.key != "" {
 				attrs = append(attrs, "key", rec.key)
+			}
+			if rec.clientIP != "" {
+				attrs = append(attrs, "client_ip", rec.clientIP)
+			}
+			if rec.method != "" {
+				attrs = append(attrs, "mcp_method", rec.method)
 			}
 			if rec.serverID != "" {
 				attrs = append(attrs, "server_id", rec.serverID)
@@ -392,6 +423,17 @@ func (g *Gateway) authKey(r *http.Request) (*auth.Key, *fault.Error) {
 	default:
 		return nil, fault.Wrap(err, fault.StoreUnavailable, "cannot check the key right now").WithRetryAfter(storeRetryAfter)
 	}
+}
+
+// clientIP is the address the request came from: under Lambda, the
+// Function URL's source IP (which lambdaurl puts in RemoteAddr), elsewhere
+// the peer's address. Forwarding headers are not trusted: anyone can send
+// them.
+func clientIP(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return truncate(r.RemoteAddr, 64)
 }
 
 func newRequestID() string {

@@ -106,13 +106,34 @@ func peek(body []byte) peeked {
 }
 
 // mcpError writes a JSON-RPC error outside the SDK, for requests refused
-// before they reach it.
-func mcpError(w http.ResponseWriter, status int, code int64, msg string) {
+// before they reach it, and notes the refusal in the request's record as
+// the gateway's code fc.
+func mcpError(w http.ResponseWriter, r *http.Request, fc fault.Code, status int, code int64, msg string) {
+	rec := recordFrom(r.Context())
+	rec.code, rec.outcome = fc, "error"
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"jsonrpc": "2.0",
 		"id":      nil,
+		"error":   map[string]any{"code": code, "message": msg},
+	})
+}
+
+// messageDepth is how deep a tools/call message nests its arguments
+// (message, params, arguments).
+const messageDepth = 3
+
+// writeRPCError answers the request id with a JSON-RPC error, outside the
+// SDK.
+func writeRPCError(w http.ResponseWriter, id json.RawMessage, code int64, msg string) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"jsonrpc": "2.0",
+		"id":      id,
 		"error":   map[string]any{"code": code, "message": msg},
 	})
 }
@@ -140,36 +161,46 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			mcpError(w, http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("request body is larger than %d bytes", g.maxBody))
+			mcpError(w, r, fault.PayloadTooLarge, http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("request body is larger than %d bytes", g.maxBody))
 			return
 		}
-		mcpError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "cannot read the request body")
+		mcpError(w, r, fault.BadRequest, http.StatusBadRequest, jsonrpc.CodeParseError, "cannot read the request body")
 		return
 	}
 	p := peek(body)
-	if p.batch && batchesRemoved(r.Header.Get("MCP-Protocol-Version")) {
-		mcpError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "JSON-RPC batches are not supported since protocol version 2025-06-18; send one message per request")
+	if p.batch {
+		// Whatever the protocol version: every message would need its own
+		// key check, slot, log record and deadline, and a batch would fan
+		// out unbounded behind one request.
+		mcpError(w, r, fault.BadRequest, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "JSON-RPC batches are not supported: send one message per request")
+		return
+	}
+	if depth(body) > g.maxDepth+messageDepth {
+		// Refused here rather than by the SDK (whose own bound is a bare
+		// HTTP 400), as a tool call's arguments would be.
+		sc.rec.method = truncate(p.method, 64)
+		if p.method == "tools/call" {
+			sc.noteTool(p.name)
+		}
+		sc.rec.code, sc.rec.outcome = fault.BadRequest, "error"
+		writeRPCError(w, p.id, jsonrpc.CodeInvalidParams, fmt.Sprintf("arguments are nested more than %d deep", g.maxDepth))
 		return
 	}
 	if p.method != "" && !knownMethods[p.method] {
-		sc.rec.tool = truncate(p.method, 64)
+		sc.rec.method = truncate(p.method, 64)
+		sc.rec.code, sc.rec.outcome = fault.NotFound, "error"
 		if len(p.id) == 0 || string(p.id) == "null" {
 			// An unknown notification: nothing to answer.
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"jsonrpc": "2.0",
-			"id":      p.id,
-			"error":   map[string]any{"code": jsonrpc.CodeMethodNotFound, "message": fmt.Sprintf("method %q not found", truncate(p.method, 64))},
-		})
+		writeRPCError(w, p.id, jsonrpc.CodeMethodNotFound, fmt.Sprintf("method %q not found", truncate(p.method, 64)))
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	sc.rec.outcome = ""
 	if p.method != "" {
-		sc.rec.tool = truncate(p.method, 64)
+		sc.rec.method = truncate(p.method, 64)
 	}
 
 	srv, err := sc.newServer(ctx, p.method)
@@ -184,11 +215,6 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, mcpServerKey{}, srv)))
 }
-
-// batchesRemoved reports whether the protocol version forbids batches
-// (2025-06-18 and later). A request without the header is taken as
-// 2025-03-26, which allowed them.
-func batchesRemoved(version string) bool { return version >= "2025-06-18" }
 
 func acceptsEventStream(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
@@ -423,8 +449,8 @@ var logLevels = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error"
 // logging, so that the call is answered with a stream that can carry its
 // log messages.
 func (sc *mcpScope) upstreamLogs(ctx context.Context, name string) bool {
-	srv, _, err := sc.resolveTool(ctx, name)
-	if err != nil {
+	srv, _, ferr := sc.resolveTool(ctx, name)
+	if ferr != nil {
 		return false
 	}
 	ictx, cancel := sc.g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
@@ -519,46 +545,67 @@ func (g *Gateway) allowedServers(ctx context.Context, k *auth.Key) ([]*registry.
 	return out, nil
 }
 
-// resolveTool finds the server and upstream tool name a call names.
-func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Server, string, error) {
+// resolveTool finds the server and upstream tool name a call names. On the
+// aggregated endpoint, a server the key may not call (FORBIDDEN) or that
+// does not exist (NOT_FOUND) is an unknown tool to the agent, since its
+// tool list never shows it; the fault's code still says which.
+func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Server, string, *fault.Error) {
 	if sc.srv != nil {
 		return sc.srv, name, nil
 	}
 	id, tool, ok := strings.Cut(name, ToolSeparator)
 	if !ok || id == "" || tool == "" {
-		return nil, "", invalidParams("unknown tool %q: tools here are named <server_id>%s<tool>", truncate(name, 128), ToolSeparator)
+		return nil, "", fault.New(fault.NotFound, "unknown tool %q: tools here are named <server_id>%s<tool>", truncate(name, 128), ToolSeparator)
 	}
 	srv, ferr := sc.g.server(ctx, sc.key, id)
 	if ferr != nil {
 		switch ferr.Code {
 		case fault.NotFound, fault.Forbidden:
-			// The key's tool list never shows it: to the agent it does
-			// not exist.
-			return nil, "", invalidParams("unknown tool %q", truncate(name, 128))
+			return nil, "", fault.New(ferr.Code, "unknown tool %q", truncate(name, 128))
 		}
 		return nil, "", ferr
 	}
 	return srv, tool, nil
 }
 
+// noteTool records the server and tool a tools/call names, before it is
+// resolved: on the aggregated endpoint, "<server_id>-<tool>" is split.
+func (sc *mcpScope) noteTool(name string) {
+	if sc.srv == nil {
+		if id, tool, ok := strings.Cut(name, ToolSeparator); ok {
+			sc.rec.serverID, name = truncate(id, 64), tool
+		}
+	}
+	sc.rec.tool = truncate(name, 128)
+}
+
+// refuse answers a tools/call the caller got wrong (unknown tool, invalid
+// arguments) with JSON-RPC invalid params, noting fe in the record.
+func (sc *mcpScope) refuse(fe *fault.Error) error {
+	sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+	return invalidParams("%s", fe.Message)
+}
+
 // callTool answers tools/call: hctx is the SDK's handler context (for
 // notifications to the agent), ctx the scoped one for upstream work.
 func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
 	p := req.Params
+	sc.noteTool(p.Name)
 	if ferr := validToolName(p.Name); ferr != nil {
-		return nil, invalidParams("%s", ferr.Message)
+		return nil, sc.refuse(ferr)
 	}
-	srv, tool, err := sc.resolveTool(ctx, p.Name)
-	if err != nil {
-		var fe *fault.Error
-		if errors.As(err, &fe) {
-			return toolError(sc.rec, fe), nil
-		}
-		return nil, err
-	}
-	args, ferr := arguments(p.Arguments)
+	srv, tool, ferr := sc.resolveTool(ctx, p.Name)
 	if ferr != nil {
-		return nil, invalidParams("%s", ferr.Message)
+		switch ferr.Code {
+		case fault.NotFound, fault.Forbidden:
+			return nil, sc.refuse(ferr)
+		}
+		return toolError(sc.rec, ferr), nil
+	}
+	sc.rec.tool = truncate(tool, 128)
+	args, ferr := sc.g.arguments(p.Arguments)
+	if ferr != nil {
+		return nil, sc.refuse(ferr)
 	}
 	params := &mcp.CallToolParams{Meta: forwardMeta(p.Meta), Name: tool, Arguments: args}
 	var l *upstream.Listener
@@ -572,17 +619,21 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		params.Meta[mcp.MetaKeyLogLevel] = "debug"
 	}
 	res, fe := sc.g.callTool(ctx, srv, params, l)
-	if fe != nil {
-		switch fe.Code {
-		case fault.NotFound, fault.BadRequest:
-			// Unknown tool, or arguments the upstream rejected: the
-			// caller's mistake, a protocol error.
-			sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
-			return nil, invalidParams("%s", fe.Message)
+	if fe == nil {
+		var out mcp.Result
+		out, fe = sc.g.encodeResult(srv, res)
+		if fe == nil {
+			return out, nil
 		}
-		return toolError(sc.rec, fe), nil
+		sc.rec.outcome = ""
 	}
-	return res, nil
+	switch fe.Code {
+	case fault.NotFound, fault.BadRequest:
+		// Unknown tool, or arguments the gateway or the upstream
+		// refused: the caller's mistake, a protocol error.
+		return nil, sc.refuse(fe)
+	}
+	return toolError(sc.rec, fe), nil
 }
 
 // toolError reports a gateway failure as a tool result with isError, its

@@ -283,25 +283,3 @@ func TestRenewalsOfALongCall(t *testing.T) {
 	t.Logf("%d renewal writes", renewals)
 }
 
-// A call cut off by the caller, by a lost lease, or by the request's own
-// deadline before the tool's timeout tells the breaker nothing; one that
-// ran out the tool's timeout is a failure.
-func TestCallOutcome(t *testing.T) {
-	timeout := &upstream.Error{Kind: upstream.KindTimeout}
-	for _, tc := range []struct {
-		err         error
-		lost, short bool
-		want        lease.Outcome
-	}{
-		{nil, false, false, lease.Success},
-		{timeout, false, false, lease.Failure},
-		{timeout, false, true, lease.Abandoned},
-		{timeout, true, false, lease.Abandoned},
-		{&upstream.Error{Kind: upstream.KindCanceled}, false, false, lease.Abandoned},
-		{&upstream.Error{Kind: upstream.KindUnavailable}, false, true, lease.Failure},
-	} {
-		if got := callOutcome(tc.err, tc.lost, tc.short); got != tc.want {
-			t.Errorf("callOutcome(%v, lost %v, short %v) = %v, want %v", tc.err, tc.lost, tc.short, got, tc.want)
-		}
-	}
-}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +39,7 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, ferr)
 		return
 	}
-	args, ferr := arguments(req.Arguments)
+	args, ferr := g.arguments(req.Arguments)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
@@ -56,7 +55,13 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, ferr)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	out, ferr := g.encodeResult(srv, res)
+	if ferr != nil {
+		recordFrom(ctx).outcome = ""
+		writeFault(w, r, ferr)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // ListResponse is the body of GET /mcp-rest/tools/list.
@@ -98,18 +103,6 @@ func validToolName(name string) *fault.Error {
 		return fault.New(fault.BadRequest, "name contains invalid characters")
 	}
 	return nil
-}
-
-// arguments checks that raw is a JSON object (or absent, or null).
-func arguments(raw json.RawMessage) (any, *fault.Error) {
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
-		return map[string]any{}, nil
-	}
-	if trimmed[0] != '{' {
-		return nil, fault.New(fault.BadRequest, "arguments must be a JSON object")
-	}
-	return json.RawMessage(trimmed), nil
 }
 
 // decodeJSON reads one JSON object from the request body into v, strictly:

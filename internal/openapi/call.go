@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -20,6 +21,11 @@ import (
 
 // maxErrorBody bounds StatusError.Body.
 const maxErrorBody = 1 << 10
+
+// MaxStructuredBytes bounds a body that is also given as a result's
+// structured content: a larger one is text only, so that the answer does
+// not carry it twice.
+const MaxStructuredBytes = 1 << 20
 
 // Call calls the tool named name with args, a JSON object (empty or null
 // means no arguments), as one HTTP request, and maps the response:
@@ -194,8 +200,13 @@ func (p *param) serialize(raw json.RawMessage, pathValues map[string]string, que
 		if err != nil {
 			return err
 		}
-		if s == "" {
+		switch s {
+		case "":
 			return errors.New("path parameter must not be empty")
+		case ".", "..":
+			// A dot segment would change the path (RFC 3986 removes it,
+			// and so do servers that decode %2E first).
+			return errors.New(`path parameter must not be "." or ".."`)
 		}
 		pathValues[p.name] = s
 	case openapi3.ParameterInHeader:
@@ -288,6 +299,16 @@ func (p *param) addQuery(value any, query url.Values) error {
 			return err
 		}
 		if p.explode {
+			// Each member becomes a query parameter of its own: only the
+			// declared ones, or a caller could add any parameter.
+			for _, kv := range pairs {
+				if !slices.Contains(p.keys, kv[0]) {
+					if len(p.keys) == 0 {
+						return fmt.Errorf("unknown key %q (the parameter declares no properties)", truncate(kv[0], 64))
+					}
+					return fmt.Errorf("unknown key %q (known: %s)", truncate(kv[0], 64), strings.Join(p.keys, ", "))
+				}
+			}
 			for _, kv := range pairs {
 				query.Add(kv[0], kv[1])
 			}
@@ -382,7 +403,7 @@ func success(resp *http.Response, data []byte, truncated bool, limit int64) *mcp
 		text = fmt.Sprintf("HTTP %d %s (empty body)", resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
 	res.Content = []mcp.Content{&mcp.TextContent{Text: text + truncationNote(truncated, limit)}}
-	if !truncated && isJSONType(mt) {
+	if !truncated && isJSONType(mt) && len(data) <= MaxStructuredBytes {
 		if obj, ok := decodeObject(data); ok {
 			res.StructuredContent = obj
 		}

@@ -341,6 +341,8 @@ func TestCallArgsErrors(t *testing.T) {
 		{"missing path param", "getPet", `{}`, []ArgProblem{{"petId", "required path parameter is missing"}}},
 		{"null path param", "getPet", `{"petId": null}`, []ArgProblem{{"petId", "required path parameter is missing"}}},
 		{"empty path param", "getPet", `{"petId": ""}`, []ArgProblem{{"petId", "path parameter must not be empty"}}},
+		{"dot path param", "getPet", `{"petId": "."}`, []ArgProblem{{"petId", `path parameter must not be "." or ".."`}}},
+		{"dot-dot path param", "deletePet", `{"petId": ".."}`, []ArgProblem{{"petId", `path parameter must not be "." or ".."`}}},
 		{"missing body", "createPet", `{}`, []ArgProblem{{"body", "required request body is missing"}}},
 		{"unknown argument", "getPet", `{"petid": "7", "petId": "7"}`, []ArgProblem{{"petid", "unknown argument (known: fields, petId)"}}},
 		{"body fields flattened", "createPet", `{"name": "Rex"}`, []ArgProblem{
@@ -372,6 +374,86 @@ func TestCallArgsErrors(t *testing.T) {
 	_, err := a.Call(context.Background(), "listPets", json.RawMessage(`{"X-Request-ID": "s3cret\n"}`))
 	if got, want := err.Error(), `tool "listPets": invalid arguments: argument "X-Request-ID": header value must not contain control characters`; got != want {
 		t.Errorf("message = %q, want %q", got, want)
+	}
+}
+
+// TestCallSendsOnlyWhatIsDeclared: a caller cannot reach another path
+// with dot segments, nor add query parameters the operation does not
+// declare through an object whose members become parameters.
+func TestCallSendsOnlyWhatIsDeclared(t *testing.T) {
+	srv, reqs := apiServer(t, jsonAnswer(200, `{}`))
+	spec := writeFile(t, "api.yaml", `
+openapi: 3.0.3
+info: {title: Users, version: "1"}
+paths:
+  /users/{id}/profile:
+    get:
+      operationId: getProfile
+      parameters:
+        - {name: id, in: path, required: true, schema: {type: string}}
+        - name: page
+          in: query
+          schema:
+            type: object
+            properties:
+              size: {type: integer}
+              cursor: {type: string}
+        - name: extra
+          in: query
+          schema: {type: object}
+      responses:
+        '200': {description: ok}
+`)
+	a, err := Load(context.Background(), Source{Path: spec}, Options{BaseURL: srv.URL + "/api/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args string
+		want []ArgProblem
+	}{
+		{`{"id": ".."}`, []ArgProblem{{"id", `path parameter must not be "." or ".."`}}},
+		{`{"id": "."}`, []ArgProblem{{"id", `path parameter must not be "." or ".."`}}},
+		{`{"id": "7", "page": {"size": 2, "admin": "true"}}`, []ArgProblem{{"page", `unknown key "admin" (known: cursor, size)`}}},
+		{`{"id": "7", "extra": {"api_key": "x"}}`, []ArgProblem{{"extra", `unknown key "api_key" (the parameter declares no properties)`}}},
+		{`{"id": "7", "admin": "true"}`, []ArgProblem{{"admin", "unknown argument (known: extra, id, page)"}}},
+	} {
+		_, err := a.Call(context.Background(), "getProfile", json.RawMessage(tc.args))
+		var ae *ArgsError
+		if !errors.As(err, &ae) || !reflect.DeepEqual(ae.Problems, tc.want) {
+			t.Errorf("%s: got %v, want %+v", tc.args, err, tc.want)
+		}
+		noRequest(t, reqs)
+	}
+	// What is declared still goes through; values that look like dot
+	// segments or query syntax are escaped.
+	for _, tc := range []struct{ args, path, query string }{
+		{`{"id": "7", "page": {"size": 2, "cursor": "a&admin=true"}}`, "/api/v1/users/7/profile", "cursor=a%26admin%3Dtrue&size=2"},
+		{`{"id": "..%2F"}`, "/api/v1/users/..%252F/profile", ""},
+		{`{"id": "a/../b"}`, "/api/v1/users/a%2F..%2Fb/profile", ""},
+	} {
+		if _, err := a.Call(context.Background(), "getProfile", json.RawMessage(tc.args)); err != nil {
+			t.Fatalf("%s: %v", tc.args, err)
+		}
+		if got := received(t, reqs); got.Path != tc.path || got.Query != tc.query {
+			t.Errorf("%s: sent %s ? %s, want %s ? %s", tc.args, got.Path, got.Query, tc.path, tc.query)
+		}
+	}
+}
+
+// TestCallLargeJSONBodyIsSentOnce: a JSON body past MaxStructuredBytes is
+// text only, not text and structured content.
+func TestCallLargeJSONBodyIsSentOnce(t *testing.T) {
+	big := `{"data":"` + strings.Repeat("<", MaxStructuredBytes) + `"}`
+	srv, reqs := apiServer(t, jsonAnswer(200, big))
+	a := loadPetstore(t, srv, Options{MaxResponseBytes: 4 << 20})
+	res, err := a.Call(context.Background(), "getPet", json.RawMessage(`{"petId": "7"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	received(t, reqs)
+	if text(t, res) != big || res.StructuredContent != nil {
+		t.Errorf("got %d bytes of text and structured content %T, want the body once, as text", len(text(t, res)), res.StructuredContent)
 	}
 }
 

@@ -72,20 +72,25 @@
 // Values are not validated against their schemas: the API judges them,
 // and its 4xx answer reaches the caller.
 //
-// Path parameters are escaped with url.PathEscape; query parameters follow
-// their style (form with explode, the default, repeats the key for each
-// array item); header parameters are comma-joined; the body is sent as is
-// with its media type. Accept asks for JSON; Options.Header is added last
-// and wins.
+// A call can only send what the operation declares: path parameters are
+// escaped with url.PathEscape, and "." or ".." (which would change the
+// path) are refused; query parameters follow their style (form with
+// explode, the default, repeats the key for each array item, and sends an
+// object's members as parameters of their own, which must then be
+// properties the parameter's schema declares); header parameters are
+// comma-joined, and control characters (CR, LF…) in them are refused; the
+// body is sent as is with its media type. Accept asks for JSON;
+// Options.Header is added last and wins.
 //
 // The response body is read up to Options.MaxResponseBytes; a longer one
 // is cut there and the result text says so. Statuses map to:
 //
 //   - 2xx: a result whose text is the body (an image/* body is image
 //     content), and whose structured content is the decoded body when it
-//     is a JSON object (application/json or +json, not truncated; arrays
-//     and scalars stay text only: MCP clients that predate SEP-2106
-//     accept only objects there);
+//     is a JSON object (application/json or +json, not truncated, at most
+//     MaxStructuredBytes, so a large body is not sent twice; arrays and
+//     scalars stay text only: MCP clients that predate SEP-2106 accept
+//     only objects there);
 //   - 4xx: a result with IsError set, text "HTTP 404 Not Found" and the
 //     body: the API's answer, the caller's problem;
 //   - 5xx, and 1xx/3xx that reach Call: a *StatusError, an infrastructure

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -58,6 +59,10 @@ type param struct {
 	required bool
 	style    string
 	explode  bool
+	// keys are the property names an object value may have when its
+	// members become query parameters of their own (form style,
+	// exploded): no others are sent.
+	keys []string
 	// json sends the value JSON-encoded (a parameter with content
 	// application/json instead of a schema).
 	json bool
@@ -344,6 +349,9 @@ func buildParam(p *openapi3.Parameter, conv *converter) (*param, map[string]any,
 		return nil, nil, skip("parameter %q: style %q in %s is not supported", p.Name, sm.Style, p.In)
 	}
 	pp := &param{name: p.Name, in: p.In, required: p.Required, style: sm.Style, explode: sm.Explode}
+	if p.In == openapi3.ParameterInQuery && sm.Style == openapi3.SerializationForm && sm.Explode && p.Schema != nil && p.Schema.Value != nil {
+		pp.keys = slices.Sorted(maps.Keys(p.Schema.Value.Properties))
+	}
 	schemaRef := p.Schema
 	if schemaRef == nil && len(p.Content) > 0 {
 		_, media := jsonMedia(p.Content)

@@ -75,6 +75,8 @@ type Gateway struct {
 	done chan struct{}
 	mu   sync.Mutex
 	logs bytes.Buffer
+	// grew is closed and replaced whenever a log line arrives.
+	grew chan struct{}
 }
 
 // StartGateway starts the gateway binary against env's store, with extra
@@ -100,7 +102,7 @@ func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{cmd: cmd, done: make(chan struct{})}
+	g := &Gateway{cmd: cmd, done: make(chan struct{}), grew: make(chan struct{})}
 	ready := make(chan string, 1)
 	scanned := make(chan struct{})
 	go func() {
@@ -112,6 +114,8 @@ func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string
 			g.mu.Lock()
 			g.logs.Write(line)
 			g.logs.WriteByte('\n')
+			close(g.grew)
+			g.grew = make(chan struct{})
 			g.mu.Unlock()
 			var rec struct{ Msg, Addr string }
 			if json.Unmarshal(line, &rec) == nil && rec.Msg == "listening" {
@@ -165,6 +169,26 @@ func (g *Gateway) Logs() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.logs.String()
+}
+
+// WaitLogs blocks until done(logs) holds for what the process has logged,
+// ctx ends, or the process exits.
+func (g *Gateway) WaitLogs(ctx context.Context, done func(logs string) bool) error {
+	for {
+		g.mu.Lock()
+		logs, grew := g.logs.String(), g.grew
+		g.mu.Unlock()
+		if done(logs) {
+			return nil
+		}
+		select {
+		case <-grew:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.done:
+			return errors.New("the gateway exited")
+		}
+	}
 }
 
 // PeakRSS is the process's peak resident set size so far, in bytes (from

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
 )
@@ -24,6 +23,14 @@ const (
 	KindCanceled
 	// KindRPC: the upstream answered with a JSON-RPC error.
 	KindRPC
+	// KindRejected: the upstream refused the request with an HTTP 4xx
+	// other than 408 and 429 (Status says which), without a JSON-RPC
+	// error: it could not take this request (its arguments, its size) or
+	// the gateway's credentials for it.
+	KindRejected
+	// KindTooLarge: the upstream's answer went past one of the pool's
+	// bounds (Err is a *LimitError) and was dropped.
+	KindTooLarge
 )
 
 func (k Kind) String() string {
@@ -34,6 +41,10 @@ func (k Kind) String() string {
 		return "canceled"
 	case KindRPC:
 		return "rpc error"
+	case KindRejected:
+		return "rejected"
+	case KindTooLarge:
+		return "too large"
 	default:
 		return "unavailable"
 	}
@@ -45,7 +56,10 @@ type Error struct {
 	ServerID string
 	// RPC is the upstream's JSON-RPC error, for KindRPC.
 	RPC *jsonrpc.Error
-	Err error
+	// Status is the HTTP status of the upstream's answer, if one came and
+	// was not a success (0 otherwise).
+	Status int
+	Err    error
 }
 
 func (e *Error) Error() string {
@@ -55,14 +69,29 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Infrastructure reports whether the failure says the upstream is unwell
-// (timeout, unreachable, broken transport, or its own internal error), as
-// opposed to an answer about the request.
+// (timeout, unreachable, broken transport, HTTP 5xx, 408 or 429, or its
+// own internal error), as opposed to an answer about the request.
 func (e *Error) Infrastructure() bool {
 	switch e.Kind {
 	case KindTimeout, KindUnavailable:
 		return true
 	case KindRPC:
 		return e.RPC != nil && e.RPC.Code == jsonrpc.CodeInternalError
+	}
+	return false
+}
+
+// AboutRequest reports whether the failure came from this request rather
+// than from the upstream's health: its caller went away, the upstream
+// refused it (HTTP 4xx other than 408 and 429, or JSON-RPC invalid
+// params), or its answer was too large to take. Such a failure must not
+// count against the upstream, or one caller could cut it off for all.
+func (e *Error) AboutRequest() bool {
+	switch e.Kind {
+	case KindCanceled, KindRejected, KindTooLarge:
+		return true
+	case KindRPC:
+		return e.RPC != nil && e.RPC.Code == jsonrpc.CodeInvalidParams
 	}
 	return false
 }
@@ -79,19 +108,38 @@ const (
 	codeClientClosing       = -32003
 )
 
-func classify(ctx context.Context, srv *registry.Server, err error) error {
+// classify wraps a failed call's err in an *Error. What the HTTP transport
+// saw of the call's requests (ctx's traffic) tells a refused or
+// oversized answer apart from a broken upstream, which the SDK's errors do
+// not.
+func (p *Pool) classify(ctx context.Context, srv *registry.Server, err error) error {
 	e := &Error{ServerID: srv.ID, Err: err}
 	var rpcErr *jsonrpc.Error
+	var limit *LimitError
+	ex := trafficFrom(ctx)
+	if ex != nil {
+		if st := int(ex.status.Load()); st < 200 || st > 299 {
+			e.Status = st
+		}
+	}
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
 		e.Kind = KindTimeout
 	case ctx.Err() != nil || errors.Is(err, context.Canceled):
 		e.Kind = KindCanceled
-	case errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, ErrResponseTooLarge):
-		e.Kind = KindUnavailable
+	case errors.As(err, &limit):
+		e.Kind = KindTooLarge
+	case ex != nil && ex.overBudget.Load():
+		e.Kind = KindTooLarge
+		e.Err = fmt.Errorf("%w (%v)", &LimitError{What: "tool list", Limit: ex.budget}, err)
+	case ex != nil && ex.tooLarge.Load() || errors.Is(err, ErrResponseTooLarge):
+		e.Kind = KindTooLarge
+		e.Err = fmt.Errorf("%w (%v)", &LimitError{What: "answer", Limit: p.maxResp}, err)
 	case errors.As(err, &rpcErr) && !localCode(rpcErr.Code):
 		e.Kind = KindRPC
 		e.RPC = rpcErr
+	case rejected(e.Status):
+		e.Kind = KindRejected
 	default:
 		e.Kind = KindUnavailable
 	}

@@ -63,7 +63,7 @@ func (p *Pool) openAPI(ctx context.Context, srv *registry.Server) (*openapi.API,
 	if e.api == nil && e.err != nil && age < loadFailureTTL {
 		return nil, e.err
 	}
-	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{BaseURL: srv.URL})
+	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{BaseURL: srv.URL, MaxResponseBytes: p.maxResp})
 	e.fetched = time.Now()
 	if err != nil {
 		if e.api != nil {

@@ -33,10 +33,9 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultMaxIdle          = 8
-	DefaultIdleTimeout      = 5 * time.Minute
-	DefaultToolsTTL         = 30 * time.Second
-	DefaultMaxResponseBytes = 16 << 20
+	DefaultMaxIdle     = 8
+	DefaultIdleTimeout = 5 * time.Minute
+	DefaultToolsTTL    = 30 * time.Second
 	// maxTools bounds how many tools one upstream may list.
 	maxTools = 2000
 	// toolsRefreshFloor is the least time between two tool-list refreshes
@@ -50,8 +49,16 @@ type Options struct {
 	// pooled keep-alive connections and MaxResponseBytes enforced.
 	HTTPClient *http.Client
 	// MaxResponseBytes bounds each upstream HTTP response body (one
-	// streamable-HTTP POST, or one SSE stream). Zero means the default.
+	// streamable-HTTP POST, or one SSE stream) and each server-sent event.
+	// An answer past it fails with a *LimitError. Zero means
+	// DefaultMaxResponseBytes.
 	MaxResponseBytes int64
+	// MaxListBytes bounds one upstream's tool list, all pages together.
+	// Zero means DefaultMaxListBytes.
+	MaxListBytes int64
+	// MaxListPages bounds the pages of one upstream's tool list. Zero
+	// means DefaultMaxListPages.
+	MaxListPages int
 	// MaxIdle is how many idle sessions are kept per upstream.
 	MaxIdle int
 	// IdleTimeout closes sessions unused for that long.
@@ -72,6 +79,9 @@ type Pool struct {
 	idleTTL  time.Duration
 	toolsTTL time.Duration
 	log      *slog.Logger
+	maxResp  int64
+	maxList  int64
+	maxPages int
 
 	mu    sync.Mutex
 	idle  map[string][]*session // by endpoint key, newest last
@@ -88,6 +98,9 @@ type session struct {
 	cs       *mcp.ClientSession
 	cancel   context.CancelFunc
 	lastUsed time.Time
+	// seen is the session's own requests' exchange: the HTTP+SSE
+	// transport's event stream, which carries every call's answer.
+	seen *traffic
 }
 
 type toolList struct {
@@ -95,6 +108,10 @@ type toolList struct {
 	tools   map[string]*mcp.Tool
 	ordered []*mcp.Tool
 	fetched time.Time
+	// failed is when the last refresh failed, with err: a failing
+	// upstream is asked again at most every toolsRefreshFloor.
+	failed time.Time
+	err    error
 }
 
 // Listener receives the notifications an upstream sends while a call runs.
@@ -113,17 +130,25 @@ func New(opts Options) *Pool {
 		idleTTL:  opts.IdleTimeout,
 		toolsTTL: opts.ToolsTTL,
 		log:      opts.Logger,
+		maxResp:  opts.MaxResponseBytes,
+		maxList:  opts.MaxListBytes,
+		maxPages: opts.MaxListPages,
 		idle:     map[string][]*session{},
 		tools:    map[string]*toolList{},
 		info:     map[string]infoEntry{},
 		apis:     map[string]*apiEntry{},
 	}
+	if p.maxResp <= 0 {
+		p.maxResp = DefaultMaxResponseBytes
+	}
+	if p.maxList <= 0 {
+		p.maxList = DefaultMaxListBytes
+	}
+	if p.maxPages <= 0 {
+		p.maxPages = DefaultMaxListPages
+	}
 	if p.http == nil {
-		limit := opts.MaxResponseBytes
-		if limit <= 0 {
-			limit = DefaultMaxResponseBytes
-		}
-		p.http = NewHTTPClient(limit)
+		p.http = NewHTTPClient(p.maxResp)
 	}
 	if p.maxIdle <= 0 {
 		p.maxIdle = DefaultMaxIdle
@@ -199,7 +224,9 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &limitedBody{rc: resp.Body, left: t.limit}
+	ex := trafficFrom(req.Context())
+	ex.seen(req, resp)
+	resp.Body = &limitedBody{rc: resp.Body, left: t.limit, ex: ex}
 	tapEvents(req, resp)
 	return resp, nil
 }
@@ -211,10 +238,19 @@ var ErrResponseTooLarge = errors.New("upstream response too large")
 type limitedBody struct {
 	rc   io.ReadCloser
 	left int64
+	ex   *traffic // told when the limit is passed
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
+		// Exactly at the limit: fine if the body ends here.
+		var one [1]byte
+		if n, err := b.rc.Read(one[:]); n == 0 && err != nil {
+			return 0, err
+		}
+		if b.ex != nil {
+			b.ex.tooLarge.Store(true)
+		}
 		return 0, ErrResponseTooLarge
 	}
 	if int64(len(p)) > b.left {
@@ -222,6 +258,9 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.rc.Read(p)
 	b.left -= int64(n)
+	if !b.ex.spend(n) {
+		return n, ErrResponseTooLarge
+	}
 	return n, err
 }
 
@@ -285,20 +324,27 @@ func (p *Pool) checkout(ctx context.Context, srv *registry.Server) (*session, bo
 // opened it, so it is connected in a context of its own (the SSE transport
 // ties its event stream to that context); ctx bounds only the handshake.
 func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, error) {
+	hc, err := p.clientFor(srv)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", srv.ID, err)
+	}
 	var t mcp.Transport
 	switch srv.Transport {
 	case registry.TransportSSE:
-		t = &mcp.SSEClientTransport{Endpoint: srv.URL, HTTPClient: p.http}
+		t = &mcp.SSEClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxEventSize: int(p.maxResp)}
 	default:
 		t = &mcp.StreamableClientTransport{
 			Endpoint:             srv.URL,
-			HTTPClient:           p.http,
+			HTTPClient:           hc,
 			DisableStandaloneSSE: true,
 			MaxRetries:           -1,
+			MaxEventSize:         int(p.maxResp),
 		}
 	}
 	p.connects.Add(1)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// The session outlives this call: none of its budget applies.
+	sctx, seen := withTraffic(withBudget(sctx, 0))
 	stop := context.AfterFunc(ctx, cancel)
 	cs, err := p.client.Connect(sctx, t, nil)
 	if !stop() {
@@ -327,7 +373,7 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, err
 			}
 		}
 	}
-	return &session{cs: cs, cancel: cancel}, nil
+	return &session{cs: cs, cancel: cancel, seen: seen}, nil
 }
 
 // close ends the session and its context.
@@ -380,8 +426,9 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, l *Listener, x *Exc
 	for attempt := 0; ; attempt++ {
 		s, reused, err := p.checkout(ctx, srv)
 		if err != nil {
-			return classify(ctx, srv, err)
+			return p.classify(ctx, srv, err)
 		}
+		ctx, ex := withTraffic(ctx)
 		fctx := ctx
 		if l != nil {
 			if srv.Transport == registry.TransportSSE {
@@ -399,13 +446,16 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, l *Listener, x *Exc
 		if l != nil {
 			p.listeners.Delete(s.cs)
 		}
+		if s.seen.tooLarge.Load() {
+			ex.tooLarge.Store(true)
+		}
 		p.checkin(srv, s, healthy(err) && (x == nil || !x.discarding()))
 		if err != nil && reused && attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
 			p.log.Debug("upstream lost its session; reconnecting", "server_id", srv.ID)
 			continue
 		}
 		if err != nil {
-			return classify(ctx, srv, err)
+			return p.classify(ctx, srv, err)
 		}
 		return nil
 	}
@@ -425,6 +475,9 @@ func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, er
 	defer tl.mu.Unlock()
 	if tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL {
 		return tl.ordered, nil
+	}
+	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
+		return nil, tl.err
 	}
 	if err := p.refreshTools(ctx, srv, tl); err != nil {
 		return nil, err
@@ -494,6 +547,9 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mc
 			return nil, ErrUnknownTool
 		}
 	}
+	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
+		return nil, tl.err
+	}
 	if err := p.refreshTools(ctx, srv, tl); err != nil {
 		return nil, err
 	}
@@ -515,25 +571,47 @@ func (p *Pool) toolList(srv *registry.Server) *toolList {
 	return tl
 }
 
-// refreshTools lists the upstream's tools; tl.mu is held.
+// refreshTools lists the upstream's tools, within the pool's bounds on
+// pages, bytes and tools; tl.mu is held.
 func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, tl *toolList) error {
 	var list []*mcp.Tool
-	err := p.Do(ctx, srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+	// On the wire, the pages' bytes count against the bound as they come
+	// (streamable HTTP); the tools' size counts too, for the HTTP+SSE
+	// transport, whose answers come on the session's own stream.
+	err := p.Do(withBudget(ctx, p.maxList), srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
 		list = list[:0]
-		for t, err := range cs.Tools(ctx, nil) {
+		size := int64(0)
+		params := &mcp.ListToolsParams{}
+		for page := 0; ; page++ {
+			if page == p.maxPages {
+				return &LimitError{What: "tool list pages", Limit: int64(p.maxPages)}
+			}
+			res, err := cs.ListTools(ctx, params)
 			if err != nil {
 				return err
 			}
-			if len(list) >= maxTools {
-				return fmt.Errorf("upstream lists more than %d tools", maxTools)
+			for _, t := range res.Tools {
+				if size += int64(toolSize(t)); size > p.maxList {
+					return &LimitError{What: "tool list", Limit: p.maxList}
+				}
+				if len(list) == maxTools {
+					return &LimitError{What: "tools", Limit: maxTools}
+				}
+				list = append(list, t)
 			}
-			list = append(list, t)
+			if res.NextCursor == "" {
+				return nil
+			}
+			params.Cursor = res.NextCursor
 		}
-		return nil
 	})
 	if err != nil {
+		if ctx.Err() == nil {
+			tl.failed, tl.err = time.Now(), err
+		}
 		return err
 	}
+	tl.err = nil
 	tl.tools = make(map[string]*mcp.Tool, len(list))
 	for _, t := range list {
 		tl.tools[t.Name] = t

@@ -1,0 +1,86 @@
+package safeurl
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"https://api.example.com/mcp", "https://api.example.com/mcp"},
+		{"https://api.example.com/mcp?api_key=s3cr3t", "https://api.example.com/mcp?api_key=REDACTED"},
+		{"https://api.example.com/mcp?a=1&b&c=", "https://api.example.com/mcp?a=REDACTED&b&c=REDACTED"},
+		{"https://user:pass@api.example.com/mcp", "https://REDACTED@api.example.com/mcp"},
+		{"https://tok3n@api.example.com/", "https://REDACTED@api.example.com/"},
+		{"https://api.example.com/cb#access_token=x", "https://api.example.com/cb#REDACTED"},
+		{"http://[::1]:8080/mcp?k=v", "http://[::1]:8080/mcp?k=REDACTED"},
+		// Not parsable (bad escape, bad port): cut anyway.
+		{"https://u:p@h:bad/%zz?k=v", "https://REDACTED@h:bad/%zz?REDACTED"},
+		{"not a url?token=x", "not a url?REDACTED"},
+	} {
+		if got := Redact(tc.in); got != tc.want {
+			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if strings.Contains(Redact(tc.in), "s3cr3t") || strings.Contains(Redact(tc.in), "pass") {
+			t.Errorf("Redact(%q) leaks a secret", tc.in)
+		}
+	}
+}
+
+func TestRedactText(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"no urls here", "no urls here"},
+		{`Post "http://127.0.0.1:9/mcp?api_key=s3cr3t": dial tcp: refused`,
+			`Post "http://127.0.0.1:9/mcp?api_key=REDACTED": dial tcp: refused`},
+		{"two: https://a:b@x.test/p and (http://y.test/?q=1)", "two: https://REDACTED@x.test/p and (http://y.test/?q=REDACTED)"},
+		{"://nothing?x=1", "://nothing?x=1"},
+		{"1https://x.test/?k=v", "1https://x.test/?k=REDACTED"},
+	} {
+		if got := RedactText(tc.in); got != tc.want {
+			t.Errorf("RedactText(%q)\n got %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestLogHandler(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(NewLogHandler(slog.NewJSONHandler(&buf, nil))).With("upstream", "https://u:p@x.test/mcp")
+	err := fmt.Errorf("connect: %w", &url.Error{Op: "Post", URL: "https://x.test/mcp?api_key=s3cr3t", Err: errors.New("refused")})
+	log.Info("call to https://x.test/mcp?token=s3cr3t failed", "error", err, "url", "https://x.test/?token=s3cr3t",
+		slog.Group("g", "u", "http://x.test/?k=s3cr3t"), "n", 3)
+	out := buf.String()
+	for _, leak := range []string{"s3cr3t", "u:p@"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("log line leaks %q: %s", leak, out)
+		}
+	}
+	if !strings.Contains(out, `"n":3`) || !strings.Contains(out, "api_key=REDACTED") {
+		t.Errorf("log line lost its content: %s", out)
+	}
+}
+
+func TestSameOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"http://h.test/mcp", "http://h.test/other?x=1", true},
+		{"http://h.test/mcp", "http://H.TEST:80/", true},
+		{"https://h.test/mcp", "https://h.test:443/", true},
+		{"http://h.test/mcp", "https://h.test/mcp", false},
+		{"http://h.test/mcp", "http://h.test:8080/mcp", false},
+		{"http://127.0.0.1:1/mcp", "http://127.0.0.1:2/mcp", false},
+		{"http://h.test/", "http://evil.test/", false},
+	} {
+		a, _ := url.Parse(tc.a)
+		b, _ := url.Parse(tc.b)
+		if got := SameOrigin(a, b); got != tc.want {
+			t.Errorf("SameOrigin(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

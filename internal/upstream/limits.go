@@ -1,0 +1,198 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
+)
+
+// Bounds on what one upstream may make the gateway read and hold: a
+// hostile or broken upstream costs at most these, and its failure is its
+// own (the gateway answers the other upstreams' calls meanwhile).
+const (
+	// DefaultMaxResponseBytes bounds one upstream HTTP response body.
+	DefaultMaxResponseBytes = 8 << 20
+	// DefaultMaxListBytes bounds one upstream's tool list, all pages
+	// together, as the size of its names, descriptions and schemas.
+	DefaultMaxListBytes = 4 << 20
+	// DefaultMaxListPages bounds the pages of one upstream's tool list.
+	DefaultMaxListPages = 100
+)
+
+// LimitError means an upstream's answer went past one of the pool's
+// bounds; the answer was dropped.
+type LimitError struct {
+	// What was too large: "answer" (one HTTP response), "tool list" (its
+	// bytes) or "tool list pages".
+	What string
+	// Limit is the bound, in bytes (pages for "tool list pages").
+	Limit int64
+}
+
+func (e *LimitError) Error() string {
+	switch e.What {
+	case "tool list pages":
+		return fmt.Sprintf("its tool list has more than %d pages", e.Limit)
+	case "tool list":
+		return fmt.Sprintf("its tool list is larger than %d bytes", e.Limit)
+	case "tools":
+		return fmt.Sprintf("it lists more than %d tools", e.Limit)
+	}
+	return fmt.Sprintf("its %s is larger than %d bytes", e.What, e.Limit)
+}
+
+// traffic is what the HTTP transport saw of one call's requests, for
+// classifying the call's failure: the status of the last answer to a POST,
+// and whether an answer went past the size limit. (The SDK keeps neither
+// in the errors it returns.)
+type traffic struct {
+	status   atomic.Int32
+	tooLarge atomic.Bool
+	// budget, if positive, bounds the bytes of every answer together (a
+	// tool list's pages); overBudget says it ran out.
+	budget     int64
+	left       atomic.Int64
+	overBudget atomic.Bool
+}
+
+type trafficKey struct{}
+
+type budgetKey struct{}
+
+// withBudget bounds the bytes of all the answers to the requests of the
+// calls made with ctx, together.
+func withBudget(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, budgetKey{}, n)
+}
+
+// withTraffic makes the HTTP requests sent with ctx report to a new
+// traffic record.
+func withTraffic(ctx context.Context) (context.Context, *traffic) {
+	ex := &traffic{}
+	if n, ok := ctx.Value(budgetKey{}).(int64); ok && n > 0 {
+		ex.budget = n
+		ex.left.Store(n)
+	}
+	return context.WithValue(ctx, trafficKey{}, ex), ex
+}
+
+// spend takes n bytes from the budget, reporting false when it ran out.
+func (ex *traffic) spend(n int) bool {
+	if ex == nil || ex.budget == 0 {
+		return true
+	}
+	if ex.left.Add(-int64(n)) < 0 {
+		ex.overBudget.Store(true)
+		return false
+	}
+	return true
+}
+
+func trafficFrom(ctx context.Context) *traffic {
+	ex, _ := ctx.Value(trafficKey{}).(*traffic)
+	return ex
+}
+
+// seen notes a response to req.
+func (ex *traffic) seen(req *http.Request, resp *http.Response) {
+	if ex != nil && req.Method == http.MethodPost {
+		ex.status.Store(int32(resp.StatusCode))
+	}
+}
+
+// rejected reports whether the upstream refused the request itself: an
+// HTTP 4xx other than 408 (timeout) and 429 (overload), which say the
+// upstream is unwell rather than that the request is wrong.
+func rejected(status int) bool {
+	return status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+}
+
+// errOtherOrigin refuses a request an upstream's session would send to
+// another origin than the upstream's.
+var errOtherOrigin = errors.New("refused: a request to another origin than the upstream's")
+
+// originGuard sends only requests to one origin (scheme, host and port):
+// an upstream cannot send the gateway elsewhere with a redirect or with
+// the HTTP+SSE transport's endpoint event, and its URL (whose query may
+// hold a token) never reaches another host in a Referer.
+type originGuard struct {
+	base   http.RoundTripper
+	origin *url.URL
+}
+
+func (g *originGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !safeurl.SameOrigin(req.URL, g.origin) {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, fmt.Errorf("%w: %s://%s, not %s://%s", errOtherOrigin, req.URL.Scheme, req.URL.Host, g.origin.Scheme, g.origin.Host)
+	}
+	return g.base.RoundTrip(req)
+}
+
+// clientFor returns the HTTP client of srv's sessions: the pool's, held
+// to srv's origin.
+func (p *Pool) clientFor(srv *registry.Server) (*http.Client, error) {
+	origin, err := url.Parse(srv.URL)
+	if err != nil {
+		return nil, fmt.Errorf("server url: %w", err)
+	}
+	c := *p.http
+	base := c.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	c.Transport = &originGuard{base: base, origin: origin}
+	return &c, nil
+}
+
+// jsonSize estimates the JSON size of v, a value decoded from JSON (maps,
+// slices, strings, numbers, raw messages), without encoding it.
+func jsonSize(v any) int {
+	switch v := v.(type) {
+	case nil:
+		return 4
+	case string:
+		return len(v) + 2
+	case json.RawMessage:
+		return len(v)
+	case map[string]any:
+		n := 2
+		for k, x := range v {
+			n += len(k) + 4 + jsonSize(x)
+		}
+		return n
+	case []any:
+		n := 2
+		for _, x := range v {
+			n += 1 + jsonSize(x)
+		}
+		return n
+	case mcp.Meta:
+		return jsonSize(map[string]any(v))
+	default:
+		return 8
+	}
+}
+
+// toolSize estimates the bytes a tool takes in a tool list.
+func toolSize(t *mcp.Tool) int {
+	n := 64 + len(t.Name) + len(t.Title) + len(t.Description) + jsonSize(t.Meta)
+	n += jsonSize(t.InputSchema) + jsonSize(t.OutputSchema)
+	for _, ic := range t.Icons {
+		n += 32 + len(ic.Source) + len(ic.MIMEType)
+		for _, s := range ic.Sizes {
+			n += len(s) + 3
+		}
+	}
+	return n
+}
