@@ -105,18 +105,6 @@ func peek(body []byte) peeked {
 	return peeked{method: msg.Method, id: msg.ID, name: msg.Params.Name, progress: msg.Params.Meta.ProgressToken != nil}
 }
 
-// mcpError writes a JSON-RPC error outside the SDK, for requests refused
-// before they reach it.
-func mcpError(w http.ResponseWriter, status int, code int64, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"jsonrpc": "2.0",
-		"id":      nil,
-		"error":   map[string]any{"code": code, "message": msg},
-	})
-}
-
 // serveMCP serves POST /mcp (every server the key may use, tools named
 // "<server_id>-<tool>") and POST /mcp/{server_id} (one upstream, passed
 // through).
@@ -140,15 +128,15 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			mcpError(w, http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("request body is larger than %d bytes", g.maxBody))
+			writeFault(w, r, fault.New(fault.PayloadTooLarge, "request body is larger than %d bytes", g.maxBody))
 			return
 		}
-		mcpError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "cannot read the request body")
+		writeFault(w, r, fault.Wrap(err, fault.BadRequest, "cannot read the request body"))
 		return
 	}
 	p := peek(body)
 	if p.batch && batchesRemoved(r.Header.Get("MCP-Protocol-Version")) {
-		mcpError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "JSON-RPC batches are not supported since protocol version 2025-06-18; send one message per request")
+		writeFault(w, r, fault.New(fault.BadRequest, "JSON-RPC batches are not supported since protocol version 2025-06-18; send one message per request"))
 		return
 	}
 	if p.method != "" && !knownMethods[p.method] {
@@ -158,12 +146,9 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"jsonrpc": "2.0",
-			"id":      p.id,
-			"error":   map[string]any{"code": jsonrpc.CodeMethodNotFound, "message": fmt.Sprintf("method %q not found", truncate(p.method, 64))},
-		})
+		// A protocol error, answered 200 as the SDK answers its own.
+		fe := fault.New(fault.NotFound, "method %q not found", truncate(p.method, 64))
+		writeRPC(w, http.StatusOK, "", rpcResponse{JSONRPC: "2.0", ID: p.id, Error: rpcErrorObject{Code: jsonrpc.CodeMethodNotFound, Message: fe.Message, Data: fe.Detail()}})
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -182,7 +167,13 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		h = g.mcp.stream
 		sc.stream = true
 	}
-	h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, mcpServerKey{}, srv)))
+	// The SDK answers its own refusals in plain text: sdkAnswer rewrites
+	// them into the gateway's MCP error shape.
+	aw := &sdkAnswer{ResponseWriter: w}
+	h.ServeHTTP(aw, r.WithContext(context.WithValue(ctx, mcpServerKey{}, srv)))
+	if fe := aw.finish(p.id); fe != nil {
+		sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+	}
 }
 
 // batchesRemoved reports whether the protocol version forbids batches
