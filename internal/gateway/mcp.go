@@ -442,42 +442,60 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 		sc.rec.outcome = "ok"
 		return &mcp.ListToolsResult{Tools: tools}, nil
 	}
-	servers, err := sc.g.allowedServers(ctx, sc.key)
+	all, err := sc.g.allTools(ctx, sc.key)
 	if err != nil {
 		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 		return nil, sc.rpcError(fe, err)
 	}
-	lists := make([][]*mcp.Tool, len(servers))
+	tools := []*mcp.Tool{}
+	for _, st := range all {
+		for _, t := range st.tools {
+			c := *t
+			c.Name = st.srv.ID + ToolSeparator + t.Name
+			tools = append(tools, &c)
+		}
+	}
+	sc.rec.outcome = "ok"
+	return &mcp.ListToolsResult{Tools: tools}, nil
+}
+
+// serverTools is one server's tools, or why they could not be listed.
+type serverTools struct {
+	srv   *registry.Server
+	tools []*mcp.Tool
+	err   *fault.Error
+}
+
+// allTools lists the tools of every server k may call, ordered by server
+// id, asking at most maxListConcurrency upstreams at once. A server whose
+// listing fails is returned with its fault (and logged), and never hides
+// the others' tools.
+func (g *Gateway) allTools(ctx context.Context, k *auth.Key) ([]serverTools, error) {
+	servers, err := g.allowedServers(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]serverTools, len(servers))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxListConcurrency)
 	for i, srv := range servers {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			lctx, cancel := sc.g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
+			lctx, cancel := g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 			defer cancel()
-			tools, err := sc.g.deps.Upstream.Tools(lctx, srv)
+			out[i].srv = srv
+			tools, err := g.deps.Upstream.Tools(lctx, srv)
 			if err != nil {
-				// One unreachable upstream must not hide the others' tools.
-				sc.g.log.Warn("listing tools failed; its tools are left out", "request_id", sc.rec.id, "server_id", srv.ID, "error", err.Error())
+				g.log.Warn("listing tools failed; its tools are left out", "request_id", recordFrom(ctx).id, "server_id", srv.ID, "error", err.Error())
+				out[i].err = upstreamFault(srv, err)
 				return
 			}
-			named := make([]*mcp.Tool, len(tools))
-			for j, t := range tools {
-				c := *t
-				c.Name = srv.ID + ToolSeparator + t.Name
-				named[j] = &c
-			}
-			lists[i] = named
+			out[i].tools = tools
 		})
 	}
 	wg.Wait()
-	all := []*mcp.Tool{}
-	for _, l := range lists {
-		all = append(all, l...)
-	}
-	sc.rec.outcome = "ok"
-	return &mcp.ListToolsResult{Tools: all}, nil
+	return out, nil
 }
 
 // allowedServers lists the servers a key may call, ordered by id.
