@@ -42,6 +42,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -83,6 +84,9 @@ func TestBench(t *testing.T) {
 		ours := b.saturation("ours", c)
 		base := b.saturation("in-process", c)
 		b.compare(fmt.Sprintf("saturation C=%d, %d callers, %d procs", c, 5*c, b.cfg.procs), ours, &base)
+		if c == 2 {
+			b.drawCap(ours, base)
+		}
 	}
 	// On Lambda an instance serves one request at a time: no two waiters
 	// share a process, so every hand-off goes through the store.
@@ -247,6 +251,8 @@ type satResult struct {
 	waiterSeconds      float64
 	store              meterCounts
 	rss                int64
+	start              time.Time            // when the callers started
+	events             []demoupstream.Event // the upstream's entries and exits
 }
 
 // saturation runs 5×cap callers, each making cfg.rounds calls of a
@@ -299,6 +305,7 @@ func (b *bench) saturation(design string, c int) satResult {
 	b.stop = nil
 	events := b.demo.Events()
 	b.demo.RecordEvents(false)
+	r.start, r.events = start, events
 	var sent, entered float64
 	for _, cc := range calls {
 		for _, x := range cc {
