@@ -99,7 +99,7 @@ const (
 	panelHeight = 150
 	marginLeft  = 48
 	marginRight = 16
-	headerH     = 56
+	headerH     = 76
 	panelGap    = 44
 	axisH       = 28
 )
@@ -155,12 +155,13 @@ func WriteSVG(w io.Writer, c Chart) error {
 		if color == "" {
 			color = "#1f6fb4"
 		}
-		if pts := path(p.Steps, end, x, y); pts != "" {
-			fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", pts, esc(color))
-		}
+		// The cap under the steps, so that steps at the cap stay visible.
 		if p.Cap > 0 {
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#c0392b" stroke-dasharray="6 4" stroke-width="1.5"/>`+"\n", marginLeft, y(p.Cap), marginLeft+plotW, y(p.Cap))
 			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#c0392b">cap %d</text>`+"\n", marginLeft+plotW-4, y(p.Cap)-5, p.Cap)
+		}
+		if pts := path(p.Steps, end, x, y); pts != "" {
+			fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", pts, esc(color))
 		}
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#333">peak %d</text>`+"\n", marginLeft+plotW-4, y0+12, Peak(p.Steps))
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", marginLeft, y0+panelHeight, marginLeft+plotW, y0+panelHeight)
