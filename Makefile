@@ -9,25 +9,43 @@ TEST_TIMEOUT  ?= 15m
 .PHONY: help dev test soak deps tables build build-GatewayFunction vet fmt fuzz bench clean
 
 help:
-	@echo "make dev     run the gateway locally (store, tables, demo upstream, dev key) on 127.0.0.1:8080"
+	@echo "make dev     run the gateway locally: store, tables, demo upstream (cap 2), dev key, gateway"
+	@echo "             ports: DEV_STORE_PORT (8000), DEV_GATEWAY_ADDR (127.0.0.1:8080), DEV_DEMO_PORT (9100);"
+	@echo "             a taken port is replaced by a free one, and printed. State and logs: DEV_STATE_DIR (.dev)"
 	@echo "make test    run every test (starts and stops its own dynalite and gateways)"
 	@echo "make soak    the fault soak: kills, store outage, stalled upstream, over 6 processes"
 	@echo "make tables  create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point"
 	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
-	@echo "make deps    install the Node packages (dynalite) and Go modules"
+	@echo "make deps    install every Node package (dynalite and the test-only ones) and the Go modules"
 	@echo "make fuzz    fuzz the MCP and REST request decoding"
-	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start) into results/"
+	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start)"
+	@echo "             into results/, with results/cap.svg: the upstream's calls in flight over time"
 
-deps: infra/node_modules/.package-lock.json
+# Node packages. make dev needs only dynalite (the "dependencies"); the
+# tests also need the "devDependencies" and the optional Node 22 binary,
+# some of which declare Node >= 22 (npm warns EBADENGINE on Node 20; the
+# conformance suite runs under the Node 22 binary, the Inspector's CLI runs
+# on Node 20). `npm ci` replaces node_modules, so each install leaves its
+# own stamp, and a full install also serves make dev.
+NODE_DEV  := infra/node_modules/.mcpgate-dev
+NODE_TEST := infra/node_modules/.mcpgate-test
+
+deps: $(NODE_TEST)
 	$(GO) mod download
 
-infra/node_modules/.package-lock.json: infra/package.json infra/package-lock.json
+$(NODE_TEST): infra/package.json infra/package-lock.json
 	cd infra && $(NPM) ci --no-audit --no-fund
+	touch $@
 
-dev: infra/node_modules/.package-lock.json
+$(NODE_DEV): infra/package.json infra/package-lock.json
+	@if [ -f $(NODE_TEST) ] && [ $(NODE_TEST) -nt infra/package.json ] && [ $(NODE_TEST) -nt infra/package-lock.json ]; then :; \
+	else cd infra && $(NPM) ci --omit=dev --omit=optional --no-audit --no-fund; fi
+	touch $@
+
+dev: $(NODE_DEV)
 	./infra/dev.sh
 
-test: infra/node_modules/.package-lock.json
+test: $(NODE_TEST)
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	# The limiter again on a store that returns no item with a failed
@@ -38,12 +56,12 @@ test: infra/node_modules/.package-lock.json
 # restarted, the store stopped and restarted and the upstream stalled, against
 # a stateful and a stateless upstream (functions/gateway/soak_test.go).
 # SOAK_CALLS and SOAK_PROCS size each run.
-soak: infra/node_modules/.package-lock.json
+soak: $(NODE_TEST)
 	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
 
 # The limiter's benchmark (functions/gateway/bench_test.go): prints one
 # table and writes results/bench.json. `make test` runs a brief smoke of it.
-bench: infra/node_modules/.package-lock.json
+bench: $(NODE_TEST)
 	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
 
 tables:

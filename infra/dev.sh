@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Runs the gateway locally: dynalite (a DynamoDB-compatible store), the three
-# tables, the demo upstream with a cap of 2, a dev key, and the gateway on
-# 127.0.0.1:8080. Ctrl-C stops everything. Invoked by `make dev`.
+# Runs the gateway locally: dynalite (a DynamoDB-compatible server), the three
+# tables, the demo upstream with a cap of 2, a dev key, and the gateway.
+# Invoked by `make dev`; Ctrl-C stops everything and exits 0.
+#
+# Ports: DEV_STORE_PORT (8000), DEV_DEMO_PORT (9100), DEV_GATEWAY_ADDR
+# (127.0.0.1:8080). A port that is taken is replaced by a free one, which is
+# printed. DEV_STATE_DIR (.dev) holds the binaries, logs and the env file
+# that exports MCPGATE_URL, MCPGATE_KEY and the AWS settings of this stack.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,26 +15,63 @@ cd "$root"
 store_port=${DEV_STORE_PORT:-8000}
 demo_port=${DEV_DEMO_PORT:-9100}
 gateway_addr=${DEV_GATEWAY_ADDR:-127.0.0.1:8080}
-state=.dev
+gateway_host=${gateway_addr%:*}
+gateway_port=${gateway_addr##*:}
+state=${DEV_STATE_DIR:-.dev}
 mkdir -p "$state/bin" "$state/logs"
+state=$(cd "$state" && pwd)
 
-export AWS_REGION=us-east-1
+export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=local
 export AWS_SECRET_ACCESS_KEY=local
 export AWS_EC2_METADATA_DISABLED=true
-export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$store_port"
 export SERVERS_TABLE=dev-servers LEASES_TABLE=dev-leases KEYS_TABLE=dev-keys
 
 pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  echo
-  echo "stopping…"
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+stopping=
+
+# stop ends every process this script started and waits for them: TERM
+# first, KILL for any still running after 5 s.
+stop() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    local alive=
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ -z "$alive" ] && break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+
+# A deliberate stop (Ctrl-C, kill) is quiet and successful.
+on_signal() {
+  stopping=1
+  trap - INT TERM
+  echo
+  echo "dev: stopping…"
+  stop
+  echo "dev: stopped"
+  exit 0
+}
+trap on_signal INT TERM
+trap 'stop' EXIT
+
+# port_taken PORT [HOST]: something accepts connections there.
+port_taken() {
+  (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
+}
+
+# pick NAME PORT [HOST]: PORT if free, else 0 (the process picks a free one).
+pick() {
+  if port_taken "$2" "${3:-127.0.0.1}"; then
+    echo "dev: port $2 ($1) is taken; using a free one" >&2
+    echo 0
+  else
+    echo "$2"
+  fi
+}
 
 # wait_for FILE PATTERN PID: until FILE has a line matching PATTERN.
 wait_for() {
@@ -44,59 +86,86 @@ wait_for() {
   echo "dev: timed out waiting for $file" >&2; cat "$file" >&2; exit 1
 }
 
+# port_of FILE: the port of the first http://host:port in FILE.
+port_of() {
+  grep -o -m 1 'http://[^ ]*' "$1" | sed -E 's#^http://[^/]*:([0-9]+).*#\1#'
+}
+
 if [ ! -d infra/node_modules/dynalite ]; then
   echo "installing dynalite (npm ci in infra/)…"
-  (cd infra && npm ci --no-audit --no-fund)
+  (cd infra && npm ci --omit=dev --omit=optional --no-audit --no-fund)
 fi
 echo "building…"
 go build -o "$state/bin/gateway" ./functions/gateway
 go build -o "$state/bin/mcpgate" ./cmd/mcpgate
 go build -o "$state/bin/demo-upstream" ./infra/demo-upstream
 
-node infra/dynalite.js --host 127.0.0.1 --port "$store_port" >"$state/logs/store.log" 2>&1 &
+node infra/dynalite.js --host 127.0.0.1 --port "$(pick store "$store_port")" >"$state/logs/store.log" 2>&1 &
 pids+=($!)
 wait_for "$state/logs/store.log" "dynalite listening" $!
+store_port=$(port_of "$state/logs/store.log")
+export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$store_port"
 
 "$state/bin/mcpgate" tables create
-"$state/bin/demo-upstream" -addr "127.0.0.1:$demo_port" >"$state/logs/demo.log" 2>&1 &
+"$state/bin/demo-upstream" -addr "127.0.0.1:$(pick demo "$demo_port")" >"$state/logs/demo.log" 2>&1 &
 pids+=($!)
 wait_for "$state/logs/demo.log" "demo upstream listening" $!
+demo_port=$(port_of "$state/logs/demo.log")
 
 sed "s#http://127.0.0.1:9100/mcp#http://127.0.0.1:$demo_port/mcp#" infra/seed/demo-server.json >"$state/demo-server.json"
 "$state/bin/mcpgate" servers put "$state/demo-server.json"
 key=$("$state/bin/mcpgate" keys create --servers '*' --name dev | grep -o 'mcpg_[A-Za-z0-9_-]*' | head -n 1)
 
-GATEWAY_ADDR=$gateway_addr "$state/bin/gateway" >"$state/logs/gateway.log" 2>&1 &
+GATEWAY_ADDR="$gateway_host:$(pick gateway "$gateway_port" "$gateway_host")" "$state/bin/gateway" >"$state/logs/gateway.log" 2>&1 &
 pids+=($!)
 wait_for "$state/logs/gateway.log" '"msg":"listening"' $!
+gateway_port=$(grep -o -m 1 '"addr":"[^"]*"' "$state/logs/gateway.log" | sed -E 's#.*:([0-9]+)"$#\1#')
+url="http://$gateway_host:$gateway_port"
 
-cat >"$state/env" <<ENV
-export AWS_REGION=$AWS_REGION AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_EC2_METADATA_DISABLED=true
+# The env file holds the dev key: readable by its owner only.
+(umask 077 && cat >"$state/env" <<ENV)
+export MCPGATE_URL=$url
+export MCPGATE_KEY=$key
+export AWS_REGION=$AWS_REGION AWS_DEFAULT_REGION=$AWS_DEFAULT_REGION
+export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_EC2_METADATA_DISABLED=true
 export AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB
 export SERVERS_TABLE=$SERVERS_TABLE LEASES_TABLE=$LEASES_TABLE KEYS_TABLE=$KEYS_TABLE
-export PATH="$root/$state/bin:\$PATH"
+export PATH="$state/bin:\$PATH"
 ENV
 
-url="http://$gateway_addr"
 cat <<MSG
 
 Gateway ready at $url   (logs in $state/logs/)
+Store (dynalite) at $AWS_ENDPOINT_URL_DYNAMODB, demo upstream at http://127.0.0.1:$demo_port/mcp
 Demo server "demo" has max_concurrent_requests 2; dev key: $key
+
+In another shell: source $state/env   (exports MCPGATE_URL, MCPGATE_KEY, the AWS settings; mcpgate on PATH)
 
 Six concurrent calls of a 2-second tool; the upstream never sees more than 2:
 
   for i in 1 2 3 4 5 6; do
-    curl -s $url/mcp-rest/tools/call -H 'Authorization: Bearer $key' \\
+    curl -s \$MCPGATE_URL/mcp-rest/tools/call -H "Authorization: Bearer \$MCPGATE_KEY" \\
       -H 'Content-Type: application/json' \\
       -d '{"server_id":"demo","name":"slow_tool","arguments":{"ms":2000}}' | grep -o '"in_flight_at_entry":[0-9]*' &
   done; wait
   curl -s http://127.0.0.1:$demo_port/stats
 
-Tools: curl -s '$url/mcp-rest/tools/list?server_id=demo' -H 'Authorization: Bearer $key'
-Admin CLI, in another shell: source $state/env && mcpgate status
+Tools:  curl -s \$MCPGATE_URL/mcp-rest/tools/list -H "Authorization: Bearer \$MCPGATE_KEY"
+Status: mcpgate status --watch
+Agents: see "Connect an agent" in README.md (MCP endpoint \$MCPGATE_URL/mcp)
 
 Ctrl-C stops everything.
 MSG
+
+# Until a process exits on its own (a signal is handled by on_signal).
+set +e
 wait -n
-echo "dev: a process exited; see $state/logs/" >&2
+status=$?
+set -e
+[ -n "$stopping" ] && exit 0
+for pid in "${pids[@]}"; do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "dev: process $pid exited unexpectedly (status $status); see $state/logs/" >&2
+  fi
+done
 exit 1

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -24,18 +27,27 @@ var importLiteLLMCmd = &command{
 	help: `
 Reads a LiteLLM proxy config.yaml and turns each entry of its mcp_servers
 mapping (server name: settings) into a server item. The server name becomes
-the server_id. These settings carry over: url, transport ("http" or "sse"),
-timeout (seconds), max_concurrent_requests and description (also taken from
-mcp_info.description). A server with a spec_path (tools made from an OpenAPI
-document) becomes an openapi server: spec_path, or spec_url when it is an
-http(s) URL, with url as the API's base URL. Every other setting (auth_type,
-authentication_token, headers, extra_headers, static_headers, command, args,
-env, allowed_tools, access_groups, ...) is listed by name for each server,
-never with its value, and is not imported.
+the server_id, unless the server has an alias (its own alias setting, or
+the first one litellm_settings.mcp_aliases gives it): LiteLLM names the
+server's tools after the alias, so the alias becomes the server_id and
+agents keep the tool names they know ("<alias>-<tool>" on /mcp).
+
+These settings carry over: url, transport ("http" or "sse"), timeout
+(seconds), max_concurrent_requests (numbers may be written as strings, as
+"3") and description (also taken from mcp_info.description). A server with
+a spec_path (tools made from an OpenAPI document) becomes an openapi
+server: spec_path, or spec_url when it is an http(s) URL, with url as the
+API's base URL; a spec_path that is a local absolute path is imported with
+a warning, since under Lambda the gateway reads only its deployment
+package. Every other setting (auth_type, authentication_token, headers,
+extra_headers, static_headers, command, args, env, allowed_tools,
+access_groups, ...) is listed by name for each server, never with its
+value, and is not imported.
 
 Servers are skipped, with the reason, when: their transport is stdio (a
-local process a serverless gateway cannot run); their name is not a valid
-server_id (a valid one is suggested: rerun with --rename to use it); their
+local process a serverless gateway cannot run); their name (or alias) is
+not a valid server_id (a valid one is suggested: rerun with --rename to use
+it; the report then says how the tool names agents see change); their
 result fails the gateway's checks; or a server with that id exists already
 (rerun with --overwrite to replace it). The exit status is 1 when anything
 was skipped or not imported.
@@ -52,6 +64,10 @@ Flags:
 // server item attribute of that name.
 var liteLLMMapped = []string{"url", "transport", "timeout", "max_concurrent_requests", "description"}
 
+// lambdaTaskRoot is where Lambda unpacks the function's package, the only
+// files the gateway can read there.
+const lambdaTaskRoot = "/var/task/"
+
 // planned is what import makes of one LiteLLM server.
 type planned struct {
 	name string                          // the LiteLLM server name
@@ -61,6 +77,9 @@ type planned struct {
 	skipped string
 	// unmapped lists the settings not carried over, by name.
 	unmapped []string
+	// notes say what the import changed, such as tool names; warnings
+	// what will likely not work as imported.
+	notes, warnings []string
 }
 
 func runImportLiteLLM(c *cli, args []string) error {
@@ -79,7 +98,7 @@ func runImportLiteLLM(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	plans, err := planLiteLLM(doc, *rename)
+	plans, cfgNotes, err := planLiteLLM(doc, *rename)
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
@@ -88,7 +107,7 @@ func runImportLiteLLM(c *cli, args []string) error {
 			return err
 		}
 	}
-	imported, unmapped := 0, 0
+	imported, unmapped, warnings := 0, 0, 0
 	for _, p := range plans {
 		if p.item != nil && !*dryRun {
 			if err := c.putImported(p, *overwrite); err != nil {
@@ -109,12 +128,26 @@ func runImportLiteLLM(c *cli, args []string) error {
 			unmapped += len(p.unmapped)
 			fmt.Fprintf(c.stdout, "  not imported (values not shown): %s\n", strings.Join(p.unmapped, ", "))
 		}
+		for _, n := range p.notes {
+			fmt.Fprintf(c.stdout, "  note: %s\n", n)
+		}
+		for _, w := range p.warnings {
+			warnings++
+			fmt.Fprintf(c.stdout, "  warning: %s\n", w)
+		}
+	}
+	for _, n := range cfgNotes {
+		fmt.Fprintf(c.stdout, "mcp_aliases: %s\n", n)
 	}
 	verb := "imported"
 	if *dryRun {
 		verb = "dry run, nothing written: would import"
 	}
-	fmt.Fprintf(c.stdout, "%s %d of %d servers; %d skipped; %d settings not imported\n", verb, imported, len(plans), len(plans)-imported, unmapped)
+	summary := fmt.Sprintf("%s %d of %d servers; %d skipped; %d settings not imported", verb, imported, len(plans), len(plans)-imported, unmapped)
+	if warnings > 0 {
+		summary += fmt.Sprintf("; %d warnings", warnings)
+	}
+	fmt.Fprintln(c.stdout, summary)
 	if imported < len(plans) || unmapped > 0 {
 		return fmt.Errorf("import incomplete: %d of %d servers skipped, %d settings not imported (listed above)", len(plans)-imported, len(plans), unmapped)
 	}
@@ -140,33 +173,43 @@ func (c *cli) putImported(p *planned, overwrite bool) error {
 	return nil
 }
 
-// planLiteLLM maps the mcp_servers of a LiteLLM config, in file order.
-func planLiteLLM(doc []byte, rename bool) ([]*planned, error) {
+// planLiteLLM maps the mcp_servers of a LiteLLM config, in file order. The
+// notes are about litellm_settings.mcp_aliases entries that name no server.
+func planLiteLLM(doc []byte, rename bool) ([]*planned, []string, error) {
 	var cfg struct {
 		MCPServers yaml.Node `yaml:"mcp_servers"`
+		Settings   struct {
+			Aliases yaml.Node `yaml:"mcp_aliases"`
+		} `yaml:"litellm_settings"`
 	}
 	if err := yaml.Unmarshal(doc, &cfg); err != nil {
-		return nil, fmt.Errorf("not a valid YAML config: %w", err)
+		return nil, nil, fmt.Errorf("not a valid YAML config: %w", err)
 	}
 	n := &cfg.MCPServers
 	switch {
 	case n.Kind == 0:
-		return nil, errors.New("no mcp_servers section")
+		return nil, nil, errors.New("no mcp_servers section")
 	case n.Kind != yaml.MappingNode:
-		return nil, fmt.Errorf("line %d: mcp_servers must map server names to their settings", n.Line)
+		return nil, nil, fmt.Errorf("line %d: mcp_servers must map server names to their settings", n.Line)
 	case len(n.Content) == 0:
-		return nil, errors.New("mcp_servers is empty")
+		return nil, nil, errors.New("mcp_servers is empty")
+	}
+	aliases, notes, err := liteLLMAliases(&cfg.Settings.Aliases)
+	if err != nil {
+		return nil, nil, err
 	}
 	var plans []*planned
 	taken := map[string]string{} // server_id → LiteLLM name
+	names := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		name := n.Content[i].Value
+		names[name] = true
 		var settings map[string]any
 		if err := n.Content[i+1].Decode(&settings); err != nil || settings == nil {
 			plans = append(plans, &planned{name: name, skipped: fmt.Sprintf("line %d: settings are not a mapping", n.Content[i+1].Line)})
 			continue
 		}
-		p := planServer(name, settings, rename)
+		p := planServer(name, settings, aliases[name], rename)
 		if other, ok := taken[p.id]; ok && p.item != nil {
 			p.item = nil
 			p.skipped = fmt.Sprintf("server_id %q is already used by %q in this file", p.id, other)
@@ -176,20 +219,83 @@ func planLiteLLM(doc []byte, rename bool) ([]*planned, error) {
 		}
 		plans = append(plans, p)
 	}
-	return plans, nil
+	for _, a := range aliases.unknown(names) {
+		notes = append(notes, fmt.Sprintf("alias %q names %q, which is not in mcp_servers; ignored", a.alias, a.server))
+	}
+	return plans, notes, nil
+}
+
+// alias is one litellm_settings.mcp_aliases entry: alias → server name.
+type alias struct{ alias, server string }
+
+// aliasMap holds, per server name, its aliases in file order.
+type aliasMap map[string][]string
+
+// unknown returns the aliases of servers not in names.
+func (m aliasMap) unknown(names map[string]bool) []alias {
+	var out []alias
+	for _, server := range slices.Sorted(maps.Keys(m)) {
+		if !names[server] {
+			for _, a := range m[server] {
+				out = append(out, alias{a, server})
+			}
+		}
+	}
+	return out
+}
+
+// liteLLMAliases reads litellm_settings.mcp_aliases (alias: server name).
+func liteLLMAliases(n *yaml.Node) (aliasMap, []string, error) {
+	m := aliasMap{}
+	if n.Kind == 0 {
+		return m, nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, nil, fmt.Errorf("line %d: litellm_settings.mcp_aliases must map aliases to server names", n.Line)
+	}
+	var notes []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		a, server := n.Content[i].Value, n.Content[i+1]
+		if server.Kind != yaml.ScalarNode {
+			notes = append(notes, fmt.Sprintf("alias %q (line %d) does not name a server; ignored", a, server.Line))
+			continue
+		}
+		m[server.Value] = append(m[server.Value], a)
+	}
+	return m, notes, nil
 }
 
 // planServer maps one LiteLLM server's settings onto a server item and
-// checks the item as the gateway does.
-func planServer(name string, settings map[string]any, rename bool) *planned {
+// checks the item as the gateway does. aliases are the server's entries in
+// litellm_settings.mcp_aliases.
+func planServer(name string, settings map[string]any, aliases []string, rename bool) *planned {
 	p := &planned{name: name, id: name}
-	if err := registry.ValidateID(name); err != nil {
-		suggested := sanitizeID(name)
+	// LiteLLM names a server's tools "<prefix>-<tool>", the prefix being
+	// its alias (its own, else its first in mcp_aliases) or its name.
+	prefix, from := name, ""
+	if a, ok := settings["alias"].(string); ok && a != "" && !isEnvRef(a) {
+		prefix, from = a, "its alias setting"
+		for _, other := range aliases {
+			p.notes = append(p.notes, fmt.Sprintf("mcp_aliases entry %q not used: the server's own alias setting wins, as in LiteLLM", other))
+		}
+	} else if len(aliases) > 0 {
+		prefix, from = aliases[0], "mcp_aliases"
+		for _, other := range aliases[1:] {
+			p.notes = append(p.notes, fmt.Sprintf("mcp_aliases entry %q not used: only a server's first alias is, as in LiteLLM", other))
+		}
+	}
+	p.id = prefix
+	if err := registry.ValidateID(prefix); err != nil {
+		suggested := sanitizeID(prefix)
+		change := fmt.Sprintf("agents then see its tools on /mcp as %s-<tool> instead of %s-<tool>", suggested, prefix)
 		if rename {
 			p.id = suggested
+			p.notes = append(p.notes, "renamed: "+change+"; update agents that call them by name")
 		} else {
-			p.skipped = fmt.Sprintf("%v; suggested id %q (rerun with --rename to import it under that id)", err, suggested)
+			p.skipped = fmt.Sprintf("%v; suggested id %q (rerun with --rename to import it under that id; %s)", err, suggested, change)
 		}
+	} else if from != "" {
+		p.notes = append(p.notes, fmt.Sprintf("imported under its alias %q (from %s): its tools keep the names agents know, %s-<tool>", prefix, from, prefix))
 	}
 	doc := map[string]any{store.ServerIDAttr: p.id}
 	for _, key := range slices.Sorted(maps.Keys(settings)) {
@@ -197,15 +303,21 @@ func planServer(name string, settings map[string]any, rename bool) *planned {
 		switch {
 		case key == "mcp_info":
 			p.mapInfo(v, doc, settings)
+		case key == "alias" && from == "its alias setting":
 		case key == "spec_path" && isEnvRef(v):
 			p.unmapped = append(p.unmapped, key+" (an os.environ/ reference; not resolved)")
 		case key == "spec_path":
 			// LiteLLM makes this server's tools from an OpenAPI document;
 			// its url is the API's base URL.
 			doc["transport"] = string(registry.TransportOpenAPI)
-			if s, ok := v.(string); ok && (strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")) {
-				doc["spec_url"] = s
-			} else {
+			path, _ := v.(string)
+			switch {
+			case strings.HasPrefix(path, "http://") || strings.HasPrefix(path, "https://"):
+				doc["spec_url"] = path
+			case (filepath.IsAbs(path) && !strings.HasPrefix(path, lambdaTaskRoot)) || strings.HasPrefix(path, "~"):
+				doc["spec_path"] = v
+				p.warnings = append(p.warnings, fmt.Sprintf("spec_path %q is a file on this machine: under Lambda the gateway reads only its deployment package (%s); add the document to the package and give its relative path, or serve it and set spec_url", truncate(path, 200), lambdaTaskRoot))
+			default:
 				doc["spec_path"] = v
 			}
 		case !slices.Contains(liteLLMMapped, key):
@@ -218,6 +330,16 @@ func planServer(name string, settings map[string]any, rename bool) *planned {
 			}
 		case key == "transport" && settings["spec_path"] != nil:
 			// spec_path decides: an openapi server.
+		case registry.AttributeType(key) == "N":
+			// YAML often quotes numbers ("3"): take them as numbers.
+			num, err := liteLLMNumber(v)
+			if err != nil {
+				if p.skipped == "" {
+					p.skipped = fmt.Sprintf("%s: %v", key, err)
+				}
+				continue
+			}
+			doc[key] = num
 		default:
 			doc[key] = v
 		}
@@ -237,6 +359,22 @@ func planServer(name string, settings map[string]any, rename bool) *planned {
 	}
 	p.item = item
 	return p
+}
+
+// liteLLMNumber reads a number setting, written as a number or a string.
+func liteLLMNumber(v any) (json.Number, error) {
+	switch v := v.(type) {
+	case int, int64, uint64, float64:
+		return json.Number(fmt.Sprint(v)), nil
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return "", fmt.Errorf("%q is not a number", truncate(v, 40))
+		}
+		return json.Number(strconv.FormatFloat(f, 'f', -1, 64)), nil
+	default:
+		return "", fmt.Errorf("must be a number, not %T", v)
+	}
 }
 
 // mapInfo takes description from LiteLLM's mcp_info when the server has

@@ -20,6 +20,8 @@ const liteLLMConfig = "testdata/litellm_config.yaml"
 type report struct {
 	status   string   // the text after "name: "
 	unmapped []string // the settings listed as not imported
+	notes    []string // the "note: " lines
+	warnings []string // the "warning: " lines
 }
 
 // parseReport splits import's output into one report per server; the
@@ -35,6 +37,14 @@ func parseReport(t *testing.T, out string) map[string]*report {
 				t.Fatalf("settings listed before any server: %q", line)
 			}
 			cur.unmapped = strings.Split(rest, ", ")
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "  note: "); ok && cur != nil {
+			cur.notes = append(cur.notes, rest)
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "  warning: "); ok && cur != nil {
+			cur.warnings = append(cur.warnings, rest)
 			continue
 		}
 		name, status, ok := strings.Cut(line, ": ")
@@ -98,7 +108,7 @@ func TestImportLiteLLMDryRun(t *testing.T) {
 	reports := checkReport(t, r)
 	for name, want := range map[string]string{
 		"zapier_mcp":      `would write {"description":"Zapier actions","server_id":"zapier_mcp","transport":"sse","url":"https://mcp.zapier.example/api/mcp/sse"}`,
-		"deepwiki":        `would write {"description":"Read GitHub repositories' wikis","max_concurrent_requests":4,"server_id":"deepwiki","timeout":45,"transport":"http","url":"https://mcp.deepwiki.com/mcp"}`,
+		"deepwiki":        `would write {"description":"Read GitHub repositories' wikis","max_concurrent_requests":4,"server_id":"docs","timeout":45,"transport":"http","url":"https://mcp.deepwiki.com/mcp"}`,
 		"github":          `would write {"server_id":"github","transport":"http","url":"https://api.githubcopilot.com/mcp/"}`,
 		"internal_search": `would write {"server_id":"internal_search","url":"http://search.internal.example:8080/mcp"}`,
 		"petstore":        `would write {"server_id":"petstore","spec_path":"./openapi/petstore.json","transport":"openapi","url":"https://petstore3.swagger.io/api/v3"}`,
@@ -136,10 +146,12 @@ func TestImportLiteLLM(t *testing.T) {
 		ids = append(ids, rawAttr(item, store.ServerIDAttr))
 	}
 	slices.Sort(ids)
-	if want := []string{"deepwiki", "github", "internal_search", "petstore", "zapier_mcp"}; !reflect.DeepEqual(ids, want) {
+	// deepwiki's first alias in mcp_aliases, docs, is its id: LiteLLM
+	// names its tools docs-<tool>.
+	if want := []string{"docs", "github", "internal_search", "petstore", "zapier_mcp"}; !reflect.DeepEqual(ids, want) {
 		t.Errorf("imported %q, want %q", ids, want)
 	}
-	deepwiki, err := registry.Parse(serverItem(t, env, "deepwiki"))
+	deepwiki, err := registry.Parse(serverItem(t, env, "docs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,19 +170,19 @@ func TestImportLiteLLM(t *testing.T) {
 	// the server whose name is not a valid id.
 	r = mcpgate(t, env, "import", "litellm", liteLLMConfig, "--rename")
 	reports = parseReport(t, r.stdout)
-	if rep := reports["deepwiki"]; rep == nil || !strings.Contains(rep.status, `SKIPPED: server "deepwiki" exists already; not replaced (rerun with --overwrite`) {
+	if rep := reports["deepwiki"]; rep == nil || !strings.Contains(rep.status, `SKIPPED: server "docs" exists already; not replaced (rerun with --overwrite`) {
 		t.Errorf("second import reported deepwiki as %+v", rep)
 	}
 	if rep := reports["brave-search"]; rep == nil || rep.status != `imported as server "brave_search"` {
 		t.Errorf("--rename reported brave-search as %+v", rep)
 	}
-	testkit.UpdateServer(t, env, "deepwiki", "max_concurrent_requests", &types.AttributeValueMemberN{Value: "1"})
+	testkit.UpdateServer(t, env, "docs", "max_concurrent_requests", &types.AttributeValueMemberN{Value: "1"})
 	r = mcpgate(t, env, "import", "litellm", liteLLMConfig, "--rename", "--overwrite")
 	r.fails(t, 1, "1 of 7 servers skipped")
-	if rep := parseReport(t, r.stdout)["deepwiki"]; rep == nil || rep.status != `imported as server "deepwiki"` {
+	if rep := parseReport(t, r.stdout)["deepwiki"]; rep == nil || rep.status != `imported as server "docs"` {
 		t.Errorf("--overwrite reported deepwiki as %+v", rep)
 	}
-	if got := rawAttr(serverItem(t, env, "deepwiki"), "max_concurrent_requests"); got != "4" {
+	if got := rawAttr(serverItem(t, env, "docs"), "max_concurrent_requests"); got != "4" {
 		t.Errorf("after --overwrite, deepwiki's cap is %s, want 4", got)
 	}
 }
@@ -199,11 +211,98 @@ func TestImportLiteLLMClean(t *testing.T) {
 		"mcp_servers:\n  slow:\n    url: https://slow.example/mcp\n    timeout: soon\n  hidden:\n    url: os.environ/HIDDEN_URL\n"))
 	r.fails(t, 1, "2 of 2 servers skipped, 1 settings not imported")
 	reports := parseReport(t, r.stdout)
-	if rep := reports["slow"]; rep == nil || !strings.Contains(rep.status, "SKIPPED: invalid as a server: timeout: must be of type N") {
+	if rep := reports["slow"]; rep == nil || rep.status != `SKIPPED: timeout: "soon" is not a number` {
 		t.Errorf("slow reported as %+v", rep)
 	}
 	if rep := reports["hidden"]; rep == nil || !strings.Contains(rep.status, "url: missing") ||
 		!reflect.DeepEqual(rep.unmapped, []string{"url (an os.environ/ reference; not resolved)"}) {
 		t.Errorf("hidden reported as %+v", rep)
+	}
+}
+
+// TestImportLiteLLMMigration covers what a LiteLLM user moving over meets:
+// numbers written as strings, mcp_aliases (the first alias of a server is
+// its id, later ones and aliases of unknown servers are reported), a name
+// that must be renamed (the report gives the tool names agents will see),
+// and a local absolute spec_path (imported, with a warning).
+func TestImportLiteLLMMigration(t *testing.T) {
+	env := storetest.NewEnv(t)
+	cfg := writeFile(t, "config.yaml", `
+litellm_settings:
+  mcp_aliases:
+    gh: github_mcp_server
+    github_alt: github_mcp_server
+    ghost: no_such_server
+mcp_servers:
+  github_mcp_server:
+    url: https://github.example/mcp
+    max_concurrent_requests: "3"
+    timeout: "2.5"
+  zapier-mcp:
+    url: https://zapier.example/mcp
+  own_alias:
+    url: https://own.example/mcp
+    alias: mine
+  counted:
+    url: https://counted.example/mcp
+    max_concurrent_requests: three
+  local_spec:
+    url: https://api.example
+    spec_path: /home/me/specs/petstore.json
+  packaged_spec:
+    url: https://api.example
+    spec_path: openapi/petstore.json
+`)
+	r := mcpgate(t, env, "import", "litellm", cfg, "--rename")
+	r.fails(t, 1, "1 of 6 servers skipped, 0 settings not imported")
+	reports := parseReport(t, r.stdout)
+	expect := func(name, status string, notes ...string) *report {
+		t.Helper()
+		rep := reports[name]
+		if rep == nil || rep.status != status {
+			t.Errorf("%s reported %+v, want %q", name, rep, status)
+			return &report{}
+		}
+		for _, n := range notes {
+			if !slices.ContainsFunc(rep.notes, func(got string) bool { return strings.Contains(got, n) }) {
+				t.Errorf("%s: no note saying %q in %q", name, n, rep.notes)
+			}
+		}
+		return rep
+	}
+	expect("github_mcp_server", `imported as server "gh"`,
+		`imported under its alias "gh" (from mcp_aliases): its tools keep the names agents know, gh-<tool>`,
+		`mcp_aliases entry "github_alt" not used`)
+	expect("zapier-mcp", `imported as server "zapier_mcp"`,
+		"renamed: agents then see its tools on /mcp as zapier_mcp-<tool> instead of zapier-mcp-<tool>")
+	expect("own_alias", `imported as server "mine"`, `imported under its alias "mine" (from its alias setting)`)
+	expect("counted", `SKIPPED: max_concurrent_requests: "three" is not a number`)
+	if rep := expect("local_spec", `imported as server "local_spec"`); len(rep.warnings) != 1 ||
+		!strings.Contains(rep.warnings[0], `spec_path "/home/me/specs/petstore.json" is a file on this machine: under Lambda the gateway reads only its deployment package`) {
+		t.Errorf("local_spec warnings %q", rep.warnings)
+	}
+	if rep := expect("packaged_spec", `imported as server "packaged_spec"`); len(rep.warnings) != 0 {
+		t.Errorf("a relative spec_path warned: %q", rep.warnings)
+	}
+	if !strings.Contains(r.stdout, `mcp_aliases: alias "ghost" names "no_such_server", which is not in mcp_servers; ignored`) {
+		t.Errorf("the alias of an unknown server is not reported:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "imported 5 of 6 servers; 1 skipped; 0 settings not imported; 1 warnings") {
+		t.Errorf("summary:\n%s", r.stdout)
+	}
+	gh, err := registry.Parse(serverItem(t, env, "gh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gh.MaxConcurrent != 3 || gh.Timeout.Seconds() != 2.5 {
+		t.Errorf("numbers written as strings imported as cap %d, timeout %v", gh.MaxConcurrent, gh.Timeout)
+	}
+
+	// Without --rename the invalid name is skipped, and the report says
+	// what --rename would do to the tool names.
+	r = mcpgate(t, env, "import", "litellm", cfg, "--dry-run")
+	if rep := parseReport(t, r.stdout)["zapier-mcp"]; rep == nil || !strings.Contains(rep.status,
+		`suggested id "zapier_mcp" (rerun with --rename to import it under that id; agents then see its tools on /mcp as zapier_mcp-<tool> instead of zapier-mcp-<tool>)`) {
+		t.Errorf("zapier-mcp without --rename: %+v", rep)
 	}
 }

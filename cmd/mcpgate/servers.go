@@ -30,17 +30,7 @@ Reads a server definition, a JSON object, from FILE ("-" for standard
 input), checks it exactly as the gateway does when it reads the item, and
 writes it to the servers table, replacing any server with the same id.
 
-Attributes:
-  server_id                 required; letters, digits, '_' or '.'
-  url                       required; the upstream's http(s) MCP endpoint
-  transport                 "http" (streamable HTTP, default) or "sse"
-  max_concurrent_requests   fleet-wide cap on calls in flight; absent or <= 0 = unlimited
-  timeout                   seconds per upstream call (default 30)
-  on_limit                  "queue" (default) or "shed" when the cap is reached
-  queue_timeout             seconds a queued call waits for a slot (default 10)
-  description               free text
-  x_*                       your own notes, ignored by the gateway
-
+` + attributeHelp() + `
 Flags:
   --if-absent   refuse to replace an existing server with this id
 
@@ -49,6 +39,28 @@ Example:
     mcpgate servers put -
 `,
 	run: runServersPut,
+}
+
+// attributeHelp lists every attribute of a server item, from the table the
+// gateway validates items with.
+func attributeHelp() string {
+	var b strings.Builder
+	b.WriteString("Attributes (any other name is refused, so a misspelling cannot go unnoticed):\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tTYPE\tDEFAULT\tMEANING")
+	for _, a := range registry.Attributes() {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", a.Name, a.Type, a.Default, a.Doc)
+		prefix := a.Name + "."
+		if a.Name == "tools" {
+			prefix = "tools.<tool>."
+		}
+		for _, f := range a.Fields {
+			fmt.Fprintf(tw, "    %s%s\t%s\t%s\t%s\n", prefix, f.Name, f.Type, f.Default, f.Doc)
+		}
+	}
+	fmt.Fprintln(tw, "  x_*\tany\t\tyour own notes, ignored by the gateway")
+	tw.Flush()
+	return b.String()
 }
 
 var serversGetCmd = &command{
@@ -101,10 +113,12 @@ Changes attributes of an existing server. The result is checked as the
 gateway checks it before anything is written; the write fails if the server
 was deleted meanwhile.
 
-Values are typed by attribute: max_concurrent_requests, timeout,
-queue_timeout and cancel_grace are numbers; stops_on_close is true or
-false; url, transport, on_limit, description and x_* are strings. A value starting with '{' or '[' is JSON, for map- and
-list-valued attributes. "name=" with an empty value removes the attribute.
+Values are typed by attribute: ` + strings.Join(attributesOfType("N"), ", ") + `
+are numbers; ` + strings.Join(attributesOfType("BOOL"), ", ") + ` true or false;
+every other attribute is a string. A value starting with '{' or '[' is
+JSON, for map- and list-valued attributes (tools, breaker). "name=" with an
+empty value removes the attribute. 'mcpgate help servers put' lists every
+attribute.
 
 Examples:
   mcpgate servers set github max_concurrent_requests=10 timeout=60
@@ -116,11 +130,16 @@ Examples:
 // urlAttrs are the server attributes holding URLs, redacted when printed.
 var urlAttrs = []string{"url", "spec_url"}
 
-// numberAttrs are the server attributes written as DynamoDB numbers.
-var numberAttrs = []string{"max_concurrent_requests", "timeout", "queue_timeout", "cancel_grace"}
-
-// boolAttrs are the server attributes written as DynamoDB booleans.
-var boolAttrs = []string{"stops_on_close"}
+// attributesOfType are the server attributes of DynamoDB type typ.
+func attributesOfType(typ string) []string {
+	var names []string
+	for _, a := range registry.Attributes() {
+		if a.Type == typ {
+			names = append(names, a.Name)
+		}
+	}
+	return names
+}
 
 func runServersPut(c *cli, args []string) error {
 	fs := c.newFlags()
@@ -338,14 +357,14 @@ func parseChange(arg string) (change, error) {
 			return change{}, fmt.Errorf("%s: %w", name, err)
 		}
 		return change{name, item["v"]}, nil
-	case slices.Contains(numberAttrs, name):
+	case registry.AttributeType(name) == "N":
 		// Normalised when it is a number; otherwise kept as given, so the
 		// check below rejects it naming the attribute.
 		if f, err := strconv.ParseFloat(value, 64); err == nil {
 			value = strconv.FormatFloat(f, 'f', -1, 64)
 		}
 		return change{name, &types.AttributeValueMemberN{Value: value}}, nil
-	case slices.Contains(boolAttrs, name):
+	case registry.AttributeType(name) == "BOOL":
 		b, err := strconv.ParseBool(value)
 		if err != nil {
 			return change{}, fmt.Errorf("%s: %q is not true or false", name, value)

@@ -242,3 +242,41 @@ func TestServersSetConditional(t *testing.T) {
 		t.Errorf("condition %q (#id = %q), want %q on server_id", got, in.ExpressionAttributeNames["#id"], want)
 	}
 }
+
+// TestHelpListsEveryAttribute: `mcpgate help servers put` lists every
+// attribute the gateway accepts in a server item, with its type and doc,
+// nested ones included, from the table Parse reads items with; and so does
+// the README's servers table.
+func TestHelpListsEveryAttribute(t *testing.T) {
+	help := runWith(t, nil, "", "help", "servers", "put").ok(t).stdout
+	root, err := storetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(name string) string {
+		for l := range strings.SplitSeq(help, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == name {
+				return l
+			}
+		}
+		return ""
+	}
+	for _, a := range registry.Attributes() {
+		l := line(a.Name)
+		if l == "" || !strings.Contains(l, " "+a.Type+" ") || !strings.Contains(l, a.Doc) {
+			t.Errorf("help servers put: %s is not listed with its type %s and doc; line %q", a.Name, a.Type, l)
+		}
+		if !strings.Contains(string(readme), "| `"+a.Name+"`") && !strings.Contains(string(readme), "`, `"+a.Name+"`") {
+			t.Errorf("README's servers table does not list %s", a.Name)
+		}
+		for _, f := range a.Fields {
+			if !strings.Contains(help, "."+f.Name+" ") {
+				t.Errorf("help servers put: %s field %s is not listed", a.Name, f.Name)
+			}
+		}
+	}
+}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
+	"io"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,27 +25,36 @@ import (
 
 var statusCmd = &command{
 	name:    "status",
-	args:    "[SERVER_ID] [--json]",
-	summary: "show the live leases of every capped server (or one)",
+	args:    "[SERVER_ID] [--json] [--watch [--interval D] [--count N]]",
+	summary: "show every cap with its limit, the live leases and breakers",
 	help: `
-Shows the leases table as it is now: for each limiter item (one per capped
-server that has been called), the server's cap from the servers table, and
-every lease in the server's map and in each per-tool map: lease id, holder
-(the gateway instance, the part of the id before the first '.'), caller
-(the key's hash prefix the gateway labels the lease with), expiry and time
-left. A negative time left means the lease expired and is waiting to be
-purged by the next write. Callers waiting for a place are listed oldest
-first, as they will be served: caller, instance, the slots they wait for,
-how long they have waited, and whether their ticket lapsed (its waiter died
-or stalled; the next write purges it) or a place is free for them (the
-next look of the waiter or the next release hands it over; a place that
-stays free while someone waits is worth a look). Each tool's circuit
-breaker is shown with its state (closed, open for how long, half-open, or
-probing with the probe's lease) and its count of consecutive failures. Any
-other attribute of the item is shown as "other state".
+Shows the leases table as it is now, for every capped server (or one):
+the server's cap from the servers table and, per tool with a cap of its
+own, the tool's cap, each as "N live of CAP"; then every lease in the
+server's map and in each per-tool map: lease id, holder (the gateway
+instance, the part of the id before the first '.'), caller (the principal
+the gateway labels the lease with), expiry and time left. A negative time
+left means the lease expired and is waiting to be purged by the next
+write. Callers waiting for a place are listed oldest first, as they will be
+served: caller, instance, the slots they wait for, how long they have
+waited, and whether their ticket lapsed (its waiter died or stalled; the
+next write purges it) or a place is free for them (the next look of the
+waiter or the next release hands it over; a place that stays free while
+someone waits is worth a look). Each tool's circuit breaker is shown with
+its state (closed, open for how long, half-open, or probing with the
+probe's lease) and its count of consecutive failures. Any other attribute
+of the item is shown as "other state".
+
+With --watch it refreshes every --interval until Ctrl-C (or --count
+refreshes): in place on a terminal, as one report after another, each
+headed by the time, when the output is a file or a pipe (one line of JSON
+per refresh with --json).
 
 Flags:
-  --json   print the same data as JSON, for scripts
+  --json         print the same data as JSON, for scripts
+  --watch        refresh until interrupted
+  --interval D   time between refreshes with --watch (default 2s, at least 100ms)
+  --count N      with --watch, stop after N refreshes (default 0: until Ctrl-C)
 `,
 	run: runStatus,
 }
@@ -76,7 +88,10 @@ type serverState struct {
 }
 
 type slotState struct {
-	Attr   string       `json:"attr"`
+	Attr string `json:"attr"`
+	// Cap is the limit the server item sets on this map: the server's
+	// max_concurrent_requests or the tool's max_concurrent; 0 = none.
+	Cap    int          `json:"cap"`
 	Leases []leaseState `json:"leases"`
 }
 
@@ -97,6 +112,9 @@ type leaseState struct {
 func runStatus(c *cli, args []string) error {
 	fs := c.newFlags()
 	asJSON := fs.Bool("json", false, "")
+	watch := fs.Bool("watch", false, "")
+	interval := fs.Duration("interval", 2*time.Second, "")
+	count := fs.Int("count", 0, "")
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -104,60 +122,173 @@ func runStatus(c *cli, args []string) error {
 	if len(pos) > 1 {
 		return usagef("want at most one SERVER_ID, got %d arguments", len(pos))
 	}
+	if *interval < 100*time.Millisecond {
+		return usagef("--interval %v is too short: at least 100ms", *interval)
+	}
+	if *count < 0 {
+		return usagef("--count must not be negative")
+	}
 	if err := c.open(); err != nil {
 		return err
 	}
+	if !*watch {
+		r, err := c.readStatus(pos)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(c.stdout, r)
+		}
+		return printStatus(c.stdout, r)
+	}
+	return c.watchStatus(pos, *asJSON, *interval, *count)
+}
+
+// readStatus reads the limiter items and server items status shows: of
+// the one server in pos, or of every server.
+func (c *cli) readStatus(pos []string) (*statusReport, error) {
 	var items, servers []map[string]types.AttributeValue
 	if len(pos) == 1 {
 		id := pos[0]
 		item, err := c.leaseItem(id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		srv, err := c.serverItem(id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if item == nil && srv == nil {
-			return fmt.Errorf("no server %q and no leases for it", id)
+			return nil, fmt.Errorf("no server %q and no leases for it", id)
 		}
-		if item == nil {
-			item = map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: id}}
+		if item != nil {
+			items = append(items, item)
 		}
-		items = append(items, item)
 		if srv != nil {
 			servers = append(servers, srv)
 		}
-	} else {
-		if items, err = c.scan(c.tables.Leases); err != nil {
-			return err
+		return buildStatus(items, servers, time.Now(), true), nil
+	}
+	items, err := c.scan(c.tables.Leases)
+	if err != nil {
+		return nil, err
+	}
+	if servers, err = c.scan(c.tables.Servers); err != nil {
+		return nil, err
+	}
+	return buildStatus(items, servers, time.Now(), false), nil
+}
+
+// watchStatus prints the status every interval until the command's
+// context ends (Ctrl-C) or count reports were printed (0 = no limit). On
+// a terminal each report replaces the last; elsewhere they follow one
+// another, each headed by its time. A failed read is reported and retried
+// at the next refresh.
+func (c *cli) watchStatus(pos []string, asJSON bool, interval time.Duration, count int) error {
+	tty := isTerminal(c.stdout)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		r, err := c.readStatus(pos)
+		var frame bytes.Buffer
+		switch {
+		case err != nil && c.ctx.Err() != nil:
+			return nil
+		case err != nil:
+			fmt.Fprintf(&frame, "mcpgate status: %s (retrying in %v)\n", oneLine(err.Error()), interval)
+		case asJSON:
+			frame.WriteString(compactJSON(r) + "\n")
+		default:
+			fmt.Fprintf(&frame, "mcpgate status at %s, every %v (Ctrl-C to stop)\n\n", time.Now().Format("15:04:05"), interval)
+			if err := printStatus(&frame, r); err != nil {
+				return err
+			}
 		}
-		if servers, err = c.scan(c.tables.Servers); err != nil {
-			return err
+		switch {
+		case tty && !asJSON:
+			c.stdout.Write(redraw(frame.Bytes()))
+		case !asJSON && n > 1:
+			fmt.Fprintln(c.stdout)
+			c.stdout.Write(frame.Bytes())
+		default:
+			c.stdout.Write(frame.Bytes())
+		}
+		if count > 0 && n >= count {
+			return nil
+		}
+		select {
+		case <-c.ctx.Done():
+			return nil
+		case <-t.C:
 		}
 	}
-	r := buildStatus(items, servers, time.Now())
-	if *asJSON {
-		return printJSON(c.stdout, r)
+}
+
+// redraw turns a frame into terminal output that replaces the previous
+// one: cursor home, each line cleared to its end, the rest of the screen
+// cleared below.
+func redraw(frame []byte) []byte {
+	var b bytes.Buffer
+	b.WriteString("\x1b[H")
+	for line := range strings.Lines(string(frame)) {
+		b.WriteString(strings.TrimSuffix(line, "\n"))
+		b.WriteString("\x1b[K\n")
 	}
-	return printStatus(c, r)
+	b.WriteString("\x1b[J")
+	return b.Bytes()
+}
+
+// isTerminal reports whether w is a terminal: a character device, or a
+// writer that says it is one.
+func isTerminal(w io.Writer) bool {
+	if t, ok := w.(interface{ IsTerminal() bool }); ok {
+		return t.IsTerminal()
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // buildStatus reads the lease items against the server items, at now.
-func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time) *statusReport {
-	byID := map[string]map[string]types.AttributeValue{}
-	for _, s := range servers {
-		byID[rawAttr(s, store.ServerIDAttr)] = s
+// Every capped server is shown, with a limiter item or not; all shows
+// uncapped servers too (status of one server shows it whatever it is).
+func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time, all bool) *statusReport {
+	type server struct {
+		item map[string]types.AttributeValue
+		srv  *registry.Server // nil when the item is invalid
+		err  error
+	}
+	byID := map[string]*server{}
+	for _, item := range servers {
+		s := &server{item: item}
+		s.srv, s.err = registry.Parse(item)
+		byID[rawAttr(item, store.ServerIDAttr)] = s
+	}
+	seen := map[string]bool{}
+	for _, item := range items {
+		seen[rawAttr(item, store.LimiterKeyAttr)] = true
+	}
+	for id, s := range byID {
+		capped := s.srv != nil && (s.srv.Capped() || slices.ContainsFunc(slices.Collect(maps.Values(s.srv.Tools)), func(t registry.ToolLimits) bool { return t.MaxConcurrent > 0 }))
+		if !seen[id] && (all || capped) {
+			items = append(items, map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: id}})
+		}
 	}
 	r := &statusReport{Now: now.UTC(), Limiters: []limiterState{}}
 	for _, item := range items {
 		l := limiterState{Key: rawAttr(item, store.LimiterKeyAttr), Slots: []slotState{{Attr: lease.ServerAttr, Leases: []leaseState{}}}}
-		if srv, ok := byID[l.Key]; ok {
+		var srv *registry.Server
+		if s, ok := byID[l.Key]; ok {
 			l.Server.Found = true
-			if s, err := registry.Parse(srv); err != nil {
-				l.Server.Invalid = oneLine(err.Error())
+			if s.err != nil {
+				l.Server.Invalid = oneLine(s.err.Error())
 			} else {
-				l.Server.Cap = s.MaxConcurrent
+				srv = s.srv
+				l.Server.Cap = srv.MaxConcurrent
+				l.Slots[0].Cap = srv.MaxConcurrent
 			}
 		}
 		other := map[string]types.AttributeValue{}
@@ -178,6 +309,19 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 				other[name] = item[name]
 			}
 		}
+		if srv != nil {
+			// Every tool cap, with leases or not, and the limit of each.
+			for _, tool := range slices.Sorted(maps.Keys(srv.Tools)) {
+				attr := lease.ToolAttr(tool)
+				if !slices.ContainsFunc(l.Slots, func(s slotState) bool { return s.Attr == attr }) && srv.ToolCap(tool) > 0 {
+					l.Slots = append(l.Slots, slotState{Attr: attr, Leases: []leaseState{}})
+				}
+			}
+			for i := range l.Slots[1:] {
+				l.Slots[i+1].Cap = srv.ToolCap(strings.TrimPrefix(l.Slots[i+1].Attr, lease.ToolAttrPrefix))
+			}
+		}
+		slices.SortStableFunc(l.Slots[1:], func(a, b slotState) int { return strings.Compare(a.Attr, b.Attr) })
 		if len(other) > 0 {
 			l.Other = registry.ItemToJSON(other)
 		}
@@ -214,21 +358,17 @@ func leasesOf(m *types.AttributeValueMemberM, now time.Time) []leaseState {
 	return out
 }
 
-func printStatus(c *cli, r *statusReport) error {
+func printStatus(w io.Writer, r *statusReport) error {
 	if len(r.Limiters) == 0 {
-		fmt.Fprintln(c.stdout, "no limiter items: no capped server has taken a lease yet")
+		fmt.Fprintln(w, "no capped servers and no limiter items")
 		return nil
 	}
 	for i, l := range r.Limiters {
 		if i > 0 {
-			fmt.Fprintln(c.stdout)
+			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(c.stdout, "%s: %s\n", l.Key, l.Server.describe())
+		fmt.Fprintf(w, "%s: %s\n", l.Key, l.Server.describe())
 		for _, s := range l.Slots {
-			if len(s.Leases) == 0 {
-				fmt.Fprintf(c.stdout, "  %s: no live leases\n", s.Attr)
-				continue
-			}
 			expired := 0
 			for _, ls := range s.Leases {
 				if ls.Expired {
@@ -236,14 +376,20 @@ func printStatus(c *cli, r *statusReport) error {
 				}
 			}
 			line := fmt.Sprintf("  %s: %d live", s.Attr, len(s.Leases)-expired)
-			if s.Attr == lease.ServerAttr && l.Server.Cap > 0 {
-				line += fmt.Sprintf(" of %d", l.Server.Cap)
+			switch {
+			case s.Cap > 0:
+				line += fmt.Sprintf(" of %d", s.Cap)
+			case l.Server.Found && l.Server.Invalid == "":
+				line += " (no cap)"
 			}
 			if expired > 0 {
 				line += fmt.Sprintf(", %d expired (waiting to be purged)", expired)
 			}
-			fmt.Fprintln(c.stdout, line)
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, line)
+			if len(s.Leases) == 0 {
+				continue
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "    LEASE\tHOLDER\tCALLER\tEXPIRES\tTIME LEFT")
 			for _, ls := range s.Leases {
 				exp, left := "never (expiry is not a number)", "-"
@@ -268,15 +414,15 @@ func printStatus(c *cli, r *statusReport) error {
 				line += " (the next call is the probe)"
 			}
 			line += fmt.Sprintf("; %d consecutive failures", b.Failures)
-			fmt.Fprintln(c.stdout, line)
+			fmt.Fprintln(w, line)
 		}
-		if err := printWaiting(c, l.Waiting, r.Now); err != nil {
+		if err := printWaiting(w, l.Waiting, r.Now); err != nil {
 			return err
 		}
 		if len(l.Other) > 0 {
-			fmt.Fprintln(c.stdout, "  other state:")
+			fmt.Fprintln(w, "  other state:")
 			for _, name := range slices.Sorted(maps.Keys(l.Other)) {
-				fmt.Fprintf(c.stdout, "    %s = %s\n", name, compactJSON(l.Other[name]))
+				fmt.Fprintf(w, "    %s = %s\n", name, compactJSON(l.Other[name]))
 			}
 		}
 	}
@@ -284,7 +430,7 @@ func printStatus(c *cli, r *statusReport) error {
 }
 
 // printWaiting lists the queue, oldest first, and what looks wedged.
-func printWaiting(c *cli, ts []lease.TicketStatus, now time.Time) error {
+func printWaiting(w io.Writer, ts []lease.TicketStatus, now time.Time) error {
 	if len(ts) == 0 {
 		return nil
 	}
@@ -303,8 +449,8 @@ func printWaiting(c *cli, ts []lease.TicketStatus, now time.Time) error {
 	if free > 0 {
 		line += fmt.Sprintf("; a place is free for %d of them", free)
 	}
-	fmt.Fprintln(c.stdout, line)
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, line)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "    CALLER\tINSTANCE\tWANTS\tWAITED\tTICKET")
 	for _, t := range ts {
 		state := "lapses in " + t.Expiry.Sub(now).Round(100*time.Millisecond).String()

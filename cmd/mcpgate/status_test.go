@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -31,10 +34,13 @@ func statusJSON(t *testing.T, env *storetest.Env, args ...string) *statusReport 
 func TestStatus(t *testing.T) {
 	env := storetest.NewEnv(t)
 	ctx := context.Background()
-	if r := mcpgate(t, env, "status").ok(t); !strings.Contains(r.stdout, "no limiter items") {
+	if r := mcpgate(t, env, "status").ok(t); !strings.Contains(r.stdout, "no capped servers and no limiter items") {
 		t.Errorf("status of an empty table:\n%s", r.stdout)
 	}
-	testkit.PutServer(t, env, map[string]any{"server_id": "github", "url": "https://example.com/mcp", "max_concurrent_requests": 3})
+	testkit.PutServer(t, env, map[string]any{"server_id": "github", "url": "https://example.com/mcp", "max_concurrent_requests": 3,
+		"tools": map[string]any{"search": map[string]any{"max_concurrent": 2}, "fetch": map[string]any{"max_concurrent": 1}, "free": map[string]any{"timeout": 5}}})
+	testkit.PutServer(t, env, map[string]any{"server_id": "unused", "url": "https://example.com/mcp", "max_concurrent_requests": 7})
+	testkit.PutServer(t, env, map[string]any{"server_id": "open", "url": "https://example.com/mcp"})
 
 	slots := []lease.Slot{{Attr: lease.ServerAttr, Cap: 3}, {Attr: lease.ToolAttr("search"), Cap: 2}}
 	live, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"}).
@@ -70,7 +76,11 @@ func TestStatus(t *testing.T) {
 	for _, want := range []string{
 		"github: cap 3\n",
 		"  leases: 1 live of 3, 1 expired (waiting to be purged)\n",
-		"  tool:search: 1 live\n",
+		"  tool:search: 1 live of 2\n",
+		// Every cap with its limit, taken or not; a capped server never
+		// called; no uncapped server.
+		"  tool:fetch: 0 live of 1\n",
+		"unused: cap 7\n  leases: 0 live of 7\n",
 		"gone: not in the servers table\n",
 		"  other state:\n",
 		"    breaker_state = \"open\"\n",
@@ -89,15 +99,20 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status shows ttl as other state:\n%s", r.stdout)
 	}
 
+	if strings.Contains(r.stdout, "open:") || strings.Contains(r.stdout, "tool:free") {
+		t.Errorf("status shows an uncapped server or tool:\n%s", r.stdout)
+	}
+
 	rep := statusJSON(t, env)
-	if len(rep.Limiters) != 2 || rep.Limiters[0].Key != "github" || rep.Limiters[1].Key != "gone" {
+	if len(rep.Limiters) != 3 || rep.Limiters[0].Key != "github" || rep.Limiters[1].Key != "gone" || rep.Limiters[2].Key != "unused" {
 		t.Fatalf("status --json limiters: %+v", rep.Limiters)
 	}
 	gh := rep.Limiters[0]
 	if !gh.Server.Found || gh.Server.Cap != 3 || gh.Other != nil {
 		t.Errorf("github: server %+v, other %v", gh.Server, gh.Other)
 	}
-	if len(gh.Slots) != 2 || gh.Slots[0].Attr != lease.ServerAttr || gh.Slots[1].Attr != "tool:search" {
+	if len(gh.Slots) != 3 || gh.Slots[0].Attr != lease.ServerAttr || gh.Slots[0].Cap != 3 || gh.Slots[1].Attr != "tool:fetch" || gh.Slots[1].Cap != 1 ||
+		gh.Slots[2].Attr != "tool:search" || gh.Slots[2].Cap != 2 {
 		t.Fatalf("github slots: %+v", gh.Slots)
 	}
 	byID := map[string]leaseState{}
@@ -110,7 +125,7 @@ func TestStatus(t *testing.T) {
 	if got := byID[stale.ID()]; got.Holder != "inst2" || !got.Expired || got.TimeLeftMS == nil || *got.TimeLeftMS >= 0 {
 		t.Errorf("stale lease shown as %+v, want holder inst2, expired, negative time left", got)
 	}
-	if tl := gh.Slots[1].Leases; len(tl) != 1 || tl[0].ID != live.ID() {
+	if tl := gh.Slots[2].Leases; len(tl) != 1 || tl[0].ID != live.ID() {
 		t.Errorf("tool:search leases %+v, want only %s", tl, live.ID())
 	}
 	gone := rep.Limiters[1]
@@ -130,10 +145,10 @@ func TestStatus(t *testing.T) {
 		}
 	}
 	r = mcpgate(t, env, "status", "github").ok(t)
-	if want := "github: cap 3\n  leases: no live leases\n  tool:search: no live leases\n"; r.stdout != want {
+	if want := "github: cap 3\n  leases: 0 live of 3\n  tool:fetch: 0 live of 1\n  tool:search: 0 live of 2\n"; r.stdout != want {
 		t.Errorf("status github after release:\n%s\nwant:\n%s", r.stdout, want)
 	}
-	if rep := statusJSON(t, env, "github"); len(rep.Limiters[0].Slots[0].Leases) != 0 || len(rep.Limiters[0].Slots[1].Leases) != 0 {
+	if rep := statusJSON(t, env, "github"); len(rep.Limiters[0].Slots[0].Leases) != 0 || len(rep.Limiters[0].Slots[2].Leases) != 0 {
 		t.Errorf("status --json github after release: %+v", rep.Limiters[0].Slots)
 	}
 }
@@ -143,7 +158,7 @@ func TestStatusOneServer(t *testing.T) {
 	testkit.PutServer(t, env, map[string]any{"server_id": "idle", "url": "https://example.com/mcp"})
 	testkit.PutServer(t, env, map[string]any{"server_id": "broken", "url": "https://example.com/mcp", "timeout": "soon"})
 
-	if r := mcpgate(t, env, "status", "idle").ok(t); r.stdout != "idle: cap unlimited (calls take no lease)\n  leases: no live leases\n" {
+	if r := mcpgate(t, env, "status", "idle").ok(t); r.stdout != "idle: cap unlimited (calls take no lease)\n  leases: 0 live (no cap)\n" {
 		t.Errorf("status of a server never called:\n%s", r.stdout)
 	}
 	if r := mcpgate(t, env, "status", "broken").ok(t); !strings.Contains(r.stdout, "broken: server item invalid: timeout: must be of type N") {
@@ -221,4 +236,82 @@ func TestStatusShowsWaitingCallers(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// terminal is standard output that says it is a terminal.
+type terminal struct{ io.Writer }
+
+func (terminal) IsTerminal() bool { return true }
+
+// TestStatusWatch: --watch reads the store again at each refresh, prints
+// reports one after another when the output is not a terminal, redraws in
+// place on a terminal, and ends quietly (exit 0) on Ctrl-C or after
+// --count refreshes.
+func TestStatusWatch(t *testing.T) {
+	env := storetest.NewEnv(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": "https://example.com/mcp", "max_concurrent_requests": 2})
+	watch := func(ctx context.Context, out io.Writer, args ...string) int {
+		return run(ctx, append([]string{"status", "--watch", "--interval", "100ms"}, args...), strings.NewReader(""), out, io.Discard, func(k string) string { return vars(env)[k] })
+	}
+
+	// Each report is written whole before the next read: a lease taken
+	// while the first one is being written shows in the second.
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() { done <- watch(context.Background(), pw, "--count", "2"); pw.Close() }()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(pr, first); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"}).
+		Acquire(context.Background(), lease.Request{Key: "demo", Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: 2}}, Hold: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(context.Background())
+	rest, _ := io.ReadAll(pr)
+	out := string(first) + string(rest)
+	if code := <-done; code != 0 {
+		t.Fatalf("--watch --count 2 exited %d:\n%s", code, out)
+	}
+	frames := strings.Split(out, "mcpgate status at ")
+	if len(frames) != 3 || frames[0] != "" {
+		t.Fatalf("want 2 reports, got:\n%s", out)
+	}
+	if !strings.Contains(frames[1], "leases: 0 live of 2") || !strings.Contains(frames[2], "leases: 1 live of 2") || !strings.Contains(frames[2], ls.ID()) {
+		t.Errorf("the second report does not show the lease taken meanwhile:\n%s", out)
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("terminal escapes in output that is not a terminal:\n%q", out)
+	}
+
+	// On a terminal: each report redraws the screen from its top.
+	var screen bytes.Buffer
+	if code := watch(context.Background(), terminal{&screen}, "--count", "2"); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	s := screen.String()
+	if strings.Count(s, "\x1b[H") != 2 || strings.Count(s, "\x1b[J") != 2 || !strings.Contains(s, "leases: 1 live of 2\x1b[K\n") {
+		t.Errorf("terminal output does not redraw in place:\n%q", s)
+	}
+
+	// Ctrl-C ends the watch with status 0; --json prints a line per report.
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw = io.Pipe()
+	go func() { done <- watch(ctx, pw, "--json"); pw.Close() }()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(line), &rep); err != nil || len(rep.Limiters) != 1 || rep.Limiters[0].Slots[0].Cap != 2 {
+		t.Errorf("--watch --json line %q: %v", line, err)
+	}
+	cancel()
+	go io.Copy(io.Discard, pr)
+	if code := <-done; code != 0 {
+		t.Errorf("--watch after Ctrl-C exited %d, want 0", code)
+	}
+
+	mcpgate(t, env, "status", "--watch", "--interval", "1ms").fails(t, 2, "too short")
 }

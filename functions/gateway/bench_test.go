@@ -43,6 +43,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -86,6 +87,9 @@ func TestBench(t *testing.T) {
 		ours := b.saturation("ours", c, fixed)
 		base := b.saturation("in-process", c, fixed)
 		b.compare(fmt.Sprintf("saturation C=%d, %d callers, %d procs", c, 5*c, b.cfg.procs), ours, &base)
+		if c == 2 {
+			b.drawCap(ours, base)
+		}
 	}
 	// On Lambda an instance serves one request at a time: no two waiters
 	// share a process, so every hand-off goes through the store.
@@ -257,6 +261,8 @@ type satResult struct {
 	waiterSeconds float64
 	store         meterCounts
 	rss           int64
+	start         time.Time            // when the callers started
+	events        []demoupstream.Event // the upstream's entries and exits
 }
 
 // workload is what the callers of a saturation run ask slow_tool to do:
@@ -375,6 +381,7 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 	b.stop = nil
 	events := b.demo.Events()
 	b.demo.RecordEvents(false)
+	r.start, r.events = start, events
 	var sent, entered float64
 	for _, cc := range calls {
 		for _, x := range cc {

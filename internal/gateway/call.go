@@ -490,13 +490,18 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 	}
 }
 
-// writeFault writes e and notes it in the request's log record.
+// writeFault writes e in the route's error shape (see errshape.go) and
+// notes it in the request's log record.
 func writeFault(w http.ResponseWriter, r *http.Request, e *fault.Error) {
 	rec := recordFrom(r.Context())
 	rec.code = e.Code
 	rec.cause = e.Cause
 	if rec.outcome == "" {
 		rec.outcome = "error"
+	}
+	if isMCPPath(r.URL.Path) {
+		writeRPCFault(w, nil, rpcCode(e.Code), e)
+		return
 	}
 	fault.WriteHTTP(w, e)
 }

@@ -218,10 +218,9 @@ func TestList(t *testing.T) {
 	if err := json.Unmarshal(r.body, &lr); err != nil {
 		t.Fatal(err)
 	}
-	if lr.ServerID != "demo" || len(lr.Tools) != 3 {
+	if lr.ServerID != "demo" || len(lr.Tools) != 3 || lr.Tools[0].ServerID != "demo" || lr.Tools[0].MCPInfo.ServerID != "demo" {
 		t.Errorf("list = %s", r.body)
 	}
-	h.expectFault(h.do(http.MethodGet, "/mcp-rest/tools/list", h.key, "", nil), 400, fault.BadRequest)
 	h.expectFault(h.do(http.MethodGet, "/mcp-rest/tools/list?server_id=nope", h.key, "", nil), 404, fault.NotFound)
 }
 

@@ -105,37 +105,18 @@ func peek(body []byte) peeked {
 	return peeked{method: msg.Method, id: msg.ID, name: msg.Params.Name, progress: msg.Params.Meta.ProgressToken != nil}
 }
 
-// mcpError writes a JSON-RPC error outside the SDK, for requests refused
-// before they reach it, and notes the refusal in the request's record as
-// the gateway's code fc.
-func mcpError(w http.ResponseWriter, r *http.Request, fc fault.Code, status int, code int64, msg string) {
-	rec := recordFrom(r.Context())
-	rec.code, rec.outcome = fc, "error"
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"jsonrpc": "2.0",
-		"id":      nil,
-		"error":   map[string]any{"code": code, "message": msg},
-	})
-}
-
 // messageDepth is how deep a tools/call message nests its arguments
 // (message, params, arguments).
 const messageDepth = 3
 
-// writeRPCError answers the request id with a JSON-RPC error, outside the
-// SDK.
-func writeRPCError(w http.ResponseWriter, id json.RawMessage, code int64, msg string) {
+// writeRPCError answers the request id with a JSON-RPC error outside the
+// SDK: a protocol error, answered 200 as the SDK answers its own, its data
+// carrying the gateway's error detail.
+func writeRPCError(w http.ResponseWriter, id json.RawMessage, code int64, fe *fault.Error) {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"jsonrpc": "2.0",
-		"id":      id,
-		"error":   map[string]any{"code": code, "message": msg},
-	})
+	writeRPC(w, http.StatusOK, "", rpcResponse{JSONRPC: "2.0", ID: id, Error: rpcErrorObject{Code: code, Message: fe.Message, Data: fe.Detail()}})
 }
 
 // serveMCP serves POST /mcp (every server the key may use, tools named
@@ -161,10 +142,10 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			mcpError(w, r, fault.PayloadTooLarge, http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("request body is larger than %d bytes", g.maxBody))
+			writeFault(w, r, fault.New(fault.PayloadTooLarge, "request body is larger than %d bytes", g.maxBody))
 			return
 		}
-		mcpError(w, r, fault.BadRequest, http.StatusBadRequest, jsonrpc.CodeParseError, "cannot read the request body")
+		writeFault(w, r, fault.Wrap(err, fault.BadRequest, "cannot read the request body"))
 		return
 	}
 	p := peek(body)
@@ -172,7 +153,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		// Whatever the protocol version: every message would need its own
 		// key check, slot, log record and deadline, and a batch would fan
 		// out unbounded behind one request.
-		mcpError(w, r, fault.BadRequest, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "JSON-RPC batches are not supported: send one message per request")
+		writeFault(w, r, fault.New(fault.BadRequest, "JSON-RPC batches are not supported: send one message per request"))
 		return
 	}
 	if depth(body) > g.maxDepth+messageDepth {
@@ -183,7 +164,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 			sc.noteTool(p.name)
 		}
 		sc.rec.code, sc.rec.outcome = fault.BadRequest, "error"
-		writeRPCError(w, p.id, jsonrpc.CodeInvalidParams, fmt.Sprintf("arguments are nested more than %d deep", g.maxDepth))
+		writeRPCError(w, p.id, jsonrpc.CodeInvalidParams, fault.New(fault.BadRequest, "arguments are nested more than %d deep", g.maxDepth))
 		return
 	}
 	if p.method != "" && !knownMethods[p.method] {
@@ -194,7 +175,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		writeRPCError(w, p.id, jsonrpc.CodeMethodNotFound, fmt.Sprintf("method %q not found", truncate(p.method, 64)))
+		writeRPCError(w, p.id, jsonrpc.CodeMethodNotFound, fault.New(fault.NotFound, "method %q not found", truncate(p.method, 64)))
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -213,7 +194,13 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		h = g.mcp.stream
 		sc.stream = true
 	}
-	h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, mcpServerKey{}, srv)))
+	// The SDK answers its own refusals in plain text: sdkAnswer rewrites
+	// them into the gateway's MCP error shape.
+	aw := &sdkAnswer{ResponseWriter: w}
+	h.ServeHTTP(aw, r.WithContext(context.WithValue(ctx, mcpServerKey{}, srv)))
+	if fe := aw.finish(p.id); fe != nil {
+		sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+	}
 }
 
 func acceptsEventStream(r *http.Request) bool {
@@ -477,42 +464,60 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 		sc.rec.outcome = "ok"
 		return &mcp.ListToolsResult{Tools: tools}, nil
 	}
-	servers, err := sc.g.allowedServers(ctx, sc.key)
+	all, err := sc.g.allTools(ctx, sc.key)
 	if err != nil {
 		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 		return nil, sc.rpcError(fe, err)
 	}
-	lists := make([][]*mcp.Tool, len(servers))
+	tools := []*mcp.Tool{}
+	for _, st := range all {
+		for _, t := range st.tools {
+			c := *t
+			c.Name = st.srv.ID + ToolSeparator + t.Name
+			tools = append(tools, &c)
+		}
+	}
+	sc.rec.outcome = "ok"
+	return &mcp.ListToolsResult{Tools: tools}, nil
+}
+
+// serverTools is one server's tools, or why they could not be listed.
+type serverTools struct {
+	srv   *registry.Server
+	tools []*mcp.Tool
+	err   *fault.Error
+}
+
+// allTools lists the tools of every server k may call, ordered by server
+// id, asking at most maxListConcurrency upstreams at once. A server whose
+// listing fails is returned with its fault (and logged), and never hides
+// the others' tools.
+func (g *Gateway) allTools(ctx context.Context, k *auth.Key) ([]serverTools, error) {
+	servers, err := g.allowedServers(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]serverTools, len(servers))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxListConcurrency)
 	for i, srv := range servers {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			lctx, cancel := sc.g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
+			lctx, cancel := g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 			defer cancel()
-			tools, err := sc.g.deps.Upstream.Tools(lctx, srv)
+			out[i].srv = srv
+			tools, err := g.deps.Upstream.Tools(lctx, srv)
 			if err != nil {
-				// One unreachable upstream must not hide the others' tools.
-				sc.g.log.Warn("listing tools failed; its tools are left out", "request_id", sc.rec.id, "server_id", srv.ID, "error", err.Error())
+				g.log.Warn("listing tools failed; its tools are left out", "request_id", recordFrom(ctx).id, "server_id", srv.ID, "error", err.Error())
+				out[i].err = upstreamFault(srv, err)
 				return
 			}
-			named := make([]*mcp.Tool, len(tools))
-			for j, t := range tools {
-				c := *t
-				c.Name = srv.ID + ToolSeparator + t.Name
-				named[j] = &c
-			}
-			lists[i] = named
+			out[i].tools = tools
 		})
 	}
 	wg.Wait()
-	all := []*mcp.Tool{}
-	for _, l := range lists {
-		all = append(all, l...)
-	}
-	sc.rec.outcome = "ok"
-	return &mcp.ListToolsResult{Tools: all}, nil
+	return out, nil
 }
 
 // allowedServers lists the servers a key may call, ordered by id.

@@ -282,4 +282,3 @@ func TestRenewalsOfALongCall(t *testing.T) {
 	}
 	t.Logf("%d renewal writes", renewals)
 }
-

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/registry"
 )
 
 // maxToolName bounds tool names in requests.
@@ -31,13 +32,19 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, ferr)
 		return
 	}
-	if req.ServerID == "" {
-		writeFault(w, r, fault.New(fault.BadRequest, "server_id is required"))
-		return
-	}
 	if ferr := validToolName(req.Name); ferr != nil {
 		writeFault(w, r, ferr)
 		return
+	}
+	id, tool := req.ServerID, req.Name
+	if id == "" {
+		// As LiteLLM does: a prefixed name, "<server_id>-<tool>", as the
+		// aggregated /mcp lists it, names the server.
+		var ok bool
+		if id, tool, ok = strings.Cut(req.Name, ToolSeparator); !ok || id == "" || tool == "" {
+			writeFault(w, r, fault.New(fault.BadRequest, "server_id is required, or a name of the form <server_id>%s<tool>", ToolSeparator))
+			return
+		}
 	}
 	args, ferr := g.arguments(req.Arguments)
 	if ferr != nil {
@@ -45,12 +52,12 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	srv, ferr := g.server(ctx, keyFrom(ctx), req.ServerID)
+	srv, ferr := g.server(ctx, keyFrom(ctx), id)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
 	}
-	res, ferr := g.callTool(ctx, srv, &mcp.CallToolParams{Name: req.Name, Arguments: args}, nil)
+	res, ferr := g.callTool(ctx, srv, &mcp.CallToolParams{Name: tool, Arguments: args}, nil)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
@@ -66,15 +73,103 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 
 // ListResponse is the body of GET /mcp-rest/tools/list.
 type ListResponse struct {
-	ServerID string      `json:"server_id"`
-	Tools    []*mcp.Tool `json:"tools"`
+	// ServerID is the server asked for; empty when every server the key
+	// may call was listed.
+	ServerID string `json:"server_id,omitempty"`
+	// Tools are the tools, each with its server.
+	Tools []ListedTool `json:"tools"`
+	// Unavailable are the servers whose tools could not be listed this
+	// time (listing every server only); the others are listed anyway.
+	Unavailable []UnavailableServer `json:"unavailable,omitempty"`
+}
+
+// ListedTool is an upstream's tool under its own name, with the server it
+// belongs to: call it with {"server_id": ServerID, "name": Name}, or with
+// the name "<server_id>-<name>" alone. MCPInfo carries the same, as
+// LiteLLM's REST listing does.
+type ListedTool struct {
+	Tool     *mcp.Tool
+	ServerID string
+	MCPInfo  MCPInfo
+}
+
+// MCPInfo says which server a listed tool belongs to, in LiteLLM's shape.
+type MCPInfo struct {
+	ServerID    string `json:"server_id"`
+	ServerName  string `json:"server_name"`
+	Description string `json:"description,omitempty"`
+}
+
+// MarshalJSON writes the tool's own fields (name, description,
+// inputSchema, …) with server_id and mcp_info beside them.
+func (t ListedTool) MarshalJSON() ([]byte, error) {
+	raw, err := json.Marshal(t.Tool)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]json.RawMessage{}
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, err
+	}
+	if fields["server_id"], err = json.Marshal(t.ServerID); err != nil {
+		return nil, err
+	}
+	if fields["mcp_info"], err = json.Marshal(t.MCPInfo); err != nil {
+		return nil, err
+	}
+	return json.Marshal(fields)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (t *ListedTool) UnmarshalJSON(b []byte) error {
+	var own struct {
+		ServerID string  `json:"server_id"`
+		MCPInfo  MCPInfo `json:"mcp_info"`
+	}
+	if err := json.Unmarshal(b, &own); err != nil {
+		return err
+	}
+	t.Tool = &mcp.Tool{}
+	if err := json.Unmarshal(b, t.Tool); err != nil {
+		return err
+	}
+	t.ServerID, t.MCPInfo = own.ServerID, own.MCPInfo
+	return nil
+}
+
+// UnavailableServer is a server whose tools could not be listed.
+type UnavailableServer struct {
+	ServerID string       `json:"server_id"`
+	Error    fault.Detail `json:"error"`
+}
+
+func listed(srv *registry.Server, tools []*mcp.Tool) []ListedTool {
+	out := make([]ListedTool, len(tools))
+	for i, t := range tools {
+		out[i] = ListedTool{Tool: t, ServerID: srv.ID, MCPInfo: MCPInfo{ServerID: srv.ID, ServerName: srv.ID, Description: srv.Description}}
+	}
+	return out
 }
 
 func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.URL.Query().Get("server_id")
 	if id == "" {
-		writeFault(w, r, fault.New(fault.BadRequest, "the server_id query parameter is required"))
+		all, err := g.allTools(ctx, keyFrom(ctx))
+		if err != nil {
+			writeFault(w, r, fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter))
+			return
+		}
+		resp := ListResponse{Tools: []ListedTool{}}
+		for _, st := range all {
+			if st.err != nil {
+				resp.Unavailable = append(resp.Unavailable, UnavailableServer{ServerID: st.srv.ID, Error: st.err.Detail()})
+				continue
+			}
+			resp.Tools = append(resp.Tools, listed(st.srv, st.tools)...)
+		}
+		recordFrom(ctx).outcome = "ok"
+		writeJSON(w, http.StatusOK, resp)
 		return
 	}
 	srv, ferr := g.server(ctx, keyFrom(ctx), id)
@@ -90,7 +185,7 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recordFrom(ctx).outcome = "ok"
-	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: tools})
+	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: listed(srv, tools)})
 }
 
 func validToolName(name string) *fault.Error {

@@ -148,25 +148,6 @@ func (s *Server) TimeoutFor(tool string) time.Duration {
 	return s.Timeout
 }
 
-// Item attribute names, as admins write them.
-const (
-	attrID           = "server_id"
-	attrURL          = "url"
-	attrTransport    = "transport"
-	attrMaxConc      = "max_concurrent_requests"
-	attrTimeout      = "timeout"
-	attrOnLimit      = "on_limit"
-	attrQueueTimeout = "queue_timeout"
-	attrDescription  = "description"
-	attrTools        = "tools"
-	attrBreaker      = "breaker"
-	attrOnStoreError = "on_store_error"
-	attrSpecURL      = "spec_url"
-	attrSpecPath     = "spec_path"
-	attrCancelGrace  = "cancel_grace"
-	attrStopsOnClose = "stops_on_close"
-)
-
 // Limits on the nested attributes.
 const (
 	maxToolEntries  = 100
@@ -174,12 +155,6 @@ const (
 	MaxRecovery     = time.Hour
 	maxFailureLimit = 1000
 )
-
-// KnownAttributes lists the attributes a server item may carry. Any other
-// attribute is rejected (a misspelt max_concurrent_requests must not silently
-// mean "unlimited"), except names starting with "x_", which are kept for
-// admins' own notes and ignored.
-var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription, attrTools, attrBreaker, attrOnStoreError, attrSpecURL, attrSpecPath, attrCancelGrace, attrStopsOnClose}
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.]{0,63}$`)
 
@@ -202,49 +177,15 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
 // Parse validates a servers-table item and returns the Server it describes.
-// Every problem is reported, each naming its attribute.
+// Every problem is reported, each naming its attribute. Each attribute of
+// the table (see Attributes) reads and checks itself; Parse then checks
+// what depends on several of them, and refuses any attribute the table
+// does not list.
 func Parse(item map[string]types.AttributeValue) (*Server, error) {
 	p := parser{item: item}
-	s := &Server{
-		ID:            p.str(attrID, true),
-		URL:           p.str(attrURL, false),
-		SpecURL:       p.str(attrSpecURL, false),
-		SpecPath:      p.str(attrSpecPath, false),
-		Transport:     Transport(p.str(attrTransport, false)),
-		MaxConcurrent: p.cap(attrMaxConc),
-		Timeout:       p.seconds(attrTimeout, DefaultTimeout, MaxTimeout),
-		OnLimit:       Policy(p.str(attrOnLimit, false)),
-		QueueTimeout:  p.seconds(attrQueueTimeout, DefaultQueueTimeout, MaxTimeout),
-		Description:   p.str(attrDescription, false),
-		OnStoreError:  StorePolicy(p.str(attrOnStoreError, false)),
-		CancelGrace:   p.seconds(attrCancelGrace, DefaultCancelGrace, MaxTimeout),
-		StopsOnClose:  p.boolean(attrStopsOnClose),
-	}
-	s.Tools = p.tools(attrTools)
-	s.Breaker = p.breaker(attrBreaker)
-	switch s.OnStoreError {
-	case "":
-		s.OnStoreError = StoreReject
-	case StoreReject, StoreAllow:
-	default:
-		p.fail(attrOnStoreError, fmt.Sprintf("%q is not a policy: use \"reject\" or \"allow\"", truncate(string(s.OnStoreError), 40)))
-	}
-	if s.ID != "" {
-		if err := ValidateID(s.ID); err != nil {
-			p.fail(attrID, strings.TrimPrefix(err.Error(), "server_id "))
-		}
-	}
-	if s.URL != "" {
-		if err := validateURL(s.URL); err != nil {
-			p.fail(attrURL, err.Error())
-		}
-	}
-	switch s.Transport {
-	case "":
-		s.Transport = TransportHTTP
-	case TransportHTTP, TransportSSE, TransportOpenAPI:
-	default:
-		p.fail(attrTransport, fmt.Sprintf("%q is not a transport: use \"http\", \"sse\" or \"openapi\"", truncate(string(s.Transport), 40)))
+	s := &Server{}
+	for _, a := range attributes {
+		a.read(&p, s)
 	}
 	if s.Transport == TransportOpenAPI {
 		switch {
@@ -269,16 +210,6 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 			}
 		}
 	}
-	switch s.OnLimit {
-	case "":
-		s.OnLimit = PolicyQueue
-	case PolicyQueue, PolicyShed:
-	default:
-		p.fail(attrOnLimit, fmt.Sprintf("%q is not a policy: use \"queue\" or \"shed\"", truncate(string(s.OnLimit), 40)))
-	}
-	if len(s.Description) > 1024 {
-		p.fail(attrDescription, "longer than 1024 bytes")
-	}
 	var unknown []string
 	for name := range item {
 		if !isKnown(name) && !strings.HasPrefix(name, "x_") {
@@ -287,7 +218,7 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 	}
 	sort.Strings(unknown)
 	for _, name := range unknown {
-		p.fail(truncate(name, 64), "unknown attribute (known: "+strings.Join(KnownAttributes, ", ")+"; prefix your own with x_)")
+		p.fail(truncate(name, 64), "unknown attribute (known: "+strings.Join(KnownAttributes(), ", ")+"; prefix your own with x_)")
 	}
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -296,12 +227,7 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 }
 
 func isKnown(name string) bool {
-	for _, k := range KnownAttributes {
-		if k == name {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(attributes, func(a Attribute) bool { return a.Name == name })
 }
 
 func validateURL(raw string) error {
@@ -514,7 +440,7 @@ func (p *parser) tools(name string) map[string]ToolLimits {
 		if !ok {
 			continue
 		}
-		one.unknown("max_concurrent", "timeout")
+		one.unknown(fieldNames(toolFields)...)
 		tl := ToolLimits{
 			MaxConcurrent: one.cap("max_concurrent"),
 			Timeout:       one.seconds("timeout", 0, MaxTimeout),
@@ -533,7 +459,7 @@ func (p *parser) breaker(name string) *Breaker {
 		return nil
 	}
 	defer p.merge(bp)
-	bp.unknown("failure_threshold", "recovery_timeout", "excluded_tools")
+	bp.unknown(fieldNames(breakerFields)...)
 	b := &Breaker{RecoveryTimeout: bp.seconds("recovery_timeout", 30*time.Second, MaxRecovery)}
 	f, ok := bp.number("failure_threshold")
 	switch {

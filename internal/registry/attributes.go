@@ -1,0 +1,234 @@
+package registry
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Attribute is one attribute of a server item as admins write it: its
+// name, DynamoDB type, default and meaning. The table of them (see
+// Attributes) is the one place an attribute is declared: Parse accepts
+// exactly these names (and x_ ones) and reads each with its row's reader,
+// and the CLI's help lists them from the same table, so the two cannot
+// drift. Adding an attribute is adding a row.
+type Attribute struct {
+	// Name is the item attribute's name.
+	Name string
+	// Type is its DynamoDB type: S, N, BOOL, M or L.
+	Type string
+	// Default is what an absent attribute means, for people; "required"
+	// when it may not be absent, "" when absence needs no words.
+	Default string
+	// Doc says in one line what it does.
+	Doc string
+	// Example is a valid use of it, as a JSON object merged into a
+	// minimal server definition (with any attribute it needs).
+	Example string
+	// Fields are the keys of a map attribute (for tools, of each tool's
+	// map).
+	Fields []Attribute
+	// read reads and checks the attribute into s.
+	read func(p *parser, s *Server)
+}
+
+// Item attribute names that Parse's cross-attribute checks refer to.
+const (
+	attrID       = "server_id"
+	attrURL      = "url"
+	attrSpecURL  = "spec_url"
+	attrSpecPath = "spec_path"
+)
+
+// toolFields are the keys of one tool's map in "tools".
+var toolFields = []Attribute{
+	{Name: "max_concurrent", Type: "N", Default: "none", Doc: "the tool's own fleet-wide cap, within the server's"},
+	{Name: "timeout", Type: "N", Default: "the server's", Doc: "seconds one call of the tool may take"},
+}
+
+// breakerFields are the keys of "breaker".
+var breakerFields = []Attribute{
+	{Name: "failure_threshold", Type: "N", Default: "required", Doc: "consecutive infrastructure failures of a tool that open its breaker (1–1000)"},
+	{Name: "recovery_timeout", Type: "N", Default: "30", Doc: "seconds it stays open before one probe call is let through"},
+	{Name: "excluded_tools", Type: "L", Default: "none", Doc: "tools without a breaker"},
+}
+
+// attributes is the table of server item attributes, in the order help
+// shows them.
+var attributes = []Attribute{
+	{
+		Name: attrID, Type: "S", Default: "required",
+		Doc:     "1–64 of A–Z a–z 0–9 _ . ('-' separates server and tool in tool names on /mcp)",
+		Example: `{"server_id": "quotes"}`,
+		read: func(p *parser, s *Server) {
+			s.ID = p.str(attrID, true)
+			if s.ID != "" {
+				if err := ValidateID(s.ID); err != nil {
+					p.fail(attrID, strings.TrimPrefix(err.Error(), "server_id "))
+				}
+			}
+		},
+	},
+	{
+		Name: attrURL, Type: "S", Default: "required",
+		Doc:     "the upstream's MCP endpoint, http(s)://… (openapi: optional base URL replacing the document's servers)",
+		Example: `{"url": "https://quotes.example.com/mcp"}`,
+		read: func(p *parser, s *Server) {
+			s.URL = p.str(attrURL, false)
+			if s.URL != "" {
+				if err := validateURL(s.URL); err != nil {
+					p.fail(attrURL, err.Error())
+				}
+			}
+		},
+	},
+	{
+		Name: "transport", Type: "S", Default: "http",
+		Doc:     `"http" (MCP streamable HTTP), "sse" (MCP HTTP+SSE) or "openapi" (a plain HTTP API)`,
+		Example: `{"transport": "sse"}`,
+		read: func(p *parser, s *Server) {
+			s.Transport = oneOf(p, "transport", "transport", TransportHTTP, TransportSSE, TransportOpenAPI)
+		},
+	},
+	{
+		Name: attrSpecURL, Type: "S",
+		Doc:     "openapi only, or spec_path: the URL of the OpenAPI 3 document",
+		Example: `{"transport": "openapi", "spec_url": "https://quotes.example.com/openapi.json"}`,
+		read:    func(p *parser, s *Server) { s.SpecURL = p.str(attrSpecURL, false) },
+	},
+	{
+		Name: attrSpecPath, Type: "S",
+		Doc:     "openapi only, or spec_url: the document's path in the function's package (relative)",
+		Example: `{"transport": "openapi", "spec_path": "openapi/quotes.json"}`,
+		read:    func(p *parser, s *Server) { s.SpecPath = p.str(attrSpecPath, false) },
+	},
+	{
+		Name: "max_concurrent_requests", Type: "N", Default: "unlimited",
+		Doc:     fmt.Sprintf("fleet-wide cap on calls in flight; absent, 0 or negative = unlimited; at most %d", MaxConcurrentLimit),
+		Example: `{"max_concurrent_requests": 4}`,
+		read:    func(p *parser, s *Server) { s.MaxConcurrent = p.cap("max_concurrent_requests") },
+	},
+	{
+		Name: "timeout", Type: "N", Default: seconds(DefaultTimeout),
+		Doc:     fmt.Sprintf("seconds one upstream call may take (fractions allowed; at most %s)", seconds(MaxTimeout)),
+		Example: `{"timeout": 2.5}`,
+		read:    func(p *parser, s *Server) { s.Timeout = p.seconds("timeout", DefaultTimeout, MaxTimeout) },
+	},
+	{
+		Name: "on_limit", Type: "S", Default: string(PolicyQueue),
+		Doc:     `at a cap: "queue" (wait) or "shed" (answer AT_CAPACITY at once)`,
+		Example: `{"on_limit": "shed"}`,
+		read: func(p *parser, s *Server) {
+			s.OnLimit = oneOf(p, "on_limit", "policy", PolicyQueue, PolicyShed)
+		},
+	},
+	{
+		Name: "queue_timeout", Type: "N", Default: seconds(DefaultQueueTimeout),
+		Doc:     "seconds a queued call waits for a slot",
+		Example: `{"queue_timeout": 20}`,
+		read: func(p *parser, s *Server) {
+			s.QueueTimeout = p.seconds("queue_timeout", DefaultQueueTimeout, MaxTimeout)
+		},
+	},
+	{
+		Name: "cancel_grace", Type: "N", Default: seconds(DefaultCancelGrace),
+		Doc:     "seconds a call cut off before its upstream answered keeps its slot, waiting for the upstream to stop (at most what the invocation has left)",
+		Example: `{"cancel_grace": 30}`,
+		read: func(p *parser, s *Server) {
+			s.CancelGrace = p.seconds("cancel_grace", DefaultCancelGrace, MaxTimeout)
+		},
+	},
+	{
+		Name: "stops_on_close", Type: "BOOL", Default: "false",
+		Doc:     "true declares that the upstream stops a call when its request is closed, so a cut-off call's slot is freed at once",
+		Example: `{"stops_on_close": true}`,
+		read:    func(p *parser, s *Server) { s.StopsOnClose = p.boolean("stops_on_close") },
+	},
+	{
+		Name: "tools", Type: "M", Default: "none",
+		Doc:     `per tool: {"<tool>": {"max_concurrent": N, "timeout": S}}, within the server's cap and timeout`,
+		Example: `{"tools": {"fetch_quote": {"max_concurrent": 2, "timeout": 1}}}`,
+		Fields:  toolFields,
+		read:    func(p *parser, s *Server) { s.Tools = p.tools("tools") },
+	},
+	{
+		Name: "breaker", Type: "M", Default: "none",
+		Doc:     `a circuit breaker per tool, shared by the fleet: {"failure_threshold": N, "recovery_timeout": S, "excluded_tools": [...]}`,
+		Example: `{"breaker": {"failure_threshold": 3, "recovery_timeout": 30, "excluded_tools": ["health"]}}`,
+		Fields:  breakerFields,
+		read:    func(p *parser, s *Server) { s.Breaker = p.breaker("breaker") },
+	},
+	{
+		Name: "on_store_error", Type: "S", Default: string(StoreReject),
+		Doc:     `when DynamoDB fails: "reject" (STORE_UNAVAILABLE) or "allow" (call without a slot, logged uncapped)`,
+		Example: `{"on_store_error": "allow"}`,
+		read: func(p *parser, s *Server) {
+			s.OnStoreError = oneOf(p, "on_store_error", "policy", StoreReject, StoreAllow)
+		},
+	},
+	{
+		Name: "description", Type: "S",
+		Doc:     "free text, at most 1024 bytes",
+		Example: `{"description": "Stock quotes"}`,
+		read: func(p *parser, s *Server) {
+			s.Description = p.str("description", false)
+			if len(s.Description) > 1024 {
+				p.fail("description", "longer than 1024 bytes")
+			}
+		},
+	},
+}
+
+// Attributes returns the table of server item attributes, in the order help
+// shows them. Names starting with "x_" are also accepted, and ignored.
+func Attributes() []Attribute { return slices.Clone(attributes) }
+
+// KnownAttributes lists the names of the attributes a server item may
+// carry. Any other attribute is rejected (a misspelt max_concurrent_requests
+// must not silently mean "unlimited"), except names starting with "x_",
+// which are kept for admins' own notes and ignored.
+func KnownAttributes() []string { return fieldNames(attributes) }
+
+// AttributeType returns the DynamoDB type of the named attribute, "" when
+// there is no such attribute.
+func AttributeType(name string) string {
+	for _, a := range attributes {
+		if a.Name == name {
+			return a.Type
+		}
+	}
+	return ""
+}
+
+func fieldNames(as []Attribute) []string {
+	names := make([]string, len(as))
+	for i, a := range as {
+		names[i] = a.Name
+	}
+	return names
+}
+
+// seconds renders a duration as a number of seconds, as items hold them.
+func seconds(d time.Duration) string {
+	return fmt.Sprint(d.Seconds())
+}
+
+// oneOf reads an optional string attribute that must be one of values (a
+// noun for them names the kind); an absent one means the first.
+func oneOf[T ~string](p *parser, name, noun string, values ...T) T {
+	v := p.str(name, false)
+	if v == "" {
+		return values[0]
+	}
+	if slices.Contains(values, T(v)) {
+		return T(v)
+	}
+	quoted := make([]string, len(values))
+	for i, x := range values {
+		quoted[i] = fmt.Sprintf("%q", string(x))
+	}
+	use := strings.Join(quoted[:len(quoted)-1], ", ") + " or " + quoted[len(quoted)-1]
+	p.fail(name, fmt.Sprintf("%q is not a %s: use %s", truncate(v, 40), noun, use))
+	return values[0]
+}
