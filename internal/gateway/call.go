@@ -21,14 +21,14 @@ import (
 // queueRetryAfter is the hint given with QUEUE_TIMEOUT.
 const queueRetryAfter = time.Second
 
-// server returns the server the key may call, or the fault to answer.
-func (g *Gateway) server(ctx context.Context, k *auth.Key, id string) (*registry.Server, *fault.Error) {
+// server returns the server the caller may call, or the fault to answer.
+func (g *Gateway) server(ctx context.Context, id string) (*registry.Server, *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.serverID = truncate(id, 64)
-	// Access is checked first, so a key learns nothing about servers it
-	// may not call.
-	if !k.Allows(id) {
-		return nil, fault.New(fault.Forbidden, "this key may not call server %q", truncate(id, 64))
+	// Access is checked first, so a caller learns nothing about servers
+	// it may not call.
+	if p := principalFrom(ctx); p == nil || !p.Allows(id) {
+		return nil, g.forbidden(ctx, id)
 	}
 	srv, err := g.deps.Registry.Get(ctx, id)
 	var inv *registry.InvalidError
@@ -83,6 +83,9 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.tool = truncate(params.Name, 128)
+	if p := principalFrom(ctx); p == nil || !p.AllowsTool(srv.ID, params.Name) {
+		return nil, fault.New(fault.Forbidden, "tool %q of server %q is not granted to this caller", truncate(params.Name, 128), srv.ID)
+	}
 	if ferr := g.tool(ctx, srv, params.Name); ferr != nil {
 		return nil, ferr
 	}
@@ -90,7 +93,7 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	// dimension without letting callers create unbounded ones.
 	start := time.Now()
 	var ls *lease.Lease
-	defer func() { g.emitCall(rec.id, srv, params.Name, start, ls, res, ferr) }()
+	defer func() { g.emitCall(rec, srv, params.Name, start, ls, res, ferr) }()
 	timeout := srv.TimeoutFor(params.Name)
 	req, capped := g.leaseRequest(ctx, srv, params.Name, timeout)
 	if capped {
@@ -184,6 +187,15 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 		Wait:    wait,
 		Breaker: br,
 	}, true
+}
+
+// leaseHolder is the label a lease carries for its caller, for mcpgate
+// status: the principal's short ID (at most auth.MaxIDLen bytes).
+func leaseHolder(p *auth.Principal) string {
+	if p == nil {
+		return ""
+	}
+	return p.ID
 }
 
 // errLeaseLost cancels a call whose lease could not be renewed.
@@ -289,12 +301,15 @@ const storeStatsEvery = time.Minute
 
 // emitCall writes the call's EMF record and, once a minute, the limiter's
 // store counters since the last time.
-func (g *Gateway) emitCall(requestID string, srv *registry.Server, tool string, start time.Time, ls *lease.Lease, res *mcp.CallToolResult, ferr *fault.Error) {
+func (g *Gateway) emitCall(rec *record, srv *registry.Server, tool string, start time.Time, ls *lease.Lease, res *mcp.CallToolResult, ferr *fault.Error) {
 	m := g.deps.Metrics
 	if m == nil {
 		return
 	}
-	c := metrics.Call{ServerID: srv.ID, Tool: tool, Latency: time.Since(start), Outcome: "ok", RequestID: requestID}
+	c := metrics.Call{ServerID: srv.ID, Tool: tool, Latency: time.Since(start), Outcome: "ok", RequestID: rec.id}
+	if rec.principal != nil {
+		c.Principal = rec.principal.ID
+	}
 	if ls != nil {
 		c.QueueWait, c.LeaseID = ls.Waited, ls.ID()
 		c.InFlightAfterAcquire, c.InFlightKnown = ls.InFlight, true

@@ -122,13 +122,12 @@ func mcpError(w http.ResponseWriter, status int, code int64, msg string) {
 // through).
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	k := keyFrom(ctx)
-	sc := &mcpScope{g: g, key: k, rec: recordFrom(ctx)}
+	sc := &mcpScope{g: g, caller: callerFrom(ctx), rec: recordFrom(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		sc.deadline = dl
 	}
 	if id := r.PathValue("server_id"); id != "" {
-		srv, ferr := g.server(ctx, k, id)
+		srv, ferr := g.server(ctx, id)
 		if ferr != nil {
 			writeFault(w, r, ferr)
 			return
@@ -205,7 +204,7 @@ func acceptsEventStream(r *http.Request) bool {
 // mcpScope is one MCP request: who asks, and (passthrough) which upstream.
 type mcpScope struct {
 	g        *Gateway
-	key      *auth.Key
+	caller   *caller
 	srv      *registry.Server // nil on the aggregated endpoint
 	rec      *record
 	deadline time.Time
@@ -214,11 +213,12 @@ type mcpScope struct {
 
 // scoped returns the context upstream work runs in: cancelled with the
 // SDK's handler context, bounded by the HTTP request's deadline, carrying
-// the request's log record, and nothing else. The SDK keeps the agent's
+// the request's log record and caller, and nothing else. The SDK keeps the agent's
 // protocol version in its handler context, and the upstream client would
 // read it from there: the upstream session must negotiate its own.
 func (sc *mcpScope) scoped(handler context.Context) (context.Context, context.CancelFunc) {
 	ctx := context.WithValue(context.Background(), recordCtx, sc.rec)
+	ctx = context.WithValue(ctx, callerCtx, sc.caller)
 	var cancel context.CancelFunc
 	if !sc.deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, sc.deadline)
@@ -449,9 +449,9 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 			return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 		}
 		sc.rec.outcome = "ok"
-		return &mcp.ListToolsResult{Tools: tools}, nil
+		return &mcp.ListToolsResult{Tools: grantedTools(sc.caller.principal, sc.srv.ID, tools)}, nil
 	}
-	servers, err := sc.g.allowedServers(ctx, sc.key)
+	servers, err := sc.g.allowedServers(ctx, sc.caller.principal)
 	if err != nil {
 		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 		return nil, sc.rpcError(fe, err)
@@ -471,6 +471,7 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 				sc.g.log.Warn("listing tools failed; its tools are left out", "request_id", sc.rec.id, "server_id", srv.ID, "error", err.Error())
 				return
 			}
+			tools = grantedTools(sc.caller.principal, srv.ID, tools)
 			named := make([]*mcp.Tool, len(tools))
 			for j, t := range tools {
 				c := *t
@@ -489,10 +490,10 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 	return &mcp.ListToolsResult{Tools: all}, nil
 }
 
-// allowedServers lists the servers a key may call, ordered by id.
-func (g *Gateway) allowedServers(ctx context.Context, k *auth.Key) ([]*registry.Server, error) {
+// allowedServers lists the servers a principal may call, ordered by id.
+func (g *Gateway) allowedServers(ctx context.Context, p *auth.Principal) ([]*registry.Server, error) {
 	var out []*registry.Server
-	if k.AllowsAll() {
+	if p.AllowsAll() {
 		servers, invalid, err := g.deps.Registry.All(ctx)
 		if err != nil {
 			return nil, err
@@ -502,7 +503,7 @@ func (g *Gateway) allowedServers(ctx context.Context, k *auth.Key) ([]*registry.
 		}
 		out = append(out, servers...)
 	} else {
-		for _, id := range k.Servers {
+		for _, id := range p.Servers {
 			srv, err := g.deps.Registry.Get(ctx, id)
 			switch {
 			case err == nil:
@@ -528,12 +529,12 @@ func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Ser
 	if !ok || id == "" || tool == "" {
 		return nil, "", invalidParams("unknown tool %q: tools here are named <server_id>%s<tool>", truncate(name, 128), ToolSeparator)
 	}
-	srv, ferr := sc.g.server(ctx, sc.key, id)
+	srv, ferr := sc.g.server(ctx, id)
 	if ferr != nil {
 		switch ferr.Code {
 		case fault.NotFound, fault.Forbidden:
-			// The key's tool list never shows it: to the agent it does
-			// not exist.
+			// The caller's tool list never shows it: to the agent it
+			// does not exist.
 			return nil, "", invalidParams("unknown tool %q", truncate(name, 128))
 		}
 		return nil, "", ferr
@@ -579,6 +580,10 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 			// caller's mistake, a protocol error.
 			sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
 			return nil, invalidParams("%s", fe.Message)
+		case fault.Forbidden:
+			// A tool not granted is not in the caller's list either.
+			sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+			return nil, invalidParams("unknown tool %q", truncate(p.Name, 128))
 		}
 		return toolError(sc.rec, fe), nil
 	}

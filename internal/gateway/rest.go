@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 )
 
@@ -46,7 +47,7 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	srv, ferr := g.server(ctx, keyFrom(ctx), req.ServerID)
+	srv, ferr := g.server(ctx, req.ServerID)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
@@ -72,7 +73,7 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, fault.New(fault.BadRequest, "the server_id query parameter is required"))
 		return
 	}
-	srv, ferr := g.server(ctx, keyFrom(ctx), id)
+	srv, ferr := g.server(ctx, id)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
@@ -85,7 +86,21 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recordFrom(ctx).outcome = "ok"
-	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: tools})
+	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: grantedTools(principalFrom(ctx), srv.ID, tools)})
+}
+
+// grantedTools are the tools of server id that p may call.
+func grantedTools(p *auth.Principal, id string, tools []*mcp.Tool) []*mcp.Tool {
+	if p != nil && len(p.Tools) == 0 {
+		return tools
+	}
+	out := make([]*mcp.Tool, 0, len(tools))
+	for _, t := range tools {
+		if p != nil && p.AllowsTool(id, t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func validToolName(name string) *fault.Error {
