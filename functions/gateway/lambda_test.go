@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/auth/authtest"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -79,7 +80,9 @@ type emulator struct {
 	mu   *sync.Mutex
 }
 
-func startEmulator(t *testing.T, env *storetest.Env) *emulator {
+// startEmulator runs the bootstrap under the emulator against env's
+// store, with extra environment variables (NAME=value).
+func startEmulator(t *testing.T, env *storetest.Env, extra ...string) *emulator {
 	t.Helper()
 	bootstrap, rie := lambdaBinaries(t)
 	e := &emulator{addr: freeAddr(t), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
@@ -89,6 +92,7 @@ func startEmulator(t *testing.T, env *storetest.Env) *emulator {
 		bootstrap)
 	cmd.Env = append(os.Environ(), env.Vars()...)
 	cmd.Env = append(cmd.Env, "LOG_LEVEL=info")
+	cmd.Env = append(cmd.Env, extra...)
 	w := &lockedWriter{mu: e.mu, w: e.logs}
 	cmd.Stdout, cmd.Stderr = w, w
 	storetest.SetParentDeathSignal(cmd)
@@ -239,5 +243,78 @@ func TestLambdaBootstrap(t *testing.T) {
 	result := strings.Index(mcpResp.Body, `"in_flight_at_entry"`)
 	if started < 0 || done < started || result < done {
 		t.Errorf("event stream does not carry progress before the result:\n%s", mcpResp.Body)
+	}
+}
+
+// requestLog returns the gateway's request record for a Lambda request id.
+func (e *emulator) requestLog(t *testing.T, requestID string) map[string]any {
+	t.Helper()
+	e.mu.Lock()
+	logs := e.logs.String()
+	e.mu.Unlock()
+	for line := range strings.SplitSeq(logs, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "request" && rec["request_id"] == requestID {
+			return rec
+		}
+	}
+	t.Fatalf("no request record for %s in:\n%s", requestID, logs)
+	return nil
+}
+
+// TestLambdaIdentity runs the bootstrap under the emulator with Function
+// URL events whose request context carries an IAM caller (a Function URL
+// with AuthType AWS_IAM) and with OAuth access tokens, whose audience is
+// the Function URL's own domain.
+func TestLambdaIdentity(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL})
+	key := testkit.PutKey(t, env, "demo")
+	iss := authtest.NewIssuer(t)
+	e := startEmulator(t, env,
+		"OAUTH_ISSUER="+iss.URL,
+		"IAM_GRANTS=arn:aws:sts::111122223333:assumed-role/agents/*=demo")
+	iam := func(role, session, key string) streamedResponse {
+		return e.invoke(t, "function-url-iam-tools-call.json", map[string]string{"ROLE": role, "SESSION": session, "KEY": key})
+	}
+
+	// An IAM caller granted by IAM_GRANTS needs no key; SigV4 occupies
+	// Authorization and is not taken for a bad bearer.
+	r := iam("agents", "alice", "")
+	if r.StatusCode != 200 || !strings.Contains(r.Body, "from an IAM caller") {
+		t.Fatalf("granted IAM caller: %+v", r)
+	}
+	rec := e.requestLog(t, r.Headers["X-Request-Id"])
+	if p, _ := rec["principal"].(string); !strings.HasPrefix(p, "iam:") || rec["iam_caller"] != "arn:aws:sts::111122223333:assumed-role/agents/alice" {
+		t.Errorf("IAM request record %v: want principal iam:<hash> and the caller's ARN", rec)
+	}
+	// Another role: no grant, so it must bring a key.
+	if r := iam("other", "bob", ""); r.StatusCode != 401 {
+		t.Errorf("IAM caller without a grant: %+v, want 401", r)
+	}
+	r = iam("other", "bob", key)
+	if r.StatusCode != 200 {
+		t.Fatalf("IAM caller with X-Api-Key: %+v", r)
+	}
+	rec = e.requestLog(t, r.Headers["X-Request-Id"])
+	if p, _ := rec["principal"].(string); !strings.HasPrefix(p, "key:") || rec["iam_caller"] != "arn:aws:sts::111122223333:assumed-role/other/bob" {
+		t.Errorf("IAM caller with a key, request record %v: want the key's principal and the caller's ARN", rec)
+	}
+
+	// A token for the Function URL's MCP endpoint: the audience is derived
+	// from the request context's domain.
+	const domain = "https://abcdefghij.lambda-url.us-east-1.on.aws"
+	r = e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": iss.Token("carol", domain+"/mcp", "mcp:demo")})
+	if r.StatusCode != 200 || !strings.Contains(r.Body, "from lambda") {
+		t.Fatalf("token: %+v", r)
+	}
+	if p, _ := e.requestLog(t, r.Headers["X-Request-Id"])["principal"].(string); !strings.HasPrefix(p, "oauth:") {
+		t.Errorf("token principal %q", p)
+	}
+	r = e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": iss.Token("carol", "https://elsewhere.example.com/mcp", "mcp:demo")})
+	want := `Bearer resource_metadata="` + domain + `/.well-known/oauth-protected-resource", error="invalid_token"`
+	if r.StatusCode != 401 || r.Headers["Www-Authenticate"] != want {
+		t.Errorf("token for another resource: status %d, WWW-Authenticate %q, want 401 and %q", r.StatusCode, r.Headers["Www-Authenticate"], want)
 	}
 }
