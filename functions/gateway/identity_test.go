@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/auth/authtest"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// TestIdentitiesSideBySide: one gateway process takes keys in each of the
+// three headers and OAuth tokens at once, and logs each call's principal,
+// never a credential.
+func TestIdentitiesSideBySide(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 4})
+	key := testkit.PutKey(t, env, "demo")
+	iss := authtest.NewIssuer(t)
+	gw := testkit.StartGateway(t, env, "OAUTH_ISSUER="+iss.URL)
+	token := iss.Token("agent-42", gw.URL+"/mcp", "mcp:demo")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	call := func(hdr http.Header) testkit.Response {
+		t.Helper()
+		r, err := testkit.Do(ctx, http.MethodPost, gw.URL+"/mcp-rest/tools/call", hdr,
+			map[string]any{"server_id": "demo", "name": "echo", "arguments": map[string]any{"text": "hi"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for name, hdr := range map[string]http.Header{
+		"Authorization: Bearer key":   {"Authorization": {"Bearer " + key}},
+		"X-Api-Key":                   {"X-Api-Key": {key}},
+		"x-litellm-api-key":           {"X-Litellm-Api-Key": {"Bearer " + key}},
+		"Authorization: Bearer token": {"Authorization": {"Bearer " + token}},
+	} {
+		if r := call(hdr); r.Status != http.StatusOK {
+			t.Errorf("%s: %d %s", name, r.Status, r.Body)
+		}
+	}
+	if r := call(http.Header{"Authorization": {"Bearer " + token}, "X-Api-Key": {key}}); r.Status != http.StatusUnauthorized {
+		t.Errorf("a token and a key at once: %d %s, want 401", r.Status, r.Body)
+	}
+
+	principals := map[string]int{}
+	for line := range strings.SplitSeq(gw.Logs(), "\n") {
+		var rec struct {
+			Msg, Principal, Sub string
+			Status              int
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "request" && rec.Status == http.StatusOK {
+			kind, _, _ := strings.Cut(rec.Principal, ":")
+			principals[kind]++
+			if kind == "oauth" && rec.Sub != "agent-42" {
+				t.Errorf("token call logged with sub %q", rec.Sub)
+			}
+		}
+	}
+	if principals["key"] != 3 || principals["oauth"] != 1 {
+		t.Errorf("principals logged %v, want 3 key and 1 oauth", principals)
+	}
+	if logs := gw.Logs(); strings.Contains(logs, key) || strings.Contains(logs, token) {
+		t.Error("a credential appears in the gateway's log")
+	}
+}
