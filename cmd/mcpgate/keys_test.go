@@ -82,7 +82,7 @@ func TestKeysRoundTrip(t *testing.T) {
 		t.Errorf("keys list shows the key or its full hash:\n%s", r.stdout)
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", created}; !reflect.DeepEqual(got, want) {
+	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", "*", created}; !reflect.DeepEqual(got, want) {
 		t.Errorf("keys list row %q, want %q", got, want)
 	}
 
@@ -111,9 +111,32 @@ func TestKeysAllServers(t *testing.T) {
 	}
 	r = mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 4 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 5 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" || got[3] != "*" {
 		t.Errorf("keys list shows a nameless key for * as %q", got)
 	}
+}
+
+func TestKeysTools(t *testing.T) {
+	env := storetest.NewEnv(t)
+	key, r := createKey(t, env, "--servers", "github,search", "--tools", "github/get_*, search/*,github/get_*")
+	if !strings.Contains(r.stderr, "only tools: github/get_*, search/*") {
+		t.Errorf("keys create does not say the tools:\n%s", r.stderr)
+	}
+	p, err := auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1}).Authenticate(context.Background(), auth.Request{Header: http.Header{"X-Api-Key": {key}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.AllowsTool("github", "get_issue") || p.AllowsTool("github", "delete_repo") || !p.AllowsTool("search", "anything") {
+		t.Errorf("tool grants %q", p.Tools)
+	}
+	r = mcpgate(t, env, "keys", "list").ok(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 5 || got[3] != "github/get_*,search/*" {
+		t.Errorf("keys list row %q", got)
+	}
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "search/*").fails(t, 2, `names server "search", which --servers does not grant`)
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "github").fails(t, 2, "not <server_id>/<glob>")
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "github/[").fails(t, 2, "bad pattern")
 }
 
 func TestKeysRevokePrefix(t *testing.T) {

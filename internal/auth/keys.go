@@ -48,7 +48,7 @@ type Key struct {
 	Name string
 	// Servers are the server ids it may call; "*" means all.
 	Servers []string
-	// Tools, when not empty, are the only tools it may call, as
+	// Tools, when not nil, are the only tools it may call, as
 	// "<server_id>/<glob>" (see Principal.Tools).
 	Tools []string
 }
@@ -135,8 +135,8 @@ func (ks *keyStore) fetch(ctx context.Context, hash string) (*Key, error) {
 // ParseItem reads a keys-table item. servers and tools may be string sets
 // or lists of strings; anything else grants nothing. A tools entry that is
 // not "<server_id>/<glob>" grants nothing either, so a tools attribute of
-// only such entries lets the key call no tool: a mistyped restriction
-// never widens access.
+// only such entries (or of another type) lets the key call no tool: a
+// mistyped restriction never widens access.
 func ParseItem(item map[string]types.AttributeValue) *Key {
 	k := &Key{}
 	if v, ok := item[store.KeyHashAttr].(*types.AttributeValueMemberS); ok {
@@ -153,16 +153,9 @@ func ParseItem(item map[string]types.AttributeValue) *Key {
 				k.Tools = append(k.Tools, t)
 			}
 		}
-		if len(k.Tools) == 0 {
-			// Present but unusable: grant no tool rather than all.
-			k.Tools = []string{noTool}
-		}
 	}
 	return k
 }
-
-// noTool is a tool grant that matches no tool: no server id has a space.
-const noTool = " /"
 
 // stringsOf reads a string set or a list of strings, sorted.
 func stringsOf(v types.AttributeValue) []string {

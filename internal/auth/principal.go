@@ -49,9 +49,10 @@ type Principal struct {
 	IAMCaller string
 	// Servers are the server ids it may call, sorted; "*" means all.
 	Servers []string
-	// Tools, when not empty, are the only tools it may call: entries
+	// Tools, when not nil, are the only tools it may call: entries
 	// "<server_id>/<glob>" ("*" as server id for any server; glob as
-	// path.Match). Empty means every tool of the servers it may call.
+	// path.Match); empty but not nil means none. Nil means every tool of
+	// the servers it may call.
 	Tools []string
 }
 
@@ -69,7 +70,7 @@ func (p *Principal) AllowsTool(serverID, tool string) bool {
 	if !p.Allows(serverID) {
 		return false
 	}
-	if len(p.Tools) == 0 {
+	if p.Tools == nil {
 		return true
 	}
 	for _, g := range p.Tools {

@@ -91,7 +91,7 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 
 // grantedTools are the tools of server id that p may call.
 func grantedTools(p *auth.Principal, id string, tools []*mcp.Tool) []*mcp.Tool {
-	if p != nil && len(p.Tools) == 0 {
+	if p != nil && p.Tools == nil {
 		return tools
 	}
 	out := make([]*mcp.Tool, 0, len(tools))
