@@ -48,6 +48,10 @@ func (c *caller) metadataURL() string { return c.base + metadataPath + c.resourc
 // audiences are the token audiences accepted by default: the gateway's MCP
 // endpoint, the gateway itself, and the route's own resource.
 func (c *caller) audiences() []string {
+	if c.base == "" {
+		// No known public URL: only configured audiences can match.
+		return nil
+	}
 	out := []string{c.base + "/mcp", c.base}
 	if strings.HasPrefix(c.resource, "/mcp/") {
 		out = append(out, c.base+c.resource)

@@ -278,8 +278,14 @@ func (iss *Issuer) SignWith(k *Key, claims map[string]any) string {
 	if err != nil {
 		iss.t.Fatal(err)
 	}
-	opts := (&jose.SignerOptions{}).WithType("at+jwt").WithHeader(jose.HeaderKey("kid"), k.ID)
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: k.Alg, Key: k.Private}, opts)
+	return iss.compact(k.Alg, k.Private, k.ID, payload)
+}
+
+// compact signs payload with key under alg, naming kid, in compact form.
+func (iss *Issuer) compact(alg jose.SignatureAlgorithm, key any, kid string, payload []byte) string {
+	iss.t.Helper()
+	opts := (&jose.SignerOptions{}).WithType("at+jwt").WithHeader(jose.HeaderKey("kid"), kid)
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, opts)
 	if err != nil {
 		iss.t.Fatal(err)
 	}
@@ -331,19 +337,8 @@ func (iss *Issuer) Hostile(sub, aud string) map[string]string {
 	if err != nil {
 		iss.t.Fatal(err)
 	}
-	hmacSigner, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: der}, (&jose.SignerOptions{}).WithHeader("kid", key.ID))
-	if err != nil {
-		iss.t.Fatal(err)
-	}
 	payload, _ := json.Marshal(claims(nil))
-	hmacSig, err := hmacSigner.Sign(payload)
-	if err != nil {
-		iss.t.Fatal(err)
-	}
-	hmac, err := hmacSig.CompactSerialize()
-	if err != nil {
-		iss.t.Fatal(err)
-	}
+	hmac := iss.compact(jose.HS256, der, key.ID, payload)
 	valid := parts(iss.Sign(claims(map[string]any{"scope": "mcp:nothing"})))
 	return map[string]string{
 		"expired":                  iss.Sign(claims(map[string]any{"iat": now.Add(-time.Hour).Unix(), "exp": now.Add(-10 * time.Minute).Unix()})),
