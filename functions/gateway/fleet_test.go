@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	testkit.CleanupBinaries()
+	cleanupLambdaBinaries()
 	storetest.StopShared()
 	os.Exit(code)
 }

@@ -34,6 +34,13 @@ var (
 	lambdaBuildErr  error
 )
 
+// cleanupLambdaBinaries removes what lambdaBinaries built.
+func cleanupLambdaBinaries() {
+	if lambdaBuildDir != "" {
+		os.RemoveAll(lambdaBuildDir)
+	}
+}
+
 // lambdaBinaries builds the bootstrap and the emulator once.
 func lambdaBinaries(t *testing.T) (bootstrap, rie string) {
 	t.Helper()
@@ -43,7 +50,12 @@ func lambdaBinaries(t *testing.T) (bootstrap, rie string) {
 			lambdaBuildErr = err
 			return
 		}
-		lambdaBuildDir = t.TempDir()
+		// Not t.TempDir(): the binaries outlive the first test that
+		// builds them. TestMain removes them.
+		if lambdaBuildDir, err = os.MkdirTemp("", "mcpgate-lambda-"); err != nil {
+			lambdaBuildErr = err
+			return
+		}
 		for _, b := range [][]string{
 			{"build", "-tags", "lambda.norpc", "-o", filepath.Join(lambdaBuildDir, "bootstrap"), "./functions/gateway"},
 			{"build", "-o", filepath.Join(lambdaBuildDir, "rie"), "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie"},
