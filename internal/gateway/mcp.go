@@ -213,9 +213,9 @@ type mcpScope struct {
 
 // scoped returns the context upstream work runs in: cancelled with the
 // SDK's handler context, bounded by the HTTP request's deadline, carrying
-// the request's log record and caller, and nothing else. The SDK keeps the agent's
-// protocol version in its handler context, and the upstream client would
-// read it from there: the upstream session must negotiate its own.
+// the request's log record and caller, and nothing else. The SDK keeps the
+// agent's protocol version in its handler context, and the upstream client
+// would read it from there: the upstream session must negotiate its own.
 func (sc *mcpScope) scoped(handler context.Context) (context.Context, context.CancelFunc) {
 	ctx := context.WithValue(context.Background(), recordCtx, sc.rec)
 	ctx = context.WithValue(ctx, callerCtx, sc.caller)
