@@ -416,3 +416,27 @@ func TestAuthenticateTokensAndKeys(t *testing.T) {
 	_, err = a.Authenticate(context.Background(), req(http.Header{"Authorization": {"Bearer " + iss.Token("alice", "https://elsewhere/mcp")}}))
 	rejectedToken(t, err)
 }
+
+// BenchmarkVerify measures checking one token with its key cached: the
+// cost a token adds to a request, beside a key's cached lookup.
+func BenchmarkVerify(b *testing.B) {
+	iss := authtest.NewIssuer(b)
+	ec := authtest.NewECKey(b, "ec")
+	iss.SetKeys(iss.SigningKey(), ec)
+	o, err := NewOAuth(OAuthOptions{Issuer: iss.URL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, tok := range map[string]string{
+		"RS256": iss.Token("a", testAudience, "mcp:demo"),
+		"ES256": iss.SignWith(ec, map[string]any{"sub": "a", "aud": testAudience, "scope": "mcp:demo"}),
+	} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := o.Verify(context.Background(), tok, []string{testAudience}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
