@@ -65,8 +65,8 @@ type OAuthOptions struct {
 	// JWKSURL is where the signing keys are (OAUTH_JWKS_URL); empty means
 	// the jwks_uri of the issuer's metadata.
 	JWKSURL string
-	// ScopePrefix starts the scopes that grant servers
-	// (OAUTH_SCOPE_PREFIX); empty means DefaultScopePrefix.
+	// ScopePrefix starts the scopes (scope, scp, or Entra ID's roles) that
+	// grant servers (OAUTH_SCOPE_PREFIX); empty means DefaultScopePrefix.
 	ScopePrefix string
 	// Leeway is the clock skew tolerated on exp, nbf and iat; zero means
 	// DefaultLeeway.
@@ -175,8 +175,11 @@ func (o *OAuth) Fetches() int64 { return o.keys.fetches.Load() }
 
 // tokenClaims are the claims read beside the registered ones.
 type tokenClaims struct {
-	Scope    scopeList `json:"scope"`
-	Scp      scopeList `json:"scp"`
+	Scope scopeList `json:"scope"`
+	Scp   scopeList `json:"scp"`
+	// Roles are Entra ID's application roles: what an app-only (client
+	// credentials) token carries instead of scp.
+	Roles    scopeList `json:"roles"`
 	ClientID string    `json:"client_id"`
 	Azp      string    `json:"azp"`
 	TokenUse string    `json:"token_use"`
@@ -276,7 +279,7 @@ func (o *OAuth) Verify(ctx context.Context, raw string, audiences []string) (*Pr
 		Subject:  clean(std.Subject, maxSubjectLen),
 		ClientID: clean(clientID, maxSubjectLen),
 	}
-	for _, s := range slices.Concat(extra.Scope, extra.Scp) {
+	for _, s := range slices.Concat(extra.Scope, extra.Scp, extra.Roles) {
 		id, ok := strings.CutPrefix(s, o.prefix)
 		if ok && (id == AllServers || registry.ValidateID(id) == nil) {
 			p.Servers = append(p.Servers, id)

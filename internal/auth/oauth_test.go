@@ -147,6 +147,7 @@ func TestTokenGrants(t *testing.T) {
 		{"scope string", "", map[string]any{"scope": "mcp:a mcp:b profile"}, []string{"a", "b"}},
 		{"scp array (Okta)", "", map[string]any{"scp": []string{"mcp:a", "email"}}, []string{"a"}},
 		{"scp string (Entra ID)", "", map[string]any{"scp": "mcp:a mcp:c"}, []string{"a", "c"}},
+		{"roles (Entra ID app-only)", "mcp.", map[string]any{"roles": []string{"mcp.a", "Reader"}}, []string{"a"}},
 		{"all servers", "", map[string]any{"scope": "mcp:*"}, []string{"*"}},
 		{"invalid server ids grant nothing", "", map[string]any{"scope": "mcp: mcp:a-b mcp:../x mcp:"}, nil},
 		{"custom prefix", "gw/", map[string]any{"scope": "gw/a mcp:b"}, []string{"a"}},
