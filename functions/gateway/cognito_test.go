@@ -149,6 +149,7 @@ func TestCognitoTokens(t *testing.T) {
 	if r := call(token(other)); r.Status != http.StatusUnauthorized || !strings.Contains(r.Header.Get("WWW-Authenticate"), `error="invalid_token"`) {
 		t.Errorf("other client's token: %d %v %s, want 401 invalid_token", r.Status, r.Header, r.Body)
 	}
+	gw.Stop() // every request record read
 	if !strings.Contains(gw.Logs(), `"client_id":"`+agents+`"`) {
 		t.Errorf("the log does not name the token's client:\n%s", gw.Logs())
 	}

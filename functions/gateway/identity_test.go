@@ -50,6 +50,9 @@ func TestIdentitiesSideBySide(t *testing.T) {
 		t.Errorf("a token and a key at once: %d %s, want 401", r.Status, r.Body)
 	}
 
+	// A request's record is logged as its answer goes out: once the
+	// process has stopped, every record has been read.
+	gw.Stop()
 	principals := map[string]int{}
 	for line := range strings.SplitSeq(gw.Logs(), "\n") {
 		var rec struct {

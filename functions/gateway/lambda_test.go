@@ -90,6 +90,8 @@ type emulator struct {
 	addr string
 	logs *bytes.Buffer
 	mu   *sync.Mutex
+	// wrote is closed and replaced (under mu) whenever output arrives.
+	wrote *chan struct{}
 }
 
 // startEmulator runs the bootstrap under the emulator against env's
@@ -97,7 +99,8 @@ type emulator struct {
 func startEmulator(t *testing.T, env *storetest.Env, extra ...string) *emulator {
 	t.Helper()
 	bootstrap, rie := lambdaBinaries(t)
-	e := &emulator{addr: freeAddr(t), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	wrote := make(chan struct{})
+	e := &emulator{addr: freeAddr(t), logs: &bytes.Buffer{}, mu: &sync.Mutex{}, wrote: &wrote}
 	cmd := exec.Command(rie,
 		"--runtime-interface-emulator-address", e.addr,
 		"--runtime-api-address", freeAddr(t),
@@ -105,7 +108,7 @@ func startEmulator(t *testing.T, env *storetest.Env, extra ...string) *emulator 
 	cmd.Env = append(os.Environ(), env.Vars()...)
 	cmd.Env = append(cmd.Env, "LOG_LEVEL=info")
 	cmd.Env = append(cmd.Env, extra...)
-	w := &lockedWriter{mu: e.mu, w: e.logs}
+	w := &lockedWriter{mu: e.mu, w: e.logs, wrote: e.wrote}
 	cmd.Stdout, cmd.Stderr = w, w
 	storetest.SetParentDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
@@ -137,14 +140,20 @@ func startEmulator(t *testing.T, env *storetest.Env, extra ...string) *emulator 
 }
 
 type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+	mu    *sync.Mutex
+	w     io.Writer
+	wrote *chan struct{} // if set, closed and replaced after each write
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	if l.wrote != nil {
+		close(*l.wrote)
+		*l.wrote = make(chan struct{})
+	}
+	return n, err
 }
 
 // streamedResponse is a Function URL response in Lambda's streaming wire
@@ -258,20 +267,28 @@ func TestLambdaBootstrap(t *testing.T) {
 	}
 }
 
-// requestLog returns the gateway's request record for a Lambda request id.
+// requestLog returns the gateway's request record for a Lambda request id,
+// waiting for the emulator to pass it on: the function's output reaches
+// the test apart from the invocation's answer.
 func (e *emulator) requestLog(t *testing.T, requestID string) map[string]any {
 	t.Helper()
-	e.mu.Lock()
-	logs := e.logs.String()
-	e.mu.Unlock()
-	for line := range strings.SplitSeq(logs, "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "request" && rec["request_id"] == requestID {
-			return rec
+	deadline := time.After(30 * time.Second)
+	for {
+		e.mu.Lock()
+		logs, wrote := e.logs.String(), *e.wrote
+		e.mu.Unlock()
+		for line := range strings.SplitSeq(logs, "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "request" && rec["request_id"] == requestID {
+				return rec
+			}
+		}
+		select {
+		case <-wrote:
+		case <-deadline:
+			t.Fatalf("no request record for %s in:\n%s", requestID, logs)
 		}
 	}
-	t.Fatalf("no request record for %s in:\n%s", requestID, logs)
-	return nil
 }
 
 // TestLambdaIdentity runs the bootstrap under the emulator with Function

@@ -175,6 +175,7 @@ func TestThirdPartyOAuthClient(t *testing.T) {
 			}
 		})
 	}
+	gw.Stop() // every request record read
 	logs := gw.Logs()
 	if !strings.Contains(logs, `"principal":"oauth:`) || !strings.Contains(logs, `"sub":"agent-7"`) {
 		t.Errorf("no OAuth principal in the gateway's log:\n%s", logs)
