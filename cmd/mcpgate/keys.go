@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -19,16 +20,20 @@ import (
 
 var keysCreateCmd = &command{
 	name:    "keys create",
-	args:    "--servers ID[,ID...|*] [--name LABEL]",
+	args:    "--servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL]",
 	summary: "create an API key and print it once",
 	help: `
 Creates a random API key allowed to call the listed servers ("*" for all)
 and prints it on standard output, alone on its line, so a script can capture
 it. Only the key's SHA-256 is stored: the key cannot be shown again. Agents
-send it as "Authorization: Bearer KEY".
+send it as "Authorization: Bearer KEY" or "X-Api-Key: KEY" (LiteLLM clients:
+"x-litellm-api-key: Bearer KEY").
 
 Flags:
   --servers ID,ID,...   server ids the key may call, or * for every server (required)
+  --tools ID/GLOB,...   only these tools of those servers ("*" as ID for any
+                        server; GLOB as in shell patterns, e.g. github/get_*);
+                        default: every tool
   --name LABEL          a label for people, shown by keys list
 
 Example:
@@ -39,11 +44,12 @@ Example:
 
 var keysListCmd = &command{
 	name:    "keys list",
-	summary: "list API keys (hash prefix, name, servers; never a key)",
+	summary: "list API keys (hash prefix, name, servers, tools; never a key)",
 	help: `
 Lists every key: the first 12 characters of its hash (what keys revoke
-takes), its name, the servers it may call and when it was created. Keys
-themselves are never stored, so they cannot be listed.
+takes), its name, the servers it may call, the tools it is limited to ("*"
+for every tool) and when it was created. Keys themselves are never stored,
+so they cannot be listed.
 `,
 	run: runKeysList,
 }
@@ -71,6 +77,7 @@ const (
 func runKeysCreate(c *cli, args []string) error {
 	fs := c.newFlags()
 	serversFlag := fs.String("servers", "", "")
+	toolsFlag := fs.String("tools", "", "")
 	name := fs.String("name", "", "")
 	pos, err := c.parse(fs, args)
 	if err != nil {
@@ -80,6 +87,10 @@ func runKeysCreate(c *cli, args []string) error {
 		return usagef("unexpected argument %q", pos[0])
 	}
 	servers, err := parseServerList(*serversFlag)
+	if err != nil {
+		return err
+	}
+	tools, err := parseToolList(*toolsFlag, servers)
 	if err != nil {
 		return err
 	}
@@ -95,6 +106,9 @@ func runKeysCreate(c *cli, args []string) error {
 	}
 	if *name != "" {
 		item[auth.AttrName] = &types.AttributeValueMemberS{Value: *name}
+	}
+	if len(tools) > 0 {
+		item[auth.AttrTools] = &types.AttributeValueMemberSS{Value: tools}
 	}
 	_, err = c.db.PutItem(c.ctx, &dynamodb.PutItemInput{
 		TableName:           aws.String(c.tables.Keys),
@@ -113,6 +127,9 @@ func runKeysCreate(c *cli, args []string) error {
 		}
 	}
 	fmt.Fprintf(c.stderr, "created key %s %s for servers: %s\n", hash[:shownHashLen], keyLabel(*name), strings.Join(servers, ", "))
+	if len(tools) > 0 {
+		fmt.Fprintf(c.stderr, "only tools: %s\n", strings.Join(tools, ", "))
+	}
 	fmt.Fprintln(c.stdout, key)
 	fmt.Fprintln(c.stderr, "This is the only time the key is shown: store it now. It cannot be shown again (only its SHA-256 is kept).")
 	return nil
@@ -139,6 +156,38 @@ func parseServerList(s string) ([]string, error) {
 	return ids, nil
 }
 
+// parseToolList reads --tools: comma-separated "<server_id>/<glob>", each
+// naming a server of servers (or "*").
+func parseToolList(s string, servers []string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, g := range strings.Split(s, ",") {
+		g = strings.TrimSpace(g)
+		id, glob, ok := strings.Cut(g, "/")
+		if !ok || glob == "" {
+			return nil, usagef("--tools: %q is not <server_id>/<glob>", g)
+		}
+		if _, err := path.Match(glob, ""); err != nil {
+			return nil, usagef("--tools: %q: bad pattern", g)
+		}
+		if id != auth.AllServers {
+			if err := registry.ValidateID(id); err != nil {
+				return nil, usagef("--tools: %v", err)
+			}
+			if !slices.Contains(servers, id) && !slices.Contains(servers, auth.AllServers) {
+				return nil, usagef("--tools: %q names server %q, which --servers does not grant", g, id)
+			}
+		}
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 func runKeysList(c *cli, args []string) error {
 	if err := c.noArgs(args); err != nil {
 		return err
@@ -159,14 +208,21 @@ func runKeysList(c *cli, args []string) error {
 			strings.Compare(rawAttr(a, store.KeyHashAttr), rawAttr(b, store.KeyHashAttr)))
 	})
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HASH\tNAME\tSERVERS\tCREATED")
+	fmt.Fprintln(tw, "HASH\tNAME\tSERVERS\tTOOLS\tCREATED")
 	for _, item := range items {
 		k := auth.ParseItem(item)
 		servers := strings.Join(k.Servers, ",")
 		if servers == "" {
 			servers = "(none)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, rawAttr(item, auth.AttrCreated))
+		tools := strings.Join(k.Tools, ",")
+		switch {
+		case k.Tools == nil:
+			tools = "*"
+		case len(k.Tools) == 0:
+			tools = "(none)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, tools, rawAttr(item, auth.AttrCreated))
 	}
 	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -45,12 +46,12 @@ func TestKeysRoundTrip(t *testing.T) {
 	}
 
 	authn := auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	k, err := authn.Authenticate(context.Background(), "Bearer "+key)
+	p, err := authn.Authenticate(context.Background(), auth.Request{Header: http.Header{"Authorization": {"Bearer " + key}}})
 	if err != nil {
 		t.Fatalf("the printed key does not authenticate: %v", err)
 	}
-	if !k.Allows("github") || !k.Allows("search") || k.Allows("other") || k.Name != "ci-agent" {
-		t.Errorf("authenticated as %+v, want servers github and search, name ci-agent", k)
+	if !p.Allows("github") || !p.Allows("search") || p.Allows("other") {
+		t.Errorf("authenticated as %+v, want servers github and search", p)
 	}
 
 	items := scanAll(t, env, env.Tables.Keys)
@@ -68,6 +69,9 @@ func TestKeysRoundTrip(t *testing.T) {
 	if got, want := item[auth.AttrServers], (&types.AttributeValueMemberSS{Value: []string{"github", "search"}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("servers stored as %#v, want SS %v", got, want.Value)
 	}
+	if k := auth.ParseItem(item); k.Name != "ci-agent" {
+		t.Errorf("name stored as %q, want ci-agent", k.Name)
+	}
 	created := rawAttr(item, auth.AttrCreated)
 	if ts, err := time.Parse(time.RFC3339, created); err != nil || !strings.HasSuffix(created, "Z") || ts.IsZero() {
 		t.Errorf("created_at %q is not RFC 3339 UTC (%v)", created, err)
@@ -78,7 +82,7 @@ func TestKeysRoundTrip(t *testing.T) {
 		t.Errorf("keys list shows the key or its full hash:\n%s", r.stdout)
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", created}; !reflect.DeepEqual(got, want) {
+	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", "*", created}; !reflect.DeepEqual(got, want) {
 		t.Errorf("keys list row %q, want %q", got, want)
 	}
 
@@ -86,7 +90,7 @@ func TestKeysRoundTrip(t *testing.T) {
 	if !strings.Contains(r.stdout, "revoked key "+hash[:12]) {
 		t.Errorf("revoke said %q", r.stdout)
 	}
-	if _, err := authn.Authenticate(context.Background(), "Bearer "+key); !errors.Is(err, auth.ErrBadKey) {
+	if _, err := authn.Authenticate(context.Background(), auth.Request{Header: http.Header{"Authorization": {"Bearer " + key}}}); !errors.Is(err, auth.ErrBadKey) {
 		t.Errorf("after revoke, Authenticate = %v, want ErrBadKey", err)
 	}
 	if r := mcpgate(t, env, "keys", "list").ok(t); !strings.Contains(r.stdout, "no keys") {
@@ -101,15 +105,38 @@ func TestKeysAllServers(t *testing.T) {
 	if strings.Contains(r.stderr, "warning") {
 		t.Errorf("warned for *:\n%s", r.stderr)
 	}
-	k, err := auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1}).Authenticate(context.Background(), "Bearer "+key)
+	k, err := auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1}).Authenticate(context.Background(), auth.Request{Header: http.Header{"Authorization": {"Bearer " + key}}})
 	if err != nil || !k.AllowsAll() {
 		t.Errorf("key for * authenticated as %+v, %v; want all servers", k, err)
 	}
 	r = mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 4 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 5 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" || got[3] != "*" {
 		t.Errorf("keys list shows a nameless key for * as %q", got)
 	}
+}
+
+func TestKeysTools(t *testing.T) {
+	env := storetest.NewEnv(t)
+	key, r := createKey(t, env, "--servers", "github,search", "--tools", "github/get_*, search/*,github/get_*")
+	if !strings.Contains(r.stderr, "only tools: github/get_*, search/*") {
+		t.Errorf("keys create does not say the tools:\n%s", r.stderr)
+	}
+	p, err := auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1}).Authenticate(context.Background(), auth.Request{Header: http.Header{"X-Api-Key": {key}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.AllowsTool("github", "get_issue") || p.AllowsTool("github", "delete_repo") || !p.AllowsTool("search", "anything") {
+		t.Errorf("tool grants %q", p.Tools)
+	}
+	r = mcpgate(t, env, "keys", "list").ok(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 5 || got[3] != "github/get_*,search/*" {
+		t.Errorf("keys list row %q", got)
+	}
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "search/*").fails(t, 2, `names server "search", which --servers does not grant`)
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "github").fails(t, 2, "not <server_id>/<glob>")
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "github/[").fails(t, 2, "bad pattern")
 }
 
 func TestKeysRevokePrefix(t *testing.T) {

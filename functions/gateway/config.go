@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -47,6 +49,15 @@ type config struct {
 	// hook to simulate clock skew between instances. Never set it in
 	// production.
 	ClockOffset time.Duration
+	// OAuth is the token settings (OAUTH_*); Issuer empty means keys only.
+	OAuth auth.OAuthOptions
+	// ResourceURL is OAUTH_RESOURCE_URL, the gateway's public base URL;
+	// empty means derived: from the Function URL's domain under Lambda,
+	// from the listen address outside it.
+	ResourceURL string
+	// IAMGrants are IAM_GRANTS: servers granted to AWS_IAM callers that
+	// present no key or token.
+	IAMGrants []auth.IAMGrant
 }
 
 // localLimits bound the local server's clients, so slow or idle ones
@@ -178,6 +189,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 			c.AllowedOrigins = append(c.AllowedOrigins, o)
 		}
 	}
+	c.loadOAuth(getenv, &errs)
+	grants, err := auth.ParseIAMGrants(getenv("IAM_GRANTS"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("IAM_GRANTS: %w", err))
+	}
+	c.IAMGrants = grants
 	switch strings.ToLower(getenv("LOG_LEVEL")) {
 	case "", "info":
 		c.LogLevel = slog.LevelInfo
@@ -199,4 +216,41 @@ func memoryLimitText(limit int64) string {
 		return "none"
 	}
 	return fmt.Sprintf("%d MiB", limit>>20)
+}
+
+// loadOAuth reads the OAUTH_* settings. OAUTH_ISSUER turns tokens on; the
+// others without it are a mistake worth stopping for.
+func (c *config) loadOAuth(getenv func(string) string, errs *[]error) {
+	o := auth.OAuthOptions{
+		Issuer:      strings.TrimSpace(getenv("OAUTH_ISSUER")),
+		JWKSURL:     strings.TrimSpace(getenv("OAUTH_JWKS_URL")),
+		ScopePrefix: getenv("OAUTH_SCOPE_PREFIX"),
+	}
+	for a := range strings.SplitSeq(getenv("OAUTH_AUDIENCE"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.Audiences = append(o.Audiences, a)
+		}
+	}
+	c.ResourceURL = strings.TrimSuffix(strings.TrimSpace(getenv("OAUTH_RESOURCE_URL")), "/")
+	if o.Issuer == "" {
+		for name, v := range map[string]bool{"OAUTH_AUDIENCE": len(o.Audiences) > 0, "OAUTH_JWKS_URL": o.JWKSURL != "", "OAUTH_RESOURCE_URL": c.ResourceURL != ""} {
+			if v {
+				*errs = append(*errs, fmt.Errorf("%s is set but OAUTH_ISSUER is not: set the issuer to accept OAuth tokens", name))
+			}
+		}
+		return
+	}
+	if _, err := auth.NewOAuth(o); err != nil {
+		*errs = append(*errs, fmt.Errorf("OAUTH_*: %w", err))
+	}
+	if strings.ContainsAny(o.ScopePrefix, " \t\"") {
+		*errs = append(*errs, fmt.Errorf("OAUTH_SCOPE_PREFIX=%q must not contain spaces or quotes", o.ScopePrefix))
+	}
+	if c.ResourceURL != "" {
+		u, err := url.Parse(c.ResourceURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || strings.ContainsAny(c.ResourceURL, "\" ") {
+			*errs = append(*errs, fmt.Errorf("OAUTH_RESOURCE_URL=%q must be the gateway's base URL, scheme://host[:port] (e.g. https://gw.example.com)", c.ResourceURL))
+		}
+	}
+	c.OAuth = o
 }

@@ -1,9 +1,19 @@
 package main
 
 import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdaurl"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
 )
 
 // env is a getenv over a map.
@@ -85,5 +95,116 @@ func TestConfigUnderLambda(t *testing.T) {
 	}
 	if got := memoryLimitText(c.MemoryLimit); got != "230 MiB" {
 		t.Errorf("memoryLimitText = %q", got)
+	}
+}
+
+// withBase is a getenv over a valid local configuration and kv.
+func withBase(kv map[string]string) func(string) string { return env(baseVars(kv)) }
+
+func TestConfigOAuth(t *testing.T) {
+	c, err := loadConfig(withBase(map[string]string{
+		"OAUTH_ISSUER":       "https://login.example.com/tenant/v2.0",
+		"OAUTH_AUDIENCE":     "api://gateway, 0f1e2d3c",
+		"OAUTH_RESOURCE_URL": "https://gw.example.com/",
+		"OAUTH_SCOPE_PREFIX": "mcp.",
+		"IAM_GRANTS":         "arn:aws:iam::123456789012:role/agents=demo",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.OAuth.Issuer != "https://login.example.com/tenant/v2.0" || !slices.Equal(c.OAuth.Audiences, []string{"api://gateway", "0f1e2d3c"}) ||
+		c.OAuth.ScopePrefix != "mcp." || c.ResourceURL != "https://gw.example.com" || len(c.IAMGrants) != 1 {
+		t.Errorf("config %+v", c)
+	}
+
+	for name, kv := range map[string]map[string]string{
+		"audience without issuer":   {"OAUTH_AUDIENCE": "x"},
+		"JWKS URL without issuer":   {"OAUTH_JWKS_URL": "https://idp/jwks"},
+		"resource without issuer":   {"OAUTH_RESOURCE_URL": "https://gw"},
+		"plain http issuer":         {"OAUTH_ISSUER": "http://idp.example.com"},
+		"resource URL with a path":  {"OAUTH_ISSUER": "https://idp", "OAUTH_RESOURCE_URL": "https://gw.example.com/prod"},
+		"resource URL not absolute": {"OAUTH_ISSUER": "https://idp", "OAUTH_RESOURCE_URL": "gw.example.com"},
+		"scope prefix with a quote": {"OAUTH_ISSUER": "https://idp", "OAUTH_SCOPE_PREFIX": `mcp"`},
+		"bad IAM grant":             {"IAM_GRANTS": "role/agents=demo"},
+	} {
+		if _, err := loadConfig(withBase(kv)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// Off by default, with the template's empty values.
+	c, err = loadConfig(withBase(map[string]string{"OAUTH_ISSUER": "", "OAUTH_SCOPE_PREFIX": "mcp:", "IAM_GRANTS": ""}))
+	if err != nil || c.OAuth.Issuer != "" || len(c.IAMGrants) != 0 {
+		t.Errorf("defaults: %+v, %v", c.OAuth, err)
+	}
+}
+
+func TestPublicURL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	req := func(ctx context.Context) *http.Request {
+		r, _ := http.NewRequestWithContext(ctx, "GET", "http://attacker.example.com/mcp", nil)
+		r.Host = "attacker.example.com"
+		return r
+	}
+	// Outside Lambda: the listen address, never the Host header.
+	f, err := config{OAuth: oauthOn}.publicURL(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f(req(context.Background())); got != "http://"+ln.Addr().String() {
+		t.Errorf("local: %q", got)
+	}
+	// Configured: as configured.
+	f, _ = config{OAuth: oauthOn, ResourceURL: "https://gw.example.com"}.publicURL(ln)
+	if got := f(req(context.Background())); got != "https://gw.example.com" {
+		t.Errorf("configured: %q", got)
+	}
+	// Under Lambda: the Function URL's domain from the request context.
+	f, _ = config{OAuth: oauthOn, Lambda: true}.publicURL(nil)
+	ev := &events.LambdaFunctionURLRequest{RequestContext: events.LambdaFunctionURLRequestContext{DomainName: "abc.lambda-url.us-east-1.on.aws"}}
+	if got := f(req(lambdaurlContext(ev))); got != "https://abc.lambda-url.us-east-1.on.aws" {
+		t.Errorf("lambda: %q", got)
+	}
+	// Listening on every interface, tokens need the URL said.
+	all, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	if _, err := (config{OAuth: oauthOn, Addr: "0.0.0.0:0"}).publicURL(all); err == nil || !strings.Contains(err.Error(), "OAUTH_RESOURCE_URL") {
+		t.Errorf("0.0.0.0 with OAuth: err = %v", err)
+	}
+}
+
+// lambdaurlContext is a context as lambdaurl gives the handler.
+func lambdaurlContext(ev *events.LambdaFunctionURLRequest) context.Context {
+	got := make(chan context.Context, 1)
+	h := lambdaurl.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Context() }))
+	resp, err := h(context.Background(), ev)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}
+	return <-got
+}
+
+var oauthOn = auth.OAuthOptions{Issuer: "https://idp.example.com"}
+
+func TestIAMCallerFromContext(t *testing.T) {
+	ev := &events.LambdaFunctionURLRequest{RequestContext: events.LambdaFunctionURLRequestContext{
+		Authorizer: &events.LambdaFunctionURLRequestContextAuthorizerDescription{
+			IAM: &events.LambdaFunctionURLRequestContextAuthorizerIAMDescription{UserARN: "arn:aws:iam::111122223333:user/example-user"},
+		},
+	}}
+	r, _ := http.NewRequestWithContext(lambdaurlContext(ev), "GET", "/", nil)
+	if got := iamCaller(r); got != "arn:aws:iam::111122223333:user/example-user" {
+		t.Errorf("iamCaller = %q", got)
+	}
+	r, _ = http.NewRequest("GET", "/", nil)
+	r.Header.Set("X-Amz-User-Arn", "arn:aws:iam::1:user/forged")
+	if got := iamCaller(r); got != "" {
+		t.Errorf("outside Lambda iamCaller = %q, want none", got)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/auth/authtest"
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -88,6 +89,8 @@ type emulator struct {
 	addr string
 	logs *bytes.Buffer
 	mu   *sync.Mutex
+	// wrote is closed and replaced (under mu) whenever output arrives.
+	wrote *chan struct{}
 }
 
 // startEmulator runs the bootstrap under the emulator with env's store and
@@ -95,7 +98,8 @@ type emulator struct {
 func startEmulator(t *testing.T, env *storetest.Env, extra ...string) *emulator {
 	t.Helper()
 	bootstrap, rie := lambdaBinaries(t)
-	e := &emulator{addr: freeAddr(t), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	wrote := make(chan struct{})
+	e := &emulator{addr: freeAddr(t), logs: &bytes.Buffer{}, mu: &sync.Mutex{}, wrote: &wrote}
 	cmd := exec.Command(rie,
 		"--runtime-interface-emulator-address", e.addr,
 		"--runtime-api-address", freeAddr(t),
@@ -103,7 +107,7 @@ func startEmulator(t *testing.T, env *storetest.Env, extra ...string) *emulator 
 	cmd.Env = append(os.Environ(), env.Vars()...)
 	cmd.Env = append(cmd.Env, "LOG_LEVEL=info")
 	cmd.Env = append(cmd.Env, extra...)
-	w := &lockedWriter{mu: e.mu, w: e.logs}
+	w := &lockedWriter{mu: e.mu, w: e.logs, wrote: e.wrote}
 	cmd.Stdout, cmd.Stderr = w, w
 	storetest.SetParentDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
@@ -135,14 +139,20 @@ func startEmulator(t *testing.T, env *storetest.Env, extra ...string) *emulator 
 }
 
 type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+	mu    *sync.Mutex
+	w     io.Writer
+	wrote *chan struct{} // if set, closed and replaced after each write
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	if l.wrote != nil {
+		close(*l.wrote)
+		*l.wrote = make(chan struct{})
+	}
+	return n, err
 }
 
 // streamedResponse is a Function URL response in Lambda's streaming wire
@@ -356,5 +366,86 @@ func TestLambdaKeepsTheSlotAfterTheAnswer(t *testing.T) {
 		if strings.HasPrefix(line, "REPORT") {
 			t.Log(line)
 		}
+	}
+}
+
+// requestLog returns the gateway's request record for a Lambda request id,
+// waiting for the emulator to pass it on: the function's output reaches
+// the test apart from the invocation's answer.
+func (e *emulator) requestLog(t *testing.T, requestID string) map[string]any {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		e.mu.Lock()
+		logs, wrote := e.logs.String(), *e.wrote
+		e.mu.Unlock()
+		for line := range strings.SplitSeq(logs, "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "request" && rec["request_id"] == requestID {
+				return rec
+			}
+		}
+		select {
+		case <-wrote:
+		case <-deadline:
+			t.Fatalf("no request record for %s in:\n%s", requestID, logs)
+		}
+	}
+}
+
+// TestLambdaIdentity runs the bootstrap under the emulator with Function
+// URL events whose request context carries an IAM caller (a Function URL
+// with AuthType AWS_IAM) and with OAuth access tokens, whose audience is
+// the Function URL's own domain.
+func TestLambdaIdentity(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL})
+	key := testkit.PutKey(t, env, "demo")
+	iss := authtest.NewIssuer(t)
+	e := startEmulator(t, env,
+		"OAUTH_ISSUER="+iss.URL,
+		"IAM_GRANTS=arn:aws:sts::111122223333:assumed-role/agents/*=demo")
+	iam := func(role, session, key string) streamedResponse {
+		return e.invoke(t, "function-url-iam-tools-call.json", map[string]string{"ROLE": role, "SESSION": session, "KEY": key})
+	}
+
+	// An IAM caller granted by IAM_GRANTS needs no key; SigV4 occupies
+	// Authorization and is not taken for a bad bearer.
+	r := iam("agents", "alice", "")
+	if r.StatusCode != 200 || !strings.Contains(r.Body, "from an IAM caller") {
+		t.Fatalf("granted IAM caller: %+v", r)
+	}
+	rec := e.requestLog(t, r.Headers["X-Request-Id"])
+	if p, _ := rec["principal"].(string); !strings.HasPrefix(p, "iam:") || rec["iam_caller"] != "arn:aws:sts::111122223333:assumed-role/agents/alice" {
+		t.Errorf("IAM request record %v: want principal iam:<hash> and the caller's ARN", rec)
+	}
+	// Another role: no grant, so it must bring a key.
+	if r := iam("other", "bob", ""); r.StatusCode != 401 {
+		t.Errorf("IAM caller without a grant: %+v, want 401", r)
+	}
+	r = iam("other", "bob", key)
+	if r.StatusCode != 200 {
+		t.Fatalf("IAM caller with X-Api-Key: %+v", r)
+	}
+	rec = e.requestLog(t, r.Headers["X-Request-Id"])
+	if p, _ := rec["principal"].(string); !strings.HasPrefix(p, "key:") || rec["iam_caller"] != "arn:aws:sts::111122223333:assumed-role/other/bob" {
+		t.Errorf("IAM caller with a key, request record %v: want the key's principal and the caller's ARN", rec)
+	}
+
+	// A token for the Function URL's MCP endpoint: the audience is derived
+	// from the request context's domain.
+	const domain = "https://abcdefghij.lambda-url.us-east-1.on.aws"
+	r = e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": iss.Token("carol", domain+"/mcp", "mcp:demo")})
+	if r.StatusCode != 200 || !strings.Contains(r.Body, "from lambda") {
+		t.Fatalf("token: %+v", r)
+	}
+	if p, _ := e.requestLog(t, r.Headers["X-Request-Id"])["principal"].(string); !strings.HasPrefix(p, "oauth:") {
+		t.Errorf("token principal %q", p)
+	}
+	r = e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": iss.Token("carol", "https://elsewhere.example.com/mcp", "mcp:demo")})
+	want := `Bearer resource_metadata="` + domain + `/.well-known/oauth-protected-resource", error="invalid_token"`
+	if r.StatusCode != 401 || r.Headers["Www-Authenticate"] != want {
+		t.Errorf("token for another resource: status %d, WWW-Authenticate %q, want 401 and %q", r.StatusCode, r.Headers["Www-Authenticate"], want)
 	}
 }

@@ -15,18 +15,14 @@ import (
 	"github.com/mcpgate/mcpgate/internal/gateway"
 )
 
-// serve runs the local HTTP server until ctx ends, then drains in-flight
+// serve runs the local HTTP server on ln until ctx ends, then drains in-flight
 // requests and the exchanges they left open (so their slots are released)
 // before returning. Under Lambda
 // the Function URL bounds clients; here lim does: a client must send its
 // request within lim.ReadTimeout (its headers within
 // maxReadHeaderTimeout), an idle connection closes after lim.IdleTimeout,
 // and at most lim.MaxConns connections are served at once.
-func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler, lim localLimits, gw *gateway.Gateway) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
+func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, lim localLimits, gw *gateway.Gateway) error {
 	srv := &http.Server{
 		Handler:           answerUnread(h),
 		ReadHeaderTimeout: min(maxReadHeaderTimeout, lim.ReadTimeout),

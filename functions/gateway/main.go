@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -62,11 +63,34 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		Margin: cfg.LeaseMargin,
 		Clock:  cfg.clock(),
 	})
+	// Outside Lambda the listener comes first: the gateway's public URL
+	// may be derived from its address.
+	var ln net.Listener
+	if !cfg.Lambda {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		}
+		defer ln.Close()
+	}
+	publicURL, err := cfg.publicURL(ln)
+	if err != nil {
+		return err
+	}
+	var oauth *auth.OAuth
+	if cfg.OAuth.Issuer != "" {
+		if oauth, err = auth.NewOAuth(cfg.OAuth); err != nil {
+			return err
+		}
+	}
 	pool := upstream.New(upstream.Options{Logger: log, Version: version()})
 	defer pool.Close()
 	em := metrics.New(os.Stdout, metrics.Options{Disabled: !cfg.Metrics})
 	gw, err := gateway.New(gateway.Deps{
-		Auth:     auth.New(db, cfg.Tables.Keys, auth.Options{CacheTTL: cfg.KeysCacheTTL}),
+		Auth: auth.New(db, cfg.Tables.Keys, auth.Options{
+			CacheTTL: cfg.KeysCacheTTL,
+			OAuth:    oauth,
+			IAM:      cfg.IAMGrants,
+		}),
 		Registry: registry.New(db, cfg.Tables.Servers, registry.Options{CacheTTL: cfg.RegistryCacheTTL}),
 		Limiter:  limiter,
 		Upstream: pool,
@@ -79,6 +103,8 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		Version:        version(),
 		RequestID:      lambdaRequestID,
 		AllowedOrigins: cfg.AllowedOrigins,
+		PublicURL:      publicURL,
+		IAMCaller:      iamCaller,
 	})
 	if err != nil {
 		return err
@@ -88,7 +114,8 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		handler = wrap(handler)
 	}
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String(),
-		"request_timeout", cfg.requestTimeout().String(), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)))
+		"request_timeout", cfg.requestTimeout().String(), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)),
+		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants))
 
 	if cfg.Lambda {
 		// Response streaming lets MCP progress notifications reach the
@@ -102,7 +129,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if cfg.RequestTimeout > 0 {
 		handler = withTimeout(handler, cfg.RequestTimeout)
 	}
-	return serve(ctx, log, cfg.Addr, handler, cfg.Local, gw)
+	return serve(ctx, log, ln, handler, cfg.Local, gw)
 }
 
 // afterResponse keeps each invocation alive after its response, until the
@@ -148,6 +175,52 @@ func withTimeout(h http.Handler, d time.Duration) http.Handler {
 		defer cancel()
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// publicURL returns how the gateway finds its public base URL:
+// OAUTH_RESOURCE_URL when set; under Lambda, the Function URL's domain from
+// the invocation's request context (never the Host header, which a client
+// chooses); outside Lambda, the listen address, unless it is unspecified
+// (0.0.0.0), where tokens need OAUTH_RESOURCE_URL.
+func (c config) publicURL(ln net.Listener) (func(*http.Request) string, error) {
+	switch {
+	case c.ResourceURL != "":
+		u := c.ResourceURL
+		return func(*http.Request) string { return u }, nil
+	case c.Lambda:
+		return func(r *http.Request) string {
+			if ev, ok := lambdaurl.RequestFromContext(r.Context()); ok && ev.RequestContext.DomainName != "" {
+				return "https://" + ev.RequestContext.DomainName
+			}
+			return ""
+		}, nil
+	}
+	addr, ok := ln.Addr().(*net.TCPAddr)
+	if !ok || addr.IP.IsUnspecified() {
+		if c.OAuth.Issuer != "" {
+			return nil, fmt.Errorf("OAUTH_RESOURCE_URL is required with OAUTH_ISSUER when GATEWAY_ADDR (%s) listens on every interface: set it to the URL agents use", c.Addr)
+		}
+		return nil, nil
+	}
+	u := "http://" + addr.String()
+	return func(*http.Request) string { return u }, nil
+}
+
+// iamCaller is the caller's ARN when the Function URL's auth type is
+// AWS_IAM: Lambda has checked the SigV4 signature and says who signed in
+// the request context, which no header can forge.
+func iamCaller(r *http.Request) string {
+	ev, ok := lambdaurl.RequestFromContext(r.Context())
+	if !ok || ev.RequestContext.Authorizer == nil || ev.RequestContext.Authorizer.IAM == nil {
+		return ""
+	}
+	iam := ev.RequestContext.Authorizer.IAM
+	if iam.UserARN != "" {
+		return iam.UserARN
+	}
+	// Signed, but by whom is not said: such a caller is granted nothing
+	// by ARN and must bring a key.
+	return "unknown-iam-caller:" + iam.CallerID
 }
 
 func lambdaRequestID(r *http.Request) string {

@@ -202,14 +202,153 @@ func TestTemplateEnvironment(t *testing.T) {
 			t.Errorf("%s = %q, want !Ref %s", env, vars[env], id)
 		}
 	}
-	// Every Ref names a parameter or resource.
-	for name, v := range vars {
+	// Every Ref names a parameter or resource, and every If a condition.
+	checkRef := func(name, v string) {
 		if ref, ok := strings.CutPrefix(v, "ref:"); ok {
 			if _, isParam := tpl.Parameters[ref]; !isParam {
 				if _, isRes := tpl.Resources[ref]; !isRes {
 					t.Errorf("%s refers to unknown %s", name, ref)
 				}
 			}
+		}
+	}
+	for name, v := range vars {
+		checkRef(name, v)
+		if cond, then, els, ok := ifParts(v); ok {
+			if _, known := tpl.Conditions[cond]; !known {
+				t.Errorf("%s depends on unknown condition %s", name, cond)
+			}
+			checkRef(name, then)
+			checkRef(name, els)
+		}
+	}
+}
+
+// ifParts splits an If marker into its condition and branches.
+func ifParts(v string) (cond, then, els string, ok bool) {
+	raw, found := strings.CutPrefix(v, "if:")
+	if !found {
+		return "", "", "", false
+	}
+	var parts []string
+	if json.Unmarshal([]byte(raw), &parts) != nil || len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+// TestTemplateIdentity: the OAuth settings are parameters passed to the
+// gateway, off by default; the optional Cognito quick start wires its
+// issuer, app client and scopes so that the gateway grants what Cognito
+// issues.
+func TestTemplateIdentity(t *testing.T) {
+	tpl := loadTemplate(t)
+	vars := gatewayFunction(t, tpl).Environment.Variables
+	param := func(name string) string {
+		p, ok := tpl.Parameters[name]
+		if !ok {
+			t.Fatalf("no parameter %s", name)
+		}
+		d, _ := p.Default.(string)
+		return d
+	}
+	defaults := map[string]string{
+		"OAUTH_ISSUER": param("OAuthIssuer"), "OAUTH_AUDIENCE": param("OAuthAudience"),
+		"OAUTH_RESOURCE_URL": param("OAuthResourceUrl"), "OAUTH_JWKS_URL": param("OAuthJwksUrl"),
+		"OAUTH_SCOPE_PREFIX": param("OAuthScopePrefix"), "IAM_GRANTS": param("IamGrants"),
+	}
+	if defaults["OAUTH_ISSUER"] != "" || param("CognitoQuickStart") != "false" || defaults["IAM_GRANTS"] != "" {
+		t.Error("OAuth, the Cognito quick start or IAM grants are on by default")
+	}
+	if defaults["OAUTH_SCOPE_PREFIX"] != auth.DefaultScopePrefix {
+		t.Errorf("OAuthScopePrefix defaults to %q, want %q", defaults["OAUTH_SCOPE_PREFIX"], auth.DefaultScopePrefix)
+	}
+	const cognito = "WantCognito"
+	// name -> (parameter when the quick start is off, value when on)
+	wired := map[string][2]string{
+		"OAUTH_ISSUER":       {"ref:OAuthIssuer", ""},
+		"OAUTH_AUDIENCE":     {"ref:OAuthAudience", "ref:CognitoAgentClient"},
+		"OAUTH_SCOPE_PREFIX": {"ref:OAuthScopePrefix", ""},
+	}
+	on := map[string]string{}
+	for name, want := range wired {
+		cond, then, els, ok := ifParts(vars[name])
+		if !ok || cond != cognito || els != want[0] || (want[1] != "" && then != want[1]) {
+			t.Errorf("%s = %q, want !If [%s, %s, %s]", name, vars[name], cognito, want[1], want[0])
+		}
+		on[name] = then
+	}
+	for name, p := range map[string]string{"OAUTH_RESOURCE_URL": "OAuthResourceUrl", "OAUTH_JWKS_URL": "OAuthJwksUrl", "IAM_GRANTS": "IamGrants"} {
+		if vars[name] != "ref:"+p {
+			t.Errorf("%s = %q, want !Ref %s", name, vars[name], p)
+		}
+	}
+	// Cognito's issuer is https://cognito-idp.<region>.amazonaws.com/<pool id>.
+	if on["OAUTH_ISSUER"] != "https://cognito-idp.${AWS::Region}.amazonaws.com/${CognitoUserPool}" {
+		t.Errorf("quick start issuer %q", on["OAUTH_ISSUER"])
+	}
+
+	for _, id := range []string{"CognitoUserPool", "CognitoDomain", "CognitoResourceServer", "CognitoAgentClient"} {
+		res, ok := tpl.Resources[id]
+		if !ok {
+			t.Fatalf("no %s", id)
+		}
+		if c := reflect.ValueOf(res).Elem().FieldByName("AWSCloudFormationCondition").String(); c != cognito {
+			t.Errorf("%s: condition %q, want %s", id, c, cognito)
+		}
+	}
+	rs, err := tpl.GetCognitoUserPoolResourceServerWithName("CognitoResourceServer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cognito writes scopes as <identifier>/<name>: the prefix the gateway
+	// is given must be <identifier>/, and the client's scopes must grant.
+	if on["OAUTH_SCOPE_PREFIX"] != rs.Identifier+"/" {
+		t.Errorf("quick start scope prefix %q, want %q", on["OAUTH_SCOPE_PREFIX"], rs.Identifier+"/")
+	}
+	names := map[string]bool{}
+	for _, s := range rs.Scopes {
+		names[rs.Identifier+"/"+s.ScopeName] = true
+	}
+	if !names[rs.Identifier+"/"+auth.AllServers] {
+		t.Errorf("resource server scopes %v lack %s/*", names, rs.Identifier)
+	}
+	client, err := tpl.GetCognitoUserPoolClientWithName("CognitoAgentClient")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(client.AllowedOAuthScopes) == 0 || !slices.Equal(client.AllowedOAuthFlows, []string{"client_credentials"}) ||
+		client.GenerateSecret == nil || !*client.GenerateSecret {
+		t.Errorf("app client: flows %v, scopes %v, secret %v", client.AllowedOAuthFlows, client.AllowedOAuthScopes, client.GenerateSecret)
+	}
+	for _, s := range client.AllowedOAuthScopes {
+		if !names[s] {
+			t.Errorf("app client scope %q is not one of the resource server's", s)
+		}
+	}
+	for _, out := range []string{"CognitoIssuer", "CognitoTokenUrl", "CognitoAgentClientId"} {
+		if o, ok := tpl.Outputs[out]; !ok || o.Condition == nil || *o.Condition != cognito {
+			t.Errorf("output %s missing or not under %s", out, cognito)
+		}
+	}
+
+	// The gateway starts with either set of values.
+	for mode, values := range map[string]map[string]string{
+		"defaults": defaults,
+		"quick start": {
+			"OAUTH_ISSUER":       "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",
+			"OAUTH_AUDIENCE":     "4example0client0id",
+			"OAUTH_SCOPE_PREFIX": on["OAUTH_SCOPE_PREFIX"],
+		},
+	} {
+		get := func(name string) string {
+			if v, ok := values[name]; ok {
+				return v
+			}
+			return map[string]string{"SERVERS_TABLE": "s", "LEASES_TABLE": "l", "KEYS_TABLE": "k", "GATEWAY_ADDR": "127.0.0.1:0"}[name]
+		}
+		if _, err := loadConfig(get); err != nil {
+			t.Errorf("%s: %v", mode, err)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/auth/authtest"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -40,9 +41,10 @@ type tsOutput struct {
 	Calls  []tsCall                       `json:"calls"`
 }
 
-// runTSClient runs the script against url with key; it returns what the
-// script printed, or its exit error and output.
-func runTSClient(t *testing.T, url, key string, calls []tsCall) (tsOutput, string, error) {
+// runTSClient runs the script against url with key (and extra
+// environment); it returns what the script printed, or its exit error and
+// output.
+func runTSClient(t *testing.T, url, key string, calls []tsCall, env ...string) (tsOutput, string, error) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -63,7 +65,7 @@ func runTSClient(t *testing.T, url, key string, calls []tsCall) (tsOutput, strin
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, filepath.Join(root, "infra", "clients", "mcp-client.mjs"), string(in))
-	cmd.Env = append(os.Environ(), "MCP_BEARER_KEY="+key)
+	cmd.Env = append(append(os.Environ(), "MCP_BEARER_KEY="+key), env...)
 	cmd.WaitDelay = 5 * time.Second
 	storetest.SetParentDeathSignal(cmd)
 	var stdout, stderr bytes.Buffer
@@ -132,4 +134,53 @@ func TestThirdPartyClient(t *testing.T) {
 			t.Errorf("client without a key: %v; want it refused with UNAUTHORIZED\n%s", err, output)
 		}
 	})
+}
+
+// TestThirdPartyOAuthClient: the TypeScript SDK as an OAuth client
+// (client credentials) finds the authorization server through the
+// gateway's protected-resource metadata, gets a token for the resource it
+// asked for, and calls a tool with it; the gateway logs its principal.
+func TestThirdPartyOAuthClient(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 2})
+	iss := authtest.NewIssuer(t)
+	iss.AddClient("agent-7", "s3cret-client-secret")
+	gw := testkit.StartGateway(t, env, "OAUTH_ISSUER="+iss.URL)
+
+	for _, tc := range []struct{ name, path, prefix string }{
+		{"aggregated", "/mcp", "demo-"},
+		{"passthrough", "/mcp/demo", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := iss.TokensIssued()
+			out, output, err := runTSClient(t, gw.URL+tc.path, "", []tsCall{
+				{Name: tc.prefix + "echo", Arguments: map[string]any{"text": "hello over OAuth"}},
+			}, "MCP_OAUTH_CLIENT_ID=agent-7", "MCP_OAUTH_CLIENT_SECRET=s3cret-client-secret",
+				"MCP_OAUTH_ISSUER="+iss.URL, "MCP_OAUTH_SCOPE=mcp:demo")
+			if err != nil {
+				t.Fatalf("client: %v\n%s", err, output)
+			}
+			if len(out.Calls) != 1 || out.Calls[0].Result == nil || len(out.Calls[0].Result.Content) == 0 ||
+				out.Calls[0].Result.Content[0].Text != "hello over OAuth" {
+				t.Fatalf("echo: %+v\n%s", out.Calls, output)
+			}
+			if n := iss.TokensIssued() - before; n != 1 {
+				t.Errorf("%d tokens issued, want 1", n)
+			}
+			// The resource indicator the client sent is the one our
+			// metadata names for the endpoint it used.
+			if aud := iss.LastToken()["aud"]; aud != gw.URL+tc.path {
+				t.Errorf("token audience %v, want %s", aud, gw.URL+tc.path)
+			}
+		})
+	}
+	gw.Stop() // every request record read
+	logs := gw.Logs()
+	if !strings.Contains(logs, `"principal":"oauth:`) || !strings.Contains(logs, `"sub":"agent-7"`) {
+		t.Errorf("no OAuth principal in the gateway's log:\n%s", logs)
+	}
+	if strings.Contains(logs, "s3cret-client-secret") || strings.Contains(logs, "eyJ") {
+		t.Error("a secret or a token appears in the gateway's log")
+	}
 }

@@ -13,8 +13,16 @@
 //
 // A protocol error of a call is reported in its entry; a failure to connect
 // or list exits 1 with the error on stderr.
+//
+// With MCP_OAUTH_CLIENT_ID, MCP_OAUTH_CLIENT_SECRET and MCP_OAUTH_ISSUER
+// instead of a key, the script is an OAuth 2.1 client (client credentials
+// grant): on the gateway's 401 it reads the protected-resource metadata the
+// WWW-Authenticate header points to, finds the authorization server there,
+// asks it for a token for that resource with the scope MCP_OAUTH_SCOPE, and
+// sends the token.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ClientCredentialsProvider } from '@modelcontextprotocol/sdk/client/auth-extensions.js';
 
 const { url, calls = [] } = JSON.parse(process.argv[2] ?? '{}');
 if (!url) {
@@ -26,8 +34,18 @@ if (process.env.MCP_BEARER_KEY) {
   headers.Authorization = `Bearer ${process.env.MCP_BEARER_KEY}`;
 }
 
+let authProvider;
+if (process.env.MCP_OAUTH_CLIENT_ID) {
+  authProvider = new ClientCredentialsProvider({
+    clientId: process.env.MCP_OAUTH_CLIENT_ID,
+    clientSecret: process.env.MCP_OAUTH_CLIENT_SECRET,
+    expectedIssuer: process.env.MCP_OAUTH_ISSUER,
+    scope: process.env.MCP_OAUTH_SCOPE,
+  });
+}
+
 const client = new Client({ name: 'mcpgate-thirdparty-test', version: '1.0.0' });
-const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
+const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers }, authProvider });
 try {
   await client.connect(transport);
   const tools = [];

@@ -1,205 +1,142 @@
-// Package auth checks bearer API keys against the keys table.
-//
-// A key is never stored: its item is keyed by the lowercase hex SHA-256 of
-// the key (key_hash) and lists the server ids it may call (servers, a string
-// set; "*" means all). Lookups are cached per process by hash for a short
-// time, misses included, so a flood of bad keys costs few reads.
 package auth
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
+	"net/http"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/mcpgate/mcpgate/internal/cache"
-	"github.com/mcpgate/mcpgate/internal/store"
-)
-
-// Attribute names of a keys-table item.
-const (
-	AttrServers = "servers"
-	AttrName    = "name"
-	AttrCreated = "created_at"
-	// AllServers in servers grants every server.
-	AllServers = "*"
-)
-
-// DefaultCacheTTL is how long a key lookup (or its miss) is reused.
-const DefaultCacheTTL = 5 * time.Second
-
-const (
-	minKeyLen  = 16
-	maxKeyLen  = 512
-	maxEntries = 8192
-	keyPrefix  = "mcpg_"
 )
 
 var (
-	// ErrNoKey means the request carried no bearer key.
-	ErrNoKey = errors.New("auth: no bearer key")
-	// ErrBadKey means the key is malformed or unknown.
+	// ErrNoCredentials means the request carried no key or token (and, under
+	// AWS_IAM, its IAM caller has no grant).
+	ErrNoCredentials = errors.New("auth: no credentials")
+	// ErrBadKey means the key is malformed or unknown. A *RejectedError for
+	// such a key matches it with errors.Is.
 	ErrBadKey = errors.New("auth: unknown or malformed key")
 )
 
-// Key is an authenticated API key.
-type Key struct {
-	// Hash is the key's SHA-256, lowercase hex.
-	Hash string
-	// Name is the admin's label for the key, if any.
-	Name string
-	// Servers are the server ids it may call; "*" means all.
-	Servers []string
+// RejectedError means the request's credentials were refused.
+type RejectedError struct {
+	// Reason says why, in words safe to send to the client: it never
+	// quotes the credential.
+	Reason string
+	// Token is set when the credential presented was an access token, so
+	// the answer says error="invalid_token".
+	Token bool
+	// Err is the underlying failure, for logs; may be nil.
+	Err error
 }
 
-// Allows reports whether the key may call serverID.
-func (k *Key) Allows(serverID string) bool {
-	return slices.Contains(k.Servers, AllServers) || slices.Contains(k.Servers, serverID)
-}
-
-// AllowsAll reports whether the key may call every server.
-func (k *Key) AllowsAll() bool { return slices.Contains(k.Servers, AllServers) }
-
-// HashKey returns the lowercase hex SHA-256 of key: its key_hash.
-func HashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
-}
-
-// NewKey returns a new random key ("mcpg_" and 43 base64url characters).
-func NewKey() string {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		panic("crypto/rand failed: " + err.Error())
+func (e *RejectedError) Error() string {
+	if e.Err != nil {
+		return "auth: " + e.Reason + ": " + e.Err.Error()
 	}
-	return keyPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return "auth: " + e.Reason
 }
 
-// Bearer extracts the key from an Authorization header value.
-func Bearer(header string) (string, error) {
-	if header == "" {
-		return "", ErrNoKey
-	}
-	scheme, key, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", ErrBadKey
-	}
-	key = strings.TrimSpace(key)
-	if len(key) < minKeyLen || len(key) > maxKeyLen {
-		return "", ErrBadKey
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c <= ' ' || c > '~' {
-			return "", ErrBadKey
-		}
-	}
-	return key, nil
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+func rejected(format string, args ...any) *RejectedError {
+	return &RejectedError{Reason: fmt.Sprintf(format, args...)}
 }
 
-// API is the part of the DynamoDB client the authenticator uses.
-type API interface {
-	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+// UnavailableError means an access token could not be checked: the
+// issuer's signing keys cannot be fetched and no cached key verifies it.
+type UnavailableError struct {
+	// RetryAfter is when the keys will next be fetched.
+	RetryAfter time.Duration
+	// Err is the fetch's failure.
+	Err error
 }
 
-var _ API = (*dynamodb.Client)(nil)
+func (e *UnavailableError) Error() string {
+	return "auth: the token issuer's keys are unavailable: " + e.Err.Error()
+}
 
-// Options configures an Authenticator. The zero value means defaults.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Options configures an Authenticator. The zero value means defaults: keys
+// only.
 type Options struct {
-	// CacheTTL is how long a lookup is reused; zero means DefaultCacheTTL,
-	// negative disables the cache. A revoked key stops working within it.
+	// CacheTTL is how long a key lookup is reused; zero means
+	// DefaultCacheTTL, negative disables the cache. A revoked key stops
+	// working within it.
 	CacheTTL time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// OAuth, when set, accepts access tokens from its issuer beside keys.
+	OAuth *OAuth
+	// IAM grants servers to the callers of an AWS_IAM Function URL that
+	// present no key or token. Empty means such callers must present one.
+	IAM []IAMGrant
 }
 
-// Authenticator checks keys against the keys table.
+// Authenticator finds the principal of a request.
 type Authenticator struct {
-	db    API
-	table string
-	keys  cache.Loader[*Key] // by hash; nil: unknown key
+	keys  *keyStore
+	oauth *OAuth
+	iam   []IAMGrant
 }
 
-// New returns an Authenticator reading table through db.
+// New returns an Authenticator reading keys from table through db.
 func New(db API, table string, opts Options) *Authenticator {
 	ttl := opts.CacheTTL
 	if ttl == 0 {
 		ttl = DefaultCacheTTL
 	}
-	a := &Authenticator{db: db, table: table}
-	a.keys = cache.Loader[*Key]{Load: a.fetch, TTL: ttl, Max: maxEntries, Now: opts.Now}
-	return a
+	return &Authenticator{keys: newKeyStore(db, table, ttl, opts.Now), oauth: opts.OAuth, iam: opts.IAM}
 }
 
-// Authenticate checks the Authorization header value. It returns ErrNoKey,
-// ErrBadKey, or a wrapped store error.
-func (a *Authenticator) Authenticate(ctx context.Context, header string) (*Key, error) {
-	raw, err := Bearer(header)
+// OAuth returns the token settings, or nil when only keys are accepted.
+func (a *Authenticator) OAuth() *OAuth { return a.oauth }
+
+// Request is what authentication reads of an HTTP request.
+type Request struct {
+	// Header holds the credential headers.
+	Header http.Header
+	// IAMCaller is the caller's ARN when the Function URL's auth type is
+	// AWS_IAM (Lambda has checked the SigV4 signature); "" otherwise. It
+	// must come from Lambda's request context, never from a header.
+	IAMCaller string
+	// Audiences are the token audiences accepted for this request when the
+	// OAuth settings name none: the gateway's resource URLs.
+	Audiences []string
+}
+
+// Authenticate returns the request's principal. A bearer that is a JWT is
+// checked as an access token when OAuth is on; any other credential is
+// looked up as a key. Without a credential, an AWS_IAM caller with a grant
+// is its own principal. It returns ErrNoCredentials, a *RejectedError, an
+// *UnavailableError, or a wrapped store error.
+func (a *Authenticator) Authenticate(ctx context.Context, req Request) (*Principal, error) {
+	raw, err := credential(req.Header, req.IAMCaller != "")
 	if err != nil {
 		return nil, err
 	}
-	k, err := a.keys.Get(ctx, HashKey(raw))
-	if err != nil {
-		return nil, err
-	}
-	return found(k)
-}
-
-func found(k *Key) (*Key, error) {
-	if k == nil {
-		return nil, ErrBadKey
-	}
-	return k, nil
-}
-
-func (a *Authenticator) fetch(ctx context.Context, hash string) (*Key, error) {
-	out, err := a.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(a.table),
-		Key:       map[string]types.AttributeValue{store.KeyHashAttr: &types.AttributeValueMemberS{Value: hash}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("auth: read key: %w", err)
-	}
-	if len(out.Item) == 0 {
-		return nil, nil
-	}
-	stored, _ := out.Item[store.KeyHashAttr].(*types.AttributeValueMemberS)
-	if stored == nil || subtle.ConstantTimeCompare([]byte(stored.Value), []byte(hash)) != 1 {
-		return nil, nil
-	}
-	return ParseItem(out.Item), nil
-}
-
-// ParseItem reads a keys-table item. servers may be a string set or a list
-// of strings; anything else grants nothing.
-func ParseItem(item map[string]types.AttributeValue) *Key {
-	k := &Key{}
-	if v, ok := item[store.KeyHashAttr].(*types.AttributeValueMemberS); ok {
-		k.Hash = v.Value
-	}
-	if v, ok := item[AttrName].(*types.AttributeValueMemberS); ok {
-		k.Name = v.Value
-	}
-	switch v := item[AttrServers].(type) {
-	case *types.AttributeValueMemberSS:
-		k.Servers = slices.Clone(v.Value)
-	case *types.AttributeValueMemberL:
-		for _, e := range v.Value {
-			if s, ok := e.(*types.AttributeValueMemberS); ok {
-				k.Servers = append(k.Servers, s.Value)
-			}
+	var p *Principal
+	switch {
+	case raw == "" && req.IAMCaller != "":
+		if p = iamPrincipal(a.iam, req.IAMCaller); p == nil {
+			return nil, &RejectedError{Reason: "no key or token, and this IAM caller has no grant here", Err: ErrNoCredentials}
 		}
+	case raw == "":
+		return nil, ErrNoCredentials
+	case a.oauth != nil && looksLikeJWT(raw):
+		if p, err = a.oauth.Verify(ctx, raw, req.Audiences); err != nil {
+			return nil, err
+		}
+	default:
+		k, err := a.keys.lookup(ctx, raw)
+		if errors.Is(err, ErrBadKey) {
+			return nil, &RejectedError{Reason: "unknown or malformed key", Err: ErrBadKey}
+		}
+		if err != nil {
+			return nil, err
+		}
+		p = k.Principal()
 	}
-	slices.Sort(k.Servers)
-	return k
+	p.IAMCaller = clean(req.IAMCaller, maxARNLen)
+	return p, nil
 }

@@ -44,6 +44,9 @@ const (
 	BadRequest Code = "BAD_REQUEST"
 	// StoreUnavailable: the gateway's DynamoDB store failed or is throttled.
 	StoreUnavailable Code = "STORE_UNAVAILABLE"
+	// AuthUnavailable: an access token cannot be checked right now: the
+	// issuer's signing keys cannot be fetched and none cached verifies it.
+	AuthUnavailable Code = "AUTH_UNAVAILABLE"
 	// PayloadTooLarge: the request body exceeds the gateway's limit.
 	PayloadTooLarge Code = "PAYLOAD_TOO_LARGE"
 	// MethodNotAllowed: the route exists but not for this HTTP method.
@@ -70,6 +73,7 @@ var codes = map[Code]codeInfo{
 	NotFound:         {http.StatusNotFound, false},
 	BadRequest:       {http.StatusBadRequest, false},
 	StoreUnavailable: {http.StatusServiceUnavailable, true},
+	AuthUnavailable:  {http.StatusServiceUnavailable, true},
 	PayloadTooLarge:  {http.StatusRequestEntityTooLarge, false},
 	MethodNotAllowed: {http.StatusMethodNotAllowed, false},
 	Misconfigured:    {http.StatusBadGateway, false},
@@ -107,6 +111,9 @@ type Error struct {
 	RetryAfter time.Duration
 	// Cause is the internal error, logged but never sent to a client.
 	Cause error
+	// Challenge, when set, is sent as the WWW-Authenticate header: how to
+	// authenticate (401), or which scope is missing (403).
+	Challenge string
 }
 
 // New returns an Error with a formatted, client-safe message.
@@ -117,6 +124,12 @@ func New(code Code, format string, args ...any) *Error {
 // Wrap returns an Error carrying cause for the logs and a client-safe message.
 func Wrap(cause error, code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Cause: cause}
+}
+
+// WithChallenge sets the WWW-Authenticate challenge and returns e.
+func (e *Error) WithChallenge(c string) *Error {
+	e.Challenge = c
+	return e
 }
 
 // WithRetryAfter sets the retry hint and returns e.
@@ -181,13 +194,16 @@ func (e *Error) RetryAfterHeader() string {
 }
 
 // WriteHTTP writes e as a JSON error response with the code's status and,
-// when e has a hint, a Retry-After header.
+// when e has them, Retry-After and WWW-Authenticate headers.
 func WriteHTTP(w http.ResponseWriter, e *Error) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	if ra := e.RetryAfterHeader(); ra != "" {
 		h.Set("Retry-After", ra)
+	}
+	if e.Challenge != "" {
+		h.Set("WWW-Authenticate", e.Challenge)
 	}
 	w.WriteHeader(e.Code.Status())
 	_ = json.NewEncoder(w).Encode(Body{Error: e.Detail()})

@@ -22,13 +22,14 @@ func TestCodesHaveStatus(t *testing.T) {
 		NotFound:         404,
 		BadRequest:       400,
 		StoreUnavailable: 503,
+		AuthUnavailable:  503,
 	}
 	for code, status := range want {
 		if got := code.Status(); got != status {
 			t.Errorf("%s.Status() = %d, want %d", code, got, status)
 		}
 	}
-	for _, c := range []Code{AtCapacity, QueueTimeout, CircuitOpen, UpstreamTimeout, UpstreamError, StoreUnavailable} {
+	for _, c := range []Code{AtCapacity, QueueTimeout, CircuitOpen, UpstreamTimeout, UpstreamError, StoreUnavailable, AuthUnavailable} {
 		if !c.Retryable() {
 			t.Errorf("%s should be retryable", c)
 		}
@@ -56,6 +57,15 @@ func TestWriteHTTP(t *testing.T) {
 	want := Detail{Code: AtCapacity, Message: `server "demo" is at capacity`, Retryable: true, RetryAfterMS: 1500}
 	if body.Error != want {
 		t.Errorf("body = %+v, want %+v", body.Error, want)
+	}
+	if got := rec.Header().Get("WWW-Authenticate"); got != "" {
+		t.Errorf("WWW-Authenticate = %q without a challenge", got)
+	}
+
+	rec = httptest.NewRecorder()
+	WriteHTTP(rec, New(Unauthorized, "no key").WithChallenge(`Bearer resource_metadata="https://gw/.well-known/oauth-protected-resource"`))
+	if got := rec.Header().Get("WWW-Authenticate"); rec.Code != 401 || got != `Bearer resource_metadata="https://gw/.well-known/oauth-protected-resource"` {
+		t.Errorf("status %d, WWW-Authenticate = %q", rec.Code, got)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -22,14 +23,14 @@ import (
 // queueRetryAfter is the hint given with QUEUE_TIMEOUT.
 const queueRetryAfter = time.Second
 
-// server returns the server the key may call, or the fault to answer.
-func (g *Gateway) server(ctx context.Context, k *auth.Key, id string) (*registry.Server, *fault.Error) {
+// server returns the server the caller may call, or the fault to answer.
+func (g *Gateway) server(ctx context.Context, id string) (*registry.Server, *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.serverID = truncate(id, 64)
-	// Access is checked first, so a key learns nothing about servers it
-	// may not call.
-	if !k.Allows(id) {
-		return nil, fault.New(fault.Forbidden, "this key may not call server %q", truncate(id, 64))
+	// Access is checked first, so a caller learns nothing about servers
+	// it may not call.
+	if p := principalFrom(ctx); p == nil || !p.Allows(id) {
+		return nil, g.forbidden(ctx, id)
 	}
 	srv, err := g.deps.Registry.Get(ctx, id)
 	var inv *registry.InvalidError
@@ -91,6 +92,9 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.tool = truncate(params.Name, 128)
+	if p := principalFrom(ctx); p == nil || !p.AllowsTool(srv.ID, params.Name) {
+		return nil, fault.New(fault.Forbidden, "tool %q of server %q is not granted to this caller", truncate(params.Name, 128), srv.ID)
+	}
 	if ferr := g.tool(ctx, srv, params); ferr != nil {
 		return nil, ferr
 	}
@@ -103,7 +107,7 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	// dimension without letting callers create unbounded ones.
 	start := time.Now()
 	var ls *lease.Lease
-	defer func() { g.emitCall(rec.id, srv, params.Name, start, ls, res, ferr) }()
+	defer func() { g.emitCall(rec, srv, params.Name, start, ls, res, ferr) }()
 	timeout := srv.TimeoutFor(params.Name)
 	req, capped := g.leaseRequest(ctx, srv, params.Name, timeout)
 	if ferr := g.budgetFault(srv, params.Name, timeout, req, capped); ferr != nil {
@@ -236,7 +240,6 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 	if srv.OnLimit == registry.PolicyQueue {
 		wait = srv.QueueTimeout
 	}
-	holder := recordFrom(ctx).key
 	return lease.Request{
 		Key:     srv.ID,
 		Slots:   slots,
@@ -244,11 +247,24 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 		CallBy:  g.callBy(ctx),
 		Wait:    wait,
 		Breaker: br,
-		// The caller's key, by the first 8 characters of the hash prefix
-		// its log records carry, so operators see who holds and who
-		// waits for 9 bytes per lease.
-		Holder: holder[:min(len(holder), 8)],
+		Holder:  leaseHolder(principalFrom(ctx)),
 	}, true
+}
+
+// leaseHolder is the label a lease carries for its caller, so operators
+// see who holds and who waits (mcpgate status): the principal's ID cut to
+// its kind and the first 8 characters after the colon ("key:1a2b3c4d"
+// for "key:1a2b3c4d5e6f" in the log). Every byte is paid for in every
+// write of the item, at every lease.
+func leaseHolder(p *auth.Principal) string {
+	if p == nil {
+		return ""
+	}
+	kind, id, ok := strings.Cut(p.ID, ":")
+	if !ok {
+		return p.ID[:min(len(p.ID), 12)]
+	}
+	return kind + ":" + id[:min(len(id), 8)]
 }
 
 // errLeaseLost cancels a call whose lease could not be renewed.
@@ -365,12 +381,15 @@ const storeStatsEvery = time.Minute
 
 // emitCall writes the call's EMF record and, once a minute, the limiter's
 // store counters since the last time.
-func (g *Gateway) emitCall(requestID string, srv *registry.Server, tool string, start time.Time, ls *lease.Lease, res *mcp.CallToolResult, ferr *fault.Error) {
+func (g *Gateway) emitCall(rec *record, srv *registry.Server, tool string, start time.Time, ls *lease.Lease, res *mcp.CallToolResult, ferr *fault.Error) {
 	m := g.deps.Metrics
 	if m == nil {
 		return
 	}
-	c := metrics.Call{ServerID: srv.ID, Tool: tool, Latency: time.Since(start), Outcome: "ok", RequestID: requestID}
+	c := metrics.Call{ServerID: srv.ID, Tool: tool, Latency: time.Since(start), Outcome: "ok", RequestID: rec.id}
+	if rec.principal != nil {
+		c.Principal = rec.principal.ID
+	}
 	if ls != nil {
 		c.QueueWait, c.LeaseID = ls.Waited, ls.ID()
 		c.InFlightAfterAcquire, c.InFlightKnown = ls.InFlight, true

@@ -21,9 +21,11 @@ import (
 
 type fakeAuth struct{}
 
-func (fakeAuth) Authenticate(context.Context, string) (*auth.Key, error) {
-	return &auth.Key{Hash: "0123456789abcdef", Servers: []string{auth.AllServers}}, nil
+func (fakeAuth) Authenticate(context.Context, auth.Request) (*auth.Principal, error) {
+	return (&auth.Key{Hash: "0123456789abcdef", Servers: []string{auth.AllServers}}).Principal(), nil
 }
+
+func (fakeAuth) OAuth() *auth.OAuth { return nil }
 
 type fakeRegistry struct{ srv *registry.Server }
 

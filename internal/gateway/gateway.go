@@ -53,9 +53,11 @@ const (
 	DefaultMaxLeaseHold = 30 * time.Second
 )
 
-// Authenticator checks a request's Authorization header.
+// Authenticator finds the principal of a request.
 type Authenticator interface {
-	Authenticate(ctx context.Context, header string) (*auth.Key, error)
+	Authenticate(ctx context.Context, req auth.Request) (*auth.Principal, error)
+	// OAuth returns the token settings, or nil when only keys are accepted.
+	OAuth() *auth.OAuth
 }
 
 // Registry finds server definitions.
@@ -118,6 +120,16 @@ type Options struct {
 	// rebinding and cross-site requests; requests without Origin (agents,
 	// CLIs) are not affected.
 	AllowedOrigins []string
+	// PublicURL returns the gateway's public base URL (scheme://host[:port],
+	// no trailing slash) as callers reach it: the base of the OAuth
+	// resource URLs and of the token audiences accepted by default. nil
+	// derives it from the request's Host header, which the client chooses:
+	// set it wherever tokens are accepted.
+	PublicURL func(*http.Request) string
+	// IAMCaller returns the caller's ARN when the Function URL's auth type
+	// is AWS_IAM and Lambda has checked its signature; nil or "" means no
+	// IAM caller. It must read Lambda's request context, never a header.
+	IAMCaller func(*http.Request) string
 }
 
 // Gateway serves the routes.
@@ -133,6 +145,8 @@ type Gateway struct {
 	log       *slog.Logger
 	version   string
 	reqID     func(*http.Request) string
+	public    func(*http.Request) string
+	iam       func(*http.Request) string
 	mcp       mcpHandlers
 	origins   *http.CrossOriginProtection
 	// storeStats is when the limiter's counters were last emitted, and
@@ -162,6 +176,8 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		version:   opts.Version,
 		reqID:     opts.RequestID,
 		stopping:  make(chan struct{}),
+		public:    opts.PublicURL,
+		iam:       opts.IAMCaller,
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBodyBytes
@@ -208,6 +224,9 @@ type route struct {
 func (g *Gateway) routes() []route {
 	return []route{
 		{path: "/health", public: true, methods: map[string]http.HandlerFunc{http.MethodGet: g.health}},
+		{path: metadataPath, public: true, methods: map[string]http.HandlerFunc{http.MethodGet: g.resourceMetadata}},
+		{path: metadataPath + "/mcp", public: true, methods: map[string]http.HandlerFunc{http.MethodGet: g.resourceMetadata}},
+		{path: metadataPath + "/mcp/{server_id}", public: true, methods: map[string]http.HandlerFunc{http.MethodGet: g.resourceMetadata}},
 		{path: "/mcp-rest/tools/call", methods: map[string]http.HandlerFunc{http.MethodPost: g.restCall}},
 		{path: "/mcp-rest/tools/list", methods: map[string]http.HandlerFunc{http.MethodGet: g.restList}},
 		{path: "/mcp", methods: map[string]http.HandlerFunc{http.MethodPost: g.serveMCP}},
@@ -254,7 +273,7 @@ func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
 type ctxKey int
 
 const (
-	keyCtx ctxKey = iota
+	callerCtx ctxKey = iota
 	recordCtx
 )
 
@@ -263,19 +282,19 @@ const (
 // so a tool call's record is its audit record: who (key, client_ip), which
 // server and tool, and how it ended (outcome, code).
 type record struct {
-	id       string
-	key      string // the key's hash prefix, never the key
-	clientIP string
-	method   string // the JSON-RPC method, on the MCP routes
-	serverID string
-	tool     string // the tool called: the upstream's name for it
-	outcome  string
-	code     fault.Code
-	cause    error
-	waited   time.Duration
-	leaseID  string
-	breaker  string // a breaker transition this request caused
-	uncapped bool   // the store failed and the call went without a slot
+	id        string
+	principal *auth.Principal // who called: never a key or token
+	clientIP  string
+	method    string // the JSON-RPC method, on the MCP routes
+	serverID  string
+	tool      string // the tool called: the upstream's name for it
+	outcome   string
+	code      fault.Code
+	cause     error
+	waited    time.Duration
+	leaseID   string
+	breaker   string // a breaker transition this request caused
+	uncapped  bool   // the store failed and the call went without a slot
 }
 
 func recordFrom(ctx context.Context) *record {
@@ -283,11 +302,6 @@ func recordFrom(ctx context.Context) *record {
 		return rec
 	}
 	return &record{}
-}
-
-func keyFrom(ctx context.Context) *auth.Key {
-	k, _ := ctx.Value(keyCtx).(*auth.Key)
-	return k
 }
 
 // statusWriter remembers the status written.
@@ -349,9 +363,7 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 				"status", sw.status,
 				"duration_ms", time.Since(start).Milliseconds(),
 			}
-			if rec.key != "" {
-				attrs = append(attrs, "key", rec.key)
-			}
+			attrs = append(attrs, rec.principal.LogAttrs()...)
 			if rec.clientIP != "" {
 				attrs = append(attrs, "client_ip", rec.clientIP)
 			}
@@ -393,36 +405,6 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(sw, r.WithContext(ctx))
 	})
-}
-
-// authenticate requires a valid bearer key and puts it in the context.
-func (g *Gateway) authenticate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		k, ferr := g.authKey(r)
-		if ferr != nil {
-			if ferr.Code == fault.Unauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="mcpgate"`)
-			}
-			writeFault(w, r, ferr)
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyCtx, k)))
-	})
-}
-
-func (g *Gateway) authKey(r *http.Request) (*auth.Key, *fault.Error) {
-	k, err := g.deps.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
-	switch {
-	case err == nil:
-		recordFrom(r.Context()).key = k.Hash[:12]
-		return k, nil
-	case err == auth.ErrNoKey:
-		return nil, fault.New(fault.Unauthorized, "missing bearer key: send Authorization: Bearer <key>")
-	case err == auth.ErrBadKey:
-		return nil, fault.New(fault.Unauthorized, "unknown or malformed key")
-	default:
-		return nil, fault.Wrap(err, fault.StoreUnavailable, "cannot check the key right now").WithRetryAfter(storeRetryAfter)
-	}
 }
 
 // clientIP is the address the request came from: under Lambda, the

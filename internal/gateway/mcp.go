@@ -124,13 +124,12 @@ func writeRPCError(w http.ResponseWriter, id json.RawMessage, code int64, fe *fa
 // through).
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	k := keyFrom(ctx)
-	sc := &mcpScope{g: g, key: k, rec: recordFrom(ctx)}
+	sc := &mcpScope{g: g, caller: callerFrom(ctx), rec: recordFrom(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		sc.deadline = dl
 	}
 	if id := r.PathValue("server_id"); id != "" {
-		srv, ferr := g.server(ctx, k, id)
+		srv, ferr := g.server(ctx, id)
 		if ferr != nil {
 			writeFault(w, r, ferr)
 			return
@@ -218,7 +217,7 @@ func acceptsEventStream(r *http.Request) bool {
 // mcpScope is one MCP request: who asks, and (passthrough) which upstream.
 type mcpScope struct {
 	g        *Gateway
-	key      *auth.Key
+	caller   *caller
 	srv      *registry.Server // nil on the aggregated endpoint
 	rec      *record
 	deadline time.Time
@@ -227,11 +226,12 @@ type mcpScope struct {
 
 // scoped returns the context upstream work runs in: cancelled with the
 // SDK's handler context, bounded by the HTTP request's deadline, carrying
-// the request's log record, and nothing else. The SDK keeps the agent's
-// protocol version in its handler context, and the upstream client would
-// read it from there: the upstream session must negotiate its own.
+// the request's log record and caller, and nothing else. The SDK keeps the
+// agent's protocol version in its handler context, and the upstream client
+// would read it from there: the upstream session must negotiate its own.
 func (sc *mcpScope) scoped(handler context.Context) (context.Context, context.CancelFunc) {
 	ctx := context.WithValue(context.Background(), recordCtx, sc.rec)
+	ctx = context.WithValue(ctx, callerCtx, sc.caller)
 	var cancel context.CancelFunc
 	if !sc.deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, sc.deadline)
@@ -462,9 +462,9 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 			return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 		}
 		sc.rec.outcome = "ok"
-		return &mcp.ListToolsResult{Tools: tools}, nil
+		return &mcp.ListToolsResult{Tools: grantedTools(sc.caller.principal, sc.srv.ID, tools)}, nil
 	}
-	all, err := sc.g.allTools(ctx, sc.key)
+	all, err := sc.g.allTools(ctx, sc.caller.principal)
 	if err != nil {
 		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 		return nil, sc.rpcError(fe, err)
@@ -488,12 +488,13 @@ type serverTools struct {
 	err   *fault.Error
 }
 
-// allTools lists the tools of every server k may call, ordered by server
+// allTools lists the tools of every server p may call (those of them p is
+// granted), ordered by server
 // id, asking at most maxListConcurrency upstreams at once. A server whose
 // listing fails is returned with its fault (and logged), and never hides
 // the others' tools.
-func (g *Gateway) allTools(ctx context.Context, k *auth.Key) ([]serverTools, error) {
-	servers, err := g.allowedServers(ctx, k)
+func (g *Gateway) allTools(ctx context.Context, p *auth.Principal) ([]serverTools, error) {
+	servers, err := g.allowedServers(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -513,17 +514,17 @@ func (g *Gateway) allTools(ctx context.Context, k *auth.Key) ([]serverTools, err
 				out[i].err = upstreamFault(srv, err)
 				return
 			}
-			out[i].tools = tools
+			out[i].tools = grantedTools(p, srv.ID, tools)
 		})
 	}
 	wg.Wait()
 	return out, nil
 }
 
-// allowedServers lists the servers a key may call, ordered by id.
-func (g *Gateway) allowedServers(ctx context.Context, k *auth.Key) ([]*registry.Server, error) {
+// allowedServers lists the servers a principal may call, ordered by id.
+func (g *Gateway) allowedServers(ctx context.Context, p *auth.Principal) ([]*registry.Server, error) {
 	var out []*registry.Server
-	if k.AllowsAll() {
+	if p.AllowsAll() {
 		servers, invalid, err := g.deps.Registry.All(ctx)
 		if err != nil {
 			return nil, err
@@ -533,7 +534,7 @@ func (g *Gateway) allowedServers(ctx context.Context, k *auth.Key) ([]*registry.
 		}
 		out = append(out, servers...)
 	} else {
-		for _, id := range k.Servers {
+		for _, id := range p.Servers {
 			srv, err := g.deps.Registry.Get(ctx, id)
 			switch {
 			case err == nil:
@@ -562,7 +563,7 @@ func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Ser
 	if !ok || id == "" || tool == "" {
 		return nil, "", fault.New(fault.NotFound, "unknown tool %q: tools here are named <server_id>%s<tool>", truncate(name, 128), ToolSeparator)
 	}
-	srv, ferr := sc.g.server(ctx, sc.key, id)
+	srv, ferr := sc.g.server(ctx, id)
 	if ferr != nil {
 		switch ferr.Code {
 		case fault.NotFound, fault.Forbidden:
@@ -637,6 +638,10 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		// Unknown tool, or arguments the gateway or the upstream
 		// refused: the caller's mistake, a protocol error.
 		return nil, sc.refuse(fe)
+	case fault.Forbidden:
+		// A tool not granted is not in the caller's list either: to the
+		// agent it does not exist (the log keeps FORBIDDEN).
+		return nil, sc.refuse(fault.Wrap(fe.Cause, fault.Forbidden, "unknown tool %q", truncate(p.Name, 128)))
 	}
 	return toolError(sc.rec, fe), nil
 }

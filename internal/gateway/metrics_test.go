@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -66,6 +67,10 @@ func TestMetricsRecords(t *testing.T) {
 	}
 	if s, _ := ok.String(metrics.DimTool); s != "slow_tool" {
 		t.Errorf("Tool = %q", s)
+	}
+	// The caller is a property (never a dimension: callers are many).
+	if s, _ := ok.String(metrics.PropPrincipal); s != "key:"+auth.HashKey(h.key)[:12] {
+		t.Errorf("Principal = %q, want the key's principal id", s)
 	}
 	if strings.Contains(out.String(), h.key) {
 		t.Error("a key appears in the metrics")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/registry"
 )
@@ -52,7 +53,7 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	srv, ferr := g.server(ctx, keyFrom(ctx), id)
+	srv, ferr := g.server(ctx, id)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
@@ -155,7 +156,7 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.URL.Query().Get("server_id")
 	if id == "" {
-		all, err := g.allTools(ctx, keyFrom(ctx))
+		all, err := g.allTools(ctx, principalFrom(ctx))
 		if err != nil {
 			writeFault(w, r, fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter))
 			return
@@ -172,7 +173,7 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}
-	srv, ferr := g.server(ctx, keyFrom(ctx), id)
+	srv, ferr := g.server(ctx, id)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
@@ -185,7 +186,21 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recordFrom(ctx).outcome = "ok"
-	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: listed(srv, tools)})
+	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: listed(srv, grantedTools(principalFrom(ctx), srv.ID, tools))})
+}
+
+// grantedTools are the tools of server id that p may call.
+func grantedTools(p *auth.Principal, id string, tools []*mcp.Tool) []*mcp.Tool {
+	if p != nil && p.Tools == nil {
+		return tools
+	}
+	out := make([]*mcp.Tool, 0, len(tools))
+	for _, t := range tools {
+		if p != nil && p.AllowsTool(id, t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func validToolName(name string) *fault.Error {

@@ -23,6 +23,7 @@ const (
 	PropOutcome   = "Outcome"
 	PropRequestID = "RequestID"
 	PropLeaseID   = "LeaseID"
+	PropPrincipal = "Principal"
 	PropFrom      = "From"
 	PropTo        = "To"
 	PropStoppedBy = "StoppedBy"
@@ -33,8 +34,8 @@ var (
 	serverToolSets = [][]string{{DimServerID}, {DimServerID, DimTool}}
 )
 
-// Call is what one tool call's record says. It has no field for keys, key
-// hashes, arguments or results, on purpose: records are logs.
+// Call is what one tool call's record says. It has no field for keys,
+// tokens, arguments or results, on purpose: records are logs.
 type Call struct {
 	// ServerID is the server called (required): dimension of both sets.
 	ServerID string
@@ -63,6 +64,10 @@ type Call struct {
 	Shed, QueueTimeout, CircuitOpen, StoreError, UpstreamTimeout, UpstreamError bool
 	// RequestID and LeaseID are properties, left out when empty.
 	RequestID, LeaseID string
+	// Principal is the caller's short ID (auth.Principal.ID, never a key
+	// or token): a property, not a dimension, since callers are many.
+	// Left out when empty.
+	Principal string
 }
 
 // Call writes the record of one tool call. Errors are as for Emit; the
@@ -99,9 +104,9 @@ func (e *Emitter) Call(c Call) error {
 		}
 	}
 	en.Metrics = m
-	var ps [3]Property
+	var ps [4]Property
 	p := ps[:0]
-	for _, q := range [...]Property{{PropOutcome, c.Outcome}, {PropRequestID, c.RequestID}, {PropLeaseID, c.LeaseID}} {
+	for _, q := range [...]Property{{PropOutcome, c.Outcome}, {PropRequestID, c.RequestID}, {PropLeaseID, c.LeaseID}, {PropPrincipal, c.Principal}} {
 		if q.Value != "" {
 			p = append(p, q)
 		}

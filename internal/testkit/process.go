@@ -240,17 +240,33 @@ var client = &http.Client{Timeout: 2 * time.Minute}
 
 // Post sends a JSON body with the bearer key.
 func Post(ctx context.Context, url, key string, body any) (Response, error) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return Response{}, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
-	if err != nil {
-		return Response{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
+	hdr := http.Header{}
 	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+		hdr.Set("Authorization", "Bearer "+key)
+	}
+	return Do(ctx, http.MethodPost, url, hdr, body)
+}
+
+// Do sends a request with the given headers and, unless body is nil, a
+// JSON body.
+func Do(ctx context.Context, method, url string, hdr http.Header, body any) (Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return Response{}, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return Response{}, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/auth/authtest"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// TestIdentitiesSideBySide: one gateway process takes keys in each of the
+// three headers and OAuth tokens at once, and logs each call's principal,
+// never a credential.
+func TestIdentitiesSideBySide(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 4})
+	key := testkit.PutKey(t, env, "demo")
+	iss := authtest.NewIssuer(t)
+	gw := testkit.StartGateway(t, env, "OAUTH_ISSUER="+iss.URL)
+	token := iss.Token("agent-42", gw.URL+"/mcp", "mcp:demo")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	call := func(hdr http.Header) testkit.Response {
+		t.Helper()
+		r, err := testkit.Do(ctx, http.MethodPost, gw.URL+"/mcp-rest/tools/call", hdr,
+			map[string]any{"server_id": "demo", "name": "echo", "arguments": map[string]any{"text": "hi"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for name, hdr := range map[string]http.Header{
+		"Authorization: Bearer key":   {"Authorization": {"Bearer " + key}},
+		"X-Api-Key":                   {"X-Api-Key": {key}},
+		"x-litellm-api-key":           {"X-Litellm-Api-Key": {"Bearer " + key}},
+		"Authorization: Bearer token": {"Authorization": {"Bearer " + token}},
+	} {
+		if r := call(hdr); r.Status != http.StatusOK {
+			t.Errorf("%s: %d %s", name, r.Status, r.Body)
+		}
+	}
+	if r := call(http.Header{"Authorization": {"Bearer " + token}, "X-Api-Key": {key}}); r.Status != http.StatusUnauthorized {
+		t.Errorf("a token and a key at once: %d %s, want 401", r.Status, r.Body)
+	}
+
+	// A request's record is logged as its answer goes out: once the
+	// process has stopped, every record has been read.
+	gw.Stop()
+	principals := map[string]int{}
+	for line := range strings.SplitSeq(gw.Logs(), "\n") {
+		var rec struct {
+			Msg, Principal, Sub string
+			Status              int
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "request" && rec.Status == http.StatusOK {
+			kind, _, _ := strings.Cut(rec.Principal, ":")
+			principals[kind]++
+			if kind == "oauth" && rec.Sub != "agent-42" {
+				t.Errorf("token call logged with sub %q", rec.Sub)
+			}
+		}
+	}
+	if principals["key"] != 3 || principals["oauth"] != 1 {
+		t.Errorf("principals logged %v, want 3 key and 1 oauth", principals)
+	}
+	if logs := gw.Logs(); strings.Contains(logs, key) || strings.Contains(logs, token) {
+		t.Error("a credential appears in the gateway's log")
+	}
+}
+
+// TestStatusShowsPrincipal: while a token's call holds a slot, mcpgate
+// status names the token's principal as the lease's caller: the logged
+// principal cut to its kind and 8 characters ("oauth:1a2b3c4d" for
+// "oauth:1a2b3c4d5e6f"), which is what a lease item pays for.
+func TestStatusShowsPrincipal(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1})
+	iss := authtest.NewIssuer(t)
+	gw := testkit.StartGateway(t, env, "OAUTH_ISSUER="+iss.URL)
+	token := iss.Token("agent-42", gw.URL+"/mcp", "mcp:demo")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held := make(chan testkit.Response, 1)
+	go func() {
+		r, _ := testkit.Do(ctx, http.MethodPost, gw.URL+"/mcp-rest/tools/call", http.Header{"Authorization": {"Bearer " + token}},
+			map[string]any{"server_id": "demo", "name": "slow_tool", "arguments": map[string]any{"ms": 60000, "gate": "g"}})
+		held <- r
+	}()
+	if err := demo.WaitInFlight(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, testkit.Binary(t, "./cmd/mcpgate"), "status", "demo", "--json")
+	cmd.Env = append(os.Environ(), env.Vars()...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mcpgate status: %v", err)
+	}
+	var rep struct {
+		Limiters []struct {
+			Slots []struct {
+				Leases []struct{ ID, Caller string }
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	var callers []string
+	for _, l := range rep.Limiters {
+		for _, s := range l.Slots {
+			for _, ls := range s.Leases {
+				callers = append(callers, ls.Caller)
+			}
+		}
+	}
+	demo.OpenGate("g")
+	if r := <-held; r.Status != http.StatusOK {
+		t.Fatalf("held call: %d %s", r.Status, r.Body)
+	}
+	gw.Stop() // every request record read
+	var logged string
+	for line := range strings.SplitSeq(gw.Logs(), "\n") {
+		var rec struct{ Msg, Principal, Tool string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "request" && rec.Tool == "slow_tool" {
+			logged = rec.Principal
+		}
+	}
+	if !strings.HasPrefix(logged, "oauth:") || len(callers) != 1 || len(callers[0]) != len("oauth:")+8 || !strings.HasPrefix(logged, callers[0]) {
+		t.Errorf("status callers %q while the token's call held the slot; logged principal %q", callers, logged)
+	}
+	if strings.Contains(string(out), token) {
+		t.Error("status shows the token")
+	}
+}

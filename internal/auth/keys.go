@@ -1,0 +1,175 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/cache"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// Attribute names of a keys-table item.
+const (
+	AttrServers = "servers"
+	AttrTools   = "tools"
+	AttrName    = "name"
+	AttrCreated = "created_at"
+	// AllServers in servers grants every server.
+	AllServers = "*"
+)
+
+// DefaultCacheTTL is how long a key lookup (or its miss) is reused.
+const DefaultCacheTTL = 5 * time.Second
+
+const (
+	minKeyLen  = 16
+	maxKeyLen  = 512
+	maxEntries = 8192
+	keyPrefix  = "mcpg_"
+)
+
+// Key is an authenticated API key.
+type Key struct {
+	// Hash is the key's SHA-256, lowercase hex.
+	Hash string
+	// Name is the admin's label for the key, if any.
+	Name string
+	// Servers are the server ids it may call; "*" means all.
+	Servers []string
+	// Tools, when not nil, are the only tools it may call, as
+	// "<server_id>/<glob>" (see Principal.Tools).
+	Tools []string
+}
+
+// Principal is the caller this key stands for.
+func (k *Key) Principal() *Principal {
+	return &Principal{
+		Kind:    KindKey,
+		ID:      string(KindKey) + ":" + k.Hash[:min(len(k.Hash), idHashLen)],
+		Servers: k.Servers,
+		Tools:   k.Tools,
+	}
+}
+
+// HashKey returns the lowercase hex SHA-256 of key: its key_hash.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewKey returns a new random key ("mcpg_" and 43 base64url characters).
+func NewKey() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return keyPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// API is the part of the DynamoDB client the key lookups use.
+type API interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// keyStore reads keys from the keys table, through a cache by hash.
+type keyStore struct {
+	db    API
+	table string
+	keys  cache.Loader[*Key] // by hash; nil: unknown key
+}
+
+func newKeyStore(db API, table string, ttl time.Duration, now func() time.Time) *keyStore {
+	ks := &keyStore{db: db, table: table}
+	ks.keys = cache.Loader[*Key]{Load: ks.fetch, TTL: ttl, Max: maxEntries, Now: now}
+	return ks
+}
+
+// lookup returns the key, ErrBadKey if it is malformed or unknown, or a
+// wrapped store error.
+func (ks *keyStore) lookup(ctx context.Context, raw string) (*Key, error) {
+	if len(raw) < minKeyLen || len(raw) > maxKeyLen {
+		return nil, ErrBadKey
+	}
+	k, err := ks.keys.Get(ctx, HashKey(raw))
+	if err != nil {
+		return nil, err
+	}
+	if k == nil {
+		return nil, ErrBadKey
+	}
+	return k, nil
+}
+
+func (ks *keyStore) fetch(ctx context.Context, hash string) (*Key, error) {
+	out, err := ks.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(ks.table),
+		Key:       map[string]types.AttributeValue{store.KeyHashAttr: &types.AttributeValueMemberS{Value: hash}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auth: read key: %w", err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	stored, _ := out.Item[store.KeyHashAttr].(*types.AttributeValueMemberS)
+	if stored == nil || subtle.ConstantTimeCompare([]byte(stored.Value), []byte(hash)) != 1 {
+		return nil, nil
+	}
+	return ParseItem(out.Item), nil
+}
+
+// ParseItem reads a keys-table item. servers and tools may be string sets
+// or lists of strings; anything else grants nothing. A tools entry that is
+// not "<server_id>/<glob>" grants nothing either, so a tools attribute of
+// only such entries (or of another type) lets the key call no tool: a
+// mistyped restriction never widens access.
+func ParseItem(item map[string]types.AttributeValue) *Key {
+	k := &Key{}
+	if v, ok := item[store.KeyHashAttr].(*types.AttributeValueMemberS); ok {
+		k.Hash = v.Value
+	}
+	if v, ok := item[AttrName].(*types.AttributeValueMemberS); ok {
+		k.Name = v.Value
+	}
+	k.Servers = stringsOf(item[AttrServers])
+	if _, set := item[AttrTools]; set {
+		k.Tools = []string{}
+		for _, t := range stringsOf(item[AttrTools]) {
+			if srv, glob, ok := strings.Cut(t, "/"); ok && srv != "" && glob != "" {
+				k.Tools = append(k.Tools, t)
+			}
+		}
+	}
+	return k
+}
+
+// stringsOf reads a string set or a list of strings, sorted.
+func stringsOf(v types.AttributeValue) []string {
+	var out []string
+	switch v := v.(type) {
+	case *types.AttributeValueMemberSS:
+		out = slices.Clone(v.Value)
+	case *types.AttributeValueMemberL:
+		for _, e := range v.Value {
+			if s, ok := e.(*types.AttributeValueMemberS); ok {
+				out = append(out, s.Value)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

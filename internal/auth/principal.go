@@ -1,0 +1,138 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"path"
+	"slices"
+	"strings"
+)
+
+// Kind is the kind of credential a principal presented.
+type Kind string
+
+// The kinds of principal.
+const (
+	// KindKey: an API key from the keys table.
+	KindKey Kind = "key"
+	// KindOAuth: an OAuth access token from the configured issuer.
+	KindOAuth Kind = "oauth"
+	// KindIAM: the IAM caller of an AWS_IAM Function URL, without a key.
+	KindIAM Kind = "iam"
+)
+
+// MaxIDLen bounds Principal.ID, so that it fits a lease's holder label.
+const MaxIDLen = 32
+
+// idHashLen is how many hex characters of a hash a principal's ID keeps.
+const idHashLen = 12
+
+// Principal is the caller of one request: who it is, for logs, metrics and
+// leases, and what it may call.
+type Principal struct {
+	// Kind is the credential it presented.
+	Kind Kind
+	// ID is short (at most MaxIDLen bytes), stable and safe to log: "key:"
+	// and the first 12 hex characters of the key's hash; "oauth:" and 12 of
+	// the SHA-256 of the token's issuer and subject; "iam:" and 12 of the
+	// SHA-256 of the caller's ARN.
+	ID string
+	// Subject is the token's subject (oauth, at most 64 bytes), or the
+	// caller's ARN (iam, at most 256 bytes). Empty for keys.
+	Subject string
+	// ClientID is the OAuth client the token was issued to (client_id or
+	// azp), if the token says.
+	ClientID string
+	// IAMCaller is the ARN Lambda verified when the Function URL uses
+	// AWS_IAM, whatever credential the request also carried.
+	IAMCaller string
+	// Servers are the server ids it may call, sorted; "*" means all.
+	Servers []string
+	// Tools, when not nil, are the only tools it may call: entries
+	// "<server_id>/<glob>" ("*" as server id for any server; glob as
+	// path.Match); empty but not nil means none. Nil means every tool of
+	// the servers it may call.
+	Tools []string
+}
+
+// Allows reports whether p may call serverID.
+func (p *Principal) Allows(serverID string) bool {
+	return p.AllowsAll() || slices.Contains(p.Servers, serverID)
+}
+
+// AllowsAll reports whether p may call every server.
+func (p *Principal) AllowsAll() bool { return slices.Contains(p.Servers, AllServers) }
+
+// AllowsTool reports whether p may call tool on serverID: the server must
+// be allowed and, when p has tool grants, one of them must match.
+func (p *Principal) AllowsTool(serverID, tool string) bool {
+	if !p.Allows(serverID) {
+		return false
+	}
+	if p.Tools == nil {
+		return true
+	}
+	for _, g := range p.Tools {
+		srv, glob, ok := strings.Cut(g, "/")
+		if !ok || (srv != AllServers && srv != serverID) {
+			continue
+		}
+		if m, err := path.Match(glob, tool); err == nil && m {
+			return true
+		}
+	}
+	return false
+}
+
+// LogAttrs are what a log record says of p: its ID as "principal" and,
+// where known, the token's "sub" and "client_id" and the "iam_caller".
+// Never a key or a token.
+func (p *Principal) LogAttrs() []any {
+	if p == nil {
+		return nil
+	}
+	attrs := []any{slog.String("principal", p.ID)}
+	if p.Kind == KindOAuth {
+		attrs = append(attrs, slog.String("sub", p.Subject))
+		if p.ClientID != "" {
+			attrs = append(attrs, slog.String("client_id", p.ClientID))
+		}
+	}
+	if p.IAMCaller != "" {
+		attrs = append(attrs, slog.String("iam_caller", p.IAMCaller))
+	}
+	return attrs
+}
+
+// principalID is kind, ':' and a short hash of parts.
+func principalID(kind Kind, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return string(kind) + ":" + hex.EncodeToString(h.Sum(nil))[:idHashLen]
+}
+
+// clean makes s safe and short for a log or a label: at most n bytes,
+// control characters replaced, valid UTF-8.
+func clean(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
