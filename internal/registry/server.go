@@ -79,6 +79,18 @@ type Server struct {
 	Breaker *Breaker
 	// OnStoreError is what to do when the lease store fails.
 	OnStoreError StorePolicy
+	// Auth is the gateway's credential for the upstream; nil means none.
+	Auth *Auth
+	// StaticHeaders are sent with every request to the upstream, by
+	// canonical header name.
+	StaticHeaders map[string]string
+	// ForwardHeaders name the agent request headers copied to the
+	// upstream (canonical names, sorted); never a credential or a
+	// hop-by-hop header.
+	ForwardHeaders []string
+	// AllowedTools, if any, are the globs a tool must match to be seen or
+	// called; DisallowedTools hide the tools they match.
+	AllowedTools, DisallowedTools []string
 }
 
 // ToolLimits are one tool's own limits.
@@ -162,7 +174,8 @@ const (
 // attribute is rejected (a misspelt max_concurrent_requests must not silently
 // mean "unlimited"), except names starting with "x_", which are kept for
 // admins' own notes and ignored.
-var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription, attrTools, attrBreaker, attrOnStoreError, attrSpecURL, attrSpecPath}
+var KnownAttributes = []string{attrID, attrURL, attrTransport, attrMaxConc, attrTimeout, attrOnLimit, attrQueueTimeout, attrDescription, attrTools, attrBreaker, attrOnStoreError, attrSpecURL, attrSpecPath,
+	attrAuth, attrStaticHeaders, attrForwardHeaders, attrAllowedTools, attrDisallowedTools}
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.]{0,63}$`)
 
@@ -203,6 +216,7 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 	}
 	s.Tools = p.tools(attrTools)
 	s.Breaker = p.breaker(attrBreaker)
+	p.identity(s)
 	switch s.OnStoreError {
 	case "":
 		s.OnStoreError = StoreReject
