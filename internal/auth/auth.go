@@ -2,7 +2,8 @@
 //
 // A key is never stored: its item is keyed by the lowercase hex SHA-256 of
 // the key (key_hash) and lists the server ids it may call (servers, a string
-// set; "*" means all). Lookups are cached per process by hash for a short
+// set; "*" means all) and, optionally, the only tools it may see and call
+// (tools, "<server_id>/<tool-glob>" grants). Lookups are cached per process by hash for a short
 // time, misses included, so a flood of bad keys costs few reads.
 package auth
 
@@ -24,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/cache"
+	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -32,6 +34,9 @@ const (
 	AttrServers = "servers"
 	AttrName    = "name"
 	AttrCreated = "created_at"
+	// AttrTools, when present, narrows the key to the tools matching one
+	// of its "<server_id>/<tool-glob>" grants ("*" as server_id: any).
+	AttrTools = "tools"
 	// AllServers in servers grants every server.
 	AllServers = "*"
 )
@@ -61,11 +66,54 @@ type Key struct {
 	Name string
 	// Servers are the server ids it may call; "*" means all.
 	Servers []string
+	// Tools, when not nil, are the only tools the key may see and call,
+	// as "<server_id>/<tool-glob>" grants, within the servers' own
+	// allowed and disallowed tools. Nil means every tool of its servers.
+	Tools []string
 }
 
 // Allows reports whether the key may call serverID.
 func (k *Key) Allows(serverID string) bool {
 	return slices.Contains(k.Servers, AllServers) || slices.Contains(k.Servers, serverID)
+}
+
+// AllowsTool reports whether the key's tool grants let it see and call
+// tool of serverID (access to the server itself is Allows).
+func (k *Key) AllowsTool(serverID, tool string) bool {
+	if k.Tools == nil {
+		return true
+	}
+	for _, g := range k.Tools {
+		id, pattern, ok := strings.Cut(g, "/")
+		if ok && (id == serverID || id == AllServers) && registry.MatchGlob(pattern, tool) {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidToolGrant checks one "<server_id>/<tool-glob>" grant.
+func ValidToolGrant(g string) error {
+	id, pattern, ok := strings.Cut(g, "/")
+	if !ok {
+		return fmt.Errorf("tool grant %q is not <server_id>/<tool-glob>", truncate(g, 80))
+	}
+	if id != AllServers {
+		if err := registry.ValidateID(id); err != nil {
+			return fmt.Errorf("tool grant %q: %w", truncate(g, 80), err)
+		}
+	}
+	if err := registry.ValidPattern(pattern); err != nil {
+		return fmt.Errorf("tool grant %q: the part after / %w", truncate(g, 80), err)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // AllowsAll reports whether the key may call every server.
@@ -180,8 +228,9 @@ func (a *Authenticator) fetch(ctx context.Context, hash string) (*Key, error) {
 	return ParseItem(out.Item), nil
 }
 
-// ParseItem reads a keys-table item. servers may be a string set or a list
-// of strings; anything else grants nothing.
+// ParseItem reads a keys-table item. servers and tools may be string sets
+// or lists of strings; anything else in servers grants nothing, and in
+// tools, no tool (a malformed grant never widens access).
 func ParseItem(item map[string]types.AttributeValue) *Key {
 	k := &Key{}
 	if v, ok := item[store.KeyHashAttr].(*types.AttributeValueMemberS); ok {
@@ -201,5 +250,19 @@ func ParseItem(item map[string]types.AttributeValue) *Key {
 		}
 	}
 	slices.Sort(k.Servers)
+	if v, ok := item[AttrTools]; ok {
+		k.Tools = []string{}
+		switch v := v.(type) {
+		case *types.AttributeValueMemberSS:
+			k.Tools = append(k.Tools, v.Value...)
+		case *types.AttributeValueMemberL:
+			for _, e := range v.Value {
+				if s, ok := e.(*types.AttributeValueMemberS); ok {
+					k.Tools = append(k.Tools, s.Value)
+				}
+			}
+		}
+		slices.Sort(k.Tools)
+	}
 	return k
 }

@@ -108,3 +108,36 @@ func TestStoreErrorIsNotAuthFailure(t *testing.T) {
 		t.Errorf("error text carries the key: %v", err)
 	}
 }
+
+func TestToolGrants(t *testing.T) {
+	ss := func(v ...string) types.AttributeValue { return &types.AttributeValueMemberSS{Value: v} }
+	all := ParseItem(map[string]types.AttributeValue{AttrServers: ss("*")})
+	if !all.AllowsTool("any", "tool") {
+		t.Error("a key without tools grants is refused a tool")
+	}
+	k := ParseItem(map[string]types.AttributeValue{
+		AttrServers: ss("*"),
+		AttrTools:   ss("wiki/read_*", "*/search", "malformed", "wiki/"),
+	})
+	for _, c := range []struct {
+		server, tool string
+		want         bool
+	}{
+		{"wiki", "read_page", true}, {"wiki", "write_page", false}, {"other", "read_page", false},
+		{"other", "search", true}, {"wiki", "search", true}, {"malformed", "x", false},
+	} {
+		if got := k.AllowsTool(c.server, c.tool); got != c.want {
+			t.Errorf("AllowsTool(%q, %q) = %v, want %v", c.server, c.tool, got, c.want)
+		}
+	}
+	// A tools attribute that grants nothing usable grants no tool.
+	none := ParseItem(map[string]types.AttributeValue{AttrServers: ss("*"), AttrTools: &types.AttributeValueMemberL{}})
+	if none.AllowsTool("wiki", "read_page") {
+		t.Error("an empty tools list grants a tool")
+	}
+	for g, ok := range map[string]bool{"wiki/read_*": true, "*/x": true, "wiki": false, "bad-id/x": false, "wiki/": false} {
+		if err := ValidToolGrant(g); (err == nil) != ok {
+			t.Errorf("ValidToolGrant(%q) = %v, want ok=%v", g, err, ok)
+		}
+	}
+}
