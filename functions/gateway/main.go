@@ -21,12 +21,14 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-lambda-go/lambdaurl"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -57,7 +59,24 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		Margin: cfg.LeaseMargin,
 		Clock:  cfg.clock(),
 	})
-	pool := upstream.New(upstream.Options{Logger: log, Version: version()})
+	// Upstream credentials: secrets read with the function's own AWS
+	// identity, which also signs aws_sigv4 requests.
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("load aws config: %w", err)
+	}
+	secretOpts := secret.Options{TTL: cfg.SecretsCacheTTL}
+	if !cfg.Lambda {
+		// env: references are for local development only: under Lambda
+		// the environment holds the function's own credentials.
+		secretOpts.Getenv = getenv
+	}
+	pool := upstream.New(upstream.Options{
+		Logger: log, Version: version(),
+		Secrets:        secret.NewFromConfig(awsCfg, secretOpts),
+		AWSCredentials: awsCfg.Credentials,
+		AWSRegion:      awsCfg.Region,
+	})
 	defer pool.Close()
 	em := metrics.New(os.Stdout, metrics.Options{Disabled: !cfg.Metrics})
 	gw, err := gateway.New(gateway.Deps{

@@ -55,13 +55,19 @@ func (g *Gateway) callBy(ctx context.Context) time.Time {
 	return time.Time{}
 }
 
-// tool checks that srv has the named tool, before any slot is taken.
-func (g *Gateway) tool(ctx context.Context, srv *registry.Server, name string) *fault.Error {
+// tool checks that srv has the named tool and that the agent may see it,
+// before any slot is taken. A tool the agent may not see is answered as
+// one that does not exist, before any upstream request.
+func (g *Gateway) tool(ctx context.Context, a agent, srv *registry.Server, name string) *fault.Error {
+	unknown := fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, truncate(name, 128))
+	if !a.sees(srv, name) {
+		return unknown
+	}
 	lctx, cancel := g.boundedCtx(ctx, srv.Timeout)
 	defer cancel()
-	_, err := g.deps.Upstream.Tool(lctx, srv, name)
+	_, err := g.deps.Upstream.Tool(lctx, srv, a.caller(srv), name)
 	if errors.Is(err, upstream.ErrUnknownTool) {
-		return fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, truncate(name, 128))
+		return unknown
 	}
 	if err != nil {
 		return upstreamFault(srv, err)
@@ -80,10 +86,10 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 
 // callTool runs one tool call through the semaphore. A tool's own failure
 // is a result with IsError; every other failure is a fault.
-func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
+func (g *Gateway) callTool(ctx context.Context, a agent, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.tool = truncate(params.Name, 128)
-	if ferr := g.tool(ctx, srv, params.Name); ferr != nil {
+	if ferr := g.tool(ctx, a, srv, params.Name); ferr != nil {
 		return nil, ferr
 	}
 	// From here the tool is known to exist: it may name a metric
@@ -126,7 +132,7 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	if ls != nil {
 		callCtx, stopGuard = g.guard(callCtx, ls, callEnd, req.Hold)
 	}
-	res, err := g.deps.Upstream.CallTool(callCtx, srv, params, l)
+	res, err := g.deps.Upstream.CallTool(callCtx, srv, a.caller(srv), params, l)
 	lost := errors.Is(context.Cause(callCtx), errLeaseLost)
 	stopGuard()
 
@@ -249,7 +255,8 @@ func callOutcome(err error, lost bool) lease.Outcome {
 	switch {
 	case err == nil:
 		return lease.Success
-	case lost || errors.As(err, &ue) && ue.Kind == upstream.KindCanceled:
+	case lost || errors.As(err, &ue) && (ue.Kind == upstream.KindCanceled || ue.Kind == upstream.KindCredential):
+		// A call without its credential never reached the upstream.
 		return lease.Abandoned
 	case errors.As(err, &ue) && ue.Infrastructure():
 		return lease.Failure
@@ -383,6 +390,8 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 		return fault.Wrap(err, fault.UpstreamTimeout, "server %q did not answer in time", srv.ID)
 	case upstream.KindCanceled:
 		return fault.Wrap(err, fault.UpstreamTimeout, "the request ended before server %q answered", srv.ID)
+	case upstream.KindCredential:
+		return fault.Wrap(err, fault.UpstreamError, "the gateway could not get its credential for server %q; ask an admin to check the server's auth (the log says why)", srv.ID)
 	case upstream.KindRPC:
 		// The upstream's own answer to the caller's request: relay it.
 		msg := truncate(ue.RPC.Message, maxUpstreamMessage)

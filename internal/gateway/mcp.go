@@ -123,7 +123,7 @@ func mcpError(w http.ResponseWriter, status int, code int64, msg string) {
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	k := keyFrom(ctx)
-	sc := &mcpScope{g: g, key: k, rec: recordFrom(ctx)}
+	sc := &mcpScope{g: g, agent: agent{key: k, header: r.Header}, rec: recordFrom(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		sc.deadline = dl
 	}
@@ -205,7 +205,7 @@ func acceptsEventStream(r *http.Request) bool {
 // mcpScope is one MCP request: who asks, and (passthrough) which upstream.
 type mcpScope struct {
 	g        *Gateway
-	key      *auth.Key
+	agent    agent
 	srv      *registry.Server // nil on the aggregated endpoint
 	rec      *record
 	deadline time.Time
@@ -239,7 +239,7 @@ func (sc *mcpScope) newServer(ctx context.Context, method string) (*mcp.Server, 
 		caps = passthroughCapabilities(nil)
 		if method == "initialize" || method == "server/discover" {
 			ictx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
-			info, err := sc.g.deps.Upstream.Info(ictx, sc.srv)
+			info, err := sc.g.deps.Upstream.Info(ictx, sc.srv, sc.agent.caller(sc.srv))
 			cancel()
 			if err != nil {
 				return nil, upstreamFault(sc.srv, err)
@@ -373,7 +373,7 @@ func relay[R mcp.Result](ctx context.Context, sc *mcpScope, fn func(context.Cont
 	cctx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
 	defer cancel()
 	var res R
-	err := sc.g.deps.Upstream.Do(cctx, sc.srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := sc.g.deps.Upstream.Do(cctx, sc.srv, sc.agent.caller(sc.srv), nil, func(ctx context.Context, cs *mcp.ClientSession) error {
 		var err error
 		res, err = fn(ctx, cs)
 		return err
@@ -423,13 +423,13 @@ var logLevels = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error"
 // logging, so that the call is answered with a stream that can carry its
 // log messages.
 func (sc *mcpScope) upstreamLogs(ctx context.Context, name string) bool {
-	srv, _, err := sc.resolveTool(ctx, name)
-	if err != nil {
+	srv, tool, err := sc.resolveTool(ctx, name)
+	if err != nil || !sc.agent.sees(srv, tool) {
 		return false
 	}
 	ictx, cancel := sc.g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 	defer cancel()
-	info, err := sc.g.deps.Upstream.Info(ictx, srv)
+	info, err := sc.g.deps.Upstream.Info(ictx, srv, sc.agent.caller(srv))
 	return err == nil && info.Capabilities != nil && info.Capabilities.Logging != nil
 }
 
@@ -444,14 +444,14 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 	if sc.srv != nil {
 		lctx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
 		defer cancel()
-		tools, err := sc.g.deps.Upstream.Tools(lctx, sc.srv)
+		tools, err := sc.g.deps.Upstream.Tools(lctx, sc.srv, sc.agent.caller(sc.srv))
 		if err != nil {
 			return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 		}
 		sc.rec.outcome = "ok"
-		return &mcp.ListToolsResult{Tools: tools}, nil
+		return &mcp.ListToolsResult{Tools: sc.agent.visible(sc.srv, tools)}, nil
 	}
-	servers, err := sc.g.allowedServers(ctx, sc.key)
+	servers, err := sc.g.allowedServers(ctx, sc.agent.key)
 	if err != nil {
 		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 		return nil, sc.rpcError(fe, err)
@@ -465,12 +465,13 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 			defer func() { <-sem }()
 			lctx, cancel := sc.g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 			defer cancel()
-			tools, err := sc.g.deps.Upstream.Tools(lctx, srv)
+			tools, err := sc.g.deps.Upstream.Tools(lctx, srv, sc.agent.caller(srv))
 			if err != nil {
 				// One unreachable upstream must not hide the others' tools.
 				sc.g.log.Warn("listing tools failed; its tools are left out", "request_id", sc.rec.id, "server_id", srv.ID, "error", err.Error())
 				return
 			}
+			tools = sc.agent.visible(srv, tools)
 			named := make([]*mcp.Tool, len(tools))
 			for j, t := range tools {
 				c := *t
@@ -528,7 +529,7 @@ func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Ser
 	if !ok || id == "" || tool == "" {
 		return nil, "", invalidParams("unknown tool %q: tools here are named <server_id>%s<tool>", truncate(name, 128), ToolSeparator)
 	}
-	srv, ferr := sc.g.server(ctx, sc.key, id)
+	srv, ferr := sc.g.server(ctx, sc.agent.key, id)
 	if ferr != nil {
 		switch ferr.Code {
 		case fault.NotFound, fault.Forbidden:
@@ -571,7 +572,7 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		}
 		params.Meta[mcp.MetaKeyLogLevel] = "debug"
 	}
-	res, fe := sc.g.callTool(ctx, srv, params, l)
+	res, fe := sc.g.callTool(ctx, sc.agent, srv, params, l)
 	if fe != nil {
 		switch fe.Code {
 		case fault.NotFound, fault.BadRequest:

@@ -46,12 +46,13 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	srv, ferr := g.server(ctx, keyFrom(ctx), req.ServerID)
+	a := agent{key: keyFrom(ctx), header: r.Header}
+	srv, ferr := g.server(ctx, a.key, req.ServerID)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
 	}
-	res, ferr := g.callTool(ctx, srv, &mcp.CallToolParams{Name: req.Name, Arguments: args}, nil)
+	res, ferr := g.callTool(ctx, a, srv, &mcp.CallToolParams{Name: req.Name, Arguments: args}, nil)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
@@ -72,20 +73,21 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, fault.New(fault.BadRequest, "the server_id query parameter is required"))
 		return
 	}
-	srv, ferr := g.server(ctx, keyFrom(ctx), id)
+	a := agent{key: keyFrom(ctx), header: r.Header}
+	srv, ferr := g.server(ctx, a.key, id)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
 	}
 	lctx, cancel := g.boundedCtx(ctx, srv.Timeout)
 	defer cancel()
-	tools, err := g.deps.Upstream.Tools(lctx, srv)
+	tools, err := g.deps.Upstream.Tools(lctx, srv, a.caller(srv))
 	if err != nil {
 		writeFault(w, r, upstreamFault(srv, err))
 		return
 	}
 	recordFrom(ctx).outcome = "ok"
-	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: tools})
+	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: a.visible(srv, tools)})
 }
 
 func validToolName(name string) *fault.Error {

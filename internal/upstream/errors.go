@@ -24,6 +24,9 @@ const (
 	KindCanceled
 	// KindRPC: the upstream answered with a JSON-RPC error.
 	KindRPC
+	// KindCredential: the gateway could not produce the server's
+	// credential (see CredentialError); nothing was sent.
+	KindCredential
 )
 
 func (k Kind) String() string {
@@ -34,6 +37,8 @@ func (k Kind) String() string {
 		return "canceled"
 	case KindRPC:
 		return "rpc error"
+	case KindCredential:
+		return "no credential"
 	default:
 		return "unavailable"
 	}
@@ -82,7 +87,10 @@ const (
 func classify(ctx context.Context, srv *registry.Server, err error) error {
 	e := &Error{ServerID: srv.ID, Err: err}
 	var rpcErr *jsonrpc.Error
+	var credErr *CredentialError
 	switch {
+	case errors.As(err, &credErr) && ctx.Err() == nil:
+		e.Kind = KindCredential
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
 		e.Kind = KindTimeout
 	case ctx.Err() != nil || errors.Is(err, context.Canceled):

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -45,7 +46,7 @@ type apiEntry struct {
 const loadFailureTTL = 5 * time.Second
 
 func (p *Pool) openAPI(ctx context.Context, srv *registry.Server) (*openapi.API, error) {
-	key := endpointKey(srv)
+	key := identityKey(srv)
 	p.mu.Lock()
 	e, ok := p.apis[key]
 	if !ok {
@@ -63,7 +64,7 @@ func (p *Pool) openAPI(ctx context.Context, srv *registry.Server) (*openapi.API,
 	if e.api == nil && e.err != nil && age < loadFailureTTL {
 		return nil, e.err
 	}
-	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{BaseURL: srv.URL})
+	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{BaseURL: srv.URL, HTTPClient: p.apiClient(srv)})
 	e.fetched = time.Now()
 	if err != nil {
 		if e.api != nil {
@@ -94,11 +95,22 @@ func (p *Pool) openAPITool(ctx context.Context, srv *registry.Server, name strin
 	return nil, ErrUnknownTool
 }
 
-func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+// apiClient is the HTTP client of an OpenAPI server: openapi's own, with
+// srv's credential added to the API calls (not to the document's fetch).
+func (p *Pool) apiClient(srv *registry.Server) *http.Client {
+	hc := openapi.NewHTTPClient()
+	if cred := p.credential(srv); !cred.empty() {
+		hc.Transport = &credTransport{base: hc.Transport, cred: cred, marked: true}
+	}
+	return hc
+}
+
+func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, c Caller, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	api, err := p.openAPI(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
+	ctx = withForward(withCredential(ctx), c.Header)
 	var raw json.RawMessage
 	switch a := params.Arguments.(type) {
 	case json.RawMessage:
@@ -117,9 +129,12 @@ func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, params *mc
 	e := &Error{ServerID: srv.ID, Err: err}
 	var argsErr *openapi.ArgsError
 	var te *openapi.TransportError
+	var credErr *CredentialError
 	switch {
 	case errors.Is(err, openapi.ErrUnknownTool):
 		return nil, ErrUnknownTool
+	case errors.As(err, &credErr) && ctx.Err() == nil:
+		e.Kind = KindCredential
 	case errors.As(err, &argsErr):
 		e.Kind, e.RPC = KindRPC, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: argsErr.Error()}
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.As(err, &te) && errors.Is(te.Err, context.DeadlineExceeded):

@@ -4,22 +4,31 @@
 //
 // A session serves one call at a time: a failure of one call's transport
 // breaks only that session, and notifications the upstream sends during a
-// call reach that call alone. Idle sessions are kept per upstream, a broken
-// one is closed and replaced by the next call, never fatal.
+// call reach that call alone. Idle sessions are kept per upstream identity
+// (URL, credential, headers) and per principal (the agent a call is made
+// for): a stateful upstream's state for one agent never reaches another. A
+// broken session is closed and replaced by the next call, never fatal.
+//
+// Each server's credential is added by a transport layer of its own (see
+// credential.go): the agent's credentials never go upstream.
 package upstream
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -37,6 +46,12 @@ const (
 	// toolsRefreshFloor is the least time between two tool-list refreshes
 	// caused by calls naming unknown tools.
 	toolsRefreshFloor = time.Second
+	// sweepEvery is how often idle sessions, tool lists and server info
+	// of every upstream and principal are checked for age.
+	sweepEvery = time.Minute
+	// maxCredentials bounds the server credentials held (one per server
+	// identity); past it they are dropped and rebuilt on use.
+	maxCredentials = 1024
 )
 
 // Options configures a Pool. The zero value means defaults.
@@ -62,6 +77,15 @@ type Options struct {
 	// caller frees the call's slot only once the upstream was told to
 	// stop. Zero means DefaultCancelGrace.
 	CancelGrace time.Duration
+	// Secrets resolves the secret references of servers' credentials; nil
+	// means a server whose auth needs a secret cannot be called.
+	Secrets Secrets
+	// AWSCredentials sign requests to aws_sigv4 servers: the gateway's own
+	// AWS identity (the function's role). Nil means such servers cannot be
+	// called.
+	AWSCredentials aws.CredentialsProvider
+	// AWSRegion is the region aws_sigv4 signs for when a server names none.
+	AWSRegion string
 }
 
 // DefaultCancelGrace is the default for Options.CancelGrace.
@@ -77,11 +101,18 @@ type Pool struct {
 	grace    time.Duration
 	log      *slog.Logger
 
+	secrets     Secrets
+	awsCreds    aws.CredentialsProvider
+	awsRegion   string
+	tokenClient *http.Client // reaches OAuth token endpoints
+
 	mu    sync.Mutex
-	idle  map[string][]*session // by endpoint key, newest last
-	tools map[string]*toolList  // by endpoint key
-	info  map[string]infoEntry  // by endpoint key: the upstream's last initialize result
-	apis  map[string]*apiEntry  // by endpoint key: OpenAPI-backed servers' documents
+	idle  map[string][]*session  // by session key, newest last
+	tools map[string]*toolList   // by session key
+	info  map[string]infoEntry   // by session key: the upstream's last initialize result
+	apis  map[string]*apiEntry   // by identity key: OpenAPI-backed servers' documents
+	creds map[string]*credential // by identity key
+	swept time.Time
 	// listeners routes notifications received on a session to its call.
 	listeners sync.Map // *mcp.ClientSession → *Listener
 	closed    bool
@@ -112,16 +143,20 @@ type Listener struct {
 // New returns a Pool.
 func New(opts Options) *Pool {
 	p := &Pool{
-		http:     opts.HTTPClient,
-		maxIdle:  opts.MaxIdle,
-		idleTTL:  opts.IdleTimeout,
-		toolsTTL: opts.ToolsTTL,
-		grace:    opts.CancelGrace,
-		log:      opts.Logger,
-		idle:     map[string][]*session{},
-		tools:    map[string]*toolList{},
-		info:     map[string]infoEntry{},
-		apis:     map[string]*apiEntry{},
+		http:      opts.HTTPClient,
+		maxIdle:   opts.MaxIdle,
+		idleTTL:   opts.IdleTimeout,
+		toolsTTL:  opts.ToolsTTL,
+		grace:     opts.CancelGrace,
+		log:       opts.Logger,
+		idle:      map[string][]*session{},
+		tools:     map[string]*toolList{},
+		info:      map[string]infoEntry{},
+		apis:      map[string]*apiEntry{},
+		creds:     map[string]*credential{},
+		secrets:   opts.Secrets,
+		awsCreds:  opts.AWSCredentials,
+		awsRegion: opts.AWSRegion,
 	}
 	if p.http == nil {
 		limit := opts.MaxResponseBytes
@@ -141,6 +176,12 @@ func New(opts Options) *Pool {
 	}
 	if p.grace <= 0 {
 		p.grace = DefaultCancelGrace
+	}
+	// A token request carries the client secret: it never follows a
+	// redirect.
+	p.tokenClient = &http.Client{
+		Transport:     p.http.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -231,11 +272,61 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
 
-func endpointKey(srv *registry.Server) string {
-	if srv.Transport == registry.TransportOpenAPI {
-		return string(srv.Transport) + " " + srv.SpecURL + srv.SpecPath + " " + srv.URL
+// identityKey names how the gateway appears to srv's upstream (URL,
+// transport, credential, headers), without any secret value.
+func identityKey(srv *registry.Server) string {
+	sum := sha256.Sum256([]byte(srv.IdentityKey()))
+	return hex.EncodeToString(sum[:16])
+}
+
+// sessionKey names the sessions, tool list and info of srv as seen by
+// one principal.
+func sessionKey(srv *registry.Server, c Caller) string {
+	return identityKey(srv) + " " + c.Principal
+}
+
+// credential returns srv's credential, built once per identity so that
+// OAuth tokens outlive sessions.
+func (p *Pool) credential(srv *registry.Server) *credential {
+	key := identityKey(srv)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.creds[key]; ok {
+		return c
 	}
-	return string(srv.Transport) + " " + srv.URL
+	if len(p.creds) >= maxCredentials {
+		clear(p.creds)
+	}
+	c := p.newCredential(srv)
+	p.creds[key] = c
+	return c
+}
+
+// empty reports whether the credential adds nothing to requests.
+func (c *credential) empty() bool {
+	return c.auth == nil && len(c.static) == 0 && len(c.forward) == 0
+}
+
+// sessionClient is the HTTP client of srv's MCP sessions: the pool's,
+// with srv's credential added to requests to srv's own origin.
+func (p *Pool) sessionClient(srv *registry.Server) *http.Client {
+	cred := p.credential(srv)
+	if cred.empty() {
+		return p.http
+	}
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		return p.http // Parse validated it
+	}
+	base := p.http.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &http.Client{
+		Transport:     &credTransport{base: base, cred: cred, origin: originOf(u)},
+		CheckRedirect: p.http.CheckRedirect,
+		Jar:           p.http.Jar,
+	}
 }
 
 // Close closes every idle session. Sessions in use close when returned.
@@ -252,13 +343,14 @@ func (p *Pool) Close() {
 	}
 }
 
-// checkout returns an idle session for srv or connects a new one.
-func (p *Pool) checkout(ctx context.Context, srv *registry.Server) (*session, bool, error) {
-	key := endpointKey(srv)
+// checkout returns an idle session of c's for srv or connects a new one.
+func (p *Pool) checkout(ctx context.Context, srv *registry.Server, c Caller) (*session, bool, error) {
+	key := sessionKey(srv, c)
 	now := time.Now()
 	var stale []*session
 	var got *session
 	p.mu.Lock()
+	stale = p.sweepLocked(now)
 	list := p.idle[key]
 	for len(list) > 0 {
 		s := list[len(list)-1]
@@ -278,25 +370,68 @@ func (p *Pool) checkout(ctx context.Context, srv *registry.Server) (*session, bo
 	if got != nil {
 		return got, true, nil
 	}
-	s, err := p.connect(ctx, srv)
+	s, err := p.connect(ctx, srv, c)
 	if err != nil {
 		return nil, false, err
 	}
 	return s, false, nil
 }
 
+// sweepLocked, at most once per sweepEvery, forgets what no call has used
+// for long, of every upstream and principal: it returns the stale idle
+// sessions to close and drops old tool lists and info. p.mu is held.
+func (p *Pool) sweepLocked(now time.Time) []*session {
+	if now.Sub(p.swept) < sweepEvery {
+		return nil
+	}
+	p.swept = now
+	var stale []*session
+	for key, list := range p.idle {
+		keep := list[:0]
+		for _, s := range list {
+			if now.Sub(s.lastUsed) > p.idleTTL {
+				stale = append(stale, s)
+			} else {
+				keep = append(keep, s)
+			}
+		}
+		if len(keep) == 0 {
+			delete(p.idle, key)
+		} else {
+			p.idle[key] = keep
+		}
+	}
+	old := max(p.toolsTTL, p.idleTTL)
+	for key, e := range p.info {
+		if now.Sub(e.fetched) > old {
+			delete(p.info, key)
+		}
+	}
+	for key, tl := range p.tools {
+		if !tl.mu.TryLock() {
+			continue // in use
+		}
+		if now.Sub(tl.fetched) > old {
+			delete(p.tools, key)
+		}
+		tl.mu.Unlock()
+	}
+	return stale
+}
+
 // connect opens a session to srv. The session outlives the call that
 // opened it, so it is connected in a context of its own (the SSE transport
 // ties its event stream to that context); ctx bounds only the handshake.
-func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, error) {
+func (p *Pool) connect(ctx context.Context, srv *registry.Server, c Caller) (*session, error) {
+	hc := p.sessionClient(srv)
 	var t mcp.Transport
 	switch srv.Transport {
 	case registry.TransportSSE:
-		t = &mcp.SSEClientTransport{Endpoint: srv.URL, HTTPClient: p.http}
+		t = &mcp.SSEClientTransport{Endpoint: srv.URL, HTTPClient: hc}
 	default:
 		t = &mcp.StreamableClientTransport{
 			Endpoint:             srv.URL,
-			HTTPClient:           p.http,
+			HTTPClient:           hc,
 			DisableStandaloneSSE: true,
 			MaxRetries:           -1,
 		}
@@ -319,7 +454,7 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, err
 	}
 	if res := cs.InitializeResult(); res != nil {
 		p.mu.Lock()
-		p.info[endpointKey(srv)] = infoEntry{res: res, fetched: time.Now()}
+		p.info[sessionKey(srv, c)] = infoEntry{res: res, fetched: time.Now()}
 		p.mu.Unlock()
 		// Before 2026-07-28 the log level is the session's, and a session
 		// serves every agent in turn: ask for every level once; each call
@@ -340,11 +475,11 @@ func (s *session) close() {
 	s.cancel()
 }
 
-// checkin returns a healthy session to the idle list, or closes it.
-func (p *Pool) checkin(srv *registry.Server, s *session, healthy bool) {
+// checkin returns a healthy session to c's idle list, or closes it.
+func (p *Pool) checkin(srv *registry.Server, c Caller, s *session, healthy bool) {
 	if healthy {
 		s.lastUsed = time.Now()
-		key := endpointKey(srv)
+		key := sessionKey(srv, c)
 		p.mu.Lock()
 		if !p.closed && len(p.idle[key]) < p.maxIdle {
 			p.idle[key] = append(p.idle[key], s)
@@ -367,16 +502,17 @@ func healthy(err error) bool {
 	return errors.As(err, &rpcErr) && !localCode(rpcErr.Code)
 }
 
-// Do runs fn with a session to srv, exclusive for the call. If the upstream
-// no longer knows a reused session (it restarted), the request was not
-// processed, and fn runs once more on a new session. l, if not nil,
+// Do runs fn with a session of c's to srv, exclusive for the call. If the
+// upstream no longer knows a reused session (it restarted), the request was
+// not processed, and fn runs once more on a new session. l, if not nil,
 // receives the upstream's notifications while fn runs.
-func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn func(context.Context, *mcp.ClientSession) error) error {
+func (p *Pool) Do(ctx context.Context, srv *registry.Server, c Caller, l *Listener, fn func(context.Context, *mcp.ClientSession) error) error {
 	if srv.Transport == registry.TransportOpenAPI {
 		return &Error{Kind: KindRPC, ServerID: srv.ID, RPC: errNotMCP, Err: errNotMCP}
 	}
+	ctx = withForward(ctx, c.Header)
 	for attempt := 0; ; attempt++ {
-		s, reused, err := p.checkout(ctx, srv)
+		s, reused, err := p.checkout(ctx, srv, c)
 		if err != nil {
 			return classify(ctx, srv, err)
 		}
@@ -394,7 +530,7 @@ func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn fun
 		if l != nil {
 			p.listeners.Delete(s.cs)
 		}
-		p.checkin(srv, s, healthy(err))
+		p.checkin(srv, c, s, healthy(err))
 		if err != nil && reused && attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
 			p.log.Debug("upstream lost its session; reconnecting", "server_id", srv.ID)
 			continue
@@ -412,13 +548,13 @@ func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn fun
 // When ctx ends first, CallTool returns once the upstream has received the
 // call's cancellation (or after CancelGrace): a caller that frees a slot
 // on return frees it only after the upstream was told to stop.
-func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *Listener) (*mcp.CallToolResult, error) {
+func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, c Caller, params *mcp.CallToolParams, l *Listener) (*mcp.CallToolResult, error) {
 	if srv.Transport == registry.TransportOpenAPI {
-		return p.callOpenAPI(ctx, srv, params)
+		return p.callOpenAPI(ctx, srv, c, params)
 	}
 	var res *mcp.CallToolResult
 	wctx, watch := withCancelWatch(ctx)
-	err := p.Do(wctx, srv, l, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := p.Do(wctx, srv, c, l, func(ctx context.Context, cs *mcp.ClientSession) error {
 		var err error
 		res, err = cs.CallTool(ctx, params)
 		return err
@@ -434,8 +570,9 @@ func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.C
 	return res, err
 }
 
-// Tools returns srv's tools, from a cache refreshed every ToolsTTL.
-func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, error) {
+// Tools returns srv's tools as c sees them, from a cache refreshed every
+// ToolsTTL.
+func (p *Pool) Tools(ctx context.Context, srv *registry.Server, c Caller) ([]*mcp.Tool, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
 		if err != nil {
@@ -443,13 +580,13 @@ func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, er
 		}
 		return api.Tools(), nil
 	}
-	tl := p.toolList(srv)
+	tl := p.toolList(srv, c)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	if tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL {
 		return tl.ordered, nil
 	}
-	if err := p.refreshTools(ctx, srv, tl); err != nil {
+	if err := p.refreshTools(ctx, srv, c, tl); err != nil {
 		return nil, err
 	}
 	return tl.ordered, nil
@@ -463,7 +600,7 @@ type infoEntry struct {
 // Info returns what srv said of itself when a session last connected to it
 // (capabilities, server info, instructions), connecting if no session has
 // within ToolsTTL.
-func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeResult, error) {
+func (p *Pool) Info(ctx context.Context, srv *registry.Server, c Caller) (*mcp.InitializeResult, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
 		if err != nil {
@@ -471,7 +608,7 @@ func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeR
 		}
 		return openAPIInfo(api, srv), nil
 	}
-	key := endpointKey(srv)
+	key := sessionKey(srv, c)
 	p.mu.Lock()
 	e, ok := p.info[key]
 	p.mu.Unlock()
@@ -479,7 +616,7 @@ func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeR
 		return e.res, nil
 	}
 	var res *mcp.InitializeResult
-	err := p.Do(ctx, srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := p.Do(ctx, srv, c, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
 		res = cs.InitializeResult()
 		return nil
 	})
@@ -501,11 +638,11 @@ var ErrUnknownTool = errors.New("unknown tool")
 // Tool returns srv's tool named name. A name missing from a cached list
 // triggers one refresh (at most once a second), so a tool added upstream
 // is found without waiting for ToolsTTL.
-func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mcp.Tool, error) {
+func (p *Pool) Tool(ctx context.Context, srv *registry.Server, c Caller, name string) (*mcp.Tool, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		return p.openAPITool(ctx, srv, name)
 	}
-	tl := p.toolList(srv)
+	tl := p.toolList(srv, c)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	fresh := tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL
@@ -517,7 +654,7 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mc
 			return nil, ErrUnknownTool
 		}
 	}
-	if err := p.refreshTools(ctx, srv, tl); err != nil {
+	if err := p.refreshTools(ctx, srv, c, tl); err != nil {
 		return nil, err
 	}
 	if t, ok := tl.tools[name]; ok {
@@ -526,8 +663,8 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mc
 	return nil, ErrUnknownTool
 }
 
-func (p *Pool) toolList(srv *registry.Server) *toolList {
-	key := endpointKey(srv)
+func (p *Pool) toolList(srv *registry.Server, c Caller) *toolList {
+	key := sessionKey(srv, c)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tl, ok := p.tools[key]
@@ -539,9 +676,9 @@ func (p *Pool) toolList(srv *registry.Server) *toolList {
 }
 
 // refreshTools lists the upstream's tools; tl.mu is held.
-func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, tl *toolList) error {
+func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, c Caller, tl *toolList) error {
 	var list []*mcp.Tool
-	err := p.Do(ctx, srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := p.Do(ctx, srv, c, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
 		list = list[:0]
 		for t, err := range cs.Tools(ctx, nil) {
 			if err != nil {
