@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 	"github.com/mcpgate/mcpgate/internal/upstream"
@@ -62,7 +64,7 @@ func newHarness(t *testing.T) *harness {
 	demo := testkit.StartDemo(t)
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	pool := upstream.New(upstream.Options{Logger: log})
+	pool := upstream.New(upstream.Options{Logger: log, Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
 	t.Cleanup(pool.Close)
 	g, err := New(Deps{
 		Auth:     auth.New(env.Client, env.Tables.Keys, auth.Options{}),
