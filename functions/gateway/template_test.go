@@ -25,13 +25,16 @@ import (
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 const templatePath = "../../template.yaml"
 
 // loadTemplate parses the template, rendering Ref and GetAtt as markers
-// ("ref:Name", "getatt:Name.Attr") so references can be checked.
+// ("ref:Name", "getatt:Name.Attr") so references can be checked, and Sub,
+// Split and Join as CloudFormation would in us-east-1, account
+// 123456789012, with every parameter at its default.
 func loadTemplate(t *testing.T) *cloudformation.Template {
 	t.Helper()
 	tpl, err := goformation.OpenWithOptions(templatePath, &intrinsics.ProcessorOptions{
@@ -50,6 +53,35 @@ func loadTemplate(t *testing.T) *cloudformation.Template {
 				}
 				return nil
 			},
+			"Fn::Sub": func(_ string, input, template any) any {
+				s, _ := input.(string)
+				return subPattern.ReplaceAllStringFunc(s, func(m string) string {
+					name := m[2 : len(m)-1]
+					if v, ok := pseudoParams[name]; ok {
+						return v
+					}
+					params, _ := template.(map[string]any)["Parameters"].(map[string]any)
+					if p, ok := params[name].(map[string]any); ok {
+						if d, ok := p["Default"].(string); ok {
+							return d
+						}
+					}
+					return m
+				})
+			},
+			"Fn::Split": func(_ string, input, _ any) any {
+				arr, _ := input.([]any)
+				if len(arr) != 2 {
+					return nil
+				}
+				delim, _ := arr[0].(string)
+				src, _ := arr[1].(string)
+				var out []any
+				for _, part := range strings.Split(src, delim) {
+					out = append(out, part)
+				}
+				return out
+			},
 		},
 	})
 	if err != nil {
@@ -57,6 +89,11 @@ func loadTemplate(t *testing.T) *cloudformation.Template {
 	}
 	return tpl
 }
+
+var (
+	subPattern   = regexp.MustCompile(`\$\{[A-Za-z0-9:]+\}`)
+	pseudoParams = map[string]string{"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012", "AWS::StackName": "stack"}
+)
 
 func gatewayFunction(t *testing.T, tpl *cloudformation.Template) *serverless.Function {
 	t.Helper()
@@ -200,6 +237,9 @@ func TestTemplateIAM(t *testing.T) {
 	for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
 		for _, st := range doc.Statement {
 			m := st.(map[string]any)
+			if actions, _ := m["Action"].([]any); len(actions) == 0 || !strings.HasPrefix(actions[0].(string), "dynamodb:") {
+				continue // TestTemplateSecretsAccess
+			}
 			if m["Effect"] != "Allow" {
 				t.Errorf("statement %v is not Allow", m)
 			}
@@ -297,5 +337,69 @@ func TestTemplateMetrics(t *testing.T) {
 	}
 	if !strings.Contains(dash.DashboardBody, "{"+metrics.DefaultNamespace+","+metrics.DimServerID+"}") {
 		t.Error("dashboard does not search the gateway's namespace and dimension")
+	}
+}
+
+// actions lists the operations an AWS client interface declares, as IAM
+// actions of service.
+func actions(service string, iface any) []any {
+	typ := reflect.TypeOf(iface).Elem()
+	var out []any
+	for i := range typ.NumMethod() {
+		out = append(out, service+":"+typ.Method(i).Name)
+	}
+	return out
+}
+
+// TestTemplateSecretsAccess: the function may read exactly the secrets and
+// parameters under the name prefixes, with exactly the operations the
+// resolver declares, and decrypt them only through those services.
+func TestTemplateSecretsAccess(t *testing.T) {
+	tpl := loadTemplate(t)
+	fn := gatewayFunction(t, tpl)
+	const (
+		secrets = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mcpgate/*"
+		params  = "arn:aws:ssm:us-east-1:123456789012:parameter/mcpgate/*"
+	)
+	want := map[string]map[string]any{
+		"ReadUpstreamSecrets":    {"Effect": "Allow", "Action": actions("secretsmanager", (*secret.SecretsManagerAPI)(nil)), "Resource": secrets},
+		"ReadUpstreamParameters": {"Effect": "Allow", "Action": actions("ssm", (*secret.SSMAPI)(nil)), "Resource": params},
+		"DecryptUpstreamSecrets": {"Effect": "Allow", "Action": []any{"kms:Decrypt"}, "Resource": "*", "Condition": map[string]any{
+			"StringEquals": map[string]any{"kms:ViaService": "secretsmanager.us-east-1.amazonaws.com"},
+			"StringLike":   map[string]any{"kms:EncryptionContext:SecretARN": secrets},
+		}},
+		"DecryptUpstreamParameters": {"Effect": "Allow", "Action": []any{"kms:Decrypt"}, "Resource": "*", "Condition": map[string]any{
+			"StringEquals": map[string]any{"kms:ViaService": "ssm.us-east-1.amazonaws.com"},
+			"StringLike":   map[string]any{"kms:EncryptionContext:PARAMETER_ARN": params},
+		}},
+	}
+	got := map[string]map[string]any{}
+	for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
+		for _, st := range doc.Statement {
+			m := st.(map[string]any)
+			if sid, _ := m["Sid"].(string); want[sid] != nil {
+				delete(m, "Sid")
+				got[sid] = m
+			}
+		}
+	}
+	for sid, w := range want {
+		if !reflect.DeepEqual(got[sid], w) {
+			t.Errorf("statement %s:\n got  %v\n want %v", sid, got[sid], w)
+		}
+	}
+	// The prefixes cannot be empty or lack the final slash (mcpgate would
+	// also grant mcpgate-prod/...).
+	for name, cases := range map[string]map[string]bool{
+		"SecretsPrefix":    {"mcpgate/": true, "teams/a/mcpgate/": true, "": false, "mcpgate": false, "/mcpgate/": false, "*/": false},
+		"ParametersPrefix": {"/mcpgate/": true, "mcpgate/": true, "/a/b/": true, "": false, "/": false, "/mcpgate": false, "/*/": false},
+	} {
+		p := tpl.Parameters[name]
+		re := regexp.MustCompile(*p.AllowedPattern)
+		for v, ok := range cases {
+			if re.MatchString(v) != ok {
+				t.Errorf("%s %q accepted = %v, want %v", name, v, !ok, ok)
+			}
+		}
 	}
 }
