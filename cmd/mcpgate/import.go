@@ -28,10 +28,23 @@ the server_id. These settings carry over: url, transport ("http" or "sse"),
 timeout (seconds), max_concurrent_requests and description (also taken from
 mcp_info.description). A server with a spec_path (tools made from an OpenAPI
 document) becomes an openapi server: spec_path, or spec_url when it is an
-http(s) URL, with url as the API's base URL. Every other setting (auth_type,
-authentication_token, headers, extra_headers, static_headers, command, args,
-env, allowed_tools, access_groups, ...) is listed by name for each server,
-never with its value, and is not imported.
+http(s) URL, with url as the API's base URL. Numbers may be written as
+strings ("3").
+
+Upstream identity carries over too: auth_type (bearer_token, api_key, basic,
+authorization, token, oauth2 with client_id/client_secret/token_url/scopes,
+aws_sigv4 with aws_service_name/aws_region_name; none is nothing to map)
+becomes auth, static_headers stay static_headers, extra_headers become
+forward_headers, allowed_tools and disallowed_tools stay. A credential's
+value is never written to DynamoDB: authentication_token (or auth_value,
+client_secret) given as os.environ/X becomes env:X, for local development,
+with a note to move it to Secrets Manager; a literal becomes a reference to
+the secret mcpgate/<server_id>, and a ready aws secretsmanager create-secret
+command is printed with a placeholder for the value. Credential headers
+(Authorization, Cookie, X-Api-Key, ...) are never static or forwarded.
+
+Every other setting (headers, command, args, env, access_groups, ...) is
+listed by name for each server, never with its value, and is not imported.
 
 Servers are skipped, with the reason, when: their transport is stdio (a
 local process a serverless gateway cannot run); their name is not a valid
@@ -61,6 +74,9 @@ type planned struct {
 	skipped string
 	// unmapped lists the settings not carried over, by name.
 	unmapped []string
+	// notes say what an admin must do before the server works, e.g.
+	// create the secret its auth refers to. They never hold a value.
+	notes []string
 }
 
 func runImportLiteLLM(c *cli, args []string) error {
@@ -108,6 +124,11 @@ func runImportLiteLLM(c *cli, args []string) error {
 		if len(p.unmapped) > 0 {
 			unmapped += len(p.unmapped)
 			fmt.Fprintf(c.stdout, "  not imported (values not shown): %s\n", strings.Join(p.unmapped, ", "))
+		}
+		if p.item != nil {
+			for _, n := range p.notes {
+				fmt.Fprintf(c.stdout, "  note: %s\n", n)
+			}
 		}
 	}
 	verb := "imported"
@@ -195,6 +216,8 @@ func planServer(name string, settings map[string]any, rename bool) *planned {
 	for _, key := range slices.Sorted(maps.Keys(settings)) {
 		v := settings[key]
 		switch {
+		case slices.Contains(liteLLMIdentity, key):
+			// mapIdentity, below.
 		case key == "mcp_info":
 			p.mapInfo(v, doc, settings)
 		case key == "spec_path" && isEnvRef(v):
@@ -218,10 +241,13 @@ func planServer(name string, settings map[string]any, rename bool) *planned {
 			}
 		case key == "transport" && settings["spec_path"] != nil:
 			// spec_path decides: an openapi server.
+		case slices.Contains(liteLLMNumbers, key):
+			doc[key] = number(v)
 		default:
 			doc[key] = v
 		}
 	}
+	p.mapIdentity(settings, doc)
 	if p.skipped != "" {
 		return p
 	}

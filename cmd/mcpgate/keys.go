@@ -19,7 +19,7 @@ import (
 
 var keysCreateCmd = &command{
 	name:    "keys create",
-	args:    "--servers ID[,ID...|*] [--name LABEL]",
+	args:    "--servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL]",
 	summary: "create an API key and print it once",
 	help: `
 Creates a random API key allowed to call the listed servers ("*" for all)
@@ -29,6 +29,9 @@ send it as "Authorization: Bearer KEY".
 
 Flags:
   --servers ID,ID,...   server ids the key may call, or * for every server (required)
+  --tools ID/GLOB,...   if given, the only tools the key may see and call, as
+                        <server_id>/<tool-glob> (* as server_id: any server), within
+                        each server's own allowed_tools and disallowed_tools
   --name LABEL          a label for people, shown by keys list
 
 Example:
@@ -71,6 +74,7 @@ const (
 func runKeysCreate(c *cli, args []string) error {
 	fs := c.newFlags()
 	serversFlag := fs.String("servers", "", "")
+	toolsFlag := fs.String("tools", "", "")
 	name := fs.String("name", "", "")
 	pos, err := c.parse(fs, args)
 	if err != nil {
@@ -82,6 +86,18 @@ func runKeysCreate(c *cli, args []string) error {
 	servers, err := parseServerList(*serversFlag)
 	if err != nil {
 		return err
+	}
+	var tools []string
+	for g := range strings.SplitSeq(*toolsFlag, ",") {
+		if g = strings.TrimSpace(g); g == "" {
+			continue
+		}
+		if err := auth.ValidToolGrant(g); err != nil {
+			return usagef("--tools: %v", err)
+		}
+		if !slices.Contains(tools, g) {
+			tools = append(tools, g)
+		}
 	}
 	if err := c.open(); err != nil {
 		return err
@@ -95,6 +111,9 @@ func runKeysCreate(c *cli, args []string) error {
 	}
 	if *name != "" {
 		item[auth.AttrName] = &types.AttributeValueMemberS{Value: *name}
+	}
+	if len(tools) > 0 {
+		item[auth.AttrTools] = &types.AttributeValueMemberSS{Value: tools}
 	}
 	_, err = c.db.PutItem(c.ctx, &dynamodb.PutItemInput{
 		TableName:           aws.String(c.tables.Keys),
@@ -113,6 +132,9 @@ func runKeysCreate(c *cli, args []string) error {
 		}
 	}
 	fmt.Fprintf(c.stderr, "created key %s %s for servers: %s\n", hash[:shownHashLen], keyLabel(*name), strings.Join(servers, ", "))
+	if len(tools) > 0 {
+		fmt.Fprintf(c.stderr, "  only these tools: %s\n", strings.Join(tools, ", "))
+	}
 	fmt.Fprintln(c.stdout, key)
 	fmt.Fprintln(c.stderr, "This is the only time the key is shown: store it now. It cannot be shown again (only its SHA-256 is kept).")
 	return nil
@@ -165,6 +187,9 @@ func runKeysList(c *cli, args []string) error {
 		servers := strings.Join(k.Servers, ",")
 		if servers == "" {
 			servers = "(none)"
+		}
+		if k.Tools != nil {
+			servers += " (only tools " + strings.Join(k.Tools, ",") + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, rawAttr(item, auth.AttrCreated))
 	}

@@ -38,14 +38,31 @@ Attributes:
   on_limit                  "queue" (default) or "shed" when the cap is reached
   queue_timeout             seconds a queued call waits for a slot (default 10)
   description               free text
+  auth                      the upstream's credential, one of
+                              {"type":"bearer","secret":REF}
+                              {"type":"api_key","secret":REF,"header":"X-API-Key"}   (header optional)
+                              {"type":"basic","secret":REF}                (the value is user:password)
+                              {"type":"header","header":NAME,"secret":REF}
+                              {"type":"aws_sigv4","service":"lambda","region":R}    (region optional)
+                              {"type":"oauth2_client_credentials","token_url":URL,"client_id":ID,
+                               "secret":REF,"scope":S,"audience":A}               (scope, audience optional)
+                            REF is a reference, never the secret: secretsmanager:<name-or-arn>[#<json-key>],
+                            ssm:<parameter-name> or env:<VAR> (local development)
+  static_headers            {"Header":"value",...}: literal, non-secret headers sent upstream
+  forward_headers           ["Header",...]: agent request headers copied upstream (never
+                            Authorization, Cookie, X-Api-Key, x-litellm-api-key or hop-by-hop ones)
+  allowed_tools             ["glob",...]: only matching tools are listed and callable (* and ?)
+  disallowed_tools          ["glob",...]: matching tools are hidden
   x_*                       your own notes, ignored by the gateway
 
 Flags:
   --if-absent   refuse to replace an existing server with this id
 
-Example:
+Examples:
   echo '{"server_id":"github","url":"https://example.com/mcp","max_concurrent_requests":5}' |
     mcpgate servers put -
+  echo '{"server_id":"github","url":"https://api.githubcopilot.com/mcp/",
+         "auth":{"type":"bearer","secret":"secretsmanager:mcpgate/github"}}' | mcpgate servers put -
 `,
 	run: runServersPut,
 }
@@ -101,6 +118,8 @@ list-valued attributes. "name=" with an empty value removes the attribute.
 Examples:
   mcpgate servers set github max_concurrent_requests=10 timeout=60
   mcpgate servers set github on_limit=shed description=
+  mcpgate servers set github 'auth={"type":"bearer","secret":"ssm:/mcpgate/github"}'
+  mcpgate servers set github 'disallowed_tools=["delete_*"]'
 `,
 	run: runServersSet,
 }
