@@ -83,8 +83,9 @@ type Resolver struct {
 }
 
 type entry struct {
-	value string
-	at    time.Time // when it was read
+	value  string
+	at     time.Time // when it was read
+	forced time.Time // when Refresh last read it
 }
 
 // New returns a Resolver.
@@ -163,25 +164,32 @@ func (r *Resolver) Resolve(ctx context.Context, ref Ref) (string, error) {
 // Refresh reads ref again after an upstream refused its value stale (the
 // secret may have been rotated), and returns the current value: at once if
 // another caller has already read a different one, else from a new read
-// unless one happened within RefreshFloor. The caller retries only if the
-// value differs from stale.
+// unless Refresh read it within RefreshFloor (an upstream that refuses every
+// value costs at most one read per RefreshFloor). The caller retries only
+// if the value differs from stale.
 func (r *Resolver) Refresh(ctx context.Context, ref Ref, stale string) (string, error) {
 	if ref.Kind == Env {
 		return r.load(ctx, ref)
 	}
 	key := ref.String()
 	fresh := func(e *entry) bool {
-		return e.value != stale || r.opts.Now().Sub(e.at) < r.opts.RefreshFloor
+		return e.value != stale || r.opts.Now().Sub(e.forced) < r.opts.RefreshFloor
 	}
 	if e, ok := r.held(key); ok && fresh(e) {
 		return e.value, nil
 	}
-	return r.read(ctx, ref, fresh)
+	return r.readAs(ctx, ref, fresh, true)
 }
 
 // read loads ref once for every concurrent caller, unless what is held
 // already satisfies good.
 func (r *Resolver) read(ctx context.Context, ref Ref, good func(*entry) bool) (string, error) {
+	return r.readAs(ctx, ref, good, false)
+}
+
+// readAs is read; forced marks a read made by Refresh. Forced and ordinary
+// reads of one reference are shared all the same.
+func (r *Resolver) readAs(ctx context.Context, ref Ref, good func(*entry) bool, forced bool) (string, error) {
 	key := ref.String()
 	ch := r.group.DoChan(key, func() (any, error) {
 		if e, ok := r.held(key); ok && good(e) {
@@ -193,7 +201,7 @@ func (r *Resolver) read(ctx context.Context, ref Ref, good func(*entry) bool) (s
 		if err != nil {
 			return nil, err
 		}
-		r.put(key, v)
+		r.put(key, v, forced)
 		return v, nil
 	})
 	select {
@@ -214,16 +222,21 @@ func (r *Resolver) held(key string) (*entry, bool) {
 	return e, ok
 }
 
-func (r *Resolver) put(key, value string) {
-	if r.opts.TTL < 0 && r.opts.MaxStale < 0 {
-		return
-	}
+func (r *Resolver) put(key, value string, forced bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.m[key]; !ok && len(r.m) >= maxEntries {
+	old, ok := r.m[key]
+	if !ok && len(r.m) >= maxEntries {
 		clear(r.m)
 	}
-	r.m[key] = &entry{value: value, at: r.opts.Now()}
+	e := &entry{value: value, at: r.opts.Now()}
+	switch {
+	case forced:
+		e.forced = e.at
+	case ok:
+		e.forced = old.forced
+	}
+	r.m[key] = e
 }
 
 // load reads ref's value from where it is kept.

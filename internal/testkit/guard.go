@@ -3,6 +3,7 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -159,6 +160,7 @@ type TokenEndpoint struct {
 	URL string
 
 	mu       sync.Mutex
+	nonce    string // makes tokens unique to this endpoint
 	clientID string
 	secret   string
 	lifetime time.Duration
@@ -176,7 +178,9 @@ func StartTokenEndpoint(t testing.TB, clientID, secret string, lifetime time.Dur
 	if now == nil {
 		now = time.Now
 	}
-	e := &TokenEndpoint{clientID: clientID, secret: secret, lifetime: lifetime, now: now, issued: map[string]time.Time{}}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	e := &TokenEndpoint{nonce: hex.EncodeToString(b), clientID: clientID, secret: secret, lifetime: lifetime, now: now, issued: map[string]time.Time{}}
 	srv := httptest.NewServer(http.HandlerFunc(e.serve))
 	t.Cleanup(srv.Close)
 	e.URL = srv.URL + "/oauth/token"
@@ -199,7 +203,7 @@ func (e *TokenEndpoint) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"error":"invalid_client"}`))
 		return
 	}
-	tok := fmt.Sprintf("token-%d", len(e.issued)+1)
+	tok := fmt.Sprintf("at-%s-%d", e.nonce, len(e.issued)+1)
 	e.issued[tok] = e.now().Add(e.lifetime)
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"access_token": tok, "token_type": "Bearer", "expires_in": int(e.lifetime / time.Second),
@@ -230,6 +234,17 @@ func (e *TokenEndpoint) Valid(token string) bool {
 func (e *TokenEndpoint) BearerValid(r *http.Request, _ []byte) bool {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && e.Valid(tok)
+}
+
+// Issued returns every token issued.
+func (e *TokenEndpoint) Issued() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]string, 0, len(e.issued))
+	for tok := range e.issued {
+		out = append(out, tok)
+	}
+	return out
 }
 
 // Requests returns how many token requests were made.

@@ -75,6 +75,25 @@ type Gateway struct {
 	done chan struct{}
 	mu   sync.Mutex
 	logs bytes.Buffer
+	out  lockedBuffer // stdout: the EMF metric records, when on
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // StartGateway starts the gateway binary against env's store, with extra
@@ -97,10 +116,11 @@ func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string
 	if err != nil {
 		t.Fatal(err)
 	}
+	g := &Gateway{cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout = &g.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{cmd: cmd, done: make(chan struct{})}
 	ready := make(chan string, 1)
 	scanned := make(chan struct{})
 	go func() {
@@ -166,6 +186,10 @@ func (g *Gateway) Logs() string {
 	defer g.mu.Unlock()
 	return g.logs.String()
 }
+
+// Stdout returns what the process has written to stdout (the EMF metric
+// records, when EMF_METRICS is on).
+func (g *Gateway) Stdout() string { return g.out.String() }
 
 // PeakRSS is the process's peak resident set size so far, in bytes (from
 // /proc, so Linux only).

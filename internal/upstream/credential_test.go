@@ -165,7 +165,7 @@ func TestRotation(t *testing.T) {
 		return r.Header.Get("Authorization") == "Bearer "+current
 	})
 	auth := map[string]any{"type": "bearer", "secret": "secretsmanager:" + name}
-	p := credPool(t, secret.Options{RefreshFloor: time.Nanosecond})
+	p := credPool(t, secret.Options{})
 	mcpSrv := server(t, map[string]any{"server_id": "rot", "url": d.URL, "auth": auth})
 	apiSrv := server(t, map[string]any{"server_id": "rot_api", "transport": "openapi", "spec_url": d.SpecURL, "auth": auth})
 	ctx := context.Background()
@@ -227,7 +227,7 @@ func TestOAuthTokens(t *testing.T) {
 	name := secrettest.Name("client")
 	s.PutSecret(t, name, "FAKESECRET-client")
 	d, _ := testkit.StartGuardedDemo(t, tokens.BearerValid)
-	p := credPool(t, secret.Options{RefreshFloor: time.Nanosecond})
+	p := credPool(t, secret.Options{})
 	srv := server(t, map[string]any{"server_id": "oauth", "transport": "openapi", "spec_url": d.SpecURL, "auth": map[string]any{
 		"type": "oauth2_client_credentials", "token_url": tokens.URL, "client_id": "gateway", "secret": "secretsmanager:" + name,
 	}})
