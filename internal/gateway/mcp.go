@@ -354,8 +354,8 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				return cs.Complete(ctx, &p)
 			})
 		case "logging/setLevel":
-			// Answered here, never relayed: upstream sessions are pooled
-			// and shared by every agent, and a 2026-07-28 upstream keeps no
+			// Answered here, never relayed: an upstream session serves
+			// many requests in turn, and a 2026-07-28 upstream keeps no
 			// level between requests. Streamed calls ask the upstream for
 			// every level, and this request's session filters (Log).
 			r, ok := req.(*mcp.ServerRequest[*mcp.SetLoggingLevelParams])

@@ -457,7 +457,7 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server, c Caller) (*se
 		p.info[sessionKey(srv, c)] = infoEntry{res: res, fetched: time.Now()}
 		p.mu.Unlock()
 		// Before 2026-07-28 the log level is the session's, and a session
-		// serves every agent in turn: ask for every level once; each call
+		// serves many calls in turn: ask for every level once; each call
 		// relays what its agent's level lets through. (From 2026-07-28 on,
 		// a call names its level in _meta.)
 		if res.Capabilities != nil && res.Capabilities.Logging != nil && res.ProtocolVersion < "2026-07-28" {
