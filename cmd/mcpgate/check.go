@@ -58,15 +58,9 @@ func runServersCheck(c *cli, args []string) error {
 		return usagef("--timeout must be positive")
 	}
 	id := pos[0]
-	if err := c.open(); err != nil {
-		return err
-	}
-	item, err := c.serverItem(id)
+	item, err := c.existingServer(id)
 	if err != nil {
 		return err
-	}
-	if item == nil {
-		return fmt.Errorf("server %q not found", id)
 	}
 	step := func(name, format string, a ...any) {
 		fmt.Fprintf(c.stdout, "%-11s %s\n", name+":", fmt.Sprintf(format, a...))

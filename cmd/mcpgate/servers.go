@@ -167,15 +167,9 @@ func runServersGet(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.open(); err != nil {
-		return err
-	}
-	item, err := c.serverItem(id)
+	item, err := c.existingServer(id)
 	if err != nil {
 		return err
-	}
-	if item == nil {
-		return fmt.Errorf("server %q not found", id)
 	}
 	if err := printJSON(c.stdout, registry.ItemToJSON(item)); err != nil {
 		return err
@@ -275,15 +269,9 @@ func runServersSet(c *cli, args []string) error {
 		}
 		changes = append(changes, ch)
 	}
-	if err := c.open(); err != nil {
-		return err
-	}
-	item, err := c.serverItem(id)
+	item, err := c.existingServer(id)
 	if err != nil {
 		return err
-	}
-	if item == nil {
-		return fmt.Errorf("server %q not found", id)
 	}
 	next := maps.Clone(item)
 	for _, ch := range changes {
@@ -404,6 +392,22 @@ func rawAttr(item map[string]types.AttributeValue, name string) string {
 
 func serverKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{store.ServerIDAttr: &types.AttributeValueMemberS{Value: id}}
+}
+
+// existingServer opens the store and reads id's item; a server that does
+// not exist is an error.
+func (c *cli) existingServer(id string) (map[string]types.AttributeValue, error) {
+	if err := c.open(); err != nil {
+		return nil, err
+	}
+	item, err := c.serverItem(id)
+	if err != nil {
+		return nil, err
+	}
+	if item == nil {
+		return nil, fmt.Errorf("server %q not found", id)
+	}
+	return item, nil
 }
 
 // serverItem reads a server's item (consistently); nil when there is none.

@@ -73,6 +73,20 @@ func (g *Guard) Seen() []Seen {
 	return out
 }
 
+// Carrying lists the requests seen that carried value in a header, as
+// "METHOD /path Header".
+func (g *Guard) Carrying(value string) []string {
+	var out []string
+	for _, s := range g.Seen() {
+		for name, vs := range s.Header {
+			if strings.Contains(strings.Join(vs, "\n"), value) {
+				out = append(out, s.Method+" "+s.Path+" "+name)
+			}
+		}
+	}
+	return out
+}
+
 func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -104,6 +118,35 @@ func StartGuardedDemo(t testing.TB, check func(*http.Request, []byte) bool) (*De
 	t.Cleanup(srv.Close)
 	d.URL, d.SSEURL, d.SpecURL = srv.URL+"/mcp", srv.URL+"/sse", srv.URL+"/openapi.json"
 	return d, g
+}
+
+// AgentRequest sends body to url as an agent would, with its key in every
+// header an agent may carry one in (Authorization, X-Api-Key,
+// x-litellm-api-key, a cookie: none may reach an upstream), the MCP
+// request headers and extra; it returns the status and body.
+func AgentRequest(t testing.TB, method, url, key, body string, extra http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("X-Litellm-Api-Key", key)
+	req.Header.Set("Cookie", "session="+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	for k, vs := range extra {
+		req.Header[k] = vs
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // VerifySigV4 checks that r carries an AWS Signature Version 4 made with

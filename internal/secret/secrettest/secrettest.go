@@ -16,13 +16,11 @@
 package secrettest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,38 +101,12 @@ func Start() (*Server, error) {
 	}
 	cmd := exec.Command(py, "-c", serve)
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
-	storetest.SetParentDeathSignal(cmd)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
 	// moto logs every request on stderr; nobody reads it.
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start moto: %w", err)
+	ep, done, err := storetest.Listen(cmd, "moto listening ", 60*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("moto: %w", err)
 	}
-	s := &Server{cmd: cmd, done: make(chan struct{})}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if ep, ok := strings.CutPrefix(sc.Text(), "moto listening "); ok {
-				select {
-				case ready <- ep:
-				default:
-				}
-			}
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	select {
-	case ep := <-ready:
-		s.Endpoint = ep
-	case <-s.done:
-		return nil, errors.New("moto exited before listening")
-	case <-time.After(60 * time.Second):
-		s.Stop()
-		return nil, errors.New("moto did not start within 60s")
-	}
+	s := &Server{Endpoint: ep, cmd: cmd, done: done}
 	cfg := s.Config()
 	s.sm = secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) { o.BaseEndpoint = aws.String(s.Endpoint) })
 	s.ssm = ssm.NewFromConfig(cfg, func(o *ssm.Options) { o.BaseEndpoint = aws.String(s.Endpoint) })
