@@ -12,6 +12,9 @@ import (
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
+// maxForwardValue bounds one forwarded header value.
+const maxForwardValue = 8 << 10
+
 // agent is who a request comes from: its key, and its HTTP headers, of
 // which a server may forward some.
 type agent struct {
@@ -22,7 +25,9 @@ type agent struct {
 // caller is who the gateway calls srv for: the key's principal, whose
 // upstream sessions are its own, and the agent headers srv forwards (never
 // a credential, a hop-by-hop header, or one the request's Connection header
-// names).
+// names). A forwarded value with control characters or longer than
+// maxForwardValue is dropped: it would fail the upstream request, and an
+// agent must not be able to make a call fail, or trip a breaker, that way.
 func (a agent) caller(srv *registry.Server) upstream.Caller {
 	c := upstream.Caller{Principal: a.key.Hash}
 	if len(srv.ForwardHeaders) == 0 {
@@ -38,11 +43,14 @@ func (a agent) caller(srv *registry.Server) upstream.Caller {
 		if registry.NeverForwarded(name) || slices.Contains(hop, name) {
 			continue
 		}
-		if vs := a.header.Values(name); len(vs) > 0 {
+		for _, v := range a.header.Values(name) {
+			if len(v) > maxForwardValue || strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
+				continue
+			}
 			if c.Header == nil {
 				c.Header = http.Header{}
 			}
-			c.Header[name] = slices.Clone(vs)
+			c.Header[name] = append(c.Header[name], v)
 		}
 	}
 	return c

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +17,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -272,5 +275,25 @@ func TestCredentialFailureIsReported(t *testing.T) {
 	}
 	if n := len(g.Seen()); n != 0 {
 		t.Errorf("%d requests reached the upstream without the credential", n)
+	}
+}
+
+// TestForwardedHeaderValues: only the headers a server forwards are
+// passed on, never a credential, one named by Connection, or a value that
+// would break the upstream request.
+func TestForwardedHeaderValues(t *testing.T) {
+	srv := &registry.Server{ID: "s", ForwardHeaders: []string{"Authorization", "Traceparent", "X-Tenant", "X-Trace"}}
+	a := agent{key: &auth.Key{Hash: "h"}, header: http.Header{
+		"Authorization": {"Bearer agent-key"},
+		"X-Tenant":      {"acme", "bad\x00value", strings.Repeat("x", maxForwardValue+1)},
+		"Traceparent":   {"00-abc-def-01"},
+		"X-Trace":       {"t"},
+		"Connection":    {"keep-alive, X-Trace"},
+		"X-Other":       {"not forwarded"},
+	}}
+	got := a.caller(srv)
+	want := http.Header{"X-Tenant": {"acme"}, "Traceparent": {"00-abc-def-01"}}
+	if got.Principal != "h" || !reflect.DeepEqual(got.Header, want) {
+		t.Errorf("caller = %+v, want principal h and headers %v", got, want)
 	}
 }
