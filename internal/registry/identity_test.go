@@ -166,3 +166,28 @@ func TestIdentityKey(t *testing.T) {
 		}
 	}
 }
+
+func TestIdentityBounds(t *testing.T) {
+	many := map[string]types.AttributeValue{}
+	for i := range maxHeaders + 1 {
+		many["X-H"+strings.Repeat("a", i)] = s("v")
+	}
+	pats := make([]string, maxPatterns+1)
+	for i := range pats {
+		pats[i] = "p" + strings.Repeat("x", i%100)
+	}
+	for _, c := range []struct {
+		kv   []any
+		want string
+	}{
+		{[]any{"static_headers", m(many)}, "static_headers: more than 32 headers"},
+		{[]any{"static_headers", m(map[string]types.AttributeValue{"X-Big": s(strings.Repeat("v", maxHeaderValue+1))})}, "static_headers.X-Big: value must be at most 4096 bytes"},
+		{[]any{"allowed_tools", l(pats...)}, "allowed_tools: more than 256 patterns"},
+		{[]any{"disallowed_tools", l(strings.Repeat("p", maxPattern+1))}, "is not a tool pattern (1 to 128"},
+		{[]any{"auth", authOf("type", "oauth2_client_credentials", "token_url", "https://x/t", "client_id", strings.Repeat("c", maxOAuthField+1), "secret", "env:X")}, "auth.client_id: must be at most 1024"},
+	} {
+		if _, err := Parse(with(c.kv...)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+}

@@ -171,6 +171,11 @@ func TestResolveErrorsNeverShowValues(t *testing.T) {
 			t.Errorf("Resolve(%s) error shows the value: %v", c.ref, err)
 		}
 	}
+	// A value past MaxValueBytes is refused.
+	big := secret.New(secret.Options{Getenv: func(string) string { return strings.Repeat("x", secret.MaxValueBytes+1) }})
+	if _, err := big.Resolve(ctx, mustRef(t, "env:BIG")); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a value past the bound: %v", err)
+	}
 	// Without the means to read a kind, it is refused.
 	none := secret.New(secret.Options{})
 	for _, ref := range []string{"secretsmanager:x", "ssm:/x", "env:X"} {

@@ -404,3 +404,35 @@ type testClock struct {
 func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 
 func (c *testClock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// TestSweepForgetsIdlePrincipals: what a principal no longer uses (idle
+// sessions, tool lists, server info) is dropped, so the pool's memory is
+// bounded by the principals active within the idle timeout.
+func TestSweepForgetsIdlePrincipals(t *testing.T) {
+	_, _, srv := demoServer(t, registry.TransportHTTP)
+	p := New(Options{IdleTimeout: time.Minute})
+	defer p.Close()
+	ctx := context.Background()
+	for _, who := range []string{"a", "b", "c"} {
+		if _, err := p.Tools(ctx, srv, Caller{Principal: who}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() (int, int, int) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.idle), len(p.tools), len(p.info)
+	}
+	if i, tl, in := count(); i != 3 || tl != 3 || in != 3 {
+		t.Fatalf("after three principals: %d idle lists, %d tool lists, %d infos; want 3 each", i, tl, in)
+	}
+	p.mu.Lock()
+	stale := p.sweepLocked(time.Now().Add(sweepEvery + 10*time.Minute))
+	p.mu.Unlock()
+	for _, s := range stale {
+		s.close()
+	}
+	if i, tl, in := count(); i != 0 || tl != 0 || in != 0 || len(stale) != 3 {
+		t.Errorf("after the idle timeout: %d idle lists, %d tool lists, %d infos, %d sessions closed; want 0, 0, 0, 3", i, tl, in, len(stale))
+	}
+}
