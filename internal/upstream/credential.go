@@ -228,24 +228,33 @@ func (c *credential) prepare(req *http.Request) (*http.Request, string, error) {
 		return out, "", nil
 	}
 	ctx := req.Context()
+	fail := func(err error) (*http.Request, string, error) {
+		return nil, "", &CredentialError{ServerID: c.serverID, Err: err}
+	}
+	if a.Type != registry.AuthSigV4 && c.secrets == nil {
+		return fail(errors.New("the gateway has no secret resolver configured"))
+	}
 	switch a.Type {
 	case registry.AuthSigV4:
-		return out, "", c.sigv4.sign(ctx, out)
+		if err := c.sigv4.sign(ctx, out); err != nil {
+			return fail(err)
+		}
+		return out, "", nil
 	case registry.AuthOAuth2:
 		tok, err := c.token.token(ctx)
 		if err != nil {
-			return nil, "", &CredentialError{ServerID: c.serverID, Err: err}
+			return fail(err)
 		}
 		out.Header.Set("Authorization", "Bearer "+tok)
 		return out, tok, nil
 	}
 	v, err := c.secrets.Resolve(ctx, a.Secret)
 	if err != nil {
-		return nil, "", &CredentialError{ServerID: c.serverID, Err: err}
+		return fail(err)
 	}
 	hv, err := headerValue(a, v)
 	if err != nil {
-		return nil, "", &CredentialError{ServerID: c.serverID, Err: err}
+		return fail(err)
 	}
 	out.Header.Set(a.Header, hv)
 	return out, v, nil

@@ -436,3 +436,26 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 		t.Errorf("after the idle timeout: %d idle lists, %d tool lists, %d infos, %d sessions closed; want 0, 0, 0, 3", i, tl, in, len(stale))
 	}
 }
+
+// TestCredentialWithoutMeans: a pool built without a secret resolver or
+// AWS credentials fails such servers' calls as KindCredential, and sends
+// nothing.
+func TestCredentialWithoutMeans(t *testing.T) {
+	d, g := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
+	p := New(Options{})
+	defer p.Close()
+	for _, auth := range []map[string]any{
+		{"type": "bearer", "secret": "env:X"},
+		{"type": "oauth2_client_credentials", "token_url": "http://127.0.0.1:1/token", "client_id": "c", "secret": "env:X"},
+		{"type": "aws_sigv4", "service": "lambda"},
+	} {
+		_, err := p.CallTool(context.Background(), server(t, map[string]any{"server_id": "s", "url": d.URL, "auth": auth}), Caller{}, &mcp.CallToolParams{Name: "echo"}, nil)
+		var ue *Error
+		if !errors.As(err, &ue) || ue.Kind != KindCredential {
+			t.Errorf("%v: %v, want a KindCredential error", auth["type"], err)
+		}
+	}
+	if n := len(g.Seen()); n != 0 {
+		t.Errorf("%d requests reached the upstream", n)
+	}
+}
