@@ -21,7 +21,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-lambda-go/lambdaurl"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/gateway"
@@ -51,20 +50,18 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
-	db, err := store.NewClient(ctx)
+	// One AWS configuration for every client: the tables, and the
+	// upstream credentials (secrets read with the function's own identity,
+	// which also signs aws_sigv4 requests).
+	awsCfg, err := store.LoadConfig(ctx)
 	if err != nil {
 		return err
 	}
+	db := store.NewClientFromConfig(awsCfg)
 	limiter := lease.New(db, cfg.Tables.Leases, lease.Options{
 		Margin: cfg.LeaseMargin,
 		Clock:  cfg.clock(),
 	})
-	// Upstream credentials: secrets read with the function's own AWS
-	// identity, which also signs aws_sigv4 requests.
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return fmt.Errorf("load aws config: %w", err)
-	}
 	secretOpts := secret.Options{TTL: cfg.SecretsCacheTTL}
 	if !cfg.Lambda {
 		// env: references are for local development only: under Lambda

@@ -44,15 +44,17 @@ func (r Ref) String() string {
 // Syntax is the reference syntax, for messages.
 const Syntax = "secretsmanager:<name-or-arn>[#<json-key>], ssm:<parameter-name> or env:<VAR>"
 
+// The patterns use + and the lengths are checked apart: a counted
+// repetition such as {1,512} compiles to that many copies.
 var (
 	// Secrets Manager names: 1 to 512 of letters, digits and /_+=.@-.
-	smName = regexp.MustCompile(`^[A-Za-z0-9/_+=.@-]{1,512}$`)
-	smARN  = regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$`)
+	smName = regexp.MustCompile(`^[A-Za-z0-9/_+=.@-]+$`)
+	smARN  = regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+$`)
 	// SSM parameter names: letters, digits and _.-/, up to 2048 with the
 	// path.
 	ssmName = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
 	ssmARN  = regexp.MustCompile(`^arn:aws[a-z-]*:ssm:[a-z0-9-]+:[0-9]{12}:parameter/[A-Za-z0-9_./-]+$`)
-	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 const (
@@ -60,6 +62,10 @@ const (
 	maxKey = 256
 	// maxSSMName bounds an SSM parameter name or ARN.
 	maxSSMName = 2048 + 64
+	// maxSecretID bounds a secret name (512) or ARN.
+	maxSecretID = 512 + 96
+	// maxEnvName bounds a variable name.
+	maxEnvName = 128
 )
 
 // ParseRef parses a secret reference. Its errors never contain s: a
@@ -78,7 +84,7 @@ func ParseRef(s string) (Ref, error) {
 				return Ref{}, fmt.Errorf("secretsmanager reference: the JSON key after # must be 1 to %d printable characters", maxKey)
 			}
 		}
-		if !smName.MatchString(r.Name) && !smARN.MatchString(r.Name) {
+		if (!smName.MatchString(r.Name) || len(r.Name) > 512) && (!smARN.MatchString(r.Name) || len(r.Name) > maxSecretID) {
 			return Ref{}, errors.New("secretsmanager reference: want a secret name (1 to 512 of letters, digits and /_+=.@-) or a secret ARN")
 		}
 	case SSM:
@@ -86,7 +92,7 @@ func ParseRef(s string) (Ref, error) {
 			return Ref{}, errors.New("ssm reference: want a parameter name (letters, digits and _.-/, e.g. /mcpgate/github-token) or a parameter ARN")
 		}
 	case Env:
-		if !envName.MatchString(r.Name) {
+		if len(r.Name) > maxEnvName || !envName.MatchString(r.Name) {
 			return Ref{}, errors.New("env reference: want a variable name (letters, digits and _, not starting with a digit)")
 		}
 	default:

@@ -109,16 +109,31 @@ func New(opts Options) *Resolver {
 }
 
 // NewFromConfig returns a Resolver reading Secrets Manager and SSM with
-// clients built from cfg (each honours its own AWS_ENDPOINT_URL_* variable).
-// opts.SecretsManager and opts.SSM, if set, are kept.
+// clients built from cfg on first use (each honours its own
+// AWS_ENDPOINT_URL_* variable), so a process that reads no secret pays
+// nothing at start. opts.SecretsManager and opts.SSM, if set, are kept.
 func NewFromConfig(cfg aws.Config, opts Options) *Resolver {
 	if opts.SecretsManager == nil {
-		opts.SecretsManager = secretsmanager.NewFromConfig(cfg)
+		opts.SecretsManager = &lazySecretsManager{client: sync.OnceValue(func() *secretsmanager.Client { return secretsmanager.NewFromConfig(cfg) })}
 	}
 	if opts.SSM == nil {
-		opts.SSM = ssm.NewFromConfig(cfg)
+		opts.SSM = &lazySSM{client: sync.OnceValue(func() *ssm.Client { return ssm.NewFromConfig(cfg) })}
 	}
 	return New(opts)
+}
+
+// lazySecretsManager builds its client on first use.
+type lazySecretsManager struct{ client func() *secretsmanager.Client }
+
+func (l *lazySecretsManager) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	return l.client().GetSecretValue(ctx, in, opts...)
+}
+
+// lazySSM builds its client on first use.
+type lazySSM struct{ client func() *ssm.Client }
+
+func (l *lazySSM) GetParameter(ctx context.Context, in *ssm.GetParameterInput, opts ...func(*ssm.Options)) (*ssm.GetParameterOutput, error) {
+	return l.client().GetParameter(ctx, in, opts...)
 }
 
 // Error is a failure to resolve a reference. It never holds the value.

@@ -49,6 +49,10 @@ func TestParseRef(t *testing.T) {
 		"secretsmanager:name#", "secretsmanager:bad name FAKESECRET", "ssm:", "ssm:/a#FAKESECRET",
 		"env:", "env:1FAKESECRET", "env:A-B", "vault:FAKESECRET",
 	}
+	bad = append(bad, "secretsmanager:"+strings.Repeat("n", 513), "env:"+strings.Repeat("V", 129))
+	if _, err := secret.ParseRef("secretsmanager:" + strings.Repeat("n", 512)); err != nil {
+		t.Errorf("a 512-character secret name: %v", err)
+	}
 	for _, in := range bad {
 		_, err := secret.ParseRef(in)
 		if err == nil {
