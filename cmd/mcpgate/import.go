@@ -39,10 +39,22 @@ a spec_path (tools made from an OpenAPI document) becomes an openapi
 server: spec_path, or spec_url when it is an http(s) URL, with url as the
 API's base URL; a spec_path that is a local absolute path is imported with
 a warning, since under Lambda the gateway reads only its deployment
-package. Every other setting (auth_type, authentication_token, headers,
-extra_headers, static_headers, command, args, env, allowed_tools,
-access_groups, ...) is listed by name for each server, never with its
-value, and is not imported.
+package.
+
+Upstream identity carries over too: auth_type (bearer_token, api_key, basic,
+authorization, token, oauth2 with client_id/client_secret/token_url/scopes,
+aws_sigv4 with aws_service_name/aws_region_name; none is nothing to map)
+becomes auth, static_headers stay static_headers, extra_headers become
+forward_headers, allowed_tools and disallowed_tools stay. A credential's
+value is never written to DynamoDB: authentication_token (or auth_value,
+client_secret) given as os.environ/X becomes env:X, for local development,
+with a note to move it to Secrets Manager; a literal becomes a reference to
+the secret mcpgate/<server_id>, and a ready aws secretsmanager create-secret
+command is printed with a placeholder for the value. Credential headers
+(Authorization, Cookie, X-Api-Key, ...) are never static or forwarded.
+
+Every other setting (headers, command, args, env, access_groups, ...) is
+listed by name for each server, never with its value, and is not imported.
 
 Servers are skipped, with the reason, when: their transport is stdio (a
 local process a serverless gateway cannot run); their name (or alias) is
@@ -77,8 +89,10 @@ type planned struct {
 	skipped string
 	// unmapped lists the settings not carried over, by name.
 	unmapped []string
-	// notes say what the import changed, such as tool names; warnings
-	// what will likely not work as imported.
+	// notes say what the import changed, such as tool names, and what an
+	// admin must do before the server works, e.g. create the secret its
+	// auth refers to; warnings what will likely not work as imported.
+	// Neither ever holds a value.
 	notes, warnings []string
 }
 
@@ -301,6 +315,8 @@ func planServer(name string, settings map[string]any, aliases []string, rename b
 	for _, key := range slices.Sorted(maps.Keys(settings)) {
 		v := settings[key]
 		switch {
+		case slices.Contains(liteLLMIdentity, key):
+			// mapIdentity, below.
 		case key == "mcp_info":
 			p.mapInfo(v, doc, settings)
 		case key == "alias" && from == "its alias setting":
@@ -344,6 +360,7 @@ func planServer(name string, settings map[string]any, aliases []string, rename b
 			doc[key] = v
 		}
 	}
+	p.mapIdentity(settings, doc)
 	if p.skipped != "" {
 		return p
 	}

@@ -32,6 +32,13 @@ func parseReport(t *testing.T, out string) map[string]*report {
 	var cur *report
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	for _, line := range lines[:len(lines)-1] {
+		if rest, ok := strings.CutPrefix(line, "  note: "); ok {
+			if cur == nil {
+				t.Fatalf("note before any server: %q", line)
+			}
+			cur.notes = append(cur.notes, rest)
+			continue
+		}
 		if rest, ok := strings.CutPrefix(line, "  not imported (values not shown): "); ok {
 			if cur == nil {
 				t.Fatalf("settings listed before any server: %q", line)
@@ -60,19 +67,21 @@ func parseReport(t *testing.T, out string) map[string]*report {
 // wantUnmapped is every setting of testdata/litellm_config.yaml that does
 // not carry over, per server.
 var wantUnmapped = map[string][]string{
-	"zapier_mcp":      {"mcp_info.logo_url", "mcp_info.server_name"},
-	"deepwiki":        {"access_groups", "allowed_tools"},
-	"github":          {"auth_type", "authentication_token", "extra_headers", "static_headers"},
-	"internal_search": {"auth_type", "authentication_token", "headers"},
+	"zapier_mcp": {"mcp_info.logo_url", "mcp_info.server_name"},
+	"deepwiki":   {"access_groups"},
+	"github": {"static_headers.X-Api-Key (a credential or protocol header; a credential goes in auth as a secret reference)",
+		"extra_headers Authorization (never forwarded: an agent's credential must not reach an upstream)"},
+	"internal_search": {"headers"},
 	"filesystem":      {"args", "command", "env"},
 	"brave-search":    {"headers"},
-	"petstore":        {"auth_type"},
+	"petstore":        nil,
+	"billing":         nil,
 }
 
 func checkReport(t *testing.T, r result) map[string]*report {
 	t.Helper()
 	for _, out := range []string{r.stdout, r.stderr} {
-		if strings.Contains(out, "FAKESECRET") || strings.Contains(out, "GITHUB_PAT") {
+		if strings.Contains(out, "FAKESECRET") {
 			t.Errorf("import printed a secret's value:\n%s", out)
 		}
 	}
@@ -104,27 +113,38 @@ func checkReport(t *testing.T, r result) map[string]*report {
 func TestImportLiteLLMDryRun(t *testing.T) {
 	env := storetest.NewEnv(t)
 	r := mcpgate(t, env, "import", "litellm", liteLLMConfig, "--dry-run")
-	r.fails(t, 1, "import incomplete: 2 of 7 servers skipped, 16 settings not imported")
+	r.fails(t, 1, "import incomplete: 2 of 8 servers skipped, 10 settings not imported")
 	reports := checkReport(t, r)
 	for name, want := range map[string]string{
-		"zapier_mcp":      `would write {"description":"Zapier actions","server_id":"zapier_mcp","transport":"sse","url":"https://mcp.zapier.example/api/mcp/sse"}`,
-		"deepwiki":        `would write {"description":"Read GitHub repositories' wikis","max_concurrent_requests":4,"server_id":"docs","timeout":45,"transport":"http","url":"https://mcp.deepwiki.com/mcp"}`,
-		"github":          `would write {"server_id":"github","transport":"http","url":"https://api.githubcopilot.com/mcp/"}`,
-		"internal_search": `would write {"server_id":"internal_search","url":"http://search.internal.example:8080/mcp"}`,
+		"zapier_mcp":      `would write {"description":"Zapier actions","disallowed_tools":["delete_*"],"server_id":"zapier_mcp","transport":"sse","url":"https://mcp.zapier.example/api/mcp/sse"}`,
+		"deepwiki":        `would write {"allowed_tools":["read_wiki_structure","ask_question"],"description":"Read GitHub repositories' wikis","max_concurrent_requests":4,"server_id":"docs","timeout":45,"transport":"http","url":"https://mcp.deepwiki.com/mcp"}`,
+		"github":          `would write {"auth":{"secret":"env:GITHUB_PAT","type":"bearer"},"forward_headers":["X-GitHub-Api-Version"],"server_id":"github","static_headers":{"X-Team":"platform"},"transport":"http","url":"https://api.githubcopilot.com/mcp/"}`,
+		"internal_search": `would write {"auth":{"secret":"secretsmanager:mcpgate/internal_search","type":"api_key"},"server_id":"internal_search","url":"http://search.internal.example:8080/mcp"}`,
 		"petstore":        `would write {"server_id":"petstore","spec_path":"./openapi/petstore.json","transport":"openapi","url":"https://petstore3.swagger.io/api/v3"}`,
+		"billing":         `would write {"auth":{"client_id":"mcpgate","scope":"billing.read","secret":"env:BILLING_CLIENT_SECRET","token_url":"https://idp.example/oauth2/token","type":"oauth2_client_credentials"},"max_concurrent_requests":3,"server_id":"billing","url":"https://billing.internal.example/mcp"}`,
 	} {
 		if rep := reports[name]; rep == nil || rep.status != want {
 			t.Errorf("%s: reported %+v\nwant %s", name, rep, want)
 		}
 	}
-	if !strings.Contains(r.stdout, "dry run, nothing written: would import 5 of 7 servers; 2 skipped; 16 settings not imported") {
+	// A literal token is never written: the item refers to a secret the
+	// admin creates with the printed command.
+	if rep := reports["internal_search"]; rep == nil || len(rep.notes) != 1 || !strings.Contains(rep.notes[0],
+		"auth.secret is secretsmanager:mcpgate/internal_search; the config's literal value is not imported: create the secret with aws secretsmanager create-secret --name mcpgate/internal_search --secret-string '<the key>'") {
+		t.Errorf("internal_search notes: %+v", rep)
+	}
+	if rep := reports["github"]; rep == nil || len(rep.notes) != 1 || !strings.Contains(rep.notes[0], "auth.secret is env:GITHUB_PAT, read from the gateway's environment: for local development only") ||
+		!strings.Contains(rep.notes[0], "aws secretsmanager create-secret --name mcpgate/github --secret-string '<the token>'") {
+		t.Errorf("github notes: %+v", rep)
+	}
+	if !strings.Contains(r.stdout, "dry run, nothing written: would import 6 of 8 servers; 2 skipped; 10 settings not imported") {
 		t.Errorf("no dry-run summary:\n%s", r.stdout)
 	}
 	if items := scanAll(t, env, env.Tables.Servers); len(items) != 0 {
 		t.Errorf("--dry-run wrote %d items", len(items))
 	}
 	// A dry run needs no AWS access at all.
-	if r := runWith(t, nil, "", "import", "litellm", "--dry-run", liteLLMConfig); !strings.Contains(r.stdout, "would import 5 of 7") {
+	if r := runWith(t, nil, "", "import", "litellm", "--dry-run", liteLLMConfig); !strings.Contains(r.stdout, "would import 6 of 8") {
 		t.Errorf("dry run without an environment:\n%s\n%s", r.stdout, r.stderr)
 	}
 }
@@ -132,7 +152,7 @@ func TestImportLiteLLMDryRun(t *testing.T) {
 func TestImportLiteLLM(t *testing.T) {
 	env := storetest.NewEnv(t)
 	r := mcpgate(t, env, "import", "litellm", liteLLMConfig)
-	r.fails(t, 1, "import incomplete: 2 of 7 servers skipped, 16 settings not imported (listed above)")
+	r.fails(t, 1, "import incomplete: 2 of 8 servers skipped, 10 settings not imported (listed above)")
 	reports := checkReport(t, r)
 	if rep := reports["github"]; rep == nil || rep.status != `imported as server "github"` {
 		t.Errorf("github reported %+v", rep)
@@ -148,7 +168,7 @@ func TestImportLiteLLM(t *testing.T) {
 	slices.Sort(ids)
 	// deepwiki's first alias in mcp_aliases, docs, is its id: LiteLLM
 	// names its tools docs-<tool>.
-	if want := []string{"docs", "github", "internal_search", "petstore", "zapier_mcp"}; !reflect.DeepEqual(ids, want) {
+	if want := []string{"billing", "docs", "github", "internal_search", "petstore", "zapier_mcp"}; !reflect.DeepEqual(ids, want) {
 		t.Errorf("imported %q, want %q", ids, want)
 	}
 	deepwiki, err := registry.Parse(serverItem(t, env, "docs"))
@@ -178,7 +198,7 @@ func TestImportLiteLLM(t *testing.T) {
 	}
 	testkit.UpdateServer(t, env, "docs", "max_concurrent_requests", &types.AttributeValueMemberN{Value: "1"})
 	r = mcpgate(t, env, "import", "litellm", liteLLMConfig, "--rename", "--overwrite")
-	r.fails(t, 1, "1 of 7 servers skipped")
+	r.fails(t, 1, "1 of 8 servers skipped")
 	if rep := parseReport(t, r.stdout)["deepwiki"]; rep == nil || rep.status != `imported as server "docs"` {
 		t.Errorf("--overwrite reported deepwiki as %+v", rep)
 	}

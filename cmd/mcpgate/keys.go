@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -31,9 +30,10 @@ send it as "Authorization: Bearer KEY" or "X-Api-Key: KEY" (LiteLLM clients:
 
 Flags:
   --servers ID,ID,...   server ids the key may call, or * for every server (required)
-  --tools ID/GLOB,...   only these tools of those servers ("*" as ID for any
-                        server; GLOB as in shell patterns, e.g. github/get_*);
-                        default: every tool
+  --tools ID/GLOB,...   if given, the only tools the key may see and call, as
+                        <server_id>/<tool-glob> (* as server_id: any server;
+                        * and ? in the glob), within each server's own
+                        allowed_tools and disallowed_tools; default: every tool
   --name LABEL          a label for people, shown by keys list
 
 Example:
@@ -165,17 +165,10 @@ func parseToolList(s string, servers []string) ([]string, error) {
 	var out []string
 	for _, g := range strings.Split(s, ",") {
 		g = strings.TrimSpace(g)
-		id, glob, ok := strings.Cut(g, "/")
-		if !ok || glob == "" {
-			return nil, usagef("--tools: %q is not <server_id>/<glob>", g)
+		if err := auth.ValidToolGrant(g); err != nil {
+			return nil, usagef("--tools: %v", err)
 		}
-		if _, err := path.Match(glob, ""); err != nil {
-			return nil, usagef("--tools: %q: bad pattern", g)
-		}
-		if id != auth.AllServers {
-			if err := registry.ValidateID(id); err != nil {
-				return nil, usagef("--tools: %v", err)
-			}
+		if id, _, _ := strings.Cut(g, "/"); id != auth.AllServers {
 			if !slices.Contains(servers, id) && !slices.Contains(servers, auth.AllServers) {
 				return nil, usagef("--tools: %q names server %q, which --servers does not grant", g, id)
 			}

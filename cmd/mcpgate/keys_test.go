@@ -135,8 +135,8 @@ func TestKeysTools(t *testing.T) {
 		t.Errorf("keys list row %q", got)
 	}
 	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "search/*").fails(t, 2, `names server "search", which --servers does not grant`)
-	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "github").fails(t, 2, "not <server_id>/<glob>")
-	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "github/[").fails(t, 2, "bad pattern")
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "github").fails(t, 2, "not <server_id>/<tool-glob>")
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "github/a\x01").fails(t, 2, "is not a tool pattern")
 }
 
 func TestKeysRevokePrefix(t *testing.T) {

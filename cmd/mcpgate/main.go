@@ -48,7 +48,7 @@ type command struct {
 // commands lists every subcommand, in the order help shows them.
 var commands = []*command{
 	tablesCreateCmd,
-	serversPutCmd, serversGetCmd, serversListCmd, serversDeleteCmd, serversSetCmd,
+	serversPutCmd, serversGetCmd, serversListCmd, serversDeleteCmd, serversSetCmd, serversCheckCmd,
 	keysCreateCmd, keysListCmd, keysRevokeCmd,
 	statusCmd,
 	importLiteLLMCmd,
@@ -242,7 +242,11 @@ func (c *cli) open() error {
 	if err != nil {
 		return err
 	}
-	db, err := store.NewClient(c.ctx, awsOptions(c.getenv)...)
+	opts := awsBaseOptions(c.getenv)
+	if v := c.getenv("AWS_ENDPOINT_URL_DYNAMODB"); v != "" {
+		opts = append(opts, config.WithBaseEndpoint(v))
+	}
+	db, err := store.NewClient(c.ctx, opts...)
 	if err != nil {
 		return err
 	}
@@ -250,19 +254,16 @@ func (c *cli) open() error {
 	return nil
 }
 
-// awsOptions hands the standard AWS variables read through getenv to the
-// SDK, which otherwise reads the process environment itself; with
-// os.Getenv they change nothing.
-func awsOptions(getenv func(string) string) []func(*config.LoadOptions) error {
+// awsBaseOptions hands the standard AWS variables read through getenv to
+// the SDK, which otherwise reads the process environment itself; with
+// os.Getenv they change nothing. Service endpoints are each client's own.
+func awsBaseOptions(getenv func(string) string) []func(*config.LoadOptions) error {
 	var opts []func(*config.LoadOptions) error
 	if v := getenv("AWS_REGION"); v != "" {
 		opts = append(opts, config.WithRegion(v))
 	}
 	if v := getenv("AWS_PROFILE"); v != "" {
 		opts = append(opts, config.WithSharedConfigProfile(v))
-	}
-	if v := getenv("AWS_ENDPOINT_URL_DYNAMODB"); v != "" {
-		opts = append(opts, config.WithBaseEndpoint(v))
 	}
 	if id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"); id != "" && secret != "" {
 		opts = append(opts, config.WithCredentialsProvider(

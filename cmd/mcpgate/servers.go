@@ -34,9 +34,11 @@ writes it to the servers table, replacing any server with the same id.
 Flags:
   --if-absent   refuse to replace an existing server with this id
 
-Example:
+Examples:
   echo '{"server_id":"github","url":"https://example.com/mcp","max_concurrent_requests":5}' |
     mcpgate servers put -
+  echo '{"server_id":"github","url":"https://api.githubcopilot.com/mcp/",
+         "auth":{"type":"bearer","secret":"secretsmanager:mcpgate/github"}}' | mcpgate servers put -
 `,
 	run: runServersPut,
 }
@@ -123,6 +125,8 @@ attribute.
 Examples:
   mcpgate servers set github max_concurrent_requests=10 timeout=60
   mcpgate servers set github on_limit=shed description=
+  mcpgate servers set github 'auth={"type":"bearer","secret":"ssm:/mcpgate/github"}'
+  mcpgate servers set github 'disallowed_tools=["delete_*"]'
 `,
 	run: runServersSet,
 }
@@ -187,15 +191,9 @@ func runServersGet(c *cli, args []string) error {
 		return usagef("want one ID, got %d arguments", len(pos))
 	}
 	id := pos[0]
-	if err := c.open(); err != nil {
-		return err
-	}
-	item, err := c.serverItem(id)
+	item, err := c.existingServer(id)
 	if err != nil {
 		return err
-	}
-	if item == nil {
-		return fmt.Errorf("server %q not found", id)
 	}
 	doc := registry.ItemToJSON(item)
 	if !*reveal {
@@ -303,15 +301,9 @@ func runServersSet(c *cli, args []string) error {
 		}
 		changes = append(changes, ch)
 	}
-	if err := c.open(); err != nil {
-		return err
-	}
-	item, err := c.serverItem(id)
+	item, err := c.existingServer(id)
 	if err != nil {
 		return err
-	}
-	if item == nil {
-		return fmt.Errorf("server %q not found", id)
 	}
 	next := maps.Clone(item)
 	for _, ch := range changes {
@@ -438,6 +430,22 @@ func rawAttr(item map[string]types.AttributeValue, name string) string {
 
 func serverKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{store.ServerIDAttr: &types.AttributeValueMemberS{Value: id}}
+}
+
+// existingServer opens the store and reads id's item; a server that does
+// not exist is an error.
+func (c *cli) existingServer(id string) (map[string]types.AttributeValue, error) {
+	if err := c.open(); err != nil {
+		return nil, err
+	}
+	item, err := c.serverItem(id)
+	if err != nil {
+		return nil, err
+	}
+	if item == nil {
+		return nil, fmt.Errorf("server %q not found", id)
+	}
+	return item, nil
 }
 
 // serverItem reads a server's item (consistently); nil when there is none.

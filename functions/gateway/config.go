@@ -24,9 +24,12 @@ type config struct {
 	LogLevel         slog.Level
 	RegistryCacheTTL time.Duration
 	KeysCacheTTL     time.Duration
-	LeaseMargin      time.Duration
-	LeaseHold        time.Duration
-	MaxBodyBytes     int64
+	// SecretsCacheTTL is how long an upstream credential's secret is
+	// reused before it is read again (SECRETS_CACHE_TTL).
+	SecretsCacheTTL time.Duration
+	LeaseMargin     time.Duration
+	LeaseHold       time.Duration
+	MaxBodyBytes    int64
 	// RequestTimeout gives local requests a deadline, as Lambda does.
 	RequestTimeout time.Duration
 	// FunctionTimeout is FUNCTION_TIMEOUT, the Lambda function's timeout
@@ -133,6 +136,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	c.RegistryCacheTTL = dur("REGISTRY_CACHE_TTL", 0)
 	c.KeysCacheTTL = dur("KEYS_CACHE_TTL", 0)
+	c.SecretsCacheTTL = dur("SECRETS_CACHE_TTL", 0)
+	if c.SecretsCacheTTL < 0 {
+		errs = append(errs, errors.New("SECRETS_CACHE_TTL must not be negative"))
+	}
 	c.LeaseMargin = dur("LEASE_MARGIN", 0)
 	c.LeaseHold = dur("LEASE_HOLD", 0)
 	c.RequestTimeout = dur("REQUEST_TIMEOUT", 0)

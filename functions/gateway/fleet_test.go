@@ -24,6 +24,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/secret/secrettest"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -37,6 +38,7 @@ func TestMain(m *testing.M) {
 	testkit.CleanupBinaries()
 	removeLambdaBinaries()
 	storetest.StopShared()
+	secrettest.StopShared()
 	os.Exit(code)
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/safeurl"
+	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -55,10 +56,14 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		debug.SetMemoryLimit(cfg.MemoryLimit)
 	}
 
-	db, err := store.NewClient(ctx)
+	// One AWS configuration for every client: the tables, and the
+	// upstream credentials (secrets read with the function's own identity,
+	// which also signs aws_sigv4 requests).
+	awsCfg, err := store.LoadConfig(ctx)
 	if err != nil {
 		return err
 	}
+	db := store.NewClientFromConfig(awsCfg)
 	limiter := lease.New(db, cfg.Tables.Leases, lease.Options{
 		Margin: cfg.LeaseMargin,
 		Clock:  cfg.clock(),
@@ -82,7 +87,18 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 			return err
 		}
 	}
-	pool := upstream.New(upstream.Options{Logger: log, Version: version()})
+	secretOpts := secret.Options{TTL: cfg.SecretsCacheTTL}
+	if !cfg.Lambda {
+		// env: references are for local development only: under Lambda
+		// the environment holds the function's own credentials.
+		secretOpts.Getenv = getenv
+	}
+	pool := upstream.New(upstream.Options{
+		Logger: log, Version: version(),
+		Secrets:        secret.NewFromConfig(awsCfg, secretOpts),
+		AWSCredentials: awsCfg.Credentials,
+		AWSRegion:      awsCfg.Region,
+	})
 	defer pool.Close()
 	em := metrics.New(os.Stdout, metrics.Options{Disabled: !cfg.Metrics})
 	gw, err := gateway.New(gateway.Deps{

@@ -8,6 +8,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
@@ -25,6 +26,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -99,6 +101,11 @@ func loadTemplate(t *testing.T) *cloudformation.Template {
 	}
 	return tpl
 }
+
+var (
+	subPattern   = regexp.MustCompile(`\$\{[A-Za-z0-9:]+\}`)
+	pseudoParams = map[string]string{"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012", "AWS::StackName": "stack"}
+)
 
 func gatewayFunction(t *testing.T, tpl *cloudformation.Template) *serverless.Function {
 	t.Helper()
@@ -243,7 +250,6 @@ func ifParts(v string) (cond, then, els string, ok bool) {
 // issues.
 func TestTemplateIdentity(t *testing.T) {
 	tpl := loadTemplate(t)
-	vars := gatewayFunction(t, tpl).Environment.Variables
 	param := func(name string) string {
 		p, ok := tpl.Parameters[name]
 		if !ok {
@@ -264,28 +270,33 @@ func TestTemplateIdentity(t *testing.T) {
 		t.Errorf("OAuthScopePrefix defaults to %q, want %q", defaults["OAUTH_SCOPE_PREFIX"], auth.DefaultScopePrefix)
 	}
 	const cognito = "WantCognito"
-	// name -> (parameter when the quick start is off, value when on)
-	wired := map[string][2]string{
-		"OAUTH_ISSUER":       {"ref:OAuthIssuer", ""},
-		"OAUTH_AUDIENCE":     {"ref:OAuthAudience", "ref:CognitoAgentClient"},
-		"OAUTH_SCOPE_PREFIX": {"ref:OAuthScopePrefix", ""},
+	// The environment as CloudFormation would deploy it with params.
+	envWith := func(params map[string]string) map[string]any {
+		ev := evaluateTemplate(t, readTemplate(t), params, false)
+		fn := ev["Resources"].(map[string]any)["GatewayFunction"].(map[string]any)["Properties"].(map[string]any)
+		return fn["Environment"].(map[string]any)["Variables"].(map[string]any)
 	}
-	on := map[string]string{}
-	for name, want := range wired {
-		cond, then, els, ok := ifParts(vars[name])
-		if !ok || cond != cognito || els != want[0] || (want[1] != "" && then != want[1]) {
-			t.Errorf("%s = %q, want !If [%s, %s, %s]", name, vars[name], cognito, want[1], want[0])
-		}
-		on[name] = then
+	given := map[string]string{
+		"OAuthIssuer": "https://idp.example.com", "OAuthAudience": "api://gw", "OAuthResourceUrl": "https://gw.example.com",
+		"OAuthJwksUrl": "https://idp.example.com/jwks", "OAuthScopePrefix": "gw:", "IamGrants": "arn:aws:iam::123456789012:role/a=demo",
 	}
-	for name, p := range map[string]string{"OAUTH_RESOURCE_URL": "OAuthResourceUrl", "OAUTH_JWKS_URL": "OAuthJwksUrl", "IAM_GRANTS": "IamGrants"} {
-		if vars[name] != "ref:"+p {
-			t.Errorf("%s = %q, want !Ref %s", name, vars[name], p)
+	env := envWith(given)
+	for name, p := range map[string]string{"OAUTH_ISSUER": "OAuthIssuer", "OAUTH_AUDIENCE": "OAuthAudience", "OAUTH_RESOURCE_URL": "OAuthResourceUrl",
+		"OAUTH_JWKS_URL": "OAuthJwksUrl", "OAUTH_SCOPE_PREFIX": "OAuthScopePrefix", "IAM_GRANTS": "IamGrants"} {
+		if env[name] != given[p] {
+			t.Errorf("%s = %v with %s=%q, want the parameter", name, env[name], p, given[p])
 		}
 	}
-	// Cognito's issuer is https://cognito-idp.<region>.amazonaws.com/<pool id>.
-	if on["OAUTH_ISSUER"] != "https://cognito-idp.${AWS::Region}.amazonaws.com/${CognitoUserPool}" {
-		t.Errorf("quick start issuer %q", on["OAUTH_ISSUER"])
+	// The quick start's issuer, audience and scope prefix win over the
+	// parameters. Cognito's issuer is
+	// https://cognito-idp.<region>.amazonaws.com/<pool id>.
+	given["CognitoQuickStart"] = "true"
+	on := envWith(given)
+	if on["OAUTH_ISSUER"] != "https://cognito-idp.us-east-1.amazonaws.com/ref:CognitoUserPool" {
+		t.Errorf("quick start issuer %v", on["OAUTH_ISSUER"])
+	}
+	if on["OAUTH_AUDIENCE"] != "ref:CognitoAgentClient" {
+		t.Errorf("quick start audience %v, want the app client's id", on["OAUTH_AUDIENCE"])
 	}
 
 	for _, id := range []string{"CognitoUserPool", "CognitoDomain", "CognitoResourceServer", "CognitoAgentClient"} {
@@ -303,7 +314,7 @@ func TestTemplateIdentity(t *testing.T) {
 	}
 	// Cognito writes scopes as <identifier>/<name>: the prefix the gateway
 	// is given must be <identifier>/, and the client's scopes must grant.
-	if on["OAUTH_SCOPE_PREFIX"] != rs.Identifier+"/" {
+	if on["OAUTH_SCOPE_PREFIX"] != any(rs.Identifier+"/") {
 		t.Errorf("quick start scope prefix %q, want %q", on["OAUTH_SCOPE_PREFIX"], rs.Identifier+"/")
 	}
 	names := map[string]bool{}
@@ -338,7 +349,7 @@ func TestTemplateIdentity(t *testing.T) {
 		"quick start": {
 			"OAUTH_ISSUER":       "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",
 			"OAUTH_AUDIENCE":     "4example0client0id",
-			"OAUTH_SCOPE_PREFIX": on["OAUTH_SCOPE_PREFIX"],
+			"OAUTH_SCOPE_PREFIX": fmt.Sprint(on["OAUTH_SCOPE_PREFIX"]),
 		},
 	} {
 		get := func(name string) string {
@@ -381,6 +392,9 @@ func TestTemplateIAM(t *testing.T) {
 	for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
 		for _, st := range doc.Statement {
 			m := st.(map[string]any)
+			if actions, _ := m["Action"].([]any); len(actions) == 0 || !strings.HasPrefix(actions[0].(string), "dynamodb:") {
+				continue // TestTemplateSecretsAccess
+			}
 			if m["Effect"] != "Allow" {
 				t.Errorf("statement %v is not Allow", m)
 			}
@@ -487,5 +501,69 @@ func TestTemplateMetrics(t *testing.T) {
 	}
 	if !strings.Contains(dash.DashboardBody, "{"+metrics.DefaultNamespace+","+metrics.DimServerID+"}") {
 		t.Error("dashboard does not search the gateway's namespace and dimension")
+	}
+}
+
+// actions lists the operations an AWS client interface declares, as IAM
+// actions of service.
+func actions(service string, iface any) []any {
+	typ := reflect.TypeOf(iface).Elem()
+	var out []any
+	for i := range typ.NumMethod() {
+		out = append(out, service+":"+typ.Method(i).Name)
+	}
+	return out
+}
+
+// TestTemplateSecretsAccess: the function may read exactly the secrets and
+// parameters under the name prefixes, with exactly the operations the
+// resolver declares, and decrypt them only through those services.
+func TestTemplateSecretsAccess(t *testing.T) {
+	tpl := loadTemplate(t)
+	fn := gatewayFunction(t, tpl)
+	const (
+		secrets = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mcpgate/*"
+		params  = "arn:aws:ssm:us-east-1:123456789012:parameter/mcpgate/*"
+	)
+	want := map[string]map[string]any{
+		"ReadUpstreamSecrets":    {"Effect": "Allow", "Action": actions("secretsmanager", (*secret.SecretsManagerAPI)(nil)), "Resource": secrets},
+		"ReadUpstreamParameters": {"Effect": "Allow", "Action": actions("ssm", (*secret.SSMAPI)(nil)), "Resource": params},
+		"DecryptUpstreamSecrets": {"Effect": "Allow", "Action": []any{"kms:Decrypt"}, "Resource": "*", "Condition": map[string]any{
+			"StringEquals": map[string]any{"kms:ViaService": "secretsmanager.us-east-1.amazonaws.com"},
+			"StringLike":   map[string]any{"kms:EncryptionContext:SecretARN": secrets},
+		}},
+		"DecryptUpstreamParameters": {"Effect": "Allow", "Action": []any{"kms:Decrypt"}, "Resource": "*", "Condition": map[string]any{
+			"StringEquals": map[string]any{"kms:ViaService": "ssm.us-east-1.amazonaws.com"},
+			"StringLike":   map[string]any{"kms:EncryptionContext:PARAMETER_ARN": params},
+		}},
+	}
+	got := map[string]map[string]any{}
+	for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
+		for _, st := range doc.Statement {
+			m := st.(map[string]any)
+			if sid, _ := m["Sid"].(string); want[sid] != nil {
+				delete(m, "Sid")
+				got[sid] = m
+			}
+		}
+	}
+	for sid, w := range want {
+		if !reflect.DeepEqual(got[sid], w) {
+			t.Errorf("statement %s:\n got  %v\n want %v", sid, got[sid], w)
+		}
+	}
+	// The prefixes cannot be empty or lack the final slash (mcpgate would
+	// also grant mcpgate-prod/...).
+	for name, cases := range map[string]map[string]bool{
+		"SecretsPrefix":    {"mcpgate/": true, "teams/a/mcpgate/": true, "": false, "mcpgate": false, "/mcpgate/": false, "*/": false},
+		"ParametersPrefix": {"/mcpgate/": true, "mcpgate/": true, "/a/b/": true, "": false, "/": false, "/mcpgate": false, "/*/": false},
+	} {
+		p := tpl.Parameters[name]
+		re := regexp.MustCompile(*p.AllowedPattern)
+		for v, ok := range cases {
+			if re.MatchString(v) != ok {
+				t.Errorf("%s %q accepted = %v, want %v", name, v, !ok, ok)
+			}
+		}
 	}
 }

@@ -70,9 +70,10 @@ func iamPrincipal(grants []IAMGrant, arn string) *Principal {
 	}
 	slices.Sort(servers)
 	return &Principal{
-		Kind:    KindIAM,
-		ID:      principalID(KindIAM, arn),
-		Subject: clean(arn, maxARNLen),
-		Servers: slices.Compact(servers),
+		Kind:     KindIAM,
+		ID:       principalID(KindIAM, arn),
+		StateKey: stateKey(KindIAM, arn),
+		Subject:  clean(arn, maxARNLen),
+		Servers:  slices.Compact(servers),
 	}
 }

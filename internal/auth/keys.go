@@ -56,10 +56,11 @@ type Key struct {
 // Principal is the caller this key stands for.
 func (k *Key) Principal() *Principal {
 	return &Principal{
-		Kind:    KindKey,
-		ID:      string(KindKey) + ":" + k.Hash[:min(len(k.Hash), idHashLen)],
-		Servers: k.Servers,
-		Tools:   k.Tools,
+		Kind:     KindKey,
+		ID:       string(KindKey) + ":" + k.Hash[:min(len(k.Hash), idHashLen)],
+		StateKey: string(KindKey) + ":" + k.Hash,
+		Servers:  k.Servers,
+		Tools:    k.Tools,
 	}
 }
 

@@ -144,3 +144,11 @@ func TestStoreErrorIsNotAuthFailure(t *testing.T) {
 		t.Errorf("error text carries the key: %v", err)
 	}
 }
+
+func TestValidToolGrant(t *testing.T) {
+	for g, ok := range map[string]bool{"wiki/read_*": true, "*/x": true, "wiki": false, "bad-id/x": false, "wiki/": false} {
+		if err := ValidToolGrant(g); (err == nil) != ok {
+			t.Errorf("ValidToolGrant(%q) = %v, want ok=%v", g, err, ok)
+		}
+	}
+}

@@ -276,6 +276,7 @@ func (o *OAuth) Verify(ctx context.Context, raw string, audiences []string) (*Pr
 	p := &Principal{
 		Kind:     KindOAuth,
 		ID:       principalID(KindOAuth, std.Issuer, std.Subject),
+		StateKey: stateKey(KindOAuth, std.Issuer, std.Subject),
 		Subject:  clean(std.Subject, maxSubjectLen),
 		ClientID: clean(clientID, maxSubjectLen),
 	}

@@ -3,10 +3,12 @@ package auth
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
-	"path"
 	"slices"
 	"strings"
+
+	"github.com/mcpgate/mcpgate/internal/registry"
 )
 
 // Kind is the kind of credential a principal presented.
@@ -38,6 +40,11 @@ type Principal struct {
 	// the SHA-256 of the token's issuer and subject; "iam:" and 12 of the
 	// SHA-256 of the caller's ARN.
 	ID string
+	// StateKey tells this principal apart from every other at full
+	// strength (the whole hash, where ID keeps 12 characters): what keeps
+	// state made for it, such as upstream sessions or a sealed request
+	// state, its own. Never logged.
+	StateKey string
 	// Subject is the token's subject (oauth, at most 64 bytes), or the
 	// caller's ARN (iam, at most 256 bytes). Empty for keys.
 	Subject string
@@ -51,7 +58,7 @@ type Principal struct {
 	Servers []string
 	// Tools, when not nil, are the only tools it may call: entries
 	// "<server_id>/<glob>" ("*" as server id for any server; glob as
-	// path.Match); empty but not nil means none. Nil means every tool of
+	// registry.MatchGlob: * and ?); empty but not nil means none. Nil means every tool of
 	// the servers it may call.
 	Tools []string
 }
@@ -78,7 +85,7 @@ func (p *Principal) AllowsTool(serverID, tool string) bool {
 		if !ok || (srv != AllServers && srv != serverID) {
 			continue
 		}
-		if m, err := path.Match(glob, tool); err == nil && m {
+		if registry.MatchGlob(glob, tool) {
 			return true
 		}
 	}
@@ -107,12 +114,18 @@ func (p *Principal) LogAttrs() []any {
 
 // principalID is kind, ':' and a short hash of parts.
 func principalID(kind Kind, parts ...string) string {
+	return stateKey(kind, parts...)[:len(kind)+1+idHashLen]
+}
+
+// stateKey is the full-length form of principalID: kind, ":" and the
+// whole hex SHA-256 of parts.
+func stateKey(kind Kind, parts ...string) string {
 	h := sha256.New()
 	for _, p := range parts {
 		h.Write([]byte(p))
 		h.Write([]byte{0})
 	}
-	return string(kind) + ":" + hex.EncodeToString(h.Sum(nil))[:idHashLen]
+	return string(kind) + ":" + hex.EncodeToString(h.Sum(nil))
 }
 
 // clean makes s safe and short for a log or a label: at most n bytes,
@@ -136,3 +149,21 @@ func clean(s string, n int) string {
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// ValidToolGrant checks one "<server_id>/<tool-glob>" grant, as an admin
+// writes it into a key's tools.
+func ValidToolGrant(g string) error {
+	id, pattern, ok := strings.Cut(g, "/")
+	if !ok {
+		return fmt.Errorf("tool grant %q is not <server_id>/<tool-glob>", clean(g, 80))
+	}
+	if id != AllServers {
+		if err := registry.ValidateID(id); err != nil {
+			return fmt.Errorf("tool grant %q: %w", clean(g, 80), err)
+		}
+	}
+	if err := registry.ValidPattern(pattern); err != nil {
+		return fmt.Errorf("tool grant %q: the part after / %w", clean(g, 80), err)
+	}
+	return nil
+}

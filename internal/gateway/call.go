@@ -57,14 +57,22 @@ func (g *Gateway) callBy(ctx context.Context) time.Time {
 	return time.Time{}
 }
 
-// tool checks that srv has the named tool and that the call's arguments
-// fit its input schema, before any slot is taken.
+// tool checks that srv has the named tool, that the caller may see it and
+// that the call's arguments fit its input schema, before any slot is
+// taken. A tool the caller may not see (the server's allowed_tools and
+// disallowed_tools, the caller's tool grants) is answered as one that does
+// not exist, before any upstream request.
 func (g *Gateway) tool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams) *fault.Error {
+	unknown := fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, truncate(params.Name, 128))
+	c := callerFrom(ctx)
+	if !c.sees(srv, params.Name) {
+		return unknown
+	}
 	lctx, cancel := g.boundedCtx(ctx, srv.Timeout)
 	defer cancel()
-	t, err := g.deps.Upstream.Tool(lctx, srv, params.Name)
+	t, err := g.deps.Upstream.Tool(lctx, srv, c.upstream(srv), params.Name)
 	if errors.Is(err, upstream.ErrUnknownTool) {
-		return fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, truncate(params.Name, 128))
+		return unknown
 	}
 	if err != nil {
 		return upstreamFault(srv, err)
@@ -92,9 +100,6 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
 	rec := recordFrom(ctx)
 	rec.tool = truncate(params.Name, 128)
-	if p := principalFrom(ctx); p == nil || !p.AllowsTool(srv.ID, params.Name) {
-		return nil, fault.New(fault.Forbidden, "tool %q of server %q is not granted to this caller", truncate(params.Name, 128), srv.ID)
-	}
 	if ferr := g.tool(ctx, srv, params); ferr != nil {
 		return nil, ferr
 	}
@@ -342,7 +347,8 @@ func callOutcome(err error, lost, short bool) lease.Outcome {
 	switch {
 	case err == nil:
 		return lease.Success
-	case lost || errors.As(err, &ue) && (ue.AboutRequest() || short && ue.Kind == upstream.KindTimeout):
+	case lost || errors.As(err, &ue) && (ue.AboutRequest() || ue.Kind == upstream.KindCredential || short && ue.Kind == upstream.KindTimeout):
+		// A call without its credential never reached the upstream.
 		return lease.Abandoned
 	case errors.As(err, &ue) && ue.Infrastructure():
 		return lease.Failure
@@ -497,6 +503,8 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 			return fault.Wrap(err, fault.BadRequest, "server %q refused the request as invalid (HTTP %d)", srv.ID, ue.Status)
 		}
 		return fault.Wrap(err, fault.UpstreamError, "server %q refused the request (HTTP %d)", srv.ID, ue.Status)
+	case upstream.KindCredential:
+		return fault.Wrap(err, fault.UpstreamError, "the gateway could not get its credential for server %q; ask an admin to check the server's auth (the log says why)", srv.ID)
 	case upstream.KindRPC:
 		// The upstream's own answer to the caller's request: relay it.
 		msg := truncate(ue.RPC.Message, maxUpstreamMessage)

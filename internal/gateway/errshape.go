@@ -58,6 +58,9 @@ func writeRPCFault(w http.ResponseWriter, id json.RawMessage, code int64, e *fau
 		id = json.RawMessage("null")
 	}
 	d := e.Detail()
+	if e.Challenge != "" {
+		w.Header().Set("WWW-Authenticate", e.Challenge)
+	}
 	writeRPC(w, e.Code.Status(), e.RetryAfterHeader(), rpcResponse{JSONRPC: "2.0", ID: id, Error: rpcErrorObject{Code: code, Message: d.Message, Data: d}})
 }
 

@@ -107,7 +107,7 @@ func TestErrorShapes(t *testing.T) {
 		// REST routes.
 		{"rest no route", req{method: http.MethodGet, path: "/nowhere", key: h.key}, 404, fault.NotFound, 0, "no route"},
 		{"rest wrong method", req{method: http.MethodGet, path: "/mcp-rest/tools/call", key: h.key}, 405, fault.MethodNotAllowed, 0, ""},
-		{"rest no key", rest("/mcp-rest/tools/call", "", call), 401, fault.Unauthorized, 0, "missing bearer key"},
+		{"rest no key", rest("/mcp-rest/tools/call", "", call), 401, fault.Unauthorized, 0, "missing credentials"},
 		{"rest unknown key", rest("/mcp-rest/tools/call", "mcpg_nope", call), 401, fault.Unauthorized, 0, ""},
 		{"rest key without access", rest("/mcp-rest/tools/call", limited, `{"server_id":"shed","name":"echo"}`), 403, fault.Forbidden, 0, ""},
 		{"rest foreign origin", with(rest("/mcp-rest/tools/call", h.key, call), func(r *req) { r.origin = "https://evil.example" }), 403, fault.Forbidden, 0, "cross-origin"},

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 	"github.com/mcpgate/mcpgate/internal/upstream"
@@ -71,7 +73,7 @@ func newHarnessWith(t *testing.T, opts Options) *harness {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.Logger, opts.MaxBodyBytes, opts.AllowedOrigins = log, 4096, []string{"https://console.example.com"}
-	pool := upstream.New(upstream.Options{Logger: log})
+	pool := upstream.New(upstream.Options{Logger: log, Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
 	t.Cleanup(pool.Close)
 	g, err := New(Deps{
 		Auth:     auth.New(env.Client, env.Tables.Keys, auth.Options{}),
@@ -118,8 +120,20 @@ type response struct {
 	body   []byte
 }
 
+// fault reads the error detail of an answer in either shape: the REST
+// body {"error": {...}}, or, on the MCP routes, a JSON-RPC error whose data
+// is the detail.
 func (r response) fault(t *testing.T) fault.Detail {
 	t.Helper()
+	var rpc struct {
+		JSONRPC string `json:"jsonrpc"`
+		Error   struct {
+			Data fault.Detail `json:"data"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(r.body, &rpc) == nil && rpc.JSONRPC == "2.0" {
+		return rpc.Error.Data
+	}
 	var b fault.Body
 	if err := json.Unmarshal(r.body, &b); err != nil {
 		t.Fatalf("error body %q: %v", r.body, err)

@@ -20,6 +20,8 @@ const metadataPath = "/.well-known/oauth-protected-resource"
 // caller is who makes a request, and which protected resource it asks for.
 type caller struct {
 	principal *auth.Principal
+	// header is the request's: a server may forward some of it upstream.
+	header http.Header
 	// base is the gateway's public base URL, as this request reached it.
 	base string
 	// resource is the path of the route's protected resource: "/mcp",
@@ -89,7 +91,7 @@ func resourcePath(r *http.Request) string {
 // context.
 func (g *Gateway) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &caller{base: g.publicURL(r), resource: resourcePath(r)}
+		c := &caller{base: g.publicURL(r), resource: resourcePath(r), header: r.Header}
 		req := auth.Request{Header: r.Header, Audiences: c.audiences()}
 		if g.iam != nil {
 			req.IAMCaller = g.iam(r)

@@ -381,7 +381,8 @@ func TestToolGrants(t *testing.T) {
 	if r := h.call(key, echoCall); r.status != 200 {
 		t.Errorf("granted tool: %d %s", r.status, r.body)
 	}
-	h.expectFault(h.call(key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":0}}`), 403, fault.Forbidden)
+	// A tool not granted is, to the key, a tool that does not exist.
+	h.expectFault(h.call(key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":0}}`), 404, fault.NotFound)
 
 	for _, path := range []string{"/mcp", "/mcp/demo"} {
 		cs := h.connect(path, key, "2025-11-25", nil)
@@ -397,8 +398,9 @@ func TestToolGrants(t *testing.T) {
 			t.Errorf("%s list: %v", path, got)
 		}
 		_, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: prefix + "slow_tool", Arguments: map[string]any{"ms": 0}})
-		if err == nil || !strings.Contains(err.Error(), "unknown tool") {
-			t.Errorf("%s: call of a tool not granted: %v, want unknown tool", path, err)
+		// The same answer as for a tool the server does not have.
+		if err == nil || !strings.Contains(err.Error(), `has no tool "slow_tool"`) {
+			t.Errorf("%s: call of a tool not granted: %v, want an unknown tool", path, err)
 		}
 	}
 	if n := h.demo.Stats().Calls; n != 0 {

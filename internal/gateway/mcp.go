@@ -252,7 +252,7 @@ func (sc *mcpScope) newServer(ctx context.Context, method string) (*mcp.Server, 
 		caps = passthroughCapabilities(nil)
 		if method == "initialize" || method == "server/discover" {
 			ictx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
-			info, err := sc.g.deps.Upstream.Info(ictx, sc.srv)
+			info, err := sc.g.deps.Upstream.Info(ictx, sc.srv, sc.caller.upstream(sc.srv))
 			cancel()
 			if err != nil {
 				return nil, upstreamFault(sc.srv, err)
@@ -367,8 +367,8 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				return cs.Complete(ctx, &p)
 			})
 		case "logging/setLevel":
-			// Answered here, never relayed: upstream sessions are pooled
-			// and shared by every agent, and a 2026-07-28 upstream keeps no
+			// Answered here, never relayed: an upstream session serves
+			// many requests in turn, and a 2026-07-28 upstream keeps no
 			// level between requests. Streamed calls ask the upstream for
 			// every level, and this request's session filters (Log).
 			r, ok := req.(*mcp.ServerRequest[*mcp.SetLoggingLevelParams])
@@ -386,7 +386,7 @@ func relay[R mcp.Result](ctx context.Context, sc *mcpScope, fn func(context.Cont
 	cctx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
 	defer cancel()
 	var res R
-	err := sc.g.deps.Upstream.Do(cctx, sc.srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := sc.g.deps.Upstream.Do(cctx, sc.srv, sc.caller.upstream(sc.srv), nil, func(ctx context.Context, cs *mcp.ClientSession) error {
 		var err error
 		res, err = fn(ctx, cs)
 		return err
@@ -436,13 +436,13 @@ var logLevels = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error"
 // logging, so that the call is answered with a stream that can carry its
 // log messages.
 func (sc *mcpScope) upstreamLogs(ctx context.Context, name string) bool {
-	srv, _, ferr := sc.resolveTool(ctx, name)
-	if ferr != nil {
+	srv, tool, ferr := sc.resolveTool(ctx, name)
+	if ferr != nil || !sc.caller.sees(srv, tool) {
 		return false
 	}
 	ictx, cancel := sc.g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 	defer cancel()
-	info, err := sc.g.deps.Upstream.Info(ictx, srv)
+	info, err := sc.g.deps.Upstream.Info(ictx, srv, sc.caller.upstream(srv))
 	return err == nil && info.Capabilities != nil && info.Capabilities.Logging != nil
 }
 
@@ -457,14 +457,14 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 	if sc.srv != nil {
 		lctx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
 		defer cancel()
-		tools, err := sc.g.deps.Upstream.Tools(lctx, sc.srv)
+		tools, err := sc.g.deps.Upstream.Tools(lctx, sc.srv, sc.caller.upstream(sc.srv))
 		if err != nil {
 			return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 		}
 		sc.rec.outcome = "ok"
-		return &mcp.ListToolsResult{Tools: grantedTools(sc.caller.principal, sc.srv.ID, tools)}, nil
+		return &mcp.ListToolsResult{Tools: sc.caller.visible(sc.srv, tools)}, nil
 	}
-	all, err := sc.g.allTools(ctx, sc.caller.principal)
+	all, err := sc.g.allTools(ctx, sc.caller)
 	if err != nil {
 		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 		return nil, sc.rpcError(fe, err)
@@ -488,13 +488,13 @@ type serverTools struct {
 	err   *fault.Error
 }
 
-// allTools lists the tools of every server p may call (those of them p is
-// granted), ordered by server
+// allTools lists the tools of every server c may call (those of them c may
+// see), ordered by server
 // id, asking at most maxListConcurrency upstreams at once. A server whose
 // listing fails is returned with its fault (and logged), and never hides
 // the others' tools.
-func (g *Gateway) allTools(ctx context.Context, p *auth.Principal) ([]serverTools, error) {
-	servers, err := g.allowedServers(ctx, p)
+func (g *Gateway) allTools(ctx context.Context, c *caller) ([]serverTools, error) {
+	servers, err := g.allowedServers(ctx, c.principal)
 	if err != nil {
 		return nil, err
 	}
@@ -508,13 +508,13 @@ func (g *Gateway) allTools(ctx context.Context, p *auth.Principal) ([]serverTool
 			lctx, cancel := g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 			defer cancel()
 			out[i].srv = srv
-			tools, err := g.deps.Upstream.Tools(lctx, srv)
+			tools, err := g.deps.Upstream.Tools(lctx, srv, c.upstream(srv))
 			if err != nil {
 				g.log.Warn("listing tools failed; its tools are left out", "request_id", recordFrom(ctx).id, "server_id", srv.ID, "error", err.Error())
 				out[i].err = upstreamFault(srv, err)
 				return
 			}
-			out[i].tools = grantedTools(p, srv.ID, tools)
+			out[i].tools = c.visible(srv, tools)
 		})
 	}
 	wg.Wait()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/registry"
 )
@@ -156,7 +155,7 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.URL.Query().Get("server_id")
 	if id == "" {
-		all, err := g.allTools(ctx, principalFrom(ctx))
+		all, err := g.allTools(ctx, callerFrom(ctx))
 		if err != nil {
 			writeFault(w, r, fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter))
 			return
@@ -180,27 +179,13 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 	}
 	lctx, cancel := g.boundedCtx(ctx, srv.Timeout)
 	defer cancel()
-	tools, err := g.deps.Upstream.Tools(lctx, srv)
+	tools, err := g.deps.Upstream.Tools(lctx, srv, callerFrom(ctx).upstream(srv))
 	if err != nil {
 		writeFault(w, r, upstreamFault(srv, err))
 		return
 	}
 	recordFrom(ctx).outcome = "ok"
-	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: listed(srv, grantedTools(principalFrom(ctx), srv.ID, tools))})
-}
-
-// grantedTools are the tools of server id that p may call.
-func grantedTools(p *auth.Principal, id string, tools []*mcp.Tool) []*mcp.Tool {
-	if p != nil && p.Tools == nil {
-		return tools
-	}
-	out := make([]*mcp.Tool, 0, len(tools))
-	for _, t := range tools {
-		if p != nil && p.AllowsTool(id, t.Name) {
-			out = append(out, t)
-		}
-	}
-	return out
+	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: listed(srv, callerFrom(ctx).visible(srv, tools))})
 }
 
 func validToolName(name string) *fault.Error {

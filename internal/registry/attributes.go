@@ -54,6 +54,20 @@ var breakerFields = []Attribute{
 	{Name: "excluded_tools", Type: "L", Default: "none", Doc: "tools without a breaker"},
 }
 
+// authDocFields are the keys of "auth", for help; which of them a type
+// takes is checked by the parser (authFields).
+var authDocFields = []Attribute{
+	{Name: "type", Type: "S", Default: "required", Doc: "bearer, api_key, basic, header, aws_sigv4 or oauth2_client_credentials"},
+	{Name: "secret", Type: "S", Doc: "a reference: secretsmanager:<name-or-arn>[#<json-key>], ssm:<parameter-name> or env:<VAR> (bearer token, API key, user:password, header value, or OAuth client secret)"},
+	{Name: "header", Type: "S", Default: DefaultAPIKeyHeader, Doc: "api_key and header: the header the secret is sent in"},
+	{Name: "service", Type: "S", Doc: "aws_sigv4: the service signed for (lambda, execute-api, …)"},
+	{Name: "region", Type: "S", Default: "the gateway's", Doc: "aws_sigv4: the region signed for"},
+	{Name: "token_url", Type: "S", Doc: "oauth2_client_credentials: the token endpoint"},
+	{Name: "client_id", Type: "S", Doc: "oauth2_client_credentials: the client id"},
+	{Name: "scope", Type: "S", Doc: "oauth2_client_credentials: scopes asked for, space-separated"},
+	{Name: "audience", Type: "S", Doc: "oauth2_client_credentials: the audience asked for"},
+}
+
 // attributes is the table of server item attributes, in the order help
 // shows them.
 var attributes = []Attribute{
@@ -166,6 +180,39 @@ var attributes = []Attribute{
 		read: func(p *parser, s *Server) {
 			s.OnStoreError = oneOf(p, "on_store_error", "policy", StoreReject, StoreAllow)
 		},
+	},
+	{
+		Name: attrAuth, Type: "M", Default: "none",
+		Doc:     `the gateway's credential for the upstream: {"type": "bearer"|"api_key"|"basic"|"header"|"aws_sigv4"|"oauth2_client_credentials", ...}; secrets are references, never values`,
+		Example: `{"auth": {"type": "bearer", "secret": "secretsmanager:mcpgate/quotes#token"}}`,
+		Fields:  authDocFields,
+		read:    func(p *parser, s *Server) { s.Auth = p.auth(attrAuth) },
+	},
+	{
+		Name: attrStaticHeaders, Type: "M", Default: "none",
+		Doc:     "literal, non-secret headers sent to the upstream: {\"<Header>\": \"<value>\"}",
+		Example: `{"static_headers": {"X-Tenant": "acme"}}`,
+		read:    func(p *parser, s *Server) { s.StaticHeaders = p.staticHeaders(attrStaticHeaders, s.Auth) },
+	},
+	{
+		Name: attrForwardHeaders, Type: "L", Default: "none",
+		Doc:     "agent request headers copied to the upstream; credentials (Authorization, Cookie, X-Api-Key, …) and hop-by-hop headers never are",
+		Example: `{"forward_headers": ["X-Request-Tag"]}`,
+		read: func(p *parser, s *Server) {
+			s.ForwardHeaders = p.forwardHeaders(attrForwardHeaders, s.Auth, s.StaticHeaders)
+		},
+	},
+	{
+		Name: attrAllowedTools, Type: "L", Default: "all",
+		Doc:     "globs (* and ?) a tool must match to be listed or called; others are unknown tools",
+		Example: `{"allowed_tools": ["read_*", "search"]}`,
+		read:    func(p *parser, s *Server) { s.AllowedTools = p.patterns(attrAllowedTools) },
+	},
+	{
+		Name: attrDisallowedTools, Type: "L", Default: "none",
+		Doc:     "globs of tools hidden from every list and refused as unknown tools",
+		Example: `{"disallowed_tools": ["delete_*"]}`,
+		read:    func(p *parser, s *Server) { s.DisallowedTools = p.patterns(attrDisallowedTools) },
 	},
 	{
 		Name: "description", Type: "S",

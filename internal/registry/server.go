@@ -94,6 +94,18 @@ type Server struct {
 	// then closes it and frees its slot at once, without waiting for a late
 	// answer.
 	StopsOnClose bool
+	// Auth is the gateway's credential for the upstream; nil means none.
+	Auth *Auth
+	// StaticHeaders are sent with every request to the upstream, by
+	// canonical header name.
+	StaticHeaders map[string]string
+	// ForwardHeaders name the agent request headers copied to the
+	// upstream (canonical names, sorted); never a credential or a
+	// hop-by-hop header.
+	ForwardHeaders []string
+	// AllowedTools, if any, are the globs a tool must match to be seen or
+	// called; DisallowedTools hide the tools they match.
+	AllowedTools, DisallowedTools []string
 }
 
 // ToolLimits are one tool's own limits.

@@ -80,28 +80,41 @@ func TablesFromEnv(getenv func(string) string) (Tables, error) {
 
 // NewClient builds a DynamoDB client from the standard AWS SDK configuration:
 // AWS_REGION, credentials from the usual chain, and AWS_ENDPOINT_URL_DYNAMODB
-// for a local endpoint. Build it once per process and share it.
-//
-// Throttled and failed requests are retried at most MaxAttempts times in
-// all, with jittered backoff capped at MaxBackoff: a hot item sheds load
-// quickly instead of holding callers for the SDK's default 20 s backoff.
+// for a local endpoint. Build it once per process and share it. A process
+// that builds other AWS clients too loads the configuration once with
+// LoadConfig and uses NewClientFromConfig.
 func NewClient(ctx context.Context, optFns ...func(*config.LoadOptions) error) (*dynamodb.Client, error) {
-	opts := append([]func(*config.LoadOptions) error{
-		config.WithRetryer(func() aws.Retryer {
-			return retry.NewStandard(func(o *retry.StandardOptions) {
-				o.MaxAttempts = MaxAttempts
-				o.MaxBackoff = MaxBackoff
-			})
-		}),
-	}, optFns...)
-	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	cfg, err := LoadConfig(ctx, optFns...)
 	if err != nil {
-		return nil, fmt.Errorf("load aws config: %w", err)
+		return nil, err
+	}
+	return NewClientFromConfig(cfg), nil
+}
+
+// LoadConfig reads the standard AWS SDK configuration, which must name a
+// region.
+func LoadConfig(ctx context.Context, optFns ...func(*config.LoadOptions) error) (aws.Config, error) {
+	cfg, err := config.LoadDefaultConfig(ctx, optFns...)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("load aws config: %w", err)
 	}
 	if cfg.Region == "" {
-		return nil, errors.New("load aws config: no region: set AWS_REGION")
+		return aws.Config{}, errors.New("load aws config: no region: set AWS_REGION")
 	}
-	return dynamodb.NewFromConfig(cfg), nil
+	return cfg, nil
+}
+
+// NewClientFromConfig builds the DynamoDB client from cfg. Throttled and
+// failed requests are retried at most MaxAttempts times in all, with
+// jittered backoff capped at MaxBackoff: a hot item sheds load quickly
+// instead of holding callers for the SDK's default 20 s backoff.
+func NewClientFromConfig(cfg aws.Config) *dynamodb.Client {
+	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		o.Retryer = retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = MaxAttempts
+			o.MaxBackoff = MaxBackoff
+		})
+	})
 }
 
 // Definitions returns the CreateTable inputs for the three tables: on-demand

@@ -77,6 +77,25 @@ type Gateway struct {
 	logs bytes.Buffer
 	// grew is closed and replaced whenever a log line arrives.
 	grew chan struct{}
+	out  lockedBuffer // stdout: the EMF metric records, when on
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // StartGateway starts the gateway binary against env's store, with extra
@@ -99,10 +118,11 @@ func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string
 	if err != nil {
 		t.Fatal(err)
 	}
+	g := &Gateway{cmd: cmd, done: make(chan struct{}), grew: make(chan struct{})}
+	cmd.Stdout = &g.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{cmd: cmd, done: make(chan struct{}), grew: make(chan struct{})}
 	ready := make(chan string, 1)
 	scanned := make(chan struct{})
 	go func() {
@@ -190,6 +210,10 @@ func (g *Gateway) WaitLogs(ctx context.Context, done func(logs string) bool) err
 		}
 	}
 }
+
+// Stdout returns what the process has written to stdout (the EMF metric
+// records, when EMF_METRICS is on).
+func (g *Gateway) Stdout() string { return g.out.String() }
 
 // PeakRSS is the process's peak resident set size so far, in bytes (from
 // /proc, so Linux only).

@@ -55,13 +55,24 @@ func UpdateServer(t testing.TB, env *storetest.Env, id string, attr string, valu
 // returns the key.
 func PutKey(t testing.TB, env *storetest.Env, servers ...string) string {
 	t.Helper()
+	return PutKeyWithTools(t, env, servers, nil)
+}
+
+// PutKeyWithTools stores a key with access to servers and, if tools is
+// not nil, only to the tools its "<server_id>/<glob>" grants match.
+func PutKeyWithTools(t testing.TB, env *storetest.Env, servers, tools []string) string {
+	t.Helper()
 	key := auth.NewKey()
+	item := map[string]types.AttributeValue{
+		store.KeyHashAttr: &types.AttributeValueMemberS{Value: auth.HashKey(key)},
+		auth.AttrServers:  &types.AttributeValueMemberSS{Value: servers},
+	}
+	if tools != nil {
+		item[auth.AttrTools] = &types.AttributeValueMemberSS{Value: tools}
+	}
 	_, err := env.Client.PutItem(context.Background(), &dynamodb.PutItemInput{
 		TableName: aws.String(env.Tables.Keys),
-		Item: map[string]types.AttributeValue{
-			store.KeyHashAttr: &types.AttributeValueMemberS{Value: auth.HashKey(key)},
-			auth.AttrServers:  &types.AttributeValueMemberSS{Value: servers},
-		},
+		Item:      item,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,9 @@ const (
 	// KindTooLarge: the upstream's answer went past one of the pool's
 	// bounds (Err is a *LimitError) and was dropped.
 	KindTooLarge
+	// KindCredential: the gateway could not produce the server's
+	// credential (see CredentialError); nothing was sent.
+	KindCredential
 )
 
 func (k Kind) String() string {
@@ -45,6 +48,8 @@ func (k Kind) String() string {
 		return "rejected"
 	case KindTooLarge:
 		return "too large"
+	case KindCredential:
+		return "no credential"
 	default:
 		return "unavailable"
 	}
@@ -122,7 +127,10 @@ func (p *Pool) classify(ctx context.Context, srv *registry.Server, err error) er
 			e.Status = st
 		}
 	}
+	var credErr *CredentialError
 	switch {
+	case errors.As(err, &credErr) && ctx.Err() == nil:
+		e.Kind = KindCredential
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
 		e.Kind = KindTimeout
 	case ctx.Err() != nil || errors.Is(err, context.Canceled):

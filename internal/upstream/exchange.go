@@ -32,6 +32,7 @@ import (
 type Exchange struct {
 	p      *Pool
 	srv    *registry.Server
+	caller Caller          // whom the call is made for
 	ctx    context.Context // ends with Close, or at the exchange's deadline
 	cancel context.CancelCauseFunc
 
@@ -106,9 +107,9 @@ const notifyTimeout = 5 * time.Second
 // call (and the SDK tells the upstream, where it can). A caller that wants
 // to stop waiting without losing the late answer keeps ctx alive, calls
 // Stop, and waits for Stopped; Close ends the exchange.
-func (p *Pool) Start(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *Listener) *Exchange {
+func (p *Pool) Start(ctx context.Context, srv *registry.Server, c Caller, params *mcp.CallToolParams, l *Listener) *Exchange {
 	xctx, cancel := context.WithCancelCause(ctx)
-	x := &Exchange{p: p, srv: srv, ctx: xctx, cancel: cancel, done: make(chan struct{}), stopped: make(chan struct{})}
+	x := &Exchange{p: p, srv: srv, caller: c, ctx: xctx, cancel: cancel, done: make(chan struct{}), stopped: make(chan struct{})}
 	go x.run(params, x.relay(l))
 	return x
 }
@@ -117,8 +118,8 @@ func (p *Pool) Start(ctx context.Context, srv *registry.Server, params *mcp.Call
 // failure is a result with IsError set, not an error. When ctx ends first
 // the call is aborted: the SDK sends notifications/cancelled, and the
 // request is closed.
-func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *Listener) (*mcp.CallToolResult, error) {
-	x := p.Start(ctx, srv, params, l)
+func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, c Caller, params *mcp.CallToolParams, l *Listener) (*mcp.CallToolResult, error) {
+	x := p.Start(ctx, srv, c, params, l)
 	<-x.Done()
 	return x.Result()
 }
@@ -128,9 +129,9 @@ func (x *Exchange) run(params *mcp.CallToolParams, l *Listener) {
 	var res *mcp.CallToolResult
 	var err error
 	if x.srv.Transport == registry.TransportOpenAPI {
-		res, err = x.p.callOpenAPI(x.ctx, x.srv, params, x)
+		res, err = x.p.callOpenAPI(x.ctx, x.srv, x.caller, params, x)
 	} else {
-		err = x.p.do(x.ctx, x.srv, l, x, func(ctx context.Context, cs *mcp.ClientSession) error {
+		err = x.p.do(x.ctx, x.srv, x.caller, l, x, func(ctx context.Context, cs *mcp.ClientSession) error {
 			var err error
 			res, err = cs.CallTool(ctx, params)
 			return err
@@ -248,7 +249,13 @@ func (x *Exchange) notifyCancelled(s *sentCall) {
 		req.Header.Del(h)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := x.p.http.Do(req)
+	// Through the session's own client: held to the server's origin, with
+	// its credential made for this request (a signature covers the body).
+	hc, err := x.p.sessionClient(x.srv)
+	if err != nil {
+		return
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		x.p.log.Debug("cancellation not delivered", "server_id", x.srv.ID, "error", err.Error())
 		return

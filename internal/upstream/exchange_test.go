@@ -81,7 +81,7 @@ func TestExchangeStop(t *testing.T) {
 			p := New(Options{})
 			defer p.Close()
 			// The call holds until its gate opens (or a minute passes).
-			x := p.Start(context.Background(), srv, slowParams(srv, 60000, "g"), nil)
+			x := p.Start(context.Background(), srv, Caller{}, slowParams(srv, 60000, "g"), nil)
 			defer x.Close()
 			if err := d.WaitInFlight(waitCtx(t), 1); err != nil {
 				t.Fatal(err)
@@ -147,7 +147,7 @@ func TestExchangeStopBeforeSent(t *testing.T) {
 	p := New(Options{})
 	defer p.Close()
 	// Warm the session, so the call's request is the next thing sent.
-	if _, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
+	if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	x := &Exchange{p: p, srv: srv, done: make(chan struct{}), stopped: make(chan struct{})}
@@ -164,7 +164,7 @@ func TestExchangeStopBeforeSent(t *testing.T) {
 		t.Errorf("the upstream saw %d calls, want none", n)
 	}
 	// The session is still good.
-	if _, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
+	if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := p.Connects(); n != 1 {
@@ -178,7 +178,7 @@ func TestExchangeClose(t *testing.T) {
 	d, srv := upstreamModes[0].start(t)
 	p := New(Options{})
 	defer p.Close()
-	x := p.Start(context.Background(), srv, slowParams(srv, 60000, ""), nil)
+	x := p.Start(context.Background(), srv, Caller{}, slowParams(srv, 60000, ""), nil)
 	if err := d.WaitInFlight(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestExchangeClose(t *testing.T) {
 	if err := d.WaitIdle(waitCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
+	if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := p.Connects(); n != 1 {
@@ -209,7 +209,7 @@ func TestStatelessIgnoresAbort(t *testing.T) {
 			d, srv := m.start(t)
 			p := New(Options{})
 			defer p.Close()
-			x := p.Start(context.Background(), srv, slowParams(srv, 60000, "g"), nil)
+			x := p.Start(context.Background(), srv, Caller{}, slowParams(srv, 60000, "g"), nil)
 			if err := d.WaitInFlight(waitCtx(t), 1); err != nil {
 				t.Fatal(err)
 			}

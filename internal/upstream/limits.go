@@ -11,7 +11,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
@@ -137,22 +136,6 @@ func (g *originGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("%w: %s://%s, not %s://%s", errOtherOrigin, req.URL.Scheme, req.URL.Host, g.origin.Scheme, g.origin.Host)
 	}
 	return g.base.RoundTrip(req)
-}
-
-// clientFor returns the HTTP client of srv's sessions: the pool's, held
-// to srv's origin.
-func (p *Pool) clientFor(srv *registry.Server) (*http.Client, error) {
-	origin, err := url.Parse(srv.URL)
-	if err != nil {
-		return nil, fmt.Errorf("server url: %w", err)
-	}
-	c := *p.http
-	base := c.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	c.Transport = &originGuard{base: base, origin: origin}
-	return &c, nil
 }
 
 // jsonSize estimates the JSON size of v, a value decoded from JSON (maps,

@@ -19,7 +19,7 @@ import (
 
 func callErr(t *testing.T, p *Pool, srv *registry.Server, tool string, args any) *Error {
 	t.Helper()
-	_, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: tool, Arguments: args}, nil)
+	_, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: tool, Arguments: args}, nil)
 	var ue *Error
 	if !errors.As(err, &ue) {
 		t.Fatalf("%s: err = %v, want an *Error", tool, err)
@@ -47,7 +47,7 @@ func TestRefusalsAreAboutTheRequest(t *testing.T) {
 		t.Errorf("answer over the limit: %v, want too large (1 MiB), about the request", e)
 	}
 	// At the limit exactly is fine.
-	if _, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "huge_result", Arguments: map[string]any{"bytes": 1<<20 - 200}}, nil); err != nil {
+	if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "huge_result", Arguments: map[string]any{"bytes": 1<<20 - 200}}, nil); err != nil {
 		t.Errorf("answer under the limit: %v", err)
 	}
 	for _, status := range []int{http.StatusTooManyRequests, http.StatusRequestTimeout, http.StatusBadGateway} {
@@ -73,7 +73,7 @@ func TestToolListBounds(t *testing.T) {
 	} {
 		p := New(tc.opts)
 		srv := &registry.Server{ID: "h", URL: h.URL + "?" + tc.query, Transport: registry.TransportHTTP}
-		_, err := p.Tools(context.Background(), srv)
+		_, err := p.Tools(context.Background(), srv, Caller{})
 		var le *LimitError
 		if !errors.As(err, &le) || le.What != tc.what {
 			t.Errorf("%s: %v, want a %s limit", tc.name, err, tc.what)
@@ -82,7 +82,7 @@ func TestToolListBounds(t *testing.T) {
 	}
 	p := New(Options{MaxListPages: 5})
 	defer p.Close()
-	if tools, err := p.Tools(context.Background(), &registry.Server{ID: "h", URL: h.URL + "?pages=5&page_bytes=10", Transport: registry.TransportHTTP}); err != nil || len(tools) != 5 {
+	if tools, err := p.Tools(context.Background(), &registry.Server{ID: "h", URL: h.URL + "?pages=5&page_bytes=10", Transport: registry.TransportHTTP}, Caller{}); err != nil || len(tools) != 5 {
 		t.Errorf("5 pages with a bound of 5: %d tools, %v", len(tools), err)
 	}
 }

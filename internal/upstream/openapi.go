@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -45,7 +46,7 @@ type apiEntry struct {
 const loadFailureTTL = 5 * time.Second
 
 func (p *Pool) openAPI(ctx context.Context, srv *registry.Server) (*openapi.API, error) {
-	key := endpointKey(srv)
+	key := identityKey(srv)
 	p.mu.Lock()
 	e, ok := p.apis[key]
 	if !ok {
@@ -63,7 +64,7 @@ func (p *Pool) openAPI(ctx context.Context, srv *registry.Server) (*openapi.API,
 	if e.api == nil && e.err != nil && age < loadFailureTTL {
 		return nil, e.err
 	}
-	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{BaseURL: srv.URL, MaxResponseBytes: p.maxResp})
+	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{BaseURL: srv.URL, MaxResponseBytes: p.maxResp, HTTPClient: p.apiClient(srv)})
 	e.fetched = time.Now()
 	if err != nil {
 		if e.api != nil {
@@ -94,13 +95,24 @@ func (p *Pool) openAPITool(ctx context.Context, srv *registry.Server, name strin
 	return nil, ErrUnknownTool
 }
 
-// callOpenAPI makes the HTTP request of an OpenAPI tool call; x, if not
-// nil, is the call's exchange, told before the request goes out.
-func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, x *Exchange) (*mcp.CallToolResult, error) {
+// apiClient is the HTTP client of an OpenAPI server: openapi's own, with
+// srv's credential added to the API calls (not to the document's fetch).
+func (p *Pool) apiClient(srv *registry.Server) *http.Client {
+	hc := openapi.NewHTTPClient()
+	if cred := p.credential(srv); !cred.empty() {
+		hc.Transport = &credTransport{base: hc.Transport, cred: cred, marked: true}
+	}
+	return hc
+}
+
+// callOpenAPI makes the HTTP request of an OpenAPI tool call for c; x, if
+// not nil, is the call's exchange, told before the request goes out.
+func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, c Caller, params *mcp.CallToolParams, x *Exchange) (*mcp.CallToolResult, error) {
 	api, err := p.openAPI(ctx, srv)
 	if err != nil {
 		return nil, err
 	}
+	ctx = withForward(withCredential(ctx), c.Header)
 	var raw json.RawMessage
 	switch a := params.Arguments.(type) {
 	case json.RawMessage:
@@ -124,9 +136,12 @@ func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, params *mc
 	e := &Error{ServerID: srv.ID, Err: err}
 	var argsErr *openapi.ArgsError
 	var te *openapi.TransportError
+	var credErr *CredentialError
 	switch {
 	case errors.Is(err, openapi.ErrUnknownTool):
 		return nil, ErrUnknownTool
+	case errors.As(err, &credErr) && ctx.Err() == nil:
+		e.Kind = KindCredential
 	case errors.As(err, &argsErr):
 		e.Kind, e.RPC = KindRPC, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: argsErr.Error()}
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.As(err, &te) && errors.Is(te.Err, context.DeadlineExceeded):

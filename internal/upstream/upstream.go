@@ -4,8 +4,13 @@
 //
 // A session serves one call at a time: a failure of one call's transport
 // breaks only that session, and notifications the upstream sends during a
-// call reach that call alone. Idle sessions are kept per upstream, a broken
-// one is closed and replaced by the next call, never fatal.
+// call reach that call alone. Idle sessions are kept per upstream identity
+// (URL, credential, headers) and per principal (the agent a call is made
+// for): a stateful upstream's state for one agent never reaches another. A
+// broken session is closed and replaced by the next call, never fatal.
+//
+// Each server's credential is added by a transport layer of its own (see
+// credential.go): the agent's credentials never go upstream.
 //
 // A tool call is an Exchange: its caller may stop waiting for it, tell the
 // upstream to stop (Stop) in every way the upstream's protocol allows
@@ -15,16 +20,20 @@ package upstream
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -41,6 +50,12 @@ const (
 	// toolsRefreshFloor is the least time between two tool-list refreshes
 	// caused by calls naming unknown tools.
 	toolsRefreshFloor = time.Second
+	// sweepEvery is how often idle sessions, tool lists and server info
+	// of every upstream and principal are checked for age.
+	sweepEvery = time.Minute
+	// maxCredentials bounds the server credentials held (one per server
+	// identity); past it they are dropped and rebuilt on use.
+	maxCredentials = 1024
 )
 
 // Options configures a Pool. The zero value means defaults.
@@ -69,6 +84,15 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is reported as the gateway's client version.
 	Version string
+	// Secrets resolves the secret references of servers' credentials; nil
+	// means a server whose auth needs a secret cannot be called.
+	Secrets Secrets
+	// AWSCredentials sign requests to aws_sigv4 servers: the gateway's own
+	// AWS identity (the function's role). Nil means such servers cannot be
+	// called.
+	AWSCredentials aws.CredentialsProvider
+	// AWSRegion is the region aws_sigv4 signs for when a server names none.
+	AWSRegion string
 }
 
 // Pool holds client sessions to upstream servers.
@@ -83,11 +107,18 @@ type Pool struct {
 	maxList  int64
 	maxPages int
 
+	secrets     Secrets
+	awsCreds    aws.CredentialsProvider
+	awsRegion   string
+	tokenClient *http.Client // reaches OAuth token endpoints
+
 	mu    sync.Mutex
-	idle  map[string][]*session // by endpoint key, newest last
-	tools map[string]*toolList  // by endpoint key
-	info  map[string]infoEntry  // by endpoint key: the upstream's last initialize result
-	apis  map[string]*apiEntry  // by endpoint key: OpenAPI-backed servers' documents
+	idle  map[string][]*session  // by session key, newest last
+	tools map[string]*toolList   // by session key
+	info  map[string]infoEntry   // by session key: the upstream's last initialize result
+	apis  map[string]*apiEntry   // by identity key: OpenAPI-backed servers' documents
+	creds map[string]*credential // by identity key
+	swept time.Time
 	// listeners routes notifications received on a session to its call.
 	listeners sync.Map // *mcp.ClientSession → *Listener
 	closed    bool
@@ -125,18 +156,22 @@ type Listener struct {
 // New returns a Pool.
 func New(opts Options) *Pool {
 	p := &Pool{
-		http:     opts.HTTPClient,
-		maxIdle:  opts.MaxIdle,
-		idleTTL:  opts.IdleTimeout,
-		toolsTTL: opts.ToolsTTL,
-		log:      opts.Logger,
-		maxResp:  opts.MaxResponseBytes,
-		maxList:  opts.MaxListBytes,
-		maxPages: opts.MaxListPages,
-		idle:     map[string][]*session{},
-		tools:    map[string]*toolList{},
-		info:     map[string]infoEntry{},
-		apis:     map[string]*apiEntry{},
+		http:      opts.HTTPClient,
+		maxIdle:   opts.MaxIdle,
+		idleTTL:   opts.IdleTimeout,
+		toolsTTL:  opts.ToolsTTL,
+		log:       opts.Logger,
+		maxResp:   opts.MaxResponseBytes,
+		maxList:   opts.MaxListBytes,
+		maxPages:  opts.MaxListPages,
+		idle:      map[string][]*session{},
+		tools:     map[string]*toolList{},
+		info:      map[string]infoEntry{},
+		apis:      map[string]*apiEntry{},
+		creds:     map[string]*credential{},
+		secrets:   opts.Secrets,
+		awsCreds:  opts.AWSCredentials,
+		awsRegion: opts.AWSRegion,
 	}
 	if p.maxResp <= 0 {
 		p.maxResp = DefaultMaxResponseBytes
@@ -158,6 +193,12 @@ func New(opts Options) *Pool {
 	}
 	if p.toolsTTL <= 0 {
 		p.toolsTTL = DefaultToolsTTL
+	}
+	// A token request carries the client secret: it never follows a
+	// redirect.
+	p.tokenClient = &http.Client{
+		Transport:     p.http.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -266,11 +307,59 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
 
-func endpointKey(srv *registry.Server) string {
-	if srv.Transport == registry.TransportOpenAPI {
-		return string(srv.Transport) + " " + srv.SpecURL + srv.SpecPath + " " + srv.URL
+// identityKey names how the gateway appears to srv's upstream (URL,
+// transport, credential, headers), without any secret value.
+func identityKey(srv *registry.Server) string {
+	sum := sha256.Sum256([]byte(srv.IdentityKey()))
+	return hex.EncodeToString(sum[:16])
+}
+
+// sessionKey names the sessions, tool list and info of srv as seen by
+// one principal.
+func sessionKey(srv *registry.Server, c Caller) string {
+	return identityKey(srv) + " " + c.Principal
+}
+
+// credential returns srv's credential, built once per identity so that
+// OAuth tokens outlive sessions.
+func (p *Pool) credential(srv *registry.Server) *credential {
+	key := identityKey(srv)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.creds[key]; ok {
+		return c
 	}
-	return string(srv.Transport) + " " + srv.URL
+	if len(p.creds) >= maxCredentials {
+		clear(p.creds)
+	}
+	c := p.newCredential(srv)
+	p.creds[key] = c
+	return c
+}
+
+// empty reports whether the credential adds nothing to requests.
+func (c *credential) empty() bool {
+	return c.auth == nil && len(c.static) == 0 && len(c.forward) == 0
+}
+
+// sessionClient is the HTTP client of srv's MCP sessions: the pool's, held
+// to srv's origin (a redirect or an SSE endpoint elsewhere is refused
+// before anything is sent), with srv's credential added to its requests.
+func (p *Pool) sessionClient(srv *registry.Server) (*http.Client, error) {
+	origin, err := url.Parse(srv.URL)
+	if err != nil {
+		return nil, fmt.Errorf("server url: %w", err)
+	}
+	base := p.http.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if cred := p.credential(srv); !cred.empty() {
+		base = &credTransport{base: base, cred: cred, origin: originOf(origin)}
+	}
+	c := *p.http
+	c.Transport = &originGuard{base: base, origin: origin}
+	return &c, nil
 }
 
 // Close closes every idle session. Sessions in use close when returned.
@@ -287,13 +376,14 @@ func (p *Pool) Close() {
 	}
 }
 
-// checkout returns an idle session for srv or connects a new one.
-func (p *Pool) checkout(ctx context.Context, srv *registry.Server) (*session, bool, error) {
-	key := endpointKey(srv)
+// checkout returns an idle session of c's for srv or connects a new one.
+func (p *Pool) checkout(ctx context.Context, srv *registry.Server, c Caller) (*session, bool, error) {
+	key := sessionKey(srv, c)
 	now := time.Now()
 	var stale []*session
 	var got *session
 	p.mu.Lock()
+	stale = p.sweepLocked(now)
 	list := p.idle[key]
 	for len(list) > 0 {
 		s := list[len(list)-1]
@@ -313,18 +403,60 @@ func (p *Pool) checkout(ctx context.Context, srv *registry.Server) (*session, bo
 	if got != nil {
 		return got, true, nil
 	}
-	s, err := p.connect(ctx, srv)
+	s, err := p.connect(ctx, srv, c)
 	if err != nil {
 		return nil, false, err
 	}
 	return s, false, nil
 }
 
+// sweepLocked, at most once per sweepEvery, forgets what no call has used
+// for long, of every upstream and principal: it returns the stale idle
+// sessions to close and drops old tool lists and info. p.mu is held.
+func (p *Pool) sweepLocked(now time.Time) []*session {
+	if now.Sub(p.swept) < sweepEvery {
+		return nil
+	}
+	p.swept = now
+	var stale []*session
+	for key, list := range p.idle {
+		keep := list[:0]
+		for _, s := range list {
+			if now.Sub(s.lastUsed) > p.idleTTL {
+				stale = append(stale, s)
+			} else {
+				keep = append(keep, s)
+			}
+		}
+		if len(keep) == 0 {
+			delete(p.idle, key)
+		} else {
+			p.idle[key] = keep
+		}
+	}
+	old := max(p.toolsTTL, p.idleTTL)
+	for key, e := range p.info {
+		if now.Sub(e.fetched) > old {
+			delete(p.info, key)
+		}
+	}
+	for key, tl := range p.tools {
+		if !tl.mu.TryLock() {
+			continue // in use
+		}
+		if now.Sub(tl.fetched) > old {
+			delete(p.tools, key)
+		}
+		tl.mu.Unlock()
+	}
+	return stale
+}
+
 // connect opens a session to srv. The session outlives the call that
 // opened it, so it is connected in a context of its own (the SSE transport
 // ties its event stream to that context); ctx bounds only the handshake.
-func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, error) {
-	hc, err := p.clientFor(srv)
+func (p *Pool) connect(ctx context.Context, srv *registry.Server, c Caller) (*session, error) {
+	hc, err := p.sessionClient(srv)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", srv.ID, err)
 	}
@@ -361,10 +493,10 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, err
 	}
 	if res := cs.InitializeResult(); res != nil {
 		p.mu.Lock()
-		p.info[endpointKey(srv)] = infoEntry{res: res, fetched: time.Now()}
+		p.info[sessionKey(srv, c)] = infoEntry{res: res, fetched: time.Now()}
 		p.mu.Unlock()
 		// Before 2026-07-28 the log level is the session's, and a session
-		// serves every agent in turn: ask for every level once; each call
+		// serves many calls in turn: ask for every level once; each call
 		// relays what its agent's level lets through. (From 2026-07-28 on,
 		// a call names its level in _meta.)
 		if res.Capabilities != nil && res.Capabilities.Logging != nil && res.ProtocolVersion < "2026-07-28" {
@@ -382,11 +514,11 @@ func (s *session) close() {
 	s.cancel()
 }
 
-// checkin returns a healthy session to the idle list, or closes it.
-func (p *Pool) checkin(srv *registry.Server, s *session, healthy bool) {
+// checkin returns a healthy session to c's idle list, or closes it.
+func (p *Pool) checkin(srv *registry.Server, c Caller, s *session, healthy bool) {
 	if healthy {
 		s.lastUsed = time.Now()
-		key := endpointKey(srv)
+		key := sessionKey(srv, c)
 		p.mu.Lock()
 		if !p.closed && len(p.idle[key]) < p.maxIdle {
 			p.idle[key] = append(p.idle[key], s)
@@ -409,22 +541,23 @@ func healthy(err error) bool {
 	return errors.As(err, &rpcErr) && !localCode(rpcErr.Code)
 }
 
-// Do runs fn with a session to srv, exclusive for the call. If the upstream
-// no longer knows a reused session (it restarted), the request was not
-// processed, and fn runs once more on a new session. l, if not nil,
+// Do runs fn with a session of c's to srv, exclusive for the call. If the
+// upstream no longer knows a reused session (it restarted), the request was
+// not processed, and fn runs once more on a new session. l, if not nil,
 // receives the upstream's notifications while fn runs.
-func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn func(context.Context, *mcp.ClientSession) error) error {
-	return p.do(ctx, srv, l, nil, fn)
+func (p *Pool) Do(ctx context.Context, srv *registry.Server, c Caller, l *Listener, fn func(context.Context, *mcp.ClientSession) error) error {
+	return p.do(ctx, srv, c, l, nil, fn)
 }
 
 // do is Do for the call of exchange x (nil for other requests): x sees its
 // call's HTTP requests, and decides whether the session is kept.
-func (p *Pool) do(ctx context.Context, srv *registry.Server, l *Listener, x *Exchange, fn func(context.Context, *mcp.ClientSession) error) error {
+func (p *Pool) do(ctx context.Context, srv *registry.Server, c Caller, l *Listener, x *Exchange, fn func(context.Context, *mcp.ClientSession) error) error {
 	if srv.Transport == registry.TransportOpenAPI {
 		return &Error{Kind: KindRPC, ServerID: srv.ID, RPC: errNotMCP, Err: errNotMCP}
 	}
+	ctx = withForward(ctx, c.Header)
 	for attempt := 0; ; attempt++ {
-		s, reused, err := p.checkout(ctx, srv)
+		s, reused, err := p.checkout(ctx, srv, c)
 		if err != nil {
 			return p.classify(ctx, srv, err)
 		}
@@ -449,7 +582,7 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, l *Listener, x *Exc
 		if s.seen.tooLarge.Load() {
 			ex.tooLarge.Store(true)
 		}
-		p.checkin(srv, s, healthy(err) && (x == nil || !x.discarding()))
+		p.checkin(srv, c, s, healthy(err) && (x == nil || !x.discarding()))
 		if err != nil && reused && attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
 			p.log.Debug("upstream lost its session; reconnecting", "server_id", srv.ID)
 			continue
@@ -461,8 +594,9 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, l *Listener, x *Exc
 	}
 }
 
-// Tools returns srv's tools, from a cache refreshed every ToolsTTL.
-func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, error) {
+// Tools returns srv's tools as c sees them, from a cache refreshed every
+// ToolsTTL.
+func (p *Pool) Tools(ctx context.Context, srv *registry.Server, c Caller) ([]*mcp.Tool, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
 		if err != nil {
@@ -470,7 +604,7 @@ func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, er
 		}
 		return api.Tools(), nil
 	}
-	tl := p.toolList(srv)
+	tl := p.toolList(srv, c)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	if tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL {
@@ -479,7 +613,7 @@ func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, er
 	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
 		return nil, tl.err
 	}
-	if err := p.refreshTools(ctx, srv, tl); err != nil {
+	if err := p.refreshTools(ctx, srv, c, tl); err != nil {
 		return nil, err
 	}
 	return tl.ordered, nil
@@ -493,7 +627,7 @@ type infoEntry struct {
 // Info returns what srv said of itself when a session last connected to it
 // (capabilities, server info, instructions), connecting if no session has
 // within ToolsTTL.
-func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeResult, error) {
+func (p *Pool) Info(ctx context.Context, srv *registry.Server, c Caller) (*mcp.InitializeResult, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
 		if err != nil {
@@ -501,7 +635,7 @@ func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeR
 		}
 		return openAPIInfo(api, srv), nil
 	}
-	key := endpointKey(srv)
+	key := sessionKey(srv, c)
 	p.mu.Lock()
 	e, ok := p.info[key]
 	p.mu.Unlock()
@@ -509,7 +643,7 @@ func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeR
 		return e.res, nil
 	}
 	var res *mcp.InitializeResult
-	err := p.Do(ctx, srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := p.Do(ctx, srv, c, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
 		res = cs.InitializeResult()
 		return nil
 	})
@@ -531,11 +665,11 @@ var ErrUnknownTool = errors.New("unknown tool")
 // Tool returns srv's tool named name. A name missing from a cached list
 // triggers one refresh (at most once a second), so a tool added upstream
 // is found without waiting for ToolsTTL.
-func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mcp.Tool, error) {
+func (p *Pool) Tool(ctx context.Context, srv *registry.Server, c Caller, name string) (*mcp.Tool, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		return p.openAPITool(ctx, srv, name)
 	}
-	tl := p.toolList(srv)
+	tl := p.toolList(srv, c)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	fresh := tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL
@@ -550,7 +684,7 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mc
 	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
 		return nil, tl.err
 	}
-	if err := p.refreshTools(ctx, srv, tl); err != nil {
+	if err := p.refreshTools(ctx, srv, c, tl); err != nil {
 		return nil, err
 	}
 	if t, ok := tl.tools[name]; ok {
@@ -559,8 +693,8 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mc
 	return nil, ErrUnknownTool
 }
 
-func (p *Pool) toolList(srv *registry.Server) *toolList {
-	key := endpointKey(srv)
+func (p *Pool) toolList(srv *registry.Server, c Caller) *toolList {
+	key := sessionKey(srv, c)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tl, ok := p.tools[key]
@@ -573,12 +707,12 @@ func (p *Pool) toolList(srv *registry.Server) *toolList {
 
 // refreshTools lists the upstream's tools, within the pool's bounds on
 // pages, bytes and tools; tl.mu is held.
-func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, tl *toolList) error {
+func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, c Caller, tl *toolList) error {
 	var list []*mcp.Tool
 	// On the wire, the pages' bytes count against the bound as they come
 	// (streamable HTTP); the tools' size counts too, for the HTTP+SSE
 	// transport, whose answers come on the session's own stream.
-	err := p.Do(withBudget(ctx, p.maxList), srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+	err := p.Do(withBudget(ctx, p.maxList), srv, c, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
 		list = list[:0]
 		size := int64(0)
 		params := &mcp.ListToolsParams{}

@@ -66,14 +66,14 @@ func TestCallBothTransports(t *testing.T) {
 			_, _, srv := demoServer(t, tr)
 			p := New(Options{})
 			defer p.Close()
-			res, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}}, nil)
+			res, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := text(t, res); got != "hi" {
 				t.Errorf("echo = %q, want hi", got)
 			}
-			tools, err := p.Tools(context.Background(), srv)
+			tools, err := p.Tools(context.Background(), srv, Caller{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestSessionsAreReused(t *testing.T) {
 	p := New(Options{})
 	defer p.Close()
 	for range 5 {
-		if _, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
+		if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -103,7 +103,7 @@ func TestLostSessionIsReplaced(t *testing.T) {
 	p := New(Options{})
 	defer p.Close()
 	call := func() error {
-		_, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil)
+		_, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil)
 		return err
 	}
 	if err := call(); err != nil {
@@ -125,7 +125,7 @@ func TestTimeout(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := p.CallTool(ctx, srv, &mcp.CallToolParams{Name: "slow_tool", Arguments: map[string]any{"ms": 60000}}, nil)
+	_, err := p.CallTool(ctx, srv, Caller{}, &mcp.CallToolParams{Name: "slow_tool", Arguments: map[string]any{"ms": 60000}}, nil)
 	var ue *Error
 	if !errors.As(err, &ue) || ue.Kind != KindTimeout {
 		t.Fatalf("err = %v, want a timeout", err)
@@ -140,7 +140,7 @@ func TestTimeout(t *testing.T) {
 		t.Fatalf("the upstream still runs the timed-out call: %v", err)
 	}
 	// The session survives a cancelled call.
-	if _, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
+	if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := p.Connects(); n != 1 {
@@ -157,7 +157,7 @@ func TestUnreachable(t *testing.T) {
 	l.Close() // nothing listens there now
 	p := New(Options{})
 	srv := &registry.Server{ID: "gone", URL: "http://" + addr + "/mcp", Transport: registry.TransportHTTP}
-	_, err = p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo"}, nil)
+	_, err = p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo"}, nil)
 	var ue *Error
 	if !errors.As(err, &ue) || ue.Kind != KindUnavailable {
 		t.Fatalf("err = %v, want unavailable", err)
@@ -170,7 +170,7 @@ func TestUpstream5xxIsUnavailable(t *testing.T) {
 	}))
 	defer hs.Close()
 	p := New(Options{})
-	_, err := p.CallTool(context.Background(), &registry.Server{ID: "sick", URL: hs.URL, Transport: registry.TransportHTTP}, &mcp.CallToolParams{Name: "echo"}, nil)
+	_, err := p.CallTool(context.Background(), &registry.Server{ID: "sick", URL: hs.URL, Transport: registry.TransportHTTP}, Caller{}, &mcp.CallToolParams{Name: "echo"}, nil)
 	var ue *Error
 	if !errors.As(err, &ue) || ue.Kind != KindUnavailable {
 		t.Fatalf("err = %v, want unavailable", err)
@@ -181,10 +181,10 @@ func TestToolLookup(t *testing.T) {
 	_, _, srv := demoServer(t, registry.TransportHTTP)
 	p := New(Options{})
 	defer p.Close()
-	if _, err := p.Tool(context.Background(), srv, "slow_tool"); err != nil {
+	if _, err := p.Tool(context.Background(), srv, Caller{}, "slow_tool"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Tool(context.Background(), srv, "no_such_tool"); !errors.Is(err, ErrUnknownTool) {
+	if _, err := p.Tool(context.Background(), srv, Caller{}, "no_such_tool"); !errors.Is(err, ErrUnknownTool) {
 		t.Errorf("err = %v, want ErrUnknownTool", err)
 	}
 }
@@ -197,7 +197,7 @@ func TestResponseSizeLimit(t *testing.T) {
 	for i := range big {
 		big[i] = 'a'
 	}
-	_, err := p.CallTool(context.Background(), srv, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": string(big)}}, nil)
+	_, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": string(big)}}, nil)
 	if err == nil {
 		t.Fatal("oversized response accepted")
 	}

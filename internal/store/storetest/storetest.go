@@ -141,20 +141,33 @@ func StartWith(ccfItem bool) (*Server, error) {
 	}
 	cmd := exec.Command(node, script, "--host", "127.0.0.1", "--port", "0", "--ccfItem", strconv.FormatBool(ccfItem))
 	cmd.Stderr = os.Stderr
+	ep, done, err := Listen(cmd, "dynalite listening ", 30*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("dynalite: %w", err)
+	}
+	return &Server{Endpoint: ep, cmd: cmd, done: done}, nil
+}
+
+// Listen starts cmd, which dies with the test process, and waits up to
+// timeout for a line of its standard output that starts with prefix: the
+// rest of that line (an endpoint) is returned, and done is closed when the
+// process exits. A process that exits or does not say so in time is an
+// error (and is killed).
+func Listen(cmd *exec.Cmd, prefix string, timeout time.Duration) (endpoint string, done chan struct{}, err error) {
 	SetParentDeathSignal(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start dynalite: %w", err)
+		return "", nil, fmt.Errorf("start: %w", err)
 	}
-	s := &Server{cmd: cmd, done: make(chan struct{})}
+	done = make(chan struct{})
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if ep, ok := strings.CutPrefix(sc.Text(), "dynalite listening "); ok {
+			if ep, ok := strings.CutPrefix(sc.Text(), prefix); ok {
 				select {
 				case ready <- ep:
 				default:
@@ -162,16 +175,16 @@ func StartWith(ccfItem bool) (*Server, error) {
 			}
 		}
 	}()
-	go func() { _ = cmd.Wait(); close(s.done) }()
+	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case ep := <-ready:
-		s.Endpoint = ep
-		return s, nil
-	case <-s.done:
-		return nil, errors.New("dynalite exited before listening")
-	case <-time.After(30 * time.Second):
-		s.Stop()
-		return nil, errors.New("dynalite did not start within 30s")
+		return ep, done, nil
+	case <-done:
+		return "", nil, errors.New("exited before listening")
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		return "", nil, fmt.Errorf("did not start within %v", timeout)
 	}
 }
 
