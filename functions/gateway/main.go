@@ -23,10 +23,12 @@ import (
 	"github.com/aws/aws-lambda-go/lambdaurl"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/roundtrip"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -57,8 +59,16 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		Margin: cfg.LeaseMargin,
 		Clock:  cfg.clock(),
 	})
-	pool := upstream.New(upstream.Options{Logger: log, Version: version()})
+	popts := upstream.Options{Logger: log, Version: version(), ToolsTTL: cfg.CatalogTTL}
+	if cfg.Catalog {
+		popts.Catalog = catalog.New(db, cfg.Tables.Leases, catalog.Options{Owner: limiter.InstanceID()})
+	}
+	pool := upstream.New(popts)
 	defer pool.Close()
+	states, err := requestStates(ctx, cfg, getenv, log)
+	if err != nil {
+		return err
+	}
 	em := metrics.New(os.Stdout, metrics.Options{Disabled: !cfg.Metrics})
 	gw, err := gateway.New(gateway.Deps{
 		Auth:     auth.New(db, cfg.Tables.Keys, auth.Options{CacheTTL: cfg.KeysCacheTTL}),
@@ -73,6 +83,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		Version:        version(),
 		RequestID:      lambdaRequestID,
 		AllowedOrigins: cfg.AllowedOrigins,
+		RequestStates:  states,
 	})
 	if err != nil {
 		return err
@@ -167,4 +178,24 @@ func version() string {
 		}
 	}
 	return "dev"
+}
+
+// requestStates builds the sealer of multi-round-trip request states from
+// the secret REQUEST_STATE_KEY names. Without one, each process has a key
+// of its own: a client's retry then completes only on the instance that
+// answered input_required.
+func requestStates(ctx context.Context, cfg config, getenv func(string) string, log *slog.Logger) (*roundtrip.Sealer, error) {
+	if cfg.RequestStateKey == "" {
+		log.Warn("REQUEST_STATE_KEY is not set: input-required round trips complete only on the instance that started them")
+		return nil, nil
+	}
+	secret, err := readSecret(ctx, cfg.RequestStateKey, getenv, newSecretsClient)
+	if err != nil {
+		return nil, fmt.Errorf("REQUEST_STATE_KEY: %w", err)
+	}
+	s, err := roundtrip.New(secret, roundtrip.Options{TTL: cfg.RequestStateTTL})
+	if err != nil {
+		return nil, fmt.Errorf("REQUEST_STATE_KEY: %w", err)
+	}
+	return s, nil
 }

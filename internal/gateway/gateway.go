@@ -24,6 +24,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/roundtrip"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
@@ -91,6 +92,10 @@ type Options struct {
 	// rebinding and cross-site requests; requests without Origin (agents,
 	// CLIs) are not affected.
 	AllowedOrigins []string
+	// RequestStates seals the state of multi-round-trip tool calls; every
+	// instance of a fleet must use the same key. Nil means a random key of
+	// this process: a client's retry then completes only on this instance.
+	RequestStates *roundtrip.Sealer
 }
 
 // Gateway serves the routes.
@@ -104,6 +109,7 @@ type Gateway struct {
 	reqID   func(*http.Request) string
 	mcp     mcpHandlers
 	origins *http.CrossOriginProtection
+	states  *roundtrip.Sealer
 	// storeStats is when the limiter's counters were last emitted, and
 	// what they were.
 	statsMu   sync.Mutex
@@ -121,6 +127,16 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		log:     opts.Logger,
 		version: opts.Version,
 		reqID:   opts.RequestID,
+		states:  opts.RequestStates,
+	}
+	if g.states == nil {
+		secret := make([]byte, roundtrip.MinSecretBytes)
+		_, _ = rand.Read(secret)
+		states, err := roundtrip.New(secret, roundtrip.Options{})
+		if err != nil {
+			return nil, err
+		}
+		g.states = states
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBodyBytes

@@ -123,7 +123,7 @@ func mcpError(w http.ResponseWriter, status int, code int64, msg string) {
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	k := keyFrom(ctx)
-	sc := &mcpScope{g: g, key: k, rec: recordFrom(ctx)}
+	sc := &mcpScope{g: g, key: k, rec: recordFrom(ctx), protocol: r.Header.Get("MCP-Protocol-Version")}
 	if dl, ok := ctx.Deadline(); ok {
 		sc.deadline = dl
 	}
@@ -159,6 +159,10 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if sc.protocol >= protocolMRTR {
+			// From 2026-07-28 an unknown method is also HTTP 404.
+			w.WriteHeader(http.StatusNotFound)
+		}
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"jsonrpc": "2.0",
 			"id":      p.id,
@@ -176,6 +180,9 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeFault(w, r, fault.As(err))
 		return
+	}
+	if p.method == "tools/call" && sc.protocol >= protocolMRTR {
+		sc.declareTool(ctx, srv, p.name)
 	}
 	h := g.mcp.json
 	if p.method == "tools/call" && acceptsEventStream(r) && (p.progress || sc.upstreamLogs(ctx, p.name)) {
@@ -210,6 +217,41 @@ type mcpScope struct {
 	rec      *record
 	deadline time.Time
 	stream   bool
+	// protocol is the request's MCP-Protocol-Version header.
+	protocol string
+}
+
+// declareTool adds the upstream tool a tools/call names to the request's
+// server, so that the SDK checks the request's Mcp-Param-* headers against
+// the tool's x-mcp-header annotations (SEP-2243) as the upstream itself
+// would. A tool the gateway cannot find or the SDK cannot take is left
+// out: the call then fails or is checked upstream.
+func (sc *mcpScope) declareTool(ctx context.Context, s *mcp.Server, name string) {
+	if validToolName(name) != nil {
+		return
+	}
+	srv, tool, err := sc.resolveTool(ctx, name)
+	if err != nil {
+		return
+	}
+	lctx, cancel := sc.g.boundedCtx(ctx, srv.Timeout)
+	defer cancel()
+	t, err := sc.g.deps.Upstream.Tool(lctx, srv, tool)
+	if err != nil {
+		return
+	}
+	c := *t
+	c.Name = name
+	defer func() {
+		// AddTool panics on a schema it cannot take; such an upstream
+		// tool is still callable, its headers checked upstream.
+		if p := recover(); p != nil {
+			sc.g.log.Debug("tool left out of header validation", "server_id", srv.ID, "tool", tool, "reason", fmt.Sprint(p))
+		}
+	}()
+	s.AddTool(&c, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, errors.New("unreachable: tools/call is answered by the gateway's middleware")
+	})
 }
 
 // scoped returns the context upstream work runs in: cancelled with the
@@ -253,6 +295,13 @@ func (sc *mcpScope) newServer(ctx context.Context, method string) (*mcp.Server, 
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{
 		Capabilities: caps, Instructions: instructions,
+		// Results the SDK answers itself (empty lists on /mcp) are as
+		// private as the rest of the aggregated endpoint.
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			if sc.srv == nil {
+				c.CacheScope = cachePrivate
+			}
+		},
 		// A stateless gateway can deliver no resources/updated
 		// notification: it accepts (un)subscriptions as a stateless SDK
 		// server does, without advertising them.
@@ -321,25 +370,41 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
 				p := valueOf(req.(*mcp.ListResourcesRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
-				return cs.ListResources(ctx, &p)
+				res, err := cs.ListResources(ctx, &p)
+				if err == nil {
+					sc.settle(&res.Cacheable)
+				}
+				return res, err
 			})
 		case "resources/templates/list":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
 				p := valueOf(req.(*mcp.ListResourceTemplatesRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
-				return cs.ListResourceTemplates(ctx, &p)
+				res, err := cs.ListResourceTemplates(ctx, &p)
+				if err == nil {
+					sc.settle(&res.Cacheable)
+				}
+				return res, err
 			})
 		case "resources/read":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
 				p := valueOf(req.(*mcp.ReadResourceRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
-				return cs.ReadResource(ctx, &p)
+				res, err := cs.ReadResource(ctx, &p)
+				if err == nil {
+					sc.settle(&res.Cacheable)
+				}
+				return res, err
 			})
 		case "prompts/list":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
 				p := valueOf(req.(*mcp.ListPromptsRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
-				return cs.ListPrompts(ctx, &p)
+				res, err := cs.ListPrompts(ctx, &p)
+				if err == nil {
+					sc.settle(&res.Cacheable)
+				}
+				return res, err
 			})
 		case "prompts/get":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.GetPromptResult, error) {
@@ -398,6 +463,25 @@ func (sc *mcpScope) rpcError(fe *fault.Error, err error) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fe.Message, Data: data}
 }
 
+// The cacheScope values of SEP-2549.
+const (
+	cachePublic  = "public"
+	cachePrivate = "private"
+)
+
+// settle fixes a relayed result's caching hints: the upstream's TTL, capped
+// by the longest the gateway itself reuses an upstream's answers; its scope,
+// public unless the upstream said private.
+func (sc *mcpScope) settle(c *mcp.Cacheable) {
+	c.TTLMs = min(max(c.TTLMs, 0), int(sc.g.deps.Upstream.MaxTTL().Milliseconds()))
+	if c.CacheScope != cachePrivate {
+		c.CacheScope = cachePublic
+	}
+	if sc.srv == nil {
+		c.CacheScope = cachePrivate
+	}
+}
+
 // forwardMeta drops protocol-level _meta keys, keeping the caller's own
 // (such as progressToken).
 func forwardMeta(m mcp.Meta) mcp.Meta {
@@ -444,12 +528,15 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 	if sc.srv != nil {
 		lctx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
 		defer cancel()
-		tools, err := sc.g.deps.Upstream.Tools(lctx, sc.srv)
+		ls, err := sc.g.deps.Upstream.ToolListing(lctx, sc.srv)
 		if err != nil {
 			return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 		}
 		sc.rec.outcome = "ok"
-		return &mcp.ListToolsResult{Tools: tools}, nil
+		res := &mcp.ListToolsResult{Tools: ls.Tools}
+		res.TTLMs, res.CacheScope = ttlMs(ls.Expires), ls.Scope
+		sc.settle(&res.Cacheable)
+		return res, nil
 	}
 	servers, err := sc.g.allowedServers(ctx, sc.key)
 	if err != nil {
@@ -457,6 +544,7 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 		return nil, sc.rpcError(fe, err)
 	}
 	lists := make([][]*mcp.Tool, len(servers))
+	expires := make([]time.Time, len(servers))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxListConcurrency)
 	for i, srv := range servers {
@@ -465,14 +553,15 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 			defer func() { <-sem }()
 			lctx, cancel := sc.g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 			defer cancel()
-			tools, err := sc.g.deps.Upstream.Tools(lctx, srv)
+			ls, err := sc.g.deps.Upstream.ToolListing(lctx, srv)
 			if err != nil {
 				// One unreachable upstream must not hide the others' tools.
 				sc.g.log.Warn("listing tools failed; its tools are left out", "request_id", sc.rec.id, "server_id", srv.ID, "error", err.Error())
 				return
 			}
-			named := make([]*mcp.Tool, len(tools))
-			for j, t := range tools {
+			expires[i] = ls.Expires
+			named := make([]*mcp.Tool, len(ls.Tools))
+			for j, t := range ls.Tools {
 				c := *t
 				c.Name = srv.ID + ToolSeparator + t.Name
 				named[j] = &c
@@ -486,7 +575,23 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 		all = append(all, l...)
 	}
 	sc.rec.outcome = "ok"
-	return &mcp.ListToolsResult{Tools: all}, nil
+	// The list depends on the key's grants: private, and fresh as long as
+	// its soonest-expiring part.
+	res := &mcp.ListToolsResult{Tools: all}
+	res.TTLMs = int(sc.g.deps.Upstream.MaxTTL().Milliseconds())
+	for _, e := range expires {
+		if !e.IsZero() {
+			res.TTLMs = min(res.TTLMs, ttlMs(e))
+		}
+	}
+	sc.settle(&res.Cacheable)
+	return res, nil
+}
+
+// ttlMs is the time left until expires, in whole milliseconds, never
+// negative.
+func ttlMs(expires time.Time) int {
+	return int(max(time.Until(expires), 0).Milliseconds())
 }
 
 // allowedServers lists the servers a key may call, ordered by id.
@@ -560,7 +665,9 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 	if ferr != nil {
 		return nil, invalidParams("%s", ferr.Message)
 	}
-	params := &mcp.CallToolParams{Meta: forwardMeta(p.Meta), Name: tool, Arguments: args}
+	params := &mcp.CallToolParams{Meta: forwardMeta(p.Meta), Name: tool, Arguments: args,
+		InputResponses: p.InputResponses, RequestState: p.RequestState}
+	c := client{protocol: sc.protocol, mrtr: sc.protocol >= protocolMRTR, caps: clientFromCaps(p.Meta[mcp.MetaKeyClientCapabilities])}
 	var l *upstream.Listener
 	if sc.stream {
 		l = relayNotifications(hctx, req)
@@ -571,7 +678,13 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		}
 		params.Meta[mcp.MetaKeyLogLevel] = "debug"
 	}
-	res, fe := sc.g.callTool(ctx, srv, params, l)
+	res, fe := sc.g.roundTrip(ctx, srv, params, c, l)
+	if re, ok := specError(fe); ok {
+		// The protocol's own errors (a header mismatch, a missing client
+		// capability) reach the client as they are.
+		sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+		return nil, re
+	}
 	if fe != nil {
 		switch fe.Code {
 		case fault.NotFound, fault.BadRequest:

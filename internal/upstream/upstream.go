@@ -10,12 +10,14 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/registry"
 )
 
@@ -51,8 +54,17 @@ type Options struct {
 	MaxIdle int
 	// IdleTimeout closes sessions unused for that long.
 	IdleTimeout time.Duration
-	// ToolsTTL is how long an upstream's tool list is reused.
+	// ToolsTTL is the longest an upstream's tool list is reused (by the
+	// whole fleet, with a Catalog). An upstream's own smaller ttlMs
+	// shortens it; a ttlMs of 0 or none at all means ToolsTTL.
 	ToolsTTL time.Duration
+	// Catalog, if not nil, shares tool lists across the fleet: a list is
+	// read from it, and only the instance it elects lists the upstream.
+	Catalog Catalog
+	// CatalogCheck is how often an instance holding a fresh list re-reads
+	// the catalog's head, so that an invalidation reaches it. Zero means
+	// DefaultCatalogCheck.
+	CatalogCheck time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Version is reported as the gateway's client version.
@@ -67,6 +79,17 @@ type Options struct {
 // DefaultCancelGrace is the default for Options.CancelGrace.
 const DefaultCancelGrace = time.Second
 
+// DefaultCatalogCheck is the default for Options.CatalogCheck.
+const DefaultCatalogCheck = 5 * time.Second
+
+// Catalog shares upstreams' tool lists across the fleet (package catalog).
+type Catalog interface {
+	Load(ctx context.Context, id, endpoint, have string, fetch func(context.Context) (catalog.Fetched, error)) (catalog.Entry, error)
+	Invalidate(ctx context.Context, id string) error
+}
+
+var _ Catalog = (*catalog.Catalog)(nil)
+
 // Pool holds client sessions to upstream servers.
 type Pool struct {
 	client   *mcp.Client
@@ -75,6 +98,8 @@ type Pool struct {
 	idleTTL  time.Duration
 	toolsTTL time.Duration
 	grace    time.Duration
+	catalog  Catalog
+	check    time.Duration
 	log      *slog.Logger
 
 	mu    sync.Mutex
@@ -84,8 +109,10 @@ type Pool struct {
 	apis  map[string]*apiEntry  // by endpoint key: OpenAPI-backed servers' documents
 	// listeners routes notifications received on a session to its call.
 	listeners sync.Map // *mcp.ClientSession → *Listener
-	closed    bool
-	connects  atomic.Int64
+	// servers says which server a session is connected to.
+	servers  sync.Map // *mcp.ClientSession → *registry.Server
+	closed   bool
+	connects atomic.Int64
 }
 
 type session struct {
@@ -99,6 +126,22 @@ type toolList struct {
 	tools   map[string]*mcp.Tool
 	ordered []*mcp.Tool
 	fetched time.Time
+	// version is the catalog version held; scope the upstream's
+	// cacheScope; expires when the list must be listed again; reuse until
+	// when this instance uses it without looking at the catalog.
+	version string
+	scope   string
+	expires time.Time
+	reuse   time.Time
+}
+
+// Listing is an upstream's tool list and how long it may be reused.
+type Listing struct {
+	Tools []*mcp.Tool
+	// Scope is the upstream's cacheScope, "public" or "private".
+	Scope string
+	// Expires is when the gateway lists the upstream again.
+	Expires time.Time
 }
 
 // Listener receives the notifications an upstream sends while a call runs.
@@ -117,6 +160,8 @@ func New(opts Options) *Pool {
 		idleTTL:  opts.IdleTimeout,
 		toolsTTL: opts.ToolsTTL,
 		grace:    opts.CancelGrace,
+		catalog:  opts.Catalog,
+		check:    opts.CatalogCheck,
 		log:      opts.Logger,
 		idle:     map[string][]*session{},
 		tools:    map[string]*toolList{},
@@ -142,6 +187,9 @@ func New(opts Options) *Pool {
 	if p.grace <= 0 {
 		p.grace = DefaultCancelGrace
 	}
+	if p.check <= 0 {
+		p.check = DefaultCatalogCheck
+	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -162,6 +210,11 @@ func New(opts Options) *Pool {
 		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
 			if l := p.listener(req.Session); l != nil && l.Log != nil {
 				l.Log(ctx, req.Params)
+			}
+		},
+		ToolListChangedHandler: func(_ context.Context, req *mcp.ToolListChangedRequest) {
+			if v, ok := p.servers.Load(req.Session); ok {
+				p.InvalidateTools(v.(*registry.Server))
 			}
 		},
 	})
@@ -198,6 +251,7 @@ type limitTransport struct {
 }
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = addParamHeaders(req)
 	resp, err := t.base.RoundTrip(req)
 	watchCancel(req, err)
 	if err != nil {
@@ -331,6 +385,8 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, err
 			}
 		}
 	}
+	p.servers.Store(cs, srv)
+	context.AfterFunc(sctx, func() { p.servers.Delete(cs) })
 	return &session{cs: cs, cancel: cancel}, nil
 }
 
@@ -417,7 +473,7 @@ func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.C
 		return p.callOpenAPI(ctx, srv, params)
 	}
 	var res *mcp.CallToolResult
-	wctx, watch := withCancelWatch(ctx)
+	wctx, watch := withCancelWatch(withParamHeaders(ctx, p.cachedTool(srv, params.Name), params.Arguments))
 	err := p.Do(wctx, srv, l, func(ctx context.Context, cs *mcp.ClientSession) error {
 		var err error
 		res, err = cs.CallTool(ctx, params)
@@ -434,25 +490,57 @@ func (p *Pool) CallTool(ctx context.Context, srv *registry.Server, params *mcp.C
 	return res, err
 }
 
-// Tools returns srv's tools, from a cache refreshed every ToolsTTL.
+// Tools returns srv's tools (see ToolListing).
 func (p *Pool) Tools(ctx context.Context, srv *registry.Server) ([]*mcp.Tool, error) {
+	ls, err := p.ToolListing(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	return ls.Tools, nil
+}
+
+// MaxTTL is the longest the gateway reuses an upstream's list.
+func (p *Pool) MaxTTL() time.Duration { return p.toolsTTL }
+
+// ToolListing returns srv's tools and how long they may be reused: from
+// this instance's copy while it is fresh, else from the fleet's catalog,
+// else from the upstream.
+func (p *Pool) ToolListing(ctx context.Context, srv *registry.Server) (*Listing, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
 		if err != nil {
 			return nil, err
 		}
-		return api.Tools(), nil
+		return &Listing{Tools: api.Tools(), Scope: "public", Expires: time.Now().Add(p.toolsTTL)}, nil
 	}
 	tl := p.toolList(srv)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	if tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL {
-		return tl.ordered, nil
+	if tl.ordered == nil || !time.Now().Before(tl.reuse) {
+		if err := p.refreshTools(ctx, srv, tl); err != nil {
+			return nil, err
+		}
 	}
-	if err := p.refreshTools(ctx, srv, tl); err != nil {
-		return nil, err
+	return &Listing{Tools: tl.ordered, Scope: tl.scope, Expires: tl.expires}, nil
+}
+
+// InvalidateTools drops srv's list here and in the catalog, after the
+// upstream said it changed.
+func (p *Pool) InvalidateTools(srv *registry.Server) {
+	tl := p.toolList(srv)
+	tl.mu.Lock()
+	tl.reuse = time.Time{}
+	tl.mu.Unlock()
+	if p.catalog == nil {
+		return
 	}
-	return tl.ordered, nil
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.catalog.Invalidate(ctx, srv.ID); err != nil {
+			p.log.Warn("invalidating the tool catalog failed", "server_id", srv.ID, "error", err.Error())
+		}
+	}()
 }
 
 type infoEntry struct {
@@ -498,9 +586,11 @@ func (p *Pool) Info(ctx context.Context, srv *registry.Server) (*mcp.InitializeR
 // ErrUnknownTool means the upstream does not list a tool of that name.
 var ErrUnknownTool = errors.New("unknown tool")
 
-// Tool returns srv's tool named name. A name missing from a cached list
-// triggers one refresh (at most once a second), so a tool added upstream
-// is found without waiting for ToolsTTL.
+// Tool returns srv's tool named name. A name missing from a list older than
+// a second triggers one refresh, so a tool added upstream is found without
+// waiting for the list to expire; with a catalog, that refresh reads the
+// catalog and leaves the upstream alone, so that callers naming unknown
+// tools cannot make the fleet list the upstream.
 func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mcp.Tool, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		return p.openAPITool(ctx, srv, name)
@@ -508,14 +598,14 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mc
 	tl := p.toolList(srv)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	fresh := tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL
-	if fresh {
+	if tl.ordered != nil && time.Now().Before(tl.reuse) {
 		if t, ok := tl.tools[name]; ok {
 			return t, nil
 		}
 		if time.Since(tl.fetched) < toolsRefreshFloor {
 			return nil, ErrUnknownTool
 		}
+		tl.reuse = time.Time{}
 	}
 	if err := p.refreshTools(ctx, srv, tl); err != nil {
 		return nil, err
@@ -524,6 +614,15 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, name string) (*mc
 		return t, nil
 	}
 	return nil, ErrUnknownTool
+}
+
+// cachedTool returns srv's tool named name from this instance's list, if
+// it holds one.
+func (p *Pool) cachedTool(srv *registry.Server, name string) *mcp.Tool {
+	tl := p.toolList(srv)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.tools[name]
 }
 
 func (p *Pool) toolList(srv *registry.Server) *toolList {
@@ -538,33 +637,120 @@ func (p *Pool) toolList(srv *registry.Server) *toolList {
 	return tl
 }
 
-// refreshTools lists the upstream's tools; tl.mu is held.
+// refreshTools renews srv's list, from the catalog or the upstream; tl.mu
+// is held.
 func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, tl *toolList) error {
-	var list []*mcp.Tool
-	err := p.Do(ctx, srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
-		list = list[:0]
-		for t, err := range cs.Tools(ctx, nil) {
-			if err != nil {
-				return err
-			}
-			if len(list) >= maxTools {
-				return fmt.Errorf("upstream lists more than %d tools", maxTools)
-			}
-			list = append(list, t)
+	now := time.Now()
+	if p.catalog == nil {
+		f, err := p.fetchTools(ctx, srv)
+		if err != nil {
+			return err
 		}
+		tl.set(f.scope, now.Add(f.ttl), now.Add(f.ttl), "")
+		tl.ordered, tl.tools = f.list, index(f.list)
 		return nil
+	}
+	e, err := p.catalog.Load(ctx, srv.ID, endpointKey(srv), tl.version, func(ctx context.Context) (catalog.Fetched, error) {
+		f, err := p.fetchTools(ctx, srv)
+		if err != nil {
+			return catalog.Fetched{}, err
+		}
+		data, err := json.Marshal(f.list)
+		if err != nil {
+			return catalog.Fetched{}, fmt.Errorf("encode the tools of %s: %w", srv.ID, err)
+		}
+		return catalog.Fetched{Data: data, Scope: f.scope, TTL: f.ttl}, nil
 	})
-	if err != nil {
+	if err != nil && e.Data == nil && e.Version == "" {
 		return err
 	}
-	tl.tools = make(map[string]*mcp.Tool, len(list))
-	for _, t := range list {
-		tl.tools[t.Name] = t
+	if err != nil {
+		// Listed, but not shared: this instance keeps its copy.
+		p.log.Warn("tool list not shared with the fleet", "server_id", srv.ID, "error", err.Error())
 	}
-	tl.ordered = list
+	reuse := now.Add(p.check)
+	if e.Expires.Before(reuse) {
+		reuse = e.Expires
+	}
+	if e.Stale {
+		reuse = now.Add(catalog.DefaultPoll * 4)
+	}
+	if e.Data == nil {
+		// This instance holds that version already.
+		tl.set(e.Scope, e.Expires, reuse, e.Version)
+		return nil
+	}
+	var list []*mcp.Tool
+	if err := json.Unmarshal(e.Data, &list); err != nil {
+		return &Error{Kind: KindUnavailable, ServerID: srv.ID, Err: fmt.Errorf("decode the catalog's tools: %w", err)}
+	}
+	list = slices.DeleteFunc(list, func(t *mcp.Tool) bool { return t == nil })
+	tl.ordered, tl.tools = list, index(list)
+	tl.set(e.Scope, e.Expires, reuse, e.Version)
+	return nil
+}
+
+// set records when a list was renewed and how long it lasts.
+func (tl *toolList) set(scope string, expires, reuse time.Time, version string) {
+	if scope != "private" {
+		scope = "public"
+	}
+	tl.scope, tl.expires, tl.reuse, tl.version, tl.fetched = scope, expires, reuse, version, time.Now()
 	if tl.ordered == nil {
 		tl.ordered = []*mcp.Tool{}
 	}
-	tl.fetched = time.Now()
-	return nil
+}
+
+func index(list []*mcp.Tool) map[string]*mcp.Tool {
+	m := make(map[string]*mcp.Tool, len(list))
+	for _, t := range list {
+		m[t.Name] = t
+	}
+	return m
+}
+
+// fetched is one tools/list of an upstream.
+type fetched struct {
+	list  []*mcp.Tool
+	scope string
+	ttl   time.Duration
+}
+
+// fetchTools lists the upstream's tools, every page, and how long it says
+// the list may be reused (capped by ToolsTTL; none or 0 means ToolsTTL).
+func (p *Pool) fetchTools(ctx context.Context, srv *registry.Server) (fetched, error) {
+	f := fetched{ttl: p.toolsTTL, scope: "public"}
+	err := p.Do(ctx, srv, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+		f = fetched{ttl: p.toolsTTL, scope: "public"}
+		params := &mcp.ListToolsParams{}
+		for {
+			res, err := cs.ListTools(ctx, params)
+			if err != nil {
+				return err
+			}
+			if res.TTLMs > 0 {
+				f.ttl = min(f.ttl, time.Duration(res.TTLMs)*time.Millisecond)
+			}
+			if res.CacheScope == "private" {
+				f.scope = "private"
+			}
+			for _, t := range res.Tools {
+				if t == nil {
+					continue
+				}
+				if len(f.list) >= maxTools {
+					return fmt.Errorf("upstream lists more than %d tools", maxTools)
+				}
+				f.list = append(f.list, t)
+			}
+			if res.NextCursor == "" {
+				return nil
+			}
+			params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+		}
+	})
+	if f.list == nil {
+		f.list = []*mcp.Tool{}
+	}
+	return f, err
 }
