@@ -259,9 +259,9 @@ func parseHead(item map[string]types.AttributeValue) head {
 		return 0
 	}
 	return head{
-		endpoint: s("endpoint"), version: s("version"), scope: s("scope"), claim: s("claim"),
-		chunks: int(n("chunks")), expires: n("expires_ms"), claimUntil: n("claim_until"),
-		gen: n("gen"), dataGen: n("data_gen"),
+		endpoint: s("list_endpoint"), version: s("list_version"), scope: s("list_scope"), claim: s("claim_by"),
+		chunks: int(n("list_chunks")), expires: n("list_expires"), claimUntil: n("claim_until"),
+		gen: n("gen"), dataGen: n("list_gen"),
 	}
 }
 
@@ -280,7 +280,7 @@ func (c *Catalog) entry(ctx context.Context, id string, h head, have string) (En
 		if err != nil {
 			return Entry{}, fmt.Errorf("read the catalog of %s: %w", id, err)
 		}
-		b, ok := out.Item["data"].(*types.AttributeValueMemberB)
+		b, ok := out.Item["list_data"].(*types.AttributeValueMemberB)
 		if !ok {
 			return Entry{}, errGone
 		}
@@ -307,15 +307,15 @@ func (c *Catalog) claim(ctx context.Context, id string, h head, now time.Time) (
 		":ttl": num(now.Add(keep).Unix()),
 	}
 	if h.version == "" {
-		cond += "attribute_not_exists(version)"
+		cond += "attribute_not_exists(list_version)"
 	} else {
-		cond += "version = :seen"
+		cond += "list_version = :seen"
 		vals[":seen"] = str(h.version)
 	}
 	out, err := c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(c.table),
 		Key:                       key(headKey(id)),
-		UpdateExpression:          aws.String("SET claim = :me, claim_until = :until, #ttl = :ttl"),
+		UpdateExpression:          aws.String("SET claim_by = :me, claim_until = :until, #ttl = :ttl"),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  map[string]string{"#ttl": store.TTLAttr},
 		ExpressionAttributeValues: vals,
@@ -339,8 +339,8 @@ func (c *Catalog) unclaim(id string) {
 	_, _ = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(c.table),
 		Key:                       key(headKey(id)),
-		UpdateExpression:          aws.String("REMOVE claim, claim_until"),
-		ConditionExpression:       aws.String("claim = :me"),
+		UpdateExpression:          aws.String("REMOVE claim_by, claim_until"),
+		ConditionExpression:       aws.String("claim_by = :me"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": str(c.owner)},
 	})
 }
@@ -362,8 +362,8 @@ func (c *Catalog) write(ctx context.Context, id, endpoint string, gen int64, e E
 		_, err := c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(c.table),
 			Key:                       key(chunkKey(id, e.Version, n)),
-			UpdateExpression:          aws.String("SET #data = :d, #ttl = :ttl"),
-			ExpressionAttributeNames:  map[string]string{"#data": "data", "#ttl": store.TTLAttr},
+			UpdateExpression:          aws.String("SET list_data = :d, #ttl = :ttl"),
+			ExpressionAttributeNames:  map[string]string{"#ttl": store.TTLAttr},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":d": &types.AttributeValueMemberB{Value: part}, ":ttl": ttl},
 		})
 		if err != nil {
@@ -373,9 +373,9 @@ func (c *Catalog) write(ctx context.Context, id, endpoint string, gen int64, e E
 	_, err = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(c.table),
 		Key:       key(headKey(id)),
-		UpdateExpression: aws.String("SET endpoint = :ep, version = :v, chunks = :n, scope = :s, expires_ms = :e, " +
-			"data_gen = :g, #ttl = :ttl REMOVE claim, claim_until"),
-		ConditionExpression:      aws.String("claim = :me"),
+		UpdateExpression: aws.String("SET list_endpoint = :ep, list_version = :v, list_chunks = :n, list_scope = :s, " +
+			"list_expires = :e, list_gen = :g, #ttl = :ttl REMOVE claim_by, claim_until"),
+		ConditionExpression:      aws.String("claim_by = :me"),
 		ExpressionAttributeNames: map[string]string{"#ttl": store.TTLAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":ep": str(endpoint), ":v": str(e.Version), ":n": num(int64(chunks)), ":s": str(e.Scope),

@@ -5,16 +5,17 @@
 // Items. For a server id S (which never contains "/", so no item here can
 // collide with a limiter key):
 //
-//	catalog/S            the head: endpoint, version, chunks, scope,
-//	                     expires_ms, gen, data_gen, claim, claim_until, ttl
-//	catalog/S/V/N        chunk N of version V: data (gzip of the list), ttl
+//	catalog/S            the head: list_endpoint, list_version, list_chunks,
+//	                     list_scope, list_expires, list_gen, gen, claim_by,
+//	                     claim_until, ttl
+//	catalog/S/V/N        chunk N of version V: list_data (gzip), ttl
 //
 // The list is gzip-compressed and split into chunks of at most ChunkBytes,
 // so no item nears DynamoDB's 400 KB limit; the head stays small, and an
 // instance that already holds version V re-reads only the head.
 //
-// Freshness. The head is fresh while expires_ms is ahead, its endpoint is
-// the server's current one and data_gen equals gen. Invalidate adds one to
+// Freshness. The head is fresh while list_expires is ahead, its endpoint
+// is the server's current one and list_gen equals gen. Invalidate adds one to
 // gen (servers set, notifications/tools/list_changed), which makes every
 // copy stale at once.
 //
