@@ -667,7 +667,7 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 	}
 	params := &mcp.CallToolParams{Meta: forwardMeta(p.Meta), Name: tool, Arguments: args,
 		InputResponses: p.InputResponses, RequestState: p.RequestState}
-	c := client{protocol: sc.protocol, mrtr: sc.protocol >= protocolMRTR, caps: clientFromCaps(p.Meta[mcp.MetaKeyClientCapabilities])}
+	c := client{principal: principalOf(sc.key), protocol: sc.protocol, mrtr: sc.protocol >= protocolMRTR, caps: clientFromCaps(p.Meta[mcp.MetaKeyClientCapabilities])}
 	var l *upstream.Listener
 	if sc.stream {
 		l = relayNotifications(hctx, req)

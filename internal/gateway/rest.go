@@ -62,7 +62,7 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	params := &mcp.CallToolParams{Name: req.Name, Arguments: args, InputResponses: req.InputResponses, RequestState: req.RequestState}
-	res, ferr := g.roundTrip(ctx, srv, params, client{mrtr: true, caps: clientFromCaps(req.ClientCapabilities)}, nil)
+	res, ferr := g.roundTrip(ctx, srv, params, client{principal: principalOf(keyFrom(ctx)), mrtr: true, caps: clientFromCaps(req.ClientCapabilities)}, nil)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/roundtrip"
@@ -33,8 +34,10 @@ const protocolMRTR = "2026-07-28"
 // and the only ones the gateway passes on.
 var inputKinds = []string{"elicitation", "roots", "sampling"}
 
-// client is what a tool call's client can take.
+// client is who makes a tool call and what it can take.
 type client struct {
+	// principal identifies the caller, for binding request states.
+	principal string
 	// protocol is the MCP protocol version of the request ("" for REST).
 	protocol string
 	// mrtr: the client can take an input_required result.
@@ -63,12 +66,12 @@ func clientFromCaps(raw any) map[string]any {
 	return out
 }
 
-// principal names who is calling, for binding request states.
-func principal(ctx context.Context) string {
-	if k := keyFrom(ctx); k != nil {
-		return "key:" + k.Hash
+// principalOf names the holder of k, for binding request states.
+func principalOf(k *auth.Key) string {
+	if k == nil {
+		return ""
 	}
-	return ""
+	return "key:" + k.Hash
 }
 
 // stateRefused is the JSON-RPC error for a requestState the gateway will
@@ -82,11 +85,14 @@ func stateRefused(err error) *fault.Error {
 // upstream call), makes the call through the semaphore, and seals the
 // upstream's state if it asks for input.
 func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, c client, l *upstream.Listener) (*mcp.CallToolResult, *fault.Error) {
+	if c.principal == "" {
+		return nil, fault.New(fault.Internal, "a tool call without a principal")
+	}
 	args, err := json.Marshal(params.Arguments)
 	if err != nil {
 		return nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
 	}
-	bind := roundtrip.Binding{Principal: principal(ctx), Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args)}
+	bind := roundtrip.Binding{Principal: c.principal, Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args)}
 	if params.RequestState != "" {
 		up, err := g.states.Open(params.RequestState, bind)
 		if err != nil {
