@@ -109,10 +109,8 @@ type Pool struct {
 	apis  map[string]*apiEntry  // by endpoint key: OpenAPI-backed servers' documents
 	// listeners routes notifications received on a session to its call.
 	listeners sync.Map // *mcp.ClientSession → *Listener
-	// servers says which server a session is connected to.
-	servers  sync.Map // *mcp.ClientSession → *registry.Server
-	closed   bool
-	connects atomic.Int64
+	closed    bool
+	connects  atomic.Int64
 }
 
 type session struct {
@@ -210,11 +208,6 @@ func New(opts Options) *Pool {
 		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
 			if l := p.listener(req.Session); l != nil && l.Log != nil {
 				l.Log(ctx, req.Params)
-			}
-		},
-		ToolListChangedHandler: func(_ context.Context, req *mcp.ToolListChangedRequest) {
-			if v, ok := p.servers.Load(req.Session); ok {
-				p.InvalidateTools(v.(*registry.Server))
 			}
 		},
 	})
@@ -357,6 +350,9 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, err
 	}
 	p.connects.Add(1)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// A stream the session keeps open (the SSE transport's) may carry
+	// notifications/tools/list_changed.
+	sctx = withListChanged(sctx, func() { p.InvalidateTools(srv) })
 	stop := context.AfterFunc(ctx, cancel)
 	cs, err := p.client.Connect(sctx, t, nil)
 	if !stop() {
@@ -385,8 +381,6 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server) (*session, err
 			}
 		}
 	}
-	p.servers.Store(cs, srv)
-	context.AfterFunc(sctx, func() { p.servers.Delete(cs) })
 	return &session{cs: cs, cancel: cancel}, nil
 }
 
@@ -436,14 +430,14 @@ func (p *Pool) Do(ctx context.Context, srv *registry.Server, l *Listener, fn fun
 		if err != nil {
 			return classify(ctx, srv, err)
 		}
-		fctx := ctx
+		fctx := withListChanged(ctx, func() { p.InvalidateTools(srv) })
 		if l != nil {
 			if srv.Transport == registry.TransportSSE {
 				// The old transport carries every message on one stream
 				// not tied to this call: the SDK's handlers relay them.
 				p.listeners.Store(s.cs, l)
 			} else {
-				fctx = withListener(ctx, l)
+				fctx = withListener(fctx, l)
 			}
 		}
 		err = fn(fctx, s.cs)
@@ -650,9 +644,11 @@ func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, tl *toolL
 		tl.ordered, tl.tools = f.list, index(f.list)
 		return nil
 	}
+	var fetchErr error
 	e, err := p.catalog.Load(ctx, srv.ID, endpointKey(srv), tl.version, func(ctx context.Context) (catalog.Fetched, error) {
 		f, err := p.fetchTools(ctx, srv)
 		if err != nil {
+			fetchErr = err
 			return catalog.Fetched{}, err
 		}
 		data, err := json.Marshal(f.list)
@@ -662,7 +658,24 @@ func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, tl *toolL
 		return catalog.Fetched{Data: data, Scope: f.scope, TTL: f.ttl}, nil
 	})
 	if err != nil && e.Data == nil && e.Version == "" {
-		return err
+		if fetchErr != nil || ctx.Err() != nil {
+			return err
+		}
+		// The catalog cannot be read: a store outage must not stop tool
+		// calls. Keep this instance's copy a little longer, or list the
+		// upstream as if there were no catalog.
+		p.log.Warn("tool catalog unavailable; listing without it", "server_id", srv.ID, "error", err.Error())
+		if tl.ordered != nil {
+			tl.reuse = now.Add(p.check)
+			return nil
+		}
+		f, err := p.fetchTools(ctx, srv)
+		if err != nil {
+			return err
+		}
+		tl.ordered, tl.tools = f.list, index(f.list)
+		tl.set(f.scope, now.Add(f.ttl), now.Add(p.check), "")
+		return nil
 	}
 	if err != nil {
 		// Listed, but not shared: this instance keeps its copy.
