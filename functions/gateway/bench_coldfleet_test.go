@@ -25,9 +25,10 @@ func (b *bench) coldFleet() {
 	per100 := func(n int) float64 { return float64(n) * 100 / float64(calls) }
 	var before float64
 	for _, mode := range []string{"off", "on"} {
-		// An uncapped server: the leases table sees only the catalog.
+		// A capped server (the catalog serves limited servers only), its
+		// cap never reached.
 		id := "cold_" + mode
-		putServer(b, id, up.URL)
+		testkit.PutServer(b.t, b.env, map[string]any{"server_id": id, "url": up.URL, "max_concurrent_requests": 1000})
 		up.reset()
 		b.meter.reset()
 		burst(b.t, b.env, b.key, id, procs, calls, append(b.gatewayEnv(), "TOOL_CATALOG="+mode)...)
@@ -56,11 +57,6 @@ func (b *bench) coldFleet() {
 			b.t.Errorf("%s: %d tools/list with the catalog, want at most 1", sc, got["tools/list"])
 		}
 	}
-}
-
-func putServer(b *bench, id, url string) {
-	b.t.Helper()
-	testkit.PutServer(b.t, b.env, map[string]any{"server_id": id, "url": url})
 }
 
 // methodList prints counts by method, sorted.

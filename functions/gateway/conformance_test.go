@@ -245,7 +245,9 @@ func TestConformance(t *testing.T) {
 	}
 	everything := startEverything(t)
 	env := storetest.NewEnv(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "everything", "url": everything})
+	// Capped (never reached): calls take slots and the tool list comes
+	// from the fleet's catalog, as in production.
+	testkit.PutServer(t, env, map[string]any{"server_id": "everything", "url": everything, "max_concurrent_requests": 64})
 	gw := testkit.StartGateway(t, env)
 	proxy := withBearer(t, gw.URL, testkit.PutKey(t, env, "everything"))
 

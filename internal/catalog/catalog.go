@@ -195,15 +195,20 @@ func (c *Catalog) refresh(ctx context.Context, id, endpoint string, gen int64, f
 	return e, nil
 }
 
-// Invalidate makes every copy of server id's list stale.
+// Invalidate makes every copy of server id's list stale. A server with no
+// list in the catalog is left alone.
 func (c *Catalog) Invalidate(ctx context.Context, id string) error {
 	_, err := c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(c.table),
 		Key:                       key(headKey(id)),
-		UpdateExpression:          aws.String("ADD gen :one SET #ttl = :ttl"),
-		ExpressionAttributeNames:  map[string]string{"#ttl": store.TTLAttr},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1), ":ttl": num(c.now().Add(keep).Unix())},
+		UpdateExpression:          aws.String("ADD gen :one"),
+		ConditionExpression:       aws.String("attribute_exists(" + store.LimiterKeyAttr + ")"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
 	})
+	var failed *types.ConditionalCheckFailedException
+	if errors.As(err, &failed) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("invalidate the catalog of %s: %w", id, err)
 	}

@@ -215,3 +215,17 @@ func TestLargeListIsSplit(t *testing.T) {
 		t.Fatalf("too large: %v; want ErrTooLarge with the list", err)
 	}
 }
+
+// Invalidating a server that has no list writes nothing: an unlimited
+// server keeps causing no store traffic.
+func TestInvalidateWithoutAList(t *testing.T) {
+	env := storetest.NewEnv(t)
+	c := New(env.Client, env.Tables.Leases, Options{})
+	if err := c.Invalidate(t.Context(), "nothing"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := env.Client.Scan(t.Context(), &dynamodb.ScanInput{TableName: aws.String(env.Tables.Leases)})
+	if err != nil || len(out.Items) != 0 {
+		t.Fatalf("%d items, %v; want none", len(out.Items), err)
+	}
+}

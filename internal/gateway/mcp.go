@@ -370,41 +370,25 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
 				p := valueOf(req.(*mcp.ListResourcesRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
-				res, err := cs.ListResources(ctx, &p)
-				if err == nil {
-					sc.settle(&res.Cacheable)
-				}
-				return res, err
+				return cs.ListResources(ctx, &p)
 			})
 		case "resources/templates/list":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
 				p := valueOf(req.(*mcp.ListResourceTemplatesRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
-				res, err := cs.ListResourceTemplates(ctx, &p)
-				if err == nil {
-					sc.settle(&res.Cacheable)
-				}
-				return res, err
+				return cs.ListResourceTemplates(ctx, &p)
 			})
 		case "resources/read":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
 				p := valueOf(req.(*mcp.ReadResourceRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
-				res, err := cs.ReadResource(ctx, &p)
-				if err == nil {
-					sc.settle(&res.Cacheable)
-				}
-				return res, err
+				return cs.ReadResource(ctx, &p)
 			})
 		case "prompts/list":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
 				p := valueOf(req.(*mcp.ListPromptsRequest).Params)
 				p.Meta = forwardMeta(p.Meta)
-				res, err := cs.ListPrompts(ctx, &p)
-				if err == nil {
-					sc.settle(&res.Cacheable)
-				}
-				return res, err
+				return cs.ListPrompts(ctx, &p)
 			})
 		case "prompts/get":
 			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.GetPromptResult, error) {
@@ -447,7 +431,22 @@ func relay[R mcp.Result](ctx context.Context, sc *mcpScope, fn func(context.Cont
 		return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 	}
 	sc.rec.outcome = "ok"
+	sc.settleResult(res)
 	return res, nil
+}
+
+// settleResult fixes the caching hints of a relayed result that has them.
+func (sc *mcpScope) settleResult(r mcp.Result) {
+	switch r := r.(type) {
+	case *mcp.ListResourcesResult:
+		sc.settle(&r.Cacheable)
+	case *mcp.ListResourceTemplatesResult:
+		sc.settle(&r.Cacheable)
+	case *mcp.ReadResourceResult:
+		sc.settle(&r.Cacheable)
+	case *mcp.ListPromptsResult:
+		sc.settle(&r.Cacheable)
+	}
 }
 
 // rpcError turns a failure of a non-tool request into a JSON-RPC error: the

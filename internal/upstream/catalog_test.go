@@ -29,15 +29,7 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 func headerUpstream(t *testing.T) (*registry.Server, *atomic.Int64) {
 	t.Helper()
 	s := mcp.NewServer(&mcp.Implementation{Name: "headers", Version: "1"}, nil)
-	var lists atomic.Int64
-	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method == "tools/list" {
-				lists.Add(1)
-			}
-			return next(ctx, method, req)
-		}
-	})
+	lists := countLists(s)
 	schema := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{
 		"region": {Type: "string", Extra: map[string]any{"x-mcp-header": "Region"}},
 	}}
@@ -47,7 +39,21 @@ func headerUpstream(t *testing.T) (*registry.Server, *atomic.Int64) {
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}))
 	t.Cleanup(hs.Close)
-	return &registry.Server{ID: "headers", URL: hs.URL, Timeout: 10 * time.Second}, &lists
+	return &registry.Server{ID: "headers", URL: hs.URL, Timeout: 10 * time.Second, MaxConcurrent: 4}, lists
+}
+
+// countLists counts the tools/list requests s answers.
+func countLists(s *mcp.Server) *atomic.Int64 {
+	var lists atomic.Int64
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" {
+				lists.Add(1)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	return &lists
 }
 
 // A pool that takes the tool list from the catalog has never listed the
@@ -103,15 +109,7 @@ func TestToolsWhenTheCatalogIsDown(t *testing.T) {
 func TestListChangedInvalidates(t *testing.T) {
 	env := storetest.NewEnv(t)
 	s := mcp.NewServer(&mcp.Implementation{Name: "grows", Version: "1"}, nil)
-	var lists atomic.Int64
-	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method == "tools/list" {
-				lists.Add(1)
-			}
-			return next(ctx, method, req)
-		}
-	})
+	lists := countLists(s)
 	noop := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{}, nil
 	}
@@ -122,7 +120,7 @@ func TestListChangedInvalidates(t *testing.T) {
 	})
 	hs := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(hs.Close)
-	srv := &registry.Server{ID: "grows", URL: hs.URL, Transport: registry.TransportSSE, Timeout: 10 * time.Second}
+	srv := &registry.Server{ID: "grows", URL: hs.URL, Transport: registry.TransportSSE, Timeout: 10 * time.Second, MaxConcurrent: 4}
 
 	a := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer a.Close()

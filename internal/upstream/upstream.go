@@ -58,8 +58,9 @@ type Options struct {
 	// whole fleet, with a Catalog). An upstream's own smaller ttlMs
 	// shortens it; a ttlMs of 0 or none at all means ToolsTTL.
 	ToolsTTL time.Duration
-	// Catalog, if not nil, shares tool lists across the fleet: a list is
-	// read from it, and only the instance it elects lists the upstream.
+	// Catalog, if not nil, shares the tool lists of limited servers (see
+	// registry.Server.Limited) across the fleet: a list is read from it,
+	// and only the instance it elects lists the upstream.
 	Catalog Catalog
 	// CatalogCheck is how often an instance holding a fresh list re-reads
 	// the catalog's head, so that an invalidation reaches it. Zero means
@@ -525,7 +526,7 @@ func (p *Pool) InvalidateTools(srv *registry.Server) {
 	tl.mu.Lock()
 	tl.reuse = time.Time{}
 	tl.mu.Unlock()
-	if p.catalog == nil {
+	if p.catalog == nil || !srv.Limited() {
 		return
 	}
 	go func() {
@@ -635,7 +636,9 @@ func (p *Pool) toolList(srv *registry.Server) *toolList {
 // is held.
 func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, tl *toolList) error {
 	now := time.Now()
-	if p.catalog == nil {
+	if p.catalog == nil || !srv.Limited() {
+		// An unlimited server causes no store traffic: each instance
+		// lists it for itself.
 		f, err := p.fetchTools(ctx, srv)
 		if err != nil {
 			return err
