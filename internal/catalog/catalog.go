@@ -133,21 +133,30 @@ func (h head) fresh(endpoint string, now time.Time) bool {
 // holds: when it is current, Data is left nil.
 func (c *Catalog) Load(ctx context.Context, id, endpoint, have string, fetch func(context.Context) (Fetched, error)) (Entry, error) {
 	wait := c.poll
+	// broken is a version whose chunks were found missing twice: it is
+	// refreshed as if stale rather than read again.
+	var broken, gone string
 	for {
 		h, err := c.readHead(ctx, id)
 		if err != nil {
 			return Entry{}, err
 		}
 		now := c.now()
-		if h.fresh(endpoint, now) {
+		readable := h.version != "" && h.version != broken
+		if readable && h.fresh(endpoint, now) {
 			e, err := c.entry(ctx, id, h, have)
 			if errors.Is(err, errGone) {
-				continue // rewritten since the head was read
+				// Rewritten since the head was read, or lost.
+				if gone == h.version {
+					broken = h.version
+				}
+				gone = h.version
+				continue
 			}
 			return e, err
 		}
 		if h.claim != "" && now.UnixMilli() < h.claimUntil {
-			if h.version != "" && h.endpoint == endpoint {
+			if readable && h.endpoint == endpoint {
 				e, err := c.entry(ctx, id, h, have)
 				if err == nil {
 					e.Stale = true

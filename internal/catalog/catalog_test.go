@@ -229,3 +229,26 @@ func TestInvalidateWithoutAList(t *testing.T) {
 		t.Fatalf("%d items, %v; want none", len(out.Items), err)
 	}
 }
+
+// A head whose chunks are gone (deleted by hand, say) is refreshed, not
+// read forever.
+func TestLostChunksAreRefreshed(t *testing.T) {
+	env := storetest.NewEnv(t)
+	f := &counter{data: []byte(`[1]`), ttl: time.Minute}
+	c := New(env.Client, env.Tables.Leases, Options{})
+	e, err := c.Load(t.Context(), "s", "e", "", f.fetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = env.Client.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(env.Tables.Leases),
+		Key: map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: chunkKey("s", e.Version, 0)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got, err := New(env.Client, env.Tables.Leases, Options{}).Load(ctx, "s", "e", "", f.fetch)
+	if err != nil || !bytes.Equal(got.Data, f.data) || f.n.Load() != 2 {
+		t.Fatalf("%+v, %v, fetches %d; want the list fetched again", got, err, f.n.Load())
+	}
+}
