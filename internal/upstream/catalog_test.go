@@ -165,3 +165,31 @@ func gen(t *testing.T, env *storetest.Env, id string) int {
 	v, _ := strconv.Atoi(n.Value)
 	return v
 }
+
+// The upstream's own ttlMs (below ToolsTTL) and cacheScope drive how long
+// the list is reused, and are what the gateway reports.
+func TestUpstreamCachingHints(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "hints", Version: "1"}, &mcp.ServerOptions{
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.TTLMs, c.CacheScope = 2000, "private" },
+	})
+	lists := countLists(s)
+	s.AddTool(&mcp.Tool{Name: "t", InputSchema: &jsonschema.Schema{Type: "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(hs.Close)
+	srv := &registry.Server{ID: "hints", URL: hs.URL, Timeout: 10 * time.Second}
+	p := New(Options{ToolsTTL: time.Minute})
+	defer p.Close()
+	before := time.Now()
+	ls, err := p.ToolListing(t.Context(), srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.Scope != "private" || ls.Expires.Before(before.Add(2*time.Second)) || ls.Expires.After(time.Now().Add(2*time.Second)) {
+		t.Errorf("scope %q, expires in %v; want private, in 2s (the upstream's ttlMs)", ls.Scope, ls.Expires.Sub(before))
+	}
+	if _, err := p.ToolListing(t.Context(), srv); err != nil || lists.Load() != 1 {
+		t.Errorf("second listing: %v after %d lists; want it reused", err, lists.Load())
+	}
+}
