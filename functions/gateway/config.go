@@ -42,9 +42,9 @@ type config struct {
 	// Catalog shares tool lists through the leases table (TOOL_CATALOG,
 	// on by default).
 	Catalog bool
-	// ClockOffset shifts the wall clock used for lease expiries: a test
-	// hook to simulate clock skew between instances. Never set it in
-	// production.
+	// ClockOffset shifts the wall clock used for lease and request-state
+	// expiries: a test hook to simulate clock skew between instances.
+	// Never set it in production.
 	ClockOffset time.Duration
 }
 

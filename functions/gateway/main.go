@@ -193,7 +193,7 @@ func requestStates(ctx context.Context, cfg config, getenv func(string) string, 
 	if err != nil {
 		return nil, fmt.Errorf("REQUEST_STATE_KEY: %w", err)
 	}
-	s, err := roundtrip.New(secret, roundtrip.Options{TTL: cfg.RequestStateTTL})
+	s, err := roundtrip.New(secret, roundtrip.Options{TTL: cfg.RequestStateTTL, Now: cfg.clock()})
 	if err != nil {
 		return nil, fmt.Errorf("REQUEST_STATE_KEY: %w", err)
 	}

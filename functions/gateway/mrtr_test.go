@@ -205,6 +205,8 @@ func TestInputRequired(t *testing.T) {
 	})
 
 	c := testkit.StartGateway(t, env) // a key of its own
+	// The same key, with a clock past the state's 10-minute expiry.
+	late := testkit.StartGateway(t, env, append(shared, "GATEWAY_TEST_CLOCK_OFFSET=10m1s")...)
 	tampered := []byte(state)
 	tampered[len(tampered)/2] ^= 'A' ^ 'B'
 	for _, tc := range []struct {
@@ -218,6 +220,7 @@ func TestInputRequired(t *testing.T) {
 		{"other principal", b.URL + "/mcp/mrtr", key2, state, map[string]any{"item": "x"}},
 		{"other arguments", b.URL + "/mcp/mrtr", key, state, map[string]any{"item": "y"}},
 		{"another fleet's key", c.URL + "/mcp/mrtr", key, state, map[string]any{"item": "x"}},
+		{"expired", late.URL + "/mcp/mrtr", key, state, map[string]any{"item": "x"}},
 	} {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
 			before := up.calls.Load()
