@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -177,6 +178,15 @@ func runServersPut(c *cli, args []string) error {
 		return dbErr("put server "+s.ID, err)
 	}
 	fmt.Fprintf(c.stdout, "server %q written: %s\n", s.ID, describe(s))
+	return c.invalidateTools(s.ID)
+}
+
+// invalidateTools makes the fleet's shared tool list of server id stale,
+// so that every instance lists it again under its new definition.
+func (c *cli) invalidateTools(id string) error {
+	if err := catalog.New(c.db, c.tables.Leases, catalog.Options{}).Invalidate(c.ctx, id); err != nil {
+		return fmt.Errorf("server %q written, but its tool list was not refreshed (instances list it again within CATALOG_TTL): %w", id, err)
+	}
 	return nil
 }
 
@@ -326,7 +336,7 @@ func runServersSet(c *cli, args []string) error {
 		return dbErr("update server "+id, err)
 	}
 	fmt.Fprintf(c.stdout, "server %q updated: %s\n", id, strings.Join(pos[1:], " "))
-	return nil
+	return c.invalidateTools(id)
 }
 
 // parseChange reads one name=value, typing the value by attribute.

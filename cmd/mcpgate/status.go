@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -279,6 +280,9 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 	}
 	r := &statusReport{Now: now.UTC(), Limiters: []limiterState{}}
 	for _, item := range items {
+		if catalog.IsKey(rawAttr(item, store.LimiterKeyAttr)) {
+			continue // the fleet's tool lists share the table
+		}
 		l := limiterState{Key: rawAttr(item, store.LimiterKeyAttr), Slots: []slotState{{Attr: lease.ServerAttr, Leases: []leaseState{}}}}
 		var srv *registry.Server
 		if s, ok := byID[l.Key]; ok {

@@ -43,6 +43,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -101,6 +102,7 @@ func TestBench(t *testing.T) {
 	b.hotKey()
 	b.itemSizes()
 	b.coldStart()
+	b.coldFleet()
 	b.report()
 }
 
@@ -833,7 +835,10 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &in)
 	_, op, _ := strings.Cut(r.Header.Get("X-Amz-Target"), ".")
 	kind := "other"
-	if in.TableName == m.leases {
+	switch {
+	case in.TableName == m.leases && bytes.Contains(body, []byte(`"`+catalog.KeyPrefix)):
+		kind = "catalog" // the tool catalog shares the leases table
+	case in.TableName == m.leases:
 		kind = "leases"
 	}
 	u, _ := url.Parse(m.target)

@@ -48,9 +48,20 @@ type config struct {
 	// Metrics turns on the CloudWatch EMF records on stdout (EMF_METRICS;
 	// on under Lambda, off elsewhere, by default).
 	Metrics bool
-	// ClockOffset shifts the wall clock used for lease expiries: a test
-	// hook to simulate clock skew between instances. Never set it in
-	// production.
+	// RequestStateKey is REQUEST_STATE_KEY: a reference to the secret that
+	// seals multi-round-trip request states; "" means a random key per
+	// process.
+	RequestStateKey string
+	// RequestStateTTL is how long a sealed request state is accepted.
+	RequestStateTTL time.Duration
+	// CatalogTTL is the longest a tool list is reused by the fleet.
+	CatalogTTL time.Duration
+	// Catalog shares tool lists through the leases table (TOOL_CATALOG,
+	// on by default).
+	Catalog bool
+	// ClockOffset shifts the wall clock used for lease and request-state
+	// expiries: a test hook to simulate clock skew between instances.
+	// Never set it in production.
 	ClockOffset time.Duration
 	// OAuth is the token settings (OAUTH_*); Issuer empty means keys only.
 	OAuth auth.OAuthOptions
@@ -147,6 +158,19 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.Local.ReadTimeout = dur("GATEWAY_READ_TIMEOUT", defaultReadTimeout)
 	c.Local.IdleTimeout = dur("GATEWAY_IDLE_TIMEOUT", defaultIdleTimeout)
 	c.ClockOffset = dur("GATEWAY_TEST_CLOCK_OFFSET", 0)
+	c.RequestStateKey = getenv("REQUEST_STATE_KEY")
+	c.RequestStateTTL = dur("REQUEST_STATE_TTL", 0)
+	c.CatalogTTL = dur("CATALOG_TTL", 0)
+	if c.RequestStateTTL < 0 || c.CatalogTTL < 0 {
+		errs = append(errs, errors.New("REQUEST_STATE_TTL and CATALOG_TTL must not be negative"))
+	}
+	switch strings.ToLower(getenv("TOOL_CATALOG")) {
+	case "", "on", "true", "1":
+		c.Catalog = true
+	case "off", "false", "0":
+	default:
+		errs = append(errs, fmt.Errorf("TOOL_CATALOG=%q: use on or off", getenv("TOOL_CATALOG")))
+	}
 	if c.LeaseMargin < 0 {
 		errs = append(errs, errors.New("LEASE_MARGIN must not be negative"))
 	}

@@ -349,7 +349,8 @@ func TestHostileSecretsStayOutOfLogs(t *testing.T) {
 }
 
 // TestHostileAuditRecords: every tool call is one record naming the real
-// server and tool, its outcome and code, the key and the client's address,
+// server and tool, its outcome and code, the caller's principal and the
+// client's address,
 // refused ones included.
 func TestHostileAuditRecords(t *testing.T) {
 	r := newHostileRig(t)
@@ -360,7 +361,10 @@ func TestHostileAuditRecords(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("%d records of one successful call:\n%s", len(recs), r.gw.Logs())
 	}
-	prefix, _ := recs[0]["key"].(string)
+	prefix, _ := recs[0]["principal"].(string)
+	if !strings.HasPrefix(prefix, "key:") {
+		t.Fatalf("the record's principal is %q, want the key's", prefix)
+	}
 	r.mcp(time.Minute, "/mcp", "2025-11-25", toolCall(1, "demo-no_such_tool", map[string]any{}))
 	r.mcp(time.Minute, "/mcp", "2025-11-25", toolCall(2, "demo-echo", map[string]any{"text": 5}))
 	r.mcp(time.Minute, "/mcp/demo", "2025-11-25", toolCall(3, "echo", map[string]any{"text": "ok"}))
@@ -374,11 +378,11 @@ func TestHostileAuditRecords(t *testing.T) {
 	r.waitRecords(6, nil)
 
 	for _, want := range []map[string]string{
-		{"path": "/mcp-rest/tools/call", "server_id": "demo", "tool": "echo", "outcome": "ok", "key": prefix},
-		{"path": "/mcp", "mcp_method": "tools/call", "server_id": "demo", "tool": "no_such_tool", "outcome": "error", "code": "NOT_FOUND", "key": prefix},
-		{"path": "/mcp", "mcp_method": "tools/call", "server_id": "demo", "tool": "echo", "outcome": "error", "code": "BAD_REQUEST", "key": prefix},
-		{"path": "/mcp/demo", "mcp_method": "tools/call", "server_id": "demo", "tool": "echo", "outcome": "ok", "key": prefix},
-		{"path": "/mcp", "mcp_method": "tools/call", "server_id": "nosuchserver", "tool": "echo", "outcome": "error", "code": "NOT_FOUND", "key": prefix},
+		{"path": "/mcp-rest/tools/call", "server_id": "demo", "tool": "echo", "outcome": "ok", "principal": prefix},
+		{"path": "/mcp", "mcp_method": "tools/call", "server_id": "demo", "tool": "no_such_tool", "outcome": "error", "code": "NOT_FOUND", "principal": prefix},
+		{"path": "/mcp", "mcp_method": "tools/call", "server_id": "demo", "tool": "echo", "outcome": "error", "code": "BAD_REQUEST", "principal": prefix},
+		{"path": "/mcp/demo", "mcp_method": "tools/call", "server_id": "demo", "tool": "echo", "outcome": "ok", "principal": prefix},
+		{"path": "/mcp", "mcp_method": "tools/call", "server_id": "nosuchserver", "tool": "echo", "outcome": "error", "code": "NOT_FOUND", "principal": prefix},
 		{"path": "/mcp", "mcp_method": "tools/call", "server_id": "secret", "tool": "echo", "outcome": "error", "code": "FORBIDDEN"},
 	} {
 		want["client_ip"] = "127.0.0.1"

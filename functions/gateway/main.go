@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdaurl"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/extension"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/lease"
@@ -93,13 +94,22 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		// the environment holds the function's own credentials.
 		secretOpts.Getenv = getenv
 	}
-	pool := upstream.New(upstream.Options{
-		Logger: log, Version: version(),
-		Secrets:        secret.NewFromConfig(awsCfg, secretOpts),
+	secrets := secret.NewFromConfig(awsCfg, secretOpts)
+	popts := upstream.Options{
+		Logger: log, Version: version(), ToolsTTL: cfg.CatalogTTL,
+		Secrets:        secrets,
 		AWSCredentials: awsCfg.Credentials,
 		AWSRegion:      awsCfg.Region,
-	})
+	}
+	if cfg.Catalog {
+		popts.Catalog = catalog.New(db, cfg.Tables.Leases, catalog.Options{Owner: limiter.InstanceID()})
+	}
+	pool := upstream.New(popts)
 	defer pool.Close()
+	states, err := requestStates(ctx, cfg, secrets, log)
+	if err != nil {
+		return err
+	}
 	em := metrics.New(os.Stdout, metrics.Options{Disabled: !cfg.Metrics})
 	gw, err := gateway.New(gateway.Deps{
 		Auth: auth.New(db, cfg.Tables.Keys, auth.Options{
@@ -121,6 +131,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		AllowedOrigins: cfg.AllowedOrigins,
 		PublicURL:      publicURL,
 		IAMCaller:      iamCaller,
+		RequestStates:  states,
 	})
 	if err != nil {
 		return err

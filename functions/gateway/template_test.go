@@ -23,6 +23,7 @@ import (
 	"github.com/awslabs/goformation/v7/intrinsics"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
@@ -204,6 +205,9 @@ func TestTemplateEnvironment(t *testing.T) {
 			t.Errorf("template sets %s, which the gateway never reads", name)
 		}
 	}
+	if want := "secretsmanager:ref:RequestStateSecret"; vars["REQUEST_STATE_KEY"] != want {
+		t.Errorf("REQUEST_STATE_KEY = %q, want %q (the secret the template creates)", vars["REQUEST_STATE_KEY"], want)
+	}
 	for env, id := range tableLogicalIDs {
 		if vars[env] != "ref:"+id {
 			t.Errorf("%s = %q, want !Ref %s", env, vars[env], id)
@@ -382,17 +386,20 @@ func TestTemplateIAM(t *testing.T) {
 	if fn.Policies == nil || fn.Policies.IAMPolicyDocumentArray == nil {
 		t.Fatal("GatewayFunction has no inline policy documents")
 	}
-	// What each table's code may call, from the interfaces it declares.
+	// What each table's code may call, from the interfaces it declares
+	// (the leases table also holds the tool catalog); and the secret.
+	leases := slices.Compact(slices.Sorted(slices.Values(append(methods((*lease.API)(nil)), methods((*catalog.API)(nil))...))))
 	want := map[string][]string{
 		"getatt:ServersTable.Arn": methods((*registry.API)(nil)),
 		"getatt:KeysTable.Arn":    methods((*auth.API)(nil)),
-		"getatt:LeasesTable.Arn":  methods((*lease.API)(nil)),
+		"getatt:LeasesTable.Arn":  leases,
+		"ref:RequestStateSecret":  {"secretsmanager:" + reflect.TypeOf((*secret.SecretsManagerAPI)(nil)).Elem().Method(0).Name},
 	}
 	got := map[string][]string{}
 	for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
 		for _, st := range doc.Statement {
 			m := st.(map[string]any)
-			if actions, _ := m["Action"].([]any); len(actions) == 0 || !strings.HasPrefix(actions[0].(string), "dynamodb:") {
+			if actions, _ := m["Action"].([]any); len(actions) == 0 || !strings.HasPrefix(actions[0].(string), "dynamodb:") && m["Resource"] != "ref:RequestStateSecret" {
 				continue // TestTemplateSecretsAccess
 			}
 			if m["Effect"] != "Allow" {
@@ -420,7 +427,7 @@ func TestTemplateIAM(t *testing.T) {
 	}
 	// Every GetAtt names a resource of the template.
 	for res := range got {
-		id := strings.TrimSuffix(strings.TrimPrefix(res, "getatt:"), ".Arn")
+		id := strings.TrimPrefix(strings.TrimSuffix(strings.TrimPrefix(res, "getatt:"), ".Arn"), "ref:")
 		if _, ok := tpl.Resources[id]; !ok {
 			t.Errorf("policy refers to unknown resource %s", id)
 		}

@@ -508,7 +508,7 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 	case upstream.KindRPC:
 		// The upstream's own answer to the caller's request: relay it.
 		msg := truncate(ue.RPC.Message, maxUpstreamMessage)
-		if ue.RPC.Code == jsonrpc.CodeInvalidParams {
+		if ue.RPC.Code == jsonrpc.CodeInvalidParams || specCode(ue.RPC.Code) {
 			return fault.Wrap(err, fault.BadRequest, "server %q rejected the call: %s", srv.ID, msg)
 		}
 		return fault.Wrap(err, fault.UpstreamError, "server %q answered with error %d: %s", srv.ID, ue.RPC.Code, msg)

@@ -37,6 +37,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/roundtrip"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
@@ -130,6 +131,10 @@ type Options struct {
 	// is AWS_IAM and Lambda has checked its signature; nil or "" means no
 	// IAM caller. It must read Lambda's request context, never a header.
 	IAMCaller func(*http.Request) string
+	// RequestStates seals the state of multi-round-trip tool calls; every
+	// instance of a fleet must use the same key. Nil means a random key of
+	// this process: a client's retry then completes only on this instance.
+	RequestStates *roundtrip.Sealer
 }
 
 // Gateway serves the routes.
@@ -149,6 +154,7 @@ type Gateway struct {
 	iam       func(*http.Request) string
 	mcp       mcpHandlers
 	origins   *http.CrossOriginProtection
+	states    *roundtrip.Sealer
 	// storeStats is when the limiter's counters were last emitted, and
 	// what they were.
 	statsMu   sync.Mutex
@@ -178,6 +184,16 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		stopping:  make(chan struct{}),
 		public:    opts.PublicURL,
 		iam:       opts.IAMCaller,
+		states:    opts.RequestStates,
+	}
+	if g.states == nil {
+		secret := make([]byte, roundtrip.MinSecretBytes)
+		_, _ = rand.Read(secret)
+		states, err := roundtrip.New(secret, roundtrip.Options{})
+		if err != nil {
+			return nil, err
+		}
+		g.states = states
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBodyBytes

@@ -124,7 +124,7 @@ func writeRPCError(w http.ResponseWriter, id json.RawMessage, code int64, fe *fa
 // through).
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	sc := &mcpScope{g: g, caller: callerFrom(ctx), rec: recordFrom(ctx)}
+	sc := &mcpScope{g: g, caller: callerFrom(ctx), rec: recordFrom(ctx), protocol: r.Header.Get("MCP-Protocol-Version")}
 	if dl, ok := ctx.Deadline(); ok {
 		sc.deadline = dl
 	}
@@ -174,7 +174,16 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		writeRPCError(w, p.id, jsonrpc.CodeMethodNotFound, fault.New(fault.NotFound, "method %q not found", truncate(p.method, 64)))
+		status := http.StatusOK
+		if sc.protocol >= protocolMRTR {
+			// From 2026-07-28 an unknown method is also HTTP 404.
+			status = http.StatusNotFound
+		}
+		fe := fault.New(fault.NotFound, "method %q not found", truncate(p.method, 64))
+		if len(p.id) == 0 {
+			p.id = json.RawMessage("null")
+		}
+		writeRPC(w, status, "", rpcResponse{JSONRPC: "2.0", ID: p.id, Error: rpcErrorObject{Code: jsonrpc.CodeMethodNotFound, Message: fe.Message, Data: fe.Detail()}})
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -187,6 +196,9 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeFault(w, r, fault.As(err))
 		return
+	}
+	if p.method == "tools/call" && sc.protocol >= protocolMRTR {
+		sc.declareTool(ctx, srv, p.name)
 	}
 	h := g.mcp.json
 	if p.method == "tools/call" && acceptsEventStream(r) && (p.progress || sc.upstreamLogs(ctx, p.name)) {
@@ -222,6 +234,41 @@ type mcpScope struct {
 	rec      *record
 	deadline time.Time
 	stream   bool
+	// protocol is the request's MCP-Protocol-Version header.
+	protocol string
+}
+
+// declareTool adds the upstream tool a tools/call names to the request's
+// server, so that the SDK checks the request's Mcp-Param-* headers against
+// the tool's x-mcp-header annotations (SEP-2243) as the upstream itself
+// would. A tool the gateway cannot find or the SDK cannot take is left
+// out: the call then fails or is checked upstream.
+func (sc *mcpScope) declareTool(ctx context.Context, s *mcp.Server, name string) {
+	if validToolName(name) != nil {
+		return
+	}
+	srv, tool, ferr := sc.resolveTool(ctx, name)
+	if ferr != nil || !sc.caller.sees(srv, tool) {
+		return
+	}
+	lctx, cancel := sc.g.boundedCtx(ctx, srv.Timeout)
+	defer cancel()
+	t, err := sc.g.deps.Upstream.Tool(lctx, srv, sc.caller.upstream(srv), tool)
+	if err != nil {
+		return
+	}
+	c := *t
+	c.Name = name
+	defer func() {
+		// AddTool panics on a schema it cannot take; such an upstream
+		// tool is still callable, its headers checked upstream.
+		if p := recover(); p != nil {
+			sc.g.log.Debug("tool left out of header validation", "server_id", srv.ID, "tool", tool, "reason", fmt.Sprint(p))
+		}
+	}()
+	s.AddTool(&c, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, errors.New("unreachable: tools/call is answered by the gateway's middleware")
+	})
 }
 
 // scoped returns the context upstream work runs in: cancelled with the
@@ -266,6 +313,13 @@ func (sc *mcpScope) newServer(ctx context.Context, method string) (*mcp.Server, 
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{
 		Capabilities: caps, Instructions: instructions,
+		// Results the SDK answers itself (empty lists on /mcp) are as
+		// private as the rest of the aggregated endpoint.
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			if sc.srv == nil {
+				c.CacheScope = cachePrivate
+			}
+		},
 		// A stateless gateway can deliver no resources/updated
 		// notification: it accepts (un)subscriptions as a stateless SDK
 		// server does, without advertising them.
@@ -395,7 +449,22 @@ func relay[R mcp.Result](ctx context.Context, sc *mcpScope, fn func(context.Cont
 		return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 	}
 	sc.rec.outcome = "ok"
+	sc.settleResult(res)
 	return res, nil
+}
+
+// settleResult fixes the caching hints of a relayed result that has them.
+func (sc *mcpScope) settleResult(r mcp.Result) {
+	switch r := r.(type) {
+	case *mcp.ListResourcesResult:
+		sc.settle(&r.Cacheable)
+	case *mcp.ListResourceTemplatesResult:
+		sc.settle(&r.Cacheable)
+	case *mcp.ReadResourceResult:
+		sc.settle(&r.Cacheable)
+	case *mcp.ListPromptsResult:
+		sc.settle(&r.Cacheable)
+	}
 }
 
 // rpcError turns a failure of a non-tool request into a JSON-RPC error: the
@@ -409,6 +478,25 @@ func (sc *mcpScope) rpcError(fe *fault.Error, err error) error {
 	}
 	data, _ := json.Marshal(fe.Detail())
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fe.Message, Data: data}
+}
+
+// The cacheScope values of SEP-2549.
+const (
+	cachePublic  = "public"
+	cachePrivate = "private"
+)
+
+// settle fixes a relayed result's caching hints: the upstream's TTL, capped
+// by the longest the gateway itself reuses an upstream's answers; its scope,
+// public unless the upstream said private.
+func (sc *mcpScope) settle(c *mcp.Cacheable) {
+	c.TTLMs = min(max(c.TTLMs, 0), int(sc.g.deps.Upstream.MaxTTL().Milliseconds()))
+	if c.CacheScope != cachePrivate {
+		c.CacheScope = cachePublic
+	}
+	if sc.srv == nil {
+		c.CacheScope = cachePrivate
+	}
 }
 
 // forwardMeta drops protocol-level _meta keys, keeping the caller's own
@@ -457,12 +545,19 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 	if sc.srv != nil {
 		lctx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
 		defer cancel()
-		tools, err := sc.g.deps.Upstream.Tools(lctx, sc.srv, sc.caller.upstream(sc.srv))
+		ls, err := sc.g.deps.Upstream.ToolListing(lctx, sc.srv, sc.caller.upstream(sc.srv))
 		if err != nil {
 			return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 		}
 		sc.rec.outcome = "ok"
-		return &mcp.ListToolsResult{Tools: sc.caller.visible(sc.srv, tools)}, nil
+		res := &mcp.ListToolsResult{Tools: sc.caller.visible(sc.srv, ls.Tools)}
+		res.TTLMs, res.CacheScope = ttlMs(ls.Expires), ls.Scope
+		if sc.caller.principal.Tools != nil {
+			// Narrowed by the caller's own tool grants.
+			res.CacheScope = cachePrivate
+		}
+		sc.settle(&res.Cacheable)
+		return res, nil
 	}
 	all, err := sc.g.allTools(ctx, sc.caller)
 	if err != nil {
@@ -478,7 +573,23 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 		}
 	}
 	sc.rec.outcome = "ok"
-	return &mcp.ListToolsResult{Tools: tools}, nil
+	// The list depends on the caller's grants: private, and fresh as long
+	// as its soonest-expiring part.
+	res := &mcp.ListToolsResult{Tools: tools}
+	res.TTLMs = int(sc.g.deps.Upstream.MaxTTL().Milliseconds())
+	for _, st := range all {
+		if !st.expires.IsZero() {
+			res.TTLMs = min(res.TTLMs, ttlMs(st.expires))
+		}
+	}
+	sc.settle(&res.Cacheable)
+	return res, nil
+}
+
+// ttlMs is the time left until expires, in whole milliseconds, never
+// negative.
+func ttlMs(expires time.Time) int {
+	return int(max(time.Until(expires), 0).Milliseconds())
 }
 
 // serverTools is one server's tools, or why they could not be listed.
@@ -486,6 +597,8 @@ type serverTools struct {
 	srv   *registry.Server
 	tools []*mcp.Tool
 	err   *fault.Error
+	// expires is when the gateway lists the server again.
+	expires time.Time
 }
 
 // allTools lists the tools of every server c may call (those of them c may
@@ -508,13 +621,13 @@ func (g *Gateway) allTools(ctx context.Context, c *caller) ([]serverTools, error
 			lctx, cancel := g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 			defer cancel()
 			out[i].srv = srv
-			tools, err := g.deps.Upstream.Tools(lctx, srv, c.upstream(srv))
+			ls, err := g.deps.Upstream.ToolListing(lctx, srv, c.upstream(srv))
 			if err != nil {
 				g.log.Warn("listing tools failed; its tools are left out", "request_id", recordFrom(ctx).id, "server_id", srv.ID, "error", err.Error())
 				out[i].err = upstreamFault(srv, err)
 				return
 			}
-			out[i].tools = c.visible(srv, tools)
+			out[i].tools, out[i].expires = c.visible(srv, ls.Tools), ls.Expires
 		})
 	}
 	wg.Wait()
@@ -613,7 +726,9 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 	if ferr != nil {
 		return nil, sc.refuse(ferr)
 	}
-	params := &mcp.CallToolParams{Meta: forwardMeta(p.Meta), Name: tool, Arguments: args}
+	params := &mcp.CallToolParams{Meta: forwardMeta(p.Meta), Name: tool, Arguments: args,
+		InputResponses: p.InputResponses, RequestState: p.RequestState}
+	cl := client{principal: principalOf(sc.caller.principal), protocol: sc.protocol, mrtr: sc.protocol >= protocolMRTR, caps: clientFromCaps(p.Meta[mcp.MetaKeyClientCapabilities])}
 	var l *upstream.Listener
 	if sc.stream {
 		l = relayNotifications(hctx, req)
@@ -624,7 +739,13 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		}
 		params.Meta[mcp.MetaKeyLogLevel] = "debug"
 	}
-	res, fe := sc.g.callTool(ctx, srv, params, l)
+	res, fe := sc.g.roundTrip(ctx, srv, params, cl, l)
+	if re, ok := specError(fe); ok {
+		// The protocol's own errors (a header mismatch, a missing client
+		// capability) reach the client as they are.
+		sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+		return nil, re
+	}
 	if fe == nil {
 		var out mcp.Result
 		out, fe = sc.g.encodeResult(srv, res)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/testkit"
+	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
 // bearer adds the Authorization header to every request.
@@ -300,5 +301,28 @@ func TestMCPHTTPLevel(t *testing.T) {
 		if r.status != 405 {
 			t.Errorf("%s /mcp: %d, want 405", m, r.status)
 		}
+	}
+}
+
+// Tool lists carry caching hints (SEP-2549): private on /mcp, whose list
+// depends on the key; the upstream's scope on /mcp/{id}; and the time left
+// before the gateway lists the upstream again, within its TTL.
+func TestCachingHints(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct{ path, scope string }{
+		{"/mcp", "private"},
+		{"/mcp/demo", "public"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			cs := h.connect(tc.path, h.key, "2026-07-28", nil)
+			res, err := cs.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			max := int(upstream.DefaultToolsTTL.Milliseconds())
+			if res.CacheScope != tc.scope || res.TTLMs <= 0 || res.TTLMs > max {
+				t.Errorf("cacheScope %q, ttlMs %d; want %q and 0 < ttlMs <= %d", res.CacheScope, res.TTLMs, tc.scope, max)
+			}
+		})
 	}
 }

@@ -20,10 +20,20 @@ import (
 const maxToolName = 256
 
 // CallRequest is the body of POST /mcp-rest/tools/call (LiteLLM's shape).
+// The last three fields carry a multi-round-trip call (MCP 2026-07-28):
+// the input kinds the caller can answer, and, on the retry, its answers
+// and the requestState of the input_required result.
 type CallRequest struct {
 	ServerID  string          `json:"server_id"`
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// ClientCapabilities are the client capabilities (elicitation,
+	// sampling, roots) the caller declares, as in MCP.
+	ClientCapabilities map[string]any `json:"client_capabilities,omitempty"`
+	// InputResponses answer the previous result's inputRequests.
+	InputResponses mcp.InputResponseMap `json:"input_responses,omitempty"`
+	// RequestState is the previous result's requestState.
+	RequestState string `json:"request_state,omitempty"`
 }
 
 func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +67,8 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, ferr)
 		return
 	}
-	res, ferr := g.callTool(ctx, srv, &mcp.CallToolParams{Name: tool, Arguments: args}, nil)
+	params := &mcp.CallToolParams{Name: tool, Arguments: args, InputResponses: req.InputResponses, RequestState: req.RequestState}
+	res, ferr := g.roundTrip(ctx, srv, params, client{principal: principalOf(principalFrom(ctx)), mrtr: true, caps: clientFromCaps(req.ClientCapabilities)}, nil)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return

@@ -148,6 +148,21 @@ const (
 // Capped reports whether calls to s take a slot of the distributed semaphore.
 func (s *Server) Capped() bool { return s.MaxConcurrent > 0 }
 
+// Limited reports whether the gateway limits calls to s at all: a cap on
+// the server or one of its tools, or a breaker. Calls to an unlimited
+// server cause no store traffic.
+func (s *Server) Limited() bool {
+	if s.Capped() || s.Breaker != nil {
+		return true
+	}
+	for _, t := range s.Tools {
+		if t.MaxConcurrent > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // ToolCap is the tool's own cap (0 = none).
 func (s *Server) ToolCap(tool string) int { return s.Tools[tool].MaxConcurrent }
 

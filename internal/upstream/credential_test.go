@@ -19,12 +19,14 @@ import (
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/secret/secrettest"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	secrettest.StopShared()
+	storetest.StopShared()
 	os.Exit(code)
 }
 
@@ -405,14 +407,18 @@ func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c
 func (c *testClock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 // TestSweepForgetsIdlePrincipals: what a principal no longer uses (idle
-// sessions, tool lists, server info) is dropped, so the pool's memory is
-// bounded by the principals active within the idle timeout.
+// sessions, server info, tool lists) is dropped, so the pool's memory is
+// bounded by the principals active within the idle timeout. A server's tool
+// list is one for every caller (the upstream sees the gateway's credential).
 func TestSweepForgetsIdlePrincipals(t *testing.T) {
 	_, _, srv := demoServer(t, registry.TransportHTTP)
 	p := New(Options{IdleTimeout: time.Minute})
 	defer p.Close()
 	ctx := context.Background()
 	for _, who := range []string{"a", "b", "c"} {
+		if _, err := p.Info(ctx, srv, Caller{Principal: who}); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := p.Tools(ctx, srv, Caller{Principal: who}); err != nil {
 			t.Fatal(err)
 		}
@@ -422,8 +428,8 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 		defer p.mu.Unlock()
 		return len(p.idle), len(p.tools), len(p.info)
 	}
-	if i, tl, in := count(); i != 3 || tl != 3 || in != 3 {
-		t.Fatalf("after three principals: %d idle lists, %d tool lists, %d infos; want 3 each", i, tl, in)
+	if i, tl, in := count(); i != 3 || tl != 1 || in != 3 {
+		t.Fatalf("after three principals: %d idle lists, %d tool lists, %d infos; want 3, 1, 3", i, tl, in)
 	}
 	p.mu.Lock()
 	stale := p.sweepLocked(time.Now().Add(sweepEvery + 10*time.Minute))

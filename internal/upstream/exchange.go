@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,7 +132,10 @@ func (x *Exchange) run(params *mcp.CallToolParams, l *Listener) {
 	if x.srv.Transport == registry.TransportOpenAPI {
 		res, err = x.p.callOpenAPI(x.ctx, x.srv, x.caller, params, x)
 	} else {
-		err = x.p.do(x.ctx, x.srv, x.caller, l, x, func(ctx context.Context, cs *mcp.ClientSession) error {
+		// The tool's own schema says which arguments go in Mcp-Param-*
+		// headers (SEP-2243), from this instance's list when it holds one.
+		ctx := withParamHeaders(x.ctx, x.p.cachedTool(x.srv, x.caller, params.Name), params.Arguments)
+		err = x.p.do(ctx, x.srv, x.caller, l, x, func(ctx context.Context, cs *mcp.ClientSession) error {
 			var err error
 			res, err = cs.CallTool(ctx, params)
 			return err
@@ -247,6 +251,11 @@ func (x *Exchange) notifyCancelled(s *sentCall) {
 	req.Header = s.header.Clone()
 	for _, h := range []string{"Content-Length", "Mcp-Method", "Mcp-Name"} {
 		req.Header.Del(h)
+	}
+	for h := range req.Header {
+		if strings.HasPrefix(h, "Mcp-Param-") {
+			req.Header.Del(h)
+		}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	// Through the session's own client: held to the server's origin, with

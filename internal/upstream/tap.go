@@ -25,17 +25,32 @@ func withListener(ctx context.Context, l *Listener) context.Context {
 	return context.WithValue(ctx, listenerKey{}, l)
 }
 
-// tapEvents wraps an event-stream response of a call that has a listener.
+type listChangedKey struct{}
+
+// withListChanged marks a request's context so that a
+// notifications/tools/list_changed in its event stream calls changed. (The
+// SDK's own handler for it would make every 2026-07-28 session hold a
+// subscriptions/listen stream open to the upstream.)
+func withListChanged(ctx context.Context, changed func()) context.Context {
+	return context.WithValue(ctx, listChangedKey{}, changed)
+}
+
+// tapEvents wraps an event-stream response of a call that has a listener,
+// or that watches for tool list changes.
 func tapEvents(req *http.Request, resp *http.Response) {
 	l, _ := req.Context().Value(listenerKey{}).(*Listener)
-	if l == nil {
+	changed, _ := req.Context().Value(listChangedKey{}).(func())
+	if l == nil && changed == nil {
 		return
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt != "text/event-stream" {
 		return
 	}
-	resp.Body = &eventTap{rc: resp.Body, l: l, ctx: req.Context()}
+	if l == nil {
+		l = &Listener{}
+	}
+	resp.Body = &eventTap{rc: resp.Body, l: l, changed: changed, ctx: req.Context()}
 }
 
 // maxTapEvent bounds the bytes kept for one event; a larger event is
@@ -43,12 +58,13 @@ func tapEvents(req *http.Request, resp *http.Response) {
 const maxTapEvent = 1 << 20
 
 type eventTap struct {
-	rc   io.ReadCloser
-	l    *Listener
-	ctx  context.Context
-	line []byte // the current, incomplete line
-	data []byte // the data lines of the current event
-	skip bool   // the current event is too large to relay
+	rc      io.ReadCloser
+	l       *Listener
+	changed func()
+	ctx     context.Context
+	line    []byte // the current, incomplete line
+	data    []byte // the data lines of the current event
+	skip    bool   // the current event is too large to relay
 }
 
 func (t *eventTap) Read(p []byte) (int, error) {
@@ -117,6 +133,10 @@ func (t *eventTap) dispatch(data []byte) {
 		var p mcp.ProgressNotificationParams
 		if t.l.Progress != nil && json.Unmarshal(msg.Params, &p) == nil {
 			t.l.Progress(t.ctx, &p)
+		}
+	case "notifications/tools/list_changed":
+		if t.changed != nil {
+			t.changed()
 		}
 	case "notifications/message":
 		var p mcp.LoggingMessageParams

@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +40,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/registry"
 )
 
@@ -78,8 +82,18 @@ type Options struct {
 	MaxIdle int
 	// IdleTimeout closes sessions unused for that long.
 	IdleTimeout time.Duration
-	// ToolsTTL is how long an upstream's tool list is reused.
+	// ToolsTTL is the longest an upstream's tool list is reused (by the
+	// whole fleet, with a Catalog). An upstream's own smaller ttlMs
+	// shortens it; a ttlMs of 0 or none at all means ToolsTTL.
 	ToolsTTL time.Duration
+	// Catalog, if not nil, shares the tool lists of limited servers (see
+	// registry.Server.Limited) across the fleet: a list is read from it,
+	// and only the instance it elects lists the upstream.
+	Catalog Catalog
+	// CatalogCheck is how often an instance holding a fresh list re-reads
+	// the catalog's head, so that an invalidation reaches it. Zero means
+	// DefaultCatalogCheck.
+	CatalogCheck time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Version is reported as the gateway's client version.
@@ -95,6 +109,17 @@ type Options struct {
 	AWSRegion string
 }
 
+// DefaultCatalogCheck is the default for Options.CatalogCheck.
+const DefaultCatalogCheck = 5 * time.Second
+
+// Catalog shares upstreams' tool lists across the fleet (package catalog).
+type Catalog interface {
+	Load(ctx context.Context, id, endpoint, have string, fetch func(context.Context) (catalog.Fetched, error)) (catalog.Entry, error)
+	Invalidate(ctx context.Context, id string) error
+}
+
+var _ Catalog = (*catalog.Catalog)(nil)
+
 // Pool holds client sessions to upstream servers.
 type Pool struct {
 	client   *mcp.Client
@@ -102,6 +127,8 @@ type Pool struct {
 	maxIdle  int
 	idleTTL  time.Duration
 	toolsTTL time.Duration
+	catalog  Catalog
+	check    time.Duration
 	log      *slog.Logger
 	maxResp  int64
 	maxList  int64
@@ -143,6 +170,22 @@ type toolList struct {
 	// upstream is asked again at most every toolsRefreshFloor.
 	failed time.Time
 	err    error
+	// version is the catalog version held; scope the upstream's
+	// cacheScope; expires when the list must be listed again; reuse until
+	// when this instance uses it without looking at the catalog.
+	version string
+	scope   string
+	expires time.Time
+	reuse   time.Time
+}
+
+// Listing is an upstream's tool list and how long it may be reused.
+type Listing struct {
+	Tools []*mcp.Tool
+	// Scope is the upstream's cacheScope, "public" or "private".
+	Scope string
+	// Expires is when the gateway lists the upstream again.
+	Expires time.Time
 }
 
 // Listener receives the notifications an upstream sends while a call runs.
@@ -172,6 +215,8 @@ func New(opts Options) *Pool {
 		secrets:   opts.Secrets,
 		awsCreds:  opts.AWSCredentials,
 		awsRegion: opts.AWSRegion,
+		catalog:   opts.Catalog,
+		check:     opts.CatalogCheck,
 	}
 	if p.maxResp <= 0 {
 		p.maxResp = DefaultMaxResponseBytes
@@ -199,6 +244,9 @@ func New(opts Options) *Pool {
 	p.tokenClient = &http.Client{
 		Transport:     p.http.Transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	if p.check <= 0 {
+		p.check = DefaultCatalogCheck
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -256,6 +304,7 @@ type limitTransport struct {
 }
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = addParamHeaders(req)
 	if x := exchangeFrom(req.Context()); x != nil {
 		if err := x.sendingHTTP(req); err != nil {
 			return nil, err
@@ -477,6 +526,9 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server, c Caller) (*se
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// The session outlives this call: none of its budget applies.
 	sctx, seen := withTraffic(withBudget(sctx, 0))
+	// A stream the session keeps open (the SSE transport's) may carry
+	// notifications/tools/list_changed.
+	sctx = withListChanged(sctx, func() { p.InvalidateTools(srv) })
 	stop := context.AfterFunc(ctx, cancel)
 	cs, err := p.client.Connect(sctx, t, nil)
 	if !stop() {
@@ -562,7 +614,7 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, c Caller, l *Listen
 			return p.classify(ctx, srv, err)
 		}
 		ctx, ex := withTraffic(ctx)
-		fctx := ctx
+		fctx := withListChanged(ctx, func() { p.InvalidateTools(srv) })
 		if l != nil {
 			if srv.Transport == registry.TransportSSE {
 				// The old transport carries every message on one stream
@@ -594,29 +646,71 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, c Caller, l *Listen
 	}
 }
 
-// Tools returns srv's tools as c sees them, from a cache refreshed every
-// ToolsTTL.
+// Tools returns srv's tools as c sees them (see ToolListing).
 func (p *Pool) Tools(ctx context.Context, srv *registry.Server, c Caller) ([]*mcp.Tool, error) {
+	ls, err := p.ToolListing(ctx, srv, c)
+	if err != nil {
+		return nil, err
+	}
+	return ls.Tools, nil
+}
+
+// MaxTTL is the longest the gateway reuses an upstream's list.
+func (p *Pool) MaxTTL() time.Duration { return p.toolsTTL }
+
+// ToolListing returns srv's tools as c sees them, and how long they may be
+// reused: from this instance's copy while it is fresh, else from the
+// fleet's catalog, else from the upstream. A failing upstream is asked
+// again at most every toolsRefreshFloor.
+func (p *Pool) ToolListing(ctx context.Context, srv *registry.Server, c Caller) (*Listing, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
 		if err != nil {
 			return nil, err
 		}
-		return api.Tools(), nil
+		return &Listing{Tools: api.Tools(), Scope: "public", Expires: time.Now().Add(p.toolsTTL)}, nil
 	}
 	tl := p.toolList(srv, c)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	if tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL {
-		return tl.ordered, nil
+	if tl.ordered == nil || !time.Now().Before(tl.reuse) {
+		if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
+			return nil, tl.err
+		}
+		if err := p.refreshTools(ctx, srv, c, tl); err != nil {
+			return nil, err
+		}
 	}
-	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
-		return nil, tl.err
+	return &Listing{Tools: tl.ordered, Scope: tl.scope, Expires: tl.expires}, nil
+}
+
+// InvalidateTools drops srv's lists here (every caller's) and in the
+// catalog, after the upstream said it changed.
+func (p *Pool) InvalidateTools(srv *registry.Server) {
+	prefix := identityKey(srv)
+	p.mu.Lock()
+	var lists []*toolList
+	for key, tl := range p.tools {
+		if key == prefix || strings.HasPrefix(key, prefix+" ") {
+			lists = append(lists, tl)
+		}
 	}
-	if err := p.refreshTools(ctx, srv, c, tl); err != nil {
-		return nil, err
+	p.mu.Unlock()
+	for _, tl := range lists {
+		tl.mu.Lock()
+		tl.reuse = time.Time{}
+		tl.mu.Unlock()
 	}
-	return tl.ordered, nil
+	if !p.shared(srv) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.catalog.Invalidate(ctx, srv.ID); err != nil {
+			p.log.Warn("invalidating the tool catalog failed", "server_id", srv.ID, "error", err.Error())
+		}
+	}()
 }
 
 type infoEntry struct {
@@ -624,9 +718,9 @@ type infoEntry struct {
 	fetched time.Time
 }
 
-// Info returns what srv said of itself when a session last connected to it
-// (capabilities, server info, instructions), connecting if no session has
-// within ToolsTTL.
+// Info returns what srv said of itself when a session of c's last
+// connected to it (capabilities, server info, instructions), connecting if
+// none has within ToolsTTL.
 func (p *Pool) Info(ctx context.Context, srv *registry.Server, c Caller) (*mcp.InitializeResult, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
@@ -662,9 +756,12 @@ func (p *Pool) Info(ctx context.Context, srv *registry.Server, c Caller) (*mcp.I
 // ErrUnknownTool means the upstream does not list a tool of that name.
 var ErrUnknownTool = errors.New("unknown tool")
 
-// Tool returns srv's tool named name. A name missing from a cached list
-// triggers one refresh (at most once a second), so a tool added upstream
-// is found without waiting for ToolsTTL.
+// Tool returns srv's tool named name, as c sees the list. A name missing
+// from a list older than a second triggers one refresh, so a tool added
+// upstream is found without waiting for the list to expire; with a
+// catalog, that refresh reads the catalog and leaves the upstream alone, so
+// that callers naming unknown tools cannot make the fleet list the
+// upstream.
 func (p *Pool) Tool(ctx context.Context, srv *registry.Server, c Caller, name string) (*mcp.Tool, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		return p.openAPITool(ctx, srv, name)
@@ -672,14 +769,14 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, c Caller, name st
 	tl := p.toolList(srv, c)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	fresh := tl.ordered != nil && time.Since(tl.fetched) < p.toolsTTL
-	if fresh {
+	if tl.ordered != nil && time.Now().Before(tl.reuse) {
 		if t, ok := tl.tools[name]; ok {
 			return t, nil
 		}
 		if time.Since(tl.fetched) < toolsRefreshFloor {
 			return nil, ErrUnknownTool
 		}
+		tl.reuse = time.Time{}
 	}
 	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
 		return nil, tl.err
@@ -693,8 +790,35 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, c Caller, name st
 	return nil, ErrUnknownTool
 }
 
+// cachedTool returns srv's tool named name from this instance's list for
+// c, if it holds one.
+func (p *Pool) cachedTool(srv *registry.Server, c Caller, name string) *mcp.Tool {
+	tl := p.toolList(srv, c)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.tools[name]
+}
+
+// listKey names the tool list of srv as c sees it. An upstream answers
+// every caller with the gateway's own credential, so its list is one for
+// all callers; only a server that forwards callers' headers may list
+// differently per caller, and keeps a list per principal.
+func listKey(srv *registry.Server, c Caller) string {
+	if len(srv.ForwardHeaders) > 0 {
+		return sessionKey(srv, c)
+	}
+	return identityKey(srv)
+}
+
+// shared reports whether srv's list is kept in the fleet's catalog: for
+// limited servers (an unlimited one causes no store traffic) whose list is
+// the same for every caller.
+func (p *Pool) shared(srv *registry.Server) bool {
+	return p.catalog != nil && srv.Limited() && len(srv.ForwardHeaders) == 0
+}
+
 func (p *Pool) toolList(srv *registry.Server, c Caller) *toolList {
-	key := sessionKey(srv, c)
+	key := listKey(srv, c)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tl, ok := p.tools[key]
@@ -705,15 +829,131 @@ func (p *Pool) toolList(srv *registry.Server, c Caller) *toolList {
 	return tl
 }
 
-// refreshTools lists the upstream's tools, within the pool's bounds on
-// pages, bytes and tools; tl.mu is held.
+// refreshTools renews srv's list, from the catalog or the upstream (asked
+// with c's session); tl.mu is held. A failure of the upstream is kept in tl,
+// so it is asked again at most every toolsRefreshFloor.
 func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, c Caller, tl *toolList) error {
+	err := p.renewTools(ctx, srv, c, tl)
+	if err != nil && ctx.Err() == nil {
+		tl.failed, tl.err = time.Now(), err
+	} else if err == nil {
+		tl.err = nil
+	}
+	return err
+}
+
+func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, tl *toolList) error {
+	now := time.Now()
+	if !p.shared(srv) {
+		f, err := p.fetchTools(ctx, srv, c)
+		if err != nil {
+			return err
+		}
+		tl.ordered, tl.tools = f.list, index(f.list)
+		tl.set(f.scope, now.Add(f.ttl), now.Add(f.ttl), "")
+		return nil
+	}
+	var fetchErr error
+	e, err := p.catalog.Load(ctx, srv.ID, identityKey(srv), tl.version, func(ctx context.Context) (catalog.Fetched, error) {
+		f, err := p.fetchTools(ctx, srv, c)
+		if err != nil {
+			fetchErr = err
+			return catalog.Fetched{}, err
+		}
+		data, err := json.Marshal(f.list)
+		if err != nil {
+			return catalog.Fetched{}, fmt.Errorf("encode the tools of %s: %w", srv.ID, err)
+		}
+		return catalog.Fetched{Data: data, Scope: f.scope, TTL: f.ttl}, nil
+	})
+	if err != nil && e.Data == nil && e.Version == "" {
+		if fetchErr != nil {
+			return fetchErr
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		// The catalog cannot be read: a store outage must not stop tool
+		// calls. Keep this instance's copy a little longer, or list the
+		// upstream as if there were no catalog.
+		p.log.Warn("tool catalog unavailable; listing without it", "server_id", srv.ID, "error", err.Error())
+		if tl.ordered != nil {
+			tl.reuse = now.Add(p.check)
+			return nil
+		}
+		f, err := p.fetchTools(ctx, srv, c)
+		if err != nil {
+			return err
+		}
+		tl.ordered, tl.tools = f.list, index(f.list)
+		tl.set(f.scope, now.Add(f.ttl), now.Add(p.check), "")
+		return nil
+	}
+	if err != nil {
+		// Listed, but not shared: this instance keeps its copy.
+		p.log.Warn("tool list not shared with the fleet", "server_id", srv.ID, "error", err.Error())
+	}
+	reuse := now.Add(p.check)
+	if e.Expires.Before(reuse) {
+		reuse = e.Expires
+	}
+	if e.Stale {
+		reuse = now.Add(catalog.DefaultPoll * 4)
+	}
+	if e.Data == nil {
+		// This instance holds that version already.
+		tl.set(e.Scope, e.Expires, reuse, e.Version)
+		return nil
+	}
+	if int64(len(e.Data)) > p.maxList {
+		return &Error{Kind: KindTooLarge, ServerID: srv.ID, Err: &LimitError{What: "tool list", Limit: p.maxList}}
+	}
 	var list []*mcp.Tool
-	// On the wire, the pages' bytes count against the bound as they come
-	// (streamable HTTP); the tools' size counts too, for the HTTP+SSE
-	// transport, whose answers come on the session's own stream.
+	if err := json.Unmarshal(e.Data, &list); err != nil {
+		return &Error{Kind: KindUnavailable, ServerID: srv.ID, Err: fmt.Errorf("decode the catalog's tools: %w", err)}
+	}
+	list = slices.DeleteFunc(list, func(t *mcp.Tool) bool { return t == nil })
+	tl.ordered, tl.tools = list, index(list)
+	tl.set(e.Scope, e.Expires, reuse, e.Version)
+	return nil
+}
+
+// set records when a list was renewed and how long it lasts.
+func (tl *toolList) set(scope string, expires, reuse time.Time, version string) {
+	if scope != "private" {
+		scope = "public"
+	}
+	tl.scope, tl.expires, tl.reuse, tl.version, tl.fetched = scope, expires, reuse, version, time.Now()
+	if tl.ordered == nil {
+		tl.ordered = []*mcp.Tool{}
+	}
+}
+
+func index(list []*mcp.Tool) map[string]*mcp.Tool {
+	m := make(map[string]*mcp.Tool, len(list))
+	for _, t := range list {
+		m[t.Name] = t
+	}
+	return m
+}
+
+// fetched is one tools/list of an upstream.
+type fetched struct {
+	list  []*mcp.Tool
+	scope string
+	ttl   time.Duration
+}
+
+// fetchTools lists the upstream's tools, every page, with c's session,
+// within the pool's bounds on pages, bytes and tools, and how long it says
+// the list may be reused (capped by ToolsTTL; none or 0 means ToolsTTL). On
+// the wire, the pages' bytes count against the bound as they come
+// (streamable HTTP); the tools' size counts too, for the HTTP+SSE
+// transport, whose answers come on the session's own stream.
+func (p *Pool) fetchTools(ctx context.Context, srv *registry.Server, c Caller) (fetched, error) {
+	var f fetched
 	err := p.Do(withBudget(ctx, p.maxList), srv, c, nil, func(ctx context.Context, cs *mcp.ClientSession) error {
-		list = list[:0]
+		f = fetched{ttl: p.toolsTTL, scope: "public"}
 		size := int64(0)
 		params := &mcp.ListToolsParams{}
 		for page := 0; ; page++ {
@@ -724,36 +964,32 @@ func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, c Caller,
 			if err != nil {
 				return err
 			}
+			if res.TTLMs > 0 {
+				f.ttl = min(f.ttl, time.Duration(res.TTLMs)*time.Millisecond)
+			}
+			if res.CacheScope == "private" {
+				f.scope = "private"
+			}
 			for _, t := range res.Tools {
+				if t == nil {
+					continue
+				}
 				if size += int64(toolSize(t)); size > p.maxList {
 					return &LimitError{What: "tool list", Limit: p.maxList}
 				}
-				if len(list) == maxTools {
+				if len(f.list) == maxTools {
 					return &LimitError{What: "tools", Limit: maxTools}
 				}
-				list = append(list, t)
+				f.list = append(f.list, t)
 			}
 			if res.NextCursor == "" {
 				return nil
 			}
-			params.Cursor = res.NextCursor
+			params = &mcp.ListToolsParams{Cursor: res.NextCursor}
 		}
 	})
-	if err != nil {
-		if ctx.Err() == nil {
-			tl.failed, tl.err = time.Now(), err
-		}
-		return err
+	if f.list == nil {
+		f.list = []*mcp.Tool{}
 	}
-	tl.err = nil
-	tl.tools = make(map[string]*mcp.Tool, len(list))
-	for _, t := range list {
-		tl.tools[t.Name] = t
-	}
-	tl.ordered = list
-	if tl.ordered == nil {
-		tl.ordered = []*mcp.Tool{}
-	}
-	tl.fetched = time.Now()
-	return nil
+	return f, err
 }

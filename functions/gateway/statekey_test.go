@@ -1,0 +1,71 @@
+package main
+
+// TestRequestStateKeyFromSecretsManager: the fleet's request-state key is
+// read from Secrets Manager (moto_server on loopback) with the AWS SDK; a
+// state sealed by one gateway process opens on another that read the same
+// secret, and references in any other form are refused at start.
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/secret"
+	"github.com/mcpgate/mcpgate/internal/secret/secrettest"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+func TestRequestStateKeyFromSecretsManager(t *testing.T) {
+	moto := secrettest.Shared(t)
+	name := secrettest.Name("request-state")
+	arn := moto.PutSecret(t, name, strings.Repeat("z", 48))
+	cfg := func(ref string) config {
+		return config{RequestStateKey: ref}
+	}
+	log := slog.New(slog.DiscardHandler)
+	for _, ref := range []string{"secretsmanager:" + name, "secretsmanager:" + arn} {
+		if s, err := requestStates(t.Context(), cfg(ref), moto.Resolver(secret.Options{}), log); err != nil || s == nil {
+			t.Errorf("%s: %v", ref, err)
+		}
+	}
+	for _, ref := range []string{"secretsmanager:no-such-secret", "plain-secret-value", "vault:x", "env:UNSET_VAR"} {
+		if _, err := requestStates(t.Context(), cfg(ref), moto.Resolver(secret.Options{}), log); err == nil {
+			t.Errorf("%s: read without error", ref)
+		} else if strings.Contains(err.Error(), "plain-secret-value") {
+			t.Errorf("%s: the error shows the value: %v", ref, err)
+		}
+	}
+
+	// Two processes that read the secret share request states.
+	env := storetest.NewEnv(t)
+	up := startConfirmUpstream(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "mrtr", "url": up.URL})
+	key := testkit.PutKey(t, env, "mrtr")
+	extra := append([]string{"REQUEST_STATE_KEY=secretsmanager:" + arn}, moto.Vars()...)
+	a := testkit.StartGateway(t, env, extra...)
+	b := testkit.StartGateway(t, env, extra...)
+	elicit := map[string]any{"elicitation": map[string]any{}}
+	first := callRaw(t, a.URL+"/mcp/mrtr", key, "2026-07-28", "confirm", map[string]any{"item": "s"}, elicit, nil, "")
+	if first.Result.RequestState == "" {
+		t.Fatalf("first call: %+v", first)
+	}
+	r := callRaw(t, b.URL+"/mcp/mrtr", key, "2026-07-28", "confirm", map[string]any{"item": "s"}, elicit, accept, first.Result.RequestState)
+	if r.Error != nil || len(r.Result.Content) != 1 || r.Result.Content[0].Text != "confirmed s" {
+		t.Errorf("retry on the other process: %+v", r)
+	}
+
+	// A reference that cannot be read stops the gateway at start.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testkit.GatewayBinary(t))
+	cmd.Env = append(append(append(os.Environ(), env.Vars()...), moto.Vars()...), "GATEWAY_ADDR=127.0.0.1:0", "REQUEST_STATE_KEY=secretsmanager:missing")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "REQUEST_STATE_KEY") {
+		t.Errorf("gateway with an unreadable key: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,193 @@
+package upstream
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/catalog"
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+// headerUpstream is a stateless 2026-07-28 server whose tool region takes
+// its argument also as the Mcp-Param-Region header (SEP-2243); the SDK
+// refuses a call without it. lists counts tools/list.
+func headerUpstream(t *testing.T) (*registry.Server, *atomic.Int64) {
+	t.Helper()
+	s := mcp.NewServer(&mcp.Implementation{Name: "headers", Version: "1"}, nil)
+	lists := countLists(s)
+	schema := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{
+		"region": {Type: "string", Extra: map[string]any{"x-mcp-header": "Region"}},
+	}}
+	s.AddTool(&mcp.Tool{Name: "region", InputSchema: schema}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: req.Extra.Header.Get("Mcp-Param-Region")}}}, nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}))
+	t.Cleanup(hs.Close)
+	return &registry.Server{ID: "headers", URL: hs.URL, Timeout: 10 * time.Second, MaxConcurrent: 4}, lists
+}
+
+// countLists counts the tools/list requests s answers.
+func countLists(s *mcp.Server) *atomic.Int64 {
+	var lists atomic.Int64
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" {
+				lists.Add(1)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	return &lists
+}
+
+// A pool that takes the tool list from the catalog has never listed the
+// tool on its own sessions; it still sends the tool's parameter headers.
+func TestParamHeadersFromTheCatalog(t *testing.T) {
+	env := storetest.NewEnv(t)
+	srv, lists := headerUpstream(t)
+	first := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	defer first.Close()
+	if _, err := first.Tool(t.Context(), srv, Caller{}, "region"); err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	defer p.Close()
+	if _, err := p.Tool(t.Context(), srv, Caller{}, "region"); err != nil {
+		t.Fatal(err)
+	}
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("upstream listed %d times, want 1 (the second pool reads the catalog)", n)
+	}
+	for _, region := range []string{"eu-west-1", "Zürich "} {
+		res, err := p.CallTool(t.Context(), srv, Caller{}, &mcp.CallToolParams{Name: "region", Arguments: map[string]any{"region": region}}, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", region, err)
+		}
+		want := region
+		if region == "Zürich " {
+			want = "=?base64?WsO8cmljaCA=?="
+		}
+		if got := text(t, res); got != want {
+			t.Errorf("upstream got Mcp-Param-Region %q, want %q", got, want)
+		}
+	}
+}
+
+// When the store is unreachable, tool lists come from the upstream as if
+// there were no catalog: a store outage does not stop tool calls.
+func TestToolsWhenTheCatalogIsDown(t *testing.T) {
+	srv, lists := headerUpstream(t)
+	down := storetest.Client(t, "http://127.0.0.1:1")
+	p := New(Options{Catalog: catalog.New(down, "leases", catalog.Options{})})
+	defer p.Close()
+	tool, err := p.Tool(t.Context(), srv, Caller{}, "region")
+	if err != nil || tool.Name != "region" || lists.Load() != 1 {
+		t.Fatalf("Tool = %v, %v after %d lists; want the tool, listed directly", tool, err, lists.Load())
+	}
+}
+
+// An upstream's notifications/tools/list_changed makes the fleet's copy
+// stale: the next instance lists again. (A Go SDK upstream sends it on a
+// stream the session keeps open, as the SSE transport's; the gateway holds
+// no such stream open on streamable HTTP.)
+func TestListChangedInvalidates(t *testing.T) {
+	env := storetest.NewEnv(t)
+	s := mcp.NewServer(&mcp.Implementation{Name: "grows", Version: "1"}, nil)
+	lists := countLists(s)
+	noop := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}
+	obj := &jsonschema.Schema{Type: "object"}
+	s.AddTool(&mcp.Tool{Name: "grow", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.AddTool(&mcp.Tool{Name: "added", InputSchema: obj}, noop)
+		return &mcp.CallToolResult{}, nil
+	})
+	hs := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(hs.Close)
+	srv := &registry.Server{ID: "grows", URL: hs.URL, Transport: registry.TransportSSE, Timeout: 10 * time.Second, MaxConcurrent: 4}
+
+	a := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	defer a.Close()
+	if tools, err := a.Tools(t.Context(), srv, Caller{}); err != nil || len(tools) != 1 {
+		t.Fatalf("tools %v, %v; want grow", tools, err)
+	}
+	if _, err := a.CallTool(t.Context(), srv, Caller{}, &mcp.CallToolParams{Name: "grow"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The invalidation is written in the background: wait for the head.
+	wait, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for gen(t, env, "grows") == 0 {
+		select {
+		case <-wait.Done():
+			t.Fatal("the catalog was not invalidated within 10s")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	b := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	defer b.Close()
+	tools, err := b.Tools(t.Context(), srv, Caller{})
+	if err != nil || len(tools) != 2 || lists.Load() != 2 {
+		t.Fatalf("tools %v, %v after %d lists; want grow and added, listed again", tools, err, lists.Load())
+	}
+}
+
+// gen reads the invalidation count of a catalog head.
+func gen(t *testing.T, env *storetest.Env, id string) int {
+	out, err := env.Client.GetItem(t.Context(), &dynamodb.GetItemInput{
+		TableName:      aws.String(env.Tables.Leases),
+		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: catalog.KeyPrefix + id}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := out.Item["gen"].(*types.AttributeValueMemberN)
+	if n == nil {
+		return 0
+	}
+	v, _ := strconv.Atoi(n.Value)
+	return v
+}
+
+// The upstream's own ttlMs (below ToolsTTL) and cacheScope drive how long
+// the list is reused, and are what the gateway reports.
+func TestUpstreamCachingHints(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "hints", Version: "1"}, &mcp.ServerOptions{
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.TTLMs, c.CacheScope = 2000, "private" },
+	})
+	lists := countLists(s)
+	s.AddTool(&mcp.Tool{Name: "t", InputSchema: &jsonschema.Schema{Type: "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(hs.Close)
+	srv := &registry.Server{ID: "hints", URL: hs.URL, Timeout: 10 * time.Second}
+	p := New(Options{ToolsTTL: time.Minute})
+	defer p.Close()
+	before := time.Now()
+	ls, err := p.ToolListing(t.Context(), srv, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.Scope != "private" || ls.Expires.Before(before.Add(2*time.Second)) || ls.Expires.After(time.Now().Add(2*time.Second)) {
+		t.Errorf("scope %q, expires in %v; want private, in 2s (the upstream's ttlMs)", ls.Scope, ls.Expires.Sub(before))
+	}
+	if _, err := p.ToolListing(t.Context(), srv, Caller{}); err != nil || lists.Load() != 1 {
+		t.Errorf("second listing: %v after %d lists; want it reused", err, lists.Load())
+	}
+}
