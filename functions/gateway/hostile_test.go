@@ -217,17 +217,25 @@ func TestHostileArgumentsAreCheckedBeforeTheSlot(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args any
+		// schema: refused by the tool's input schema, which MCP reports
+		// as a tool execution error (isError, BAD_REQUEST in its
+		// structured content), as the upstream's SDK does; a message
+		// nested too deep is refused as malformed, JSON-RPC -32602.
+		schema bool
 	}{
-		{"nested 2000 deep", map[string]any{"text": deep}},
-		{"wrong type", map[string]any{"text": 5}},
-		{"missing required", map[string]any{}},
+		{"nested 2000 deep", map[string]any{"text": deep}, false},
+		{"wrong type", map[string]any{"text": 5}, true},
+		{"missing required", map[string]any{}, true},
 	} {
 		_, f := r.rest(time.Minute, "demo", "echo", tc.args)
 		if f.Code != fault.BadRequest {
 			t.Errorf("REST %s: %s %q, want BAD_REQUEST before any slot", tc.name, f.Code, f.Message)
 		}
 		a := r.mcp(time.Minute, "/mcp", "2025-11-25", toolCall(1, "demo-echo", tc.args))
-		if a.Error == nil || a.Error.Code != -32602 {
+		switch {
+		case tc.schema && (a.Error != nil || !a.Result.IsError || !bytes.Contains(a.Result.StructuredContent, []byte(`"BAD_REQUEST"`))):
+			t.Errorf("MCP %s: %.300s, want a result with isError and BAD_REQUEST", tc.name, a.body)
+		case !tc.schema && (a.Error == nil || a.Error.Code != -32602):
 			t.Errorf("MCP %s: %.300s, want JSON-RPC -32602", tc.name, a.body)
 		}
 	}

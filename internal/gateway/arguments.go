@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -140,7 +141,13 @@ func (g *Gateway) checkArguments(srv *registry.Server, t *mcp.Tool, args any) *f
 		}
 	}
 	if err := rs.Validate(instance); err != nil {
-		return fault.New(fault.BadRequest, "arguments do not match the input schema of tool %q: %s", truncate(t.Name, 128), truncate(err.Error(), maxSchemaMessage))
+		return fault.Wrap(errSchema, fault.BadRequest, "arguments do not match the input schema of tool %q: %s", truncate(t.Name, 128), truncate(err.Error(), maxSchemaMessage))
 	}
 	return nil
 }
+
+// errSchema marks arguments the tool's input schema refuses. On MCP they
+// are a tool execution error (a result with isError), as an MCP server
+// reports input validation errors so that the model can correct its call;
+// on REST, BAD_REQUEST.
+var errSchema = errors.New("arguments do not match the tool's input schema")

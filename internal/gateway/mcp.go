@@ -754,12 +754,16 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		}
 		sc.rec.outcome = ""
 	}
-	switch fe.Code {
-	case fault.NotFound, fault.BadRequest:
+	switch {
+	case errors.Is(fe.Cause, errSchema):
+		// Input validation: a tool execution error, as the upstream's own
+		// SDK reports it, so the model can correct its arguments.
+		return toolError(sc.rec, fe), nil
+	case fe.Code == fault.NotFound || fe.Code == fault.BadRequest:
 		// Unknown tool, or arguments the gateway or the upstream
 		// refused: the caller's mistake, a protocol error.
 		return nil, sc.refuse(fe)
-	case fault.Forbidden:
+	case fe.Code == fault.Forbidden:
 		// A tool not granted is not in the caller's list either: to the
 		// agent it does not exist (the log keeps FORBIDDEN).
 		return nil, sc.refuse(fault.Wrap(fe.Cause, fault.Forbidden, "unknown tool %q", truncate(p.Name, 128)))
