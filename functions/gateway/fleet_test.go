@@ -416,37 +416,42 @@ func TestFleetCapOpenAPI(t *testing.T) {
 	}
 }
 
+// statusLease is a lease as `mcpgate status --json` shows it.
+type statusLease struct{ ID, Holder, Caller string }
+
+// statusLeases runs `mcpgate status SERVER_ID --json` against env and
+// returns the leases it shows.
+func statusLeases(t *testing.T, env *storetest.Env, serverID string) []statusLease {
+	t.Helper()
+	cmd := exec.Command(testkit.Binary(t, "./cmd/mcpgate"), "status", serverID, "--json")
+	cmd.Env = append(os.Environ(), env.Vars()...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mcpgate status: %v", err)
+	}
+	var rep struct {
+		Limiters []struct {
+			Slots []struct{ Leases []statusLease }
+		}
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	var leases []statusLease
+	for _, l := range rep.Limiters {
+		for _, s := range l.Slots {
+			leases = append(leases, s.Leases...)
+		}
+	}
+	return leases
+}
+
 // TestFleetStatus: the admin CLI's status shows the live leases of a
 // multi-process run, with their holders, and none after.
 func TestFleetStatus(t *testing.T) {
 	f := newFleet(t, 2)
 	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2})
-	cli := testkit.Binary(t, "./cmd/mcpgate")
-	status := func() (leases []struct{ ID, Holder string }) {
-		t.Helper()
-		cmd := exec.Command(cli, "status", "demo", "--json")
-		cmd.Env = append(os.Environ(), f.env.Vars()...)
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("mcpgate status: %v", err)
-		}
-		var rep struct {
-			Limiters []struct {
-				Slots []struct {
-					Leases []struct{ ID, Holder string }
-				}
-			}
-		}
-		if err := json.Unmarshal(out, &rep); err != nil {
-			t.Fatalf("status --json: %v\n%s", err, out)
-		}
-		for _, l := range rep.Limiters {
-			for _, s := range l.Slots {
-				leases = append(leases, s.Leases...)
-			}
-		}
-		return leases
-	}
+	status := func() []statusLease { return statusLeases(t, f.env, "demo") }
 	held := make(chan outcome, 2)
 	for i := range 2 {
 		go func() { held <- f.slow(i, map[string]any{"ms": 60000, "gate": "g"}) }()
