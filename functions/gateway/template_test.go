@@ -462,7 +462,7 @@ func TestTemplateMetrics(t *testing.T) {
 	known := map[string]bool{}
 	for _, m := range []string{metrics.MetricLatency, metrics.MetricQueueWait, metrics.MetricInFlight, metrics.MetricShed,
 		metrics.MetricQueueTimeout, metrics.MetricCircuitOpen, metrics.MetricStoreError, metrics.MetricUpstreamTimeout,
-		metrics.MetricUpstreamError} {
+		metrics.MetricUpstreamError, metrics.MetricCapMayBeExceeded} {
 		known[m] = true
 	}
 	query := regexp.MustCompile(`^SELECT SUM\((\w+)\) FROM SCHEMA\("([^"]+)", (\w+)\)$`)
