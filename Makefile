@@ -18,7 +18,7 @@ help:
 	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
 	@echo "make deps    install every Node package (dynalite and the test-only ones) and the Go modules"
 	@echo "make fuzz    fuzz the MCP and REST request decoding"
-	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start)"
+	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet)"
 	@echo "             into results/, with results/cap.svg: the upstream's calls in flight over time"
 
 # Node packages. make dev needs only dynalite (the "dependencies"); the

@@ -11,22 +11,28 @@
 //
 //	mcpgate tables create
 //	mcpgate servers put FILE [--if-absent]      FILE is a JSON object, or - for stdin
-//	mcpgate servers get ID
+//	mcpgate servers get ID [--reveal]
 //	mcpgate servers list
 //	mcpgate servers delete ID
 //	mcpgate servers set ID name=value [name=value...]
-//	mcpgate keys create --servers ID[,ID...|*] [--name LABEL]
+//	mcpgate servers check ID [--timeout SECONDS]
+//	mcpgate keys create --servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL]
 //	mcpgate keys list
 //	mcpgate keys revoke HASH_OR_PREFIX
-//	mcpgate status [SERVER_ID] [--json]
+//	mcpgate status [SERVER_ID] [--json] [--watch [--interval D] [--count N]]
 //	mcpgate import litellm FILE [--dry-run] [--rename] [--overwrite]
 //	mcpgate help [COMMAND]
 //
 // Every server definition is checked with the same code the gateway uses
 // when it reads the item (registry.Parse) before it is written, and errors
-// name the attribute at fault. servers set types its values: numbers for
-// max_concurrent_requests, timeout and queue_timeout, strings otherwise, JSON
-// for a value starting with '{' or '['; "name=" removes the attribute.
+// name the attribute at fault; 'mcpgate help servers put' lists every
+// attribute from the same table (registry.Attributes). servers set types
+// its values by attribute: numbers for the N ones (max_concurrent_requests,
+// timeout, queue_timeout, cancel_grace), true or false for the BOOL ones
+// (stops_on_close), JSON for a value starting with '{' or '[', strings
+// otherwise; "name=" removes the attribute. servers put and set make the
+// fleet's shared tool list of the server stale. servers check reads the
+// server's credential and calls its upstream, printing no secret value.
 //
 // keys create prints the new key once, alone on standard output; only its
 // SHA-256 is stored.

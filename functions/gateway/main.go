@@ -2,8 +2,10 @@
 // Function URL (response streaming); elsewhere, with GATEWAY_ADDR set, it
 // serves the same handler as a local HTTP server.
 //
-// main only wires: it reads the configuration once, builds the AWS and MCP
-// clients once per cold start, and starts the handler.
+// main only wires: it reads the configuration once (config.go), builds the
+// AWS and MCP clients once per cold start, and starts the handler; under
+// Lambda it also registers the internal extension that keeps an invocation
+// alive until the calls it cut off have given their slots back.
 package main
 
 import (

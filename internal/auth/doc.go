@@ -11,10 +11,11 @@
 //     "<server_id>/<glob>"). Lookups are cached per process by hash for a
 //     short time, misses included, so a flood of bad keys costs few reads.
 //   - an OAuth 2.1 access token (a JWT) from the configured issuer, sent as
-//     "Authorization: Bearer <token>": the gateway is a resource server. It
-//     checks the signature against the issuer's published keys (RS256 or
-//     ES256 only), the issuer, the audience and the token's lifetime, and
-//     grants the servers its scopes name ("mcp:<server_id>", "mcp:*").
+//     "Authorization: Bearer <token>" (or in either key header): the
+//     gateway is a resource server. It checks the signature against the
+//     issuer's published keys (RS256 or ES256 only), the issuer, the
+//     audience and the token's lifetime, and grants the servers its scopes
+//     name ("mcp:<server_id>", "mcp:*"; the prefix is configurable).
 //   - the IAM caller of a Function URL whose auth type is AWS_IAM, whose
 //     SigV4 signature Lambda has checked: it carries a key or token like any
 //     caller, or, when it has none, is granted servers by IAMGrants.

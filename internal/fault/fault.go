@@ -27,16 +27,20 @@ const (
 	AtCapacity Code = "AT_CAPACITY"
 	// QueueTimeout: the call waited for a slot for its whole queue budget.
 	QueueTimeout Code = "QUEUE_TIMEOUT"
-	// CircuitOpen: the circuit breaker for the server or tool is open.
+	// CircuitOpen: the circuit breaker of the tool is open (or its probe is
+	// running).
 	CircuitOpen Code = "CIRCUIT_OPEN"
 	// UpstreamTimeout: the upstream did not answer within the call timeout.
 	UpstreamTimeout Code = "UPSTREAM_TIMEOUT"
 	// UpstreamError: the upstream could not be reached or answered with a
 	// transport or protocol failure.
 	UpstreamError Code = "UPSTREAM_ERROR"
-	// Unauthorized: no bearer key, or an unknown one.
+	// Unauthorized: no credentials, an unknown or malformed key, a refused
+	// token, or different credentials in several headers.
 	Unauthorized Code = "UNAUTHORIZED"
-	// Forbidden: the key is valid but may not call this server.
+	// Forbidden: the caller may not call this server, or its Origin is
+	// refused. A tool the caller may not see is NotFound, as an unknown
+	// tool.
 	Forbidden Code = "FORBIDDEN"
 	// NotFound: unknown server, tool or route.
 	NotFound Code = "NOT_FOUND"
@@ -51,7 +55,8 @@ const (
 	PayloadTooLarge Code = "PAYLOAD_TOO_LARGE"
 	// MethodNotAllowed: the route exists but not for this HTTP method.
 	MethodNotAllowed Code = "METHOD_NOT_ALLOWED"
-	// Misconfigured: the server item in the servers table is invalid.
+	// Misconfigured: the server item in the servers table (or its OpenAPI
+	// document) is invalid, or its calls cannot fit the request time.
 	Misconfigured Code = "SERVER_MISCONFIGURED"
 	// Internal: an unexpected failure inside the gateway.
 	Internal Code = "INTERNAL"

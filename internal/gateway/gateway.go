@@ -1,5 +1,6 @@
-// Package gateway is the gateway's HTTP surface: authentication, the REST
-// routes, and the one call path every tool call takes: look the server up,
+// Package gateway is the gateway's HTTP surface: authentication, the MCP
+// and REST routes (and the OAuth protected-resource metadata), and the one
+// call path every tool call takes: look the server up,
 // take a place in its fleet-wide semaphore, call the upstream within a
 // deadline that ends before the lease, give the place back, answer.
 //
@@ -295,7 +296,7 @@ const (
 
 // record is what the access log says of one request; handlers fill it in.
 // A request carries at most one tool call (JSON-RPC batches are refused),
-// so a tool call's record is its audit record: who (key, client_ip), which
+// so a tool call's record is its audit record: who (principal, client_ip), which
 // server and tool, and how it ended (outcome, code).
 type record struct {
 	id        string

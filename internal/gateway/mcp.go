@@ -119,7 +119,7 @@ func writeRPCError(w http.ResponseWriter, id json.RawMessage, code int64, fe *fa
 	writeRPC(w, http.StatusOK, "", rpcResponse{JSONRPC: "2.0", ID: id, Error: rpcErrorObject{Code: code, Message: fe.Message, Data: fe.Detail()}})
 }
 
-// serveMCP serves POST /mcp (every server the key may use, tools named
+// serveMCP serves POST /mcp (every server the caller may use, tools named
 // "<server_id>-<tool>") and POST /mcp/{server_id} (one upstream, passed
 // through).
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
@@ -665,7 +665,7 @@ func (g *Gateway) allowedServers(ctx context.Context, p *auth.Principal) ([]*reg
 }
 
 // resolveTool finds the server and upstream tool name a call names. On the
-// aggregated endpoint, a server the key may not call (FORBIDDEN) or that
+// aggregated endpoint, a server the caller may not call (FORBIDDEN) or that
 // does not exist (NOT_FOUND) is an unknown tool to the agent, since its
 // tool list never shows it; the fault's code still says which.
 func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Server, string, *fault.Error) {

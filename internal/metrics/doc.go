@@ -15,9 +15,11 @@
 // records; Emit writes any Entry. Parse checks a line against the format,
 // for tests.
 //
-// Records carry server ids, tool names, outcomes, request and lease ids.
-// There is no field for keys, key hashes or call arguments, and none should
-// be added: log lines are readable by everyone with access to the log group.
+// Records carry server ids, tool names, outcomes, request and lease ids,
+// and the caller's principal ID (a short hash, as the gateway's log has
+// it). There is no field for keys, tokens, call arguments or results, and
+// none should be added: log lines are readable by everyone with access to
+// the log group.
 //
 // The format is described at
 // https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html

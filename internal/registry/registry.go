@@ -2,6 +2,11 @@
 // and caches them per process for a short time, so an admin's edit (for
 // example of max_concurrent_requests) reaches every gateway instance within
 // the cache TTL, with no restart.
+//
+// Parse checks an item against the table of attributes (Attributes), the
+// one place an attribute is declared: the gateway, the CLI's checks and
+// its help all read it, and any other attribute (but x_ ones) makes the
+// item invalid.
 package registry
 
 import (

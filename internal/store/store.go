@@ -2,8 +2,10 @@
 // names from the environment, their key schemas, and the client built once
 // per process from the standard AWS SDK configuration.
 //
-// Each domain package (registry, auth, lease) owns the items of its table;
-// this package only knows the tables exist.
+// Each domain package owns the items of its table (registry the servers,
+// auth the keys, lease the leases; catalog keeps the fleet's tool lists in
+// the leases table too, under keys no server id can take); this package
+// only knows the tables exist.
 package store
 
 import (

@@ -1,5 +1,9 @@
 // Package testkit holds helpers shared by the gateway's tests: seeding the
-// servers and keys tables, and running the demo upstream on loopback.
+// servers and keys tables; running the demo upstream on loopback, in
+// process or as its own process; building and starting gateway processes
+// of the real binary; a metering proxy; hostile upstreams; and guards that
+// check what reaches an upstream (credentials, SigV4 signatures, OAuth
+// token requests).
 package testkit
 
 import (

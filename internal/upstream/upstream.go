@@ -10,7 +10,12 @@
 // broken session is closed and replaced by the next call, never fatal.
 //
 // Each server's credential is added by a transport layer of its own (see
-// credential.go): the agent's credentials never go upstream.
+// credential.go): the agent's credentials never go upstream. Servers of
+// transport openapi are plain HTTP APIs called through package openapi.
+//
+// Tool lists are reused for Options.ToolsTTL, or the upstream's smaller
+// ttlMs, and, for limited servers, shared by the fleet through a Catalog. What one upstream can make the gateway read is bounded (see
+// limits.go).
 //
 // A tool call is an Exchange: its caller may stop waiting for it, tell the
 // upstream to stop (Stop) in every way the upstream's protocol allows
