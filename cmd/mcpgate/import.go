@@ -184,6 +184,10 @@ func (c *cli) putImported(p *planned, overwrite bool) error {
 	if err != nil {
 		return dbErr("put server "+p.id, err)
 	}
+	if overwrite {
+		// A replaced server's tool list may have changed with it.
+		return c.invalidateTools(p.id)
+	}
 	return nil
 }
 

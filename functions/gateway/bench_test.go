@@ -581,7 +581,7 @@ func (b *bench) itemSizes() {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				ls, err := l.Acquire(context.Background(), lease.Request{Key: key, Holder: "0123abcd",
+				ls, err := l.Acquire(context.Background(), lease.Request{Key: key, Holder: "k:0123abcd",
 					Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: n}}, Hold: time.Minute, Wait: time.Minute})
 				if err != nil {
 					t.Error(err)
@@ -625,7 +625,7 @@ func (b *bench) queuedSize(l *lease.Limiter, key string, capacity, callers int) 
 	var wg sync.WaitGroup
 	for range callers {
 		wg.Go(func() {
-			_, _ = l.Acquire(ctx, lease.Request{Key: key, Holder: "0123abcd",
+			_, _ = l.Acquire(ctx, lease.Request{Key: key, Holder: "k:0123abcd",
 				Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: capacity}}, Hold: time.Minute, Wait: time.Minute})
 		})
 	}

@@ -77,8 +77,8 @@ func TestIdentitiesSideBySide(t *testing.T) {
 
 // TestStatusShowsPrincipal: while a token's call holds a slot, mcpgate
 // status names the token's principal as the lease's caller: the logged
-// principal cut to its kind and 8 characters ("oauth:1a2b3c4d" for
-// "oauth:1a2b3c4d5e6f"), which is what a lease item pays for.
+// principal cut to its kind's first letter and 8 characters ("o:1a2b3c4d"
+// for "oauth:1a2b3c4d5e6f"), which is what a lease item pays for.
 func TestStatusShowsPrincipal(t *testing.T) {
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
@@ -114,7 +114,8 @@ func TestStatusShowsPrincipal(t *testing.T) {
 			logged = rec.Principal
 		}
 	}
-	if !strings.HasPrefix(logged, "oauth:") || len(callers) != 1 || len(callers[0]) != len("oauth:")+8 || !strings.HasPrefix(logged, callers[0]) {
+	if !strings.HasPrefix(logged, "oauth:") || len(callers) != 1 || len(callers[0]) != len("o:")+8 ||
+		!strings.HasPrefix(logged, "oauth:"+strings.TrimPrefix(callers[0], "o:")) {
 		t.Errorf("status callers %q while the token's call held the slot; logged principal %q", callers, logged)
 	}
 }

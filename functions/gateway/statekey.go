@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 
@@ -14,12 +15,17 @@ import (
 // Manager). REQUEST_STATE_KEY names it by reference, never by value, read
 // with the same resolver as upstream credentials: secretsmanager:<name-or-arn>,
 // ssm:<name> or, locally, env:<VAR>. Without it each process seals with a
-// key of its own, and a retry completes only on the instance that started
-// the round trip.
+// random key of its own, and a retry completes only on the instance that
+// started the round trip. REQUEST_STATE_TTL applies either way.
 func requestStates(ctx context.Context, cfg config, secrets *secret.Resolver, log *slog.Logger) (*roundtrip.Sealer, error) {
+	opts := roundtrip.Options{TTL: cfg.RequestStateTTL, Now: cfg.clock()}
 	if cfg.RequestStateKey == "" {
 		log.Warn("REQUEST_STATE_KEY is not set: input-required round trips complete only on the instance that started them")
-		return nil, nil
+		key := make([]byte, roundtrip.MinSecretBytes)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("request-state key: %w", err)
+		}
+		return roundtrip.New(key, opts)
 	}
 	ref, err := secret.ParseRef(cfg.RequestStateKey)
 	if err != nil {
@@ -29,7 +35,7 @@ func requestStates(ctx context.Context, cfg config, secrets *secret.Resolver, lo
 	if err != nil {
 		return nil, fmt.Errorf("REQUEST_STATE_KEY: %w", err)
 	}
-	s, err := roundtrip.New([]byte(value), roundtrip.Options{TTL: cfg.RequestStateTTL, Now: cfg.clock()})
+	s, err := roundtrip.New([]byte(value), opts)
 	if err != nil {
 		return nil, fmt.Errorf("REQUEST_STATE_KEY: %w", err)
 	}

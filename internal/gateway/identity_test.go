@@ -407,3 +407,22 @@ func TestToolGrants(t *testing.T) {
 		t.Errorf("the upstream saw %d calls of a tool not granted", n)
 	}
 }
+
+// TestLeaseHolder: a lease carries its caller's kind (one letter) and the
+// first 8 characters of its ID, so it can be matched to the logged
+// principal at 10 bytes a lease.
+func TestLeaseHolder(t *testing.T) {
+	for _, tc := range []struct {
+		p    *auth.Principal
+		want string
+	}{
+		{nil, ""},
+		{&auth.Principal{ID: "key:1a2b3c4d5e6f"}, "k:1a2b3c4d"},
+		{&auth.Principal{ID: "oauth:0f1e2d3c4b5a"}, "o:0f1e2d3c"},
+		{&auth.Principal{ID: "iam:9a8b7c6d5e4f"}, "i:9a8b7c6d"},
+	} {
+		if got := leaseHolder(tc.p); got != tc.want {
+			t.Errorf("leaseHolder(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}

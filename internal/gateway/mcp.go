@@ -763,10 +763,6 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		// Unknown tool, or arguments the gateway or the upstream
 		// refused: the caller's mistake, a protocol error.
 		return nil, sc.refuse(fe)
-	case fe.Code == fault.Forbidden:
-		// A tool not granted is not in the caller's list either: to the
-		// agent it does not exist (the log keeps FORBIDDEN).
-		return nil, sc.refuse(fault.Wrap(fe.Cause, fault.Forbidden, "unknown tool %q", truncate(p.Name, 128)))
 	}
 	return toolError(sc.rec, fe), nil
 }
