@@ -126,12 +126,8 @@
 // when that lease expires, as a dead holder's does. DynamoDB TTL never
 // expires a lease; it only removes items nobody has used for a day.
 //
-// A holder releases its lease only once its upstream is known to have
-// stopped working on the call: its answer arrived, or it provably stops when
-// told. A call cut off before that (timeout, caller gone, shutdown) keeps
-// its lease, renewing it, until then, bounded by its server's cancel_grace;
-// a timer alone never releases it early. If the grace ends first, the lease
-// is released anyway and the holder counts that the cap may have been
-// exceeded. (The gateway's call path does this; the limiter only renews and
-// releases.)
+// The gateway releases a lease only once its upstream is known to have
+// stopped working on the call (its answer arrived, or it provably stops when
+// told), renewing it meanwhile for at most the server's cancel_grace, and
+// counts a release at the end of the grace as the cap possibly exceeded.
 package lease
