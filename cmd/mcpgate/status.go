@@ -33,8 +33,9 @@ Shows the leases table as it is now, for every capped server (or one):
 the server's cap from the servers table and, per tool with a cap of its
 own, the tool's cap, each as "N live of CAP"; then every lease in the
 server's map and in each per-tool map: lease id, holder (the gateway
-instance, the part of the id before the first '.'), caller (the principal
-the gateway labels the lease with), expiry and time left. A negative time
+instance, the part of the id before the first '.'), caller (the principal:
+its kind's first letter and the first 8 characters of the ID the gateway
+logs, k:1a2b3c4d for key:1a2b3c4d5e6f), expiry and time left. A negative time
 left means the lease expired and is waiting to be purged by the next
 write. Callers waiting for a place are listed oldest first, as they will be
 served: caller, instance, the slots they wait for, how long they have
