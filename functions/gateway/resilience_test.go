@@ -42,6 +42,22 @@ func (f *fleet) breakerOpenUntil(tool string) time.Time {
 	return time.UnixMilli(ms)
 }
 
+// waitBreakerOpen waits until tool's breaker is open and returns until
+// when; a breaker that does not open within a minute fails the test.
+func (f *fleet) waitBreakerOpen(tool string) time.Time {
+	f.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if until := f.breakerOpenUntil(tool); !until.IsZero() {
+			return until
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatal("the breaker did not open")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func waitFor(t *testing.T, what string, wait func(context.Context) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -127,12 +143,10 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 	if o := f.slow(0, map[string]any{"ms": 5000}); o.fault.Code != fault.UpstreamTimeout {
 		t.Fatalf("opening call: %d %s", o.status, o.body)
 	}
-	// The cut-off call tells its breaker when its slot comes back.
+	// The cut-off call tells its breaker when its slot comes back: the
+	// release, then the write that opens the breaker.
 	waitNoLease(t, f.env, "demo")
-	openUntil := f.breakerOpenUntil("slow_tool")
-	if openUntil.IsZero() {
-		t.Fatal("the breaker did not open")
-	}
+	openUntil := f.waitBreakerOpen("slow_tool")
 	// Give the probe time to be held while the others arrive.
 	testkit.UpdateServer(t, f.env, "demo", "tools", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
 		"slow_tool": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"timeout": &types.AttributeValueMemberN{Value: "30"}}},
