@@ -262,7 +262,6 @@ type satResult struct {
 	handoffs      []time.Duration
 	waiterSeconds float64
 	store         meterCounts
-	rss           int64
 	start         time.Time            // when the callers started
 	events        []demoupstream.Event // the upstream's entries and exits
 }

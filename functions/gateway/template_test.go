@@ -103,11 +103,6 @@ func loadTemplate(t *testing.T) *cloudformation.Template {
 	return tpl
 }
 
-var (
-	subPattern   = regexp.MustCompile(`\$\{[A-Za-z0-9:]+\}`)
-	pseudoParams = map[string]string{"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012", "AWS::StackName": "stack"}
-)
-
 func gatewayFunction(t *testing.T, tpl *cloudformation.Template) *serverless.Function {
 	t.Helper()
 	fn, err := tpl.GetServerlessFunctionWithName("GatewayFunction")

@@ -103,13 +103,24 @@ func TestBreakerHalfOpenProbe(t *testing.T) {
 	}
 }
 
-func TestBreakerProbeFailureReopens(t *testing.T) {
+// halfOpenProbe opens a breaker and returns the probe a limiter past its
+// recovery time was elected, with that limiter and the request.
+func halfOpenProbe(t *testing.T) (*Limiter, Request, *Lease) {
+	t.Helper()
 	env := storetest.NewEnv(t)
 	now := New(env.Client, env.Tables.Leases, Options{})
 	later := New(env.Client, env.Tables.Leases, Options{Clock: offsetClock(11 * time.Second)})
 	req := breakerReq(5)
 	openBreaker(t, now, req)
 	probe := acquire(t, later, req)
+	if !probe.Probe() {
+		t.Fatal("first acquire after recovery is not the probe")
+	}
+	return later, req, probe
+}
+
+func TestBreakerProbeFailureReopens(t *testing.T) {
+	later, req, probe := halfOpenProbe(t)
 	if tr, err := probe.Finish(context.Background(), Failure); err != nil || tr != Reopened {
 		t.Fatalf("probe failure: %q %v, want reopened", tr, err)
 	}
@@ -232,12 +243,7 @@ func TestBreakerIgnoresAbandonedCalls(t *testing.T) {
 }
 
 func TestBreakerAbandonedProbeStaysHalfOpen(t *testing.T) {
-	env := storetest.NewEnv(t)
-	now := New(env.Client, env.Tables.Leases, Options{})
-	later := New(env.Client, env.Tables.Leases, Options{Clock: offsetClock(11 * time.Second)})
-	req := breakerReq(5)
-	openBreaker(t, now, req)
-	probe := acquire(t, later, req)
+	later, req, probe := halfOpenProbe(t)
 	if tr, err := probe.Finish(context.Background(), Abandoned); err != nil || tr != NoTransition {
 		t.Fatalf("abandoned probe: %q %v, want no transition", tr, err)
 	}

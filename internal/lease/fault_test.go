@@ -127,18 +127,6 @@ func (n noItemAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 	return out, err
 }
 
-// names reports whether a write uses attribute name n.
-func names(n string) func(*dynamodb.UpdateItemInput) bool {
-	return func(in *dynamodb.UpdateItemInput) bool {
-		for _, v := range in.ExpressionAttributeNames {
-			if v == n {
-				return true
-			}
-		}
-		return false
-	}
-}
-
 // An SDK retry of a renewal whose first attempt landed finds the new expiry
 // in place: the renewal succeeded, and later ones go on.
 func TestRetriedRenewThatLandedIsKept(t *testing.T) {
