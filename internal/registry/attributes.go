@@ -146,6 +146,19 @@ var attributes = []Attribute{
 		},
 	},
 	{
+		Name: "max_queued", Type: "N", Default: "see Queue",
+		Doc: fmt.Sprintf("callers that may wait at once for a place, fleet-wide (1–%d); past it a caller gets AT_CAPACITY (queue_full) at once. "+
+			"Default: what the server's share of FUNCTION_CONCURRENCY leaves beside its cap, else %d", MaxQueuedLimit, DefaultMaxQueued),
+		Example: `{"max_queued": 20}`,
+		read:    func(p *parser, s *Server) { s.MaxQueued = p.whole("max_queued", 1, MaxQueuedLimit) },
+	},
+	{
+		Name: "max_concurrent_per_principal", Type: "N", Default: "none",
+		Doc:     fmt.Sprintf("fleet-wide cap on one caller's (key's, token subject's, IAM caller's) calls in flight on the server; absent, 0 or negative = none; at most %d", MaxConcurrentLimit),
+		Example: `{"max_concurrent_per_principal": 2}`,
+		read:    func(p *parser, s *Server) { s.MaxPerPrincipal = p.cap("max_concurrent_per_principal") },
+	},
+	{
 		Name: "cancel_grace", Type: "N", Default: seconds(DefaultCancelGrace),
 		Doc:     "seconds a call cut off before its upstream answered keeps its slot, waiting for the upstream to stop (at most what the invocation has left)",
 		Example: `{"cancel_grace": 30}`,

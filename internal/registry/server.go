@@ -50,7 +50,13 @@ const (
 	// a map entry in one DynamoDB item, and every write is billed per KB of
 	// that item.
 	MaxConcurrentLimit = 1000
-	maxURLLen          = 2048
+	// DefaultMaxQueued is how many callers may wait for a server at once
+	// when neither its item nor the function's concurrency says.
+	DefaultMaxQueued = 100
+	// MaxQueuedLimit bounds max_queued, as each waiting caller is an entry
+	// of the same item.
+	MaxQueuedLimit = 1000
+	maxURLLen      = 2048
 )
 
 // Server is one upstream MCP server, as configured by an item of the servers
@@ -74,6 +80,12 @@ type Server struct {
 	OnLimit Policy
 	// QueueTimeout bounds the wait for a slot under PolicyQueue.
 	QueueTimeout time.Duration
+	// MaxQueued is how many callers may wait at once, fleet-wide; 0 means
+	// the gateway's default.
+	MaxQueued int
+	// MaxPerPrincipal caps one principal's calls in flight on the server,
+	// fleet-wide; 0 = none.
+	MaxPerPrincipal int
 	// Description is free text for people.
 	Description string
 	// Tools holds per-tool limits, by tool name.
@@ -152,7 +164,7 @@ func (s *Server) Capped() bool { return s.MaxConcurrent > 0 }
 // the server or one of its tools, or a breaker. Calls to an unlimited
 // server cause no store traffic.
 func (s *Server) Limited() bool {
-	if s.Capped() || s.Breaker != nil {
+	if s.Capped() || s.Breaker != nil || s.MaxPerPrincipal > 0 {
 		return true
 	}
 	for _, t := range s.Tools {
@@ -375,6 +387,19 @@ func (p *parser) cap(name string) int {
 	}
 	if f > MaxConcurrentLimit {
 		p.fail(name, fmt.Sprintf("must be at most %d, got %v", MaxConcurrentLimit, f))
+		return 0
+	}
+	return int(f)
+}
+
+// whole reads an optional whole number from lo to hi; absent means 0.
+func (p *parser) whole(name string, lo, hi int) int {
+	f, ok := p.number(name)
+	if !ok {
+		return 0
+	}
+	if f != math.Trunc(f) || f < float64(lo) || f > float64(hi) {
+		p.fail(name, fmt.Sprintf("must be a whole number from %d to %d, got %v", lo, hi, f))
 		return 0
 	}
 	return int(f)
