@@ -119,6 +119,11 @@ type Error struct {
 	// Challenge, when set, is sent as the WWW-Authenticate header: how to
 	// authenticate (401), or which scope is missing (403).
 	Challenge string
+	// Reason, when set, tells refusals of one code apart for machines:
+	// for AT_CAPACITY, "at_capacity" (a cap is full), "queued_ahead"
+	// (callers waiting come first), "queue_full" (as many wait as may),
+	// "key_parallel" (the key's max_parallel_requests).
+	Reason string
 }
 
 // New returns an Error with a formatted, client-safe message.
@@ -134,6 +139,12 @@ func Wrap(cause error, code Code, format string, args ...any) *Error {
 // WithChallenge sets the WWW-Authenticate challenge and returns e.
 func (e *Error) WithChallenge(c string) *Error {
 	e.Challenge = c
+	return e
+}
+
+// WithReason sets the reason and returns e.
+func (e *Error) WithReason(r string) *Error {
+	e.Reason = r
 	return e
 }
 
@@ -172,13 +183,14 @@ type Body struct {
 type Detail struct {
 	Code         Code   `json:"code"`
 	Message      string `json:"message"`
+	Reason       string `json:"reason,omitempty"`
 	Retryable    bool   `json:"retryable"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 }
 
 // Detail returns the serialisable form of e.
 func (e *Error) Detail() Detail {
-	d := Detail{Code: e.Code, Message: e.Message, Retryable: e.Code.Retryable()}
+	d := Detail{Code: e.Code, Message: e.Message, Reason: e.Reason, Retryable: e.Code.Retryable()}
 	if e.RetryAfter > 0 {
 		d.RetryAfterMS = e.RetryAfter.Milliseconds()
 		if d.RetryAfterMS == 0 {
