@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -29,7 +30,9 @@ import (
 // cancellation (HTTP 2xx to notifications/cancelled), when the request was
 // closed and the server is declared to stop on a closed request
 // (stops_on_close), or when the call was never sent. Stopped reports it;
-// nothing else does, and no timer closes it.
+// nothing else does, and no timer closes it. A connection that broke after
+// the call was sent is not an answer: the upstream may still be working on
+// the call (Broken), as on a call cut off.
 type Exchange struct {
 	p      *Pool
 	srv    *registry.Server
@@ -40,6 +43,9 @@ type Exchange struct {
 	done chan struct{} // closed once the call has returned
 	res  *mcp.CallToolResult
 	err  error
+	// broken: the call returned because its connection broke after it was
+	// sent, without an answer.
+	broken bool
 
 	stopped  chan struct{}
 	stopOnce sync.Once
@@ -143,13 +149,50 @@ func (x *Exchange) run(params *mcp.CallToolParams, l *Listener) {
 	}
 	x.res, x.err = res, err
 	switch cause := context.Cause(x.ctx); {
-	case err == nil || x.ctx.Err() == nil:
-		// The upstream answered, or its transport failed: either way
-		// this call is over for it.
+	case err == nil || x.ctx.Err() == nil && x.answered(err):
+		// The upstream answered (or was never reached): this call is over
+		// for it.
 		x.markStopped(StopAnswered)
+	case x.ctx.Err() == nil && x.srv.StopsOnClose:
+		// The call's request is closed, and the server stops on that.
+		x.markStopped(StopClosed)
+	case x.ctx.Err() == nil:
+		x.broken = true
 	case errors.Is(cause, errClose):
 		x.markStopped(StopClosed)
 	}
+}
+
+// answered reports whether a failed call's error is the upstream's answer
+// (an HTTP status, a JSON-RPC error, an answer too large to take), or the
+// call never reached it (not sent, no connection made, no credential) —
+// rather than a connection that broke after the call was sent, which leaves
+// the upstream free to go on with it.
+func (x *Exchange) answered(err error) bool {
+	x.mu.Lock()
+	sent := x.sent != nil
+	x.mu.Unlock()
+	var ue *Error
+	var op *net.OpError
+	switch {
+	case !sent:
+		return true
+	case errors.As(err, &op) && op.Op == "dial":
+		return true // no connection was made: nothing was sent
+	case !errors.As(err, &ue):
+		return false
+	case ue.Kind == KindUnavailable:
+		return ue.Status != 0 && (ue.Status < 200 || ue.Status > 299)
+	}
+	return true
+}
+
+// Broken reports, once Done is closed, whether the call's connection broke
+// after it was sent and before an answer: the upstream may go on with it,
+// so the exchange is kept until Stopped, as a call cut off is.
+func (x *Exchange) Broken() bool {
+	<-x.done
+	return x.broken
 }
 
 // Done is closed once the call has returned: its answer arrived, or the

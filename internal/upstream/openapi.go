@@ -151,6 +151,10 @@ func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, c Caller, 
 	default:
 		// A 5xx answer or a failed request: the API is unwell.
 		e.Kind = KindUnavailable
+		var se *openapi.StatusError
+		if errors.As(err, &se) {
+			e.Status = se.StatusCode
+		}
 	}
 	return nil, e
 }
