@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,7 +20,7 @@ import (
 
 var keysCreateCmd = &command{
 	name:    "keys create",
-	args:    "--servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL]",
+	args:    "--servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL] [--max-parallel N]",
 	summary: "create an API key and print it once",
 	help: `
 Creates a random API key allowed to call the listed servers ("*" for all)
@@ -35,6 +36,9 @@ Flags:
                         * and ? in the glob), within each server's own
                         allowed_tools and disallowed_tools; default: every tool
   --name LABEL          a label for people, shown by keys list
+  --max-parallel N      the key's calls in flight at once, across every server
+                        and the whole fleet (max_parallel_requests); past it a
+                        call is refused with AT_CAPACITY; default: no limit
 
 Example:
   KEY=$(mcpgate keys create --servers github,search --name ci-agent)
@@ -48,8 +52,10 @@ var keysListCmd = &command{
 	help: `
 Lists every key: the first 12 characters of its hash (what keys revoke
 takes), its name, the servers it may call, the tools it is limited to ("*"
-for every tool) and when it was created. Keys themselves are never stored,
-so they cannot be listed.
+for every tool), its max_parallel_requests and when it was created; then
+every key whose item the gateway refuses (an unknown attribute, a limit
+out of range), with why. Keys themselves are never stored, so they cannot
+be listed.
 `,
 	run: runKeysList,
 }
@@ -79,6 +85,7 @@ func runKeysCreate(c *cli, args []string) error {
 	serversFlag := fs.String("servers", "", "")
 	toolsFlag := fs.String("tools", "", "")
 	name := fs.String("name", "", "")
+	maxParallel := fs.Int("max-parallel", 0, "")
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -93,6 +100,9 @@ func runKeysCreate(c *cli, args []string) error {
 	tools, err := parseToolList(*toolsFlag, servers)
 	if err != nil {
 		return err
+	}
+	if *maxParallel < 0 || *maxParallel > auth.MaxParallelLimit {
+		return usagef("--max-parallel %d: use 1 to %d (or leave it out for no limit)", *maxParallel, auth.MaxParallelLimit)
 	}
 	if err := c.open(); err != nil {
 		return err
@@ -109,6 +119,9 @@ func runKeysCreate(c *cli, args []string) error {
 	}
 	if len(tools) > 0 {
 		item[auth.AttrTools] = &types.AttributeValueMemberSS{Value: tools}
+	}
+	if *maxParallel > 0 {
+		item[auth.AttrMaxParallel] = &types.AttributeValueMemberN{Value: strconv.Itoa(*maxParallel)}
 	}
 	_, err = c.db.PutItem(c.ctx, &dynamodb.PutItemInput{
 		TableName:           aws.String(c.tables.Keys),
@@ -201,9 +214,13 @@ func runKeysList(c *cli, args []string) error {
 			strings.Compare(rawAttr(a, store.KeyHashAttr), rawAttr(b, store.KeyHashAttr)))
 	})
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HASH\tNAME\tSERVERS\tTOOLS\tCREATED")
+	fmt.Fprintln(tw, "HASH\tNAME\tSERVERS\tTOOLS\tMAX PARALLEL\tCREATED")
+	var invalid []string
 	for _, item := range items {
-		k := auth.ParseItem(item)
+		k, err := auth.ParseItem(item)
+		if err != nil {
+			invalid = append(invalid, shortHash(k.Hash)+": "+strings.TrimPrefix(err.Error(), "auth: "))
+		}
 		servers := strings.Join(k.Servers, ",")
 		if servers == "" {
 			servers = "(none)"
@@ -215,9 +232,19 @@ func runKeysList(c *cli, args []string) error {
 		case len(k.Tools) == 0:
 			tools = "(none)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, tools, rawAttr(item, auth.AttrCreated))
+		parallel := "-"
+		if k.MaxParallel > 0 {
+			parallel = strconv.Itoa(k.MaxParallel)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, tools, parallel, rawAttr(item, auth.AttrCreated))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, line := range invalid {
+		fmt.Fprintf(c.stdout, "refused until fixed: %s\n", line)
+	}
+	return nil
 }
 
 func runKeysRevoke(c *cli, args []string) error {
@@ -238,7 +265,7 @@ func runKeysRevoke(c *cli, args []string) error {
 	}
 	var matches []*auth.Key
 	for _, item := range items {
-		if k := auth.ParseItem(item); strings.HasPrefix(k.Hash, prefix) {
+		if k, _ := auth.ParseItem(item); strings.HasPrefix(k.Hash, prefix) {
 			matches = append(matches, k)
 		}
 	}

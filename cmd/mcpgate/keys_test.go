@@ -69,7 +69,7 @@ func TestKeysRoundTrip(t *testing.T) {
 	if got, want := item[auth.AttrServers], (&types.AttributeValueMemberSS{Value: []string{"github", "search"}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("servers stored as %#v, want SS %v", got, want.Value)
 	}
-	if k := auth.ParseItem(item); k.Name != "ci-agent" {
+	if k, _ := auth.ParseItem(item); k.Name != "ci-agent" {
 		t.Errorf("name stored as %q, want ci-agent", k.Name)
 	}
 	created := rawAttr(item, auth.AttrCreated)
@@ -82,7 +82,7 @@ func TestKeysRoundTrip(t *testing.T) {
 		t.Errorf("keys list shows the key or its full hash:\n%s", r.stdout)
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", "*", created}; !reflect.DeepEqual(got, want) {
+	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", "*", "-", created}; !reflect.DeepEqual(got, want) {
 		t.Errorf("keys list row %q, want %q", got, want)
 	}
 
@@ -111,7 +111,7 @@ func TestKeysAllServers(t *testing.T) {
 	}
 	r = mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 5 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" || got[3] != "*" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 6 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" || got[3] != "*" {
 		t.Errorf("keys list shows a nameless key for * as %q", got)
 	}
 }
@@ -131,7 +131,7 @@ func TestKeysTools(t *testing.T) {
 	}
 	r = mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 5 || got[3] != "github/get_*,search/*" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 6 || got[3] != "github/get_*,search/*" {
 		t.Errorf("keys list row %q", got)
 	}
 	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "search/*").fails(t, 2, `names server "search", which --servers does not grant`)
@@ -165,5 +165,43 @@ func TestKeysRevokePrefix(t *testing.T) {
 	items := scanAll(t, env, env.Tables.Keys)
 	if len(items) != 1 || rawAttr(items[0], store.KeyHashAttr) != h1 {
 		t.Errorf("after revoking %s, the table holds %v", h2, items)
+	}
+}
+
+// keys create --max-parallel stores max_parallel_requests, which the key's
+// principal carries; a key item with an attribute the gateway does not
+// know is refused (never a limit silently missing), and keys list says so.
+func TestKeysMaxParallelAndUnknownAttributes(t *testing.T) {
+	env := storetest.NewEnv(t)
+	key, _ := createKey(t, env, "--servers", "github", "--max-parallel", "3")
+	authn := auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	p, err := authn.Authenticate(context.Background(), auth.Request{Header: http.Header{"X-Api-Key": {key}}})
+	if err != nil || p.MaxParallel != 3 {
+		t.Fatalf("key with --max-parallel 3 authenticated as %+v, %v", p, err)
+	}
+	r := mcpgate(t, env, "keys", "list").ok(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 6 || got[4] != "3" {
+		t.Errorf("keys list row %q, want max parallel 3", got)
+	}
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--max-parallel", "-1").fails(t, 2, "--max-parallel")
+
+	// A misspelt limit, written by hand.
+	hash := auth.HashKey(key)
+	_, err = env.Client.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+		TableName: aws.String(env.Tables.Keys), Key: map[string]types.AttributeValue{store.KeyHashAttr: &types.AttributeValueMemberS{Value: hash}},
+		UpdateExpression:          aws.String("SET max_paralel_requests = :n"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "1"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = authn.Authenticate(context.Background(), auth.Request{Header: http.Header{"X-Api-Key": {key}}})
+	var rej *auth.RejectedError
+	if !errors.As(err, &rej) || !strings.Contains(err.Error(), "max_paralel_requests: unknown attribute") {
+		t.Errorf("a key with an unknown attribute: %v; want refused, naming it", err)
+	}
+	if r := mcpgate(t, env, "keys", "list").ok(t); !strings.Contains(r.stdout, "refused until fixed: "+hash[:12]+": the key's item is invalid: max_paralel_requests: unknown attribute") {
+		t.Errorf("keys list does not say the key is refused:\n%s", r.stdout)
 	}
 }

@@ -129,8 +129,12 @@ func (a *Authenticator) Authenticate(ctx context.Context, req Request) (*Princip
 		}
 	default:
 		k, err := a.keys.lookup(ctx, raw)
-		if errors.Is(err, ErrBadKey) {
+		var invalid *KeyItemError
+		switch {
+		case errors.Is(err, ErrBadKey):
 			return nil, &RejectedError{Reason: "unknown or malformed key", Err: ErrBadKey}
+		case errors.As(err, &invalid):
+			return nil, &RejectedError{Reason: "this key's item is invalid; ask an admin to check it", Err: err}
 		}
 		if err != nil {
 			return nil, err

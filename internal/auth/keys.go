@@ -8,7 +8,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,9 +29,22 @@ const (
 	AttrTools   = "tools"
 	AttrName    = "name"
 	AttrCreated = "created_at"
+	// AttrMaxParallel caps the key's calls in flight across every server,
+	// fleet-wide (LiteLLM's name).
+	AttrMaxParallel = "max_parallel_requests"
 	// AllServers in servers grants every server.
 	AllServers = "*"
 )
+
+// KeyAttributes lists the attributes a keys-table item may carry, besides
+// names starting with "x_" (admins' own notes, ignored). Any other makes
+// the key refused: a misspelt or unsupported limit must never mean none.
+func KeyAttributes() []string {
+	return []string{store.KeyHashAttr, AttrServers, AttrTools, AttrName, AttrCreated, AttrMaxParallel}
+}
+
+// MaxParallelLimit bounds max_parallel_requests.
+const MaxParallelLimit = 1000
 
 // DefaultCacheTTL is how long a key lookup (or its miss) is reused.
 const DefaultCacheTTL = 5 * time.Second
@@ -51,16 +67,23 @@ type Key struct {
 	// Tools, when not nil, are the only tools it may call, as
 	// "<server_id>/<glob>" (see Principal.Tools).
 	Tools []string
+	// MaxParallel caps its calls in flight across every server,
+	// fleet-wide; 0 = none.
+	MaxParallel int
+	// Invalid, when set, says why the key's item cannot be used: the key
+	// is refused.
+	Invalid error
 }
 
 // Principal is the caller this key stands for.
 func (k *Key) Principal() *Principal {
 	return &Principal{
-		Kind:     KindKey,
-		ID:       string(KindKey) + ":" + k.Hash[:min(len(k.Hash), idHashLen)],
-		StateKey: string(KindKey) + ":" + k.Hash,
-		Servers:  k.Servers,
-		Tools:    k.Tools,
+		Kind:        KindKey,
+		ID:          string(KindKey) + ":" + k.Hash[:min(len(k.Hash), idHashLen)],
+		StateKey:    string(KindKey) + ":" + k.Hash,
+		Servers:     k.Servers,
+		Tools:       k.Tools,
+		MaxParallel: k.MaxParallel,
 	}
 }
 
@@ -112,6 +135,9 @@ func (ks *keyStore) lookup(ctx context.Context, raw string) (*Key, error) {
 	if k == nil {
 		return nil, ErrBadKey
 	}
+	if k.Invalid != nil {
+		return nil, k.Invalid
+	}
 	return k, nil
 }
 
@@ -130,16 +156,58 @@ func (ks *keyStore) fetch(ctx context.Context, hash string) (*Key, error) {
 	if stored == nil || subtle.ConstantTimeCompare([]byte(stored.Value), []byte(hash)) != 1 {
 		return nil, nil
 	}
-	return ParseItem(out.Item), nil
+	k, err := ParseItem(out.Item)
+	if err != nil {
+		// Cached like any key: refused until an admin fixes the item.
+		return &Key{Hash: hash, Invalid: err}, nil
+	}
+	return k, nil
 }
 
-// ParseItem reads a keys-table item. servers and tools may be string sets
-// or lists of strings; anything else grants nothing. A tools entry that is
-// not "<server_id>/<glob>" grants nothing either, so a tools attribute of
-// only such entries (or of another type) lets the key call no tool: a
-// mistyped restriction never widens access.
-func ParseItem(item map[string]types.AttributeValue) *Key {
+// KeyItemError means a keys-table item cannot be used: it carries an
+// attribute the table does not know, or a limit that is not a whole
+// number in range. Its message names each attribute.
+type KeyItemError struct {
+	Problems []string
+}
+
+func (e *KeyItemError) Error() string {
+	return "auth: the key's item is invalid: " + strings.Join(e.Problems, "; ")
+}
+
+// ParseItem reads a keys-table item, and refuses it (*KeyItemError, with
+// the key as far as it was read) when it has an attribute KeyAttributes
+// does not list (other than x_…) or a limit out of range. servers and
+// tools may be string sets or lists of strings; anything else grants
+// nothing. A tools entry that is not "<server_id>/<glob>" grants nothing
+// either, so a tools attribute of only such entries (or of another type)
+// lets the key call no tool: a mistyped restriction never widens access.
+func ParseItem(item map[string]types.AttributeValue) (*Key, error) {
 	k := &Key{}
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(item)) {
+		if !slices.Contains(KeyAttributes(), name) && !strings.HasPrefix(name, "x_") {
+			problems = append(problems, fmt.Sprintf("%s: unknown attribute (known: %s; prefix your own with x_)",
+				truncate(name, 64), strings.Join(KeyAttributes(), ", ")))
+		}
+	}
+	if v, ok := item[AttrMaxParallel]; ok {
+		n, ok := v.(*types.AttributeValueMemberN)
+		f, err := strconv.ParseFloat(func() string {
+			if n != nil {
+				return n.Value
+			}
+			return ""
+		}(), 64)
+		switch {
+		case !ok || err != nil:
+			problems = append(problems, AttrMaxParallel+": must be a number (type N)")
+		case f != math.Trunc(f) || f > MaxParallelLimit:
+			problems = append(problems, fmt.Sprintf("%s: must be a whole number up to %d, got %v", AttrMaxParallel, MaxParallelLimit, f))
+		case f > 0:
+			k.MaxParallel = int(f)
+		}
+	}
 	if v, ok := item[store.KeyHashAttr].(*types.AttributeValueMemberS); ok {
 		k.Hash = v.Value
 	}
@@ -155,7 +223,17 @@ func ParseItem(item map[string]types.AttributeValue) *Key {
 			}
 		}
 	}
-	return k
+	if len(problems) > 0 {
+		return k, &KeyItemError{Problems: problems}
+	}
+	return k, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // stringsOf reads a string set or a list of strings, sorted.

@@ -100,7 +100,8 @@ func TestToolGrants(t *testing.T) {
 		if tools != nil {
 			it[AttrTools] = tools
 		}
-		return ParseItem(it).Principal()
+		k, _ := ParseItem(it)
+		return k.Principal()
 	}
 	tests := []struct {
 		name  string
