@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -70,13 +68,22 @@ type statusReport struct {
 type limiterState struct {
 	Key    string      `json:"limiter_key"`
 	Server serverState `json:"server"`
-	// Slots holds the server's map ("leases") first, then each "tool:<name>".
+	// Slots holds the server's leases ("leases") first, then those of each
+	// capped tool ("tool:<name>").
 	Slots []slotState `json:"slots"`
+	// Principals says, per principal, how many places it holds and how
+	// many of its callers wait.
+	Principals []lease.PrincipalStatus `json:"principals,omitempty"`
+	// Waiting are the callers queued for a place, in the order they will
+	// be served if nothing changes.
+	Waiting []lease.TicketStatus `json:"waiting,omitempty"`
 	// Breakers are the circuit breakers of the server's tools.
 	Breakers []lease.BreakerStatus `json:"breakers,omitempty"`
-	// Waiting are the callers queued for a place, oldest first.
-	Waiting []lease.TicketStatus `json:"waiting,omitempty"`
-	// Other is every other attribute but ttl, rendered as JSON values.
+	// CallMS is how long calls on the server last (the fleet's running
+	// mean), 0 if unknown.
+	CallMS int64 `json:"call_ms,omitempty"`
+	// Other is every attribute status does not read, rendered as JSON
+	// values.
 	Other map[string]any `json:"other,omitempty"`
 }
 
@@ -85,13 +92,17 @@ type serverState struct {
 	Found bool `json:"found"`
 	// Cap is max_concurrent_requests as the gateway reads it; 0 = unlimited.
 	Cap int `json:"cap"`
+	// PerPrincipal is max_concurrent_per_principal; 0 = none.
+	PerPrincipal int `json:"per_principal,omitempty"`
 	// Invalid is why the gateway refuses the server's item, if it does.
 	Invalid string `json:"invalid,omitempty"`
+	// Key says the item is a key's own (max_parallel_requests).
+	Key bool `json:"key,omitempty"`
 }
 
 type slotState struct {
 	Attr string `json:"attr"`
-	// Cap is the limit the server item sets on this map: the server's
+	// Cap is the limit the server item sets on it: the server's
 	// max_concurrent_requests or the tool's max_concurrent; 0 = none.
 	Cap    int          `json:"cap"`
 	Leases []leaseState `json:"leases"`
@@ -99,8 +110,8 @@ type slotState struct {
 
 type leaseState struct {
 	ID string `json:"id"`
-	// Holder is the gateway instance; Caller the label of the caller it
-	// serves, if the lease has one.
+	// Holder is the gateway instance; Caller the label of the principal
+	// whose call it is.
 	Holder string `json:"holder"`
 	Caller string `json:"caller,omitempty"`
 	// ExpiresAt and TimeLeftMS are null when the stored expiry is not a
@@ -281,85 +292,79 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 	}
 	r := &statusReport{Now: now.UTC(), Limiters: []limiterState{}}
 	for _, item := range items {
-		if catalog.IsKey(rawAttr(item, store.LimiterKeyAttr)) {
+		key := rawAttr(item, store.LimiterKeyAttr)
+		if catalog.IsKey(key) {
 			continue // the fleet's tool lists share the table
 		}
-		l := limiterState{Key: rawAttr(item, store.LimiterKeyAttr), Slots: []slotState{{Attr: lease.ServerAttr, Leases: []leaseState{}}}}
+		l := limiterState{Key: key}
 		var srv *registry.Server
-		if s, ok := byID[l.Key]; ok {
+		capacity, perPrincipal := 0, 0
+		if s, ok := byID[key]; ok {
 			l.Server.Found = true
 			if s.err != nil {
 				l.Server.Invalid = oneLine(s.err.Error())
 			} else {
 				srv = s.srv
-				l.Server.Cap = srv.MaxConcurrent
-				l.Slots[0].Cap = srv.MaxConcurrent
+				l.Server.Cap, l.Server.PerPrincipal = srv.MaxConcurrent, srv.MaxPerPrincipal
+				capacity, perPrincipal = srv.MaxConcurrent, srv.MaxPerPrincipal
 			}
+		} else if strings.Contains(key, ":") {
+			l.Server.Key = true // a key's own item: no server id has a ':'
+		}
+		st := lease.Describe(item, now, capacity, perPrincipal)
+		l.Slots = []slotState{{Attr: lease.LeasesAttr, Cap: capacity, Leases: leasesOf(st.Leases, "", now)}}
+		tools := slices.Sorted(maps.Keys(st.Tools))
+		if srv != nil {
+			// Every tool cap, with leases or not.
+			for tool, t := range srv.Tools {
+				if t.MaxConcurrent > 0 && !slices.Contains(tools, tool) {
+					tools = append(tools, tool)
+				}
+			}
+			slices.Sort(tools)
+		}
+		for _, tool := range tools {
+			cap := 0
+			if srv != nil {
+				cap = srv.ToolCap(tool)
+			}
+			l.Slots = append(l.Slots, slotState{Attr: lease.ToolAttr(tool), Cap: cap, Leases: leasesOf(st.Leases, tool, now)})
+		}
+		l.Principals, l.Breakers, l.CallMS = st.Principals, st.Breakers, st.CallLength.Milliseconds()
+		if len(st.Queue) > 0 {
+			l.Waiting = st.Queue
 		}
 		other := map[string]types.AttributeValue{}
-		for _, name := range slices.Sorted(maps.Keys(item)) {
-			m, isMap := item[name].(*types.AttributeValueMemberM)
-			switch {
-			case name == store.LimiterKeyAttr || name == store.TTLAttr:
-			case name == lease.ServerAttr && isMap:
-				l.Slots[0].Leases = leasesOf(m, now)
-			case strings.HasPrefix(name, lease.ToolAttrPrefix) && isMap:
-				l.Slots = append(l.Slots, slotState{Attr: name, Leases: leasesOf(m, now)})
-			case name == lease.TicketsAttr && isMap:
-				if ts := lease.Tickets(item, now); len(ts) > 0 {
-					l.Waiting = ts
-				}
-			case lease.IsBreakerAttr(name) || name == lease.ReleasedAttr:
-			default:
-				other[name] = item[name]
+		for name, v := range item {
+			if !lease.IsItemAttr(name) && name != store.LimiterKeyAttr && name != store.TTLAttr {
+				other[name] = v
 			}
 		}
-		if srv != nil {
-			// Every tool cap, with leases or not, and the limit of each.
-			for _, tool := range slices.Sorted(maps.Keys(srv.Tools)) {
-				attr := lease.ToolAttr(tool)
-				if !slices.ContainsFunc(l.Slots, func(s slotState) bool { return s.Attr == attr }) && srv.ToolCap(tool) > 0 {
-					l.Slots = append(l.Slots, slotState{Attr: attr, Leases: []leaseState{}})
-				}
-			}
-			for i := range l.Slots[1:] {
-				l.Slots[i+1].Cap = srv.ToolCap(strings.TrimPrefix(l.Slots[i+1].Attr, lease.ToolAttrPrefix))
-			}
-		}
-		slices.SortStableFunc(l.Slots[1:], func(a, b slotState) int { return strings.Compare(a.Attr, b.Attr) })
 		if len(other) > 0 {
 			l.Other = registry.ItemToJSON(other)
 		}
-		l.Breakers = lease.Breakers(item, now)
 		r.Limiters = append(r.Limiters, l)
 	}
 	slices.SortFunc(r.Limiters, func(a, b limiterState) int { return strings.Compare(a.Key, b.Key) })
 	return r
 }
 
-// leasesOf lists a slot map's leases.
-func leasesOf(m *types.AttributeValueMemberM, now time.Time) []leaseState {
+// leasesOf lists the leases of a slot (all of them, or those of one tool),
+// soonest expiry first.
+func leasesOf(all []lease.LeaseStatus, tool string, now time.Time) []leaseState {
 	out := []leaseState{}
-	for _, id := range slices.Sorted(maps.Keys(m.Value)) {
-		holder, caller := lease.ParseLeaseID(id)
-		ls := leaseState{ID: id, Holder: holder, Caller: caller}
-		if n, ok := m.Value[id].(*types.AttributeValueMemberN); ok {
-			if ms, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
-				exp := time.UnixMilli(ms).UTC()
-				left := ms - now.UnixMilli()
-				ls.ExpiresAt, ls.TimeLeftMS, ls.Expired = &exp, &left, left < 0
-			}
+	for _, l := range all {
+		if tool != "" && l.Tool != tool {
+			continue
+		}
+		ls := leaseState{ID: l.ID, Holder: l.Instance, Caller: l.Principal, Expired: l.Lapsed}
+		if l.Expiry.Year() < 9999 {
+			exp := l.Expiry.UTC()
+			left := exp.Sub(now).Milliseconds()
+			ls.ExpiresAt, ls.TimeLeftMS = &exp, &left
 		}
 		out = append(out, ls)
 	}
-	// Soonest expiry first; an expiry that is not a number counts as never.
-	left := func(ls leaseState) int64 {
-		if ls.TimeLeftMS == nil {
-			return math.MaxInt64
-		}
-		return *ls.TimeLeftMS
-	}
-	slices.SortStableFunc(out, func(a, b leaseState) int { return cmp.Compare(left(a), left(b)) })
 	return out
 }
 
@@ -410,6 +415,9 @@ func printStatus(w io.Writer, r *statusReport) error {
 		}
 		for _, b := range l.Breakers {
 			line := fmt.Sprintf("  breaker %s: %s", b.Name, b.State)
+			for _, p := range slices.Sorted(maps.Keys(b.OpenFor)) {
+				line += fmt.Sprintf(", open for %s alone for %v more", p, b.OpenFor[p].Sub(r.Now).Round(100*time.Millisecond))
+			}
 			switch b.State {
 			case "open":
 				line += fmt.Sprintf(" for %v more", b.OpenUntil.Sub(r.Now).Round(100*time.Millisecond))
@@ -420,6 +428,20 @@ func printStatus(w io.Writer, r *statusReport) error {
 			}
 			line += fmt.Sprintf("; %d consecutive failures", b.Failures)
 			fmt.Fprintln(w, line)
+		}
+		if len(l.Principals) > 0 {
+			var parts []string
+			for _, p := range l.Principals {
+				part := fmt.Sprintf("%s holds %d", p.Principal, p.Holding)
+				if p.Waiting > 0 {
+					part += fmt.Sprintf(", %d waiting", p.Waiting)
+				}
+				parts = append(parts, part)
+			}
+			fmt.Fprintf(w, "  principals: %s\n", strings.Join(parts, "; "))
+		}
+		if l.CallMS > 0 {
+			fmt.Fprintf(w, "  calls last about %v\n", time.Duration(l.CallMS)*time.Millisecond)
 		}
 		if err := printWaiting(w, l.Waiting, r.Now); err != nil {
 			return err
@@ -434,39 +456,39 @@ func printStatus(w io.Writer, r *statusReport) error {
 	return nil
 }
 
-// printWaiting lists the queue, oldest first, and what looks wedged.
+// printWaiting lists the queue in the order it will be served, and what
+// looks wedged.
 func printWaiting(w io.Writer, ts []lease.TicketStatus, now time.Time) error {
 	if len(ts) == 0 {
 		return nil
 	}
-	lapsed, free := 0, 0
+	lapsed, turn := 0, 0
 	for _, t := range ts {
 		if t.Lapsed {
 			lapsed++
-		} else if t.PlaceFree {
-			free++
+		} else if t.Turn {
+			turn++
 		}
 	}
-	line := fmt.Sprintf("  waiting: %d caller(s), served oldest first", len(ts)-lapsed)
+	line := fmt.Sprintf("  waiting: %d caller(s), in the order they will be served (fewest places held first)", len(ts)-lapsed)
 	if lapsed > 0 {
-		line += fmt.Sprintf("; %d lapsed ticket(s) (waiter died or stalled; the next write purges them)", lapsed)
+		line += fmt.Sprintf("; %d gone (its caller gave up or died; the next write purges it)", lapsed)
 	}
-	if free > 0 {
-		line += fmt.Sprintf("; a place is free for %d of them", free)
+	if turn > 0 {
+		line += fmt.Sprintf("; a place is free for %d of them (each takes it at its next look)", turn)
 	}
 	fmt.Fprintln(w, line)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "    CALLER\tINSTANCE\tWANTS\tWAITED\tTICKET")
+	fmt.Fprintln(tw, "    CALLER\tINSTANCE\tTOOL\tTICKET\tGIVES UP")
 	for _, t := range ts {
-		state := "lapses in " + t.Expiry.Sub(now).Round(100*time.Millisecond).String()
+		state := "in " + t.Deadline.Sub(now).Round(100*time.Millisecond).String()
 		switch {
 		case t.Lapsed:
-			state = "lapsed"
-		case t.PlaceFree:
-			state += ", place free"
+			state = "gone"
+		case t.Turn:
+			state += ", its turn"
 		}
-		fmt.Fprintf(tw, "    %s\t%s\t%s\t%v\t%s\n", orDash(t.Caller), t.Instance, strings.Join(t.Slots, "+"),
-			now.Sub(t.Since).Round(100*time.Millisecond), state)
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t#%d\t%s\n", orDash(t.Principal), t.Instance, orDash(t.Tool), t.Number, state)
 	}
 	return tw.Flush()
 }
@@ -480,12 +502,16 @@ func orDash(s string) string {
 
 func (s serverState) describe() string {
 	switch {
+	case s.Key:
+		return "a key's own calls in flight (max_parallel_requests)"
 	case !s.Found:
 		return "not in the servers table"
 	case s.Invalid != "":
 		return "server item invalid: " + s.Invalid
 	case s.Cap <= 0:
 		return "cap unlimited (calls take no lease)"
+	case s.PerPrincipal > 0:
+		return "cap " + strconv.Itoa(s.Cap) + ", " + strconv.Itoa(s.PerPrincipal) + " per principal"
 	default:
 		return "cap " + strconv.Itoa(s.Cap)
 	}

@@ -42,23 +42,24 @@ func TestStatus(t *testing.T) {
 	testkit.PutServer(t, env, map[string]any{"server_id": "unused", "url": "https://example.com/mcp", "max_concurrent_requests": 7})
 	testkit.PutServer(t, env, map[string]any{"server_id": "open", "url": "https://example.com/mcp"})
 
-	slots := []lease.Slot{{Attr: lease.ServerAttr, Cap: 3}, {Attr: lease.ToolAttr("search"), Cap: 2}}
+	search := lease.Request{Key: "github", Cap: 3, Tool: "search", ToolCap: 2, Hold: time.Hour, Holder: "k:1a2b3c4d"}
+	plain := lease.Request{Key: "github", Cap: 3, Hold: time.Minute, Holder: "k:5e6f7a8b"}
 	live, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"}).
-		Acquire(ctx, lease.Request{Key: "github", Slots: slots, Hold: time.Hour})
+		Acquire(ctx, search)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A holder whose clock is two hours behind writes a lease that has
 	// already expired: what a crashed instance leaves behind.
 	stale, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst2", Clock: func() time.Time { return time.Now().Add(-2 * time.Hour) }}).
-		Acquire(ctx, lease.Request{Key: "github", Slots: slots[:1], Hold: time.Minute})
+		Acquire(ctx, plain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Another limiter key, with no server item, and state status does not
 	// know (as a circuit breaker will add).
 	other, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"}).
-		Acquire(ctx, lease.Request{Key: "gone", Slots: slots[:1], Hold: time.Hour})
+		Acquire(ctx, lease.Request{Key: "gone", Cap: 3, Hold: time.Hour, Holder: "k:1a2b3c4d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +120,11 @@ func TestStatus(t *testing.T) {
 	for _, ls := range gh.Slots[0].Leases {
 		byID[ls.ID] = ls
 	}
-	if got := byID[live.ID()]; got.Holder != "inst1" || got.Expired || got.TimeLeftMS == nil || *got.TimeLeftMS <= 0 || !got.ExpiresAt.Equal(live.Expiry) {
-		t.Errorf("live lease shown as %+v, want holder inst1, not expired, expiring at %v", got, live.Expiry)
+	if got := byID[live.ID()]; got.Holder != "inst1" || got.Caller != "k:1a2b3c4d" || got.Expired || got.TimeLeftMS == nil || *got.TimeLeftMS <= 0 || !got.ExpiresAt.Equal(live.Expiry) {
+		t.Errorf("live lease shown as %+v, want holder inst1, caller k:1a2b3c4d, not expired, expiring at %v", got, live.Expiry)
+	}
+	if ps := gh.Principals; len(ps) != 1 || ps[0].Principal != "k:1a2b3c4d" || ps[0].Holding != 1 {
+		t.Errorf("github principals %+v, want k:1a2b3c4d holding 1 (the expired lease holds nothing)", ps)
 	}
 	if got := byID[stale.ID()]; got.Holder != "inst2" || !got.Expired || got.TimeLeftMS == nil || *got.TimeLeftMS >= 0 {
 		t.Errorf("stale lease shown as %+v, want holder inst2, expired, negative time left", got)
@@ -140,12 +144,12 @@ func TestStatus(t *testing.T) {
 
 	for _, ls := range []*lease.Lease{live, stale, other} {
 		// The expired one is gone already: live's release purged it.
-		if err := ls.Release(ctx); err != nil && (ls != stale || !errors.Is(err, lease.ErrNotHeld)) {
+		if _, err := ls.Finish(ctx, lease.Success); err != nil && (ls != stale || !errors.Is(err, lease.ErrNotHeld)) {
 			t.Fatal(err)
 		}
 	}
 	r = mcpgate(t, env, "status", "github").ok(t)
-	if want := "github: cap 3\n  leases: 0 live of 3\n  tool:fetch: 0 live of 1\n  tool:search: 0 live of 2\n"; r.stdout != want {
+	if want := "github: cap 3\n  leases: 0 live of 3\n  tool:fetch: 0 live of 1\n  tool:search: 0 live of 2\n  calls last about "; !strings.HasPrefix(r.stdout, want) {
 		t.Errorf("status github after release:\n%s\nwant:\n%s", r.stdout, want)
 	}
 	if rep := statusJSON(t, env, "github"); len(rep.Limiters[0].Slots[0].Leases) != 0 || len(rep.Limiters[0].Slots[2].Leases) != 0 {
@@ -170,17 +174,18 @@ func TestStatusOneServer(t *testing.T) {
 func TestStatusShowsBreakers(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := lease.New(env.Client, env.Tables.Leases, lease.Options{})
-	req := lease.Request{Key: "demo", Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: 5}}, Hold: time.Second,
+	req := lease.Request{Key: "demo", Cap: 5, Tool: "slow_tool", Hold: time.Second, Holder: "k:1a2b3c4d",
 		Breaker: &lease.Breaker{Name: "slow_tool", Threshold: 1, Recovery: time.Minute}}
 	ls, err := l.Acquire(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr, err := ls.Finish(context.Background(), lease.Failure); err != nil || tr != lease.Opened {
+	if tr, err := ls.Finish(context.Background(), lease.Failure); err != nil || tr != lease.OpenedForPrincipal {
 		t.Fatalf("finish: %q %v", tr, err)
 	}
 	r := mcpgate(t, env, "status", "demo")
-	if !strings.Contains(r.stdout, "breaker slow_tool: open for") || !strings.Contains(r.stdout, "1 consecutive failures") {
+	if !strings.Contains(r.stdout, "breaker slow_tool: closed") || !strings.Contains(r.stdout, "open for k:1a2b3c4d alone for") ||
+		!strings.Contains(r.stdout, "1 consecutive failures") {
 		t.Errorf("status does not show the open breaker:\n%s", r.stdout)
 	}
 	if strings.Contains(r.stdout, "other state") {
@@ -191,8 +196,9 @@ func TestStatusShowsBreakers(t *testing.T) {
 func TestStatusShowsWaitingCallers(t *testing.T) {
 	env := storetest.NewEnv(t)
 	ctx := context.Background()
+	testkit.PutServer(t, env, map[string]any{"server_id": "batch", "url": "https://example.com/mcp", "max_concurrent_requests": 1})
 	l := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"})
-	req := lease.Request{Key: "batch", Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: 1}}, Hold: time.Hour, Holder: "k1"}
+	req := lease.Request{Key: "batch", Cap: 1, Hold: time.Hour, Holder: "k1", MaxQueued: 4}
 	held, err := l.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -211,8 +217,12 @@ func TestStatusShowsWaitingCallers(t *testing.T) {
 	for {
 		if rep := statusJSON(t, env, "batch"); len(rep.Limiters[0].Waiting) == 1 {
 			w := rep.Limiters[0].Waiting[0]
-			if w.Caller != "k2" || w.Instance != "inst2" || w.Lapsed || w.PlaceFree || len(w.Slots) != 1 || w.Slots[0] != lease.ServerAttr {
+			if w.Principal != "k2" || w.Instance != "inst2" || w.Lapsed || w.Turn || w.Number != 1 {
 				t.Fatalf("waiting caller shown as %+v", w)
+			}
+			if ps := rep.Limiters[0].Principals; len(ps) != 2 || ps[0] != (lease.PrincipalStatus{Principal: "k1", Holding: 1}) ||
+				ps[1] != (lease.PrincipalStatus{Principal: "k2", Waiting: 1}) {
+				t.Fatalf("principals shown as %+v", ps)
 			}
 			if ls := rep.Limiters[0].Slots[0].Leases; len(ls) != 1 || ls[0].Caller != "k1" || ls[0].Holder != "inst1" {
 				t.Fatalf("lease shown as %+v, want caller k1 on inst1", ls)
@@ -221,7 +231,7 @@ func TestStatusShowsWaitingCallers(t *testing.T) {
 		}
 	}
 	r := mcpgate(t, env, "status", "batch").ok(t)
-	for _, want := range []string{"waiting: 1 caller(s), served oldest first\n", "k2", "inst2", "k1"} {
+	for _, want := range []string{"waiting: 1 caller(s), in the order they will be served", "principals: k1 holds 1; k2 holds 0, 1 waiting", "k2", "inst2", "k1"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status does not say %q:\n%s", want, r.stdout)
 		}
@@ -233,7 +243,7 @@ func TestStatusShowsWaitingCallers(t *testing.T) {
 	if rep := statusJSON(t, env, "batch"); len(rep.Limiters[0].Waiting) != 0 {
 		t.Errorf("a waiter that gave up is still listed: %+v", rep.Limiters[0].Waiting)
 	}
-	if err := held.Release(ctx); err != nil {
+	if _, err := held.Finish(ctx, lease.Success); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -264,11 +274,11 @@ func TestStatusWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls, err := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"}).
-		Acquire(context.Background(), lease.Request{Key: "demo", Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: 2}}, Hold: time.Hour})
+		Acquire(context.Background(), lease.Request{Key: "demo", Cap: 2, Hold: time.Hour, Holder: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ls.Release(context.Background())
+	defer ls.Finish(context.Background(), lease.Success)
 	rest, _ := io.ReadAll(pr)
 	out := string(first) + string(rest)
 	if code := <-done; code != 0 {

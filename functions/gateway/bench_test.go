@@ -581,7 +581,7 @@ func (b *bench) itemSizes() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
 				ls, err := l.Acquire(context.Background(), lease.Request{Key: key, Holder: "k:0123abcd",
-					Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: n}}, Hold: time.Minute, Wait: time.Minute})
+					Cap: n, Hold: time.Minute, Wait: time.Minute, MaxQueued: 64})
 				if err != nil {
 					t.Error(err)
 					return
@@ -606,7 +606,7 @@ func (b *bench) itemSizes() {
 			// ErrNotHeld: a release whose answer was lost and retried
 			// (the leases left are checked below).
 			if ls != nil {
-				if err := ls.Release(context.Background()); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+				if _, err := ls.Finish(context.Background(), lease.Success); err != nil && !errors.Is(err, lease.ErrNotHeld) {
 					t.Error(err)
 				}
 			}
@@ -625,11 +625,11 @@ func (b *bench) queuedSize(l *lease.Limiter, key string, capacity, callers int) 
 	for range callers {
 		wg.Go(func() {
 			_, _ = l.Acquire(ctx, lease.Request{Key: key, Holder: "k:0123abcd",
-				Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: capacity}}, Hold: time.Minute, Wait: time.Minute})
+				Cap: capacity, Hold: time.Minute, Wait: time.Minute, MaxQueued: callers})
 		})
 	}
 	defer func() { cancel(); wg.Wait() }()
-	for testkit.LeaseCount(b.t, b.env, key, lease.TicketsAttr) < callers {
+	for testkit.LeaseCount(b.t, b.env, key, lease.QueueAttr) < callers {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return b.itemBytes(key)
@@ -950,10 +950,10 @@ func hotKeyChild(ctx context.Context) error {
 	for range workers {
 		wg.Go(func() {
 			for ctx.Err() == nil && time.Now().Before(end) {
-				ls, err := l.Acquire(ctx, lease.Request{Key: "hot", Slots: []lease.Slot{{Attr: lease.ServerAttr, Cap: capacity}},
-					Hold: 10 * time.Second, Wait: 10 * time.Second})
+				ls, err := l.Acquire(ctx, lease.Request{Key: "hot", Cap: capacity, Holder: "k:0123abcd",
+					Hold: 10 * time.Second, Wait: 10 * time.Second, MaxQueued: 64})
 				if err == nil {
-					if err = ls.Release(ctx); errors.Is(err, lease.ErrNotHeld) {
+					if _, err = ls.Finish(ctx, lease.Success); errors.Is(err, lease.ErrNotHeld) {
 						err = nil // a lost answer, retried; the parent counts what is left
 					}
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -72,6 +73,13 @@ type config struct {
 	// IAMGrants are IAM_GRANTS: servers granted to AWS_IAM callers that
 	// present no key or token.
 	IAMGrants []auth.IAMGrant
+	// FunctionConcurrency is FUNCTION_CONCURRENCY: how many requests the
+	// function serves at once (the template sets it from the reserved
+	// concurrency); 0 means unknown.
+	FunctionConcurrency int
+	// ServerShare is SERVER_CONCURRENCY_SHARE: the share of it one server
+	// may take, calls in flight and callers waiting (default 0.5).
+	ServerShare float64
 }
 
 // localLimits bound the local server's clients, so slow or idle ones
@@ -184,6 +192,21 @@ func loadConfig(getenv func(string) string) (config, error) {
 		errs = append(errs, errors.New("GATEWAY_READ_TIMEOUT and GATEWAY_IDLE_TIMEOUT must be positive: the local server must not wait on a client for ever"))
 	}
 	c.Local.MaxConns = defaultMaxConns
+	if v := getenv("FUNCTION_CONCURRENCY"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("FUNCTION_CONCURRENCY=%q: use a whole number of requests (0: unknown)", v))
+		}
+		c.FunctionConcurrency = n
+	}
+	c.ServerShare = gateway.DefaultServerShare
+	if v := getenv("SERVER_CONCURRENCY_SHARE"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			errs = append(errs, fmt.Errorf("SERVER_CONCURRENCY_SHARE=%q: use a number above 0, at most 1", v))
+		}
+		c.ServerShare = f
+	}
 	if v := getenv("GATEWAY_MAX_CONNS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {

@@ -84,9 +84,14 @@ func (f *fleet) slow(i int, args map[string]any) outcome { return f.call(i, "slo
 
 // call calls a tool of server "demo" through gateway i.
 func (f *fleet) call(i int, tool string, args map[string]any) outcome {
+	return f.callAs(f.key, i, tool, args)
+}
+
+// callAs is call with another key.
+func (f *fleet) callAs(key string, i int, tool string, args map[string]any) outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r, err := f.gws[i%len(f.gws)].CallTool(ctx, f.key, "demo", tool, args)
+	r, err := f.gws[i%len(f.gws)].CallTool(ctx, key, "demo", tool, args)
 	if err != nil {
 		f.t.Errorf("call via gateway %d: %v", i, err)
 		return outcome{}

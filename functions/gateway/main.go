@@ -134,6 +134,9 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		PublicURL:      publicURL,
 		IAMCaller:      iamCaller,
 		RequestStates:  states,
+
+		FunctionConcurrency:    cfg.FunctionConcurrency,
+		ServerConcurrencyShare: cfg.ServerShare,
 	})
 	if err != nil {
 		return err
@@ -144,7 +147,8 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	}
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String(),
 		"request_timeout", cfg.requestTimeout().String(), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)),
-		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants))
+		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants),
+		"function_concurrency", cfg.FunctionConcurrency, "server_bulkhead", gateway.Bulkhead(cfg.FunctionConcurrency, cfg.ServerShare))
 
 	if cfg.Lambda {
 		// Response streaming lets MCP progress notifications reach the

@@ -139,9 +139,13 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 	f := newFleet(t, 3)
 	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 20,
 		"tools":   map[string]any{"slow_tool": map[string]any{"timeout": 0.3}},
-		"breaker": map[string]any{"failure_threshold": 1, "recovery_timeout": 1}})
-	if o := f.slow(0, map[string]any{"ms": 5000}); o.fault.Code != fault.UpstreamTimeout {
-		t.Fatalf("opening call: %d %s", o.status, o.body)
+		"breaker": map[string]any{"failure_threshold": 2, "recovery_timeout": 1}})
+	// Two principals' calls fail: it opens for everyone.
+	other := testkit.PutKey(t, f.env, "*")
+	for i, key := range []string{f.key, other} {
+		if o := f.callAs(key, i, "slow_tool", map[string]any{"ms": 5000}); o.fault.Code != fault.UpstreamTimeout {
+			t.Fatalf("opening call %d: %d %s", i, o.status, o.body)
+		}
 	}
 	// The cut-off call tells its breaker when its slot comes back: the
 	// release, then the write that opens the breaker.

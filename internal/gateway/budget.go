@@ -31,16 +31,11 @@ func (g *Gateway) budgetFault(srv *registry.Server, tool string, timeout time.Du
 		srv.ID, need.Round(time.Millisecond), timeout, wait, g.maxReq)
 }
 
-// slotWait is how long a call with req may wait for a slot: only a capped
-// slot can be full.
+// slotWait is how long a call with req may wait for a slot: only a call
+// that takes a place can find none free.
 func slotWait(req lease.Request, capped bool) time.Duration {
-	if !capped {
+	if !capped || !req.TakesPlace() {
 		return 0
 	}
-	for _, s := range req.Slots {
-		if s.Cap > 0 {
-			return req.Wait
-		}
-	}
-	return 0
+	return req.Wait
 }

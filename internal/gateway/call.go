@@ -118,23 +118,14 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	if ferr := g.budgetFault(srv, params.Name, timeout, req, capped); ferr != nil {
 		return nil, ferr
 	}
-	if capped {
-		var err error
-		ls, err = g.deps.Limiter.Acquire(ctx, req)
-		if err != nil {
-			ferr := acquireFault(srv, params.Name, err)
-			if ferr.Code != fault.StoreUnavailable || srv.OnStoreError != registry.StoreAllow || ctx.Err() != nil {
-				return nil, ferr
-			}
-			// The server prefers an uncapped call to none.
-			g.log.Warn("lease store failed; calling without a slot (on_store_error allow)",
-				"request_id", rec.id, "server_id", srv.ID, "tool", rec.tool, "error", err.Error())
-			rec.uncapped = true
-			ls = nil
-		} else {
-			rec.waited = ls.Waited
-			rec.leaseID = ls.ID()
-		}
+	leases, ferr := g.admit(ctx, srv, params.Name, req, capped, timeout)
+	if ferr != nil {
+		return nil, ferr
+	}
+	if len(leases) > 0 && capped {
+		ls = leases[0]
+		rec.waited = ls.Waited
+		rec.leaseID = ls.ID()
 	}
 	callEnd := time.Now().Add(timeout)
 	// short: the request's own deadline, not the tool's timeout, ends the
@@ -143,12 +134,14 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	if by := g.callBy(ctx); !by.IsZero() && by.Before(callEnd) {
 		callEnd, short = by, true
 	}
-	if ls != nil && req.Hold >= timeout {
-		// The lease was taken for the whole call: the call ends when the
-		// lease says, Margin before it expires.
-		callEnd = ls.CallDeadline
+	for _, l := range leases {
+		if req.Hold >= timeout && l.CallDeadline.Before(callEnd) {
+			// The lease was taken for the whole call: the call ends when
+			// the lease says, Margin before it expires.
+			callEnd = l.CallDeadline
+		}
 	}
-	f := g.startFlight(ctx, srv, params, l, ls, req.Hold, callEnd)
+	f := g.startFlight(ctx, srv, params, l, leases, req.Hold, callEnd)
 
 	// Answer when the upstream does, or when the call is cut off.
 	timer := time.NewTimer(time.Until(callEnd))
@@ -176,7 +169,7 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	}
 
 	res, err := f.up.Result()
-	lost := errors.Is(context.Cause(f.ctx), errLeaseLost)
+	lost := errors.Is(context.Cause(f.ctx), lease.ErrLeaseLost)
 	if err != nil {
 		ferr = upstreamFault(srv, err)
 		if lost {
@@ -184,7 +177,14 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 				WithRetryAfter(storeRetryAfter)
 		}
 	}
-	if how := f.close(callOutcome(err, lost, short)); how == "" {
+	outcome := callOutcome(err, lost, short)
+	if f.up.Broken() && f.capped {
+		// Its connection broke after the call was sent: the upstream may go
+		// on with it, so its place is kept, as a cut-off call's is.
+		g.background(f, outcome)
+		return nil, ferr
+	}
+	if how := f.close(outcome); how == "" {
 		// The exchange ended without the upstream known to stop (its
 		// lease lost, or the gateway draining) while it had the call.
 		g.closed(f, how, 0)
@@ -197,6 +197,53 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 		rec.outcome = "tool_error"
 	}
 	return res, nil
+}
+
+// admit takes the places a call needs before it is sent: one under its
+// principal's own limit (a key's max_parallel_requests), then one on the
+// server (its caps, its queue, its breaker). It returns the leases, the
+// server's first, none when the call needs none or goes without (the
+// server's on_store_error allow), or the fault to answer. A principal's
+// lease is given back if the server refuses the call.
+func (g *Gateway) admit(ctx context.Context, srv *registry.Server, tool string, req lease.Request, capped bool, timeout time.Duration) ([]*lease.Lease, *fault.Error) {
+	rec := recordFrom(ctx)
+	var leases []*lease.Lease
+	if kr, ok := g.principalRequest(ctx, timeout); ok {
+		kl, err := g.deps.Limiter.Acquire(ctx, kr)
+		if err != nil {
+			ferr := principalFault(err)
+			if ferr.Code != fault.StoreUnavailable || srv.OnStoreError != registry.StoreAllow || ctx.Err() != nil {
+				return nil, ferr
+			}
+			g.log.Warn("lease store failed; calling without the key's limit (on_store_error allow)",
+				"request_id", rec.id, "server_id", srv.ID, "tool", rec.tool, "error", err.Error())
+			rec.uncapped = true
+		} else {
+			leases = append(leases, kl)
+		}
+	}
+	giveBack := func() {
+		for _, l := range leases {
+			g.finish(ctx, l, lease.Abandoned, rec)
+		}
+	}
+	if !capped {
+		return leases, nil
+	}
+	ls, err := g.deps.Limiter.Acquire(ctx, req)
+	if err != nil {
+		ferr := acquireFault(srv, tool, err)
+		if ferr.Code != fault.StoreUnavailable || srv.OnStoreError != registry.StoreAllow || ctx.Err() != nil {
+			giveBack()
+			return nil, ferr
+		}
+		// The server prefers an uncapped call to none.
+		g.log.Warn("lease store failed; calling without a slot (on_store_error allow)",
+			"request_id", rec.id, "server_id", srv.ID, "tool", rec.tool, "error", err.Error())
+		rec.uncapped = true
+		return leases, nil
+	}
+	return append([]*lease.Lease{ls}, leases...), nil
 }
 
 // cutOff answers a call cut off for cause before its upstream answered, and
@@ -222,119 +269,72 @@ func (g *Gateway) cutOff(f *flight, cause error, short bool) *fault.Error {
 	return ferr
 }
 
-// leaseRequest says which slots a call of tool on srv takes and whether it
-// asks the limiter at all: for the server's cap, the tool's cap, or the
-// tool's breaker (which alone takes no place). A call with none of those
-// causes no store traffic.
+// leaseRequest says what a call of tool on srv asks of the server's lease
+// item, and whether it asks at all: a place under the server's cap (the
+// smaller of max_concurrent_requests and its bulkhead, its share of the
+// function's concurrency), the tool's cap or the principal's cap, and its
+// breaker (which alone takes no place). A call with none of those causes
+// no store traffic.
 func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool string, timeout time.Duration) (lease.Request, bool) {
-	var slots []lease.Slot
-	if srv.Capped() {
-		slots = append(slots, lease.Slot{Attr: lease.ServerAttr, Cap: srv.MaxConcurrent})
+	capacity, queued := srv.MaxConcurrent, srv.MaxQueued
+	if queued == 0 {
+		queued = registry.DefaultMaxQueued
 	}
-	if c := srv.ToolCap(tool); c > 0 {
-		slots = append(slots, lease.Slot{Attr: lease.ToolAttr(tool), Cap: c})
+	if b := g.bulkhead; b > 0 {
+		// Its calls in flight and its waiting callers together never
+		// take more than its share of the function's concurrency.
+		if capacity == 0 || capacity > b {
+			capacity = b
+		}
+		queued = min(queued, b-capacity)
 	}
 	var br *lease.Breaker
 	if srv.Breaker.Covers(tool) {
 		br = &lease.Breaker{Name: tool, Threshold: srv.Breaker.FailureThreshold, Recovery: srv.Breaker.RecoveryTimeout}
 	}
-	if len(slots) == 0 && br == nil {
+	req := lease.Request{
+		Key:          srv.ID,
+		Cap:          capacity,
+		Tool:         tool,
+		ToolCap:      srv.ToolCap(tool),
+		PrincipalCap: srv.MaxPerPrincipal,
+		MaxQueued:    queued,
+		Hold:         min(timeout, g.maxHold),
+		CallBy:       g.callBy(ctx),
+		Breaker:      br,
+		Holder:       leaseHolder(principalFrom(ctx)),
+	}
+	if srv.OnLimit == registry.PolicyQueue {
+		req.Wait = srv.QueueTimeout
+	}
+	return req, req.TakesPlace() || br != nil
+}
+
+// principalRequest is what a call asks of its principal's own lease item
+// (its key's max_parallel_requests), and whether it asks: never waiting.
+func (g *Gateway) principalRequest(ctx context.Context, timeout time.Duration) (lease.Request, bool) {
+	p := principalFrom(ctx)
+	if p == nil || p.MaxParallel <= 0 {
 		return lease.Request{}, false
 	}
-	wait := time.Duration(0)
-	if srv.OnLimit == registry.PolicyQueue {
-		wait = srv.QueueTimeout
-	}
-	return lease.Request{
-		Key:     srv.ID,
-		Slots:   slots,
-		Hold:    min(timeout, g.maxHold),
-		CallBy:  g.callBy(ctx),
-		Wait:    wait,
-		Breaker: br,
-		Holder:  leaseHolder(principalFrom(ctx)),
-	}, true
+	return lease.Request{Key: p.ID, Cap: p.MaxParallel, Hold: min(timeout, g.maxHold), CallBy: g.callBy(ctx), Holder: leaseHolder(p)}, true
 }
 
 // leaseHolder is the label a lease carries for its caller, so operators
-// see who holds and who waits (mcpgate status): the first letter of the
-// principal's kind and the first 8 characters of its ID after the colon
-// ("k:1a2b3c4d" for "key:1a2b3c4d5e6f" in the log; "o:" for oauth, "i:"
-// for iam). Every byte is paid for in every write of the item, at every
-// lease: at a cap of 64 these 10 bytes keep a write at 2 write units.
+// see who holds and who waits (mcpgate status), and fair shares and
+// per-principal caps count: the first letter of the principal's kind and
+// the first 8 characters of its ID after the colon ("k:1a2b3c4d" for
+// "key:1a2b3c4d5e6f" in the log; "o:" for oauth, "i:" for iam). Every byte
+// is paid for in every write of the item, for every lease.
 func leaseHolder(p *auth.Principal) string {
 	if p == nil {
-		return ""
+		return "-"
 	}
 	kind, id, ok := strings.Cut(p.ID, ":")
 	if !ok || kind == "" {
-		return p.ID[:min(len(p.ID), 10)]
+		return strings.ReplaceAll(p.ID[:min(len(p.ID), 10)], "/", "_")
 	}
 	return kind[:1] + ":" + id[:min(len(id), 8)]
-}
-
-// errLeaseLost cancels a call whose lease could not be renewed.
-var errLeaseLost = errors.New("lease lost")
-
-// guard keeps ls for a call's exchange until end. When the exchange may
-// outlast the lease, it renews the lease halfway through each term, for
-// hold() at a time (or what is left until end), and cancels the exchange
-// (cause errLeaseLost) if the lease is gone or cannot be renewed before it
-// lapses: no call runs on an expired lease. Once a renewal covers end, it
-// stops renewing. The returned stop function ends the renewals and waits
-// for them.
-func (g *Gateway) guard(ctx context.Context, ls *lease.Lease, end time.Time, hold func() time.Duration) (context.Context, func()) {
-	if !ls.CallDeadline.Before(end) {
-		// The lease covers the whole exchange: nothing to renew.
-		return ctx, func() {}
-	}
-	callCtx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		deadline := ls.CallDeadline
-		term := hold()
-		for {
-			t := time.NewTimer(time.Until(deadline.Add(-term / 2)))
-			select {
-			case <-callCtx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			for {
-				left := time.Until(end)
-				if left <= 0 {
-					return
-				}
-				term = min(hold(), left)
-				rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
-				err := ls.Renew(rctx, term)
-				rcancel()
-				if err == nil {
-					deadline = ls.CallDeadline
-					break
-				}
-				if errors.Is(err, lease.ErrNotHeld) || !time.Now().Before(deadline) {
-					g.log.Warn("lease lost; stopping the call", "server_id", ls.Key(), "lease", ls.ID(), "error", err.Error())
-					cancel(errLeaseLost)
-					return
-				}
-				// A store hiccup: try again soon, while the lease holds.
-				select {
-				case <-callCtx.Done():
-					return
-				case <-time.After(min(200*time.Millisecond, time.Until(deadline)/2)):
-				}
-			}
-			if term >= time.Until(end) {
-				// The lease now covers the whole exchange.
-				<-callCtx.Done()
-				return
-			}
-		}
-	}()
-	return callCtx, func() { cancel(nil); <-done }
 }
 
 // callOutcome says what a call that returned err tells its breaker. A call
@@ -371,13 +371,15 @@ func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, outcome lease.Out
 	}
 	if tr != lease.NoTransition {
 		rec.breaker = string(tr)
-		g.log.Warn("circuit breaker "+string(tr), "request_id", rec.id, "server_id", ls.Key(), "tool", rec.tool)
+		g.log.Warn("circuit breaker "+strings.ReplaceAll(string(tr), "_", " "), "request_id", rec.id, "server_id", ls.Key(), "tool", rec.tool)
 		from, to := "closed", "open"
 		switch tr {
 		case lease.Closed:
 			from, to = "half_open", "closed"
 		case lease.Reopened:
 			from = "half_open"
+		case lease.OpenedForPrincipal:
+			to = "open_for_principal"
 		}
 		_ = g.deps.Metrics.BreakerTransition(ls.Key(), rec.tool, from, to)
 	}
@@ -445,20 +447,30 @@ func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 	var open *lease.CircuitOpenError
 	switch {
 	case errors.As(err, &open):
+		if open.Principal {
+			return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open for this caller: its own recent calls failed", truncate(tool, 128), srv.ID).
+				WithRetryAfter(open.RetryAfter)
+		}
 		return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open", truncate(tool, 128), srv.ID).
 			WithRetryAfter(open.RetryAfter)
 	case errors.As(err, &full):
 		what := fmt.Sprintf("server %q", srv.ID)
-		if full.Attr != lease.ServerAttr {
+		switch full.What {
+		case "tool":
 			what = fmt.Sprintf("tool %q of server %q", truncate(tool, 128), srv.ID)
+		case "principal":
+			what = fmt.Sprintf("this caller's share of server %q", srv.ID)
 		}
-		if full.InUse < full.Cap {
-			// Free places, but callers queued earlier come first.
-			return fault.New(fault.AtCapacity, "%s has %d callers queued ahead (%d of %d calls in flight)", what, full.Waiting, full.InUse, full.Cap).
-				WithRetryAfter(full.RetryAfter)
+		var f *fault.Error
+		switch full.Reason {
+		case lease.QueueFull:
+			f = fault.New(fault.AtCapacity, "server %q has %d callers waiting, as many as it queues (%d of %d calls in flight)", srv.ID, full.Waiting, full.InUse, full.Cap)
+		case lease.QueuedAhead:
+			f = fault.New(fault.AtCapacity, "%s has %d callers queued ahead (%d of %d calls in flight)", what, full.Waiting, full.InUse, full.Cap)
+		default:
+			f = fault.New(fault.AtCapacity, "%s is at capacity (%d of %d calls in flight)", what, full.InUse, full.Cap)
 		}
-		return fault.New(fault.AtCapacity, "%s is at capacity (%d of %d calls in flight)", what, full.InUse, full.Cap).
-			WithRetryAfter(full.RetryAfter)
+		return f.WithReason(full.Reason).WithRetryAfter(full.RetryAfter)
 	case errors.As(err, &wt):
 		return fault.New(fault.QueueTimeout, "no slot on server %q within %v", srv.ID, wt.Waited.Round(time.Millisecond)).
 			WithRetryAfter(queueRetryAfter)
@@ -469,6 +481,17 @@ func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 		return fault.Wrap(err, fault.StoreUnavailable, "cannot take a slot on server %q right now", srv.ID).
 			WithRetryAfter(storeRetryAfter)
 	}
+}
+
+// principalFault is the refusal of a call past its key's
+// max_parallel_requests, or the store failing to say.
+func principalFault(err error) *fault.Error {
+	var full *lease.FullError
+	if errors.As(err, &full) {
+		return fault.New(fault.AtCapacity, "this key has %d of its %d calls in flight (max_parallel_requests)", full.InUse, full.Cap).
+			WithReason("key_parallel").WithRetryAfter(full.RetryAfter)
+	}
+	return fault.Wrap(err, fault.StoreUnavailable, "cannot check this key's calls in flight right now").WithRetryAfter(storeRetryAfter)
 }
 
 // storeRetryAfter is the hint given with STORE_UNAVAILABLE.

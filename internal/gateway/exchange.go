@@ -39,8 +39,10 @@ type flight struct {
 	g   *Gateway
 	srv *registry.Server
 	rec record // the request's id and tool, copied: the request's own record is done with when it answers
-	ls  *lease.Lease
-	// capped: ls holds a place under a cap (not only the breaker's).
+	// leases are the call's places: the server's first, if it has one,
+	// then its principal's own (a key's max_parallel_requests).
+	leases []*lease.Lease
+	// capped: a lease holds a place under a cap (not only the breaker's).
 	capped bool
 	up     *upstream.Exchange
 	// ctx is the exchange's: it keeps the request's values but neither its
@@ -58,7 +60,7 @@ type flight struct {
 // startFlight sends the call to the upstream in an exchange that may outlive
 // the request: until callEnd plus the server's cancel_grace, but never past
 // the request's deadline less the answer reserve.
-func (g *Gateway) startFlight(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener, ls *lease.Lease, hold time.Duration, callEnd time.Time) *flight {
+func (g *Gateway) startFlight(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener, leases []*lease.Lease, hold time.Duration, callEnd time.Time) *flight {
 	rec := recordFrom(ctx)
 	end := callEnd.Add(srv.CancelGrace)
 	if by := g.callBy(ctx); !by.IsZero() && by.Before(end) {
@@ -66,12 +68,15 @@ func (g *Gateway) startFlight(ctx context.Context, srv *registry.Server, params 
 	}
 	base, abort := context.WithCancelCause(context.WithoutCancel(ctx))
 	xctx, cancel := context.WithDeadlineCause(base, end, errGraceOver)
-	f := &flight{g: g, srv: srv, rec: record{id: rec.id, tool: rec.tool}, ls: ls, abort: abort, hold: hold,
-		capped:  ls != nil && (srv.Capped() || srv.ToolCap(params.Name) > 0),
+	f := &flight{g: g, srv: srv, rec: record{id: rec.id, tool: rec.tool}, leases: leases, abort: abort, hold: hold,
 		release: []func(){cancel, func() { abort(nil) }}}
-	if ls != nil {
+	for _, ls := range leases {
+		f.capped = f.capped || ls.TakesPlace()
+		// Each lease is kept for the exchange; losing one stops it.
 		var stop func()
-		xctx, stop = g.guard(xctx, ls, end, f.renewHold)
+		xctx, stop = ls.KeepAlive(xctx, end, f.renewHold, func(err error) {
+			g.log.Warn("lease lost; stopping the call", "request_id", rec.id, "server_id", srv.ID, "lease", ls.ID(), "error", err.Error())
+		})
 		f.release = append([]func(){stop}, f.release...)
 	}
 	f.ctx = xctx
@@ -107,8 +112,12 @@ func (f *flight) close(outcome lease.Outcome) upstream.Stop {
 		for _, fn := range f.release {
 			fn()
 		}
-		if f.ls != nil {
-			f.g.finish(f.ctx, f.ls, outcome, &f.rec)
+		for i, ls := range f.leases {
+			o := outcome
+			if i > 0 {
+				o = lease.Abandoned // a principal's own lease has no breaker
+			}
+			f.g.finish(f.ctx, ls, o, &f.rec)
 		}
 		f.g.flights.remove(f)
 	})
@@ -138,8 +147,8 @@ func (g *Gateway) background(f *flight, outcome lease.Outcome) {
 // closed logs and counts a flight closed after its agent was answered.
 func (g *Gateway) closed(f *flight, how upstream.Stop, held time.Duration) {
 	attrs := []any{"request_id", f.rec.id, "server_id", f.srv.ID, "tool", f.rec.tool, "held_ms", held.Milliseconds()}
-	if f.ls != nil {
-		attrs = append(attrs, "lease", f.ls.ID())
+	if len(f.leases) > 0 {
+		attrs = append(attrs, "lease", f.leases[0].ID())
 	}
 	if how == "" {
 		cause := context.Cause(f.ctx)
@@ -152,8 +161,8 @@ func (g *Gateway) closed(f *flight, how upstream.Stop, held time.Duration) {
 		g.log.Info("upstream stopped a cut-off call; its slot is freed", append(attrs, "stopped_by", string(how))...)
 	}
 	leaseID := ""
-	if f.ls != nil {
-		leaseID = f.ls.ID()
+	if len(f.leases) > 0 {
+		leaseID = f.leases[0].ID()
 	}
 	_ = g.deps.Metrics.Exchange(metrics.Exchange{ServerID: f.srv.ID, Tool: f.rec.tool, Held: held,
 		StoppedBy: string(how), RequestID: f.rec.id, LeaseID: leaseID})

@@ -53,6 +53,8 @@ const (
 	releaseTimeout = 2 * time.Second
 	// DefaultMaxLeaseHold is the default for Options.MaxLeaseHold.
 	DefaultMaxLeaseHold = 30 * time.Second
+	// DefaultServerShare is the default for Options.ServerConcurrencyShare.
+	DefaultServerShare = 0.5
 )
 
 // Authenticator finds the principal of a request.
@@ -132,6 +134,17 @@ type Options struct {
 	// is AWS_IAM and Lambda has checked its signature; nil or "" means no
 	// IAM caller. It must read Lambda's request context, never a header.
 	IAMCaller func(*http.Request) string
+	// FunctionConcurrency is how many requests the function serves at
+	// once, fleet-wide (under Lambda, its reserved concurrency); zero means
+	// unknown. With it, each server gets a bulkhead: its calls in flight
+	// plus its waiting callers never take more than ServerConcurrencyShare
+	// of it, so one slow or flooded server cannot take the function from
+	// the others.
+	FunctionConcurrency int
+	// ServerConcurrencyShare is the share of FunctionConcurrency one
+	// server may take, in (0, 1]; zero means DefaultServerShare. At 1 no
+	// bulkhead applies: Lambda's own limit is the server's.
+	ServerConcurrencyShare float64
 	// RequestStates seals the state of multi-round-trip tool calls; every
 	// instance of a fleet must use the same key. Nil means a random key of
 	// this process: a client's retry then completes only on this instance.
@@ -147,15 +160,18 @@ type Gateway struct {
 	schemas   schemas
 	reserve   time.Duration
 	maxHold   time.Duration
-	maxReq    time.Duration
-	log       *slog.Logger
-	version   string
-	reqID     func(*http.Request) string
-	public    func(*http.Request) string
-	iam       func(*http.Request) string
-	mcp       mcpHandlers
-	origins   *http.CrossOriginProtection
-	states    *roundtrip.Sealer
+	// bulkhead is the most calls in flight plus waiting callers one server
+	// may have, from the function's concurrency; 0: none.
+	bulkhead int
+	maxReq   time.Duration
+	log      *slog.Logger
+	version  string
+	reqID    func(*http.Request) string
+	public   func(*http.Request) string
+	iam      func(*http.Request) string
+	mcp      mcpHandlers
+	origins  *http.CrossOriginProtection
+	states   *roundtrip.Sealer
 	// storeStats is when the limiter's counters were last emitted, and
 	// what they were.
 	statsMu   sync.Mutex
@@ -211,6 +227,7 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 	if g.maxHold <= 0 {
 		g.maxHold = DefaultMaxLeaseHold
 	}
+	g.bulkhead = Bulkhead(opts.FunctionConcurrency, opts.ServerConcurrencyShare)
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -228,6 +245,20 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		writeFault(w, r, fault.New(fault.Forbidden, "cross-origin request from %q refused", truncate(r.Header.Get("Origin"), 100)))
 	}))
 	return g, nil
+}
+
+// Bulkhead is the most calls in flight plus waiting callers one server may
+// have, when the function serves concurrency requests at once and one
+// server may take share of them (DefaultServerShare when 0): at least 1;
+// 0 (none) when the concurrency is unknown or the share is 1 or more.
+func Bulkhead(concurrency int, share float64) int {
+	if share <= 0 {
+		share = DefaultServerShare
+	}
+	if concurrency <= 0 || share >= 1 {
+		return 0
+	}
+	return max(int(float64(concurrency)*share), 1)
 }
 
 // route is one path and the handlers of its methods.

@@ -416,7 +416,7 @@ func TestLeaseHolder(t *testing.T) {
 		p    *auth.Principal
 		want string
 	}{
-		{nil, ""},
+		{nil, "-"},
 		{&auth.Principal{ID: "key:1a2b3c4d5e6f"}, "k:1a2b3c4d"},
 		{&auth.Principal{ID: "oauth:0f1e2d3c4b5a"}, "o:0f1e2d3c"},
 		{&auth.Principal{ID: "iam:9a8b7c6d5e4f"}, "i:9a8b7c6d"},

@@ -3,258 +3,208 @@ package lease
 import (
 	"context"
 	"errors"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
-func breakerReq(cap int) Request {
-	return Request{
-		Key:     "srv",
-		Slots:   []Slot{{Attr: ServerAttr, Cap: cap}, {Attr: ToolAttr("slow"), Cap: cap}},
-		Hold:    time.Second,
-		Breaker: &Breaker{Name: "slow", Threshold: 2, Recovery: 10 * time.Second},
-	}
-}
-
-// call acquires and finishes one lease with the given outcome.
-func call(t *testing.T, l *Limiter, req Request, failed bool) Transition {
-	outcome := Success
-	if failed {
-		outcome = Failure
-	}
+// call acquires for principal label through breaker br (a capped call, or
+// with cap 0 one that takes no place) and finishes with outcome.
+func call(t *testing.T, l *Limiter, br *Breaker, cap int, label string, o Outcome) (Transition, error) {
 	t.Helper()
-	ls := acquire(t, l, req)
-	tr, err := ls.Finish(context.Background(), outcome)
+	r := Request{Key: "srv", Cap: cap, Tool: br.Name, Breaker: br, Hold: 30 * time.Second, Holder: label, MaxQueued: 4}
+	ls, err := l.Acquire(context.Background(), r)
 	if err != nil {
-		t.Fatalf("finish: %v", err)
+		return NoTransition, err
 	}
-	return tr
+	return ls.Finish(context.Background(), o)
 }
 
-func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{})
-	req := breakerReq(5)
-	if tr := call(t, l, req, true); tr != NoTransition {
-		t.Fatalf("first failure: %q", tr)
-	}
-	// A success in between resets the count.
-	call(t, l, req, false)
-	if tr := call(t, l, req, true); tr != NoTransition {
-		t.Fatalf("failure after a success: %q, want none (count reset)", tr)
-	}
-	before := l.Stats().Writes
-	if tr := call(t, l, req, true); tr != Opened {
-		t.Fatalf("second consecutive failure: %q, want opened", tr)
-	}
-	if w := l.Stats().Writes - before; w != 3 {
-		t.Errorf("acquire + release + open = %d writes, want 3", w)
-	}
-	_, err := l.Acquire(context.Background(), req)
-	var open *CircuitOpenError
-	if !errors.As(err, &open) || open.HalfOpen {
-		t.Fatalf("acquire on an open breaker: %v", err)
-	}
-	if open.RetryAfter <= 9*time.Second || open.RetryAfter > 10*time.Second {
-		t.Errorf("RetryAfter = %v, want the recovery time left (~10s)", open.RetryAfter)
-	}
-	// Another tool of the same server is not affected.
-	other := Request{Key: "srv", Slots: []Slot{{Attr: ServerAttr, Cap: 5}}, Hold: time.Second,
-		Breaker: &Breaker{Name: "fast", Threshold: 2, Recovery: time.Second}}
-	call(t, l, other, false)
-	// Nor is a call without breaker.
-	call(t, l, Request{Key: "srv", Slots: serverSlot(5), Hold: time.Second}, false)
-}
-
-func openBreaker(t *testing.T, l *Limiter, req Request) {
+func breakerOf(t *testing.T, env *storetest.Env, name string) BreakerStatus {
 	t.Helper()
-	call(t, l, req, true)
-	if tr := call(t, l, req, true); tr != Opened {
-		t.Fatalf("breaker did not open: %q", tr)
+	for _, b := range Breakers(item(t, env, "srv"), time.Now()) {
+		if b.Name == name {
+			return b
+		}
 	}
+	return BreakerStatus{State: "closed"}
 }
 
-func TestBreakerHalfOpenProbe(t *testing.T) {
-	env := storetest.NewEnv(t)
-	now := New(env.Client, env.Tables.Leases, Options{InstanceID: "now"})
-	// later sees the world after the recovery time.
-	later := New(env.Client, env.Tables.Leases, Options{InstanceID: "later", Clock: offsetClock(11 * time.Second)})
-	req := breakerReq(5)
-	openBreaker(t, now, req)
-
-	probe := acquire(t, later, req)
-	if !probe.Probe() {
-		t.Fatal("first acquire after recovery is not the probe")
-	}
-	_, err := later.Acquire(context.Background(), req)
-	var open *CircuitOpenError
-	if !errors.As(err, &open) || !open.HalfOpen {
-		t.Fatalf("second acquire while the probe runs: %v, want half-open refusal", err)
-	}
-	tr, err := probe.Finish(context.Background(), Success)
-	if err != nil || tr != Closed {
-		t.Fatalf("probe success: %q %v, want closed", tr, err)
-	}
-	if ls := acquire(t, now, req); ls.Probe() {
-		t.Error("a lease after the breaker closed is a probe")
-	}
-}
-
-// halfOpenProbe opens a breaker and returns the probe a limiter past its
-// recovery time was elected, with that limiter and the request.
-func halfOpenProbe(t *testing.T) (*Limiter, Request, *Lease) {
-	t.Helper()
-	env := storetest.NewEnv(t)
-	now := New(env.Client, env.Tables.Leases, Options{})
-	later := New(env.Client, env.Tables.Leases, Options{Clock: offsetClock(11 * time.Second)})
-	req := breakerReq(5)
-	openBreaker(t, now, req)
-	probe := acquire(t, later, req)
-	if !probe.Probe() {
-		t.Fatal("first acquire after recovery is not the probe")
-	}
-	return later, req, probe
-}
-
-func TestBreakerProbeFailureReopens(t *testing.T) {
-	later, req, probe := halfOpenProbe(t)
-	if tr, err := probe.Finish(context.Background(), Failure); err != nil || tr != Reopened {
-		t.Fatalf("probe failure: %q %v, want reopened", tr, err)
-	}
-	_, err := later.Acquire(context.Background(), req)
-	var open *CircuitOpenError
-	if !errors.As(err, &open) || open.HalfOpen || open.RetryAfter <= 9*time.Second {
-		t.Fatalf("after the probe failed: %v, want open again for the recovery time", err)
-	}
-}
-
-func TestBreakerDeadProbeDoesNotWedge(t *testing.T) {
-	env := storetest.NewEnv(t)
-	now := New(env.Client, env.Tables.Leases, Options{Margin: time.Second})
-	later := New(env.Client, env.Tables.Leases, Options{Margin: time.Second, Clock: offsetClock(11 * time.Second)})
-	// much later: the first probe's lease (hold 1 s + margin 1 s) has ended.
-	muchLater := New(env.Client, env.Tables.Leases, Options{Clock: offsetClock(20 * time.Second)})
-	req := breakerReq(5)
-	openBreaker(t, now, req)
-	dead := acquire(t, later, req) // its holder dies: never finished
-	second := acquire(t, muchLater, req)
-	if !second.Probe() {
-		t.Fatal("no new probe after the first one's lease ended")
-	}
-	// The dead probe's late finish must not close the breaker for the
-	// live one.
-	if tr, err := dead.Finish(context.Background(), Success); tr != NoTransition || !errors.Is(err, ErrNotHeld) {
-		t.Errorf("late finish of the dead probe: %q %v, want no transition, not held", tr, err)
-	}
-	if tr, err := second.Finish(context.Background(), Success); err != nil || tr != Closed {
-		t.Errorf("live probe: %q %v, want closed", tr, err)
-	}
-}
-
-func TestBreakerElectsExactlyOneProbe(t *testing.T) {
-	env := storetest.NewEnv(t)
-	now := New(env.Client, env.Tables.Leases, Options{})
-	req := breakerReq(50)
-	openBreaker(t, now, req)
-	var probes, refused atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 20 {
-		// Twenty instances, all past the recovery time.
-		l := New(env.Client, env.Tables.Leases, Options{InstanceID: "i" + string(rune('a'+i)), Clock: offsetClock(11 * time.Second)})
-		wg.Go(func() {
-			ls, err := l.Acquire(context.Background(), req)
+// Invariant 9: one principal whose own calls fail opens the breaker for
+// itself alone; the others' calls pass — for capped calls and for calls
+// that take no place alike.
+func TestOnePrincipalCannotOpenTheBreakerForOthers(t *testing.T) {
+	for _, cap := range []int{2, 0} {
+		t.Run(map[int]string{2: "capped", 0: "no place"}[cap], func(t *testing.T) {
+			env := storetest.NewEnv(t)
+			l := New(env.Client, env.Tables.Leases, Options{})
+			br := &Breaker{Name: "t", Threshold: 3, Recovery: time.Minute}
+			var tr Transition
+			for range 3 {
+				var err error
+				if tr, err = call(t, l, br, cap, "A", Failure); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tr != OpenedForPrincipal {
+				t.Errorf("A's third failure: transition %q; want %q", tr, OpenedForPrincipal)
+			}
+			_, err := call(t, l, br, cap, "A", Success)
 			var open *CircuitOpenError
-			switch {
-			case err == nil && ls.Probe():
-				probes.Add(1)
-			case errors.As(err, &open) && open.HalfOpen:
-				refused.Add(1)
-			default:
-				t.Errorf("acquire: lease %v, err %v", ls, err)
+			if !errors.As(err, &open) || !open.Principal {
+				t.Errorf("A's next call: %v; want refused, open for A", err)
+			}
+			for range 3 {
+				if _, err := call(t, l, br, cap, "B", Success); err != nil {
+					t.Fatalf("B's call: %v; want it through", err)
+				}
+			}
+			if b := breakerOf(t, env, "t"); b.State != "closed" || b.OpenFor["A"].IsZero() {
+				t.Errorf("breaker: %+v; want closed for all, open for A", b)
 			}
 		})
 	}
-	wg.Wait()
-	if probes.Load() != 1 || refused.Load() != 19 {
-		t.Errorf("%d probes and %d refused, want 1 and 19", probes.Load(), refused.Load())
-	}
 }
 
-func TestBreakerOnUncappedSlot(t *testing.T) {
+// Invariant 9: calls of two principals failing open it for everyone.
+func TestBreakerOpensWhenTwoPrincipalsFail(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Hold: time.Second, Breaker: &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}}
-	var held []*Lease
-	for range 5 { // no cap: all five at once
-		held = append(held, acquire(t, l, req))
-	}
-	if tr, _ := held[0].Finish(context.Background(), Failure); tr != Opened {
-		t.Fatalf("threshold 1: %q, want opened", tr)
-	}
-	var open *CircuitOpenError
-	if _, err := l.Acquire(context.Background(), req); !errors.As(err, &open) {
-		t.Fatalf("acquire: %v, want circuit open", err)
-	}
-}
-
-func TestReleasePurgesDeadLeases(t *testing.T) {
-	env := storetest.NewEnv(t)
-	dead := New(env.Client, env.Tables.Leases, Options{InstanceID: "dead", Margin: time.Second})
-	live := New(env.Client, env.Tables.Leases, Options{InstanceID: "live", Clock: offsetClock(5 * time.Second)})
-	req := Request{Key: "srv", Slots: serverSlot(5), Hold: time.Second}
-	for range 3 {
-		acquire(t, dead, req) // never released: their holder crashed
-	}
-	if err := acquire(t, live, req).Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 0 {
-		t.Errorf("leases left after a release saw the dead ones: %v", ids)
-	}
-	if p := live.Stats().Purged; p != 3 {
-		t.Errorf("purged %d, want 3", p)
-	}
-}
-
-func TestBreakerIgnoresAbandonedCalls(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{})
-	req := breakerReq(5)
-	finish := func(o Outcome) Transition {
-		t.Helper()
-		tr, err := acquire(t, l, req).Finish(context.Background(), o)
+	br := &Breaker{Name: "t", Threshold: 3, Recovery: time.Minute}
+	var trs []Transition
+	for _, who := range []string{"A", "B", "A"} {
+		tr, err := call(t, l, br, 2, who, Failure)
 		if err != nil {
-			t.Fatalf("finish %v: %v", o, err)
+			t.Fatal(err)
 		}
-		return tr
+		trs = append(trs, tr)
 	}
-	finish(Failure)
-	// A caller that went away says nothing of the upstream: the failure
-	// count stays, so the next failure opens the breaker.
-	if tr := finish(Abandoned); tr != NoTransition {
-		t.Fatalf("abandoned call: %q, want no transition", tr)
+	if trs[2] != Opened {
+		t.Errorf("transitions %q; want the third to open it", trs)
 	}
-	if tr := finish(Failure); tr != Opened {
-		t.Fatalf("failure after an abandoned call: %q, want opened (count kept)", tr)
+	_, err := call(t, l, br, 2, "C", Success)
+	var open *CircuitOpenError
+	if !errors.As(err, &open) || open.Principal {
+		t.Errorf("C's call: %v; want refused, open for everyone", err)
 	}
 }
 
-func TestBreakerAbandonedProbeStaysHalfOpen(t *testing.T) {
-	later, req, probe := halfOpenProbe(t)
-	if tr, err := probe.Finish(context.Background(), Abandoned); err != nil || tr != NoTransition {
-		t.Fatalf("abandoned probe: %q %v, want no transition", tr, err)
+// Invariant 9: a success between failures resets the count, and an
+// abandoned call leaves it as it was.
+func TestBreakerCountsConsecutiveFailures(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	br := &Breaker{Name: "t", Threshold: 2, Recovery: time.Minute}
+	for _, step := range []struct {
+		who string
+		o   Outcome
+	}{{"A", Failure}, {"B", Success}, {"A", Failure}, {"B", Abandoned}} {
+		if tr, err := call(t, l, br, 2, step.who, step.o); err != nil || tr != NoTransition {
+			t.Fatalf("%s %v: %q, %v", step.who, step.o, tr, err)
+		}
 	}
-	// Still half-open: the next caller is the probe, and only it.
-	next := acquire(t, later, req)
-	if !next.Probe() {
-		t.Fatal("after an abandoned probe, the next acquire is not the probe (breaker closed?)")
+	if b := breakerOf(t, env, "t"); b.Failures != 1 || b.State != "closed" {
+		t.Errorf("breaker: %+v; want 1 failure counted, closed", b)
 	}
-	_, err := later.Acquire(context.Background(), req)
-	var open *CircuitOpenError
-	if !errors.As(err, &open) || !open.HalfOpen {
-		t.Fatalf("second caller while the new probe runs: %v, want half-open refusal", err)
+}
+
+// Invariant 9: exactly one probe in the fleet when the breaker is
+// half-open; its success closes it.
+func TestBreakerElectsExactlyOneProbe(t *testing.T) {
+	env := storetest.NewEnv(t)
+	br := &Breaker{Name: "t", Threshold: 2, Recovery: 300 * time.Millisecond}
+	l := New(env.Client, env.Tables.Leases, Options{})
+	for _, who := range []string{"A", "B"} {
+		if _, err := call(t, l, br, 8, who, Failure); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(400 * time.Millisecond)
+	var probes atomic.Int32
+	var wg sync.WaitGroup
+	var probe *Lease
+	var mu sync.Mutex
+	for i := range 12 {
+		li := New(env.Client, env.Tables.Leases, Options{})
+		wg.Go(func() {
+			ls, err := li.Acquire(context.Background(), Request{Key: "srv", Cap: 8, Tool: "t", Breaker: br, Hold: 30 * time.Second,
+				Holder: []string{"A", "B", "C"}[i%3], MaxQueued: 16})
+			if err != nil {
+				return
+			}
+			if ls.Probe() {
+				probes.Add(1)
+				mu.Lock()
+				probe = ls
+				mu.Unlock()
+				return
+			}
+			t.Errorf("a call other than the probe passed a half-open breaker")
+		})
+	}
+	wg.Wait()
+	if n := probes.Load(); n != 1 {
+		t.Fatalf("%d probes; want exactly one", n)
+	}
+	if tr, err := probe.Finish(context.Background(), Success); err != nil || tr != Closed {
+		t.Fatalf("the probe's success: %q, %v; want closed", tr, err)
+	}
+	if _, err := call(t, l, br, 8, "C", Success); err != nil {
+		t.Errorf("a call after the breaker closed: %v", err)
+	}
+}
+
+// Invariant 8: a second release of a lease, or one after another took the
+// place, frees nothing.
+func TestDoubleReleaseIsHarmless(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	ls := acquire(t, l, req("srv", 1, "a"))
+	release(t, ls)
+	other := acquire(t, l, req("srv", 1, "b"))
+	if _, err := ls.Finish(context.Background(), Success); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second release: %v; want ErrNotHeld", err)
+	}
+	copied := &Lease{l: ls.l, key: ls.key, id: ls.id, label: ls.label, exps: ls.exps}
+	if _, err := copied.Finish(context.Background(), Success); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("a copy's release: %v; want ErrNotHeld", err)
+	}
+	if !leaseIDs(t, env, "srv")[other.ID()] {
+		t.Error("another holder's place was freed")
+	}
+	release(t, other)
+}
+
+// Invariant 8 (the sixth defect of the earlier design): a failing release
+// whose first attempt landed unseen, another release landing before its
+// retry, counts its failure once and reports success.
+func TestRetriedReleaseCountsOnce(t *testing.T) {
+	env := storetest.NewEnv(t)
+	f := &faultAPI{API: env.Client}
+	l := New(f, env.Tables.Leases, Options{})
+	br := &Breaker{Name: "t", Threshold: 2, Recovery: time.Minute}
+	r := Request{Key: "srv", Cap: 2, Tool: "t", Breaker: br, Hold: 30 * time.Second, Holder: "A", MaxQueued: 4}
+	first, other := acquire(t, l, r), acquire(t, l, r)
+	// The first release lands, its answer is lost; before its retry, the
+	// other release lands.
+	f.arm(rule{match: writes("REMOVE", LeasesAttr), fate: lose, after: func() {
+		if _, err := other.Finish(context.Background(), Success); err != nil {
+			t.Error(err)
+		}
+	}})
+	tr, err := first.Finish(context.Background(), Failure)
+	if err != nil || tr != NoTransition {
+		t.Fatalf("a release whose first attempt landed: %q, %v; want done", tr, err)
+	}
+	if b := breakerOf(t, env, "t"); b.Failures != 0 || b.State != "closed" {
+		t.Errorf("breaker after one failure and a success: %+v", b)
+	}
+	// Counted once: one more failure of another principal does not reach
+	// the threshold of 2 twice over.
+	if tr, err := call(t, New(env.Client, env.Tables.Leases, Options{}), br, 2, "B", Failure); err != nil || tr != NoTransition {
+		t.Errorf("B's failure after a success: %q, %v; want nothing opened", tr, err)
 	}
 }

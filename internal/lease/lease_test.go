@@ -3,11 +3,11 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
+	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,12 +27,6 @@ func TestMain(m *testing.M) {
 	storetest.Main(m)
 }
 
-func serverSlot(cap int) []Slot { return []Slot{{Attr: ServerAttr, Cap: cap}} }
-
-func offsetClock(d time.Duration) func() time.Time {
-	return func() time.Time { return time.Now().Add(d) }
-}
-
 // item reads the raw lease item.
 func item(t *testing.T, env *storetest.Env, key string) map[string]types.AttributeValue {
 	t.Helper()
@@ -47,14 +41,12 @@ func item(t *testing.T, env *storetest.Env, key string) map[string]types.Attribu
 	return out.Item
 }
 
-// leaseIDs lists the ids in one slot map of the item.
-func leaseIDs(t *testing.T, env *storetest.Env, key, attr string) map[string]bool {
+// leaseIDs lists the leases of the item.
+func leaseIDs(t *testing.T, env *storetest.Env, key string) map[string]bool {
 	t.Helper()
 	ids := map[string]bool{}
-	if m, ok := item(t, env, key)[attr].(*types.AttributeValueMemberM); ok {
-		for id := range m.Value {
-			ids[id] = true
-		}
+	for id := range parseItem(item(t, env, key)).leases {
+		ids[id] = true
 	}
 	return ids
 }
@@ -68,356 +60,256 @@ func acquire(t *testing.T, l *Limiter, req Request) *Lease {
 	return ls
 }
 
-// acquireAsync acquires in the background; the lease (nil on error,
-// which fails the test) arrives on the channel.
-func acquireAsync(t *testing.T, l *Limiter, req Request) <-chan *Lease {
-	got := make(chan *Lease, 1)
-	go func() {
-		ls, err := l.Acquire(context.Background(), req)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- ls
-	}()
-	return got
-}
-
-func TestUncontendedCostsTwoWrites(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(2), Hold: time.Second}
-	// The first acquire on a new key creates the item.
-	if err := acquire(t, l, req).Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	before := l.Stats()
-	for range 5 {
-		ls := acquire(t, l, req)
-		if err := ls.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	after := l.Stats()
-	if w, r := after.Writes-before.Writes, after.Reads-before.Reads; w != 10 || r != 0 {
-		t.Errorf("5 uncontended acquire+release pairs: %d writes, %d reads; want 10 and 0", w, r)
+func release(t *testing.T, ls *Lease) {
+	t.Helper()
+	if _, err := ls.Finish(context.Background(), Success); err != nil {
+		t.Fatalf("release %s: %v", ls.ID(), err)
 	}
 }
 
-func TestCapHoldsAcrossGoroutines(t *testing.T) {
+// req is a request for a server cap of n, held up to 30 s, by principal p.
+func req(key string, n int, p string) Request {
+	return Request{Key: key, Cap: n, Hold: 30 * time.Second, Holder: p, MaxQueued: 16}
+}
+
+// peak counts holders, keeping the most at once.
+type peak struct {
+	mu        sync.Mutex
+	now, most map[string]int
+}
+
+func (p *peak) enter(keys ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		p.now[k]++
+		p.most[k] = max(p.most[k], p.now[k])
+	}
+}
+
+func (p *peak) exit(keys ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		p.now[k]--
+	}
+}
+
+// Invariant 1: the key's cap, a tool's cap and a principal's cap hold
+// together, across limiters (instances) and goroutines.
+func TestCapsHoldAcrossGoroutines(t *testing.T) {
 	env := storetest.NewEnv(t)
-	const cap, workers, rounds = 3, 12, 4
-	var inFlight, peak, done atomic.Int64
-	ids := sync.Map{}
+	const cap, toolCap, principalCap, workers, rounds = 3, 2, 2, 12, 4
+	p := &peak{now: map[string]int{}, most: map[string]int{}}
 	var wg sync.WaitGroup
 	for w := range workers {
 		// Separate limiters stand for separate instances.
 		l := New(env.Client, env.Tables.Leases, Options{InstanceID: "w" + strconv.Itoa(w)})
+		principal, tool := "p"+strconv.Itoa(w%3), []string{"a", "b"}[w%2]
 		wg.Go(func() {
 			for range rounds {
-				ls, err := l.Acquire(context.Background(), Request{Key: "srv", Slots: serverSlot(cap), Hold: 5 * time.Second, Wait: time.Minute})
+				r := Request{Key: "srv", Cap: cap, Tool: tool, PrincipalCap: principalCap, Hold: 5 * time.Second, Wait: time.Minute,
+					MaxQueued: workers, Holder: principal}
+				if tool == "a" {
+					r.ToolCap = toolCap
+				}
+				ls, err := l.Acquire(context.Background(), r)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if _, dup := ids.LoadOrStore(ls.ID(), true); dup {
-					t.Errorf("lease id %s granted twice", ls.ID())
-				}
-				n := inFlight.Add(1)
-				for {
-					p := peak.Load()
-					if n <= p || peak.CompareAndSwap(p, n) {
-						break
-					}
-				}
-				time.Sleep(time.Millisecond) // hold the slot briefly
-				inFlight.Add(-1)
-				if err := ls.Release(context.Background()); err != nil {
-					t.Errorf("release: %v", err)
-				}
-				done.Add(1)
+				keys := []string{"server", "principal " + principal, "tool " + tool}
+				p.enter(keys...)
+				time.Sleep(time.Duration(1+mrand.IntN(5)) * time.Millisecond)
+				p.exit(keys...)
+				release(t, ls)
 			}
 		})
 	}
 	wg.Wait()
-	if p := peak.Load(); p > cap {
-		t.Errorf("peak holders = %d, cap %d", p, cap)
+	for k, most := range p.most {
+		want := map[bool]int{true: principalCap, false: cap}[strings.HasPrefix(k, "principal")]
+		if k == "tool a" {
+			want = toolCap
+		}
+		if most > want {
+			t.Errorf("%s: %d held at once; cap %d", k, most, want)
+		}
 	}
-	if d := done.Load(); d != workers*rounds {
-		t.Errorf("completed %d acquire/release rounds, want %d", d, workers*rounds)
-	}
-	if left := leaseIDs(t, env, "srv", ServerAttr); len(left) != 0 {
+	if left := leaseIDs(t, env, "srv"); len(left) != 0 {
 		t.Errorf("leases left after all released: %v", left)
 	}
+	if v := parseItem(item(t, env, "srv")); len(v.sets) != 0 || len(v.queue) != 0 {
+		t.Errorf("sets or tickets left after all released: %v, %d", v.sets, len(v.queue))
+	}
 }
 
-func TestShedWhenFull(t *testing.T) {
+// Invariant 2.
+func TestUncontendedCostsTwoWrites(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second}
-	held := acquire(t, l, req)
-	_, err := l.Acquire(context.Background(), req)
-	var full *FullError
-	if !errors.As(err, &full) {
-		t.Fatalf("err = %v, want *FullError", err)
+	r := req("srv", 2, "p")
+	r.Tool, r.ToolCap, r.PrincipalCap = "t", 1, 1
+	// The first acquire on a new key creates the item.
+	release(t, acquire(t, l, r))
+	before := l.Stats()
+	for range 5 {
+		release(t, acquire(t, l, r))
 	}
-	if full.RetryAfter <= 0 || full.RetryAfter > time.Second {
-		t.Errorf("RetryAfter = %v, want in (0, 1s]", full.RetryAfter)
+	after := l.Stats()
+	if w, rd := after.Writes-before.Writes, after.Reads-before.Reads; w != 10 || rd != 0 {
+		t.Errorf("5 uncontended acquire+release pairs: %d writes, %d reads; want 10 and 0", w, rd)
 	}
-	if err := held.Release(context.Background()); err != nil {
+}
+
+// expire rewrites the expiry of lease id to have passed, as if its holder
+// died long ago.
+func expire(t *testing.T, env *storetest.Env, key, id string) {
+	t.Helper()
+	u := newUpdate()
+	u.set(u.path(LeasesAttr, id), u.num(1))
+	l := New(env.Client, env.Tables.Leases, Options{})
+	if _, err := l.write(context.Background(), key, u, nil); err != nil {
 		t.Fatal(err)
 	}
-	acquire(t, l, req)
 }
 
-func TestWaitTimeout(t *testing.T) {
+// Invariant 3: a lease leaves every set with it when it is purged.
+func TestPurgeRemovesWholeLeases(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second}
-	acquire(t, l, req)
-	req.Wait = 100 * time.Millisecond
-	_, err := l.Acquire(context.Background(), req)
-	var wt *WaitTimeoutError
-	if !errors.As(err, &wt) {
-		t.Fatalf("err = %v, want *WaitTimeoutError", err)
+	r := req("srv", 5, "dead")
+	r.Tool, r.ToolCap = "t", 5
+	dead := acquire(t, l, r)
+	expire(t, env, "srv", dead.ID())
+	// Another caller's write sees it stale and purges it, whole.
+	other := acquire(t, l, req("srv", 5, "alive"))
+	release(t, acquire(t, l, req("srv", 5, "alive")))
+	v := parseItem(item(t, env, "srv"))
+	if _, ok := v.leases[dead.ID()]; ok {
+		t.Fatalf("the expired lease is still there")
 	}
-}
-
-func TestWaiterGetsReleasedSlot(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second}
-	held := acquire(t, l, req)
-	got := make(chan error, 1)
-	go func() {
-		r := req
-		r.Wait = time.Minute
-		ls, err := l.Acquire(context.Background(), r)
-		if err == nil {
-			err = ls.Release(context.Background())
-		}
-		got <- err
-	}()
-	if err := held.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiter: %v", err)
-	}
-}
-
-func TestDoubleReleaseIsHarmless(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(3), Hold: 10 * time.Second}
-	a, b, c := acquire(t, l, req), acquire(t, l, req), acquire(t, l, req)
-	for _, ls := range []*Lease{a, c} {
-		if err := ls.Release(context.Background()); err != nil {
-			t.Fatal(err)
+	for attr, members := range v.sets {
+		if slices.Contains(members, dead.ID()) {
+			t.Errorf("%s still holds the purged lease", attr)
 		}
 	}
-	writes := l.Stats().Writes
-	if err := a.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
-		t.Errorf("second release: err = %v, want ErrNotHeld", err)
-	}
-	if l.Stats().Writes != writes {
-		t.Error("second release of the same lease sent a write")
-	}
-	// A copy of the lease (another path holding the same id) cannot free b.
-	stale := &Lease{l: a.l, key: a.key, slots: a.slots, id: a.id, exp: a.exp}
-	if err := stale.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
-		t.Errorf("stale release: err = %v, want ErrNotHeld", err)
-	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 1 || !ids[b.ID()] {
-		t.Errorf("leases = %v, want only %s", ids, b.ID())
-	}
+	release(t, other)
 }
 
-func TestExpiredLeaseIsPurged(t *testing.T) {
+// Invariant 3 (the first defect of the earlier design): a renewal whose
+// write lands late, after its lease expired, was purged and its place
+// taken, cannot bring the lease back into any set.
+func TestRenewalCannotRestoreAPurgedLease(t *testing.T) {
 	env := storetest.NewEnv(t)
-	a := New(env.Client, env.Tables.Leases, Options{InstanceID: "a", Margin: time.Second})
-	// b's clock runs 5 s ahead: a's lease (hold 1 s + margin 1 s) has lapsed for b.
-	b := New(env.Client, env.Tables.Leases, Options{InstanceID: "b", Clock: offsetClock(5 * time.Second)})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: time.Second}
-	old := acquire(t, a, req)
-	got := acquire(t, b, req) // no waiting: the purge happens in the acquire
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 1 || !ids[got.ID()] {
-		t.Fatalf("leases = %v, want only b's %s", ids, got.ID())
+	f := &faultAPI{API: env.Client}
+	slow := New(f, env.Tables.Leases, Options{InstanceID: "slow"})
+	l := New(env.Client, env.Tables.Leases, Options{InstanceID: "other"})
+	r := req("srv", 5, "p")
+	r.Tool, r.ToolCap = "t", 1
+	ls := acquire(t, slow, r)
+	for range writeAttempts {
+		f.arm(rule{fate: hold})
 	}
-	if b.Stats().Purged != 1 {
-		t.Errorf("purged = %d, want 1", b.Stats().Purged)
+	if err := ls.Renew(context.Background(), time.Minute); err == nil {
+		t.Fatal("a renewal held in flight succeeded")
 	}
-	// a's late release and renewal find their lease gone and touch nothing.
-	if err := old.Renew(context.Background(), time.Second); !errors.Is(err, ErrNotHeld) {
-		t.Errorf("renew after purge: err = %v, want ErrNotHeld", err)
+	expire(t, env, "srv", ls.ID())
+	// Another caller purges the lapsed lease and takes the tool's place.
+	taker := acquire(t, l, r)
+	for i, landed := range f.release() {
+		if landed {
+			t.Errorf("attempt %d of the late renewal landed", i)
+		}
 	}
-	if err := old.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
-		t.Errorf("release after purge: err = %v, want ErrNotHeld", err)
+	v := parseItem(item(t, env, "srv"))
+	if got := v.live(time.Now().UnixMilli(), v.sets[ToolAttr("t")], false); got != 1 {
+		t.Errorf("tool t holds %d live leases; cap 1", got)
 	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 1 || !ids[got.ID()] {
-		t.Errorf("after late release/renew: leases = %v, want only %s", ids, got.ID())
-	}
+	release(t, taker)
 }
 
+// Invariant 4.
 func TestRenewedLeaseIsNotPurged(t *testing.T) {
 	env := storetest.NewEnv(t)
-	a := New(env.Client, env.Tables.Leases, Options{InstanceID: "a", Margin: time.Second})
-	b := New(env.Client, env.Tables.Leases, Options{InstanceID: "b", Clock: offsetClock(5 * time.Second)})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: time.Second}
-	held := acquire(t, a, req)
-	stale := parseItem(item(t, env, "srv")) // b's view before the renewal
-	if err := held.Renew(context.Background(), time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	// b writes with the stale view: its purge of a's old expiry must fail.
-	att := &attempt{l: b, req: req, b: b.board("srv"), me: &ticket{id: b.newLeaseID(""), slots: req.Slots}, start: time.Now()}
-	ls, next, err := att.take(context.Background(), stale)
-	if err != nil || ls != nil {
-		t.Fatalf("take with stale view: lease %v, err %v; want a failed condition", ls, err)
-	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 1 || !ids[held.ID()] {
-		t.Fatalf("leases = %v, want only the renewed %s", ids, held.ID())
-	}
-	if served, _ := next.turn(b.clock().UnixMilli(), att.me); served {
-		t.Error("fresh view shows room although the renewed lease is live")
-	}
-	if err := held.Release(context.Background()); err != nil {
-		t.Errorf("release of renewed lease: %v", err)
-	}
-}
-
-func TestKeysAreIsolated(t *testing.T) {
-	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	acquire(t, l, Request{Key: "one", Slots: serverSlot(1), Hold: time.Minute})
-	if _, err := l.Acquire(context.Background(), Request{Key: "one", Slots: serverSlot(1), Hold: time.Minute}); err == nil {
-		t.Fatal("second lease on a full key granted")
-	}
-	acquire(t, l, Request{Key: "two", Slots: serverSlot(1), Hold: time.Minute})
-}
-
-func TestToolSlotSharesTheWrite(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{})
-	slow := []Slot{{Attr: ServerAttr, Cap: 3}, {Attr: ToolAttr("slow"), Cap: 1}}
-	fast := []Slot{{Attr: ServerAttr, Cap: 3}, {Attr: ToolAttr("fast"), Cap: 2}}
-	held := acquire(t, l, Request{Key: "srv", Slots: slow, Hold: time.Minute})
-	var full *FullError
-	if _, err := l.Acquire(context.Background(), Request{Key: "srv", Slots: slow, Hold: time.Minute}); !errors.As(err, &full) || full.Attr != ToolAttr("slow") {
-		t.Fatalf("second slow call: err = %v, want the slow tool full", err)
-	}
-	acquire(t, l, Request{Key: "srv", Slots: fast, Hold: time.Minute})
-	acquire(t, l, Request{Key: "srv", Slots: fast, Hold: time.Minute})
-	// The server cap (3) is now reached by 1 slow + 2 fast.
-	if _, err := l.Acquire(context.Background(), Request{Key: "srv", Slots: serverSlot(3), Hold: time.Minute}); !errors.As(err, &full) || full.Attr != ServerAttr {
-		t.Fatalf("fourth call: err = %v, want the server full", err)
-	}
-	if err := held.Release(context.Background()); err != nil {
+	ls := acquire(t, l, req("srv", 2, "p"))
+	// Another instance saw it expired (its view is old)…
+	stale := parseItem(item(t, env, "srv"))
+	stale.leases[ls.ID()] = 1
+	// …but it was renewed since: the purge's condition keeps it.
+	if err := ls.Renew(context.Background(), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if ids := leaseIDs(t, env, "srv", ToolAttr("slow")); len(ids) != 0 {
-		t.Errorf("slow tool leases after release: %v", ids)
+	u := newUpdate()
+	u.purge(stale, time.Now().UnixMilli(), "")
+	if _, err := l.write(context.Background(), "srv", u, nil); !errors.Is(err, errCondition) {
+		t.Fatalf("a purge of a renewed lease: %v; want its condition to fail", err)
 	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 2 {
-		t.Errorf("server leases after release: %d, want 2", len(ids))
+	if !leaseIDs(t, env, "srv")[ls.ID()] {
+		t.Error("the renewed lease was purged")
 	}
+	release(t, ls)
 }
 
-func TestBacklogOfExpiredLeases(t *testing.T) {
+// Invariant 5 (the second and third defects of the earlier design): a
+// waiter that gave up, whose withdrawal did not even reach the store, is
+// never handed a place: nobody hands places out; a place goes only to a
+// caller that takes it.
+func TestGaveUpCallerNeverGetsAPlace(t *testing.T) {
 	env := storetest.NewEnv(t)
-	// 60 leases of crashed holders, long expired: more than one write purges.
-	m := map[string]types.AttributeValue{}
-	for i := range 60 {
-		m[fmt.Sprintf("dead.%d", i)] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)}
+	f := &faultAPI{API: env.Client}
+	l := New(env.Client, env.Tables.Leases, Options{Margin: 200 * time.Millisecond})
+	waiting := New(f, env.Tables.Leases, Options{InstanceID: "gone", Margin: 200 * time.Millisecond})
+	holder := acquire(t, l, req("srv", 1, "a"))
+	r := req("srv", 1, "b")
+	r.Wait = 300 * time.Millisecond
+	f.arm(rule{match: writes("SET", SeqAttr), fate: lose}) // joins; learns of it at the next look
+	for range writeAttempts {
+		f.arm(rule{match: writes("REMOVE", QueueAttr), fate: hold}) // its withdrawal never arrives
 	}
-	_, err := env.Client.PutItem(context.Background(), &dynamodb.PutItemInput{
-		TableName: aws.String(env.Tables.Leases),
-		Item: map[string]types.AttributeValue{
-			store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "srv"},
-			ServerAttr:           &types.AttributeValueMemberM{Value: m},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
+	if _, err := waiting.Acquire(context.Background(), r); err == nil {
+		t.Fatal("a waiter got a place that was never freed")
 	}
-	l := New(env.Client, env.Tables.Leases, Options{})
-	ls := acquire(t, l, Request{Key: "srv", Slots: serverSlot(2), Hold: time.Second})
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) > 60-maxPurge+1 || !ids[ls.ID()] {
-		t.Errorf("%d leases left, want at most %d including ours", len(ids), 60-maxPurge+1)
-	}
-}
-
-// replayAPI sends every acquire write twice, as an SDK retry after a lost
-// response would, and reports the second outcome.
-type replayAPI struct {
-	API
-	fail error // if set, returned after the first send instead of replaying
-}
-
-func (r *replayAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	out, err := r.API.UpdateItem(ctx, in, opts...)
-	if err != nil || in.ConditionExpression == nil || in.ReturnValuesOnConditionCheckFailure == "" {
-		return out, err
-	}
-	if r.fail != nil {
-		return nil, r.fail
-	}
-	return r.API.UpdateItem(ctx, in, opts...)
-}
-
-func TestRetriedAcquireThatLandedIsKept(t *testing.T) {
-	env := storetest.NewEnv(t)
-	warm := New(env.Client, env.Tables.Leases, Options{})
-	if err := acquire(t, warm, Request{Key: "srv", Slots: serverSlot(1), Hold: time.Second}).Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	l := New(&replayAPI{API: env.Client}, env.Tables.Leases, Options{})
-	ls := acquire(t, l, Request{Key: "srv", Slots: serverSlot(1), Hold: time.Minute})
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 1 || !ids[ls.ID()] {
-		t.Fatalf("leases = %v, want only %s", ids, ls.ID())
-	}
-}
-
-func TestFailedAcquireThatLandedIsRemoved(t *testing.T) {
-	env := storetest.NewEnv(t)
-	warm := New(env.Client, env.Tables.Leases, Options{})
-	if err := acquire(t, warm, Request{Key: "srv", Slots: serverSlot(1), Hold: time.Second}).Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	l := New(&replayAPI{API: env.Client, fail: errors.New("connection reset")}, env.Tables.Leases, Options{})
-	if _, err := l.Acquire(context.Background(), Request{Key: "srv", Slots: serverSlot(1), Hold: time.Minute}); err == nil {
-		t.Fatal("acquire succeeded despite the store error")
-	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 0 {
-		t.Errorf("leases = %v after a failed acquire, want none", ids)
-	}
-}
-
-func TestBadRequests(t *testing.T) {
-	l := New(nil, "t", Options{})
-	for name, req := range map[string]Request{
-		"no key":              {Slots: serverSlot(1), Hold: time.Second},
-		"no slots":            {Key: "k", Hold: time.Second},
-		"zero cap":            {Key: "k", Slots: serverSlot(0), Hold: time.Second},
-		"no slot, no breaker": {Key: "k", Hold: time.Second},
-		"not a slot map":      {Key: "k", Slots: []Slot{{Attr: TicketsAttr, Cap: 1}}, Hold: time.Second},
-		"long holder":         {Key: "k", Slots: serverSlot(1), Hold: time.Second, Holder: strings.Repeat("h", MaxHolder+1)},
-		"holder with a space": {Key: "k", Slots: serverSlot(1), Hold: time.Second, Holder: "a b"},
-		"no hold":             {Key: "k", Slots: serverSlot(1)},
-		"same twice":          {Key: "k", Slots: []Slot{{ServerAttr, 1}, {ServerAttr, 2}}, Hold: time.Second},
-	} {
-		if _, err := l.Acquire(context.Background(), req); err == nil {
-			t.Errorf("%s: accepted", name)
+	release(t, holder)
+	// Its ticket is left, and passed over once it lapses: the next caller
+	// gets the place.
+	r = req("srv", 1, "c")
+	r.Wait = 10 * time.Second
+	next := acquire(t, l, r)
+	for id := range leaseIDs(t, env, "srv") {
+		if InstanceOf(id) == "gone" {
+			t.Errorf("the caller that gave up holds %s", id)
 		}
 	}
+	release(t, next)
 }
 
-func TestInFlightAfterAcquire(t *testing.T) {
+// Invariant 5: a take whose write lands late, after its caller gave up,
+// fails: the caller left a tombstone it is conditioned against.
+func TestLateLandingTakeAfterGivingUpFails(t *testing.T) {
 	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(5), Hold: time.Minute}
-	for want := 1; want <= 3; want++ {
-		if got := acquire(t, l, req).InFlight; got != want {
-			t.Errorf("lease %d: InFlight = %d", want, got)
+	f := &faultAPI{API: env.Client}
+	l := New(f, env.Tables.Leases, Options{})
+	other := New(env.Client, env.Tables.Leases, Options{})
+	release(t, acquire(t, other, req("srv", 1, "b"))) // the item exists
+	holder := acquire(t, other, req("srv", 1, "b"))
+	r := req("srv", 1, "a")
+	// Its take is held in flight every time (the caller is told each
+	// failed): it gives up.
+	for range writeAttempts {
+		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold})
+	}
+	if _, err := l.Acquire(context.Background(), r); err == nil {
+		t.Fatal("acquire succeeded with every take lost")
+	}
+	release(t, holder)
+	for i, landed := range f.release() {
+		if landed {
+			t.Errorf("held take %d landed after its caller gave up", i)
 		}
+	}
+	if ids := leaseIDs(t, env, "srv"); len(ids) != 0 {
+		t.Errorf("leases held for nobody: %v", ids)
 	}
 }

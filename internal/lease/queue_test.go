@@ -3,464 +3,285 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
-// Tests of the queue's invariants, as doc.go states them.
-
-// tickets returns the ids of the tickets in the item of key.
-func tickets(t *testing.T, env *storetest.Env, key string) map[string]bool {
-	return leaseIDs(t, env, key, TicketsAttr)
+// waitFor acquires in the background; the lease (nil on error, which fails
+// the test) arrives on the channel.
+func waitFor(t *testing.T, l *Limiter, r Request) <-chan *Lease {
+	got := make(chan *Lease, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), r)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ls
+	}()
+	return got
 }
 
-// queued waits until the item of key holds n tickets.
-func queued(t *testing.T, env *storetest.Env, key string, n int) {
+// queued waits until the key's queue holds n tickets, and returns the view.
+func queued(t *testing.T, env *storetest.Env, key string, n int) *view {
 	t.Helper()
-	for len(tickets(t, env, key)) < n {
+	for range 500 {
+		if v := parseItem(item(t, env, key)); len(v.queue) == n {
+			return v
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+	t.Fatalf("the queue never held %d tickets", n)
+	return nil
 }
 
-// Callers on different instances are served in the order they queued.
-func TestQueueIsFirstComeFirstServedAcrossInstances(t *testing.T) {
-	env := storetest.NewEnv(t)
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
-	holder := New(env.Client, env.Tables.Leases, Options{InstanceID: "holder"})
-	held := acquire(t, holder, req)
-	const n = 5
-	var mu sync.Mutex
-	var order []int
-	var wg sync.WaitGroup
-	for i := range n {
-		l := New(env.Client, env.Tables.Leases, Options{InstanceID: "w" + strconv.Itoa(i)})
-		wg.Go(func() {
-			ls, err := l.Acquire(context.Background(), req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			if err := ls.Release(context.Background()); err != nil {
-				t.Error(err)
-			}
-		})
-		queued(t, env, "srv", i+1) // i queues before i+1 comes
-	}
-	if err := held.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if fmt.Sprint(order) != "[0 1 2 3 4]" {
-		t.Errorf("served in order %v, want 0..4", order)
-	}
-	if left := tickets(t, env, "srv"); len(left) != 0 {
-		t.Errorf("tickets left: %v", left)
-	}
+func waiting(key string, cap int, label string) Request {
+	r := req(key, cap, label)
+	r.Wait = 20 * time.Second
+	return r
 }
 
-// A place that frees while a caller is queued is that caller's: a newcomer
-// that does not wait is refused, and told it is the queue, not the cap.
+// Invariant 6 (the fourth defect of the earlier design): a newcomer whose
+// view of the queue is out of date — one caller left it and another joined
+// since, leaving it the same size — cannot pass the one that joined.
 func TestNewcomerDoesNotPassAQueuedCaller(t *testing.T) {
 	env := storetest.NewEnv(t)
-	a := New(env.Client, env.Tables.Leases, Options{InstanceID: "a"})
-	b := New(env.Client, env.Tables.Leases, Options{InstanceID: "b", MinBackoff: time.Hour, MaxBackoff: time.Hour})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
-	held := acquire(t, a, req)
-	got := acquireAsync(t, b, req)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	holder := acquire(t, l, req("srv", 1, "h"))
+	first := New(env.Client, env.Tables.Leases, Options{InstanceID: "first"})
+	firstCtx, firstGone := context.WithCancel(context.Background())
+	go func() { _, _ = first.Acquire(firstCtx, waiting("srv", 1, "a")) }()
+	stale := queued(t, env, "srv", 1) // the newcomer's view: one waiting
+	firstGone()
+	queued(t, env, "srv", 0)
+	second := waitFor(t, New(env.Client, env.Tables.Leases, Options{InstanceID: "second"}), waiting("srv", 1, "b"))
 	queued(t, env, "srv", 1)
-	// The holder's lease goes without passing the place on (as when it
-	// expires and is purged): the place is free, the waiter has not
-	// looked yet.
-	rawRemove(t, env, "srv", ServerAttr, held.ID())
-	newcomer := New(env.Client, env.Tables.Leases, Options{InstanceID: "c"})
-	_, err := newcomer.Acquire(context.Background(), Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second})
-	var full *FullError
-	if !errors.As(err, &full) || full.InUse != 0 || full.Waiting != 1 || full.Cap != 1 {
-		t.Fatalf("newcomer past a queued caller: %v (%+v), want refused with 0 of 1 in use and 1 waiting", err, full)
+	release(t, holder)
+	// The newcomer judges from its stale view, in which it is its turn
+	// once the one it saw is gone…
+	newcomer := New(env.Client, env.Tables.Leases, Options{InstanceID: "newcomer"})
+	stale.queue = nil
+	stale.leases = map[string]int64{}
+	a := &attempt{l: newcomer, req: req("srv", 1, "n"), b: newcomer.board("srv"), start: time.Now()}
+	a.me = asker{id: newcomer.newLeaseID(), label: "n"}
+	served, ahead, _ := a.decide(stale, newcomer.clock().UnixMilli())
+	if !served {
+		t.Fatal("the stale view does not give the newcomer the place")
 	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 0 {
-		t.Fatalf("leases = %v, want the place still free", ids)
+	// …but its take is conditioned on nobody having joined since.
+	ls, _, err := a.take(context.Background(), stale, ahead, nil)
+	if err != nil || ls != nil {
+		t.Fatalf("the newcomer's take: %v, %v; want its condition to fail", ls, err)
 	}
-	// A waiter on the newcomer's instance queues behind, not before.
-	second := acquireAsync(t, newcomer, req)
-	queued(t, env, "srv", 2)
-	// The first waiter takes the place at its next look (when it renews
-	// its ticket, within a second).
-	ls := <-got
-	if ls == nil {
-		t.FailNow()
+	release(t, <-second)
+}
+
+// Invariant 6: the next free place goes to the waiting principal that
+// holds the fewest places, whoever came first; within a principal, first
+// come, first served.
+func TestFairBetweenPrincipals(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	a1, a2 := acquire(t, l, req("srv", 2, "A")), acquire(t, l, req("srv", 2, "A"))
+	// A's flood queues first…
+	var floods []<-chan *Lease
+	for i := range 3 {
+		floods = append(floods, waitFor(t, New(env.Client, env.Tables.Leases, Options{}), waiting("srv", 2, "A")))
+		queued(t, env, "srv", i+1)
 	}
-	if err := ls.Release(context.Background()); err != nil {
-		t.Fatal(err)
+	// …then B, alone.
+	b := waitFor(t, New(env.Client, env.Tables.Leases, Options{}), waiting("srv", 2, "B"))
+	queued(t, env, "srv", 4)
+	release(t, a1)
+	got := <-b
+	if got == nil {
+		t.Fatal("B got no place")
 	}
-	if ls2 := <-second; ls2 == nil {
-		t.FailNow()
-	} else if err := ls2.Release(context.Background()); err != nil {
-		t.Fatal(err)
+	if n := len(parseItem(item(t, env, "srv")).queue); n != 3 {
+		t.Errorf("%d waiting after B's turn; want A's 3", n)
+	}
+	// A's callers are served in the order they came: the two places
+	// freed go to the first two.
+	release(t, a2)
+	release(t, got)
+	first, second := <-floods[0], <-floods[1]
+	if first == nil || second == nil {
+		t.Fatal("A's first callers got no place")
+	}
+	if v := queued(t, env, "srv", 1); v.queue[0].label != "A" {
+		t.Errorf("the one left waiting: %+v", v.queue[0])
+	}
+	release(t, first)
+	release(t, second)
+	if last := <-floods[2]; last != nil {
+		release(t, last)
 	}
 }
 
-// A queued caller that cannot use a free place (another slot of its own is
-// full) does not keep it from a caller behind it that can.
-func TestCallerBlockedOnAnotherSlotDoesNotHoldUpAFreePlace(t *testing.T) {
+// Invariant 6: a caller that cannot use the free place (its tool is full)
+// does not keep it from the callers behind it.
+func TestBlockedTicketDoesNotHoldUpAFreePlace(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	toolA := Request{Key: "srv", Slots: []Slot{{Attr: ServerAttr, Cap: 2}, {Attr: ToolAttr("a"), Cap: 1}}, Hold: 10 * time.Second, Wait: time.Minute}
-	toolB := Request{Key: "srv", Slots: []Slot{{Attr: ServerAttr, Cap: 2}}, Hold: 10 * time.Second, Wait: time.Minute}
-	heldA, heldB := acquire(t, l, toolA), acquire(t, l, toolB)
-	waitA := acquireAsync(t, New(env.Client, env.Tables.Leases, Options{InstanceID: "wa"}), toolA)
+	tool := req("srv", 3, "A")
+	tool.Tool, tool.ToolCap = "slow", 1
+	busy := acquire(t, l, tool)
+	blocked := tool
+	blocked.Wait = 20 * time.Second
+	stuck := waitFor(t, New(env.Client, env.Tables.Leases, Options{}), blocked)
 	queued(t, env, "srv", 1)
-	waitB := acquireAsync(t, New(env.Client, env.Tables.Leases, Options{InstanceID: "wb"}), toolB)
+	// A server place is free: a caller of another tool takes it at once.
+	other := acquire(t, New(env.Client, env.Tables.Leases, Options{}), req("srv", 3, "B"))
+	release(t, other)
+	release(t, busy)
+	release(t, <-stuck)
+}
+
+// Invariant 6 (the fifth defect of the earlier design): a caller whose
+// breaker is open for it does not keep the free place from the caller
+// behind it.
+func TestOpenBreakerDoesNotHoldUpTheQueue(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	br := &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}
+	holder := acquire(t, l, req("srv", 1, "h"))
+	// A's ticket waits at the front…
+	ra := waiting("srv", 1, "A")
+	ra.Tool, ra.Breaker, ra.Wait = "t", br, 3*time.Second
+	aCtx, aGone := context.WithCancel(context.Background())
+	aDone := make(chan error, 1)
+	go func() { _, err := New(env.Client, env.Tables.Leases, Options{}).Acquire(aCtx, ra); aDone <- err }()
+	queued(t, env, "srv", 1)
+	b := waitFor(t, New(env.Client, env.Tables.Leases, Options{}), waiting("srv", 1, "B"))
 	queued(t, env, "srv", 2)
-	// A server place frees; tool a is still full, so the place is b's.
-	if err := heldB.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	lsB := <-waitB
-	if lsB == nil {
-		t.FailNow()
-	}
+	// …when A's own calls open the breaker for A alone.
+	putFailure(t, env, "srv", br, "A")
+	release(t, holder)
 	select {
-	case ls := <-waitA:
-		t.Fatalf("tool a's caller got a place while tool a was full: %v", ls)
-	default:
-	}
-	// A newcomer for tool b is not held up by a's caller either... there
-	// is no server place left, so it is refused for the cap.
-	var full *FullError
-	if _, err := l.Acquire(context.Background(), Request{Key: "srv", Slots: toolB.Slots, Hold: time.Second}); !errors.As(err, &full) || full.InUse != 2 {
-		t.Fatalf("newcomer with the server full: %v", err)
-	}
-	// Tool a's place frees: its caller gets it.
-	if err := heldA.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	lsA := <-waitA
-	if lsA == nil {
-		t.FailNow()
-	}
-	for _, ls := range []*Lease{lsA, lsB} {
-		if err := ls.Release(context.Background()); err != nil {
-			t.Fatal(err)
+	case ls := <-b:
+		if ls == nil {
+			t.Fatal("B got no place")
 		}
+		release(t, ls)
+	case <-time.After(10 * time.Second):
+		t.Fatal("B waited behind a caller its breaker refuses")
+	}
+	aGone()
+	if err := <-aDone; err == nil {
+		t.Error("A got a place through a breaker open for it")
 	}
 }
 
-// putTickets writes n tickets for the server slot that lapsed a minute ago:
-// callers that died while they waited.
-func putTickets(t *testing.T, env *storetest.Env, key string, n int, leases map[string]types.AttributeValue) {
+// putFailure opens breaker br of key for principal label alone, as its
+// own failed calls would.
+func putFailure(t *testing.T, env *storetest.Env, key string, br *Breaker, label string) {
 	t.Helper()
-	ts := map[string]types.AttributeValue{}
-	past := time.Now().Add(-time.Minute).UnixMilli()
+	u := newUpdate()
+	u.set(u.path(br.attrs().own), u.str(formatOwn(map[string]int64{label: time.Now().Add(br.Recovery).UnixMilli()}, 0)))
+	if _, err := New(env.Client, env.Tables.Leases, Options{}).write(context.Background(), key, u, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Invariant 7: the queue holds at most MaxQueued tickets; the caller past
+// it is told at once.
+func TestQueueIsBounded(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	holder := acquire(t, l, req("srv", 1, "h"))
+	r := waiting("srv", 1, "w")
+	r.MaxQueued = 2
+	var ws []<-chan *Lease
+	for i := range 2 {
+		ws = append(ws, waitFor(t, New(env.Client, env.Tables.Leases, Options{}), r))
+		queued(t, env, "srv", i+1)
+	}
+	_, err := New(env.Client, env.Tables.Leases, Options{}).Acquire(context.Background(), r)
+	var full *FullError
+	if !errors.As(err, &full) || full.Reason != QueueFull || full.RetryAfter <= 0 {
+		t.Fatalf("a third waiter: %v; want a full queue, with when to retry", err)
+	}
+	release(t, holder)
+	for _, w := range ws {
+		release(t, <-w)
+	}
+}
+
+// Invariant 10: waiting costs no store write while nothing changes: no
+// ticket is renewed, so the item's write units do not grow with waiters
+// times time.
+func TestWaitersCostNoRenewals(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	holder := acquire(t, l, req("srv", 1, "h"))
+	w := New(env.Client, env.Tables.Leases, Options{})
+	r := waiting("srv", 1, "w")
+	const n = 5
+	var ws []<-chan *Lease
 	for i := range n {
-		dead := &ticket{id: fmt.Sprintf("dead.%d", i), arrive: past - 1000, exp: past, hold: 1000, slots: serverSlot(1)}
-		ts[dead.id] = dead.value()
+		ws = append(ws, waitFor(t, w, r))
+		queued(t, env, "srv", i+1)
 	}
-	_, err := env.Client.PutItem(context.Background(), &dynamodb.PutItemInput{
-		TableName: aws.String(env.Tables.Leases),
-		Item: map[string]types.AttributeValue{
-			store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key},
-			ServerAttr:           &types.AttributeValueMemberM{Value: leases},
-			TicketsAttr:          &types.AttributeValueMemberM{Value: ts},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
+	before := w.Stats()
+	time.Sleep(3 * time.Second)
+	if d := w.Stats().Writes - before.Writes; d != 0 {
+		t.Errorf("%d waiters made %d writes in 3 s with nothing changing; want none", n, d)
+	}
+	release(t, holder)
+	for _, c := range ws {
+		release(t, <-c)
 	}
 }
 
-// Tickets of callers that died never keep a place from anyone, however
-// many they are, and anyone removes them.
-func TestLapsedTicketsDoNotWedge(t *testing.T) {
-	env := storetest.NewEnv(t)
-	putTickets(t, env, "srv", 3*maxPurge, map[string]types.AttributeValue{})
-	l := New(env.Client, env.Tables.Leases, Options{})
-	// A caller that does not wait (a shed server) gets in.
-	ls := acquire(t, l, Request{Key: "srv", Slots: serverSlot(1), Hold: time.Second})
-	if left := len(tickets(t, env, "srv")); left != 0 {
-		t.Errorf("%d lapsed tickets left after a caller got in", left)
-	}
-	if err := ls.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	// Nor do they stand before a queued caller: a release passes its
-	// place to the live one.
-	putTickets(t, env, "srv", 30, map[string]types.AttributeValue{})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
-	held := acquire(t, l, req)
-	got := acquireAsync(t, New(env.Client, env.Tables.Leases, Options{MinBackoff: time.Hour, MaxBackoff: time.Hour}), req)
-	for !liveTicket(t, env, "srv") {
-	}
-	if err := held.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if w := <-got; w == nil {
-		t.FailNow()
-	}
-}
-
-// liveTicket reports whether the item of key holds a live ticket.
-func liveTicket(t *testing.T, env *storetest.Env, key string) bool {
-	for _, tk := range parseItem(item(t, env, key)).tickets {
-		if tk.live(time.Now().UnixMilli()) {
-			return true
-		}
-	}
-	return false
-}
-
-// A purge removes a ticket only if it still holds the expiry seen: a
-// waiter that renewed its ticket meanwhile keeps it.
-func TestRenewedTicketIsNotPurged(t *testing.T) {
-	env := storetest.NewEnv(t)
-	putTickets(t, env, "srv", 1, map[string]types.AttributeValue{})
-	stale := parseItem(item(t, env, "srv"))
-	// The waiter renews it.
-	_, err := env.Client.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(env.Tables.Leases),
-		Key:                       map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "srv"}},
-		UpdateExpression:          aws.String("SET #t.#id.#e = :e"),
-		ExpressionAttributeNames:  map[string]string{"#t": TicketsAttr, "#id": "dead.0", "#e": ticketExpiry},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":e": number(time.Now().Add(time.Minute).UnixMilli())},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	New(env.Client, env.Tables.Leases, Options{}).passOn(context.Background(), "srv", stale, serverSlot(1))
-	if !tickets(t, env, "srv")["dead.0"] {
-		t.Error("a renewed ticket was purged on a stale view")
-	}
-}
-
-// A caller that gives up (its context ends, or its wait) leaves no ticket.
-func TestWaiterThatGivesUpLeavesNoTicket(t *testing.T) {
+// A release removes its holder's own ticket, should one be left (a join
+// of it that landed late): no place can be pulled by a caller that holds
+// one (the third defect of the earlier design passed places to it).
+func TestReleaseRemovesItsHoldersTicket(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
-	held := acquire(t, l, req)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := New(env.Client, env.Tables.Leases, Options{}).Acquire(ctx, req)
-		done <- err
-	}()
-	queued(t, env, "srv", 1)
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled waiter: %v", err)
-	}
-	if left := tickets(t, env, "srv"); len(left) != 0 {
-		t.Errorf("ticket left by a waiter that gave up: %v", left)
-	}
-	r := req
-	r.Wait = 50 * time.Millisecond
-	var wt *WaitTimeoutError
-	if _, err := l.Acquire(context.Background(), r); !errors.As(err, &wt) {
-		t.Fatalf("waiter with a short budget: %v", err)
-	}
-	if left := tickets(t, env, "srv"); len(left) != 0 {
-		t.Errorf("ticket left by a waiter that timed out: %v", left)
-	}
-	if err := held.Release(context.Background()); err != nil {
+	ls := acquire(t, l, req("srv", 2, "h"))
+	u := newUpdate()
+	u.set(u.path(QueueAttr, ls.ID()), u.num(99))
+	u.set(u.path(TicketsAttr, ls.ID()), u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		ticketLabel: &types.AttributeValueMemberS{Value: "h"}, ticketDeadline: number(time.Now().Add(time.Minute).UnixMilli())}}))
+	if _, err := l.write(context.Background(), "srv", u, nil); err != nil {
 		t.Fatal(err)
+	}
+	release(t, ls)
+	v := parseItem(item(t, env, "srv"))
+	if v.ticketFor(ls.ID()) != nil || len(v.queue) != 0 {
+		t.Errorf("the holder's ticket is left after its release: %+v", v.queue)
 	}
 }
 
-// A caller that waits longer than a ticket lasts keeps its ticket alive.
-func TestLongWaiterRenewsItsTicket(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{MinBackoff: time.Hour, MaxBackoff: time.Hour})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Minute}
-	held := acquire(t, New(env.Client, env.Tables.Leases, Options{}), req)
-	got := acquireAsync(t, l, req)
-	queued(t, env, "srv", 1)
-	first := parseItem(item(t, env, "srv")).tickets[0].exp
-	for parseItem(item(t, env, "srv")).tickets[0].exp == first {
-		time.Sleep(50 * time.Millisecond)
-	}
-	snap := parseItem(item(t, env, "srv"))
-	if tk := snap.tickets[0]; !tk.live(time.Now().UnixMilli()) {
-		t.Errorf("renewed ticket lapsed: %+v", tk)
-	}
-	if err := held.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if ls := <-got; ls == nil {
-		t.FailNow()
-	}
-}
-
-// A place given back in this process reaches a waiter here at once: its
-// own looks are an hour apart.
-func TestLocalReleaseReachesTheWaiter(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{MinBackoff: time.Hour, MaxBackoff: time.Hour})
-	req := Request{Key: "srv", Slots: serverSlot(1), Hold: 10 * time.Second, Wait: time.Hour}
-	held := acquire(t, l, req)
-	got := acquireAsync(t, l, req)
-	for snap := l.board("srv").recent(time.Minute); snap == nil || len(snap.tickets) == 0; snap = l.board("srv").recent(time.Minute) {
-	} // until the waiter's ticket is on this process's board
-	before := l.Stats()
-	if err := held.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ls := <-got
-	if ls == nil {
-		t.FailNow()
-	}
-	s := l.Stats()
-	if s.Grants-before.Grants != 1 || s.Writes-before.Writes != 1 || s.Reads != before.Reads {
-		t.Errorf("release passed %d places with %d writes and %d reads; want 1 place in 1 write, no read",
-			s.Grants-before.Grants, s.Writes-before.Writes, s.Reads-before.Reads)
-	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 1 || !ids[ls.ID()] || ls.ID() == held.ID() {
-		t.Fatalf("item holds %v; want only the waiter's lease %s", ids, ls.ID())
-	}
-	if err := held.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
-		t.Errorf("second release of the passed-on lease: %v, want ErrNotHeld", err)
-	}
-	if err := ls.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// No place is passed on to a caller of a tool whose breaker opened.
-func TestNoPlacePassedOnWhileTheBreakerIsOpen(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{MinBackoff: time.Hour, MaxBackoff: time.Hour})
-	br := &Breaker{Name: "srv", Threshold: 1, Recovery: time.Minute}
-	req := Request{Key: "srv", Slots: serverSlot(2), Hold: 10 * time.Second, Wait: time.Minute, Breaker: br}
-	held, failing := acquire(t, l, req), acquire(t, l, req)
-	done := make(chan error, 1)
-	go func() {
-		_, err := New(env.Client, env.Tables.Leases, Options{}).Acquire(context.Background(), req)
-		done <- err
-	}()
-	queued(t, env, "srv", 1)
-	if tr, err := failing.Finish(context.Background(), Failure); err != nil || tr != Opened {
-		t.Fatalf("failure with threshold 1: %v %v, want the breaker opened", tr, err)
-	}
-	if err := held.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var open *CircuitOpenError
-	if err := <-done; !errors.As(err, &open) {
-		t.Fatalf("waiter after the breaker opened: %v, want circuit open", err)
-	}
-	if ids := leaseIDs(t, env, "srv", ServerAttr); len(ids) != 0 {
-		t.Errorf("leases left: %v", ids)
-	}
-	if left := tickets(t, env, "srv"); len(left) != 0 {
-		t.Errorf("tickets left: %v", left)
-	}
-}
-
-// Calls of a tool with a breaker and no cap take no place: the item does
-// not grow with them.
-func TestBreakerOnlyCallsTakeNoPlace(t *testing.T) {
+// Every write refreshes the item's ttl: an item in use is never deleted
+// by DynamoDB TTL, breakers and all.
+func TestEveryWriteRefreshesTTL(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Hold: time.Minute, Breaker: &Breaker{Name: "t", Threshold: 3, Recovery: time.Minute}}
-	var held []*Lease
-	before := l.Stats()
-	for range 200 {
-		held = append(held, acquire(t, l, req))
-	}
-	if s := l.Stats(); s.Writes != before.Writes || s.Reads-before.Reads != 200 {
-		t.Errorf("200 acquires: %d writes, %d reads; want 0 and 200", s.Writes-before.Writes, s.Reads-before.Reads)
-	}
-	if size := store.ItemSize(item(t, env, "srv")); size > 100 {
-		t.Errorf("item is %d bytes with 200 calls in flight", size)
-	}
-	for _, ls := range held {
-		if err := ls.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if s := l.Stats(); s.Writes != before.Writes {
-		t.Errorf("successful releases with no failures to reset wrote %d times", s.Writes-before.Writes)
-	}
-}
-
-// A probe whose lease was lost (purged by an instance that saw it expire)
-// neither closes the breaker nor keeps it from a new probe.
-func TestLostProbeLeavesTheBreakerHalfOpen(t *testing.T) {
-	env := storetest.NewEnv(t)
-	now := New(env.Client, env.Tables.Leases, Options{Margin: time.Second})
-	later := New(env.Client, env.Tables.Leases, Options{Margin: time.Second, Clock: offsetClock(11 * time.Second)})
-	muchLater := New(env.Client, env.Tables.Leases, Options{Clock: offsetClock(20 * time.Second)})
-	req := breakerReq(5)
-	openBreaker(t, now, req)
-	probe := acquire(t, later, req)
-	// Another instance, past the probe's expiry, takes over.
-	next := acquire(t, muchLater, req)
-	if !next.Probe() {
-		t.Fatal("no new probe once the first one's lease had expired")
-	}
-	for _, o := range []Outcome{Abandoned, Success} {
-		p := &Lease{l: later, key: probe.key, slots: probe.slots, id: probe.id, exp: probe.exp, breaker: probe.breaker, probe: true}
-		if tr, err := p.Finish(context.Background(), o); tr != NoTransition || !errors.Is(err, ErrNotHeld) {
-			t.Errorf("%v finish of the lost probe: %q %v, want no transition, not held", o, tr, err)
-		}
-	}
-	_, err := muchLater.Acquire(context.Background(), req)
-	var open *CircuitOpenError
-	if !errors.As(err, &open) || !open.HalfOpen {
-		t.Fatalf("acquire while the new probe runs: %v, want half-open refusal", err)
-	}
-}
-
-// An answer to a request sent before the one whose answer the board holds
-// was overtaken: it must not replace the newer view (a waiter reading it
-// would think its ticket gone and queue again).
-func TestOvertakenAnswerDoesNotReplaceANewerView(t *testing.T) {
-	b := &board{changed: make(chan struct{})}
-	newer, older := &snapshot{}, &snapshot{}
-	now := time.Now()
-	b.see(newer, now)
-	b.see(older, now.Add(-time.Millisecond))
-	if got, _, _ := b.latest(); got != newer {
-		t.Error("an overtaken answer replaced the newer view")
-	}
-}
-
-// A place is never passed to a caller that holds one already (a ticket
-// left behind by a caller that got its place): its lease is not
-// overwritten, and the ticket stays for its owner to remove.
-func TestNoPlacePassedToACallerThatHoldsOne(t *testing.T) {
-	env := storetest.NewEnv(t)
-	l := New(env.Client, env.Tables.Leases, Options{})
-	req := Request{Key: "srv", Slots: serverSlot(2), Hold: time.Minute, Wait: time.Minute}
-	held := acquire(t, l, req)
-	stray := &ticket{id: held.ID(), arrive: 1, exp: time.Now().Add(time.Minute).UnixMilli(), hold: 1000, slots: req.Slots}
-	_, err := env.Client.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(env.Tables.Leases),
-		Key:                       map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "srv"}},
-		UpdateExpression:          aws.String("SET #t = :t"),
-		ExpressionAttributeNames:  map[string]string{"#t": TicketsAttr},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{stray.id: stray.value()}}},
-	})
-	if err != nil {
+	ttl := func() int64 { return numberOr(item(t, env, "srv")["ttl"], 0) }
+	ls := acquire(t, l, req("srv", 1, "h"))
+	u := newUpdate()
+	u.set(u.path("ttl"), u.num(1))
+	if _, err := l.write(context.Background(), "srv", u, nil); err != nil {
 		t.Fatal(err)
 	}
-	l.passOn(context.Background(), "srv", parseItem(item(t, env, "srv")), req.Slots)
-	snap := parseItem(item(t, env, "srv"))
-	if exp, _ := snap.holds(ServerAttr, held.ID()); exp != held.exp {
-		t.Errorf("the holder's lease was overwritten: expiry %d, want %d", exp, held.exp)
-	}
-	if err := held.Release(context.Background()); err != nil {
+	if err := ls.Renew(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
+	}
+	if got := ttl(); got < time.Now().Unix() {
+		t.Errorf("ttl %d after a renewal; want it refreshed", got)
+	}
+	u = newUpdate()
+	u.set(u.path("ttl"), u.num(1))
+	if _, err := l.write(context.Background(), "srv", u, nil); err != nil {
+		t.Fatal(err)
+	}
+	release(t, ls)
+	if got := ttl(); got < time.Now().Unix() {
+		t.Errorf("ttl %d after a release; want it refreshed", got)
 	}
 }

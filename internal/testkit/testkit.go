@@ -119,9 +119,11 @@ func LeaseCount(t testing.TB, env *storetest.Env, key, attr string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := out.Item[attr].(*types.AttributeValueMemberM)
-	if m == nil {
-		return 0
+	switch v := out.Item[attr].(type) {
+	case *types.AttributeValueMemberM:
+		return len(v.Value)
+	case *types.AttributeValueMemberSS:
+		return len(v.Value)
 	}
-	return len(m.Value)
+	return 0
 }

@@ -1,0 +1,84 @@
+package lease
+
+import (
+	"sync"
+	"time"
+)
+
+// board is what this process last saw of one key's item, shared by every
+// acquire and release on the key here: any answer of the store about the
+// item goes on it, and waiters here wake to look at it. So waiters in one
+// process share their reads, and a place a release here frees reaches a
+// waiter here at once.
+type board struct {
+	mu sync.Mutex
+	v  *view
+	// at is when the request whose answer v is was sent: a later request
+	// sees the item at least as it was then.
+	at      time.Time
+	changed chan struct{} // closed when v is replaced
+	// held is the running mean of how long leases on the key were held
+	// here, from when their caller got them; spread, the running mean of
+	// the distance from that mean. Zero until one was.
+	held, spread time.Duration
+}
+
+func (l *Limiter) board(key string) *board {
+	if b, ok := l.boards.Load(key); ok {
+		return b.(*board)
+	}
+	b, _ := l.boards.LoadOrStore(key, &board{changed: make(chan struct{})})
+	return b.(*board)
+}
+
+// see puts v, the answer to a request sent at sent, on the board unless it
+// holds the answer to a later one, wakes whoever waits for news, and
+// returns v.
+func (b *board) see(v *view, sent time.Time) *view {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if sent.Before(b.at) {
+		return v // an answer that was overtaken
+	}
+	b.v, b.at = v, sent
+	close(b.changed)
+	b.changed = make(chan struct{})
+	return v
+}
+
+// latest returns what the board holds, when the request that brought it
+// was sent, and a channel closed when that changes.
+func (b *board) latest() (*view, time.Time, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.v, b.at, b.changed
+}
+
+// recent returns the board's item if it was seen within maxAge.
+func (b *board) recent(maxAge time.Duration) *view {
+	v, at, _ := b.latest()
+	if v == nil || time.Since(at) > maxAge {
+		return nil
+	}
+	return v
+}
+
+// heldFor records that a lease here was held for d.
+func (b *board) heldFor(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held == 0 {
+		b.held = d
+	}
+	b.spread += (max(d-b.held, b.held-d) - b.spread) / 4
+	b.held += (d - b.held) / 4
+}
+
+func (b *board) meanHeld() (held, spread time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held, b.spread
+}

@@ -1,0 +1,158 @@
+// Package lease is the gateway's admission control, kept in one DynamoDB
+// item per limiter key (a server, or an API key that limits its own
+// calls): a fleet-wide counting semaphore with per-tool and per-principal
+// caps, a bounded queue served fairly between principals, and a circuit
+// breaker no single principal can open for the others. Every step is one
+// conditional UpdateItem on that item; a place held by an instance that
+// died comes back when its lease expires.
+//
+// # Item
+//
+//	limiter_key        S   partition key
+//	leases             M   lease id → expiry (Unix ms); the key's count is its size
+//	principal:<label>  SS  one principal's leases
+//	tool:<name>        SS  the leases in a place of a capped tool
+//	queue              M   ticket id → its number, issued by seq
+//	tickets            M   ticket id → {p: principal, d: deadline, t: tool, c: tool cap},
+//	                       or a tombstone {x: until}
+//	seq                N   tickets issued
+//	freed              N   places freed
+//	call_ms            N   how long calls on the key last (a running mean)
+//	breaker_*:<tool>   the circuit breakers (see Breaker)
+//	ttl                N   Unix seconds; lets DynamoDB delete an item nobody writes
+//
+// A lease id is "<instance>.<sequence>", short because it is written twice
+// per lease (InstanceOf); a waiting caller's ticket has its lease's id.
+//
+// # Protocol
+//
+// A lease is one entry of leases and a member of its principal's set and,
+// for a capped tool, of the tool's set. Every write that adds or removes a
+// lease does so whole, in that one write; a removal by anyone other than
+// the holder is conditioned on the expiry it saw. A cap's count is the
+// size of a map or set, never a number stored apart from what it counts.
+//
+//   - Take: SET leases.<id>, ADD the id to its sets, on condition that the
+//     id holds no lease and that every cap keeps room for the callers whose
+//     turn comes before this one. With no view of the item it also requires
+//     the queue to be empty: an uncontended call reads nothing and costs
+//     two writes, take and release.
+//   - Join: when the caller may not take a place and will wait, it adds its
+//     ticket: ADD 1 to seq and set queue.<id> to the new value in one write
+//     (both operands read the item as it was), on condition that fewer than
+//     MaxQueued tickets wait. The queue's order comes from the store.
+//   - Release: REMOVE the lease and its set members, and the holder's
+//     ticket if one was left; ADD 1 to freed; the call's outcome to the
+//     breaker; on condition that the lease is there.
+//   - Renew: SET leases.<id> to a later expiry, on condition that it holds
+//     an expiry this holder wrote.
+//   - Purge: any write removes up to maxPurge stale entries it saw —
+//     expired leases (whole), tickets past their deadline, lapsed
+//     tombstones — each conditioned on the value seen.
+//
+// Waiters pull: nobody hands a place to a waiter, so no place can go to a
+// caller that is not there. A waiter reads the item when its place is
+// expected to free (from the leases' expiries and call_ms), at least every
+// MaxLook, and takes a place when the item shows it is its turn. Whose turn
+// it is follows from the item alone: the places free go, one by one, to the
+// waiting principal that holds the fewest places on the key (the places
+// handed out counting), the lower ticket number first among equals — so
+// within a principal, first come, first served — passing over callers that
+// cannot use a place (their tool full, their principal at its cap, their
+// breaker open for them), so that no place is idle while a caller that can
+// use it waits. A newcomer counts as the newest ticket.
+//
+// A take judged from a view is conditioned on what could change whose turn
+// it is: seq as seen (nobody joined), freed as seen while others wait (no
+// place was freed, which could unblock or promote someone), its own
+// principal's set as seen while others wait (how many places the principal
+// holds ranks it), and in every cap, room left for each caller whose turn
+// comes before it — so two callers who each see themselves next behind
+// the same waiter never take its place between them. A waiter whose turn
+// has come at every look for ClaimWindow without its taking the place is
+// presumed gone: the next caller takes the place and removes that ticket in
+// the same write; a waiter that was only slow joins again, at the back.
+//
+// A caller that gives up removes its ticket. The limiter retries its own
+// writes, so it knows when an attempt's outcome is unknown (a timeout, a
+// reset connection, a server error: the store may have applied it) and
+// could still land later. Such a caller ends — gives up, or releases its
+// lease — with a tombstone where its ticket was, which every write that
+// could add a lease or ticket for it is conditioned against, lasting until
+// whatever that write could create would have lapsed on its own. A waiter
+// that meets a store error keeps its ticket and looks again, until its
+// deadline.
+//
+// Every write asks for the item back (ReturnValues ALL_NEW, and
+// ReturnValuesOnConditionCheckFailure ALL_OLD when its condition fails;
+// neither costs capacity); where the store does not return the item of a
+// failed write, one consistent read stands in. Every answer goes on the
+// process's board, which wakes the process's waiters on that key.
+//
+// # Invariants
+//
+// Each is a test, named after it. The fault simulation
+// (TestFaultSimulation) checks 1, 3, 5, 6, 7 and 9 after every store answer
+// of hundreds of seeded schedules (thousands in make soak) with lost,
+// delayed, duplicated and late-landing writes, callers and instances
+// dying, clocks skewed within the margin and purges cut short; its store
+// is checked against dynalite by TestMemStoreMatchesDynalite.
+//
+//  1. No cap is exceeded: leases holds at most Cap live entries, each tool
+//     set at most its ToolCap, each principal set at most PrincipalCap
+//     (TestCapsHoldAcrossGoroutines, TestCapHoldsAcrossProcesses).
+//  2. An uncontended call costs one write to acquire and one to release,
+//     and no read (TestUncontendedCostsTwoWrites).
+//  3. A lease is whole: every set member is a lease, and a lease leaves
+//     every set with it, by release or purge; a late renewal cannot bring
+//     it back (TestPurgeRemovesWholeLeases,
+//     TestRenewalCannotRestoreAPurgedLease).
+//  4. An entry is purged only if it still holds the value seen, which had
+//     lapsed: a lease renewed meanwhile stays (TestRenewedLeaseIsNotPurged).
+//  5. No place goes to a caller that is not there: a caller that gave up,
+//     a write of it landing late, or a holder's stray ticket never gets one
+//     (TestGaveUpCallerNeverGetsAPlace,
+//     TestLateLandingTakeAfterGivingUpFails,
+//     TestReleaseRemovesItsHoldersTicket).
+//  6. Places go in turn: a take lands only for a caller whose turn it is in
+//     the item as the write finds it (TestNewcomerDoesNotPassAQueuedCaller,
+//     TestFairBetweenPrincipals, TestBlockedTicketDoesNotHoldUpAFreePlace,
+//     TestOpenBreakerDoesNotHoldUpTheQueue).
+//  7. At most MaxQueued callers wait (TestQueueIsBounded).
+//  8. A release is idempotent and knows its own retry: a second or copied
+//     release frees nothing, and a retried release whose earlier attempt
+//     landed reports success with its outcome counted once
+//     (TestDoubleReleaseIsHarmless, TestRetriedReleaseCountsOnce).
+//  9. The breaker counts each finished call once and consecutive failures
+//     only; an abandoned call leaves it as it was; one principal's failures
+//     open it for that principal alone, two principals' for everyone; one
+//     probe at a time (TestOnePrincipalCannotOpenTheBreakerForOthers,
+//     TestBreakerOpensWhenTwoPrincipalsFail,
+//     TestBreakerCountsConsecutiveFailures, TestBreakerElectsExactlyOneProbe).
+//  10. Waiting costs no write while nothing changes: the item's write units
+//     per second grow with the calls made, and its size with the callers
+//     holding and waiting, not with waiters times time
+//     (TestWaitersCostNoRenewals).
+//  11. Every write refreshes the item's ttl (TestEveryWriteRefreshesTTL).
+//  12. A long exchange keeps its lease, renewing it at a steady pace, and is
+//     stopped before the lease lapses if it cannot
+//     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).
+//
+// # Guarantee
+//
+// A lease expires at now + Hold + Margin, and its CallDeadline is at most
+// now + Hold on the holder's monotonic clock, so a lease can only lapse
+// after its call was cancelled. The caps on unexpired leases are exact. The
+// cap on calls actually running upstream holds as long as the clocks of any
+// two instances differ by less than Margin. A ticket lives Margin past its
+// caller's deadline, so no clock within the margin takes it for gone early.
+// A waiter that dies keeps its ticket until then, but holds up the queue for
+// at most ClaimWindow. DynamoDB TTL never expires a lease; it only removes
+// items nobody has written for a day.
+//
+// The gateway releases a lease only once its upstream is known to have
+// stopped working on the call (its answer arrived, or it provably stops when
+// told), keeping it alive meanwhile (KeepAlive) for at most the server's
+// cancel_grace, and counts a release at the end of the grace as the cap
+// possibly exceeded.
+package lease

@@ -1,0 +1,360 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// update is one UpdateItem being put together. Every name and value goes
+// through a placeholder, so no caller-supplied text (lease id, tool name,
+// label) is ever spliced into an expression. ADD and DELETE on one set are
+// merged into one action each, as DynamoDB takes each path once.
+type update struct {
+	names   map[string]string
+	byName  map[string]string
+	values  map[string]types.AttributeValue
+	sets    []string
+	removes []string
+	conds   []string
+	adds    map[string][]string // set path → members, or number path → [amount]
+	dels    map[string][]string
+	counts  map[string]int64
+}
+
+func newUpdate() *update {
+	return &update{names: map[string]string{}, byName: map[string]string{}, values: map[string]types.AttributeValue{},
+		adds: map[string][]string{}, dels: map[string][]string{}, counts: map[string]int64{}}
+}
+
+// path is the placeholder path of nested attribute names: "#n0.#n1".
+func (u *update) path(parts ...string) string {
+	out := make([]string, len(parts))
+	for i, n := range parts {
+		p, ok := u.byName[n]
+		if !ok {
+			p = "#n" + strconv.Itoa(len(u.names))
+			u.names[p], u.byName[n] = n, p
+		}
+		out[i] = p
+	}
+	return strings.Join(out, ".")
+}
+
+// value returns a new placeholder for v.
+func (u *update) value(v types.AttributeValue) string {
+	p := ":v" + strconv.Itoa(len(u.values))
+	u.values[p] = v
+	return p
+}
+
+func (u *update) num(n int64) string  { return u.value(number(n)) }
+func (u *update) str(s string) string { return u.value(&types.AttributeValueMemberS{Value: s}) }
+
+func (u *update) set(path, val string)          { u.sets = append(u.sets, path+" = "+val) }
+func (u *update) remove(paths ...string)        { u.removes = append(u.removes, paths...) }
+func (u *update) cond(conds ...string)          { u.conds = append(u.conds, conds...) }
+func (u *update) add(setPath, member string)    { u.adds[setPath] = append(u.adds[setPath], member) }
+func (u *update) del(setPath, member string)    { u.dels[setPath] = append(u.dels[setPath], member) }
+func (u *update) count(numPath string, n int64) { u.counts[numPath] += n }
+
+// eqOrAbsent is the condition that the number at path is n, 0 meaning
+// also that it does not exist.
+func (u *update) eqOrAbsent(path string, n int64) string {
+	if n == 0 {
+		return "(attribute_not_exists(" + path + ") OR " + path + " = " + u.num(0) + ")"
+	}
+	return path + " = " + u.num(n)
+}
+
+// expression renders the update expression.
+func (u *update) expression() string {
+	var adds, dels []string
+	for _, p := range slices.Sorted(mapKeys(u.adds)) {
+		if _, both := u.dels[p]; both {
+			panic("lease: one write both adds to and deletes from " + u.names[p])
+		}
+		adds = append(adds, p+" "+u.value(&types.AttributeValueMemberSS{Value: u.adds[p]}))
+	}
+	for _, p := range slices.Sorted(mapKeys(u.counts)) {
+		if u.counts[p] != 0 {
+			adds = append(adds, p+" "+u.num(u.counts[p]))
+		}
+	}
+	for _, p := range slices.Sorted(mapKeys(u.dels)) {
+		dels = append(dels, p+" "+u.value(&types.AttributeValueMemberSS{Value: u.dels[p]}))
+	}
+	expr := ""
+	for _, part := range []struct {
+		kw   string
+		list []string
+	}{{"SET", u.sets}, {"REMOVE", u.removes}, {"ADD", adds}, {"DELETE", dels}} {
+		if len(part.list) > 0 {
+			expr += " " + part.kw + " " + strings.Join(part.list, ", ")
+		}
+	}
+	return strings.TrimSpace(expr)
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// purged counts what a purge added to a write removes: leases, leases per
+// set, and queue entries.
+type purged struct {
+	leases, queue int
+	sets          map[string]int
+}
+
+// purge adds to u the removal of up to maxPurge entries v shows stale at
+// now — whole leases (every set they are in), tickets, tombstones — each
+// only if it still holds the value seen. Leases in any of the sets in
+// keep are left for another write (a write cannot both add to and delete
+// from one set), as are the entries of id, which the write handles itself.
+func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
+	p := purged{sets: map[string]int{}}
+	if v == nil {
+		return p
+	}
+	n := 0
+	for _, lid := range v.staleLeases(now) {
+		sets := v.setsOf(lid)
+		if n == maxPurge || lid == id || slices.ContainsFunc(sets, func(s string) bool { return slices.Contains(keep, s) }) {
+			continue
+		}
+		n++
+		lp := u.path(LeasesAttr, lid)
+		u.remove(lp)
+		u.cond(lp + " = " + u.num(v.leases[lid]))
+		for _, s := range sets {
+			u.del(u.path(s), lid)
+			p.sets[s]++
+		}
+		p.leases++
+	}
+	if p.leases > 0 {
+		u.count(u.path(FreedAttr), int64(p.leases))
+	}
+	for _, st := range v.staleTickets(now) {
+		if n == maxPurge || st.id == id {
+			continue
+		}
+		n++
+		if u.purgeTicket(st, v) {
+			p.queue++
+		}
+	}
+	for s, ids := range v.strayMembers() {
+		if slices.Contains(keep, s) || n == maxPurge {
+			continue
+		}
+		for _, sid := range ids {
+			if sid != id {
+				n++
+				u.del(u.path(s), sid)
+				u.cond("attribute_not_exists(" + u.path(LeasesAttr, sid) + ")")
+			}
+		}
+	}
+	return p
+}
+
+// purgeTicket removes one stale queue or tickets entry, and its other
+// half. It reports whether a queue entry goes.
+func (u *update) purgeTicket(st stale, v *view) bool {
+	qp, tp := u.path(QueueAttr, st.id), u.path(TicketsAttr, st.id)
+	if !slices.Contains(u.removes, qp) {
+		u.remove(qp)
+	}
+	if !slices.Contains(u.removes, tp) {
+		u.remove(tp)
+	}
+	switch {
+	case st.attr == QueueAttr:
+		u.cond(qp + " = " + u.value(st.seen))
+	case st.seen != nil:
+		u.cond(u.path(TicketsAttr, st.id, st.field) + " = " + u.value(st.seen))
+	default:
+		u.cond("attribute_not_exists(" + u.path(TicketsAttr, st.id, ticketDeadline) + ")")
+	}
+	return st.attr == QueueAttr || v.ticketFor(st.id) != nil
+}
+
+// ttl lets DynamoDB delete the item once nobody has written it for a day
+// after exp.
+func (u *update) ttl(exp int64) {
+	u.set(u.path(store.TTLAttr), u.num(exp/1000+int64(abandonedAfter.Seconds())))
+}
+
+// errCondition means a write's condition failed; the write returns the item
+// as it is with it.
+var errCondition = errors.New("lease: condition failed")
+
+// Attempts and backoff of a write: the limiter retries its writes itself,
+// so it knows which attempts' outcomes it does not know.
+const (
+	writeAttempts   = 4
+	writeMinBackoff = 25 * time.Millisecond
+	writeMaxBackoff = 250 * time.Millisecond
+)
+
+// oneAttempt turns the SDK's own retries off for a request.
+func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
+
+// write sends u to the item of key and returns the item as it is after the
+// write or, with errCondition, as it was when the condition failed: from
+// the failure itself where the store returns it, or else from one
+// consistent read. Every item seen goes on the key's board.
+//
+// An attempt that fails in a way that leaves its outcome unknown (a
+// timeout, a connection reset, a server error: the store may have applied
+// it) is retried, identically, and unknown is called: such an attempt may
+// still land later. A caller's writes are built so that the retry of one
+// that landed fails its condition and shows it.
+func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func()) (*view, error) {
+	in := &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(l.table),
+		Key:                                 itemKey(key),
+		UpdateExpression:                    aws.String(u.expression()),
+		ExpressionAttributeNames:            u.names,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	if len(u.values) > 0 {
+		in.ExpressionAttributeValues = u.values
+	}
+	if len(u.conds) > 0 {
+		in.ConditionExpression = aws.String(strings.Join(u.conds, " AND "))
+	}
+	var err error
+	for attempt := range writeAttempts {
+		if attempt > 0 {
+			t := time.NewTimer(backoff(attempt))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, fmt.Errorf("lease: write %s: %w", key, cmp.Or(err, ctx.Err()))
+			case <-t.C:
+			}
+		}
+		l.stats.writes.Add(1)
+		sent := time.Now()
+		var out *dynamodb.UpdateItemOutput
+		out, err = l.db.UpdateItem(ctx, in, oneAttempt)
+		var ccf *types.ConditionalCheckFailedException
+		switch {
+		case err == nil:
+			return l.board(key).see(parseItem(out.Attributes), sent), nil
+		case errors.As(err, &ccf):
+			l.stats.failedWrites.Add(1)
+			if len(ccf.Item) == 0 {
+				// Not returned (a store that does not, or no item yet): read it.
+				v, rerr := l.read(ctx, key)
+				return v, cmp.Or(rerr, errCondition)
+			}
+			return l.board(key).see(parseItem(ccf.Item), sent), errCondition
+		}
+		retry, unsure := classify(err)
+		if unsure && unknown != nil {
+			unknown()
+		}
+		if !retry || ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("lease: write %s: %w", key, err)
+}
+
+// classify says whether a failed request may be retried, and whether the
+// store may have applied it.
+func classify(err error) (retry, unsure bool) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false, true
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded":
+			return true, false // refused before it was applied
+		case "InternalServerError", "ServiceUnavailable", "InternalFailure":
+			return true, true
+		}
+		return false, ae.ErrorFault() == smithy.FaultServer
+	}
+	return true, true // the connection failed, or the answer was lost
+}
+
+// invalid reports whether the store refused a request as invalid.
+func invalid(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
+}
+
+// backoff is the jittered wait before attempt n (n ≥ 1) of a write.
+func backoff(n int) time.Duration {
+	d := min(writeMinBackoff<<(n-1), writeMaxBackoff)
+	return jitter(d)
+}
+
+// read fetches the item of key with a strongly consistent read.
+func (l *Limiter) read(ctx context.Context, key string) (*view, error) {
+	l.stats.reads.Add(1)
+	sent := time.Now()
+	out, err := l.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(l.table),
+		Key:            itemKey(key),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease: read %s: %w", key, err)
+	}
+	return l.board(key).see(parseItem(out.Item), sent), nil
+}
+
+// create makes the item of key with its maps, leaving what exists alone.
+func (l *Limiter) create(ctx context.Context, key string) error {
+	u := newUpdate()
+	empty := u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}})
+	for _, attr := range []string{LeasesAttr, QueueAttr, TicketsAttr} {
+		n := u.path(attr)
+		u.set(n, "if_not_exists("+n+", "+empty+")")
+	}
+	u.ttl(l.clock().UnixMilli())
+	_, err := l.write(ctx, key, u, nil)
+	return err
+}
+
+func itemKey(key string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}}
+}
+
+// jitter returns a duration uniformly drawn from [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + randN(d-d/2+1)
+}
+
+// randN draws jitter. (A variable so the fault simulation can seed it.)
+var randN = mrand.N[time.Duration]

@@ -1,0 +1,352 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// API is the part of the DynamoDB client the limiter uses.
+type API interface {
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// Attribute names in a lease item.
+const (
+	// LeasesAttr is the map of lease id → expiry (Unix ms); the key's count
+	// is its size.
+	LeasesAttr = "leases"
+	// ToolAttrPrefix prefixes the string set of the leases in a place of
+	// one capped tool: "tool:<name>".
+	ToolAttrPrefix = "tool:"
+	// PrincipalAttrPrefix prefixes the string set of one principal's
+	// leases: "principal:<label>".
+	PrincipalAttrPrefix = "principal:"
+	// QueueAttr is the map of ticket id → its number, issued by SeqAttr.
+	QueueAttr = "queue"
+	// TicketsAttr is the map of ticket id → {p: principal label, d:
+	// deadline, t: tool, c: tool cap}, or a tombstone {x: until}.
+	TicketsAttr = "tickets"
+	// SeqAttr counts the tickets issued; FreedAttr the places freed.
+	SeqAttr   = "seq"
+	FreedAttr = "freed"
+	// CallAttr is how long calls on the key last, in ms: a running mean
+	// written by releases.
+	CallAttr = "call_ms"
+)
+
+// ServerAttr is LeasesAttr under the name the item's first design gave it.
+const ServerAttr = LeasesAttr
+
+// IsItemAttr reports whether attr is one the limiter keeps in a lease item
+// (status shows the rest as other state).
+func IsItemAttr(attr string) bool {
+	switch attr {
+	case LeasesAttr, QueueAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr:
+		return true
+	}
+	return isSetAttr(attr) || IsBreakerAttr(attr)
+}
+
+// ToolAttr is the set holding the leases of one capped tool.
+func ToolAttr(tool string) string { return ToolAttrPrefix + tool }
+
+// PrincipalAttr is the set holding one principal's leases.
+func PrincipalAttr(label string) string { return PrincipalAttrPrefix + label }
+
+// Defaults for Options, and the protocol's fixed times.
+const (
+	DefaultMargin = 2 * time.Second
+	// DefaultMaxLook is the longest a waiter goes without looking at the
+	// item.
+	DefaultMaxLook = time.Second
+	// ClaimWindow is how long a waiter whose turn came may leave its place
+	// untaken, the item unchanged, before the next caller presumes it gone
+	// and takes the place.
+	ClaimWindow = 3 * time.Second
+	// MaxHolder is the longest Request.Holder, in bytes.
+	MaxHolder = 32
+	// abandonedAfter is added to the latest expiry a write knows of to form
+	// the item's TTL: DynamoDB may delete an item nobody wrote for that long.
+	abandonedAfter = 24 * time.Hour
+	// maxEager bounds the takes an acquire makes back to back while the
+	// item keeps changing under it; then it looks again.
+	maxEager = 8
+	// recentView is how old a view of the item may be to stand in for a
+	// first write that would fail (a queue is there).
+	recentView = time.Second
+	// overdueLook is the first wait of a waiter whose place was expected to
+	// free already.
+	overdueLook = 5 * time.Millisecond
+)
+
+// maxPurge bounds the stale entries one write removes, keeping the
+// expression well under DynamoDB's size limits. (A variable so the fault
+// simulation can cut purges short.)
+var maxPurge = 16
+
+// Options configures a Limiter. The zero value means defaults.
+type Options struct {
+	// Margin is added to a lease's hold time to form its expiry. A lease
+	// outlives its call by Margin, so another instance purges it only after
+	// the call was cancelled, as long as clocks differ by less than Margin.
+	// Zero means DefaultMargin.
+	Margin time.Duration
+	// MaxLook is the longest a waiter goes without looking at the item.
+	// Zero means DefaultMaxLook.
+	MaxLook time.Duration
+	// Clock returns the wall-clock time written into and compared with
+	// expiries. Nil means time.Now. Tests use it to simulate skew.
+	Clock func() time.Time
+	// InstanceID starts every lease id this limiter writes, naming the
+	// gateway instance. Empty means a random id.
+	InstanceID string
+}
+
+// Limiter is the admission control of one process over one DynamoDB table.
+// It is safe for concurrent use; build one per process.
+type Limiter struct {
+	db       API
+	table    string
+	margin   time.Duration
+	maxLook  time.Duration
+	clock    func() time.Time
+	instance string
+	seq      atomic.Uint64
+	stats    counters
+	boards   sync.Map // limiter key → *board
+}
+
+// New returns a Limiter storing its items in table.
+func New(db API, table string, opts Options) *Limiter {
+	l := &Limiter{db: db, table: table, margin: opts.Margin, maxLook: opts.MaxLook, clock: opts.Clock, instance: opts.InstanceID}
+	if l.margin <= 0 {
+		l.margin = DefaultMargin
+	}
+	if l.maxLook <= 0 {
+		l.maxLook = DefaultMaxLook
+	}
+	if l.clock == nil {
+		l.clock = time.Now
+	}
+	if l.instance == "" {
+		l.instance = NewInstanceID()
+	}
+	return l
+}
+
+// InstanceID is the start of this limiter's lease ids.
+func (l *Limiter) InstanceID() string { return l.instance }
+
+// Margin is the time a lease outlives its call.
+func (l *Limiter) Margin() time.Duration { return l.margin }
+
+// NewInstanceID returns 8 random base-32 characters.
+func NewInstanceID() string { return rand.Text()[:8] }
+
+// newLeaseID is "<instance>.<sequence>": short, as every byte of it is
+// paid for twice (in leases and its principal's set) in every write of
+// the item.
+func (l *Limiter) newLeaseID() string {
+	return l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36)
+}
+
+// InstanceOf is the gateway instance that wrote a lease (or ticket) id.
+func InstanceOf(id string) string {
+	instance, _, _ := strings.Cut(id, ".")
+	return instance
+}
+
+// Request describes one acquire.
+type Request struct {
+	// Key is the limiter key: the item's partition key (a server id).
+	Key string
+	// Cap is the most leases the key may hold at once; zero means none (the
+	// call may still take a place for its tool's or principal's cap).
+	Cap int
+	// Tool names the tool called. With ToolCap positive the lease takes a
+	// place in the tool's set, and at most ToolCap leases hold one.
+	Tool    string
+	ToolCap int
+	// PrincipalCap, when positive, is the most leases one principal
+	// (Holder) may hold on the key at once. (Every lease is in its
+	// principal's set, capped or not: fair shares count them.)
+	PrincipalCap int
+	// MaxQueued is the most callers that may wait on the key at once,
+	// fleet-wide; a caller that would wait when MaxQueued are waiting is
+	// refused (*FullError, Reason QueueFull). Zero: nobody may wait.
+	MaxQueued int
+	// Hold is the longest the holder will use the place: the call timeout.
+	// The lease expires at now + Hold + Margin.
+	Hold time.Duration
+	// CallBy, if set, is the latest instant the call may end (for example
+	// the Lambda deadline minus time to answer). Hold is shortened so the
+	// call ends by then, and waiting stops when no time would be left.
+	CallBy time.Time
+	// Wait is how long to wait for a place when none is free. Zero or
+	// negative means do not wait: fail at once with *FullError.
+	Wait time.Duration
+	// Breaker, if set, refuses the acquire while that breaker is open for
+	// the caller, and makes it the probe when the breaker is half-open and
+	// nobody else is.
+	Breaker *Breaker
+	// Holder is the label of the caller's principal (1 to MaxHolder bytes
+	// of printable ASCII other than "/"): what per-principal caps and fair
+	// shares count, and what operators see in mcpgate status.
+	Holder string
+}
+
+// TakesPlace reports whether the request takes a place under a cap (else
+// it only asks its breaker).
+func (r *Request) TakesPlace() bool { return r.Cap > 0 || r.ToolCap > 0 || r.PrincipalCap > 0 }
+
+func (r *Request) capped() bool { return r.TakesPlace() }
+
+func (r *Request) validate() error {
+	switch {
+	case r.Key == "":
+		return errors.New("lease: request needs a key")
+	case !r.capped() && r.Breaker == nil:
+		return errors.New("lease: request needs a cap or a breaker")
+	case r.Cap < 0 || r.ToolCap < 0 || r.PrincipalCap < 0 || r.MaxQueued < 0:
+		return errors.New("lease: caps must not be negative")
+	case r.ToolCap > 0 && r.Tool == "":
+		return errors.New("lease: a tool cap needs the tool's name")
+	case r.Hold <= 0:
+		return errors.New("lease: request needs a positive hold")
+	case r.Holder == "" || len(r.Holder) > MaxHolder:
+		return fmt.Errorf("lease: holder label must be 1 to %d bytes", MaxHolder)
+	}
+	for _, c := range r.Holder {
+		if c <= ' ' || c > '~' || c == '/' {
+			return fmt.Errorf("lease: holder label %q has a character other than printable ASCII or '/'", r.Holder)
+		}
+	}
+	if r.Breaker != nil && r.Breaker.Name == "" {
+		return errors.New("lease: a breaker needs a name")
+	}
+	return nil
+}
+
+// hold is how long a place taken at localNow may be held.
+func (r *Request) hold(localNow time.Time) time.Duration {
+	if !r.CallBy.IsZero() {
+		return min(r.Hold, r.CallBy.Sub(localNow))
+	}
+	return r.Hold
+}
+
+// Reasons a FullError gives.
+const (
+	// AtCapacity: every place the call needs is taken.
+	AtCapacity = "at_capacity"
+	// QueuedAhead: a place is free, but callers waiting before this one
+	// come first.
+	QueuedAhead = "queued_ahead"
+	// QueueFull: the call would wait, and MaxQueued callers already do.
+	QueueFull = "queue_full"
+)
+
+// FullError means no place was free for the caller and it did not (or could
+// not) wait.
+type FullError struct {
+	// Reason is AtCapacity, QueuedAhead or QueueFull.
+	Reason string
+	// What names the cap that refused it: "server", "tool" or "principal".
+	What string
+	// Cap and InUse are that cap and its live leases; Waiting is how many
+	// callers wait on the key.
+	Cap, InUse, Waiting int
+	// RetryAfter suggests when to try again: when the calls held are
+	// expected to have made room, from how long calls on the key last.
+	RetryAfter time.Duration
+}
+
+func (e *FullError) Error() string {
+	switch e.Reason {
+	case QueueFull:
+		return fmt.Sprintf("lease: %d callers already wait (%d of %d in use)", e.Waiting, e.InUse, e.Cap)
+	case QueuedAhead:
+		return fmt.Sprintf("lease: %s has %d callers waiting ahead (%d of %d in use)", e.What, e.Waiting, e.InUse, e.Cap)
+	}
+	return fmt.Sprintf("lease: %s is full (%d of %d in use)", e.What, e.InUse, e.Cap)
+}
+
+// WaitTimeoutError means the request waited its whole budget for a place.
+type WaitTimeoutError struct {
+	Waited time.Duration
+}
+
+func (e *WaitTimeoutError) Error() string {
+	return fmt.Sprintf("lease: no place after waiting %v", e.Waited.Round(time.Millisecond))
+}
+
+// ErrNotHeld means a release or renewal found the lease gone: it was
+// released already, or it expired and another instance purged it.
+var ErrNotHeld = errors.New("lease: not held")
+
+// Lease is a held place.
+type Lease struct {
+	l    *Limiter
+	key  string
+	id   string
+	tool string // the tool set it is in, if any
+	// exps are the expiries the store may hold for it: the one last
+	// written, and one a renewal whose outcome is unknown may have set.
+	exps []int64
+	// unsure is the latest instant until which a write of the acquire
+	// whose outcome was unknown could still create an entry; its release
+	// leaves a tombstone until then.
+	unsure int64
+	// since is when the holder got the lease (local clock).
+	since time.Time
+	// released guards against double release from one holder.
+	released atomic.Bool
+
+	// Expiry is when the lease lapses and may be purged by anyone.
+	// CallDeadline is when the holder's call must end; it is Margin before
+	// Expiry and measured on the local monotonic clock. Both move with each
+	// renewal: read them while no renewal runs (before KeepAlive, or after
+	// its stop function returned).
+	Expiry       time.Time
+	CallDeadline time.Time
+	// Waited is how long Acquire spent before the lease was granted.
+	Waited time.Duration
+	// InFlight is how many live leases the key held right after this one
+	// was granted, this one included.
+	InFlight int
+
+	breaker *Breaker
+	label   string
+	probe   bool
+	// breakerOnly: the lease took no place, only its breaker's say;
+	// failsSeen is the failure count it saw.
+	breakerOnly bool
+	failsSeen   int64
+}
+
+// TakesPlace reports whether the lease holds a place under a cap (else it
+// is only its breaker's say).
+func (ls *Lease) TakesPlace() bool { return !ls.breakerOnly }
+
+// Probe reports whether this lease is its breaker's half-open probe.
+func (ls *Lease) Probe() bool { return ls.probe }
+
+// ID is the lease id (see ParseLeaseID).
+func (ls *Lease) ID() string { return ls.id }
+
+// Key is the limiter key the lease was taken on.
+func (ls *Lease) Key() string { return ls.key }
+
+func (ls *Lease) exp() int64 { return ls.exps[len(ls.exps)-1] }

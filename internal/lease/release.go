@@ -1,0 +1,278 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Outcome is what a finished call tells its breaker.
+type Outcome int
+
+const (
+	// Success: the upstream answered (a tool's own isError answer
+	// included). It resets the failure count; a probe's success closes
+	// the breaker.
+	Success Outcome = iota
+	// Failure: an infrastructure failure of the upstream (timeout,
+	// unreachable, broken transport, 5xx). It counts towards opening the
+	// breaker; a probe's failure reopens it.
+	Failure
+	// Abandoned: the call ended without telling anything about the
+	// upstream's health (the caller went away, the lease was lost, the
+	// gateway shut down, the caller's own input was refused). The breaker
+	// is left as it was; an abandoned probe only gives up being the probe.
+	Abandoned
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case Failure:
+		return "failure"
+	case Abandoned:
+		return "abandoned"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Finish gives the place back and, if the lease has a breaker, reports the
+// call's outcome to it, in one write: the lease leaves the item whole,
+// with its holder's ticket if one was left, and freed counts the place.
+// It returns the breaker change it made, if any (opening the breaker is one
+// more write, after the failure that reached the threshold).
+//
+// It is idempotent: finishing twice, or after the lease expired and was
+// purged, never frees another holder's place; those cases return
+// ErrNotHeld (after the first, without a store call). A retried release
+// whose earlier attempt's outcome was unknown and finds its lease gone
+// while it was still Margin from expiring — which nobody else can have
+// removed — counts as done: that attempt landed, and its outcome was
+// counted once. (A retry answered later than that cannot tell, and says
+// ErrNotHeld.)
+func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error) {
+	if ls.released.Swap(true) {
+		return NoTransition, ErrNotHeld
+	}
+	l := ls.l
+	if ls.breakerOnly {
+		return ls.finishBreaker(ctx, outcome)
+	}
+	b := l.board(ls.key)
+	var took time.Duration
+	if !ls.since.IsZero() {
+		took = time.Since(ls.since)
+		b.heldFor(took)
+	}
+	probe, unsure := ls.probe, false
+	for {
+		v, err := l.write(ctx, ls.key, ls.release(outcome, probe, b, took), func() { unsure = true })
+		if errors.Is(err, errCondition) {
+			switch {
+			case v.leases[ls.id] != 0 && probe:
+				// Another call became the probe (this one's lease had
+				// lapsed): give the place back plainly.
+				probe = false
+				continue
+			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.exp()-l.margin.Milliseconds():
+				// An attempt of this write whose outcome was unknown, and
+				// the lease gone before anyone, whatever their clock's
+				// skew, could take it for expired: that attempt landed.
+				err = nil
+			default:
+				return NoTransition, ErrNotHeld
+			}
+		}
+		if err != nil {
+			return NoTransition, err
+		}
+		l.stats.released.Add(1)
+		tr := verdict(probe, outcome)
+		if ls.breaker != nil && !probe && outcome == Failure {
+			tr, err = l.open(ctx, ls.key, ls.breaker, v)
+		} else if tr != NoTransition {
+			l.stats.transitions.Add(1)
+		}
+		return tr, err
+	}
+}
+
+// release is the write that gives the place back, after a call that took
+// took. It moves the key's call length (call_ms) an eighth of the way
+// towards took: a running mean the whole fleet's releases write.
+func (ls *Lease) release(outcome Outcome, probe bool, b *board, took time.Duration) *update {
+	l := ls.l
+	now := l.clock()
+	ms := now.UnixMilli()
+	u := newUpdate()
+	lp := u.path(LeasesAttr, ls.id)
+	u.remove(lp)
+	u.cond("attribute_exists(" + lp + ")")
+	if ls.tool != "" {
+		u.del(u.path(ToolAttr(ls.tool)), ls.id)
+	}
+	u.del(u.path(PrincipalAttr(ls.label)), ls.id)
+	u.remove(u.path(QueueAttr, ls.id))
+	endTicket(u, ls.id, ls.unsure, ms, l.margin)
+	u.count(u.path(FreedAttr), 1)
+	mean := int64(0)
+	if v := b.recent(recentView); v != nil {
+		u.purge(v, ms, ls.id)
+		mean = v.callMS
+	}
+	if took > 0 {
+		if mean <= 0 {
+			mean = took.Milliseconds()
+		}
+		mean += (took.Milliseconds() - mean) / 8
+		u.set(u.path(CallAttr), u.num(max(mean, 1)))
+	}
+	if ls.breaker != nil && (outcome != Abandoned || probe) {
+		u.outcome(ls.breaker, ls.id, ls.label, probe, outcome, now)
+	}
+	u.ttl(ms)
+	return u
+}
+
+// Renew extends the lease so it expires hold + Margin from now, only if it
+// is still held with an expiry this holder wrote: a renewal never brings
+// back a lease that was released or purged (ErrNotHeld). A probe lease
+// extends its probe too. A renewal whose answer was lost and whose retry
+// finds the new expiry in place counts as done.
+func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
+	if ls.released.Load() {
+		return ErrNotHeld
+	}
+	l := ls.l
+	localNow := time.Now()
+	exp := l.clock().Add(hold + l.margin).UnixMilli()
+	if ls.breakerOnly && !ls.probe {
+		ls.setExpiry(exp, localNow.Add(hold))
+		return nil
+	}
+	u := newUpdate()
+	if !ls.breakerOnly {
+		lp := u.path(LeasesAttr, ls.id)
+		u.set(lp, u.num(exp))
+		u.cond(ls.heldAs(u, lp))
+	}
+	if ls.probe {
+		ba := ls.breaker.attrs()
+		u.set(u.path(ba.probeExp), u.num(exp))
+		u.cond(u.path(ba.probe) + " = " + u.str(ls.id))
+	}
+	u.ttl(exp)
+	unsure := false
+	v, err := l.write(ctx, ls.key, u, func() { unsure = true })
+	switch {
+	case errors.Is(err, errCondition):
+		if !ls.breakerOnly && v.leases[ls.id] == exp || ls.breakerOnly && v.breakers[ls.breaker.Name].probeExp == exp {
+			break // an earlier attempt landed
+		}
+		return ErrNotHeld
+	case err != nil:
+		if unsure {
+			// It may have landed: the next renewal accepts either.
+			ls.exps = append(ls.exps[len(ls.exps)-1:], exp)
+		}
+		return fmt.Errorf("lease: renew %s: %w", ls.id, err)
+	}
+	ls.setExpiry(exp, localNow.Add(hold))
+	return nil
+}
+
+// heldAs is the condition that the lease at path still holds one of the
+// expiries this holder may have written.
+func (ls *Lease) heldAs(u *update, path string) string {
+	if len(ls.exps) == 1 {
+		return path + " = " + u.num(ls.exps[0])
+	}
+	c := "("
+	for i, e := range ls.exps {
+		if i > 0 {
+			c += " OR "
+		}
+		c += path + " = " + u.num(e)
+	}
+	return c + ")"
+}
+
+func (ls *Lease) setExpiry(exp int64, deadline time.Time) {
+	ls.exps = []int64{exp}
+	ls.Expiry = time.UnixMilli(exp)
+	ls.CallDeadline = deadline
+}
+
+// ErrLeaseLost is the cause with which KeepAlive ends its context when the
+// lease could not be kept.
+var ErrLeaseLost = errors.New("lease lost")
+
+// renewRetry is the wait before a failed renewal is tried again.
+const renewRetry = 200 * time.Millisecond
+
+// KeepAlive keeps ls for an exchange that runs until end. When the
+// exchange may outlast the lease, it renews the lease halfway through each
+// term, for hold() at a time (or what is left until end), and ends the
+// returned context (cause ErrLeaseLost) if the lease is gone or cannot be
+// renewed before it lapses, calling lost with why: no call runs on an
+// expired lease. A renewal that fails for a store error is tried again
+// every renewRetry (jittered) while the lease holds. Once a renewal covers
+// end, it stops renewing. The returned stop function ends the renewals and
+// waits for them.
+func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.Duration, lost func(error)) (context.Context, func()) {
+	if !ls.CallDeadline.Before(end) {
+		return ctx, func() {}
+	}
+	callCtx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := ls.CallDeadline
+		term := hold()
+		for {
+			t := time.NewTimer(time.Until(deadline.Add(-term / 2)))
+			select {
+			case <-callCtx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			for {
+				left := time.Until(end)
+				if left <= 0 {
+					return
+				}
+				term = min(hold(), left)
+				rctx, rcancel := context.WithDeadline(context.WithoutCancel(callCtx), deadline)
+				err := ls.Renew(rctx, term)
+				rcancel()
+				if err == nil {
+					deadline = ls.CallDeadline
+					break
+				}
+				wait := jitter(renewRetry)
+				if errors.Is(err, ErrNotHeld) || !time.Now().Add(wait).Before(deadline) {
+					if lost != nil {
+						lost(err)
+					}
+					cancel(ErrLeaseLost)
+					return
+				}
+				// A store hiccup: try again, while the lease holds.
+				select {
+				case <-callCtx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			if term >= time.Until(end) {
+				<-callCtx.Done()
+				return
+			}
+		}
+	}()
+	return callCtx, func() { cancel(nil); <-done }
+}

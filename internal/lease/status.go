@@ -1,0 +1,127 @@
+package lease
+
+import (
+	"cmp"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Status is a lease item as it stands, for people and tools (mcpgate
+// status).
+type Status struct {
+	// Leases are the places held, soonest to expire first.
+	Leases []LeaseStatus `json:"leases"`
+	// Queue lists the waiting callers in the order they will be served if
+	// nothing changes.
+	Queue []TicketStatus `json:"queue"`
+	// Principals says, per principal, how many places it holds and how
+	// many of its callers wait.
+	Principals []PrincipalStatus `json:"principals"`
+	// Tools counts the places held per capped tool.
+	Tools map[string]int `json:"tools,omitempty"`
+	// CallLength is how long calls on the key last (the fleet's running
+	// mean), zero if unknown.
+	CallLength time.Duration `json:"call_ms,omitempty"`
+	// Tombstones counts the ended callers whose writes may still land.
+	Tombstones int `json:"tombstones,omitempty"`
+	// Breakers are the key's circuit breakers.
+	Breakers []BreakerStatus `json:"breakers,omitempty"`
+}
+
+// LeaseStatus is one held place.
+type LeaseStatus struct {
+	ID        string    `json:"id"`
+	Instance  string    `json:"instance"`
+	Principal string    `json:"principal,omitempty"`
+	Tool      string    `json:"tool,omitempty"`
+	Expiry    time.Time `json:"expiry"`
+	// Lapsed: it expired, and the next write removes it.
+	Lapsed bool `json:"lapsed"`
+}
+
+// TicketStatus is one waiting caller.
+type TicketStatus struct {
+	ID        string    `json:"id"`
+	Instance  string    `json:"instance"`
+	Principal string    `json:"principal"`
+	Tool      string    `json:"tool,omitempty"`
+	Number    int64     `json:"number"`
+	Deadline  time.Time `json:"deadline"`
+	// Lapsed: its caller has given up, and the next write removes it.
+	Lapsed bool `json:"lapsed"`
+	// Turn: a place is free for it now; its caller takes it at its next
+	// look.
+	Turn bool `json:"turn"`
+}
+
+// PrincipalStatus is one principal's share of the key.
+type PrincipalStatus struct {
+	Principal string `json:"principal"`
+	Holding   int    `json:"holding"`
+	Waiting   int    `json:"waiting"`
+}
+
+// Describe reads a lease item as of now. cap and principalCap are the
+// key's caps (0: none), which decide whose turn it is.
+func Describe(item map[string]types.AttributeValue, now time.Time, cap, principalCap int) Status {
+	v := parseItem(item)
+	ms := now.UnixMilli()
+	st := Status{CallLength: time.Duration(v.callMS) * time.Millisecond, Tombstones: len(v.tombstones), Breakers: Breakers(item, now)}
+	per := map[string]*PrincipalStatus{}
+	share := func(label string) *PrincipalStatus {
+		if per[label] == nil {
+			per[label] = &PrincipalStatus{Principal: label}
+		}
+		return per[label]
+	}
+	for id, exp := range v.leases {
+		ls := LeaseStatus{ID: id, Instance: InstanceOf(id), Principal: v.labelOf(id), Expiry: time.UnixMilli(min(exp, math.MaxInt64/2)), Lapsed: exp < ms}
+		for attr, members := range v.sets {
+			if tool, ok := strings.CutPrefix(attr, ToolAttrPrefix); ok && slices.Contains(members, id) {
+				ls.Tool = tool
+			}
+		}
+		if !ls.Lapsed {
+			share(ls.Principal).Holding++
+			if ls.Tool != "" {
+				if st.Tools == nil {
+					st.Tools = map[string]int{}
+				}
+				st.Tools[ls.Tool]++
+			}
+		}
+		st.Leases = append(st.Leases, ls)
+	}
+	slices.SortFunc(st.Leases, func(a, b LeaseStatus) int { return cmp.Or(a.Expiry.Compare(b.Expiry), strings.Compare(a.ID, b.ID)) })
+	// The queue in turn order: hand out as many places as there are
+	// callers, each to the caller turn would choose next.
+	order := slices.Clone(v.queue)
+	held := v.held(ms)
+	slices.SortStableFunc(order, func(a, b *ticket) int { return ranks(a, b, held) })
+	c := caps{cap: cap, principalCap: principalCap}
+	_, turn := v.turn(ms, nil, c, nil)
+	for _, t := range order {
+		ts := TicketStatus{ID: t.id, Instance: InstanceOf(t.id), Principal: t.label, Tool: t.tool, Number: t.n,
+			Deadline: time.UnixMilli(t.deadline), Lapsed: !t.live(ms),
+			Turn: slices.ContainsFunc(turn, func(x *ticket) bool { return x.id == t.id })}
+		if !ts.Lapsed {
+			share(t.label).Waiting++
+		}
+		st.Queue = append(st.Queue, ts)
+	}
+	for _, label := range slices.Sorted(maps.Keys(per)) {
+		st.Principals = append(st.Principals, *per[label])
+	}
+	if st.Leases == nil {
+		st.Leases = []LeaseStatus{}
+	}
+	if st.Queue == nil {
+		st.Queue = []TicketStatus{}
+	}
+	return st
+}
