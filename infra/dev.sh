@@ -151,6 +151,7 @@ url="http://$gateway_host:$gateway_port"
 (umask 077 && cat >"$state/env" <<ENV)
 export MCPGATE_URL=$url
 export MCPGATE_KEY=$key
+export MCPGATE_LOG=$state/logs/gateway.log
 export AWS_REGION=$AWS_REGION AWS_DEFAULT_REGION=$AWS_DEFAULT_REGION
 export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_EC2_METADATA_DISABLED=true
 export AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB
@@ -179,6 +180,7 @@ Six concurrent calls of a 2-second tool; the upstream never sees more than 2
 
 Tools:  curl -s \$MCPGATE_URL/mcp-rest/tools/list -H "Authorization: Bearer \$MCPGATE_KEY"
 Status: mcpgate status --watch
+Refused calls, and why: mcpgate refusals
 Agents: see "Connect an agent" in README.md (MCP endpoint \$MCPGATE_URL/mcp)
 
 Ctrl-C stops everything.

@@ -145,6 +145,24 @@ func TestDevScript(t *testing.T) {
 		t.Errorf("tools/list through the dev gateway: %d %s", resp.StatusCode, body)
 	}
 
+	// A refused call is found where the banner says to look: mcpgate
+	// refusals, in a shell that sourced the env file, reads this run's
+	// gateway log.
+	req, _ = http.NewRequest(http.MethodGet, url+"/mcp-rest/tools/list?server_id=demo", nil)
+	req.Header.Set("Authorization", "Bearer mcpg_not_a_key")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		id := resp.Header.Get("X-Request-Id")
+		cmd := exec.Command("bash", "-c", `. "$1" && mcpgate refusals --code UNAUTHORIZED`, "bash", filepath.Join(state, "env"))
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+		out, err := cmd.CombinedOutput()
+		if err != nil || id == "" || !strings.Contains(string(out), id) || !strings.Contains(string(out), filepath.Join(state, "logs", "gateway.log")) {
+			t.Errorf("mcpgate refusals after source env: %v; want request %q from this run's log:\n%s", err, id, out)
+		}
+	}
+
 	// A second dev.sh with the same state directory would take over this
 	// one's logs and env file: it refuses, and changes nothing.
 	before, _ := os.ReadFile(filepath.Join(state, "env"))
