@@ -215,9 +215,11 @@ func inspectorLines(t *testing.T, root string, env map[string]string) {
 		t.Logf("node %s", bytes.TrimSpace(v))
 	}
 	home, cache := t.TempDir(), t.TempDir()
-	var outs []string
-	for _, line := range lines {
+	// run runs one line in bash as a user's shell would, and returns its
+	// standard output and error.
+	run := func(line string) (string, string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
 		cmd := exec.CommandContext(ctx, "bash", "-c", line)
 		cmd.Dir = home
 		cmd.Env = append(os.Environ(), "npm_config_cache="+cache, "npm_config_update_notifier=false")
@@ -231,17 +233,27 @@ func inspectorLines(t *testing.T, root string, env map[string]string) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = 5 * time.Second
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", line, err, out)
-		}
-		outs = append(outs, string(out))
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
 	}
 	for i, want := range []string{`"demo-slow_tool"`, "hello", `"slow_tool"`} {
-		if !strings.Contains(outs[i], want) {
-			t.Errorf("%s\nprinted no %s:\n%s", lines[i], want, outs[i])
+		out, errOut, err := run(lines[i])
+		if err != nil {
+			t.Fatalf("%s: %v\n%s%s", lines[i], err, out, errOut)
 		}
+		if !strings.Contains(out, want) {
+			t.Errorf("%s\nprinted no %s:\n%s%s", lines[i], want, out, errOut)
+		}
+	}
+
+	// The demo's tool schemas, as the gateway relays them, pass the
+	// Inspector's portability check: it reports no finding (each one is a
+	// "Warning: tool …" or "Error: tool …" block on stderr).
+	strict := lines[2] + " --strict"
+	if _, errOut, err := run(strict); err != nil || strings.Contains(errOut, ": tool ") {
+		t.Errorf("%s: %v\n%s", strict, err, errOut)
 	}
 }
 
