@@ -77,14 +77,10 @@ func runServersCheck(c *cli, args []string) error {
 	}
 	res := secret.New(secret.Options{
 		SecretsManager: secretsmanager.NewFromConfig(awsCfg, func(o *secretsmanager.Options) {
-			if v := c.getenv("AWS_ENDPOINT_URL_SECRETS_MANAGER"); v != "" {
-				o.BaseEndpoint = aws.String(v)
-			}
+			c.setEndpoint(&o.BaseEndpoint, "AWS_ENDPOINT_URL_SECRETS_MANAGER")
 		}),
 		SSM: ssm.NewFromConfig(awsCfg, func(o *ssm.Options) {
-			if v := c.getenv("AWS_ENDPOINT_URL_SSM"); v != "" {
-				o.BaseEndpoint = aws.String(v)
-			}
+			c.setEndpoint(&o.BaseEndpoint, "AWS_ENDPOINT_URL_SSM")
 		}),
 		Getenv: c.getenv,
 	})

@@ -345,11 +345,18 @@ func (c *cli) open() error {
 	}
 	// The endpoint is DynamoDB's alone: the same configuration reaches
 	// CloudFormation and CloudWatch Logs.
-	if v := c.getenv("AWS_ENDPOINT_URL_DYNAMODB"); v != "" {
-		cfg.BaseEndpoint = aws.String(v)
-	}
+	c.setEndpoint(&cfg.BaseEndpoint, "AWS_ENDPOINT_URL_DYNAMODB")
 	c.db, c.tables = store.NewClientFromConfig(cfg), tables
 	return nil
+}
+
+// setEndpoint sets *endpoint, one service client's base endpoint, to the
+// variable name (AWS_ENDPOINT_URL_<SERVICE>, read through getenv) when it
+// is set, and leaves the SDK's otherwise.
+func (c *cli) setEndpoint(endpoint **string, name string) {
+	if v := c.getenv(name); v != "" {
+		*endpoint = aws.String(v)
+	}
 }
 
 // awsConfig loads the AWS SDK's configuration once: the standard variables

@@ -227,9 +227,7 @@ func (c *cli) refusalsFromGroup(group string, f refusalFilter) (*refusalsReport,
 		return nil, err
 	}
 	cw := cloudwatchlogs.NewFromConfig(cfg, func(o *cloudwatchlogs.Options) {
-		if v := c.getenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"); v != "" {
-			o.BaseEndpoint = aws.String(v)
-		}
+		c.setEndpoint(&o.BaseEndpoint, "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")
 	})
 	return c.readGroup(cw, group, f)
 }

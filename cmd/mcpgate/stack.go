@@ -80,9 +80,7 @@ func (c *cli) readStack() (*stackInfo, error) {
 		return nil, err
 	}
 	cf := cloudformation.NewFromConfig(cfg, func(o *cloudformation.Options) {
-		if v := c.getenv("AWS_ENDPOINT_URL_CLOUDFORMATION"); v != "" {
-			o.BaseEndpoint = aws.String(v)
-		}
+		c.setEndpoint(&o.BaseEndpoint, "AWS_ENDPOINT_URL_CLOUDFORMATION")
 	})
 	if v := c.getenv("AWS_ENDPOINT_URL_DYNAMODB"); v != "" && localEndpoint(v) {
 		fmt.Fprintf(c.stderr, "mcpgate: note: AWS_ENDPOINT_URL_DYNAMODB=%s sends the table commands to that local store, not to stack %q's tables (a shell that sourced .dev/env?)\n", v, c.stack)
