@@ -170,8 +170,8 @@ func runRefusals(c *cli, args []string) error {
 		r, err = c.refusalsFromGroup(s.LogGroup, f)
 	case c.getenv(envLogGroup) != "":
 		r, err = c.refusalsFromGroup(c.getenv(envLogGroup), f)
-	case c.getenv("MCPGATE_LOG") != "":
-		r, err = c.refusalsFromFile(c.getenv("MCPGATE_LOG"), f)
+	case c.getenv(envLog) != "":
+		r, err = c.refusalsFromFile(c.getenv(envLog), f)
 	default:
 		return usagef("where is the gateway's log? Give --log FILE (make dev: .dev/logs/gateway.log), --log-group NAME or --stack NAME")
 	}

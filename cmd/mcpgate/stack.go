@@ -52,8 +52,12 @@ const (
 	outURL      = "GatewayUrl"
 )
 
-// envLogGroup names the gateway's CloudWatch log group, for refusals.
-const envLogGroup = "MCPGATE_LOG_GROUP"
+// Where refusals reads the gateway's log: a file (make dev's .dev/env sets
+// it) or a CloudWatch log group (mcpgate env prints it).
+const (
+	envLog      = "MCPGATE_LOG"
+	envLogGroup = "MCPGATE_LOG_GROUP"
+)
 
 // stackAPI is the CloudFormation operation the CLI uses.
 type stackAPI interface {
