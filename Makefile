@@ -6,7 +6,7 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev test soak deps tables build build-GatewayFunction vet fmt fuzz bench clean
+.PHONY: help dev test soak deps tables build build-GatewayFunction cli vet fmt fuzz bench clean
 
 help:
 	@echo "make dev     run the gateway locally: store, tables, demo upstream (cap 2), dev key, gateway"
@@ -16,6 +16,7 @@ help:
 	@echo "make soak    the fault soak: kills, store outage, stalled upstream, over 6 processes"
 	@echo "make tables  create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point"
 	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
+	@echo "make cli     build the admin CLI for this machine into bin/mcpgate (or: go install ./cmd/mcpgate)"
 	@echo "make deps    install every Node package (dynalite and the test-only ones) and the Go modules"
 	@echo "make fuzz    fuzz the MCP and REST request decoding"
 	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet)"
@@ -75,6 +76,12 @@ build-GatewayFunction:
 
 build: build-GatewayFunction
 	@ls -l $(ARTIFACTS_DIR)/bootstrap
+
+# The admin CLI for this machine, for a deployed stack (make dev puts its
+# own copy on PATH through .dev/env).
+cli:
+	$(GO) build -o bin/mcpgate ./cmd/mcpgate
+	@echo "bin/mcpgate built; put it on PATH, or run: go install ./cmd/mcpgate"
 
 vet:
 	$(GO) vet ./...

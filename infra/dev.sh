@@ -29,6 +29,18 @@ export SERVERS_TABLE=dev-servers LEASES_TABLE=dev-leases KEYS_TABLE=dev-keys
 
 pids=()
 stopping=
+started=
+
+# One make dev per state directory: a second would take over the first's
+# logs, binaries and env file. (Another stack in another directory is fine:
+# its ports are seen as taken and free ones used.)
+lock="$state/dev.pid"
+if other=$(cat "$lock" 2>/dev/null) && [ -n "$other" ] && [ "$other" != "$$" ] &&
+  ps -p "$other" -o args= 2>/dev/null | grep -q 'dev\.sh'; then
+  echo "dev: another make dev (pid $other) is running with $state; stop it, or set DEV_STATE_DIR to another directory" >&2
+  exit 1
+fi
+echo $$ >"$lock"
 
 # stop ends every process this script started and waits for them: TERM
 # first, KILL for any still running after 5 s.
@@ -43,6 +55,7 @@ stop() {
   done
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ "$(cat "$lock" 2>/dev/null)" = "$$" ]; then rm -f "$lock"; fi
 }
 
 # A deliberate stop (Ctrl-C, kill) is quiet and successful.
@@ -73,6 +86,21 @@ pick() {
   fi
 }
 
+# start NAME CMD...: runs CMD in the background, its output in a fresh
+# $state/logs/NAME.log (the previous run's becomes NAME.log.1), and sets
+# started to its pid. The log is emptied here, before the process exists:
+# were it left to the process's own redirection, a read right after the
+# start could find the previous run's lines, and with them its ports.
+start() {
+  local log="$state/logs/$1.log"
+  shift
+  if [ -f "$log" ]; then mv -f "$log" "$log.1"; fi
+  : >"$log"
+  "$@" >>"$log" 2>&1 &
+  started=$!
+  pids+=("$started")
+}
+
 # wait_for FILE PATTERN PID: until FILE has a line matching PATTERN.
 wait_for() {
   local file=$1 pattern=$2 pid=$3
@@ -100,25 +128,22 @@ go build -o "$state/bin/gateway" ./functions/gateway
 go build -o "$state/bin/mcpgate" ./cmd/mcpgate
 go build -o "$state/bin/demo-upstream" ./infra/demo-upstream
 
-node infra/dynalite.js --host 127.0.0.1 --port "$(pick store "$store_port")" >"$state/logs/store.log" 2>&1 &
-pids+=($!)
-wait_for "$state/logs/store.log" "dynalite listening" $!
+start store node infra/dynalite.js --host 127.0.0.1 --port "$(pick store "$store_port")"
+wait_for "$state/logs/store.log" "dynalite listening" "$started"
 store_port=$(port_of "$state/logs/store.log")
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$store_port"
 
 "$state/bin/mcpgate" tables create
-"$state/bin/demo-upstream" -addr "127.0.0.1:$(pick demo "$demo_port")" >"$state/logs/demo.log" 2>&1 &
-pids+=($!)
-wait_for "$state/logs/demo.log" "demo upstream listening" $!
+start demo "$state/bin/demo-upstream" -addr "127.0.0.1:$(pick demo "$demo_port")"
+wait_for "$state/logs/demo.log" "demo upstream listening" "$started"
 demo_port=$(port_of "$state/logs/demo.log")
 
 sed "s#http://127.0.0.1:9100/mcp#http://127.0.0.1:$demo_port/mcp#" infra/seed/demo-server.json >"$state/demo-server.json"
 "$state/bin/mcpgate" servers put "$state/demo-server.json"
 key=$("$state/bin/mcpgate" keys create --servers '*' --name dev | grep -o 'mcpg_[A-Za-z0-9_-]*' | head -n 1)
 
-GATEWAY_ADDR="$gateway_host:$(pick gateway "$gateway_port" "$gateway_host")" "$state/bin/gateway" >"$state/logs/gateway.log" 2>&1 &
-pids+=($!)
-wait_for "$state/logs/gateway.log" '"msg":"listening"' $!
+start gateway env GATEWAY_ADDR="$gateway_host:$(pick gateway "$gateway_port" "$gateway_host")" "$state/bin/gateway"
+wait_for "$state/logs/gateway.log" '"msg":"listening"' "$started"
 gateway_port=$(grep -o -m 1 '"addr":"[^"]*"' "$state/logs/gateway.log" | sed -E 's#.*:([0-9]+)"$#\1#')
 url="http://$gateway_host:$gateway_port"
 
@@ -126,6 +151,7 @@ url="http://$gateway_host:$gateway_port"
 (umask 077 && cat >"$state/env" <<ENV)
 export MCPGATE_URL=$url
 export MCPGATE_KEY=$key
+export MCPGATE_LOG=$state/logs/gateway.log
 export AWS_REGION=$AWS_REGION AWS_DEFAULT_REGION=$AWS_DEFAULT_REGION
 export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_EC2_METADATA_DISABLED=true
 export AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB
@@ -141,8 +167,10 @@ Demo server "demo" has max_concurrent_requests 2; dev key: $key
 
 In another shell: source $state/env   (exports MCPGATE_URL, MCPGATE_KEY, the AWS settings; mcpgate on PATH)
 
-Six concurrent calls of a 2-second tool; the upstream never sees more than 2:
+Six concurrent calls of a 2-second tool; the upstream never sees more than 2
+(paste it in another shell: its first line loads this stack's settings):
 
+  source $state/env
   for i in 1 2 3 4 5 6; do
     curl -s \$MCPGATE_URL/mcp-rest/tools/call -H "Authorization: Bearer \$MCPGATE_KEY" \\
       -H 'Content-Type: application/json' \\
@@ -152,6 +180,7 @@ Six concurrent calls of a 2-second tool; the upstream never sees more than 2:
 
 Tools:  curl -s \$MCPGATE_URL/mcp-rest/tools/list -H "Authorization: Bearer \$MCPGATE_KEY"
 Status: mcpgate status --watch
+Refused calls, and why: mcpgate refusals
 Agents: see "Connect an agent" in README.md (MCP endpoint \$MCPGATE_URL/mcp)
 
 Ctrl-C stops everything.

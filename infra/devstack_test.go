@@ -1,11 +1,13 @@
 package infra
 
 // TestDevScript runs infra/dev.sh (what `make dev` runs) as a person would
-// on a machine where another stack already holds the default ports: it must
-// pick free ports and say so, write an env file a shell can source, serve
-// the demo through the gateway (the README's MCP Inspector snippet lists
-// and calls its tools), and stop quietly on Ctrl-C: exit 0 with every
-// process it started gone.
+// on a machine where another stack already holds the default ports, in a
+// state directory whose logs from an earlier run name those ports: it must
+// pick free ports and say so, write an env file a shell can source that
+// names the processes this run started (never the earlier run's ports, now
+// another stack's), serve the demo through the gateway (the README's MCP
+// Inspector lines, run as a user runs them, list and call its tools), and
+// stop quietly on Ctrl-C: exit 0 with every process it started gone.
 
 import (
 	"bufio"
@@ -21,8 +23,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,8 +44,11 @@ func TestDevScript(t *testing.T) {
 		need(t, "", "node")
 	}
 
-	// Hold the default ports, as another stack would. One that is taken
-	// already (by a stack this test did not start) is just as good.
+	// Hold the default ports, as another stack would, with servers that
+	// count the requests they get: this run must send them none. One that
+	// is taken already (by a stack this test did not start) is just as
+	// good.
+	var others []*otherStack
 	for _, p := range defaultPorts {
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
@@ -52,10 +59,14 @@ func TestDevScript(t *testing.T) {
 			c.Close()
 			continue
 		}
-		t.Cleanup(func() { l.Close() })
+		others = append(others, serveOther(t, l))
 	}
 
+	// The logs of an earlier run in the same state directory, which used
+	// the default ports: each names a port another stack now holds.
 	state := t.TempDir()
+	writeStaleLogs(t, state)
+
 	d := startDev(t, root, state)
 	ready := d.waitFor(t, "Gateway ready at ")
 
@@ -91,6 +102,36 @@ func TestDevScript(t *testing.T) {
 		t.Errorf("the env file holds the dev key but is readable by others (%v)", fi.Mode().Perm())
 	}
 
+	// The store and gateway the env file names, and the demo upstream
+	// dev.sh printed, are each served by a process of this run (dev.sh's
+	// process group), not by whatever holds the ports the old logs named.
+	demo := regexp.MustCompile(`demo upstream at (http://\S+)`).FindStringSubmatch(d.output())
+	if demo == nil {
+		t.Fatalf("dev.sh did not print the demo upstream's URL:\n%s", d.output())
+	}
+	for name, u := range map[string]string{"store": env["AWS_ENDPOINT_URL_DYNAMODB"], "gateway": url, "demo": demo[1]} {
+		port := portOf(t, u)
+		pid, err := listenerPID(port)
+		if err != nil {
+			t.Errorf("%s at %s: %v", name, u, err)
+			continue
+		}
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != d.cmd.Process.Pid {
+			t.Errorf("%s at %s is served by pid %d (process group %d, %v), not by a process this dev.sh started (group %d)",
+				name, u, pid, pgid, err, d.cmd.Process.Pid)
+		}
+	}
+	for _, o := range others {
+		if n := o.requests.Load(); n > 0 {
+			t.Errorf("the stack holding port %d got %d requests from this run", o.port, n)
+		}
+	}
+	for _, name := range []string{"store", "demo", "gateway"} {
+		if b, err := os.ReadFile(filepath.Join(state, "logs", name+".log.1")); err != nil || !bytes.Contains(b, []byte("earlier run")) {
+			t.Errorf("the earlier run's %s.log was not kept as %s.log.1 (%v)", name, name, err)
+		}
+	}
+
 	// The stack works: the demo's tools are listed with the dev key.
 	req, _ := http.NewRequest(http.MethodGet, url+"/mcp-rest/tools/list?server_id=demo", nil)
 	req.Header.Set("Authorization", "Bearer "+env["MCPGATE_KEY"])
@@ -104,7 +145,38 @@ func TestDevScript(t *testing.T) {
 		t.Errorf("tools/list through the dev gateway: %d %s", resp.StatusCode, body)
 	}
 
-	t.Run("inspector", func(t *testing.T) { inspectorSnippet(t, root, env) })
+	// A refused call is found where the banner says to look: mcpgate
+	// refusals, in a shell that sourced the env file, reads this run's
+	// gateway log.
+	req, _ = http.NewRequest(http.MethodGet, url+"/mcp-rest/tools/list?server_id=demo", nil)
+	req.Header.Set("Authorization", "Bearer mcpg_not_a_key")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		id := resp.Header.Get("X-Request-Id")
+		cmd := exec.Command("bash", "-c", `. "$1" && mcpgate refusals --code UNAUTHORIZED`, "bash", filepath.Join(state, "env"))
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+		out, err := cmd.CombinedOutput()
+		if err != nil || id == "" || !strings.Contains(string(out), id) || !strings.Contains(string(out), filepath.Join(state, "logs", "gateway.log")) {
+			t.Errorf("mcpgate refusals after source env: %v; want request %q from this run's log:\n%s", err, id, out)
+		}
+	}
+
+	// A second dev.sh with the same state directory would take over this
+	// one's logs and env file: it refuses, and changes nothing.
+	before, _ := os.ReadFile(filepath.Join(state, "env"))
+	second := exec.Command("bash", filepath.Join(root, "infra", "dev.sh"))
+	second.Dir, second.Env = root, d.cmd.Env
+	out, err := second.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another make dev") {
+		t.Errorf("a second dev.sh with the same state directory: %v, want a refusal\n%s", err, out)
+	}
+	if after, _ := os.ReadFile(filepath.Join(state, "env")); !bytes.Equal(before, after) {
+		t.Errorf("a second dev.sh changed the first one's env file")
+	}
+
+	t.Run("inspector", func(t *testing.T) { inspectorLines(t, root, env) })
 
 	// Ctrl-C: the terminal signals the whole foreground process group.
 	if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGINT); err != nil {
@@ -125,34 +197,179 @@ func TestDevScript(t *testing.T) {
 	}
 }
 
-// inspectorSnippet runs the README's MCP Inspector CLI snippet against the
-// dev gateway: list the tools, then call one.
-func inspectorSnippet(t *testing.T, root string, env map[string]string) {
-	inspector := filepath.Join(root, "infra", "node_modules", "@modelcontextprotocol", "inspector", "package.json")
-	need(t, inspector, "the MCP Inspector (run `make deps`)")
-	bin := filepath.Join(root, "infra", "node_modules", ".bin", "mcp-inspector")
-	run := func(args ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+// inspectorLines runs the README's MCP Inspector lines against the dev
+// gateway as a user pastes them: read from README.md, in a shell that
+// sourced the env file, from a directory outside the repository, with an
+// empty npm cache, so that npx fetches the version the lines name from the
+// registry and runs it on this machine's Node. They must list the demo's
+// tools through /mcp and /mcp/demo and call one.
+func inspectorLines(t *testing.T, root string, env map[string]string) {
+	if _, err := exec.LookPath("npx"); err != nil {
+		need(t, "", "npx")
+	}
+	lines := readmeBlock(t, filepath.Join(root, "README.md"), "**MCP Inspector**")
+	if len(lines) < 3 {
+		t.Fatalf("the README's MCP Inspector block has %d commands, want /mcp list and call and /mcp/<id> list:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	if v, err := exec.Command("node", "--version").Output(); err == nil {
+		t.Logf("node %s", bytes.TrimSpace(v))
+	}
+	home, cache := t.TempDir(), t.TempDir()
+	// run runs one line in bash as a user's shell would, and returns its
+	// standard output and error.
+	run := func(line string) (string, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		// The snippet as the README gives it, with npx resolved to the
-		// installed copy (tests reach no registry).
-		args = append([]string{bin, "--cli", env["MCPGATE_URL"] + "/mcp", "--header", "Authorization: Bearer " + env["MCPGATE_KEY"]}, args...)
-		cmd := exec.CommandContext(ctx, "node", args...)
-		cmd.WaitDelay = 5 * time.Second
-		storetest.SetParentDeathSignal(cmd)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("inspector %s: %v\n%s", strings.Join(args[2:], " "), err, out)
+		cmd := exec.CommandContext(ctx, "bash", "-c", line)
+		cmd.Dir = home
+		cmd.Env = append(os.Environ(), "npm_config_cache="+cache, "npm_config_update_notifier=false")
+		for k, v := range env {
+			if strings.HasPrefix(k, "MCPGATE_") {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
 		}
-		return string(out)
+		// npx runs the Inspector as its child: a process group of its
+		// own lets a timeout end both.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 5 * time.Second
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
 	}
-	if out := run("--method", "tools/list"); !strings.Contains(out, `"demo-slow_tool"`) {
-		t.Errorf("the Inspector's tools/list does not show demo-slow_tool:\n%s", out)
+	for i, want := range []string{`"demo-slow_tool"`, "hello", `"slow_tool"`} {
+		out, errOut, err := run(lines[i])
+		if err != nil {
+			t.Fatalf("%s: %v\n%s%s", lines[i], err, out, errOut)
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("%s\nprinted no %s:\n%s%s", lines[i], want, out, errOut)
+		}
 	}
-	if out := run("--method", "tools/call", "--tool-name", "demo-echo", "--tool-arg", "text=hello from the inspector"); !strings.Contains(out, "hello from the inspector") {
-		t.Errorf("the Inspector's tools/call did not echo:\n%s", out)
+
+	// The demo's tool schemas, as the gateway relays them, pass the
+	// Inspector's portability check: it reports no finding (each one is a
+	// "Warning: tool …" or "Error: tool …" block on stderr).
+	strict := lines[2] + " --strict"
+	if _, errOut, err := run(strict); err != nil || strings.Contains(errOut, ": tool ") {
+		t.Errorf("%s: %v\n%s", strict, err, errOut)
 	}
+}
+
+// readmeBlock returns the commands of the first ```sh block after the line
+// starting with heading in the README, each continuation line (ending in
+// a backslash) joined to its command.
+func readmeBlock(t *testing.T, path, heading string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "\n"+heading)
+	if !ok {
+		t.Fatalf("%s has no %q", path, heading)
+	}
+	_, rest, ok = strings.Cut(rest, "```sh\n")
+	block, _, ok2 := strings.Cut(rest, "\n```")
+	if !ok || !ok2 {
+		t.Fatalf("%s has no sh block after %q", path, heading)
+	}
+	var cmds []string
+	cur := ""
+	for _, l := range strings.Split(block, "\n") {
+		if strings.HasSuffix(l, "\\") {
+			cur += strings.TrimSuffix(l, "\\")
+			continue
+		}
+		if cur += l; strings.TrimSpace(cur) != "" {
+			cmds = append(cmds, cur)
+		}
+		cur = ""
+	}
+	return cmds
+}
+
+// otherStack is a server on a port dev.sh must leave alone: it counts the
+// HTTP requests it gets.
+type otherStack struct {
+	port     int
+	requests atomic.Int64
+}
+
+func serveOther(t *testing.T, l net.Listener) *otherStack {
+	o := &otherStack{port: l.Addr().(*net.TCPAddr).Port}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.requests.Add(1)
+		http.Error(w, "another stack", http.StatusServiceUnavailable)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return o
+}
+
+// writeStaleLogs writes the logs an earlier dev.sh run on the default
+// ports left in state, each line as that process wrote it.
+func writeStaleLogs(t *testing.T, state string) {
+	t.Helper()
+	logs := map[string]string{
+		"store.log":   "earlier run\ndynalite listening http://127.0.0.1:8000\n",
+		"demo.log":    "earlier run\ndemo upstream listening http://127.0.0.1:9100/mcp\n",
+		"gateway.log": `{"msg":"earlier run"}` + "\n" + `{"time":"2026-01-01T00:00:00Z","level":"INFO","msg":"listening","addr":"127.0.0.1:8080"}` + "\n",
+	}
+	if err := os.MkdirAll(filepath.Join(state, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range logs {
+		if err := os.WriteFile(filepath.Join(state, "logs", name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// portOf returns the port of an http://host:port URL.
+func portOf(t *testing.T, u string) int {
+	t.Helper()
+	m := regexp.MustCompile(`^http://[^/]*:(\d+)`).FindStringSubmatch(u)
+	if m == nil {
+		t.Fatalf("%q has no port", u)
+	}
+	p, _ := strconv.Atoi(m[1])
+	return p
+}
+
+// listenerPID returns the pid of the process listening on the loopback TCP
+// port, from /proc: the socket's inode in /proc/net/tcp{,6}, then the
+// process holding a descriptor of it.
+func listenerPID(port int) (int, error) {
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			// sl local_address rem_address st ... inode (the 10th field)
+			if len(fs) < 10 || fs[3] != "0A" {
+				continue
+			}
+			_, hexPort, _ := strings.Cut(fs[1], ":")
+			if p, err := strconv.ParseInt(hexPort, 16, 32); err == nil && int(p) == port {
+				inodes["socket:["+fs[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return 0, fmt.Errorf("nothing listens on port %d", port)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range procs {
+		if target, err := os.Readlink(fd); err == nil && inodes[target] {
+			return strconv.Atoi(strings.Split(fd, "/")[2])
+		}
+	}
+	return 0, fmt.Errorf("no process of ours holds the listener on port %d", port)
 }
 
 // dev is a running infra/dev.sh.

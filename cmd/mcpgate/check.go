@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
@@ -72,20 +71,16 @@ func runServersCheck(c *cli, args []string) error {
 	}
 	step("item", "ok (%s)", describe(srv))
 
-	awsCfg, err := config.LoadDefaultConfig(c.ctx, awsBaseOptions(c.getenv)...)
+	awsCfg, err := c.awsConfig()
 	if err != nil {
-		return fmt.Errorf("load aws config: %w", err)
+		return err
 	}
 	res := secret.New(secret.Options{
 		SecretsManager: secretsmanager.NewFromConfig(awsCfg, func(o *secretsmanager.Options) {
-			if v := c.getenv("AWS_ENDPOINT_URL_SECRETS_MANAGER"); v != "" {
-				o.BaseEndpoint = aws.String(v)
-			}
+			c.setEndpoint(&o.BaseEndpoint, "AWS_ENDPOINT_URL_SECRETS_MANAGER")
 		}),
 		SSM: ssm.NewFromConfig(awsCfg, func(o *ssm.Options) {
-			if v := c.getenv("AWS_ENDPOINT_URL_SSM"); v != "" {
-				o.BaseEndpoint = aws.String(v)
-			}
+			c.setEndpoint(&o.BaseEndpoint, "AWS_ENDPOINT_URL_SSM")
 		}),
 		Getenv: c.getenv,
 	})

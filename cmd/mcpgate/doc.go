@@ -1,11 +1,16 @@
 // Command mcpgate administers the MCP gateway's DynamoDB tables: it creates
 // them, edits upstream server definitions, issues and revokes API keys, shows
-// the live leases of the fleet-wide concurrency limiter, and imports the
-// mcp_servers of a LiteLLM config.
+// the live leases of the fleet-wide concurrency limiter, lists the calls the
+// gateway refused and why (from its log), and imports the mcp_servers of a
+// LiteLLM config.
 //
 // It reads the same environment as the gateway: SERVERS_TABLE, LEASES_TABLE
-// and KEYS_TABLE name the tables; AWS_REGION, AWS_ENDPOINT_URL_DYNAMODB (for
-// a local endpoint) and the standard AWS credentials reach them.
+// and KEYS_TABLE name the tables; AWS_REGION (or the profile's region),
+// AWS_ENDPOINT_URL_DYNAMODB (for a local endpoint) and the standard AWS
+// credentials reach them. With --stack NAME (before or after the command)
+// it reads the table names and the log group from the outputs of the
+// CloudFormation stack NAME instead; mcpgate env --stack NAME prints them as
+// shell exports.
 //
 // Usage:
 //
@@ -20,6 +25,9 @@
 //	mcpgate keys list
 //	mcpgate keys revoke HASH_OR_PREFIX
 //	mcpgate status [SERVER_ID] [--json] [--watch [--interval D] [--count N]]
+//	mcpgate refusals [--since D] [--server ID] [--principal P] [--code CODE,...] [--limit N] [--json]
+//	                 [--log FILE | --log-group NAME]
+//	mcpgate env --stack NAME
 //	mcpgate import litellm FILE [--dry-run] [--rename] [--overwrite]
 //	mcpgate help [COMMAND]
 //
@@ -36,6 +44,13 @@
 //
 // keys create prints the new key once, alone on standard output; only its
 // SHA-256 is stored.
+//
+// refusals reads the gateway's request records (msg "request") from a file
+// (--log, MCPGATE_LOG: make dev's .dev/logs/gateway.log) or a CloudWatch
+// Logs group (--log-group, MCPGATE_LOG_GROUP, or the stack's LogGroupName
+// output) with FilterLogEvents, and shows those with an error code grouped
+// by code, server and principal, with request ids, then the latest one by
+// one and what each code means.
 //
 // Exit status: 0 on success, 1 on failure (one line on standard error), 2
 // for an unknown command or bad flags or arguments (with usage).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -115,11 +116,12 @@ func (p *planned) mapAuth(settings map[string]any, doc map[string]any, take func
 		p.unmapped = append(p.unmapped, "auth_type (no authentication_token)")
 		return
 	}
-	a := map[string]any{"type": m.typ, "secret": p.secretRef(v, "auth.secret", m.form)}
+	a := map[string]any{"type": m.typ, "secret": p.secretRef(v)}
 	if m.header != "" {
 		a["header"] = m.header
 	}
 	doc["auth"] = a
+	p.noteSecret(a, m.form)
 }
 
 func (p *planned) mapOAuth2(doc map[string]any, take func(string) (any, bool)) {
@@ -133,7 +135,7 @@ func (p *planned) mapOAuth2(doc map[string]any, take func(string) (any, bool)) {
 		return
 	}
 	a := map[string]any{"type": "oauth2_client_credentials", "client_id": clientID, "token_url": tokenURL,
-		"secret": p.secretRef(sec, "auth.secret", "the client secret")}
+		"secret": p.secretRef(sec)}
 	if v, ok := take("scopes"); ok {
 		if list, ok := stringList(v); ok {
 			a["scope"] = strings.Join(list, " ")
@@ -145,21 +147,36 @@ func (p *planned) mapOAuth2(doc map[string]any, take func(string) (any, bool)) {
 		a["audience"] = v
 	}
 	doc["auth"] = a
+	p.noteSecret(a, "the client secret")
 }
 
 // secretRef turns a credential setting into a reference, never keeping a
-// literal value.
-func (p *planned) secretRef(v any, field, form string) string {
+// literal value: env:VAR for an os.environ/VAR setting, else the server's
+// Secrets Manager secret (secretPrefix + id), to be created.
+func (p *planned) secretRef(v any) string {
+	if s, ok := v.(string); ok && isEnvRef(v) {
+		return "env:" + strings.TrimPrefix(s, "os.environ/")
+	}
+	return "secretsmanager:" + secretPrefix + p.id
+}
+
+// noteSecret says how to create the secret auth refers to (its value is
+// form), and for an env: reference, how to move it to Secrets Manager:
+// commands to paste, the second setting the whole auth as it would be.
+func (p *planned) noteSecret(auth map[string]any, form string) {
 	name := secretPrefix + p.id
 	create := fmt.Sprintf("aws secretsmanager create-secret --name %s --secret-string '<%s>'", name, form)
-	if s, ok := v.(string); ok && isEnvRef(v) {
-		env := strings.TrimPrefix(s, "os.environ/")
-		p.notes = append(p.notes, fmt.Sprintf("%s is env:%s, read from the gateway's environment: for local development only (refused under Lambda); to move it to Secrets Manager: %s, then mcpgate servers set %s with secretsmanager:%s",
-			field, env, create, p.id, name))
-		return "env:" + env
+	ref, _ := auth["secret"].(string)
+	env, isEnv := strings.CutPrefix(ref, "env:")
+	if !isEnv {
+		p.notes = append(p.notes, fmt.Sprintf("auth.secret is %s; the config's literal value is not imported: create the secret with %s", ref, create))
+		return
 	}
-	p.notes = append(p.notes, fmt.Sprintf("%s is secretsmanager:%s; the config's literal value is not imported: create the secret with %s", field, name, create))
-	return "secretsmanager:" + name
+	moved := maps.Clone(auth)
+	moved["secret"] = "secretsmanager:" + name
+	js, _ := json.Marshal(moved)
+	p.notes = append(p.notes, fmt.Sprintf("auth.secret is env:%s, read from the gateway's environment: for local development only (refused under Lambda); to move it to Secrets Manager: %s, then: mcpgate servers set %s %s",
+		env, create, p.id, shellQuote("auth="+string(js))))
 }
 
 // mapStaticHeaders keeps literal, non-credential static headers.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -156,6 +157,22 @@ func TestImportLiteLLM(t *testing.T) {
 	reports := checkReport(t, r)
 	if rep := reports["github"]; rep == nil || rep.status != `imported as server "github"` {
 		t.Errorf("github reported %+v", rep)
+	}
+	// The note's command to move the env: secret to Secrets Manager runs
+	// as pasted in a shell, and changes only the reference.
+	if rep := reports["github"]; rep != nil && len(rep.notes) == 1 {
+		_, paste, ok := strings.Cut(rep.notes[0], "then: mcpgate ")
+		args, err := exec.Command("bash", "-c", `eval "printf '%s\0' $1"`, "bash", paste).Output()
+		if !ok || err != nil {
+			t.Fatalf("no command to paste in %q (%v)", rep.notes[0], err)
+		}
+		want := registry.ItemToJSON(serverItem(t, env, "github"))
+		auth, _ := want["auth"].(map[string]any)
+		auth["secret"] = "secretsmanager:mcpgate/github"
+		mcpgate(t, env, strings.Split(strings.TrimSuffix(string(args), "\x00"), "\x00")...).ok(t)
+		if got := registry.ItemToJSON(serverItem(t, env, "github")); !reflect.DeepEqual(got, want) {
+			t.Errorf("the pasted command made github %v, want %v", got, want)
+		}
 	}
 
 	var ids []string

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -50,8 +51,9 @@ var commands = []*command{
 	tablesCreateCmd,
 	serversPutCmd, serversGetCmd, serversListCmd, serversDeleteCmd, serversSetCmd, serversCheckCmd,
 	keysCreateCmd, keysListCmd, keysRevokeCmd,
-	statusCmd,
+	statusCmd, refusalsCmd,
 	importLiteLLMCmd,
+	envCmd,
 }
 
 // cli is one invocation: its streams, environment and, once a command needs
@@ -65,6 +67,13 @@ type cli struct {
 
 	db     *dynamodb.Client
 	tables store.Tables
+
+	// stack is --stack: the CloudFormation stack whose outputs name the
+	// tables and log group, instead of the environment; stackInfo is what
+	// was read of it.
+	stack     string
+	stackInfo *stackInfo
+	awsCfg    *aws.Config
 }
 
 // usageError is a mistake in how the command was invoked: it prints the
@@ -81,6 +90,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		getenv = os.Getenv
 	}
 	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	args, err := c.globalFlags(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "mcpgate: %s\n\n%s", err, overview())
+		return exitUsage
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, overview())
 		return exitUsage
@@ -102,11 +116,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			}
 			return exitUsage
 		}
+		if near := nearestCommand(args[0]); near != "" {
+			help := groupHelp(near)
+			if cmd, _ := lookup([]string{near}); cmd != nil {
+				help = cmdHelp(cmd)
+			}
+			fmt.Fprintf(stderr, "mcpgate: unknown command %q; did you mean %q?\n\n%s", args[0], near, help)
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "mcpgate: unknown command %q\n\n%s", args[0], overview())
 		return exitUsage
 	}
 	c.cmd = cmd
-	err := cmd.run(c, rest)
+	err = cmd.run(c, rest)
 	var uerr *usageError
 	switch {
 	case err == nil:
@@ -125,6 +147,26 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
+// globalFlags takes the flags given before the command (--stack NAME) off
+// args.
+func (c *cli) globalFlags(args []string) ([]string, error) {
+	for len(args) > 0 {
+		switch a := args[0]; {
+		case a == "--stack" || a == "-stack":
+			if len(args) < 2 || args[1] == "" {
+				return nil, errors.New("--stack needs a stack name")
+			}
+			c.stack, args = args[1], args[2:]
+		case strings.HasPrefix(a, "--stack=") || strings.HasPrefix(a, "-stack="):
+			_, c.stack, _ = strings.Cut(a, "=")
+			args = args[1:]
+		default:
+			return args, nil
+		}
+	}
+	return args, nil
+}
+
 // lookup finds the command named by the first one or two words of args.
 func lookup(args []string) (*command, []string) {
 	for _, cmd := range commands {
@@ -134,6 +176,40 @@ func lookup(args []string) (*command, []string) {
 		}
 	}
 	return nil, nil
+}
+
+// nearestCommand returns the first word of a command that word is likely
+// a slip for ("server" for "servers"), or "".
+func nearestCommand(word string) string {
+	best, bestDist := "", 3
+	for _, cmd := range commands {
+		first, _, _ := strings.Cut(cmd.name, " ")
+		if d := editDistance(strings.ToLower(word), first); d < bestDist && d < len(first)/2 {
+			best, bestDist = first, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // groupOf returns word if it is the first word of a two-word command.
@@ -164,17 +240,25 @@ func (c *cli) help(args []string) int {
 }
 
 const envHelp = `Environment:
-  SERVERS_TABLE, LEASES_TABLE, KEYS_TABLE   the gateway's table names (required)
-  AWS_REGION                                AWS region (required)
+  SERVERS_TABLE, LEASES_TABLE, KEYS_TABLE   the gateway's table names (required without --stack)
+  AWS_REGION                                AWS region (else the profile's region)
   AWS_ENDPOINT_URL_DYNAMODB                 a local endpoint, e.g. http://127.0.0.1:8000
   AWS_PROFILE, AWS_ACCESS_KEY_ID, ...       credentials, as for any AWS SDK tool
+  MCPGATE_LOG, MCPGATE_LOG_GROUP            where refusals reads the gateway's log (a file; a log group)
+
+Global flag:
+  --stack NAME   read the table names and log group from the outputs of the
+                 CloudFormation stack NAME (sam deploy's) instead of the
+                 environment; 'mcpgate env --stack NAME' prints them as exports
 `
 
 func overview() string {
 	var b strings.Builder
 	b.WriteString("mcpgate administers the MCP gateway's DynamoDB tables.\n\nUsage: mcpgate COMMAND [ARGS]\n\nCommands:\n")
 	listCommands(&b, "")
-	b.WriteString("\nRun 'mcpgate help COMMAND' (or 'mcpgate COMMAND -h') for its arguments and flags.\n\n")
+	b.WriteString("\nRun 'mcpgate help COMMAND' (or 'mcpgate COMMAND -h') for its arguments and flags.\n")
+	b.WriteString("Why was a call refused? 'mcpgate refusals' lists recent refusals and failures\n")
+	b.WriteString("by server, caller and code, with request ids, from the gateway's log.\n\n")
 	b.WriteString(envHelp)
 	return b.String()
 }
@@ -231,27 +315,61 @@ func (c *cli) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// newFlags returns an empty flag set for the command.
+// newFlags returns a flag set for the command, with the global --stack.
 func (c *cli) newFlags() *flag.FlagSet {
-	return flag.NewFlagSet(c.cmd.name, flag.ContinueOnError)
+	fs := flag.NewFlagSet(c.cmd.name, flag.ContinueOnError)
+	fs.StringVar(&c.stack, "stack", c.stack, "")
+	return fs
 }
 
-// open reads the table names and builds the DynamoDB client.
+// open reads the table names (from the environment, or from the stack's
+// outputs with --stack) and builds the DynamoDB client.
 func (c *cli) open() error {
-	tables, err := store.TablesFromEnv(c.getenv)
+	var tables store.Tables
+	if c.stack != "" {
+		s, err := c.readStack()
+		if err != nil {
+			return err
+		}
+		tables = s.Tables
+	} else {
+		t, err := store.TablesFromEnv(c.getenv)
+		if err != nil {
+			return fmt.Errorf("%w (or name a deployed stack: --stack NAME)", err)
+		}
+		tables = t
+	}
+	cfg, err := c.awsConfig()
 	if err != nil {
 		return err
 	}
-	opts := awsBaseOptions(c.getenv)
-	if v := c.getenv("AWS_ENDPOINT_URL_DYNAMODB"); v != "" {
-		opts = append(opts, config.WithBaseEndpoint(v))
-	}
-	db, err := store.NewClient(c.ctx, opts...)
-	if err != nil {
-		return err
-	}
-	c.db, c.tables = db, tables
+	// The endpoint is DynamoDB's alone: the same configuration reaches
+	// CloudFormation and CloudWatch Logs.
+	c.setEndpoint(&cfg.BaseEndpoint, "AWS_ENDPOINT_URL_DYNAMODB")
+	c.db, c.tables = store.NewClientFromConfig(cfg), tables
 	return nil
+}
+
+// setEndpoint sets *endpoint, one service client's base endpoint, to the
+// variable name (AWS_ENDPOINT_URL_<SERVICE>, read through getenv) when it
+// is set, and leaves the SDK's otherwise.
+func (c *cli) setEndpoint(endpoint **string, name string) {
+	if v := c.getenv(name); v != "" {
+		*endpoint = aws.String(v)
+	}
+}
+
+// awsConfig loads the AWS SDK's configuration once: the standard variables
+// read through getenv, which must name a region (or a profile with one).
+func (c *cli) awsConfig() (aws.Config, error) {
+	if c.awsCfg == nil {
+		cfg, err := store.LoadConfig(c.ctx, awsBaseOptions(c.getenv)...)
+		if err != nil {
+			return aws.Config{}, err
+		}
+		c.awsCfg = &cfg
+	}
+	return *c.awsCfg, nil
 }
 
 // awsBaseOptions hands the standard AWS variables read through getenv to

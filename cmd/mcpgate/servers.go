@@ -71,9 +71,10 @@ var serversGetCmd = &command{
 	args:    "ID [--reveal]",
 	summary: "print a server's item as JSON, and whether it is valid",
 	help: `
-Prints the server's item as indented JSON on standard output. When the item
-is invalid (the gateway refuses calls to it), it says why on standard error
-and exits with status 1.
+Prints the server's item as indented JSON on standard output, and on
+standard error whether the gateway takes it: "valid", with the settings it
+reads (cap, timeout, ...), or, when the item is invalid (the gateway
+refuses calls to it), why, exiting with status 1.
 
 URLs may carry credentials: the values of their query and their user and
 password are printed as REDACTED, as everywhere the CLI and the gateway
@@ -216,9 +217,11 @@ func runServersGet(c *cli, args []string) error {
 	if err := printJSON(c.stdout, doc); err != nil {
 		return err
 	}
-	if _, err := registry.Parse(item); err != nil {
+	s, err := registry.Parse(item)
+	if err != nil {
 		return fmt.Errorf("server %q is invalid, the gateway refuses calls to it: %w", id, err)
 	}
+	fmt.Fprintf(c.stderr, "server %q is valid: %s\n", id, describe(s))
 	return nil
 }
 

@@ -51,6 +51,9 @@ func TestServersPutGetListDelete(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("get printed %v, want %v", got, want)
 	}
+	if !strings.Contains(r.stderr, `server "github" is valid: url https://example.com/mcp?a=REDACTED&b=REDACTED, transport http, cap 5`) {
+		t.Errorf("get does not say the item is valid: %q", r.stderr)
+	}
 	// --reveal prints the item as stored, unescaped, for editing.
 	r = mcpgate(t, env, "servers", "get", "github", "--reveal").ok(t)
 	if !strings.Contains(r.stdout, `"url": "https://example.com/mcp?a=1&b=2"`) {

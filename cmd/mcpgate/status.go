@@ -45,6 +45,11 @@ its state (closed, open for how long, half-open, or probing with the
 probe's lease) and its count of consecutive failures. Any other attribute
 of the item is shown as "other state".
 
+A server whose cap is full, with callers waiting or a breaker not closed
+gets a line pointing to mcpgate refusals, which lists the calls refused
+(AT_CAPACITY, QUEUE_TIMEOUT, CIRCUIT_OPEN, ...) by server and caller, with
+request ids.
+
 With --watch it refreshes every --interval until Ctrl-C (or --count
 refreshes): in place on a terminal, as one report after another, each
 headed by the time, when the output is a file or a pipe (one line of JSON
@@ -446,6 +451,9 @@ func printStatus(w io.Writer, r *statusReport) error {
 		if err := printWaiting(w, l.Waiting, r.Now); err != nil {
 			return err
 		}
+		if l.refusing() {
+			fmt.Fprintf(w, "  calls refused lately, and why: mcpgate refusals --server %s\n", l.Key)
+		}
 		if len(l.Other) > 0 {
 			fmt.Fprintln(w, "  other state:")
 			for _, name := range slices.Sorted(maps.Keys(l.Other)) {
@@ -454,6 +462,23 @@ func printStatus(w io.Writer, r *statusReport) error {
 		}
 	}
 	return nil
+}
+
+// refusing reports whether the limiter is in a state that refuses or
+// delays calls: a cap full, callers waiting, a breaker not closed.
+func (l limiterState) refusing() bool {
+	for _, s := range l.Slots {
+		live := 0
+		for _, ls := range s.Leases {
+			if !ls.Expired {
+				live++
+			}
+		}
+		if s.Cap > 0 && live >= s.Cap {
+			return true
+		}
+	}
+	return len(l.Waiting) > 0 || slices.ContainsFunc(l.Breakers, func(b lease.BreakerStatus) bool { return b.State != "closed" })
 }
 
 // printWaiting lists the queue in the order it will be served, and what

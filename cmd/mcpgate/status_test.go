@@ -191,6 +191,10 @@ func TestStatusShowsBreakers(t *testing.T) {
 	if strings.Contains(r.stdout, "other state") {
 		t.Errorf("breaker attributes shown as other state:\n%s", r.stdout)
 	}
+	// An open breaker refuses calls: status points to where they are.
+	if !strings.Contains(r.stdout, "calls refused lately, and why: mcpgate refusals --server demo") {
+		t.Errorf("status with an open breaker does not point to refusals:\n%s", r.stdout)
+	}
 }
 
 func TestStatusShowsWaitingCallers(t *testing.T) {

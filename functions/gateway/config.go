@@ -265,6 +265,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 }
 
 // memoryLimitText renders a runtime memory limit for the log.
+// timeoutText renders a timeout for the startup log: "none" for 0.
+func timeoutText(d time.Duration) string {
+	if d == 0 {
+		return "none"
+	}
+	return d.String()
+}
+
 func memoryLimitText(limit int64) string {
 	if limit == math.MaxInt64 {
 		return "none"

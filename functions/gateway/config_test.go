@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-lambda-go/lambdaurl"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 // env is a getenv over a map.
@@ -206,5 +208,33 @@ func TestIAMCallerFromContext(t *testing.T) {
 	r.Header.Set("X-Amz-User-Arn", "arn:aws:iam::1:user/forged")
 	if got := iamCaller(r); got != "" {
 		t.Errorf("outside Lambda iamCaller = %q, want none", got)
+	}
+}
+
+// TestStartupLog: the starting record gives the settings in effect: the
+// default lease margin when LEASE_MARGIN is unset (not 0s), "none" for no
+// request deadline, and the values set otherwise.
+func TestStartupLog(t *testing.T) {
+	env := storetest.NewEnv(t)
+	for _, tc := range []struct {
+		extra []string
+		want  []string
+	}{
+		{nil, []string{`"lease_margin":"2s"`, `"request_timeout":"none"`}},
+		{[]string{"LEASE_MARGIN=500ms", "REQUEST_TIMEOUT=20s"}, []string{`"lease_margin":"500ms"`, `"request_timeout":"20s"`}},
+	} {
+		g := testkit.StartGateway(t, env, tc.extra...)
+		var starting string
+		for line := range strings.Lines(g.Logs()) {
+			if strings.Contains(line, `"msg":"starting"`) {
+				starting = line
+			}
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(starting, w) {
+				t.Errorf("with %v the starting record does not say %s: %s", tc.extra, w, starting)
+			}
+		}
+		g.Stop()
 	}
 }

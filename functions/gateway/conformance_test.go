@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -119,6 +120,17 @@ func startEverything(t *testing.T) string {
 // withBearer is a loopback reverse proxy to target that adds the bearer key
 // and changes nothing else (the Host header included): the conformance CLI
 // cannot send custom headers.
+//
+// It reads each request body whole before forwarding it. Streamed through,
+// the body races the proxy's own server: once the gateway has the declared
+// Content-Length it may answer, and writing that answer's header back to
+// the CLI makes net/http drain and close the inbound body; the transport,
+// which reads the body once more after the declared length to check it
+// ends there, then reads a closed body, counts that as a failed request
+// write and closes its connection to the gateway under the answer it is
+// copying. The CLI sees "terminated" and the proxy logs "ReverseProxy read
+// error during body copy … use of closed network connection", though the
+// gateway wrote its whole answer.
 func withBearer(t *testing.T, target, key string) string {
 	t.Helper()
 	u, err := url.Parse(target)
@@ -132,7 +144,15 @@ func withBearer(t *testing.T, target, key string) string {
 		},
 		FlushInterval: -1,
 	}
-	srv := httptest.NewServer(p)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "proxy: cannot read the request body", http.StatusBadRequest)
+			return
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		p.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

@@ -145,8 +145,10 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if wrap != nil {
 		handler = wrap(handler)
 	}
-	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", cfg.LeaseMargin.String(),
-		"request_timeout", cfg.requestTimeout().String(), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)),
+	// The values in effect: the limiter's margin (its default when
+	// LEASE_MARGIN is unset), and "none" for no request deadline.
+	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", limiter.Margin().String(),
+		"request_timeout", timeoutText(cfg.requestTimeout()), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)),
 		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants),
 		"function_concurrency", cfg.FunctionConcurrency, "server_bulkhead", gateway.Bulkhead(cfg.FunctionConcurrency, cfg.ServerShare))
 

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -98,6 +99,20 @@ type SlowArgs struct {
 	Gate string `json:"gate,omitempty" jsonschema:"hold until this gate is opened"`
 }
 
+// slowSchema is slow_tool's input schema: SlowArgs's, with ms an integer.
+// Inferred from its pointer type (absent means the default), ms would be
+// ["null","integer"], which clients that map schemas onto a one-type
+// dialect reject or flag (the MCP Inspector's --strict does).
+func slowSchema() *jsonschema.Schema {
+	s, err := jsonschema.For[SlowArgs](nil)
+	if err != nil {
+		panic("slow_tool schema: " + err.Error()) // a fixed Go type: cannot fail
+	}
+	ms := s.Properties["ms"]
+	ms.Types, ms.Type = nil, "integer"
+	return s
+}
+
 // SlowResult is slow_tool's structured result.
 type SlowResult struct {
 	// InFlightAtEntry is how many calls were in flight, this one included,
@@ -129,6 +144,7 @@ func New() *Demo {
 	mcp.AddTool(d.server, &mcp.Tool{
 		Name:        "slow_tool",
 		Description: "Sleeps, then reports how many calls were in flight when it started and the peak seen so far. Sends progress when asked.",
+		InputSchema: slowSchema(),
 	}, d.slow)
 	mcp.AddTool(d.server, &mcp.Tool{Name: "echo", Description: "Returns its text."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in struct {

@@ -2,6 +2,7 @@ package demoupstream
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -118,5 +119,39 @@ func TestRecordEvents(t *testing.T) {
 	call()
 	if n := len(d.Events()); n != 4 {
 		t.Fatalf("%d events after recording stopped, want 4", n)
+	}
+}
+
+// TestSlowToolSchema: every property of slow_tool's input schema has one
+// type (ms an integer, not ["null","integer"]), and a call without ms is
+// still accepted.
+func TestSlowToolSchema(t *testing.T) {
+	cs := connect(t, New())
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		b, _ := json.Marshal(tool.InputSchema)
+		var schema struct {
+			Properties map[string]struct {
+				Type any `json:"type"`
+			} `json:"properties"`
+		}
+		if err := json.Unmarshal(b, &schema); err != nil {
+			t.Fatal(err)
+		}
+		for name, p := range schema.Properties {
+			if _, one := p.Type.(string); !one {
+				t.Errorf("%s.%s has type %v, want one type", tool.Name, name, p.Type)
+			}
+		}
+		if tool.Name == "slow_tool" && schema.Properties["ms"].Type != "integer" {
+			t.Errorf("slow_tool ms has type %v, want integer", schema.Properties["ms"].Type)
+		}
+	}
+	call, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow_tool", Arguments: map[string]any{"until_in_flight": 1}})
+	if err != nil || call.IsError {
+		t.Fatalf("slow_tool without ms: %v %+v", err, call)
 	}
 }

@@ -101,7 +101,7 @@ func LoadConfig(ctx context.Context, optFns ...func(*config.LoadOptions) error) 
 		return aws.Config{}, fmt.Errorf("load aws config: %w", err)
 	}
 	if cfg.Region == "" {
-		return aws.Config{}, errors.New("load aws config: no region: set AWS_REGION")
+		return aws.Config{}, errors.New("load aws config: no region: set AWS_REGION (or AWS_PROFILE, to a profile with a region)")
 	}
 	return cfg, nil
 }

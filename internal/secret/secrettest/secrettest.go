@@ -1,6 +1,7 @@
 // Package secrettest runs moto_server (python3 moto) on a loopback port, a
 // real Secrets Manager and SSM over HTTP, for tests of code that reads
-// secrets with the AWS SDK.
+// secrets with the AWS SDK. The same server answers for every service moto
+// has (Cognito, STS, CloudFormation, CloudWatch Logs, ...) at Endpoint.
 //
 // One moto process serves a whole test binary; stop it after the tests:
 //
