@@ -465,7 +465,8 @@ func printStatus(w io.Writer, r *statusReport) error {
 }
 
 // refusing reports whether the limiter is in a state that refuses or
-// delays calls: a cap full, callers waiting, a breaker not closed.
+// delays calls: a cap full, callers waiting, a breaker not closed (for
+// everyone, or for a principal).
 func (l limiterState) refusing() bool {
 	for _, s := range l.Slots {
 		live := 0
@@ -478,7 +479,7 @@ func (l limiterState) refusing() bool {
 			return true
 		}
 	}
-	return len(l.Waiting) > 0 || slices.ContainsFunc(l.Breakers, func(b lease.BreakerStatus) bool { return b.State != "closed" })
+	return len(l.Waiting) > 0 || slices.ContainsFunc(l.Breakers, func(b lease.BreakerStatus) bool { return b.State != "closed" || len(b.OpenFor) > 0 })
 }
 
 // printWaiting lists the queue in the order it will be served, and what
