@@ -409,7 +409,8 @@ func (c *testClock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d)
 // TestSweepForgetsIdlePrincipals: what a principal no longer uses (idle
 // sessions, server info, tool lists) is dropped, so the pool's memory is
 // bounded by the principals active within the idle timeout. A server's tool
-// list is one for every caller (the upstream sees the gateway's credential).
+// list is one for every caller (the upstream sees the gateway's credential),
+// listed on a session of the gateway's own: four sessions in all.
 func TestSweepForgetsIdlePrincipals(t *testing.T) {
 	_, _, srv := demoServer(t, registry.TransportHTTP)
 	p := New(Options{IdleTimeout: time.Minute})
@@ -428,8 +429,8 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 		defer p.mu.Unlock()
 		return len(p.idle), len(p.tools), len(p.info)
 	}
-	if i, tl, in := count(); i != 3 || tl != 1 || in != 3 {
-		t.Fatalf("after three principals: %d idle lists, %d tool lists, %d infos; want 3, 1, 3", i, tl, in)
+	if i, tl, in := count(); i != 4 || tl != 1 || in != 4 {
+		t.Fatalf("after three principals: %d idle lists, %d tool lists, %d infos; want 4, 1, 4", i, tl, in)
 	}
 	p.mu.Lock()
 	stale := p.sweepLocked(time.Now().Add(sweepEvery + 10*time.Minute))
@@ -437,8 +438,8 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 	for _, s := range stale {
 		s.close()
 	}
-	if i, tl, in := count(); i != 0 || tl != 0 || in != 0 || len(stale) != 3 {
-		t.Errorf("after the idle timeout: %d idle lists, %d tool lists, %d infos, %d sessions closed; want 0, 0, 0, 3", i, tl, in, len(stale))
+	if i, tl, in := count(); i != 0 || tl != 0 || in != 0 || len(stale) != 4 {
+		t.Errorf("after the idle timeout: %d idle lists, %d tool lists, %d infos, %d sessions closed; want 0, 0, 0, 4", i, tl, in, len(stale))
 	}
 }
 

@@ -14,8 +14,11 @@
 // transport openapi are plain HTTP APIs called through package openapi.
 //
 // Tool lists are reused for Options.ToolsTTL, or the upstream's smaller
-// ttlMs, and, for limited servers, shared by the fleet through a Catalog. What one upstream can make the gateway read is bounded (see
-// limits.go).
+// ttlMs. A list the upstream gives every caller alike is fetched on a
+// session of the gateway's own, on which no agent calls tools, and, for
+// limited servers, shared by the fleet through a Catalog; a list it marks
+// private is fetched and kept per principal. What one upstream can make the
+// gateway read is bounded (see limits.go).
 //
 // A tool call is an Exchange: its caller may stop waiting for it, tell the
 // upstream to stop (Stop) in every way the upstream's protocol allows
@@ -182,6 +185,9 @@ type toolList struct {
 	scope   string
 	expires time.Time
 	reuse   time.Time
+	// private: a list every caller would share turned out private
+	// (cacheScope); until expires, each caller lists on its own session.
+	private bool
 }
 
 // Listing is an upstream's tool list and how long it may be reused.
@@ -663,10 +669,21 @@ func (p *Pool) Tools(ctx context.Context, srv *registry.Server, c Caller) ([]*mc
 // MaxTTL is the longest the gateway reuses an upstream's list.
 func (p *Pool) MaxTTL() time.Duration { return p.toolsTTL }
 
+// listingPrincipal is the principal of the gateway's own sessions, on
+// which the tool lists shared by every caller are fetched: no agent's call
+// ever runs on them, so such a list reflects no agent's session state. An
+// agent's principal ("key:…", "oauth:…", "iam:…") never takes this form.
+const listingPrincipal = "mcpgate:lists"
+
 // ToolListing returns srv's tools as c sees them, and how long they may be
-// reused: from this instance's copy while it is fresh, else from the
-// fleet's catalog, else from the upstream. A failing upstream is asked
-// again at most every toolsRefreshFloor.
+// reused. A list the upstream gives every caller alike (cacheScope public,
+// or none) is fetched on a session of the gateway's own, never an agent's,
+// and kept for every caller: this instance's copy while it is fresh, else
+// the fleet's catalog (for limited servers), else the upstream. A list the
+// upstream marks private, and the list of a server that forwards callers'
+// headers, is fetched on c's own session and kept for c alone, never in the
+// catalog (which learns only that the list is private). A failing upstream
+// is asked again at most every toolsRefreshFloor.
 func (p *Pool) ToolListing(ctx context.Context, srv *registry.Server, c Caller) (*Listing, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
@@ -675,17 +692,11 @@ func (p *Pool) ToolListing(ctx context.Context, srv *registry.Server, c Caller) 
 		}
 		return &Listing{Tools: api.Tools(), Scope: "public", Expires: time.Now().Add(p.toolsTTL)}, nil
 	}
-	tl := p.toolList(srv, c)
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	if tl.ordered == nil || !time.Now().Before(tl.reuse) {
-		if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
-			return nil, tl.err
-		}
-		if err := p.refreshTools(ctx, srv, c, tl); err != nil {
-			return nil, err
-		}
+	tl, err := p.listFor(ctx, srv, c, "")
+	if err != nil {
+		return nil, err
 	}
+	defer tl.mu.Unlock()
 	return &Listing{Tools: tl.ordered, Scope: tl.scope, Expires: tl.expires}, nil
 }
 
@@ -706,7 +717,7 @@ func (p *Pool) InvalidateTools(srv *registry.Server) {
 		tl.reuse = time.Time{}
 		tl.mu.Unlock()
 	}
-	if !p.shared(srv) {
+	if !p.catalogued(srv) {
 		return
 	}
 	go func() {
@@ -761,69 +772,80 @@ func (p *Pool) Info(ctx context.Context, srv *registry.Server, c Caller) (*mcp.I
 // ErrUnknownTool means the upstream does not list a tool of that name.
 var ErrUnknownTool = errors.New("unknown tool")
 
-// Tool returns srv's tool named name, as c sees the list. A name missing
-// from a list older than a second triggers one refresh, so a tool added
-// upstream is found without waiting for the list to expire; with a
-// catalog, that refresh reads the catalog and leaves the upstream alone, so
-// that callers naming unknown tools cannot make the fleet list the
-// upstream.
+// Tool returns srv's tool named name, as c sees the list (see
+// ToolListing). A name missing from a list older than a second triggers one
+// refresh, so a tool added upstream is found without waiting for the list
+// to expire; with a catalog, that refresh reads the catalog and leaves the
+// upstream alone, so that callers naming unknown tools cannot make the
+// fleet list the upstream.
 func (p *Pool) Tool(ctx context.Context, srv *registry.Server, c Caller, name string) (*mcp.Tool, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		return p.openAPITool(ctx, srv, name)
 	}
-	tl := p.toolList(srv, c)
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	if tl.ordered != nil && time.Now().Before(tl.reuse) {
-		if t, ok := tl.tools[name]; ok {
-			return t, nil
-		}
-		if time.Since(tl.fetched) < toolsRefreshFloor {
-			return nil, ErrUnknownTool
-		}
-		tl.reuse = time.Time{}
-	}
-	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
-		return nil, tl.err
-	}
-	if err := p.refreshTools(ctx, srv, c, tl); err != nil {
+	tl, err := p.listFor(ctx, srv, c, name)
+	if err != nil {
 		return nil, err
 	}
+	defer tl.mu.Unlock()
 	if t, ok := tl.tools[name]; ok {
 		return t, nil
 	}
 	return nil, ErrUnknownTool
 }
 
-// cachedTool returns srv's tool named name from this instance's list for
-// c, if it holds one.
+// cachedTool returns srv's tool named name from the list this instance
+// holds for c, if it holds one.
 func (p *Pool) cachedTool(srv *registry.Server, c Caller, name string) *mcp.Tool {
-	tl := p.toolList(srv, c)
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	return tl.tools[name]
-}
-
-// listKey names the tool list of srv as c sees it. An upstream answers
-// every caller with the gateway's own credential, so its list is one for
-// all callers; only a server that forwards callers' headers may list
-// differently per caller, and keeps a list per principal.
-func listKey(srv *registry.Server, c Caller) string {
-	if len(srv.ForwardHeaders) > 0 {
-		return sessionKey(srv, c)
+	for _, key := range []string{identityKey(srv), sessionKey(srv, c)} {
+		p.mu.Lock()
+		tl := p.tools[key]
+		p.mu.Unlock()
+		if tl == nil {
+			continue
+		}
+		tl.mu.Lock()
+		t := tl.tools[name]
+		tl.mu.Unlock()
+		if t != nil {
+			return t
+		}
 	}
-	return identityKey(srv)
+	return nil
 }
 
-// shared reports whether srv's list is kept in the fleet's catalog: for
-// limited servers (an unlimited one causes no store traffic) whose list is
-// the same for every caller.
-func (p *Pool) shared(srv *registry.Server) bool {
-	return p.catalog != nil && srv.Limited() && len(srv.ForwardHeaders) == 0
+// listFor returns, locked, the list c sees of srv, renewed if it is stale,
+// or if it lacks name (when not empty) and is older than toolsRefreshFloor.
+// The list every caller shares is looked at first; once it turns out
+// private, c's own is used instead.
+func (p *Pool) listFor(ctx context.Context, srv *registry.Server, c Caller, name string) (*toolList, error) {
+	if len(srv.ForwardHeaders) == 0 {
+		shared := p.toolList(identityKey(srv))
+		shared.mu.Lock()
+		if err := p.renew(ctx, srv, Caller{Principal: listingPrincipal}, shared, name, true); err != nil {
+			shared.mu.Unlock()
+			return nil, err
+		}
+		if !shared.private {
+			return shared, nil
+		}
+		shared.mu.Unlock()
+	}
+	own := p.toolList(sessionKey(srv, c))
+	own.mu.Lock()
+	if err := p.renew(ctx, srv, c, own, name, false); err != nil {
+		own.mu.Unlock()
+		return nil, err
+	}
+	return own, nil
 }
 
-func (p *Pool) toolList(srv *registry.Server, c Caller) *toolList {
-	key := listKey(srv, c)
+// catalogued reports whether srv's shared list is kept in the fleet's
+// catalog: for limited servers (an unlimited one causes no store traffic).
+func (p *Pool) catalogued(srv *registry.Server) bool {
+	return p.catalog != nil && srv.Limited()
+}
+
+func (p *Pool) toolList(key string) *toolList {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tl, ok := p.tools[key]
@@ -834,11 +856,21 @@ func (p *Pool) toolList(srv *registry.Server, c Caller) *toolList {
 	return tl
 }
 
-// refreshTools renews srv's list, from the catalog or the upstream (asked
-// with c's session); tl.mu is held. A failure of the upstream is kept in tl,
-// so it is asked again at most every toolsRefreshFloor.
-func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, c Caller, tl *toolList) error {
-	err := p.renewTools(ctx, srv, c, tl)
+// renew brings tl up to date (see listFor), from the catalog (shared lists
+// only) or from the upstream, asked on who's session; tl.mu is held. A
+// failure of the upstream is kept in tl, so it is asked again at most every
+// toolsRefreshFloor.
+func (p *Pool) renew(ctx context.Context, srv *registry.Server, who Caller, tl *toolList, name string, shared bool) error {
+	if (tl.ordered != nil || tl.private) && time.Now().Before(tl.reuse) {
+		if name == "" || tl.private || tl.tools[name] != nil || time.Since(tl.fetched) < toolsRefreshFloor {
+			return nil
+		}
+		tl.reuse = time.Time{}
+	}
+	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
+		return tl.err
+	}
+	err := p.renewTools(ctx, srv, who, tl, shared)
 	if err != nil && ctx.Err() == nil {
 		tl.failed, tl.err = time.Now(), err
 	} else if err == nil {
@@ -847,23 +879,26 @@ func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, c Caller,
 	return err
 }
 
-func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, tl *toolList) error {
+func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, who Caller, tl *toolList, shared bool) error {
 	now := time.Now()
-	if !p.shared(srv) {
-		f, err := p.fetchTools(ctx, srv, c)
+	if !shared || !p.catalogued(srv) {
+		f, err := p.fetchTools(ctx, srv, who)
 		if err != nil {
 			return err
 		}
-		tl.ordered, tl.tools = f.list, index(f.list)
-		tl.set(f.scope, now.Add(f.ttl), now.Add(f.ttl), "")
+		tl.set(f.list, f.scope, now.Add(f.ttl), now.Add(f.ttl), "", shared)
 		return nil
 	}
 	var fetchErr error
 	e, err := p.catalog.Load(ctx, srv.ID, identityKey(srv), tl.version, func(ctx context.Context) (catalog.Fetched, error) {
-		f, err := p.fetchTools(ctx, srv, c)
+		f, err := p.fetchTools(ctx, srv, who)
 		if err != nil {
 			fetchErr = err
 			return catalog.Fetched{}, err
+		}
+		if f.scope == catalog.ScopePrivate {
+			// Never shared: the fleet learns only that it is private.
+			return catalog.Fetched{Scope: f.scope, TTL: f.ttl}, nil
 		}
 		data, err := json.Marshal(f.list)
 		if err != nil {
@@ -882,16 +917,15 @@ func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, t
 		// calls. Keep this instance's copy a little longer, or list the
 		// upstream as if there were no catalog.
 		p.log.Warn("tool catalog unavailable; listing without it", "server_id", srv.ID, "error", err.Error())
-		if tl.ordered != nil {
+		if tl.ordered != nil || tl.private {
 			tl.reuse = now.Add(p.check)
 			return nil
 		}
-		f, err := p.fetchTools(ctx, srv, c)
+		f, err := p.fetchTools(ctx, srv, who)
 		if err != nil {
 			return err
 		}
-		tl.ordered, tl.tools = f.list, index(f.list)
-		tl.set(f.scope, now.Add(f.ttl), now.Add(p.check), "")
+		tl.set(f.list, f.scope, now.Add(f.ttl), now.Add(p.check), "", true)
 		return nil
 	}
 	if err != nil {
@@ -905,9 +939,13 @@ func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, t
 	if e.Stale {
 		reuse = now.Add(catalog.DefaultPoll * 4)
 	}
-	if e.Data == nil {
+	switch {
+	case e.Scope == catalog.ScopePrivate:
+		tl.set(nil, e.Scope, e.Expires, reuse, e.Version, true)
+		return nil
+	case e.Data == nil:
 		// This instance holds that version already.
-		tl.set(e.Scope, e.Expires, reuse, e.Version)
+		tl.set(tl.ordered, e.Scope, e.Expires, reuse, e.Version, true)
 		return nil
 	}
 	if int64(len(e.Data)) > p.maxList {
@@ -918,20 +956,26 @@ func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, t
 		return &Error{Kind: KindUnavailable, ServerID: srv.ID, Err: fmt.Errorf("decode the catalog's tools: %w", err)}
 	}
 	list = slices.DeleteFunc(list, func(t *mcp.Tool) bool { return t == nil })
-	tl.ordered, tl.tools = list, index(list)
-	tl.set(e.Scope, e.Expires, reuse, e.Version)
+	tl.set(list, e.Scope, e.Expires, reuse, e.Version, true)
 	return nil
 }
 
-// set records when a list was renewed and how long it lasts.
-func (tl *toolList) set(scope string, expires, reuse time.Time, version string) {
-	if scope != "private" {
+// set records a renewed list and how long it lasts. A shared list the
+// upstream marked private is not kept: tl only says it is private, and
+// each caller lists on its own session.
+func (tl *toolList) set(list []*mcp.Tool, scope string, expires, reuse time.Time, version string, shared bool) {
+	if scope != catalog.ScopePrivate {
 		scope = "public"
 	}
-	tl.scope, tl.expires, tl.reuse, tl.version, tl.fetched = scope, expires, reuse, version, time.Now()
-	if tl.ordered == nil {
-		tl.ordered = []*mcp.Tool{}
+	tl.private = shared && scope == catalog.ScopePrivate
+	if tl.private || list == nil {
+		list = []*mcp.Tool{}
 	}
+	tl.ordered, tl.tools = list, index(list)
+	if tl.private {
+		tl.ordered, tl.tools = nil, nil
+	}
+	tl.scope, tl.expires, tl.reuse, tl.version, tl.fetched = scope, expires, reuse, version, time.Now()
 }
 
 func index(list []*mcp.Tool) map[string]*mcp.Tool {
