@@ -56,7 +56,7 @@ func newIDHarness(t *testing.T, oauth func(*auth.OAuthOptions), grants string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := upstream.New(upstream.Options{})
+	pool := upstream.New(upstream.Options{AllowLocal: true})
 	t.Cleanup(pool.Close)
 	var base string
 	gw, err := New(Deps{

@@ -59,12 +59,12 @@ func countLists(s *mcp.Server) *atomic.Int64 {
 func TestParamHeadersFromTheCatalog(t *testing.T) {
 	env := storetest.NewEnv(t)
 	srv, lists := headerUpstream(t)
-	first := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	first := New(Options{AllowLocal: true, Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer first.Close()
 	if _, err := first.Tool(t.Context(), srv, Caller{}, "region"); err != nil {
 		t.Fatal(err)
 	}
-	p := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	p := New(Options{AllowLocal: true, Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer p.Close()
 	if _, err := p.Tool(t.Context(), srv, Caller{}, "region"); err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestParamHeadersFromTheCatalog(t *testing.T) {
 func TestToolsWhenTheCatalogIsDown(t *testing.T) {
 	srv, lists := headerUpstream(t)
 	down := storetest.Client(t, "http://127.0.0.1:1")
-	p := New(Options{Catalog: catalog.New(down, "leases", catalog.Options{})})
+	p := New(Options{AllowLocal: true, Catalog: catalog.New(down, "leases", catalog.Options{})})
 	defer p.Close()
 	tool, err := p.Tool(t.Context(), srv, Caller{}, "region")
 	if err != nil || tool.Name != "region" || lists.Load() != 1 {
@@ -120,7 +120,7 @@ func TestListChangedInvalidates(t *testing.T) {
 	t.Cleanup(hs.Close)
 	srv := &registry.Server{ID: "grows", URL: hs.URL, Transport: registry.TransportSSE, Timeout: 10 * time.Second, MaxConcurrent: 4}
 
-	a := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	a := New(Options{AllowLocal: true, Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer a.Close()
 	if tools, err := a.Tools(t.Context(), srv, Caller{}); err != nil || len(tools) != 1 {
 		t.Fatalf("tools %v, %v; want grow", tools, err)
@@ -138,7 +138,7 @@ func TestListChangedInvalidates(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	b := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	b := New(Options{AllowLocal: true, Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer b.Close()
 	tools, err := b.Tools(t.Context(), srv, Caller{})
 	if err != nil || len(tools) != 2 || lists.Load() != 2 {
@@ -179,7 +179,7 @@ func TestUpstreamCachingHints(t *testing.T) {
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}))
 	t.Cleanup(hs.Close)
 	srv := &registry.Server{ID: "hints", URL: hs.URL, Timeout: 10 * time.Second}
-	p := New(Options{ToolsTTL: time.Minute})
+	p := New(Options{AllowLocal: true, ToolsTTL: time.Minute})
 	defer p.Close()
 	before := time.Now()
 	ls, err := p.ToolListing(t.Context(), srv, Caller{})

@@ -32,7 +32,7 @@ func callErr(t *testing.T, p *Pool, srv *registry.Server, tool string, args any)
 // and 429 about its health.
 func TestRefusalsAreAboutTheRequest(t *testing.T) {
 	h := testkit.StartHostile(t)
-	p := New(Options{MaxResponseBytes: 1 << 20})
+	p := New(Options{AllowLocal: true, MaxResponseBytes: 1 << 20})
 	defer p.Close()
 	srv := &registry.Server{ID: "h", URL: h.URL, Transport: registry.TransportHTTP, Timeout: 10 * time.Second}
 	if e := callErr(t, p, srv, "reject", map[string]any{"bad": true}); e.Kind != KindRejected || e.Status != 400 || !e.AboutRequest() || e.Infrastructure() {
@@ -68,8 +68,8 @@ func TestToolListBounds(t *testing.T) {
 		opts        Options
 		what        string
 	}{
-		{"huge pages", "pages=0&page_bytes=3000000", Options{MaxListBytes: 1 << 20}, "tool list"},
-		{"many pages", "pages=0&page_bytes=10", Options{MaxListPages: 5}, "tool list pages"},
+		{"huge pages", "pages=0&page_bytes=3000000", Options{AllowLocal: true, MaxListBytes: 1 << 20}, "tool list"},
+		{"many pages", "pages=0&page_bytes=10", Options{AllowLocal: true, MaxListPages: 5}, "tool list pages"},
 	} {
 		p := New(tc.opts)
 		srv := &registry.Server{ID: "h", URL: h.URL + "?" + tc.query, Transport: registry.TransportHTTP}
@@ -80,7 +80,7 @@ func TestToolListBounds(t *testing.T) {
 		}
 		p.Close()
 	}
-	p := New(Options{MaxListPages: 5})
+	p := New(Options{AllowLocal: true, MaxListPages: 5})
 	defer p.Close()
 	if tools, err := p.Tools(context.Background(), &registry.Server{ID: "h", URL: h.URL + "?pages=5&page_bytes=10", Transport: registry.TransportHTTP}, Caller{}); err != nil || len(tools) != 5 {
 		t.Errorf("5 pages with a bound of 5: %d tools, %v", len(tools), err)
@@ -94,7 +94,7 @@ func TestSessionsStayOnTheirOrigin(t *testing.T) {
 	var hits atomic.Int32
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer sink.Close()
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	for _, srv := range []*registry.Server{
 		{ID: "redirect", Transport: registry.TransportHTTP, URL: h.Base + "/redirect?to=" + url.QueryEscape(sink.URL+"/mcp")},

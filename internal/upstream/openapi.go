@@ -99,6 +99,7 @@ func (p *Pool) openAPITool(ctx context.Context, srv *registry.Server, name strin
 // srv's credential added to the API calls (not to the document's fetch).
 func (p *Pool) apiClient(srv *registry.Server) *http.Client {
 	hc := openapi.NewHTTPClient()
+	hc.Transport = newTransport(p.allowLocal || srv.AllowLocal)
 	if cred := p.credential(srv); !cred.empty() {
 		hc.Transport = &credTransport{base: hc.Transport, cred: cred, marked: true}
 	}

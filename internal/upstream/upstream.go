@@ -50,6 +50,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // Defaults for Options.
@@ -73,8 +74,20 @@ const (
 // Options configures a Pool. The zero value means defaults.
 type Options struct {
 	// HTTPClient sends the requests to upstreams. Nil means a client with
-	// pooled keep-alive connections and MaxResponseBytes enforced.
+	// pooled keep-alive connections and MaxResponseBytes enforced, which
+	// refuses to connect to loopback and link-local addresses (see
+	// AllowLocal); a client of your own decides where it connects.
 	HTTPClient *http.Client
+	// AllowLocal lets every server's requests reach loopback and
+	// link-local addresses (safeurl.LocalAddr): for local development and
+	// tests, whose upstreams run on this host. Otherwise only a server
+	// whose item sets allow_local may, and never a server an OpenAPI
+	// document names.
+	AllowLocal bool
+	// Reserved are secrets the gateway keeps for itself (the request-state
+	// key): a server whose credential refers to one, or whose credential's
+	// value is one, is misconfigured, and nothing is sent.
+	Reserved []Reserved
 	// MaxResponseBytes bounds each upstream HTTP response body (one
 	// streamable-HTTP POST, or one SSE stream) and each server-sent event.
 	// An answer past it fails with a *LimitError. Zero means
@@ -130,22 +143,25 @@ var _ Catalog = (*catalog.Catalog)(nil)
 
 // Pool holds client sessions to upstream servers.
 type Pool struct {
-	client   *mcp.Client
-	http     *http.Client
-	maxIdle  int
-	idleTTL  time.Duration
-	toolsTTL time.Duration
-	catalog  Catalog
-	check    time.Duration
-	log      *slog.Logger
-	maxResp  int64
-	maxList  int64
-	maxPages int
+	client *mcp.Client
+	// http sends requests for servers that may not reach local
+	// addresses, local for those that may (allow_local, or AllowLocal).
+	http, local *http.Client
+	maxIdle     int
+	idleTTL     time.Duration
+	toolsTTL    time.Duration
+	catalog     Catalog
+	check       time.Duration
+	log         *slog.Logger
+	maxResp     int64
+	maxList     int64
+	maxPages    int
 
-	secrets     Secrets
-	awsCreds    aws.CredentialsProvider
-	awsRegion   string
-	tokenClient *http.Client // reaches OAuth token endpoints
+	secrets    Secrets
+	reserved   []Reserved
+	allowLocal bool
+	awsCreds   aws.CredentialsProvider
+	awsRegion  string
 
 	mu    sync.Mutex
 	idle  map[string][]*session  // by session key, newest last
@@ -238,9 +254,14 @@ func New(opts Options) *Pool {
 	if p.maxPages <= 0 {
 		p.maxPages = DefaultMaxListPages
 	}
+	p.local = p.http
 	if p.http == nil {
-		p.http = NewHTTPClient(p.maxResp)
+		p.http, p.local = NewHTTPClient(p.maxResp, opts.AllowLocal), NewHTTPClient(p.maxResp, true)
+		if opts.AllowLocal {
+			p.local = p.http
+		}
 	}
+	p.reserved, p.allowLocal = opts.Reserved, opts.AllowLocal
 	if p.maxIdle <= 0 {
 		p.maxIdle = DefaultMaxIdle
 	}
@@ -249,12 +270,6 @@ func New(opts Options) *Pool {
 	}
 	if p.toolsTTL <= 0 {
 		p.toolsTTL = DefaultToolsTTL
-	}
-	// A token request carries the client secret: it never follows a
-	// redirect.
-	p.tokenClient = &http.Client{
-		Transport:     p.http.Transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	if p.check <= 0 {
 		p.check = DefaultCatalogCheck
@@ -297,15 +312,36 @@ func (p *Pool) Connects() int64 { return p.connects.Load() }
 
 // NewHTTPClient returns an HTTP client for upstream calls: keep-alive
 // connections pooled per host, and every response body cut off after limit
-// bytes. It has no overall timeout: each call's context bounds it.
-func NewHTTPClient(limit int64) *http.Client {
+// bytes. It has no overall timeout: each call's context bounds it. Unless
+// allowLocal, it refuses to connect to loopback and link-local addresses,
+// checked on the address dialed, after DNS.
+func NewHTTPClient(limit int64, allowLocal bool) *http.Client {
+	return &http.Client{Transport: &limitTransport{base: newTransport(allowLocal), limit: limit}}
+}
+
+// newTransport returns a transport pooling keep-alive connections per
+// host, refusing local addresses unless allowLocal.
+func newTransport(allowLocal bool) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 64
 	t.IdleConnTimeout = 90 * time.Second
 	t.ResponseHeaderTimeout = 0
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return &http.Client{Transport: &limitTransport{base: t, limit: limit}}
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	if !allowLocal {
+		d.Control = safeurl.RefuseLocal
+	}
+	t.DialContext = d.DialContext
+	return t
+}
+
+// clientFor is the HTTP client of srv's requests: one that may reach local
+// addresses only if srv may.
+func (p *Pool) clientFor(srv *registry.Server) *http.Client {
+	if srv.AllowLocal {
+		return p.local
+	}
+	return p.http
 }
 
 // limitTransport caps response bodies.
@@ -410,14 +446,15 @@ func (p *Pool) sessionClient(srv *registry.Server) (*http.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server url: %w", err)
 	}
-	base := p.http.Transport
+	hc := p.clientFor(srv)
+	base := hc.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
 	if cred := p.credential(srv); !cred.empty() {
 		base = &credTransport{base: base, cred: cred, origin: originOf(origin)}
 	}
-	c := *p.http
+	c := *hc
 	c.Transport = &originGuard{base: base, origin: origin}
 	return &c, nil
 }
