@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/secret"
 )
 
@@ -199,16 +200,15 @@ func (p *Pool) newCredential(srv *registry.Server) *credential {
 type credTransport struct {
 	base http.RoundTripper
 	cred *credential
-	// origin, if set, is the only scheme://host the credential goes to.
-	origin string
-	// marked: the credential goes only with requests whose context was
-	// marked by withCredential (an OpenAPI client also fetches documents).
-	marked bool
+	// origin, if set, is the only origin (scheme, host, port) the
+	// credential goes to.
+	origin *url.URL
 }
 
 type credentialKey struct{}
 
-// withCredential marks a context whose requests carry the credential.
+// withCredential marks a context whose requests are an OpenAPI server's
+// API calls, which carry the credential (its document's fetch does not).
 func withCredential(ctx context.Context) context.Context {
 	return context.WithValue(ctx, credentialKey{}, true)
 }
@@ -223,17 +223,8 @@ func withForward(ctx context.Context, h http.Header) context.Context {
 	return context.WithValue(ctx, forwardKey{}, h)
 }
 
-func originOf(u *url.URL) string { return strings.ToLower(u.Scheme + "://" + u.Host) }
-
 func (t *credTransport) applies(req *http.Request) bool {
-	if t.origin != "" && originOf(req.URL) != t.origin {
-		return false
-	}
-	if t.marked {
-		marked, _ := req.Context().Value(credentialKey{}).(bool)
-		return marked
-	}
-	return true
+	return t.origin == nil || safeurl.SameOrigin(req.URL, t.origin)
 }
 
 func (t *credTransport) RoundTrip(req *http.Request) (*http.Response, error) {

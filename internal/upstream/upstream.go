@@ -452,7 +452,7 @@ func (p *Pool) sessionClient(srv *registry.Server) (*http.Client, error) {
 		base = http.DefaultTransport
 	}
 	if cred := p.credential(srv); !cred.empty() {
-		base = &credTransport{base: base, cred: cred, origin: originOf(origin)}
+		base = &credTransport{base: base, cred: cred, origin: origin}
 	}
 	c := *hc
 	c.Transport = &originGuard{base: base, origin: origin}
