@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 // headerUpstream is a stateless 2026-07-28 server whose tool region takes
@@ -191,5 +193,71 @@ func TestUpstreamCachingHints(t *testing.T) {
 	}
 	if _, err := p.ToolListing(t.Context(), srv, Caller{}); err != nil || lists.Load() != 2 {
 		t.Errorf("second listing: %v after %d lists; want 2 (the first listing's) and this one reused", err, lists.Load())
+	}
+}
+
+// countingCatalog is the real catalog, counting its invalidations.
+type countingCatalog struct {
+	*catalog.Catalog
+	invalidations atomic.Int64
+}
+
+func (c *countingCatalog) Invalidate(ctx context.Context, id string) error {
+	c.invalidations.Add(1)
+	return c.Catalog.Invalidate(ctx, id)
+}
+
+// TestListChangedFloodIsCoalesced: one answer carrying 20,000
+// notifications/tools/list_changed costs one invalidation of the catalog,
+// not one each, and no goroutine each; more notifications within
+// listChangedEvery cause one more invalidation at its end.
+func TestListChangedFloodIsCoalesced(t *testing.T) {
+	env := storetest.NewEnv(t)
+	h := testkit.StartHostile(t)
+	cat := &countingCatalog{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})}
+	p := New(Options{AllowLocal: true, Catalog: cat})
+	defer p.Close()
+	srv := &registry.Server{ID: "flood", URL: h.URL, Timeout: time.Minute, MaxConcurrent: 4}
+	if _, err := p.Tools(t.Context(), srv, Caller{}); err != nil { // the catalog holds a list
+		t.Fatal(err)
+	}
+	flood := func() {
+		t.Helper()
+		before := runtime.NumGoroutine()
+		res, err := p.CallTool(t.Context(), srv, Caller{}, &mcp.CallToolParams{Name: "list_changed_flood", Arguments: map[string]any{"count": 20000}}, nil)
+		if err != nil || text(t, res) != "flooded" {
+			t.Fatalf("flood: %v %v", res, err)
+		}
+		if n := runtime.NumGoroutine() - before; n > 100 {
+			t.Errorf("%d more goroutines after one answer's notifications", n)
+		}
+	}
+	waitGen := func(want int) {
+		t.Helper()
+		wait, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for gen(t, env, "flood") < want {
+			select {
+			case <-wait.Done():
+				t.Fatalf("the catalog's generation did not reach %d", want)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	flood()
+	waitGen(1)
+	if n := cat.invalidations.Load(); n != 1 {
+		t.Errorf("%d catalog invalidations for one flooded answer, want 1", n)
+	}
+	// Two more floods within listChangedEvery: one more invalidation, at
+	// its end.
+	flood()
+	flood()
+	if n := cat.invalidations.Load(); n != 1 {
+		t.Errorf("%d catalog invalidations right after more floods, want still 1", n)
+	}
+	waitGen(2)
+	if n, g := cat.invalidations.Load(), gen(t, env, "flood"); n != 2 || g != 2 {
+		t.Errorf("%d invalidations, generation %d after the coalescing window; want 2 and 2", n, g)
 	}
 }

@@ -39,7 +39,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,6 +167,7 @@ type Pool struct {
 	tools map[string]*toolList   // by session key
 	info  map[string]infoEntry   // by session key: the upstream's last initialize result
 	apis  map[string]*apiEntry   // by identity key: OpenAPI-backed servers' documents
+	gens  map[string]*lists      // by identity key: tool lists' invalidations
 	creds map[string]*credential // by identity key
 	swept time.Time
 	// listeners routes notifications received on a session to its call.
@@ -204,6 +204,9 @@ type toolList struct {
 	// private: a list every caller would share turned out private
 	// (cacheScope); until expires, each caller lists on its own session.
 	private bool
+	// gen is the upstream's list generation the list was renewed in: an
+	// invalidation since makes it stale.
+	gen int64
 }
 
 // Listing is an upstream's tool list and how long it may be reused.
@@ -238,6 +241,7 @@ func New(opts Options) *Pool {
 		tools:     map[string]*toolList{},
 		info:      map[string]infoEntry{},
 		apis:      map[string]*apiEntry{},
+		gens:      map[string]*lists{},
 		creds:     map[string]*credential{},
 		secrets:   opts.Secrets,
 		awsCreds:  opts.AWSCredentials,
@@ -465,6 +469,13 @@ func (p *Pool) Close() {
 	p.closed = true
 	idle := p.idle
 	p.idle = map[string][]*session{}
+	for _, l := range p.gens {
+		l.mu.Lock()
+		if l.timer != nil && l.timer.Stop() {
+			l.timer = nil
+		}
+		l.mu.Unlock()
+	}
 	p.mu.Unlock()
 	for _, list := range idle {
 		for _, s := range list {
@@ -546,6 +557,17 @@ func (p *Pool) sweepLocked(now time.Time) []*session {
 		}
 		tl.mu.Unlock()
 	}
+	for key, l := range p.gens {
+		if !l.mu.TryLock() {
+			continue
+		}
+		if !l.running && l.timer == nil && now.Sub(l.last) > old {
+			// A list renewed in its generation is then taken for stale:
+			// listed once more, never reused wrongly.
+			delete(p.gens, key)
+		}
+		l.mu.Unlock()
+	}
 	return stale
 }
 
@@ -576,7 +598,7 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server, c Caller) (*se
 	sctx, seen := withTraffic(withBudget(sctx, 0))
 	// A stream the session keeps open (the SSE transport's) may carry
 	// notifications/tools/list_changed.
-	sctx = withListChanged(sctx, func() { p.InvalidateTools(srv) })
+	sctx = withListChanged(sctx, func() { p.InvalidateTools(srv) }, false)
 	stop := context.AfterFunc(ctx, cancel)
 	cs, err := p.client.Connect(sctx, t, nil)
 	if !stop() {
@@ -662,7 +684,7 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, c Caller, l *Listen
 			return p.classify(ctx, srv, err)
 		}
 		ctx, ex := withTraffic(ctx)
-		fctx := withListChanged(ctx, func() { p.InvalidateTools(srv) })
+		fctx := withListChanged(ctx, func() { p.InvalidateTools(srv) }, true)
 		if l != nil {
 			if srv.Transport == registry.TransportSSE {
 				// The old transport carries every message on one stream
@@ -737,31 +759,93 @@ func (p *Pool) ToolListing(ctx context.Context, srv *registry.Server, c Caller) 
 	return &Listing{Tools: tl.ordered, Scope: tl.scope, Expires: tl.expires}, nil
 }
 
-// InvalidateTools drops srv's lists here (every caller's) and in the
-// catalog, after the upstream said it changed.
-func (p *Pool) InvalidateTools(srv *registry.Server) {
-	prefix := identityKey(srv)
+// listChangedEvery is the least time between two invalidations of one
+// upstream's lists that its notifications/tools/list_changed cause.
+const listChangedEvery = 5 * time.Second
+
+// lists is what the pool knows of the tool lists of one upstream identity:
+// a generation that invalidations advance (a list renewed in an older one
+// is stale), and the coalescing of the upstream's invalidations.
+type lists struct {
+	gen atomic.Int64
+
+	mu      sync.Mutex
+	srv     *registry.Server // the latest item seen for the identity
+	last    time.Time        // when the last invalidation started
+	running bool             // the catalog's invalidation is being written
+	pending bool             // another notification came since
+	timer   *time.Timer      // a trailing invalidation is due
+}
+
+// listsOf returns the list state of srv's upstream identity.
+func (p *Pool) listsOf(srv *registry.Server) *lists {
+	key := identityKey(srv)
 	p.mu.Lock()
-	var lists []*toolList
-	for key, tl := range p.tools {
-		if key == prefix || strings.HasPrefix(key, prefix+" ") {
-			lists = append(lists, tl)
-		}
+	defer p.mu.Unlock()
+	l, ok := p.gens[key]
+	if !ok {
+		l = &lists{}
+		p.gens[key] = l
 	}
-	p.mu.Unlock()
-	for _, tl := range lists {
-		tl.mu.Lock()
-		tl.reuse = time.Time{}
-		tl.mu.Unlock()
+	return l
+}
+
+// InvalidateTools makes srv's lists stale here (every caller's) and in the
+// catalog, after the upstream said it changed. Invalidations are coalesced
+// per upstream, however many notifications arrive: the first runs at once,
+// at most one is written to the catalog at a time and one per
+// listChangedEvery, and notifications meanwhile cause one more at the end
+// of that time. Each notification costs a lock and a comparison, never a
+// goroutine or a store write of its own.
+func (p *Pool) InvalidateTools(srv *registry.Server) {
+	l := p.listsOf(srv)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.srv = srv
+	if l.running || l.timer != nil {
+		l.pending = true
+		return
 	}
+	if wait := listChangedEvery - time.Since(l.last); wait > 0 {
+		l.pending = true
+		l.timer = time.AfterFunc(wait, func() { p.trailing(l) })
+		return
+	}
+	p.invalidateLocked(l)
+}
+
+// trailing runs the invalidation due after notifications were coalesced.
+func (p *Pool) trailing(l *lists) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.timer = nil
+	if l.pending && !l.running {
+		p.invalidateLocked(l)
+	}
+}
+
+// invalidateLocked makes l's lists stale here at once and, for a
+// catalogued server, in the catalog in the background; l.mu is held.
+func (p *Pool) invalidateLocked(l *lists) {
+	l.last, l.pending = time.Now(), false
+	l.gen.Add(1)
+	srv := l.srv
 	if !p.catalogued(srv) {
 		return
 	}
+	l.running = true
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := p.catalog.Invalidate(ctx, srv.ID); err != nil {
 			p.log.Warn("invalidating the tool catalog failed", "server_id", srv.ID, "error", err.Error())
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.running = false
+		if l.pending && l.timer == nil {
+			wait := max(listChangedEvery-time.Since(l.last), 0)
+			l.timer = time.AfterFunc(wait, func() { p.trailing(l) })
 		}
 	}()
 }
@@ -898,7 +982,8 @@ func (p *Pool) toolList(key string) *toolList {
 // failure of the upstream is kept in tl, so it is asked again at most every
 // toolsRefreshFloor.
 func (p *Pool) renew(ctx context.Context, srv *registry.Server, who Caller, tl *toolList, name string, shared bool) error {
-	if (tl.ordered != nil || tl.private) && time.Now().Before(tl.reuse) {
+	gen := p.listsOf(srv).gen.Load()
+	if (tl.ordered != nil || tl.private) && time.Now().Before(tl.reuse) && tl.gen == gen {
 		if name == "" || tl.private || tl.tools[name] != nil || time.Since(tl.fetched) < toolsRefreshFloor {
 			return nil
 		}
@@ -908,6 +993,11 @@ func (p *Pool) renew(ctx context.Context, srv *registry.Server, who Caller, tl *
 		return tl.err
 	}
 	err := p.renewTools(ctx, srv, who, tl, shared)
+	if err == nil {
+		// The generation read before renewing: an invalidation that came
+		// meanwhile leaves the list stale.
+		tl.gen = gen
+	}
 	if err != nil && ctx.Err() == nil {
 		tl.failed, tl.err = time.Now(), err
 	} else if err == nil {
