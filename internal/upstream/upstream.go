@@ -27,6 +27,7 @@
 package upstream
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -367,7 +369,12 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ex := trafficFrom(req.Context())
 	ex.seen(req, resp)
-	resp.Body = &limitedBody{rc: resp.Body, left: t.limit, ex: ex}
+	if ex != nil && ex.stream && req.Method == http.MethodGet {
+		// An HTTP+SSE session's stream: bounded per request it serves.
+		resp.Body = &limitedBody{rc: resp.Body, left: math.MaxInt64, ex: ex, stream: true}
+	} else {
+		resp.Body = &limitedBody{rc: resp.Body, left: t.limit, ex: ex}
+	}
 	tapEvents(req, resp)
 	return resp, nil
 }
@@ -380,6 +387,9 @@ type limitedBody struct {
 	rc   io.ReadCloser
 	left int64
 	ex   *traffic // told when the limit is passed
+	// stream: an HTTP+SSE session's stream, whose bytes ex counts per
+	// request (traffic.spendStream).
+	stream bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -399,6 +409,12 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.rc.Read(p)
 	b.left -= int64(n)
+	if b.stream {
+		if !b.ex.spendStream(n) {
+			return n, ErrResponseTooLarge
+		}
+		return n, err
+	}
 	if !b.ex.spend(n) {
 		return n, ErrResponseTooLarge
 	}
@@ -596,6 +612,10 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server, c Caller) (*se
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// The session outlives this call: none of its budget applies.
 	sctx, seen := withTraffic(withBudget(sctx, 0))
+	if srv.Transport == registry.TransportSSE {
+		seen.stream = true
+		seen.attach(nil, p.maxResp)
+	}
 	// A stream the session keeps open (the SSE transport's) may carry
 	// notifications/tools/list_changed.
 	sctx = withListChanged(sctx, func() { p.InvalidateTools(srv) }, false)
@@ -697,12 +717,24 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, c Caller, l *Listen
 		if x != nil {
 			fctx = withExchange(fctx, x)
 		}
+		if s.seen.stream {
+			// The answer, and all the upstream sends meanwhile, come on
+			// the session's stream: they count against this request.
+			s.seen.attach(ex, p.maxResp)
+		}
 		err = fn(fctx, s.cs)
+		if s.seen.stream {
+			s.seen.attach(nil, p.maxResp)
+		}
 		if l != nil {
 			p.listeners.Delete(s.cs)
 		}
 		if s.seen.tooLarge.Load() {
 			ex.tooLarge.Store(true)
+		}
+		if s.seen.stream && (ex.tooLarge.Load() || ex.overBudget.Load()) {
+			// The stream was cut: the session is of no more use.
+			err = cmp.Or(err, error(ErrResponseTooLarge))
 		}
 		p.checkin(srv, c, s, healthy(err) && (x == nil || !x.discarding()))
 		if err != nil && reused && attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
