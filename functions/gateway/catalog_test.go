@@ -23,13 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpgate/mcpgate/internal/catalog"
-	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -276,18 +272,11 @@ func TestToolListsStayWithTheirPrincipal(t *testing.T) {
 // catalogChunks reads how many chunks the catalog head of id points at.
 func catalogChunks(t *testing.T, env *storetest.Env, id string) int {
 	t.Helper()
-	out, err := env.Client.GetItem(t.Context(), &dynamodb.GetItemInput{
-		TableName:      aws.String(env.Tables.Leases),
-		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: catalog.KeyPrefix + id}},
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Item) == 0 {
+	head := testkit.CatalogHead(t, env, id)
+	if len(head) == 0 {
 		t.Fatalf("no catalog head for %s", id)
 	}
-	n, _ := out.Item["list_chunks"].(*types.AttributeValueMemberN)
+	n, _ := head["list_chunks"].(*types.AttributeValueMemberN)
 	if n == nil {
 		return 0
 	}

@@ -10,15 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/registry"
-	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -150,15 +147,7 @@ func TestListChangedInvalidates(t *testing.T) {
 
 // gen reads the invalidation count of a catalog head.
 func gen(t *testing.T, env *storetest.Env, id string) int {
-	out, err := env.Client.GetItem(t.Context(), &dynamodb.GetItemInput{
-		TableName:      aws.String(env.Tables.Leases),
-		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: catalog.KeyPrefix + id}},
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := out.Item["gen"].(*types.AttributeValueMemberN)
+	n, _ := testkit.CatalogHead(t, env, id)["gen"].(*types.AttributeValueMemberN)
 	if n == nil {
 		return 0
 	}

@@ -810,16 +810,18 @@ type lists struct {
 }
 
 // listsOf returns the list state of srv's upstream identity.
-func (p *Pool) listsOf(srv *registry.Server) *lists {
-	key := identityKey(srv)
+func (p *Pool) listsOf(srv *registry.Server) *lists { return held(p, p.gens, identityKey(srv)) }
+
+// held returns m[key], made if absent; p.mu guards m.
+func held[T any](p *Pool, m map[string]*T, key string) *T {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l, ok := p.gens[key]
+	v, ok := m[key]
 	if !ok {
-		l = &lists{}
-		p.gens[key] = l
+		v = new(T)
+		m[key] = v
 	}
-	return l
+	return v
 }
 
 // InvalidateTools makes srv's lists stale here (every caller's) and in the
@@ -998,16 +1000,7 @@ func (p *Pool) catalogued(srv *registry.Server) bool {
 	return p.catalog != nil && srv.Limited()
 }
 
-func (p *Pool) toolList(key string) *toolList {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	tl, ok := p.tools[key]
-	if !ok {
-		tl = &toolList{}
-		p.tools[key] = tl
-	}
-	return tl
-}
+func (p *Pool) toolList(key string) *toolList { return held(p, p.tools, key) }
 
 // renew brings tl up to date (see listFor), from the catalog (shared lists
 // only) or from the upstream, asked on who's session; tl.mu is held. A
