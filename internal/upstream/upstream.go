@@ -165,13 +165,16 @@ type Pool struct {
 	awsRegion  string
 
 	mu    sync.Mutex
-	idle  map[string][]*session  // by session key, newest last
-	tools map[string]*toolList   // by session key
-	info  map[string]infoEntry   // by session key: the upstream's last initialize result
-	apis  map[string]*apiEntry   // by identity key: OpenAPI-backed servers' documents
-	gens  map[string]*lists      // by identity key: tool lists' invalidations
-	creds map[string]*credential // by identity key
-	swept time.Time
+	idle  map[string][]*session // by session key, newest last
+	tools map[string]*toolList  // by session key
+	info  map[string]infoEntry  // by session key: the upstream's last initialize result
+	apis  map[string]*apiEntry  // by identity key: OpenAPI-backed servers' documents
+	gens  map[string]*lists     // by identity key: tool lists' invalidations
+	// coalesce is the least time between two invalidations of one
+	// upstream's lists (listChangedEvery).
+	coalesce time.Duration
+	creds    map[string]*credential // by identity key
+	swept    time.Time
 	// listeners routes notifications received on a session to its call.
 	listeners sync.Map // *mcp.ClientSession → *Listener
 	closed    bool
@@ -244,6 +247,7 @@ func New(opts Options) *Pool {
 		info:      map[string]infoEntry{},
 		apis:      map[string]*apiEntry{},
 		gens:      map[string]*lists{},
+		coalesce:  listChangedEvery,
 		creds:     map[string]*credential{},
 		secrets:   opts.Secrets,
 		awsCreds:  opts.AWSCredentials,
@@ -840,7 +844,7 @@ func (p *Pool) InvalidateTools(srv *registry.Server) {
 		l.pending = true
 		return
 	}
-	if wait := listChangedEvery - time.Since(l.last); wait > 0 {
+	if wait := p.coalesce - time.Since(l.last); wait > 0 {
 		l.pending = true
 		l.timer = time.AfterFunc(wait, func() { p.trailing(l) })
 		return
@@ -878,7 +882,7 @@ func (p *Pool) invalidateLocked(l *lists) {
 		defer l.mu.Unlock()
 		l.running = false
 		if l.pending && l.timer == nil {
-			wait := max(listChangedEvery-time.Since(l.last), 0)
+			wait := max(p.coalesce-time.Since(l.last), 0)
 			l.timer = time.AfterFunc(wait, func() { p.trailing(l) })
 		}
 	}()
