@@ -26,6 +26,8 @@ export AWS_ACCESS_KEY_ID=local
 export AWS_SECRET_ACCESS_KEY=local
 export AWS_EC2_METADATA_DISABLED=true
 export SERVERS_TABLE=dev-servers LEASES_TABLE=dev-leases KEYS_TABLE=dev-keys
+# The demo upstream (and any upstream a developer runs) is on this host.
+export ALLOW_LOCAL_UPSTREAMS=on
 
 pids=()
 stopping=
@@ -156,6 +158,7 @@ export AWS_REGION=$AWS_REGION AWS_DEFAULT_REGION=$AWS_DEFAULT_REGION
 export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_EC2_METADATA_DISABLED=true
 export AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB
 export SERVERS_TABLE=$SERVERS_TABLE LEASES_TABLE=$LEASES_TABLE KEYS_TABLE=$KEYS_TABLE
+export ALLOW_LOCAL_UPSTREAMS=on
 export PATH="$state/bin:\$PATH"
 ENV
 

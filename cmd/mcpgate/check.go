@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -32,9 +33,12 @@ which step failed:
   tools/list   the upstream lists its tools; the count says how many
                allowed_tools and disallowed_tools hide
 
-It runs with this shell's AWS identity, not the gateway's: a secret this
-identity may read may still be out of the gateway's reach (see the template's
-SecretsPrefix and ParametersPrefix). forward_headers cannot be checked here:
+Upstreams on loopback or link-local addresses are refused, as the gateway
+refuses them, unless the item sets allow_local or this shell sets
+ALLOW_LOCAL_UPSTREAMS=on (make dev's environment does). It runs with this
+shell's AWS identity, not the gateway's: a secret this identity may read may
+still be out of the gateway's reach (see the template's SecretsPrefix and
+ParametersPrefix). forward_headers cannot be checked here:
 no agent sends any. The exit status is 1 when a step failed.
 
 Flags:
@@ -88,7 +92,14 @@ func runServersCheck(c *cli, args []string) error {
 		return err
 	}
 
-	pool := upstream.New(upstream.Options{Secrets: res, AWSCredentials: awsCfg.Credentials, AWSRegion: awsCfg.Region, Version: "cli"})
+	// Local upstreams as the gateway would reach them: with allow_local, or
+	// ALLOW_LOCAL_UPSTREAMS on in this shell (as make dev's environment).
+	allowLocal := false
+	switch strings.ToLower(c.getenv("ALLOW_LOCAL_UPSTREAMS")) {
+	case "on", "true", "1":
+		allowLocal = true
+	}
+	pool := upstream.New(upstream.Options{Secrets: res, AWSCredentials: awsCfg.Credentials, AWSRegion: awsCfg.Region, Version: "cli", AllowLocal: allowLocal})
 	defer pool.Close()
 	who := upstream.Caller{Principal: "mcpgate-cli"}
 	d := time.Duration(*timeout * float64(time.Second))

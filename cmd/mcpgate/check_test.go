@@ -10,9 +10,11 @@ import (
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
-// checkVars is env's environment plus the moto endpoints.
+// checkVars is env's environment plus the moto endpoints, with local
+// upstreams allowed (the test upstreams run on loopback).
 func checkVars(env *storetest.Env, s *secrettest.Server) map[string]string {
 	v := vars(env)
+	v["ALLOW_LOCAL_UPSTREAMS"] = "on"
 	for _, kv := range s.Vars() {
 		k, val, _ := strings.Cut(kv, "=")
 		v[k] = val

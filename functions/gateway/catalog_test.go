@@ -3,9 +3,12 @@ package main
 // TestFleetCatalog: a burst of cold gateway processes lists an upstream's
 // tools once between them, through the catalog in the leases table; the
 // same burst with TOOL_CATALOG=off lists once per process.
+// TestToolListsStayWithTheirPrincipal: no principal's session state reaches
+// another through a tool list.
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,8 +17,14 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -145,4 +154,132 @@ func TestFleetCatalog(t *testing.T) {
 			t.Errorf("after servers set: upstream saw %v; want 1 tools/list", got)
 		}
 	})
+}
+
+// listing is one gateway's view of a server's tool descriptions for a key,
+// over REST or over MCP on /mcp/{server_id}.
+func listing(t *testing.T, g *testkit.Gateway, key, server string, overMCP bool) string {
+	t.Helper()
+	if !overMCP {
+		r, err := testkit.Do(t.Context(), http.MethodGet, g.URL+"/mcp-rest/tools/list?server_id="+server, http.Header{"Authorization": {"Bearer " + key}}, nil)
+		if err != nil || r.Status != http.StatusOK {
+			t.Fatalf("REST list of %s: %v %d %s", server, err, r.Status, r.Body)
+		}
+		return string(r.Body)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint: g.URL + "/mcp/" + server, HTTPClient: &http.Client{Transport: bearer{key}}, DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatalf("MCP list of %s: %v", server, err)
+	}
+	b, _ := json.Marshal(res)
+	return string(b)
+}
+
+// TestToolListsStayWithTheirPrincipal: a stateful upstream's tool list
+// shows what a session remembered (the description of its notes tool). A
+// list it marks private is kept per principal and never enters the fleet's
+// catalog; a list it shares is fetched on a session of the gateway's own,
+// on which no agent calls tools. Either way, what key A's session holds
+// never reaches key B, on any of two gateway processes, over REST or MCP,
+// for a capped server (whose list goes through the catalog) and an uncapped
+// one (kept per instance).
+func TestToolListsStayWithTheirPrincipal(t *testing.T) {
+	env := storetest.NewEnv(t)
+	private := testkit.StartStatefulWith(t, testkit.StatefulOptions{Private: true, TTL: time.Second})
+	public := testkit.StartStatefulWith(t, testkit.StatefulOptions{})
+	testkit.PutServer(t, env, map[string]any{"server_id": "capped", "url": private.URL, "max_concurrent_requests": 2})
+	testkit.PutServer(t, env, map[string]any{"server_id": "uncapped", "url": private.URL})
+	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": public.URL, "max_concurrent_requests": 2})
+	alice, bob := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
+	gws := []*testkit.Gateway{
+		testkit.StartGateway(t, env, "CATALOG_TTL=1s"),
+		testkit.StartGateway(t, env, "CATALOG_TTL=1s"),
+	}
+	// Bob lists first everywhere, so that each gateway holds a list.
+	for _, id := range []string{"capped", "uncapped", "shared"} {
+		for _, g := range gws {
+			if got := listing(t, g, bob, id, false); !strings.Contains(got, "Notes of this session") {
+				t.Fatalf("bob's list of %s lacks the notes tool: %s", id, got)
+			}
+		}
+	}
+	remember := func(id, secret string) {
+		r, err := gws[0].CallTool(t.Context(), alice, id, "remember", map[string]any{"v": secret})
+		if err != nil || r.Status != http.StatusOK {
+			t.Fatalf("remember on %s: %v %d %s", id, err, r.Status, r.Body)
+		}
+	}
+	wait, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	bobSees := func(id, secret string) {
+		t.Helper()
+		for i, g := range gws {
+			for _, overMCP := range []bool{false, true} {
+				if got := listing(t, g, bob, id, overMCP); strings.Contains(got, secret) {
+					t.Errorf("server %s: bob's list on gateway %d (MCP %v) shows alice's %s", id, i, overMCP, secret)
+				}
+			}
+		}
+	}
+
+	for _, id := range []string{"capped", "uncapped"} {
+		secret := "A-PRIVATE-" + id
+		remember(id, secret)
+		// Alice's own list shows her note once it is listed again (its
+		// ttlMs is 1 s): it is hers.
+		for !strings.Contains(listing(t, gws[0], alice, id, false), secret) {
+			select {
+			case <-wait.Done():
+				t.Fatalf("server %s: alice's own list never showed her note", id)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		bobSees(id, secret)
+	}
+	if n := catalogChunks(t, env, "capped"); n != 0 {
+		t.Errorf("the catalog holds %d chunks of a private list; want none", n)
+	}
+
+	// A shared list: once listed again after alice remembered, by her own
+	// requests alone, it still shows nobody's note.
+	const secret = "A-PRIVATE-shared"
+	remember("shared", secret)
+	before := public.Lists()
+	for public.Lists() == before {
+		if got := listing(t, gws[0], alice, "shared", false); strings.Contains(got, secret) {
+			t.Fatalf("the shared list shows alice's note: %s", got)
+		}
+		select {
+		case <-wait.Done():
+			t.Fatal("the shared list was never listed again")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if got := listing(t, gws[0], alice, "shared", false); strings.Contains(got, secret) {
+		t.Errorf("the shared list, listed again, shows alice's note: %s", got)
+	}
+	bobSees("shared", secret)
+}
+
+// catalogChunks reads how many chunks the catalog head of id points at.
+func catalogChunks(t *testing.T, env *storetest.Env, id string) int {
+	t.Helper()
+	head := testkit.CatalogHead(t, env, id)
+	if len(head) == 0 {
+		t.Fatalf("no catalog head for %s", id)
+	}
+	n, _ := head["list_chunks"].(*types.AttributeValueMemberN)
+	if n == nil {
+		return 0
+	}
+	v, _ := strconv.Atoi(n.Value)
+	return v
 }

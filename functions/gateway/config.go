@@ -60,6 +60,10 @@ type config struct {
 	// Catalog shares tool lists through the leases table (TOOL_CATALOG,
 	// on by default).
 	Catalog bool
+	// AllowLocal lets every upstream be on a loopback or link-local
+	// address (ALLOW_LOCAL_UPSTREAMS, off by default): local development
+	// only, refused under Lambda, where 127.0.0.1 is the runtime API.
+	AllowLocal bool
 	// ClockOffset shifts the wall clock used for lease and request-state
 	// expiries: a test hook to simulate clock skew between instances.
 	// Never set it in production.
@@ -178,6 +182,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 	case "off", "false", "0":
 	default:
 		errs = append(errs, fmt.Errorf("TOOL_CATALOG=%q: use on or off", getenv("TOOL_CATALOG")))
+	}
+	switch strings.ToLower(getenv("ALLOW_LOCAL_UPSTREAMS")) {
+	case "", "off", "false", "0":
+	case "on", "true", "1":
+		c.AllowLocal = true
+		if c.Lambda {
+			errs = append(errs, errors.New("ALLOW_LOCAL_UPSTREAMS is for local development and is refused under Lambda: set allow_local on the server items that need a local upstream"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("ALLOW_LOCAL_UPSTREAMS=%q: use on or off", getenv("ALLOW_LOCAL_UPSTREAMS")))
 	}
 	if c.LeaseMargin < 0 {
 		errs = append(errs, errors.New("LEASE_MARGIN must not be negative"))

@@ -238,3 +238,27 @@ func TestStartupLog(t *testing.T) {
 		g.Stop()
 	}
 }
+
+// ALLOW_LOCAL_UPSTREAMS is off unless set, and refused under Lambda, where
+// 127.0.0.1 is the runtime API (an item's allow_local is the way there).
+func TestConfigAllowLocalUpstreams(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		want bool
+		err  string
+	}{
+		{baseVars(nil), false, ""},
+		{baseVars(map[string]string{"ALLOW_LOCAL_UPSTREAMS": "on"}), true, ""},
+		{baseVars(map[string]string{"ALLOW_LOCAL_UPSTREAMS": "off"}), false, ""},
+		{baseVars(map[string]string{"ALLOW_LOCAL_UPSTREAMS": "maybe"}), false, "use on or off"},
+		{baseVars(map[string]string{"ALLOW_LOCAL_UPSTREAMS": "on", "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001"}), true, "refused under Lambda"},
+	} {
+		c, err := loadConfig(env(tc.vars))
+		switch {
+		case tc.err == "" && (err != nil || c.AllowLocal != tc.want):
+			t.Errorf("%v: %v, allow %v; want %v", tc.vars, err, c.AllowLocal, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%v: %v; want an error saying %q", tc.vars, err, tc.err)
+		}
+	}
+}

@@ -568,3 +568,39 @@ func (r *hostileRig) streamCall(d time.Duration, tool string) (int, string) {
 	}
 	return events, final
 }
+
+// TestHostileLocalDestinations: with ALLOW_LOCAL_UPSTREAMS off, as in
+// production, a server item cannot send the gateway to its own host or
+// link (the Lambda runtime API on 127.0.0.1, instance metadata on
+// 169.254.169.254), by its url, spec_url or token_url, nor by a name that
+// resolves there; an item that sets allow_local may.
+func TestHostileLocalDestinations(t *testing.T) {
+	var hits atomic.Int32
+	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		hits.Add(1)
+		http.Error(w, "not here", http.StatusNotFound)
+	}))
+	defer local.Close()
+	_, port, _ := strings.Cut(strings.TrimPrefix(local.URL, "http://"), ":")
+	r := newHostileRig(t, "ALLOW_LOCAL_UPSTREAMS=off", "MCPGATE_TEST_LOCAL_SECRET=client-secret")
+	r.server(map[string]any{"server_id": "demo", "url": r.demo.URL, "allow_local": true})
+	r.server(map[string]any{"server_id": "loopback", "url": local.URL + "/mcp"})
+	r.server(map[string]any{"server_id": "byname", "url": "http://localhost:" + port + "/mcp"})
+	r.server(map[string]any{"server_id": "metadata", "url": "http://169.254.169.254/latest/meta-data/"})
+	r.server(map[string]any{"server_id": "spec", "transport": "openapi", "spec_url": local.URL + "/openapi.json"})
+	// The token is asked for before the upstream (TEST-NET-1) is dialed.
+	r.server(map[string]any{"server_id": "token", "url": "http://192.0.2.1:9/mcp",
+		"auth": map[string]any{"type": "oauth2_client_credentials", "token_url": local.URL + "/token", "client_id": "c", "secret": "env:MCPGATE_TEST_LOCAL_SECRET"}})
+	for _, id := range []string{"loopback", "byname", "metadata", "spec", "token"} {
+		resp, f := r.rest(time.Minute, id, "echo", map[string]any{})
+		if resp.Status == http.StatusOK || (f.Code != fault.UpstreamError && f.Code != fault.Misconfigured) {
+			t.Errorf("%s: %d %s %q; want it refused", id, resp.Status, f.Code, f.Message)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the local address received %d requests", n)
+	}
+	if resp, f := r.rest(time.Minute, "demo", "echo", map[string]any{"text": "x"}); resp.Status != http.StatusOK {
+		t.Errorf("a local upstream with allow_local: %d %s %q", resp.Status, f.Code, f.Message)
+	}
+}

@@ -217,10 +217,10 @@ func (e *emulator) output() string {
 func TestLambdaBootstrap(t *testing.T) {
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1})
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1, "allow_local": true})
 	key := testkit.PutKey(t, env, "*")
 	// A server whose calls may take longer than the function may run.
-	testkit.PutServer(t, env, map[string]any{"server_id": "slow", "url": demo.URL, "timeout": 90})
+	testkit.PutServer(t, env, map[string]any{"server_id": "slow", "url": demo.URL, "timeout": 90, "allow_local": true})
 	e := startEmulator(t, env, "FUNCTION_TIMEOUT=60s", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256")
 
 	health := e.invoke(t, "function-url-health.json", nil)
@@ -315,7 +315,7 @@ func TestLambdaBootstrap(t *testing.T) {
 func TestLambdaKeepsTheSlotAfterTheAnswer(t *testing.T) {
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemoWith(t, demoupstream.HandlerOptions{Stateless: true, JSONResponse: true})
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1, "timeout": 0.5})
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1, "timeout": 0.5, "allow_local": true})
 	key := testkit.PutKey(t, env, "*")
 	e := startEmulator(t, env)
 
@@ -400,7 +400,7 @@ func (e *emulator) requestLog(t *testing.T, requestID string) map[string]any {
 func TestLambdaIdentity(t *testing.T) {
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL})
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "allow_local": true})
 	key := testkit.PutKey(t, env, "demo")
 	iss := authtest.NewIssuer(t)
 	e := startEmulator(t, env,

@@ -97,21 +97,27 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		secretOpts.Getenv = getenv
 	}
 	secrets := secret.NewFromConfig(awsCfg, secretOpts)
+	states, stateKey, err := requestStates(ctx, cfg, secrets, log)
+	if err != nil {
+		return err
+	}
 	popts := upstream.Options{
 		Logger: log, Version: version(), ToolsTTL: cfg.CatalogTTL,
 		Secrets:        secrets,
 		AWSCredentials: awsCfg.Credentials,
 		AWSRegion:      awsCfg.Region,
+		AllowLocal:     cfg.AllowLocal,
+	}
+	if stateKey != nil {
+		// Whoever writes the servers table must not be able to have the
+		// request-state key sent to a host of their choosing.
+		popts.Reserved = []upstream.Reserved{*stateKey}
 	}
 	if cfg.Catalog {
 		popts.Catalog = catalog.New(db, cfg.Tables.Leases, catalog.Options{Owner: limiter.InstanceID()})
 	}
 	pool := upstream.New(popts)
 	defer pool.Close()
-	states, err := requestStates(ctx, cfg, secrets, log)
-	if err != nil {
-		return err
-	}
 	em := metrics.New(os.Stdout, metrics.Options{Disabled: !cfg.Metrics})
 	gw, err := gateway.New(gateway.Deps{
 		Auth: auth.New(db, cfg.Tables.Keys, auth.Options{
@@ -149,7 +155,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	// LEASE_MARGIN is unset), and "none" for no request deadline.
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", limiter.Margin().String(),
 		"request_timeout", timeoutText(cfg.requestTimeout()), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)),
-		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants),
+		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants), "allow_local_upstreams", cfg.AllowLocal,
 		"function_concurrency", cfg.FunctionConcurrency, "server_bulkhead", gateway.Bulkhead(cfg.FunctionConcurrency, cfg.ServerShare))
 
 	if cfg.Lambda {

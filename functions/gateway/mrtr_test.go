@@ -4,7 +4,8 @@ package main
 // SEP-2322) through gateway processes, with the Go SDK as the client
 // answering an elicitation, over raw HTTP across two instances, and over
 // the REST route; the slot is free while the client answers, and every
-// replayed or altered state is refused before the upstream sees it.
+// replayed or altered state, and one whose server now points at another
+// upstream, is refused before the upstream sees it.
 
 import (
 	"bytes"
@@ -201,6 +202,35 @@ func TestInputRequired(t *testing.T) {
 		r := callRaw(t, b.URL+"/mcp/mrtr", key, "2026-07-28", "confirm", map[string]any{"item": "x"}, elicit, accept, state)
 		if r.Error != nil || r.Result.ResultType != "complete" || len(r.Result.Content) != 1 || r.Result.Content[0].Text != "confirmed x" {
 			t.Fatalf("retry: %+v; want confirmed x", r)
+		}
+	})
+
+	t.Run("refused: replayed on the same instance", func(t *testing.T) {
+		before := up.calls.Load()
+		r := callRaw(t, b.URL+"/mcp/mrtr", key, "2026-07-28", "confirm", map[string]any{"item": "x"}, elicit, accept, state)
+		if r.Error == nil || r.Error.Code != -32602 || !strings.Contains(r.Error.Message, "used already") {
+			t.Errorf("got HTTP %d %+v; want -32602: used already", r.status, r.Error)
+		}
+		if n := up.calls.Load() - before; n != 0 {
+			t.Errorf("the upstream was called %d time(s), want none", n)
+		}
+	})
+	t.Run("refused: the server now points at another upstream", func(t *testing.T) {
+		moved := startConfirmUpstream(t)
+		testkit.PutServer(t, env, map[string]any{"server_id": "moving", "url": up.URL})
+		mover := testkit.PutKey(t, env, "moving")
+		first := callRaw(t, a.URL+"/mcp/moving", mover, "2026-07-28", "confirm", map[string]any{"item": "m"}, elicit, nil, "")
+		if first.Result.RequestState == "" {
+			t.Fatalf("first call: %+v; want input_required", first)
+		}
+		testkit.PutServer(t, env, map[string]any{"server_id": "moving", "url": moved.URL})
+		fresh := testkit.StartGateway(t, env, shared...) // reads the item anew
+		r := callRaw(t, fresh.URL+"/mcp/moving", mover, "2026-07-28", "confirm", map[string]any{"item": "m"}, elicit, accept, first.Result.RequestState)
+		if r.Error == nil || r.Error.Code != -32602 || !strings.Contains(r.Error.Message, "requestState") {
+			t.Errorf("got HTTP %d %+v; want -32602 naming requestState", r.status, r.Error)
+		}
+		if n := moved.calls.Load(); n != 0 {
+			t.Errorf("the new upstream was called %d time(s) with the old one's state, want none", n)
 		}
 	})
 

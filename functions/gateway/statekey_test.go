@@ -3,11 +3,13 @@ package main
 // TestRequestStateKeyFromSecretsManager: the fleet's request-state key is
 // read from Secrets Manager (moto_server on loopback) with the AWS SDK; a
 // state sealed by one gateway process opens on another that read the same
-// secret, and references in any other form are refused at start.
+// secret, and references in any other form are refused at start; no
+// server's credential can be that key.
 
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -29,12 +31,12 @@ func TestRequestStateKeyFromSecretsManager(t *testing.T) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	for _, ref := range []string{"secretsmanager:" + name, "secretsmanager:" + arn} {
-		if s, err := requestStates(t.Context(), cfg(ref), moto.Resolver(secret.Options{}), log); err != nil || s == nil {
+		if s, _, err := requestStates(t.Context(), cfg(ref), moto.Resolver(secret.Options{}), log); err != nil || s == nil {
 			t.Errorf("%s: %v", ref, err)
 		}
 	}
 	for _, ref := range []string{"secretsmanager:no-such-secret", "plain-secret-value", "vault:x", "env:UNSET_VAR"} {
-		if _, err := requestStates(t.Context(), cfg(ref), moto.Resolver(secret.Options{}), log); err == nil {
+		if _, _, err := requestStates(t.Context(), cfg(ref), moto.Resolver(secret.Options{}), log); err == nil {
 			t.Errorf("%s: read without error", ref)
 		} else if strings.Contains(err.Error(), "plain-secret-value") {
 			t.Errorf("%s: the error shows the value: %v", ref, err)
@@ -57,6 +59,28 @@ func TestRequestStateKeyFromSecretsManager(t *testing.T) {
 	r := callRaw(t, b.URL+"/mcp/mrtr", key, "2026-07-28", "confirm", map[string]any{"item": "s"}, elicit, accept, first.Result.RequestState)
 	if r.Error != nil || len(r.Result.Content) != 1 || r.Result.Content[0].Text != "confirmed s" {
 		t.Errorf("retry on the other process: %+v", r)
+	}
+
+	// No server may have the key sent upstream: not by the reference the
+	// gateway reads it with, nor by the secret's name, nor by another
+	// secret holding the same value.
+	stateValue := strings.Repeat("z", 48)
+	copyName := secrettest.Name("request-state-copy")
+	moto.PutSecret(t, copyName, stateValue)
+	demo, guard := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
+	for id, ref := range map[string]string{"by_arn": "secretsmanager:" + arn, "by_name": "secretsmanager:" + name, "by_copy": "secretsmanager:" + copyName} {
+		testkit.PutServer(t, env, map[string]any{"server_id": id, "url": demo.URL, "auth": map[string]any{"type": "bearer", "secret": ref}})
+		thief := testkit.PutKey(t, env, id)
+		r, err := a.CallTool(t.Context(), thief, id, "echo", map[string]any{"text": "x"})
+		if err != nil || r.Status != http.StatusBadGateway || !strings.Contains(string(r.Body), "SERVER_MISCONFIGURED") {
+			t.Errorf("%s: %v %d %s; want SERVER_MISCONFIGURED", id, err, r.Status, r.Body)
+		}
+	}
+	if sent := guard.Carrying(stateValue); len(sent) != 0 || len(guard.Seen()) != 0 {
+		t.Errorf("the request-state key went upstream: %v (%d requests)", sent, len(guard.Seen()))
+	}
+	if strings.Contains(a.Logs(), stateValue) {
+		t.Error("the gateway logged the request-state key")
 	}
 
 	// A reference that cannot be read stops the gateway at start.

@@ -183,6 +183,31 @@ type tokenClaims struct {
 	ClientID string    `json:"client_id"`
 	Azp      string    `json:"azp"`
 	TokenUse string    `json:"token_use"`
+	// Nonce, AtHash and CHash are claims of OpenID Connect ID tokens alone
+	// (OpenID Connect Core 1.0, 2 and 3.x.2.11): present in any form, they
+	// mark a token that is not an access token.
+	Nonce  json.RawMessage `json:"nonce"`
+	AtHash json.RawMessage `json:"at_hash"`
+	CHash  json.RawMessage `json:"c_hash"`
+}
+
+// idToken reports whether the claims are an OpenID Connect ID token's.
+func (c *tokenClaims) idToken() bool {
+	return c.Nonce != nil || c.AtHash != nil || c.CHash != nil || (c.TokenUse != "" && c.TokenUse != "access")
+}
+
+// accessTokenType reports whether a token's typ header allows it to be an
+// access token: RFC 9068's "at+jwt" (or "application/at+jwt"), and the
+// generic "JWT" or none at all, which many issuers write on access tokens
+// and ID tokens alike (those are told apart by their claims). Any other
+// type ("logout+jwt", "secevent+jwt", …) is another kind of token.
+func accessTokenType(h jose.Header) bool {
+	typ, _ := h.ExtraHeaders[jose.HeaderType].(string)
+	switch strings.TrimPrefix(strings.ToLower(typ), "application/") {
+	case "", "jwt", "at+jwt":
+		return true
+	}
+	return false
 }
 
 // scopeList reads a space-separated string or an array of strings (Okta's
@@ -223,6 +248,9 @@ func (o *OAuth) Verify(ctx context.Context, raw string, audiences []string) (*Pr
 		return nil, invalidToken("the token must have exactly one signature", nil)
 	}
 	h := tok.Headers[0]
+	if !accessTokenType(h) {
+		return nil, invalidToken("the token is not an access token (its typ header)", nil)
+	}
 	keys, err := o.keys.get(ctx, h.KeyID, jose.SignatureAlgorithm(h.Algorithm))
 	if err != nil {
 		return nil, err
@@ -270,8 +298,10 @@ func (o *OAuth) Verify(ctx context.Context, raw string, audiences []string) (*Pr
 	if !audienceOK(std.Audience, clientID, accepted) {
 		return nil, invalidToken("the token is not meant for this resource (aud)", nil)
 	}
-	if extra.TokenUse != "" && extra.TokenUse != "access" {
-		return nil, invalidToken("the token is not an access token", nil)
+	if extra.idToken() {
+		// An ID token says who signed in to a client; it grants nothing
+		// here, even where its aud is an accepted client id.
+		return nil, invalidToken("the token is an ID token, not an access token", nil)
 	}
 	p := &Principal{
 		Kind:     KindOAuth,

@@ -441,3 +441,53 @@ func BenchmarkVerify(b *testing.B) {
 		})
 	}
 }
+
+// TestIDTokensRefused: an OpenID Connect ID token is not an access token,
+// even when its aud is the client id that OAUTH_AUDIENCE names (the Entra
+// recipe) and it carries roles that would grant servers. Access tokens of
+// the usual shapes (RFC 9068's typ at+jwt, Entra's and Keycloak's typ JWT,
+// Cognito's and Okta's without typ) still pass; other token types do not.
+func TestIDTokensRefused(t *testing.T) {
+	iss := authtest.NewIssuer(t)
+	o := newOAuth(t, iss, nil, func(o *OAuthOptions) { o.Audiences = []string{"client-1"}; o.ScopePrefix = "mcp." })
+	key := iss.SigningKey()
+	access := map[string]any{"sub": "u1", "aud": "client-1", "roles": []string{"mcp.github"}}
+	with := func(extra map[string]any) map[string]any {
+		c := map[string]any{}
+		for k, v := range access {
+			c[k] = v
+		}
+		for k, v := range extra {
+			c[k] = v
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		typ  string
+		c    map[string]any
+		ok   bool
+	}{
+		{"access token, typ at+jwt", "at+jwt", access, true},
+		{"access token, typ application/at+jwt", "application/at+jwt", access, true},
+		{"access token, typ JWT", "JWT", access, true},
+		{"access token, no typ", "", access, true},
+		{"ID token with nonce", "JWT", with(map[string]any{"nonce": "n-1"}), false},
+		{"ID token with at_hash", "JWT", with(map[string]any{"at_hash": "x"}), false},
+		{"ID token with c_hash, no typ", "", with(map[string]any{"c_hash": "x"}), false},
+		{"ID token with nonce, typ at+jwt", "at+jwt", with(map[string]any{"nonce": "n-1"}), false},
+		{"Cognito ID token", "", with(map[string]any{"token_use": "id"}), false},
+		{"logout token", "logout+jwt", access, false},
+		{"security event token", "secevent+jwt", access, false},
+	} {
+		p, err := o.Verify(context.Background(), iss.SignTyped(key, tc.typ, tc.c), nil)
+		switch {
+		case tc.ok && (err != nil || !slices.Equal(p.Servers, []string{"github"})):
+			t.Errorf("%s: %v, %v; want it accepted, granting github", tc.name, p, err)
+		case !tc.ok && err == nil:
+			t.Errorf("%s: accepted, granting %v; want it refused", tc.name, p.Servers)
+		case !tc.ok:
+			rejectedToken(t, err)
+		}
+	}
+}

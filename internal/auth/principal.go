@@ -95,6 +95,21 @@ func (p *Principal) AllowsTool(serverID, tool string) bool {
 	return false
 }
 
+// AllowsAllTools reports whether p may call every tool of serverID: the
+// server is allowed and p has no tool grants, or one that covers the whole
+// server ("<serverID>/*" or "*/*"). Only such a principal is relayed what
+// tool grants cannot narrow: a server's resources, prompts and
+// completions.
+func (p *Principal) AllowsAllTools(serverID string) bool {
+	if !p.Allows(serverID) {
+		return false
+	}
+	if p.Tools == nil {
+		return true
+	}
+	return slices.Contains(p.Tools, serverID+"/*") || slices.Contains(p.Tools, AllServers+"/*")
+}
+
 // LogAttrs are what a log record says of p: its ID as "principal" and,
 // where known, the token's "sub" and "client_id" and the "iam_caller".
 // Never a key or a token.

@@ -1,9 +1,11 @@
 // Package cache keeps values read from the store for a short time, per
-// process: a miss is loaded once however many callers ask at once, and a
-// value a little too old can stand in while loads fail.
+// process: a miss is loaded once however many callers ask at once, a value
+// a little too old can stand in while loads fail, and past its bound the
+// cache drops the value used least recently, never all of them.
 package cache
 
 import (
+	"container/list"
 	"context"
 	"sync"
 	"time"
@@ -24,8 +26,9 @@ type Loader[V any] struct {
 	// MaxStale is how old a value may be and still be served when Load
 	// fails; zero means never.
 	MaxStale time.Duration
-	// Max bounds the number of keys held; past it, expired ones are
-	// dropped first, then all. Zero means 4096.
+	// Max bounds the number of keys held; past it, the key used least
+	// recently is dropped, so that a flood of new keys (say, random API
+	// keys) cannot empty the cache of the ones in use. Zero means 4096.
 	Max int
 	// LoadTimeout bounds one Load; zero means 5 s.
 	LoadTimeout time.Duration
@@ -34,12 +37,14 @@ type Loader[V any] struct {
 
 	group singleflight.Group
 	mu    sync.Mutex
-	m     map[string]entry[V]
+	m     map[string]*list.Element // of *entry[V]
+	lru   list.List                // most recently used first
 }
 
 type entry[V any] struct {
-	v  V
-	at time.Time
+	key string
+	v   V
+	at  time.Time
 }
 
 func (l *Loader[V]) now() time.Time {
@@ -86,12 +91,16 @@ func (l *Loader[V]) Get(ctx context.Context, key string) (V, error) {
 	return v.(V), nil
 }
 
-// held returns what is held for key, however old.
+// held returns what is held for key, however old, and marks it used.
 func (l *Loader[V]) held(key string) (entry[V], bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.m[key]
-	return e, ok
+	el, ok := l.m[key]
+	if !ok {
+		return entry[V]{}, false
+	}
+	l.lru.MoveToFront(el)
+	return *el.Value.(*entry[V]), true
 }
 
 func (l *Loader[V]) put(key string, v V) {
@@ -106,18 +115,17 @@ func (l *Loader[V]) put(key string, v V) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
-		l.m = make(map[string]entry[V])
+		l.m = make(map[string]*list.Element)
 	}
-	if len(l.m) >= limit {
-		keep := max(l.TTL, l.MaxStale)
-		for k, e := range l.m {
-			if now.Sub(e.at) >= keep {
-				delete(l.m, k)
-			}
-		}
-		if len(l.m) >= limit {
-			clear(l.m)
-		}
+	if el, ok := l.m[key]; ok {
+		el.Value = &entry[V]{key: key, v: v, at: now}
+		l.lru.MoveToFront(el)
+		return
 	}
-	l.m[key] = entry[V]{v: v, at: now}
+	for len(l.m) >= limit {
+		last := l.lru.Back()
+		delete(l.m, last.Value.(*entry[V]).key)
+		l.lru.Remove(last)
+	}
+	l.m[key] = l.lru.PushFront(&entry[V]{key: key, v: v, at: now})
 }

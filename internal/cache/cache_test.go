@@ -105,3 +105,38 @@ func TestLoaderBounded(t *testing.T) {
 		t.Errorf("%d entries held, max 3", n)
 	}
 }
+
+// Past its bound the cache drops the key used least recently, not every
+// key: a flood of new keys does not evict a key in use, nor make it cost a
+// load again.
+func TestLoaderEvictsLeastRecentlyUsed(t *testing.T) {
+	loads := map[string]int{}
+	l := &Loader[int]{TTL: time.Minute, Max: 4, Load: func(_ context.Context, k string) (int, error) {
+		loads[k]++
+		return len(k), nil
+	}}
+	get := func(k string) {
+		t.Helper()
+		if _, err := l.Get(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get("in-use")
+	for i := range 100 {
+		get("flood-" + strconv.Itoa(i))
+		get("in-use") // used between every two new keys
+	}
+	if loads["in-use"] != 1 {
+		t.Errorf("the key in use was loaded %d times during the flood, want 1", loads["in-use"])
+	}
+	l.mu.Lock()
+	n := len(l.m)
+	l.mu.Unlock()
+	if n != 4 {
+		t.Errorf("%d entries held, want the bound, 4", n)
+	}
+	get("flood-99") // among the last used: still held
+	if loads["flood-99"] != 1 {
+		t.Errorf("a recent key was loaded %d times, want 1", loads["flood-99"])
+	}
+}

@@ -43,6 +43,11 @@ const (
 	keep = 24 * time.Hour
 )
 
+// ScopePrivate is the cacheScope (SEP-2549) of a list that must never be
+// shared across authorization contexts: the catalog never holds such a
+// list, only the fact that the upstream's list is private.
+const ScopePrivate = "private"
+
 // ErrTooLarge means a list is too large to share; each instance then keeps
 // its own.
 var ErrTooLarge = errors.New("tool list too large for the catalog")
@@ -97,7 +102,7 @@ type Entry struct {
 	// Version identifies the list's content.
 	Version string
 	// Data is the list as fetched (JSON); nil when Load was told the
-	// caller already holds Version.
+	// caller already holds Version, and when Scope is ScopePrivate.
 	Data []byte
 	// Scope is the upstream's cacheScope.
 	Scope string
@@ -107,7 +112,8 @@ type Entry struct {
 	Stale bool
 }
 
-// Fetched is what a refresh got from the upstream.
+// Fetched is what a refresh got from the upstream. With Scope
+// ScopePrivate, Data is never written: only that the list is private.
 type Fetched struct {
 	Data  []byte
 	Scope string
@@ -196,6 +202,9 @@ func (c *Catalog) refresh(ctx context.Context, id, endpoint string, gen int64, f
 	}
 	now := c.now()
 	e := Entry{Version: newVersion(), Data: f.Data, Scope: f.Scope, Expires: now.Add(f.TTL)}
+	if e.Scope == ScopePrivate {
+		e.Data = nil
+	}
 	if err := c.write(ctx, id, endpoint, gen, e); err != nil {
 		// The list is good; only sharing it failed.
 		c.unclaim(id)
@@ -282,7 +291,9 @@ func parseHead(item map[string]types.AttributeValue) head {
 // entry reads h's chunks unless the caller holds h's version.
 func (c *Catalog) entry(ctx context.Context, id string, h head, have string) (Entry, error) {
 	e := Entry{Version: h.version, Scope: h.scope, Expires: time.UnixMilli(h.expires)}
-	if h.version == have {
+	if h.version == have || h.scope == ScopePrivate {
+		// A private list's chunks are never read, even if an older
+		// gateway wrote some.
 		return e, nil
 	}
 	if h.chunks < 1 || h.chunks > MaxChunks {
@@ -359,17 +370,22 @@ func (c *Catalog) unclaim(id string) {
 	})
 }
 
-// write stores e's chunks, then the head that points at them.
+// write stores e's chunks, then the head that points at them. A private
+// list has no chunks: its head says only that it is private.
 func (c *Catalog) write(ctx context.Context, id, endpoint string, gen int64, e Entry) error {
-	packed, err := pack(e.Data)
-	if err != nil {
-		return err
+	chunks := 0
+	var packed []byte
+	if e.Scope != ScopePrivate {
+		var err error
+		if packed, err = pack(e.Data); err != nil {
+			return err
+		}
+		chunks = (len(packed) + ChunkBytes - 1) / ChunkBytes
+		if chunks > MaxChunks {
+			return fmt.Errorf("%w: %d bytes compressed", ErrTooLarge, len(packed))
+		}
+		chunks = max(chunks, 1)
 	}
-	chunks := (len(packed) + ChunkBytes - 1) / ChunkBytes
-	if chunks > MaxChunks {
-		return fmt.Errorf("%w: %d bytes compressed", ErrTooLarge, len(packed))
-	}
-	chunks = max(chunks, 1)
 	ttl := num(e.Expires.Add(keep).Unix())
 	for n := range chunks {
 		part := packed[n*ChunkBytes : min((n+1)*ChunkBytes, len(packed))]
@@ -384,7 +400,7 @@ func (c *Catalog) write(ctx context.Context, id, endpoint string, gen int64, e E
 			return err
 		}
 	}
-	_, err = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err := c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(c.table),
 		Key:       key(headKey(id)),
 		UpdateExpression: aws.String("SET list_endpoint = :ep, list_version = :v, list_chunks = :n, list_scope = :s, " +

@@ -252,3 +252,38 @@ func TestLostChunksAreRefreshed(t *testing.T) {
 		t.Fatalf("%+v, %v, fetches %d; want the list fetched again", got, err, f.n.Load())
 	}
 }
+
+// A private list (cacheScope private) never enters the catalog: the head
+// says only that it is private, with no chunks, and every instance learns
+// that from it without listing the upstream again.
+func TestPrivateListIsNeverShared(t *testing.T) {
+	env := storetest.NewEnv(t)
+	const secret = "session-of-one-caller"
+	var lists atomic.Int64
+	fetch := func(context.Context) (Fetched, error) {
+		lists.Add(1)
+		return Fetched{Data: []byte(`[{"name":"notes","description":"` + secret + `"}]`), Scope: ScopePrivate, TTL: time.Minute}, nil
+	}
+	first := New(env.Client, env.Tables.Leases, Options{Owner: "a"})
+	e, err := first.Load(t.Context(), "notes", "http u1", "", fetch)
+	if err != nil || e.Scope != ScopePrivate || e.Data != nil {
+		t.Fatalf("first load: %+v, %v; want private, without data", e, err)
+	}
+	second := New(env.Client, env.Tables.Leases, Options{Owner: "b"})
+	e, err = second.Load(t.Context(), "notes", "http u1", "", fetch)
+	if err != nil || e.Scope != ScopePrivate || e.Data != nil || lists.Load() != 1 {
+		t.Fatalf("second load: %+v, %v after %d lists; want private, without data, listed once", e, err, lists.Load())
+	}
+	out, err := env.Client.Scan(t.Context(), &dynamodb.ScanInput{TableName: aws.String(env.Tables.Leases)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range out.Items {
+		if k, _ := item[store.LimiterKeyAttr].(*types.AttributeValueMemberS); k != nil && k.Value != KeyPrefix+"notes" {
+			t.Errorf("item %s written for a private list", k.Value)
+		}
+		if _, ok := item["list_data"]; ok {
+			t.Error("list data written for a private list")
+		}
+	}
+}

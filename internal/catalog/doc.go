@@ -14,6 +14,11 @@
 // so no item nears DynamoDB's 400 KB limit; the head stays small, and an
 // instance that already holds version V re-reads only the head.
 //
+// Private lists. A list the upstream marks cacheScope "private" (SEP-2549:
+// never shared across authorization contexts) is never written: its head
+// has list_scope "private" and no chunks, which tells every instance to list
+// the upstream per caller instead.
+//
 // Freshness. The head is fresh while list_expires is ahead, its endpoint
 // is the server's current one and list_gen equals gen. Invalidate adds one to
 // gen (servers set, notifications/tools/list_changed), which makes every

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -38,7 +40,76 @@ func (g *Gateway) arguments(raw json.RawMessage) (any, *fault.Error) {
 	if depth(trimmed) > g.maxDepth {
 		return nil, fault.New(fault.BadRequest, "arguments are nested more than %d deep", g.maxDepth)
 	}
+	if k, ok := duplicateKey(trimmed); ok {
+		return nil, fault.New(fault.BadRequest, "arguments repeat the key %q in one object", truncate(k, 64))
+	}
 	return json.RawMessage(trimmed), nil
+}
+
+// duplicateKey returns a key that one object of data (valid JSON or not)
+// names twice, if any: the gateway checks the arguments against the tool's
+// input schema and binds request states to them as a decoder reads them,
+// keeping the last of two values, while the upstream's decoder may keep
+// the first or both. Keys count as one when they differ only in case,
+// as Go's decoder matches struct fields. Malformed JSON is left to the
+// schema check and the SDK to refuse.
+func duplicateKey(data []byte) (string, bool) {
+	type frame struct {
+		keys map[string]bool // nil in an array
+		key  bool            // the next string is a key
+	}
+	var stack []frame
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		top := len(stack) - 1
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{keys: map[string]bool{}, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+			top--
+		default:
+			if top >= 0 && stack[top].keys != nil && stack[top].key {
+				k := foldKey(tok.(string))
+				if stack[top].keys[k] {
+					return tok.(string), true
+				}
+				stack[top].keys[k] = true
+				stack[top].key = false
+				continue
+			}
+		}
+		// A value ended: in an object, a key comes next.
+		if top >= 0 && stack[top].keys != nil {
+			stack[top].key = true
+		}
+		if top < 0 {
+			return "", false
+		}
+	}
+}
+
+// foldKey maps s to one form per class of strings equal under Unicode case
+// folding (strings.EqualFold): each rune becomes the least of its orbit.
+func foldKey(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }
 
 // depth returns how deep objects and arrays nest in data, valid JSON,

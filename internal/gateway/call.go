@@ -506,6 +506,9 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 	if errors.As(err, &se) {
 		return fault.Wrap(err, fault.Misconfigured, "server %q is misconfigured: its OpenAPI document cannot be used; ask an admin to check the log", srv.ID)
 	}
+	if errors.Is(err, upstream.ErrReservedSecret) {
+		return fault.Wrap(err, fault.Misconfigured, "server %q is misconfigured: its credential is a secret the gateway keeps for itself; ask an admin to give it its own", srv.ID)
+	}
 	if !errors.As(err, &ue) {
 		return fault.Wrap(err, fault.UpstreamError, "server %q failed", srv.ID)
 	}

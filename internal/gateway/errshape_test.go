@@ -58,7 +58,7 @@ func TestErrorShapes(t *testing.T) {
 			Auth:     auth.New(h.env.Client, keys, auth.Options{}),
 			Registry: reg,
 			Limiter:  lease.New(h.env.Client, h.env.Tables.Leases, lease.Options{}),
-			Upstream: upstream.New(upstream.Options{}),
+			Upstream: upstream.New(upstream.Options{AllowLocal: true}),
 		}, Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -81,6 +81,7 @@ func (g *Gateway) startFlight(ctx context.Context, srv *registry.Server, params 
 	}
 	f.ctx = xctx
 	g.flights.add(f)
+	rec.sent = true
 	f.up = g.deps.Upstream.Start(xctx, srv, callerFrom(ctx).upstream(srv), params, l)
 	return f
 }

@@ -43,7 +43,7 @@ func (f fakeRegistry) All(context.Context) ([]*registry.Server, []error, error) 
 func fuzzHandler(f *testing.F) http.Handler {
 	demo := httptest.NewServer(demoupstream.New().Handler())
 	f.Cleanup(demo.Close)
-	pool := upstream.New(upstream.Options{})
+	pool := upstream.New(upstream.Options{AllowLocal: true})
 	f.Cleanup(pool.Close)
 	srv := &registry.Server{ID: "demo", URL: demo.URL + "/mcp", Transport: registry.TransportHTTP,
 		Timeout: registry.DefaultTimeout, OnLimit: registry.PolicyQueue}

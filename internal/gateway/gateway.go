@@ -343,6 +343,7 @@ type record struct {
 	leaseID   string
 	breaker   string // a breaker transition this request caused
 	uncapped  bool   // the store failed and the call went without a slot
+	sent      bool   // the tool call was handed to the upstream
 }
 
 func recordFrom(ctx context.Context) *record {

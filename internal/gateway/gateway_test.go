@@ -73,7 +73,7 @@ func newHarnessWith(t *testing.T, opts Options) *harness {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.Logger, opts.MaxBodyBytes, opts.AllowedOrigins = log, 4096, []string{"https://console.example.com"}
-	pool := upstream.New(upstream.Options{Logger: log, Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
+	pool := upstream.New(upstream.Options{AllowLocal: true, Logger: log, Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
 	t.Cleanup(pool.Close)
 	g, err := New(Deps{
 		Auth:     auth.New(env.Client, env.Tables.Keys, auth.Options{}),
@@ -394,7 +394,7 @@ func TestStoreUnavailable(t *testing.T) {
 		Auth:     auth.New(env.Client, "no-such-keys-table", auth.Options{}),
 		Registry: registry.New(env.Client, env.Tables.Servers, registry.Options{}),
 		Limiter:  lease.New(env.Client, env.Tables.Leases, lease.Options{}),
-		Upstream: upstream.New(upstream.Options{}),
+		Upstream: upstream.New(upstream.Options{AllowLocal: true}),
 	}, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,17 +1,22 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -143,5 +148,56 @@ func TestEncodedResultMatchesTheSDK(t *testing.T) {
 	}
 	if len(got) >= len(want) {
 		t.Errorf("encoded %d bytes, the SDK %d: want fewer", len(got), len(want))
+	}
+}
+
+// TestDuplicateArgumentKeys: arguments naming one key twice are refused
+// before the upstream is called, on REST and MCP alike. The schema check
+// (and a request state's digest) would read the last value and pass
+// /srv/x, while the upstream received the raw arguments with both.
+func TestDuplicateArgumentKeys(t *testing.T) {
+	h := newHarness(t)
+	var calls atomic.Int32
+	s := mcp.NewServer(&mcp.Implementation{Name: "files", Version: "1"}, nil)
+	schema := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{
+		"path": {Type: "string", Pattern: "^/srv/"},
+		"opts": {Type: "object"},
+	}}
+	s.AddTool(&mcp.Tool{Name: "read", InputSchema: schema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		calls.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "read"}}}, nil
+	})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(up.Close)
+	h.server(map[string]any{"server_id": "files", "url": up.URL})
+
+	for _, args := range []string{
+		`{"path":"/etc/passwd","path":"/srv/x"}`,
+		`{"path":"/srv/x","opts":{"a":1,"a":2}}`,
+		`{"path":"/etc/passwd","p\u0061th":"/srv/x"}`,
+		`{"PATH":"/etc/passwd","path":"/srv/x"}`,
+	} {
+		r := h.call(h.key, `{"server_id":"files","name":"read","arguments":`+args+`}`)
+		h.expectFault(r, http.StatusBadRequest, fault.BadRequest)
+		r = h.send(http.MethodPost, "/mcp/files", bearerHeader(h.key),
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read","arguments":`+args+`}}`)
+		var rpc struct {
+			Error *struct{ Code int } `json:"error"`
+		}
+		// The answer may come as one server-sent event.
+		body := r.body
+		if _, data, ok := strings.Cut(string(body), "data: "); ok {
+			body = []byte(data)
+		}
+		if err := json.Unmarshal(body, &rpc); err != nil || rpc.Error == nil || rpc.Error.Code != jsonrpc.CodeInvalidParams {
+			t.Errorf("MCP %s: %d %s; want JSON-RPC -32602", args, r.status, r.body)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the upstream was called %d times", n)
+	}
+	// Distinct keys still pass.
+	if r := h.call(h.key, `{"server_id":"files","name":"read","arguments":{"path":"/srv/x","opts":{"a":{"a":1},"b":[{"a":1},{"a":2}]}}}`); r.status != http.StatusOK || calls.Load() != 1 {
+		t.Errorf("distinct keys: %d %s", r.status, r.body)
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,11 +10,13 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
@@ -53,7 +56,7 @@ func newIDHarness(t *testing.T, oauth func(*auth.OAuthOptions), grants string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := upstream.New(upstream.Options{})
+	pool := upstream.New(upstream.Options{AllowLocal: true})
 	t.Cleanup(pool.Close)
 	var base string
 	gw, err := New(Deps{
@@ -423,6 +426,83 @@ func TestLeaseHolder(t *testing.T) {
 	} {
 		if got := leaseHolder(tc.p); got != tc.want {
 			t.Errorf("leaseHolder(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}
+
+// TestNarrowGrantsGetToolsOnly: tool grants cannot say which resources,
+// prompts or completions go with the tools they grant, so on
+// /mcp/{server_id} a key granted only some tools of a server is refused
+// them (and initialize does not offer them), before any upstream request;
+// a key granted every tool, by no grants or by <server_id>/*, gets them.
+func TestNarrowGrantsGetToolsOnly(t *testing.T) {
+	h := newHarness(t)
+	var relayed atomic.Int32
+	s := mcp.NewServer(&mcp.Implementation{Name: "wiki", Version: "1"}, &mcp.ServerOptions{
+		CompletionHandler: func(context.Context, *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{"home"}}}, nil
+		},
+	})
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if strings.HasPrefix(method, "resources/") || strings.HasPrefix(method, "prompts/") || method == "completion/complete" {
+				relayed.Add(1)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	obj := &jsonschema.Schema{Type: "object"}
+	for _, name := range []string{"read_page", "write_page"} {
+		s.AddTool(&mcp.Tool{Name: name, InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name}}}, nil
+		})
+	}
+	s.AddResource(&mcp.Resource{URI: "wiki://admin-notes", Name: "admin-notes"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "wiki://admin-notes", Text: "SECRET-NOTES"}}}, nil
+	})
+	s.AddPrompt(&mcp.Prompt{Name: "summarize"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "summarize"}}}}, nil
+	})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(up.Close)
+	h.server(map[string]any{"server_id": "wiki", "url": up.URL})
+
+	reader := testkit.PutKeyWithTools(t, h.env, []string{"wiki"}, []string{"wiki/read_*"})
+	whole := testkit.PutKeyWithTools(t, h.env, []string{"wiki"}, []string{"wiki/*"})
+	ctx := t.Context()
+	try := func(cs *mcp.ClientSession) map[string]error {
+		_, list := cs.ListResources(ctx, nil)
+		_, read := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "wiki://admin-notes"})
+		_, prompts := cs.ListPrompts(ctx, nil)
+		_, prompt := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "summarize"})
+		_, complete := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "summarize"}, Argument: mcp.CompleteParamsArgument{Name: "a", Value: "h"}})
+		return map[string]error{"resources/list": list, "resources/read": read, "prompts/list": prompts, "prompts/get": prompt, "completion/complete": complete}
+	}
+
+	cs := h.connect("/mcp/wiki", reader, "2025-11-25", nil)
+	if caps := cs.InitializeResult().Capabilities; caps.Resources != nil || caps.Prompts != nil || caps.Completions != nil {
+		t.Errorf("initialize offers a narrow key resources %v, prompts %v, completions %v", caps.Resources, caps.Prompts, caps.Completions)
+	}
+	for method, err := range try(cs) {
+		if err == nil || !strings.Contains(err.Error(), "granted only some tools") {
+			t.Errorf("narrow key, %s: %v; want it refused", method, err)
+		}
+	}
+	if n := relayed.Load(); n != 0 {
+		t.Errorf("%d requests of a narrow key reached the upstream", n)
+	}
+	if res, rpcErr := h.callMCP("/mcp/wiki", reader, "read_page"); rpcErr != nil || res.IsError {
+		t.Errorf("narrow key, granted tool: %v %v", res, rpcErr)
+	}
+	for name, key := range map[string]string{"no grants": h.key, "wiki/*": whole} {
+		cs := h.connect("/mcp/wiki", key, "2025-11-25", nil)
+		if caps := cs.InitializeResult().Capabilities; caps.Resources == nil || caps.Prompts == nil || caps.Completions == nil {
+			t.Errorf("%s: initialize offers resources %v, prompts %v, completions %v; want all", name, caps.Resources, caps.Prompts, caps.Completions)
+		}
+		for method, err := range try(cs) {
+			if err != nil {
+				t.Errorf("%s, %s: %v", name, method, err)
+			}
 		}
 	}
 }

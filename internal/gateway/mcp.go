@@ -75,6 +75,15 @@ var knownMethods = map[string]bool{
 	"notifications/progress": true, "notifications/roots/list_changed": true,
 }
 
+// narrowedMethods are relayed on /mcp/{server_id} only to a caller whose
+// grants cover every tool of the server (auth.Principal.AllowsAllTools):
+// a server's resources, prompts and completions are not tools, and no tool
+// grant says which of them a narrower caller may use.
+var narrowedMethods = map[string]bool{
+	"resources/list": true, "resources/templates/list": true, "resources/read": true,
+	"prompts/list": true, "prompts/get": true, "completion/complete": true,
+}
+
 // peeked is what the gateway reads of an MCP request before the SDK does.
 type peeked struct {
 	method   string
@@ -305,6 +314,9 @@ func (sc *mcpScope) newServer(ctx context.Context, method string) (*mcp.Server, 
 				return nil, upstreamFault(sc.srv, err)
 			}
 			caps = passthroughCapabilities(info.Capabilities)
+			if !sc.caller.principal.AllowsAllTools(sc.srv.ID) {
+				caps.Resources, caps.Prompts, caps.Completions = nil, nil, nil
+			}
 			instructions = info.Instructions
 			if info.ServerInfo != nil {
 				impl = &mcp.Implementation{Name: info.ServerInfo.Name, Title: info.ServerInfo.Title, Version: info.ServerInfo.Version}
@@ -379,6 +391,15 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		if sc.srv == nil {
 			return next(ctx, method, req)
+		}
+		if narrowedMethods[method] && !sc.caller.principal.AllowsAllTools(sc.srv.ID) {
+			// Tool grants cannot say which resources, prompts or
+			// completions go with the tools they grant: a caller granted
+			// part of a server gets its tools only.
+			fe := fault.New(fault.Forbidden, "%s is refused: this caller is granted only some tools of server %q", method, sc.srv.ID)
+			sc.rec.code, sc.rec.outcome = fe.Code, "error"
+			data, _ := json.Marshal(fe.Detail())
+			return nil, &jsonrpc.Error{Code: rpcCode(fe.Code), Message: fe.Message, Data: data}
 		}
 		hctx := ctx // the SDK's: it carries the request id and the agent's log level
 		ctx, cancel := sc.scoped(ctx)

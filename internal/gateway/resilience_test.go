@@ -117,7 +117,7 @@ func (h *harness) newGateway(lim *lease.Limiter, opts Options) string {
 // newGatewayWith is newGateway with a metrics emitter.
 func (h *harness) newGatewayWith(lim *lease.Limiter, em *metrics.Emitter, opts Options) string {
 	h.t.Helper()
-	pool := upstream.New(upstream.Options{})
+	pool := upstream.New(upstream.Options{AllowLocal: true})
 	h.t.Cleanup(pool.Close)
 	opts.Logger = slog.New(slog.NewJSONHandler(h.logs, nil))
 	g, err := New(Deps{

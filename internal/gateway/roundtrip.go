@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,9 +94,9 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 	if err != nil {
 		return nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
 	}
-	bind := roundtrip.Binding{Principal: c.principal, Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args)}
+	bind := roundtrip.Binding{Principal: c.principal, Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args), Upstream: upstreamOf(srv)}
 	if params.RequestState != "" {
-		up, err := g.states.Open(params.RequestState, bind)
+		opened, err := g.states.Open(params.RequestState, bind)
 		if err != nil {
 			var refused *roundtrip.RefusedError
 			if !errors.As(err, &refused) {
@@ -103,7 +105,10 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 			recordFrom(ctx).tool = truncate(params.Name, 128)
 			return nil, stateRefused(err)
 		}
-		params.RequestState = up
+		params.RequestState = opened.State
+		// Spent once the call went upstream; a call refused or shed
+		// before that leaves it usable.
+		defer func() { opened.Done(recordFrom(ctx).sent) }()
 	}
 	if params.Meta == nil {
 		params.Meta = mcp.Meta{}
@@ -141,6 +146,15 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 	res.RequestState = sealed
 	recordFrom(ctx).outcome = "input_required"
 	return res, nil
+}
+
+// upstreamOf names the upstream srv's calls reach (its URL, transport,
+// credential reference and headers, hashed): a request state is bound to
+// it, so a server id pointed at another upstream never hands the new one
+// the old one's state.
+func upstreamOf(srv *registry.Server) string {
+	sum := sha256.Sum256([]byte(srv.IdentityKey()))
+	return hex.EncodeToString(sum[:16])
 }
 
 // kindsOf lists the capabilities input requests need, sorted.

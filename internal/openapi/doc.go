@@ -18,8 +18,13 @@
 // else of the document, with server variables at their defaults; a
 // relative server URL is resolved against the URL the document was fetched
 // from. Options.BaseURL, if set, replaces all of them, and is required
-// when there is no usable server (none, or relative ones with the
-// document read from a file).
+// when there is no usable top-level server (none, or relative ones with the
+// document read from a file). Every call goes to one origin, API.Origin:
+// the BaseURL's, else the top-level server's. An operation whose own
+// servers name another origin is skipped, so that Options.Header (the API's
+// credentials) never goes to a host the document chose for one operation;
+// and a reload given the origin of an earlier one (Options.Origin) fails
+// with ErrOriginChanged if the document now names another.
 //
 // # Tools
 //

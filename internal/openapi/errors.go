@@ -11,6 +11,11 @@ import (
 // or an openapi version kin-openapi does not know.
 var ErrUnsupportedVersion = errors.New("unsupported OpenAPI version")
 
+// ErrOriginChanged means the document sends calls to another origin than
+// Options.Origin, the one an earlier load pinned: the API's credential
+// must not follow it there.
+var ErrOriginChanged = errors.New("the document moved the API to another origin")
+
 // ErrUnknownTool means the API has no tool of that name.
 var ErrUnknownTool = errors.New("unknown tool")
 

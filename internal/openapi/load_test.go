@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -429,5 +430,46 @@ func TestSchemaBudget(t *testing.T) {
 	}
 	if len(a.Tools()) != 0 || len(a.Skipped()) != 1 || !strings.Contains(a.Skipped()[0].Reason, "more than 10000 schema objects") {
 		t.Errorf("tools %v, skipped %+v; want the operation skipped for its schema size", toolNames(a.Tools()), a.Skipped())
+	}
+}
+
+// Every call goes to one origin: operations whose own servers name another
+// are skipped (others on the same origin keep their path), and a reload
+// pinned to an origin refuses a document that moved.
+func TestOneOrigin(t *testing.T) {
+	ok := `responses: {'200': {description: ok}}`
+	doc := "openapi: 3.0.3\ninfo: {title: t, version: '1'}\nservers: [{url: 'http://api.test/v1'}]\npaths:\n" +
+		"  /a: {get: {operationId: a, " + ok + "}}\n" +
+		"  /b: {get: {operationId: b, servers: [{url: 'http://API.test:80/v2'}], " + ok + "}}\n" +
+		"  /c: {get: {operationId: c, servers: [{url: 'http://evil.test/x'}], " + ok + "}}\n" +
+		"  /d: {servers: [{url: 'https://api.test/v1'}], get: {operationId: d, " + ok + "}}\n"
+	path := writeFile(t, "origins.yaml", doc)
+	a, err := Load(context.Background(), Source{Path: path}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Origin() != "http://api.test" {
+		t.Errorf("origin %q, want http://api.test", a.Origin())
+	}
+	var names []string
+	for _, tool := range a.Tools() {
+		names = append(names, tool.Name)
+	}
+	if !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("tools %v, want a and b (c and d are on other origins)", names)
+	}
+	for _, s := range a.Skipped() {
+		if !strings.Contains(s.Reason, "another origin") {
+			t.Errorf("skipped %s: %s", s.Op, s.Reason)
+		}
+	}
+	if len(a.Skipped()) != 2 {
+		t.Errorf("skipped %v, want c and d", a.Skipped())
+	}
+	if _, err := Load(context.Background(), Source{Path: path}, Options{Origin: "http://api.test"}); err != nil {
+		t.Errorf("reload on the same origin: %v", err)
+	}
+	if _, err := Load(context.Background(), Source{Path: path}, Options{Origin: "http://old.test"}); !errors.Is(err, ErrOriginChanged) {
+		t.Errorf("reload pinned elsewhere: %v, want ErrOriginChanged", err)
 	}
 }

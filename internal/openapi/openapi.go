@@ -50,6 +50,11 @@ type Options struct {
 	// It is required when the document has no usable server: none at all
 	// or only relative ones, with the spec read from a file.
 	BaseURL string
+	// Origin, if set, is the origin (scheme://host[:port]) an earlier
+	// load of the document pinned its calls to: a document whose calls
+	// would now go elsewhere fails with ErrOriginChanged. Empty pins the
+	// origin found (see API.Origin).
+	Origin string
 	// Header is sent with every API call (not with the spec fetch), for
 	// instance the API's credentials. It wins over a header parameter of
 	// the same name. Its values never appear in errors.
@@ -76,6 +81,7 @@ type Skipped struct {
 // concurrent use.
 type API struct {
 	title   string
+	origin  *url.URL // scheme and host every call goes to
 	tools   []*mcp.Tool
 	ops     map[string]*operation
 	skipped []Skipped
@@ -146,7 +152,13 @@ func Load(ctx context.Context, src Source, opts Options) (*API, error) {
 	if doc.Info != nil {
 		a.title = doc.Info.Title
 	}
-	if err := a.build(doc, specURL, base); err != nil {
+	var pinned *url.URL
+	if opts.Origin != "" {
+		if pinned, err = parseHTTPURL(opts.Origin); err != nil {
+			return nil, fmt.Errorf("openapi: origin: %w", err)
+		}
+	}
+	if err := a.build(doc, specURL, base, pinned); err != nil {
 		return nil, fmt.Errorf("openapi: %w", err)
 	}
 	return a, nil
@@ -154,6 +166,13 @@ func Load(ctx context.Context, src Source, opts Options) (*API, error) {
 
 // Title is the document's info.title.
 func (a *API) Title() string { return a.title }
+
+// Origin is the origin every call goes to, scheme://host[:port]: the
+// BaseURL's, else that of the document's first top-level server.
+// Operations whose own servers are on another origin are skipped.
+func (a *API) Origin() string { return originOf(a.origin) }
+
+func originOf(u *url.URL) string { return strings.ToLower(u.Scheme + "://" + u.Host) }
 
 // Tools returns the API's tools, ordered by path and then method. The
 // slice and the tools are shared: do not modify them.

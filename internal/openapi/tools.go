@@ -15,6 +15,8 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // BodyArg is the tool argument that carries an operation's JSON request
@@ -82,15 +84,23 @@ func skip(format string, args ...any) error {
 	return &skipError{reason: fmt.Sprintf(format, args...)}
 }
 
-// build maps doc's operations to tools.
-func (a *API) build(doc *openapi3.T, specURL, baseOverride *url.URL) error {
-	docBase, docBaseErr := baseOverride, error(nil)
+// build maps doc's operations to tools. Every call goes to one origin: the
+// base override's, else the document's top-level server's, which must be
+// pinned's when pinned is set; an operation whose own servers are on
+// another origin is skipped, so that the API's credentials and headers
+// never go there.
+func (a *API) build(doc *openapi3.T, specURL, baseOverride, pinned *url.URL) error {
+	docBase := baseOverride
 	if docBase == nil {
-		docBase, docBaseErr = resolveServers(doc.Servers, specURL)
-		if docBaseErr != nil {
-			docBaseErr = fmt.Errorf("servers: %w", docBaseErr)
+		var err error
+		if docBase, err = resolveServers(doc.Servers, specURL); err != nil {
+			return fmt.Errorf("servers: %w", err)
 		}
 	}
+	if pinned != nil && !safeurl.SameOrigin(docBase, pinned) {
+		return fmt.Errorf("%w: calls went to %s, the document now sends them to %s", ErrOriginChanged, originOf(pinned), originOf(docBase))
+	}
+	a.origin = docBase
 	total := 0
 	paths := doc.Paths.Keys()
 	sort.Strings(paths)
@@ -118,11 +128,13 @@ func (a *API) build(doc *openapi3.T, specURL, baseOverride *url.URL) error {
 						a.skipped = append(a.skipped, Skipped{Op: where, Reason: "servers: " + err.Error()})
 						continue
 					}
+					if !safeurl.SameOrigin(u, docBase) {
+						a.skipped = append(a.skipped, Skipped{Op: where, Reason: fmt.Sprintf(
+							"servers: on %s, another origin than the API's (%s): its calls, and the API's credentials, go to one origin only", originOf(u), originOf(docBase))})
+						continue
+					}
 					base = u
 				}
-			}
-			if base == nil {
-				return docBaseErr
 			}
 			tool, o, err := buildOperation(doc, method, path, item, op, newConverter(doc.IsOpenAPI30(), &total))
 			if err != nil {

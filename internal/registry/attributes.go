@@ -167,6 +167,12 @@ var attributes = []Attribute{
 		},
 	},
 	{
+		Name: "allow_local", Type: "BOOL", Default: "false",
+		Doc:     "true lets the upstream's url, spec_url and token_url reach loopback and link-local addresses (this host, instance metadata), which are refused otherwise",
+		Example: `{"allow_local": true}`,
+		read:    func(p *parser, s *Server) { s.AllowLocal = p.boolean("allow_local") },
+	},
+	{
 		Name: "stops_on_close", Type: "BOOL", Default: "false",
 		Doc:     "true declares that the upstream stops a call when its request is closed, so a cut-off call's slot is freed at once",
 		Example: `{"stops_on_close": true}`,

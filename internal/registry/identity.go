@@ -424,6 +424,9 @@ func (s *Server) IdentityKey() string {
 		fmt.Fprintf(&b, "\x00static %s=%s", h, s.StaticHeaders[h])
 	}
 	fmt.Fprintf(&b, "\x00forward %s", strings.Join(s.ForwardHeaders, ","))
+	if s.AllowLocal {
+		b.WriteString("\x00local")
+	}
 	return b.String()
 }
 

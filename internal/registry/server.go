@@ -106,6 +106,10 @@ type Server struct {
 	// then closes it and frees its slot at once, without waiting for a late
 	// answer.
 	StopsOnClose bool
+	// AllowLocal lets the server's requests (to its url, spec_url and
+	// token_url, not to servers an OpenAPI document names) reach
+	// loopback and link-local addresses, which are refused otherwise.
+	AllowLocal bool
 	// Auth is the gateway's credential for the upstream; nil means none.
 	Auth *Auth
 	// StaticHeaders are sent with every request to the upstream, by

@@ -10,8 +10,14 @@
 // gateway wraps the upstream's state in an envelope of its own, encrypted
 // and authenticated with AES-256-GCM under a key the whole fleet shares.
 // The envelope binds who asked (the principal), which server and which
-// tool, a digest of the arguments, and an expiry. A client can neither read
-// the upstream's state nor change it, and a state replayed by another
-// principal, against another server or tool, with other arguments or after
-// its expiry is refused before any upstream call.
+// tool, a digest of the arguments, the upstream it is for, and an expiry.
+// A client can neither read the upstream's state nor change it, and a state
+// replayed by another principal, against another server, tool or upstream,
+// with other arguments or after its expiry is refused before any upstream
+// call.
+//
+// A Sealer also remembers the states it opened, until they expire: a state
+// is good for one use per Sealer (per instance). Remembering uses across
+// the fleet would need a store write per use, which the gateway does not
+// make on the call path.
 package roundtrip

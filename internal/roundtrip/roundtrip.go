@@ -2,6 +2,7 @@ package roundtrip
 
 import (
 	"bytes"
+	"container/list"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
@@ -13,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -33,6 +35,10 @@ const info = "mcpgate requestState v1"
 // MinSecretBytes is the shortest secret accepted.
 const MinSecretBytes = 32
 
+// DefaultMaxSpent is how many used states a Sealer remembers, when
+// Options.MaxSpent is zero.
+const DefaultMaxSpent = 1 << 16
+
 // Binding is what a state is valid for.
 type Binding struct {
 	// Principal identifies the caller (for an API key, its hash).
@@ -43,6 +49,10 @@ type Binding struct {
 	Tool string
 	// Args is the digest of the call's arguments (see Digest).
 	Args string
+	// Upstream identifies the upstream the state is for (say, a digest of
+	// its URL and credential reference): a server id pointed elsewhere
+	// within the TTL never sends the old upstream's state to the new one.
+	Upstream string
 }
 
 // Options configures a Sealer. The zero value means defaults.
@@ -51,13 +61,29 @@ type Options struct {
 	TTL time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// MaxSpent bounds how many used states are remembered (and refused)
+	// until they expire; past it the oldest are forgotten. Zero means
+	// DefaultMaxSpent.
+	MaxSpent int
 }
 
-// Sealer seals and opens states with one key.
+// Sealer seals and opens states with one key. A state it opens is good
+// for one use on this Sealer: see Open.
 type Sealer struct {
 	aead cipher.AEAD
 	ttl  time.Duration
 	now  func() time.Time
+
+	mu       sync.Mutex
+	maxSpent int
+	spent    map[string]*list.Element // by the state's nonce: in use or used
+	order    list.List                // of *use, oldest first
+}
+
+// use is a state in use or used, until it expires.
+type use struct {
+	id      string
+	expires time.Time
 }
 
 // New returns a Sealer keyed by secret, which every instance of the fleet
@@ -78,7 +104,10 @@ func New(secret []byte, opts Options) (*Sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("request state cipher: %w", err)
 	}
-	s := &Sealer{aead: aead, ttl: opts.TTL, now: opts.Now}
+	s := &Sealer{aead: aead, ttl: opts.TTL, now: opts.Now, maxSpent: opts.MaxSpent, spent: map[string]*list.Element{}}
+	if s.maxSpent <= 0 {
+		s.maxSpent = DefaultMaxSpent
+	}
 	if s.ttl <= 0 {
 		s.ttl = DefaultTTL
 	}
@@ -97,6 +126,7 @@ type envelope struct {
 	Server    string `json:"s"`
 	Tool      string `json:"t"`
 	Args      string `json:"a"`
+	Upstream  string `json:"i"`
 	Expires   int64  `json:"e"` // Unix ms
 	State     string `json:"u"` // the upstream's requestState
 }
@@ -105,7 +135,7 @@ type envelope struct {
 // own requestState, possibly empty) bound to b until the TTL passes.
 func (s *Sealer) Seal(b Binding, upstream string) (string, error) {
 	plain, err := json.Marshal(envelope{
-		Principal: b.Principal, Server: b.Server, Tool: b.Tool, Args: b.Args,
+		Principal: b.Principal, Server: b.Server, Tool: b.Tool, Args: b.Args, Upstream: b.Upstream,
 		Expires: s.now().Add(s.ttl).UnixMilli(), State: upstream,
 	})
 	if err != nil {
@@ -123,7 +153,8 @@ func (s *Sealer) Seal(b Binding, upstream string) (string, error) {
 var (
 	ErrMalformed = errors.New("it is not a state this gateway issued, or it was altered")
 	ErrExpired   = errors.New("it has expired")
-	ErrMismatch  = errors.New("it was issued for another caller, server, tool or arguments")
+	ErrMismatch  = errors.New("it was issued for another caller, server, tool, arguments or upstream")
+	ErrReplayed  = errors.New("it was used already")
 )
 
 // RefusedError is a state Open refused; its message is safe to show the
@@ -134,10 +165,36 @@ func (e *RefusedError) Error() string { return "requestState refused: " + e.Reas
 
 func (e *RefusedError) Unwrap() error { return e.Reason }
 
+// Opened is a state Open accepted, held for its one use until Done.
+type Opened struct {
+	// State is the upstream's own requestState.
+	State string
+	s     *Sealer
+	id    string
+}
+
+// Done ends the use Open began. sent says whether the state went to the
+// upstream: if so it is spent, and refused until it expires; if not (the
+// call was refused or shed before it was sent), it may be used again.
+func (o *Opened) Done(sent bool) {
+	if sent {
+		return
+	}
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	if el, ok := o.s.spent[o.id]; ok {
+		o.s.order.Remove(el)
+		delete(o.s.spent, o.id)
+	}
+}
+
 // Open checks a state a client sent back against b and returns the
-// upstream's own state.
-func (s *Sealer) Open(state string, b Binding) (string, error) {
-	refuse := func(reason error) (string, error) { return "", &RefusedError{Reason: reason} }
+// upstream's own state. The state is then in use, and refused with
+// ErrReplayed until Done says it was not sent; once sent, until it
+// expires. That memory is this Sealer's alone (one process): a state
+// replayed on another instance of the fleet is not recognised as used.
+func (s *Sealer) Open(state string, b Binding) (*Opened, error) {
+	refuse := func(reason error) (*Opened, error) { return nil, &RefusedError{Reason: reason} }
 	body, ok := strings.CutPrefix(state, prefix)
 	if !ok || len(state) > MaxStateBytes {
 		return refuse(ErrMalformed)
@@ -155,13 +212,37 @@ func (s *Sealer) Open(state string, b Binding) (string, error) {
 	if err := json.Unmarshal(plain, &e); err != nil {
 		return refuse(ErrMalformed)
 	}
-	if !s.now().Before(time.UnixMilli(e.Expires)) {
+	now := s.now()
+	expires := time.UnixMilli(e.Expires)
+	if !now.Before(expires) {
 		return refuse(ErrExpired)
 	}
-	if e.Principal != b.Principal || e.Server != b.Server || e.Tool != b.Tool || e.Args != b.Args {
+	if e.Principal != b.Principal || e.Server != b.Server || e.Tool != b.Tool || e.Args != b.Args || e.Upstream != b.Upstream {
 		return refuse(ErrMismatch)
 	}
-	return e.State, nil
+	// The nonce is random per Seal: it names this state.
+	id := string(sealed[:n])
+	if !s.begin(id, expires, now) {
+		return refuse(ErrReplayed)
+	}
+	return &Opened{State: e.State, s: s, id: id}, nil
+}
+
+// begin marks state id in use until expires, unless it is in use or
+// used already; it forgets expired states, and the oldest ones past
+// maxSpent.
+func (s *Sealer) begin(id string, expires, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for el := s.order.Front(); el != nil && (len(s.spent) >= s.maxSpent || !now.Before(el.Value.(*use).expires)); el = s.order.Front() {
+		s.order.Remove(el)
+		delete(s.spent, el.Value.(*use).id)
+	}
+	if _, ok := s.spent[id]; ok {
+		return false
+	}
+	s.spent[id] = s.order.PushBack(&use{id: id, expires: expires})
+	return true
 }
 
 // Digest returns a digest of a call's arguments that does not depend on

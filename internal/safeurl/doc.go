@@ -10,5 +10,8 @@
 //
 // SameOrigin tells whether two URLs share scheme, host and port, the rule
 // for where a request made on behalf of an upstream may go (redirects, the
-// HTTP+SSE transport's endpoint event).
+// HTTP+SSE transport's endpoint event). LocalAddr, LocalHost and the dial
+// check RefuseLocal keep upstream requests off the gateway's own host and
+// link: loopback (the Lambda runtime API), link-local and instance
+// metadata addresses.
 package safeurl

@@ -84,3 +84,33 @@ func TestSameOrigin(t *testing.T) {
 		}
 	}
 }
+
+func TestLocalAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		host  string
+		local bool
+	}{
+		{"127.0.0.1", true}, {"127.9.9.9", true}, {"[::1]", true}, {"::ffff:127.0.0.1", true},
+		{"0.0.0.0", true}, {"[::]", true}, {"169.254.169.254", true}, {"169.254.170.2", true},
+		{"[fe80::1]", true}, {"[fd00:ec2::254]", true}, {"localhost", true}, {"LocalHost.", true},
+		{"api.localhost", true},
+		{"10.0.0.5", false}, {"192.168.1.1", false}, {"[fd00::1]", false}, {"8.8.8.8", false},
+		{"api.example.com", false}, {"localhost.example.com", false},
+	} {
+		if got := LocalHost(tc.host); got != tc.local {
+			t.Errorf("LocalHost(%q) = %v, want %v", tc.host, got, tc.local)
+		}
+	}
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:9001", false}, {"[::1]:80", false}, {"169.254.169.254:80", false},
+		{"[::ffff:169.254.169.254]:80", false}, {"10.1.2.3:443", true}, {"[2001:db8::1]:443", true},
+	} {
+		err := RefuseLocal("tcp", tc.addr, nil)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrLocal)) {
+			t.Errorf("RefuseLocal(%s) = %v, want ok %v", tc.addr, err, tc.ok)
+		}
+	}
+}

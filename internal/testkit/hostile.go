@@ -27,8 +27,10 @@ import (
 //     without end; slow_drip: a JSON answer written one byte every 100 ms;
 //     reject {"bad": true}: HTTP 400 with a plain-text body, as a server
 //     that cannot parse the arguments; invalid_params {"bad": true}:
-//     JSON-RPC -32602 (both answer "ok" without "bad"); echo: its
-//     arguments back as text. Every tool takes any object.
+//     JSON-RPC -32602 (both answer "ok" without "bad"); list_changed_flood
+//     {"count": N}: an event stream of N notifications/tools/list_changed,
+//     then the result "flooded"; echo: its arguments back as text. Every
+//     tool takes any object.
 //
 // /redirect?to=URL answers 307 to URL, and GET /sse?endpoint=URL is an
 // HTTP+SSE stream whose endpoint event is URL. Every stream stops when its
@@ -52,7 +54,7 @@ type Hostile struct {
 }
 
 // HostileTools are the tools Hostile lists on a plain /mcp.
-var HostileTools = []string{"echo", "endless_progress", "endless_sse", "huge_result", "invalid_params", "reject", "slow_drip"}
+var HostileTools = []string{"echo", "endless_progress", "endless_sse", "huge_result", "invalid_params", "list_changed_flood", "reject", "slow_drip"}
 
 // StartHostile starts a Hostile upstream on 127.0.0.1 until the test ends.
 func StartHostile(t testing.TB) *Hostile {
@@ -196,6 +198,7 @@ func (h *Hostile) call(w http.ResponseWriter, r *http.Request, msg rpcMessage) {
 		Bytes int    `json:"bytes"`
 		Char  string `json:"char"`
 		Bad   bool   `json:"bad"`
+		Count int    `json:"count"`
 	}
 	_ = json.Unmarshal(msg.Params.Arguments, &args)
 	switch msg.Params.Name {
@@ -215,6 +218,16 @@ func (h *Hostile) call(w http.ResponseWriter, r *http.Request, msg rpcMessage) {
 		default:
 			writeRPCError(w, msg.ID, -32602, "invalid params: the arguments do not fit")
 		}
+	case "list_changed_flood":
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		var buf bytes.Buffer
+		for range args.Count {
+			buf.WriteString("data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n")
+		}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": textResult("flooded")})
+		fmt.Fprintf(&buf, "data: %s\n\n", b)
+		_, _ = w.Write(buf.Bytes())
 	case "slow_drip":
 		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": textResult("drip")})
 		w.Header().Set("Content-Type", "application/json")

@@ -107,11 +107,14 @@ func StartGateway(t testing.TB, env *storetest.Env, extra ...string) *Gateway {
 }
 
 // StartServing runs the executable at path as a gateway process: with the
-// store's environment and extra, until it logs that it is listening.
+// store's environment, ALLOW_LOCAL_UPSTREAMS=on, and extra, until it logs
+// that it is listening.
 func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string) *Gateway {
 	t.Helper()
 	cmd := exec.Command(path)
-	cmd.Env = append(append(baseEnv(), env.Vars()...), "GATEWAY_ADDR=127.0.0.1:0")
+	// Test upstreams run on loopback; extra may turn that off again (the
+	// last of two values wins).
+	cmd.Env = append(append(baseEnv(), env.Vars()...), "GATEWAY_ADDR=127.0.0.1:0", "ALLOW_LOCAL_UPSTREAMS=on")
 	cmd.Env = append(cmd.Env, extra...)
 	storetest.SetParentDeathSignal(cmd)
 	stderr, err := cmd.StderrPipe()

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -126,4 +127,19 @@ func LeaseCount(t testing.TB, env *storetest.Env, key, attr string) int {
 		return len(v.Value)
 	}
 	return 0
+}
+
+// CatalogHead reads the catalog head of server id from the leases table
+// (empty if there is none).
+func CatalogHead(t testing.TB, env *storetest.Env, id string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(env.Tables.Leases),
+		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: catalog.KeyPrefix + id}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item
 }

@@ -4,21 +4,20 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/registry"
-	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 // headerUpstream is a stateless 2026-07-28 server whose tool region takes
@@ -59,12 +58,12 @@ func countLists(s *mcp.Server) *atomic.Int64 {
 func TestParamHeadersFromTheCatalog(t *testing.T) {
 	env := storetest.NewEnv(t)
 	srv, lists := headerUpstream(t)
-	first := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	first := New(Options{AllowLocal: true, Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer first.Close()
 	if _, err := first.Tool(t.Context(), srv, Caller{}, "region"); err != nil {
 		t.Fatal(err)
 	}
-	p := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	p := New(Options{AllowLocal: true, Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer p.Close()
 	if _, err := p.Tool(t.Context(), srv, Caller{}, "region"); err != nil {
 		t.Fatal(err)
@@ -92,7 +91,7 @@ func TestParamHeadersFromTheCatalog(t *testing.T) {
 func TestToolsWhenTheCatalogIsDown(t *testing.T) {
 	srv, lists := headerUpstream(t)
 	down := storetest.Client(t, "http://127.0.0.1:1")
-	p := New(Options{Catalog: catalog.New(down, "leases", catalog.Options{})})
+	p := New(Options{AllowLocal: true, Catalog: catalog.New(down, "leases", catalog.Options{})})
 	defer p.Close()
 	tool, err := p.Tool(t.Context(), srv, Caller{}, "region")
 	if err != nil || tool.Name != "region" || lists.Load() != 1 {
@@ -120,7 +119,7 @@ func TestListChangedInvalidates(t *testing.T) {
 	t.Cleanup(hs.Close)
 	srv := &registry.Server{ID: "grows", URL: hs.URL, Transport: registry.TransportSSE, Timeout: 10 * time.Second, MaxConcurrent: 4}
 
-	a := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	a := New(Options{AllowLocal: true, Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer a.Close()
 	if tools, err := a.Tools(t.Context(), srv, Caller{}); err != nil || len(tools) != 1 {
 		t.Fatalf("tools %v, %v; want grow", tools, err)
@@ -138,7 +137,7 @@ func TestListChangedInvalidates(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	b := New(Options{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
+	b := New(Options{AllowLocal: true, Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})})
 	defer b.Close()
 	tools, err := b.Tools(t.Context(), srv, Caller{})
 	if err != nil || len(tools) != 2 || lists.Load() != 2 {
@@ -148,15 +147,7 @@ func TestListChangedInvalidates(t *testing.T) {
 
 // gen reads the invalidation count of a catalog head.
 func gen(t *testing.T, env *storetest.Env, id string) int {
-	out, err := env.Client.GetItem(t.Context(), &dynamodb.GetItemInput{
-		TableName:      aws.String(env.Tables.Leases),
-		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: catalog.KeyPrefix + id}},
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := out.Item["gen"].(*types.AttributeValueMemberN)
+	n, _ := testkit.CatalogHead(t, env, id)["gen"].(*types.AttributeValueMemberN)
 	if n == nil {
 		return 0
 	}
@@ -165,7 +156,9 @@ func gen(t *testing.T, env *storetest.Env, id string) int {
 }
 
 // The upstream's own ttlMs (below ToolsTTL) and cacheScope drive how long
-// the list is reused, and are what the gateway reports.
+// the list is reused, and are what the gateway reports. A private list is
+// listed twice the first time: on the gateway's own session, which learns
+// that it is private, then on the caller's.
 func TestUpstreamCachingHints(t *testing.T) {
 	s := mcp.NewServer(&mcp.Implementation{Name: "hints", Version: "1"}, &mcp.ServerOptions{
 		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.TTLMs, c.CacheScope = 2000, "private" },
@@ -177,7 +170,7 @@ func TestUpstreamCachingHints(t *testing.T) {
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}))
 	t.Cleanup(hs.Close)
 	srv := &registry.Server{ID: "hints", URL: hs.URL, Timeout: 10 * time.Second}
-	p := New(Options{ToolsTTL: time.Minute})
+	p := New(Options{AllowLocal: true, ToolsTTL: time.Minute})
 	defer p.Close()
 	before := time.Now()
 	ls, err := p.ToolListing(t.Context(), srv, Caller{})
@@ -187,7 +180,82 @@ func TestUpstreamCachingHints(t *testing.T) {
 	if ls.Scope != "private" || ls.Expires.Before(before.Add(2*time.Second)) || ls.Expires.After(time.Now().Add(2*time.Second)) {
 		t.Errorf("scope %q, expires in %v; want private, in 2s (the upstream's ttlMs)", ls.Scope, ls.Expires.Sub(before))
 	}
-	if _, err := p.ToolListing(t.Context(), srv, Caller{}); err != nil || lists.Load() != 1 {
-		t.Errorf("second listing: %v after %d lists; want it reused", err, lists.Load())
+	if _, err := p.ToolListing(t.Context(), srv, Caller{}); err != nil || lists.Load() != 2 {
+		t.Errorf("second listing: %v after %d lists; want 2 (the first listing's) and this one reused", err, lists.Load())
+	}
+}
+
+// countingCatalog is the real catalog, counting its invalidations.
+type countingCatalog struct {
+	*catalog.Catalog
+	invalidations atomic.Int64
+}
+
+func (c *countingCatalog) Invalidate(ctx context.Context, id string) error {
+	c.invalidations.Add(1)
+	return c.Catalog.Invalidate(ctx, id)
+}
+
+// TestListChangedFloodIsCoalesced: one answer carrying 20,000
+// notifications/tools/list_changed costs one invalidation of the catalog,
+// not one each, and no goroutine each; more notifications within the
+// coalescing window (listChangedEvery) cause one more invalidation at its
+// end.
+func TestListChangedFloodIsCoalesced(t *testing.T) {
+	env := storetest.NewEnv(t)
+	h := testkit.StartHostile(t)
+	cat := &countingCatalog{Catalog: catalog.New(env.Client, env.Tables.Leases, catalog.Options{})}
+	p := New(Options{AllowLocal: true, Catalog: cat})
+	defer p.Close()
+	p.coalesce = time.Hour // the floods below come within it, however slow the machine
+	srv := &registry.Server{ID: "flood", URL: h.URL, Timeout: time.Minute, MaxConcurrent: 4}
+	if _, err := p.Tools(t.Context(), srv, Caller{}); err != nil { // the catalog holds a list
+		t.Fatal(err)
+	}
+	flood := func() {
+		t.Helper()
+		before := runtime.NumGoroutine()
+		res, err := p.CallTool(t.Context(), srv, Caller{}, &mcp.CallToolParams{Name: "list_changed_flood", Arguments: map[string]any{"count": 20000}}, nil)
+		if err != nil || text(t, res) != "flooded" {
+			t.Fatalf("flood: %v %v", res, err)
+		}
+		if n := runtime.NumGoroutine() - before; n > 100 {
+			t.Errorf("%d more goroutines after one answer's notifications", n)
+		}
+	}
+	waitGen := func(want int) {
+		t.Helper()
+		wait, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for gen(t, env, "flood") < want {
+			select {
+			case <-wait.Done():
+				t.Fatalf("the catalog's generation did not reach %d", want)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	flood()
+	waitGen(1)
+	if n := cat.invalidations.Load(); n != 1 {
+		t.Errorf("%d catalog invalidations for one flooded answer, want 1", n)
+	}
+	// Two more floods within the window: one more invalidation, at its
+	// end (brought forward here).
+	flood()
+	flood()
+	if n := cat.invalidations.Load(); n != 1 {
+		t.Errorf("%d catalog invalidations right after more floods, want still 1", n)
+	}
+	l := p.listsOf(srv)
+	l.mu.Lock()
+	if l.timer == nil || !l.pending {
+		t.Fatal("no invalidation is due at the end of the window")
+	}
+	l.timer.Reset(0)
+	l.mu.Unlock()
+	waitGen(2)
+	if n, g := cat.invalidations.Load(), gen(t, env, "flood"); n != 2 || g != 2 {
+		t.Errorf("%d invalidations, generation %d after the coalescing window; want 2 and 2", n, g)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/secret"
 )
 
@@ -68,6 +70,73 @@ func (e *CredentialError) Error() string {
 
 func (e *CredentialError) Unwrap() error { return e.Err }
 
+// ErrReservedSecret refuses a server credential that is a secret the
+// gateway keeps for itself: whoever writes the servers table could have it
+// sent to any host.
+var ErrReservedSecret = errors.New("the credential is a secret the gateway keeps for itself (the request-state key); give the upstream a secret of its own")
+
+// Reserved is a secret the gateway keeps for itself, such as the key that
+// seals request states: no server's credential may refer to it or hold its
+// value. Only a digest of the value is kept.
+type Reserved struct {
+	ref secret.Ref
+	sum [sha256.Size]byte
+}
+
+// Reserve returns the secret ref, whose value is value, as Reserved.
+func Reserve(ref secret.Ref, value string) Reserved {
+	return Reserved{ref: ref, sum: sha256.Sum256([]byte(strings.TrimSpace(value)))}
+}
+
+// refused checks a credential's reference and, once read, its value ("" for
+// not yet) against the reserved secrets.
+func refused(reserved []Reserved, ref secret.Ref, value string) error {
+	var sum [sha256.Size]byte
+	if value != "" {
+		sum = sha256.Sum256([]byte(strings.TrimSpace(value)))
+	}
+	for _, r := range reserved {
+		if sameSecret(r.ref, ref) || value != "" && subtle.ConstantTimeCompare(sum[:], r.sum[:]) == 1 {
+			return ErrReservedSecret
+		}
+	}
+	return nil
+}
+
+// sameSecret reports whether two references name one secret: one kind and
+// name, a Secrets Manager secret also by its ARN (whose name part may end
+// in the six characters Secrets Manager appends), whatever JSON key.
+func sameSecret(a, b secret.Ref) bool {
+	if a.Kind != b.Kind {
+		return false
+	}
+	if a.Name == b.Name {
+		return true
+	}
+	if a.Kind != secret.SecretsManager {
+		return false
+	}
+	an, bn := smName(a.Name), smName(b.Name)
+	return an == bn || trimSuffix6(an) == bn || an == trimSuffix6(bn)
+}
+
+// smName is a Secrets Manager secret's name, from its ARN if it is one.
+func smName(s string) string {
+	if _, name, ok := strings.Cut(s, ":secret:"); ok && strings.HasPrefix(s, "arn:") {
+		return name
+	}
+	return s
+}
+
+// trimSuffix6 drops the "-XXXXXX" Secrets Manager appends to a name in an
+// ARN.
+func trimSuffix6(name string) string {
+	if i := len(name) - 7; i > 0 && name[i] == '-' {
+		return name[:i]
+	}
+	return name
+}
+
 // credential adds one server identity's headers and credential.
 type credential struct {
 	serverID string
@@ -75,6 +144,7 @@ type credential struct {
 	static   map[string]string
 	forward  []string
 	secrets  Secrets
+	reserved []Reserved
 	sigv4    *sigV4
 	token    *tokenSource
 	log      *slog.Logger
@@ -91,7 +161,7 @@ type sigV4 struct {
 func (p *Pool) newCredential(srv *registry.Server) *credential {
 	c := &credential{
 		serverID: srv.ID, auth: srv.Auth, static: srv.StaticHeaders, forward: srv.ForwardHeaders,
-		secrets: p.secrets, log: p.log,
+		secrets: p.secrets, reserved: p.reserved, log: p.log,
 	}
 	if a := srv.Auth; a != nil {
 		switch a.Type {
@@ -110,7 +180,13 @@ func (p *Pool) newCredential(srv *registry.Server) *credential {
 					// style means one request per attempt.
 					AuthStyle: oauth2.AuthStyleInHeader,
 				},
-				secretRef: a.Secret, secrets: p.secrets, client: p.tokenClient, serverID: srv.ID, now: time.Now,
+				secretRef: a.Secret, secrets: p.secrets, reserved: p.reserved, serverID: srv.ID, now: time.Now,
+				// A token request carries the client secret: it never
+				// follows a redirect.
+				client: &http.Client{
+					Transport:     p.clientFor(srv).Transport,
+					CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+				},
 			}
 			if a.Audience != "" {
 				c.token.cfg.EndpointParams = url.Values{"audience": {a.Audience}}
@@ -124,16 +200,15 @@ func (p *Pool) newCredential(srv *registry.Server) *credential {
 type credTransport struct {
 	base http.RoundTripper
 	cred *credential
-	// origin, if set, is the only scheme://host the credential goes to.
-	origin string
-	// marked: the credential goes only with requests whose context was
-	// marked by withCredential (an OpenAPI client also fetches documents).
-	marked bool
+	// origin, if set, is the only origin (scheme, host, port) the
+	// credential goes to.
+	origin *url.URL
 }
 
 type credentialKey struct{}
 
-// withCredential marks a context whose requests carry the credential.
+// withCredential marks a context whose requests are an OpenAPI server's
+// API calls, which carry the credential (its document's fetch does not).
 func withCredential(ctx context.Context) context.Context {
 	return context.WithValue(ctx, credentialKey{}, true)
 }
@@ -148,17 +223,8 @@ func withForward(ctx context.Context, h http.Header) context.Context {
 	return context.WithValue(ctx, forwardKey{}, h)
 }
 
-func originOf(u *url.URL) string { return strings.ToLower(u.Scheme + "://" + u.Host) }
-
 func (t *credTransport) applies(req *http.Request) bool {
-	if t.origin != "" && originOf(req.URL) != t.origin {
-		return false
-	}
-	if t.marked {
-		marked, _ := req.Context().Value(credentialKey{}).(bool)
-		return marked
-	}
-	return true
+	return t.origin == nil || safeurl.SameOrigin(req.URL, t.origin)
 }
 
 func (t *credTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -234,6 +300,9 @@ func (c *credential) prepare(req *http.Request) (*http.Request, string, error) {
 	if a.Type != registry.AuthSigV4 && c.secrets == nil {
 		return fail(errors.New("the gateway has no secret resolver configured"))
 	}
+	if err := refused(c.reserved, a.Secret, ""); a.Type != registry.AuthSigV4 && err != nil {
+		return fail(err)
+	}
 	switch a.Type {
 	case registry.AuthSigV4:
 		if err := c.sigv4.sign(ctx, out); err != nil {
@@ -250,6 +319,9 @@ func (c *credential) prepare(req *http.Request) (*http.Request, string, error) {
 	}
 	v, err := c.secrets.Resolve(ctx, a.Secret)
 	if err != nil {
+		return fail(err)
+	}
+	if err := refused(c.reserved, a.Secret, v); err != nil {
 		return fail(err)
 	}
 	hv, err := headerValue(a, v)
@@ -286,6 +358,9 @@ func (c *credential) refresh(ctx context.Context, used string) (bool, error) {
 		return err == nil && tok != used, err
 	}
 	v, err := c.secrets.Refresh(ctx, c.auth.Secret, used)
+	if err == nil {
+		err = refused(c.reserved, c.auth.Secret, v)
+	}
 	return err == nil && v != used, err
 }
 
@@ -333,6 +408,7 @@ type tokenSource struct {
 	cfg       clientcredentials.Config // without the secret
 	secretRef secret.Ref
 	secrets   Secrets
+	reserved  []Reserved
 	client    *http.Client
 	serverID  string
 	now       func() time.Time
@@ -433,13 +509,16 @@ func (ts *tokenSource) fetch(ctx context.Context, good func() bool) (string, err
 // is read once more (rotation) and, if changed, tried again.
 func (ts *tokenSource) request(ctx context.Context) (*oauth2.Token, error) {
 	sec, err := ts.secrets.Resolve(ctx, ts.secretRef)
+	if err == nil {
+		err = refused(ts.reserved, ts.secretRef, sec)
+	}
 	if err != nil {
 		return nil, err
 	}
 	tok, err := ts.exchange(ctx, sec)
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) && re.Response != nil && re.Response.StatusCode == http.StatusUnauthorized {
-		if fresh, ferr := ts.secrets.Refresh(ctx, ts.secretRef, sec); ferr == nil && fresh != sec {
+		if fresh, ferr := ts.secrets.Refresh(ctx, ts.secretRef, sec); ferr == nil && fresh != sec && refused(ts.reserved, ts.secretRef, fresh) == nil {
 			tok, err = ts.exchange(ctx, fresh)
 		}
 	}

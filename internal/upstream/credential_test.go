@@ -48,6 +48,7 @@ var sigCreds = aws.Credentials{AccessKeyID: "AKIDLOCAL", SecretAccessKey: "local
 func credPool(t *testing.T, opts secret.Options) *Pool {
 	t.Helper()
 	p := New(Options{
+		AllowLocal:     true,
 		Secrets:        secrettest.Shared(t).Resolver(opts),
 		AWSCredentials: credentials.StaticCredentialsProvider{Value: sigCreds},
 		AWSRegion:      "eu-west-1",
@@ -137,7 +138,7 @@ func TestEachAuthType(t *testing.T) {
 			}
 
 			// The same upstream, without auth: refused.
-			bare := New(Options{})
+			bare := New(Options{AllowLocal: true})
 			defer bare.Close()
 			_, err = bare.CallTool(ctx, server(t, map[string]any{"server_id": "guarded", "url": d.URL}), Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}}, nil)
 			var ue *Error
@@ -297,7 +298,7 @@ func TestCredentialStaysWithItsOrigin(t *testing.T) {
 	}))
 	defer redirect.Close()
 	t.Setenv("STAYS_TOKEN", "FAKESECRET-stays")
-	p := New(Options{Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
+	p := New(Options{AllowLocal: true, Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
 	defer p.Close()
 	srv := server(t, map[string]any{"server_id": "hop", "url": redirect.URL + "/mcp",
 		"auth":            map[string]any{"type": "api_key", "secret": "env:STAYS_TOKEN"},
@@ -325,7 +326,7 @@ func TestCredentialStaysWithItsOrigin(t *testing.T) {
 // static headers too; a credential header never does, even if asked to.
 func TestForwardHeaders(t *testing.T) {
 	d, g := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	srv := server(t, map[string]any{"server_id": "fwd", "url": d.URL, "static_headers": map[string]any{"X-Team": "platform"}, "forward_headers": []any{"X-Tenant"}})
 	// An item cannot forward Authorization; a Server built by hand still
@@ -349,7 +350,7 @@ func TestForwardHeaders(t *testing.T) {
 // TestSessionsPerPrincipal: two principals never share a session.
 func TestSessionsPerPrincipal(t *testing.T) {
 	_, _, srv := demoServer(t, registry.TransportHTTP)
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	ctx := context.Background()
 	for _, who := range []string{"a", "b", "a", "b"} {
@@ -409,10 +410,11 @@ func (c *testClock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d)
 // TestSweepForgetsIdlePrincipals: what a principal no longer uses (idle
 // sessions, server info, tool lists) is dropped, so the pool's memory is
 // bounded by the principals active within the idle timeout. A server's tool
-// list is one for every caller (the upstream sees the gateway's credential).
+// list is one for every caller (the upstream sees the gateway's credential),
+// listed on a session of the gateway's own: four sessions in all.
 func TestSweepForgetsIdlePrincipals(t *testing.T) {
 	_, _, srv := demoServer(t, registry.TransportHTTP)
-	p := New(Options{IdleTimeout: time.Minute})
+	p := New(Options{AllowLocal: true, IdleTimeout: time.Minute})
 	defer p.Close()
 	ctx := context.Background()
 	for _, who := range []string{"a", "b", "c"} {
@@ -428,8 +430,8 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 		defer p.mu.Unlock()
 		return len(p.idle), len(p.tools), len(p.info)
 	}
-	if i, tl, in := count(); i != 3 || tl != 1 || in != 3 {
-		t.Fatalf("after three principals: %d idle lists, %d tool lists, %d infos; want 3, 1, 3", i, tl, in)
+	if i, tl, in := count(); i != 4 || tl != 1 || in != 4 {
+		t.Fatalf("after three principals: %d idle lists, %d tool lists, %d infos; want 4, 1, 4", i, tl, in)
 	}
 	p.mu.Lock()
 	stale := p.sweepLocked(time.Now().Add(sweepEvery + 10*time.Minute))
@@ -437,8 +439,8 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 	for _, s := range stale {
 		s.close()
 	}
-	if i, tl, in := count(); i != 0 || tl != 0 || in != 0 || len(stale) != 3 {
-		t.Errorf("after the idle timeout: %d idle lists, %d tool lists, %d infos, %d sessions closed; want 0, 0, 0, 3", i, tl, in, len(stale))
+	if i, tl, in := count(); i != 0 || tl != 0 || in != 0 || len(stale) != 4 {
+		t.Errorf("after the idle timeout: %d idle lists, %d tool lists, %d infos, %d sessions closed; want 0, 0, 0, 4", i, tl, in, len(stale))
 	}
 }
 
@@ -447,7 +449,7 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 // nothing.
 func TestCredentialWithoutMeans(t *testing.T) {
 	d, g := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	for _, auth := range []map[string]any{
 		{"type": "bearer", "secret": "env:X"},
@@ -462,5 +464,50 @@ func TestCredentialWithoutMeans(t *testing.T) {
 	}
 	if n := len(g.Seen()); n != 0 {
 		t.Errorf("%d requests reached the upstream", n)
+	}
+}
+
+// TestReservedSecretNeverSent: a secret the gateway keeps for itself (the
+// request-state key) is refused as any server's credential, by reference
+// or by value (another reference holding it), for every auth type that
+// sends a secret, OAuth client secrets included; nothing is sent.
+func TestReservedSecretNeverSent(t *testing.T) {
+	t.Setenv("MCPGATE_TEST_STATE_KEY", "the-state-key-value-0123456789abcdef")
+	t.Setenv("MCPGATE_TEST_STATE_COPY", "the-state-key-value-0123456789abcdef\n")
+	d, g := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
+	tokens := testkit.StartTokenEndpoint(t, "c", "the-state-key-value-0123456789abcdef", time.Minute, nil)
+	ref, _ := secret.ParseRef("env:MCPGATE_TEST_STATE_KEY")
+	p := New(Options{AllowLocal: true, Secrets: secret.New(secret.Options{Getenv: os.Getenv}),
+		Reserved: []Reserved{Reserve(ref, "the-state-key-value-0123456789abcdef")}})
+	defer p.Close()
+	for name, auth := range map[string]map[string]any{
+		"bearer":       {"type": "bearer", "secret": "env:MCPGATE_TEST_STATE_KEY"},
+		"header, copy": {"type": "header", "header": "X-Token", "secret": "env:MCPGATE_TEST_STATE_COPY"},
+		"oauth2":       {"type": "oauth2_client_credentials", "token_url": tokens.URL, "client_id": "c", "secret": "env:MCPGATE_TEST_STATE_KEY"},
+		"oauth2, copy": {"type": "oauth2_client_credentials", "token_url": tokens.URL, "client_id": "c", "secret": "env:MCPGATE_TEST_STATE_COPY"},
+	} {
+		_, err := p.CallTool(context.Background(), server(t, map[string]any{"server_id": "s", "url": d.URL, "auth": auth}), Caller{}, &mcp.CallToolParams{Name: "echo"}, nil)
+		if !errors.Is(err, ErrReservedSecret) {
+			t.Errorf("%s: %v, want ErrReservedSecret", name, err)
+		}
+	}
+	if n := len(g.Seen()); n != 0 || tokens.Requests() != 0 {
+		t.Errorf("%d upstream requests and %d token requests were sent", n, tokens.Requests())
+	}
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"secretsmanager:mcpgate/state", "secretsmanager:mcpgate/state#k", true},
+		{"secretsmanager:mcpgate/state", "secretsmanager:arn:aws:secretsmanager:eu-west-1:123456789012:secret:mcpgate/state-AbCdEf", true},
+		{"secretsmanager:arn:aws:secretsmanager:eu-west-1:123456789012:secret:mcpgate/state-AbCdEf", "secretsmanager:mcpgate/state", true},
+		{"secretsmanager:mcpgate/state", "secretsmanager:mcpgate/stateful", false},
+		{"ssm:/mcpgate/state", "secretsmanager:/mcpgate/state", false},
+	} {
+		a, _ := secret.ParseRef(tc.a)
+		b, _ := secret.ParseRef(tc.b)
+		if got := sameSecret(a, b); got != tc.same {
+			t.Errorf("sameSecret(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.same)
+		}
 	}
 }

@@ -78,7 +78,7 @@ func TestExchangeStop(t *testing.T) {
 	for _, m := range upstreamModes {
 		t.Run(m.name, func(t *testing.T) {
 			d, srv := m.start(t)
-			p := New(Options{})
+			p := New(Options{AllowLocal: true})
 			defer p.Close()
 			// The call holds until its gate opens (or a minute passes).
 			x := p.Start(context.Background(), srv, Caller{}, slowParams(srv, 60000, "g"), nil)
@@ -144,7 +144,7 @@ func TestExchangeStop(t *testing.T) {
 // is never sent, and is known at once not to run upstream.
 func TestExchangeStopBeforeSent(t *testing.T) {
 	d, srv := upstreamModes[2].start(t) // stateless: nothing else would tell
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	// Warm the session, so the call's request is the next thing sent.
 	if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
@@ -176,7 +176,7 @@ func TestExchangeStopBeforeSent(t *testing.T) {
 // a stateful upstream, and the session is kept.
 func TestExchangeClose(t *testing.T) {
 	d, srv := upstreamModes[0].start(t)
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	x := p.Start(context.Background(), srv, Caller{}, slowParams(srv, 60000, ""), nil)
 	if err := d.WaitInFlight(waitCtx(t), 1); err != nil {
@@ -207,7 +207,7 @@ func TestStatelessIgnoresAbort(t *testing.T) {
 	for _, m := range upstreamModes[2:4] {
 		t.Run(m.name, func(t *testing.T) {
 			d, srv := m.start(t)
-			p := New(Options{})
+			p := New(Options{AllowLocal: true})
 			defer p.Close()
 			x := p.Start(context.Background(), srv, Caller{}, slowParams(srv, 60000, "g"), nil)
 			if err := d.WaitInFlight(waitCtx(t), 1); err != nil {

@@ -61,6 +61,47 @@ type traffic struct {
 	budget     int64
 	left       atomic.Int64
 	overBudget atomic.Bool
+
+	// An HTTP+SSE session's event stream carries the answers of every
+	// request the session serves, and whatever the upstream sends
+	// between them: stream marks the session's record, whose stream is
+	// bounded per request rather than once for its life. call is the
+	// record of the request in flight on the session, which the stream's
+	// bytes count against (its answer and everything sent meanwhile, as
+	// for a streamable-HTTP answer), up to callLeft; while none is,
+	// idleLeft bounds them.
+	stream   bool
+	call     atomic.Pointer[traffic]
+	callLeft atomic.Int64
+	idleLeft atomic.Int64
+}
+
+// attach makes the bytes of the session stream of ex count against c, the
+// request now in flight on the session, up to limit (nil c: the session
+// is idle again), and gives the idle stream a new allowance of limit.
+func (ex *traffic) attach(c *traffic, limit int64) {
+	if c != nil {
+		c.callLeft.Store(limit)
+	}
+	ex.idleLeft.Store(limit)
+	ex.call.Store(c)
+}
+
+// spendStream counts n bytes of a session stream, reporting false when the
+// request in flight, or the idle session, went past its bound.
+func (ex *traffic) spendStream(n int) bool {
+	if c := ex.call.Load(); c != nil {
+		if c.callLeft.Add(-int64(n)) < 0 {
+			c.tooLarge.Store(true)
+			return false
+		}
+		return c.spend(n)
+	}
+	if ex.idleLeft.Add(-int64(n)) < 0 {
+		ex.tooLarge.Store(true)
+		return false
+	}
+	return true
 }
 
 type trafficKey struct{}

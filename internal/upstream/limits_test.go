@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
@@ -32,7 +33,7 @@ func callErr(t *testing.T, p *Pool, srv *registry.Server, tool string, args any)
 // and 429 about its health.
 func TestRefusalsAreAboutTheRequest(t *testing.T) {
 	h := testkit.StartHostile(t)
-	p := New(Options{MaxResponseBytes: 1 << 20})
+	p := New(Options{AllowLocal: true, MaxResponseBytes: 1 << 20})
 	defer p.Close()
 	srv := &registry.Server{ID: "h", URL: h.URL, Transport: registry.TransportHTTP, Timeout: 10 * time.Second}
 	if e := callErr(t, p, srv, "reject", map[string]any{"bad": true}); e.Kind != KindRejected || e.Status != 400 || !e.AboutRequest() || e.Infrastructure() {
@@ -68,8 +69,8 @@ func TestToolListBounds(t *testing.T) {
 		opts        Options
 		what        string
 	}{
-		{"huge pages", "pages=0&page_bytes=3000000", Options{MaxListBytes: 1 << 20}, "tool list"},
-		{"many pages", "pages=0&page_bytes=10", Options{MaxListPages: 5}, "tool list pages"},
+		{"huge pages", "pages=0&page_bytes=3000000", Options{AllowLocal: true, MaxListBytes: 1 << 20}, "tool list"},
+		{"many pages", "pages=0&page_bytes=10", Options{AllowLocal: true, MaxListPages: 5}, "tool list pages"},
 	} {
 		p := New(tc.opts)
 		srv := &registry.Server{ID: "h", URL: h.URL + "?" + tc.query, Transport: registry.TransportHTTP}
@@ -80,7 +81,7 @@ func TestToolListBounds(t *testing.T) {
 		}
 		p.Close()
 	}
-	p := New(Options{MaxListPages: 5})
+	p := New(Options{AllowLocal: true, MaxListPages: 5})
 	defer p.Close()
 	if tools, err := p.Tools(context.Background(), &registry.Server{ID: "h", URL: h.URL + "?pages=5&page_bytes=10", Transport: registry.TransportHTTP}, Caller{}); err != nil || len(tools) != 5 {
 		t.Errorf("5 pages with a bound of 5: %d tools, %v", len(tools), err)
@@ -94,7 +95,7 @@ func TestSessionsStayOnTheirOrigin(t *testing.T) {
 	var hits atomic.Int32
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer sink.Close()
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	for _, srv := range []*registry.Server{
 		{ID: "redirect", Transport: registry.TransportHTTP, URL: h.Base + "/redirect?to=" + url.QueryEscape(sink.URL+"/mcp")},
@@ -108,5 +109,50 @@ func TestSessionsStayOnTheirOrigin(t *testing.T) {
 	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("the other origin received %d requests", n)
+	}
+}
+
+// TestSSEStreamBoundedPerRequest: an HTTP+SSE session's one stream carries
+// every answer it serves and whatever the upstream sends between them. What
+// arrives while a request is in flight counts against that request, as a
+// streamable-HTTP answer would: log messages sent during a tools/list count
+// against the list's byte bound. The stream is bounded per request, not once
+// for its life: a session serving many answers within the bound goes on.
+func TestSSEStreamBoundedPerRequest(t *testing.T) {
+	var chatty atomic.Bool
+	s := mcp.NewServer(&mcp.Implementation{Name: "chatty", Version: "1"}, nil)
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" && chatty.Load() {
+				ss := req.GetSession().(*mcp.ServerSession)
+				for range 64 {
+					_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Data: strings.Repeat("x", 1024)})
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	s.AddTool(&mcp.Tool{Name: "chunk", InputSchema: &jsonschema.Schema{Type: "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("c", 20<<10)}}}, nil
+	})
+	hs := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(hs.Close)
+	srv := &registry.Server{ID: "chatty", URL: hs.URL, Transport: registry.TransportSSE, Timeout: 10 * time.Second}
+
+	p := New(Options{AllowLocal: true, MaxResponseBytes: 64 << 10, MaxListBytes: 32 << 10, MaxIdle: 1})
+	defer p.Close()
+	for i := range 6 { // 120 KiB of answers on one session, 20 KiB each
+		if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "chunk"}, nil); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if n := p.Connects(); n != 1 {
+		t.Errorf("%d sessions opened, want 1 to serve every call", n)
+	}
+	chatty.Store(true)
+	_, err := p.Tools(context.Background(), srv, Caller{})
+	var le *LimitError
+	if !errors.As(err, &le) || le.What != "tool list" {
+		t.Errorf("a list with 64 KiB of log messages, bound 32 KiB: %v; want the tool list's limit", err)
 	}
 }

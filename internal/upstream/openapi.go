@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/openapi"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // OpenAPI-backed servers (transport "openapi") have no MCP session: their
@@ -39,6 +41,9 @@ type apiEntry struct {
 	api     *openapi.API
 	err     error
 	fetched time.Time
+	// origin is where the first good load sent the API's calls: a later
+	// document that sends them elsewhere makes the server misconfigured.
+	origin string
 }
 
 // loadFailureTTL is how long a failed load is remembered before trying
@@ -64,22 +69,67 @@ func (p *Pool) openAPI(ctx context.Context, srv *registry.Server) (*openapi.API,
 	if e.api == nil && e.err != nil && age < loadFailureTTL {
 		return nil, e.err
 	}
-	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{BaseURL: srv.URL, MaxResponseBytes: p.maxResp, HTTPClient: p.apiClient(srv)})
+	hc, routes := p.apiClient(srv)
+	api, err := openapi.Load(ctx, openapi.Source{URL: srv.SpecURL, Path: srv.SpecPath}, openapi.Options{
+		BaseURL: srv.URL, Origin: e.origin, MaxResponseBytes: p.maxResp, HTTPClient: hc,
+	})
 	e.fetched = time.Now()
+	if err == nil {
+		err = p.route(srv, api, routes)
+	}
 	if err != nil {
-		if e.api != nil {
+		if e.api != nil && !errors.Is(err, openapi.ErrOriginChanged) {
 			// Keep serving the last good document.
 			p.log.Warn("reloading an OpenAPI document failed; keeping the last one", "server_id", srv.ID, "error", err.Error())
 			return e.api, nil
 		}
-		e.err = &SpecError{ServerID: srv.ID, Err: err}
+		if errors.Is(err, openapi.ErrOriginChanged) {
+			p.log.Error("an OpenAPI document moved its API to another origin; the server is misconfigured until the document or the item is fixed (set url to choose the API's origin)",
+				"server_id", srv.ID, "error", err.Error())
+		}
+		e.api, e.err = nil, &SpecError{ServerID: srv.ID, Err: err}
 		return nil, e.err
 	}
 	for _, s := range api.Skipped() {
 		p.log.Info("OpenAPI operation left out", "server_id", srv.ID, "operation", s.Op, "reason", s.Reason)
 	}
+	if e.origin == "" {
+		e.origin = api.Origin()
+	}
 	e.api, e.err = api, nil
 	return api, nil
+}
+
+// errLocalAPI refuses an API origin taken from a document that names a
+// loopback or link-local host.
+var errLocalAPI = errors.New("the document sends calls to a loopback or link-local address, which a document may never name")
+
+// route sets where api's calls go: only to its origin, with srv's
+// credential and headers. An origin the document chose (no url, and not
+// the spec_url's own) is never a local address, whatever allow_local says:
+// refused here when the document names one, and when dialed when a name
+// resolves to one.
+func (p *Pool) route(srv *registry.Server, api *openapi.API, r *apiRoutes) error {
+	origin, err := url.Parse(api.Origin())
+	if err != nil {
+		return fmt.Errorf("API origin: %w", err)
+	}
+	fromDoc := srv.URL == ""
+	if spec, err := url.Parse(srv.SpecURL); err == nil && srv.SpecURL != "" && safeurl.SameOrigin(spec, origin) {
+		fromDoc = false
+	}
+	var base http.RoundTripper = r.fetch
+	if fromDoc {
+		if safeurl.LocalHost(origin.Hostname()) {
+			return errLocalAPI
+		}
+		base = newTransport(false)
+	}
+	if cred := p.credential(srv); !cred.empty() {
+		base = &credTransport{base: base, cred: cred, origin: origin}
+	}
+	r.call = &originGuard{base: base, origin: origin}
+	return nil
 }
 
 func (p *Pool) openAPITool(ctx context.Context, srv *registry.Server, name string) (*mcp.Tool, error) {
@@ -95,14 +145,33 @@ func (p *Pool) openAPITool(ctx context.Context, srv *registry.Server, name strin
 	return nil, ErrUnknownTool
 }
 
-// apiClient is the HTTP client of an OpenAPI server: openapi's own, with
-// srv's credential added to the API calls (not to the document's fetch).
-func (p *Pool) apiClient(srv *registry.Server) *http.Client {
+// apiClient is the HTTP client of an OpenAPI server: openapi's own, whose
+// document fetch goes out as the item allows, without the credential, and
+// whose API calls take the route that route sets once the document is
+// loaded.
+func (p *Pool) apiClient(srv *registry.Server) (*http.Client, *apiRoutes) {
 	hc := openapi.NewHTTPClient()
-	if cred := p.credential(srv); !cred.empty() {
-		hc.Transport = &credTransport{base: hc.Transport, cred: cred, marked: true}
+	r := &apiRoutes{fetch: newTransport(p.allowLocal || srv.AllowLocal)}
+	hc.Transport = r
+	return hc, r
+}
+
+// apiRoutes sends an OpenAPI server's requests: its API calls (requests
+// marked by withCredential) through call, set before the API is used; the
+// document's fetch through fetch.
+type apiRoutes struct {
+	fetch *http.Transport
+	call  http.RoundTripper
+}
+
+func (r *apiRoutes) RoundTrip(req *http.Request) (*http.Response, error) {
+	if marked, _ := req.Context().Value(credentialKey{}).(bool); marked {
+		if r.call == nil {
+			return nil, errors.New("openapi: the API is not routed yet")
+		}
+		return r.call.RoundTrip(req)
 	}
-	return hc
+	return r.fetch.RoundTrip(req)
 }
 
 // callOpenAPI makes the HTTP request of an OpenAPI tool call for c; x, if

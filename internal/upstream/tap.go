@@ -27,19 +27,28 @@ func withListener(ctx context.Context, l *Listener) context.Context {
 
 type listChangedKey struct{}
 
+// listChanged is what a notifications/tools/list_changed in an event
+// stream calls, and whether only the first one of each answer counts.
+type listChanged struct {
+	changed func()
+	once    bool
+}
+
 // withListChanged marks a request's context so that a
-// notifications/tools/list_changed in its event stream calls changed. (The
-// SDK's own handler for it would make every 2026-07-28 session hold a
-// subscriptions/listen stream open to the upstream.)
-func withListChanged(ctx context.Context, changed func()) context.Context {
-	return context.WithValue(ctx, listChangedKey{}, changed)
+// notifications/tools/list_changed in its event stream calls changed: only
+// the first of each answer if once (a call's answer), every one otherwise
+// (a session's stream, which carries many answers). (The SDK's own handler
+// for it would make every 2026-07-28 session hold a subscriptions/listen
+// stream open to the upstream.)
+func withListChanged(ctx context.Context, changed func(), once bool) context.Context {
+	return context.WithValue(ctx, listChangedKey{}, &listChanged{changed: changed, once: once})
 }
 
 // tapEvents wraps an event-stream response of a call that has a listener,
 // or that watches for tool list changes.
 func tapEvents(req *http.Request, resp *http.Response) {
 	l, _ := req.Context().Value(listenerKey{}).(*Listener)
-	changed, _ := req.Context().Value(listChangedKey{}).(func())
+	changed, _ := req.Context().Value(listChangedKey{}).(*listChanged)
 	if l == nil && changed == nil {
 		return
 	}
@@ -60,11 +69,14 @@ const maxTapEvent = 1 << 20
 type eventTap struct {
 	rc      io.ReadCloser
 	l       *Listener
-	changed func()
+	changed *listChanged
 	ctx     context.Context
 	line    []byte // the current, incomplete line
 	data    []byte // the data lines of the current event
 	skip    bool   // the current event is too large to relay
+	// listChanged: a notifications/tools/list_changed was seen; later
+	// ones in the same answer are ignored.
+	listChanged bool
 }
 
 func (t *eventTap) Read(p []byte) (int, error) {
@@ -135,8 +147,11 @@ func (t *eventTap) dispatch(data []byte) {
 			t.l.Progress(t.ctx, &p)
 		}
 	case "notifications/tools/list_changed":
-		if t.changed != nil {
-			t.changed()
+		// In a call's answer one counts: repeating it thousands of times
+		// costs what one does.
+		if t.changed != nil && !(t.changed.once && t.listChanged) {
+			t.listChanged = true
+			t.changed.changed()
 		}
 	case "notifications/message":
 		var p mcp.LoggingMessageParams

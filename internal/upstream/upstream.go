@@ -14,8 +14,11 @@
 // transport openapi are plain HTTP APIs called through package openapi.
 //
 // Tool lists are reused for Options.ToolsTTL, or the upstream's smaller
-// ttlMs, and, for limited servers, shared by the fleet through a Catalog. What one upstream can make the gateway read is bounded (see
-// limits.go).
+// ttlMs. A list the upstream gives every caller alike is fetched on a
+// session of the gateway's own, on which no agent calls tools, and, for
+// limited servers, shared by the fleet through a Catalog; a list it marks
+// private is fetched and kept per principal. What one upstream can make the
+// gateway read is bounded (see limits.go).
 //
 // A tool call is an Exchange: its caller may stop waiting for it, tell the
 // upstream to stop (Stop) in every way the upstream's protocol allows
@@ -24,6 +27,7 @@
 package upstream
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,11 +36,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +51,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // Defaults for Options.
@@ -70,8 +75,20 @@ const (
 // Options configures a Pool. The zero value means defaults.
 type Options struct {
 	// HTTPClient sends the requests to upstreams. Nil means a client with
-	// pooled keep-alive connections and MaxResponseBytes enforced.
+	// pooled keep-alive connections and MaxResponseBytes enforced, which
+	// refuses to connect to loopback and link-local addresses (see
+	// AllowLocal); a client of your own decides where it connects.
 	HTTPClient *http.Client
+	// AllowLocal lets every server's requests reach loopback and
+	// link-local addresses (safeurl.LocalAddr): for local development and
+	// tests, whose upstreams run on this host. Otherwise only a server
+	// whose item sets allow_local may, and never a server an OpenAPI
+	// document names.
+	AllowLocal bool
+	// Reserved are secrets the gateway keeps for itself (the request-state
+	// key): a server whose credential refers to one, or whose credential's
+	// value is one, is misconfigured, and nothing is sent.
+	Reserved []Reserved
 	// MaxResponseBytes bounds each upstream HTTP response body (one
 	// streamable-HTTP POST, or one SSE stream) and each server-sent event.
 	// An answer past it fails with a *LimitError. Zero means
@@ -127,30 +144,37 @@ var _ Catalog = (*catalog.Catalog)(nil)
 
 // Pool holds client sessions to upstream servers.
 type Pool struct {
-	client   *mcp.Client
-	http     *http.Client
-	maxIdle  int
-	idleTTL  time.Duration
-	toolsTTL time.Duration
-	catalog  Catalog
-	check    time.Duration
-	log      *slog.Logger
-	maxResp  int64
-	maxList  int64
-	maxPages int
+	client *mcp.Client
+	// http sends requests for servers that may not reach local
+	// addresses, local for those that may (allow_local, or AllowLocal).
+	http, local *http.Client
+	maxIdle     int
+	idleTTL     time.Duration
+	toolsTTL    time.Duration
+	catalog     Catalog
+	check       time.Duration
+	log         *slog.Logger
+	maxResp     int64
+	maxList     int64
+	maxPages    int
 
-	secrets     Secrets
-	awsCreds    aws.CredentialsProvider
-	awsRegion   string
-	tokenClient *http.Client // reaches OAuth token endpoints
+	secrets    Secrets
+	reserved   []Reserved
+	allowLocal bool
+	awsCreds   aws.CredentialsProvider
+	awsRegion  string
 
 	mu    sync.Mutex
-	idle  map[string][]*session  // by session key, newest last
-	tools map[string]*toolList   // by session key
-	info  map[string]infoEntry   // by session key: the upstream's last initialize result
-	apis  map[string]*apiEntry   // by identity key: OpenAPI-backed servers' documents
-	creds map[string]*credential // by identity key
-	swept time.Time
+	idle  map[string][]*session // by session key, newest last
+	tools map[string]*toolList  // by session key
+	info  map[string]infoEntry  // by session key: the upstream's last initialize result
+	apis  map[string]*apiEntry  // by identity key: OpenAPI-backed servers' documents
+	gens  map[string]*lists     // by identity key: tool lists' invalidations
+	// coalesce is the least time between two invalidations of one
+	// upstream's lists (listChangedEvery).
+	coalesce time.Duration
+	creds    map[string]*credential // by identity key
+	swept    time.Time
 	// listeners routes notifications received on a session to its call.
 	listeners sync.Map // *mcp.ClientSession → *Listener
 	closed    bool
@@ -182,6 +206,12 @@ type toolList struct {
 	scope   string
 	expires time.Time
 	reuse   time.Time
+	// private: a list every caller would share turned out private
+	// (cacheScope); until expires, each caller lists on its own session.
+	private bool
+	// gen is the upstream's list generation the list was renewed in: an
+	// invalidation since makes it stale.
+	gen int64
 }
 
 // Listing is an upstream's tool list and how long it may be reused.
@@ -216,6 +246,8 @@ func New(opts Options) *Pool {
 		tools:     map[string]*toolList{},
 		info:      map[string]infoEntry{},
 		apis:      map[string]*apiEntry{},
+		gens:      map[string]*lists{},
+		coalesce:  listChangedEvery,
 		creds:     map[string]*credential{},
 		secrets:   opts.Secrets,
 		awsCreds:  opts.AWSCredentials,
@@ -232,9 +264,14 @@ func New(opts Options) *Pool {
 	if p.maxPages <= 0 {
 		p.maxPages = DefaultMaxListPages
 	}
+	p.local = p.http
 	if p.http == nil {
-		p.http = NewHTTPClient(p.maxResp)
+		p.http, p.local = NewHTTPClient(p.maxResp, opts.AllowLocal), NewHTTPClient(p.maxResp, true)
+		if opts.AllowLocal {
+			p.local = p.http
+		}
 	}
+	p.reserved, p.allowLocal = opts.Reserved, opts.AllowLocal
 	if p.maxIdle <= 0 {
 		p.maxIdle = DefaultMaxIdle
 	}
@@ -243,12 +280,6 @@ func New(opts Options) *Pool {
 	}
 	if p.toolsTTL <= 0 {
 		p.toolsTTL = DefaultToolsTTL
-	}
-	// A token request carries the client secret: it never follows a
-	// redirect.
-	p.tokenClient = &http.Client{
-		Transport:     p.http.Transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	if p.check <= 0 {
 		p.check = DefaultCatalogCheck
@@ -291,15 +322,36 @@ func (p *Pool) Connects() int64 { return p.connects.Load() }
 
 // NewHTTPClient returns an HTTP client for upstream calls: keep-alive
 // connections pooled per host, and every response body cut off after limit
-// bytes. It has no overall timeout: each call's context bounds it.
-func NewHTTPClient(limit int64) *http.Client {
+// bytes. It has no overall timeout: each call's context bounds it. Unless
+// allowLocal, it refuses to connect to loopback and link-local addresses,
+// checked on the address dialed, after DNS.
+func NewHTTPClient(limit int64, allowLocal bool) *http.Client {
+	return &http.Client{Transport: &limitTransport{base: newTransport(allowLocal), limit: limit}}
+}
+
+// newTransport returns a transport pooling keep-alive connections per
+// host, refusing local addresses unless allowLocal.
+func newTransport(allowLocal bool) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 64
 	t.IdleConnTimeout = 90 * time.Second
 	t.ResponseHeaderTimeout = 0
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return &http.Client{Transport: &limitTransport{base: t, limit: limit}}
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	if !allowLocal {
+		d.Control = safeurl.RefuseLocal
+	}
+	t.DialContext = d.DialContext
+	return t
+}
+
+// clientFor is the HTTP client of srv's requests: one that may reach local
+// addresses only if srv may.
+func (p *Pool) clientFor(srv *registry.Server) *http.Client {
+	if srv.AllowLocal {
+		return p.local
+	}
+	return p.http
 }
 
 // limitTransport caps response bodies.
@@ -321,7 +373,12 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ex := trafficFrom(req.Context())
 	ex.seen(req, resp)
-	resp.Body = &limitedBody{rc: resp.Body, left: t.limit, ex: ex}
+	if ex != nil && ex.stream && req.Method == http.MethodGet {
+		// An HTTP+SSE session's stream: bounded per request it serves.
+		resp.Body = &limitedBody{rc: resp.Body, left: math.MaxInt64, ex: ex, stream: true}
+	} else {
+		resp.Body = &limitedBody{rc: resp.Body, left: t.limit, ex: ex}
+	}
 	tapEvents(req, resp)
 	return resp, nil
 }
@@ -334,6 +391,9 @@ type limitedBody struct {
 	rc   io.ReadCloser
 	left int64
 	ex   *traffic // told when the limit is passed
+	// stream: an HTTP+SSE session's stream, whose bytes ex counts per
+	// request (traffic.spendStream).
+	stream bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -353,6 +413,12 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.rc.Read(p)
 	b.left -= int64(n)
+	if b.stream {
+		if !b.ex.spendStream(n) {
+			return n, ErrResponseTooLarge
+		}
+		return n, err
+	}
 	if !b.ex.spend(n) {
 		return n, ErrResponseTooLarge
 	}
@@ -404,14 +470,15 @@ func (p *Pool) sessionClient(srv *registry.Server) (*http.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server url: %w", err)
 	}
-	base := p.http.Transport
+	hc := p.clientFor(srv)
+	base := hc.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
 	if cred := p.credential(srv); !cred.empty() {
-		base = &credTransport{base: base, cred: cred, origin: originOf(origin)}
+		base = &credTransport{base: base, cred: cred, origin: origin}
 	}
-	c := *p.http
+	c := *hc
 	c.Transport = &originGuard{base: base, origin: origin}
 	return &c, nil
 }
@@ -422,6 +489,13 @@ func (p *Pool) Close() {
 	p.closed = true
 	idle := p.idle
 	p.idle = map[string][]*session{}
+	for _, l := range p.gens {
+		l.mu.Lock()
+		if l.timer != nil && l.timer.Stop() {
+			l.timer = nil
+		}
+		l.mu.Unlock()
+	}
 	p.mu.Unlock()
 	for _, list := range idle {
 		for _, s := range list {
@@ -503,6 +577,17 @@ func (p *Pool) sweepLocked(now time.Time) []*session {
 		}
 		tl.mu.Unlock()
 	}
+	for key, l := range p.gens {
+		if !l.mu.TryLock() {
+			continue
+		}
+		if !l.running && l.timer == nil && now.Sub(l.last) > old {
+			// A list renewed in its generation is then taken for stale:
+			// listed once more, never reused wrongly.
+			delete(p.gens, key)
+		}
+		l.mu.Unlock()
+	}
 	return stale
 }
 
@@ -531,9 +616,13 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server, c Caller) (*se
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// The session outlives this call: none of its budget applies.
 	sctx, seen := withTraffic(withBudget(sctx, 0))
+	if srv.Transport == registry.TransportSSE {
+		seen.stream = true
+		seen.attach(nil, p.maxResp)
+	}
 	// A stream the session keeps open (the SSE transport's) may carry
 	// notifications/tools/list_changed.
-	sctx = withListChanged(sctx, func() { p.InvalidateTools(srv) })
+	sctx = withListChanged(sctx, func() { p.InvalidateTools(srv) }, false)
 	stop := context.AfterFunc(ctx, cancel)
 	cs, err := p.client.Connect(sctx, t, nil)
 	if !stop() {
@@ -619,7 +708,7 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, c Caller, l *Listen
 			return p.classify(ctx, srv, err)
 		}
 		ctx, ex := withTraffic(ctx)
-		fctx := withListChanged(ctx, func() { p.InvalidateTools(srv) })
+		fctx := withListChanged(ctx, func() { p.InvalidateTools(srv) }, true)
 		if l != nil {
 			if srv.Transport == registry.TransportSSE {
 				// The old transport carries every message on one stream
@@ -632,12 +721,24 @@ func (p *Pool) do(ctx context.Context, srv *registry.Server, c Caller, l *Listen
 		if x != nil {
 			fctx = withExchange(fctx, x)
 		}
+		if s.seen.stream {
+			// The answer, and all the upstream sends meanwhile, come on
+			// the session's stream: they count against this request.
+			s.seen.attach(ex, p.maxResp)
+		}
 		err = fn(fctx, s.cs)
+		if s.seen.stream {
+			s.seen.attach(nil, p.maxResp)
+		}
 		if l != nil {
 			p.listeners.Delete(s.cs)
 		}
 		if s.seen.tooLarge.Load() {
 			ex.tooLarge.Store(true)
+		}
+		if s.seen.stream && (ex.tooLarge.Load() || ex.overBudget.Load()) {
+			// The stream was cut: the session is of no more use.
+			err = cmp.Or(err, error(ErrResponseTooLarge))
 		}
 		p.checkin(srv, c, s, healthy(err) && (x == nil || !x.discarding()))
 		if err != nil && reused && attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
@@ -663,10 +764,21 @@ func (p *Pool) Tools(ctx context.Context, srv *registry.Server, c Caller) ([]*mc
 // MaxTTL is the longest the gateway reuses an upstream's list.
 func (p *Pool) MaxTTL() time.Duration { return p.toolsTTL }
 
+// listingPrincipal is the principal of the gateway's own sessions, on
+// which the tool lists shared by every caller are fetched: no agent's call
+// ever runs on them, so such a list reflects no agent's session state. An
+// agent's principal ("key:…", "oauth:…", "iam:…") never takes this form.
+const listingPrincipal = "mcpgate:lists"
+
 // ToolListing returns srv's tools as c sees them, and how long they may be
-// reused: from this instance's copy while it is fresh, else from the
-// fleet's catalog, else from the upstream. A failing upstream is asked
-// again at most every toolsRefreshFloor.
+// reused. A list the upstream gives every caller alike (cacheScope public,
+// or none) is fetched on a session of the gateway's own, never an agent's,
+// and kept for every caller: this instance's copy while it is fresh, else
+// the fleet's catalog (for limited servers), else the upstream. A list the
+// upstream marks private, and the list of a server that forwards callers'
+// headers, is fetched on c's own session and kept for c alone, never in the
+// catalog (which learns only that the list is private). A failing upstream
+// is asked again at most every toolsRefreshFloor.
 func (p *Pool) ToolListing(ctx context.Context, srv *registry.Server, c Caller) (*Listing, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		api, err := p.openAPI(ctx, srv)
@@ -675,45 +787,103 @@ func (p *Pool) ToolListing(ctx context.Context, srv *registry.Server, c Caller) 
 		}
 		return &Listing{Tools: api.Tools(), Scope: "public", Expires: time.Now().Add(p.toolsTTL)}, nil
 	}
-	tl := p.toolList(srv, c)
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	if tl.ordered == nil || !time.Now().Before(tl.reuse) {
-		if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
-			return nil, tl.err
-		}
-		if err := p.refreshTools(ctx, srv, c, tl); err != nil {
-			return nil, err
-		}
+	tl, err := p.listFor(ctx, srv, c, "")
+	if err != nil {
+		return nil, err
 	}
+	defer tl.mu.Unlock()
 	return &Listing{Tools: tl.ordered, Scope: tl.scope, Expires: tl.expires}, nil
 }
 
-// InvalidateTools drops srv's lists here (every caller's) and in the
-// catalog, after the upstream said it changed.
-func (p *Pool) InvalidateTools(srv *registry.Server) {
-	prefix := identityKey(srv)
+// listChangedEvery is the least time between two invalidations of one
+// upstream's lists that its notifications/tools/list_changed cause.
+const listChangedEvery = 5 * time.Second
+
+// lists is what the pool knows of the tool lists of one upstream identity:
+// a generation that invalidations advance (a list renewed in an older one
+// is stale), and the coalescing of the upstream's invalidations.
+type lists struct {
+	gen atomic.Int64
+
+	mu      sync.Mutex
+	srv     *registry.Server // the latest item seen for the identity
+	last    time.Time        // when the last invalidation started
+	running bool             // the catalog's invalidation is being written
+	pending bool             // another notification came since
+	timer   *time.Timer      // a trailing invalidation is due
+}
+
+// listsOf returns the list state of srv's upstream identity.
+func (p *Pool) listsOf(srv *registry.Server) *lists { return held(p, p.gens, identityKey(srv)) }
+
+// held returns m[key], made if absent; p.mu guards m.
+func held[T any](p *Pool, m map[string]*T, key string) *T {
 	p.mu.Lock()
-	var lists []*toolList
-	for key, tl := range p.tools {
-		if key == prefix || strings.HasPrefix(key, prefix+" ") {
-			lists = append(lists, tl)
-		}
+	defer p.mu.Unlock()
+	v, ok := m[key]
+	if !ok {
+		v = new(T)
+		m[key] = v
 	}
-	p.mu.Unlock()
-	for _, tl := range lists {
-		tl.mu.Lock()
-		tl.reuse = time.Time{}
-		tl.mu.Unlock()
-	}
-	if !p.shared(srv) {
+	return v
+}
+
+// InvalidateTools makes srv's lists stale here (every caller's) and in the
+// catalog, after the upstream said it changed. Invalidations are coalesced
+// per upstream, however many notifications arrive: the first runs at once,
+// at most one is written to the catalog at a time and one per
+// listChangedEvery, and notifications meanwhile cause one more at the end
+// of that time. Each notification costs a lock and a comparison, never a
+// goroutine or a store write of its own.
+func (p *Pool) InvalidateTools(srv *registry.Server) {
+	l := p.listsOf(srv)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.srv = srv
+	if l.running || l.timer != nil {
+		l.pending = true
 		return
 	}
+	if wait := p.coalesce - time.Since(l.last); wait > 0 {
+		l.pending = true
+		l.timer = time.AfterFunc(wait, func() { p.trailing(l) })
+		return
+	}
+	p.invalidateLocked(l)
+}
+
+// trailing runs the invalidation due after notifications were coalesced.
+func (p *Pool) trailing(l *lists) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.timer = nil
+	if l.pending && !l.running {
+		p.invalidateLocked(l)
+	}
+}
+
+// invalidateLocked makes l's lists stale here at once and, for a
+// catalogued server, in the catalog in the background; l.mu is held.
+func (p *Pool) invalidateLocked(l *lists) {
+	l.last, l.pending = time.Now(), false
+	l.gen.Add(1)
+	srv := l.srv
+	if !p.catalogued(srv) {
+		return
+	}
+	l.running = true
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := p.catalog.Invalidate(ctx, srv.ID); err != nil {
 			p.log.Warn("invalidating the tool catalog failed", "server_id", srv.ID, "error", err.Error())
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.running = false
+		if l.pending && l.timer == nil {
+			wait := max(p.coalesce-time.Since(l.last), 0)
+			l.timer = time.AfterFunc(wait, func() { p.trailing(l) })
 		}
 	}()
 }
@@ -761,84 +931,102 @@ func (p *Pool) Info(ctx context.Context, srv *registry.Server, c Caller) (*mcp.I
 // ErrUnknownTool means the upstream does not list a tool of that name.
 var ErrUnknownTool = errors.New("unknown tool")
 
-// Tool returns srv's tool named name, as c sees the list. A name missing
-// from a list older than a second triggers one refresh, so a tool added
-// upstream is found without waiting for the list to expire; with a
-// catalog, that refresh reads the catalog and leaves the upstream alone, so
-// that callers naming unknown tools cannot make the fleet list the
-// upstream.
+// Tool returns srv's tool named name, as c sees the list (see
+// ToolListing). A name missing from a list older than a second triggers one
+// refresh, so a tool added upstream is found without waiting for the list
+// to expire; with a catalog, that refresh reads the catalog and leaves the
+// upstream alone, so that callers naming unknown tools cannot make the
+// fleet list the upstream.
 func (p *Pool) Tool(ctx context.Context, srv *registry.Server, c Caller, name string) (*mcp.Tool, error) {
 	if srv.Transport == registry.TransportOpenAPI {
 		return p.openAPITool(ctx, srv, name)
 	}
-	tl := p.toolList(srv, c)
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	if tl.ordered != nil && time.Now().Before(tl.reuse) {
-		if t, ok := tl.tools[name]; ok {
-			return t, nil
-		}
-		if time.Since(tl.fetched) < toolsRefreshFloor {
-			return nil, ErrUnknownTool
-		}
-		tl.reuse = time.Time{}
-	}
-	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
-		return nil, tl.err
-	}
-	if err := p.refreshTools(ctx, srv, c, tl); err != nil {
+	tl, err := p.listFor(ctx, srv, c, name)
+	if err != nil {
 		return nil, err
 	}
+	defer tl.mu.Unlock()
 	if t, ok := tl.tools[name]; ok {
 		return t, nil
 	}
 	return nil, ErrUnknownTool
 }
 
-// cachedTool returns srv's tool named name from this instance's list for
-// c, if it holds one.
+// cachedTool returns srv's tool named name from the list this instance
+// holds for c, if it holds one.
 func (p *Pool) cachedTool(srv *registry.Server, c Caller, name string) *mcp.Tool {
-	tl := p.toolList(srv, c)
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	return tl.tools[name]
-}
-
-// listKey names the tool list of srv as c sees it. An upstream answers
-// every caller with the gateway's own credential, so its list is one for
-// all callers; only a server that forwards callers' headers may list
-// differently per caller, and keeps a list per principal.
-func listKey(srv *registry.Server, c Caller) string {
-	if len(srv.ForwardHeaders) > 0 {
-		return sessionKey(srv, c)
+	for _, key := range []string{identityKey(srv), sessionKey(srv, c)} {
+		p.mu.Lock()
+		tl := p.tools[key]
+		p.mu.Unlock()
+		if tl == nil {
+			continue
+		}
+		tl.mu.Lock()
+		t := tl.tools[name]
+		tl.mu.Unlock()
+		if t != nil {
+			return t
+		}
 	}
-	return identityKey(srv)
+	return nil
 }
 
-// shared reports whether srv's list is kept in the fleet's catalog: for
-// limited servers (an unlimited one causes no store traffic) whose list is
-// the same for every caller.
-func (p *Pool) shared(srv *registry.Server) bool {
-	return p.catalog != nil && srv.Limited() && len(srv.ForwardHeaders) == 0
-}
-
-func (p *Pool) toolList(srv *registry.Server, c Caller) *toolList {
-	key := listKey(srv, c)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	tl, ok := p.tools[key]
-	if !ok {
-		tl = &toolList{}
-		p.tools[key] = tl
+// listFor returns, locked, the list c sees of srv, renewed if it is stale,
+// or if it lacks name (when not empty) and is older than toolsRefreshFloor.
+// The list every caller shares is looked at first; once it turns out
+// private, c's own is used instead.
+func (p *Pool) listFor(ctx context.Context, srv *registry.Server, c Caller, name string) (*toolList, error) {
+	if len(srv.ForwardHeaders) == 0 {
+		shared := p.toolList(identityKey(srv))
+		shared.mu.Lock()
+		if err := p.renew(ctx, srv, Caller{Principal: listingPrincipal}, shared, name, true); err != nil {
+			shared.mu.Unlock()
+			return nil, err
+		}
+		if !shared.private {
+			return shared, nil
+		}
+		shared.mu.Unlock()
 	}
-	return tl
+	own := p.toolList(sessionKey(srv, c))
+	own.mu.Lock()
+	if err := p.renew(ctx, srv, c, own, name, false); err != nil {
+		own.mu.Unlock()
+		return nil, err
+	}
+	return own, nil
 }
 
-// refreshTools renews srv's list, from the catalog or the upstream (asked
-// with c's session); tl.mu is held. A failure of the upstream is kept in tl,
-// so it is asked again at most every toolsRefreshFloor.
-func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, c Caller, tl *toolList) error {
-	err := p.renewTools(ctx, srv, c, tl)
+// catalogued reports whether srv's shared list is kept in the fleet's
+// catalog: for limited servers (an unlimited one causes no store traffic).
+func (p *Pool) catalogued(srv *registry.Server) bool {
+	return p.catalog != nil && srv.Limited()
+}
+
+func (p *Pool) toolList(key string) *toolList { return held(p, p.tools, key) }
+
+// renew brings tl up to date (see listFor), from the catalog (shared lists
+// only) or from the upstream, asked on who's session; tl.mu is held. A
+// failure of the upstream is kept in tl, so it is asked again at most every
+// toolsRefreshFloor.
+func (p *Pool) renew(ctx context.Context, srv *registry.Server, who Caller, tl *toolList, name string, shared bool) error {
+	gen := p.listsOf(srv).gen.Load()
+	if (tl.ordered != nil || tl.private) && time.Now().Before(tl.reuse) && tl.gen == gen {
+		if name == "" || tl.private || tl.tools[name] != nil || time.Since(tl.fetched) < toolsRefreshFloor {
+			return nil
+		}
+		tl.reuse = time.Time{}
+	}
+	if tl.err != nil && time.Since(tl.failed) < toolsRefreshFloor {
+		return tl.err
+	}
+	err := p.renewTools(ctx, srv, who, tl, shared)
+	if err == nil {
+		// The generation read before renewing: an invalidation that came
+		// meanwhile leaves the list stale.
+		tl.gen = gen
+	}
 	if err != nil && ctx.Err() == nil {
 		tl.failed, tl.err = time.Now(), err
 	} else if err == nil {
@@ -847,23 +1035,26 @@ func (p *Pool) refreshTools(ctx context.Context, srv *registry.Server, c Caller,
 	return err
 }
 
-func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, tl *toolList) error {
+func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, who Caller, tl *toolList, shared bool) error {
 	now := time.Now()
-	if !p.shared(srv) {
-		f, err := p.fetchTools(ctx, srv, c)
+	if !shared || !p.catalogued(srv) {
+		f, err := p.fetchTools(ctx, srv, who)
 		if err != nil {
 			return err
 		}
-		tl.ordered, tl.tools = f.list, index(f.list)
-		tl.set(f.scope, now.Add(f.ttl), now.Add(f.ttl), "")
+		tl.set(f.list, f.scope, now.Add(f.ttl), now.Add(f.ttl), "", shared)
 		return nil
 	}
 	var fetchErr error
 	e, err := p.catalog.Load(ctx, srv.ID, identityKey(srv), tl.version, func(ctx context.Context) (catalog.Fetched, error) {
-		f, err := p.fetchTools(ctx, srv, c)
+		f, err := p.fetchTools(ctx, srv, who)
 		if err != nil {
 			fetchErr = err
 			return catalog.Fetched{}, err
+		}
+		if f.scope == catalog.ScopePrivate {
+			// Never shared: the fleet learns only that it is private.
+			return catalog.Fetched{Scope: f.scope, TTL: f.ttl}, nil
 		}
 		data, err := json.Marshal(f.list)
 		if err != nil {
@@ -882,16 +1073,15 @@ func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, t
 		// calls. Keep this instance's copy a little longer, or list the
 		// upstream as if there were no catalog.
 		p.log.Warn("tool catalog unavailable; listing without it", "server_id", srv.ID, "error", err.Error())
-		if tl.ordered != nil {
+		if tl.ordered != nil || tl.private {
 			tl.reuse = now.Add(p.check)
 			return nil
 		}
-		f, err := p.fetchTools(ctx, srv, c)
+		f, err := p.fetchTools(ctx, srv, who)
 		if err != nil {
 			return err
 		}
-		tl.ordered, tl.tools = f.list, index(f.list)
-		tl.set(f.scope, now.Add(f.ttl), now.Add(p.check), "")
+		tl.set(f.list, f.scope, now.Add(f.ttl), now.Add(p.check), "", true)
 		return nil
 	}
 	if err != nil {
@@ -905,9 +1095,13 @@ func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, t
 	if e.Stale {
 		reuse = now.Add(catalog.DefaultPoll * 4)
 	}
-	if e.Data == nil {
+	switch {
+	case e.Scope == catalog.ScopePrivate:
+		tl.set(nil, e.Scope, e.Expires, reuse, e.Version, true)
+		return nil
+	case e.Data == nil:
 		// This instance holds that version already.
-		tl.set(e.Scope, e.Expires, reuse, e.Version)
+		tl.set(tl.ordered, e.Scope, e.Expires, reuse, e.Version, true)
 		return nil
 	}
 	if int64(len(e.Data)) > p.maxList {
@@ -918,20 +1112,26 @@ func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, c Caller, t
 		return &Error{Kind: KindUnavailable, ServerID: srv.ID, Err: fmt.Errorf("decode the catalog's tools: %w", err)}
 	}
 	list = slices.DeleteFunc(list, func(t *mcp.Tool) bool { return t == nil })
-	tl.ordered, tl.tools = list, index(list)
-	tl.set(e.Scope, e.Expires, reuse, e.Version)
+	tl.set(list, e.Scope, e.Expires, reuse, e.Version, true)
 	return nil
 }
 
-// set records when a list was renewed and how long it lasts.
-func (tl *toolList) set(scope string, expires, reuse time.Time, version string) {
-	if scope != "private" {
+// set records a renewed list and how long it lasts. A shared list the
+// upstream marked private is not kept: tl only says it is private, and
+// each caller lists on its own session.
+func (tl *toolList) set(list []*mcp.Tool, scope string, expires, reuse time.Time, version string, shared bool) {
+	if scope != catalog.ScopePrivate {
 		scope = "public"
 	}
-	tl.scope, tl.expires, tl.reuse, tl.version, tl.fetched = scope, expires, reuse, version, time.Now()
-	if tl.ordered == nil {
-		tl.ordered = []*mcp.Tool{}
+	tl.private = shared && scope == catalog.ScopePrivate
+	if tl.private || list == nil {
+		list = []*mcp.Tool{}
 	}
+	tl.ordered, tl.tools = list, index(list)
+	if tl.private {
+		tl.ordered, tl.tools = nil, nil
+	}
+	tl.scope, tl.expires, tl.reuse, tl.version, tl.fetched = scope, expires, reuse, version, time.Now()
 }
 
 func index(list []*mcp.Tool) map[string]*mcp.Tool {

@@ -64,7 +64,7 @@ func TestCallBothTransports(t *testing.T) {
 	for _, tr := range []registry.Transport{registry.TransportHTTP, registry.TransportSSE} {
 		t.Run(string(tr), func(t *testing.T) {
 			_, _, srv := demoServer(t, tr)
-			p := New(Options{})
+			p := New(Options{AllowLocal: true})
 			defer p.Close()
 			res, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}}, nil)
 			if err != nil {
@@ -86,7 +86,7 @@ func TestCallBothTransports(t *testing.T) {
 
 func TestSessionsAreReused(t *testing.T) {
 	_, _, srv := demoServer(t, registry.TransportHTTP)
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	for range 5 {
 		if _, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil); err != nil {
@@ -100,7 +100,7 @@ func TestSessionsAreReused(t *testing.T) {
 
 func TestLostSessionIsReplaced(t *testing.T) {
 	_, sw, srv := demoServer(t, registry.TransportHTTP)
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	call := func() error {
 		_, err := p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil)
@@ -121,7 +121,7 @@ func TestLostSessionIsReplaced(t *testing.T) {
 
 func TestTimeout(t *testing.T) {
 	d, _, srv := demoServer(t, registry.TransportHTTP)
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -155,7 +155,7 @@ func TestUnreachable(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	srv := &registry.Server{ID: "gone", URL: "http://" + addr + "/mcp", Transport: registry.TransportHTTP}
 	_, err = p.CallTool(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo"}, nil)
 	var ue *Error
@@ -169,7 +169,7 @@ func TestUpstream5xxIsUnavailable(t *testing.T) {
 		http.Error(w, "overloaded", http.StatusServiceUnavailable)
 	}))
 	defer hs.Close()
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	_, err := p.CallTool(context.Background(), &registry.Server{ID: "sick", URL: hs.URL, Transport: registry.TransportHTTP}, Caller{}, &mcp.CallToolParams{Name: "echo"}, nil)
 	var ue *Error
 	if !errors.As(err, &ue) || ue.Kind != KindUnavailable {
@@ -179,7 +179,7 @@ func TestUpstream5xxIsUnavailable(t *testing.T) {
 
 func TestToolLookup(t *testing.T) {
 	_, _, srv := demoServer(t, registry.TransportHTTP)
-	p := New(Options{})
+	p := New(Options{AllowLocal: true})
 	defer p.Close()
 	if _, err := p.Tool(context.Background(), srv, Caller{}, "slow_tool"); err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func TestToolLookup(t *testing.T) {
 
 func TestResponseSizeLimit(t *testing.T) {
 	_, _, srv := demoServer(t, registry.TransportHTTP)
-	p := New(Options{MaxResponseBytes: 2048})
+	p := New(Options{AllowLocal: true, MaxResponseBytes: 2048})
 	defer p.Close()
 	big := make([]byte, 8192)
 	for i := range big {

@@ -265,6 +265,13 @@ func (iss *Issuer) Sign(claims map[string]any) string {
 // SignWith is Sign with a given key (which the issuer may not publish).
 func (iss *Issuer) SignWith(k *Key, claims map[string]any) string {
 	iss.t.Helper()
+	return iss.SignTyped(k, "at+jwt", claims)
+}
+
+// SignTyped is SignWith with the header's typ ("" leaves it out): an ID
+// token's "JWT", say, where Sign writes RFC 9068's "at+jwt".
+func (iss *Issuer) SignTyped(k *Key, typ string, claims map[string]any) string {
+	iss.t.Helper()
 	now := time.Now()
 	full := map[string]any{"iss": iss.URL, "iat": now.Unix(), "exp": now.Add(5 * time.Minute).Unix()}
 	for name, v := range claims {
@@ -278,13 +285,17 @@ func (iss *Issuer) SignWith(k *Key, claims map[string]any) string {
 	if err != nil {
 		iss.t.Fatal(err)
 	}
-	return iss.compact(k.Alg, k.Private, k.ID, payload)
+	return iss.compact(k.Alg, k.Private, k.ID, typ, payload)
 }
 
-// compact signs payload with key under alg, naming kid, in compact form.
-func (iss *Issuer) compact(alg jose.SignatureAlgorithm, key any, kid string, payload []byte) string {
+// compact signs payload with key under alg, naming kid and typ, in compact
+// form.
+func (iss *Issuer) compact(alg jose.SignatureAlgorithm, key any, kid, typ string, payload []byte) string {
 	iss.t.Helper()
-	opts := (&jose.SignerOptions{}).WithType("at+jwt").WithHeader(jose.HeaderKey("kid"), kid)
+	opts := (&jose.SignerOptions{}).WithHeader(jose.HeaderKey("kid"), kid)
+	if typ != "" {
+		opts = opts.WithType(jose.ContentType(typ))
+	}
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, opts)
 	if err != nil {
 		iss.t.Fatal(err)
@@ -338,7 +349,7 @@ func (iss *Issuer) Hostile(sub, aud string) map[string]string {
 		iss.t.Fatal(err)
 	}
 	payload, _ := json.Marshal(claims(nil))
-	hmac := iss.compact(jose.HS256, der, key.ID, payload)
+	hmac := iss.compact(jose.HS256, der, key.ID, "at+jwt", payload)
 	valid := parts(iss.Sign(claims(map[string]any{"scope": "mcp:nothing"})))
 	return map[string]string{
 		"expired":                  iss.Sign(claims(map[string]any{"iat": now.Add(-time.Hour).Unix(), "exp": now.Add(-10 * time.Minute).Unix()})),
