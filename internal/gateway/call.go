@@ -180,7 +180,9 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	outcome := callOutcome(err, lost, short)
 	if f.up.Broken() && f.capped {
 		// Its connection broke after the call was sent: the upstream may go
-		// on with it, so its place is kept, as a cut-off call's is.
+		// on with it, so its place is kept, as a cut-off call's is, for
+		// the server's cancel_grace from now.
+		f.graceFrom(time.Now())
 		g.background(f, outcome)
 		return nil, ferr
 	}

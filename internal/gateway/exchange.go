@@ -86,6 +86,13 @@ func (g *Gateway) startFlight(ctx context.Context, srv *registry.Server, params 
 	return f
 }
 
+// graceFrom ends the exchange the server's cancel_grace after t, if its
+// own end (its call's end plus the grace) is later.
+func (f *flight) graceFrom(t time.Time) {
+	timer := time.AfterFunc(time.Until(t.Add(f.srv.CancelGrace)), func() { f.abort(errGraceOver) })
+	f.release = append(f.release, func() { timer.Stop() })
+}
+
 // renewHold is the hold each renewal of the lease asks for: the call's own
 // while the agent waits; once the call was cut off, the longest a lease is
 // taken for, as the upstream is then known to be still working on it.

@@ -190,3 +190,35 @@ func TestCallerGoneTellsTheBreakerNothing(t *testing.T) {
 		t.Error("the cut-off call is not logged with its code")
 	}
 }
+
+// TestBrokenConnectionKeepsItsSlot: a connection that breaks after the call
+// was sent is not the upstream's answer (a stateless upstream goes on with
+// the call): the agent is answered at once, but the slot is held as a
+// cut-off call's is, until cancel_grace ends, and that end is logged and
+// counted as possibly exceeding the cap.
+func TestBrokenConnectionKeepsItsSlot(t *testing.T) {
+	h := newHarness(t)
+	out := &syncBuffer{}
+	em := metrics.New(out, metrics.Options{})
+	h.url = h.newGatewayWith(lease.New(h.env.Client, h.env.Tables.Leases, lease.Options{Margin: 200 * time.Millisecond}), em, Options{})
+	hostile := testkit.StartHostile(t)
+	h.server(map[string]any{"server_id": "flaky", "url": hostile.URL, "max_concurrent_requests": 1, "timeout": 30,
+		"cancel_grace": 2, "on_limit": "shed", "allow_local": true})
+	h.expectFault(h.call(h.key, `{"server_id":"flaky","name":"broken_stream"}`), 502, fault.UpstreamError)
+	if n := h.gw.Open(); n != 1 {
+		t.Fatalf("%d exchanges open after the answer, want the broken one", n)
+	}
+	// Its slot is still taken.
+	h.expectFault(h.call(h.key, `{"server_id":"flaky","name":"echo"}`), 429, fault.AtCapacity)
+	h.drain()
+	if n := testkit.LeaseCount(t, h.env, "flaky", lease.LeasesAttr); n != 0 {
+		t.Errorf("%d leases after the grace", n)
+	}
+	recs := exchangeRecords(t, out, em)
+	if len(recs) != 1 {
+		t.Fatalf("%d exchange records, want 1: %s", len(recs), out.String())
+	}
+	if _, v, ok := recs[0].Metric(metrics.MetricCapMayBeExceeded); !ok || len(v) != 1 || v[0] != 1 {
+		t.Errorf("CapMayBeExceeded = %v, want 1", v)
+	}
+}

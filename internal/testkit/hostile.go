@@ -29,8 +29,10 @@ import (
 //     that cannot parse the arguments; invalid_params {"bad": true}:
 //     JSON-RPC -32602 (both answer "ok" without "bad"); list_changed_flood
 //     {"count": N}: an event stream of N notifications/tools/list_changed,
-//     then the result "flooded"; echo: its arguments back as text. Every
-//     tool takes any object.
+//     then the result "flooded"; broken_stream: an event stream that
+//     breaks its connection after one notification, without a result, as
+//     a network failure mid-call would; echo: its arguments back as text.
+//     Every tool takes any object.
 //
 // /redirect?to=URL answers 307 to URL, and GET /sse?endpoint=URL is an
 // HTTP+SSE stream whose endpoint event is URL. Every stream stops when its
@@ -54,7 +56,7 @@ type Hostile struct {
 }
 
 // HostileTools are the tools Hostile lists on a plain /mcp.
-var HostileTools = []string{"echo", "endless_progress", "endless_sse", "huge_result", "invalid_params", "list_changed_flood", "reject", "slow_drip"}
+var HostileTools = []string{"broken_stream", "echo", "endless_progress", "endless_sse", "huge_result", "invalid_params", "list_changed_flood", "reject", "slow_drip"}
 
 // StartHostile starts a Hostile upstream on 127.0.0.1 until the test ends.
 func StartHostile(t testing.TB) *Hostile {
@@ -228,6 +230,14 @@ func (h *Hostile) call(w http.ResponseWriter, r *http.Request, msg rpcMessage) {
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": textResult("flooded")})
 		fmt.Fprintf(&buf, "data: %s\n\n", b)
 		_, _ = w.Write(buf.Bytes())
+	case "broken_stream":
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/message", "params": map[string]any{"level": "info", "data": "working"}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		flush(w)
+		// The connection breaks: the client sees the stream end mid-call.
+		panic(http.ErrAbortHandler)
 	case "slow_drip":
 		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": textResult("drip")})
 		w.Header().Set("Content-Type", "application/json")
