@@ -101,7 +101,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 }
 
 // release is the write that gives the place back, after a call that took
-// took. It moves the key's call length (call_ms) an eighth of the way
+// took. It moves the key's call length (call_ms) a quarter of the way
 // towards took: a running mean the whole fleet's releases write.
 func (ls *Lease) release(outcome Outcome, probe bool, b *board, took time.Duration) *update {
 	l := ls.l
@@ -127,7 +127,7 @@ func (ls *Lease) release(outcome Outcome, probe bool, b *board, took time.Durati
 		if mean <= 0 {
 			mean = took.Milliseconds()
 		}
-		mean += (took.Milliseconds() - mean) / 8
+		mean += (took.Milliseconds() - mean) / 4
 		u.set(u.path(CallAttr), u.num(max(mean, 1)))
 	}
 	if ls.breaker != nil && (outcome != Abandoned || probe) {

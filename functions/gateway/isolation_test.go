@@ -1,0 +1,335 @@
+package main
+
+// Isolation across the fleet, with several gateway OS processes sharing one
+// store: a slow server flooded cannot take the function's concurrency from
+// a fast one (bulkheads, behind a front that throttles as Lambda does), one
+// tenant's flood does not make another wait behind it (fair shares), and
+// one tenant's failing calls do not open a tool's breaker for another.
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
+	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// startFleet starts n gateway processes with env.
+func startFleet(t *testing.T, store *storetest.Env, n int, env ...string) []*testkit.Gateway {
+	t.Helper()
+	gws := make([]*testkit.Gateway, n)
+	var wg sync.WaitGroup
+	for i := range gws {
+		wg.Go(func() {
+			gws[i] = testkit.StartGateway(t, store, append([]string{"REGISTRY_CACHE_TTL=200ms"}, env...)...)
+		})
+	}
+	wg.Wait()
+	return gws
+}
+
+// agentCall is one call as an agent sees it.
+type agentCall struct {
+	sent, done time.Time
+	status     int
+	code       fault.Code
+	reason     string
+	retryAfter time.Duration
+	entered    time.Time // when the upstream started it (200 only)
+}
+
+// callVia makes one REST tool call at base (a gateway or a front).
+func callVia(base, key, server, tool string, args map[string]any) agentCall {
+	c := agentCall{sent: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := testkit.Post(ctx, base+"/mcp-rest/tools/call", key, map[string]any{"server_id": server, "name": tool, "arguments": args})
+	c.done = time.Now()
+	if err != nil {
+		c.status = -1
+		return c
+	}
+	c.status = r.Status
+	if r.Status == http.StatusOK {
+		var res struct {
+			StructuredContent demoupstream.SlowResult `json:"structuredContent"`
+		}
+		if json.Unmarshal(r.Body, &res) == nil && res.StructuredContent.EnteredAtMS > 0 {
+			c.entered = time.UnixMilli(res.StructuredContent.EnteredAtMS)
+		}
+		return c
+	}
+	var b struct {
+		Error struct {
+			Code         fault.Code `json:"code"`
+			Reason       string     `json:"reason"`
+			RetryAfterMS int64      `json:"retry_after_ms"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(r.Body, &b)
+	c.code, c.reason = b.Error.Code, b.Error.Reason
+	c.retryAfter = time.Duration(b.Error.RetryAfterMS) * time.Millisecond
+	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err == nil && c.retryAfter == 0 {
+		c.retryAfter = time.Duration(s) * time.Second
+	}
+	return c
+}
+
+// utilisation is the share of [from, to] during which the upstream had cap
+// calls in flight, from its own entry and exit events.
+func utilisation(events []demoupstream.Event, cap int, from, to time.Time) float64 {
+	in, busy, last := 0, time.Duration(0), from
+	for _, e := range events {
+		at := e.At
+		if at.Before(from) {
+			at = from
+		}
+		if at.After(to) {
+			at = to
+		}
+		if in >= cap {
+			busy += at.Sub(last)
+		}
+		last = at
+		if e.Enter {
+			in++
+		} else {
+			in--
+		}
+	}
+	if in >= cap {
+		busy += to.Sub(last)
+	}
+	return busy.Seconds() / to.Sub(from).Seconds()
+}
+
+// TestBulkheadKeepsTheFunctionForOthers: 4 gateway processes behind a front
+// admitting 12 requests at once (FUNCTION_CONCURRENCY 12, so each server may
+// take 6: calls in flight and callers waiting). A slow server (cap 2, calls
+// of 2 s) is flooded by 16 agents that retry when refused, after the delay
+// the refusal advises; 3 agents call a fast, uncapped server through the
+// same front. The slow server's waiters cannot fill the function: the fast
+// server's calls succeed, and the slow server's cap stays busy. (Without
+// the bulkhead, make bench measures, the slow server's waiters hold the
+// front and the fast server's calls are throttled.)
+func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
+	env := storetest.NewEnv(t)
+	slow, fast := testkit.StartDemo(t), testkit.StartDemo(t)
+	key := testkit.PutKey(t, env, "*")
+	gws := startFleet(t, env, 4, "FUNCTION_CONCURRENCY=12")
+	front := testkit.StartFront(t, 12, gws)
+	testkit.PutServer(t, env, map[string]any{"server_id": "slow", "url": slow.URL, "max_concurrent_requests": 2, "timeout": 10})
+	testkit.PutServer(t, env, map[string]any{"server_id": "fast", "url": fast.URL})
+	for range len(gws) { // warm each process's sessions and tool lists
+		if c := callVia(front.URL, key, "fast", "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
+			t.Fatalf("warm-up: %+v", c)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		r, err := testkit.Do(ctx, http.MethodGet, front.URL+"/mcp-rest/tools/list?server_id=slow", http.Header{"Authorization": {"Bearer " + key}}, nil)
+		cancel()
+		if err != nil || r.Status != http.StatusOK {
+			t.Fatalf("warm-up list: %v %d", err, r.Status)
+		}
+	}
+	slow.Reset()
+	slow.RecordEvents(true)
+	defer slow.RecordEvents(false)
+	start := time.Now()
+	end := start.Add(8 * time.Second)
+	var mu sync.Mutex
+	slowCodes, fastCodes := map[string]int{}, map[string]int{}
+	var fastOK, fastAll int
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 60 * time.Millisecond) // the flood arrives over a second
+			for time.Now().Before(end) {
+				c := callVia(front.URL, key, "slow", "slow_tool", map[string]any{"ms": 2000})
+				mu.Lock()
+				slowCodes[strconv.Itoa(c.status)+" "+string(c.code)+" "+c.reason]++
+				mu.Unlock()
+				if c.status != http.StatusOK {
+					time.Sleep(min(max(c.retryAfter, 100*time.Millisecond), time.Until(end)))
+				}
+			}
+		})
+	}
+	for range 3 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				c := callVia(front.URL, key, "fast", "echo", map[string]any{"text": "x"})
+				mu.Lock()
+				fastAll++
+				if c.status == http.StatusOK {
+					fastOK++
+				}
+				fastCodes[strconv.Itoa(c.status)+" "+string(c.code)]++
+
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	events := slow.Events()
+	util := utilisation(events, 2, start, end)
+	t.Logf("fast server: %d of %d calls succeeded %v; slow server: %v; front throttled %d; slow cap busy %.0f%% of the run",
+		fastOK, fastAll, fastCodes, slowCodes, front.Throttled.Load(), 100*util)
+	if fastAll == 0 || float64(fastOK) < 0.99*float64(fastAll) {
+		t.Errorf("the fast server's calls succeeded %d of %d times; want at least 99%%", fastOK, fastAll)
+	}
+	if p := slow.Stats().Peak; p > 2 {
+		t.Errorf("the slow server saw %d calls at once; cap 2", p)
+	}
+	if slowCodes["429 AT_CAPACITY queue_full"] == 0 {
+		t.Errorf("no slow caller was refused for a full queue: %v", slowCodes)
+	}
+	// The cap stays busy: refused callers come back when places are due.
+	if util < 0.5 {
+		t.Errorf("the slow server's cap was busy %.0f%% of the run", 100*util)
+	}
+}
+
+// TestFairSharesBetweenTenants: cap 2, calls of 500 ms; key A runs 8
+// callers in a loop, key B one, over 4 gateway processes. Each of B's calls
+// gets the next place that frees: at most 2 of A's calls start at the
+// upstream between B's call being sent and its start (one already on its way
+// as B queued, one beside B when two places free at once), however many of
+// A's wait.
+func TestFairSharesBetweenTenants(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	keyA, keyB := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
+	gws := startFleet(t, env, 4)
+	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": demo.URL, "max_concurrent_requests": 2, "timeout": 10, "queue_timeout": 30})
+	for _, g := range gws {
+		if c := callVia(g.URL, keyA, "shared", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
+			t.Fatalf("warm-up: %+v", c)
+		}
+	}
+	demo.Reset()
+	demo.RecordEvents(true)
+	defer demo.RecordEvents(false)
+	start := time.Now()
+	end := start.Add(8 * time.Second)
+	var mu sync.Mutex
+	var bCalls, aCalls []agentCall
+	var wg sync.WaitGroup
+	for i := range 9 {
+		key := keyA
+		if i == 8 {
+			key = keyB
+		}
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				c := callVia(gws[i%len(gws)].URL, key, "shared", "slow_tool", map[string]any{"ms": 500})
+				mu.Lock()
+				if key == keyB {
+					bCalls = append(bCalls, c)
+				} else {
+					aCalls = append(aCalls, c)
+				}
+				mu.Unlock()
+				if c.status != http.StatusOK {
+					t.Errorf("a call failed: %+v", c)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	events := demo.Events()
+	if len(bCalls) < 3 {
+		t.Fatalf("B made %d calls", len(bCalls))
+	}
+	var bLat, aLat []time.Duration
+	for _, c := range bCalls {
+		bLat = append(bLat, c.done.Sub(c.sent))
+		ahead := 0
+		for _, e := range events {
+			// Entries strictly between B's call being sent and its own
+			// entry (which is reported to the millisecond).
+			if e.Enter && e.At.After(c.sent) && e.At.Before(c.entered.Add(-time.Millisecond)) {
+				ahead++
+			}
+		}
+		if ahead > 2 {
+			t.Errorf("%d of A's calls started while B's call waited (sent %v, started %v after)", ahead, c.sent.Format("15:04:05.000"), c.entered.Sub(c.sent))
+		}
+	}
+	for _, c := range aCalls {
+		aLat = append(aLat, c.done.Sub(c.sent))
+	}
+	slices.Sort(bLat)
+	slices.Sort(aLat)
+	q := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+	t.Logf("B: %d calls, latency p50 %v p99 %v; A: %d calls, p50 %v p99 %v; cap busy %.0f%%", len(bCalls), q(bLat, 0.5), q(bLat, 0.99),
+		len(aCalls), q(aLat, 0.5), q(aLat, 0.99), 100*utilisation(events, 2, start, end))
+	if p := demo.Stats().Peak; p > 2 {
+		t.Errorf("the upstream saw %d calls at once; cap 2", p)
+	}
+}
+
+// TestOneTenantCannotOpenTheBreakerForOthers: key A's own calls make a tool
+// slow (its arguments), and time out; the breaker opens for A alone, on
+// every process, and key B's calls of the same tool go through. On another
+// server B's and C's calls fail in a row: two tenants' failures open it
+// for everyone, A included.
+func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	keyA, keyB, keyC := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
+	gws := startFleet(t, env, 3)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 8, "timeout": 1,
+		"breaker": map[string]any{"failure_threshold": 3, "recovery_timeout": 60}})
+	for i := range 4 {
+		if c := callVia(gws[i%3].URL, keyA, "demo", "slow_tool", map[string]any{"ms": 5000}); c.code != fault.UpstreamTimeout && c.code != fault.CircuitOpen {
+			t.Fatalf("A's slow call %d: %+v", i, c)
+		}
+	}
+	// The cut-off calls tell the breaker when their slots come back.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := demo.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for testkit.LeaseCount(t, env, "demo", "leases") != 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, g := range gws {
+		if c := callVia(g.URL, keyA, "demo", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusServiceUnavailable || c.code != fault.CircuitOpen {
+			t.Errorf("A's call via process %d: %+v; want 503 CIRCUIT_OPEN", i, c)
+		}
+		if c := callVia(g.URL, keyB, "demo", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
+			t.Errorf("B's call via process %d: %+v; want it through", i, c)
+		}
+	}
+	// On another server, B's and C's calls fail in a row: two tenants'
+	// failures open it for everyone, A included.
+	testkit.PutServer(t, env, map[string]any{"server_id": "other", "url": demo.URL, "max_concurrent_requests": 8, "timeout": 1,
+		"breaker": map[string]any{"failure_threshold": 3, "recovery_timeout": 60}})
+	for i, key := range []string{keyB, keyC, keyB} {
+		if c := callVia(gws[i%3].URL, key, "other", "slow_tool", map[string]any{"ms": 5000}); c.code != fault.UpstreamTimeout {
+			t.Fatalf("slow call %d on the other server: %+v", i, c)
+		}
+	}
+	if err := demo.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for testkit.LeaseCount(t, env, "other", "leases") != 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, g := range gws {
+		if c := callVia(g.URL, keyA, "other", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusServiceUnavailable || c.code != fault.CircuitOpen {
+			t.Errorf("A's call on the other server via process %d: %+v; want 503 CIRCUIT_OPEN", i, c)
+		}
+	}
+}
