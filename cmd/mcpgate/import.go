@@ -151,7 +151,7 @@ func runImportLiteLLM(c *cli, args []string) error {
 		}
 	}
 	for _, n := range cfgNotes {
-		fmt.Fprintf(c.stdout, "mcp_aliases: %s\n", n)
+		fmt.Fprintln(c.stdout, n)
 	}
 	verb := "imported"
 	if *dryRun {
@@ -198,7 +198,15 @@ func planLiteLLM(doc []byte, rename bool) ([]*planned, []string, error) {
 		MCPServers yaml.Node `yaml:"mcp_servers"`
 		Settings   struct {
 			Aliases yaml.Node `yaml:"mcp_aliases"`
+			// The limits LiteLLM gives the keys it generates.
+			KeyDefaults struct {
+				RPMLimit    int `yaml:"rpm_limit"`
+				MaxParallel int `yaml:"max_parallel_requests"`
+			} `yaml:"default_key_generate_params"`
 		} `yaml:"litellm_settings"`
+		General struct {
+			MaxParallel int `yaml:"max_parallel_requests"`
+		} `yaml:"general_settings"`
 	}
 	if err := yaml.Unmarshal(doc, &cfg); err != nil {
 		return nil, nil, fmt.Errorf("not a valid YAML config: %w", err)
@@ -239,6 +247,23 @@ func planLiteLLM(doc []byte, rename bool) ([]*planned, []string, error) {
 	}
 	for _, a := range aliases.unknown(names) {
 		notes = append(notes, fmt.Sprintf("alias %q names %q, which is not in mcp_servers; ignored", a.alias, a.server))
+	}
+	for i, n := range notes {
+		notes[i] = "mcp_aliases: " + n
+	}
+	// LiteLLM keeps its keys in its database, not in this file; the limits
+	// it gives new keys carry over to the keys mcpgate creates.
+	kd := cfg.Settings.KeyDefaults
+	parallel := max(kd.MaxParallel, cfg.General.MaxParallel)
+	if kd.RPMLimit > 0 || parallel > 0 {
+		flags := ""
+		if kd.RPMLimit > 0 {
+			flags += fmt.Sprintf(" --rpm-limit %d", kd.RPMLimit)
+		}
+		if parallel > 0 {
+			flags += fmt.Sprintf(" --max-parallel %d", parallel)
+		}
+		notes = append(notes, "keys: LiteLLM's keys are in its database, not in this file; to give mcpgate's keys the limits it gives new ones: mcpgate keys create --servers ID,..."+flags)
 	}
 	return plans, notes, nil
 }

@@ -141,6 +141,9 @@ func TestImportLiteLLMDryRun(t *testing.T) {
 	if !strings.Contains(r.stdout, "dry run, nothing written: would import 6 of 8 servers; 2 skipped; 10 settings not imported") {
 		t.Errorf("no dry-run summary:\n%s", r.stdout)
 	}
+	if !strings.Contains(r.stdout, "keys: LiteLLM's keys are in its database, not in this file; to give mcpgate's keys the limits it gives new ones: mcpgate keys create --servers ID,... --rpm-limit 120 --max-parallel 4") {
+		t.Errorf("no note of the key limits:\n%s", r.stdout)
+	}
 	if items := scanAll(t, env, env.Tables.Servers); len(items) != 0 {
 		t.Errorf("--dry-run wrote %d items", len(items))
 	}

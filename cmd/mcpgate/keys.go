@@ -20,7 +20,7 @@ import (
 
 var keysCreateCmd = &command{
 	name:    "keys create",
-	args:    "--servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL] [--max-parallel N]",
+	args:    "--servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL] [--max-parallel N] [--rpm-limit N]",
 	summary: "create an API key and print it once",
 	help: `
 Creates a random API key allowed to call the listed servers ("*" for all)
@@ -39,6 +39,9 @@ Flags:
   --max-parallel N      the key's calls in flight at once, across every server
                         and the whole fleet (max_parallel_requests); past it a
                         call is refused with AT_CAPACITY; default: no limit
+  --rpm-limit N         the key's tool calls a minute, across every server and
+                        the whole fleet (rpm_limit): a burst of N, then N/60 a
+                        second; past it RATE_LIMITED; default: no limit
 
 Example:
   KEY=$(mcpgate keys create --servers github,search --name ci-agent)
@@ -86,6 +89,7 @@ func runKeysCreate(c *cli, args []string) error {
 	toolsFlag := fs.String("tools", "", "")
 	name := fs.String("name", "", "")
 	maxParallel := fs.Int("max-parallel", 0, "")
+	rpmLimit := fs.Int("rpm-limit", 0, "")
 	pos, err := c.parse(fs, args)
 	if err != nil {
 		return err
@@ -103,6 +107,9 @@ func runKeysCreate(c *cli, args []string) error {
 	}
 	if *maxParallel < 0 || *maxParallel > auth.MaxParallelLimit {
 		return usagef("--max-parallel %d: use 1 to %d (or leave it out for no limit)", *maxParallel, auth.MaxParallelLimit)
+	}
+	if *rpmLimit < 0 || *rpmLimit > auth.MaxRPMLimit {
+		return usagef("--rpm-limit %d: use 1 to %d (or leave it out for no limit)", *rpmLimit, auth.MaxRPMLimit)
 	}
 	if err := c.open(); err != nil {
 		return err
@@ -122,6 +129,9 @@ func runKeysCreate(c *cli, args []string) error {
 	}
 	if *maxParallel > 0 {
 		item[auth.AttrMaxParallel] = &types.AttributeValueMemberN{Value: strconv.Itoa(*maxParallel)}
+	}
+	if *rpmLimit > 0 {
+		item[auth.AttrRPMLimit] = &types.AttributeValueMemberN{Value: strconv.Itoa(*rpmLimit)}
 	}
 	_, err = c.db.PutItem(c.ctx, &dynamodb.PutItemInput{
 		TableName:           aws.String(c.tables.Keys),
@@ -214,7 +224,7 @@ func runKeysList(c *cli, args []string) error {
 			strings.Compare(rawAttr(a, store.KeyHashAttr), rawAttr(b, store.KeyHashAttr)))
 	})
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HASH\tNAME\tSERVERS\tTOOLS\tMAX PARALLEL\tCREATED")
+	fmt.Fprintln(tw, "HASH\tNAME\tSERVERS\tTOOLS\tMAX PARALLEL\tRPM\tCREATED")
 	var invalid []string
 	for _, item := range items {
 		k, err := auth.ParseItem(item)
@@ -232,11 +242,14 @@ func runKeysList(c *cli, args []string) error {
 		case len(k.Tools) == 0:
 			tools = "(none)"
 		}
-		parallel := "-"
+		parallel, rpm := "-", "-"
 		if k.MaxParallel > 0 {
 			parallel = strconv.Itoa(k.MaxParallel)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, tools, parallel, rawAttr(item, auth.AttrCreated))
+		if k.RPMLimit > 0 {
+			rpm = strconv.Itoa(k.RPMLimit)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, tools, parallel, rpm, rawAttr(item, auth.AttrCreated))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

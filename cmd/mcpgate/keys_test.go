@@ -82,7 +82,7 @@ func TestKeysRoundTrip(t *testing.T) {
 		t.Errorf("keys list shows the key or its full hash:\n%s", r.stdout)
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", "*", "-", created}; !reflect.DeepEqual(got, want) {
+	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", "*", "-", "-", created}; !reflect.DeepEqual(got, want) {
 		t.Errorf("keys list row %q, want %q", got, want)
 	}
 
@@ -111,7 +111,7 @@ func TestKeysAllServers(t *testing.T) {
 	}
 	r = mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 6 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" || got[3] != "*" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 7 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" || got[3] != "*" {
 		t.Errorf("keys list shows a nameless key for * as %q", got)
 	}
 }
@@ -131,7 +131,7 @@ func TestKeysTools(t *testing.T) {
 	}
 	r = mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 6 || got[3] != "github/get_*,search/*" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 7 || got[3] != "github/get_*,search/*" {
 		t.Errorf("keys list row %q", got)
 	}
 	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "search/*").fails(t, 2, `names server "search", which --servers does not grant`)
@@ -168,22 +168,23 @@ func TestKeysRevokePrefix(t *testing.T) {
 	}
 }
 
-// keys create --max-parallel stores max_parallel_requests, which the key's
-// principal carries; a key item with an attribute the gateway does not
+// keys create --max-parallel and --rpm-limit store max_parallel_requests
+// and rpm_limit, which the key's principal carries; a key item with an attribute the gateway does not
 // know is refused (never a limit silently missing), and keys list says so.
-func TestKeysMaxParallelAndUnknownAttributes(t *testing.T) {
+func TestKeysLimitsAndUnknownAttributes(t *testing.T) {
 	env := storetest.NewEnv(t)
-	key, _ := createKey(t, env, "--servers", "github", "--max-parallel", "3")
+	key, _ := createKey(t, env, "--servers", "github", "--max-parallel", "3", "--rpm-limit", "30")
 	authn := auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
 	p, err := authn.Authenticate(context.Background(), auth.Request{Header: http.Header{"X-Api-Key": {key}}})
-	if err != nil || p.MaxParallel != 3 {
-		t.Fatalf("key with --max-parallel 3 authenticated as %+v, %v", p, err)
+	if err != nil || p.MaxParallel != 3 || p.RPMLimit != 30 {
+		t.Fatalf("key with --max-parallel 3 --rpm-limit 30 authenticated as %+v, %v", p, err)
 	}
 	r := mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 6 || got[4] != "3" {
-		t.Errorf("keys list row %q, want max parallel 3", got)
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 7 || got[4] != "3" || got[5] != "30" {
+		t.Errorf("keys list row %q, want max parallel 3, rpm 30", got)
 	}
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--rpm-limit", "-2").fails(t, 2, "--rpm-limit")
 	mcpgate(t, env, "keys", "create", "--servers", "github", "--max-parallel", "-1").fails(t, 2, "--max-parallel")
 
 	// A misspelt limit, written by hand.

@@ -400,9 +400,10 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 
 // codeHints says, per code, why a request gets it and where to look next.
 var codeHints = map[fault.Code]string{
-	fault.AtCapacity:       "the server's or tool's cap was full (or callers were queued ahead) and the server sheds (on_limit: shed); mcpgate status SERVER shows who holds the slots",
+	fault.AtCapacity:       "a cap was full (the server's, a tool's, the caller's share, the key's max_parallel_requests), callers were queued ahead, or as many waited as max_queued and the bulkhead allow (the answer's reason says which); mcpgate status SERVER shows who holds the slots",
+	fault.RateLimited:      "a request-rate limit was reached (the key's rpm_limit, the server's, the caller's on it, a tool's), or the upstream said so itself; Retry-After says when a call may pass; mcpgate status SERVER shows the buckets",
 	fault.QueueTimeout:     "no slot came free within queue_timeout: the cap is low for the load or calls hold slots long; mcpgate status SERVER",
-	fault.CircuitOpen:      "the tool's circuit breaker is open after consecutive upstream failures (the earlier records' ERROR says which); mcpgate status SERVER",
+	fault.CircuitOpen:      "the tool's circuit breaker is open after consecutive upstream failures, for everyone or for this caller alone when only its calls failed (the earlier records' ERROR says which); mcpgate status SERVER",
 	fault.UpstreamTimeout:  "the upstream did not answer within the server's timeout (or the caller left first)",
 	fault.UpstreamError:    "the upstream failed, could not be reached, or its credential could not be read (ERROR says which); mcpgate servers check SERVER",
 	fault.Unauthorized:     "no credentials, an unknown or revoked key, or a refused token; mcpgate keys list",

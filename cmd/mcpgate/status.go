@@ -87,6 +87,9 @@ type limiterState struct {
 	// CallMS is how long calls on the server last (the fleet's running
 	// mean), 0 if unknown.
 	CallMS int64 `json:"call_ms,omitempty"`
+	// Buckets are the request-rate buckets: tokens left of the limit
+	// (limit 0: not known here, as for a key's own bucket).
+	Buckets []bucketState `json:"buckets,omitempty"`
 	// Other is every attribute status does not read, rendered as JSON
 	// values.
 	Other map[string]any `json:"other,omitempty"`
@@ -103,6 +106,13 @@ type serverState struct {
 	Invalid string `json:"invalid,omitempty"`
 	// Key says the item is a key's own (max_parallel_requests).
 	Key bool `json:"key,omitempty"`
+}
+
+type bucketState struct {
+	Name   string    `json:"name"`
+	Limit  int       `json:"rpm_limit,omitempty"`
+	Tokens int       `json:"tokens"`
+	FullAt time.Time `json:"full_at"`
 }
 
 type slotState struct {
@@ -336,6 +346,13 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 			l.Slots = append(l.Slots, slotState{Attr: lease.ToolAttr(tool), Cap: cap, Leases: leasesOf(st.Leases, tool, now)})
 		}
 		l.Principals, l.Breakers, l.CallMS = st.Principals, st.Breakers, st.CallLength.Milliseconds()
+		for _, name := range slices.Sorted(maps.Keys(st.Buckets)) {
+			b := bucketState{Name: name, Limit: rpmOf(srv, name), FullAt: st.Buckets[name].UTC()}
+			if b.Limit > 0 {
+				b.Tokens = lease.Rate{Name: name, PerMinute: b.Limit}.Tokens(st.Buckets[name].UnixMilli(), now.UnixMilli())
+			}
+			l.Buckets = append(l.Buckets, b)
+		}
 		if len(st.Queue) > 0 {
 			l.Waiting = st.Queue
 		}
@@ -352,6 +369,22 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 	}
 	slices.SortFunc(r.Limiters, func(a, b limiterState) int { return strings.Compare(a.Key, b.Key) })
 	return r
+}
+
+// rpmOf is the limit of the bucket named name on srv (nil: unknown), 0 when
+// not known.
+func rpmOf(srv *registry.Server, name string) int {
+	switch {
+	case srv == nil:
+		return 0
+	case name == "server":
+		return srv.RPMLimit
+	case strings.HasPrefix(name, "principal:"):
+		return srv.RPMPerPrincipal
+	case strings.HasPrefix(name, "tool:"):
+		return srv.Tools[strings.TrimPrefix(name, "tool:")].RPMLimit
+	}
+	return 0
 }
 
 // leasesOf lists the leases of a slot (all of them, or those of one tool),
@@ -447,6 +480,17 @@ func printStatus(w io.Writer, r *statusReport) error {
 		}
 		if l.CallMS > 0 {
 			fmt.Fprintf(w, "  calls last about %v\n", time.Duration(l.CallMS)*time.Millisecond)
+		}
+		for _, b := range l.Buckets {
+			full := "full"
+			if left := b.FullAt.Sub(r.Now); left > 0 {
+				full = "full in " + left.Round(100*time.Millisecond).String()
+			}
+			if b.Limit > 0 {
+				fmt.Fprintf(w, "  rate %s: %d of %d tokens (%s)\n", b.Name, b.Tokens, b.Limit, full)
+			} else {
+				fmt.Fprintf(w, "  rate %s: %s\n", b.Name, full)
+			}
 		}
 		if err := printWaiting(w, l.Waiting, r.Now); err != nil {
 			return err

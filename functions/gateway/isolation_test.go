@@ -200,10 +200,12 @@ func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
 
 // TestFairSharesBetweenTenants: cap 2, calls of 500 ms; key A runs 8
 // callers in a loop, key B one, over 4 gateway processes. Each of B's calls
-// gets the next place that frees: at most 2 of A's calls start at the
-// upstream between B's call being sent and its start (one already on its way
-// as B queued, one beside B when two places free at once), however many of
-// A's wait.
+// gets the next place that frees. Between B's call being sent and its start
+// at most 3 of A's calls start at the upstream, however many of A's wait: the
+// two places may each go to A while B's own request is still on its way to
+// the queue (a window far shorter than a call, so each place at most once),
+// and once B has queued only a place freed beside B's can go to A. Served in
+// arrival order B would wait behind A's seven other callers.
 func TestFairSharesBetweenTenants(t *testing.T) {
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
@@ -261,7 +263,7 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 				ahead++
 			}
 		}
-		if ahead > 2 {
+		if ahead > 3 {
 			t.Errorf("%d of A's calls started while B's call waited (sent %v, started %v after)", ahead, c.sent.Format("15:04:05.000"), c.entered.Sub(c.sent))
 		}
 	}

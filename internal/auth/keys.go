@@ -32,6 +32,9 @@ const (
 	// AttrMaxParallel caps the key's calls in flight across every server,
 	// fleet-wide (LiteLLM's name).
 	AttrMaxParallel = "max_parallel_requests"
+	// AttrRPMLimit is the key's tool calls a minute across every server,
+	// fleet-wide (LiteLLM's name).
+	AttrRPMLimit = "rpm_limit"
 	// AllServers in servers grants every server.
 	AllServers = "*"
 )
@@ -40,11 +43,14 @@ const (
 // names starting with "x_" (admins' own notes, ignored). Any other makes
 // the key refused: a misspelt or unsupported limit must never mean none.
 func KeyAttributes() []string {
-	return []string{store.KeyHashAttr, AttrServers, AttrTools, AttrName, AttrCreated, AttrMaxParallel}
+	return []string{store.KeyHashAttr, AttrServers, AttrTools, AttrName, AttrCreated, AttrMaxParallel, AttrRPMLimit}
 }
 
-// MaxParallelLimit bounds max_parallel_requests.
-const MaxParallelLimit = 1000
+// Bounds of the key's limits.
+const (
+	MaxParallelLimit = 1000
+	MaxRPMLimit      = 60000
+)
 
 // DefaultCacheTTL is how long a key lookup (or its miss) is reused.
 const DefaultCacheTTL = 5 * time.Second
@@ -70,6 +76,9 @@ type Key struct {
 	// MaxParallel caps its calls in flight across every server,
 	// fleet-wide; 0 = none.
 	MaxParallel int
+	// RPMLimit is its tool calls a minute across every server, fleet-wide;
+	// 0 = none.
+	RPMLimit int
 	// Invalid, when set, says why the key's item cannot be used: the key
 	// is refused.
 	Invalid error
@@ -84,6 +93,7 @@ func (k *Key) Principal() *Principal {
 		Servers:     k.Servers,
 		Tools:       k.Tools,
 		MaxParallel: k.MaxParallel,
+		RPMLimit:    k.RPMLimit,
 	}
 }
 
@@ -191,23 +201,8 @@ func ParseItem(item map[string]types.AttributeValue) (*Key, error) {
 				truncate(name, 64), strings.Join(KeyAttributes(), ", ")))
 		}
 	}
-	if v, ok := item[AttrMaxParallel]; ok {
-		n, ok := v.(*types.AttributeValueMemberN)
-		f, err := strconv.ParseFloat(func() string {
-			if n != nil {
-				return n.Value
-			}
-			return ""
-		}(), 64)
-		switch {
-		case !ok || err != nil:
-			problems = append(problems, AttrMaxParallel+": must be a number (type N)")
-		case f != math.Trunc(f) || f > MaxParallelLimit:
-			problems = append(problems, fmt.Sprintf("%s: must be a whole number up to %d, got %v", AttrMaxParallel, MaxParallelLimit, f))
-		case f > 0:
-			k.MaxParallel = int(f)
-		}
-	}
+	k.MaxParallel = limit(item, AttrMaxParallel, MaxParallelLimit, &problems)
+	k.RPMLimit = limit(item, AttrRPMLimit, MaxRPMLimit, &problems)
 	if v, ok := item[store.KeyHashAttr].(*types.AttributeValueMemberS); ok {
 		k.Hash = v.Value
 	}
@@ -227,6 +222,30 @@ func ParseItem(item map[string]types.AttributeValue) (*Key, error) {
 		return k, &KeyItemError{Problems: problems}
 	}
 	return k, nil
+}
+
+// limit reads an optional limit of a key item: a whole number up to most;
+// absent, 0 or negative means none (0). A problem is added to problems.
+func limit(item map[string]types.AttributeValue, name string, most int, problems *[]string) int {
+	v, ok := item[name]
+	if !ok {
+		return 0
+	}
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		*problems = append(*problems, name+": must be a number (type N)")
+		return 0
+	}
+	f, err := strconv.ParseFloat(n.Value, 64)
+	switch {
+	case err != nil:
+		*problems = append(*problems, name+": must be a number (type N)")
+	case f != math.Trunc(f) || f > float64(most):
+		*problems = append(*problems, fmt.Sprintf("%s: must be a whole number up to %d, got %v", name, most, f))
+	case f > 0:
+		return int(f)
+	}
+	return 0
 }
 
 func truncate(s string, n int) string {

@@ -57,8 +57,9 @@ type Principal struct {
 	// Servers are the server ids it may call, sorted; "*" means all.
 	Servers []string
 	// MaxParallel caps its calls in flight across every server,
-	// fleet-wide (a key's max_parallel_requests); 0 = none.
-	MaxParallel int
+	// fleet-wide (a key's max_parallel_requests); 0 = none. RPMLimit is
+	// its tool calls a minute across every server (a key's rpm_limit).
+	MaxParallel, RPMLimit int
 	// Tools, when not nil, are the only tools it may call: entries
 	// "<server_id>/<glob>" ("*" as server id for any server; glob as
 	// registry.MatchGlob: * and ?); empty but not nil means none. Nil means every tool of

@@ -27,6 +27,10 @@ const (
 	AtCapacity Code = "AT_CAPACITY"
 	// QueueTimeout: the call waited for a slot for its whole queue budget.
 	QueueTimeout Code = "QUEUE_TIMEOUT"
+	// RateLimited: a request-rate limit (the key's, the server's, the
+	// principal's on the server, the tool's), or the upstream's own, was
+	// reached; Retry-After says when a call may pass.
+	RateLimited Code = "RATE_LIMITED"
 	// CircuitOpen: the circuit breaker of the tool is open (or its probe is
 	// running).
 	CircuitOpen Code = "CIRCUIT_OPEN"
@@ -70,6 +74,7 @@ type codeInfo struct {
 var codes = map[Code]codeInfo{
 	AtCapacity:       {http.StatusTooManyRequests, true},
 	QueueTimeout:     {http.StatusTooManyRequests, true},
+	RateLimited:      {http.StatusTooManyRequests, true},
 	CircuitOpen:      {http.StatusServiceUnavailable, true},
 	UpstreamTimeout:  {http.StatusGatewayTimeout, true},
 	UpstreamError:    {http.StatusBadGateway, true},

@@ -225,8 +225,10 @@ func (g *Gateway) admit(ctx context.Context, srv *registry.Server, tool string, 
 		}
 	}
 	giveBack := func() {
+		// The call is not made: its principal's place, and its token,
+		// go back.
 		for _, l := range leases {
-			g.finish(ctx, l, lease.Abandoned, rec)
+			g.finish(ctx, l, lease.Unused, rec)
 		}
 	}
 	if !capped {
@@ -294,6 +296,7 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 	if srv.Breaker.Covers(tool) {
 		br = &lease.Breaker{Name: tool, Threshold: srv.Breaker.FailureThreshold, Recovery: srv.Breaker.RecoveryTimeout}
 	}
+	holder := leaseHolder(principalFrom(ctx))
 	req := lease.Request{
 		Key:          srv.ID,
 		Cap:          capacity,
@@ -304,22 +307,36 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 		Hold:         min(timeout, g.maxHold),
 		CallBy:       g.callBy(ctx),
 		Breaker:      br,
-		Holder:       leaseHolder(principalFrom(ctx)),
+		Holder:       holder,
+	}
+	if srv.RPMLimit > 0 {
+		req.Rates = append(req.Rates, lease.Rate{Name: "server", PerMinute: srv.RPMLimit})
+	}
+	if srv.RPMPerPrincipal > 0 {
+		req.Rates = append(req.Rates, lease.Rate{Name: "principal:" + holder, PerMinute: srv.RPMPerPrincipal})
+	}
+	if n := srv.Tools[tool].RPMLimit; n > 0 {
+		req.Rates = append(req.Rates, lease.Rate{Name: "tool:" + tool, PerMinute: n})
 	}
 	if srv.OnLimit == registry.PolicyQueue {
 		req.Wait = srv.QueueTimeout
 	}
-	return req, req.TakesPlace() || br != nil
+	return req, req.TakesPlace() || br != nil || len(req.Rates) > 0
 }
 
 // principalRequest is what a call asks of its principal's own lease item
-// (its key's max_parallel_requests), and whether it asks: never waiting.
+// (its key's max_parallel_requests and rpm_limit), and whether it asks:
+// never waiting.
 func (g *Gateway) principalRequest(ctx context.Context, timeout time.Duration) (lease.Request, bool) {
 	p := principalFrom(ctx)
-	if p == nil || p.MaxParallel <= 0 {
+	if p == nil || p.MaxParallel <= 0 && p.RPMLimit <= 0 {
 		return lease.Request{}, false
 	}
-	return lease.Request{Key: p.ID, Cap: p.MaxParallel, Hold: min(timeout, g.maxHold), CallBy: g.callBy(ctx), Holder: leaseHolder(p)}, true
+	req := lease.Request{Key: p.ID, Cap: p.MaxParallel, Hold: min(timeout, g.maxHold), CallBy: g.callBy(ctx), Holder: leaseHolder(p)}
+	if p.RPMLimit > 0 {
+		req.Rates = []lease.Rate{{Name: "key", PerMinute: p.RPMLimit}}
+	}
+	return req, true
 }
 
 // leaseHolder is the label a lease carries for its caller, so operators
@@ -411,6 +428,7 @@ func (g *Gateway) emitCall(rec *record, srv *registry.Server, tool string, start
 		c.Shed = ferr.Code == fault.AtCapacity
 		c.QueueTimeout = ferr.Code == fault.QueueTimeout
 		c.CircuitOpen = ferr.Code == fault.CircuitOpen
+		c.RateLimited = ferr.Code == fault.RateLimited
 		c.StoreError = ferr.Code == fault.StoreUnavailable
 		c.UpstreamTimeout = ferr.Code == fault.UpstreamTimeout
 		c.UpstreamError = ferr.Code == fault.UpstreamError
@@ -447,7 +465,18 @@ func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 	var full *lease.FullError
 	var wt *lease.WaitTimeoutError
 	var open *lease.CircuitOpenError
+	var rl *lease.RateLimitedError
 	switch {
+	case errors.As(err, &rl):
+		what := fmt.Sprintf("server %q", srv.ID)
+		switch {
+		case strings.HasPrefix(rl.Name, "principal:"):
+			what = fmt.Sprintf("this caller's calls to server %q", srv.ID)
+		case strings.HasPrefix(rl.Name, "tool:"):
+			what = fmt.Sprintf("tool %q of server %q", truncate(tool, 128), srv.ID)
+		}
+		return fault.New(fault.RateLimited, "%s may take %d calls a minute; a call may pass again in %v", what, rl.PerMinute, rl.RetryAfter.Round(time.Millisecond)).
+			WithRetryAfter(rl.RetryAfter)
 	case errors.As(err, &open):
 		if open.Principal {
 			return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open for this caller: its own recent calls failed", truncate(tool, 128), srv.ID).
@@ -489,12 +518,22 @@ func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 // max_parallel_requests, or the store failing to say.
 func principalFault(err error) *fault.Error {
 	var full *lease.FullError
+	var rl *lease.RateLimitedError
+	if errors.As(err, &rl) {
+		return fault.New(fault.RateLimited, "this key may make %d tool calls a minute (rpm_limit); a call may pass again in %v", rl.PerMinute, rl.RetryAfter.Round(time.Millisecond)).
+			WithRetryAfter(rl.RetryAfter)
+	}
 	if errors.As(err, &full) {
 		return fault.New(fault.AtCapacity, "this key has %d of its %d calls in flight (max_parallel_requests)", full.InUse, full.Cap).
 			WithReason("key_parallel").WithRetryAfter(full.RetryAfter)
 	}
 	return fault.Wrap(err, fault.StoreUnavailable, "cannot check this key's calls in flight right now").WithRetryAfter(storeRetryAfter)
 }
+
+// codeRateLimited is the JSON-RPC code of an upstream refusing a call for
+// its rate (RateLimited, as SEP-3304 proposes): on MCP routes it is
+// relayed as is; on REST it is RATE_LIMITED.
+const codeRateLimited = -32023
 
 // storeRetryAfter is the hint given with STORE_UNAVAILABLE.
 const storeRetryAfter = time.Second
@@ -537,6 +576,9 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 	case upstream.KindRPC:
 		// The upstream's own answer to the caller's request: relay it.
 		msg := truncate(ue.RPC.Message, maxUpstreamMessage)
+		if ue.RPC.Code == codeRateLimited {
+			return fault.Wrap(err, fault.RateLimited, "server %q is rate limiting: %s", srv.ID, msg).WithRetryAfter(time.Second)
+		}
 		if ue.RPC.Code == jsonrpc.CodeInvalidParams || specCode(ue.RPC.Code) {
 			return fault.Wrap(err, fault.BadRequest, "server %q rejected the call: %s", srv.ID, msg)
 		}

@@ -32,7 +32,7 @@ func isMCPPath(path string) bool { return path == "/mcp" || strings.HasPrefix(pa
 // request for the caller's mistakes, internal error for the rest (the
 // data's gateway code says which).
 func rpcCode(c fault.Code) int64 {
-	if s := c.Status(); s >= 400 && s < 500 && c != fault.AtCapacity && c != fault.QueueTimeout {
+	if s := c.Status(); s >= 400 && s < 500 && c != fault.AtCapacity && c != fault.QueueTimeout && c != fault.RateLimited {
 		return jsonrpc.CodeInvalidRequest
 	}
 	return jsonrpc.CodeInternalError

@@ -21,7 +21,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		return nil, err
 	}
 	if !req.capped() {
-		return l.acquireBreaker(ctx, req)
+		return l.acquireNoPlace(ctx, req)
 	}
 	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key)}
 	a.me = asker{id: l.newLeaseID(), label: req.Holder, tool: req.Tool, toolCap: req.ToolCap}
@@ -57,6 +57,8 @@ type attempt struct {
 	unsure int64
 	// maps: a view showed the item with its maps.
 	maps bool
+	// charged: a write of it that took its tokens landed.
+	charged bool
 	// asked is when the last request of this attempt was sent; look is the
 	// next wait for a place that was expected to be free already.
 	asked time.Time
@@ -112,6 +114,12 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			}
 			if br := a.req.Breaker; br != nil {
 				if err := a.l.refusal(v.breakers[br.Name], br.Name, a.me.label); err != nil {
+					return nil, err
+				}
+			}
+			if !a.charged && a.n == 0 {
+				if err := rateLimited(v, a.req.Rates, now); err != nil {
+					a.l.stats.rateLimited.Add(1)
 					return nil, err
 				}
 			}
@@ -253,6 +261,55 @@ func (a *attempt) ownSets() []string {
 	return out
 }
 
+// rateAttrs are the attributes of the buckets the caller takes tokens from.
+func (a *attempt) rateAttrs() []string {
+	var out []string
+	for _, r := range a.req.Rates {
+		out = append(out, RateAttr(r.Name))
+	}
+	return out
+}
+
+// charge adds the taking of the caller's tokens to u, unless a write of it
+// took them already. With no view, the buckets' arrival times are the last
+// this process saw: they only choose the form of the write, whose
+// conditions check them.
+func (a *attempt) charge(u *update, v *view, now int64) {
+	if a.charged || len(a.req.Rates) == 0 {
+		return
+	}
+	if v == nil {
+		v, _, _ = a.b.latest()
+	}
+	for _, r := range a.req.Rates {
+		tat := int64(0)
+		if v != nil {
+			tat = v.rates[RateAttr(r.Name)]
+		}
+		u.charge(r, tat, now)
+	}
+}
+
+// acquireNoPlace admits a call that takes no place: it takes its tokens,
+// then asks its breaker; a breaker that refuses it gets its tokens back.
+func (l *Limiter) acquireNoPlace(ctx context.Context, req Request) (*Lease, error) {
+	var tokens *Lease
+	if len(req.Rates) > 0 {
+		var err error
+		if tokens, err = l.acquireTokens(ctx, req); err != nil || req.Breaker == nil {
+			return tokens, err
+		}
+	}
+	ls, err := l.acquireBreaker(ctx, req)
+	if err != nil && tokens != nil {
+		_, _ = tokens.Finish(context.WithoutCancel(ctx), Unused)
+	}
+	if ls != nil && tokens != nil {
+		ls.rates = req.Rates
+	}
+	return ls, err
+}
+
 // reserved counts the tickets of ahead that take a place in set.
 func (a *attempt) reserved(set string, ahead []*ticket) int {
 	n := 0
@@ -297,7 +354,8 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 	exp := wallNow.Add(hold + a.l.margin).UnixMilli()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, a.ownSets()...)
+	p := u.purge(v, now, id, append(a.ownSets(), a.rateAttrs()...)...)
+	a.charge(u, v, now)
 	lp := u.path(LeasesAttr, id)
 	u.set(lp, u.num(exp))
 	u.cond("attribute_not_exists(" + lp + ")")
@@ -363,9 +421,7 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 	a.asked = time.Now()
 	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.unsure = max(a.unsure, exp) })
 	if err == nil {
-		if a.n != 0 {
-			a.n = 0
-		}
+		a.n, a.charged = 0, true
 		ls, err := a.lease(ctx, exp, nv)
 		if ls != nil {
 			ls.probe = probe
@@ -408,7 +464,8 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
 		deadline = a.req.CallBy
 	}
-	ls := &Lease{l: a.l, key: a.req.Key, id: a.me.id, exps: []int64{exp}, unsure: a.unsure, breaker: a.req.Breaker, label: a.me.label,
+	a.charged = true // the write that gave it the place, or queued it, took the tokens
+	ls := &Lease{l: a.l, key: a.req.Key, id: a.me.id, exps: []int64{exp}, unsure: a.unsure, breaker: a.req.Breaker, label: a.me.label, rates: a.req.Rates,
 		Expiry: time.UnixMilli(exp), CallDeadline: deadline, InFlight: v.live(a.now(), nil, true)}
 	if a.req.ToolCap > 0 {
 		ls.tool = a.req.Tool
@@ -434,7 +491,8 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	// it for gone while its caller still waits.
 	deadline := now + time.Until(a.waitEnd()).Milliseconds() + a.l.margin.Milliseconds()
 	u := newUpdate()
-	p := u.purge(v, now, id)
+	p := u.purge(v, now, id, a.rateAttrs()...)
+	a.charge(u, v, now)
 	sp, qp, tp := u.path(SeqAttr), u.path(QueueAttr, id), u.path(TicketsAttr, id)
 	next := "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
 	u.set(sp, next)
@@ -453,10 +511,14 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	a.joined, a.asked = true, time.Now()
 	a.l.stats.tickets.Add(1)
 	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.unsure = max(a.unsure, deadline) })
+	if err == nil {
+		a.charged = true
+	}
 	if err == nil || !errors.Is(err, errCondition) {
 		return nv, err
 	}
 	if nv.ticketFor(id) != nil || nv.leases[id] != 0 {
+		a.charged = true
 		return nv, nil // an earlier attempt of it landed
 	}
 	if !nv.hasMaps {

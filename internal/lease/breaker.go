@@ -378,7 +378,7 @@ func (l *Limiter) acquireBreaker(ctx context.Context, req Request) (*Lease, erro
 	}
 	wallNow, localNow := l.clock(), time.Now()
 	hold := req.hold(localNow)
-	ls := &Lease{l: l, key: req.Key, id: l.newLeaseID(), breaker: br, label: req.Holder, breakerOnly: true, failsSeen: int64(len(st.failed)),
+	ls := &Lease{l: l, key: req.Key, id: l.newLeaseID(), breaker: br, label: req.Holder, noPlace: true, failsSeen: int64(len(st.failed)),
 		exps: []int64{wallNow.Add(hold + l.margin).UnixMilli()}, CallDeadline: localNow.Add(hold), since: localNow}
 	ls.Expiry = time.UnixMilli(ls.exp())
 	if st.phase(wallNow.UnixMilli()) == phaseHalfOpen {

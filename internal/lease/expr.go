@@ -164,6 +164,15 @@ func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
 			p.queue++
 		}
 	}
+	for _, attr := range slices.Sorted(mapKeys(v.rates)) {
+		if n == maxPurge || slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now) {
+			continue
+		}
+		n++
+		p := u.path(attr)
+		u.remove(p)
+		u.cond(p + " = " + u.num(v.rates[attr]))
+	}
 	for s, ids := range v.strayMembers() {
 		if slices.Contains(keep, s) || n == maxPurge {
 			continue

@@ -27,6 +27,8 @@ type view struct {
 	seq, freed int64
 	callMS     int64
 	breakers   map[string]breakerState
+	// rates maps each bucket attribute to its arrival time.
+	rates map[string]int64
 }
 
 // ticket is one waiting caller.
@@ -57,7 +59,8 @@ func isSetAttr(attr string) bool {
 // store counts it: a lease whose expiry is not a number (a hand edit)
 // never expires; a ticket without its details is stale.
 func parseItem(item map[string]types.AttributeValue) *view {
-	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, tombstones: map[string]int64{}, breakers: map[string]breakerState{}}
+	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, tombstones: map[string]int64{}, breakers: map[string]breakerState{},
+		rates: map[string]int64{}}
 	queue, details := map[string]int64{}, map[string]*types.AttributeValueMemberM{}
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
 	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
@@ -96,6 +99,10 @@ func parseItem(item map[string]types.AttributeValue) *view {
 				v.freed = numberOr(x, 0)
 			case CallAttr:
 				v.callMS = numberOr(x, 0)
+			default:
+				if strings.HasPrefix(attr, RateAttrPrefix) {
+					v.rates[attr] = numberOr(x, 0)
+				}
 			}
 		}
 		if IsBreakerAttr(attr) {

@@ -56,7 +56,7 @@ func IsItemAttr(attr string) bool {
 	case LeasesAttr, QueueAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr:
 		return true
 	}
-	return isSetAttr(attr) || IsBreakerAttr(attr)
+	return isSetAttr(attr) || IsBreakerAttr(attr) || strings.HasPrefix(attr, RateAttrPrefix)
 }
 
 // ToolAttr is the set holding the leases of one capped tool.
@@ -201,6 +201,9 @@ type Request struct {
 	// the caller, and makes it the probe when the breaker is half-open and
 	// nobody else is.
 	Breaker *Breaker
+	// Rates are request-rate limits the call takes one token from each of
+	// when it is admitted (see Rate).
+	Rates []Rate
 	// Holder is the label of the caller's principal (1 to MaxHolder bytes
 	// of printable ASCII other than "/"): what per-principal caps and fair
 	// shares count, and what operators see in mcpgate status.
@@ -217,8 +220,8 @@ func (r *Request) validate() error {
 	switch {
 	case r.Key == "":
 		return errors.New("lease: request needs a key")
-	case !r.capped() && r.Breaker == nil:
-		return errors.New("lease: request needs a cap or a breaker")
+	case !r.capped() && r.Breaker == nil && len(r.Rates) == 0:
+		return errors.New("lease: request needs a cap, a rate or a breaker")
 	case r.Cap < 0 || r.ToolCap < 0 || r.PrincipalCap < 0 || r.MaxQueued < 0:
 		return errors.New("lease: caps must not be negative")
 	case r.ToolCap > 0 && r.Tool == "":
@@ -236,7 +239,7 @@ func (r *Request) validate() error {
 	if r.Breaker != nil && r.Breaker.Name == "" {
 		return errors.New("lease: a breaker needs a name")
 	}
-	return nil
+	return validRates(r.Rates)
 }
 
 // hold is how long a place taken at localNow may be held.
@@ -330,15 +333,17 @@ type Lease struct {
 	breaker *Breaker
 	label   string
 	probe   bool
-	// breakerOnly: the lease took no place, only its breaker's say;
-	// failsSeen is the failure count it saw.
-	breakerOnly bool
-	failsSeen   int64
+	// rates are the buckets its admission took a token from.
+	rates []Rate
+	// noPlace: the lease took no place, only tokens or its breaker's say;
+	// failsSeen is the failure count its breaker had.
+	noPlace   bool
+	failsSeen int64
 }
 
 // TakesPlace reports whether the lease holds a place under a cap (else it
 // is only its breaker's say).
-func (ls *Lease) TakesPlace() bool { return !ls.breakerOnly }
+func (ls *Lease) TakesPlace() bool { return !ls.noPlace }
 
 // Probe reports whether this lease is its breaker's half-open probe.
 func (ls *Lease) Probe() bool { return ls.probe }

@@ -25,6 +25,10 @@ const (
 	// gateway shut down, the caller's own input was refused). The breaker
 	// is left as it was; an abandoned probe only gives up being the probe.
 	Abandoned
+	// Unused: the call was never sent (another limit refused it). As
+	// Abandoned, and the tokens its admission took go back to their
+	// buckets.
+	Unused
 )
 
 func (o Outcome) String() string {
@@ -35,6 +39,8 @@ func (o Outcome) String() string {
 		return "failure"
 	case Abandoned:
 		return "abandoned"
+	case Unused:
+		return "unused"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -58,7 +64,20 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		return NoTransition, ErrNotHeld
 	}
 	l := ls.l
-	if ls.breakerOnly {
+	if ls.noPlace {
+		if outcome == Unused && len(ls.rates) > 0 {
+			u := newUpdate()
+			for _, r := range ls.rates {
+				u.refund(r)
+			}
+			if _, err := l.write(ctx, ls.key, u, nil); err != nil && !errors.Is(err, errCondition) {
+				return NoTransition, err
+			}
+		}
+		if ls.breaker == nil {
+			l.stats.released.Add(1)
+			return NoTransition, nil
+		}
 		return ls.finishBreaker(ctx, outcome)
 	}
 	b := l.board(ls.key)
@@ -130,6 +149,12 @@ func (ls *Lease) release(outcome Outcome, probe bool, b *board, took time.Durati
 		mean += (took.Milliseconds() - mean) / 4
 		u.set(u.path(CallAttr), u.num(max(mean, 1)))
 	}
+	if outcome == Unused {
+		for _, r := range ls.rates {
+			u.refund(r)
+		}
+		outcome = Abandoned
+	}
 	if ls.breaker != nil && (outcome != Abandoned || probe) {
 		u.outcome(ls.breaker, ls.id, ls.label, probe, outcome, now)
 	}
@@ -149,12 +174,12 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	l := ls.l
 	localNow := time.Now()
 	exp := l.clock().Add(hold + l.margin).UnixMilli()
-	if ls.breakerOnly && !ls.probe {
+	if ls.noPlace && !ls.probe {
 		ls.setExpiry(exp, localNow.Add(hold))
 		return nil
 	}
 	u := newUpdate()
-	if !ls.breakerOnly {
+	if !ls.noPlace {
 		lp := u.path(LeasesAttr, ls.id)
 		u.set(lp, u.num(exp))
 		u.cond(ls.heldAs(u, lp))
@@ -169,7 +194,7 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 	switch {
 	case errors.Is(err, errCondition):
-		if !ls.breakerOnly && v.leases[ls.id] == exp || ls.breakerOnly && v.breakers[ls.breaker.Name].probeExp == exp {
+		if !ls.noPlace && v.leases[ls.id] == exp || ls.noPlace && v.breakers[ls.breaker.Name].probeExp == exp {
 			break // an earlier attempt landed
 		}
 		return ErrNotHeld

@@ -163,6 +163,9 @@ type sim struct {
 	trace     []simWrite // every write applied, in order, and its answer (for the store cross-check)
 	// released: lease ids whose own release write landed.
 	released map[string]bool
+	// tokens are when each token of the server's bucket was taken, refunds
+	// when one was given back.
+	tokens, refunds []time.Time
 	// seen counts, for the whole run of seeds, what happened: evidence the
 	// schedules reach each part of the protocol.
 	events map[string]int
@@ -172,6 +175,7 @@ type sim struct {
 type simCaps struct {
 	server, toolA, principal, queued int
 	breaker                          *Breaker
+	rate                             int // the server's bucket, a minute; 0: none
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -511,6 +515,13 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 	}
 	lp := byName[LeasesAttr]
 	v := parseItem(pre)
+	if rp, ok := byName[RateAttr("server")]; ok && s.caps.rate > 0 {
+		for a := range strings.SplitSeq(set, ",") {
+			if a = strings.TrimSpace(a); strings.HasPrefix(a, rp+" = ") {
+				s.charged(sent, strings.Contains(a, "if_not_exists")) // a refund gives one back
+			}
+		}
+	}
 	for id, ip := range byName {
 		c := s.owners[id]
 		if c == nil || lp == "" {
@@ -592,6 +603,36 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 		}
 		if own != "" && strings.Contains(set, own+" = ") && len(st.principals()) != 1 {
 			s.fail("breaker", "", "the breaker opened for one principal on the failures of %v", st.principals())
+		}
+	}
+}
+
+// charged checks a token taken (or given back) at sent against the
+// server's bucket: in no stretch of time were more taken, less those given
+// back, than the bucket gives (its burst, then one an interval), give or
+// take one for the clocks' skew.
+func (s *sim) charged(sent time.Time, refund bool) {
+	r := Rate{Name: "server", PerMinute: s.caps.rate}
+	if refund {
+		s.events["token given back"]++
+		s.refunds = append(s.refunds, sent)
+		return
+	}
+	s.events["token taken"]++
+	s.tokens = append(s.tokens, sent)
+	in := func(ts []time.Time, from time.Time) int {
+		n := 0
+		for _, at := range ts {
+			if !at.Before(from) && !at.After(sent) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, from := range s.tokens {
+		n := in(s.tokens, from) - in(s.refunds, from)
+		if allowed := r.PerMinute + int(sent.Sub(from).Milliseconds()/r.interval()) + 1; n > allowed {
+			s.fail("rate", "", "%d tokens taken in %v; the bucket gives %d", n, sent.Sub(from), allowed)
 		}
 	}
 }
@@ -727,6 +768,9 @@ func (s *sim) run() {
 	if s.rng.IntN(3) == 0 {
 		s.caps.principal = 1 + s.rng.IntN(2)
 	}
+	if s.rng.IntN(3) == 0 {
+		s.caps.rate = 4 + s.rng.IntN(8)
+	}
 	if s.rng.IntN(3) > 0 {
 		s.caps.breaker = &Breaker{Name: "b", Threshold: 2 + s.rng.IntN(2), Recovery: time.Duration(500+s.rng.IntN(1500)) * time.Millisecond}
 	}
@@ -826,6 +870,9 @@ func (s *sim) request(c *simCaller) Request {
 	if c.tool == "b" && s.caps.breaker != nil {
 		req.Breaker = s.caps.breaker
 	}
+	if s.caps.rate > 0 {
+		req.Rates = []Rate{{Name: "server", PerMinute: s.caps.rate}}
+	}
 	if !req.capped() && req.Breaker == nil {
 		req.Cap = 1000
 	}
@@ -857,7 +904,10 @@ func (s *sim) call(l *Limiter, c *simCaller) {
 		var full *FullError
 		var wt *WaitTimeoutError
 		var open *CircuitOpenError
+		var rl *RateLimitedError
 		switch {
+		case errors.As(err, &rl):
+			s.events["refused: rate limited"]++
 		case errors.As(err, &full):
 			s.events["refused: "+full.Reason]++
 		case errors.As(err, &wt):
@@ -1021,7 +1071,7 @@ func TestFaultSimulation(t *testing.T) {
 	for _, k := range []string{"take by a waiter landed", "take past a waiter presumed gone", "tombstone", "late attempt landed",
 		"late attempt refused", "renewal landed", "probe elected", "breaker opened for one principal", "breaker opened or closed",
 		"refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out", "refused by the breaker",
-		"finished failure", "finished abandoned"} {
+		"finished failure", "finished abandoned", "token taken", "refused: rate limited"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}

@@ -22,6 +22,8 @@ type Stats struct {
 	Shed int64
 	// WaitTimeouts counts requests that waited their whole budget.
 	WaitTimeouts int64
+	// RateLimited counts requests refused by a request-rate limit.
+	RateLimited int64
 	// CircuitOpen counts acquires refused by an open breaker; Probes the
 	// half-open probes granted; Transitions the breaker changes made.
 	CircuitOpen, Probes, Transitions int64
@@ -31,7 +33,7 @@ type counters struct {
 	writes, failedWrites, reads      atomic.Int64
 	acquired, released, purged       atomic.Int64
 	tickets                          atomic.Int64
-	shed, waitTimeouts               atomic.Int64
+	shed, waitTimeouts, rateLimited  atomic.Int64
 	circuitOpen, probes, transitions atomic.Int64
 }
 
@@ -48,6 +50,7 @@ func (l *Limiter) Stats() Stats {
 		Purged:       c.purged.Load(),
 		Shed:         c.shed.Load(),
 		WaitTimeouts: c.waitTimeouts.Load(),
+		RateLimited:  c.rateLimited.Load(),
 		CircuitOpen:  c.circuitOpen.Load(),
 		Probes:       c.probes.Load(),
 		Transitions:  c.transitions.Load(),

@@ -31,6 +31,10 @@ type Status struct {
 	Tombstones int `json:"tombstones,omitempty"`
 	// Breakers are the key's circuit breakers.
 	Breakers []BreakerStatus `json:"breakers,omitempty"`
+	// Buckets are its request-rate buckets, by name ("server",
+	// "principal:<label>", "tool:<name>", "key"), with when each is full
+	// again: its tokens follow from its limit (Rate.Tokens).
+	Buckets map[string]time.Time `json:"buckets,omitempty"`
 }
 
 // LeaseStatus is one held place.
@@ -113,6 +117,12 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 			share(t.label).Waiting++
 		}
 		st.Queue = append(st.Queue, ts)
+	}
+	for attr, tat := range v.rates {
+		if st.Buckets == nil {
+			st.Buckets = map[string]time.Time{}
+		}
+		st.Buckets[strings.TrimPrefix(attr, RateAttrPrefix)] = time.UnixMilli(tat)
 	}
 	for _, label := range slices.Sorted(maps.Keys(per)) {
 		st.Principals = append(st.Principals, *per[label])

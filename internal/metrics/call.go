@@ -13,6 +13,7 @@ const (
 	MetricShed              = "Shed"
 	MetricQueueTimeout      = "QueueTimeout"
 	MetricCircuitOpen       = "CircuitOpen"
+	MetricRateLimited       = "RateLimited"
 	MetricStoreError        = "StoreError"
 	MetricUpstreamTimeout   = "UpstreamTimeout"
 	MetricUpstreamError     = "UpstreamError"
@@ -61,7 +62,9 @@ type Call struct {
 	// slot within the wait (QUEUE_TIMEOUT). CircuitOpen: the breaker
 	// refused. StoreError: the lease store failed (STORE_UNAVAILABLE).
 	// UpstreamTimeout and UpstreamError: the upstream call failed so.
-	Shed, QueueTimeout, CircuitOpen, StoreError, UpstreamTimeout, UpstreamError bool
+	// RateLimited: a request-rate limit refused it (RATE_LIMITED); with
+	// the Principal property, Logs Insights counts it per principal.
+	Shed, QueueTimeout, CircuitOpen, StoreError, UpstreamTimeout, UpstreamError, RateLimited bool
 	// RequestID and LeaseID are properties, left out when empty.
 	RequestID, LeaseID string
 	// Principal is the caller's short ID (auth.Principal.ID, never a key
@@ -95,6 +98,7 @@ func (e *Emitter) Call(c Call) error {
 		{c.Shed, MetricShed},
 		{c.QueueTimeout, MetricQueueTimeout},
 		{c.CircuitOpen, MetricCircuitOpen},
+		{c.RateLimited, MetricRateLimited},
 		{c.StoreError, MetricStoreError},
 		{c.UpstreamTimeout, MetricUpstreamTimeout},
 		{c.UpstreamError, MetricUpstreamError},

@@ -45,6 +45,7 @@ const (
 var toolFields = []Attribute{
 	{Name: "max_concurrent", Type: "N", Default: "none", Doc: "the tool's own fleet-wide cap, within the server's"},
 	{Name: "timeout", Type: "N", Default: "the server's", Doc: "seconds one call of the tool may take"},
+	{Name: "rpm_limit", Type: "N", Default: "none", Doc: "calls of the tool a minute, fleet-wide (a burst of N, then N/60 a second)"},
 }
 
 // breakerFields are the keys of "breaker".
@@ -159,6 +160,18 @@ var attributes = []Attribute{
 		read:    func(p *parser, s *Server) { s.MaxPerPrincipal = p.cap("max_concurrent_per_principal") },
 	},
 	{
+		Name: "rpm_limit", Type: "N", Default: "none",
+		Doc:     fmt.Sprintf("calls a minute to the server from all callers, fleet-wide: a bucket of N refilled at N a minute (1–%d); past it RATE_LIMITED", MaxRPMLimit),
+		Example: `{"rpm_limit": 60}`,
+		read:    func(p *parser, s *Server) { s.RPMLimit = p.whole("rpm_limit", 1, MaxRPMLimit) },
+	},
+	{
+		Name: "rpm_limit_per_principal", Type: "N", Default: "none",
+		Doc:     fmt.Sprintf("calls a minute to the server from one caller (a key, a token subject, an IAM caller), fleet-wide (1–%d)", MaxRPMLimit),
+		Example: `{"rpm_limit_per_principal": 20}`,
+		read:    func(p *parser, s *Server) { s.RPMPerPrincipal = p.whole("rpm_limit_per_principal", 1, MaxRPMLimit) },
+	},
+	{
 		Name: "cancel_grace", Type: "N", Default: seconds(DefaultCancelGrace),
 		Doc:     "seconds a call cut off before its upstream answered keeps its slot, waiting for the upstream to stop (at most what the invocation has left)",
 		Example: `{"cancel_grace": 30}`,
@@ -180,8 +193,8 @@ var attributes = []Attribute{
 	},
 	{
 		Name: "tools", Type: "M", Default: "none",
-		Doc:     `per tool: {"<tool>": {"max_concurrent": N, "timeout": S}}, within the server's cap and timeout`,
-		Example: `{"tools": {"fetch_quote": {"max_concurrent": 2, "timeout": 1}}}`,
+		Doc:     `per tool: {"<tool>": {"max_concurrent": N, "timeout": S, "rpm_limit": N}}, within the server's cap and timeout`,
+		Example: `{"tools": {"fetch_quote": {"max_concurrent": 2, "timeout": 1, "rpm_limit": 30}}}`,
 		Fields:  toolFields,
 		read:    func(p *parser, s *Server) { s.Tools = p.tools("tools") },
 	},

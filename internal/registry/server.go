@@ -56,7 +56,9 @@ const (
 	// MaxQueuedLimit bounds max_queued, as each waiting caller is an entry
 	// of the same item.
 	MaxQueuedLimit = 1000
-	maxURLLen      = 2048
+	// MaxRPMLimit bounds the rpm limits: one call a millisecond.
+	MaxRPMLimit = 60000
+	maxURLLen   = 2048
 )
 
 // Server is one upstream MCP server, as configured by an item of the servers
@@ -86,6 +88,9 @@ type Server struct {
 	// MaxPerPrincipal caps one principal's calls in flight on the server,
 	// fleet-wide; 0 = none.
 	MaxPerPrincipal int
+	// RPMLimit and RPMPerPrincipal are request-rate limits, calls a minute
+	// fleet-wide: the server's, and one principal's on it; 0 = none.
+	RPMLimit, RPMPerPrincipal int
 	// Description is free text for people.
 	Description string
 	// Tools holds per-tool limits, by tool name.
@@ -131,6 +136,8 @@ type ToolLimits struct {
 	MaxConcurrent int
 	// Timeout bounds one call of the tool; 0 = the server's timeout.
 	Timeout time.Duration
+	// RPMLimit is the tool's calls a minute, fleet-wide; 0 = none.
+	RPMLimit int
 }
 
 // Breaker configures a circuit breaker per (server, tool), shared by every
@@ -168,11 +175,11 @@ func (s *Server) Capped() bool { return s.MaxConcurrent > 0 }
 // the server or one of its tools, or a breaker. Calls to an unlimited
 // server cause no store traffic.
 func (s *Server) Limited() bool {
-	if s.Capped() || s.Breaker != nil || s.MaxPerPrincipal > 0 {
+	if s.Capped() || s.Breaker != nil || s.MaxPerPrincipal > 0 || s.RPMLimit > 0 || s.RPMPerPrincipal > 0 {
 		return true
 	}
 	for _, t := range s.Tools {
-		if t.MaxConcurrent > 0 {
+		if t.MaxConcurrent > 0 || t.RPMLimit > 0 {
 			return true
 		}
 	}
@@ -500,6 +507,7 @@ func (p *parser) tools(name string) map[string]ToolLimits {
 		tl := ToolLimits{
 			MaxConcurrent: one.cap("max_concurrent"),
 			Timeout:       one.seconds("timeout", 0, MaxTimeout),
+			RPMLimit:      one.whole("rpm_limit", 1, MaxRPMLimit),
 		}
 		tp.merge(one)
 		out[tool] = tl

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -83,6 +84,21 @@ func PutKeyWithTools(t testing.TB, env *storetest.Env, servers, tools []string) 
 		t.Fatal(err)
 	}
 	return key
+}
+
+// UpdateKey sets a number attribute (a limit) of key's item.
+func UpdateKey(t testing.TB, env *storetest.Env, key, attr string, n int) {
+	t.Helper()
+	_, err := env.Client.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(env.Tables.Keys),
+		Key:                       map[string]types.AttributeValue{store.KeyHashAttr: &types.AttributeValueMemberS{Value: auth.HashKey(key)}},
+		UpdateExpression:          aws.String("SET #a = :n"),
+		ExpressionAttributeNames:  map[string]string{"#a": attr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: strconv.Itoa(n)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Demo runs a demo upstream on loopback until the test ends.

@@ -1,0 +1,174 @@
+package main
+
+// Request-rate limits, fleet-wide, over several gateway processes sharing
+// one store: per server, per principal on a server, per tool and per key,
+// judged by the upstream's own count of the calls it received.
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// burstVia makes n calls of slow_tool (at once, not sleeping) at once,
+// spread over gws, as key: the demo upstream counts them.
+func burstVia(gws []*testkit.Gateway, key, server string, n int) []agentCall {
+	out := make([]agentCall, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { out[i] = callVia(gws[i%len(gws)].URL, key, server, "slow_tool", map[string]any{"ms": 0}) })
+	}
+	wg.Wait()
+	return out
+}
+
+// tally counts a burst's answers: admitted (200), rate limited (429
+// RATE_LIMITED, each with a wait), and the longest advised wait.
+func tally(t *testing.T, calls []agentCall) (ok, limited int, wait time.Duration) {
+	t.Helper()
+	for _, c := range calls {
+		switch {
+		case c.status == http.StatusOK:
+			ok++
+		case c.status == http.StatusTooManyRequests && c.code == fault.RateLimited && c.retryAfter > 0:
+			limited++
+			wait = max(wait, c.retryAfter)
+		default:
+			t.Errorf("unexpected answer: %+v", c)
+		}
+	}
+	return ok, limited, wait
+}
+
+// TestRateLimitAcrossTheFleet: 40 calls at once against rpm_limit 30, over
+// 3 processes: 30 (31 at most, a token refilled meanwhile) are admitted
+// and reach the upstream, the rest are answered RATE_LIMITED with a wait,
+// and a call after that wait passes.
+func TestRateLimitAcrossTheFleet(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	key := testkit.PutKey(t, env, "*")
+	gws := startFleet(t, env, 3)
+	testkit.PutServer(t, env, map[string]any{"server_id": "paid", "url": demo.URL, "rpm_limit": 30})
+	ok, limited, wait := tally(t, burstVia(gws, key, "paid", 40))
+	if ok < 30 || ok > 31 || ok+limited != 40 {
+		t.Errorf("%d admitted, %d rate limited of 40; want 30 (31 at most) admitted, the rest limited", ok, limited)
+	}
+	if got := demo.Stats().Calls; got != ok {
+		t.Errorf("the upstream received %d calls; %d were admitted", got, ok)
+	}
+	if wait > 2*time.Second+100*time.Millisecond {
+		t.Errorf("advised wait %v; a token comes every 2 s", wait)
+	}
+	time.Sleep(wait)
+	if c := callVia(gws[0].URL, key, "paid", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
+		t.Errorf("a call after the advised wait: %+v", c)
+	}
+}
+
+// TestRateLimitPerPrincipalAndTool: rpm_limit_per_principal limits each key
+// on its own; a tool's rpm_limit limits that tool only.
+func TestRateLimitPerPrincipalAndTool(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	keyA, keyB := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
+	gws := startFleet(t, env, 2)
+	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": demo.URL, "rpm_limit_per_principal": 5,
+		"tools": map[string]any{"slow_tool": map[string]any{"rpm_limit": 3}}})
+	echo := func(key string, n int) []agentCall {
+		out := make([]agentCall, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { out[i] = callVia(gws[i%len(gws)].URL, key, "shared", "echo", map[string]any{"text": "x"}) })
+		}
+		wg.Wait()
+		return out
+	}
+	if ok, limited, _ := tally(t, echo(keyA, 8)); ok != 5 || limited != 3 {
+		t.Errorf("key A: %d admitted, %d limited of 8; want 5 and 3", ok, limited)
+	}
+	if ok, _, _ := tally(t, echo(keyB, 2)); ok != 2 {
+		t.Errorf("key B: %d of 2 admitted after A used its share; want both", ok)
+	}
+	// The tool's own bucket: 3 of slow_tool a minute, whoever calls.
+	out := make([]agentCall, 6)
+	var wg sync.WaitGroup
+	for i := range out {
+		key := []string{keyA, keyB}[i%2]
+		wg.Go(func() { out[i] = callVia(gws[i%2].URL, key, "shared", "slow_tool", map[string]any{"ms": 0}) })
+	}
+	wg.Wait()
+	ok := 0
+	for _, c := range out {
+		if c.status == http.StatusOK {
+			ok++
+		}
+	}
+	// A's own bucket is empty: its calls are refused by it; B has 3 of its
+	// 5 left, and the tool's bucket lets 3 through.
+	if ok != 3 {
+		t.Errorf("%d calls of slow_tool admitted; want B's 3", ok)
+	}
+}
+
+// TestKeyRateLimitAcrossServers: a key's rpm_limit counts its calls to
+// every server together.
+func TestKeyRateLimitAcrossServers(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	gws := startFleet(t, env, 2)
+	key := testkit.PutKey(t, env, "*")
+	testkit.UpdateKey(t, env, key, "rpm_limit", 6)
+	testkit.PutServer(t, env, map[string]any{"server_id": "one", "url": demo.URL})
+	testkit.PutServer(t, env, map[string]any{"server_id": "two", "url": demo.URL})
+	okOne, _, _ := tally(t, burstVia(gws, key, "one", 4))
+	okTwo, limited, _ := tally(t, burstVia(gws, key, "two", 4))
+	if okOne+okTwo != 6 || limited != 2 {
+		t.Errorf("%d + %d admitted over two servers, %d limited; want 6 in all", okOne, okTwo, limited)
+	}
+	if got := demo.Stats().Calls; got != okOne+okTwo {
+		t.Errorf("the upstream received %d calls; %d were admitted", got, okOne+okTwo)
+	}
+}
+
+// TestRateLimitOverMCP: on the MCP routes a rate-limited call is a tool
+// result with isError, whose structuredContent is the error object.
+func TestRateLimitOverMCP(t *testing.T) {
+	env := storetest.NewEnv(t)
+	demo := testkit.StartDemo(t)
+	key := testkit.PutKey(t, env, "*")
+	gws := startFleet(t, env, 1)
+	testkit.PutServer(t, env, map[string]any{"server_id": "paid", "url": demo.URL, "rpm_limit": 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: gws[0].URL + "/mcp/paid", HTTPClient: &http.Client{Transport: bearer{key}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	args := map[string]any{"ms": 0}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow_tool", Arguments: args}); err != nil || res.IsError {
+		t.Fatalf("first call: %+v, %v", res, err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow_tool", Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := res.StructuredContent.(map[string]any)
+	sc, _ := body["error"].(map[string]any)
+	if !res.IsError || sc["code"] != string(fault.RateLimited) || sc["retryable"] != true || sc["retry_after_ms"] == nil {
+		t.Errorf("second call: isError %v, structuredContent %v; want RATE_LIMITED, retryable, with retry_after_ms", res.IsError, sc)
+	}
+	if got := demo.Stats().Calls; got != 1 {
+		t.Errorf("the upstream received %d calls; want 1", got)
+	}
+}

@@ -1,0 +1,164 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Rate is a request-rate limit: a bucket of PerMinute tokens, refilled at
+// PerMinute a minute (a burst of up to PerMinute calls, then one every
+// 60/PerMinute seconds). It is kept as one number in the item, the
+// bucket's theoretical arrival time (GCRA): the instant by which it would
+// be full again. A call takes one token from each of its request's buckets
+// in the write that admits it — its take, or its join when it waits — so a
+// call refused before that, or that waits and never gets a place, costs
+// its buckets nothing more than that one token, and a call refused by a
+// bucket takes no place and no ticket.
+type Rate struct {
+	// Name tells the item's buckets apart: "server", "principal:<label>",
+	// "tool:<name>", "key".
+	Name string
+	// PerMinute is the limit; it must be positive.
+	PerMinute int
+}
+
+// RateAttrPrefix prefixes a bucket's attribute: "rate:<name>" holds its
+// theoretical arrival time (Unix ms).
+const RateAttrPrefix = "rate:"
+
+// RateAttr is the attribute of the bucket named name.
+func RateAttr(name string) string { return RateAttrPrefix + name }
+
+// interval is the time one token stands for, in ms.
+func (r Rate) interval() int64 { return max(60_000/int64(r.PerMinute), 1) }
+
+// tolerance is how far the arrival time may run ahead of now while a token
+// is left: PerMinute-1 intervals, the burst.
+func (r Rate) tolerance() int64 { return int64(r.PerMinute-1) * r.interval() }
+
+// wait is how long until the bucket, at arrival time tat (0: none yet),
+// holds a token at now: zero when it holds one.
+func (r Rate) wait(tat, now int64) time.Duration {
+	if d := tat - r.tolerance() - now; d > 0 {
+		return time.Duration(d) * time.Millisecond
+	}
+	return 0
+}
+
+// Tokens is how many tokens the bucket at arrival time tat holds at now.
+func (r Rate) Tokens(tat, now int64) int {
+	if tat <= now {
+		return r.PerMinute
+	}
+	return max(int((now+r.tolerance()-tat)/r.interval())+1, 0)
+}
+
+// charge adds to u the taking of one token from r at now. An arrival time
+// known to be ahead of now (the bucket partly drained) is moved one
+// interval on, on condition that it still is ahead and a token is left;
+// otherwise (the bucket full, or never used) it is set to now plus one
+// interval, on condition that it is behind now or absent. Either way
+// concurrent callers do not fail each other: no condition names a value
+// another write just changed, only where it stands against now.
+func (u *update) charge(r Rate, tat int64, now int64) {
+	p := u.path(RateAttr(r.Name))
+	if tat >= now {
+		u.cond(p+" >= "+u.num(now), p+" <= "+u.num(now+r.tolerance()))
+		u.set(p, p+" + "+u.num(r.interval()))
+		return
+	}
+	u.cond("(attribute_not_exists(" + p + ") OR " + p + " < " + u.num(now) + ")")
+	u.set(p, u.num(now+r.interval()))
+}
+
+// refund adds to u the return of a token r gave a call that was not made.
+// A bucket purged meanwhile was full, and stays so.
+func (u *update) refund(r Rate) {
+	p := u.path(RateAttr(r.Name))
+	u.set(p, "if_not_exists("+p+", "+u.num(0)+") - "+u.num(r.interval()))
+}
+
+// RateLimitedError means a request-rate limit refused the call: no token
+// was left in the bucket named Name.
+type RateLimitedError struct {
+	Name      string
+	PerMinute int
+	// RetryAfter is when the bucket will hold a token again.
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("lease: rate limit %s of %d a minute reached; a token in %v", e.Name, e.PerMinute, e.RetryAfter.Round(time.Millisecond))
+}
+
+// rateLimited is the refusal of a call whose buckets, as v shows them at
+// now, lack a token; nil when each holds one.
+func rateLimited(v *view, rates []Rate, now int64) *RateLimitedError {
+	var worst *RateLimitedError
+	for _, r := range rates {
+		if w := r.wait(v.rates[RateAttr(r.Name)], now); w > 0 && (worst == nil || w > worst.RetryAfter) {
+			worst = &RateLimitedError{Name: r.Name, PerMinute: r.PerMinute, RetryAfter: w}
+		}
+	}
+	return worst
+}
+
+// idleBucket reports whether the bucket attribute attr, at arrival time
+// tat, is full at now and a principal's, so that a purge may remove it:
+// an absent bucket is a full one.
+func idleBucket(attr string, tat, now int64) bool {
+	return strings.HasPrefix(attr, RateAttrPrefix+"principal:") && tat < now
+}
+
+// acquireTokens admits a call that takes no place but tokens from rates:
+// one conditional write, made again on the item it gets back while the
+// buckets hold tokens.
+func (l *Limiter) acquireTokens(ctx context.Context, req Request) (*Lease, error) {
+	v := l.board(req.Key).recent(time.Hour)
+	for range maxEager {
+		now := l.clock().UnixMilli()
+		if v != nil {
+			if err := rateLimited(v, req.Rates, now); err != nil {
+				l.stats.rateLimited.Add(1)
+				return nil, err
+			}
+		}
+		u := newUpdate()
+		for _, r := range req.Rates {
+			tat := int64(0)
+			if v != nil {
+				tat = v.rates[RateAttr(r.Name)]
+			}
+			u.charge(r, tat, now)
+		}
+		u.ttl(now + 60_000)
+		nv, err := l.write(ctx, req.Key, u, nil)
+		if err == nil {
+			l.stats.acquired.Add(1)
+			return &Lease{l: l, key: req.Key, id: l.newLeaseID(), label: req.Holder, rates: req.Rates, noPlace: true,
+				exps: []int64{now}, Expiry: time.UnixMilli(now), CallDeadline: time.Now().Add(req.Hold)}, nil
+		}
+		if !errors.Is(err, errCondition) {
+			return nil, err
+		}
+		v = nv
+	}
+	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
+}
+
+// validRates checks a request's buckets.
+func validRates(rates []Rate) error {
+	for i, r := range rates {
+		if r.PerMinute <= 0 || r.Name == "" {
+			return fmt.Errorf("lease: rate %q of %d a minute; want a name and a positive limit", r.Name, r.PerMinute)
+		}
+		if slices.ContainsFunc(rates[:i], func(o Rate) bool { return o.Name == r.Name }) {
+			return fmt.Errorf("lease: rate %q twice", r.Name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+// A bucket of N a minute admits a burst of N, then refuses, saying when it
+// will hold a token; calls refused by a bucket take no place and leave no
+// ticket; the tokens are taken fleet-wide, by limiters standing for
+// several instances at once.
+func TestRateLimitAdmitsItsBurstExactly(t *testing.T) {
+	env := storetest.NewEnv(t)
+	const n = 12
+	r := req("srv", 100, "p")
+	r.Rates = []Rate{{Name: "server", PerMinute: n}}
+	var mu sync.Mutex
+	var admitted, limited int
+	var held []*Lease
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		l := New(env.Client, env.Tables.Leases, Options{InstanceID: "i" + string(rune('a'+i))})
+		wg.Go(func() {
+			ls, err := l.Acquire(context.Background(), r)
+			mu.Lock()
+			defer mu.Unlock()
+			var rl *RateLimitedError
+			switch {
+			case err == nil:
+				admitted++
+				held = append(held, ls)
+			case errors.As(err, &rl) && rl.Name == "server" && rl.RetryAfter > 0 && rl.RetryAfter <= 60*time.Second/n:
+				limited++
+			default:
+				t.Errorf("acquire: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if admitted != n || limited != n {
+		t.Errorf("%d admitted and %d rate limited of %d; want %d and %d", admitted, limited, 2*n, n, n)
+	}
+	if got := len(leaseIDs(t, env, "srv")); got != n {
+		t.Errorf("%d leases; want only the %d admitted", got, n)
+	}
+	if v := parseItem(item(t, env, "srv")); len(v.queue) != 0 {
+		t.Errorf("tickets left by refused calls: %d", len(v.queue))
+	}
+	for _, ls := range held {
+		release(t, ls)
+	}
+}
+
+// A call that waits takes its tokens when it joins the queue, once: its
+// take, later, takes none. A call refused at a full cap, or past a full
+// queue, takes none.
+func TestWaiterPaysItsTokenOnce(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	r := req("srv", 1, "p")
+	r.Rates = []Rate{{Name: "server", PerMinute: 3}}
+	holder := acquire(t, l, r)
+	shed := r
+	if _, err := l.Acquire(context.Background(), shed); err == nil {
+		t.Fatal("a second call got the only place")
+	}
+	w := r
+	w.Wait = 20 * time.Second
+	got := waitFor(t, New(env.Client, env.Tables.Leases, Options{}), w)
+	queued(t, env, "srv", 1)
+	release(t, holder)
+	waiter := <-got
+	// Tokens: 3; the holder took one, the waiter one, the refused call
+	// none: one is left.
+	v := parseItem(item(t, env, "srv"))
+	rate := Rate{Name: "server", PerMinute: 3}
+	if n := rate.Tokens(v.rates[RateAttr("server")], time.Now().UnixMilli()); n != 1 {
+		t.Errorf("%d tokens left; want 1", n)
+	}
+	release(t, waiter)
+}
+
+// A call that takes no place but a token (a key's own rate limit) costs one
+// write, and gets its token back when the call is not made.
+func TestTokensWithoutAPlace(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	r := Request{Key: "key:abc", Hold: time.Minute, Holder: "k:abc", Rates: []Rate{{Name: "key", PerMinute: 2}}}
+	first := acquire(t, l, r)
+	before := l.Stats().Writes
+	second := acquire(t, l, r)
+	if w := l.Stats().Writes - before; w != 1 {
+		t.Errorf("a token without a place cost %d writes; want 1", w)
+	}
+	var rl *RateLimitedError
+	if _, err := l.Acquire(context.Background(), r); !errors.As(err, &rl) {
+		t.Fatalf("a third call in the minute: %v; want rate limited", err)
+	}
+	if _, err := second.Finish(context.Background(), Unused); err != nil {
+		t.Fatal(err)
+	}
+	third := acquire(t, l, r) // the token given back
+	for _, ls := range []*Lease{first, third} {
+		if _, err := ls.Finish(context.Background(), Success); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Each principal's bucket is its own.
+func TestPerPrincipalRates(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	mk := func(p string) Request {
+		r := req("srv", 10, p)
+		r.Rates = []Rate{{Name: "principal:" + p, PerMinute: 1}}
+		return r
+	}
+	a := acquire(t, l, mk("A"))
+	if _, err := l.Acquire(context.Background(), mk("A")); err == nil {
+		t.Error("A's second call in the minute was admitted")
+	}
+	b := acquire(t, l, mk("B"))
+	release(t, a)
+	release(t, b)
+}
