@@ -368,13 +368,16 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 		u.cond("(attribute_not_exists(" + tp + ") OR size(" + tp + ") < " + u.num(int64(tc-a.reserved(ToolAttr(a.req.Tool), ahead))) + ")")
 	}
 	// Its principal's set: where it stands in the queue depends on how
-	// many places its principal holds, so with others waiting, that must
-	// be as it saw; so must it be for the principal's cap. With no view, it
+	// many places its principal holds, so with other principals waiting,
+	// that must be as it saw; so must it be for the principal's cap. With no view, it
 	// knows of no queue (and checks there is none), and its principal
 	// must have room.
 	pp := u.path(PrincipalAttr(a.me.label))
 	u.add(pp, id)
-	if v != nil && (a.req.PrincipalCap > 0 || slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.id != id && t.live(now) })) {
+	mixed := v != nil && (a.req.ToolCap > 0 || slices.ContainsFunc(v.queue, func(t *ticket) bool {
+		return t.id != id && t.live(now) && (t.label != a.me.label || t.toolCap > 0)
+	}))
+	if v != nil && (a.req.PrincipalCap > 0 || mixed) {
 		if members := v.sets[PrincipalAttr(a.me.label)]; len(members) == 0 {
 			u.cond("attribute_not_exists(" + pp + ")")
 		} else {
@@ -398,8 +401,11 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 		// Nobody joined who might come before it (a newer ticket may: its
 		// principal may hold fewer places).
 		u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
-		if slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.id != id && t.live(now) }) {
-			// No place was freed that might change whose turn it is.
+		if mixed || a.req.PrincipalCap > 0 {
+			// No place was freed that might change whose turn it is. When
+			// every caller waiting is of its own principal and none waits
+			// for a capped tool, they are served by ticket number alone,
+			// and a place freed only makes more room.
 			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 		}
 	}
