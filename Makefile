@@ -13,7 +13,8 @@ help:
 	@echo "             ports: DEV_STORE_PORT (8000), DEV_GATEWAY_ADDR (127.0.0.1:8080), DEV_DEMO_PORT (9100);"
 	@echo "             a taken port is replaced by a free one, and printed. State and logs: DEV_STATE_DIR (.dev)"
 	@echo "make test    run every test (starts and stops its own dynalite and gateways)"
-	@echo "make soak    the fault soak: kills, store outage, stalled upstream, over 6 processes"
+	@echo "make soak    the fault soak: kills, store outage, stalled upstream, over 6 processes;"
+	@echo "             then the lease protocol's fault simulation over SIM_SEEDS (10000) seeded schedules"
 	@echo "make tables  create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point"
 	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
 	@echo "make cli     build the admin CLI for this machine into bin/mcpgate (or: go install ./cmd/mcpgate)"
@@ -56,9 +57,13 @@ test: $(NODE_TEST)
 # Thousands of calls over six gateway processes with processes killed and
 # restarted, the store stopped and restarted and the upstream stalled, against
 # a stateful and a stateless upstream (functions/gateway/soak_test.go).
-# SOAK_CALLS and SOAK_PROCS size each run.
+# SOAK_CALLS and SOAK_PROCS size each run. Then the lease protocol's fault
+# simulation (internal/lease/sim_test.go) over SIM_SEEDS schedules, where
+# make test runs 300; a failing seed prints how to replay it.
+SIM_SEEDS ?= 10000
 soak: $(NODE_TEST)
 	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
+	LEASE_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run '^TestFaultSimulation$$' ./internal/lease
 
 # The limiter's benchmark (functions/gateway/bench_test.go): prints one
 # table and writes results/bench.json. `make test` runs a brief smoke of it.

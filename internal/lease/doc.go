@@ -1,8 +1,9 @@
 // Package lease is the gateway's admission control, kept in one DynamoDB
 // item per limiter key (a server, or an API key that limits its own
 // calls): a fleet-wide counting semaphore with per-tool and per-principal
-// caps, a bounded queue served fairly between principals, and a circuit
-// breaker no single principal can open for the others. Every step is one
+// caps, a bounded queue served fairly between principals, request-rate
+// buckets, and a circuit breaker no single principal can open for the
+// others. Every step is one
 // conditional UpdateItem on that item; a place held by an instance that
 // died comes back when its lease expires.
 //
@@ -19,6 +20,7 @@
 //	freed              N   places freed
 //	call_ms            N   how long calls on the key last (a running mean)
 //	breaker_*:<tool>   the circuit breakers (see Breaker)
+//	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
 //	ttl                N   Unix seconds; lets DynamoDB delete an item nobody writes
 //
 // A lease id is "<instance>.<sequence>", short because it is written twice
@@ -83,6 +85,14 @@
 // that meets a store error keeps its ticket and looks again, until its
 // deadline.
 //
+// A request's rate buckets are charged in the write that admits it (its
+// take, or its join when it waits), one token each, on condition that the
+// bucket holds one; a waiter that never gets a place has paid once, and a
+// lease released as Unused (the call was never made) gives its tokens
+// back. A bucket is one number, its GCRA arrival time; the charge's
+// condition compares it with now, never with a value another write just
+// changed, so concurrent callers do not fail each other.
+//
 // Every write asks for the item back (ReturnValues ALL_NEW, and
 // ReturnValuesOnConditionCheckFailure ALL_OLD when its condition fails;
 // neither costs capacity); where the store does not return the item of a
@@ -92,7 +102,7 @@
 // # Invariants
 //
 // Each is a test, named after it. The fault simulation
-// (TestFaultSimulation) checks 1, 3, 5, 6, 7 and 9 after every store answer
+// (TestFaultSimulation) checks 1, 3, 5, 6, 7, 9 and 13 after every store answer
 // of hundreds of seeded schedules (thousands in make soak) with lost,
 // delayed, duplicated and late-landing writes, callers and instances
 // dying, clocks skewed within the margin and purges cut short; its store
@@ -137,6 +147,11 @@
 //  12. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot
 //     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).
+//  13. A bucket admits no more than it gives: in any stretch of time, at
+//     most PerMinute calls plus one an interval, less the tokens given
+//     back, give or take one token for clocks skewed by less than an
+//     interval; a waiter pays once (TestRateLimitAdmitsItsBurstExactly,
+//     TestWaiterPaysItsTokenOnce, TestPerPrincipalRates).
 //
 // # Guarantee
 //
