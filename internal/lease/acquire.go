@@ -73,7 +73,9 @@ type attempt struct {
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
 
-func (a *attempt) caps() caps { return caps{cap: a.req.Cap, principalCap: a.req.PrincipalCap} }
+func (a *attempt) caps(v *view) caps {
+	return caps{cap: a.req.capIn(v), principalCap: a.req.PrincipalCap}
+}
 
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	waitUntil := a.start.Add(max(a.req.Wait, 0))
@@ -216,7 +218,7 @@ func (a *attempt) decide(v *view, now int64) (served bool, ahead, bypass []*tick
 	if v == nil {
 		return a.n == 0 && !a.joined, nil, nil
 	}
-	served, ahead = v.turn(now, &a.me, a.caps(), nil)
+	served, ahead = v.turn(now, &a.me, a.caps(v), nil)
 	since := map[string]time.Time{}
 	skip := map[string]bool{}
 	for _, t := range ahead {
@@ -233,7 +235,7 @@ func (a *attempt) decide(v *view, now int64) (served bool, ahead, bypass []*tick
 	if served || len(bypass) == 0 {
 		return served, ahead, nil
 	}
-	if served, rest := v.turn(now, &a.me, a.caps(), skip); served {
+	if served, rest := v.turn(now, &a.me, a.caps(v), skip); served {
 		return true, rest, bypass
 	}
 	return false, ahead, nil
@@ -359,9 +361,8 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 	lp := u.path(LeasesAttr, id)
 	u.set(lp, u.num(exp))
 	u.cond("attribute_not_exists(" + lp + ")")
-	if a.req.Cap > 0 {
-		u.cond("size(" + u.path(LeasesAttr) + ") < " + u.num(int64(a.req.Cap+p.leases-len(ahead))))
-	}
+	a.capConds(u, v, p.leases, len(ahead))
+	notPaused(u, now)
 	if tc := a.req.ToolCap; tc > 0 {
 		tp := u.path(ToolAttr(a.req.Tool))
 		u.add(tp, id)
@@ -472,7 +473,8 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	}
 	a.charged = true // the write that gave it the place, or queued it, took the tokens
 	ls := &Lease{l: a.l, key: a.req.Key, id: a.me.id, exps: []int64{exp}, unsure: a.unsure, breaker: a.req.Breaker, label: a.me.label, rates: a.req.Rates,
-		Expiry: time.UnixMilli(exp), CallDeadline: deadline, InFlight: v.live(a.now(), nil, true)}
+		Expiry: time.UnixMilli(exp), CallDeadline: deadline, InFlight: v.live(a.now(), nil, true), Limit: a.req.capIn(v),
+		ceiling: a.req.Cap, adaptive: a.req.Adaptive, toolName: a.req.Tool, grantMS: a.now()}
 	if a.req.ToolCap > 0 {
 		ls.tool = a.req.Tool
 	}
@@ -591,6 +593,11 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		a.look = min(max(a.look*3/2, overdueLook, spread/8), most)
 		return a.look
 	}
+	if v.paused > now {
+		// Nobody takes a place before the pause ends.
+		a.look = 0
+		return time.Duration(v.paused-now)*time.Millisecond + jitter(overdueLook)
+	}
 	if len(ahead) > 0 {
 		// Their turn came: they take their places at their next look.
 		return jitter(overdue(a.l.maxLook / 4))
@@ -654,7 +661,7 @@ func (a *attempt) withdraw(ctx context.Context) {
 // when to try again — when the calls held are expected to have made room
 // for the callers waiting and this one, from how long calls here last.
 func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *FullError {
-	e := &FullError{Reason: reason, What: "server", Cap: a.req.Cap}
+	e := &FullError{Reason: reason, What: "server", Cap: a.req.capIn(v)}
 	held, _ := a.b.meanHeld()
 	if v != nil {
 		if v.callMS > 0 {
@@ -662,8 +669,12 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 		}
 		e.Waiting = v.waiting(now)
 		e.InUse = v.live(now, nil, true)
+		if v.paused > now && e.Reason == "" {
+			e.Reason, e.RetryAfter = Paused, time.Duration(v.paused-now)*time.Millisecond
+			return e
+		}
 		switch {
-		case a.req.Cap > 0 && e.InUse >= a.req.Cap:
+		case e.Cap > 0 && e.InUse >= e.Cap:
 		case a.req.ToolCap > 0 && v.live(now, v.sets[ToolAttr(a.req.Tool)], false) >= a.req.ToolCap:
 			e.What, e.Cap, e.InUse = "tool", a.req.ToolCap, v.live(now, v.sets[ToolAttr(a.req.Tool)], false)
 		case a.req.PrincipalCap > 0 && v.live(now, v.sets[PrincipalAttr(a.me.label)], false) >= a.req.PrincipalCap:

@@ -376,6 +376,9 @@ func (l *Limiter) acquireBreaker(ctx context.Context, req Request) (*Lease, erro
 	if err := l.refusal(st, br.Name, req.Holder); err != nil {
 		return nil, err
 	}
+	if err := pausedRefusal(v, l.clock().UnixMilli()); err != nil {
+		return nil, err
+	}
 	wallNow, localNow := l.clock(), time.Now()
 	hold := req.hold(localNow)
 	ls := &Lease{l: l, key: req.Key, id: l.newLeaseID(), breaker: br, label: req.Holder, noPlace: true, failsSeen: int64(len(st.failed)),

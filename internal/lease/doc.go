@@ -21,6 +21,9 @@
 //	call_ms            N   how long calls on the key last (a running mean)
 //	breaker_*:<tool>   the circuit breakers (see Breaker)
 //	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
+//	limit, limit_*     an adaptive limit and how it last moved; base:<tool>,
+//	latency_ratio      its latency baselines and signal (see Adaptive)
+//	paused_until       N   no place is taken before it: the upstream asked (Retry-After)
 //	ttl                N   Unix seconds; lets DynamoDB delete an item nobody writes
 //
 // A lease id is "<instance>.<sequence>", short because it is written twice
@@ -93,6 +96,15 @@
 // condition compares it with now, never with a value another write just
 // changed, so concurrent callers do not fail each other.
 //
+// With Adaptive, the key's cap is the item's limit, within [Min, Cap]. A
+// take with a view is conditioned on the limit it saw; one without, on
+// the stored limit itself (size(leases) < limit). The releases move it,
+// each move conditioned on the limit its releaser saw; a release whose
+// move lost a race gives its place back without it. A release may also
+// set paused_until (its upstream's Retry-After): every take is
+// conditioned on it having passed, waiters look again when it does, and
+// callers that do not wait are refused (Paused).
+//
 // Every write asks for the item back (ReturnValues ALL_NEW, and
 // ReturnValuesOnConditionCheckFailure ALL_OLD when its condition fails;
 // neither costs capacity); where the store does not return the item of a
@@ -102,7 +114,7 @@
 // # Invariants
 //
 // Each is a test, named after it. The fault simulation
-// (TestFaultSimulation) checks 1, 3, 5, 6, 7, 9 and 13 after every store answer
+// (TestFaultSimulation) checks 1, 3, 5, 6, 7, 9, 13, 14 and 15 after every store answer
 // of hundreds of seeded schedules (thousands in make soak) with lost,
 // delayed, duplicated and late-landing writes, callers and instances
 // dying, clocks skewed within the margin and purges cut short; its store
@@ -152,6 +164,14 @@
 //     back, give or take one token for clocks skewed by less than an
 //     interval; a waiter pays once (TestRateLimitAdmitsItsBurstExactly,
 //     TestWaiterPaysItsTokenOnce, TestPerPrincipalRates).
+//  14. An adaptive limit stays within [Min, Cap], and a take leaves at most
+//     the limit it was conditioned on; it moves once per round of calls
+//     down, and up only with calls that filled it
+//     (TestABurstOfFailuresHalvesTheLimitOnce,
+//     TestAdaptiveLimitDoesNotInflateWhenIdle,
+//     TestSteadyFailuresKeepTheLimitAtItsFloor,
+//     TestBaselineDoesNotDriftUnderLoad, TestAdaptiveLimitFindsTheKnee).
+//  15. No place is taken while the key is paused (TestPauseHoldsEveryCaller).
 //
 // # Guarantee
 //

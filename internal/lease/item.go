@@ -29,6 +29,8 @@ type view struct {
 	breakers   map[string]breakerState
 	// rates maps each bucket attribute to its arrival time.
 	rates map[string]int64
+	// limitState is the adaptive limit and the pause.
+	limitState
 }
 
 // ticket is one waiting caller.
@@ -60,7 +62,7 @@ func isSetAttr(attr string) bool {
 // never expires; a ticket without its details is stale.
 func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, tombstones: map[string]int64{}, breakers: map[string]breakerState{},
-		rates: map[string]int64{}}
+		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
 	queue, details := map[string]int64{}, map[string]*types.AttributeValueMemberM{}
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
 	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
@@ -102,8 +104,12 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			default:
 				if strings.HasPrefix(attr, RateAttrPrefix) {
 					v.rates[attr] = numberOr(x, 0)
+				} else {
+					v.limitState.read(attr, numberOr(x, 0), "")
 				}
 			}
+		case *types.AttributeValueMemberS:
+			v.limitState.read(attr, 0, x.Value)
 		}
 		if IsBreakerAttr(attr) {
 			_, name, _ := strings.Cut(attr, ":")
@@ -332,6 +338,9 @@ func (v *view) turn(now int64, me *asker, c caps, skip map[string]bool) (served 
 	room := math.MaxInt
 	if c.cap > 0 {
 		room = c.cap - v.live(now, nil, true)
+	}
+	if v.paused > now {
+		room = 0 // the upstream asked for a pause
 	}
 	toolUsed := map[string]int{}
 	principalUsed := map[string]int{}

@@ -56,7 +56,7 @@ func IsItemAttr(attr string) bool {
 	case LeasesAttr, QueueAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr:
 		return true
 	}
-	return isSetAttr(attr) || IsBreakerAttr(attr) || strings.HasPrefix(attr, RateAttrPrefix)
+	return isSetAttr(attr) || isLimitAttr(attr) || IsBreakerAttr(attr) || strings.HasPrefix(attr, RateAttrPrefix)
 }
 
 // ToolAttr is the set holding the leases of one capped tool.
@@ -204,6 +204,10 @@ type Request struct {
 	// Rates are request-rate limits the call takes one token from each of
 	// when it is admitted (see Rate).
 	Rates []Rate
+	// Adaptive, with Cap as its ceiling, lets the fleet keep a limit of
+	// its own for the key, moved by the calls' outcomes and latencies
+	// (see Adaptive).
+	Adaptive *Adaptive
 	// Holder is the label of the caller's principal (1 to MaxHolder bytes
 	// of printable ASCII other than "/"): what per-principal caps and fair
 	// shares count, and what operators see in mcpgate status.
@@ -236,6 +240,9 @@ func (r *Request) validate() error {
 			return fmt.Errorf("lease: holder label %q has a character other than printable ASCII or '/'", r.Holder)
 		}
 	}
+	if r.Adaptive != nil && (r.Cap <= 0 || r.Adaptive.Min < 1 || r.Adaptive.Min > r.Cap) {
+		return errors.New("lease: an adaptive limit needs a cap as its ceiling and a minimum from 1 to it")
+	}
 	if r.Breaker != nil && r.Breaker.Name == "" {
 		return errors.New("lease: a breaker needs a name")
 	}
@@ -259,12 +266,15 @@ const (
 	QueuedAhead = "queued_ahead"
 	// QueueFull: the call would wait, and MaxQueued callers already do.
 	QueueFull = "queue_full"
+	// Paused: the key's upstream asked for no calls for a while (its
+	// Retry-After), and the caller does not wait.
+	Paused = "paused"
 )
 
 // FullError means no place was free for the caller and it did not (or could
 // not) wait.
 type FullError struct {
-	// Reason is AtCapacity, QueuedAhead or QueueFull.
+	// Reason is AtCapacity, QueuedAhead, QueueFull or Paused.
 	Reason string
 	// What names the cap that refused it: "server", "tool" or "principal".
 	What string
@@ -282,6 +292,8 @@ func (e *FullError) Error() string {
 		return fmt.Sprintf("lease: %d callers already wait (%d of %d in use)", e.Waiting, e.InUse, e.Cap)
 	case QueuedAhead:
 		return fmt.Sprintf("lease: %s has %d callers waiting ahead (%d of %d in use)", e.What, e.Waiting, e.InUse, e.Cap)
+	case Paused:
+		return fmt.Sprintf("lease: paused at its upstream's request for %v more", e.RetryAfter.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("lease: %s is full (%d of %d in use)", e.What, e.InUse, e.Cap)
 }
@@ -327,8 +339,19 @@ type Lease struct {
 	// Waited is how long Acquire spent before the lease was granted.
 	Waited time.Duration
 	// InFlight is how many live leases the key held right after this one
-	// was granted, this one included.
+	// was granted, this one included; Limit is the key's cap then (with
+	// Adaptive, the limit the fleet had reached).
 	InFlight int
+	Limit    int
+
+	// ceiling and adaptive are the request's Cap and Adaptive; toolName
+	// the tool called; grantMS when the place was granted (Unix ms);
+	// pauseUntil the pause its release asks for (PauseFor).
+	ceiling    int
+	adaptive   *Adaptive
+	toolName   string
+	grantMS    int64
+	pauseUntil int64
 
 	breaker *Breaker
 	label   string

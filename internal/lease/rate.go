@@ -126,8 +126,12 @@ func (l *Limiter) acquireTokens(ctx context.Context, req Request) (*Lease, error
 				l.stats.rateLimited.Add(1)
 				return nil, err
 			}
+			if err := pausedRefusal(v, now); err != nil {
+				return nil, err
+			}
 		}
 		u := newUpdate()
+		notPaused(u, now)
 		for _, r := range req.Rates {
 			tat := int64(0)
 			if v != nil {

@@ -29,7 +29,21 @@ const (
 	// Abandoned, and the tokens its admission took go back to their
 	// buckets.
 	Unused
+	// Overloaded: the upstream pushed back (HTTP 429, a 503 with
+	// Retry-After, a JSON-RPC rate-limit error). It is alive and asks for
+	// less: the breaker is left as it was (as Abandoned), and an adaptive
+	// limit comes down.
+	Overloaded
 )
+
+// forBreaker is what o tells a breaker: back-pressure and calls never
+// made tell it nothing.
+func (o Outcome) forBreaker() Outcome {
+	if o == Overloaded || o == Unused {
+		return Abandoned
+	}
+	return o
+}
 
 func (o Outcome) String() string {
 	switch o {
@@ -41,6 +55,8 @@ func (o Outcome) String() string {
 		return "abandoned"
 	case Unused:
 		return "unused"
+	case Overloaded:
+		return "overloaded"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -65,11 +81,14 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 	}
 	l := ls.l
 	if ls.noPlace {
-		if outcome == Unused && len(ls.rates) > 0 {
+		if outcome == Unused && len(ls.rates) > 0 || ls.pauseUntil > 0 {
 			u := newUpdate()
-			for _, r := range ls.rates {
-				u.refund(r)
+			if outcome == Unused {
+				for _, r := range ls.rates {
+					u.refund(r)
+				}
 			}
+			ls.pause(u, nil)
 			if _, err := l.write(ctx, ls.key, u, nil); err != nil && !errors.Is(err, errCondition) {
 				return NoTransition, err
 			}
@@ -78,7 +97,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 			l.stats.released.Add(1)
 			return NoTransition, nil
 		}
-		return ls.finishBreaker(ctx, outcome)
+		return ls.finishBreaker(ctx, outcome.forBreaker())
 	}
 	b := l.board(ls.key)
 	var took time.Duration
@@ -86,15 +105,21 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		took = time.Since(ls.since)
 		b.heldFor(took)
 	}
-	probe, unsure := ls.probe, false
+	probe, adapt, unsure := ls.probe, true, false
 	for {
-		v, err := l.write(ctx, ls.key, ls.release(outcome, probe, b, took), func() { unsure = true })
+		u, moved := ls.release(outcome, probe, adapt, b, took)
+		v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
 			case v.leases[ls.id] != 0 && probe:
 				// Another call became the probe (this one's lease had
 				// lapsed): give the place back plainly.
 				probe = false
+				continue
+			case v.leases[ls.id] != 0 && moved:
+				// Another release moved the adaptive limit first: give
+				// the place back without moving it.
+				adapt = false
 				continue
 			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.exp()-l.margin.Milliseconds():
 				// An attempt of this write whose outcome was unknown, and
@@ -109,7 +134,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 			return NoTransition, err
 		}
 		l.stats.released.Add(1)
-		tr := verdict(probe, outcome)
+		tr := verdict(probe, outcome.forBreaker())
 		if ls.breaker != nil && !probe && outcome == Failure {
 			tr, err = l.open(ctx, ls.key, ls.breaker, v)
 		} else if tr != NoTransition {
@@ -121,12 +146,14 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 
 // release is the write that gives the place back, after a call that took
 // took. It moves the key's call length (call_ms) a quarter of the way
-// towards took: a running mean the whole fleet's releases write.
-func (ls *Lease) release(outcome Outcome, probe bool, b *board, took time.Duration) *update {
+// towards took: a running mean the whole fleet's releases write; with
+// adapt, it moves the adaptive limit if the call calls for it (moved),
+// and it writes the pause the call's upstream asked for.
+func (ls *Lease) release(outcome Outcome, probe, adapt bool, b *board, took time.Duration) (u *update, moved bool) {
 	l := ls.l
 	now := l.clock()
 	ms := now.UnixMilli()
-	u := newUpdate()
+	u = newUpdate()
 	lp := u.path(LeasesAttr, ls.id)
 	u.remove(lp)
 	u.cond("attribute_exists(" + lp + ")")
@@ -153,13 +180,17 @@ func (ls *Lease) release(outcome Outcome, probe bool, b *board, took time.Durati
 		for _, r := range ls.rates {
 			u.refund(r)
 		}
-		outcome = Abandoned
 	}
-	if ls.breaker != nil && (outcome != Abandoned || probe) {
-		u.outcome(ls.breaker, ls.id, ls.label, probe, outcome, now)
+	latest, _, _ := b.latest()
+	ls.pause(u, latest)
+	if adapt {
+		moved = ls.adapt(u, latest, outcome, took, ms)
+	}
+	if bo := outcome.forBreaker(); ls.breaker != nil && (bo != Abandoned || probe) {
+		u.outcome(ls.breaker, ls.id, ls.label, probe, bo, now)
 	}
 	u.ttl(ms)
-	return u
+	return u, moved
 }
 
 // Renew extends the lease so it expires hold + Margin from now, only if it

@@ -71,6 +71,7 @@ type simCaller struct {
 	arrive    time.Duration
 	callFor   time.Duration
 	outcome   Outcome
+	pause     time.Duration // the Retry-After its upstream answers with
 
 	// Ground truth, under sim.mu.
 	state     simState
@@ -176,6 +177,7 @@ type simCaps struct {
 	server, toolA, principal, queued int
 	breaker                          *Breaker
 	rate                             int // the server's bucket, a minute; 0: none
+	adaptive                         bool
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -527,7 +529,7 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 		if c == nil || lp == "" {
 			continue
 		}
-		if strings.Contains(remove, lp+"."+ip) && c.leaseID == id && strings.Contains(aws.ToString(in.ConditionExpression), "attribute_exists("+lp+"."+ip+")") {
+		if inClause(remove, lp+"."+ip) && c.leaseID == id && strings.Contains(aws.ToString(in.ConditionExpression), "attribute_exists("+lp+"."+ip+")") {
 			s.released[id] = true
 		}
 		if !strings.Contains(set, lp+"."+ip+" = ") || !strings.Contains(aws.ToString(in.ConditionExpression), "attribute_not_exists("+lp+"."+ip+")") {
@@ -544,19 +546,28 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 		if v.ticketFor(id) != nil {
 			s.events["take by a waiter landed"]++
 		}
+		// Under the limit the item held, and not while paused as the
+		// writer's clock told it.
+		post, _ := s.store.GetItem(context.Background(), &dynamodb.GetItemInput{Key: itemKey("srv")})
+		if c := capIn(s.caps.server, s.adaptive(), v); byName[LimitAttr] != "" && len(parseItem(post.Item).leases) > c {
+			s.fail("limit", id, "a take left %d leases in the item; its limit was %d", len(parseItem(post.Item).leases), c)
+		}
+		if v.paused > sent.Add(s.skews[c.inst]).UnixMilli() {
+			s.fail("pause", id, "c%d took a place %v before the pause ended", c.id, time.UnixMilli(v.paused).Sub(sent.Add(s.skews[c.inst])))
+		}
 		// A take: was it this caller's turn in the item as the write found
 		// it, as of when the caller sent it?
 		now := sent.Add(s.skews[c.inst]).UnixMilli()
 		me := s.asker(c, id)
-		served, ahead := v.turn(now, me, s.limits(), nil)
+		served, ahead := v.turn(now, me, s.limits(v), nil)
 		if !served {
 			skip := map[string]bool{}
 			for _, t := range ahead {
-				if strings.Contains(remove, byName[QueueAttr]+"."+byName[t.id]) {
+				if byName[t.id] != "" && inClause(remove, byName[QueueAttr]+"."+byName[t.id]) {
 					skip[t.id] = true
 				}
 			}
-			served, _ = v.turn(now, me, s.limits(), skip)
+			served, _ = v.turn(now, me, s.limits(v), skip)
 			if served {
 				s.events["take past a waiter presumed gone"]++
 			}
@@ -581,6 +592,16 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 		if m, ok := val.(*types.AttributeValueMemberM); ok && m.Value[ticketTomb] != nil {
 			s.events["tombstone"]++
 		}
+	}
+	if lp := byName[LimitAttr]; lp != "" && strings.Contains(set, lp+" = ") {
+		if numberOr(in.ExpressionAttributeValues[strings.TrimSpace(strings.Split(strings.Split(set, lp+" = ")[1], ",")[0])], 0) > int64(capIn(s.caps.server, s.adaptive(), v)) {
+			s.events["limit moved up"]++
+		} else {
+			s.events["limit moved down"]++
+		}
+	}
+	if pp := byName[PausedAttr]; pp != "" && strings.Contains(set, pp+" = ") {
+		s.events["paused"]++
 	}
 	for n := range byName {
 		if strings.HasPrefix(n, "breaker_own:") && strings.Contains(set, byName[n]+" = ") {
@@ -637,7 +658,17 @@ func (s *sim) charged(sent time.Time, refund bool) {
 	}
 }
 
-func (s *sim) limits() caps { return caps{cap: s.caps.server, principalCap: s.caps.principal} }
+// limits are the caps as the item v shows them.
+func (s *sim) limits(v *view) caps {
+	return caps{cap: capIn(s.caps.server, s.adaptive(), v), principalCap: s.caps.principal}
+}
+
+func (s *sim) adaptive() *Adaptive {
+	if s.caps.adaptive {
+		return &Adaptive{Min: 1}
+	}
+	return nil
+}
 
 // asker is c judging its turn, as the limiter does.
 func (s *sim) asker(c *simCaller, id string) *asker {
@@ -649,6 +680,12 @@ func (s *sim) asker(c *simCaller, id string) *asker {
 		a.breaker = "b"
 	}
 	return a
+}
+
+// inClause reports whether path is one of the paths of a REMOVE clause
+// (placeholders "#n1" and "#n12" told apart).
+func inClause(clause, path string) bool {
+	return slices.Contains(strings.Split(strings.ReplaceAll(clause, " ", ""), ","), path)
 }
 
 // clause returns the text of one clause (SET, REMOVE, ADD, DELETE) of an
@@ -693,6 +730,10 @@ func (s *sim) check() {
 				s.fail("whole", id, "%s holds %s, which is not a lease", attr, id)
 			}
 		}
+	}
+	// The adaptive limit stays between its floor and its ceiling.
+	if v.limit != 0 && (v.limit < 1 || v.limit > int64(s.caps.server)) {
+		s.fail("limit", "", "the limit is %d; it lives in [1, %d]", v.limit, s.caps.server)
 	}
 	// 7. The queue is bounded.
 	if s.caps.queued > 0 && v.waiting(ms) > s.caps.queued {
@@ -771,6 +812,12 @@ func (s *sim) run() {
 	if s.rng.IntN(3) == 0 {
 		s.caps.rate = 4 + s.rng.IntN(8)
 	}
+	if s.caps.server >= 2 && s.rng.IntN(2) == 0 {
+		s.caps.adaptive = true
+		s.caps.rate = 0 // calls enough for the limit to move both ways
+		s.caps.queued = 12
+	}
+	pauses := s.rng.IntN(3) == 0
 	if s.rng.IntN(3) > 0 {
 		s.caps.breaker = &Breaker{Name: "b", Threshold: 2 + s.rng.IntN(2), Recovery: time.Duration(500+s.rng.IntN(1500)) * time.Millisecond}
 	}
@@ -792,6 +839,10 @@ func (s *sim) run() {
 	for i := range n {
 		c := &simCaller{id: i, settled: make(chan struct{}), inst: s.rng.IntN(instances), principal: "p" + strconv.Itoa(s.rng.IntN(principals)),
 			arrive: time.Duration(s.rng.IntN(window))*time.Millisecond + time.Duration(i)*time.Microsecond, callFor: time.Duration(50+s.rng.IntN(3500)) * time.Millisecond}
+		if s.caps.adaptive {
+			// Calls of like length, so that the limit can also go up.
+			c.callFor = time.Duration(400+s.rng.IntN(150)) * time.Millisecond
+		}
 		switch s.rng.IntN(3) {
 		case 1:
 			c.tool = "a"
@@ -802,10 +853,15 @@ func (s *sim) run() {
 			c.wait = time.Duration(s.rng.IntN(6000)) * time.Millisecond
 		}
 		switch x := s.rng.IntN(10); {
-		case c.tool == "b" && x < 6 || c.tool != "b" && x < 3: // calls of b fail more
+		case s.caps.adaptive && x < 1, !s.caps.adaptive && (c.tool == "b" && x < 6 || c.tool != "b" && x < 3): // calls of b fail more
 			c.outcome = Failure
-		case x < 9:
+		case x < 8:
 			c.outcome = Success
+		case x < 9:
+			c.outcome = Overloaded
+			if pauses {
+				c.pause = time.Duration(100+s.rng.IntN(1500)) * time.Millisecond
+			}
 		default:
 			c.outcome = Abandoned
 		}
@@ -876,6 +932,9 @@ func (s *sim) request(c *simCaller) Request {
 	if !req.capped() && req.Breaker == nil {
 		req.Cap = 1000
 	}
+	if s.caps.adaptive && req.Cap == s.caps.server {
+		req.Adaptive = s.adaptive()
+	}
 	return req
 }
 
@@ -944,6 +1003,7 @@ func (s *sim) call(l *Limiter, c *simCaller) {
 		outcome = Abandoned
 	}
 	stop()
+	ls.PauseFor(c.pause)
 	s.mu.Lock()
 	c.deadline = ls.CallDeadline
 	s.mu.Unlock()
@@ -1050,9 +1110,9 @@ func TestFaultSimulation(t *testing.T) {
 				kinds[k]++
 			}
 			t.Errorf("seed %d: violations %v; first: %s (LEASE_SIM_SEED=%d replays it with its log)", seed, kinds, failures[0], seed)
-			if verbose {
-				t.Log("\n" + strings.Join(log, "\n"))
-			}
+		}
+		if verbose {
+			t.Log("\n" + strings.Join(log, "\n"))
 		}
 	}
 	if failed > 0 {
@@ -1071,7 +1131,8 @@ func TestFaultSimulation(t *testing.T) {
 	for _, k := range []string{"take by a waiter landed", "take past a waiter presumed gone", "tombstone", "late attempt landed",
 		"late attempt refused", "renewal landed", "probe elected", "breaker opened for one principal", "breaker opened or closed",
 		"refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out", "refused by the breaker",
-		"finished failure", "finished abandoned", "token taken", "refused: rate limited"} {
+		"finished failure", "finished abandoned", "token taken", "refused: rate limited", "limit moved up", "limit moved down",
+		"paused", "finished overloaded"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}
