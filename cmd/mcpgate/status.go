@@ -90,6 +90,12 @@ type limiterState struct {
 	// Buckets are the request-rate buckets: tokens left of the limit
 	// (limit 0: not known here, as for a key's own bucket).
 	Buckets []bucketState `json:"buckets,omitempty"`
+	// Limit is an adaptive server's limit: where it is, its bounds, and
+	// why it last moved.
+	Limit *lease.LimitStatus `json:"limit,omitempty"`
+	// PausedUntil is when calls may start again after the upstream asked
+	// for a pause (its Retry-After).
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
 	// Other is every attribute status does not read, rendered as JSON
 	// values.
 	Other map[string]any `json:"other,omitempty"`
@@ -326,7 +332,12 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 		} else if strings.Contains(key, ":") {
 			l.Server.Key = true // a key's own item: no server id has a ':'
 		}
-		st := lease.Describe(item, now, capacity, perPrincipal)
+		var ad *lease.Adaptive
+		if srv != nil && srv.Adaptive {
+			ad = &lease.Adaptive{Min: srv.AdaptiveMin}
+		}
+		st := lease.Describe(item, now, capacity, perPrincipal, ad)
+		l.Limit, l.PausedUntil = st.Limit, st.PausedUntil
 		l.Slots = []slotState{{Attr: lease.LeasesAttr, Cap: capacity, Leases: leasesOf(st.Leases, "", now)}}
 		tools := slices.Sorted(maps.Keys(st.Tools))
 		if srv != nil {
@@ -480,6 +491,16 @@ func printStatus(w io.Writer, r *statusReport) error {
 		}
 		if l.CallMS > 0 {
 			fmt.Fprintf(w, "  calls last about %v\n", time.Duration(l.CallMS)*time.Millisecond)
+		}
+		if lim := l.Limit; lim != nil {
+			line := fmt.Sprintf("  adaptive limit: %d (between %d and %d)", lim.Current, lim.Min, lim.Ceiling)
+			if lim.Why != "" {
+				line += fmt.Sprintf("; last moved %v ago, %s", r.Now.Sub(lim.At).Round(100*time.Millisecond), lim.Why)
+			}
+			fmt.Fprintln(w, line)
+		}
+		if l.PausedUntil != nil {
+			fmt.Fprintf(w, "  paused at the upstream's request (Retry-After) for %v more\n", l.PausedUntil.Sub(r.Now).Round(100*time.Millisecond))
 		}
 		for _, b := range l.Buckets {
 			full := "full"

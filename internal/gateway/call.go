@@ -169,6 +169,10 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	}
 
 	res, err := f.up.Result()
+	var ue *upstream.Error
+	if errors.As(err, &ue) && ue.RetryAfter > 0 {
+		g.pauseServer(srv, f.leases, ue.RetryAfter, rec)
+	}
 	lost := errors.Is(context.Cause(f.ctx), lease.ErrLeaseLost)
 	if err != nil {
 		ferr = upstreamFault(srv, err)
@@ -232,6 +236,10 @@ func (g *Gateway) admit(ctx context.Context, srv *registry.Server, tool string, 
 		}
 	}
 	if !capped {
+		if ferr := g.paused(srv); ferr != nil {
+			giveBack()
+			return nil, ferr
+		}
 		return leases, nil
 	}
 	ls, err := g.deps.Limiter.Acquire(ctx, req)
@@ -318,6 +326,10 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 	if n := srv.Tools[tool].RPMLimit; n > 0 {
 		req.Rates = append(req.Rates, lease.Rate{Name: "tool:" + tool, PerMinute: n})
 	}
+	if srv.Adaptive && capacity > 0 {
+		// The server's ceiling, or its bulkhead's when lower.
+		req.Adaptive = &lease.Adaptive{Min: min(srv.AdaptiveMin, capacity)}
+	}
 	if srv.OnLimit == registry.PolicyQueue {
 		req.Wait = srv.QueueTimeout
 	}
@@ -356,7 +368,9 @@ func leaseHolder(p *auth.Principal) string {
 	return kind[:1] + ":" + id[:min(len(id), 8)]
 }
 
-// callOutcome says what a call that returned err tells its breaker. A call
+// callOutcome says what a call that returned err tells its breaker and an
+// adaptive limit: a 429, a 503 with Retry-After or a rate-limit error is
+// back-pressure (Overloaded), which never counts towards the breaker. A call
 // cut off by a lost lease, by the request's own deadline before the tool's
 // timeout (short), or that failed because of its own request (the caller
 // went away, the upstream refused the arguments, the answer was too large),
@@ -370,6 +384,9 @@ func callOutcome(err error, lost, short bool) lease.Outcome {
 	case lost || errors.As(err, &ue) && (ue.AboutRequest() || ue.Kind == upstream.KindCredential || short && ue.Kind == upstream.KindTimeout):
 		// A call without its credential never reached the upstream.
 		return lease.Abandoned
+	case errors.As(err, &ue) && ue.Overloaded():
+		// Back-pressure: the upstream is alive and asks for fewer calls.
+		return lease.Overloaded
 	case errors.As(err, &ue) && ue.Infrastructure():
 		return lease.Failure
 	}
@@ -421,6 +438,9 @@ func (g *Gateway) emitCall(rec *record, srv *registry.Server, tool string, start
 	if ls != nil {
 		c.QueueWait, c.LeaseID = ls.Waited, ls.ID()
 		c.InFlightAfterAcquire, c.InFlightKnown = ls.InFlight, true
+		if srv.Adaptive {
+			c.ConcurrencyLimit = ls.Limit
+		}
 	}
 	switch {
 	case ferr != nil:
@@ -496,6 +516,8 @@ func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 		switch full.Reason {
 		case lease.QueueFull:
 			f = fault.New(fault.AtCapacity, "server %q has %d callers waiting, as many as it queues (%d of %d calls in flight)", srv.ID, full.Waiting, full.InUse, full.Cap)
+		case lease.Paused:
+			f = pausedFault(srv, full.RetryAfter)
 		case lease.QueuedAhead:
 			f = fault.New(fault.AtCapacity, "%s has %d callers queued ahead (%d of %d calls in flight)", what, full.Waiting, full.InUse, full.Cap)
 		default:
@@ -529,11 +551,6 @@ func principalFault(err error) *fault.Error {
 	}
 	return fault.Wrap(err, fault.StoreUnavailable, "cannot check this key's calls in flight right now").WithRetryAfter(storeRetryAfter)
 }
-
-// codeRateLimited is the JSON-RPC code of an upstream refusing a call for
-// its rate (RateLimited, as SEP-3304 proposes): on MCP routes it is
-// relayed as is; on REST it is RATE_LIMITED.
-const codeRateLimited = -32023
 
 // storeRetryAfter is the hint given with STORE_UNAVAILABLE.
 const storeRetryAfter = time.Second
@@ -576,7 +593,7 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 	case upstream.KindRPC:
 		// The upstream's own answer to the caller's request: relay it.
 		msg := truncate(ue.RPC.Message, maxUpstreamMessage)
-		if ue.RPC.Code == codeRateLimited {
+		if ue.RPC.Code == upstream.CodeRateLimited {
 			return fault.Wrap(err, fault.RateLimited, "server %q is rate limiting: %s", srv.ID, msg).WithRetryAfter(time.Second)
 		}
 		if ue.RPC.Code == jsonrpc.CodeInvalidParams || specCode(ue.RPC.Code) {
@@ -584,8 +601,49 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 		}
 		return fault.Wrap(err, fault.UpstreamError, "server %q answered with error %d: %s", srv.ID, ue.RPC.Code, msg)
 	default:
-		return fault.Wrap(err, fault.UpstreamError, "server %q is unavailable", srv.ID)
+		if ue.Overloaded() {
+			return fault.Wrap(err, fault.UpstreamError, "server %q is overloaded (HTTP %d); calls to it are paused for %v", srv.ID, ue.Status, ue.RetryAfter.Round(time.Millisecond)).
+				WithRetryAfter(ue.RetryAfter)
+		}
+		return fault.Wrap(err, fault.UpstreamError, "server %q is unavailable", srv.ID).WithRetryAfter(ue.RetryAfter)
 	}
+}
+
+// pausedFault refuses a call while its server is paused at its
+// upstream's request.
+func pausedFault(srv *registry.Server, left time.Duration) *fault.Error {
+	return fault.New(fault.AtCapacity, "server %q asked for no calls for %v more (its Retry-After)", srv.ID, left.Round(time.Millisecond)).
+		WithReason(lease.Paused).WithRetryAfter(left)
+}
+
+// pauseServer stops calls to srv for d, its upstream's Retry-After: for
+// the whole fleet through the server's lease item when the call holds a
+// lease there (its release writes it), else on this instance.
+func (g *Gateway) pauseServer(srv *registry.Server, leases []*lease.Lease, d time.Duration, rec *record) {
+	for _, ls := range leases {
+		if ls.Key() == srv.ID {
+			ls.PauseFor(d)
+			g.log.Info("upstream asked for a pause", "request_id", rec.id, "server_id", srv.ID, "retry_after_ms", d.Milliseconds(), "fleet", true)
+			return
+		}
+	}
+	g.pauses.Store(srv.ID, time.Now().Add(d))
+	g.log.Info("upstream asked for a pause", "request_id", rec.id, "server_id", srv.ID, "retry_after_ms", d.Milliseconds(), "fleet", false)
+}
+
+// paused is the refusal of a call to srv, which takes no lease, while
+// this instance has it paused.
+func (g *Gateway) paused(srv *registry.Server) *fault.Error {
+	v, ok := g.pauses.Load(srv.ID)
+	if !ok {
+		return nil
+	}
+	left := time.Until(v.(time.Time))
+	if left <= 0 {
+		g.pauses.CompareAndDelete(srv.ID, v)
+		return nil
+	}
+	return pausedFault(srv, left)
 }
 
 // writeFault writes e in the route's error shape (see errshape.go) and

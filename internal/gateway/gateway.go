@@ -179,6 +179,9 @@ type Gateway struct {
 	statsLast lease.Stats
 	// flights are the calls' exchanges that outlived their answers.
 	flights flights
+	// pauses holds, by server id, until when this instance makes no calls
+	// to a server that takes no lease, at its upstream's request.
+	pauses sync.Map
 	// stopping is closed by Shutdown: calls still waiting for their
 	// upstreams are cut off.
 	stopping chan struct{}

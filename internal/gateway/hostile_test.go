@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -80,7 +81,11 @@ func TestCallOutcome(t *testing.T) {
 		{"timeout", timeout, false, false, lease.Failure},
 		{"request deadline before the tool's timeout", timeout, false, true, lease.Abandoned},
 		{"unreachable, request deadline short", &upstream.Error{Kind: upstream.KindUnavailable}, false, true, lease.Failure},
-		{"HTTP 5xx, 408, 429", &upstream.Error{Kind: upstream.KindUnavailable, Status: 429}, false, false, lease.Failure},
+		{"HTTP 5xx, 408", &upstream.Error{Kind: upstream.KindUnavailable, Status: 502}, false, false, lease.Failure},
+		{"HTTP 503 without Retry-After", &upstream.Error{Kind: upstream.KindUnavailable, Status: 503}, false, false, lease.Failure},
+		{"HTTP 429: back-pressure", &upstream.Error{Kind: upstream.KindUnavailable, Status: 429}, false, false, lease.Overloaded},
+		{"HTTP 503 with Retry-After: back-pressure", &upstream.Error{Kind: upstream.KindUnavailable, Status: 503, RetryAfter: time.Second}, false, false, lease.Overloaded},
+		{"JSON-RPC rate limited: back-pressure", rpc(upstream.CodeRateLimited), false, false, lease.Overloaded},
 		{"internal error", rpc(jsonrpc.CodeInternalError), false, false, lease.Failure},
 		{"method not found", rpc(jsonrpc.CodeMethodNotFound), false, false, lease.Success},
 	} {

@@ -237,15 +237,14 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 		return false
 	}
 	base, known := v.bases[ls.toolName]
-	bp := u.path(BaseAttrPrefix + ls.toolName)
 	quiet := int64(max(ls.InFlight, v.live(now, nil, true))) <= max(1, lim/2)
 	switch {
 	case !known && len(v.bases) < MaxBaselines:
-		u.set(bp, u.num(ms))
+		u.set(u.path(BaseAttrPrefix+ls.toolName), u.num(ms))
 	case known && quiet:
 		// Few calls in flight when it was granted and as it ends: its
 		// latency is the upstream's own.
-		u.set(bp, u.num(max(base+(ms-base)/8, 1)))
+		u.set(u.path(BaseAttrPrefix+ls.toolName), u.num(max(base+(ms-base)/8, 1)))
 	}
 	if !known || base <= 0 {
 		return false

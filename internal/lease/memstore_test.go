@@ -66,12 +66,37 @@ func (m *memStore) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...fu
 	return &dynamodb.GetItemOutput{Item: cloneItem(it)}, nil
 }
 
+// unusedPlaceholders refuses, as DynamoDB does, a name or value
+// placeholder that neither expression uses.
+func unusedPlaceholders(in *dynamodb.UpdateItemInput) error {
+	used := map[string]bool{}
+	for _, t := range tokenize(aws.ToString(in.UpdateExpression) + " " + aws.ToString(in.ConditionExpression)) {
+		for part := range strings.SplitSeq(t, ".") {
+			used[part] = true
+		}
+	}
+	for p := range in.ExpressionAttributeNames {
+		if !used[p] {
+			return &errValidation{"Value provided in ExpressionAttributeNames unused in expressions: keys: {" + p + "}"}
+		}
+	}
+	for p := range in.ExpressionAttributeValues {
+		if !used[p] {
+			return &errValidation{"Value provided in ExpressionAttributeValues unused in expressions: keys: {" + p + "}"}
+		}
+	}
+	return nil
+}
+
 func (m *memStore) UpdateItem(_ context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := memKey(in.Key)
 	old := m.items[k]
 	ev := &evaluator{names: in.ExpressionAttributeNames, values: in.ExpressionAttributeValues}
+	if err := unusedPlaceholders(in); err != nil {
+		return nil, err
+	}
 	if c := aws.ToString(in.ConditionExpression); c != "" {
 		ok, err := ev.condition(c, old)
 		if err != nil {

@@ -35,6 +35,25 @@ type Status struct {
 	// "principal:<label>", "tool:<name>", "key"), with when each is full
 	// again: its tokens follow from its limit (Rate.Tokens).
 	Buckets map[string]time.Time `json:"buckets,omitempty"`
+	// Limit is the key's adaptive limit, when it has one (Describe was
+	// given its Adaptive).
+	Limit *LimitStatus `json:"limit,omitempty"`
+	// PausedUntil is when calls may start again, if the upstream asked
+	// for a pause that has not passed.
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
+}
+
+// LimitStatus is an adaptive limit as the item shows it.
+type LimitStatus struct {
+	// Current is the limit in force; Min and Ceiling its bounds.
+	Current int `json:"current"`
+	Min     int `json:"min"`
+	Ceiling int `json:"ceiling"`
+	// Why is the last reason it moved, and At when (zero: never moved).
+	Why string    `json:"why,omitempty"`
+	At  time.Time `json:"at,omitzero"`
+	// Baselines are the tools' latency baselines.
+	Baselines map[string]time.Duration `json:"baselines,omitempty"`
 }
 
 // LeaseStatus is one held place.
@@ -71,11 +90,29 @@ type PrincipalStatus struct {
 }
 
 // Describe reads a lease item as of now. cap and principalCap are the
-// key's caps (0: none), which decide whose turn it is.
-func Describe(item map[string]types.AttributeValue, now time.Time, cap, principalCap int) Status {
+// key's caps (0: none), and ad its adaptive limit (nil: none), which
+// decide whose turn it is.
+func Describe(item map[string]types.AttributeValue, now time.Time, cap, principalCap int, ad *Adaptive) Status {
 	v := parseItem(item)
 	ms := now.UnixMilli()
 	st := Status{CallLength: time.Duration(v.callMS) * time.Millisecond, Tombstones: len(v.tombstones), Breakers: Breakers(item, now)}
+	if ad != nil && cap > 0 {
+		st.Limit = &LimitStatus{Current: capIn(cap, ad, v), Min: ad.floor(cap), Ceiling: cap, Why: v.why}
+		if v.at > 0 {
+			st.Limit.At = time.UnixMilli(v.at)
+		}
+		for tool, b := range v.bases {
+			if st.Limit.Baselines == nil {
+				st.Limit.Baselines = map[string]time.Duration{}
+			}
+			st.Limit.Baselines[tool] = time.Duration(b) * time.Millisecond
+		}
+		cap = st.Limit.Current
+	}
+	if v.paused > ms {
+		at := time.UnixMilli(v.paused)
+		st.PausedUntil = &at
+	}
 	per := map[string]*PrincipalStatus{}
 	share := func(label string) *PrincipalStatus {
 		if per[label] == nil {

@@ -10,6 +10,7 @@ const (
 	MetricLatency           = "Latency"
 	MetricQueueWait         = "QueueWait"
 	MetricInFlight          = "InFlight"
+	MetricConcurrencyLimit  = "ConcurrencyLimit"
 	MetricShed              = "Shed"
 	MetricQueueTimeout      = "QueueTimeout"
 	MetricCircuitOpen       = "CircuitOpen"
@@ -57,6 +58,9 @@ type Call struct {
 	InFlightAfterAcquire int
 	// InFlightKnown says InFlightAfterAcquire was measured.
 	InFlightKnown bool
+	// ConcurrencyLimit is an adaptive server's limit when the call took
+	// its slot: metric ConcurrencyLimit (Count), written when positive.
+	ConcurrencyLimit int
 	// Each flag set writes its metric (Count) with value 1; unset ones are
 	// left out. Shed: refused at capacity (AT_CAPACITY). QueueTimeout: no
 	// slot within the wait (QUEUE_TIMEOUT). CircuitOpen: the breaker
@@ -84,12 +88,15 @@ func (e *Emitter) Call(c Call) error {
 	if c.Tool == "" {
 		en.Dimensions, en.Sets = dims[:1], serverSets
 	}
-	var ms [9]Metric
+	var ms [10]Metric
 	m := append(ms[:0],
 		Metric{MetricLatency, Milliseconds, millis(c.Latency)},
 		Metric{MetricQueueWait, Milliseconds, millis(c.QueueWait)})
 	if c.InFlightKnown {
 		m = append(m, Metric{MetricInFlight, Count, float64(c.InFlightAfterAcquire)})
+	}
+	if c.ConcurrencyLimit > 0 {
+		m = append(m, Metric{MetricConcurrencyLimit, Count, float64(c.ConcurrencyLimit)})
 	}
 	for _, f := range [...]struct {
 		on   bool

@@ -13,10 +13,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/retryafter"
 )
 
 // maxErrorBody bounds StatusError.Body.
@@ -61,12 +64,13 @@ func (a *API) Call(ctx context.Context, name string, args json.RawMessage) (*mcp
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return success(resp, data, truncated, a.maxResp), nil
-	case code >= 400 && code < 500:
+	case code >= 400 && code < 500 && code != http.StatusTooManyRequests:
 		return failure(resp, data, truncated, a.maxResp), nil
 	default:
 		return nil, &StatusError{
 			Tool: op.tool, Method: op.method, Path: op.path,
 			StatusCode: code, Body: bytes.Clone(data[:min(len(data), maxErrorBody)]),
+			RetryAfter: retryafter.From(resp, time.Now()),
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -271,12 +272,6 @@ func TestCallOtherResults(t *testing.T) {
 			text:        "HTTP 404 Not Found\n\n{\"message\": \"no such pet\"}",
 			wantIsError: true,
 		},
-		{
-			name:        "429 is a tool error",
-			respond:     func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTooManyRequests) },
-			text:        "HTTP 429 Too Many Requests",
-			wantIsError: true,
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,6 +320,30 @@ func TestCall5xxIsInfrastructureError(t *testing.T) {
 		}
 		if res != nil {
 			t.Errorf("HTTP %d: got a result besides the error", status)
+		}
+	}
+}
+
+// A 429 or 503 is the API pushing back, not the caller's problem: a
+// *StatusError with its Retry-After.
+func TestCallBackPressureCarriesRetryAfter(t *testing.T) {
+	for _, tt := range []struct {
+		status int
+		header string
+		want   time.Duration
+	}{{429, "3", 3 * time.Second}, {503, "2", 2 * time.Second}, {429, "", 0}, {502, "3", 0}} {
+		srv, reqs := apiServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if tt.header != "" {
+				w.Header().Set("Retry-After", tt.header)
+			}
+			w.WriteHeader(tt.status)
+		})
+		a := loadPetstore(t, srv, Options{})
+		_, err := a.Call(context.Background(), "getPet", json.RawMessage(`{"petId": "7"}`))
+		received(t, reqs)
+		var se *StatusError
+		if !errors.As(err, &se) || se.StatusCode != tt.status || se.RetryAfter != tt.want {
+			t.Errorf("HTTP %d, Retry-After %q: %v; want a *StatusError retrying after %v", tt.status, tt.header, err, tt.want)
 		}
 	}
 }

@@ -96,9 +96,10 @@
 //     MaxStructuredBytes, so a large body is not sent twice; arrays and
 //     scalars stay text only: MCP clients that predate SEP-2106 accept
 //     only objects there);
-//   - 4xx: a result with IsError set, text "HTTP 404 Not Found" and the
-//     body: the API's answer, the caller's problem;
-//   - 5xx, and 1xx/3xx that reach Call: a *StatusError, an infrastructure
+//   - 4xx other than 429: a result with IsError set, text "HTTP 404 Not
+//     Found" and the body: the API's answer, the caller's problem;
+//   - 429, 5xx, and 1xx/3xx that reach Call: a *StatusError (with the
+//     Retry-After of a 429 or 503), back-pressure or an infrastructure
 //     failure of the upstream;
 //   - no response (connection failure, refused redirect, ctx ended): a
 //     *TransportError, wrapping ctx's error if ctx ended.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrUnsupportedVersion means the document is not OpenAPI 3.x: Swagger 2.0,
@@ -62,6 +63,8 @@ type StatusError struct {
 	Method, Path string
 	// StatusCode is the response's HTTP status.
 	StatusCode int
+	// RetryAfter is the wait a 429 or 503 asked for (its Retry-After).
+	RetryAfter time.Duration
 	// Body is the start of the response body (at most 1 KiB), for logs.
 	// It is the API's text: do not relay it to clients unfiltered.
 	Body []byte

@@ -172,6 +172,19 @@ var attributes = []Attribute{
 		read:    func(p *parser, s *Server) { s.RPMPerPrincipal = p.whole("rpm_limit_per_principal", 1, MaxRPMLimit) },
 	},
 	{
+		Name: "adaptive", Type: "BOOL", Default: "false",
+		Doc: "true: the fleet keeps its own limit for the server between adaptive_min and max_concurrent_requests (its ceiling, then required), " +
+			"moved by the upstream's back-pressure (429, 503, rate-limit errors, timeouts) and its calls' latency",
+		Example: `{"adaptive": true, "max_concurrent_requests": 12}`,
+		read:    func(p *parser, s *Server) { s.Adaptive = p.boolean("adaptive") },
+	},
+	{
+		Name: "adaptive_min", Type: "N", Default: "1",
+		Doc:     "the lowest an adaptive limit goes (1 to max_concurrent_requests); only with adaptive",
+		Example: `{"adaptive": true, "adaptive_min": 2, "max_concurrent_requests": 12}`,
+		read:    func(p *parser, s *Server) { s.AdaptiveMin = p.whole("adaptive_min", 1, MaxConcurrentLimit) },
+	},
+	{
 		Name: "cancel_grace", Type: "N", Default: seconds(DefaultCancelGrace),
 		Doc:     "seconds a call cut off before its upstream answered keeps its slot, waiting for the upstream to stop (at most what the invocation has left)",
 		Example: `{"cancel_grace": 30}`,

@@ -91,6 +91,10 @@ type Server struct {
 	// RPMLimit and RPMPerPrincipal are request-rate limits, calls a minute
 	// fleet-wide: the server's, and one principal's on it; 0 = none.
 	RPMLimit, RPMPerPrincipal int
+	// Adaptive lets the fleet find the server's limit itself, between
+	// AdaptiveMin (at least 1) and MaxConcurrent (the ceiling).
+	Adaptive    bool
+	AdaptiveMin int
 	// Description is free text for people.
 	Description string
 	// Tools holds per-tool limits, by tool name.
@@ -259,6 +263,17 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 				p.fail(a, "only an openapi server has one (set transport to \"openapi\")")
 			}
 		}
+	}
+	switch {
+	case s.Adaptive && s.MaxConcurrent <= 0:
+		p.fail("adaptive", "needs max_concurrent_requests, the most the limit may reach")
+	case s.AdaptiveMin > 0 && !s.Adaptive:
+		p.fail("adaptive_min", "is only for an adaptive server (adaptive: true)")
+	case s.AdaptiveMin > s.MaxConcurrent && s.MaxConcurrent > 0:
+		p.fail("adaptive_min", fmt.Sprintf("%d is more than max_concurrent_requests (%d)", s.AdaptiveMin, s.MaxConcurrent))
+	}
+	if s.Adaptive && s.AdaptiveMin == 0 {
+		s.AdaptiveMin = 1
 	}
 	var unknown []string
 	for name := range item {

@@ -115,6 +115,10 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"zero cancel grace", with("cancel_grace", n("0")), "cancel_grace"},
 		{"huge cancel grace", with("cancel_grace", n("100000")), "cancel_grace"},
 		{"stops_on_close as string", with("stops_on_close", s("true")), "stops_on_close"},
+		{"adaptive without a ceiling", with("adaptive", &types.AttributeValueMemberBOOL{Value: true}), "adaptive"},
+		{"adaptive_min without adaptive", with("max_concurrent_requests", n("4"), "adaptive_min", n("2")), "adaptive_min"},
+		{"adaptive_min over the ceiling", with("max_concurrent_requests", n("4"), "adaptive", &types.AttributeValueMemberBOOL{Value: true}, "adaptive_min", n("5")), "adaptive_min"},
+		{"adaptive_min zero", with("max_concurrent_requests", n("4"), "adaptive", &types.AttributeValueMemberBOOL{Value: true}, "adaptive_min", n("0")), "adaptive_min"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

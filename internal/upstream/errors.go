@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
@@ -64,7 +66,10 @@ type Error struct {
 	// Status is the HTTP status of the upstream's answer, if one came and
 	// was not a success (0 otherwise).
 	Status int
-	Err    error
+	// RetryAfter is the wait a 429 or 503 answer asked for (its
+	// Retry-After, at most retryafter.Max); 0 if none.
+	RetryAfter time.Duration
+	Err        error
 }
 
 func (e *Error) Error() string {
@@ -72,6 +77,23 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// CodeRateLimited is the JSON-RPC error of an upstream refusing a call
+// for its rate (as SEP-3304 proposes).
+const CodeRateLimited = -32023
+
+// Overloaded reports whether the upstream pushed back rather than failed:
+// an HTTP 429, a 503 with a Retry-After (a 503 without one is a failure),
+// or a JSON-RPC rate-limit error. It is alive and asks for fewer calls.
+func (e *Error) Overloaded() bool {
+	switch {
+	case e.Status == http.StatusTooManyRequests:
+		return true
+	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0:
+		return true
+	}
+	return e.Kind == KindRPC && e.RPC != nil && e.RPC.Code == CodeRateLimited
+}
 
 // Infrastructure reports whether the failure says the upstream is unwell
 // (timeout, unreachable, broken transport, HTTP 5xx, 408 or 429, or its
@@ -125,6 +147,7 @@ func (p *Pool) classify(ctx context.Context, srv *registry.Server, err error) er
 	if ex != nil {
 		if st := int(ex.status.Load()); st < 200 || st > 299 {
 			e.Status = st
+			e.RetryAfter = time.Duration(ex.retryAfter.Load())
 		}
 	}
 	var credErr *CredentialError

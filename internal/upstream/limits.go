@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/retryafter"
 	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
@@ -54,8 +56,10 @@ func (e *LimitError) Error() string {
 // and whether an answer went past the size limit. (The SDK keeps neither
 // in the errors it returns.)
 type traffic struct {
-	status   atomic.Int32
-	tooLarge atomic.Bool
+	status atomic.Int32
+	// retryAfter is the wait (ns) a 429 or 503 answer asked for.
+	retryAfter atomic.Int64
+	tooLarge   atomic.Bool
 	// budget, if positive, bounds the bytes of every answer together (a
 	// tool list's pages); overBudget says it ran out.
 	budget     int64
@@ -146,6 +150,7 @@ func trafficFrom(ctx context.Context) *traffic {
 func (ex *traffic) seen(req *http.Request, resp *http.Response) {
 	if ex != nil && req.Method == http.MethodPost {
 		ex.status.Store(int32(resp.StatusCode))
+		ex.retryAfter.Store(int64(retryafter.From(resp, time.Now())))
 	}
 }
 

@@ -222,7 +222,7 @@ func (p *Pool) callOpenAPI(ctx context.Context, srv *registry.Server, c Caller, 
 		e.Kind = KindUnavailable
 		var se *openapi.StatusError
 		if errors.As(err, &se) {
-			e.Status = se.StatusCode
+			e.Status, e.RetryAfter = se.StatusCode, se.RetryAfter
 		}
 	}
 	return nil, e
