@@ -9,7 +9,9 @@ package main
 //
 // `make bench` runs it in full (MCPGATE_BENCH=1) and writes
 // results/bench.json; `make test` runs every scenario briefly and checks
-// only that each completes and the cap held, never a timing.
+// only that each completes and the cap held, never a timing. BENCH_ONLY
+// (comma-separated scenario names, as benchScenarios lists them) runs
+// only those.
 
 import (
 	"bufio"
@@ -76,13 +78,65 @@ var (
 // its child processes instead of running tests (see benchChild).
 const benchChildEnv = "MCPGATE_BENCH_CHILD"
 
+// benchScenarios are the bench's scenarios in the order they run, by the
+// names BENCH_ONLY takes.
+var benchScenarios = []struct {
+	name string
+	run  func(*bench)
+}{
+	{"uncontended", (*bench).uncontended},
+	{"saturation", (*bench).saturations},
+	{"hotkey", (*bench).hotKey},
+	{"itemsize", (*bench).itemSizes},
+	{"coldstart", (*bench).coldStart},
+	{"coldfleet", (*bench).coldFleet},
+}
+
 func TestBench(t *testing.T) {
 	cfg := smokeBench
 	if os.Getenv("MCPGATE_BENCH") == "1" {
 		cfg = fullBench
 	}
+	var names []string
+	for _, s := range benchScenarios {
+		names = append(names, s.name)
+	}
+	only, err := benchOnly(os.Getenv("BENCH_ONLY"), names)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := newBench(t, cfg)
-	b.uncontended()
+	for _, s := range benchScenarios {
+		if only == nil || only[s.name] {
+			s.run(b)
+		}
+	}
+	b.report()
+}
+
+// benchOnly reads BENCH_ONLY, a comma-separated list of scenario names:
+// nil (every scenario) when it is empty.
+func benchOnly(v string, names []string) (map[string]bool, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	only := map[string]bool{}
+	for n := range strings.SplitSeq(v, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if !slices.Contains(names, n) {
+			return nil, fmt.Errorf("BENCH_ONLY=%q: no scenario %q; the scenarios are %s", v, n, strings.Join(names, ", "))
+		}
+		only[n] = true
+	}
+	return only, nil
+}
+
+// saturations runs the saturation scenarios, then reports the gateway
+// processes' memory after them.
+func (b *bench) saturations() {
 	fixed := b.fixedWorkload()
 	for _, c := range []int{1, 2, 8} {
 		ours := b.saturation("ours", c, fixed)
@@ -99,11 +153,6 @@ func TestBench(t *testing.T) {
 	b.compare("variable calls (log-normal, median 300 ms), C=2, 10 callers, one per process",
 		b.saturation("one per process", 2, b.variableWorkload()), nil)
 	b.memory()
-	b.hotKey()
-	b.itemSizes()
-	b.coldStart()
-	b.coldFleet()
-	b.report()
 }
 
 type bench struct {
@@ -147,6 +196,8 @@ func newBench(t *testing.T, cfg benchConfig) *bench {
 	b := &bench{t: t, cfg: cfg, env: env, demo: testkit.StartDemo(t), key: testkit.PutKey(t, env, "*"),
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}}
 	b.meter = startStoreMeter(t, env)
+	// The uncontended scenario's server, which cold starts call too.
+	testkit.PutServer(t, env, map[string]any{"server_id": "solo", "url": b.demo.URL, "max_concurrent_requests": 8})
 	b.gws = make([]*testkit.Gateway, cfg.procs)
 	var wg sync.WaitGroup
 	for i := range b.gws {
@@ -188,7 +239,6 @@ func (b *bench) call(base, server, tool string, args map[string]any) call {
 // uncontended: one caller, a capped server, a tool that answers at once.
 func (b *bench) uncontended() {
 	t := b.t
-	testkit.PutServer(t, b.env, map[string]any{"server_id": "solo", "url": b.demo.URL, "max_concurrent_requests": 8})
 	n := b.cfg.soloCalls
 	args := map[string]any{"text": "x"}
 
