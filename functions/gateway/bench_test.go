@@ -17,6 +17,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,6 +91,7 @@ var benchScenarios = []struct {
 	{"itemsize", (*bench).itemSizes},
 	{"coldstart", (*bench).coldStart},
 	{"coldfleet", (*bench).coldFleet},
+	{"waiters", (*bench).waiters},
 }
 
 func TestBench(t *testing.T) {
@@ -220,8 +222,13 @@ type call struct {
 }
 
 func (b *bench) call(base, server, tool string, args map[string]any) call {
+	return b.callCtx(context.Background(), base, server, tool, args)
+}
+
+// callCtx is a call whose agent leaves when ctx ends.
+func (b *bench) callCtx(ctx context.Context, base, server, tool string, args map[string]any) call {
 	body, _ := json.Marshal(map[string]any{"server_id": server, "name": tool, "arguments": args})
-	req, _ := http.NewRequest(http.MethodPost, base+"/mcp-rest/tools/call", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/mcp-rest/tools/call", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+b.key)
 	req.Header.Set("Content-Type", "application/json")
 	c := call{sent: time.Now()}
@@ -401,12 +408,7 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 		gws = b.baselineFleet(c)
 	}
 	testkit.PutServer(t, b.env, doc)
-	// Warm every process's registry cache and upstream session.
-	for _, g := range gws {
-		if r := b.call(g.URL, id, "slow_tool", map[string]any{"ms": 0}); r.status != http.StatusOK {
-			t.Fatalf("warm-up: %d %s", r.status, r.body)
-		}
-	}
+	b.warm(gws, id)
 	callers := 5 * c
 	b.demo.Reset()
 	b.demo.RecordEvents(true)
@@ -468,6 +470,16 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 		}
 	}
 	return r
+}
+
+// warm calls server id once through each of gws, to fill every process's
+// registry cache and open its upstream session.
+func (b *bench) warm(gws []*testkit.Gateway, id string) {
+	for _, g := range gws {
+		if r := b.call(g.URL, id, "slow_tool", map[string]any{"ms": 0}); r.status != http.StatusOK {
+			b.t.Fatalf("warm-up: %d %s", r.status, r.body)
+		}
+	}
 }
 
 // baselineFleet starts cfg.procs gateway processes that cap calls with an
@@ -827,7 +839,8 @@ func mean(ds []time.Duration) time.Duration {
 
 // storeMeter is an HTTP proxy in front of dynalite that counts what the
 // gateway processes send: operations by table, failed conditional writes,
-// and the time lease-table operations take.
+// the time lease-table operations take, and what lease-table writes and
+// reads cost in capacity units, from the items the writes return.
 type storeMeter struct {
 	URL    string
 	target string
@@ -835,12 +848,21 @@ type storeMeter struct {
 	client *http.Client
 	mu     sync.Mutex
 	counts meterCounts
+	sizes  map[string]int // each lease item's size, as last returned
 }
 
 type meterCounts struct {
 	ops          map[string]int // "<table kind> <operation>"
 	failedWrites int            // ConditionalCheckFailed on the leases table
 	leaseTime    time.Duration  // summed round trips of lease-table operations
+	// writeUnits is what the lease-table writes cost: a write is charged
+	// for the larger of the item before it and after it, a failed one
+	// for the item it found, ceil(size / 1 KB) each.
+	writeUnits int
+	// readUnits is what the lease-table reads cost, consistent, at
+	// ceil(size / 4 KB) each, the item's size as the last write returned.
+	readUnits int
+	peakItem  int // the largest lease item a write returned, in bytes
 }
 
 func (m meterCounts) leaseWrites() int { return m.ops["leases UpdateItem"] }
@@ -865,7 +887,7 @@ func (m meterCounts) otherOps() int {
 }
 
 func startStoreMeter(t *testing.T, env *storetest.Env) *storeMeter {
-	m := &storeMeter{target: env.Endpoint, leases: env.Tables.Leases,
+	m := &storeMeter{target: env.Endpoint, leases: env.Tables.Leases, sizes: map[string]int{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	m.counts.ops = map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(m.serve))
@@ -880,7 +902,10 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	var in struct{ TableName string }
+	var in struct {
+		TableName string
+		Key       json.RawMessage
+	}
 	_ = json.Unmarshal(body, &in)
 	_, op, _ := strings.Cut(r.Header.Get("X-Amz-Target"), ".")
 	kind := "other"
@@ -903,6 +928,12 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 	rb, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	rt := time.Since(start)
+	write := kind == "leases" && op == "UpdateItem"
+	var size int
+	var sized bool
+	if write {
+		size, sized = returnedItemSize(rb)
+	}
 	m.mu.Lock()
 	m.counts.ops[kind+" "+op]++
 	if kind == "leases" {
@@ -910,6 +941,20 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(rb, []byte("ConditionalCheckFailed")) {
 			m.counts.failedWrites++
 		}
+		// Sizes come from the writes' answers alone: the reads' are
+		// many and large, and decoding them would load the meter.
+		before := m.sizes[string(in.Key)]
+		if !sized {
+			size = before
+		}
+		m.sizes[string(in.Key)] = size
+		switch op {
+		case "UpdateItem":
+			m.counts.writeUnits += store.WriteUnits(max(before, size))
+		case "GetItem":
+			m.counts.readUnits += max(1, (size+4095)/4096)
+		}
+		m.counts.peakItem = max(m.counts.peakItem, size)
 	}
 	m.mu.Unlock()
 	for k, v := range resp.Header {
@@ -917,6 +962,74 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	w.Write(rb)
+}
+
+// returnedItemSize is the size of the item a store answer carries (an
+// UpdateItem's Attributes, a GetItem's Item, or the Item of a failed
+// conditional write), as DynamoDB counts it; false when it carries none.
+func returnedItemSize(answer []byte) (int, bool) {
+	var out struct{ Attributes, Item map[string]json.RawMessage }
+	if json.Unmarshal(answer, &out) != nil {
+		return 0, false
+	}
+	item := out.Attributes
+	if item == nil {
+		item = out.Item
+	}
+	if item == nil {
+		return 0, false
+	}
+	return store.ItemSize(wireItem(item)), true
+}
+
+// wireItem decodes an item from DynamoDB's JSON wire format.
+func wireItem(raw map[string]json.RawMessage) map[string]types.AttributeValue {
+	item := make(map[string]types.AttributeValue, len(raw))
+	for k, v := range raw {
+		item[k] = wireValue(v)
+	}
+	return item
+}
+
+func wireValue(raw json.RawMessage) types.AttributeValue {
+	var v struct {
+		S, N, B    *string
+		BOOL, NULL *bool
+		SS, NS, BS []string
+		L          []json.RawMessage
+		M          map[string]json.RawMessage
+	}
+	_ = json.Unmarshal(raw, &v)
+	switch {
+	case v.S != nil:
+		return &types.AttributeValueMemberS{Value: *v.S}
+	case v.N != nil:
+		return &types.AttributeValueMemberN{Value: *v.N}
+	case v.B != nil:
+		b, _ := base64.StdEncoding.DecodeString(*v.B)
+		return &types.AttributeValueMemberB{Value: b}
+	case v.BOOL != nil:
+		return &types.AttributeValueMemberBOOL{Value: *v.BOOL}
+	case v.SS != nil:
+		return &types.AttributeValueMemberSS{Value: v.SS}
+	case v.NS != nil:
+		return &types.AttributeValueMemberNS{Value: v.NS}
+	case v.BS != nil:
+		bs := make([][]byte, len(v.BS))
+		for i, s := range v.BS {
+			bs[i], _ = base64.StdEncoding.DecodeString(s)
+		}
+		return &types.AttributeValueMemberBS{Value: bs}
+	case v.L != nil:
+		l := make([]types.AttributeValue, len(v.L))
+		for i, e := range v.L {
+			l[i] = wireValue(e)
+		}
+		return &types.AttributeValueMemberL{Value: l}
+	case v.M != nil:
+		return &types.AttributeValueMemberM{Value: wireItem(v.M)}
+	}
+	return &types.AttributeValueMemberNULL{Value: true}
 }
 
 // reset returns the counts so far and starts new ones.
@@ -1021,6 +1134,29 @@ func hotKeyChild(ctx context.Context) error {
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
 	return nil
+}
+
+func TestReturnedItemSize(t *testing.T) {
+	answer := `{"Attributes":{"limiter_key":{"S":"srv"},"seq":{"N":"120"},"on":{"BOOL":true},"gone":{"NULL":true},` +
+		`"leases":{"M":{"a.1":{"N":"1764800000000"}}},"principal:k:0123abcd":{"SS":["a.1","b.2"]},` +
+		`"l":{"L":[{"S":"x"},{"NS":["1","22"]}]},"b":{"B":"AAEC"},"bs":{"BS":["AAEC","AQ=="]}}}`
+	item := map[string]types.AttributeValue{
+		"limiter_key":          &types.AttributeValueMemberS{Value: "srv"},
+		"seq":                  &types.AttributeValueMemberN{Value: "120"},
+		"on":                   &types.AttributeValueMemberBOOL{Value: true},
+		"gone":                 &types.AttributeValueMemberNULL{Value: true},
+		"leases":               &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a.1": &types.AttributeValueMemberN{Value: "1764800000000"}}},
+		"principal:k:0123abcd": &types.AttributeValueMemberSS{Value: []string{"a.1", "b.2"}},
+		"l":                    &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: "x"}, &types.AttributeValueMemberNS{Value: []string{"1", "22"}}}},
+		"b":                    &types.AttributeValueMemberB{Value: []byte{0, 1, 2}},
+		"bs":                   &types.AttributeValueMemberBS{Value: [][]byte{{0, 1, 2}, {1}}},
+	}
+	if got, ok := returnedItemSize([]byte(answer)); !ok || got != store.ItemSize(item) {
+		t.Errorf("returnedItemSize = %d, %v; want %d", got, ok, store.ItemSize(item))
+	}
+	if _, ok := returnedItemSize([]byte(`{"__type":"x#ConditionalCheckFailedException"}`)); ok {
+		t.Error("an answer without an item has a size")
+	}
 }
 
 func TestFIFOIdeal(t *testing.T) {

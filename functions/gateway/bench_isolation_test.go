@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// waiters: W callers queued on one server item (cap 2, calls of 500 ms,
+// on_limit queue), spread over the bench's gateway processes, each calling
+// again as soon as it is answered, so W - 2 wait at any time. Once they all
+// wait, the store's traffic is counted for a few seconds of that steady
+// state: what waiting costs the item, in requests and in write units (each
+// write charged for the item's size as the store returned it), against
+// the number waiting. Waiters renew nothing, so the write units per second
+// should grow with the item's size alone, linearly in W.
+func (b *bench) waiters() {
+	t := b.t
+	counts, window := []int{10, 50, 200}, 6*time.Second
+	if !b.cfg.full {
+		counts, window = []int{10}, 500*time.Millisecond
+	}
+	const capacity, callMS = 2, 500
+	first := 0.0 // write units per second per waiter at the fewest waiters
+	for _, w := range counts {
+		id := fmt.Sprintf("waiters_%d", w)
+		testkit.PutServer(t, b.env, map[string]any{"server_id": id, "url": b.demo.URL, "max_concurrent_requests": capacity,
+			"on_limit": "queue", "max_queued": max(w, 10), "queue_timeout": 600, "timeout": 60})
+		b.warm(b.gws, id)
+		b.demo.Reset()
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for i := range w {
+			wg.Go(func() {
+				g := b.gws[i%len(b.gws)]
+				for ctx.Err() == nil {
+					if c := b.callCtx(ctx, g.URL, id, "slow_tool", map[string]any{"ms": callMS}); c.status != http.StatusOK && ctx.Err() == nil {
+						t.Errorf("waiters %d: call failed: %d %s", w, c.status, c.body)
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
+			})
+		}
+		// Steady state: every caller holds or waits (but for one between
+		// its answer and its next call).
+		ready := time.Now().Add(2 * time.Minute)
+		for b.waiting(id)+testkit.LeaseCount(t, b.env, id, lease.ServerAttr) < w-1 {
+			if time.Now().After(ready) {
+				cancel()
+				wg.Wait()
+				t.Fatalf("waiters %d: the callers never all queued", w)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		b.meter.reset()
+		callsBefore := b.demo.Stats().Calls
+		start := time.Now()
+		var queued []int
+		for time.Since(start) < window {
+			queued = append(queued, b.waiting(id))
+			time.Sleep(window / 20)
+		}
+		m := b.meter.reset()
+		secs := time.Since(start).Seconds()
+		calls := b.demo.Stats().Calls - callsBefore
+		cancel()
+		wg.Wait()
+		b.drained(id)
+		if p := b.demo.Stats().Peak; p > capacity {
+			t.Errorf("waiters %d: the upstream saw %d calls in flight, cap %d", w, p, capacity)
+		}
+		sc := fmt.Sprintf("waiters: %d callers queued on one item (cap %d, %d ms calls, %d procs)", w, capacity, callMS, len(b.gws))
+		meanQueued := 0.0
+		for _, q := range queued {
+			meanQueued += float64(q) / float64(len(queued))
+		}
+		perSec := func(n int) float64 { return float64(n) / secs }
+		b.add(sc, "callers waiting (mean of samples)", meanQueued, "", 0, "", "")
+		b.add(sc, "upstream calls per second", perSec(calls), "calls/s", capacity*1000/callMS, "cap / call length", "")
+		b.add(sc, "lease writes per second", perSec(m.leaseWrites()), "ops/s", 0, "", "")
+		if calls > 0 {
+			b.add(sc, "lease writes per call", float64(m.leaseWrites())/float64(calls), "ops", 0, "", "")
+		}
+		b.add(sc, "failed conditional writes per second", perSec(m.failedWrites), "ops/s", 0, "", "")
+		b.add(sc, "write units per second", perSec(m.writeUnits), "WCU/s", 1000, "one item's limit", "")
+		b.add(sc, "reads per second", perSec(m.leaseReads()), "ops/s", 0, "", "")
+		b.add(sc, "read units per second (consistent reads)", perSec(m.readUnits), "RCU/s", 3000, "one partition's limit", "")
+		b.add(sc, "lease store round trip (mean)", ms(m.leaseTime/time.Duration(max(1, m.leaseOps()))), "ms", 0, "", "")
+		b.add(sc, "item peak size", float64(m.peakItem), "B", 0, "", "≪ 400 KB")
+		per := perSec(m.writeUnits) / float64(w)
+		if first == 0 {
+			first = per
+			b.add(sc, "write units per second per waiter", per, "WCU/s", 0, "", "")
+			continue
+		}
+		b.add(sc, "write units per second per waiter", per, "WCU/s", first, fmt.Sprintf("at %d", counts[0]), "≤ 1 × (not quadratic)")
+	}
+}
+
+// waiting is how many callers wait in the queue of the item of key.
+func (b *bench) waiting(key string) int { return testkit.LeaseCount(b.t, b.env, key, lease.QueueAttr) }
+
+// drained waits until the item of key holds no lease and no ticket, after
+// its callers left.
+func (b *bench) drained(key string) {
+	deadline := time.Now().Add(time.Minute)
+	for testkit.LeaseCount(b.t, b.env, key, lease.ServerAttr)+b.waiting(key) > 0 {
+		if time.Now().After(deadline) {
+			b.t.Errorf("%s: leases or tickets left a minute after every caller left", key)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
