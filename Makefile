@@ -69,7 +69,8 @@ soak: $(NODE_TEST)
 # The limiter's benchmark (functions/gateway/bench_test.go): prints one
 # table and writes results/bench.json. `make test` runs a brief smoke of it.
 # BENCH_ONLY, comma-separated scenario names, runs only those (empty: all):
-# uncontended, saturation, hotkey, itemsize, coldstart, coldfleet, waiters.
+# uncontended, saturation, hotkey, itemsize, coldstart, coldfleet, waiters,
+# bulkhead.
 bench: $(NODE_TEST)
 	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
 

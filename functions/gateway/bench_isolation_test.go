@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -116,4 +117,56 @@ func (b *bench) drained(key string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// bulkhead: the slow-server flood behind a Lambda-like front (see
+// floodBehindFront) over 4 fresh gateway processes, first started without
+// FUNCTION_CONCURRENCY (no bulkhead: the slow server's waiters may hold
+// the front), then with it set to the front's concurrency.
+func (b *bench) bulkhead() {
+	run, slowCall := 8*time.Second, 2*time.Second
+	if !b.cfg.full {
+		run, slowCall = 500*time.Millisecond, 100*time.Millisecond
+	}
+	sc := fmt.Sprintf("bulkhead: 16 agents flood a slow server (cap 2, %v calls), 3 call a fast one, behind a front of %d, 4 procs, %v",
+		slowCall, floodFront, run)
+	var unset float64
+	for _, fc := range []string{"", strconv.Itoa(floodFront)} {
+		var env []string
+		label := "FUNCTION_CONCURRENCY unset"
+		if fc != "" {
+			env = []string{"FUNCTION_CONCURRENCY=" + fc}
+			label = "FUNCTION_CONCURRENCY=" + fc
+		}
+		gws := startFleet(b.t, b.env, 4, env...)
+		r := floodBehindFront(b.t, b.env, gws, fmt.Sprintf("bulkhead%s_", fc), run, slowCall)
+		stopAll(gws)
+		b.t.Logf("%s, %s: fast server %v; slow server %v", sc, label, r.fastCodes, r.slowCodes)
+		if r.peak > 2 {
+			b.t.Errorf("%s, %s: the slow server saw %d calls at once; cap 2", sc, label, r.peak)
+		}
+		if r.fastAll == 0 {
+			b.t.Errorf("%s, %s: no call of the fast server completed", sc, label)
+			continue
+		}
+		rate := float64(r.fastOK) / float64(r.fastAll)
+		if fc == "" {
+			unset = rate
+			b.add(sc, "fast server's calls succeeded (ok/all), "+label, rate, "", 0, "", "")
+		} else {
+			b.add(sc, "fast server's calls succeeded (ok/all), "+label, rate, "", unset, "unset", "≥ 0.99")
+		}
+		b.add(sc, "fast server's calls made, "+label, float64(r.fastAll), "calls", 0, "", "")
+		b.add(sc, "requests the front throttled (429), "+label, float64(r.throttled), "", 0, "", "")
+		b.add(sc, "slow server's cap busy (share of the run), "+label, r.util, "", 0, "", "")
+	}
+}
+
+// stopAll stops gateway processes, all at once.
+func stopAll(gws []*testkit.Gateway) {
+	var wg sync.WaitGroup
+	for _, g := range gws {
+		wg.Go(g.Stop)
+	}
+	wg.Wait()
 }

@@ -92,6 +92,7 @@ var benchScenarios = []struct {
 	{"coldstart", (*bench).coldStart},
 	{"coldfleet", (*bench).coldFleet},
 	{"waiters", (*bench).waiters},
+	{"bulkhead", (*bench).bulkhead},
 }
 
 func TestBench(t *testing.T) {

@@ -122,79 +122,22 @@ func utilisation(events []demoupstream.Event, cap int, from, to time.Time) float
 // front and the fast server's calls are throttled.)
 func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
 	env := storetest.NewEnv(t)
-	slow, fast := testkit.StartDemo(t), testkit.StartDemo(t)
-	key := testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 4, "FUNCTION_CONCURRENCY=12")
-	front := testkit.StartFront(t, 12, gws)
-	testkit.PutServer(t, env, map[string]any{"server_id": "slow", "url": slow.URL, "max_concurrent_requests": 2, "timeout": 10})
-	testkit.PutServer(t, env, map[string]any{"server_id": "fast", "url": fast.URL})
-	for range len(gws) { // warm each process's sessions and tool lists
-		if c := callVia(front.URL, key, "fast", "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
-			t.Fatalf("warm-up: %+v", c)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		r, err := testkit.Do(ctx, http.MethodGet, front.URL+"/mcp-rest/tools/list?server_id=slow", http.Header{"Authorization": {"Bearer " + key}}, nil)
-		cancel()
-		if err != nil || r.Status != http.StatusOK {
-			t.Fatalf("warm-up list: %v %d", err, r.Status)
-		}
-	}
-	slow.Reset()
-	slow.RecordEvents(true)
-	defer slow.RecordEvents(false)
-	start := time.Now()
-	end := start.Add(8 * time.Second)
-	var mu sync.Mutex
-	slowCodes, fastCodes := map[string]int{}, map[string]int{}
-	var fastOK, fastAll int
-	var wg sync.WaitGroup
-	for i := range 16 {
-		wg.Go(func() {
-			time.Sleep(time.Duration(i) * 60 * time.Millisecond) // the flood arrives over a second
-			for time.Now().Before(end) {
-				c := callVia(front.URL, key, "slow", "slow_tool", map[string]any{"ms": 2000})
-				mu.Lock()
-				slowCodes[strconv.Itoa(c.status)+" "+string(c.code)+" "+c.reason]++
-				mu.Unlock()
-				if c.status != http.StatusOK {
-					time.Sleep(min(max(c.retryAfter, 100*time.Millisecond), time.Until(end)))
-				}
-			}
-		})
-	}
-	for range 3 {
-		wg.Go(func() {
-			for time.Now().Before(end) {
-				c := callVia(front.URL, key, "fast", "echo", map[string]any{"text": "x"})
-				mu.Lock()
-				fastAll++
-				if c.status == http.StatusOK {
-					fastOK++
-				}
-				fastCodes[strconv.Itoa(c.status)+" "+string(c.code)]++
-
-				mu.Unlock()
-				time.Sleep(10 * time.Millisecond)
-			}
-		})
-	}
-	wg.Wait()
-	events := slow.Events()
-	util := utilisation(events, 2, start, end)
+	gws := startFleet(t, env, 4, "FUNCTION_CONCURRENCY="+strconv.Itoa(floodFront))
+	r := floodBehindFront(t, env, gws, "", 8*time.Second, 2*time.Second)
 	t.Logf("fast server: %d of %d calls succeeded %v; slow server: %v; front throttled %d; slow cap busy %.0f%% of the run",
-		fastOK, fastAll, fastCodes, slowCodes, front.Throttled.Load(), 100*util)
-	if fastAll == 0 || float64(fastOK) < 0.99*float64(fastAll) {
-		t.Errorf("the fast server's calls succeeded %d of %d times; want at least 99%%", fastOK, fastAll)
+		r.fastOK, r.fastAll, r.fastCodes, r.slowCodes, r.throttled, 100*r.util)
+	if r.fastAll == 0 || float64(r.fastOK) < 0.99*float64(r.fastAll) {
+		t.Errorf("the fast server's calls succeeded %d of %d times; want at least 99%%", r.fastOK, r.fastAll)
 	}
-	if p := slow.Stats().Peak; p > 2 {
-		t.Errorf("the slow server saw %d calls at once; cap 2", p)
+	if r.peak > 2 {
+		t.Errorf("the slow server saw %d calls at once; cap 2", r.peak)
 	}
-	if slowCodes["429 AT_CAPACITY queue_full"] == 0 {
-		t.Errorf("no slow caller was refused for a full queue: %v", slowCodes)
+	if r.slowCodes["429 AT_CAPACITY queue_full"] == 0 {
+		t.Errorf("no slow caller was refused for a full queue: %v", r.slowCodes)
 	}
 	// The cap stays busy: refused callers come back when places are due.
-	if util < 0.5 {
-		t.Errorf("the slow server's cap was busy %.0f%% of the run", 100*util)
+	if r.util < 0.5 {
+		t.Errorf("the slow server's cap was busy %.0f%% of the run", 100*r.util)
 	}
 }
 
