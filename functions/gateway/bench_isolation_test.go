@@ -170,3 +170,31 @@ func stopAll(gws []*testkit.Gateway) {
 	}
 	wg.Wait()
 }
+
+// tenants: key A's 8 looping callers and key B's one on one server (cap 2),
+// over the bench's gateway processes (see twoTenants). Fair shares give B
+// each place that frees while it waits; in arrival order it would wait
+// behind A's seven other callers, about 4 calls' length.
+func (b *bench) tenants() {
+	run, callLen := 10*time.Second, 500*time.Millisecond
+	if !b.cfg.full {
+		run, callLen = time.Second, 100*time.Millisecond
+	}
+	r := twoTenants(b.t, b.env, b.gws, "tenants", run, callLen)
+	sc := fmt.Sprintf("two tenants: key A 8 callers, key B one, cap 2, %v calls, %d procs, %v", callLen, len(b.gws), run)
+	if r.peak > 2 {
+		b.t.Errorf("%s: the upstream saw %d calls at once; cap 2", sc, r.peak)
+	}
+	if len(r.b) == 0 || len(r.a) == 0 {
+		b.t.Errorf("%s: A made %d calls, B %d", sc, len(r.a), len(r.b))
+		return
+	}
+	call := ms(callLen)
+	b.add(sc, "B's calls", float64(len(r.b)), "calls", 0, "", "")
+	b.add(sc, "B's latency p50", ms(quantile(r.bLat, 0.5)), "ms", call, "call", "")
+	b.add(sc, "B's latency p99", ms(quantile(r.bLat, 0.99)), "ms", call, "call", "≤ 2.5 × call")
+	b.add(sc, "A's calls", float64(len(r.a)), "calls", 0, "", "")
+	b.add(sc, "A's latency p50", ms(quantile(r.aLat, 0.5)), "ms", call, "call", "")
+	b.add(sc, "A's latency p99", ms(quantile(r.aLat, 0.99)), "ms", call, "call", "")
+	b.add(sc, "upstream busy (cap full, share of the run)", utilisation(r.events, 2, r.start, r.end), "", 0, "", "≥ 0.8")
+}

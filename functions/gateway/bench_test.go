@@ -93,6 +93,7 @@ var benchScenarios = []struct {
 	{"coldfleet", (*bench).coldFleet},
 	{"waiters", (*bench).waiters},
 	{"bulkhead", (*bench).bulkhead},
+	{"tenants", (*bench).tenants},
 }
 
 func TestBench(t *testing.T) {

@@ -6,11 +6,13 @@ package main
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -94,4 +96,71 @@ func floodBehindFront(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, 
 	res.throttled = front.Throttled.Load()
 	res.peak = slow.Stats().Peak
 	return res
+}
+
+// tenantsResult is what the two tenants' run did.
+type tenantsResult struct {
+	a, b       []agentCall          // key A's and key B's calls
+	aLat, bLat []time.Duration      // their latencies, sent to answered, sorted
+	events     []demoupstream.Event // the upstream's entries and exits
+	start, end time.Time
+	peak       int // the upstream's most calls at once
+}
+
+// twoTenants runs key A's 8 looping callers and key B's one against a
+// server named id (cap 2, calls of call), spread over gws, for run.
+func twoTenants(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, id string, run, call time.Duration) tenantsResult {
+	t.Helper()
+	demo := testkit.StartDemo(t)
+	keyA, keyB := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
+	testkit.PutServer(t, env, map[string]any{"server_id": id, "url": demo.URL, "max_concurrent_requests": 2, "timeout": 10, "queue_timeout": 30})
+	for _, g := range gws {
+		if c := callVia(g.URL, keyA, id, "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
+			t.Fatalf("warm-up: %+v", c)
+		}
+	}
+	demo.Reset()
+	demo.RecordEvents(true)
+	defer demo.RecordEvents(false)
+	r := tenantsResult{start: time.Now()}
+	r.end = r.start.Add(run)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 9 {
+		key := keyA
+		if i == 8 {
+			key = keyB
+		}
+		wg.Go(func() {
+			for time.Now().Before(r.end) {
+				c := callVia(gws[i%len(gws)].URL, key, id, "slow_tool", map[string]any{"ms": call.Milliseconds()})
+				mu.Lock()
+				if key == keyB {
+					r.b = append(r.b, c)
+				} else {
+					r.a = append(r.a, c)
+				}
+				mu.Unlock()
+				if c.status != http.StatusOK {
+					t.Errorf("a call failed: %+v", c)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r.events = demo.Events()
+	r.peak = demo.Stats().Peak
+	r.aLat, r.bLat = latencies(r.a), latencies(r.b)
+	return r
+}
+
+// latencies are calls' times from sent to answered, sorted.
+func latencies(calls []agentCall) []time.Duration {
+	out := make([]time.Duration, len(calls))
+	for i, c := range calls {
+		out[i] = c.done.Sub(c.sent)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -151,55 +150,14 @@ func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
 // arrival order B would wait behind A's seven other callers.
 func TestFairSharesBetweenTenants(t *testing.T) {
 	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	keyA, keyB := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
 	gws := startFleet(t, env, 4)
-	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": demo.URL, "max_concurrent_requests": 2, "timeout": 10, "queue_timeout": 30})
-	for _, g := range gws {
-		if c := callVia(g.URL, keyA, "shared", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
-			t.Fatalf("warm-up: %+v", c)
-		}
+	r := twoTenants(t, env, gws, "shared", 8*time.Second, 500*time.Millisecond)
+	if len(r.b) < 3 {
+		t.Fatalf("B made %d calls", len(r.b))
 	}
-	demo.Reset()
-	demo.RecordEvents(true)
-	defer demo.RecordEvents(false)
-	start := time.Now()
-	end := start.Add(8 * time.Second)
-	var mu sync.Mutex
-	var bCalls, aCalls []agentCall
-	var wg sync.WaitGroup
-	for i := range 9 {
-		key := keyA
-		if i == 8 {
-			key = keyB
-		}
-		wg.Go(func() {
-			for time.Now().Before(end) {
-				c := callVia(gws[i%len(gws)].URL, key, "shared", "slow_tool", map[string]any{"ms": 500})
-				mu.Lock()
-				if key == keyB {
-					bCalls = append(bCalls, c)
-				} else {
-					aCalls = append(aCalls, c)
-				}
-				mu.Unlock()
-				if c.status != http.StatusOK {
-					t.Errorf("a call failed: %+v", c)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	events := demo.Events()
-	if len(bCalls) < 3 {
-		t.Fatalf("B made %d calls", len(bCalls))
-	}
-	var bLat, aLat []time.Duration
-	for _, c := range bCalls {
-		bLat = append(bLat, c.done.Sub(c.sent))
+	for _, c := range r.b {
 		ahead := 0
-		for _, e := range events {
+		for _, e := range r.events {
 			// Entries strictly between B's call being sent and its own
 			// entry (which is reported to the millisecond).
 			if e.Enter && e.At.After(c.sent) && e.At.Before(c.entered.Add(-time.Millisecond)) {
@@ -210,16 +168,11 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 			t.Errorf("%d of A's calls started while B's call waited (sent %v, started %v after)", ahead, c.sent.Format("15:04:05.000"), c.entered.Sub(c.sent))
 		}
 	}
-	for _, c := range aCalls {
-		aLat = append(aLat, c.done.Sub(c.sent))
-	}
-	slices.Sort(bLat)
-	slices.Sort(aLat)
 	q := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
-	t.Logf("B: %d calls, latency p50 %v p99 %v; A: %d calls, p50 %v p99 %v; cap busy %.0f%%", len(bCalls), q(bLat, 0.5), q(bLat, 0.99),
-		len(aCalls), q(aLat, 0.5), q(aLat, 0.99), 100*utilisation(events, 2, start, end))
-	if p := demo.Stats().Peak; p > 2 {
-		t.Errorf("the upstream saw %d calls at once; cap 2", p)
+	t.Logf("B: %d calls, latency p50 %v p99 %v; A: %d calls, p50 %v p99 %v; cap busy %.0f%%", len(r.b), q(r.bLat, 0.5), q(r.bLat, 0.99),
+		len(r.a), q(r.aLat, 0.5), q(r.aLat, 0.99), 100*utilisation(r.events, 2, r.start, r.end))
+	if r.peak > 2 {
+		t.Errorf("the upstream saw %d calls at once; cap 2", r.peak)
 	}
 }
 
