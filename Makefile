@@ -70,7 +70,7 @@ soak: $(NODE_TEST)
 # table and writes results/bench.json. `make test` runs a brief smoke of it.
 # BENCH_ONLY, comma-separated scenario names, runs only those (empty: all):
 # uncontended, saturation, hotkey, itemsize, coldstart, coldfleet, waiters,
-# bulkhead, tenants.
+# bulkhead, tenants, ratelimits.
 bench: $(NODE_TEST)
 	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
 

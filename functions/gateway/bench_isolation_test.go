@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -197,4 +199,66 @@ func (b *bench) tenants() {
 	b.add(sc, "A's latency p50", ms(quantile(r.aLat, 0.5)), "ms", call, "call", "")
 	b.add(sc, "A's latency p99", ms(quantile(r.aLat, 0.99)), "ms", call, "call", "")
 	b.add(sc, "upstream busy (cap full, share of the run)", utilisation(r.events, 2, r.start, r.end), "", 0, "", "≥ 0.8")
+}
+
+// rateLimits: one caller, calls one at a time through one gateway process,
+// counting the lease-table requests each costs with and without request
+// rate limits (none of them reached). A server's bucket is charged in the
+// write that admits the call; a key's limits live in the key's own item.
+func (b *bench) rateLimits() {
+	t := b.t
+	n := max(b.cfg.soloCalls/4, 5)
+	const plenty = registry.MaxRPMLimit // the highest rpm_limit, which no run reaches
+	variants := []struct {
+		label    string
+		server   map[string]any
+		key      map[string]int // the key item's limits
+		baseline string         // the label of the variant to set it against
+	}{
+		{label: "capped server (cap 8), no rate limit", server: map[string]any{"max_concurrent_requests": 8}},
+		{label: "capped server with rpm_limit", server: map[string]any{"max_concurrent_requests": 8, "rpm_limit": plenty},
+			baseline: "capped server (cap 8), no rate limit"},
+		{label: "uncapped server with rpm_limit", server: map[string]any{"rpm_limit": plenty}},
+		{label: "capped server, key with rpm_limit", server: map[string]any{"max_concurrent_requests": 8},
+			key: map[string]int{"rpm_limit": plenty}, baseline: "capped server (cap 8), no rate limit"},
+		{label: "capped server, key with max_parallel_requests and rpm_limit", server: map[string]any{"max_concurrent_requests": 8},
+			key: map[string]int{"max_parallel_requests": 64, "rpm_limit": plenty}, baseline: "capped server (cap 8), no rate limit"},
+	}
+	sc := fmt.Sprintf("rate limits: one caller, %d calls each, uncontended", n)
+	perCall := map[string]float64{}
+	g := b.gws[0].URL
+	for i, v := range variants {
+		id := fmt.Sprintf("rl_%d", i)
+		doc := map[string]any{"server_id": id, "url": b.demo.URL}
+		maps.Copy(doc, v.server)
+		testkit.PutServer(t, b.env, doc)
+		key := testkit.PutKey(t, b.env, "*")
+		for attr, limit := range v.key {
+			testkit.UpdateKey(t, b.env, key, attr, limit)
+		}
+		for range 3 { // the process's registry and key caches, the upstream session
+			if c := callVia(g, key, id, "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
+				t.Fatalf("%s: warm-up: %+v", v.label, c)
+			}
+		}
+		b.meter.reset()
+		for range n {
+			if c := callVia(g, key, id, "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
+				t.Fatalf("%s: call: %+v", v.label, c)
+			}
+		}
+		m := b.meter.reset()
+		perCall[v.label] = float64(m.leaseOps()) / float64(n)
+		against, goal := 0.0, ""
+		if v.baseline != "" {
+			against = perCall[v.baseline]
+			if v.key == nil {
+				goal = "= no rate limit"
+			}
+		}
+		b.add(sc, "lease requests per call, "+v.label, perCall[v.label], "ops", against, "without", goal)
+		if r := m.leaseReads(); r > 0 {
+			b.add(sc, "of which reads, "+v.label, float64(r)/float64(n), "ops", 0, "", "0")
+		}
+	}
 }

@@ -5,7 +5,10 @@ package main
 // upstream directly, how fully a saturated cap is used across 4 gateway
 // processes, the in-process design other gateways ship on the same
 // workload, one hot item's throughput and size, and the gateway's cold
-// start and memory.
+// start and memory; then isolation and rate limits
+// (bench_isolation_test.go): what callers queued on one item cost it,
+// bulkheads behind a Lambda-like front, two tenants sharing a cap, and
+// the store requests rate limits add.
 //
 // `make bench` runs it in full (MCPGATE_BENCH=1) and writes
 // results/bench.json; `make test` runs every scenario briefly and checks
@@ -94,6 +97,7 @@ var benchScenarios = []struct {
 	{"waiters", (*bench).waiters},
 	{"bulkhead", (*bench).bulkhead},
 	{"tenants", (*bench).tenants},
+	{"ratelimits", (*bench).rateLimits},
 }
 
 func TestBench(t *testing.T) {
