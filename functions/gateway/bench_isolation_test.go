@@ -180,7 +180,7 @@ func stopAll(gws []*testkit.Gateway) {
 func (b *bench) tenants() {
 	run, callLen := 10*time.Second, 500*time.Millisecond
 	if !b.cfg.full {
-		run, callLen = time.Second, 100*time.Millisecond
+		run, callLen = 500*time.Millisecond, 100*time.Millisecond
 	}
 	r := twoTenants(b.t, b.env, b.gws, "tenants", run, callLen)
 	sc := fmt.Sprintf("two tenants: key A 8 callers, key B one, cap 2, %v calls, %d procs, %v", callLen, len(b.gws), run)

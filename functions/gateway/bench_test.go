@@ -116,7 +116,9 @@ func TestBench(t *testing.T) {
 	b := newBench(t, cfg)
 	for _, s := range benchScenarios {
 		if only == nil || only[s.name] {
+			start := time.Now()
 			s.run(b)
+			t.Logf("scenario %s took %v", s.name, time.Since(start).Round(time.Millisecond))
 		}
 	}
 	b.report()
