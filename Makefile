@@ -20,8 +20,9 @@ help:
 	@echo "make cli     build the admin CLI for this machine into bin/mcpgate (or: go install ./cmd/mcpgate)"
 	@echo "make deps    install every Node package (dynalite and the test-only ones) and the Go modules"
 	@echo "make fuzz    fuzz the MCP and REST request decoding"
-	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet)"
-	@echo "             into results/, with results/cap.svg: the upstream's calls in flight over time;"
+	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet,"
+	@echo "             waiters, bulkhead, two tenants, rate limits) into results/, with results/cap.svg:"
+	@echo "             the upstream's calls in flight over time;"
 	@echo "             BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all)"
 
 # Node packages. make dev needs only dynalite (the "dependencies"); the
