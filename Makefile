@@ -20,8 +20,10 @@ help:
 	@echo "make cli     build the admin CLI for this machine into bin/mcpgate (or: go install ./cmd/mcpgate)"
 	@echo "make deps    install every Node package (dynalite and the test-only ones) and the Go modules"
 	@echo "make fuzz    fuzz the MCP and REST request decoding"
-	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet)"
-	@echo "             into results/, with results/cap.svg: the upstream's calls in flight over time"
+	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet,"
+	@echo "             waiters, bulkhead, two tenants, rate limits) into results/, with results/cap.svg:"
+	@echo "             the upstream's calls in flight over time;"
+	@echo "             BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all)"
 
 # Node packages. make dev needs only dynalite (the "dependencies"); the
 # tests also need the "devDependencies" and the optional Node 22 binary,
@@ -67,6 +69,9 @@ soak: $(NODE_TEST)
 
 # The limiter's benchmark (functions/gateway/bench_test.go): prints one
 # table and writes results/bench.json. `make test` runs a brief smoke of it.
+# BENCH_ONLY, comma-separated scenario names, runs only those (empty: all):
+# uncontended, saturation, hotkey, itemsize, coldstart, coldfleet, waiters,
+# bulkhead, tenants, ratelimits.
 bench: $(NODE_TEST)
 	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
 

@@ -5,16 +5,22 @@ package main
 // upstream directly, how fully a saturated cap is used across 4 gateway
 // processes, the in-process design other gateways ship on the same
 // workload, one hot item's throughput and size, and the gateway's cold
-// start and memory.
+// start and memory; then isolation and rate limits
+// (bench_isolation_test.go): what callers queued on one item cost it,
+// bulkheads behind a Lambda-like front, two tenants sharing a cap, and
+// the store requests rate limits add.
 //
 // `make bench` runs it in full (MCPGATE_BENCH=1) and writes
 // results/bench.json; `make test` runs every scenario briefly and checks
-// only that each completes and the cap held, never a timing.
+// only that each completes and the cap held, never a timing. BENCH_ONLY
+// (comma-separated scenario names, as benchScenarios lists them) runs
+// only those.
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,13 +82,71 @@ var (
 // its child processes instead of running tests (see benchChild).
 const benchChildEnv = "MCPGATE_BENCH_CHILD"
 
+// benchScenarios are the bench's scenarios in the order they run, by the
+// names BENCH_ONLY takes.
+var benchScenarios = []struct {
+	name string
+	run  func(*bench)
+}{
+	{"uncontended", (*bench).uncontended},
+	{"saturation", (*bench).saturations},
+	{"hotkey", (*bench).hotKey},
+	{"itemsize", (*bench).itemSizes},
+	{"coldstart", (*bench).coldStart},
+	{"coldfleet", (*bench).coldFleet},
+	{"waiters", (*bench).waiters},
+	{"bulkhead", (*bench).bulkhead},
+	{"tenants", (*bench).tenants},
+	{"ratelimits", (*bench).rateLimits},
+}
+
 func TestBench(t *testing.T) {
 	cfg := smokeBench
 	if os.Getenv("MCPGATE_BENCH") == "1" {
 		cfg = fullBench
 	}
+	var names []string
+	for _, s := range benchScenarios {
+		names = append(names, s.name)
+	}
+	only, err := benchOnly(os.Getenv("BENCH_ONLY"), names)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := newBench(t, cfg)
-	b.uncontended()
+	for _, s := range benchScenarios {
+		if only == nil || only[s.name] {
+			start := time.Now()
+			s.run(b)
+			t.Logf("scenario %s took %v", s.name, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	b.report()
+}
+
+// benchOnly reads BENCH_ONLY, a comma-separated list of scenario names:
+// nil (every scenario) when it is empty.
+func benchOnly(v string, names []string) (map[string]bool, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	only := map[string]bool{}
+	for n := range strings.SplitSeq(v, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if !slices.Contains(names, n) {
+			return nil, fmt.Errorf("BENCH_ONLY=%q: no scenario %q; the scenarios are %s", v, n, strings.Join(names, ", "))
+		}
+		only[n] = true
+	}
+	return only, nil
+}
+
+// saturations runs the saturation scenarios, then reports the gateway
+// processes' memory after them.
+func (b *bench) saturations() {
 	fixed := b.fixedWorkload()
 	for _, c := range []int{1, 2, 8} {
 		ours := b.saturation("ours", c, fixed)
@@ -99,11 +163,6 @@ func TestBench(t *testing.T) {
 	b.compare("variable calls (log-normal, median 300 ms), C=2, 10 callers, one per process",
 		b.saturation("one per process", 2, b.variableWorkload()), nil)
 	b.memory()
-	b.hotKey()
-	b.itemSizes()
-	b.coldStart()
-	b.coldFleet()
-	b.report()
 }
 
 type bench struct {
@@ -147,6 +206,8 @@ func newBench(t *testing.T, cfg benchConfig) *bench {
 	b := &bench{t: t, cfg: cfg, env: env, demo: testkit.StartDemo(t), key: testkit.PutKey(t, env, "*"),
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}}
 	b.meter = startStoreMeter(t, env)
+	// The uncontended scenario's server, which cold starts call too.
+	testkit.PutServer(t, env, map[string]any{"server_id": "solo", "url": b.demo.URL, "max_concurrent_requests": 8})
 	b.gws = make([]*testkit.Gateway, cfg.procs)
 	var wg sync.WaitGroup
 	for i := range b.gws {
@@ -169,8 +230,13 @@ type call struct {
 }
 
 func (b *bench) call(base, server, tool string, args map[string]any) call {
+	return b.callCtx(context.Background(), base, server, tool, args)
+}
+
+// callCtx is a call whose agent leaves when ctx ends.
+func (b *bench) callCtx(ctx context.Context, base, server, tool string, args map[string]any) call {
 	body, _ := json.Marshal(map[string]any{"server_id": server, "name": tool, "arguments": args})
-	req, _ := http.NewRequest(http.MethodPost, base+"/mcp-rest/tools/call", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/mcp-rest/tools/call", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+b.key)
 	req.Header.Set("Content-Type", "application/json")
 	c := call{sent: time.Now()}
@@ -188,7 +254,6 @@ func (b *bench) call(base, server, tool string, args map[string]any) call {
 // uncontended: one caller, a capped server, a tool that answers at once.
 func (b *bench) uncontended() {
 	t := b.t
-	testkit.PutServer(t, b.env, map[string]any{"server_id": "solo", "url": b.demo.URL, "max_concurrent_requests": 8})
 	n := b.cfg.soloCalls
 	args := map[string]any{"text": "x"}
 
@@ -351,12 +416,7 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 		gws = b.baselineFleet(c)
 	}
 	testkit.PutServer(t, b.env, doc)
-	// Warm every process's registry cache and upstream session.
-	for _, g := range gws {
-		if r := b.call(g.URL, id, "slow_tool", map[string]any{"ms": 0}); r.status != http.StatusOK {
-			t.Fatalf("warm-up: %d %s", r.status, r.body)
-		}
-	}
+	b.warm(gws, id)
 	callers := 5 * c
 	b.demo.Reset()
 	b.demo.RecordEvents(true)
@@ -418,6 +478,16 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 		}
 	}
 	return r
+}
+
+// warm calls server id once through each of gws, to fill every process's
+// registry cache and open its upstream session.
+func (b *bench) warm(gws []*testkit.Gateway, id string) {
+	for _, g := range gws {
+		if r := b.call(g.URL, id, "slow_tool", map[string]any{"ms": 0}); r.status != http.StatusOK {
+			b.t.Fatalf("warm-up: %d %s", r.status, r.body)
+		}
+	}
 }
 
 // baselineFleet starts cfg.procs gateway processes that cap calls with an
@@ -777,7 +847,8 @@ func mean(ds []time.Duration) time.Duration {
 
 // storeMeter is an HTTP proxy in front of dynalite that counts what the
 // gateway processes send: operations by table, failed conditional writes,
-// and the time lease-table operations take.
+// the time lease-table operations take, and what lease-table writes and
+// reads cost in capacity units, from the items the writes return.
 type storeMeter struct {
 	URL    string
 	target string
@@ -785,12 +856,21 @@ type storeMeter struct {
 	client *http.Client
 	mu     sync.Mutex
 	counts meterCounts
+	sizes  map[string]int // each lease item's size, as last returned
 }
 
 type meterCounts struct {
 	ops          map[string]int // "<table kind> <operation>"
 	failedWrites int            // ConditionalCheckFailed on the leases table
 	leaseTime    time.Duration  // summed round trips of lease-table operations
+	// writeUnits is what the lease-table writes cost: a write is charged
+	// for the larger of the item before it and after it, a failed one
+	// for the item it found, ceil(size / 1 KB) each.
+	writeUnits int
+	// readUnits is what the lease-table reads cost, consistent, at
+	// ceil(size / 4 KB) each, the item's size as the last write returned.
+	readUnits int
+	peakItem  int // the largest lease item a write returned, in bytes
 }
 
 func (m meterCounts) leaseWrites() int { return m.ops["leases UpdateItem"] }
@@ -815,7 +895,7 @@ func (m meterCounts) otherOps() int {
 }
 
 func startStoreMeter(t *testing.T, env *storetest.Env) *storeMeter {
-	m := &storeMeter{target: env.Endpoint, leases: env.Tables.Leases,
+	m := &storeMeter{target: env.Endpoint, leases: env.Tables.Leases, sizes: map[string]int{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	m.counts.ops = map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(m.serve))
@@ -830,7 +910,10 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	var in struct{ TableName string }
+	var in struct {
+		TableName string
+		Key       json.RawMessage
+	}
 	_ = json.Unmarshal(body, &in)
 	_, op, _ := strings.Cut(r.Header.Get("X-Amz-Target"), ".")
 	kind := "other"
@@ -853,6 +936,12 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 	rb, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	rt := time.Since(start)
+	write := kind == "leases" && op == "UpdateItem"
+	var size int
+	var sized bool
+	if write {
+		size, sized = returnedItemSize(rb)
+	}
 	m.mu.Lock()
 	m.counts.ops[kind+" "+op]++
 	if kind == "leases" {
@@ -860,6 +949,20 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(rb, []byte("ConditionalCheckFailed")) {
 			m.counts.failedWrites++
 		}
+		// Sizes come from the writes' answers alone: the reads' are
+		// many and large, and decoding them would load the meter.
+		before := m.sizes[string(in.Key)]
+		if !sized {
+			size = before
+		}
+		m.sizes[string(in.Key)] = size
+		switch op {
+		case "UpdateItem":
+			m.counts.writeUnits += store.WriteUnits(max(before, size))
+		case "GetItem":
+			m.counts.readUnits += max(1, (size+4095)/4096)
+		}
+		m.counts.peakItem = max(m.counts.peakItem, size)
 	}
 	m.mu.Unlock()
 	for k, v := range resp.Header {
@@ -867,6 +970,74 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	w.Write(rb)
+}
+
+// returnedItemSize is the size of the item a store answer carries (an
+// UpdateItem's Attributes, a GetItem's Item, or the Item of a failed
+// conditional write), as DynamoDB counts it; false when it carries none.
+func returnedItemSize(answer []byte) (int, bool) {
+	var out struct{ Attributes, Item map[string]json.RawMessage }
+	if json.Unmarshal(answer, &out) != nil {
+		return 0, false
+	}
+	item := out.Attributes
+	if item == nil {
+		item = out.Item
+	}
+	if item == nil {
+		return 0, false
+	}
+	return store.ItemSize(wireItem(item)), true
+}
+
+// wireItem decodes an item from DynamoDB's JSON wire format.
+func wireItem(raw map[string]json.RawMessage) map[string]types.AttributeValue {
+	item := make(map[string]types.AttributeValue, len(raw))
+	for k, v := range raw {
+		item[k] = wireValue(v)
+	}
+	return item
+}
+
+func wireValue(raw json.RawMessage) types.AttributeValue {
+	var v struct {
+		S, N, B    *string
+		BOOL, NULL *bool
+		SS, NS, BS []string
+		L          []json.RawMessage
+		M          map[string]json.RawMessage
+	}
+	_ = json.Unmarshal(raw, &v)
+	switch {
+	case v.S != nil:
+		return &types.AttributeValueMemberS{Value: *v.S}
+	case v.N != nil:
+		return &types.AttributeValueMemberN{Value: *v.N}
+	case v.B != nil:
+		b, _ := base64.StdEncoding.DecodeString(*v.B)
+		return &types.AttributeValueMemberB{Value: b}
+	case v.BOOL != nil:
+		return &types.AttributeValueMemberBOOL{Value: *v.BOOL}
+	case v.SS != nil:
+		return &types.AttributeValueMemberSS{Value: v.SS}
+	case v.NS != nil:
+		return &types.AttributeValueMemberNS{Value: v.NS}
+	case v.BS != nil:
+		bs := make([][]byte, len(v.BS))
+		for i, s := range v.BS {
+			bs[i], _ = base64.StdEncoding.DecodeString(s)
+		}
+		return &types.AttributeValueMemberBS{Value: bs}
+	case v.L != nil:
+		l := make([]types.AttributeValue, len(v.L))
+		for i, e := range v.L {
+			l[i] = wireValue(e)
+		}
+		return &types.AttributeValueMemberL{Value: l}
+	case v.M != nil:
+		return &types.AttributeValueMemberM{Value: wireItem(v.M)}
+	}
+	return &types.AttributeValueMemberNULL{Value: true}
 }
 
 // reset returns the counts so far and starts new ones.
@@ -971,6 +1142,29 @@ func hotKeyChild(ctx context.Context) error {
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
 	return nil
+}
+
+func TestReturnedItemSize(t *testing.T) {
+	answer := `{"Attributes":{"limiter_key":{"S":"srv"},"seq":{"N":"120"},"on":{"BOOL":true},"gone":{"NULL":true},` +
+		`"leases":{"M":{"a.1":{"N":"1764800000000"}}},"principal:k:0123abcd":{"SS":["a.1","b.2"]},` +
+		`"l":{"L":[{"S":"x"},{"NS":["1","22"]}]},"b":{"B":"AAEC"},"bs":{"BS":["AAEC","AQ=="]}}}`
+	item := map[string]types.AttributeValue{
+		"limiter_key":          &types.AttributeValueMemberS{Value: "srv"},
+		"seq":                  &types.AttributeValueMemberN{Value: "120"},
+		"on":                   &types.AttributeValueMemberBOOL{Value: true},
+		"gone":                 &types.AttributeValueMemberNULL{Value: true},
+		"leases":               &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a.1": &types.AttributeValueMemberN{Value: "1764800000000"}}},
+		"principal:k:0123abcd": &types.AttributeValueMemberSS{Value: []string{"a.1", "b.2"}},
+		"l":                    &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: "x"}, &types.AttributeValueMemberNS{Value: []string{"1", "22"}}}},
+		"b":                    &types.AttributeValueMemberB{Value: []byte{0, 1, 2}},
+		"bs":                   &types.AttributeValueMemberBS{Value: [][]byte{{0, 1, 2}, {1}}},
+	}
+	if got, ok := returnedItemSize([]byte(answer)); !ok || got != store.ItemSize(item) {
+		t.Errorf("returnedItemSize = %d, %v; want %d", got, ok, store.ItemSize(item))
+	}
+	if _, ok := returnedItemSize([]byte(`{"__type":"x#ConditionalCheckFailedException"}`)); ok {
+		t.Error("an answer without an item has a size")
+	}
 }
 
 func TestFIFOIdeal(t *testing.T) {

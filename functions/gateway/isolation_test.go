@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -122,79 +121,22 @@ func utilisation(events []demoupstream.Event, cap int, from, to time.Time) float
 // front and the fast server's calls are throttled.)
 func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
 	env := storetest.NewEnv(t)
-	slow, fast := testkit.StartDemo(t), testkit.StartDemo(t)
-	key := testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 4, "FUNCTION_CONCURRENCY=12")
-	front := testkit.StartFront(t, 12, gws)
-	testkit.PutServer(t, env, map[string]any{"server_id": "slow", "url": slow.URL, "max_concurrent_requests": 2, "timeout": 10})
-	testkit.PutServer(t, env, map[string]any{"server_id": "fast", "url": fast.URL})
-	for range len(gws) { // warm each process's sessions and tool lists
-		if c := callVia(front.URL, key, "fast", "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
-			t.Fatalf("warm-up: %+v", c)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		r, err := testkit.Do(ctx, http.MethodGet, front.URL+"/mcp-rest/tools/list?server_id=slow", http.Header{"Authorization": {"Bearer " + key}}, nil)
-		cancel()
-		if err != nil || r.Status != http.StatusOK {
-			t.Fatalf("warm-up list: %v %d", err, r.Status)
-		}
-	}
-	slow.Reset()
-	slow.RecordEvents(true)
-	defer slow.RecordEvents(false)
-	start := time.Now()
-	end := start.Add(8 * time.Second)
-	var mu sync.Mutex
-	slowCodes, fastCodes := map[string]int{}, map[string]int{}
-	var fastOK, fastAll int
-	var wg sync.WaitGroup
-	for i := range 16 {
-		wg.Go(func() {
-			time.Sleep(time.Duration(i) * 60 * time.Millisecond) // the flood arrives over a second
-			for time.Now().Before(end) {
-				c := callVia(front.URL, key, "slow", "slow_tool", map[string]any{"ms": 2000})
-				mu.Lock()
-				slowCodes[strconv.Itoa(c.status)+" "+string(c.code)+" "+c.reason]++
-				mu.Unlock()
-				if c.status != http.StatusOK {
-					time.Sleep(min(max(c.retryAfter, 100*time.Millisecond), time.Until(end)))
-				}
-			}
-		})
-	}
-	for range 3 {
-		wg.Go(func() {
-			for time.Now().Before(end) {
-				c := callVia(front.URL, key, "fast", "echo", map[string]any{"text": "x"})
-				mu.Lock()
-				fastAll++
-				if c.status == http.StatusOK {
-					fastOK++
-				}
-				fastCodes[strconv.Itoa(c.status)+" "+string(c.code)]++
-
-				mu.Unlock()
-				time.Sleep(10 * time.Millisecond)
-			}
-		})
-	}
-	wg.Wait()
-	events := slow.Events()
-	util := utilisation(events, 2, start, end)
+	gws := startFleet(t, env, 4, "FUNCTION_CONCURRENCY="+strconv.Itoa(floodFront))
+	r := floodBehindFront(t, env, gws, "", 8*time.Second, 2*time.Second)
 	t.Logf("fast server: %d of %d calls succeeded %v; slow server: %v; front throttled %d; slow cap busy %.0f%% of the run",
-		fastOK, fastAll, fastCodes, slowCodes, front.Throttled.Load(), 100*util)
-	if fastAll == 0 || float64(fastOK) < 0.99*float64(fastAll) {
-		t.Errorf("the fast server's calls succeeded %d of %d times; want at least 99%%", fastOK, fastAll)
+		r.fastOK, r.fastAll, r.fastCodes, r.slowCodes, r.throttled, 100*r.util)
+	if r.fastAll == 0 || float64(r.fastOK) < 0.99*float64(r.fastAll) {
+		t.Errorf("the fast server's calls succeeded %d of %d times; want at least 99%%", r.fastOK, r.fastAll)
 	}
-	if p := slow.Stats().Peak; p > 2 {
-		t.Errorf("the slow server saw %d calls at once; cap 2", p)
+	if r.peak > 2 {
+		t.Errorf("the slow server saw %d calls at once; cap 2", r.peak)
 	}
-	if slowCodes["429 AT_CAPACITY queue_full"] == 0 {
-		t.Errorf("no slow caller was refused for a full queue: %v", slowCodes)
+	if r.slowCodes["429 AT_CAPACITY queue_full"] == 0 {
+		t.Errorf("no slow caller was refused for a full queue: %v", r.slowCodes)
 	}
 	// The cap stays busy: refused callers come back when places are due.
-	if util < 0.5 {
-		t.Errorf("the slow server's cap was busy %.0f%% of the run", 100*util)
+	if r.util < 0.5 {
+		t.Errorf("the slow server's cap was busy %.0f%% of the run", 100*r.util)
 	}
 }
 
@@ -208,55 +150,14 @@ func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
 // arrival order B would wait behind A's seven other callers.
 func TestFairSharesBetweenTenants(t *testing.T) {
 	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	keyA, keyB := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
 	gws := startFleet(t, env, 4)
-	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": demo.URL, "max_concurrent_requests": 2, "timeout": 10, "queue_timeout": 30})
-	for _, g := range gws {
-		if c := callVia(g.URL, keyA, "shared", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
-			t.Fatalf("warm-up: %+v", c)
-		}
+	r := twoTenants(t, env, gws, "shared", 8*time.Second, 500*time.Millisecond)
+	if len(r.b) < 3 {
+		t.Fatalf("B made %d calls", len(r.b))
 	}
-	demo.Reset()
-	demo.RecordEvents(true)
-	defer demo.RecordEvents(false)
-	start := time.Now()
-	end := start.Add(8 * time.Second)
-	var mu sync.Mutex
-	var bCalls, aCalls []agentCall
-	var wg sync.WaitGroup
-	for i := range 9 {
-		key := keyA
-		if i == 8 {
-			key = keyB
-		}
-		wg.Go(func() {
-			for time.Now().Before(end) {
-				c := callVia(gws[i%len(gws)].URL, key, "shared", "slow_tool", map[string]any{"ms": 500})
-				mu.Lock()
-				if key == keyB {
-					bCalls = append(bCalls, c)
-				} else {
-					aCalls = append(aCalls, c)
-				}
-				mu.Unlock()
-				if c.status != http.StatusOK {
-					t.Errorf("a call failed: %+v", c)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	events := demo.Events()
-	if len(bCalls) < 3 {
-		t.Fatalf("B made %d calls", len(bCalls))
-	}
-	var bLat, aLat []time.Duration
-	for _, c := range bCalls {
-		bLat = append(bLat, c.done.Sub(c.sent))
+	for _, c := range r.b {
 		ahead := 0
-		for _, e := range events {
+		for _, e := range r.events {
 			// Entries strictly between B's call being sent and its own
 			// entry (which is reported to the millisecond).
 			if e.Enter && e.At.After(c.sent) && e.At.Before(c.entered.Add(-time.Millisecond)) {
@@ -267,16 +168,11 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 			t.Errorf("%d of A's calls started while B's call waited (sent %v, started %v after)", ahead, c.sent.Format("15:04:05.000"), c.entered.Sub(c.sent))
 		}
 	}
-	for _, c := range aCalls {
-		aLat = append(aLat, c.done.Sub(c.sent))
-	}
-	slices.Sort(bLat)
-	slices.Sort(aLat)
 	q := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
-	t.Logf("B: %d calls, latency p50 %v p99 %v; A: %d calls, p50 %v p99 %v; cap busy %.0f%%", len(bCalls), q(bLat, 0.5), q(bLat, 0.99),
-		len(aCalls), q(aLat, 0.5), q(aLat, 0.99), 100*utilisation(events, 2, start, end))
-	if p := demo.Stats().Peak; p > 2 {
-		t.Errorf("the upstream saw %d calls at once; cap 2", p)
+	t.Logf("B: %d calls, latency p50 %v p99 %v; A: %d calls, p50 %v p99 %v; cap busy %.0f%%", len(r.b), q(r.bLat, 0.5), q(r.bLat, 0.99),
+		len(r.a), q(r.aLat, 0.5), q(r.aLat, 0.99), 100*utilisation(r.events, 2, r.start, r.end))
+	if r.peak > 2 {
+		t.Errorf("the upstream saw %d calls at once; cap 2", r.peak)
 	}
 }
 
