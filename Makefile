@@ -21,8 +21,8 @@ help:
 	@echo "make deps    install every Node package (dynalite and the test-only ones) and the Go modules"
 	@echo "make fuzz    fuzz the MCP and REST request decoding"
 	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet,"
-	@echo "             waiters, bulkhead, two tenants, rate limits) into results/, with results/cap.svg:"
-	@echo "             the upstream's calls in flight over time;"
+	@echo "             waiters, bulkhead, two tenants, rate limits, adaptive) into results/, with results/cap.svg"
+	@echo "             (the upstream's calls in flight over time) and results/adaptive.svg (the adaptive limit);"
 	@echo "             BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all)"
 
 # Node packages. make dev needs only dynalite (the "dependencies"); the
@@ -71,9 +71,10 @@ soak: $(NODE_TEST)
 # table and writes results/bench.json. `make test` runs a brief smoke of it.
 # BENCH_ONLY, comma-separated scenario names, runs only those (empty: all):
 # uncontended, saturation, hotkey, itemsize, coldstart, coldfleet, waiters,
-# bulkhead, tenants, ratelimits.
+# bulkhead, tenants, ratelimits, adaptive (which also draws
+# results/adaptive.svg).
 bench: $(NODE_TEST)
-	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
+	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
 
 tables:
 	$(GO) run ./cmd/mcpgate tables create

@@ -98,6 +98,7 @@ var benchScenarios = []struct {
 	{"bulkhead", (*bench).bulkhead},
 	{"tenants", (*bench).tenants},
 	{"ratelimits", (*bench).rateLimits},
+	{"adaptive", (*bench).adaptive},
 }
 
 func TestBench(t *testing.T) {
