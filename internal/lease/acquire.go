@@ -454,8 +454,10 @@ func (a *attempt) endTicket(u *update, now int64) {
 // within the margin purges it while that write could still matter.
 func endTicket(u *update, id string, unsure, now int64, margin time.Duration) {
 	tp := u.path(TicketsAttr, id)
-	if unsure >= now {
-		until := unsure + margin.Milliseconds()
+	// A write landing late creates an entry live until unsure on its
+	// caller's clock, so live to a clock up to margin behind until the
+	// tombstone's end: it is needed until then, not only until unsure.
+	if until := unsure + margin.Milliseconds(); until >= now {
 		u.set(tp, u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{ticketTomb: number(until)}}))
 		return
 	}

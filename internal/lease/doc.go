@@ -84,7 +84,9 @@
 // could still land later. Such a caller ends — gives up, or releases its
 // lease — with a tombstone where its ticket was, which every write that
 // could add a lease or ticket for it is conditioned against, lasting until
-// whatever that write could create would have lapsed on its own. A waiter
+// whatever that write could create would have lapsed on its own on any
+// clock within Margin of its caller's (so it is written even when that has
+// lapsed on the caller's clock alone). A waiter
 // that meets a store error keeps its ticket and looks again, until its
 // deadline.
 //

@@ -34,7 +34,8 @@ import (
 // picks among those pending, so a failing seed replays the same way.
 //
 // LEASE_SIM_SEEDS sets how many seeds run (make test runs a short budget,
-// make soak a long one); LEASE_SIM_SEED runs one seed, with its event log.
+// make soak a long one), from LEASE_SIM_FROM (1); LEASE_SIM_SEED runs one
+// seed, with its event log.
 
 const (
 	simHold   = 2 * time.Second
@@ -1076,11 +1077,30 @@ func simSeeds(t *testing.T) []uint64 {
 		}
 		count = n
 	}
+	first := 1
+	if v := os.Getenv("LEASE_SIM_FROM"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = n
+	}
 	seeds := make([]uint64, count)
 	for i := range seeds {
-		seeds[i] = uint64(i + 1)
+		seeds[i] = uint64(first + i)
+	}
+	for _, seed := range simRegressionSeeds {
+		if !slices.Contains(seeds, seed) {
+			seeds = append(seeds, seed)
+		}
 	}
 	return seeds
+}
+
+// simRegressionSeeds are seeds that once found a defect; every run of the
+// simulation replays them.
+var simRegressionSeeds = []uint64{
+	7402, // a release left no tombstone for a take landing late whose lease had lapsed on the releaser's clock only
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
