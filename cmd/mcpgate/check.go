@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"strings"
 	"time"
 
@@ -175,5 +176,5 @@ func upstreamProblem(err error) string {
 	if errors.As(err, &ce) {
 		return "the credential could not be produced: " + ce.Err.Error()
 	}
-	return truncate(oneLine(err.Error()), 300)
+	return clip.String(oneLine(err.Error()), 300)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"maps"
 	"math"
 	"path/filepath"
@@ -361,7 +362,7 @@ func planServer(name string, settings map[string]any, aliases []string, rename b
 				doc["spec_url"] = path
 			case (filepath.IsAbs(path) && !strings.HasPrefix(path, lambdaTaskRoot)) || strings.HasPrefix(path, "~"):
 				doc["spec_path"] = v
-				p.warnings = append(p.warnings, fmt.Sprintf("spec_path %q is a file on this machine: under Lambda the gateway reads only its deployment package (%s); add the document to the package and give its relative path, or serve it and set spec_url", truncate(path, 200), lambdaTaskRoot))
+				p.warnings = append(p.warnings, fmt.Sprintf("spec_path %q is a file on this machine: under Lambda the gateway reads only its deployment package (%s); add the document to the package and give its relative path, or serve it and set spec_url", clip.String(path, clip.Message), lambdaTaskRoot))
 			default:
 				doc["spec_path"] = v
 			}
@@ -415,7 +416,7 @@ func liteLLMNumber(v any) (json.Number, error) {
 	case string:
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return "", fmt.Errorf("%q is not a number", truncate(v, 40))
+			return "", fmt.Errorf("%q is not a number", clip.String(v, 40))
 		}
 		return json.Number(strconv.FormatFloat(f, 'f', -1, 64)), nil
 	default:

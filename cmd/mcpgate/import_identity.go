@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"maps"
 	"net/http"
 	"slices"
@@ -103,7 +104,7 @@ func (p *planned) mapAuth(settings map[string]any, doc map[string]any, take func
 	}
 	m, known := liteLLMAuth[typ]
 	if !known {
-		p.unmapped = append(p.unmapped, fmt.Sprintf("auth_type (%s has no equivalent)", truncate(typ, 40)))
+		p.unmapped = append(p.unmapped, fmt.Sprintf("auth_type (%s has no equivalent)", clip.String(typ, 40)))
 		return
 	}
 	v, ok := take("authentication_token")

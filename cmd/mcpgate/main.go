@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"net"
 	"os"
@@ -404,7 +405,7 @@ func (e *awsError) Error() string {
 		// The SDK has no error type for this; its chain of providers is
 		// in the message.
 		_, detail, _ := strings.Cut(msg, "get credentials: ")
-		return "no usable AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY): " + truncate(detail, 120)
+		return "no usable AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY): " + clip.String(detail, 120)
 	case errors.As(e.err, &api):
 		return api.ErrorCode() + ": " + api.ErrorMessage()
 	case errors.As(e.err, &op):
@@ -414,7 +415,7 @@ func (e *awsError) Error() string {
 	case errors.Is(e.err, context.DeadlineExceeded):
 		return "timed out"
 	}
-	return truncate(msg, 200)
+	return clip.String(msg, clip.Message)
 }
 
 func (e *awsError) Unwrap() error { return e.err }
@@ -422,13 +423,6 @@ func (e *awsError) Unwrap() error { return e.err }
 // dbErr wraps a DynamoDB client error with a short context.
 func dbErr(context string, err error) error {
 	return fmt.Errorf("%s: %w", context, &awsError{err})
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // oneLine joins the lines of a multi-line error (errors.Join) with "; ".

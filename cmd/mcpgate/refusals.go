@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"os"
 	"slices"
@@ -379,7 +380,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	fmt.Fprintln(tw, "TIME\tREQUEST ID\tSTATUS\tCODE\tSERVER\tTOOL\tPRINCIPAL\tERROR")
 	for _, rec := range r.Records {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", rec.Time.Local().Format("01-02 15:04:05.000"), rec.RequestID, rec.Status,
-			orDash(rec.Code), orDash(rec.ServerID), orDash(rec.Tool), orDash(rec.Principal), truncate(oneLine(rec.Error), 100))
+			orDash(rec.Code), orDash(rec.ServerID), orDash(rec.Tool), orDash(rec.Principal), clip.String(oneLine(rec.Error), 100))
 	}
 	tw.Flush()
 

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"maps"
 	"math"
 	"slices"
@@ -198,7 +199,7 @@ func ParseItem(item map[string]types.AttributeValue) (*Key, error) {
 	for _, name := range slices.Sorted(maps.Keys(item)) {
 		if !slices.Contains(KeyAttributes(), name) && !strings.HasPrefix(name, "x_") {
 			problems = append(problems, fmt.Sprintf("%s: unknown attribute (known: %s; prefix your own with x_)",
-				truncate(name, 64), strings.Join(KeyAttributes(), ", ")))
+				clip.String(name, clip.Short), strings.Join(KeyAttributes(), ", ")))
 		}
 	}
 	k.MaxParallel = limit(item, AttrMaxParallel, MaxParallelLimit, &problems)
@@ -246,13 +247,6 @@ func limit(item map[string]types.AttributeValue, name string, most int, problems
 		return int(f)
 	}
 	return 0
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // stringsOf reads a string set or a list of strings, sorted.

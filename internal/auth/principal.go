@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"log/slog"
 	"slices"
 	"strings"
@@ -152,22 +153,13 @@ func stateKey(kind Kind, parts ...string) string {
 func clean(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
+		if clip.IsControl(r) {
 			return '?'
 		}
 		return r
 	}, s)
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !isRuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return clip.String(s, n)
 }
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // ValidToolGrant checks one "<server_id>/<tool-glob>" grant, as an admin
 // writes it into a key's tools.

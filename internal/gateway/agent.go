@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"net/http"
 	"slices"
 	"strings"
@@ -40,7 +41,7 @@ func (c *caller) upstream(srv *registry.Server) upstream.Caller {
 			continue
 		}
 		for _, v := range c.header.Values(name) {
-			if len(v) > maxForwardValue || strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
+			if len(v) > maxForwardValue || strings.ContainsFunc(v, clip.IsHeaderControl) {
 				continue
 			}
 			if uc.Header == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"strings"
 	"sync"
 	"unicode"
@@ -41,7 +42,7 @@ func (g *Gateway) arguments(raw json.RawMessage) (any, *fault.Error) {
 		return nil, fault.New(fault.BadRequest, "arguments are nested more than %d deep", g.maxDepth)
 	}
 	if k, ok := duplicateKey(trimmed); ok {
-		return nil, fault.New(fault.BadRequest, "arguments repeat the key %q in one object", truncate(k, 64))
+		return nil, fault.New(fault.BadRequest, "arguments repeat the key %q in one object", clip.String(k, clip.Short))
 	}
 	return json.RawMessage(trimmed), nil
 }
@@ -172,7 +173,7 @@ func (g *Gateway) resolved(srv *registry.Server, t *mcp.Tool) *jsonschema.Resolv
 	e.rs, err = resolveSchema(t.InputSchema)
 	if err != nil {
 		g.log.Warn("a tool's input schema cannot be checked; its arguments go to the upstream unchecked",
-			"server_id", srv.ID, "tool", truncate(t.Name, 128), "error", err.Error())
+			"server_id", srv.ID, "tool", clip.String(t.Name, clip.Name), "error", err.Error())
 	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxSchemas {
@@ -212,7 +213,7 @@ func (g *Gateway) checkArguments(srv *registry.Server, t *mcp.Tool, args any) *f
 		}
 	}
 	if err := rs.Validate(instance); err != nil {
-		return fault.Wrap(errSchema, fault.BadRequest, "arguments do not match the input schema of tool %q: %s", truncate(t.Name, 128), truncate(err.Error(), maxSchemaMessage))
+		return fault.Wrap(errSchema, fault.BadRequest, "arguments do not match the input schema of tool %q: %s", clip.String(t.Name, clip.Name), clip.String(err.Error(), maxSchemaMessage))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"net/http"
 	"strings"
 	"time"
@@ -26,7 +27,7 @@ const queueRetryAfter = time.Second
 // server returns the server the caller may call, or the fault to answer.
 func (g *Gateway) server(ctx context.Context, id string) (*registry.Server, *fault.Error) {
 	rec := recordFrom(ctx)
-	rec.serverID = truncate(id, 64)
+	rec.serverID = clip.String(id, clip.Short)
 	// Access is checked first, so a caller learns nothing about servers
 	// it may not call.
 	if p := principalFrom(ctx); p == nil || !p.Allows(id) {
@@ -38,7 +39,7 @@ func (g *Gateway) server(ctx context.Context, id string) (*registry.Server, *fau
 	case err == nil:
 		return srv, nil
 	case errors.Is(err, registry.ErrNotFound):
-		return nil, fault.New(fault.NotFound, "unknown server %q", truncate(id, 64))
+		return nil, fault.New(fault.NotFound, "unknown server %q", clip.String(id, clip.Short))
 	case errors.As(err, &inv):
 		// Admins see the detail in the log; the caller learns the server
 		// cannot be used until it is fixed.
@@ -63,7 +64,7 @@ func (g *Gateway) callBy(ctx context.Context) time.Time {
 // disallowed_tools, the caller's tool grants) is answered as one that does
 // not exist, before any upstream request.
 func (g *Gateway) tool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams) *fault.Error {
-	unknown := fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, truncate(params.Name, 128))
+	unknown := fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, clip.String(params.Name, clip.Name))
 	c := callerFrom(ctx)
 	if !c.sees(srv, params.Name) {
 		return unknown
@@ -99,7 +100,7 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 // stopped working on it, or the server's cancel_grace runs out.
 func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
 	rec := recordFrom(ctx)
-	rec.tool = truncate(params.Name, 128)
+	rec.tool = clip.String(params.Name, clip.Name)
 	if ferr := g.tool(ctx, srv, params); ferr != nil {
 		return nil, ferr
 	}
@@ -493,22 +494,22 @@ func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 		case strings.HasPrefix(rl.Name, "principal:"):
 			what = fmt.Sprintf("this caller's calls to server %q", srv.ID)
 		case strings.HasPrefix(rl.Name, "tool:"):
-			what = fmt.Sprintf("tool %q of server %q", truncate(tool, 128), srv.ID)
+			what = fmt.Sprintf("tool %q of server %q", clip.String(tool, clip.Name), srv.ID)
 		}
 		return fault.New(fault.RateLimited, "%s may take %d calls a minute; a call may pass again in %v", what, rl.PerMinute, rl.RetryAfter.Round(time.Millisecond)).
 			WithRetryAfter(rl.RetryAfter)
 	case errors.As(err, &open):
 		if open.Principal {
-			return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open for this caller: its own recent calls failed", truncate(tool, 128), srv.ID).
+			return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open for this caller: its own recent calls failed", clip.String(tool, clip.Name), srv.ID).
 				WithRetryAfter(open.RetryAfter)
 		}
-		return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open", truncate(tool, 128), srv.ID).
+		return fault.New(fault.CircuitOpen, "the circuit breaker for tool %q of server %q is open", clip.String(tool, clip.Name), srv.ID).
 			WithRetryAfter(open.RetryAfter)
 	case errors.As(err, &full):
 		what := fmt.Sprintf("server %q", srv.ID)
 		switch full.What {
 		case "tool":
-			what = fmt.Sprintf("tool %q of server %q", truncate(tool, 128), srv.ID)
+			what = fmt.Sprintf("tool %q of server %q", clip.String(tool, clip.Name), srv.ID)
 		case "principal":
 			what = fmt.Sprintf("this caller's share of server %q", srv.ID)
 		}
@@ -592,7 +593,7 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 		return fault.Wrap(err, fault.UpstreamError, "the gateway could not get its credential for server %q; ask an admin to check the server's auth (the log says why)", srv.ID)
 	case upstream.KindRPC:
 		// The upstream's own answer to the caller's request: relay it.
-		msg := truncate(ue.RPC.Message, maxUpstreamMessage)
+		msg := clip.String(ue.RPC.Message, maxUpstreamMessage)
 		if ue.RPC.Code == upstream.CodeRateLimited {
 			return fault.Wrap(err, fault.RateLimited, "server %q is rate limiting: %s", srv.ID, msg).WithRetryAfter(time.Second)
 		}

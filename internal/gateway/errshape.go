@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"net/http"
 	"strings"
 
@@ -165,9 +166,9 @@ func (w *sdkAnswer) finish(id json.RawMessage) *fault.Error {
 	var fe *fault.Error
 	if w.status >= 500 {
 		// Never the SDK's internal text to a client; the log keeps it.
-		fe = fault.Wrap(errors.New(truncate(text, 200)), code, "internal error")
+		fe = fault.Wrap(errors.New(clip.String(text, clip.Message)), code, "internal error")
 	} else {
-		fe = fault.New(code, "%s", truncate(text, 500))
+		fe = fault.New(code, "%s", clip.String(text, 500))
 	}
 	if len(id) == 0 {
 		id = json.RawMessage("null")

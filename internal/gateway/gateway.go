@@ -25,6 +25,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"log/slog"
 	"net"
 	"net/http"
@@ -245,7 +246,7 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		}
 	}
 	g.origins.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeFault(w, r, fault.New(fault.Forbidden, "cross-origin request from %q refused", truncate(r.Header.Get("Origin"), 100)))
+		writeFault(w, r, fault.New(fault.Forbidden, "cross-origin request from %q refused", clip.String(r.Header.Get("Origin"), 100)))
 	}))
 	return g, nil
 }
@@ -296,7 +297,7 @@ func (g *Gateway) Handler() http.Handler {
 		mux.Handle(r.path, h)
 	}
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeFault(w, r, fault.New(fault.NotFound, "no route %s %s", r.Method, truncate(r.URL.Path, 100)))
+		writeFault(w, r, fault.New(fault.NotFound, "no route %s %s", r.Method, clip.String(r.URL.Path, 100)))
 	}))
 	return g.observe(g.origins.Handler(collapseSlashes(mux)))
 }
@@ -313,7 +314,7 @@ func methods(m map[string]http.HandlerFunc) http.Handler {
 			allow = append(allow, method)
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeFault(w, r, fault.New(fault.MethodNotAllowed, "%s is not allowed here", truncate(r.Method, 20)))
+		writeFault(w, r, fault.New(fault.MethodNotAllowed, "%s is not allowed here", clip.String(r.Method, 20)))
 	})
 }
 
@@ -411,7 +412,7 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 			attrs := []any{
 				"request_id", rec.id,
 				"method", r.Method,
-				"path", truncate(r.URL.Path, 200),
+				"path", clip.String(r.URL.Path, clip.Message),
 				"status", sw.status,
 				"duration_ms", time.Since(start).Milliseconds(),
 			}
@@ -467,18 +468,11 @@ func clientIP(r *http.Request) string {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		return host
 	}
-	return truncate(r.RemoteAddr, 64)
+	return clip.String(r.RemoteAddr, clip.Short)
 }
 
 func newRequestID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

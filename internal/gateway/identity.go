@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"net/http"
 	"strings"
 	"time"
@@ -156,7 +157,7 @@ func (g *Gateway) forbidden(ctx context.Context, id string) *fault.Error {
 		if c != nil && c.principal != nil && c.principal.Kind == auth.KindIAM {
 			who = "IAM caller"
 		}
-		return fault.New(fault.Forbidden, "this %s may not call server %q", who, truncate(id, 64))
+		return fault.New(fault.Forbidden, "this %s may not call server %q", who, clip.String(id, clip.Short))
 	}
 	scope := o.Scope(id)
 	return fault.New(fault.Forbidden, "this token's scopes do not grant server %q: it needs scope %s", id, scope).
@@ -183,7 +184,7 @@ func (g *Gateway) resourceMetadata(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(rest, "/mcp/"):
 		id := r.PathValue("server_id")
 		if registry.ValidateID(id) != nil {
-			writeFault(w, r, fault.New(fault.NotFound, "no protected resource %q", truncate(rest, 100)))
+			writeFault(w, r, fault.New(fault.NotFound, "no protected resource %q", clip.String(rest, 100)))
 			return
 		}
 		resource, scope = base+"/mcp/"+id, o.Scope(id)

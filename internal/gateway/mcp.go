@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"net/http"
 	"runtime/debug"
@@ -167,7 +168,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if depth(body) > g.maxDepth+messageDepth {
 		// Refused here rather than by the SDK (whose own bound is a bare
 		// HTTP 400), as a tool call's arguments would be.
-		sc.rec.method = truncate(p.method, 64)
+		sc.rec.method = clip.String(p.method, clip.Short)
 		if p.method == "tools/call" {
 			sc.noteTool(p.name)
 		}
@@ -176,7 +177,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.method != "" && !knownMethods[p.method] {
-		sc.rec.method = truncate(p.method, 64)
+		sc.rec.method = clip.String(p.method, clip.Short)
 		sc.rec.code, sc.rec.outcome = fault.NotFound, "error"
 		if len(p.id) == 0 || string(p.id) == "null" {
 			// An unknown notification: nothing to answer.
@@ -188,7 +189,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 			// From 2026-07-28 an unknown method is also HTTP 404.
 			status = http.StatusNotFound
 		}
-		fe := fault.New(fault.NotFound, "method %q not found", truncate(p.method, 64))
+		fe := fault.New(fault.NotFound, "method %q not found", clip.String(p.method, clip.Short))
 		if len(p.id) == 0 {
 			p.id = json.RawMessage("null")
 		}
@@ -198,7 +199,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	sc.rec.outcome = ""
 	if p.method != "" {
-		sc.rec.method = truncate(p.method, 64)
+		sc.rec.method = clip.String(p.method, clip.Short)
 	}
 
 	srv, err := sc.newServer(ctx, p.method)
@@ -448,7 +449,7 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			// every level, and this request's session filters (Log).
 			r, ok := req.(*mcp.ServerRequest[*mcp.SetLoggingLevelParams])
 			if ok && r.Params != nil && !slices.Contains(logLevels, r.Params.Level) {
-				return nil, invalidParams("unknown log level %q", truncate(string(r.Params.Level), 32))
+				return nil, invalidParams("unknown log level %q", clip.String(string(r.Params.Level), 32))
 			}
 		}
 		return next(hctx, method, req)
@@ -695,13 +696,13 @@ func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Ser
 	}
 	id, tool, ok := strings.Cut(name, ToolSeparator)
 	if !ok || id == "" || tool == "" {
-		return nil, "", fault.New(fault.NotFound, "unknown tool %q: tools here are named <server_id>%s<tool>", truncate(name, 128), ToolSeparator)
+		return nil, "", fault.New(fault.NotFound, "unknown tool %q: tools here are named <server_id>%s<tool>", clip.String(name, clip.Name), ToolSeparator)
 	}
 	srv, ferr := sc.g.server(ctx, id)
 	if ferr != nil {
 		switch ferr.Code {
 		case fault.NotFound, fault.Forbidden:
-			return nil, "", fault.New(ferr.Code, "unknown tool %q", truncate(name, 128))
+			return nil, "", fault.New(ferr.Code, "unknown tool %q", clip.String(name, clip.Name))
 		}
 		return nil, "", ferr
 	}
@@ -713,10 +714,10 @@ func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Ser
 func (sc *mcpScope) noteTool(name string) {
 	if sc.srv == nil {
 		if id, tool, ok := strings.Cut(name, ToolSeparator); ok {
-			sc.rec.serverID, name = truncate(id, 64), tool
+			sc.rec.serverID, name = clip.String(id, clip.Short), tool
 		}
 	}
-	sc.rec.tool = truncate(name, 128)
+	sc.rec.tool = clip.String(name, clip.Name)
 }
 
 // refuse answers a tools/call the caller got wrong (unknown tool, invalid
@@ -742,7 +743,7 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		}
 		return toolError(sc.rec, ferr), nil
 	}
-	sc.rec.tool = truncate(tool, 128)
+	sc.rec.tool = clip.String(tool, clip.Name)
 	args, ferr := sc.g.arguments(p.Arguments)
 	if ferr != nil {
 		return nil, sc.refuse(ferr)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"mime"
 	"net/http"
@@ -205,7 +206,7 @@ func validToolName(name string) *fault.Error {
 		return fault.New(fault.BadRequest, "name (the tool to call) is required")
 	case len(name) > maxToolName:
 		return fault.New(fault.BadRequest, "name is longer than %d bytes", maxToolName)
-	case !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }):
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, clip.IsControl):
 		return fault.New(fault.BadRequest, "name contains invalid characters")
 	}
 	return nil
@@ -258,9 +259,9 @@ func jsonFault(err error, limit int64) *fault.Error {
 		}
 		return fault.New(fault.BadRequest, "%s must be %s, not %s", typeErr.Field, jsonType(typeErr.Type.Kind().String()), typeErr.Value)
 	case strings.HasPrefix(err.Error(), fieldMsg):
-		return fault.New(fault.BadRequest, "unknown field %s", truncate(strings.TrimPrefix(err.Error(), fieldMsg), 80))
+		return fault.New(fault.BadRequest, "unknown field %s", clip.String(strings.TrimPrefix(err.Error(), fieldMsg), 80))
 	default:
-		return fault.New(fault.BadRequest, "invalid JSON: %s", truncate(fmt.Sprint(err), 120))
+		return fault.New(fault.BadRequest, "invalid JSON: %s", clip.String(fmt.Sprint(err), 120))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"maps"
 	"slices"
 	"strings"
@@ -102,7 +103,7 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 			if !errors.As(err, &refused) {
 				return nil, fault.Wrap(err, fault.Internal, "cannot check requestState")
 			}
-			recordFrom(ctx).tool = truncate(params.Name, 128)
+			recordFrom(ctx).tool = clip.String(params.Name, clip.Name)
 			return nil, stateRefused(err)
 		}
 		params.RequestState = opened.State
@@ -122,7 +123,7 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 	if !c.mrtr {
 		return nil, fault.New(fault.BadRequest,
 			"tool %q of server %q needs input from the client (%s); relaying it needs MCP protocol %s or later, and this request uses %s",
-			truncate(params.Name, 128), srv.ID, strings.Join(kindsOf(res.InputRequests), ", "), protocolMRTR, versionOrDefault(c.protocol))
+			clip.String(params.Name, clip.Name), srv.ID, strings.Join(kindsOf(res.InputRequests), ", "), protocolMRTR, versionOrDefault(c.protocol))
 	}
 	var missing []string
 	for _, k := range kindsOf(res.InputRequests) {
@@ -136,7 +137,7 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 			caps[k] = map[string]any{}
 		}
 		data, _ := json.Marshal(map[string]any{"requiredCapabilities": caps})
-		msg := fmt.Sprintf("tool %q of server %q needs the client capabilities %s, which this request did not declare", truncate(params.Name, 128), srv.ID, strings.Join(missing, ", "))
+		msg := fmt.Sprintf("tool %q of server %q needs the client capabilities %s, which this request did not declare", clip.String(params.Name, clip.Name), srv.ID, strings.Join(missing, ", "))
 		return nil, fault.Wrap(&jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: msg, Data: data}, fault.BadRequest, "%s", msg)
 	}
 	sealed, err := g.states.Seal(bind, res.RequestState)
@@ -179,7 +180,7 @@ func versionOrDefault(v string) string {
 	if v == "" {
 		return "2025-03-26 (no MCP-Protocol-Version header)"
 	}
-	return truncate(v, 32)
+	return clip.String(v, 32)
 }
 
 // specError returns the JSON-RPC error of a protocol code the spec

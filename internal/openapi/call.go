@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"mime"
 	"net/http"
@@ -46,7 +47,7 @@ const MaxStructuredBytes = 1 << 20
 func (a *API) Call(ctx context.Context, name string, args json.RawMessage) (*mcp.CallToolResult, error) {
 	op, ok := a.ops[name]
 	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownTool, truncate(name, 140))
+		return nil, fmt.Errorf("%w %q", ErrUnknownTool, clip.String(name, 140))
 	}
 	req, err := op.request(ctx, args, a.header)
 	if err != nil {
@@ -114,9 +115,9 @@ func (op *operation) request(ctx context.Context, raw json.RawMessage, header ht
 	sort.Strings(unknown)
 	for _, name := range unknown {
 		if len(op.argNames) == 0 {
-			problem(truncate(name, 64), "unknown argument (the tool takes none)")
+			problem(clip.String(name, clip.Short), "unknown argument (the tool takes none)")
 		} else {
-			problem(truncate(name, 64), "unknown argument (known: %s)", strings.Join(op.argNames, ", "))
+			problem(clip.String(name, clip.Short), "unknown argument (known: %s)", strings.Join(op.argNames, ", "))
 		}
 	}
 
@@ -218,7 +219,7 @@ func (p *param) serialize(raw json.RawMessage, pathValues map[string]string, que
 		if err != nil {
 			return err
 		}
-		if !validHeaderValue(s) {
+		if !clip.HeaderValue(s) {
 			return errors.New("header value must not contain control characters")
 		}
 		headers.Set(p.name, s)
@@ -308,9 +309,9 @@ func (p *param) addQuery(value any, query url.Values) error {
 			for _, kv := range pairs {
 				if !slices.Contains(p.keys, kv[0]) {
 					if len(p.keys) == 0 {
-						return fmt.Errorf("unknown key %q (the parameter declares no properties)", truncate(kv[0], 64))
+						return fmt.Errorf("unknown key %q (the parameter declares no properties)", clip.String(kv[0], clip.Short))
 					}
-					return fmt.Errorf("unknown key %q (known: %s)", truncate(kv[0], 64), strings.Join(p.keys, ", "))
+					return fmt.Errorf("unknown key %q (known: %s)", clip.String(kv[0], clip.Short), strings.Join(p.keys, ", "))
 				}
 			}
 			for _, kv := range pairs {
@@ -381,17 +382,6 @@ func objectPairs(obj map[string]any) ([][2]string, error) {
 		pairs[i] = [2]string{k, s}
 	}
 	return pairs, nil
-}
-
-// validHeaderValue rejects control characters (tab aside), which would
-// end the header or be refused by the transport.
-func validHeaderValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // success maps a 2xx response.

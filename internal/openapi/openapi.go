@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"net"
 	"net/http"
@@ -188,7 +189,7 @@ func parseHTTPURL(raw string) (*url.URL, error) {
 		return nil, errors.New("not a valid URL")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("scheme must be http or https, not %q", truncate(u.Scheme, 20))
+		return nil, fmt.Errorf("scheme must be http or https, not %q", clip.String(u.Scheme, 20))
 	}
 	if u.Host == "" {
 		return nil, errors.New("has no host")
@@ -282,7 +283,7 @@ func parse(ctx context.Context, data []byte) (*openapi3.T, error) {
 		return nil, fmt.Errorf("%w: openapi version must be a string like \"3.0.3\"", ErrUnsupportedVersion)
 	}
 	if (&openapi3.T{OpenAPI: version}).OpenAPIMajorMinor() == "" {
-		return nil, fmt.Errorf("%w: openapi %q (supported: 3.0, 3.1, 3.2)", ErrUnsupportedVersion, truncate(version, 20))
+		return nil, fmt.Errorf("%w: openapi %q (supported: 3.0, 3.1, 3.2)", ErrUnsupportedVersion, clip.String(version, 20))
 	}
 	loader := openapi3.NewLoader()
 	loader.Context = ctx
@@ -333,11 +334,4 @@ func unwrapURLError(err error) error {
 		return ue.Err
 	}
 	return err
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"maps"
 	"mime"
 	"net/http"
@@ -199,20 +200,20 @@ func resolveServers(servers openapi3.Servers, specURL *url.URL) (*url.URL, error
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("server URL %q is not a valid URL", truncate(raw, 200))
+		return nil, fmt.Errorf("server URL %q is not a valid URL", clip.String(raw, clip.Message))
 	}
 	if !u.IsAbs() {
 		if specURL == nil {
 			if len(servers) == 0 {
 				return nil, errors.New("the document names no server; set Options.BaseURL")
 			}
-			return nil, fmt.Errorf("server URL %q is relative and the document was read from a file; set Options.BaseURL", truncate(raw, 200))
+			return nil, fmt.Errorf("server URL %q is relative and the document was read from a file; set Options.BaseURL", clip.String(raw, clip.Message))
 		}
 		u = specURL.ResolveReference(u)
 		u.RawQuery, u.Fragment = "", ""
 	}
 	if _, err := parseBaseURL(u.String()); err != nil {
-		return nil, fmt.Errorf("server URL %q: %w", truncate(u.Redacted(), 200), err)
+		return nil, fmt.Errorf("server URL %q: %w", clip.String(u.Redacted(), clip.Message), err)
 	}
 	return u, nil
 }
@@ -225,7 +226,7 @@ func buildOperation(doc *openapi3.T, method, path string, item *openapi3.PathIte
 		return nil, nil, skip("no operationId")
 	}
 	if !toolNamePattern.MatchString(name) {
-		return nil, nil, skip("operationId %q is not a valid MCP tool name (use 1 to 128 of A-Z a-z 0-9 _ . -)", truncate(name, 140))
+		return nil, nil, skip("operationId %q is not a valid MCP tool name (use 1 to 128 of A-Z a-z 0-9 _ . -)", clip.String(name, 140))
 	}
 	if method == http.MethodConnect {
 		return nil, nil, skip("method CONNECT is not supported")

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"slices"
 	"strings"
 	"time"
@@ -321,6 +322,6 @@ func oneOf[T ~string](p *parser, name, noun string, values ...T) T {
 		quoted[i] = fmt.Sprintf("%q", string(x))
 	}
 	use := strings.Join(quoted[:len(quoted)-1], ", ") + " or " + quoted[len(quoted)-1]
-	p.fail(name, fmt.Sprintf("%q is not a %s: use %s", truncate(v, 40), noun, use))
+	p.fail(name, fmt.Sprintf("%q is not a %s: use %s", clip.String(v, 40), noun, use))
 	return values[0]
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"net/http"
 	"regexp"
 	"slices"
@@ -129,11 +130,6 @@ var headerToken = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 func validHeaderName(h string) bool { return len(h) <= 128 && headerToken.MatchString(h) }
 
-// validHeaderValue rejects control characters (tab aside).
-func validHeaderValue(s string) bool {
-	return !strings.ContainsFunc(s, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
-}
-
 // ToolAllowed reports whether the server's allowed_tools and
 // disallowed_tools let agents see and call tool.
 func (s *Server) ToolAllowed(tool string) bool {
@@ -174,13 +170,11 @@ func MatchGlob(pattern, name string) bool {
 
 // ValidPattern checks a tool glob: 1 to 128 printable characters.
 func ValidPattern(p string) error {
-	if p == "" || len(p) > maxPattern || strings.ContainsFunc(p, isControl) {
+	if p == "" || len(p) > maxPattern || strings.ContainsFunc(p, clip.IsControl) {
 		return fmt.Errorf("is not a tool pattern (1 to %d printable characters; * and ? are wildcards)", maxPattern)
 	}
 	return nil
 }
-
-func isControl(r rune) bool { return r < ' ' || r == 0x7f }
 
 // auth reads auth: {"type": ..., ...}.
 func (p *parser) auth(name string) *Auth {
@@ -198,7 +192,7 @@ func (p *parser) auth(name string) *Auth {
 				types = append(types, string(t))
 			}
 			sort.Strings(types)
-			ap.fail("type", fmt.Sprintf("%q is not an auth type: use one of %s", truncate(string(a.Type), 40), strings.Join(types, ", ")))
+			ap.fail("type", fmt.Sprintf("%q is not an auth type: use one of %s", clip.String(string(a.Type), 40), strings.Join(types, ", ")))
 		}
 		return nil
 	}
@@ -241,7 +235,7 @@ func (p *parser) auth(name string) *Auth {
 		a.Scope = ap.str("scope", false)
 		a.Audience = ap.str("audience", false)
 		for _, f := range []struct{ name, v string }{{"client_id", a.ClientID}, {"scope", a.Scope}, {"audience", a.Audience}} {
-			if len(f.v) > maxOAuthField || strings.ContainsFunc(f.v, isControl) {
+			if len(f.v) > maxOAuthField || strings.ContainsFunc(f.v, clip.IsControl) {
 				ap.fail(f.name, fmt.Sprintf("must be at most %d printable characters", maxOAuthField))
 			}
 		}
@@ -256,7 +250,7 @@ func validAWSName(s string) bool { return len(s) <= 64 && awsName.MatchString(s)
 // authHeader checks the header an api_key or header credential goes in.
 func authHeader(h string) error {
 	if !validHeaderName(h) {
-		return fmt.Errorf("%q is not a header name", truncate(h, 64))
+		return fmt.Errorf("%q is not a header name", clip.String(h, clip.Short))
 	}
 	if reserved(http.CanonicalHeaderKey(h)) {
 		return fmt.Errorf("%s is set by HTTP or MCP itself and cannot carry a credential", http.CanonicalHeaderKey(h))
@@ -300,14 +294,14 @@ func (p *parser) staticHeaders(name string, a *Auth) map[string]string {
 		v := hp.str(h, false)
 		switch {
 		case !validHeaderName(h):
-			hp.fail(truncate(h, 64), "is not a header name")
+			hp.fail(clip.String(h, clip.Short), "is not a header name")
 		case slices.Contains(credentialHeaders, c):
 			hp.fail(h, "carries a credential: put it in auth, as a secret reference, never as a literal")
 		case reserved(c):
 			hp.fail(h, "is set by HTTP or MCP itself")
 		case a != nil && a.Header == c:
 			hp.fail(h, "is the header auth sets")
-		case len(v) > maxHeaderValue || !validHeaderValue(v):
+		case len(v) > maxHeaderValue || !clip.HeaderValue(v):
 			hp.fail(h, fmt.Sprintf("value must be at most %d bytes without control characters", maxHeaderValue))
 		case out[c] != "":
 			hp.fail(h, "given twice (header names are case-insensitive)")
@@ -333,7 +327,7 @@ func (p *parser) forwardHeaders(name string, a *Auth, static map[string]string) 
 		c := http.CanonicalHeaderKey(h)
 		switch {
 		case !validHeaderName(h):
-			p.fail(name, fmt.Sprintf("%q is not a header name", truncate(h, 64)))
+			p.fail(name, fmt.Sprintf("%q is not a header name", clip.String(h, clip.Short)))
 		case slices.Contains(credentialHeaders, c):
 			p.fail(name, fmt.Sprintf("%s is never forwarded: an agent's credential must not reach an upstream (give the upstream its own in auth)", c))
 		case reserved(c):
@@ -369,7 +363,7 @@ func (p *parser) patterns(name string) []string {
 	}
 	for _, pat := range list {
 		if err := ValidPattern(pat); err != nil {
-			p.fail(name, fmt.Sprintf("%q %v", truncate(pat, 64), err))
+			p.fail(name, fmt.Sprintf("%q %v", clip.String(pat, clip.Short), err))
 			return nil
 		}
 	}

@@ -3,6 +3,7 @@ package registry
 import (
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"math"
 	"net/url"
 	"regexp"
@@ -217,7 +218,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.]{0,63}$`)
 // tools "<server_id>-<tool>" and splits at the first '-'.
 func ValidateID(id string) error {
 	if !idPattern.MatchString(id) {
-		return fmt.Errorf("server_id %q is invalid: use 1 to 64 letters, digits, '_' or '.' ('-' is reserved as the tool name separator)", truncate(id, 80))
+		return fmt.Errorf("server_id %q is invalid: use 1 to 64 letters, digits, '_' or '.' ('-' is reserved as the tool name separator)", clip.String(id, 80))
 	}
 	return nil
 }
@@ -283,7 +284,7 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 	}
 	sort.Strings(unknown)
 	for _, name := range unknown {
-		p.fail(truncate(name, 64), "unknown attribute (known: "+strings.Join(KnownAttributes(), ", ")+"; prefix your own with x_)")
+		p.fail(clip.String(name, clip.Short), "unknown attribute (known: "+strings.Join(KnownAttributes(), ", ")+"; prefix your own with x_)")
 	}
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -304,7 +305,7 @@ func validateURL(raw string) error {
 		return errors.New("not a valid URL")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("scheme must be http or https, not %q", truncate(u.Scheme, 20))
+		return fmt.Errorf("scheme must be http or https, not %q", clip.String(u.Scheme, 20))
 	}
 	if u.Host == "" {
 		return errors.New("has no host")
@@ -381,7 +382,7 @@ func (p *parser) number(name string) (float64, bool) {
 	}
 	f, err := strconv.ParseFloat(n.Value, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		p.fail(name, fmt.Sprintf("%q is not a number", truncate(n.Value, 40)))
+		p.fail(name, fmt.Sprintf("%q is not a number", clip.String(n.Value, 40)))
 		return 0, false
 	}
 	return f, true
@@ -453,13 +454,6 @@ func (p *parser) seconds(name string, def, max time.Duration) time.Duration {
 	return d
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
 // sub returns a parser for a nested map attribute, naming its fields
 // "parent.field" in errors.
 func (p *parser) sub(name string) (*parser, bool) {
@@ -488,7 +482,7 @@ func (p *parser) unknown(known ...string) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		p.fail(truncate(name, 64), "unknown attribute (known: "+strings.Join(known, ", ")+")")
+		p.fail(clip.String(name, clip.Short), "unknown attribute (known: "+strings.Join(known, ", ")+")")
 	}
 }
 
@@ -510,8 +504,8 @@ func (p *parser) tools(name string) map[string]ToolLimits {
 	}
 	sort.Strings(names)
 	for _, tool := range names {
-		if tool == "" || len(tool) > maxToolName || strings.ContainsFunc(tool, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-			tp.fail(truncate(tool, 64), fmt.Sprintf("is not a tool name (1 to %d printable characters)", maxToolName))
+		if tool == "" || len(tool) > maxToolName || strings.ContainsFunc(tool, clip.IsControl) {
+			tp.fail(clip.String(tool, clip.Short), fmt.Sprintf("is not a tool name (1 to %d printable characters)", maxToolName))
 			continue
 		}
 		one, ok := tp.sub(tool)

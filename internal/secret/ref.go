@@ -3,6 +3,7 @@ package secret
 import (
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"regexp"
 	"strings"
 )
@@ -80,7 +81,7 @@ func ParseRef(s string) (Ref, error) {
 	case SecretsManager:
 		r.Name, r.Key, _ = strings.Cut(rest, "#")
 		if strings.Contains(rest, "#") {
-			if r.Key == "" || len(r.Key) > maxKey || strings.ContainsFunc(r.Key, isControl) {
+			if r.Key == "" || len(r.Key) > maxKey || strings.ContainsFunc(r.Key, clip.IsControl) {
 				return Ref{}, fmt.Errorf("secretsmanager reference: the JSON key after # must be 1 to %d printable characters", maxKey)
 			}
 		}
@@ -100,5 +101,3 @@ func ParseRef(s string) (Ref, error) {
 	}
 	return r, nil
 }
-
-func isControl(r rune) bool { return r < ' ' || r == 0x7f }

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"log/slog"
 	"net/http"
@@ -335,7 +336,7 @@ func (c *credential) prepare(req *http.Request) (*http.Request, string, error) {
 // headerValue renders a secret value as its header's value.
 func headerValue(a *registry.Auth, v string) (string, error) {
 	v = strings.TrimSpace(v)
-	if strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+	if strings.ContainsFunc(v, clip.IsControl) {
 		return "", fmt.Errorf("the value of %s contains control characters, which cannot go in a header", a.Secret)
 	}
 	switch a.Type {
@@ -548,7 +549,7 @@ func tokenError(err error) error {
 			status = re.Response.StatusCode
 		}
 		if re.ErrorCode != "" {
-			return fmt.Errorf("token endpoint answered HTTP %d, error %q", status, truncate(re.ErrorCode, 64))
+			return fmt.Errorf("token endpoint answered HTTP %d, error %q", status, clip.String(re.ErrorCode, clip.Short))
 		}
 		return fmt.Errorf("token endpoint answered HTTP %d", status)
 	}
@@ -557,11 +558,4 @@ func tokenError(err error) error {
 		return fmt.Errorf("token endpoint: %w", ue.Err)
 	}
 	return fmt.Errorf("token endpoint: %w", err)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
