@@ -67,8 +67,10 @@ type attempt struct {
 	// looks, when it first saw so: past ClaimWindow, still there with its
 	// turn come, its caller is presumed gone.
 	turnSince map[string]time.Time
-	// failures counts the store errors in a row while it waits.
+	// failures counts the store errors in a row while it waits; takeErrs
+	// the takes that met one.
 	failures int
+	takeErrs int
 }
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
@@ -108,7 +110,8 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			t := v.ticketFor(a.me.id)
 			switch {
 			case t != nil:
-				a.n = t.n
+				// Its join landed, and took its tokens with it.
+				a.n, a.charged = t.n, true
 			case a.n != 0:
 				// Its ticket is gone: presumed gone itself after its turn
 				// came and went, or purged past its deadline.
@@ -414,6 +417,7 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 		bq := u.path(QueueAttr, t.id)
 		u.remove(bq, u.path(TicketsAttr, t.id))
 		u.cond(bq + " = " + u.num(t.n))
+		u.count(u.path(FreedAttr), 1)
 	}
 	probe := false
 	if br := a.req.Breaker; br != nil {
@@ -425,6 +429,12 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 		probe = u.admit(br, st, id, a.me.label, exp, now)
 	}
 	u.ttl(exp)
+	// A take is judged from v at now: sent again later, it could land on a
+	// turn that has passed (a lease lapsing meanwhile lets a blocked caller
+	// go first). It is sent once; after a store error the caller looks
+	// again and judges anew, finding its lease if the take landed after
+	// all.
+	u.once = true
 	a.asked = time.Now()
 	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.unsure = max(a.unsure, exp) })
 	if err == nil {
@@ -436,7 +446,14 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 		return ls, nil, err
 	}
 	if !errors.Is(err, errCondition) {
-		return nil, nil, err
+		if a.takeErrs++; a.takeErrs >= writeAttempts || !storeError(err) || ctx.Err() != nil {
+			return nil, nil, err
+		}
+		if err := a.pause(ctx, backoff(a.takeErrs), time.Now().Add(writeMaxBackoff)); err != nil {
+			return nil, nil, err
+		}
+		nv, err := a.l.read(ctx, a.req.Key)
+		return nil, nv, err
 	}
 	// Not landed, unless the item shows it did (the caller's loop looks).
 	return nil, nv, nil
@@ -640,13 +657,15 @@ func (a *attempt) withdraw(ctx context.Context) {
 	u := newUpdate()
 	u.remove(u.path(QueueAttr, id))
 	a.endTicket(u, now)
+	// A ticket leaving, like a place freed, can change whose turn it is
+	// for the callers behind it: freed tells the takes judged before.
+	u.count(u.path(FreedAttr), 1)
 	if a.unsure != 0 {
 		// A take of it may have landed unseen.
 		u.remove(u.path(LeasesAttr, id))
 		for _, set := range a.ownSets() {
 			u.del(u.path(set), id)
 		}
-		u.count(u.path(FreedAttr), 1)
 	}
 	if !a.maps {
 		// As far as it saw, the item has no maps yet, for a tombstone to go

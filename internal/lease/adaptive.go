@@ -189,7 +189,10 @@ func (ls *Lease) PauseFor(d time.Duration) {
 // pause adds the lease's pause to u, unless v shows a later one.
 func (ls *Lease) pause(u *update, v *view) {
 	if ls.pauseUntil > 0 && (v == nil || v.paused < ls.pauseUntil) {
-		u.set(u.path(PausedAttr), u.num(ls.pauseUntil))
+		// Never shorten a pause another release wrote meanwhile.
+		pp := u.path(PausedAttr)
+		u.cond("(attribute_not_exists(" + pp + ") OR " + pp + " < " + u.num(ls.pauseUntil) + ")")
+		u.set(pp, u.num(ls.pauseUntil))
 	}
 }
 

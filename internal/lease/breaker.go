@@ -381,16 +381,16 @@ func (l *Limiter) acquireBreaker(ctx context.Context, req Request) (*Lease, erro
 	}
 	wallNow, localNow := l.clock(), time.Now()
 	hold := req.hold(localNow)
-	ls := &Lease{l: l, key: req.Key, id: l.newLeaseID(), breaker: br, label: req.Holder, noPlace: true, failsSeen: int64(len(st.failed)),
+	ls := &Lease{l: l, key: req.Key, id: l.newLeaseID(), breaker: br, label: req.Holder, noPlace: true, failsSeen: st.failed,
 		exps: []int64{wallNow.Add(hold + l.margin).UnixMilli()}, CallDeadline: localNow.Add(hold), since: localNow}
 	ls.Expiry = time.UnixMilli(ls.exp())
 	if st.phase(wallNow.UnixMilli()) == phaseHalfOpen {
 		u := newUpdate()
 		u.admit(br, &st, ls.id, req.Holder, ls.exp(), wallNow.UnixMilli())
-		if _, err := l.write(ctx, req.Key, u, nil); errors.Is(err, errCondition) {
+		if nv, err := l.write(ctx, req.Key, u, nil); errors.Is(err, errCondition) && nv.breakers[br.Name].probe != ls.id {
 			l.stats.circuitOpen.Add(1)
 			return nil, &CircuitOpenError{Name: br.Name, HalfOpen: true, RetryAfter: 50 * time.Millisecond}
-		} else if err != nil {
+		} else if err != nil && !errors.Is(err, errCondition) {
 			return nil, err
 		}
 		ls.probe = true
@@ -403,12 +403,21 @@ func (l *Limiter) acquireBreaker(ctx context.Context, req Request) (*Lease, erro
 // finishBreaker reports the outcome of a call that took no place.
 func (ls *Lease) finishBreaker(ctx context.Context, o Outcome) (Transition, error) {
 	l, br := ls.l, ls.breaker
-	if !ls.probe && (o == Abandoned || o == Success && ls.failsSeen == 0) {
+	if !ls.probe && (o == Abandoned || o == Success && len(ls.failsSeen) == 0) {
 		l.stats.released.Add(1)
 		return NoTransition, nil
 	}
 	u := newUpdate()
-	u.outcome(br, ls.id, ls.label, ls.probe, o, l.clock())
+	if !ls.probe && o == Success {
+		// The failures it saw, and no later ones: this write has no
+		// condition, so a copy of it may land after newer failures.
+		fp := u.path(br.attrs().failed)
+		for _, f := range ls.failsSeen {
+			u.del(fp, f)
+		}
+	} else {
+		u.outcome(br, ls.id, ls.label, ls.probe, o, l.clock())
+	}
 	unsure := false
 	v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 	if errors.Is(err, errCondition) {

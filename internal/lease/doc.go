@@ -17,7 +17,7 @@
 //	tickets            M   ticket id → {p: principal, d: deadline, t: tool, c: tool cap},
 //	                       or a tombstone {x: until}
 //	seq                N   tickets issued
-//	freed              N   places freed
+//	freed              N   places freed and tickets gone without one
 //	call_ms            N   how long calls on the key last (a running mean)
 //	breaker_*:<tool>   the circuit breakers (see Breaker)
 //	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
@@ -41,19 +41,26 @@
 //     id holds no lease and that every cap keeps room for the callers whose
 //     turn comes before this one. With no view of the item it also requires
 //     the queue to be empty: an uncontended call reads nothing and costs
-//     two writes, take and release.
+//     two writes, take and release. A take is judged for the moment it is
+//     made, so it is sent once: after a store error its caller reads the
+//     item and judges again (finding its lease if the take landed).
 //   - Join: when the caller may not take a place and will wait, it adds its
 //     ticket: ADD 1 to seq and set queue.<id> to the new value in one write
 //     (both operands read the item as it was), on condition that fewer than
 //     MaxQueued tickets wait. The queue's order comes from the store.
 //   - Release: REMOVE the lease and its set members, and the holder's
 //     ticket if one was left; ADD 1 to freed; the call's outcome to the
-//     breaker; on condition that the lease is there.
+//     breaker; on condition that the lease is there. What else it carries
+//     (purges, a pause, a move of the limit) has conditions of its own;
+//     when one fails while the lease is there, the release is made again
+//     without it.
 //   - Renew: SET leases.<id> to a later expiry, on condition that it holds
 //     an expiry this holder wrote.
 //   - Purge: any write removes up to maxPurge stale entries it saw —
 //     expired leases (whole), tickets past their deadline, lapsed
-//     tombstones — each conditioned on the value seen.
+//     tombstones — each conditioned on the value seen. A write that
+//     removes a ticket other than by its take (a caller giving up, a purge,
+//     a bypass) ADDs 1 to freed: the tickets behind it may rank otherwise.
 //
 // Waiters pull: nobody hands a place to a waiter, so no place can go to a
 // caller that is not there. A waiter reads the item when its place is
@@ -69,7 +76,8 @@
 //
 // A take judged from a view is conditioned on what could change whose turn
 // it is: seq as seen (nobody joined), freed as seen while others wait (no
-// place was freed, which could unblock or promote someone), its own
+// place was freed and no ticket left, either of which could unblock or
+// promote someone), its own
 // principal's set as seen while others wait (how many places the principal
 // holds ranks it), and in every cap, room left for each caller whose turn
 // comes before it — so two callers who each see themselves next behind
@@ -86,9 +94,11 @@
 // could add a lease or ticket for it is conditioned against, lasting until
 // whatever that write could create would have lapsed on its own on any
 // clock within Margin of its caller's (so it is written even when that has
-// lapsed on the caller's clock alone). A waiter
-// that meets a store error keeps its ticket and looks again, until its
-// deadline.
+// lapsed on the caller's clock alone); a renewal whose outcome was unknown
+// lengthens it to the expiry that renewal may have set. A waiter that
+// meets a store error keeps its ticket and looks again, until its
+// deadline. A retried release that finds its lease gone counts as landed
+// only while the lease's earliest possible expiry is more than Margin away.
 //
 // A request's rate buckets are charged in the write that admits it (its
 // take, or its join when it waits), one token each, on condition that the
@@ -96,14 +106,21 @@
 // lease released as Unused (the call was never made) gives its tokens
 // back. A bucket is one number, its GCRA arrival time; the charge's
 // condition compares it with now, never with a value another write just
-// changed, so concurrent callers do not fail each other.
+// changed, so concurrent callers do not fail each other. A waiter whose
+// ticket the item shows has paid in its join. Writes that nothing in the
+// item could tell from their own resend — the charge of a call that takes
+// no place, a refund of one, which have no lease to condition on — are
+// sent once: a token may be lost to a store error, never counted twice.
+// A call with a breaker and no place reports success by deleting exactly
+// the failures it saw, so a copy landing late leaves newer ones.
 //
 // With Adaptive, the key's cap is the item's limit, within [Min, Cap]. A
 // take with a view is conditioned on the limit it saw; one without, on
 // the stored limit itself (size(leases) < limit). The releases move it,
 // each move conditioned on the limit its releaser saw; a release whose
 // move lost a race gives its place back without it. A release may also
-// set paused_until (its upstream's Retry-After): every take is
+// set paused_until (its upstream's Retry-After), on condition that no
+// later pause stands, so a pause is never shortened: every take is
 // conditioned on it having passed, waiters look again when it does, and
 // callers that do not wait are refused (Paused).
 //
@@ -130,29 +147,37 @@
 //  3. A lease is whole: every set member is a lease, and a lease leaves
 //     every set with it, by release or purge; a late renewal cannot bring
 //     it back (TestPurgeRemovesWholeLeases,
-//     TestRenewalCannotRestoreAPurgedLease).
+//     TestRenewalCannotRestoreAPurgedLease,
+//     TestLateRenewalCannotReviveAFinishedLease).
 //  4. An entry is purged only if it still holds the value seen, which had
 //     lapsed: a lease renewed meanwhile stays (TestRenewedLeaseIsNotPurged).
 //  5. No place goes to a caller that is not there: a caller that gave up,
 //     a write of it landing late, or a holder's stray ticket never gets one
 //     (TestGaveUpCallerNeverGetsAPlace,
 //     TestLateLandingTakeAfterGivingUpFails,
-//     TestReleaseRemovesItsHoldersTicket).
+//     TestReleaseRemovesItsHoldersTicket,
+//     TestTombstoneOutlivesALateTakeOnSlowerClocks).
 //  6. Places go in turn: a take lands only for a caller whose turn it is in
-//     the item as the write finds it (TestNewcomerDoesNotPassAQueuedCaller,
+//     the item as the write finds it, at the moment the take was made
+//     (TestNewcomerDoesNotPassAQueuedCaller,
 //     TestFairBetweenPrincipals, TestBlockedTicketDoesNotHoldUpAFreePlace,
-//     TestOpenBreakerDoesNotHoldUpTheQueue).
+//     TestOpenBreakerDoesNotHoldUpTheQueue,
+//     TestLeavingTicketFailsATakeJudgedBefore, TestTakeIsJudgedWhenSent).
 //  7. At most MaxQueued callers wait (TestQueueIsBounded).
 //  8. A release is idempotent and knows its own retry: a second or copied
 //     release frees nothing, and a retried release whose earlier attempt
 //     landed reports success with its outcome counted once
-//     (TestDoubleReleaseIsHarmless, TestRetriedReleaseCountsOnce).
+//     (TestDoubleReleaseIsHarmless, TestRetriedReleaseCountsOnce,
+//     TestRetriedReleaseAfterUnknownRenewal); a release is not lost to
+//     the other writes it carries (TestReleaseSurvivesARacingPurge).
 //  9. The breaker counts each finished call once and consecutive failures
 //     only; an abandoned call leaves it as it was; one principal's failures
 //     open it for that principal alone, two principals' for everyone; one
 //     probe at a time (TestOnePrincipalCannotOpenTheBreakerForOthers,
 //     TestBreakerOpensWhenTwoPrincipalsFail,
-//     TestBreakerCountsConsecutiveFailures, TestBreakerElectsExactlyOneProbe).
+//     TestBreakerCountsConsecutiveFailures, TestBreakerElectsExactlyOneProbe,
+//     TestLateSuccessDoesNotWipeNewerFailures,
+//     TestLostProbeElectionAnswerStillProbes).
 //  10. Waiting costs no write while nothing changes: the item's write units
 //     per second grow with the calls made, and its size with the callers
 //     holding and waiting, not with waiters times time
@@ -165,7 +190,9 @@
 //     most PerMinute calls plus one an interval, less the tokens given
 //     back, give or take one token for clocks skewed by less than an
 //     interval; a waiter pays once (TestRateLimitAdmitsItsBurstExactly,
-//     TestWaiterPaysItsTokenOnce, TestPerPrincipalRates).
+//     TestWaiterPaysItsTokenOnce, TestPerPrincipalRates,
+//     TestWaiterWhoseJoinWasUnknownPaysOnce, TestTokenOnlyCallPaysOnce,
+//     TestRefundWithoutAPlaceCountsOnce).
 //  14. An adaptive limit stays within [Min, Cap], and a take leaves at most
 //     the limit it was conditioned on; it moves once per round of calls
 //     down, and up only with calls that filled it
@@ -173,7 +200,9 @@
 //     TestAdaptiveLimitDoesNotInflateWhenIdle,
 //     TestSteadyFailuresKeepTheLimitAtItsFloor,
 //     TestBaselineDoesNotDriftUnderLoad, TestAdaptiveLimitFindsTheKnee).
-//  15. No place is taken while the key is paused (TestPauseHoldsEveryCaller).
+//  15. No place is taken while the key is paused, and a pause is never
+//     shortened (TestPauseHoldsEveryCaller,
+//     TestShorterPauseDoesNotShortenALongerOne).
 //
 // # Guarantee
 //

@@ -33,6 +33,11 @@ type update struct {
 	adds    map[string][]string // set path → members, or number path → [amount]
 	dels    map[string][]string
 	counts  map[string]int64
+	// once: the write is sent at most once. Its resend could apply it
+	// twice (nothing in it fails the second time), or apply what was
+	// judged for another moment; its caller decides what follows an
+	// error.
+	once bool
 }
 
 func newUpdate() *update {
@@ -162,6 +167,7 @@ func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
 		n++
 		if u.purgeTicket(st, v) {
 			p.queue++
+			u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
 		}
 	}
 	for _, attr := range slices.Sorted(mapKeys(v.rates)) {
@@ -239,7 +245,8 @@ func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 // timeout, a connection reset, a server error: the store may have applied
 // it) is retried, identically, and unknown is called: such an attempt may
 // still land later. A caller's writes are built so that the retry of one
-// that landed fails its condition and shows it.
+// that landed fails its condition and shows it; a write that cannot be
+// (once) is not retried.
 func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func()) (*view, error) {
 	in := &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(l.table),
@@ -287,7 +294,7 @@ func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func
 		if unsure && unknown != nil {
 			unknown()
 		}
-		if !retry || ctx.Err() != nil {
+		if !retry || u.once || ctx.Err() != nil {
 			break
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -359,9 +360,9 @@ type Lease struct {
 	// rates are the buckets its admission took a token from.
 	rates []Rate
 	// noPlace: the lease took no place, only tokens or its breaker's say;
-	// failsSeen is the failure count its breaker had.
+	// failsSeen are the failures its breaker had counted.
 	noPlace   bool
-	failsSeen int64
+	failsSeen []string
 }
 
 // TakesPlace reports whether the lease holds a place under a cap (else it
@@ -378,3 +379,7 @@ func (ls *Lease) ID() string { return ls.id }
 func (ls *Lease) Key() string { return ls.key }
 
 func (ls *Lease) exp() int64 { return ls.exps[len(ls.exps)-1] }
+
+// firstExp is the earliest expiry the store may hold for the lease: when
+// another instance may first take it for lapsed.
+func (ls *Lease) firstExp() int64 { return slices.Min(ls.exps) }

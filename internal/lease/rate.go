@@ -131,6 +131,10 @@ func (l *Limiter) acquireTokens(ctx context.Context, req Request) (*Lease, error
 			}
 		}
 		u := newUpdate()
+		// Nothing in the item tells this charge's resend from another
+		// call's: it is sent once, so a call pays at most once (a charge
+		// whose outcome is unknown fails the call, its token maybe spent).
+		u.once = true
 		notPaused(u, now)
 		for _, r := range req.Rates {
 			tat := int64(0)

@@ -81,17 +81,28 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 	}
 	l := ls.l
 	if ls.noPlace {
-		if outcome == Unused && len(ls.rates) > 0 || ls.pauseUntil > 0 {
+		refund := outcome == Unused && len(ls.rates) > 0
+		for pause := ls.pauseUntil > 0; refund || pause; pause = false {
+			// Nothing in the item tells a landed refund from one to make:
+			// it is sent once, so a token goes back at most once.
 			u := newUpdate()
-			if outcome == Unused {
+			u.once = true
+			if refund {
 				for _, r := range ls.rates {
 					u.refund(r)
 				}
 			}
-			ls.pause(u, nil)
-			if _, err := l.write(ctx, ls.key, u, nil); err != nil && !errors.Is(err, errCondition) {
-				return NoTransition, err
+			if pause {
+				ls.pause(u, nil)
 			}
+			_, err := l.write(ctx, ls.key, u, nil)
+			if err == nil || !errors.Is(err, errCondition) {
+				if err != nil {
+					return NoTransition, err
+				}
+				break
+			}
+			// A longer pause stands: give the tokens back without it.
 		}
 		if ls.breaker == nil {
 			l.stats.released.Add(1)
@@ -105,9 +116,9 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		took = time.Since(ls.since)
 		b.heldFor(took)
 	}
-	probe, adapt, unsure := ls.probe, true, false
+	probe, adapt, extras, unsure := ls.probe, true, true, false
 	for {
-		u, moved := ls.release(outcome, probe, adapt, b, took)
+		u, moved := ls.release(outcome, probe, adapt, extras, b, took)
 		v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
@@ -121,7 +132,13 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 				// the place back without moving it.
 				adapt = false
 				continue
-			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.exp()-l.margin.Milliseconds():
+			case v.leases[ls.id] != 0 && extras:
+				// What it purged on the way, or the pause it asked for,
+				// was changed by another write first: give the place
+				// back without them.
+				extras = false
+				continue
+			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds():
 				// An attempt of this write whose outcome was unknown, and
 				// the lease gone before anyone, whatever their clock's
 				// skew, could take it for expired: that attempt landed.
@@ -147,9 +164,10 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 // release is the write that gives the place back, after a call that took
 // took. It moves the key's call length (call_ms) a quarter of the way
 // towards took: a running mean the whole fleet's releases write; with
-// adapt, it moves the adaptive limit if the call calls for it (moved),
-// and it writes the pause the call's upstream asked for.
-func (ls *Lease) release(outcome Outcome, probe, adapt bool, b *board, took time.Duration) (u *update, moved bool) {
+// adapt, it moves the adaptive limit if the call calls for it (moved);
+// with extras, it purges what its process's recent view shows stale and
+// writes the pause the call's upstream asked for.
+func (ls *Lease) release(outcome Outcome, probe, adapt, extras bool, b *board, took time.Duration) (u *update, moved bool) {
 	l := ls.l
 	now := l.clock()
 	ms := now.UnixMilli()
@@ -166,7 +184,9 @@ func (ls *Lease) release(outcome Outcome, probe, adapt bool, b *board, took time
 	u.count(u.path(FreedAttr), 1)
 	mean := int64(0)
 	if v := b.recent(recentView); v != nil {
-		u.purge(v, ms, ls.id)
+		if extras {
+			u.purge(v, ms, ls.id)
+		}
 		mean = v.callMS
 	}
 	if took > 0 {
@@ -182,7 +202,9 @@ func (ls *Lease) release(outcome Outcome, probe, adapt bool, b *board, took time
 		}
 	}
 	latest, _, _ := b.latest()
-	ls.pause(u, latest)
+	if extras {
+		ls.pause(u, latest)
+	}
 	if adapt {
 		moved = ls.adapt(u, latest, outcome, took, ms)
 	}
@@ -231,8 +253,10 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 		return ErrNotHeld
 	case err != nil:
 		if unsure {
-			// It may have landed: the next renewal accepts either.
+			// It may have landed: the next renewal accepts either, and
+			// the release's tombstone covers it.
 			ls.exps = append(ls.exps[len(ls.exps)-1:], exp)
+			ls.unsure = max(ls.unsure, exp)
 		}
 		return fmt.Errorf("lease: renew %s: %w", ls.id, err)
 	}

@@ -1100,7 +1100,11 @@ func simSeeds(t *testing.T) []uint64 {
 // simRegressionSeeds are seeds that once found a defect; every run of the
 // simulation replays them.
 var simRegressionSeeds = []uint64{
-	7402, // a release left no tombstone for a take landing late whose lease had lapsed on the releaser's clock only
+	7402,   // a release left no tombstone for a take landing late whose lease had lapsed on the releaser's clock only
+	42933,  // a ticket that left promoted another past a take judged before (freed did not change)
+	136540, // the same
+	133846, // a take resent after an unknown outcome landed on a turn judged for an earlier moment
+	136859, // the same
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and

@@ -1,0 +1,559 @@
+package lease
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Schedules that each once broke a promise of doc.go, built by hand against
+// the in-memory store (in fake time).
+
+// skewClock is a wall clock that the test moves on by hand, apart from
+// the (fake) monotonic time the limiter's timers and boards use.
+type skewClock struct{ off atomic.Int64 }
+
+func (c *skewClock) now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *skewClock) advance(d time.Duration) { c.off.Add(int64(d)) }
+
+func itemView(t *testing.T, db API, key string) *view {
+	t.Helper()
+	out, err := db.GetItem(context.Background(), &dynamodb.GetItemInput{Key: itemKey(key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseItem(out.Item)
+}
+
+func rawItem(t *testing.T, db API, key string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := db.GetItem(context.Background(), &dynamodb.GetItemInput{Key: itemKey(key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item
+}
+
+// condHas matches a write whose condition expression, names expanded,
+// contains s.
+func condHas(s string) func(*dynamodb.UpdateItemInput) bool {
+	return func(in *dynamodb.UpdateItemInput) bool {
+		return strings.Contains(expand(in, aws.ToString(in.ConditionExpression)), s)
+	}
+}
+
+// Invariant 8 / 9 (and the Release step of the protocol: "on condition
+// that the lease is there"): a release also purges what its process's
+// recent view shows stale, conditioned on the values seen. When another
+// write purged the same entry first, the release's condition fails while
+// its lease is still there, and Finish reports ErrNotHeld: the place is
+// not given back (it stays taken until it expires) and the call's outcome
+// never reaches the breaker.
+func TestReleaseSurvivesARacingPurge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		clk := &skewClock{}
+		ctx := context.Background()
+		mk := func(id string) *Limiter {
+			return New(db, "leases", Options{InstanceID: id, Clock: clk.now})
+		}
+		lc, ld, la := mk("c"), mk("d"), mk("a")
+		if err := lc.create(ctx, "srv"); err != nil {
+			t.Fatal(err)
+		}
+		br := &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}
+		short := Request{Key: "srv", Cap: 5, Hold: time.Second, Holder: "pc"}
+		long := Request{Key: "srv", Cap: 5, Hold: 30 * time.Second, Holder: "p", Tool: "t", Breaker: br}
+		if _, err := lc.Acquire(ctx, short); err != nil { // will lapse: a dead holder's lease
+			t.Fatal(err)
+		}
+		d, err := ld.Acquire(ctx, long)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := la.Acquire(ctx, long)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.advance(10 * time.Second) // c's lease has lapsed; a's and d's have not
+		// d's release purges c's lease, as its recent view shows it stale…
+		if _, err := d.Finish(ctx, Success); err != nil {
+			t.Fatalf("d's release: %v", err)
+		}
+		// …and a's release, whose recent view shows the same, must still
+		// give its place back and count its failure.
+		tr, err := a.Finish(ctx, Failure)
+		v := itemView(t, db, "srv")
+		if _, held := v.leases[a.ID()]; held || err != nil {
+			t.Errorf("a's release: %v (transition %q); its lease still in the item: %v — the place stays taken until it expires", err, tr, held)
+		}
+		if st := v.breakers["t"]; st.openUntil == 0 && len(st.own) == 0 {
+			t.Errorf("a's failure did not reach the breaker (threshold 1): failed %v", st.failed)
+		}
+	})
+}
+
+// Invariant 13: a token given back goes back once. A call that took only
+// tokens (no place) and was never made (Unused) gives them back in a write
+// with no condition, which the limiter retries when its answer is lost:
+// the refund lands twice and the bucket admits a call more than it gives.
+func TestRefundWithoutAPlaceCountsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		l := New(f, "leases", Options{InstanceID: "i"})
+		ctx := context.Background()
+		r := Request{Key: "srv", Hold: time.Second, Holder: "p", Rates: []Rate{{Name: "server", PerMinute: 2}}}
+		if _, err := l.Acquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		b, err := l.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// b's call is never made; the answer to its refund is lost.
+		f.arm(rule{match: writes("SET", RateAttr("server")), fate: lose})
+		// Its outcome unknown, the refund is not sent again: it may say so.
+		_, _ = b.Finish(ctx, Unused)
+		// One call made, one token back: one more call may pass now, not two.
+		admitted := 1
+		for range 3 {
+			if _, err := l.Acquire(ctx, r); err == nil {
+				admitted++
+			}
+		}
+		if admitted > 2 {
+			t.Errorf("%d calls made at one instant under a bucket of 2 a minute (one token given back, twice)", admitted)
+		}
+	})
+}
+
+// The Rate doc: a call takes one token from each bucket in the write that
+// admits it. A call that takes only tokens and whose charge's answer is
+// lost (it landed) is charged again by the next attempt of its loop.
+func TestTokenOnlyCallPaysOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		l := New(f, "leases", Options{InstanceID: "i"})
+		ctx := context.Background()
+		r := Request{Key: "srv", Hold: time.Second, Holder: "p", Rates: []Rate{{Name: "server", PerMinute: 2}}}
+		f.arm(rule{match: writes("SET", RateAttr("server")), fate: lose})
+		// The charge landed but its caller cannot know: it may be refused
+		// (a store error), never charged twice.
+		_, _ = l.Acquire(ctx, r)
+		if _, err := l.Acquire(ctx, r); err != nil {
+			t.Errorf("the second call of a bucket of 2 a minute, at once: %v (the first paid twice)", err)
+		}
+	})
+}
+
+// Invariant 13, "a waiter pays once": a waiter whose join landed but every
+// attempt of it failed with an unknown outcome looks again, finds its
+// ticket, and pays a second token in its take.
+func TestWaiterWhoseJoinWasUnknownPaysOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		holders := New(f, "leases", Options{InstanceID: "h"})
+		w := New(f, "leases", Options{InstanceID: "w"})
+		ctx := context.Background()
+		rate := []Rate{{Name: "server", PerMinute: 10}}
+		h, err := holders.Acquire(ctx, Request{Key: "srv", Cap: 1, Hold: 30 * time.Second, Holder: "h", MaxQueued: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The join lands, its answer lost; its retries are not sent.
+		f.arm(rule{match: writes("SET", QueueAttr), fate: lose})
+		for range writeAttempts - 1 {
+			f.arm(rule{match: writes("SET", QueueAttr), fate: hold})
+		}
+		got := make(chan error, 1)
+		go func() {
+			ls, err := w.Acquire(ctx, Request{Key: "srv", Cap: 1, Hold: 30 * time.Second, Holder: "w", MaxQueued: 4, Wait: 20 * time.Second, Rates: rate})
+			if err == nil {
+				_, err = ls.Finish(ctx, Success)
+			}
+			got <- err
+		}()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if _, err := h.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+		v := itemView(t, f.API, "srv")
+		// One token taken from a bucket of 10 a minute: its arrival time is
+		// one interval (6 s) past when it was taken, not two.
+		if tat, now := v.rates[RateAttr("server")], time.Now().UnixMilli(); tat-now > rate[0].interval() {
+			t.Errorf("the waiter paid %d tokens", (tat-now+rate[0].interval()-1)/rate[0].interval())
+		}
+	})
+}
+
+// Invariants 3 and 5: a tombstone lasts until what a late write of its
+// caller could create would have lapsed on its own, and a late renewal
+// cannot bring a lease back. But a renewal whose outcome was unknown is
+// not counted in the tombstone's length: a take that lands after the
+// tombstone lapsed makes a lapsed lease, and the renewal landing after it
+// makes that lease live again, for a caller that finished long before.
+func TestLateRenewalCannotReviveAFinishedLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		clk := &skewClock{}
+		ctx := context.Background()
+		l := New(f, "leases", Options{InstanceID: "i", Clock: clk.now})
+		other := New(f, "leases", Options{InstanceID: "o", Clock: clk.now})
+		if err := l.create(ctx, "srv"); err != nil {
+			t.Fatal(err)
+		}
+		// The take's first attempt is held in the network; its retry lands.
+		f.arm(rule{match: condHas("attribute_not_exists(leases."), fate: hold})
+		ls, err := l.Acquire(ctx, Request{Key: "srv", Cap: 2, Hold: 30 * time.Second, Holder: "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Halfway through, a renewal whose every attempt is held.
+		clk.advance(15 * time.Second)
+		for range writeAttempts {
+			f.arm(rule{match: condHas(LeasesAttr + "." + ls.ID() + " = "), fate: hold})
+		}
+		if err := ls.Renew(ctx, 30*time.Second); err == nil {
+			t.Fatal("the renewal was not held")
+		}
+		if _, err := ls.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+		// The tombstone lapses and is purged.
+		clk.advance(ls.Expiry.Sub(clk.now()) + l.margin + time.Second)
+		v, err := other.read(ctx, "srv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.purgeAll(ctx, "srv", v); err != nil {
+			t.Fatal(err)
+		}
+		// Now the held attempts land, in the order they were sent.
+		landed := f.release()
+		v = itemView(t, f.API, "srv")
+		if exp, ok := v.leases[ls.ID()]; ok && exp >= clk.now().UnixMilli() {
+			t.Errorf("writes landing late (%v) left the finished caller a live lease for %v more", landed, time.UnixMilli(exp).Sub(clk.now()))
+		}
+	})
+}
+
+// Invariant 9: the breaker counts consecutive failures. A call with a
+// breaker and no place reports its success with an unconditioned REMOVE of
+// the failures, which the limiter retries when the outcome is unknown: an
+// attempt landing late, after a newer failure, wipes that failure.
+func TestLateSuccessDoesNotWipeNewerFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		l := New(f, "leases", Options{InstanceID: "i"})
+		ctx := context.Background()
+		br := &Breaker{Name: "b", Threshold: 3, Recovery: time.Minute}
+		r := Request{Key: "srv", Hold: time.Second, Holder: "p", Breaker: br}
+		call := func(o Outcome) {
+			t.Helper()
+			ls, err := l.Acquire(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ls.Finish(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		call(Failure)
+		// A success after it: its first attempt is held, its retry lands.
+		f.arm(rule{match: writes("REMOVE", "breaker_failed:b"), fate: hold})
+		call(Success)
+		call(Failure) // a failure after the success
+		f.release()   // the success's first attempt lands late
+		call(Failure)
+		call(Failure)
+		// Three failures in a row since the last success: open.
+		if st := itemView(t, f.API, "srv").breakers["b"]; len(st.failed) != 3 && len(st.own) == 0 && st.openUntil == 0 {
+			t.Errorf("after three failures in a row the breaker counts %d and is closed", len(st.failed))
+		}
+	})
+}
+
+// Invariant 9, one probe, and "a probe that dies does not wedge the
+// breaker": a call with no place that wins the probe's election but whose
+// answer was lost is refused (its retry finds itself the probe and takes
+// that for another), leaving the breaker half-open with a probe that never
+// runs, refusing everyone until its lease would have expired.
+func TestLostProbeElectionAnswerStillProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		l := New(f, "leases", Options{InstanceID: "i"})
+		ctx := context.Background()
+		br := &Breaker{Name: "b", Threshold: 2, Recovery: time.Second}
+		for _, p := range []string{"p", "q"} {
+			ls, err := l.Acquire(ctx, Request{Key: "srv", Hold: 30 * time.Second, Holder: p, Breaker: br})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ls.Finish(ctx, Failure); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := itemView(t, f.API, "srv").breakers["b"]; st.openUntil == 0 {
+			t.Fatal("the breaker did not open")
+		}
+		time.Sleep(2 * time.Second) // half-open
+		f.arm(rule{match: writes("SET", "breaker_probe:b"), fate: lose})
+		ls, err := l.Acquire(ctx, Request{Key: "srv", Hold: 30 * time.Second, Holder: "p", Breaker: br})
+		st := itemView(t, f.API, "srv").breakers["b"]
+		if err != nil && st.probe != "" {
+			t.Errorf("the caller elected probe %s was refused (%v): the breaker waits %v for a probe that never runs",
+				st.probe, err, time.Until(time.UnixMilli(st.probeExp)).Round(time.Second))
+		}
+		if err == nil && !ls.Probe() {
+			t.Errorf("the caller passed a half-open breaker without being its probe (probe %q)", st.probe)
+		}
+	})
+}
+
+// Invariant 15 and the Pause step: a release sets paused_until to its own
+// upstream's Retry-After unless its view shows a later one; with a stale
+// view it overwrites a longer pause another instance's release just wrote,
+// and a place is taken while the upstream asked for none.
+func TestShorterPauseDoesNotShortenALongerOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		la := New(db, "leases", Options{InstanceID: "a"})
+		lb := New(db, "leases", Options{InstanceID: "b"})
+		r := Request{Key: "srv", Cap: 4, Hold: 30 * time.Second, Holder: "p"}
+		a, err := la.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := lb.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.PauseFor(time.Minute)
+		b.PauseFor(5 * time.Second)
+		if _, err := a.Finish(ctx, Overloaded); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Finish(ctx, Overloaded); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		if ls, err := la.Acquire(ctx, r); err == nil {
+			t.Errorf("a place was taken %v into a pause of a minute (the item's pause: %v)", 10*time.Second,
+				time.UnixMilli(itemView(t, db, "srv").paused).Sub(time.Now().Add(-10*time.Second)))
+			_, _ = ls.Finish(ctx, Success)
+		}
+	})
+}
+
+// Invariant 8: a retried release reports success only when its earlier
+// attempt landed. When a renewal's outcome was unknown the lease may
+// expire at either expiry; the release takes the later one for the
+// deadline before which nobody else can have removed the lease, so a
+// release whose first attempt never landed, and whose lease another
+// instance purged at the earlier expiry (its clock ahead within the
+// margin), reports success, its failure never counted.
+func TestRetriedReleaseAfterUnknownRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		clk := &skewClock{}
+		ahead := &skewClock{}
+		ahead.off.Store(int64(1500 * time.Millisecond)) // within the 2 s margin
+		ctx := context.Background()
+		l := New(f, "leases", Options{InstanceID: "i", Clock: clk.now})
+		other := New(f, "leases", Options{InstanceID: "o", Clock: func() time.Time { return clk.now().Add(time.Duration(ahead.off.Load())) }})
+		br := &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}
+		ls, err := l.Acquire(ctx, Request{Key: "srv", Cap: 2, Hold: 30 * time.Second, Holder: "p", Tool: "t", Breaker: br})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := ls.Expiry
+		clk.advance(15 * time.Second)
+		for range writeAttempts {
+			f.arm(rule{match: condHas(LeasesAttr + "." + ls.ID() + " = "), fate: hold})
+		}
+		if err := ls.Renew(ctx, 30*time.Second); err == nil {
+			t.Fatal("the renewal was not held")
+		}
+		f.held = nil // those attempts never land
+		// The call ends at its deadline (first - margin); its release's first
+		// attempt is lost before it is sent, and meanwhile another instance
+		// purges the lease, lapsed on its clock.
+		clk.advance(first.Sub(clk.now()) - l.margin + 600*time.Millisecond)
+		f.arm(rule{match: writes("REMOVE", LeasesAttr), fate: hold, after: func() {
+			v, err := other.read(ctx, "srv")
+			if err == nil {
+				_, err = other.purgeAll(ctx, "srv", v)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}})
+		_, err = ls.Finish(ctx, Failure)
+		f.held = nil
+		st := itemView(t, f.API, "srv").breakers["t"]
+		if err == nil && len(st.failed) == 0 && len(st.own) == 0 && st.openUntil == 0 {
+			t.Errorf("the release reported success, but it never landed: its failure was not counted")
+		}
+	})
+}
+
+// Invariant 6: places go in turn, in the item as the take finds it. A
+// take reserves, in each cap, room for the tickets whose turn comes before
+// it as it saw them, conditioned on nobody having joined (seq) and no
+// place freed (freed). But a ticket that leaves (its caller gave up, or a
+// purge or bypass removed it) changes nothing either counts, and can
+// promote another ticket of its principal past the taker: here Y (q, #1)
+// and the newcomer m were each to get one of two free places; once Y
+// leaves, Z (q, #2) ranks before m and gets tool a's one place — yet m's
+// take, still reserving only for Y, lands and takes it.
+func TestLeavingTicketFailsATakeJudgedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		lf := New(db, "leases", Options{InstanceID: "f"})
+		r := func(holder, tool string, toolCap int) Request {
+			return Request{Key: "srv", Cap: 3, Hold: 30 * time.Second, Holder: holder, MaxQueued: 8, Wait: 20 * time.Second, Tool: tool, ToolCap: toolCap}
+		}
+		var fs []*Lease
+		for range 3 {
+			ls, err := lf.Acquire(ctx, r("f", "", 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, ls)
+		}
+		join := func(inst, holder, tool string, toolCap int) *attempt {
+			l := New(db, "leases", Options{InstanceID: inst})
+			a := &attempt{l: l, req: r(holder, tool, toolCap), b: l.board("srv"), start: time.Now()}
+			a.me = asker{id: l.newLeaseID(), label: holder, tool: tool, toolCap: toolCap}
+			v, err := l.read(ctx, "srv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.join(ctx, v); err != nil {
+				t.Fatal(err)
+			}
+			a.maps = true
+			return a
+		}
+		y := join("y", "q", "", 0)
+		join("z", "q", "a", 1)
+		release(t, fs[0])
+		release(t, fs[1]) // two places free: Y's and, after it, m's
+		lm := New(db, "leases", Options{InstanceID: "m"})
+		m := &attempt{l: lm, req: r("m", "a", 1), b: lm.board("srv"), start: time.Now()}
+		m.req.Wait = 0
+		m.me = asker{id: lm.newLeaseID(), label: "m", tool: "a", toolCap: 1}
+		v, err := lm.read(ctx, "srv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served, ahead, bypass := m.decide(v, m.now())
+		if !served || len(ahead) != 1 || ahead[0].id != y.me.id {
+			t.Fatalf("m's view: served %v, ahead %v; want served behind Y", served, ahead)
+		}
+		y.withdraw(ctx) // Y gives up
+		before := itemView(t, db, "srv")
+		if ok, _ := before.turn(m.now(), &m.me, m.caps(before), nil); ok {
+			t.Fatal("with Y gone it is still m's turn; the schedule does not test anything")
+		}
+		ls, _, err := m.take(ctx, v, ahead, bypass)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls != nil {
+			t.Errorf("m took tool a's one place while Z, ranked before it once Y left, waits for it (queue %d, leases %d)",
+				len(before.queue), len(itemView(t, db, "srv").leases))
+		}
+	})
+}
+
+// Invariant 6, as the fault simulation judges it (seeds 133846 and 136859
+// of LEASE_SIM_FROM=40001 LEASE_SIM_SEEDS=100000): a take is judged once,
+// when it is built, but the limiter resends the same write when an
+// attempt's outcome is unknown, up to writeAttempts times over a few
+// hundred ms. A lease that expires in between frees a place for a ticket
+// it blocked (here Z's tool), and the resent take lands on that ticket's
+// turn: Z (p, #1) for tool a, blocked only by o's lease, ranks before the
+// newcomer of its own principal for p's last place once that lease lapses.
+func TestTakeIsJudgedWhenSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		clk := &skewClock{}
+		ctx := context.Background()
+		mk := func(id string) *Limiter { return New(f, "leases", Options{InstanceID: id, Clock: clk.now}) }
+		r := func(holder, tool string, toolCap int, hold time.Duration) Request {
+			return Request{Key: "srv", Hold: hold, Holder: holder, PrincipalCap: 2, MaxQueued: 8, Wait: 20 * time.Second, Tool: tool, ToolCap: toolCap}
+		}
+		lo := mk("o")
+		if _, err := lo.Acquire(ctx, r("o", "a", 1, time.Second)); err != nil { // tool a's one place, lapsing at +3 s
+			t.Fatal(err)
+		}
+		lp := mk("p")
+		if _, err := lp.Acquire(ctx, r("p", "", 0, 30*time.Second)); err != nil { // one of p's two places
+			t.Fatal(err)
+		}
+		lz := mk("z")
+		z := &attempt{l: lz, req: r("p", "a", 1, 30*time.Second), b: lz.board("srv"), start: time.Now()}
+		z.me = asker{id: lz.newLeaseID(), label: "p", tool: "a", toolCap: 1}
+		v, err := lz.read(ctx, "srv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := z.join(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+		clk.advance(2900 * time.Millisecond)
+		lm := mk("m")
+		m := &attempt{l: lm, req: r("p", "", 0, 30*time.Second), b: lm.board("srv"), start: time.Now()}
+		m.me = asker{id: lm.newLeaseID(), label: "p"}
+		v, err = lm.read(ctx, "srv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served, ahead, bypass := m.decide(v, m.now())
+		if !served || len(ahead) != 0 {
+			t.Fatalf("m's view: served %v, ahead %v; want served, Z blocked by tool a", served, ahead)
+		}
+		// The take's first attempt is lost before it is sent; by the retry,
+		// o's lease has lapsed.
+		var judgedAt int64
+		f.arm(rule{fate: hold, after: func() { clk.advance(200 * time.Millisecond); judgedAt = clk.now().UnixMilli() }})
+		pre := map[string]types.AttributeValue{}
+		f.arm(rule{match: func(*dynamodb.UpdateItemInput) bool { // never matches: notes the item each write finds
+			pre = rawItem(t, f.API, "srv")
+			return false
+		}})
+		ls, _, err := m.take(ctx, v, ahead, bypass)
+		f.held = nil
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls == nil {
+			return
+		}
+		if ok, before := parseItem(pre).turn(judgedAt, &m.me, m.caps(parseItem(pre)), nil); !ok {
+			t.Errorf("m's resent take landed on p's last place while, as the item stood when it was sent, it was the turn of %v", ids(before))
+		}
+	})
+}
+
+func ids(ts []*ticket) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.id)
+	}
+	return out
+}
