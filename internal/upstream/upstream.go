@@ -459,7 +459,7 @@ func (p *Pool) credential(srv *registry.Server) *credential {
 
 // empty reports whether the credential adds nothing to requests.
 func (c *credential) empty() bool {
-	return c.auth == nil && len(c.static) == 0 && len(c.forward) == 0
+	return c.provider == nil && len(c.static) == 0 && len(c.forward) == 0
 }
 
 // sessionClient is the HTTP client of srv's MCP sessions: the pool's, held
