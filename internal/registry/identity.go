@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -67,14 +68,33 @@ type Auth struct {
 	TokenURL, ClientID, Scope, Audience string
 }
 
-// authFields lists, per type, the fields an auth map may have.
-var authFields = map[AuthType][]string{
-	AuthBearer: {"type", "secret"},
-	AuthAPIKey: {"type", "secret", "header"},
-	AuthBasic:  {"type", "secret"},
-	AuthHeader: {"type", "header", "secret"},
-	AuthSigV4:  {"type", "service", "region"},
-	AuthOAuth2: {"type", "token_url", "client_id", "secret", "scope", "audience"},
+// authSpec is one auth type's part of the auth map: the fields it may
+// have, and how those of its own are read (type and secret are read for
+// every type that has them). A new auth type is its constant and its entry
+// in authSpecs here, and its provider in package upstream.
+type authSpec struct {
+	fields []string
+	read   func(ap *parser, a *Auth)
+}
+
+// authSpecs holds every auth type's spec.
+var authSpecs = map[AuthType]authSpec{
+	AuthBearer: {[]string{"type", "secret"}, (*parser).authorization},
+	AuthAPIKey: {[]string{"type", "secret", "header"}, func(ap *parser, a *Auth) { ap.authHeader(a, DefaultAPIKeyHeader) }},
+	AuthBasic:  {[]string{"type", "secret"}, (*parser).authorization},
+	AuthHeader: {[]string{"type", "header", "secret"}, func(ap *parser, a *Auth) { ap.authHeader(a, "") }},
+	AuthSigV4:  {[]string{"type", "service", "region"}, (*parser).sigV4},
+	AuthOAuth2: {[]string{"type", "token_url", "client_id", "secret", "scope", "audience"}, (*parser).oauth2},
+}
+
+// AuthTypes lists the auth types, sorted.
+func AuthTypes() []AuthType {
+	out := make([]AuthType, 0, len(authSpecs))
+	for t := range authSpecs {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Limits on the identity attributes.
@@ -184,71 +204,82 @@ func (p *parser) auth(name string) *Auth {
 	}
 	defer p.merge(ap)
 	a := &Auth{Type: AuthType(ap.str("type", true))}
-	known, ok := authFields[a.Type]
+	spec, ok := authSpecs[a.Type]
 	if !ok {
 		if a.Type != "" {
-			types := make([]string, 0, len(authFields))
-			for t := range authFields {
+			types := make([]string, 0, len(authSpecs))
+			for _, t := range AuthTypes() {
 				types = append(types, string(t))
 			}
-			sort.Strings(types)
 			ap.fail("type", fmt.Sprintf("%q is not an auth type: use one of %s", clip.String(string(a.Type), 40), strings.Join(types, ", ")))
 		}
 		return nil
 	}
-	ap.unknown(known...)
-	if slices.Contains(known, "secret") {
+	ap.unknown(spec.fields...)
+	if slices.Contains(spec.fields, "secret") {
 		a.Secret = ap.ref("secret")
 	}
-	switch a.Type {
-	case AuthAPIKey, AuthHeader:
-		h := ap.str("header", a.Type == AuthHeader)
-		if h == "" && a.Type == AuthAPIKey {
-			h = DefaultAPIKeyHeader
+	spec.read(ap, a)
+	return a
+}
+
+// authorization: bearer, basic and oauth2_client_credentials credentials
+// go in the Authorization header.
+func (p *parser) authorization(a *Auth) { a.Header = "Authorization" }
+
+// authHeader reads the header an api_key or header credential goes in:
+// def if the map names none, required if def is "".
+func (p *parser) authHeader(a *Auth, def string) {
+	h := p.str("header", def == "")
+	if h == "" {
+		h = def
+	}
+	if h != "" {
+		if err := validAuthHeader(h); err != nil {
+			p.fail("header", err.Error())
 		}
-		if h != "" {
-			if err := authHeader(h); err != nil {
-				ap.fail("header", err.Error())
-			}
-			a.Header = http.CanonicalHeaderKey(h)
-		}
-	case AuthBearer, AuthBasic:
-		a.Header = "Authorization"
-	case AuthSigV4:
-		a.Service = ap.str("service", true)
-		a.Region = ap.str("region", false)
-		if a.Service != "" && !validAWSName(a.Service) {
-			ap.fail("service", "is not an AWS service signing name (e.g. lambda, execute-api, bedrock-agentcore)")
-		}
-		if a.Region != "" && !validAWSName(a.Region) {
-			ap.fail("region", "is not an AWS region name (e.g. eu-west-1)")
-		}
-	case AuthOAuth2:
-		a.Header = "Authorization"
-		a.TokenURL = ap.str("token_url", true)
-		if a.TokenURL != "" {
-			if err := validateURL(a.TokenURL); err != nil {
-				ap.fail("token_url", err.Error())
-			}
-		}
-		a.ClientID = ap.str("client_id", true)
-		a.Scope = ap.str("scope", false)
-		a.Audience = ap.str("audience", false)
-		for _, f := range []struct{ name, v string }{{"client_id", a.ClientID}, {"scope", a.Scope}, {"audience", a.Audience}} {
-			if len(f.v) > maxOAuthField || strings.ContainsFunc(f.v, clip.IsControl) {
-				ap.fail(f.name, fmt.Sprintf("must be at most %d printable characters", maxOAuthField))
-			}
+		a.Header = http.CanonicalHeaderKey(h)
+	}
+}
+
+// sigV4 reads what aws_sigv4 signs for.
+func (p *parser) sigV4(a *Auth) {
+	a.Service = p.str("service", true)
+	a.Region = p.str("region", false)
+	if a.Service != "" && !validAWSName(a.Service) {
+		p.fail("service", "is not an AWS service signing name (e.g. lambda, execute-api, bedrock-agentcore)")
+	}
+	if a.Region != "" && !validAWSName(a.Region) {
+		p.fail("region", "is not an AWS region name (e.g. eu-west-1)")
+	}
+}
+
+// oauth2 reads the client credentials grant's settings.
+func (p *parser) oauth2(a *Auth) {
+	a.Header = "Authorization"
+	a.TokenURL = p.str("token_url", true)
+	if a.TokenURL != "" {
+		if err := validateURL(a.TokenURL); err != nil {
+			p.fail("token_url", err.Error())
 		}
 	}
-	return a
+	a.ClientID = p.str("client_id", true)
+	a.Scope = p.str("scope", false)
+	a.Audience = p.str("audience", false)
+	for _, f := range []struct{ name, v string }{{"client_id", a.ClientID}, {"scope", a.Scope}, {"audience", a.Audience}} {
+		if len(f.v) > maxOAuthField || strings.ContainsFunc(f.v, clip.IsControl) {
+			p.fail(f.name, fmt.Sprintf("must be at most %d printable characters", maxOAuthField))
+		}
+	}
 }
 
 var awsName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 
 func validAWSName(s string) bool { return len(s) <= 64 && awsName.MatchString(s) }
 
-// authHeader checks the header an api_key or header credential goes in.
-func authHeader(h string) error {
+// validAuthHeader checks the header an api_key or header credential goes
+// in.
+func validAuthHeader(h string) error {
 	if !validHeaderName(h) {
 		return fmt.Errorf("%q is not a header name", clip.String(h, clip.Short))
 	}
@@ -412,7 +443,8 @@ func (s *Server) IdentityKey() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s%s", s.Transport, s.URL, s.SpecURL, s.SpecPath)
 	if a := s.Auth; a != nil {
-		fmt.Fprintf(&b, "\x00auth %s %s %s %s %s %s %s %s %s", a.Type, a.Secret, a.Header, a.Service, a.Region, a.TokenURL, a.ClientID, a.Scope, a.Audience)
+		b.WriteString("\x00auth")
+		a.identity(&b)
 	}
 	for _, h := range sortedHeaderNames(s.StaticHeaders) {
 		fmt.Fprintf(&b, "\x00static %s=%s", h, s.StaticHeaders[h])
@@ -422,6 +454,17 @@ func (s *Server) IdentityKey() string {
 		b.WriteString("\x00local")
 	}
 	return b.String()
+}
+
+// identity writes every field of a, in the order Auth declares them, each
+// after a space: a field added to Auth is part of the identity without
+// being named here. (For the fields Auth has had since identity keys were
+// first kept, in catalogs and request states, the key is what it was.)
+func (a *Auth) identity(b *strings.Builder) {
+	v := reflect.ValueOf(a).Elem()
+	for i := range v.NumField() {
+		fmt.Fprintf(b, " %v", v.Field(i).Interface())
+	}
 }
 
 func sortedHeaderNames(m map[string]string) []string {

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -189,5 +190,48 @@ func TestIdentityBounds(t *testing.T) {
 		if _, err := Parse(with(c.kv...)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want %q", err, c.want)
 		}
+	}
+}
+
+// TestIdentityKeyStable: identity keys are kept (a catalog's endpoint, a
+// sealed request state's upstream), so the key of an auth is what it has
+// always been.
+func TestIdentityKeyStable(t *testing.T) {
+	srv, err := Parse(with("auth", authOf("type", "oauth2_client_credentials", "token_url", "https://idp.example.com/token",
+		"client_id", "gw", "secret", "secretsmanager:mcpgate/tok#k", "scope", "read", "audience", "api")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := srv.Auth
+	want := fmt.Sprintf("%s %s %s%s", srv.Transport, srv.URL, srv.SpecURL, srv.SpecPath) +
+		"\x00auth oauth2_client_credentials secretsmanager:mcpgate/tok#k Authorization   https://idp.example.com/token gw read api" +
+		"\x00forward "
+	if got := srv.IdentityKey(); got != want {
+		t.Errorf("IdentityKey() = %q, want %q (%+v)", got, want, *a)
+	}
+}
+
+// TestIdentityKeyEveryAuthField: two auths that differ in any one field
+// have different identity keys.
+func TestIdentityKeyEveryAuthField(t *testing.T) {
+	srv, _ := Parse(base())
+	srv.Auth = &Auth{}
+	key := srv.IdentityKey()
+	v := reflect.ValueOf(srv.Auth).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		before := reflect.ValueOf(f.Interface())
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Struct: // secret.Ref
+			f.Set(reflect.ValueOf(secret.Ref{Kind: secret.Env, Name: "X"}))
+		default:
+			t.Fatalf("Auth.%s is a %s: give it a value here", v.Type().Field(i).Name, f.Kind())
+		}
+		if srv.IdentityKey() == key {
+			t.Errorf("Auth.%s is not part of the identity key", v.Type().Field(i).Name)
+		}
+		f.Set(before)
 	}
 }

@@ -1,29 +1,18 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	"golang.org/x/oauth2"
-	"golang.org/x/oauth2/clientcredentials"
-	"golang.org/x/sync/singleflight"
-
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/secret"
@@ -141,60 +130,147 @@ func trimSuffix6(name string) string {
 // credential adds one server identity's headers and credential.
 type credential struct {
 	serverID string
-	auth     *registry.Auth
 	static   map[string]string
 	forward  []string
-	secrets  Secrets
-	reserved []Reserved
-	sigv4    *sigV4
-	token    *tokenSource
+	// provider adds the server's auth; nil for none.
+	provider provider
 	log      *slog.Logger
 }
 
-type sigV4 struct {
-	creds   aws.CredentialsProvider
-	service string
-	region  string
-	signer  *v4.Signer
+// A provider adds one auth type's credential to requests. Each auth type
+// has one, in a file of its own (auth_<type>.go), made by the function
+// providers holds for the type; the server's identity key, which decides
+// what it shares, is every field of its parsed auth
+// (registry.Server.IdentityKey).
+type provider interface {
+	// apply sets the credential on req, a copy of the caller's, and returns
+	// the secret value or token it used: "" for none, or one that cannot
+	// be refreshed.
+	apply(ctx context.Context, req *http.Request) (string, error)
+	// refresh reads the credential anew after the upstream refused the
+	// value used, and reports whether there is a different one to try.
+	refresh(ctx context.Context, used string) (bool, error)
+	// kind names the credential in logs: its auth type.
+	kind() registry.AuthType
+}
+
+// providers makes, per auth type, a server's provider.
+var providers = map[registry.AuthType]func(p *Pool, srv *registry.Server) provider{
+	registry.AuthBearer: newBearer,
+	registry.AuthAPIKey: newAPIKey,
+	registry.AuthBasic:  newBasic,
+	registry.AuthHeader: newHeader,
+	registry.AuthSigV4:  newSigV4,
+	registry.AuthOAuth2: newOAuth2,
 }
 
 // newCredential builds srv's credential.
 func (p *Pool) newCredential(srv *registry.Server) *credential {
-	c := &credential{
-		serverID: srv.ID, auth: srv.Auth, static: srv.StaticHeaders, forward: srv.ForwardHeaders,
-		secrets: p.secrets, reserved: p.reserved, log: p.log,
-	}
+	c := &credential{serverID: srv.ID, static: srv.StaticHeaders, forward: srv.ForwardHeaders, log: p.log}
 	if a := srv.Auth; a != nil {
-		switch a.Type {
-		case registry.AuthSigV4:
-			region := a.Region
-			if region == "" {
-				region = p.awsRegion
-			}
-			c.sigv4 = &sigV4{creds: p.awsCreds, service: a.Service, region: region, signer: v4.NewSigner()}
-		case registry.AuthOAuth2:
-			c.token = &tokenSource{
-				cfg: clientcredentials.Config{
-					ClientID: a.ClientID, TokenURL: a.TokenURL,
-					Scopes: strings.Fields(a.Scope),
-					// RFC 6749 2.3.1: servers must accept HTTP Basic; one
-					// style means one request per attempt.
-					AuthStyle: oauth2.AuthStyleInHeader,
-				},
-				secretRef: a.Secret, secrets: p.secrets, reserved: p.reserved, serverID: srv.ID, now: time.Now,
-				// A token request carries the client secret: it never
-				// follows a redirect.
-				client: &http.Client{
-					Transport:     p.clientFor(srv).Transport,
-					CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-				},
-			}
-			if a.Audience != "" {
-				c.token.cfg.EndpointParams = url.Values{"audience": {a.Audience}}
-			}
+		if newProvider, ok := providers[a.Type]; ok {
+			c.provider = newProvider(p, srv)
+		} else {
+			c.provider = unknownAuth(a.Type)
 		}
 	}
 	return c
+}
+
+// unknownAuth is the provider of an auth type that has none: it sends
+// nothing. (A parsed server's auth type always has one.)
+type unknownAuth registry.AuthType
+
+func (u unknownAuth) kind() registry.AuthType { return registry.AuthType(u) }
+
+func (u unknownAuth) apply(context.Context, *http.Request) (string, error) {
+	return "", fmt.Errorf("the gateway cannot send credentials of auth type %q", string(u))
+}
+
+func (u unknownAuth) refresh(context.Context, string) (bool, error) { return false, nil }
+
+// secretOf is a credential's secret: its reference, read with the pool's
+// resolver and checked against the reserved secrets.
+type secretOf struct {
+	ref      secret.Ref
+	secrets  Secrets
+	reserved []Reserved
+}
+
+func (p *Pool) secretOf(ref secret.Ref) *secretOf {
+	return &secretOf{ref: ref, secrets: p.secrets, reserved: p.reserved}
+}
+
+// usable checks, before anything is read, that the secret can be read and
+// is not a reserved one.
+func (s *secretOf) usable() error {
+	if s.secrets == nil {
+		return errors.New("the gateway has no secret resolver configured")
+	}
+	return refused(s.reserved, s.ref, "")
+}
+
+// read returns the secret's value.
+func (s *secretOf) read(ctx context.Context) (string, error) {
+	v, err := s.secrets.Resolve(ctx, s.ref)
+	if err == nil {
+		err = refused(s.reserved, s.ref, v)
+	}
+	if err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
+// reread returns the secret's value read anew, after stale was refused.
+func (s *secretOf) reread(ctx context.Context, stale string) (string, error) {
+	v, err := s.secrets.Refresh(ctx, s.ref, stale)
+	if err == nil {
+		err = refused(s.reserved, s.ref, v)
+	}
+	return v, err
+}
+
+// secretHeader sends a secret's value in a header, as render makes it
+// (nil: as it is): the bearer, api_key, basic and header providers.
+type secretHeader struct {
+	typ    registry.AuthType
+	header string
+	secret *secretOf
+	// render gets the value trimmed, without control characters.
+	render func(v string) (string, error)
+}
+
+func (p *Pool) secretHeader(a *registry.Auth, render func(string) (string, error)) *secretHeader {
+	return &secretHeader{typ: a.Type, header: a.Header, secret: p.secretOf(a.Secret), render: render}
+}
+
+func (s *secretHeader) kind() registry.AuthType { return s.typ }
+
+func (s *secretHeader) apply(ctx context.Context, req *http.Request) (string, error) {
+	if err := s.secret.usable(); err != nil {
+		return "", err
+	}
+	v, err := s.secret.read(ctx)
+	if err != nil {
+		return "", err
+	}
+	hv := strings.TrimSpace(v)
+	if strings.ContainsFunc(hv, clip.IsControl) {
+		return "", fmt.Errorf("the value of %s contains control characters, which cannot go in a header", s.secret.ref)
+	}
+	if s.render != nil {
+		if hv, err = s.render(hv); err != nil {
+			return "", err
+		}
+	}
+	req.Header.Set(s.header, hv)
+	return v, nil
+}
+
+func (s *secretHeader) refresh(ctx context.Context, used string) (bool, error) {
+	v, err := s.secret.reread(ctx, used)
+	return err == nil && v != used, err
 }
 
 // credTransport applies a credential to the requests of one upstream.
@@ -249,7 +325,7 @@ func (t *credTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	changed, rerr := t.cred.refresh(req.Context(), used)
 	if rerr != nil || !changed {
 		t.cred.log.Warn("upstream refused the gateway's credential", "server_id", t.cred.serverID, "status", resp.StatusCode,
-			"credential", string(t.cred.auth.Type), "reread", errText(rerr, "unchanged"))
+			"credential", string(t.cred.provider.kind()), "reread", errText(rerr, "unchanged"))
 		return resp, nil
 	}
 	t.cred.log.Info("upstream refused the gateway's credential; sending again with the value read anew", "server_id", t.cred.serverID, "status", resp.StatusCode)
@@ -290,272 +366,18 @@ func (c *credential) prepare(req *http.Request) (*http.Request, string, error) {
 	for name, v := range c.static {
 		out.Header.Set(name, v)
 	}
-	a := c.auth
-	if a == nil {
+	if c.provider == nil {
 		return out, "", nil
 	}
-	ctx := req.Context()
-	fail := func(err error) (*http.Request, string, error) {
+	used, err := c.provider.apply(req.Context(), out)
+	if err != nil {
 		return nil, "", &CredentialError{ServerID: c.serverID, Err: err}
 	}
-	if a.Type != registry.AuthSigV4 && c.secrets == nil {
-		return fail(errors.New("the gateway has no secret resolver configured"))
-	}
-	if err := refused(c.reserved, a.Secret, ""); a.Type != registry.AuthSigV4 && err != nil {
-		return fail(err)
-	}
-	switch a.Type {
-	case registry.AuthSigV4:
-		if err := c.sigv4.sign(ctx, out); err != nil {
-			return fail(err)
-		}
-		return out, "", nil
-	case registry.AuthOAuth2:
-		tok, err := c.token.token(ctx)
-		if err != nil {
-			return fail(err)
-		}
-		out.Header.Set("Authorization", "Bearer "+tok)
-		return out, tok, nil
-	}
-	v, err := c.secrets.Resolve(ctx, a.Secret)
-	if err != nil {
-		return fail(err)
-	}
-	if err := refused(c.reserved, a.Secret, v); err != nil {
-		return fail(err)
-	}
-	hv, err := headerValue(a, v)
-	if err != nil {
-		return fail(err)
-	}
-	out.Header.Set(a.Header, hv)
-	return out, v, nil
-}
-
-// headerValue renders a secret value as its header's value.
-func headerValue(a *registry.Auth, v string) (string, error) {
-	v = strings.TrimSpace(v)
-	if strings.ContainsFunc(v, clip.IsControl) {
-		return "", fmt.Errorf("the value of %s contains control characters, which cannot go in a header", a.Secret)
-	}
-	switch a.Type {
-	case registry.AuthBearer:
-		return "Bearer " + v, nil
-	case registry.AuthBasic:
-		if !strings.Contains(v, ":") {
-			return "", fmt.Errorf("the value of %s must be user:password for basic auth", a.Secret)
-		}
-		return "Basic " + base64.StdEncoding.EncodeToString([]byte(v)), nil
-	}
-	return v, nil
+	return out, used, nil
 }
 
 // refresh re-reads the credential after the upstream refused used, and
 // reports whether there is a different one to try.
 func (c *credential) refresh(ctx context.Context, used string) (bool, error) {
-	if c.auth.Type == registry.AuthOAuth2 {
-		tok, err := c.token.refresh(ctx, used)
-		return err == nil && tok != used, err
-	}
-	v, err := c.secrets.Refresh(ctx, c.auth.Secret, used)
-	if err == nil {
-		err = refused(c.reserved, c.auth.Secret, v)
-	}
-	return err == nil && v != used, err
-}
-
-// sign signs req for AWS with the gateway's own credentials, last, over
-// every header set so far.
-func (s *sigV4) sign(ctx context.Context, req *http.Request) error {
-	if s.creds == nil {
-		return errors.New("aws_sigv4: the gateway has no AWS credentials configured")
-	}
-	if s.region == "" {
-		return errors.New("aws_sigv4: no region (set auth.region or AWS_REGION)")
-	}
-	creds, err := s.creds.Retrieve(ctx)
-	if err != nil {
-		return fmt.Errorf("aws_sigv4: get AWS credentials: %w", err)
-	}
-	sum := sha256.New()
-	if req.Body != nil && req.Body != http.NoBody {
-		var body io.ReadCloser = req.Body
-		if req.GetBody != nil {
-			if body, err = req.GetBody(); err != nil {
-				return fmt.Errorf("aws_sigv4: read body: %w", err)
-			}
-			_, err = io.Copy(sum, body)
-			body.Close()
-		} else {
-			var buf bytes.Buffer
-			_, err = io.Copy(io.MultiWriter(sum, &buf), body)
-			body.Close()
-			data := buf.Bytes()
-			req.Body = io.NopCloser(bytes.NewReader(data))
-			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-		}
-		if err != nil {
-			return fmt.Errorf("aws_sigv4: read body: %w", err)
-		}
-	}
-	req.Header.Del("Authorization")
-	return s.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum.Sum(nil)), s.service, s.region, time.Now())
-}
-
-// tokenSource holds one OAuth 2.0 client-credentials token, fetched by one
-// caller for all and replaced shortly before it expires.
-type tokenSource struct {
-	cfg       clientcredentials.Config // without the secret
-	secretRef secret.Ref
-	secrets   Secrets
-	reserved  []Reserved
-	client    *http.Client
-	serverID  string
-	now       func() time.Time
-	group     singleflight.Group
-
-	mu      sync.Mutex
-	tok     string
-	expiry  time.Time // zero: unknown, kept until refused
-	fetched time.Time
-}
-
-// Token endpoint bounds.
-const (
-	tokenTimeout  = 10 * time.Second
-	tokenFloor    = time.Second
-	maxEarly      = 30 * time.Second
-	maxTokenBytes = 16 << 10
-)
-
-// token returns a token that is not about to expire.
-func (ts *tokenSource) token(ctx context.Context) (string, error) {
-	ts.mu.Lock()
-	tok, ok := ts.tok, ts.usable()
-	ts.mu.Unlock()
-	if ok {
-		return tok, nil
-	}
-	return ts.fetch(ctx, func() bool { return ts.usable() })
-}
-
-// usable reports whether the held token may still be sent; ts.mu is held.
-func (ts *tokenSource) usable() bool {
-	if ts.tok == "" {
-		return false
-	}
-	if ts.expiry.IsZero() {
-		return true
-	}
-	early := min(maxEarly, ts.expiry.Sub(ts.fetched)/5)
-	return ts.now().Before(ts.expiry.Add(-early))
-}
-
-// refresh replaces a token the upstream refused, unless another caller
-// already has, or one was fetched within tokenFloor.
-func (ts *tokenSource) refresh(ctx context.Context, used string) (string, error) {
-	good := func() bool {
-		return ts.tok != "" && (ts.tok != used || ts.now().Sub(ts.fetched) < tokenFloor)
-	}
-	ts.mu.Lock()
-	tok, ok := ts.tok, good()
-	ts.mu.Unlock()
-	if ok {
-		return tok, nil
-	}
-	return ts.fetch(ctx, good)
-}
-
-// fetch gets a new token once for every concurrent caller, unless good
-// says the held one will do (checked with ts.mu held).
-func (ts *tokenSource) fetch(ctx context.Context, good func() bool) (string, error) {
-	ch := ts.group.DoChan("token", func() (any, error) {
-		ts.mu.Lock()
-		if good() {
-			tok := ts.tok
-			ts.mu.Unlock()
-			return tok, nil
-		}
-		ts.mu.Unlock()
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenTimeout)
-		defer cancel()
-		tok, err := ts.request(fctx)
-		if err != nil {
-			return nil, err
-		}
-		ts.mu.Lock()
-		defer ts.mu.Unlock()
-		ts.tok, ts.fetched, ts.expiry = tok.AccessToken, ts.now(), time.Time{}
-		switch {
-		case tok.ExpiresIn > 0:
-			ts.expiry = ts.fetched.Add(time.Duration(tok.ExpiresIn) * time.Second)
-		case !tok.Expiry.IsZero():
-			ts.expiry = ts.fetched.Add(time.Until(tok.Expiry))
-		}
-		return ts.tok, nil
-	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return "", r.Err
-		}
-		return r.Val.(string), nil
-	case <-ctx.Done():
-		return "", fmt.Errorf("wait for an OAuth token: %w", ctx.Err())
-	}
-}
-
-// request asks the token endpoint for a token. A client secret it refuses
-// is read once more (rotation) and, if changed, tried again.
-func (ts *tokenSource) request(ctx context.Context) (*oauth2.Token, error) {
-	sec, err := ts.secrets.Resolve(ctx, ts.secretRef)
-	if err == nil {
-		err = refused(ts.reserved, ts.secretRef, sec)
-	}
-	if err != nil {
-		return nil, err
-	}
-	tok, err := ts.exchange(ctx, sec)
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) && re.Response != nil && re.Response.StatusCode == http.StatusUnauthorized {
-		if fresh, ferr := ts.secrets.Refresh(ctx, ts.secretRef, sec); ferr == nil && fresh != sec && refused(ts.reserved, ts.secretRef, fresh) == nil {
-			tok, err = ts.exchange(ctx, fresh)
-		}
-	}
-	if err != nil {
-		return nil, tokenError(err)
-	}
-	if tok.AccessToken == "" || len(tok.AccessToken) > maxTokenBytes ||
-		strings.ContainsFunc(tok.AccessToken, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return nil, errors.New("the token endpoint returned no usable access token")
-	}
-	return tok, nil
-}
-
-func (ts *tokenSource) exchange(ctx context.Context, clientSecret string) (*oauth2.Token, error) {
-	cfg := ts.cfg
-	cfg.ClientSecret = strings.TrimSpace(clientSecret)
-	return cfg.Token(context.WithValue(ctx, oauth2.HTTPClient, ts.client))
-}
-
-// tokenError describes a failed token request without the endpoint's
-// answer body, which could echo what was sent.
-func tokenError(err error) error {
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) {
-		status := 0
-		if re.Response != nil {
-			status = re.Response.StatusCode
-		}
-		if re.ErrorCode != "" {
-			return fmt.Errorf("token endpoint answered HTTP %d, error %q", status, clip.String(re.ErrorCode, clip.Short))
-		}
-		return fmt.Errorf("token endpoint answered HTTP %d", status)
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("token endpoint: %w", ue.Err)
-	}
-	return fmt.Errorf("token endpoint: %w", err)
+	return c.provider.refresh(ctx, used)
 }

@@ -234,7 +234,7 @@ func TestOAuthTokens(t *testing.T) {
 	srv := server(t, map[string]any{"server_id": "oauth", "transport": "openapi", "spec_url": d.SpecURL, "auth": map[string]any{
 		"type": "oauth2_client_credentials", "token_url": tokens.URL, "client_id": "gateway", "secret": "secretsmanager:" + name,
 	}})
-	p.credential(srv).token.now = clk.Now
+	p.credential(srv).provider.(*oauth2Token).token.now = clk.Now
 	ctx := context.Background()
 	call := func() {
 		t.Helper()
