@@ -446,13 +446,6 @@ func (g *Gateway) emitCall(rec *record, srv *registry.Server, tool string, start
 	switch {
 	case ferr != nil:
 		c.Outcome = string(ferr.Code)
-		c.Shed = ferr.Code == fault.AtCapacity
-		c.QueueTimeout = ferr.Code == fault.QueueTimeout
-		c.CircuitOpen = ferr.Code == fault.CircuitOpen
-		c.RateLimited = ferr.Code == fault.RateLimited
-		c.StoreError = ferr.Code == fault.StoreUnavailable
-		c.UpstreamTimeout = ferr.Code == fault.UpstreamTimeout
-		c.UpstreamError = ferr.Code == fault.UpstreamError
 	case res != nil && res.IsError:
 		c.Outcome = "tool_error"
 	}
