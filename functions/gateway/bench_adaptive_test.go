@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpgate/mcpgate/internal/chart"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
+	"github.com/mcpgate/mcpgate/internal/testkit/chart"
 )
 
 // adaptiveRun is one server setting's run against the batch upstream.

@@ -25,6 +25,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth/authtest"
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/metrics/metricstest"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -249,7 +250,7 @@ func TestLambdaBootstrap(t *testing.T) {
 		if !strings.Contains(line, `"_aws"`) {
 			continue
 		}
-		rec, err := metrics.Parse([]byte(line))
+		rec, err := metricstest.Parse([]byte(line))
 		if err != nil {
 			t.Errorf("invalid EMF record %s: %v", line, err)
 			continue

@@ -163,10 +163,9 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		// agent while a tool runs; plain JSON answers stream as one chunk.
 		// The invocation may be frozen once it answers: its metrics are
 		// written before it does.
-		lambdaurl.Start(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), flushAfter(handler, em), gw, em))
+		lambdaurl.Start(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), handler, gw))
 		return nil
 	}
-	defer em.Close(context.Background())
 	if cfg.RequestTimeout > 0 {
 		handler = withTimeout(handler, cfg.RequestTimeout)
 	}
@@ -180,7 +179,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 // event only then. Without it, Lambda could freeze the environment with
 // those slots held and their leases unrenewed. If the extension cannot be
 // registered, h is served as it is, and that is logged.
-func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Handler, gw *gateway.Gateway, em *metrics.Emitter) http.Handler {
+func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Handler, gw *gateway.Gateway) http.Handler {
 	ext, err := extension.Register(ctx, api, "mcpgate-exchanges")
 	if err != nil {
 		log.Error("cannot register the internal Lambda extension: calls cut off before their upstreams answer may be frozen with their slots", "error", err.Error())
@@ -189,24 +188,10 @@ func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Han
 	go func() {
 		err := ext.Run(ctx, func(ictx context.Context) {
 			gw.Drain(ictx)
-			fctx, cancel := context.WithTimeout(ictx, 50*time.Millisecond)
-			defer cancel()
-			_ = em.Flush(fctx)
 		})
 		log.Error("the internal Lambda extension stopped", "error", err.Error())
 	}()
 	return ext.Wrap(h, lambdaRequestID)
-}
-
-// flushAfter writes the request's queued metrics before the invocation
-// ends (bounded, so a stuck stdout cannot hold it).
-func flushAfter(h http.Handler, em *metrics.Emitter) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r)
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 50*time.Millisecond)
-		defer cancel()
-		_ = em.Flush(ctx)
-	})
 }
 
 // withTimeout gives every request a deadline, as Lambda does.

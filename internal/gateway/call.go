@@ -16,7 +16,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
-	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -99,57 +98,71 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 // exchange goes on in the background until the upstream is known to have
 // stopped working on it, or the server's cancel_grace runs out.
 func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
-	rec := recordFrom(ctx)
-	rec.tool = clip.String(params.Name, clip.Name)
-	if ferr := g.tool(ctx, srv, params); ferr != nil {
+	c := g.newCall(ctx, srv, params)
+	c.rec.tool = clip.String(params.Name, clip.Name)
+	defer func() {
+		if c.counted {
+			g.obs.Finished(ctx, CallEnd{CallInfo: c.info(), Server: srv, Latency: time.Since(c.start), Lease: c.ls, Result: res, Fault: ferr})
+		}
+	}()
+	if ferr := g.checkPolicy(ctx, c); ferr != nil {
 		return nil, ferr
 	}
-	select {
-	case <-g.stopping:
-		return nil, fault.New(fault.UpstreamTimeout, "the gateway is shutting down: the call to server %q was not sent", srv.ID)
-	default:
-	}
-	// From here the tool is known to exist: it may name a metric
-	// dimension without letting callers create unbounded ones.
-	start := time.Now()
-	var ls *lease.Lease
-	defer func() { g.emitCall(rec, srv, params.Name, start, ls, res, ferr) }()
-	timeout := srv.TimeoutFor(params.Name)
-	req, capped := g.leaseRequest(ctx, srv, params.Name, timeout)
-	if ferr := g.budgetFault(srv, params.Name, timeout, req, capped); ferr != nil {
+	if ferr := g.take(ctx, c); ferr != nil {
 		return nil, ferr
 	}
-	leases, ferr := g.admit(ctx, srv, params.Name, req, capped, timeout)
+	callEnd, short := g.callEnd(ctx, c)
+	f := g.startFlight(ctx, srv, params, l, c.leases, c.req.Hold, callEnd)
+	if cut := g.await(ctx, f, callEnd); cut != nil {
+		return nil, g.cutOff(f, cut, short)
+	}
+	return g.settle(f, c.rec, short)
+}
+
+// take takes the call's places (see admit) and tells the observer of the
+// server's.
+func (g *Gateway) take(ctx context.Context, c *call) *fault.Error {
+	leases, ferr := g.admit(ctx, c.srv, c.params.Name, c.req, c.capped, c.timeout)
 	if ferr != nil {
-		return nil, ferr
+		return ferr
 	}
-	if len(leases) > 0 && capped {
-		ls = leases[0]
-		rec.waited = ls.Waited
-		rec.leaseID = ls.ID()
+	c.leases = leases
+	if len(leases) > 0 && c.capped {
+		c.ls = leases[0]
+		c.rec.waited = c.ls.Waited
+		c.rec.leaseID = c.ls.ID()
+		g.obs.Acquired(ctx, c.info(), c.ls)
+		g.obs.Waited(ctx, c.info(), c.ls.Waited)
 	}
-	callEnd := time.Now().Add(timeout)
-	// short: the request's own deadline, not the tool's timeout, ends the
-	// call; a call it cuts off says nothing of the upstream.
-	short := false
-	if by := g.callBy(ctx); !by.IsZero() && by.Before(callEnd) {
-		callEnd, short = by, true
+	return nil
+}
+
+// callEnd is when the call is cut off: its timeout from now, sooner if the
+// request's deadline says so (short: a call it cuts off says nothing of the
+// upstream), or when a lease taken for the whole call says, Margin before
+// it expires.
+func (g *Gateway) callEnd(ctx context.Context, c *call) (end time.Time, short bool) {
+	end = time.Now().Add(c.timeout)
+	if by := g.callBy(ctx); !by.IsZero() && by.Before(end) {
+		end, short = by, true
 	}
-	for _, l := range leases {
-		if req.Hold >= timeout && l.CallDeadline.Before(callEnd) {
-			// The lease was taken for the whole call: the call ends when
-			// the lease says, Margin before it expires.
-			callEnd = l.CallDeadline
+	for _, l := range c.leases {
+		if c.req.Hold >= c.timeout && l.CallDeadline.Before(end) {
+			end = l.CallDeadline
 		}
 	}
-	f := g.startFlight(ctx, srv, params, l, leases, req.Hold, callEnd)
+	return end, short
+}
 
-	// Answer when the upstream does, or when the call is cut off.
+// await waits for the upstream's answer or the call's cut-off, whichever
+// is first, and returns why the call was cut off, nil if it was answered.
+func (g *Gateway) await(ctx context.Context, f *flight, callEnd time.Time) error {
 	timer := time.NewTimer(time.Until(callEnd))
 	defer timer.Stop()
 	var cut error
 	select {
 	case <-f.up.Done():
+		return nil
 	case <-timer.C:
 		cut = context.DeadlineExceeded
 	case <-ctx.Done():
@@ -157,24 +170,26 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 	case <-g.stopping:
 		cut = errShutdown
 	}
-	if cut != nil {
-		select {
-		case <-f.up.Done():
-			// The answer came at the same instant: it wins.
-			cut = nil
-		default:
-		}
+	select {
+	case <-f.up.Done():
+		// The answer came at the same instant: it wins.
+		return nil
+	default:
+		return cut
 	}
-	if cut != nil {
-		return nil, g.cutOff(f, cut, short)
-	}
+}
 
+// settle classifies an answered call's result, and closes its exchange
+// (or leaves it in the background when its connection broke).
+func (g *Gateway) settle(f *flight, rec *record, short bool) (*mcp.CallToolResult, *fault.Error) {
+	srv := f.srv
 	res, err := f.up.Result()
 	var ue *upstream.Error
 	if errors.As(err, &ue) && ue.RetryAfter > 0 {
 		g.pauseServer(srv, f.leases, ue.RetryAfter, rec)
 	}
 	lost := errors.Is(context.Cause(f.ctx), lease.ErrLeaseLost)
+	var ferr *fault.Error
 	if err != nil {
 		ferr = upstreamFault(srv, err)
 		if lost {
@@ -418,68 +433,8 @@ func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, outcome lease.Out
 		case lease.OpenedForPrincipal:
 			to = "open_for_principal"
 		}
-		_ = g.deps.Metrics.BreakerTransition(ls.Key(), rec.tool, from, to)
+		g.obs.BreakerChanged(ctx, BreakerChange{CallInfo: CallInfo{RequestID: rec.id, ServerID: ls.Key(), Tool: rec.tool, Principal: rec.principal}, From: from, To: to})
 	}
-}
-
-// storeStatsEvery is how often the limiter's counters are emitted.
-const storeStatsEvery = time.Minute
-
-// emitCall writes the call's EMF record and, once a minute, the limiter's
-// store counters since the last time.
-func (g *Gateway) emitCall(rec *record, srv *registry.Server, tool string, start time.Time, ls *lease.Lease, res *mcp.CallToolResult, ferr *fault.Error) {
-	m := g.deps.Metrics
-	if m == nil {
-		return
-	}
-	c := metrics.Call{ServerID: srv.ID, Tool: tool, Latency: time.Since(start), Outcome: "ok", RequestID: rec.id}
-	if rec.principal != nil {
-		c.Principal = rec.principal.ID
-	}
-	if ls != nil {
-		c.QueueWait, c.LeaseID = ls.Waited, ls.ID()
-		c.InFlightAfterAcquire, c.InFlightKnown = ls.InFlight, true
-		if srv.Adaptive {
-			c.ConcurrencyLimit = ls.Limit
-		}
-	}
-	switch {
-	case ferr != nil:
-		c.Outcome = string(ferr.Code)
-		c.Shed = ferr.Code == fault.AtCapacity
-		c.QueueTimeout = ferr.Code == fault.QueueTimeout
-		c.CircuitOpen = ferr.Code == fault.CircuitOpen
-		c.RateLimited = ferr.Code == fault.RateLimited
-		c.StoreError = ferr.Code == fault.StoreUnavailable
-		c.UpstreamTimeout = ferr.Code == fault.UpstreamTimeout
-		c.UpstreamError = ferr.Code == fault.UpstreamError
-	case res != nil && res.IsError:
-		c.Outcome = "tool_error"
-	}
-	_ = m.Call(c)
-
-	if g.deps.Limiter == nil {
-		return
-	}
-	g.statsMu.Lock()
-	defer g.statsMu.Unlock()
-	now := time.Now()
-	if g.statsAt.IsZero() {
-		g.statsAt, g.statsLast = now, g.deps.Limiter.Stats()
-		return
-	}
-	if now.Sub(g.statsAt) < storeStatsEvery {
-		return
-	}
-	cur := g.deps.Limiter.Stats()
-	last := g.statsLast
-	g.statsAt, g.statsLast = now, cur
-	_ = m.StoreStats(metrics.StoreStats{
-		Calls:        (cur.Acquired + cur.Shed + cur.WaitTimeouts + cur.CircuitOpen) - (last.Acquired + last.Shed + last.WaitTimeouts + last.CircuitOpen),
-		Writes:       cur.Writes - last.Writes,
-		FailedWrites: cur.FailedWrites - last.FailedWrites,
-		Reads:        cur.Reads - last.Reads,
-	})
 }
 
 func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {

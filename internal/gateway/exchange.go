@@ -10,7 +10,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
-	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -68,7 +67,7 @@ func (g *Gateway) startFlight(ctx context.Context, srv *registry.Server, params 
 	}
 	base, abort := context.WithCancelCause(context.WithoutCancel(ctx))
 	xctx, cancel := context.WithDeadlineCause(base, end, errGraceOver)
-	f := &flight{g: g, srv: srv, rec: record{id: rec.id, tool: rec.tool}, leases: leases, abort: abort, hold: hold,
+	f := &flight{g: g, srv: srv, rec: record{id: rec.id, tool: rec.tool, principal: rec.principal}, leases: leases, abort: abort, hold: hold,
 		release: []func(){cancel, func() { abort(nil) }}}
 	for _, ls := range leases {
 		f.capped = f.capped || ls.TakesPlace()
@@ -172,8 +171,8 @@ func (g *Gateway) closed(f *flight, how upstream.Stop, held time.Duration) {
 	if len(f.leases) > 0 {
 		leaseID = f.leases[0].ID()
 	}
-	_ = g.deps.Metrics.Exchange(metrics.Exchange{ServerID: f.srv.ID, Tool: f.rec.tool, Held: held,
-		StoppedBy: string(how), RequestID: f.rec.id, LeaseID: leaseID})
+	g.obs.ExchangeClosed(f.ctx, ExchangeEnd{CallInfo: CallInfo{RequestID: f.rec.id, ServerID: f.srv.ID, Tool: f.rec.tool, Principal: f.rec.principal},
+		Held: held, StoppedBy: how, LeaseID: leaseID})
 }
 
 // flights are the calls' exchanges still open: waiting for their answers,

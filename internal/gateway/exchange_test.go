@@ -12,6 +12,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/metrics/metricstest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -30,16 +31,11 @@ func statelessHarness(t *testing.T, opts Options) (*harness, *syncBuffer, *metri
 
 // exchangeRecords returns the EMF records of exchanges closed after their
 // answers.
-func exchangeRecords(t *testing.T, out *syncBuffer, em *metrics.Emitter) []*metrics.Record {
+func exchangeRecords(t *testing.T, out *syncBuffer, em *metrics.Emitter) []*metricstest.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := em.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var recs []*metrics.Record
+	var recs []*metricstest.Record
 	for line := range bytes.SplitSeq(bytes.TrimSpace([]byte(out.String())), []byte("\n")) {
-		rec, err := metrics.Parse(line)
+		rec, err := metricstest.Parse(line)
 		if err != nil {
 			t.Fatalf("invalid EMF line %s: %v", line, err)
 		}

@@ -34,6 +34,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
@@ -76,15 +78,44 @@ var (
 	_ Registry      = (*registry.Registry)(nil)
 )
 
+// Limiter takes calls' places in the lease store.
+type Limiter interface {
+	Acquire(ctx context.Context, req lease.Request) (*lease.Lease, error)
+	// Stats are its store counters since it started.
+	Stats() lease.Stats
+}
+
+// Upstreams reach the servers' upstreams: their tools, and calls to them.
+type Upstreams interface {
+	Tool(ctx context.Context, srv *registry.Server, c upstream.Caller, name string) (*mcp.Tool, error)
+	Tools(ctx context.Context, srv *registry.Server, c upstream.Caller) ([]*mcp.Tool, error)
+	ToolListing(ctx context.Context, srv *registry.Server, c upstream.Caller) (*upstream.Listing, error)
+	Info(ctx context.Context, srv *registry.Server, c upstream.Caller) (*mcp.InitializeResult, error)
+	Do(ctx context.Context, srv *registry.Server, c upstream.Caller, l *upstream.Listener, fn func(context.Context, *mcp.ClientSession) error) error
+	// Start sends a tool call in an exchange that may outlive the request.
+	Start(ctx context.Context, srv *registry.Server, c upstream.Caller, params *mcp.CallToolParams, l *upstream.Listener) *upstream.Exchange
+	// MaxTTL is the longest the gateway keeps a tool listing.
+	MaxTTL() time.Duration
+}
+
+var (
+	_ Limiter   = (*lease.Limiter)(nil)
+	_ Upstreams = (*upstream.Pool)(nil)
+)
+
 // Deps are the gateway's collaborators, built once per process.
 type Deps struct {
 	Auth     Authenticator
 	Registry Registry
-	Limiter  *lease.Limiter
-	Upstream *upstream.Pool
+	// Limiter is nil when no call takes a place.
+	Limiter  Limiter
+	Upstream Upstreams
 	// Metrics receives one EMF record per tool call and per breaker
 	// change; nil emits none.
 	Metrics *metrics.Emitter
+	// Observer is told of every call besides Metrics (tracing, say); nil:
+	// none.
+	Observer CallObserver
 }
 
 // Options configures a Gateway. The zero value means defaults.
@@ -173,11 +204,8 @@ type Gateway struct {
 	mcp      mcpHandlers
 	origins  *http.CrossOriginProtection
 	states   *roundtrip.Sealer
-	// storeStats is when the limiter's counters were last emitted, and
-	// what they were.
-	statsMu   sync.Mutex
-	statsAt   time.Time
-	statsLast lease.Stats
+	// obs is told what happens to calls: the metrics, and Deps.Observer.
+	obs observers
 	// flights are the calls' exchanges that outlived their answers.
 	flights flights
 	// pauses holds, by server id, until when this instance makes no calls
@@ -206,6 +234,21 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		public:    opts.PublicURL,
 		iam:       opts.IAMCaller,
 		states:    opts.RequestStates,
+	}
+	if l, ok := deps.Limiter.(*lease.Limiter); ok && l == nil {
+		// A nil *lease.Limiter is no limiter.
+		deps.Limiter = nil
+		g.deps.Limiter = nil
+	}
+	if deps.Metrics != nil {
+		m := &metricsObserver{em: deps.Metrics}
+		if deps.Limiter != nil {
+			m.stats = deps.Limiter.Stats
+		}
+		g.obs = append(g.obs, m)
+	}
+	if deps.Observer != nil {
+		g.obs = append(g.obs, deps.Observer)
 	}
 	if g.states == nil {
 		secret := make([]byte, roundtrip.MinSecretBytes)

@@ -2,15 +2,14 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/metrics/metricstest"
 )
 
 func TestMetricsRecords(t *testing.T) {
@@ -29,15 +28,10 @@ func TestMetricsRecords(t *testing.T) {
 	h.expectFault(h.call(h.key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":0}}`), 429, fault.AtCapacity)
 	h.demo.OpenGate("g")
 	<-held
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := em.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
 
-	var ok, shed *metrics.Record
+	var ok, shed *metricstest.Record
 	for line := range bytes.SplitSeq(bytes.TrimSpace([]byte(out.String())), []byte("\n")) {
-		rec, err := metrics.Parse(line)
+		rec, err := metricstest.Parse(line)
 		if err != nil {
 			t.Fatalf("invalid EMF line %s: %v", line, err)
 		}

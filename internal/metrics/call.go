@@ -1,6 +1,10 @@
 package metrics
 
-import "time"
+import (
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/fault"
+)
 
 // Member names of the gateway's records.
 const (
@@ -31,10 +35,14 @@ const (
 	PropStoppedBy = "StoppedBy"
 )
 
-var (
-	serverSets     = [][]string{{DimServerID}}
-	serverToolSets = [][]string{{DimServerID}, {DimServerID, DimTool}}
-)
+// sets are the dimension sets of a record about serverID and tool: both
+// [ServerID] and [ServerID, Tool], or only [ServerID] when tool is empty.
+func sets(tool string) [][]string {
+	if tool == "" {
+		return [][]string{{DimServerID}}
+	}
+	return [][]string{{DimServerID}, {DimServerID, DimTool}}
+}
 
 // Call is what one tool call's record says. It has no field for keys,
 // tokens, arguments or results, on purpose: records are logs.
@@ -44,7 +52,8 @@ type Call struct {
 	// Tool is the tool called: dimension of the [ServerID, Tool] set.
 	// Empty (refused before the tool was known) writes only [ServerID].
 	Tool string
-	// Outcome is a property: "ok", "tool_error", or the fault code.
+	// Outcome is a property: "ok", "tool_error", or the fault code. Some
+	// fault codes also write a Count metric (see callLine.counter).
 	Outcome string
 	// Latency is the call's whole time in the gateway: metric Latency in
 	// milliseconds, always written.
@@ -61,14 +70,6 @@ type Call struct {
 	// ConcurrencyLimit is an adaptive server's limit when the call took
 	// its slot: metric ConcurrencyLimit (Count), written when positive.
 	ConcurrencyLimit int
-	// Each flag set writes its metric (Count) with value 1; unset ones are
-	// left out. Shed: refused at capacity (AT_CAPACITY). QueueTimeout: no
-	// slot within the wait (QUEUE_TIMEOUT). CircuitOpen: the breaker
-	// refused. StoreError: the lease store failed (STORE_UNAVAILABLE).
-	// UpstreamTimeout and UpstreamError: the upstream call failed so.
-	// RateLimited: a request-rate limit refused it (RATE_LIMITED); with
-	// the Principal property, Logs Insights counts it per principal.
-	Shed, QueueTimeout, CircuitOpen, StoreError, UpstreamTimeout, UpstreamError, RateLimited bool
 	// RequestID and LeaseID are properties, left out when empty.
 	RequestID, LeaseID string
 	// Principal is the caller's short ID (auth.Principal.ID, never a key
@@ -77,53 +78,81 @@ type Call struct {
 	Principal string
 }
 
-// Call writes the record of one tool call. Errors are as for Emit; the
-// call path may ignore them, as they are counted in Stats.
+// counter is the Count metric, written with value 1, that a call with
+// outcome counts, and its member; nil for none. Shed: refused at capacity.
+// QueueTimeout: no slot within the wait. CircuitOpen: the breaker refused.
+// RateLimited: a request-rate limit refused it (with the Principal
+// property, Logs Insights counts it per principal). StoreError: the lease
+// store failed. UpstreamTimeout and UpstreamError: the upstream call failed
+// so.
+func (l *callLine) counter(outcome string) (*int, string) {
+	switch fault.Code(outcome) {
+	case fault.AtCapacity:
+		return &l.Shed, MetricShed
+	case fault.QueueTimeout:
+		return &l.QueueTimeout, MetricQueueTimeout
+	case fault.CircuitOpen:
+		return &l.CircuitOpen, MetricCircuitOpen
+	case fault.RateLimited:
+		return &l.RateLimited, MetricRateLimited
+	case fault.StoreUnavailable:
+		return &l.StoreError, MetricStoreError
+	case fault.UpstreamTimeout:
+		return &l.UpstreamTimeout, MetricUpstreamTimeout
+	case fault.UpstreamError:
+		return &l.UpstreamError, MetricUpstreamError
+	}
+	return nil, ""
+}
+
+// callLine is a Call's record, members in the order they are written.
+type callLine struct {
+	AWS              meta    `json:"_aws"`
+	ServerID         string  `json:"ServerID"`
+	Tool             string  `json:"Tool,omitempty"`
+	Latency          float64 `json:"Latency"`
+	QueueWait        float64 `json:"QueueWait"`
+	InFlight         *int    `json:"InFlight,omitempty"`
+	ConcurrencyLimit int     `json:"ConcurrencyLimit,omitempty"`
+	Shed             int     `json:"Shed,omitempty"`
+	QueueTimeout     int     `json:"QueueTimeout,omitempty"`
+	CircuitOpen      int     `json:"CircuitOpen,omitempty"`
+	RateLimited      int     `json:"RateLimited,omitempty"`
+	StoreError       int     `json:"StoreError,omitempty"`
+	UpstreamTimeout  int     `json:"UpstreamTimeout,omitempty"`
+	UpstreamError    int     `json:"UpstreamError,omitempty"`
+	Outcome          string  `json:"Outcome,omitempty"`
+	RequestID        string  `json:"RequestID,omitempty"`
+	LeaseID          string  `json:"LeaseID,omitempty"`
+	Principal        string  `json:"Principal,omitempty"`
+}
+
+// Call writes the record of one tool call. The call path may ignore its
+// error: a record lost is a metric lost, nothing else.
 func (e *Emitter) Call(c Call) error {
-	if e == nil || e.off {
+	if e == nil {
 		return nil
 	}
-	dims := [2]Dimension{{DimServerID, c.ServerID}, {DimTool, c.Tool}}
-	en := Entry{Dimensions: dims[:], Sets: serverToolSets}
-	if c.Tool == "" {
-		en.Dimensions, en.Sets = dims[:1], serverSets
+	if c.ServerID == "" {
+		return ErrInvalid
 	}
-	var ms [10]Metric
-	m := append(ms[:0],
-		Metric{MetricLatency, Milliseconds, millis(c.Latency)},
-		Metric{MetricQueueWait, Milliseconds, millis(c.QueueWait)})
+	l := callLine{ServerID: c.ServerID, Tool: c.Tool, Latency: millis(c.Latency), QueueWait: millis(c.QueueWait),
+		Outcome: c.Outcome, RequestID: c.RequestID, LeaseID: c.LeaseID, Principal: c.Principal}
+	defs := []metricDef{{MetricLatency, Milliseconds}, {MetricQueueWait, Milliseconds}}
 	if c.InFlightKnown {
-		m = append(m, Metric{MetricInFlight, Count, float64(c.InFlightAfterAcquire)})
+		l.InFlight = &c.InFlightAfterAcquire
+		defs = append(defs, metricDef{MetricInFlight, Count})
 	}
 	if c.ConcurrencyLimit > 0 {
-		m = append(m, Metric{MetricConcurrencyLimit, Count, float64(c.ConcurrencyLimit)})
+		l.ConcurrencyLimit = c.ConcurrencyLimit
+		defs = append(defs, metricDef{MetricConcurrencyLimit, Count})
 	}
-	for _, f := range [...]struct {
-		on   bool
-		name string
-	}{
-		{c.Shed, MetricShed},
-		{c.QueueTimeout, MetricQueueTimeout},
-		{c.CircuitOpen, MetricCircuitOpen},
-		{c.RateLimited, MetricRateLimited},
-		{c.StoreError, MetricStoreError},
-		{c.UpstreamTimeout, MetricUpstreamTimeout},
-		{c.UpstreamError, MetricUpstreamError},
-	} {
-		if f.on {
-			m = append(m, Metric{f.name, Count, 1})
-		}
+	if n, name := l.counter(c.Outcome); n != nil {
+		*n = 1
+		defs = append(defs, metricDef{name, Count})
 	}
-	en.Metrics = m
-	var ps [4]Property
-	p := ps[:0]
-	for _, q := range [...]Property{{PropOutcome, c.Outcome}, {PropRequestID, c.RequestID}, {PropLeaseID, c.LeaseID}, {PropPrincipal, c.Principal}} {
-		if q.Value != "" {
-			p = append(p, q)
-		}
-	}
-	en.Properties = p
-	return e.Emit(en)
+	l.AWS = e.meta(sets(c.Tool), defs)
+	return e.write(&l)
 }
 
 // BreakerTransition writes the record of a circuit breaker changing state
@@ -131,18 +160,20 @@ func (e *Emitter) Call(c Call) error {
 // properties From and To, dimension sets [ServerID] and [ServerID, Tool]
 // (only [ServerID] when tool is empty).
 func (e *Emitter) BreakerTransition(serverID, tool, from, to string) error {
-	if e == nil || e.off {
+	if e == nil {
 		return nil
 	}
-	dims := [2]Dimension{{DimServerID, serverID}, {DimTool, tool}}
-	en := Entry{Dimensions: dims[:], Sets: serverToolSets}
-	if tool == "" {
-		en.Dimensions, en.Sets = dims[:1], serverSets
+	if serverID == "" {
+		return ErrInvalid
 	}
-	ms := [1]Metric{{MetricBreakerTransition, Count, 1}}
-	ps := [2]Property{{PropFrom, from}, {PropTo, to}}
-	en.Metrics, en.Properties = ms[:], ps[:]
-	return e.Emit(en)
+	return e.write(&struct {
+		AWS               meta   `json:"_aws"`
+		ServerID          string `json:"ServerID"`
+		Tool              string `json:"Tool,omitempty"`
+		BreakerTransition int    `json:"BreakerTransition"`
+		From              string `json:"From"`
+		To                string `json:"To"`
+	}{e.meta(sets(tool), []metricDef{{MetricBreakerTransition, Count}}), serverID, tool, 1, from, to})
 }
 
 // Exchange is what the record of a cut-off call's exchange says once the
@@ -165,31 +196,29 @@ type Exchange struct {
 
 // Exchange writes the record of a cut-off call's exchange, closed.
 func (e *Emitter) Exchange(x Exchange) error {
-	if e == nil || e.off {
+	if e == nil {
 		return nil
 	}
-	dims := [2]Dimension{{DimServerID, x.ServerID}, {DimTool, x.Tool}}
-	en := Entry{Dimensions: dims[:], Sets: serverToolSets}
-	if x.Tool == "" {
-		en.Dimensions, en.Sets = dims[:1], serverSets
+	if x.ServerID == "" {
+		return ErrInvalid
 	}
-	ms := [2]Metric{{MetricHeldAfterAnswer, Milliseconds, millis(x.Held)}}
-	m := ms[:1]
-	stopped := x.StoppedBy
-	if stopped == "" {
-		m = append(m, Metric{MetricCapMayBeExceeded, Count, 1})
-		stopped = "unknown"
+	l := struct {
+		AWS              meta    `json:"_aws"`
+		ServerID         string  `json:"ServerID"`
+		Tool             string  `json:"Tool,omitempty"`
+		HeldAfterAnswer  float64 `json:"HeldAfterAnswer"`
+		CapMayBeExceeded int     `json:"CapMayBeExceeded,omitempty"`
+		StoppedBy        string  `json:"StoppedBy"`
+		RequestID        string  `json:"RequestID,omitempty"`
+		LeaseID          string  `json:"LeaseID,omitempty"`
+	}{ServerID: x.ServerID, Tool: x.Tool, HeldAfterAnswer: millis(x.Held), StoppedBy: x.StoppedBy, RequestID: x.RequestID, LeaseID: x.LeaseID}
+	defs := []metricDef{{MetricHeldAfterAnswer, Milliseconds}}
+	if l.StoppedBy == "" {
+		l.CapMayBeExceeded, l.StoppedBy = 1, "unknown"
+		defs = append(defs, metricDef{MetricCapMayBeExceeded, Count})
 	}
-	en.Metrics = m
-	var ps [3]Property
-	p := append(ps[:0], Property{PropStoppedBy, stopped})
-	for _, q := range [...]Property{{PropRequestID, x.RequestID}, {PropLeaseID, x.LeaseID}} {
-		if q.Value != "" {
-			p = append(p, q)
-		}
-	}
-	en.Properties = p
-	return e.Emit(en)
+	l.AWS = e.meta(sets(x.Tool), defs)
+	return e.write(&l)
 }
 
 // StoreStats are the lease store's operations over an interval: the
@@ -206,22 +235,25 @@ type StoreStats struct {
 // StoreCalls, StoreWrites, StoreFailedWrites and StoreReads (Count) and,
 // when Calls > 0, StoreWritesPerCall and StoreReadsPerCall (None).
 func (e *Emitter) StoreStats(s StoreStats) error {
-	if e == nil || e.off {
+	if e == nil {
 		return nil
 	}
-	var ms [6]Metric
-	m := append(ms[:0],
-		Metric{"StoreCalls", Count, float64(s.Calls)},
-		Metric{"StoreWrites", Count, float64(s.Writes)},
-		Metric{"StoreFailedWrites", Count, float64(s.FailedWrites)},
-		Metric{"StoreReads", Count, float64(s.Reads)})
+	l := struct {
+		AWS                meta     `json:"_aws"`
+		StoreCalls         int64    `json:"StoreCalls"`
+		StoreWrites        int64    `json:"StoreWrites"`
+		StoreFailedWrites  int64    `json:"StoreFailedWrites"`
+		StoreReads         int64    `json:"StoreReads"`
+		StoreWritesPerCall *float64 `json:"StoreWritesPerCall,omitempty"`
+		StoreReadsPerCall  *float64 `json:"StoreReadsPerCall,omitempty"`
+	}{StoreCalls: s.Calls, StoreWrites: s.Writes, StoreFailedWrites: s.FailedWrites, StoreReads: s.Reads}
+	defs := []metricDef{{"StoreCalls", Count}, {"StoreWrites", Count}, {"StoreFailedWrites", Count}, {"StoreReads", Count}}
 	if s.Calls > 0 {
-		m = append(m,
-			Metric{"StoreWritesPerCall", None, float64(s.Writes) / float64(s.Calls)},
-			Metric{"StoreReadsPerCall", None, float64(s.Reads) / float64(s.Calls)})
+		w, r := float64(s.Writes)/float64(s.Calls), float64(s.Reads)/float64(s.Calls)
+		l.StoreWritesPerCall, l.StoreReadsPerCall = &w, &r
+		defs = append(defs, metricDef{"StoreWritesPerCall", None}, metricDef{"StoreReadsPerCall", None})
 	}
-	return e.Emit(Entry{Metrics: m})
+	// One set without dimensions: the metrics have none.
+	l.AWS = e.meta([][]string{{}}, defs)
+	return e.write(&l)
 }
-
-// millis is d in milliseconds, to the microsecond.
-func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

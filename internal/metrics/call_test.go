@@ -1,11 +1,13 @@
-package metrics
+package metrics_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	. "github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/metrics/metricstest"
 )
 
 type wantMetric struct {
@@ -15,7 +17,7 @@ type wantMetric struct {
 
 // checkRecord checks r's metrics (exactly want), string members and
 // dimension sets.
-func checkRecord(t *testing.T, r *Record, metrics map[string]wantMetric, strs map[string]string, sets string) {
+func checkRecord(t *testing.T, r *metricstest.Record, metrics map[string]wantMetric, strs map[string]string, sets string) {
 	t.Helper()
 	if len(r.Directives) != 1 {
 		t.Fatalf("got %d directives, want 1", len(r.Directives))
@@ -89,23 +91,66 @@ func TestCall(t *testing.T) {
 			sets: both,
 		},
 		{
-			name: "every counter",
-			call: Call{
-				ServerID: "s", Tool: "t", Outcome: "UPSTREAM_ERROR", Latency: time.Second,
-				Shed: true, QueueTimeout: true, CircuitOpen: true, StoreError: true, UpstreamTimeout: true, UpstreamError: true,
-				InFlightAfterAcquire: 9, // not known: not written
-			},
+			name: "in-flight not known: not written",
+			call: Call{ServerID: "s", Tool: "t", Outcome: "UPSTREAM_ERROR", Latency: time.Second, InFlightAfterAcquire: 9},
 			metrics: map[string]wantMetric{
-				"Latency": {Milliseconds, 1000}, "QueueWait": {Milliseconds, 0},
-				"Shed": {Count, 1}, "QueueTimeout": {Count, 1}, "CircuitOpen": {Count, 1},
-				"StoreError": {Count, 1}, "UpstreamTimeout": {Count, 1}, "UpstreamError": {Count, 1},
+				"Latency": {Milliseconds, 1000}, "QueueWait": {Milliseconds, 0}, "UpstreamError": {Count, 1},
 			},
 			strs: map[string]string{"Outcome": "UPSTREAM_ERROR"},
 			sets: both,
 		},
 		{
+			name:    "counter Shed",
+			call:    Call{ServerID: "s", Tool: "t", Outcome: "AT_CAPACITY"},
+			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "Shed": {Count, 1}},
+			strs:    map[string]string{"Outcome": "AT_CAPACITY"},
+			sets:    both,
+		},
+		{
+			name:    "counter QueueTimeout",
+			call:    Call{ServerID: "s", Tool: "t", Outcome: "QUEUE_TIMEOUT"},
+			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "QueueTimeout": {Count, 1}},
+			strs:    map[string]string{"Outcome": "QUEUE_TIMEOUT"},
+			sets:    both,
+		},
+		{
+			name:    "counter CircuitOpen",
+			call:    Call{ServerID: "s", Tool: "t", Outcome: "CIRCUIT_OPEN"},
+			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "CircuitOpen": {Count, 1}},
+			strs:    map[string]string{"Outcome": "CIRCUIT_OPEN"},
+			sets:    both,
+		},
+		{
+			name:    "counter RateLimited",
+			call:    Call{ServerID: "s", Tool: "t", Outcome: "RATE_LIMITED"},
+			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "RateLimited": {Count, 1}},
+			strs:    map[string]string{"Outcome": "RATE_LIMITED"},
+			sets:    both,
+		},
+		{
+			name:    "counter StoreError",
+			call:    Call{ServerID: "s", Tool: "t", Outcome: "STORE_UNAVAILABLE"},
+			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "StoreError": {Count, 1}},
+			strs:    map[string]string{"Outcome": "STORE_UNAVAILABLE"},
+			sets:    both,
+		},
+		{
+			name:    "counter UpstreamTimeout",
+			call:    Call{ServerID: "s", Tool: "t", Outcome: "UPSTREAM_TIMEOUT"},
+			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "UpstreamTimeout": {Count, 1}},
+			strs:    map[string]string{"Outcome": "UPSTREAM_TIMEOUT"},
+			sets:    both,
+		},
+		{
+			name:    "counter UpstreamError",
+			call:    Call{ServerID: "s", Tool: "t", Outcome: "UPSTREAM_ERROR"},
+			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "UpstreamError": {Count, 1}},
+			strs:    map[string]string{"Outcome": "UPSTREAM_ERROR"},
+			sets:    both,
+		},
+		{
 			name:    "shed",
-			call:    Call{ServerID: "s", Tool: "t", Outcome: "AT_CAPACITY", Shed: true},
+			call:    Call{ServerID: "s", Tool: "t", Outcome: "AT_CAPACITY"},
 			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "Shed": {Count, 1}},
 			strs:    map[string]string{"Outcome": "AT_CAPACITY", "LeaseID": ""},
 			sets:    both,
@@ -205,31 +250,4 @@ func TestStoreStats(t *testing.T) {
 	checkRecord(t, mustParse(t, got[1]), map[string]wantMetric{
 		"StoreCalls": {Count, 0}, "StoreWrites": {Count, 0}, "StoreFailedWrites": {Count, 0}, "StoreReads": {Count, 0},
 	}, nil, "[[]]")
-}
-
-// TestCallAllocations guards the hot path: a record is built in a pooled
-// buffer and queued without allocating. Each run also flushes (one
-// allocation, for the flush marker), so the writer has handed the buffer
-// back to the pool before the next run.
-func TestCallAllocations(t *testing.T) {
-	e, lines := newTest(t, Options{})
-	c := Call{ServerID: "s", Tool: "t", Outcome: "ok", Latency: time.Millisecond, InFlightKnown: true, Shed: true, RequestID: "r", LeaseID: "l"}
-	ctx := context.Background()
-	n := testing.AllocsPerRun(100, func() {
-		if err := e.Call(c); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-	// 1 is the flush; a Call that allocated would make it 2 or more.
-	if n >= 2 {
-		t.Errorf("Call+Flush allocates %v times per record, want 1 (the flush)", n)
-	}
-	got := lines()
-	if len(got) != 101 {
-		t.Fatalf("got %d lines, want 101", len(got))
-	}
-	mustParse(t, got[100])
 }

@@ -1,19 +1,12 @@
-// Package metrics writes CloudWatch Embedded Metric Format (EMF) records:
-// one JSON object per line, which CloudWatch Logs turns into metrics, so the
-// hot path makes no network call of its own.
+// Package metrics writes the gateway's four CloudWatch Embedded Metric
+// Format (EMF) records: one JSON object per line, which CloudWatch Logs
+// turns into metrics, so the hot path makes no network call of its own.
 //
-// An Emitter validates each record against the format's rules (at most 100
-// metrics, at most 30 dimensions in a set, non-empty names of at most 1024
-// characters, string dimension values, finite numeric metric values, allowed
-// units) and refuses invalid ones with an error wrapping ErrInvalid rather
-// than writing a line CloudWatch would reject. Valid records are queued and
-// written by one goroutine, one Write call per newline-terminated line, so
-// records never interleave and a slow or failing io.Writer never blocks the
-// caller: when the queue is full the record is dropped and counted.
-//
-// Call, BreakerTransition, Exchange and StoreStats build the gateway's
-// records; Emit writes any Entry. Parse checks a line against the format,
-// for tests.
+// Call, BreakerTransition, Exchange and StoreStats each marshal one fixed
+// record with encoding/json and write it at once, in one Write call, so
+// records never interleave. Under Lambda the line is on stdout before the
+// invocation answers; there is nothing to flush. Package metricstest parses
+// and checks lines against the format, for tests.
 //
 // Records carry server ids, tool names, outcomes, request and lease ids,
 // and the caller's principal ID (a short hash, as the gateway's log has

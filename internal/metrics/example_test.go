@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"context"
 	"os"
 	"time"
 
@@ -23,7 +22,6 @@ func Example() {
 		RequestID:            "c0ffee0123456789",
 		LeaseID:              "i-7f3a.42",
 	})
-	_ = e.Close(context.Background())
 	// Output:
 	// {"_aws":{"Timestamp":1767225600000,"CloudWatchMetrics":[{"Namespace":"mcpgate","Dimensions":[["ServerID"],["ServerID","Tool"]],"Metrics":[{"Name":"Latency","Unit":"Milliseconds"},{"Name":"QueueWait","Unit":"Milliseconds"},{"Name":"InFlight","Unit":"Count"}]}]},"ServerID":"github","Tool":"search_issues","Latency":182.35,"QueueWait":12,"InFlight":3,"Outcome":"ok","RequestID":"c0ffee0123456789","LeaseID":"i-7f3a.42"}
 }
@@ -34,9 +32,8 @@ func ExampleEmitter_Call_shed() {
 	})
 	_ = e.Call(metrics.Call{
 		ServerID: "github", Tool: "search_issues", Outcome: "AT_CAPACITY",
-		Latency: 9 * time.Millisecond, Shed: true, RequestID: "c0ffee0123456790",
+		Latency: 9 * time.Millisecond, RequestID: "c0ffee0123456790",
 	})
-	_ = e.Close(context.Background())
 	// Output:
 	// {"_aws":{"Timestamp":1767225600000,"CloudWatchMetrics":[{"Namespace":"mcpgate","Dimensions":[["ServerID"],["ServerID","Tool"]],"Metrics":[{"Name":"Latency","Unit":"Milliseconds"},{"Name":"QueueWait","Unit":"Milliseconds"},{"Name":"Shed","Unit":"Count"}]}]},"ServerID":"github","Tool":"search_issues","Latency":9,"QueueWait":0,"Shed":1,"Outcome":"AT_CAPACITY","RequestID":"c0ffee0123456790"}
 }

@@ -1,9 +1,11 @@
-package metrics
+package metricstest
 
 import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/metrics"
 )
 
 func TestParseRejects(t *testing.T) {
@@ -70,9 +72,9 @@ func TestParseAccepts(t *testing.T) {
 		`{"Namespace":"a","Dimensions":[["D"],[]],"Metrics":[{"Name":"M","Unit":"Milliseconds","StorageResolution":1}]},` +
 		`{"Namespace":"b","Dimensions":[],"Metrics":[{"Name":"M"},{"Name":"N"}]}]},` +
 		`"D":"v","M":[1,2.5,3],"N":-4,"Other":{"x":true}}`
-	r := mustParse(t, line)
+	r := MustParse(t, line)
 	def, vs, ok := r.Metric("M")
-	if !ok || def.Unit != Milliseconds || def.StorageResolution != 1 || fmt.Sprint(vs) != "[1 2.5 3]" {
+	if !ok || def.Unit != metrics.Milliseconds || def.StorageResolution != 1 || fmt.Sprint(vs) != "[1 2.5 3]" {
 		t.Errorf("M = %+v %v %v, want Milliseconds, resolution 1, [1 2.5 3]", def, vs, ok)
 	}
 	if def, vs, ok := r.Metric("N"); !ok || def.Unit != "" || fmt.Sprint(vs) != "[-4]" {

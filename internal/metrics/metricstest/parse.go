@@ -1,4 +1,6 @@
-package metrics
+// Package metricstest parses and checks EMF lines against the format, for
+// tests of what the gateway emits.
+package metricstest
 
 import (
 	"bytes"
@@ -6,9 +8,50 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/mcpgate/mcpgate/internal/metrics"
 )
+
+// Limits of the format, checked by Parse.
+const (
+	// MaxMetrics is the most metrics in one directive.
+	MaxMetrics = 100
+	// MaxDimensions is the most dimensions in one dimension set.
+	MaxDimensions = 30
+	// MaxValues is the most values in one metric's array.
+	MaxValues = 100
+	// MaxNameLen is the longest metric name, in characters.
+	MaxNameLen = 1024
+	// MaxNamespaceLen is the longest namespace, in characters.
+	MaxNamespaceLen = 255
+)
+
+// units are the units CloudWatch accepts.
+var units = map[metrics.Unit]bool{}
+
+func init() {
+	for _, u := range strings.Fields("Seconds Microseconds Milliseconds Bytes Kilobytes Megabytes Gigabytes Terabytes " +
+		"Bits Kilobits Megabits Gigabits Terabits Percent Count Bytes/Second Kilobytes/Second Megabytes/Second " +
+		"Gigabytes/Second Terabytes/Second Bits/Second Kilobits/Second Megabits/Second Gigabits/Second " +
+		"Terabits/Second Count/Second None") {
+		units[metrics.Unit(u)] = true
+	}
+}
+
+// checkName refuses an empty or too long name.
+func checkName(kind, name string) error {
+	if name == "" {
+		return fmt.Errorf("empty %s name", kind)
+	}
+	if n := utf8.RuneCountInString(name); n > MaxNameLen {
+		return fmt.Errorf("%s name of %d characters exceeds %d", kind, n, MaxNameLen)
+	}
+	return nil
+}
 
 // Record is a parsed and validated EMF line.
 type Record struct {
@@ -33,7 +76,7 @@ type Directive struct {
 type MetricDefinition struct {
 	Name string
 	// Unit is "" when the line gives none (CloudWatch takes None).
-	Unit Unit
+	Unit metrics.Unit
 	// StorageResolution is 0 when the line gives none, else 1 or 60.
 	StorageResolution int
 }
@@ -160,12 +203,12 @@ func Parse(line []byte) (*Record, error) {
 				return nil, parseErr("directive %d: metric without Name", i)
 			}
 			if err := checkName("metric", *m.Name); err != nil {
-				return nil, parseErr("directive %d: %v", i, errors.Unwrap(err))
+				return nil, parseErr("directive %d: %v", i, err)
 			}
 			def := MetricDefinition{Name: *m.Name}
 			if m.Unit != nil {
-				def.Unit = Unit(*m.Unit)
-				if !def.Unit.Valid() {
+				def.Unit = metrics.Unit(*m.Unit)
+				if !units[def.Unit] {
 					return nil, parseErr("metric %q: unknown unit %q", def.Name, def.Unit)
 				}
 			}
@@ -220,4 +263,14 @@ func metricValue(x any) (any, error) {
 	default:
 		return nil, fmt.Errorf("member is %T, not a number", x)
 	}
+}
+
+// MustParse is Parse for tests: it fails t on an invalid line.
+func MustParse(t testing.TB, line string) *Record {
+	t.Helper()
+	r, err := Parse([]byte(line))
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", line, err)
+	}
+	return r
 }

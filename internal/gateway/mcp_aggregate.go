@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"github.com/mcpgate/mcpgate/internal/clip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/registry"
+)
+
+// ttlMs is the time left until expires, in whole milliseconds, never
+// negative.
+func ttlMs(expires time.Time) int {
+	return int(max(time.Until(expires), 0).Milliseconds())
+}
+
+// serverTools is one server's tools, or why they could not be listed.
+type serverTools struct {
+	srv   *registry.Server
+	tools []*mcp.Tool
+	err   *fault.Error
+	// expires is when the gateway lists the server again.
+	expires time.Time
+}
+
+// allTools lists the tools of every server c may call (those of them c may
+// see), ordered by server
+// id, asking at most maxListConcurrency upstreams at once. A server whose
+// listing fails is returned with its fault (and logged), and never hides
+// the others' tools.
+func (g *Gateway) allTools(ctx context.Context, c *caller) ([]serverTools, error) {
+	servers, err := g.allowedServers(ctx, c.principal)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]serverTools, len(servers))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxListConcurrency)
+	for i, srv := range servers {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			lctx, cancel := g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
+			defer cancel()
+			out[i].srv = srv
+			ls, err := g.deps.Upstream.ToolListing(lctx, srv, c.upstream(srv))
+			if err != nil {
+				g.log.Warn("listing tools failed; its tools are left out", "request_id", recordFrom(ctx).id, "server_id", srv.ID, "error", err.Error())
+				out[i].err = upstreamFault(srv, err)
+				return
+			}
+			out[i].tools, out[i].expires = c.visible(srv, ls.Tools), ls.Expires
+		})
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// allowedServers lists the servers a principal may call, ordered by id.
+func (g *Gateway) allowedServers(ctx context.Context, p *auth.Principal) ([]*registry.Server, error) {
+	var out []*registry.Server
+	if p.AllowsAll() {
+		servers, invalid, err := g.deps.Registry.All(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range invalid {
+			g.log.Warn("invalid server item left out", "error", e.Error())
+		}
+		out = append(out, servers...)
+	} else {
+		for _, id := range p.Servers {
+			srv, err := g.deps.Registry.Get(ctx, id)
+			switch {
+			case err == nil:
+				out = append(out, srv)
+			case errors.Is(err, registry.ErrNotFound):
+			case errors.As(err, new(*registry.InvalidError)):
+				g.log.Warn("invalid server item left out", "server_id", id, "error", err.Error())
+			default:
+				return nil, err
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *registry.Server) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// resolveTool finds the server and upstream tool name a call names. On the
+// aggregated endpoint, a server the caller may not call (FORBIDDEN) or that
+// does not exist (NOT_FOUND) is an unknown tool to the agent, since its
+// tool list never shows it; the fault's code still says which.
+func (sc *mcpScope) resolveTool(ctx context.Context, name string) (*registry.Server, string, *fault.Error) {
+	if sc.srv != nil {
+		return sc.srv, name, nil
+	}
+	id, tool, ok := strings.Cut(name, ToolSeparator)
+	if !ok || id == "" || tool == "" {
+		return nil, "", fault.New(fault.NotFound, "unknown tool %q: tools here are named <server_id>%s<tool>", clip.String(name, clip.Name), ToolSeparator)
+	}
+	srv, ferr := sc.g.server(ctx, id)
+	if ferr != nil {
+		switch ferr.Code {
+		case fault.NotFound, fault.Forbidden:
+			return nil, "", fault.New(ferr.Code, "unknown tool %q", clip.String(name, clip.Name))
+		}
+		return nil, "", ferr
+	}
+	return srv, tool, nil
+}
+
+// noteTool records the server and tool a tools/call names, before it is
+// resolved: on the aggregated endpoint, "<server_id>-<tool>" is split.
+func (sc *mcpScope) noteTool(name string) {
+	if sc.srv == nil {
+		if id, tool, ok := strings.Cut(name, ToolSeparator); ok {
+			sc.rec.serverID, name = clip.String(id, clip.Short), tool
+		}
+	}
+	sc.rec.tool = clip.String(name, clip.Name)
+}
+
+// refuse answers a tools/call the caller got wrong (unknown tool, invalid
+// arguments) with JSON-RPC invalid params, noting fe in the record.
+func (sc *mcpScope) refuse(fe *fault.Error) error {
+	sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+	return invalidParams("%s", fe.Message)
+}

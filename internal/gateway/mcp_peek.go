@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+
+	"github.com/mcpgate/mcpgate/internal/fault"
+)
+
+// knownMethods are the methods the SDK's server dispatches; it answers any
+// other with a bare HTTP 400, so the gateway answers those itself. The
+// go-sdk (v1.8.0) keeps its own list (serverMethodInfos) and its method
+// names unexported, so they are listed again here.
+var knownMethods = map[string]bool{
+	"initialize": true, "ping": true, "server/discover": true,
+	"tools/list": true, "tools/call": true,
+	"resources/list": true, "resources/templates/list": true, "resources/read": true,
+	"resources/subscribe": true, "resources/unsubscribe": true, "subscriptions/listen": true,
+	"prompts/list": true, "prompts/get": true,
+	"completion/complete": true, "logging/setLevel": true,
+	"notifications/initialized": true, "notifications/cancelled": true,
+	"notifications/progress": true, "notifications/roots/list_changed": true,
+}
+
+// narrowedMethods are relayed on /mcp/{server_id} only to a caller whose
+// grants cover every tool of the server (auth.Principal.AllowsAllTools):
+// a server's resources, prompts and completions are not tools, and no tool
+// grant says which of them a narrower caller may use.
+var narrowedMethods = map[string]bool{
+	"resources/list": true, "resources/templates/list": true, "resources/read": true,
+	"prompts/list": true, "prompts/get": true, "completion/complete": true,
+}
+
+// peeked is what the gateway reads of an MCP request before the SDK does.
+type peeked struct {
+	method   string
+	id       json.RawMessage
+	name     string
+	progress bool
+	batch    bool
+}
+
+func peek(body []byte) peeked {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return peeked{batch: true}
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name string `json:"name"`
+			Meta struct {
+				ProgressToken any `json:"progressToken"`
+			} `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &msg) != nil {
+		return peeked{}
+	}
+	return peeked{method: msg.Method, id: msg.ID, name: msg.Params.Name, progress: msg.Params.Meta.ProgressToken != nil}
+}
+
+// messageDepth is how deep a tools/call message nests its arguments
+// (message, params, arguments).
+const messageDepth = 3
+
+// writeRPCError answers the request id with a JSON-RPC error outside the
+// SDK: a protocol error, answered 200 as the SDK answers its own, its data
+// carrying the gateway's error detail.
+func writeRPCError(w http.ResponseWriter, id json.RawMessage, code int64, fe *fault.Error) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	writeRPC(w, http.StatusOK, "", rpcResponse{JSONRPC: "2.0", ID: id, Error: rpcErrorObject{Code: code, Message: fe.Message, Data: fe.Detail()}})
+}
