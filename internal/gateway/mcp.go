@@ -66,7 +66,7 @@ func (g *Gateway) newMCPHandlers() mcpHandlers {
 // through).
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	sc := &mcpScope{g: g, caller: callerFrom(ctx), rec: recordFrom(ctx), protocol: r.Header.Get("MCP-Protocol-Version")}
+	sc := &mcpScope{g: g, base: context.WithoutCancel(ctx), caller: callerFrom(ctx), rec: recordFrom(ctx), protocol: r.Header.Get("MCP-Protocol-Version")}
 	if dl, ok := ctx.Deadline(); ok {
 		sc.deadline = dl
 	}
@@ -170,7 +170,10 @@ func acceptsEventStream(r *http.Request) bool {
 
 // mcpScope is one MCP request: who asks, and (passthrough) which upstream.
 type mcpScope struct {
-	g        *Gateway
+	g *Gateway
+	// base holds the HTTP request's values (its log record, its caller,
+	// whatever observers attach), without its cancellation.
+	base     context.Context
 	caller   *caller
 	srv      *registry.Server // nil on the aggregated endpoint
 	rec      *record
@@ -215,11 +218,12 @@ func (sc *mcpScope) declareTool(ctx context.Context, s *mcp.Server, name string)
 
 // scoped returns the context upstream work runs in: cancelled with the
 // SDK's handler context, bounded by the HTTP request's deadline, carrying
-// the request's log record and caller, and nothing else. The SDK keeps the
-// agent's protocol version in its handler context, and the upstream client
-// would read it from there: the upstream session must negotiate its own.
+// the HTTP request's values (its log record, its caller), not the
+// handler's. The SDK keeps the agent's protocol version in its handler
+// context, and the upstream client would read it from there: the upstream
+// session must negotiate its own.
 func (sc *mcpScope) scoped(handler context.Context) (context.Context, context.CancelFunc) {
-	ctx := context.WithValue(context.Background(), recordCtx, sc.rec)
+	ctx := context.WithValue(sc.base, recordCtx, sc.rec)
 	ctx = context.WithValue(ctx, callerCtx, sc.caller)
 	var cancel context.CancelFunc
 	if !sc.deadline.IsZero() {
@@ -325,7 +329,7 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if sc.srv == nil {
 			return next(ctx, method, req)
 		}
-		if narrowedMethods[method] && !sc.caller.principal.AllowsAllTools(sc.srv.ID) {
+		if relays[method] != nil && !sc.caller.principal.AllowsAllTools(sc.srv.ID) {
 			// Tool grants cannot say which resources, prompts or
 			// completions go with the tools they grant: a caller granted
 			// part of a server gets its tools only.
@@ -337,43 +341,10 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		hctx := ctx // the SDK's: it carries the request id and the agent's log level
 		ctx, cancel := sc.scoped(ctx)
 		defer cancel()
+		if relay := relays[method]; relay != nil {
+			return relay(ctx, sc, req)
+		}
 		switch method {
-		case "resources/list":
-			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-				p := valueOf(req.(*mcp.ListResourcesRequest).Params)
-				p.Meta = forwardMeta(p.Meta)
-				return cs.ListResources(ctx, &p)
-			})
-		case "resources/templates/list":
-			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-				p := valueOf(req.(*mcp.ListResourceTemplatesRequest).Params)
-				p.Meta = forwardMeta(p.Meta)
-				return cs.ListResourceTemplates(ctx, &p)
-			})
-		case "resources/read":
-			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
-				p := valueOf(req.(*mcp.ReadResourceRequest).Params)
-				p.Meta = forwardMeta(p.Meta)
-				return cs.ReadResource(ctx, &p)
-			})
-		case "prompts/list":
-			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-				p := valueOf(req.(*mcp.ListPromptsRequest).Params)
-				p.Meta = forwardMeta(p.Meta)
-				return cs.ListPrompts(ctx, &p)
-			})
-		case "prompts/get":
-			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.GetPromptResult, error) {
-				p := valueOf(req.(*mcp.GetPromptRequest).Params)
-				p.Meta = forwardMeta(p.Meta)
-				return cs.GetPrompt(ctx, &p)
-			})
-		case "completion/complete":
-			return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CompleteResult, error) {
-				p := valueOf(req.(*mcp.CompleteRequest).Params)
-				p.Meta = forwardMeta(p.Meta)
-				return cs.Complete(ctx, &p)
-			})
 		case "logging/setLevel":
 			// Answered here, never relayed: an upstream session serves
 			// many requests in turn, and a 2026-07-28 upstream keeps no
@@ -385,6 +356,38 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		}
 		return next(hctx, method, req)
+	}
+}
+
+// relayFunc answers one method's request from the request's server.
+type relayFunc func(context.Context, *mcpScope, mcp.Request) (mcp.Result, error)
+
+// relays are the methods relayed to the server of /mcp/{server_id} as
+// they come, but for the gateway's own _meta keys. A server's resources,
+// prompts and completions are not tools, and no tool grant says which of
+// them a narrower caller may use: these are relayed only to a caller whose
+// grants cover every tool of the server (auth.Principal.AllowsAllTools).
+var relays = map[string]relayFunc{
+	"resources/list":           relayed((*mcp.ClientSession).ListResources),
+	"resources/templates/list": relayed((*mcp.ClientSession).ListResourceTemplates),
+	"resources/read":           relayed((*mcp.ClientSession).ReadResource),
+	"prompts/list":             relayed((*mcp.ClientSession).ListPrompts),
+	"prompts/get":              relayed((*mcp.ClientSession).GetPrompt),
+	"completion/complete":      relayed((*mcp.ClientSession).Complete),
+}
+
+// relayed makes the relayFunc of the session method send: it sends a copy
+// of the request's params without the gateway's own _meta keys.
+func relayed[P any, PP interface {
+	*P
+	mcp.Params
+}, R mcp.Result](send func(*mcp.ClientSession, context.Context, PP) (R, error)) relayFunc {
+	return func(ctx context.Context, sc *mcpScope, req mcp.Request) (mcp.Result, error) {
+		in, _ := req.GetParams().(PP)
+		p := valueOf((*P)(in))
+		pp := PP(&p)
+		pp.SetMeta(forwardMeta(pp.GetMeta()))
+		return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (R, error) { return send(cs, ctx, pp) })
 	}
 }
 

@@ -23,15 +23,6 @@ var knownMethods = map[string]bool{
 	"notifications/progress": true, "notifications/roots/list_changed": true,
 }
 
-// narrowedMethods are relayed on /mcp/{server_id} only to a caller whose
-// grants cover every tool of the server (auth.Principal.AllowsAllTools):
-// a server's resources, prompts and completions are not tools, and no tool
-// grant says which of them a narrower caller may use.
-var narrowedMethods = map[string]bool{
-	"resources/list": true, "resources/templates/list": true, "resources/read": true,
-	"prompts/list": true, "prompts/get": true, "completion/complete": true,
-}
-
 // peeked is what the gateway reads of an MCP request before the SDK does.
 type peeked struct {
 	method   string
