@@ -20,9 +20,12 @@ import (
 )
 
 // python returns python3 once it has the modules, skipping the test when it
-// or they are absent locally (never in CI).
+// or they are absent locally (never in CI), and under -short.
 func python(t *testing.T, modules ...string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping under -short: runs python3")
+	}
 	missing := func(why string) {
 		t.Helper()
 		if os.Getenv("CI") == "" {
