@@ -6,24 +6,12 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev test soak deps tables build build-GatewayFunction cli vet fmt fuzz bench clean
+.PHONY: help dev check test soak lint deps tables build build-GatewayFunction cli vet fmt fuzz bench clean
 
+# make help prints the "## " lines just above each target: the first after
+# "make <target>", the others indented under it.
 help:
-	@echo "make dev     run the gateway locally: store, tables, demo upstream (cap 2), dev key, gateway"
-	@echo "             ports: DEV_STORE_PORT (8000), DEV_GATEWAY_ADDR (127.0.0.1:8080), DEV_DEMO_PORT (9100);"
-	@echo "             a taken port is replaced by a free one, and printed. State and logs: DEV_STATE_DIR (.dev)"
-	@echo "make test    run every test (starts and stops its own dynalite and gateways)"
-	@echo "make soak    the fault soak: kills, store outage, stalled upstream, over 6 processes;"
-	@echo "             then the lease protocol's fault simulation over SIM_SEEDS (10000) seeded schedules"
-	@echo "make tables  create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point"
-	@echo "make build   build the Lambda bootstrap (linux/arm64) into bin/gateway/"
-	@echo "make cli     build the admin CLI for this machine into bin/mcpgate (or: go install ./cmd/mcpgate)"
-	@echo "make deps    install every Node package (dynalite and the test-only ones) and the Go modules"
-	@echo "make fuzz    fuzz the MCP and REST request decoding"
-	@echo "make bench   measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet,"
-	@echo "             waiters, bulkhead, two tenants, rate limits, adaptive) into results/, with results/cap.svg"
-	@echo "             (the upstream's calls in flight over time) and results/adaptive.svg (the adaptive limit);"
-	@echo "             BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all)"
+	@awk '/^## /{h[n++]=substr($$0,4);next} n&&/^[a-zA-Z_-]+:/{sub(/:.*/,"");printf "make %-8s%s\n",$$0,h[0];for(i=1;i<n;i++)printf "%13s%s\n","",h[i]} {n=0}' $(firstword $(MAKEFILE_LIST))
 
 # Node packages. make dev needs only dynalite (the "dependencies"); the
 # tests also need the "devDependencies" and the optional Node 22 binary,
@@ -34,6 +22,7 @@ help:
 NODE_DEV  := infra/node_modules/.mcpgate-dev
 NODE_TEST := infra/node_modules/.mcpgate-test
 
+## install every Node package (dynalite and the test-only ones) and the Go modules
 deps: $(NODE_TEST)
 	$(GO) mod download
 
@@ -46,15 +35,52 @@ $(NODE_DEV): infra/package.json infra/package-lock.json
 	else cd infra && $(NPM) ci --omit=dev --omit=optional --no-audit --no-fund; fi
 	touch $@
 
+## run the gateway locally: store, tables, demo upstream (cap 2), dev key, gateway
+## ports: DEV_STORE_PORT (8000), DEV_GATEWAY_ADDR (127.0.0.1:8080), DEV_DEMO_PORT (9100);
+## a taken port is replaced by a free one, and printed. State and logs: DEV_STATE_DIR (.dev)
 dev: $(NODE_DEV)
 	./infra/dev.sh
 
+# The packages whose tests run their goroutines in the test binary run under
+# the race detector; functions/gateway and infra run the gateway and the
+# local stack as child processes, which it would not see, so they run
+# without it (and their multi-process tests take most of make test's time).
+# PROC_PKGS is every other package, so a new one is not left out.
+RACE_PKGS := ./internal/... ./cmd/...
+PROC_PKGS = $(shell $(GO) list ./... | grep -v -e /internal/ -e /cmd/)
+
+## run every test (starts and stops its own dynalite and gateways),
+## those of internal/ and cmd/ under the race detector
 test: $(NODE_TEST)
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PROC_PKGS)
 	# The limiter again on a store that returns no item with a failed
 	# conditional write: its fallback read.
 	STORETEST_CCF_ITEM=off $(GO) test -count=1 ./internal/lease
+
+# The inner loop, without Node, dynalite, moto_server or child processes:
+# under -short the tests that need one skip (storetest.Shared,
+# secrettest.Shared, testkit.Binary), so this is build, vet and the tests
+# that run in the test binary alone.
+## build, vet and the quick tests (go test -short: no Node, store or processes), under a minute
+check:
+	$(GO) build ./...
+	$(GO) vet ./...
+	$(GO) test -short -count=1 ./...
+
+# staticcheck, at a pinned version, installed into bin/ (git-ignored) on
+# first use. internal/gateway and internal/upstream turn SA1019 off in their
+# staticcheck.conf: they forward MCP features deprecated in 2026-07-28.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
+$(STATICCHECK):
+	GOBIN=$(CURDIR)/$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## run staticcheck (installed into bin/ on first use)
+lint: $(STATICCHECK)
+	$(STATICCHECK) ./...
 
 # Thousands of calls over six gateway processes with processes killed and
 # restarted, the store stopped and restarted and the upstream stalled, against
@@ -63,6 +89,8 @@ test: $(NODE_TEST)
 # simulation (internal/lease/sim_test.go) over SIM_SEEDS schedules, where
 # make test runs 300; a failing seed prints how to replay it.
 SIM_SEEDS ?= 10000
+## the fault soak: kills, store outage, stalled upstream, over 6 processes;
+## then the lease protocol's fault simulation over SIM_SEEDS (10000) seeded schedules
 soak: $(NODE_TEST)
 	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
 	LEASE_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run '^TestFaultSimulation$$' ./internal/lease
@@ -73,9 +101,14 @@ soak: $(NODE_TEST)
 # uncontended, saturation, hotkey, itemsize, coldstart, coldfleet, waiters,
 # bulkhead, tenants, ratelimits, adaptive (which also draws
 # results/adaptive.svg).
+## measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet,
+## waiters, bulkhead, two tenants, rate limits, adaptive) into results/, with results/cap.svg
+## (the upstream's calls in flight over time) and results/adaptive.svg (the adaptive limit);
+## BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all)
 bench: $(NODE_TEST)
 	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
 
+## create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point
 tables:
 	$(GO) run ./cmd/mcpgate tables create
 
@@ -85,11 +118,13 @@ build-GatewayFunction:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" \
 		-o $(ARTIFACTS_DIR)/bootstrap ./functions/gateway
 
+## build the Lambda bootstrap (linux/arm64) into bin/gateway/
 build: build-GatewayFunction
 	@ls -l $(ARTIFACTS_DIR)/bootstrap
 
 # The admin CLI for this machine, for a deployed stack (make dev puts its
 # own copy on PATH through .dev/env).
+## build the admin CLI for this machine into bin/mcpgate (or: go install ./cmd/mcpgate)
 cli:
 	$(GO) build -o bin/mcpgate ./cmd/mcpgate
 	@echo "bin/mcpgate built; put it on PATH, or run: go install ./cmd/mcpgate"
@@ -100,6 +135,7 @@ vet:
 # Fuzz the MCP and REST request decoding (FUZZTIME each; the seed corpus
 # also runs in `make test`).
 FUZZTIME ?= 60s
+## fuzz the MCP and REST request decoding
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzMCPRequest$$' -fuzztime $(FUZZTIME) ./internal/gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzRESTCall$$' -fuzztime $(FUZZTIME) ./internal/gateway

@@ -38,6 +38,9 @@ import (
 var defaultPorts = []int{8000, 8080, 9100}
 
 func TestDevScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping under -short: runs make dev's stack")
+	}
 	root := repoRoot(t)
 	need(t, filepath.Join(root, "infra", "node_modules", "dynalite"), "dynalite (run `make deps`)")
 	if _, err := exec.LookPath("node"); err != nil {

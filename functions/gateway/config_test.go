@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdaurl"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -33,29 +34,29 @@ func baseVars(more map[string]string) map[string]string {
 }
 
 func TestConfigLimits(t *testing.T) {
-	c, err := loadConfig(env(baseVars(nil)))
+	c, err := config.Load(env(baseVars(nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := localLimits{ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxConns: 1024}
+	want := config.LocalLimits{ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxConns: 1024}
 	if c.Local != want {
 		t.Errorf("default local limits %+v, want %+v", c.Local, want)
 	}
-	if c.MemoryLimit != 0 || c.requestTimeout() != 0 {
-		t.Errorf("memory limit %d, request timeout %v; want neither outside Lambda", c.MemoryLimit, c.requestTimeout())
+	if c.MemoryLimit != 0 || c.MaxRequest() != 0 {
+		t.Errorf("memory limit %d, request timeout %v; want neither outside Lambda", c.MemoryLimit, c.MaxRequest())
 	}
 
-	c, err = loadConfig(env(baseVars(map[string]string{"GATEWAY_READ_TIMEOUT": "5s", "GATEWAY_IDLE_TIMEOUT": "1m",
+	c, err = config.Load(env(baseVars(map[string]string{"GATEWAY_READ_TIMEOUT": "5s", "GATEWAY_IDLE_TIMEOUT": "1m",
 		"GATEWAY_MAX_CONNS": "16", "REQUEST_TIMEOUT": "40s", "FUNCTION_TIMEOUT": "900s"})))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Local != (localLimits{ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 16}) {
+	if c.Local != (config.LocalLimits{ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 16}) {
 		t.Errorf("local limits %+v", c.Local)
 	}
 	// Outside Lambda a request runs at most REQUEST_TIMEOUT.
-	if c.requestTimeout() != 40*time.Second {
-		t.Errorf("request timeout %v, want REQUEST_TIMEOUT", c.requestTimeout())
+	if c.MaxRequest() != 40*time.Second {
+		t.Errorf("request timeout %v, want REQUEST_TIMEOUT", c.MaxRequest())
 	}
 
 	for _, bad := range [][2]string{
@@ -67,7 +68,7 @@ func TestConfigLimits(t *testing.T) {
 		{"FUNCTION_TIMEOUT", "120"},
 		{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256MB"},
 	} {
-		_, err := loadConfig(env(baseVars(map[string]string{bad[0]: bad[1]})))
+		_, err := config.Load(env(baseVars(map[string]string{bad[0]: bad[1]})))
 		if err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s=%s: error %v, want one naming %s", bad[0], bad[1], err, bad[0])
 		}
@@ -78,24 +79,24 @@ func TestConfigUnderLambda(t *testing.T) {
 	lambda := map[string]string{"SERVERS_TABLE": "s", "LEASES_TABLE": "l", "KEYS_TABLE": "k",
 		"AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001", "FUNCTION_TIMEOUT": "120s", "REQUEST_TIMEOUT": "5s",
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256"}
-	c, err := loadConfig(env(lambda))
+	c, err := config.Load(env(lambda))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The function's timeout bounds a request; REQUEST_TIMEOUT is for the
 	// local server only.
-	if c.requestTimeout() != 120*time.Second {
-		t.Errorf("request timeout %v, want FUNCTION_TIMEOUT", c.requestTimeout())
+	if c.MaxRequest() != 120*time.Second {
+		t.Errorf("request timeout %v, want FUNCTION_TIMEOUT", c.MaxRequest())
 	}
 	if want := int64(256 << 20 * 9 / 10); c.MemoryLimit != want {
 		t.Errorf("memory limit %d, want 90%% of 256 MiB = %d", c.MemoryLimit, want)
 	}
 	// GOMEMLIMIT wins: the runtime has applied it, the gateway leaves it.
 	lambda["GOMEMLIMIT"] = "100MiB"
-	if c, err := loadConfig(env(lambda)); err != nil || c.MemoryLimit != 0 {
+	if c, err := config.Load(env(lambda)); err != nil || c.MemoryLimit != 0 {
 		t.Errorf("with GOMEMLIMIT: memory limit %d, %v; want 0 (the runtime's)", c.MemoryLimit, err)
 	}
-	if got := memoryLimitText(c.MemoryLimit); got != "230 MiB" {
+	if got := config.MemoryLimitText(c.MemoryLimit); got != "230 MiB" {
 		t.Errorf("memoryLimitText = %q", got)
 	}
 }
@@ -104,7 +105,7 @@ func TestConfigUnderLambda(t *testing.T) {
 func withBase(kv map[string]string) func(string) string { return env(baseVars(kv)) }
 
 func TestConfigOAuth(t *testing.T) {
-	c, err := loadConfig(withBase(map[string]string{
+	c, err := config.Load(withBase(map[string]string{
 		"OAUTH_ISSUER":       "https://login.example.com/tenant/v2.0",
 		"OAUTH_AUDIENCE":     "api://gateway, 0f1e2d3c",
 		"OAUTH_RESOURCE_URL": "https://gw.example.com/",
@@ -129,12 +130,12 @@ func TestConfigOAuth(t *testing.T) {
 		"scope prefix with a quote": {"OAUTH_ISSUER": "https://idp", "OAUTH_SCOPE_PREFIX": `mcp"`},
 		"bad IAM grant":             {"IAM_GRANTS": "role/agents=demo"},
 	} {
-		if _, err := loadConfig(withBase(kv)); err == nil {
+		if _, err := config.Load(withBase(kv)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	// Off by default, with the template's empty values.
-	c, err = loadConfig(withBase(map[string]string{"OAUTH_ISSUER": "", "OAUTH_SCOPE_PREFIX": "mcp:", "IAM_GRANTS": ""}))
+	c, err = config.Load(withBase(map[string]string{"OAUTH_ISSUER": "", "OAUTH_SCOPE_PREFIX": "mcp:", "IAM_GRANTS": ""}))
 	if err != nil || c.OAuth.Issuer != "" || len(c.IAMGrants) != 0 {
 		t.Errorf("defaults: %+v, %v", c.OAuth, err)
 	}
@@ -152,7 +153,7 @@ func TestPublicURL(t *testing.T) {
 		return r
 	}
 	// Outside Lambda: the listen address, never the Host header.
-	f, err := config{OAuth: oauthOn}.publicURL(ln)
+	f, err := publicURL(config.Config{OAuth: oauthOn}, ln)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,12 +161,12 @@ func TestPublicURL(t *testing.T) {
 		t.Errorf("local: %q", got)
 	}
 	// Configured: as configured.
-	f, _ = config{OAuth: oauthOn, ResourceURL: "https://gw.example.com"}.publicURL(ln)
+	f, _ = publicURL(config.Config{OAuth: oauthOn, ResourceURL: "https://gw.example.com"}, ln)
 	if got := f(req(context.Background())); got != "https://gw.example.com" {
 		t.Errorf("configured: %q", got)
 	}
 	// Under Lambda: the Function URL's domain from the request context.
-	f, _ = config{OAuth: oauthOn, Lambda: true}.publicURL(nil)
+	f, _ = publicURL(config.Config{OAuth: oauthOn, Lambda: true}, nil)
 	ev := &events.LambdaFunctionURLRequest{RequestContext: events.LambdaFunctionURLRequestContext{DomainName: "abc.lambda-url.us-east-1.on.aws"}}
 	if got := f(req(lambdaurlContext(ev))); got != "https://abc.lambda-url.us-east-1.on.aws" {
 		t.Errorf("lambda: %q", got)
@@ -176,7 +177,7 @@ func TestPublicURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer all.Close()
-	if _, err := (config{OAuth: oauthOn, Addr: "0.0.0.0:0"}).publicURL(all); err == nil || !strings.Contains(err.Error(), "OAUTH_RESOURCE_URL") {
+	if _, err := publicURL(config.Config{OAuth: oauthOn, Addr: "0.0.0.0:0"}, all); err == nil || !strings.Contains(err.Error(), "OAUTH_RESOURCE_URL") {
 		t.Errorf("0.0.0.0 with OAuth: err = %v", err)
 	}
 }
@@ -253,7 +254,7 @@ func TestConfigAllowLocalUpstreams(t *testing.T) {
 		{baseVars(map[string]string{"ALLOW_LOCAL_UPSTREAMS": "maybe"}), false, "use on or off"},
 		{baseVars(map[string]string{"ALLOW_LOCAL_UPSTREAMS": "on", "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001"}), true, "refused under Lambda"},
 	} {
-		c, err := loadConfig(env(tc.vars))
+		c, err := config.Load(env(tc.vars))
 		switch {
 		case tc.err == "" && (err != nil || c.AllowLocal != tc.want):
 			t.Errorf("%v: %v, allow %v; want %v", tc.vars, err, c.AllowLocal, tc.want)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 )
 
@@ -20,12 +21,12 @@ import (
 // before returning. Under Lambda
 // the Function URL bounds clients; here lim does: a client must send its
 // request within lim.ReadTimeout (its headers within
-// maxReadHeaderTimeout), an idle connection closes after lim.IdleTimeout,
+// config.MaxReadHeaderTimeout), an idle connection closes after lim.IdleTimeout,
 // and at most lim.MaxConns connections are served at once.
-func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, lim localLimits, gw *gateway.Gateway) error {
+func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, lim config.LocalLimits, gw *gateway.Gateway) error {
 	srv := &http.Server{
 		Handler:           answerUnread(h),
-		ReadHeaderTimeout: min(maxReadHeaderTimeout, lim.ReadTimeout),
+		ReadHeaderTimeout: min(config.MaxReadHeaderTimeout, lim.ReadTimeout),
 		ReadTimeout:       lim.ReadTimeout,
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,

@@ -25,6 +25,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/catalog"
+	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/extension"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/lease"
@@ -48,7 +49,7 @@ func main() {
 // run serves until ctx ends. wrap, if not nil, wraps the gateway's handler
 // (the benchmark puts an in-process semaphore in front, for comparison).
 func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler) http.Handler) error {
-	cfg, err := loadConfig(getenv)
+	cfg, err := config.Load(getenv)
 	if err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	db := store.NewClientFromConfig(awsCfg)
 	limiter := lease.New(db, cfg.Tables.Leases, lease.Options{
 		Margin: cfg.LeaseMargin,
-		Clock:  cfg.clock(),
+		Clock:  cfg.Clock(),
 	})
 	// Outside Lambda the listener comes first: the gateway's public URL
 	// may be derived from its address.
@@ -80,7 +81,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		}
 		defer ln.Close()
 	}
-	publicURL, err := cfg.publicURL(ln)
+	publicURL, err := publicURL(cfg, ln)
 	if err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	}, gateway.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxLeaseHold:   cfg.LeaseHold,
-		RequestTimeout: cfg.requestTimeout(),
+		RequestTimeout: cfg.MaxRequest(),
 		Logger:         log,
 		Version:        version(),
 		RequestID:      lambdaRequestID,
@@ -154,7 +155,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	// The values in effect: the limiter's margin (its default when
 	// LEASE_MARGIN is unset), and "none" for no request deadline.
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", limiter.Margin().String(),
-		"request_timeout", timeoutText(cfg.requestTimeout()), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)),
+		"request_timeout", config.TimeoutText(cfg.MaxRequest()), "memory_limit", config.MemoryLimitText(debug.SetMemoryLimit(-1)),
 		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants), "allow_local_upstreams", cfg.AllowLocal,
 		"function_concurrency", cfg.FunctionConcurrency, "server_bulkhead", gateway.Bulkhead(cfg.FunctionConcurrency, cfg.ServerShare))
 
@@ -208,7 +209,7 @@ func withTimeout(h http.Handler, d time.Duration) http.Handler {
 // the invocation's request context (never the Host header, which a client
 // chooses); outside Lambda, the listen address, unless it is unspecified
 // (0.0.0.0), where tokens need OAUTH_RESOURCE_URL.
-func (c config) publicURL(ln net.Listener) (func(*http.Request) string, error) {
+func publicURL(c config.Config, ln net.Listener) (func(*http.Request) string, error) {
 	switch {
 	case c.ResourceURL != "":
 		u := c.ResourceURL

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/roundtrip"
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/upstream"
@@ -19,8 +20,8 @@ import (
 // random key of its own, and a retry completes only on the instance that
 // started the round trip. REQUEST_STATE_TTL applies either way. The key read
 // is returned as reserved: no upstream's credential may be it.
-func requestStates(ctx context.Context, cfg config, secrets *secret.Resolver, log *slog.Logger) (*roundtrip.Sealer, *upstream.Reserved, error) {
-	opts := roundtrip.Options{TTL: cfg.RequestStateTTL, Now: cfg.clock()}
+func requestStates(ctx context.Context, cfg config.Config, secrets *secret.Resolver, log *slog.Logger) (*roundtrip.Sealer, *upstream.Reserved, error) {
+	opts := roundtrip.Options{TTL: cfg.RequestStateTTL, Now: cfg.Clock()}
 	if cfg.RequestStateKey == "" {
 		log.Warn("REQUEST_STATE_KEY is not set: input-required round trips complete only on the instance that started them")
 		key := make([]byte, roundtrip.MinSecretBytes)

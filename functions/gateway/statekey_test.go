@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/secret/secrettest"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -26,8 +27,8 @@ func TestRequestStateKeyFromSecretsManager(t *testing.T) {
 	moto := secrettest.Shared(t)
 	name := secrettest.Name("request-state")
 	arn := moto.PutSecret(t, name, strings.Repeat("z", 48))
-	cfg := func(ref string) config {
-		return config{RequestStateKey: ref}
+	cfg := func(ref string) config.Config {
+		return config.Config{RequestStateKey: ref}
 	}
 	log := slog.New(slog.DiscardHandler)
 	for _, ref := range []string{"secretsmanager:" + name, "secretsmanager:" + arn} {

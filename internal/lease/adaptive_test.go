@@ -320,7 +320,7 @@ func TestPauseHoldsEveryCaller(t *testing.T) {
 			t.Fatal(err)
 		}
 		if time.Now().Before(until) {
-			t.Errorf("a waiter got a place %v before the pause ended", until.Sub(time.Now()))
+			t.Errorf("a waiter got a place %v before the pause ended", time.Until(until))
 		}
 		_, _ = got.Finish(context.Background(), Success)
 	})

@@ -320,12 +320,6 @@ func classify(err error) (retry, unsure bool) {
 	return true, true // the connection failed, or the answer was lost
 }
 
-// invalid reports whether the store refused a request as invalid.
-func invalid(err error) bool {
-	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
-}
-
 // backoff is the jittered wait before attempt n (n ≥ 1) of a write.
 func backoff(n int) time.Duration {
 	d := min(writeMinBackoff<<(n-1), writeMaxBackoff)

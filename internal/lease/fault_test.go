@@ -8,7 +8,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // faultAPI stands between the limiter and the real store and does to the
@@ -103,17 +102,4 @@ func writes(kw, attr string) func(*dynamodb.UpdateItemInput) bool {
 		}
 		return false
 	}
-}
-
-// noItemAPI answers failed conditions without the item, as some
-// DynamoDB-compatible stores do: the limiter must read it instead.
-type noItemAPI struct{ API }
-
-func (n noItemAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	out, err := n.API.UpdateItem(ctx, in, opts...)
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		ccf.Item = nil
-	}
-	return out, err
 }

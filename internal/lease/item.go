@@ -297,7 +297,6 @@ func (v *view) strayMembers() map[string][]string {
 // (number +∞) with the places it wants.
 type asker struct {
 	id, label string
-	n         int64
 	tool      string
 	toolCap   int
 	breaker   string

@@ -34,8 +34,13 @@ func GatewayBinary(t testing.TB) string { return Binary(t, "./functions/gateway"
 
 // Binary builds a main package of this module (e.g. "./cmd/mcpgate") once
 // per test binary and returns the executable's path.
+// Under -short (make check) it skips the test instead: the tests that run
+// processes are the slow ones.
 func Binary(t testing.TB, pkg string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping under -short: runs " + pkg + " as a process")
+	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if path, ok := built[pkg]; ok {

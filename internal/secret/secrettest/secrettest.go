@@ -69,8 +69,12 @@ func StopShared() {
 }
 
 // Shared returns the test binary's moto_server, starting it on first use.
+// Under -short (make check) it skips the test instead.
 func Shared(t testing.TB) *Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping under -short: needs moto_server")
+	}
 	sharedOnce.Do(func() { shared, sharedErr = Start() })
 	if sharedErr != nil {
 		if errors.Is(sharedErr, ErrNotInstalled) && os.Getenv("CI") == "" {

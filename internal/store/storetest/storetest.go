@@ -73,8 +73,12 @@ func StopShared() {
 }
 
 // Shared returns the test binary's dynalite, starting it on first use.
+// Under -short (make check) it skips the test instead.
 func Shared(t testing.TB) *Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping under -short: needs dynalite")
+	}
 	sharedOnce.Do(func() { shared, sharedErr = Start() })
 	if sharedErr != nil {
 		unavailable(t, sharedErr)

@@ -1,4 +1,7 @@
-package main
+// Package config reads the gateway's settings from its environment: what
+// functions/gateway runs with, and what the template tests (infra/template)
+// check template.yaml against.
+package config
 
 import (
 	"errors"
@@ -15,8 +18,8 @@ import (
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
-// config is everything the gateway reads from its environment.
-type config struct {
+// Config is everything the gateway reads from its environment.
+type Config struct {
 	Tables store.Tables
 	// Lambda is set when running under the Lambda runtime API.
 	Lambda bool
@@ -37,7 +40,7 @@ type config struct {
 	// (the template sets it): under Lambda, the longest a request may run.
 	FunctionTimeout time.Duration
 	// Local is how the local HTTP server bounds its clients.
-	Local localLimits
+	Local LocalLimits
 	// MemoryLimit is the Go runtime's soft memory limit to set, in bytes:
 	// memoryShare of the Lambda function's memory
 	// (AWS_LAMBDA_FUNCTION_MEMORY_SIZE, in MiB), so the collector works
@@ -86,12 +89,12 @@ type config struct {
 	ServerShare float64
 }
 
-// localLimits bound the local server's clients, so slow or idle ones
+// LocalLimits bound the local server's clients, so slow or idle ones
 // cannot hold it: under Lambda the Function URL does this.
-type localLimits struct {
+type LocalLimits struct {
 	// ReadTimeout bounds reading one request, headers and body
 	// (GATEWAY_READ_TIMEOUT); the headers alone get at most
-	// maxReadHeaderTimeout of it.
+	// MaxReadHeaderTimeout of it.
 	ReadTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection idle that long
 	// (GATEWAY_IDLE_TIMEOUT).
@@ -101,10 +104,10 @@ type localLimits struct {
 	MaxConns int
 }
 
-// Defaults of localLimits.
+// Defaults of LocalLimits.
 const (
 	defaultReadTimeout   = 30 * time.Second
-	maxReadHeaderTimeout = 10 * time.Second
+	MaxReadHeaderTimeout = 10 * time.Second
 	defaultIdleTimeout   = 2 * time.Minute
 	defaultMaxConns      = 1024
 )
@@ -114,16 +117,18 @@ const (
 // (the mapped executable, the runtime's own bookkeeping outside the heap).
 const memoryShare = 0.9
 
-// requestTimeout is the longest one request may run, if known: the
+// MaxRequest is the longest one request may run, if known: the
 // function's timeout under Lambda, REQUEST_TIMEOUT locally.
-func (c config) requestTimeout() time.Duration {
+func (c Config) MaxRequest() time.Duration {
 	if c.Lambda {
 		return c.FunctionTimeout
 	}
 	return c.RequestTimeout
 }
 
-func (c config) clock() func() time.Time {
+// Clock is the wall clock for lease and request-state expiries: nil (the
+// real one) unless ClockOffset is set.
+func (c Config) Clock() func() time.Time {
 	if c.ClockOffset == 0 {
 		return nil
 	}
@@ -131,13 +136,14 @@ func (c config) clock() func() time.Time {
 	return func() time.Time { return time.Now().Add(off) }
 }
 
-func loadConfig(getenv func(string) string) (config, error) {
+// Load reads the settings through getenv (os.Getenv in the gateway).
+func Load(getenv func(string) string) (Config, error) {
 	var errs []error
 	tables, err := store.TablesFromEnv(getenv)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	c := config{
+	c := Config{
 		Tables: tables,
 		Lambda: getenv("AWS_LAMBDA_RUNTIME_API") != "",
 		Addr:   getenv("GATEWAY_ADDR"),
@@ -278,16 +284,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 	return c, errors.Join(errs...)
 }
 
-// memoryLimitText renders a runtime memory limit for the log.
-// timeoutText renders a timeout for the startup log: "none" for 0.
-func timeoutText(d time.Duration) string {
+// MemoryLimitText renders a runtime memory limit for the log.
+// TimeoutText renders a timeout for the startup log: "none" for 0.
+func TimeoutText(d time.Duration) string {
 	if d == 0 {
 		return "none"
 	}
 	return d.String()
 }
 
-func memoryLimitText(limit int64) string {
+func MemoryLimitText(limit int64) string {
 	if limit == math.MaxInt64 {
 		return "none"
 	}
@@ -296,7 +302,7 @@ func memoryLimitText(limit int64) string {
 
 // loadOAuth reads the OAUTH_* settings. OAUTH_ISSUER turns tokens on; the
 // others without it are a mistake worth stopping for.
-func (c *config) loadOAuth(getenv func(string) string, errs *[]error) {
+func (c *Config) loadOAuth(getenv func(string) string, errs *[]error) {
 	o := auth.OAuthOptions{
 		Issuer:      strings.TrimSpace(getenv("OAUTH_ISSUER")),
 		JWKSURL:     strings.TrimSpace(getenv("OAUTH_JWKS_URL")),

@@ -1,4 +1,4 @@
-package main
+package template
 
 // A small evaluator of CloudFormation intrinsic functions, so template
 // tests can see a template as CloudFormation would deploy it for given

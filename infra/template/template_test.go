@@ -1,4 +1,4 @@
-package main
+package template
 
 // sam validate cannot run here, so this test loads template.yaml with
 // goformation and checks it against what the code actually uses: the
@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/catalog"
+	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/registry"
@@ -194,7 +195,7 @@ func TestTemplateEnvironment(t *testing.T) {
 
 	// Every variable the template sets must be one the gateway reads.
 	read := map[string]bool{}
-	_, _ = loadConfig(func(name string) string { read[name] = true; return "" })
+	_, _ = config.Load(func(name string) string { read[name] = true; return "" })
 	for name := range vars {
 		if !read[name] {
 			t.Errorf("template sets %s, which the gateway never reads", name)
@@ -357,7 +358,7 @@ func TestTemplateIdentity(t *testing.T) {
 			}
 			return map[string]string{"SERVERS_TABLE": "s", "LEASES_TABLE": "l", "KEYS_TABLE": "k", "GATEWAY_ADDR": "127.0.0.1:0"}[name]
 		}
-		if _, err := loadConfig(get); err != nil {
+		if _, err := config.Load(get); err != nil {
 			t.Errorf("%s: %v", mode, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package template
 
 // These tests run the real SAM translator (python3 aws-sam-translator, what
 // CloudFormation runs for `sam deploy`) and cfn-lint over template.yaml,
@@ -17,12 +17,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpgate/mcpgate/internal/config"
 )
 
 // python returns python3 once it has the modules, skipping the test when it
-// or they are absent locally (never in CI).
+// or they are absent locally (never in CI), and under -short.
 func python(t *testing.T, modules ...string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping under -short: runs python3")
+	}
 	missing := func(why string) {
 		t.Helper()
 		if os.Getenv("CI") == "" {
@@ -170,7 +175,7 @@ func TestTemplateSAMTransform(t *testing.T) {
 			}
 			// The gateway learns the same timeout from its environment.
 			vars := fn["Environment"].(map[string]any)["Variables"].(map[string]any)
-			cfg, err := loadConfig(func(name string) string {
+			cfg, err := config.Load(func(name string) string {
 				if name == "AWS_LAMBDA_RUNTIME_API" {
 					return "127.0.0.1:9001"
 				}
@@ -180,7 +185,7 @@ func TestTemplateSAMTransform(t *testing.T) {
 			if err != nil {
 				t.Errorf("the gateway refuses the template's environment: %v", err)
 			}
-			if got := fmt.Sprint(cfg.requestTimeout().Seconds()); got != tt.timeout {
+			if got := fmt.Sprint(cfg.MaxRequest().Seconds()); got != tt.timeout {
 				t.Errorf("FUNCTION_TIMEOUT=%v gives the gateway %ss, want %ss", vars["FUNCTION_TIMEOUT"], got, tt.timeout)
 			}
 			if got, ok := fn["ReservedConcurrentExecutions"]; tt.reserved == "" && ok || tt.reserved != "" && fmt.Sprint(got) != tt.reserved {
