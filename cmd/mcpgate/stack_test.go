@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
+	cftypes "github.com/aws/aws-sdk-go-v2/service/cloudformation/types"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 
@@ -59,7 +61,10 @@ func deployStack(t *testing.T, env *storetest.Env, outputs bool) deployed {
 	}
 	cf := cloudformation.NewFromConfig(moto.Config(), func(o *cloudformation.Options) { o.BaseEndpoint = aws.String(moto.Endpoint) })
 	ctx := context.Background()
-	if _, err := cf.CreateStack(ctx, &cloudformation.CreateStackInput{StackName: aws.String(name), TemplateBody: aws.String(tpl)}); err != nil {
+	// The name is this test's alone: a stack already there is this create's
+	// own, landed by an SDK retry whose first attempt went through.
+	var exists *cftypes.AlreadyExistsException
+	if _, err := cf.CreateStack(ctx, &cloudformation.CreateStackInput{StackName: aws.String(name), TemplateBody: aws.String(tpl)}); err != nil && !errors.As(err, &exists) {
 		t.Fatalf("create stack: %v", err)
 	}
 	res, err := cf.DescribeStackResource(ctx, &cloudformation.DescribeStackResourceInput{

@@ -223,6 +223,9 @@ func (a simAPI) do(ctx context.Context, r *simReq, opts []func(*dynamodb.Options
 	c.reqs++
 	r.seq = c.reqs
 	if r.upd != nil {
+		// Until it lands, the caller's last write has not: a caller that
+		// ends with its withdrawal still in flight is not sealed.
+		c.lastLanded = false
 		for _, n := range r.upd.ExpressionAttributeNames {
 			if _, ok := s.owners[n]; !ok && isSimID(n) {
 				s.owners[n] = c
@@ -1105,6 +1108,7 @@ var simRegressionSeeds = []uint64{
 	136540, // the same
 	133846, // a take resent after an unknown outcome landed on a turn judged for an earlier moment
 	136859, // the same
+	49336,  // (the checker) a caller whose withdrawal was still in flight when it ended was taken as sealed
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
