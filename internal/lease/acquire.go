@@ -68,7 +68,7 @@ type attempt struct {
 	// turn come, its caller is presumed gone.
 	turnSince map[string]time.Time
 	// failures counts the store errors in a row while it waits; takeErrs
-	// the takes that met one.
+	// the takes in a row that met one.
 	failures int
 	takeErrs int
 }
@@ -145,10 +145,13 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		case served && eager < maxEager:
 			eager++
 			var ls *Lease
-			if ls, v, err = a.take(ctx, v, ahead, bypass); ls != nil || err != nil {
+			if ls, v, err = a.take(ctx, v, ahead, bypass); ls != nil {
 				return ls, err
 			}
-			continue
+			if err == nil {
+				continue
+			}
+			// A store error: a waiter keeps its ticket, as below.
 		case served:
 			// The item keeps changing under it: look again shortly.
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
@@ -445,7 +448,9 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 		}
 		return ls, nil, err
 	}
-	if !errors.Is(err, errCondition) {
+	if errors.Is(err, errCondition) {
+		a.takeErrs = 0
+	} else {
 		if a.takeErrs++; a.takeErrs >= writeAttempts || !storeError(err) || ctx.Err() != nil {
 			return nil, nil, err
 		}

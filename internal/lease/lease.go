@@ -319,7 +319,8 @@ type Lease struct {
 	id   string
 	tool string // the tool set it is in, if any
 	// exps are the expiries the store may hold for it: the one last
-	// written, and one a renewal whose outcome is unknown may have set.
+	// known written, then the latest that renewals whose outcome is
+	// unknown may have set.
 	exps []int64
 	// unsure is the latest instant until which a write of the acquire
 	// whose outcome was unknown could still create an entry; its release

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,34 +82,34 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 	}
 	l := ls.l
 	if ls.noPlace {
-		refund := outcome == Unused && len(ls.rates) > 0
-		for pause := ls.pauseUntil > 0; refund || pause; pause = false {
-			// Nothing in the item tells a landed refund from one to make:
-			// it is sent once, so a token goes back at most once.
+		var werr error
+		switch {
+		case outcome == Unused && len(ls.rates) > 0:
+			// Nothing in the item tells a landed refund from one to
+			// make: it is sent once, so a token goes back at most once.
+			// (A call never made has no upstream answer to pause for.)
 			u := newUpdate()
 			u.once = true
-			if refund {
-				for _, r := range ls.rates {
-					u.refund(r)
-				}
+			for _, r := range ls.rates {
+				u.refund(r)
 			}
-			if pause {
-				ls.pause(u, nil)
+			_, werr = l.write(ctx, ls.key, u, nil)
+		case ls.pauseUntil > 0:
+			// Conditioned on no later pause standing, so safe to send
+			// again; a longer pause that stands is no failure.
+			u := newUpdate()
+			ls.pause(u, nil)
+			if _, werr = l.write(ctx, ls.key, u, nil); errors.Is(werr, errCondition) {
+				werr = nil
 			}
-			_, err := l.write(ctx, ls.key, u, nil)
-			if err == nil || !errors.Is(err, errCondition) {
-				if err != nil {
-					return NoTransition, err
-				}
-				break
-			}
-			// A longer pause stands: give the tokens back without it.
 		}
 		if ls.breaker == nil {
 			l.stats.released.Add(1)
-			return NoTransition, nil
+			return NoTransition, werr
 		}
-		return ls.finishBreaker(ctx, outcome.forBreaker())
+		// The breaker hears of the call whatever became of that write.
+		tr, err := ls.finishBreaker(ctx, outcome.forBreaker())
+		return tr, cmp.Or(err, werr)
 	}
 	b := l.board(ls.key)
 	var took time.Duration
@@ -116,27 +117,25 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		took = time.Since(ls.since)
 		b.heldFor(took)
 	}
-	probe, adapt, extras, unsure := ls.probe, true, true, false
-	for {
-		u, moved := ls.release(outcome, probe, adapt, extras, b, took)
+	probe, extras, unsure := ls.probe, true, false
+	for tries := 1; ; tries++ {
+		u := ls.release(outcome, probe, extras, b, took)
 		v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
-			case v.leases[ls.id] != 0 && probe:
-				// Another call became the probe (this one's lease had
-				// lapsed): give the place back plainly.
-				probe = false
-				continue
-			case v.leases[ls.id] != 0 && moved:
-				// Another release moved the adaptive limit first: give
-				// the place back without moving it.
-				adapt = false
+			case v.leases[ls.id] != 0 && tries < maxEager:
+				// Something else it carries — its probe's verdict, a
+				// move of the limit, a purge, a pause — met a change
+				// another write made first: make it again from the item
+				// as that answer shows it, which drops what no longer
+				// holds (its probe taken over, the limit moved since its
+				// grant, entries purged already, a later pause).
+				probe = probe && ls.breaker != nil && v.breakers[ls.breaker.Name].probe == ls.id
 				continue
 			case v.leases[ls.id] != 0 && extras:
-				// What it purged on the way, or the pause it asked for,
-				// was changed by another write first: give the place
-				// back without them.
-				extras = false
+				// The item keeps changing under it: give the place back
+				// with its outcome and nothing else.
+				probe, extras = false, false
 				continue
 			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds():
 				// An attempt of this write whose outcome was unknown, and
@@ -164,14 +163,14 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 // release is the write that gives the place back, after a call that took
 // took. It moves the key's call length (call_ms) a quarter of the way
 // towards took: a running mean the whole fleet's releases write; with
-// adapt, it moves the adaptive limit if the call calls for it (moved);
-// with extras, it purges what its process's recent view shows stale and
-// writes the pause the call's upstream asked for.
-func (ls *Lease) release(outcome Outcome, probe, adapt, extras bool, b *board, took time.Duration) (u *update, moved bool) {
+// extras, it purges what its process's recent view shows stale, moves the
+// adaptive limit if the call calls for it, and writes the pause the call's
+// upstream asked for.
+func (ls *Lease) release(outcome Outcome, probe, extras bool, b *board, took time.Duration) *update {
 	l := ls.l
 	now := l.clock()
 	ms := now.UnixMilli()
-	u = newUpdate()
+	u := newUpdate()
 	lp := u.path(LeasesAttr, ls.id)
 	u.remove(lp)
 	u.cond("attribute_exists(" + lp + ")")
@@ -204,15 +203,13 @@ func (ls *Lease) release(outcome Outcome, probe, adapt, extras bool, b *board, t
 	latest, _, _ := b.latest()
 	if extras {
 		ls.pause(u, latest)
-	}
-	if adapt {
-		moved = ls.adapt(u, latest, outcome, took, ms)
+		ls.adapt(u, latest, outcome, took, ms)
 	}
 	if bo := outcome.forBreaker(); ls.breaker != nil && (bo != Abandoned || probe) {
 		u.outcome(ls.breaker, ls.id, ls.label, probe, bo, now)
 	}
 	u.ttl(ms)
-	return u, moved
+	return u
 }
 
 // Renew extends the lease so it expires hold + Margin from now, only if it
@@ -253,9 +250,15 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 		return ErrNotHeld
 	case err != nil:
 		if unsure {
-			// It may have landed: the next renewal accepts either, and
-			// the release's tombstone covers it.
-			ls.exps = append(ls.exps[len(ls.exps)-1:], exp)
+			// It may have landed: the next renewal accepts the expiry
+			// last known to be stored or any of the latest it may have
+			// set (an older one that landed makes it fail, and the call
+			// stop: never a lease kept unknowingly), and the release's
+			// tombstone covers it.
+			ls.exps = append(ls.exps, exp)
+			if len(ls.exps) > maxUnsureExps+1 {
+				ls.exps = append(ls.exps[:1], ls.exps[len(ls.exps)-maxUnsureExps:]...)
+			}
 			ls.unsure = max(ls.unsure, exp)
 		}
 		return fmt.Errorf("lease: renew %s: %w", ls.id, err)
@@ -285,6 +288,10 @@ func (ls *Lease) setExpiry(exp int64, deadline time.Time) {
 	ls.Expiry = time.UnixMilli(exp)
 	ls.CallDeadline = deadline
 }
+
+// maxUnsureExps bounds the expiries of renewals whose outcome was unknown
+// that a lease keeps beside the one known to be stored.
+const maxUnsureExps = 3
 
 // ErrLeaseLost is the cause with which KeepAlive ends its context when the
 // lease could not be kept.
