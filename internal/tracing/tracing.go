@@ -72,6 +72,15 @@ const (
 	defaultService = "mcpgate"
 )
 
+// EnvVars are the variables of the environment tracing reads itself
+// (besides those the OpenTelemetry SDK reads).
+var EnvVars = []string{
+	"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_PROTOCOL",
+	"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+	"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
+}
+
 // Tracing makes the gateway's spans and exports them over OTLP/HTTP.
 type Tracing struct {
 	tp   *sdktrace.TracerProvider
