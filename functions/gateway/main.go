@@ -34,6 +34,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/tracing"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
@@ -117,10 +118,23 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if cfg.Catalog {
 		popts.Catalog = catalog.New(db, cfg.Tables.Leases, catalog.Options{Owner: limiter.InstanceID()})
 	}
+	// Off (nil) unless OTEL_TRACES_EXPORTER=otlp.
+	tr, err := tracing.FromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	if tr != nil {
+		popts.Trace = tr
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tr.Shutdown(sctx)
+		}()
+	}
 	pool := upstream.New(popts)
 	defer pool.Close()
 	em := metrics.New(os.Stdout, metrics.Options{Disabled: !cfg.Metrics})
-	gw, err := gateway.New(gateway.Deps{
+	deps := gateway.Deps{
 		Auth: auth.New(db, cfg.Tables.Keys, auth.Options{
 			CacheTTL: cfg.KeysCacheTTL,
 			OAuth:    oauth,
@@ -130,7 +144,11 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		Limiter:  limiter,
 		Upstream: pool,
 		Metrics:  em,
-	}, gateway.Options{
+	}
+	if tr != nil {
+		deps.Tracer = tr
+	}
+	gw, err := gateway.New(deps, gateway.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxLeaseHold:   cfg.LeaseHold,
 		RequestTimeout: cfg.MaxRequest(),
@@ -164,7 +182,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		// agent while a tool runs; plain JSON answers stream as one chunk.
 		// The invocation may be frozen once it answers: its metrics are
 		// written before it does.
-		lambdaurl.Start(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), handler, gw))
+		lambdaurl.Start(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), handler, gw, tr))
 		return nil
 	}
 	if cfg.RequestTimeout > 0 {
@@ -180,15 +198,27 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 // event only then. Without it, Lambda could freeze the environment with
 // those slots held and their leases unrenewed. If the extension cannot be
 // registered, h is served as it is, and that is logged.
-func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Handler, gw *gateway.Gateway) http.Handler {
+//
+// The spans of an invocation (tr, nil when tracing is off) are flushed
+// before it ends: once its exchanges are closed.
+func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Handler, gw *gateway.Gateway, tr *tracing.Tracing) http.Handler {
 	ext, err := extension.Register(ctx, api, "mcpgate-exchanges")
 	if err != nil {
 		log.Error("cannot register the internal Lambda extension: calls cut off before their upstreams answer may be frozen with their slots", "error", err.Error())
-		return h
+		if tr == nil {
+			return h
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r)
+			_ = tr.Flush(r.Context())
+		})
 	}
 	go func() {
 		err := ext.Run(ctx, func(ictx context.Context) {
 			gw.Drain(ictx)
+			if err := tr.Flush(ictx); err != nil {
+				log.Warn("spans not exported", "error", err.Error())
+			}
 		})
 		log.Error("the internal Lambda extension stopped", "error", err.Error())
 	}()

@@ -30,6 +30,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/tracing"
 )
 
 const templatePath = "../../template.yaml"
@@ -196,6 +197,9 @@ func TestTemplateEnvironment(t *testing.T) {
 	// Every variable the template sets must be one the gateway reads.
 	read := map[string]bool{}
 	_, _ = config.Load(func(name string) string { read[name] = true; return "" })
+	for _, name := range tracing.EnvVars {
+		read[name] = true
+	}
 	for name := range vars {
 		if !read[name] {
 			t.Errorf("template sets %s, which the gateway never reads", name)

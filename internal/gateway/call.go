@@ -122,11 +122,25 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 // take takes the call's places (see admit) and tells the observer of the
 // server's.
 func (g *Gateway) take(ctx context.Context, c *call) *fault.Error {
+	var end func(AdmissionEnd)
+	if t := g.deps.Tracer; t != nil {
+		end = t.Admission(ctx, c.info())
+	}
 	leases, ferr := g.admit(ctx, c.srv, c.params.Name, c.req, c.capped, c.timeout)
 	if ferr != nil {
+		if end != nil {
+			end(AdmissionEnd{Fault: ferr})
+		}
 		return ferr
 	}
 	c.leases = leases
+	if end != nil {
+		var ls *lease.Lease
+		if len(leases) > 0 && c.capped {
+			ls = leases[0]
+		}
+		end(AdmissionEnd{Lease: ls})
+	}
 	if len(leases) > 0 && c.capped {
 		c.ls = leases[0]
 		c.rec.waited = c.ls.Waited
@@ -196,6 +210,9 @@ func (g *Gateway) settle(f *flight, rec *record, short bool) (*mcp.CallToolResul
 			ferr = fault.Wrap(err, fault.StoreUnavailable, "the call to server %q was stopped: its slot could not be kept", srv.ID).
 				WithRetryAfter(storeRetryAfter)
 		}
+	}
+	if f.span != nil {
+		f.span.Answered(ferr, res != nil && res.IsError)
 	}
 	outcome := callOutcome(err, lost, short)
 	if f.up.Broken() && f.capped {
@@ -287,6 +304,9 @@ func (g *Gateway) cutOff(f *flight, cause error, short bool) *fault.Error {
 		ferr = fault.Wrap(err, fault.UpstreamTimeout, "the gateway is shutting down: the call to server %q was stopped before it answered", f.srv.ID)
 	}
 	outcome := callOutcome(err, false, short)
+	if f.span != nil {
+		f.span.CutOff(ferr, f.capped)
+	}
 	if !f.capped {
 		// No place under a cap to keep (at most the breaker's lease,
 		// which learns the outcome now): nothing to wait for.

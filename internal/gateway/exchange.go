@@ -54,6 +54,8 @@ type flight struct {
 	cut       atomic.Bool // the agent was answered first: renewals hold long
 	answered  time.Time
 	closeOnce sync.Once
+	// span is the exchange's CLIENT span; nil when tracing is off.
+	span ExchangeSpan
 }
 
 // startFlight sends the call to the upstream in an exchange that may outlive
@@ -77,6 +79,12 @@ func (g *Gateway) startFlight(ctx context.Context, srv *registry.Server, params 
 			g.log.Warn("lease lost; stopping the call", "request_id", rec.id, "server_id", srv.ID, "lease", ls.ID(), "error", err.Error())
 		})
 		f.release = append([]func(){stop}, f.release...)
+	}
+	if t := g.deps.Tracer; t != nil {
+		if params.Meta == nil {
+			params.Meta = mcp.Meta{}
+		}
+		xctx, f.span = t.Exchange(xctx, CallInfo{RequestID: rec.id, ServerID: srv.ID, Tool: params.Name, Principal: rec.principal}, srv, params.Meta)
 	}
 	f.ctx = xctx
 	g.flights.add(f)
@@ -170,6 +178,9 @@ func (g *Gateway) closed(f *flight, how upstream.Stop, held time.Duration) {
 	leaseID := ""
 	if len(f.leases) > 0 {
 		leaseID = f.leases[0].ID()
+	}
+	if f.span != nil {
+		f.span.Closed(how, held)
 	}
 	g.obs.ExchangeClosed(f.ctx, ExchangeEnd{CallInfo: CallInfo{RequestID: f.rec.id, ServerID: f.srv.ID, Tool: f.rec.tool, Principal: f.rec.principal},
 		Held: held, StoppedBy: how, LeaseID: leaseID})

@@ -116,6 +116,8 @@ type Deps struct {
 	// Observer is told of every call besides Metrics (tracing, say); nil:
 	// none.
 	Observer CallObserver
+	// Tracer makes spans of requests and calls; nil: tracing is off.
+	Tracer Tracer
 }
 
 // Options configures a Gateway. The zero value means defaults.
@@ -322,8 +324,8 @@ func (g *Gateway) routes() []route {
 		{path: metadataPath, public: true, methods: map[string]http.HandlerFunc{http.MethodGet: g.resourceMetadata}},
 		{path: metadataPath + "/mcp", public: true, methods: map[string]http.HandlerFunc{http.MethodGet: g.resourceMetadata}},
 		{path: metadataPath + "/mcp/{server_id}", public: true, methods: map[string]http.HandlerFunc{http.MethodGet: g.resourceMetadata}},
-		{path: "/mcp-rest/tools/call", methods: map[string]http.HandlerFunc{http.MethodPost: g.restCall}},
-		{path: "/mcp-rest/tools/list", methods: map[string]http.HandlerFunc{http.MethodGet: g.restList}},
+		{path: "/mcp-rest/tools/call", methods: map[string]http.HandlerFunc{http.MethodPost: g.traceREST("tools/call", g.restCall)}},
+		{path: "/mcp-rest/tools/list", methods: map[string]http.HandlerFunc{http.MethodGet: g.traceREST("tools/list", g.restList)}},
 		{path: "/mcp", methods: map[string]http.HandlerFunc{http.MethodPost: g.serveMCP}},
 		{path: "/mcp/{server_id}", methods: map[string]http.HandlerFunc{http.MethodPost: g.serveMCP}},
 	}

@@ -97,6 +97,20 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, fault.New(fault.BadRequest, "JSON-RPC batches are not supported: send one message per request"))
 		return
 	}
+	if t := g.deps.Tracer; t != nil {
+		target := p.name
+		if target == "" && sc.srv != nil {
+			target = sc.srv.ID
+		}
+		var end func(RequestEnd)
+		ctx, end = t.Request(ctx, r.Header, peekTrace(body), RequestStart{Method: clip.String(p.method, clip.Short), Target: clip.String(target, clip.Name),
+			Protocol: clip.String(sc.protocol, clip.Short), RequestID: clip.String(rpcID(p.id), clip.Short), Route: r.URL.Path, GatewayID: sc.rec.id})
+		sw := &statusWriter{ResponseWriter: w}
+		w = sw
+		r = r.WithContext(ctx)
+		sc.base = context.WithoutCancel(ctx)
+		defer func() { end(sc.rec.traceEnd(sw.status)) }()
+	}
 	if depth(body) > g.maxDepth+messageDepth {
 		// Refused here rather than by the SDK (whose own bound is a bare
 		// HTTP 400), as a tool call's arguments would be.
@@ -456,15 +470,16 @@ func (sc *mcpScope) settle(c *mcp.Cacheable) {
 	}
 }
 
-// forwardMeta drops protocol-level _meta keys, keeping the caller's own
-// (such as progressToken).
+// forwardMeta drops protocol-level _meta keys and the agent's trace
+// context (the gateway sends its own), keeping the caller's own (such as
+// progressToken).
 func forwardMeta(m mcp.Meta) mcp.Meta {
 	if len(m) == 0 {
 		return nil
 	}
 	out := mcp.Meta{}
 	for k, v := range m {
-		if !strings.HasPrefix(k, metaPrefix) {
+		if !strings.HasPrefix(k, metaPrefix) && !slices.Contains(traceKeys, k) {
 			out[k] = v
 		}
 	}

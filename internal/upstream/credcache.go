@@ -51,6 +51,6 @@ func (p *Pool) sessionClient(srv *registry.Server) (*http.Client, error) {
 		base = &credTransport{base: base, cred: cred, origin: origin}
 	}
 	c := *hc
-	c.Transport = &originGuard{base: base, origin: origin}
+	c.Transport = &originGuard{base: base, origin: origin, trace: p.trace}
 	return &c, nil
 }

@@ -135,6 +135,8 @@ type credential struct {
 	// provider adds the server's auth; nil for none.
 	provider provider
 	log      *slog.Logger
+	// trace, if not nil, puts the gateway's trace context in requests.
+	trace HTTPTracer
 }
 
 // A provider adds one auth type's credential to requests. Each auth type
@@ -166,7 +168,7 @@ var providers = map[registry.AuthType]func(p *Pool, srv *registry.Server) provid
 
 // newCredential builds srv's credential.
 func (p *Pool) newCredential(srv *registry.Server) *credential {
-	c := &credential{serverID: srv.ID, static: srv.StaticHeaders, forward: srv.ForwardHeaders, log: p.log}
+	c := &credential{serverID: srv.ID, static: srv.StaticHeaders, forward: srv.ForwardHeaders, log: p.log, trace: p.trace}
 	if a := srv.Auth; a != nil {
 		if newProvider, ok := providers[a.Type]; ok {
 			c.provider = newProvider(p, srv)
@@ -358,13 +360,18 @@ func (c *credential) prepare(req *http.Request) (*http.Request, string, error) {
 	out := req.Clone(req.Context())
 	if fwd, _ := req.Context().Value(forwardKey{}).(http.Header); fwd != nil {
 		for _, name := range c.forward {
-			if vs := fwd.Values(name); len(vs) > 0 && !registry.NeverForwarded(name) {
+			if vs := fwd.Values(name); len(vs) > 0 && !registry.NeverForwarded(name) && !traceHeader(name) {
 				out.Header[name] = append([]string(nil), vs...)
 			}
 		}
 	}
 	for name, v := range c.static {
 		out.Header.Set(name, v)
+	}
+	if c.trace != nil {
+		// Neither forwarded nor static headers replace the gateway's own
+		// trace context.
+		c.trace.Inject(req.Context(), out.Header)
 	}
 	if c.provider == nil {
 		return out, "", nil
@@ -380,4 +387,15 @@ func (c *credential) prepare(req *http.Request) (*http.Request, string, error) {
 // reports whether there is a different one to try.
 func (c *credential) refresh(ctx context.Context, used string) (bool, error) {
 	return c.provider.refresh(ctx, used)
+}
+
+// traceHeader reports whether name is a trace context header (W3C Trace
+// Context, Baggage): the agent's are never forwarded, the gateway sends
+// its own.
+func traceHeader(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Traceparent", "Tracestate", "Baggage":
+		return true
+	}
+	return false
 }

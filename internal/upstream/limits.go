@@ -172,6 +172,8 @@ var errOtherOrigin = errors.New("refused: a request to another origin than the u
 type originGuard struct {
 	base   http.RoundTripper
 	origin *url.URL
+	// trace, if not nil, makes the request's CLIENT span.
+	trace HTTPTracer
 }
 
 func (g *originGuard) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -181,7 +183,14 @@ func (g *originGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, fmt.Errorf("%w: %s://%s, not %s://%s", errOtherOrigin, req.URL.Scheme, req.URL.Host, g.origin.Scheme, g.origin.Host)
 	}
-	return g.base.RoundTrip(req)
+	if g.trace == nil {
+		return g.base.RoundTrip(req)
+	}
+	req, end := g.trace.Start(req)
+	g.trace.Inject(req.Context(), req.Header)
+	resp, err := g.base.RoundTrip(req)
+	end(resp, err)
+	return resp, err
 }
 
 // jsonSize estimates the JSON size of v, a value decoded from JSON (maps,

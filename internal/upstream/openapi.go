@@ -128,7 +128,7 @@ func (p *Pool) route(srv *registry.Server, api *openapi.API, r *apiRoutes) error
 	if cred := p.credential(srv); !cred.empty() {
 		base = &credTransport{base: base, cred: cred, origin: origin}
 	}
-	r.call = &originGuard{base: base, origin: origin}
+	r.call = &originGuard{base: base, origin: origin, trace: p.trace}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -59,6 +60,9 @@ type Options struct {
 	// the catalog's head, so that an invalidation reaches it. Zero means
 	// DefaultCatalogCheck.
 	CatalogCheck time.Duration
+	// Trace, if not nil, makes the CLIENT spans of upstream HTTP requests
+	// and puts their trace context in the requests' headers.
+	Trace HTTPTracer
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Version is reported as the gateway's client version.
@@ -76,3 +80,15 @@ type Options struct {
 
 // DefaultCatalogCheck is the default for Options.CatalogCheck.
 const DefaultCatalogCheck = 5 * time.Second
+
+// HTTPTracer traces the HTTP requests sent to upstreams.
+type HTTPTracer interface {
+	// Start starts the CLIENT span of one upstream HTTP request, unless
+	// its context is already in one (a tool call's exchange): it returns
+	// the request to send, its context carrying the span, and a func to
+	// call with the outcome.
+	Start(req *http.Request) (*http.Request, func(*http.Response, error))
+	// Inject sets the traceparent (and tracestate) of ctx's span in h,
+	// replacing any there; it sets nothing when ctx has no span.
+	Inject(ctx context.Context, h http.Header)
+}

@@ -53,6 +53,8 @@ import (
 // Pool holds client sessions to upstream servers.
 type Pool struct {
 	client *mcp.Client
+	// trace makes the spans of upstream HTTP requests; nil: none.
+	trace HTTPTracer
 	// http sends requests for servers that may not reach local
 	// addresses, local for those that may (allow_local, or AllowLocal).
 	http, local *http.Client
@@ -120,6 +122,7 @@ func New(opts Options) *Pool {
 		awsRegion: opts.AWSRegion,
 		catalog:   opts.Catalog,
 		check:     opts.CatalogCheck,
+		trace:     opts.Trace,
 	}
 	if p.maxResp <= 0 {
 		p.maxResp = DefaultMaxResponseBytes

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// exportedSpan is a span as infra/otelcol writes it.
+type exportedSpan struct {
+	TraceID      string         `json:"trace_id"`
+	SpanID       string         `json:"span_id"`
+	ParentSpanID string         `json:"parent_span_id"`
+	Name         string         `json:"name"`
+	Kind         string         `json:"kind"`
+	Status       string         `json:"status"`
+	Service      string         `json:"service"`
+	Attributes   map[string]any `json:"attributes"`
+	Links        []struct {
+		TraceID string `json:"trace_id"`
+		SpanID  string `json:"span_id"`
+	} `json:"links"`
+}
+
+// startCollector builds infra/otelcol (the Collector's OTLP receiver, a
+// module of its own) and runs it on loopback; it returns its endpoint and
+// the file it writes the spans to.
+func startCollector(t *testing.T) (endpoint, out string) {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("go is needed to build the OTLP receiver")
+		}
+		t.Skip("no go tool to build the OTLP receiver")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "otelcol")
+	start := time.Now()
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join("..", "..", "infra", "otelcol")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the OTLP receiver: %v\n%s", err, b)
+	}
+	t.Logf("OTLP receiver built in %v", time.Since(start).Round(time.Millisecond))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	out = filepath.Join(dir, "spans.jsonl")
+	cmd := exec.Command(bin, "-addr", addr, "-out", out)
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	storetest.SetParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("OTLP receiver not listening: %s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "http://" + addr, out
+}
+
+func readSpans(t *testing.T, path string) []exportedSpan {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []exportedSpan
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var s exportedSpan
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			t.Fatalf("span %s: %v", sc.Bytes(), err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// seen is what the traced upstream received with one call.
+type seen struct {
+	header, meta string
+}
+
+// tracedUpstream is a Go SDK server on loopback whose tool "work" sleeps
+// sleep_ms, whatever its context says (a late answer), and records the
+// traceparent it got in its HTTP headers and in params._meta.
+func tracedUpstream(t *testing.T) (string, func(id string) []seen) {
+	var mu sync.Mutex
+	got := map[string][]seen{}
+	s := mcp.NewServer(&mcp.Implementation{Name: "traced", Version: "1"}, nil)
+	type args struct {
+		ID      string `json:"id"`
+		SleepMs int    `json:"sleep_ms"`
+		Note    string `json:"note,omitempty"`
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "work"}, func(ctx context.Context, req *mcp.CallToolRequest, a args) (*mcp.CallToolResult, any, error) {
+		v := seen{}
+		if req.Extra != nil && req.Extra.Header != nil {
+			v.header = req.Extra.Header.Get("Traceparent")
+		}
+		if tp, ok := req.Params.Meta["traceparent"].(string); ok {
+			v.meta = tp
+		}
+		mu.Lock()
+		got[a.ID] = append(got[a.ID], v)
+		mu.Unlock()
+		time.Sleep(time.Duration(a.SleepMs) * time.Millisecond)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done " + a.ID}}}, nil, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func(id string) []seen {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]seen(nil), got[id]...)
+	}
+}
+
+// agentTrace is a W3C traceparent of a trace the agent started.
+func agentTrace(n int) (traceID, traceparent string) {
+	traceID = fmt.Sprintf("%032x", 0xa9e0000+n)
+	return traceID, fmt.Sprintf("00-%s-%016x-01", traceID, 0xb0b0+n)
+}
+
+// TestTracesToCollector: several gateway processes export to a real OTLP
+// receiver (the Collector's), and the spans of a queued call, a timed-out
+// call with a late answer, a refused call and a /mcp tools/list have the
+// names, kinds, attributes and structure of the MCP conventions, in the
+// agent's trace; the upstream got the CLIENT span's traceparent as a
+// header and in params._meta; nothing secret is in any span.
+func TestTracesToCollector(t *testing.T) {
+	endpoint, spansFile := startCollector(t)
+	upURL, upSeen := tracedUpstream(t)
+	env := storetest.NewEnv(t)
+	const token = "upstream-token-SECRET-7f3a"
+	const argMarker = "argument-value-PRIVATE-91c2"
+	key := testkit.PutKey(t, env, "*")
+	testkit.PutServer(t, env, map[string]any{"server_id": "tq", "url": upURL, "max_concurrent_requests": 1, "max_queued": 1, "timeout": 10,
+		"auth":            map[string]any{"type": "bearer", "secret": "env:TRACE_TEST_TOKEN"},
+		"forward_headers": []any{"traceparent", "tracestate", "X-Agent-Note"}})
+	testkit.PutServer(t, env, map[string]any{"server_id": "tl", "url": upURL, "max_concurrent_requests": 5, "timeout": 1, "cancel_grace": 10})
+	gws := make([]*testkit.Gateway, 3)
+	var wg sync.WaitGroup
+	for i := range gws {
+		wg.Go(func() {
+			gws[i] = testkit.StartGateway(t, env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint,
+				"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=mcpgate-test", "TRACE_TEST_TOKEN="+token, "REGISTRY_CACHE_TTL=200ms")
+		})
+	}
+	wg.Wait()
+
+	rest := func(gw *testkit.Gateway, tp, server string, a map[string]any) (int, string) {
+		body, _ := json.Marshal(map[string]any{"server_id": server, "name": "work", "arguments": a})
+		req, _ := http.NewRequest(http.MethodPost, gw.URL+"/mcp-rest/tools/call", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Traceparent", tp)
+		req.Header.Set("Tracestate", "agent=1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("call: %v", err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	tHold, pHold := agentTrace(1)
+	tQueued, pQueued := agentTrace(2)
+	tRefused, pRefused := agentTrace(3)
+	tLate, pLate := agentTrace(4)
+	tList, pList := agentTrace(5)
+	status := map[string]int{}
+	var smu sync.Mutex
+	do := func(name string, delay time.Duration, gw *testkit.Gateway, tp, server string, a map[string]any) {
+		wg.Go(func() {
+			time.Sleep(delay)
+			code, body := rest(gw, tp, server, a)
+			smu.Lock()
+			status[name] = code
+			smu.Unlock()
+			t.Logf("%s: %d %s", name, code, body)
+		})
+	}
+	// /mcp tools/list first (its upstream listed, not cached), its trace
+	// context in params._meta only.
+	listBody := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"traceparent":%q}}}`, pList)
+	req, _ := http.NewRequest(http.MethodPost, gws[1].URL+"/mcp", strings.NewReader(listBody))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("tools/list: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+
+	do("hold", 0, gws[0], pHold, "tq", map[string]any{"id": "hold", "sleep_ms": 2000, "note": argMarker})
+	do("queued", 500*time.Millisecond, gws[1], pQueued, "tq", map[string]any{"id": "queued", "sleep_ms": 10})
+	do("refused", 1000*time.Millisecond, gws[2], pRefused, "tq", map[string]any{"id": "refused", "sleep_ms": 10})
+	do("late", 0, gws[2], pLate, "tl", map[string]any{"id": "late", "sleep_ms": 2500})
+	wg.Wait()
+	for name, want := range map[string]int{"hold": 200, "queued": 200, "refused": 429, "late": 504} {
+		if status[name] != want {
+			t.Errorf("%s: status %d, want %d", name, status[name], want)
+		}
+	}
+	// Wait for the late call's background wait to be exported.
+	var spans []exportedSpan
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		spans = readSpans(t, spansFile)
+		found := 0
+		for _, s := range spans {
+			if strings.HasPrefix(s.Name, "background wait") || (s.TraceID == tList && s.Kind == "Server") {
+				found++
+			}
+		}
+		if found >= 2 {
+			break
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	spans = readSpans(t, spansFile)
+	if len(spans) == 0 {
+		t.Fatal("no span exported")
+	}
+	byID := map[string]exportedSpan{}
+	for _, s := range spans {
+		byID[s.SpanID] = s
+	}
+	find := func(trace, kind, name string) exportedSpan {
+		t.Helper()
+		for _, s := range spans {
+			if s.TraceID == trace && s.Kind == kind && s.Name == name {
+				return s
+			}
+		}
+		t.Errorf("no %s span %q in trace %s", kind, name, trace)
+		return exportedSpan{}
+	}
+	attr := func(s exportedSpan, k string) string {
+		if v, ok := s.Attributes[k]; ok {
+			return fmt.Sprint(v)
+		}
+		return ""
+	}
+	wantAttrs := func(s exportedSpan, kv ...string) {
+		t.Helper()
+		for i := 0; i < len(kv); i += 2 {
+			if got := attr(s, kv[i]); got != kv[i+1] {
+				t.Errorf("span %q (%s): %s = %q, want %q", s.Name, s.Kind, kv[i], got, kv[i+1])
+			}
+		}
+	}
+	parentOf := func(s exportedSpan) string { return s.ParentSpanID }
+	agentParent := func(tp string) string { return strings.Split(tp, "-")[2] }
+
+	// Every call: SERVER span, child of the agent's span; admission and
+	// CLIENT spans its children.
+	for _, c := range []struct{ name, trace, tp string }{{"hold", tHold, pHold}, {"queued", tQueued, pQueued}, {"late", tLate, pLate}} {
+		srv := find(c.trace, "Server", "tools/call")
+		if srv.SpanID == "" {
+			continue
+		}
+		if srv.Service != "mcpgate-test" {
+			t.Errorf("%s: service %q", c.name, srv.Service)
+		}
+		if parentOf(srv) != agentParent(c.tp) {
+			t.Errorf("%s: SERVER span's parent %s, want the agent's %s", c.name, srv.ParentSpanID, agentParent(c.tp))
+		}
+		wantAttrs(srv, "mcp.method.name", "tools/call", "http.route", "/mcp-rest/tools/call")
+		adm := find(c.trace, "Internal", "admission "+map[bool]string{true: "tl", false: "tq"}[c.name == "late"])
+		cl := find(c.trace, "Client", "tools/call work")
+		if adm.ParentSpanID != srv.SpanID || cl.ParentSpanID != srv.SpanID {
+			t.Errorf("%s: admission's parent %s, CLIENT's %s, want the SERVER span %s", c.name, adm.ParentSpanID, cl.ParentSpanID, srv.SpanID)
+		}
+		wantAttrs(adm, "mcpgate.admission", "granted")
+		wantAttrs(cl, "mcp.method.name", "tools/call", "gen_ai.tool.name", "work", "gen_ai.operation.name", "execute_tool", "server.address", "127.0.0.1")
+		// The upstream got the CLIENT span's traceparent both ways.
+		want := "00-" + c.trace + "-" + cl.SpanID + "-01"
+		got := upSeen(c.name)
+		if len(got) != 1 || got[0].header != want || got[0].meta != want {
+			t.Errorf("%s: upstream received %+v, want header and _meta %s", c.name, got, want)
+		}
+	}
+	// The queued call waited for the held one's place.
+	if adm := find(tQueued, "Internal", "admission tq"); adm.SpanID != "" {
+		var ms float64
+		fmt.Sscan(attr(adm, "mcpgate.queue.wait_ms"), &ms)
+		if ms < 300 {
+			t.Errorf("queued call's admission: wait %v ms, want it queued behind the held call", ms)
+		}
+	}
+	// The refused call: its SERVER span and admission carry the code; no
+	// CLIENT span, and the upstream never saw it.
+	ref := find(tRefused, "Server", "tools/call")
+	if adm := find(tRefused, "Internal", "admission tq"); adm.SpanID != "" {
+		wantAttrs(adm, "mcpgate.admission", "refused")
+		if attr(adm, "error.type") == "" || adm.ParentSpanID != ref.SpanID || adm.Status != "Error" {
+			t.Errorf("refused admission: %+v", adm)
+		}
+	}
+	if attr(ref, "error.type") == "" || ref.Status != "Error" {
+		t.Errorf("refused call's SERVER span: %+v", ref)
+	}
+	for _, s := range spans {
+		// Its tool was looked up (listing CLIENT spans); never sent.
+		if s.TraceID == tRefused && s.Kind == "Client" && attr(s, "mcp.method.name") == "tools/call" {
+			t.Errorf("refused call has a tools/call CLIENT span: %+v", s)
+		}
+	}
+	if got := upSeen("refused"); len(got) != 0 {
+		t.Errorf("the refused call reached the upstream: %+v", got)
+	}
+	// The late call: timed out, its background wait linked to its CLIENT
+	// span, ended by the late answer.
+	lateSrv := find(tLate, "Server", "tools/call")
+	wantAttrs(lateSrv, "error.type", "UPSTREAM_TIMEOUT")
+	lateCl := find(tLate, "Client", "tools/call work")
+	wantAttrs(lateCl, "error.type", "UPSTREAM_TIMEOUT", "mcpgate.background", "true")
+	var bg exportedSpan
+	for _, s := range spans {
+		if s.Name == "background wait tools/call work" {
+			bg = s
+		}
+	}
+	if bg.SpanID == "" {
+		t.Error("no background wait span")
+	} else {
+		if len(bg.Links) != 1 || bg.Links[0].TraceID != tLate || bg.Links[0].SpanID != lateCl.SpanID {
+			t.Errorf("background wait's links %+v, want the late call's CLIENT span %s", bg.Links, lateCl.SpanID)
+		}
+		if bg.ParentSpanID != "" || bg.TraceID == tLate {
+			t.Errorf("background wait: parent %q in trace %s, want a root of its own trace", bg.ParentSpanID, bg.TraceID)
+		}
+		wantAttrs(bg, "mcpgate.stopped_by", "answered", "mcpgate.server_id", "tl")
+	}
+	// /mcp tools/list: SERVER span from params._meta, upstream listings its
+	// CLIENT children.
+	list := find(tList, "Server", "tools/list")
+	if list.ParentSpanID != agentParent(pList) {
+		t.Errorf("tools/list SERVER span's parent %s, want %s", list.ParentSpanID, agentParent(pList))
+	}
+	wantAttrs(list, "mcp.method.name", "tools/list", "jsonrpc.request.id", "7", "mcp.protocol.version", "2025-11-25", "http.route", "/mcp")
+	clients := 0
+	for _, s := range spans {
+		if s.TraceID == tList && s.Kind == "Client" {
+			clients++
+			if byID[s.ParentSpanID].Kind == "" {
+				t.Errorf("list's CLIENT span %q has no parent among the spans", s.Name)
+			}
+		}
+	}
+	if clients == 0 {
+		t.Error("tools/list made no CLIENT span (its upstream listings)")
+	}
+	// Nothing secret: the key, the upstream's credential, the arguments.
+	raw, _ := os.ReadFile(spansFile)
+	for _, secret := range []string{key, token, argMarker, "sleep_ms", "requestState", "request_state", "Bearer"} {
+		if bytes.Contains(raw, []byte(secret)) {
+			t.Errorf("an exported span carries %q", secret)
+		}
+	}
+	if t.Failed() {
+		t.Logf("spans:\n%s", raw)
+	}
+}

@@ -1,0 +1,144 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/upstream"
+)
+
+// Tracer makes the spans of agent requests and of the tool calls they
+// make (internal/tracing implements it with OpenTelemetry). Deps.Tracer is
+// nil when tracing is off: then the gateway does nothing more than check
+// for nil. Its methods run on the call path and must not block; what they
+// are given never includes a credential, a request state or arguments.
+type Tracer interface {
+	// Request starts the SERVER span of one agent request: a JSON-RPC
+	// message on the MCP routes, a REST call. Its parent is the agent's
+	// trace context, from h (traceparent, tracestate) or, failing that,
+	// from the message's params._meta (meta, nil if none). The context
+	// returned carries the span; end is called once, when it is answered.
+	Request(ctx context.Context, h http.Header, meta TraceMeta, r RequestStart) (_ context.Context, end func(RequestEnd))
+	// Admission starts the span of a call's admission (its rate limits,
+	// its wait in the queue, its grant or refusal).
+	Admission(ctx context.Context, c CallInfo) (end func(AdmissionEnd))
+	// Exchange starts the CLIENT span of a call sent to its upstream, and
+	// sets the span's traceparent (and tracestate) in meta, which the call
+	// sends as its params._meta. The context returned carries the span:
+	// the upstream's HTTP requests carry it as headers.
+	Exchange(ctx context.Context, c CallInfo, srv *registry.Server, meta mcp.Meta) (context.Context, ExchangeSpan)
+}
+
+// TraceMeta is the trace context an agent put in params._meta (SEP-414).
+type TraceMeta struct {
+	Traceparent, Tracestate string
+}
+
+// RequestStart is what is known of a request when its span starts.
+type RequestStart struct {
+	// Method is the JSON-RPC method (tools/call for a REST call), Target
+	// the tool or server it names, "" when none.
+	Method, Target string
+	// Protocol is the MCP-Protocol-Version asked for; RequestID the
+	// JSON-RPC id ("" for a notification or a REST call).
+	Protocol, RequestID string
+	// Route is the HTTP route's pattern; GatewayID the gateway's request id.
+	Route, GatewayID string
+}
+
+// RequestEnd is how a request ended, from its log record.
+type RequestEnd struct {
+	ServerID, Tool string
+	// Outcome is ok, tool_error or error; Code the gateway's code when it
+	// refused or failed.
+	Outcome string
+	Code    fault.Code
+	Status  int
+}
+
+// AdmissionEnd is how a call's admission ended: its place, or its refusal.
+type AdmissionEnd struct {
+	Lease *lease.Lease // nil when it took no place under a cap
+	Fault *fault.Error // nil when admitted
+}
+
+// ExchangeSpan is the span of one call's exchange with its upstream.
+type ExchangeSpan interface {
+	// Answered: the upstream answered (isError: with a tool error), or
+	// failed with f.
+	Answered(f *fault.Error, isError bool)
+	// CutOff: the agent was answered first, with f; the exchange goes on
+	// in the background (background is false when it is closed at once).
+	CutOff(f *fault.Error, background bool)
+	// Closed: a cut-off call's exchange is closed, the upstream known to
+	// have stopped (how) or not ("").
+	Closed(how upstream.Stop, held time.Duration)
+}
+
+// peekTrace reads the trace context of a message's params._meta.
+func peekTrace(body []byte) TraceMeta {
+	var msg struct {
+		Params struct {
+			Meta TraceMeta `json:"_meta"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal(body, &msg)
+	return msg.Params.Meta
+}
+
+// UnmarshalJSON reads traceparent and tracestate, nothing else.
+func (m *TraceMeta) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Traceparent string `json:"traceparent"`
+		Tracestate  string `json:"tracestate"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil
+	}
+	m.Traceparent, m.Tracestate = v.Traceparent, v.Tracestate
+	return nil
+}
+
+// traceKeys are the _meta keys and headers of trace context (W3C Trace
+// Context and Baggage). The agent's are never forwarded: upstreams get the
+// gateway's own, naming its CLIENT span.
+var traceKeys = []string{"traceparent", "tracestate", "baggage"}
+
+// traceREST wraps a REST route's handler in the request's SERVER span.
+func (g *Gateway) traceREST(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if g.deps.Tracer == nil {
+			h(w, r)
+			return
+		}
+		rec := recordFrom(r.Context())
+		ctx, end := g.deps.Tracer.Request(r.Context(), r.Header, TraceMeta{}, RequestStart{Method: method, Route: r.URL.Path, GatewayID: rec.id})
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() { end(rec.traceEnd(sw.status)) }()
+		h(sw, r.WithContext(ctx))
+	}
+}
+
+func (rec *record) traceEnd(status int) RequestEnd {
+	return RequestEnd{ServerID: rec.serverID, Tool: rec.tool, Outcome: rec.outcome, Code: rec.code, Status: status}
+}
+
+// rpcID is a JSON-RPC id as jsonrpc.request.id gives it: a string's
+// value, a number's digits, "" for none.
+func rpcID(id json.RawMessage) string {
+	var s string
+	if json.Unmarshal(id, &s) == nil {
+		return s
+	}
+	if len(id) == 0 || string(id) == "null" {
+		return ""
+	}
+	return string(id)
+}
