@@ -437,7 +437,7 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 	// go first). It is sent once; after a store error the caller looks
 	// again and judges anew, finding its lease if the take landed after
 	// all.
-	u.once = true
+	u.judged = true
 	a.asked = time.Now()
 	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.unsure = max(a.unsure, exp) })
 	if err == nil {
@@ -451,14 +451,21 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 	if errors.Is(err, errCondition) {
 		a.takeErrs = 0
 	} else {
-		if a.takeErrs++; a.takeErrs >= writeAttempts || !storeError(err) || ctx.Err() != nil {
-			return nil, nil, err
+		// Look again, until an answer or the budget of errors in a row
+		// is spent: a caller that gives up while its take may land needs
+		// its tombstone written, which the store may refuse as well.
+		for {
+			if a.takeErrs++; a.takeErrs >= writeAttempts || !storeError(err) || ctx.Err() != nil {
+				return nil, nil, err
+			}
+			if perr := a.pause(ctx, backoff(a.takeErrs), time.Now().Add(writeMaxBackoff)); perr != nil {
+				return nil, nil, perr
+			}
+			var rv *view
+			if rv, err = a.l.read(ctx, a.req.Key); err == nil {
+				return nil, rv, nil
+			}
 		}
-		if err := a.pause(ctx, backoff(a.takeErrs), time.Now().Add(writeMaxBackoff)); err != nil {
-			return nil, nil, err
-		}
-		nv, err := a.l.read(ctx, a.req.Key)
-		return nil, nv, err
 	}
 	// Not landed, unless the item shows it did (the caller's loop looks).
 	return nil, nv, nil
@@ -646,6 +653,9 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	return overdue(2 * writeMinBackoff)
 }
 
+// withdrawBudget bounds each write of a withdrawal.
+const withdrawBudget = 2 * time.Second
+
 // withdraw takes back what this failed attempt may have written: its
 // ticket, and a lease it took unseen. While a write of it may still land,
 // its ticket becomes a tombstone that write is conditioned against. Best
@@ -655,8 +665,7 @@ func (a *attempt) withdraw(ctx context.Context) {
 	if !a.joined && a.unsure == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	now := a.now()
 	id := a.me.id
 	u := newUpdate()
@@ -675,12 +684,15 @@ func (a *attempt) withdraw(ctx context.Context) {
 	if !a.maps {
 		// As far as it saw, the item has no maps yet, for a tombstone to go
 		// in: a write of this caller still in flight would find them made
-		// by another.
-		if a.l.create(ctx, a.req.Key) != nil {
-			return
-		}
+		// by another. A create that failed may have landed: the tombstone
+		// is tried all the same (the store refuses it if not).
+		cctx, cancel := context.WithTimeout(ctx, withdrawBudget)
+		_ = a.l.create(cctx, a.req.Key)
+		cancel()
 	}
-	_, _ = a.l.write(ctx, a.req.Key, u, nil)
+	wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
+	defer cancel()
+	_, _ = a.l.write(wctx, a.req.Key, u, nil)
 }
 
 // full is the refusal of a caller that does not wait, or may not: why, and

@@ -417,6 +417,11 @@ func (ls *Lease) finishBreaker(ctx context.Context, o Outcome) (Transition, erro
 		}
 	} else {
 		u.outcome(br, ls.id, ls.label, ls.probe, o, l.clock())
+		if ls.probe {
+			// The breaker closes, or is half-open again: the tickets it
+			// held back may rank otherwise, as when a place frees.
+			u.count(u.path(FreedAttr), 1)
+		}
 	}
 	unsure := false
 	v, err := l.write(ctx, ls.key, u, func() { unsure = true })

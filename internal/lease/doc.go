@@ -51,16 +51,18 @@
 //   - Release: REMOVE the lease and its set members, and the holder's
 //     ticket if one was left; ADD 1 to freed; the call's outcome to the
 //     breaker; on condition that the lease is there. What else it carries
-//     (purges, a pause, a move of the limit) has conditions of its own;
-//     when one fails while the lease is there, the release is made again
-//     without it.
+//     (a probe's verdict, purges, a pause, a move of the limit) has
+//     conditions of its own; when one fails while the lease is there, the
+//     release is made again from the item that answer shows, which drops
+//     what no longer holds.
 //   - Renew: SET leases.<id> to a later expiry, on condition that it holds
 //     an expiry this holder wrote.
 //   - Purge: any write removes up to maxPurge stale entries it saw —
 //     expired leases (whole), tickets past their deadline, lapsed
 //     tombstones — each conditioned on the value seen. A write that
 //     removes a ticket other than by its take (a caller giving up, a purge,
-//     a bypass) ADDs 1 to freed: the tickets behind it may rank otherwise.
+//     a bypass), or ends a probe that took no place, ADDs 1 to freed: the
+//     tickets behind it may rank otherwise.
 //
 // Waiters pull: nobody hands a place to a waiter, so no place can go to a
 // caller that is not there. A waiter reads the item when its place is
@@ -110,7 +112,9 @@
 // ticket the item shows has paid in its join. Writes that nothing in the
 // item could tell from their own resend — the charge of a call that takes
 // no place, a refund of one, which have no lease to condition on — are
-// sent once: a token may be lost to a store error, never counted twice.
+// not sent again after an attempt whose outcome is unknown (refused
+// unapplied, as when throttled, they are): a token may be lost to a store
+// error, never counted twice.
 // A call with a breaker and no place reports success by deleting exactly
 // the failures it saw, so a copy landing late leaves newer ones.
 //
@@ -154,6 +158,7 @@
 //  5. No place goes to a caller that is not there: a caller that gave up,
 //     a write of it landing late, or a holder's stray ticket never gets one
 //     (TestGaveUpCallerNeverGetsAPlace,
+//     TestGivingUpAfterAnUnknownTakeLeavesATombstone,
 //     TestLateLandingTakeAfterGivingUpFails,
 //     TestReleaseRemovesItsHoldersTicket,
 //     TestTombstoneOutlivesALateTakeOnSlowerClocks).
@@ -168,8 +173,12 @@
 //     release frees nothing, and a retried release whose earlier attempt
 //     landed reports success with its outcome counted once
 //     (TestDoubleReleaseIsHarmless, TestRetriedReleaseCountsOnce,
-//     TestRetriedReleaseAfterUnknownRenewal); a release is not lost to
-//     the other writes it carries (TestReleaseSurvivesARacingPurge).
+//     TestRetriedReleaseAfterUnknownRenewal,
+//     TestRetriedReleaseAfterTwoUnknownRenewals); a release is not lost
+//     to the other writes it carries, nor loses them
+//     (TestReleaseSurvivesARacingPurge, TestProbeVerdictSurvivesARacingPurge,
+//     TestLimitMoveSurvivesARacingPurge, TestPauseSurvivesARacingPurge,
+//     TestNoPlaceProbeVerdictSurvivesALostPauseAnswer).
 //  9. The breaker counts each finished call once and consecutive failures
 //     only; an abandoned call leaves it as it was; one principal's failures
 //     open it for that principal alone, two principals' for everyone; one
@@ -185,14 +194,16 @@
 //  11. Every write refreshes the item's ttl (TestEveryWriteRefreshesTTL).
 //  12. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot
-//     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).
+//     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace,
+//     TestRenewalAfterTwoUnknownRenewalsKeepsTheLease); a waiter outlasts
+//     store errors that are not in a row (TestWaiterOutlastsScatteredTakeErrors).
 //  13. A bucket admits no more than it gives: in any stretch of time, at
 //     most PerMinute calls plus one an interval, less the tokens given
 //     back, give or take one token for clocks skewed by less than an
 //     interval; a waiter pays once (TestRateLimitAdmitsItsBurstExactly,
 //     TestWaiterPaysItsTokenOnce, TestPerPrincipalRates,
 //     TestWaiterWhoseJoinWasUnknownPaysOnce, TestTokenOnlyCallPaysOnce,
-//     TestRefundWithoutAPlaceCountsOnce).
+//     TestRefundWithoutAPlaceCountsOnce, TestThrottledChargeIsSentAgain).
 //  14. An adaptive limit stays within [Min, Cap], and a take leaves at most
 //     the limit it was conditioned on; it moves once per round of calls
 //     down, and up only with calls that filled it

@@ -33,11 +33,13 @@ type update struct {
 	adds    map[string][]string // set path → members, or number path → [amount]
 	dels    map[string][]string
 	counts  map[string]int64
-	// once: the write is sent at most once. Its resend could apply it
-	// twice (nothing in it fails the second time), or apply what was
-	// judged for another moment; its caller decides what follows an
-	// error.
+	// once: the write is not sent again after an attempt whose outcome
+	// is unknown: nothing in it would fail the second time, so a resend
+	// could apply it twice. (Refused unapplied, it may be.)
 	once bool
+	// judged: the write is sent once whatever the error: it was judged
+	// for the moment it was made, and its caller judges again.
+	judged bool
 }
 
 func newUpdate() *update {
@@ -246,7 +248,8 @@ func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 // it) is retried, identically, and unknown is called: such an attempt may
 // still land later. A caller's writes are built so that the retry of one
 // that landed fails its condition and shows it; a write that cannot be
-// (once) is not retried.
+// (once) is not retried after such an attempt, and a write judged for its
+// moment (judged) is not retried at all.
 func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func()) (*view, error) {
 	in := &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(l.table),
@@ -294,7 +297,7 @@ func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func
 		if unsure && unknown != nil {
 			unknown()
 		}
-		if !retry || u.once || ctx.Err() != nil {
+		if !retry || u.judged || u.once && unsure || ctx.Err() != nil {
 			break
 		}
 	}

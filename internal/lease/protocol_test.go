@@ -557,3 +557,376 @@ func ids(ts []*ticket) []string {
 	}
 	return out
 }
+
+// readsFail fails the first n reads, as a store that does not answer.
+type readsFail struct {
+	API
+	n atomic.Int32
+}
+
+func (r *readsFail) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if r.n.Add(-1) >= 0 {
+		return nil, errInjected
+	}
+	return r.API.GetItem(ctx, in, opts...)
+}
+
+// Invariant 5: a caller whose take's outcome is unknown and that gives up
+// when it cannot look again leaves a tombstone, even when making the item's
+// maps for it never got an answer (the make landed): the take landing late
+// finds it (seed 227318 of LEASE_SIM_FROM=210001 found the gap).
+func TestGivingUpAfterAnUnknownTakeLeavesATombstone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		ctx := context.Background()
+		if err := New(f, "leases", Options{InstanceID: "o"}).create(ctx, "srv"); err != nil {
+			t.Fatal(err)
+		}
+		db := &readsFail{API: f}
+		db.n.Store(1000)
+		l := New(db, "leases", Options{InstanceID: "i"})
+		f.arm(rule{match: condHas("attribute_not_exists(leases."), fate: hold})
+		makesMaps := func(in *dynamodb.UpdateItemInput) bool {
+			return strings.Contains(aws.ToString(in.UpdateExpression), "if_not_exists")
+		}
+		for range writeAttempts {
+			f.arm(rule{match: makesMaps, fate: lose})
+		}
+		if _, err := l.Acquire(ctx, Request{Key: "srv", Cap: 2, Hold: 30 * time.Second, Holder: "p"}); err == nil {
+			t.Fatal("acquired with its take held and every read failing")
+		}
+		landed := f.release()
+		for id := range itemView(t, f.API, "srv").leases {
+			if InstanceOf(id) == "i" {
+				t.Errorf("the take landing late (%v) left a lease for a caller that gave up: %s", landed, id)
+			}
+		}
+	})
+}
+
+// throttleOnce refuses the first write, unapplied, as a throttled store.
+type throttleOnce struct {
+	API
+	done atomic.Bool
+}
+
+func (t *throttleOnce) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if !t.done.Swap(true) {
+		return nil, &types.ProvisionedThroughputExceededException{Message: aws.String("throttled")}
+	}
+	return t.API.UpdateItem(ctx, in, opts...)
+}
+
+// A write sent once because its resend could count twice (the charge of a
+// call that takes no place) is still sent again when the store refused it
+// unapplied: throttling does not fail the call.
+func TestThrottledChargeIsSentAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := &throttleOnce{API: newMemStore()}
+		l := New(db, "leases", Options{InstanceID: "i"})
+		r := Request{Key: "srv", Hold: time.Second, Holder: "p", Rates: []Rate{{Name: "server", PerMinute: 2}}}
+		if _, err := l.Acquire(context.Background(), r); err != nil {
+			t.Fatalf("a charge refused once by throttling: %v", err)
+		}
+		if tat, now := itemView(t, db.API, "srv").rates[RateAttr("server")], time.Now().UnixMilli(); tat-now > r.Rates[0].interval() {
+			t.Errorf("charged %d tokens for one call", (tat-now+r.Rates[0].interval()-1)/r.Rates[0].interval())
+		}
+	})
+}
+
+// Invariants 8 and 9, and the Release step ("what else it carries …
+// has conditions of its own; when one fails while the lease is there, the
+// release is made again without it"): a probe's release carries the
+// probe's verdict, conditioned on it still being the probe, and a purge of
+// what its process's recent view shows stale. When the purge loses a race
+// to another write, Finish takes the failed condition for the probe's
+// (the first case of its switch, tested on the lease alone) and gives the
+// place back plainly: the probe's success is dropped, the breaker is left
+// half-open with a probe that has finished, refusing every caller until
+// the probe's lease would have expired.
+func TestProbeVerdictSurvivesARacingPurge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		clk := &skewClock{}
+		ctx := context.Background()
+		mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id, Clock: clk.now}) }
+		lx, lc, ld, la := mk("x"), mk("c"), mk("d"), mk("a")
+		br := &Breaker{Name: "t", Threshold: 2, Recovery: 5 * time.Second}
+		withBreaker := func(holder string) Request {
+			return Request{Key: "srv", Cap: 5, Hold: 30 * time.Second, Holder: holder, Tool: "t", Breaker: br}
+		}
+		// Two principals' failures open the breaker for everyone.
+		for _, p := range []string{"x", "y"} {
+			ls := acquire(t, lx, withBreaker(p))
+			if _, err := ls.Finish(ctx, Failure); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := itemView(t, db, "srv").breakers["t"]; st.openUntil == 0 {
+			t.Fatal("the breaker did not open")
+		}
+		// A holder that will die: its lease lapses at +12 s.
+		acquire(t, lc, Request{Key: "srv", Cap: 5, Hold: 10 * time.Second, Holder: "pc"})
+		d := acquire(t, ld, Request{Key: "srv", Cap: 5, Hold: 30 * time.Second, Holder: "pd"})
+		clk.advance(6 * time.Second) // half-open
+		a := acquire(t, la, withBreaker("p"))
+		if !a.Probe() {
+			t.Fatal("a is not the probe")
+		}
+		clk.advance(9 * time.Second) // c's lease has lapsed; a's and d's have not
+		// d's release purges c's lease, as its recent view shows it stale…
+		if _, err := d.Finish(ctx, Success); err != nil {
+			t.Fatalf("d's release: %v", err)
+		}
+		// …and the probe's release, whose recent view shows the same, must
+		// still close the breaker.
+		tr, err := a.Finish(ctx, Success)
+		st := itemView(t, db, "srv").breakers["t"]
+		if err != nil || tr != Closed || st.openUntil != 0 {
+			t.Errorf("the probe's successful release: %v, transition %q; the breaker: open until %+v, probe %q until %+v",
+				err, tr, time.UnixMilli(st.openUntil).Sub(clk.now()), st.probe, time.UnixMilli(st.probeExp).Sub(clk.now()))
+		}
+	})
+}
+
+// Invariant 14 and the Release step, as above: a release that moves the
+// adaptive limit, conditioned on the limit it saw, and that carries a
+// purge which loses a race, takes the failed condition for the move's (the
+// limit is as it saw it) and gives its place back without the move: a
+// failure that should halve the limit leaves it where it was.
+func TestLimitMoveSurvivesARacingPurge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		clk := &skewClock{}
+		ctx := context.Background()
+		mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id, Clock: clk.now}) }
+		lc, ld, la := mk("c"), mk("d"), mk("a")
+		if err := lc.create(ctx, "srv"); err != nil {
+			t.Fatal(err)
+		}
+		// The fleet's limit stands at 4 of a ceiling of 8.
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{Key: itemKey("srv"), UpdateExpression: aws.String("SET #l = :v"),
+			ExpressionAttributeNames: map[string]string{"#l": LimitAttr}, ExpressionAttributeValues: map[string]types.AttributeValue{":v": number(4)}}); err != nil {
+			t.Fatal(err)
+		}
+		ad := Request{Key: "srv", Cap: 8, Adaptive: &Adaptive{Min: 1}, Hold: 30 * time.Second, Holder: "p"}
+		acquire(t, lc, Request{Key: "srv", Cap: 8, Adaptive: &Adaptive{Min: 1}, Hold: time.Second, Holder: "pc"}) // will lapse
+		d := acquire(t, ld, Request{Key: "srv", Cap: 8, Hold: 30 * time.Second, Holder: "pd"})
+		a := acquire(t, la, ad)
+		clk.advance(10 * time.Second)                     // c's lease has lapsed
+		if _, err := d.Finish(ctx, Success); err != nil { // purges c's lease first
+			t.Fatal(err)
+		}
+		if _, err := a.Finish(ctx, Failure); err != nil {
+			t.Fatal(err)
+		}
+		if lim := itemView(t, db, "srv").limit; lim != 2 {
+			t.Errorf("after a failure of a call granted at limit 4 the limit is %d; want 2 (the move was dropped with the purge)", lim)
+		}
+	})
+}
+
+// Invariant 15 and the Release step, as above: extras lumps the purge and
+// the pause together, so a release whose purge lost a race is made again
+// without its pause too, though no later pause stands: the upstream's
+// Retry-After is dropped and the next caller takes a place at once.
+func TestPauseSurvivesARacingPurge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		clk := &skewClock{}
+		ctx := context.Background()
+		mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id, Clock: clk.now}) }
+		lc, ld, la := mk("c"), mk("d"), mk("a")
+		r := func(holder string, hold time.Duration) Request {
+			return Request{Key: "srv", Cap: 5, Hold: hold, Holder: holder}
+		}
+		acquire(t, lc, r("pc", time.Second)) // will lapse
+		d := acquire(t, ld, r("pd", 30*time.Second))
+		a := acquire(t, la, r("p", 30*time.Second))
+		clk.advance(10 * time.Second)                     // c's lease has lapsed
+		if _, err := d.Finish(ctx, Success); err != nil { // purges c's lease first
+			t.Fatal(err)
+		}
+		a.PauseFor(time.Minute)
+		if _, err := a.Finish(ctx, Overloaded); err != nil {
+			t.Fatal(err)
+		}
+		if v := itemView(t, db, "srv"); v.paused <= clk.now().UnixMilli() {
+			t.Errorf("a release asked for a pause of a minute; the item's pause: %v", time.UnixMilli(v.paused).Sub(clk.now()))
+		}
+	})
+}
+
+// Invariants 8 and 9, for a call with a breaker and no place: its Finish
+// first writes the pause its upstream asked for, sent once (as if it were
+// a refund), and returns on that write's error before the breaker hears of
+// the call. A lost answer to the pause (which landed) leaves the probe's
+// success unreported: the breaker stays half-open with a probe that has
+// finished, refusing every caller until the probe's lease would have
+// expired. (A pause alone is safe to resend: it is conditioned on no later
+// pause standing.)
+func TestNoPlaceProbeVerdictSurvivesALostPauseAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		l := New(f, "leases", Options{InstanceID: "i"})
+		ctx := context.Background()
+		br := &Breaker{Name: "b", Threshold: 2, Recovery: time.Second}
+		r := func(p string) Request { return Request{Key: "srv", Hold: 30 * time.Second, Holder: p, Breaker: br} }
+		for _, p := range []string{"p", "q"} {
+			ls := acquire(t, l, r(p))
+			if _, err := ls.Finish(ctx, Failure); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(2 * time.Second) // half-open
+		ls := acquire(t, l, r("p"))
+		if !ls.Probe() {
+			t.Fatal("not the probe")
+		}
+		ls.PauseFor(time.Second)
+		f.arm(rule{match: writes("SET", PausedAttr), fate: lose})
+		tr, err := ls.Finish(ctx, Success)
+		st := itemView(t, f.API, "srv").breakers["b"]
+		if st.openUntil != 0 {
+			t.Errorf("the probe succeeded (Finish: %q, %v), yet the breaker is not closed: probe %q for %v more",
+				tr, err, st.probe, time.Until(time.UnixMilli(st.probeExp)).Round(time.Second))
+		}
+	})
+}
+
+// Invariant 8, TestRetriedReleaseAfterUnknownRenewal with one more
+// renewal: a renewal whose outcome was unknown keeps only the last two
+// expiries the lease may hold (Renew: ls.exps[len(ls.exps)-1:]), so after
+// two of them in a row — KeepAlive tries again every renewRetry while the
+// store does not answer — the original expiry, which the store still
+// holds when neither landed, is forgotten. firstExp is then the first
+// renewal's: a release whose first attempt never landed, and whose lease
+// another instance purged at the original expiry (its clock ahead within
+// the margin), reports success, its failure never counted.
+func TestRetriedReleaseAfterTwoUnknownRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		clk := &skewClock{}
+		ctx := context.Background()
+		l := New(f, "leases", Options{InstanceID: "i", Clock: clk.now})
+		other := New(f, "leases", Options{InstanceID: "o", Clock: func() time.Time { return clk.now().Add(1500 * time.Millisecond) }})
+		br := &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}
+		ls, err := l.Acquire(ctx, Request{Key: "srv", Cap: 2, Hold: 30 * time.Second, Holder: "p", Tool: "t", Breaker: br})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := ls.Expiry
+		clk.advance(15 * time.Second)
+		for range 2 { // two renewals, 200 ms apart, every attempt held
+			for range writeAttempts {
+				f.arm(rule{match: condHas(LeasesAttr + "." + ls.ID() + " = "), fate: hold})
+			}
+			if err := ls.Renew(ctx, 30*time.Second); err == nil {
+				t.Fatal("the renewal was not held")
+			}
+			clk.advance(renewRetry)
+		}
+		f.held = nil // those attempts never land: the store holds the first expiry
+		clk.advance(first.Sub(clk.now()) - l.margin + 600*time.Millisecond)
+		f.arm(rule{match: writes("REMOVE", LeasesAttr), fate: hold, after: func() {
+			v, err := other.read(ctx, "srv")
+			if err == nil {
+				_, err = other.purgeAll(ctx, "srv", v)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}})
+		_, err = ls.Finish(ctx, Failure)
+		f.held = nil
+		st := itemView(t, f.API, "srv").breakers["t"]
+		if err == nil && len(st.failed) == 0 && len(st.own) == 0 && st.openUntil == 0 {
+			t.Errorf("the release reported success, but it never landed: its failure was not counted")
+		}
+	})
+}
+
+// Invariant 12, from the same cause: after two renewals in a row whose
+// outcome was unknown and which never landed, the next renewal is
+// conditioned on the two expiries those would have written, not on the
+// one the store holds: it fails, and the lease, still held, is taken for
+// lost (KeepAlive stops the call).
+func TestRenewalAfterTwoUnknownRenewalsKeepsTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		clk := &skewClock{}
+		ctx := context.Background()
+		l := New(f, "leases", Options{InstanceID: "i", Clock: clk.now})
+		ls, err := l.Acquire(ctx, Request{Key: "srv", Cap: 2, Hold: 30 * time.Second, Holder: "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.advance(15 * time.Second)
+		for range 2 {
+			for range writeAttempts {
+				f.arm(rule{match: condHas(LeasesAttr + "." + ls.ID() + " = "), fate: hold})
+			}
+			if err := ls.Renew(ctx, 30*time.Second); err == nil {
+				t.Fatal("the renewal was not held")
+			}
+			clk.advance(renewRetry)
+		}
+		f.held = nil // never land
+		if err := ls.Renew(ctx, 30*time.Second); err != nil {
+			t.Errorf("the lease is still held (until %v), yet its renewal says %v",
+				time.UnixMilli(itemView(t, f.API, "srv").leases[ls.ID()]).Sub(clk.now()), err)
+		}
+	})
+}
+
+// "A waiter that meets a store error keeps its ticket and looks again,
+// until its deadline": a take is sent once and, after a store error, the
+// waiter reads and judges again, but take counts those errors over the
+// whole attempt (takeErrs is never reset) and gives up at writeAttempts of
+// them. A waiter whose takes each meet one error, with others joining in
+// between (so no two errors are of one write), gives up its ticket at the
+// fourth, its deadline far off; before takes were sent once it would have
+// taken its place.
+func TestWaiterOutlastsScatteredTakeErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		ctx := context.Background()
+		r := func(holder string) Request {
+			return Request{Key: "srv", Cap: 1, Hold: 30 * time.Second, Holder: holder, MaxQueued: 8, Wait: 20 * time.Second}
+		}
+		lh, lw, lz := New(f, "leases", Options{InstanceID: "h"}), New(f, "leases", Options{InstanceID: "w"}), New(f, "leases", Options{InstanceID: "z"})
+		h := acquire(t, lh, r("h"))
+		got := make(chan error, 1)
+		go func() {
+			ls, err := lw.Acquire(ctx, r("w"))
+			if err == nil {
+				_, err = ls.Finish(ctx, Success)
+			}
+			got <- err
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		// Each of w's next takes meets a store error (it is not sent), and
+		// meanwhile another caller joins behind w.
+		for range writeAttempts {
+			f.arm(rule{match: func(in *dynamodb.UpdateItemInput) bool {
+				return writes("SET", LeasesAttr)(in) && condHas("queue.w.")(in)
+			}, fate: hold, after: func() {
+				z := &attempt{l: lz, req: r("z"), b: lz.board("srv"), start: time.Now()}
+				z.me = asker{id: lz.newLeaseID(), label: "z"}
+				v, err := lz.read(ctx, "srv")
+				if err == nil {
+					_, err = z.join(ctx, v)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}})
+		}
+		release(t, h)
+		if err := <-got; err != nil {
+			t.Errorf("the waiter, first in the queue with 19 s of its wait left, gave up: %v", err)
+		}
+		f.held = nil
+	})
+}

@@ -1109,6 +1109,11 @@ var simRegressionSeeds = []uint64{
 	133846, // a take resent after an unknown outcome landed on a turn judged for an earlier moment
 	136859, // the same
 	49336,  // (the checker) a caller whose withdrawal was still in flight when it ended was taken as sealed
+	227318, // a caller giving up after an unknown take left no tombstone when making the maps got no answer
+	249019, // found with it
+	260188, // found with it
+	274404, // found with it
+	290845, // found with it
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
