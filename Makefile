@@ -98,10 +98,11 @@ soak: $(NODE_TEST)
 # The limiter's benchmark (functions/gateway/bench_test.go): prints one
 # table and writes results/bench.json. `make test` runs a brief smoke of it.
 # BENCH_ONLY, comma-separated scenario names, runs only those (empty: all):
-# uncontended, saturation, hotkey, itemsize, coldstart, coldfleet, waiters,
+# uncontended, traced (the same with tracing on, exporting to infra/otelcol),
+# saturation, hotkey, itemsize, coldstart, coldfleet, waiters,
 # bulkhead, tenants, ratelimits, adaptive (which also draws
 # results/adaptive.svg).
-## measure the limiter (store cost, saturation, in-process baseline, hot key, cold start, cold fleet,
+## measure the limiter (store cost, tracing off/on, saturation, in-process baseline, hot key, cold start, cold fleet,
 ## waiters, bulkhead, two tenants, rate limits, adaptive) into results/, with results/cap.svg
 ## (the upstream's calls in flight over time) and results/adaptive.svg (the adaptive limit);
 ## BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all)

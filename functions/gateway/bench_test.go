@@ -2,7 +2,7 @@ package main
 
 // TestBench measures what the fleet-wide cap costs: store operations per
 // call against their floor, the gateway's overhead against calling the
-// upstream directly, how fully a saturated cap is used across 4 gateway
+// upstream directly (with tracing off and on), how fully a saturated cap is used across 4 gateway
 // processes, the in-process design other gateways ship on the same
 // workload, one hot item's throughput and size, and the gateway's cold
 // start and memory; then isolation and rate limits
@@ -89,6 +89,7 @@ var benchScenarios = []struct {
 	run  func(*bench)
 }{
 	{"uncontended", (*bench).uncontended},
+	{"traced", (*bench).traced},
 	{"saturation", (*bench).saturations},
 	{"hotkey", (*bench).hotKey},
 	{"itemsize", (*bench).itemSizes},
@@ -303,6 +304,87 @@ func (b *bench) uncontended() {
 	b.add(sc, "overhead beyond store round trips (mean)", ms(beyond), "ms", 0, "", "")
 	if writes < 2 {
 		t.Errorf("%.2f lease writes per capped call: the acquire and release did not both reach the store", writes)
+	}
+}
+
+// traced: the uncontended call with tracing off and on. A gateway process
+// exporting its spans over OTLP/HTTP to the Collector's receiver on
+// loopback (infra/otelcol, as TestTracesToCollector starts it) and one
+// without tracing answer the same capped call in turn, each against the
+// direct call made just before, so the machine's drifts fall on both.
+func (b *bench) traced() {
+	t := b.t
+	n := b.cfg.soloCalls
+	args := map[string]any{"text": "x"}
+	endpoint, spansFile := startCollector(t)
+	var on *testkit.Gateway
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		on = testkit.StartGateway(t, b.env, append(b.gatewayEnv(), "OTEL_TRACES_EXPORTER=otlp",
+			"OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=1000", "OTEL_SERVICE_NAME=mcpgate-bench")...)
+	})
+	cs := connectDirect(t, b.demo.URL)
+	wg.Wait()
+	off := b.gws[0].URL
+	for range 5 {
+		for _, gw := range []string{off, on.URL} {
+			if c := b.call(gw, "solo", "echo", args); c.status != http.StatusOK {
+				t.Fatalf("warm-up call: %d %s", c.status, c.body)
+			}
+		}
+	}
+	direct := func() time.Duration {
+		start := time.Now()
+		if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: args}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var dOff, dOn, tOff, tOn []time.Duration
+	for i := range n {
+		gws := []string{off, on.URL}
+		if i%2 == 1 {
+			gws[0], gws[1] = gws[1], gws[0]
+		}
+		for _, gw := range gws {
+			d := direct()
+			c := b.call(gw, "solo", "echo", args)
+			if c.status != http.StatusOK {
+				t.Fatalf("call: %d %s", c.status, c.body)
+			}
+			if gw == off {
+				dOff, tOff = append(dOff, d), append(tOff, c.done.Sub(c.sent))
+			} else {
+				dOn, tOn = append(dOn, d), append(tOn, c.done.Sub(c.sent))
+			}
+		}
+	}
+	// The spans reach the receiver: tracing was on.
+	exported := 0
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		exported = 0
+		for _, s := range readSpans(t, spansFile) {
+			if s.Service == "mcpgate-bench" && s.Kind == "Server" {
+				exported++
+			}
+		}
+		if exported >= n+5 {
+			break
+		}
+	}
+	const sc = "uncontended, tracing off / on"
+	offP50, offP99 := quantile(tOff, 0.5)-quantile(dOff, 0.5), quantile(tOff, 0.99)-quantile(dOff, 0.99)
+	onP50, onP99 := quantile(tOn, 0.5)-quantile(dOn, 0.5), quantile(tOn, 0.99)-quantile(dOn, 0.99)
+	b.add(sc, "direct call p50", ms(quantile(dOff, 0.5)), "ms", 0, "", "")
+	b.add(sc, "overhead p50, tracing off", ms(offP50), "ms", 0, "", "")
+	b.add(sc, "overhead p99, tracing off", ms(offP99), "ms", 0, "", "")
+	b.add(sc, "overhead p50, tracing on", ms(onP50), "ms", ms(offP50), "off", "")
+	b.add(sc, "overhead p99, tracing on", ms(onP99), "ms", ms(offP99), "off", "")
+	b.add(sc, "tracing's cost p50 (on − off)", ms(onP50-offP50), "ms", 0, "", "")
+	b.add(sc, "tracing's cost p99 (on − off)", ms(onP99-offP99), "ms", 0, "", "")
+	b.add(sc, "SERVER spans exported per traced call", float64(exported)/float64(n+5), "", 0, "", "1")
+	if exported < n {
+		t.Errorf("%d SERVER spans exported for %d traced calls", exported, n+5)
 	}
 }
 

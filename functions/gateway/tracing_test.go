@@ -114,11 +114,33 @@ type seen struct {
 
 // tracedUpstream is a Go SDK server on loopback whose tool "work" sleeps
 // sleep_ms, whatever its context says (a late answer), and records the
-// traceparent it got in its HTTP headers and in params._meta.
+// traceparent it got in its HTTP headers and in params._meta: a call's
+// under its id argument, any other request's (tools/list, prompts/get of
+// its prompt "brief") under its method.
 func tracedUpstream(t *testing.T) (string, func(id string) []seen) {
 	var mu sync.Mutex
 	got := map[string][]seen{}
 	s := mcp.NewServer(&mcp.Implementation{Name: "traced", Version: "1"}, nil)
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "tools/call" && method != "initialize" && !strings.HasPrefix(method, "notifications/") {
+				v := seen{}
+				if ex := req.GetExtra(); ex != nil && ex.Header != nil {
+					v.header = ex.Header.Get("Traceparent")
+				}
+				if p := req.GetParams(); p != nil {
+					v.meta, _ = p.GetMeta()["traceparent"].(string)
+				}
+				mu.Lock()
+				got[method] = append(got[method], v)
+				mu.Unlock()
+			}
+			return next(ctx, method, req)
+		}
+	})
+	s.AddPrompt(&mcp.Prompt{Name: "brief"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "be brief"}}}}, nil
+	})
 	type args struct {
 		ID      string `json:"id"`
 		SleepMs int    `json:"sleep_ms"`
@@ -224,6 +246,21 @@ func TestTracesToCollector(t *testing.T) {
 	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("tools/list: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+
+	// A relayed prompts/get on /mcp/tq, its trace context in headers only.
+	tPrompt, pPrompt := agentTrace(6)
+	promptBody := `{"jsonrpc":"2.0","id":8,"method":"prompts/get","params":{"name":"brief"}}`
+	req, _ = http.NewRequest(http.MethodPost, gws[2].URL+"/mcp/tq", strings.NewReader(promptBody))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Traceparent", pPrompt)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("prompts/get: %v %v", err, resp)
 	} else {
 		resp.Body.Close()
 	}
@@ -386,6 +423,43 @@ func TestTracesToCollector(t *testing.T) {
 	}
 	if clients == 0 {
 		t.Error("tools/list made no CLIENT span (its upstream listings)")
+	}
+	// Every other MCP request (the listings, the relayed prompts/get)
+	// carried its own CLIENT span's traceparent in both places too.
+	clientOf := func(tp string) exportedSpan {
+		parts := strings.Split(tp, "-")
+		if len(parts) != 4 {
+			return exportedSpan{}
+		}
+		return byID[parts[2]]
+	}
+	for _, method := range []string{"tools/list", "prompts/get"} {
+		got := upSeen(method)
+		if len(got) == 0 {
+			t.Errorf("the upstream received no %s", method)
+		}
+		for _, v := range got {
+			if cl := clientOf(v.meta); v.meta == "" || v.header != v.meta || cl.Kind != "Client" || cl.Name != method {
+				t.Errorf("%s: upstream received header %q, _meta %q (span %q %s), want both naming its CLIENT span", method, v.header, v.meta, cl.Name, cl.Kind)
+			}
+		}
+	}
+	listed := false
+	for _, v := range upSeen("tools/list") {
+		listed = listed || clientOf(v.meta).TraceID == tList
+	}
+	if !listed {
+		t.Error("no tools/list upstream in the /mcp tools/list's trace")
+	}
+	if got := upSeen("prompts/get"); len(got) == 1 {
+		cl := clientOf(got[0].meta)
+		srv := find(tPrompt, "Server", "prompts/get brief")
+		if cl.TraceID != tPrompt || cl.ParentSpanID != srv.SpanID || srv.ParentSpanID != agentParent(pPrompt) {
+			t.Errorf("prompts/get: CLIENT span %+v, SERVER span %+v, want the CLIENT span the SERVER's child in the agent's trace", cl, srv)
+		}
+		wantAttrs(cl, "mcp.method.name", "prompts/get", "mcpgate.server_id", "tq", "server.address", "127.0.0.1")
+	} else {
+		t.Errorf("upstream received prompts/get %d times, want once", len(got))
 	}
 	// Nothing secret: the key, the upstream's credential, the arguments.
 	raw, _ := os.ReadFile(spansFile)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
+	"maps"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -356,7 +357,7 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		ctx, cancel := sc.scoped(ctx)
 		defer cancel()
 		if relay := relays[method]; relay != nil {
-			return relay(ctx, sc, req)
+			return relay(ctx, sc, method, req)
 		}
 		switch method {
 		case "logging/setLevel":
@@ -374,7 +375,7 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 // relayFunc answers one method's request from the request's server.
-type relayFunc func(context.Context, *mcpScope, mcp.Request) (mcp.Result, error)
+type relayFunc func(ctx context.Context, sc *mcpScope, method string, req mcp.Request) (mcp.Result, error)
 
 // relays are the methods relayed to the server of /mcp/{server_id} as
 // they come, but for the gateway's own _meta keys. A server's resources,
@@ -391,17 +392,35 @@ var relays = map[string]relayFunc{
 }
 
 // relayed makes the relayFunc of the session method send: it sends a copy
-// of the request's params without the gateway's own _meta keys.
+// of the request's params without the gateway's own _meta keys; traced,
+// with the trace context of the request's CLIENT span in their place.
 func relayed[P any, PP interface {
 	*P
 	mcp.Params
 }, R mcp.Result](send func(*mcp.ClientSession, context.Context, PP) (R, error)) relayFunc {
-	return func(ctx context.Context, sc *mcpScope, req mcp.Request) (mcp.Result, error) {
+	return func(ctx context.Context, sc *mcpScope, method string, req mcp.Request) (mcp.Result, error) {
 		in, _ := req.GetParams().(PP)
 		p := valueOf((*P)(in))
 		pp := PP(&p)
-		pp.SetMeta(forwardMeta(pp.GetMeta()))
-		return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (R, error) { return send(cs, ctx, pp) })
+		meta := forwardMeta(pp.GetMeta())
+		pp.SetMeta(meta)
+		return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (R, error) {
+			t := sc.g.deps.Tracer
+			if t == nil {
+				return send(cs, ctx, pp)
+			}
+			// A span per attempt (Do may send again on a new session),
+			// each naming its own in _meta.
+			m := maps.Clone(meta)
+			if m == nil {
+				m = mcp.Meta{}
+			}
+			pp.SetMeta(m)
+			ctx, end := t.Send(ctx, method, sc.srv, m)
+			res, err := send(cs, ctx, pp)
+			end(err)
+			return res, err
+		})
 	}
 }
 

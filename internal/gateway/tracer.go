@@ -34,6 +34,14 @@ type Tracer interface {
 	// sends as its params._meta. The context returned carries the span:
 	// the upstream's HTTP requests carry it as headers.
 	Exchange(ctx context.Context, c CallInfo, srv *registry.Server, meta mcp.Meta) (context.Context, ExchangeSpan)
+	// Send starts the CLIENT span of a request relayed to srv (the
+	// relays: resources, prompts, completions) and sets the span's
+	// traceparent (and tracestate) in meta, the request's params._meta;
+	// the request's HTTP requests, sent with the context returned, carry
+	// it as headers. end is called once with the request's outcome. It is
+	// upstream.HTTPTracer's Send, which the upstream pool calls for the
+	// tools/list it sends.
+	Send(ctx context.Context, method string, srv *registry.Server, meta mcp.Meta) (_ context.Context, end func(error))
 }
 
 // TraceMeta is the trace context an agent put in params._meta (SEP-414).

@@ -16,6 +16,7 @@ package tracing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -260,8 +262,9 @@ func (t *Tracing) Admission(ctx context.Context, c gateway.CallInfo) func(gatewa
 	}
 }
 
-// inExchange marks a context in a tool call's CLIENT span: its HTTP
-// requests need no span of their own.
+// inExchange marks a context in a CLIENT span of an MCP request (a tool
+// call's exchange, a request Send traces): its HTTP requests need no span
+// of their own, and carry that one's trace context.
 type inExchange struct{}
 
 // Exchange starts the CLIENT span of a call sent upstream and puts its
@@ -271,12 +274,40 @@ func (t *Tracing) Exchange(ctx context.Context, c gateway.CallInfo, srv *registr
 		keyServerID.String(c.ServerID), keyRequestID.String(c.RequestID), keyTransport.String(string(srv.Transport))}
 	attrs = append(attrs, addressOf(srv.URL)...)
 	ctx, span := t.tr.Start(ctx, "tools/call "+c.Tool, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	t.inject(ctx, meta)
+	return context.WithValue(ctx, inExchange{}, true), &exchangeSpan{t: t, span: span, c: c}
+}
+
+// Send starts the CLIENT span of an MCP request sent upstream outside a
+// tool call, named after its method, and puts its trace context in the
+// request's params._meta (meta).
+func (t *Tracing) Send(ctx context.Context, method string, srv *registry.Server, meta mcp.Meta) (context.Context, func(error)) {
+	attrs := []attribute.KeyValue{keyMethod.String(method), keyServerID.String(srv.ID), keyTransport.String(string(srv.Transport))}
+	attrs = append(attrs, addressOf(srv.URL)...)
+	ctx, span := t.tr.Start(ctx, method, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	t.inject(ctx, meta)
+	return context.WithValue(ctx, inExchange{}, true), func(err error) {
+		if err != nil {
+			code := errorType(err)
+			var re *jsonrpc.Error
+			if errors.As(err, &re) {
+				// The MCP conventions' error.type of a JSON-RPC error: its code.
+				code = strconv.FormatInt(re.Code, 10)
+			}
+			span.SetAttributes(keyErrorType.String(code))
+			span.SetStatus(codes.Error, code)
+		}
+		span.End()
+	}
+}
+
+// inject sets ctx's trace context in a request's params._meta.
+func (t *Tracing) inject(ctx context.Context, meta mcp.Meta) {
 	carrier := propagation.MapCarrier{}
 	t.prop.Inject(ctx, carrier)
 	for k, v := range carrier {
 		meta[k] = v
 	}
-	return context.WithValue(ctx, inExchange{}, true), &exchangeSpan{t: t, span: span, c: c}
 }
 
 // addressOf is server.address and server.port of an upstream URL: never

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/registry"
 )
 
 // Defaults for Options.
@@ -91,4 +94,12 @@ type HTTPTracer interface {
 	// Inject sets the traceparent (and tracestate) of ctx's span in h,
 	// replacing any there; it sets nothing when ctx has no span.
 	Inject(ctx context.Context, h http.Header)
+	// Send starts the CLIENT span of one MCP request sent to srv outside
+	// a tool call (tools/list, a relayed resources/, prompts/ or
+	// completion/ request) and sets the span's traceparent (and
+	// tracestate) in meta, which the request sends as its params._meta.
+	// The request's HTTP requests, sent with the context returned, carry
+	// the same span as headers and make no span of their own; end is
+	// called once with the request's outcome.
+	Send(ctx context.Context, method string, srv *registry.Server, meta mcp.Meta) (_ context.Context, end func(error))
 }

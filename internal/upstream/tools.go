@@ -247,7 +247,7 @@ func (p *Pool) fetchTools(ctx context.Context, srv *registry.Server, c Caller) (
 			if page == p.maxPages {
 				return &LimitError{What: "tool list pages", Limit: int64(p.maxPages)}
 			}
-			res, err := cs.ListTools(ctx, params)
+			res, err := p.listPage(ctx, srv, cs, params)
 			if err != nil {
 				return err
 			}
@@ -279,4 +279,17 @@ func (p *Pool) fetchTools(ctx context.Context, srv *registry.Server, c Caller) (
 		f.list = []*mcp.Tool{}
 	}
 	return f, err
+}
+
+// listPage sends one tools/list, in a CLIENT span of its own when traced,
+// its trace context in params._meta as in the request's headers.
+func (p *Pool) listPage(ctx context.Context, srv *registry.Server, cs *mcp.ClientSession, params *mcp.ListToolsParams) (*mcp.ListToolsResult, error) {
+	if p.trace == nil {
+		return cs.ListTools(ctx, params)
+	}
+	params.Meta = mcp.Meta{}
+	ctx, end := p.trace.Send(ctx, "tools/list", srv, params.Meta)
+	res, err := cs.ListTools(ctx, params)
+	end(err)
+	return res, err
 }
