@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/mcpgate/mcpgate/internal/awssign"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -354,7 +354,7 @@ func TestSigV4Transport(t *testing.T) {
 	creds := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 		return aws.Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "secret-key", SessionToken: "session-token"}, nil
 	})
-	hc := &http.Client{Transport: &signer{base: http.DefaultTransport, creds: creds, region: "eu-west-1", s: v4.NewSigner()}}
+	hc := &http.Client{Transport: &awssign.Transport{Signer: awssign.New(creds, "xray", "eu-west-1")}}
 	body := bytes.Repeat([]byte("spans\x00\x01"), 1000)
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/traces", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/x-protobuf")
@@ -381,8 +381,9 @@ func TestSigV4Transport(t *testing.T) {
 	}
 
 	// Credentials that fail: the request fails, unsent.
-	hc = &http.Client{Transport: &signer{base: http.DefaultTransport, region: "eu-west-1", s: v4.NewSigner(),
-		creds: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return aws.Credentials{}, errors.New("no role") })}}
+	hc = &http.Client{Transport: &awssign.Transport{Signer: awssign.New(
+		aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return aws.Credentials{}, errors.New("no role") }),
+		"xray", "eu-west-1")}}
 	gotAuth = ""
 	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/v1/traces", bytes.NewReader(body))
 	if _, err := hc.Do(req); err == nil || gotAuth != "" {
