@@ -269,7 +269,7 @@ func TestSendMeta(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range cl.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	for k, v := range map[string]string{"mcp.method.name": "prompts/get", "mcpgate.server_id": "s1", "server.address": "up.example", "server.port": "8443", "error.type": "-32602"} {
 		if attrs[k] != v {
@@ -320,17 +320,17 @@ func TestNoSecretsInSpans(t *testing.T) {
 		var all []string
 		all = append(all, s.Name(), s.Status().Description)
 		for _, kv := range s.Attributes() {
-			all = append(all, string(kv.Key), kv.Value.Emit())
+			all = append(all, string(kv.Key), kv.Value.String())
 		}
 		for _, e := range s.Events() {
 			all = append(all, e.Name)
 			for _, kv := range e.Attributes {
-				all = append(all, kv.Value.Emit())
+				all = append(all, kv.Value.String())
 			}
 		}
 		for _, l := range s.Links() {
 			for _, kv := range l.Attributes {
-				all = append(all, kv.Value.Emit())
+				all = append(all, kv.Value.String())
 			}
 		}
 		for _, v := range all {
