@@ -77,10 +77,9 @@ Gateway instances stop accepting the key within their key cache time
 }
 
 const (
-	shownHashLen  = 12
-	minPrefixLen  = 8
-	fullHashLen   = 64
-	createdLayout = time.RFC3339
+	shownHashLen = 12
+	minPrefixLen = 8
+	fullHashLen  = 64
 )
 
 func runKeysCreate(c *cli, args []string) error {
@@ -116,23 +115,7 @@ func runKeysCreate(c *cli, args []string) error {
 	}
 	key := auth.NewKey()
 	hash := auth.HashKey(key)
-	item := map[string]types.AttributeValue{
-		store.KeyHashAttr: &types.AttributeValueMemberS{Value: hash},
-		auth.AttrServers:  &types.AttributeValueMemberSS{Value: servers},
-		auth.AttrCreated:  &types.AttributeValueMemberS{Value: time.Now().UTC().Format(createdLayout)},
-	}
-	if *name != "" {
-		item[auth.AttrName] = &types.AttributeValueMemberS{Value: *name}
-	}
-	if len(tools) > 0 {
-		item[auth.AttrTools] = &types.AttributeValueMemberSS{Value: tools}
-	}
-	if *maxParallel > 0 {
-		item[auth.AttrMaxParallel] = &types.AttributeValueMemberN{Value: strconv.Itoa(*maxParallel)}
-	}
-	if *rpmLimit > 0 {
-		item[auth.AttrRPMLimit] = &types.AttributeValueMemberN{Value: strconv.Itoa(*rpmLimit)}
-	}
+	item := auth.KeyItem(&auth.Key{Hash: hash, Name: *name, Servers: servers, Tools: tools, MaxParallel: *maxParallel, RPMLimit: *rpmLimit}, time.Now())
 	_, err = c.db.PutItem(c.ctx, &dynamodb.PutItemInput{
 		TableName:           aws.String(c.tables.Keys),
 		Item:                item,

@@ -225,6 +225,41 @@ func ParseItem(item map[string]types.AttributeValue) (*Key, error) {
 	return k, nil
 }
 
+// CreatedLayout is how created_at is written: RFC 3339, in UTC.
+const CreatedLayout = time.RFC3339
+
+// KeyItem is the keys-table item that ParseItem reads back as k, created
+// at created: the one place that writes each attribute's DynamoDB type.
+// Hash and Servers (a string set) are always written; Name when not empty;
+// Tools when not nil (an empty list when empty, which grants no tool);
+// each limit when above 0; created_at unless created is zero.
+func KeyItem(k *Key, created time.Time) map[string]types.AttributeValue {
+	item := map[string]types.AttributeValue{
+		store.KeyHashAttr: &types.AttributeValueMemberS{Value: k.Hash},
+		AttrServers:       &types.AttributeValueMemberSS{Value: k.Servers},
+	}
+	if !created.IsZero() {
+		item[AttrCreated] = &types.AttributeValueMemberS{Value: created.UTC().Format(CreatedLayout)}
+	}
+	if k.Name != "" {
+		item[AttrName] = &types.AttributeValueMemberS{Value: k.Name}
+	}
+	switch {
+	case len(k.Tools) > 0:
+		item[AttrTools] = &types.AttributeValueMemberSS{Value: k.Tools}
+	case k.Tools != nil:
+		// DynamoDB has no empty set.
+		item[AttrTools] = &types.AttributeValueMemberL{Value: []types.AttributeValue{}}
+	}
+	if k.MaxParallel > 0 {
+		item[AttrMaxParallel] = &types.AttributeValueMemberN{Value: strconv.Itoa(k.MaxParallel)}
+	}
+	if k.RPMLimit > 0 {
+		item[AttrRPMLimit] = &types.AttributeValueMemberN{Value: strconv.Itoa(k.RPMLimit)}
+	}
+	return item
+}
+
 // limit reads an optional limit of a key item: a whole number up to most;
 // absent, 0 or negative means none (0). A problem is added to problems.
 func limit(item map[string]types.AttributeValue, name string, most int, problems *[]string) int {

@@ -626,6 +626,7 @@ func (g *Gateway) paused(srv *registry.Server) *fault.Error {
 // notes it in the request's log record.
 func writeFault(w http.ResponseWriter, r *http.Request, e *fault.Error) {
 	rec := recordFrom(r.Context())
+	// Unlike record.fail, an outcome the handler already chose stands.
 	rec.code = e.Code
 	rec.cause = e.Cause
 	if rec.outcome == "" {

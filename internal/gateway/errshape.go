@@ -55,14 +55,22 @@ type rpcErrorObject struct {
 // writeRPCFault writes e as a JSON-RPC error response to the request with
 // id (nil when unknown), with e's HTTP status and Retry-After.
 func writeRPCFault(w http.ResponseWriter, id json.RawMessage, code int64, e *fault.Error) {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
 	d := e.Detail()
 	if e.Challenge != "" {
 		w.Header().Set("WWW-Authenticate", e.Challenge)
 	}
-	writeRPC(w, e.Code.Status(), e.RetryAfterHeader(), rpcResponse{JSONRPC: "2.0", ID: id, Error: rpcErrorObject{Code: code, Message: d.Message, Data: d}})
+	writeRPCError(w, e.Code.Status(), e.RetryAfterHeader(), id, code, d.Message, d)
+}
+
+// writeRPCError writes the one JSON-RPC error response every MCP route
+// answers with: {"jsonrpc": "2.0", "id": id, "error": {code, message,
+// data}}, id null when unknown (nil or empty), data left out when nil,
+// with status and (when not empty) Retry-After.
+func writeRPCError(w http.ResponseWriter, status int, retryAfter string, id json.RawMessage, code int64, message string, data any) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	writeRPC(w, status, retryAfter, rpcResponse{JSONRPC: "2.0", ID: id, Error: rpcErrorObject{Code: code, Message: message, Data: data}})
 }
 
 func writeRPC(w http.ResponseWriter, status int, retryAfter string, resp any) {
@@ -151,7 +159,7 @@ func (w *sdkAnswer) finish(id json.RawMessage) *fault.Error {
 		data := map[string]any{}
 		if len(resp.Error.Data) > 0 && string(resp.Error.Data) != "null" && json.Unmarshal(resp.Error.Data, &data) != nil {
 			// Data of another kind is the protocol's: keep it as it is.
-			writeRPC(w.ResponseWriter, w.status, "", rpcResponse{JSONRPC: "2.0", ID: orNull(resp.ID), Error: rpcErrorObject{Code: resp.Error.Code, Message: resp.Error.Message, Data: resp.Error.Data}})
+			writeRPCError(w.ResponseWriter, w.status, "", resp.ID, resp.Error.Code, resp.Error.Message, resp.Error.Data)
 			return fe
 		}
 		d := fe.Detail()
@@ -160,7 +168,7 @@ func (w *sdkAnswer) finish(id json.RawMessage) *fault.Error {
 				data[k] = v
 			}
 		}
-		writeRPC(w.ResponseWriter, w.status, "", rpcResponse{JSONRPC: "2.0", ID: orNull(resp.ID), Error: rpcErrorObject{Code: resp.Error.Code, Message: resp.Error.Message, Data: data}})
+		writeRPCError(w.ResponseWriter, w.status, "", resp.ID, resp.Error.Code, resp.Error.Message, data)
 		return fe
 	}
 	var fe *fault.Error
@@ -170,19 +178,9 @@ func (w *sdkAnswer) finish(id json.RawMessage) *fault.Error {
 	} else {
 		fe = fault.New(code, "%s", clip.String(text, 500))
 	}
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
 	d := fe.Detail()
-	writeRPC(w.ResponseWriter, w.status, "", rpcResponse{JSONRPC: "2.0", ID: id, Error: rpcErrorObject{Code: rpcCode(code), Message: d.Message, Data: d}})
+	writeRPCError(w.ResponseWriter, w.status, "", id, rpcCode(code), d.Message, d)
 	return fe
-}
-
-func orNull(id json.RawMessage) json.RawMessage {
-	if len(id) == 0 {
-		return json.RawMessage("null")
-	}
-	return id
 }
 
 // statusCode is the gateway code for an HTTP status the SDK answered with.

@@ -395,6 +395,12 @@ type record struct {
 	sent      bool   // the tool call was handed to the upstream
 }
 
+// fail notes that the request failed with fe: its code and cause, and the
+// outcome "error".
+func (rec *record) fail(fe *fault.Error) {
+	rec.code, rec.cause, rec.outcome = fe.Code, fe.Cause, "error"
+}
+
 func recordFrom(ctx context.Context) *record {
 	if rec, ok := ctx.Value(recordCtx).(*record); ok {
 		return rec

@@ -119,13 +119,16 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		if p.method == "tools/call" {
 			sc.noteTool(p.name)
 		}
-		sc.rec.code, sc.rec.outcome = fault.BadRequest, "error"
-		writeRPCError(w, p.id, jsonrpc.CodeInvalidParams, fault.New(fault.BadRequest, "arguments are nested more than %d deep", g.maxDepth))
+		// A protocol error, answered 200 as the SDK answers its own.
+		fe := fault.New(fault.BadRequest, "arguments are nested more than %d deep", g.maxDepth)
+		sc.rec.fail(fe)
+		writeRPCError(w, http.StatusOK, "", p.id, jsonrpc.CodeInvalidParams, fe.Message, fe.Detail())
 		return
 	}
 	if p.method != "" && !knownMethods[p.method] {
 		sc.rec.method = clip.String(p.method, clip.Short)
-		sc.rec.code, sc.rec.outcome = fault.NotFound, "error"
+		fe := fault.New(fault.NotFound, "method %q not found", clip.String(p.method, clip.Short))
+		sc.rec.fail(fe)
 		if len(p.id) == 0 || string(p.id) == "null" {
 			// An unknown notification: nothing to answer.
 			w.WriteHeader(http.StatusAccepted)
@@ -136,11 +139,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 			// From 2026-07-28 an unknown method is also HTTP 404.
 			status = http.StatusNotFound
 		}
-		fe := fault.New(fault.NotFound, "method %q not found", clip.String(p.method, clip.Short))
-		if len(p.id) == 0 {
-			p.id = json.RawMessage("null")
-		}
-		writeRPC(w, status, "", rpcResponse{JSONRPC: "2.0", ID: p.id, Error: rpcErrorObject{Code: jsonrpc.CodeMethodNotFound, Message: fe.Message, Data: fe.Detail()}})
+		writeRPCError(w, status, "", p.id, jsonrpc.CodeMethodNotFound, fe.Message, fe.Detail())
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -167,7 +166,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	aw := &sdkAnswer{ResponseWriter: w}
 	h.ServeHTTP(aw, r.WithContext(context.WithValue(ctx, mcpServerKey{}, srv)))
 	if fe := aw.finish(p.id); fe != nil {
-		sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+		sc.rec.fail(fe)
 	}
 }
 
@@ -327,7 +326,8 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		defer func() {
 			if p := recover(); p != nil {
 				sc.g.log.Error("panic in MCP handler", "request_id", sc.rec.id, "method", method, "panic", p, "stack", string(debug.Stack()))
-				sc.rec.code, sc.rec.outcome = fault.Internal, "error"
+				// The record keeps whatever cause the handler noted.
+				sc.rec.fail(fault.Wrap(sc.rec.cause, fault.Internal, "internal error"))
 				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
 			}
 		}()
@@ -349,7 +349,7 @@ func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			// completions go with the tools they grant: a caller granted
 			// part of a server gets its tools only.
 			fe := fault.New(fault.Forbidden, "%s is refused: this caller is granted only some tools of server %q", method, sc.srv.ID)
-			sc.rec.code, sc.rec.outcome = fe.Code, "error"
+			sc.rec.fail(fe)
 			data, _ := json.Marshal(fe.Detail())
 			return nil, &jsonrpc.Error{Code: rpcCode(fe.Code), Message: fe.Message, Data: data}
 		}
@@ -461,7 +461,7 @@ func (sc *mcpScope) settleResult(r mcp.Result) {
 // upstream's own error as it was, anything else as an internal error whose
 // data carries the gateway's code.
 func (sc *mcpScope) rpcError(fe *fault.Error, err error) error {
-	sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+	sc.rec.fail(fe)
 	var ue *upstream.Error
 	if errors.As(err, &ue) && ue.Kind == upstream.KindRPC {
 		return ue.RPC

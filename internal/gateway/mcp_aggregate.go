@@ -131,6 +131,6 @@ func (sc *mcpScope) noteTool(name string) {
 // refuse answers a tools/call the caller got wrong (unknown tool, invalid
 // arguments) with JSON-RPC invalid params, noting fe in the record.
 func (sc *mcpScope) refuse(fe *fault.Error) error {
-	sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+	sc.rec.fail(fe)
 	return invalidParams("%s", fe.Message)
 }

@@ -50,7 +50,7 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 	if re, ok := specError(fe); ok {
 		// The protocol's own errors (a header mismatch, a missing client
 		// capability) reach the client as they are.
-		sc.rec.code, sc.rec.cause, sc.rec.outcome = fe.Code, fe.Cause, "error"
+		sc.rec.fail(fe)
 		return nil, re
 	}
 	if fe == nil {
@@ -78,7 +78,7 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 // structured content carrying the same code, retryable and retry_after_ms as
 // the REST route's error body.
 func toolError(rec *record, fe *fault.Error) *mcp.CallToolResult {
-	rec.code, rec.cause, rec.outcome = fe.Code, fe.Cause, "error"
+	rec.fail(fe)
 	d := fe.Detail()
 	return &mcp.CallToolResult{
 		IsError:           true,

@@ -3,9 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"net/http"
-
-	"github.com/mcpgate/mcpgate/internal/fault"
 )
 
 // knownMethods are the methods the SDK's server dispatches; it answers any
@@ -56,13 +53,3 @@ func peek(body []byte) peeked {
 // messageDepth is how deep a tools/call message nests its arguments
 // (message, params, arguments).
 const messageDepth = 3
-
-// writeRPCError answers the request id with a JSON-RPC error outside the
-// SDK: a protocol error, answered 200 as the SDK answers its own, its data
-// carrying the gateway's error detail.
-func writeRPCError(w http.ResponseWriter, id json.RawMessage, code int64, fe *fault.Error) {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
-	writeRPC(w, http.StatusOK, "", rpcResponse{JSONRPC: "2.0", ID: id, Error: rpcErrorObject{Code: code, Message: fe.Message, Data: fe.Detail()}})
-}

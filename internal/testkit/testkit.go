@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -69,13 +70,7 @@ func PutKey(t testing.TB, env *storetest.Env, servers ...string) string {
 func PutKeyWithTools(t testing.TB, env *storetest.Env, servers, tools []string) string {
 	t.Helper()
 	key := auth.NewKey()
-	item := map[string]types.AttributeValue{
-		store.KeyHashAttr: &types.AttributeValueMemberS{Value: auth.HashKey(key)},
-		auth.AttrServers:  &types.AttributeValueMemberSS{Value: servers},
-	}
-	if tools != nil {
-		item[auth.AttrTools] = &types.AttributeValueMemberSS{Value: tools}
-	}
+	item := auth.KeyItem(&auth.Key{Hash: auth.HashKey(key), Servers: servers, Tools: tools}, time.Time{})
 	_, err := env.Client.PutItem(context.Background(), &dynamodb.PutItemInput{
 		TableName: aws.String(env.Tables.Keys),
 		Item:      item,

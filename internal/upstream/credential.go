@@ -26,7 +26,9 @@ import (
 // read once more, and the request is sent again only if the value changed
 // (a rotation); otherwise the refusal is the answer.
 
-// Caller is who an upstream request is made for.
+// Caller is who an upstream request is made for: the gateway's caller (the
+// agent), as far as the pool needs to know it. The server's identity
+// (registry.Server.IdentityKey) is the gateway's side, never the caller's.
 type Caller struct {
 	// Principal identifies the agent, e.g. its key's hash. Sessions, tool
 	// lists and server info are never shared between principals: a

@@ -18,6 +18,20 @@ import (
 // 9728); the metadata of resource <base>/mcp is at metadataPath + "/mcp".
 const metadataPath = "/.well-known/oauth-protected-resource"
 
+// The words for "who" in the call path, each meaning one thing:
+//
+//   - caller: the agent making a request to the gateway (this type; as the
+//     upstream pool sees it, upstream.Caller).
+//   - principal: a caller once authenticated (auth.Principal): its id in
+//     logs and leases, its grants and limits.
+//   - client: the MCP client software or HTTP client on the caller's side
+//     (client_ip, client capabilities), never an identity.
+//   - holder: the lease package's word for the principal a lease is for,
+//     which it knows only by a short label (leaseHolder).
+//
+// "Identity" means the gateway's own identity towards an upstream
+// (registry.Server.IdentityKey), never the caller's.
+
 // caller is who makes a request, and which protected resource it asks for.
 type caller struct {
 	principal *auth.Principal
