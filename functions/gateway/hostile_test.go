@@ -58,11 +58,7 @@ func (r *hostileRig) rest(d time.Duration, serverID, tool string, args any) (tes
 		r.t.Errorf("%s/%s: %v (the gateway did not answer within %v)", serverID, tool, err, d)
 		return resp, fault.Detail{}
 	}
-	var b fault.Body
-	if resp.Status != http.StatusOK {
-		_ = json.Unmarshal(resp.Body, &b)
-	}
-	return resp, b.Error
+	return resp, resp.Fault
 }
 
 // rpcAnswer is a JSON-RPC answer from the MCP route.

@@ -36,11 +36,11 @@ func tally(t *testing.T, calls []agentCall) (ok, limited int, wait time.Duration
 	t.Helper()
 	for _, c := range calls {
 		switch {
-		case c.status == http.StatusOK:
+		case c.Status == http.StatusOK:
 			ok++
-		case c.status == http.StatusTooManyRequests && c.code == fault.RateLimited && c.retryAfter > 0:
+		case c.Status == http.StatusTooManyRequests && c.Fault.Code == fault.RateLimited && c.RetryAfter() > 0:
 			limited++
-			wait = max(wait, c.retryAfter)
+			wait = max(wait, c.RetryAfter())
 		default:
 			t.Errorf("unexpected answer: %+v", c)
 		}
@@ -69,7 +69,7 @@ func TestRateLimitAcrossTheFleet(t *testing.T) {
 		t.Errorf("advised wait %v; a token comes every 2 s", wait)
 	}
 	time.Sleep(wait)
-	if c := callVia(gws[0].URL, key, "paid", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
+	if c := callVia(gws[0].URL, key, "paid", "slow_tool", map[string]any{"ms": 0}); c.Status != http.StatusOK {
 		t.Errorf("a call after the advised wait: %+v", c)
 	}
 }
@@ -108,7 +108,7 @@ func TestRateLimitPerPrincipalAndTool(t *testing.T) {
 	wg.Wait()
 	ok := 0
 	for _, c := range out {
-		if c.status == http.StatusOK {
+		if c.Status == http.StatusOK {
 			ok++
 		}
 	}

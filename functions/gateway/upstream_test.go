@@ -242,7 +242,7 @@ func TestUpstreamStopOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := parseOutcome(t, r)
-		if r.Status != http.StatusGatewayTimeout || o.fault.Code != fault.UpstreamTimeout {
+		if r.Status != http.StatusGatewayTimeout || o.Fault.Code != fault.UpstreamTimeout {
 			t.Fatalf("call: %d %s, want 504 UPSTREAM_TIMEOUT", r.Status, r.Body)
 		}
 		return r.Header.Get("X-Request-Id")
