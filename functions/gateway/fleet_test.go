@@ -115,13 +115,7 @@ func parseOutcome(t *testing.T, r testkit.Response) outcome {
 
 // burst makes n concurrent slow_tool calls spread over the processes.
 func (f *fleet) burst(n int, args map[string]any) []outcome {
-	out := make([]outcome, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { out[i] = f.slow(i, args) })
-	}
-	wg.Wait()
-	return out
+	return testkit.Burst(n, func(i int) outcome { return f.slow(i, args) })
 }
 
 func (f *fleet) leases() int {
