@@ -40,7 +40,7 @@ func TestRetryAfterPausesTheFleet(t *testing.T) {
 	testkit.PutServer(t, env, map[string]any{"server_id": "waits", "url": up.URL, "max_concurrent_requests": 4, "on_limit": "queue", "queue_timeout": 10, "breaker": breaker})
 	for _, g := range gws {
 		for _, s := range []string{"paced", "waits"} {
-			if c := callVia(g.URL, key, s, "work", nil); c.status != http.StatusOK {
+			if c := callVia(g.URL, key, s, "work", nil); c.Status != http.StatusOK {
 				t.Fatalf("warm-up on %s: %+v", s, c)
 			}
 		}
@@ -48,10 +48,10 @@ func TestRetryAfterPausesTheFleet(t *testing.T) {
 
 	// A 429 without Retry-After: back-pressure, not a failure.
 	up.RefuseNext(http.StatusTooManyRequests, 0)
-	if c := callVia(gws[0].URL, key, "paced", "work", nil); c.status != http.StatusBadGateway || c.code != fault.UpstreamError {
+	if c := callVia(gws[0].URL, key, "paced", "work", nil); c.Status != http.StatusBadGateway || c.Fault.Code != fault.UpstreamError {
 		t.Fatalf("a call the upstream answered 429: %+v", c)
 	}
-	if c := callVia(gws[1].URL, key, "paced", "work", nil); c.status != http.StatusOK {
+	if c := callVia(gws[1].URL, key, "paced", "work", nil); c.Status != http.StatusOK {
 		t.Fatalf("after a 429 without Retry-After the next call got %+v; the breaker must not count it", c)
 	}
 
@@ -59,7 +59,7 @@ func TestRetryAfterPausesTheFleet(t *testing.T) {
 		up.Reset()
 		up.RefuseNext(http.StatusTooManyRequests, 2*time.Second)
 		first := callVia(gws[0].URL, key, server, "work", nil)
-		if first.code != fault.UpstreamError || first.retryAfter < time.Second || first.retryAfter > 2*time.Second {
+		if first.Fault.Code != fault.UpstreamError || first.RetryAfter() < time.Second || first.RetryAfter() > 2*time.Second {
 			t.Fatalf("%s: the call answered 429 with Retry-After 2: %+v; want UPSTREAM_ERROR retrying after 2s", server, first)
 		}
 		refusedAt := up.Stats().Arrivals[0]
@@ -78,11 +78,11 @@ func TestRetryAfterPausesTheFleet(t *testing.T) {
 		for _, c := range during {
 			switch server {
 			case "paced":
-				if c.code != fault.AtCapacity || c.reason != lease.Paused || c.retryAfter <= 0 || c.retryAfter > 2*time.Second {
+				if c.Fault.Code != fault.AtCapacity || c.Fault.Reason != lease.Paused || c.RetryAfter() <= 0 || c.RetryAfter() > 2*time.Second {
 					t.Errorf("paced: a call during the pause: %+v; want AT_CAPACITY, paused, with the time left", c)
 				}
 			case "waits":
-				if c.status != http.StatusOK {
+				if c.Status != http.StatusOK {
 					t.Errorf("waits: a queued call during the pause: %+v; want it served once the pause is over", c)
 				}
 			}
@@ -93,7 +93,7 @@ func TestRetryAfterPausesTheFleet(t *testing.T) {
 			}
 		}
 		time.Sleep(time.Until(refusedAt.Add(2100 * time.Millisecond)))
-		if c := callVia(gws[2].URL, key, server, "work", nil); c.status != http.StatusOK {
+		if c := callVia(gws[2].URL, key, server, "work", nil); c.Status != http.StatusOK {
 			t.Errorf("%s: a call after the pause got %+v; the breaker must not have counted the 429", server, c)
 		}
 	}
@@ -143,15 +143,15 @@ func TestAdaptiveLimitFollowsTheKnee(t *testing.T) {
 				for time.Now().Before(end) {
 					c := callVia(gws[i%len(gws)].URL, key, "batch", "work", nil)
 					mu.Lock()
-					if c.status == http.StatusOK {
+					if c.Status == http.StatusOK {
 						served++
 					} else {
 						failed++
-						codes[strconv.Itoa(c.status)+" "+string(c.code)+" "+c.reason]++
+						codes[strconv.Itoa(c.Status)+" "+string(c.Fault.Code)+" "+c.Fault.Reason]++
 					}
 					mu.Unlock()
-					if c.status != http.StatusOK {
-						time.Sleep(max(c.retryAfter, 100*time.Millisecond))
+					if c.Status != http.StatusOK {
+						time.Sleep(max(c.RetryAfter(), 100*time.Millisecond))
 					}
 				}
 			})

@@ -237,13 +237,13 @@ func (b *bench) rateLimits() {
 			testkit.UpdateKey(t, b.env, key, attr, limit)
 		}
 		for range 3 { // the process's registry and key caches, the upstream session
-			if c := callVia(g, key, id, "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
+			if c := callVia(g, key, id, "echo", map[string]any{"text": "x"}); c.Status != http.StatusOK {
 				t.Fatalf("%s: warm-up: %+v", v.label, c)
 			}
 		}
 		b.meter.reset()
 		for range n {
-			if c := callVia(g, key, id, "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
+			if c := callVia(g, key, id, "echo", map[string]any{"text": "x"}); c.Status != http.StatusOK {
 				t.Fatalf("%s: call: %+v", v.label, c)
 			}
 		}

@@ -71,12 +71,11 @@ func (f *fleet) server(doc map[string]any) {
 	testkit.PutServer(f.t, f.env, doc)
 }
 
+// outcome is a gateway's answer to a slow_tool call, with the demo
+// upstream's result decoded when it is a 200.
 type outcome struct {
-	status int
-	header http.Header
+	testkit.Response
 	result demoupstream.SlowResult
-	fault  fault.Detail
-	body   string
 }
 
 // slow calls slow_tool through gateway i.
@@ -100,7 +99,7 @@ func (f *fleet) callAs(key string, i int, tool string, args map[string]any) outc
 }
 
 func parseOutcome(t *testing.T, r testkit.Response) outcome {
-	o := outcome{status: r.Status, header: r.Header, body: string(r.Body)}
+	o := outcome{Response: r}
 	if r.Status == http.StatusOK {
 		var res struct {
 			StructuredContent demoupstream.SlowResult `json:"structuredContent"`
@@ -110,23 +109,13 @@ func parseOutcome(t *testing.T, r testkit.Response) outcome {
 			t.Errorf("result %s: %v", r.Body, err)
 		}
 		o.result = res.StructuredContent
-	} else {
-		var b fault.Body
-		_ = json.Unmarshal(r.Body, &b)
-		o.fault = b.Error
 	}
 	return o
 }
 
 // burst makes n concurrent slow_tool calls spread over the processes.
 func (f *fleet) burst(n int, args map[string]any) []outcome {
-	out := make([]outcome, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { out[i] = f.slow(i, args) })
-	}
-	wg.Wait()
-	return out
+	return testkit.Burst(n, func(i int) outcome { return f.slow(i, args) })
 }
 
 func (f *fleet) leases() int {
@@ -136,8 +125,8 @@ func (f *fleet) leases() int {
 func allOK(t *testing.T, outs []outcome) (peak int) {
 	t.Helper()
 	for i, o := range outs {
-		if o.status != http.StatusOK {
-			t.Errorf("call %d: status %d %s", i, o.status, o.body)
+		if o.Status != http.StatusOK {
+			t.Errorf("call %d: status %d %s", i, o.Status, o.Body)
 			continue
 		}
 		peak = max(peak, o.result.InFlightAtEntry)
@@ -212,17 +201,17 @@ func TestFleetShed(t *testing.T) {
 	}
 	// The gate is still closed: these can only return by being shed.
 	for i, o := range f.burst(4, map[string]any{"ms": 0}) {
-		if o.status != http.StatusTooManyRequests || o.fault.Code != fault.AtCapacity || !o.fault.Retryable {
-			t.Errorf("call %d: %d %s, want 429 AT_CAPACITY", i, o.status, o.body)
+		if o.Status != http.StatusTooManyRequests || o.Fault.Code != fault.AtCapacity || !o.Fault.Retryable {
+			t.Errorf("call %d: %d %s, want 429 AT_CAPACITY", i, o.Status, o.Body)
 		}
-		if ra, err := strconv.Atoi(o.header.Get("Retry-After")); err != nil || ra < 1 {
-			t.Errorf("call %d: Retry-After %q", i, o.header.Get("Retry-After"))
+		if ra, err := strconv.Atoi(o.Header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Errorf("call %d: Retry-After %q", i, o.Header.Get("Retry-After"))
 		}
 	}
 	f.demo.OpenGate("hold")
 	for range 2 {
-		if o := <-held; o.status != http.StatusOK {
-			t.Errorf("held call: %d %s", o.status, o.body)
+		if o := <-held; o.Status != http.StatusOK {
+			t.Errorf("held call: %d %s", o.Status, o.Body)
 		}
 	}
 	if p := f.demo.Stats().Peak; p > 2 {
@@ -282,8 +271,8 @@ func TestFleetCrashSafety(t *testing.T) {
 	<-crashed
 
 	o := f.slow(1, map[string]any{"ms": 0})
-	if o.status != http.StatusOK {
-		t.Fatalf("call after the crash: %d %s", o.status, o.body)
+	if o.Status != http.StatusOK {
+		t.Fatalf("call after the crash: %d %s", o.Status, o.Body)
 	}
 	entered := time.UnixMilli(o.result.EnteredAtMS)
 	if entered.Before(expiry) {
@@ -297,8 +286,8 @@ func TestFleetCrashSafety(t *testing.T) {
 		t.Errorf("%d leases left", n)
 	}
 	// Later calls go straight through.
-	if o := f.slow(1, map[string]any{"ms": 0}); o.status != http.StatusOK {
-		t.Errorf("later call: %d %s", o.status, o.body)
+	if o := f.slow(1, map[string]any{"ms": 0}); o.Status != http.StatusOK {
+		t.Errorf("later call: %d %s", o.Status, o.Body)
 	}
 }
 

@@ -58,11 +58,7 @@ func (r *hostileRig) rest(d time.Duration, serverID, tool string, args any) (tes
 		r.t.Errorf("%s/%s: %v (the gateway did not answer within %v)", serverID, tool, err, d)
 		return resp, fault.Detail{}
 	}
-	var b fault.Body
-	if resp.Status != http.StatusOK {
-		_ = json.Unmarshal(resp.Body, &b)
-	}
-	return resp, b.Error
+	return resp, resp.Fault
 }
 
 // rpcAnswer is a JSON-RPC answer from the MCP route.
@@ -128,10 +124,13 @@ func toolCall(id int, name string, args any) string {
 	return string(b)
 }
 
+// requestRecords selects the gateway's request records.
+var requestRecords = testkit.Match{"msg": "request"}
+
 // logRecords returns the gateway's request records whose fields include
 // every key=value of match.
 func (r *hostileRig) logRecords(match map[string]string) []map[string]any {
-	return matchRecords(r.gw.Logs(), match)
+	return r.gw.Records(requestRecords, match)
 }
 
 // waitRecords waits until the gateway has logged n request records (the
@@ -140,30 +139,10 @@ func (r *hostileRig) waitRecords(n int, match map[string]string) []map[string]an
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.gw.WaitLogs(ctx, func(logs string) bool { return len(matchRecords(logs, nil)) >= n }); err != nil {
+	if err := r.gw.WaitLogs(ctx, func(logs string) bool { return len(testkit.Records(logs, requestRecords)) >= n }); err != nil {
 		r.t.Errorf("waiting for %d request records: %v", n, err)
 	}
 	return r.logRecords(match)
-}
-
-func matchRecords(logs string, match map[string]string) []map[string]any {
-	var out []map[string]any
-	for line := range strings.SplitSeq(logs, "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "request" {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if fmt.Sprint(rec[k]) != v {
-				ok = false
-			}
-		}
-		if ok {
-			out = append(out, rec)
-		}
-	}
-	return out
 }
 
 // TestHostileBatchesAreRefused: a JSON-RPC batch is refused whatever the

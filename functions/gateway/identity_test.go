@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,17 +54,11 @@ func TestIdentitiesSideBySide(t *testing.T) {
 	// process has stopped, every record has been read.
 	gw.Stop()
 	principals := map[string]int{}
-	for line := range strings.SplitSeq(gw.Logs(), "\n") {
-		var rec struct {
-			Msg, Principal, Sub string
-			Status              int
-		}
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "request" && rec.Status == http.StatusOK {
-			kind, _, _ := strings.Cut(rec.Principal, ":")
-			principals[kind]++
-			if kind == "oauth" && rec.Sub != "agent-42" {
-				t.Errorf("token call logged with sub %q", rec.Sub)
-			}
+	for _, rec := range gw.Records(requestRecords, testkit.Match{"status": strconv.Itoa(http.StatusOK)}) {
+		kind, _, _ := strings.Cut(testkit.Str(rec, "principal"), ":")
+		principals[kind]++
+		if sub := testkit.Str(rec, "sub"); kind == "oauth" && sub != "agent-42" {
+			t.Errorf("token call logged with sub %q", sub)
 		}
 	}
 	if principals["key"] != 3 || principals["oauth"] != 1 {
@@ -108,11 +102,8 @@ func TestStatusShowsPrincipal(t *testing.T) {
 	}
 	gw.Stop() // every request record read
 	var logged string
-	for line := range strings.SplitSeq(gw.Logs(), "\n") {
-		var rec struct{ Msg, Principal, Tool string }
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "request" && rec.Tool == "slow_tool" {
-			logged = rec.Principal
-		}
+	for _, rec := range gw.Records(requestRecords, testkit.Match{"tool": "slow_tool"}) {
+		logged = testkit.Str(rec, "principal")
 	}
 	if !strings.HasPrefix(logged, "oauth:") || len(callers) != 1 || len(callers[0]) != len("o:")+8 ||
 		!strings.HasPrefix(logged, "oauth:"+strings.TrimPrefix(callers[0], "o:")) {

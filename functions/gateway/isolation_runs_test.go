@@ -44,7 +44,7 @@ func floodBehindFront(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, 
 	testkit.PutServer(t, env, map[string]any{"server_id": slowID, "url": slow.URL, "max_concurrent_requests": 2, "timeout": 10})
 	testkit.PutServer(t, env, map[string]any{"server_id": fastID, "url": fast.URL})
 	for range len(gws) { // warm each process's sessions and tool lists
-		if c := callVia(front.URL, key, fastID, "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
+		if c := callVia(front.URL, key, fastID, "echo", map[string]any{"text": "x"}); c.Status != http.StatusOK {
 			t.Fatalf("warm-up: %+v", c)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -68,10 +68,10 @@ func floodBehindFront(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, 
 			for time.Now().Before(end) {
 				c := callVia(front.URL, key, slowID, "slow_tool", map[string]any{"ms": slowCall.Milliseconds()})
 				mu.Lock()
-				res.slowCodes[strconv.Itoa(c.status)+" "+string(c.code)+" "+c.reason]++
+				res.slowCodes[strconv.Itoa(c.Status)+" "+string(c.Fault.Code)+" "+c.Fault.Reason]++
 				mu.Unlock()
-				if c.status != http.StatusOK {
-					time.Sleep(min(max(c.retryAfter, 100*time.Millisecond), time.Until(end)))
+				if c.Status != http.StatusOK {
+					time.Sleep(min(max(c.RetryAfter(), 100*time.Millisecond), time.Until(end)))
 				}
 			}
 		})
@@ -82,10 +82,10 @@ func floodBehindFront(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, 
 				c := callVia(front.URL, key, fastID, "echo", map[string]any{"text": "x"})
 				mu.Lock()
 				res.fastAll++
-				if c.status == http.StatusOK {
+				if c.Status == http.StatusOK {
 					res.fastOK++
 				}
-				res.fastCodes[strconv.Itoa(c.status)+" "+string(c.code)]++
+				res.fastCodes[strconv.Itoa(c.Status)+" "+string(c.Fault.Code)]++
 				mu.Unlock()
 				time.Sleep(10 * time.Millisecond)
 			}
@@ -115,7 +115,7 @@ func twoTenants(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, id str
 	keyA, keyB := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
 	testkit.PutServer(t, env, map[string]any{"server_id": id, "url": demo.URL, "max_concurrent_requests": 2, "timeout": 10, "queue_timeout": 30})
 	for _, g := range gws {
-		if c := callVia(g.URL, keyA, id, "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
+		if c := callVia(g.URL, keyA, id, "slow_tool", map[string]any{"ms": 0}); c.Status != http.StatusOK {
 			t.Fatalf("warm-up: %+v", c)
 		}
 	}
@@ -141,7 +141,7 @@ func twoTenants(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, id str
 					r.a = append(r.a, c)
 				}
 				mu.Unlock()
-				if c.status != http.StatusOK {
+				if c.Status != http.StatusOK {
 					t.Errorf("a call failed: %+v", c)
 					return
 				}

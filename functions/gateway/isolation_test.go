@@ -35,14 +35,13 @@ func startFleet(t *testing.T, store *storetest.Env, n int, env ...string) []*tes
 	return gws
 }
 
-// agentCall is one call as an agent sees it.
+// agentCall is one call as an agent sees it: the answer (Status -1 if
+// none came), when it was sent and answered, and when the upstream
+// started it (200 only).
 type agentCall struct {
+	testkit.Response
 	sent, done time.Time
-	status     int
-	code       fault.Code
-	reason     string
-	retryAfter time.Duration
-	entered    time.Time // when the upstream started it (200 only)
+	entered    time.Time
 }
 
 // callVia makes one REST tool call at base (a gateway or a front).
@@ -53,10 +52,10 @@ func callVia(base, key, server, tool string, args map[string]any) agentCall {
 	r, err := testkit.Post(ctx, base+"/mcp-rest/tools/call", key, map[string]any{"server_id": server, "name": tool, "arguments": args})
 	c.done = time.Now()
 	if err != nil {
-		c.status = -1
+		c.Status = -1
 		return c
 	}
-	c.status = r.Status
+	c.Response = r
 	if r.Status == http.StatusOK {
 		var res struct {
 			StructuredContent demoupstream.SlowResult `json:"structuredContent"`
@@ -64,20 +63,6 @@ func callVia(base, key, server, tool string, args map[string]any) agentCall {
 		if json.Unmarshal(r.Body, &res) == nil && res.StructuredContent.EnteredAtMS > 0 {
 			c.entered = time.UnixMilli(res.StructuredContent.EnteredAtMS)
 		}
-		return c
-	}
-	var b struct {
-		Error struct {
-			Code         fault.Code `json:"code"`
-			Reason       string     `json:"reason"`
-			RetryAfterMS int64      `json:"retry_after_ms"`
-		} `json:"error"`
-	}
-	_ = json.Unmarshal(r.Body, &b)
-	c.code, c.reason = b.Error.Code, b.Error.Reason
-	c.retryAfter = time.Duration(b.Error.RetryAfterMS) * time.Millisecond
-	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err == nil && c.retryAfter == 0 {
-		c.retryAfter = time.Duration(s) * time.Second
 	}
 	return c
 }
@@ -189,7 +174,7 @@ func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
 	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 8, "timeout": 1,
 		"breaker": map[string]any{"failure_threshold": 3, "recovery_timeout": 60}})
 	for i := range 4 {
-		if c := callVia(gws[i%3].URL, keyA, "demo", "slow_tool", map[string]any{"ms": 5000}); c.code != fault.UpstreamTimeout && c.code != fault.CircuitOpen {
+		if c := callVia(gws[i%3].URL, keyA, "demo", "slow_tool", map[string]any{"ms": 5000}); c.Fault.Code != fault.UpstreamTimeout && c.Fault.Code != fault.CircuitOpen {
 			t.Fatalf("A's slow call %d: %+v", i, c)
 		}
 	}
@@ -203,10 +188,10 @@ func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for i, g := range gws {
-		if c := callVia(g.URL, keyA, "demo", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusServiceUnavailable || c.code != fault.CircuitOpen {
+		if c := callVia(g.URL, keyA, "demo", "slow_tool", map[string]any{"ms": 0}); c.Status != http.StatusServiceUnavailable || c.Fault.Code != fault.CircuitOpen {
 			t.Errorf("A's call via process %d: %+v; want 503 CIRCUIT_OPEN", i, c)
 		}
-		if c := callVia(g.URL, keyB, "demo", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
+		if c := callVia(g.URL, keyB, "demo", "slow_tool", map[string]any{"ms": 0}); c.Status != http.StatusOK {
 			t.Errorf("B's call via process %d: %+v; want it through", i, c)
 		}
 	}
@@ -215,7 +200,7 @@ func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
 	testkit.PutServer(t, env, map[string]any{"server_id": "other", "url": demo.URL, "max_concurrent_requests": 8, "timeout": 1,
 		"breaker": map[string]any{"failure_threshold": 3, "recovery_timeout": 60}})
 	for i, key := range []string{keyB, keyC, keyB} {
-		if c := callVia(gws[i%3].URL, key, "other", "slow_tool", map[string]any{"ms": 5000}); c.code != fault.UpstreamTimeout {
+		if c := callVia(gws[i%3].URL, key, "other", "slow_tool", map[string]any{"ms": 5000}); c.Fault.Code != fault.UpstreamTimeout {
 			t.Fatalf("slow call %d on the other server: %+v", i, c)
 		}
 	}
@@ -226,7 +211,7 @@ func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for i, g := range gws {
-		if c := callVia(g.URL, keyA, "other", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusServiceUnavailable || c.code != fault.CircuitOpen {
+		if c := callVia(g.URL, keyA, "other", "slow_tool", map[string]any{"ms": 0}); c.Status != http.StatusServiceUnavailable || c.Fault.Code != fault.CircuitOpen {
 			t.Errorf("A's call on the other server via process %d: %+v; want 503 CIRCUIT_OPEN", i, c)
 		}
 	}

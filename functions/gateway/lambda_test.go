@@ -380,11 +380,8 @@ func (e *emulator) requestLog(t *testing.T, requestID string) map[string]any {
 		e.mu.Lock()
 		logs, wrote := e.logs.String(), *e.wrote
 		e.mu.Unlock()
-		for line := range strings.SplitSeq(logs, "\n") {
-			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "request" && rec["request_id"] == requestID {
-				return rec
-			}
+		if rec, ok := testkit.Record(logs, requestRecords, testkit.Match{"request_id": requestID}); ok {
+			return rec
 		}
 		select {
 		case <-wrote:

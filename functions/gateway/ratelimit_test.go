@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,13 +20,9 @@ import (
 // burstVia makes n calls of slow_tool (at once, not sleeping) at once,
 // spread over gws, as key: the demo upstream counts them.
 func burstVia(gws []*testkit.Gateway, key, server string, n int) []agentCall {
-	out := make([]agentCall, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { out[i] = callVia(gws[i%len(gws)].URL, key, server, "slow_tool", map[string]any{"ms": 0}) })
-	}
-	wg.Wait()
-	return out
+	return testkit.Burst(n, func(i int) agentCall {
+		return callVia(gws[i%len(gws)].URL, key, server, "slow_tool", map[string]any{"ms": 0})
+	})
 }
 
 // tally counts a burst's answers: admitted (200), rate limited (429
@@ -36,11 +31,11 @@ func tally(t *testing.T, calls []agentCall) (ok, limited int, wait time.Duration
 	t.Helper()
 	for _, c := range calls {
 		switch {
-		case c.status == http.StatusOK:
+		case c.Status == http.StatusOK:
 			ok++
-		case c.status == http.StatusTooManyRequests && c.code == fault.RateLimited && c.retryAfter > 0:
+		case c.Status == http.StatusTooManyRequests && c.Fault.Code == fault.RateLimited && c.RetryAfter() > 0:
 			limited++
-			wait = max(wait, c.retryAfter)
+			wait = max(wait, c.RetryAfter())
 		default:
 			t.Errorf("unexpected answer: %+v", c)
 		}
@@ -69,7 +64,7 @@ func TestRateLimitAcrossTheFleet(t *testing.T) {
 		t.Errorf("advised wait %v; a token comes every 2 s", wait)
 	}
 	time.Sleep(wait)
-	if c := callVia(gws[0].URL, key, "paid", "slow_tool", map[string]any{"ms": 0}); c.status != http.StatusOK {
+	if c := callVia(gws[0].URL, key, "paid", "slow_tool", map[string]any{"ms": 0}); c.Status != http.StatusOK {
 		t.Errorf("a call after the advised wait: %+v", c)
 	}
 }
@@ -84,13 +79,9 @@ func TestRateLimitPerPrincipalAndTool(t *testing.T) {
 	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": demo.URL, "rpm_limit_per_principal": 5,
 		"tools": map[string]any{"slow_tool": map[string]any{"rpm_limit": 3}}})
 	echo := func(key string, n int) []agentCall {
-		out := make([]agentCall, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() { out[i] = callVia(gws[i%len(gws)].URL, key, "shared", "echo", map[string]any{"text": "x"}) })
-		}
-		wg.Wait()
-		return out
+		return testkit.Burst(n, func(i int) agentCall {
+			return callVia(gws[i%len(gws)].URL, key, "shared", "echo", map[string]any{"text": "x"})
+		})
 	}
 	if ok, limited, _ := tally(t, echo(keyA, 8)); ok != 5 || limited != 3 {
 		t.Errorf("key A: %d admitted, %d limited of 8; want 5 and 3", ok, limited)
@@ -99,16 +90,12 @@ func TestRateLimitPerPrincipalAndTool(t *testing.T) {
 		t.Errorf("key B: %d of 2 admitted after A used its share; want both", ok)
 	}
 	// The tool's own bucket: 3 of slow_tool a minute, whoever calls.
-	out := make([]agentCall, 6)
-	var wg sync.WaitGroup
-	for i := range out {
-		key := []string{keyA, keyB}[i%2]
-		wg.Go(func() { out[i] = callVia(gws[i%2].URL, key, "shared", "slow_tool", map[string]any{"ms": 0}) })
-	}
-	wg.Wait()
+	out := testkit.Burst(6, func(i int) agentCall {
+		return callVia(gws[i%2].URL, []string{keyA, keyB}[i%2], "shared", "slow_tool", map[string]any{"ms": 0})
+	})
 	ok := 0
 	for _, c := range out {
-		if c.status == http.StatusOK {
+		if c.Status == http.StatusOK {
 			ok++
 		}
 	}

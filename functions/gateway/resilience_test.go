@@ -91,18 +91,18 @@ func TestFleetStalledTool(t *testing.T) {
 	healthy := f.call(2, "echo", map[string]any{"text": "still here"})
 	wg.Wait()
 	for i, o := range shed {
-		if o.status != http.StatusTooManyRequests || o.fault.Code != fault.AtCapacity || !o.fault.Retryable {
-			t.Errorf("flood call %d: %d %s, want 429 AT_CAPACITY", i, o.status, o.body)
+		if o.Status != http.StatusTooManyRequests || o.Fault.Code != fault.AtCapacity || !o.Fault.Retryable {
+			t.Errorf("flood call %d: %d %s, want 429 AT_CAPACITY", i, o.Status, o.Body)
 		}
 	}
-	if healthy.status != http.StatusOK {
-		t.Errorf("healthy tool during the flood: %d %s", healthy.status, healthy.body)
+	if healthy.Status != http.StatusOK {
+		t.Errorf("healthy tool during the flood: %d %s", healthy.Status, healthy.Body)
 	}
 
 	// The 2 that ran time out, and that opens the breaker fleet-wide.
 	for range 2 {
-		if o := <-stalled; o.status != http.StatusGatewayTimeout || o.fault.Code != fault.UpstreamTimeout {
-			t.Errorf("stalled call: %d %s, want 504 UPSTREAM_TIMEOUT", o.status, o.body)
+		if o := <-stalled; o.Status != http.StatusGatewayTimeout || o.Fault.Code != fault.UpstreamTimeout {
+			t.Errorf("stalled call: %d %s, want 504 UPSTREAM_TIMEOUT", o.Status, o.Body)
 		}
 	}
 	// The gateways told the upstream to stop them: it goes idle long
@@ -116,8 +116,8 @@ func TestFleetStalledTool(t *testing.T) {
 	for i := range f.gws {
 		start := time.Now()
 		o := f.slow(i, map[string]any{"ms": 0})
-		if o.status != http.StatusServiceUnavailable || o.fault.Code != fault.CircuitOpen || o.header.Get("Retry-After") == "" {
-			t.Errorf("process %d after the breaker opened: %d %s, want 503 CIRCUIT_OPEN with Retry-After", i, o.status, o.body)
+		if o.Status != http.StatusServiceUnavailable || o.Fault.Code != fault.CircuitOpen || o.Header.Get("Retry-After") == "" {
+			t.Errorf("process %d after the breaker opened: %d %s, want 503 CIRCUIT_OPEN with Retry-After", i, o.Status, o.Body)
 		}
 		t.Logf("process %d refused in %v (tool timeout 1s)", i, time.Since(start).Round(time.Millisecond))
 	}
@@ -128,8 +128,8 @@ func TestFleetStalledTool(t *testing.T) {
 		t.Errorf("the stalled tool saw %d calls at once, cap 2", p)
 	}
 	// Other tools of the server still answer.
-	if o := f.call(0, "echo", map[string]any{"text": "x"}); o.status != http.StatusOK {
-		t.Errorf("healthy tool with the breaker open: %d %s", o.status, o.body)
+	if o := f.call(0, "echo", map[string]any{"text": "x"}); o.Status != http.StatusOK {
+		t.Errorf("healthy tool with the breaker open: %d %s", o.Status, o.Body)
 	}
 }
 
@@ -143,8 +143,8 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 	// Two principals' calls fail: it opens for everyone.
 	other := testkit.PutKey(t, f.env, "*")
 	for i, key := range []string{f.key, other} {
-		if o := f.callAs(key, i, "slow_tool", map[string]any{"ms": 5000}); o.fault.Code != fault.UpstreamTimeout {
-			t.Fatalf("opening call %d: %d %s", i, o.status, o.body)
+		if o := f.callAs(key, i, "slow_tool", map[string]any{"ms": 5000}); o.Fault.Code != fault.UpstreamTimeout {
+			t.Fatalf("opening call %d: %d %s", i, o.Status, o.Body)
 		}
 	}
 	// The cut-off call tells its breaker when its slot comes back: the
@@ -170,8 +170,8 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 	for range callers - 1 {
 		select {
 		case o := <-results:
-			if o.status != http.StatusServiceUnavailable || o.fault.Code != fault.CircuitOpen {
-				t.Errorf("caller during the probe: %d %s, want 503 CIRCUIT_OPEN", o.status, o.body)
+			if o.Status != http.StatusServiceUnavailable || o.Fault.Code != fault.CircuitOpen {
+				t.Errorf("caller during the probe: %d %s, want 503 CIRCUIT_OPEN", o.Status, o.Body)
 			}
 		case <-timeout:
 			t.Fatalf("callers still waiting while the probe runs; upstream saw %d calls", f.demo.Stats().Calls)
@@ -181,12 +181,12 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 		t.Errorf("upstream saw %d calls while half-open, want exactly 1 probe", calls)
 	}
 	f.demo.OpenGate("probe")
-	if o := <-results; o.status != http.StatusOK {
-		t.Errorf("probe: %d %s", o.status, o.body)
+	if o := <-results; o.Status != http.StatusOK {
+		t.Errorf("probe: %d %s", o.Status, o.Body)
 	}
 	// The probe's success closed the breaker for everyone.
-	if o := f.slow(1, map[string]any{"ms": 0}); o.status != http.StatusOK {
-		t.Errorf("after the probe: %d %s", o.status, o.body)
+	if o := f.slow(1, map[string]any{"ms": 0}); o.Status != http.StatusOK {
+		t.Errorf("after the probe: %d %s", o.Status, o.Body)
 	}
 }
 
@@ -218,8 +218,8 @@ func TestFleetClockSkew(t *testing.T) {
 			go func() { a <- f.slow(0, map[string]any{"ms": 60000, "gate": "never"}) }()
 			waitFor(t, "A's call", func(ctx context.Context) error { return f.demo.WaitInFlight(ctx, 1) })
 			b := f.slow(1, map[string]any{"ms": 0})
-			if b.status != http.StatusOK {
-				t.Fatalf("B: %d %s", b.status, b.body)
+			if b.Status != http.StatusOK {
+				t.Fatalf("B: %d %s", b.Status, b.Body)
 			}
 			<-a
 			if p := f.demo.Stats().Peak; p != tc.wantPeak {

@@ -185,14 +185,14 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 					note("ok")
 				default:
 					o := parseOutcome(t, r)
-					if !allowed[o.fault.Code] || o.fault.Code.Status() != r.Status || !o.fault.Retryable {
+					if !allowed[o.Fault.Code] || o.Fault.Code.Status() != r.Status || !o.Fault.Retryable {
 						fail(fmt.Sprintf("call %d: %d %s", i, r.Status, r.Body))
 					} else {
-						note(string(o.fault.Code))
+						note(string(o.Fault.Code))
 					}
 					// A well-behaved client waits as told (here at most
 					// 300 ms) before its next call.
-					if ms := o.fault.RetryAfterMS; ms > 0 {
+					if ms := o.Fault.RetryAfterMS; ms > 0 {
 						time.Sleep(min(time.Duration(ms)*time.Millisecond, 300*time.Millisecond))
 					}
 				}

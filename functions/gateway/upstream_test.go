@@ -8,7 +8,6 @@ package main
 // working on it.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -197,23 +196,15 @@ func runMatrix(t *testing.T, env *storetest.Env, gws []*testkit.Gateway, key, id
 func requestCodes(gws []*testkit.Gateway, id string) []fault.Code {
 	var out []fault.Code
 	for _, g := range gws {
-		sc := bufio.NewScanner(strings.NewReader(g.Logs()))
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var rec struct {
-				Msg, Code, Outcome string
-				ServerID           string `json:"server_id"`
-			}
-			if json.Unmarshal(sc.Bytes(), &rec) != nil || rec.Msg != "request" || rec.ServerID != id {
-				continue
-			}
+		for _, rec := range g.Records(requestRecords, testkit.Match{"server_id": id}) {
+			code, outcome := testkit.Str(rec, "code"), testkit.Str(rec, "outcome")
 			switch {
-			case rec.Code != "":
-				out = append(out, fault.Code(rec.Code))
-			case rec.Outcome == "ok":
+			case code != "":
+				out = append(out, fault.Code(code))
+			case outcome == "ok":
 				out = append(out, "ok")
 			default:
-				out = append(out, fault.Code(fmt.Sprintf("(outcome %s)", rec.Outcome)))
+				out = append(out, fault.Code(fmt.Sprintf("(outcome %s)", outcome)))
 			}
 		}
 	}
@@ -223,15 +214,7 @@ func requestCodes(gws []*testkit.Gateway, id string) []fault.Code {
 // logRecord finds the first record with message msg about request reqID in
 // g's logs.
 func logRecord(g *testkit.Gateway, msg, reqID string) (map[string]any, bool) {
-	sc := bufio.NewScanner(strings.NewReader(g.Logs()))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var rec map[string]any
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == msg && rec["request_id"] == reqID {
-			return rec, true
-		}
-	}
-	return nil, false
+	return testkit.Record(g.Logs(), testkit.Match{"msg": msg, "request_id": reqID})
 }
 
 const (
@@ -259,7 +242,7 @@ func TestUpstreamStopOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := parseOutcome(t, r)
-		if r.Status != http.StatusGatewayTimeout || o.fault.Code != fault.UpstreamTimeout {
+		if r.Status != http.StatusGatewayTimeout || o.Fault.Code != fault.UpstreamTimeout {
 			t.Fatalf("call: %d %s, want 504 UPSTREAM_TIMEOUT", r.Status, r.Body)
 		}
 		return r.Header.Get("X-Request-Id")

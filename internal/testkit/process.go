@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
@@ -261,11 +262,30 @@ func (g *Gateway) Stop() {
 	}
 }
 
-// Response is an HTTP answer read whole.
+// Response is an HTTP answer read whole: the one shape the gateway tests
+// read answers in.
 type Response struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// Fault is the gateway's error object (fault.Body) of an answer other
+	// than 200; zero for a 200 or a body that is not one.
+	Fault fault.Detail
+}
+
+// RetryAfter is the wait an answer other than 200 advises: its error's
+// retry_after_ms, else its Retry-After header (whole seconds), else 0.
+func (r Response) RetryAfter() time.Duration {
+	if r.Status == http.StatusOK {
+		return 0
+	}
+	if r.Fault.RetryAfterMS > 0 {
+		return time.Duration(r.Fault.RetryAfterMS) * time.Millisecond
+	}
+	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err == nil {
+		return time.Duration(s) * time.Second
+	}
+	return 0
 }
 
 var client = &http.Client{Timeout: 2 * time.Minute}
@@ -306,7 +326,13 @@ func Do(ctx context.Context, method, url string, hdr http.Header, body any) (Res
 	}
 	defer resp.Body.Close()
 	rb, err := io.ReadAll(resp.Body)
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: rb}, err
+	r := Response{Status: resp.StatusCode, Header: resp.Header, Body: rb}
+	if r.Status != http.StatusOK {
+		var b fault.Body
+		_ = json.Unmarshal(rb, &b)
+		r.Fault = b.Error
+	}
+	return r, err
 }
 
 // CallTool calls a tool through the gateway's REST route.
