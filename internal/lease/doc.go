@@ -173,8 +173,7 @@
 //     release frees nothing, and a retried release whose earlier attempt
 //     landed reports success with its outcome counted once
 //     (TestDoubleReleaseIsHarmless, TestRetriedReleaseCountsOnce,
-//     TestRetriedReleaseAfterUnknownRenewal,
-//     TestRetriedReleaseAfterTwoUnknownRenewals); a release is not lost
+//     TestRetriedReleaseAfterUnknownRenewal); a release is not lost
 //     to the other writes it carries, nor loses them
 //     (TestReleaseSurvivesARacingPurge, TestProbeVerdictSurvivesARacingPurge,
 //     TestLimitMoveSurvivesARacingPurge, TestPauseSurvivesARacingPurge,
