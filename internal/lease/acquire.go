@@ -332,10 +332,12 @@ func (a *attempt) reserved(set string, ahead []*ticket) int {
 // purgeAll removes what v shows stale, in one write of its own.
 func (l *Limiter) purgeAll(ctx context.Context, key string, v *view) (*view, error) {
 	u := newUpdate()
-	u.purge(v, l.clock().UnixMilli(), "")
+	now := l.clock().UnixMilli()
+	u.purge(v, now, "")
 	if len(u.conds) == 0 {
 		return v, nil
 	}
+	u.ttl(now)
 	l.stats.purged.Add(1)
 	nv, err := l.write(ctx, key, u, nil)
 	if errors.Is(err, errCondition) {
@@ -669,6 +671,7 @@ func (a *attempt) withdraw(ctx context.Context) {
 	now := a.now()
 	id := a.me.id
 	u := newUpdate()
+	u.ttl(now)
 	u.remove(u.path(QueueAttr, id))
 	a.endTicket(u, now)
 	// A ticket leaving, like a place freed, can change whose turn it is

@@ -331,6 +331,7 @@ func (l *Limiter) open(ctx context.Context, key string, br *Breaker, v *view) (T
 	}
 	ba := br.attrs()
 	u := newUpdate()
+	u.ttl(ms)
 	fp, bo, own := u.path(ba.failed), u.path(ba.openUntil), u.path(ba.own)
 	u.cond("size("+fp+") = "+u.num(int64(len(st.failed))), "(attribute_not_exists("+bo+") OR "+bo+" = "+u.num(0)+")")
 	for _, id := range st.failed {
@@ -387,6 +388,7 @@ func (l *Limiter) acquireBreaker(ctx context.Context, req Request) (*Lease, erro
 	if st.phase(wallNow.UnixMilli()) == phaseHalfOpen {
 		u := newUpdate()
 		u.admit(br, &st, ls.id, req.Holder, ls.exp(), wallNow.UnixMilli())
+		u.ttl(ls.exp())
 		if nv, err := l.write(ctx, req.Key, u, nil); errors.Is(err, errCondition) && nv.breakers[br.Name].probe != ls.id {
 			l.stats.circuitOpen.Add(1)
 			return nil, &CircuitOpenError{Name: br.Name, HalfOpen: true, RetryAfter: 50 * time.Millisecond}
@@ -408,6 +410,7 @@ func (ls *Lease) finishBreaker(ctx context.Context, o Outcome) (Transition, erro
 		return NoTransition, nil
 	}
 	u := newUpdate()
+	u.ttl(l.clock().UnixMilli())
 	if !ls.probe && o == Success {
 		// The failures it saw, and no later ones: this write has no
 		// condition, so a copy of it may land after newer failures.

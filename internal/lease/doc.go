@@ -54,7 +54,10 @@
 //     (a probe's verdict, purges, a pause, a move of the limit) has
 //     conditions of its own; when one fails while the lease is there, the
 //     release is made again from the item that answer shows, which drops
-//     what no longer holds.
+//     what no longer holds, without its purge (the write that raced it
+//     purged), and after maxEager tries with its outcome and probe verdict
+//     alone, conditioned on the lease and the probe: the loop ends. It
+//     never purges the buckets it gives tokens back to.
 //   - Renew: SET leases.<id> to a later expiry, on condition that it holds
 //     an expiry this holder wrote.
 //   - Purge: any write removes up to maxPurge stale entries it saw —
@@ -177,7 +180,11 @@
 //     to the other writes it carries, nor loses them
 //     (TestReleaseSurvivesARacingPurge, TestProbeVerdictSurvivesARacingPurge,
 //     TestLimitMoveSurvivesARacingPurge, TestPauseSurvivesARacingPurge,
-//     TestNoPlaceProbeVerdictSurvivesALostPauseAnswer).
+//     TestNoPlaceProbeVerdictSurvivesALostPauseAnswer,
+//     TestProbeVerdictSurvivesALongRace,
+//     TestProbeVerdictSurvivesTheFleetsPurges,
+//     TestUnusedReleaseAfterAWaitGivesThePlaceBack), and costs few writes
+//     when it keeps losing races (TestReleaseLosingPurgeRacesCostsFewWrites).
 //  9. The breaker counts each finished call once and consecutive failures
 //     only; an abandoned call leaves it as it was; one principal's failures
 //     open it for that principal alone, two principals' for everyone; one
@@ -190,7 +197,8 @@
 //     per second grow with the calls made, and its size with the callers
 //     holding and waiting, not with waiters times time
 //     (TestWaitersCostNoRenewals).
-//  11. Every write refreshes the item's ttl (TestEveryWriteRefreshesTTL).
+//  11. Every write refreshes the item's ttl (TestEveryWriteRefreshesTTL,
+//     TestNoPlacePauseRefreshesTTL).
 //  12. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot
 //     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace,

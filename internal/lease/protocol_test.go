@@ -2,7 +2,10 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -367,9 +370,10 @@ func TestShorterPauseDoesNotShortenALongerOne(t *testing.T) {
 // margin), reported success, its failure never counted: after one unknown
 // renewal (the latest expiry was taken), and after two in a row —
 // KeepAlive tries again every renewRetry while the store does not answer —
-// when the lease kept only the last two and forgot the stored one.
+// when the lease kept only the last two and forgot the stored one; and
+// with more in a row than a lease keeps expiries for (maxUnsureExps).
 func TestRetriedReleaseAfterUnknownRenewal(t *testing.T) {
-	for _, renewals := range []int{1, 2} {
+	for _, renewals := range []int{1, 2, 3, 4, 6} {
 		t.Run(fmt.Sprintf("%d unknown", renewals), func(t *testing.T) { retriedReleaseAfterUnknownRenewals(t, renewals) })
 	}
 }
@@ -888,5 +892,311 @@ func TestWaiterOutlastsScatteredTakeErrors(t *testing.T) {
 			t.Errorf("the waiter, first in the queue with 19 s of its wait left, gave up: %v", err)
 		}
 		f.held = nil
+	})
+}
+
+// beforeWrites runs before each write that match picks, then sends it.
+type beforeWrites struct {
+	API
+	match  atomic.Pointer[func(*dynamodb.UpdateItemInput) bool]
+	before func()
+	n      atomic.Int32
+}
+
+func (b *beforeWrites) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if m := b.match.Load(); m != nil && (*m)(in) {
+		b.n.Add(1)
+		b.before()
+	}
+	return b.API.UpdateItem(ctx, in, opts...)
+}
+
+// releaseOf matches the release write of lease id (it removes leases.id
+// on condition that it exists).
+func releaseOf(id string) func(*dynamodb.UpdateItemInput) bool {
+	return func(in *dynamodb.UpdateItemInput) bool {
+		names := make([]string, 0, len(in.ExpressionAttributeNames))
+		for _, n := range in.ExpressionAttributeNames {
+			names = append(names, n)
+		}
+		return slices.Contains(names, id) && strings.Contains(aws.ToString(in.UpdateExpression), "REMOVE") &&
+			strings.Contains(aws.ToString(in.ConditionExpression), "attribute_exists(")
+	}
+}
+
+// Invariants 8 and 9: a probe's release whose other parts keep losing races
+// is made again from the item each failed answer shows — which still shows
+// it the probe — but after maxEager tries it is sent "with its outcome
+// alone", and that last form drops the probe flag even though the item
+// shows it is still the probe: the verdict is lost, and the breaker stays
+// "probing" behind a finished probe until the probe's lease would have
+// expired, refusing every caller.
+func TestProbeVerdictSurvivesALongRace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		db := &beforeWrites{API: mem}
+		clk := &skewClock{}
+		ctx := context.Background()
+		mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id, Clock: clk.now}) }
+		lx, lc, la := mk("x"), mk("c"), mk("a")
+		br := &Breaker{Name: "t", Threshold: 2, Recovery: 5 * time.Second}
+		withBreaker := func(holder string) Request {
+			return Request{Key: "srv", Cap: 5, Hold: 30 * time.Second, Holder: holder, Tool: "t", Breaker: br}
+		}
+		for _, p := range []string{"x", "y"} {
+			ls := acquire(t, lx, withBreaker(p))
+			if _, err := ls.Finish(ctx, Failure); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := acquire(t, lc, Request{Key: "srv", Cap: 5, Hold: 10 * time.Second, Holder: "pc"}) // will lapse
+		clk.advance(6 * time.Second)                                                           // half-open
+		a := acquire(t, la, withBreaker("p"))
+		if !a.Probe() {
+			t.Fatal("a is not the probe")
+		}
+		clk.advance(9 * time.Second) // c's lease has lapsed
+		// Whatever another write does to c's lapsed entry each time before a's
+		// release lands (here: another lapsed value), a's purge of it fails.
+		stale := clk.now().Add(-time.Second).UnixMilli()
+		db.before = func() {
+			stale--
+			_, err := mem.UpdateItem(ctx, &dynamodb.UpdateItemInput{Key: itemKey("srv"),
+				UpdateExpression:          aws.String("SET #l.#c = :v"),
+				ExpressionAttributeNames:  map[string]string{"#l": LeasesAttr, "#c": c.ID()},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":v": number(stale)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a's release sees c's lapsed lease on its recent view.
+		if _, err := la.read(ctx, "srv"); err != nil {
+			t.Fatal(err)
+		}
+		m := releaseOf(a.ID())
+		db.match.Store(&m)
+		tr, err := a.Finish(ctx, Success)
+		st := itemView(t, mem, "srv").breakers["t"]
+		t.Logf("a's release: %d writes, %v, transition %q", db.n.Load(), err, tr)
+		if err != nil || tr != Closed || st.probe != "" || st.openUntil != 0 {
+			t.Errorf("the probe's successful release: %v, transition %q; the breaker: probe %q (a is %q) until %v, open until %v",
+				err, tr, st.probe, a.ID(), time.UnixMilli(st.probeExp).Sub(clk.now()), time.UnixMilli(st.openUntil).Sub(clk.now()))
+		}
+	})
+}
+
+// Invariant 8 / the Release step: a release of a lease whose call was never
+// made (Unused) gives its tokens back in the same write that purges what its
+// recent view shows stale — and an idle principal bucket is stale to a purge.
+// When the bucket is the lease's own (a waiter paid in its join, and its
+// wait outlasted one interval), the write both REMOVEs and SETs the same
+// attribute: the store refuses it (ValidationException, "Two document paths
+// overlap"), which is no condition failure, so Finish fails and the place
+// stays taken until the lease expires.
+func TestUnusedReleaseAfterAWaitGivesThePlaceBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		l := New(&logWrites{API: db, t: t}, "leases", Options{InstanceID: "i"})
+		// The holder ahead is in another process, whose view is old when it
+		// releases: its release purges nothing.
+		h := acquire(t, New(db, "leases", Options{InstanceID: "o"}), Request{Key: "srv", Cap: 1, Hold: 30 * time.Second, Holder: "q"})
+		r := Request{Key: "srv", Cap: 1, Hold: 30 * time.Second, Holder: "p", Wait: 20 * time.Second, MaxQueued: 4,
+			Rates: []Rate{{Name: "principal:p", PerMinute: 600}}}
+		got := make(chan *Lease, 1)
+		go func() {
+			ls, err := l.Acquire(ctx, r)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- ls
+		}()
+		time.Sleep(2 * time.Second) // the waiter joined (and paid) long ago
+		synctest.Wait()
+		release(t, h)
+		ls := <-got
+		if ls == nil {
+			return
+		}
+		_, err := ls.Finish(ctx, Unused) // another limit refused the call
+		v := itemView(t, db, "srv")
+		if _, held := v.leases[ls.ID()]; held || err != nil {
+			var ve *errValidation
+			t.Errorf("Unused release after a wait: %v (validation: %v); its lease still in the item: %v", err, errors.As(err, &ve), held)
+		}
+	})
+}
+
+type logWrites struct {
+	API
+	t *testing.T
+}
+
+func (l *logWrites) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := l.API.UpdateItem(ctx, in, opts...)
+	l.t.Logf("%s IF %s -> %v", expand(in, aws.ToString(in.UpdateExpression)), expand(in, aws.ToString(in.ConditionExpression)), err)
+	return out, err
+}
+
+// Cost (no extra writes per contended call) and the Release step: after an
+// instance died leaving many tickets, every release on the key purges the
+// head of the same stale queue. A release that loses that race to another
+// release is made again "from the item as that answer shows it" — purging
+// the next stale entries, which the next release of the fleet purges as
+// well — up to maxEager times before it gives its place back plainly: one
+// release costs maxEager+1 writes where giving up its purge after the first
+// lost race cost two.
+func TestReleaseLosingPurgeRacesCostsFewWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		db := &beforeWrites{API: mem}
+		ctx := context.Background()
+		li := New(db, "leases", Options{InstanceID: "i"})
+		lo := New(mem, "leases", Options{InstanceID: "o"})
+		if err := lo.create(ctx, "srv"); err != nil {
+			t.Fatal(err)
+		}
+		var others []*Lease
+		for range 12 {
+			others = append(others, acquire(t, lo, Request{Key: "srv", Cap: 20, Hold: 30 * time.Second, Holder: "o"}))
+		}
+		b := acquire(t, li, Request{Key: "srv", Cap: 20, Hold: 30 * time.Second, Holder: "i"})
+		// 200 tickets of a dead instance, past their deadline.
+		past := time.Now().Add(-time.Minute).UnixMilli()
+		for k := 1; k <= 200; k++ {
+			id := "dead." + string(rune('a'+k/26)) + string(rune('a'+k%26))
+			_, err := mem.UpdateItem(ctx, &dynamodb.UpdateItemInput{Key: itemKey("srv"),
+				UpdateExpression:         aws.String("SET #q.#i = :n, #t.#i = :t, #s = :n"),
+				ExpressionAttributeNames: map[string]string{"#q": QueueAttr, "#t": TicketsAttr, "#i": id, "#s": SeqAttr},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":n": number(int64(k)),
+					":t": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: "z"}, ticketDeadline: number(past)}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := lo.read(ctx, "srv"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := li.read(ctx, "srv"); err != nil {
+			t.Fatal(err)
+		}
+		db.before = func() { // the fleet's next release lands first
+			if len(others) > 0 {
+				release(t, others[0])
+				others = others[1:]
+			}
+		}
+		m := releaseOf(b.ID())
+		db.match.Store(&m)
+		_, err := b.Finish(ctx, Success)
+		if _, held := itemView(t, mem, "srv").leases[b.ID()]; held || err != nil {
+			t.Fatalf("b's release: %v, still held %v", err, held)
+		}
+		if n := db.n.Load(); n > 2 {
+			t.Errorf("one release cost %d writes racing the fleet's releases (each purging the same stale head)", n)
+		}
+	})
+}
+
+// deadTickets puts n tickets of a dead instance, past their deadline, in
+// the item of key.
+func deadTickets(t *testing.T, db API, key string, n int) {
+	t.Helper()
+	past := time.Now().Add(-time.Minute).UnixMilli()
+	for k := 1; k <= n; k++ {
+		id := "dead." + string(rune('a'+k/26)) + string(rune('a'+k%26))
+		_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{Key: itemKey(key),
+			UpdateExpression:         aws.String("SET #q.#i = :n, #t.#i = :t"),
+			ExpressionAttributeNames: map[string]string{"#q": QueueAttr, "#t": TicketsAttr, "#i": id},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": number(int64(k)),
+				":t": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: "z"}, ticketDeadline: number(past)}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Invariants 8 and 9, in the fleet race above: the probe's release loses its
+// purge race to the fleet's releases maxEager times while the item shows it
+// is still the probe throughout; its last, plain form drops the verdict.
+func TestProbeVerdictSurvivesTheFleetsPurges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		db := &beforeWrites{API: mem}
+		clk := &skewClock{}
+		ctx := context.Background()
+		lx := New(mem, "leases", Options{InstanceID: "x", Clock: clk.now})
+		lo := New(mem, "leases", Options{InstanceID: "o", Clock: clk.now})
+		la := New(db, "leases", Options{InstanceID: "a", Clock: clk.now})
+		br := &Breaker{Name: "t", Threshold: 2, Recovery: 5 * time.Second}
+		withBreaker := func(holder string) Request {
+			return Request{Key: "srv", Cap: 20, Hold: 30 * time.Second, Holder: holder, Tool: "t", Breaker: br}
+		}
+		for _, p := range []string{"x", "y"} {
+			if _, err := acquire(t, lx, withBreaker(p)).Finish(ctx, Failure); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var others []*Lease
+		for range 12 {
+			others = append(others, acquire(t, lo, Request{Key: "srv", Cap: 20, Hold: 30 * time.Second, Holder: "o"}))
+		}
+		clk.advance(6 * time.Second) // half-open
+		a := acquire(t, la, withBreaker("p"))
+		if !a.Probe() {
+			t.Fatal("a is not the probe")
+		}
+		deadTickets(t, mem, "srv", 200)
+		for _, l := range []*Limiter{lo, la} {
+			if _, err := l.read(ctx, "srv"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.before = func() {
+			if len(others) > 0 {
+				release(t, others[0])
+				others = others[1:]
+			}
+		}
+		m := releaseOf(a.ID())
+		db.match.Store(&m)
+		tr, err := a.Finish(ctx, Success)
+		st := itemView(t, mem, "srv").breakers["t"]
+		t.Logf("the probe's release: %d writes", db.n.Load())
+		if err != nil || tr != Closed || st.probe != "" || st.openUntil != 0 {
+			t.Errorf("the probe's successful release: %v, transition %q; the breaker: probe %q (a is %q) for %v more",
+				err, tr, st.probe, a.ID(), time.UnixMilli(st.probeExp).Sub(clk.now()))
+		}
+	})
+}
+
+// Invariant 11: a call that took only tokens and whose upstream asked for a
+// pause writes that pause in a write of its own — which does not refresh
+// the item's ttl.
+func TestNoPlacePauseRefreshesTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		clk := &skewClock{}
+		ctx := context.Background()
+		l := New(db, "leases", Options{InstanceID: "i", Clock: clk.now})
+		ls := acquire(t, l, Request{Key: "srv", Hold: time.Second, Holder: "p", Rates: []Rate{{Name: "server", PerMinute: 60}}})
+		clk.advance(12 * time.Hour)
+		ls.PauseFor(time.Minute)
+		if _, err := ls.Finish(ctx, Overloaded); err != nil {
+			t.Fatal(err)
+		}
+		v := itemView(t, db, "srv")
+		ttl := rawItem(t, db, "srv")["ttl"]
+		if v.paused == 0 {
+			t.Fatal("no pause written")
+		}
+		want := clk.now().Unix() + int64(abandonedAfter.Seconds())
+		got := int64(0)
+		if nv, ok := ttl.(*types.AttributeValueMemberN); ok {
+			got, _ = strconv.ParseInt(nv.Value, 10, 64)
+		}
+		if got < want-60 {
+			t.Errorf("the pause's write left the ttl at %d, %v before now + abandonedAfter", got, time.Duration(want-got)*time.Second)
+		}
 	})
 }

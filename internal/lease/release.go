@@ -93,12 +93,14 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 			for _, r := range ls.rates {
 				u.refund(r)
 			}
+			u.ttl(l.clock().UnixMilli())
 			_, werr = l.write(ctx, ls.key, u, nil)
 		case ls.pauseUntil > 0:
 			// Conditioned on no later pause standing, so safe to send
 			// again; a longer pause that stands is no failure.
 			u := newUpdate()
 			ls.pause(u, nil)
+			u.ttl(l.clock().UnixMilli())
 			if _, werr = l.write(ctx, ls.key, u, nil); errors.Is(werr, errCondition) {
 				werr = nil
 			}
@@ -117,25 +119,26 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		took = time.Since(ls.since)
 		b.heldFor(took)
 	}
-	probe, extras, unsure := ls.probe, true, false
+	probe, purge, extras, unsure := ls.probe, true, true, false
 	for tries := 1; ; tries++ {
-		u := ls.release(outcome, probe, extras, b, took)
+		u := ls.release(outcome, probe, purge, extras, b, took)
 		v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
-			case v.leases[ls.id] != 0 && tries < maxEager:
+			case v.leases[ls.id] != 0:
 				// Something else it carries — its probe's verdict, a
 				// move of the limit, a purge, a pause — met a change
 				// another write made first: make it again from the item
 				// as that answer shows it, which drops what no longer
 				// holds (its probe taken over, the limit moved since its
-				// grant, entries purged already, a later pause).
+				// grant, a later pause). The purge is not made again:
+				// best effort, and the write that raced it purged. Past
+				// maxEager tries the limit and the pause go too; what is
+				// left is conditioned on the lease and the probe alone,
+				// so the loop ends.
 				probe = probe && ls.breaker != nil && v.breakers[ls.breaker.Name].probe == ls.id
-				continue
-			case v.leases[ls.id] != 0 && extras:
-				// The item keeps changing under it: give the place back
-				// with its outcome and nothing else.
-				probe, extras = false, false
+				purge = false
+				extras = extras && tries < maxEager
 				continue
 			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds():
 				// An attempt of this write whose outcome was unknown, and
@@ -163,10 +166,11 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 // release is the write that gives the place back, after a call that took
 // took. It moves the key's call length (call_ms) a quarter of the way
 // towards took: a running mean the whole fleet's releases write; with
-// extras, it purges what its process's recent view shows stale, moves the
-// adaptive limit if the call calls for it, and writes the pause the call's
-// upstream asked for.
-func (ls *Lease) release(outcome Outcome, probe, extras bool, b *board, took time.Duration) *update {
+// purge, it purges what its process's recent view shows stale (never the
+// buckets it gives tokens back to); with extras, it moves the adaptive
+// limit if the call calls for it, and writes the pause the call's upstream
+// asked for.
+func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, took time.Duration) *update {
 	l := ls.l
 	now := l.clock()
 	ms := now.UnixMilli()
@@ -183,8 +187,12 @@ func (ls *Lease) release(outcome Outcome, probe, extras bool, b *board, took tim
 	u.count(u.path(FreedAttr), 1)
 	mean := int64(0)
 	if v := b.recent(recentView); v != nil {
-		if extras {
-			u.purge(v, ms, ls.id)
+		if purge {
+			var keep []string
+			for _, r := range ls.rates {
+				keep = append(keep, RateAttr(r.Name))
+			}
+			u.purge(v, ms, ls.id, keep...)
 		}
 		mean = v.callMS
 	}
