@@ -667,17 +667,7 @@ func TestProbeVerdictSurvivesARacingPurge(t *testing.T) {
 		ctx := context.Background()
 		mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id, Clock: clk.now}) }
 		lx, lc, ld, la := mk("x"), mk("c"), mk("d"), mk("a")
-		br := &Breaker{Name: "t", Threshold: 2, Recovery: 5 * time.Second}
-		withBreaker := func(holder string) Request {
-			return Request{Key: "srv", Cap: 5, Hold: 30 * time.Second, Holder: holder, Tool: "t", Breaker: br}
-		}
-		// Two principals' failures open the breaker for everyone.
-		for _, p := range []string{"x", "y"} {
-			ls := acquire(t, lx, withBreaker(p))
-			if _, err := ls.Finish(ctx, Failure); err != nil {
-				t.Fatal(err)
-			}
-		}
+		_, withBreaker := openForAll(t, lx)
 		if st := itemView(t, db, "srv").breakers["t"]; st.openUntil == 0 {
 			t.Fatal("the breaker did not open")
 		}
@@ -939,16 +929,7 @@ func TestProbeVerdictSurvivesALongRace(t *testing.T) {
 		ctx := context.Background()
 		mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id, Clock: clk.now}) }
 		lx, lc, la := mk("x"), mk("c"), mk("a")
-		br := &Breaker{Name: "t", Threshold: 2, Recovery: 5 * time.Second}
-		withBreaker := func(holder string) Request {
-			return Request{Key: "srv", Cap: 5, Hold: 30 * time.Second, Holder: holder, Tool: "t", Breaker: br}
-		}
-		for _, p := range []string{"x", "y"} {
-			ls := acquire(t, lx, withBreaker(p))
-			if _, err := ls.Finish(ctx, Failure); err != nil {
-				t.Fatal(err)
-			}
-		}
+		_, withBreaker := openForAll(t, lx)
 		c := acquire(t, lc, Request{Key: "srv", Cap: 5, Hold: 10 * time.Second, Holder: "pc"}) // will lapse
 		clk.advance(6 * time.Second)                                                           // half-open
 		a := acquire(t, la, withBreaker("p"))
@@ -1199,4 +1180,22 @@ func TestNoPlacePauseRefreshesTTL(t *testing.T) {
 			t.Errorf("the pause's write left the ttl at %d, %v before now + abandonedAfter", got, time.Duration(want-got)*time.Second)
 		}
 	})
+}
+
+// openForAll opens a breaker of tool "t" on "srv" for everyone, by the
+// failures of two principals' calls through l (threshold 2, recovery 5 s),
+// and says how a request of holder's goes through it.
+func openForAll(t *testing.T, l *Limiter) (*Breaker, func(holder string) Request) {
+	t.Helper()
+	br := &Breaker{Name: "t", Threshold: 2, Recovery: 5 * time.Second}
+	withBreaker := func(holder string) Request {
+		return Request{Key: "srv", Cap: 5, Hold: 30 * time.Second, Holder: holder, Tool: "t", Breaker: br}
+	}
+	for _, p := range []string{"x", "y"} {
+		ls := acquire(t, l, withBreaker(p))
+		if _, err := ls.Finish(context.Background(), Failure); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return br, withBreaker
 }

@@ -65,13 +65,33 @@ func TestCall(t *testing.T) {
 		RequestID: "req-1", LeaseID: "i-1.7",
 	}
 	both := "[[ServerID] [ServerID Tool]]"
-	for _, tc := range []struct {
+	type callCase struct {
 		name    string
 		call    Call
 		metrics map[string]wantMetric
 		strs    map[string]string
 		sets    string
-	}{
+	}
+	// Each fault code counts once, under its own metric.
+	var counters []callCase
+	for _, c := range []struct{ metric, code string }{
+		{"Shed", "AT_CAPACITY"},
+		{"QueueTimeout", "QUEUE_TIMEOUT"},
+		{"CircuitOpen", "CIRCUIT_OPEN"},
+		{"RateLimited", "RATE_LIMITED"},
+		{"StoreError", "STORE_UNAVAILABLE"},
+		{"UpstreamTimeout", "UPSTREAM_TIMEOUT"},
+		{"UpstreamError", "UPSTREAM_ERROR"},
+	} {
+		counters = append(counters, callCase{
+			name:    "counter " + c.metric,
+			call:    Call{ServerID: "s", Tool: "t", Outcome: c.code},
+			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, c.metric: {Count, 1}},
+			strs:    map[string]string{"Outcome": c.code},
+			sets:    both,
+		})
+	}
+	for _, tc := range append(counters, []callCase{
 		{
 			name: "ok with in-flight",
 			call: full,
@@ -100,55 +120,6 @@ func TestCall(t *testing.T) {
 			sets: both,
 		},
 		{
-			name:    "counter Shed",
-			call:    Call{ServerID: "s", Tool: "t", Outcome: "AT_CAPACITY"},
-			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "Shed": {Count, 1}},
-			strs:    map[string]string{"Outcome": "AT_CAPACITY"},
-			sets:    both,
-		},
-		{
-			name:    "counter QueueTimeout",
-			call:    Call{ServerID: "s", Tool: "t", Outcome: "QUEUE_TIMEOUT"},
-			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "QueueTimeout": {Count, 1}},
-			strs:    map[string]string{"Outcome": "QUEUE_TIMEOUT"},
-			sets:    both,
-		},
-		{
-			name:    "counter CircuitOpen",
-			call:    Call{ServerID: "s", Tool: "t", Outcome: "CIRCUIT_OPEN"},
-			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "CircuitOpen": {Count, 1}},
-			strs:    map[string]string{"Outcome": "CIRCUIT_OPEN"},
-			sets:    both,
-		},
-		{
-			name:    "counter RateLimited",
-			call:    Call{ServerID: "s", Tool: "t", Outcome: "RATE_LIMITED"},
-			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "RateLimited": {Count, 1}},
-			strs:    map[string]string{"Outcome": "RATE_LIMITED"},
-			sets:    both,
-		},
-		{
-			name:    "counter StoreError",
-			call:    Call{ServerID: "s", Tool: "t", Outcome: "STORE_UNAVAILABLE"},
-			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "StoreError": {Count, 1}},
-			strs:    map[string]string{"Outcome": "STORE_UNAVAILABLE"},
-			sets:    both,
-		},
-		{
-			name:    "counter UpstreamTimeout",
-			call:    Call{ServerID: "s", Tool: "t", Outcome: "UPSTREAM_TIMEOUT"},
-			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "UpstreamTimeout": {Count, 1}},
-			strs:    map[string]string{"Outcome": "UPSTREAM_TIMEOUT"},
-			sets:    both,
-		},
-		{
-			name:    "counter UpstreamError",
-			call:    Call{ServerID: "s", Tool: "t", Outcome: "UPSTREAM_ERROR"},
-			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "UpstreamError": {Count, 1}},
-			strs:    map[string]string{"Outcome": "UPSTREAM_ERROR"},
-			sets:    both,
-		},
-		{
 			name:    "shed",
 			call:    Call{ServerID: "s", Tool: "t", Outcome: "AT_CAPACITY"},
 			metrics: map[string]wantMetric{"Latency": {Milliseconds, 0}, "QueueWait": {Milliseconds, 0}, "Shed": {Count, 1}},
@@ -162,7 +133,7 @@ func TestCall(t *testing.T) {
 			strs:    map[string]string{"ServerID": "s", "Tool": ""},
 			sets:    "[[ServerID]]",
 		},
-	} {
+	}...) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, lines := newTest(t, Options{})
 			if err := e.Call(tc.call); err != nil {
