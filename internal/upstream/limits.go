@@ -174,6 +174,9 @@ type originGuard struct {
 	origin *url.URL
 	// trace, if not nil, makes the request's CLIENT span.
 	trace HTTPTracer
+	// refusal is the first request refused: a transport that fails on it
+	// may report only its own closing, so its cause is kept here.
+	refusal atomic.Pointer[error]
 }
 
 func (g *originGuard) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -181,7 +184,9 @@ func (g *originGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}
-		return nil, fmt.Errorf("%w: %s://%s, not %s://%s", errOtherOrigin, req.URL.Scheme, req.URL.Host, g.origin.Scheme, g.origin.Host)
+		err := fmt.Errorf("%w: %s://%s, not %s://%s", errOtherOrigin, req.URL.Scheme, req.URL.Host, g.origin.Scheme, g.origin.Host)
+		g.refusal.CompareAndSwap(nil, &err)
+		return nil, err
 	}
 	if g.trace == nil {
 		return g.base.RoundTrip(req)
@@ -191,6 +196,16 @@ func (g *originGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := g.base.RoundTrip(req)
 	end(resp, err)
 	return resp, err
+}
+
+// originRefusal returns the first request hc refused for its origin, if any.
+func originRefusal(hc *http.Client) error {
+	if g, ok := hc.Transport.(*originGuard); ok {
+		if err := g.refusal.Load(); err != nil {
+			return *err
+		}
+	}
+	return nil
 }
 
 // jsonSize estimates the JSON size of v, a value decoded from JSON (maps,

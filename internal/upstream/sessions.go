@@ -178,6 +178,10 @@ func (p *Pool) connect(ctx context.Context, srv *registry.Server, c Caller) (*se
 	}
 	if err != nil {
 		cancel()
+		if r := originRefusal(hc); r != nil {
+			// The SDK may report only that the session closed.
+			err = r
+		}
 		return nil, fmt.Errorf("connect to %s: %w", srv.ID, err)
 	}
 	if res := cs.InitializeResult(); res != nil {
