@@ -228,7 +228,7 @@ func TestWaitersCostNoRenewals(t *testing.T) {
 	before := w.Stats()
 	time.Sleep(3 * time.Second)
 	if d := w.Stats().Writes - before.Writes; d != 0 {
-		t.Errorf("%d waiters made %d writes in 3 s with nothing changing; want none", n, d)
+		t.Errorf("%d waiters made %d writes in 3 s with nothing changing; want none: before %+v after %+v", n, d, before, w.Stats())
 	}
 	release(t, holder)
 	for _, c := range ws {
