@@ -407,9 +407,15 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 		}
 	}
 	if v != nil {
-		// Nobody joined who might come before it (a newer ticket may: its
-		// principal may hold fewer places).
-		u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
+		if a.n == 0 {
+			// A newcomer, the newest caller: nobody joined since it
+			// looked who might come before it (a newer ticket may: its
+			// principal may hold fewer places). A waiter's turn is judged
+			// at its look, which is after its own join: callers that
+			// joined since then come after it, as they would had its
+			// take landed at once.
+			u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
+		}
 		if mixed || a.req.PrincipalCap > 0 {
 			// No place was freed that might change whose turn it is. When
 			// every caller waiting is of its own principal and none waits
@@ -441,7 +447,11 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 	// all.
 	u.judged = true
 	a.asked = time.Now()
-	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.unsure = max(a.unsure, exp) })
+	wctx := ctx
+	if v != nil {
+		wctx = context.WithValue(ctx, judgedKey{}, v.seq)
+	}
+	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = max(a.unsure, exp) })
 	if err == nil {
 		a.n, a.charged = 0, true
 		ls, err := a.lease(ctx, exp, nv)
@@ -472,6 +482,11 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 	// Not landed, unless the item shows it did (the caller's loop looks).
 	return nil, nv, nil
 }
+
+// judgedKey carries, in the context of a take judged from a view, that
+// view's seq: the fault simulation checks the order of places against the
+// callers the taker could see.
+type judgedKey struct{}
 
 // endTicket adds to u the end of this caller's ticket: removed or, while a
 // write of it may still land and create something live, a tombstone.
@@ -605,13 +620,14 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 	return a.l.read(ctx, a.req.Key)
 }
 
-// nextLook is how long a waiter waits before it looks at the item again.
-// When others' turn came (ahead), they take their places at their next
-// look: it looks again soon, backing off to a quarter of MaxLook. Otherwise it looks when its place may
-// first free: from the leases' expiries, less their margin and this
-// caller's hold, plus how long calls here last (from the item, or this
-// process), a round of them per cap's worth of callers before it; then,
-// while the place is late, every eighth of the calls' spread (at least
+// nextLook is how long a waiter waits before it looks at the item again:
+// until its place may first free. Each place frees when its call should
+// end — a lease's from its expiry, less its margin and this caller's hold,
+// plus how long calls here last (from the item, or this process), less
+// their spread; a place whose turn came to a caller that has not taken it
+// yet, a call's length from now — and the callers before it take the
+// places in the order they free, a round of calls per place. While the
+// place is late it looks every eighth of the calls' spread (at least
 // 5 ms), growing by half up to 50 ms. It never waits longer than MaxLook,
 // so that, its turn come, it takes its place well within ClaimWindow.
 func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
@@ -631,21 +647,23 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		a.look = 0
 		return time.Duration(v.paused-now)*time.Millisecond + jitter(overdueLook)
 	}
-	if len(ahead) > 0 {
-		// Their turn came: they take their places at their next look.
-		return jitter(overdue(a.l.maxLook / 4))
-	}
 	if held <= 0 {
 		return jitter(overdue(2 * writeMinBackoff))
 	}
+	// When each place is expected to free: a lease's when its call should
+	// end; a place whose turn came to a caller that has yet to take it,
+	// when that caller's call should.
 	var ends []int64
 	for _, exp := range v.leases {
 		if exp >= now {
 			ends = append(ends, exp-a.req.Hold.Milliseconds()-a.l.margin.Milliseconds()+(held-spread).Milliseconds())
 		}
 	}
+	for range ahead {
+		ends = append(ends, now+(held-spread).Milliseconds())
+	}
 	slices.Sort(ends)
-	if pos := v.before(now, &a.me); len(ends) > 0 {
+	if pos := max(v.before(now, &a.me)-len(ahead), 0); len(ends) > 0 {
 		eta := ends[pos%len(ends)] + int64(pos/len(ends))*held.Milliseconds()
 		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
 			a.look = 0

@@ -79,17 +79,24 @@
 // breaker open for them), so that no place is idle while a caller that can
 // use it waits. A newcomer counts as the newest ticket.
 //
-// A take judged from a view is conditioned on what could change whose turn
-// it is: seq as seen (nobody joined), freed as seen while others wait (no
-// place was freed and no ticket left, either of which could unblock or
-// promote someone), its own
-// principal's set as seen while others wait (how many places the principal
-// holds ranks it), and in every cap, room left for each caller whose turn
-// comes before it — so two callers who each see themselves next behind
-// the same waiter never take its place between them. A waiter whose turn
-// has come at every look for ClaimWindow without its taking the place is
-// presumed gone: the next caller takes the place and removes that ticket in
-// the same write; a waiter that was only slow joins again, at the back.
+// A waiter's turn is judged at its look, which comes after its own join: a
+// caller that joins after that look comes after it, as it would had the
+// take landed at once. So a take judged from a view is conditioned on what
+// could change whose turn it is among the callers the view shows: freed as
+// seen while others wait (no place was freed and no ticket left, either of
+// which could unblock or promote someone), its own principal's set as seen
+// while others wait (how many places the principal holds ranks it), and in
+// every cap, room left for each caller whose turn comes before it — so two
+// callers who each see themselves next behind the same waiter never take
+// its place between them. A newcomer, having no ticket, is the newest
+// caller: its take is also conditioned on seq as seen (nobody joined since
+// it looked). Under churn most takes are waiters', and a join lands with
+// nearly every call: conditioned on seq, most of them failed.
+//
+// A waiter whose turn has come at every look for ClaimWindow without its
+// taking the place is presumed gone: the next caller takes the place and
+// removes that ticket in the same write; a waiter that was only slow joins
+// again, at the back.
 //
 // A caller that gives up removes its ticket. The limiter retries its own
 // writes, so it knows when an attempt's outcome is unknown (a timeout, a
@@ -166,8 +173,10 @@
 //     TestReleaseRemovesItsHoldersTicket,
 //     TestTombstoneOutlivesALateTakeOnSlowerClocks).
 //  6. Places go in turn: a take lands only for a caller whose turn it is in
-//     the item as the write finds it, at the moment the take was made
+//     the item as the write finds it, at the moment the take was made,
+//     among the callers that had joined when a waiter looked
 //     (TestNewcomerDoesNotPassAQueuedCaller,
+//     TestLaterJoinerDoesNotFailAWaitersTake,
 //     TestFairBetweenPrincipals, TestBlockedTicketDoesNotHoldUpAFreePlace,
 //     TestOpenBreakerDoesNotHoldUpTheQueue,
 //     TestLeavingTicketFailsATakeJudgedBefore, TestTakeIsJudgedWhenSent).

@@ -117,6 +117,8 @@ type simReq struct {
 	get    *dynamodb.GetItemInput
 	single bool // the caller turned the SDK's retries off: one attempt
 	retry  bool // an SDK retry of an earlier attempt
+	// judged is the seq of the view a take was judged from (-1: none).
+	judged int64
 	sent   time.Time
 	done   chan simAns
 }
@@ -213,6 +215,10 @@ func (a simAPI) do(ctx context.Context, r *simReq, opts []func(*dynamodb.Options
 		f(&o)
 	}
 	r.single = o.RetryMaxAttempts == 1
+	r.judged = -1
+	if seq, ok := ctx.Value(judgedKey{}).(int64); ok {
+		r.judged = seq
+	}
 	c, _ := ctx.Value(simCallerKey{}).(*simCaller)
 	if c == nil {
 		panic("sim: a store request without its caller")
@@ -376,7 +382,7 @@ func (s *sim) serve(r *simReq) {
 			s.holdLate(r, delay)
 		}
 		backoff := time.Duration(25+s.rng.IntN(225)) * time.Millisecond
-		retry := &simReq{c: c, upd: r.upd, get: r.get, single: r.single, done: r.done, retry: true}
+		retry := &simReq{c: c, upd: r.upd, get: r.get, single: r.single, judged: r.judged, sent: r.sent, done: r.done, retry: true}
 		s.later(backoff, func() {
 			c.reqs++
 			retry.seq = c.reqs
@@ -398,7 +404,7 @@ func (s *sim) serve(r *simReq) {
 }
 
 func (s *sim) holdLate(r *simReq, delay time.Duration) {
-	s.later(delay, func() { s.apply(nil, r.sent, r.upd, fmt.Sprintf("late attempt of c%d", r.c.id)) })
+	s.later(delay, func() { s.apply(nil, r, fmt.Sprintf("late attempt of c%d", r.c.id)) })
 }
 
 // later has the scheduler run f, under s.mu, after delay.
@@ -427,13 +433,14 @@ func (s *sim) exec(r *simReq, what string) simAns {
 		out, err := s.store.GetItem(context.Background(), r.get)
 		return simAns{get: out, err: err}
 	}
-	out, err := s.apply(r.c, r.sent, r.upd, what)
+	out, err := s.apply(r.c, r, what)
 	return simAns{upd: out, err: err}
 }
 
 // apply sends one write to the store, records who owns the ids it names,
 // and checks the invariants after it.
-func (s *sim) apply(c *simCaller, sent time.Time, in *dynamodb.UpdateItemInput, what string) (*dynamodb.UpdateItemOutput, error) {
+func (s *sim) apply(c *simCaller, r *simReq, what string) (*dynamodb.UpdateItemOutput, error) {
+	in := r.upd
 	pre, _ := s.store.GetItem(context.Background(), &dynamodb.GetItemInput{Key: in.Key})
 	out, err := s.store.UpdateItem(context.Background(), in)
 	landed := err == nil
@@ -467,7 +474,7 @@ func (s *sim) apply(c *simCaller, sent time.Time, in *dynamodb.UpdateItemInput, 
 		s.logf("    if %s", shortCond(in))
 	}
 	if landed {
-		s.landed(in, pre.Item, sent)
+		s.landed(in, pre.Item, r.sent, r.judged)
 	}
 	if isValidation(err) {
 		s.fail("invalid", "", "the store refused a write as invalid: %v: %s", err, aws.ToString(in.UpdateExpression))
@@ -509,10 +516,11 @@ func expand(in *dynamodb.UpdateItemInput, e string) string {
 
 // landed checks what a landed write did, against the item as it was
 // before it (and the time as it was when the write was sent, as the caller
-// judges by it): a place goes to a caller whose turn it is (invariant 6), and
+// judges by it): a place goes to a caller whose turn it is, callers that
+// joined after a waiter's look (judged) coming after it (invariant 6), and
 // the breaker opens for everyone only on two principals' failures
 // (invariant 9). It records releases that landed.
-func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.AttributeValue, sent time.Time) {
+func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.AttributeValue, sent time.Time, judged int64) {
 	expr := aws.ToString(in.UpdateExpression)
 	set, remove := clause(expr, "SET"), clause(expr, "REMOVE")
 	byName := map[string]string{}
@@ -560,12 +568,24 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 			s.fail("pause", id, "c%d took a place %v before the pause ended", c.id, time.UnixMilli(v.paused).Sub(sent.Add(s.skews[c.inst])))
 		}
 		// A take: was it this caller's turn in the item as the write found
-		// it, as of when the caller sent it?
+		// it, as of when the caller sent it — a waiter's, among the
+		// callers that had joined when it looked?
 		now := sent.Add(s.skews[c.inst]).UnixMilli()
 		me := s.asker(c, id)
-		served, ahead := v.turn(now, me, s.limits(v), nil)
+		later := map[string]bool{}
+		if v.ticketFor(id) != nil {
+			if judged < 0 {
+				s.fail("order", id, "c%d took a place as a waiter without a view to judge from", c.id)
+			}
+			for _, t := range v.queue {
+				if t.n > judged {
+					later[t.id] = true
+				}
+			}
+		}
+		served, ahead := v.turn(now, me, s.limits(v), later)
 		if !served {
-			skip := map[string]bool{}
+			skip := maps.Clone(later)
 			for _, t := range ahead {
 				if byName[t.id] != "" && inClause(remove, byName[QueueAttr]+"."+byName[t.id]) {
 					skip[t.id] = true
