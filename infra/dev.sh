@@ -48,14 +48,16 @@ echo $$ >"$lock"
 # first, KILL for any still running after 5 s.
 stop() {
   local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # ${pids[@]+…}: bash before 4.4 (macOS's 3.2) takes an empty array for
+  # an unset one under set -u.
+  for pid in ${pids[@]+"${pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
   for _ in $(seq 1 50); do
     local alive=
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    for pid in ${pids[@]+"${pids[@]}"}; do kill -0 "$pid" 2>/dev/null && alive=1; done
     [ -z "$alive" ] && break
     sleep 0.1
   done
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in ${pids[@]+"${pids[@]}"}; do kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [ "$(cat "$lock" 2>/dev/null)" = "$$" ]; then rm -f "$lock"; fi
 }
@@ -190,14 +192,18 @@ Ctrl-C stops everything.
 MSG
 
 # Until a process exits on its own (a signal is handled by on_signal).
+# A loop rather than `wait -n`, which bash before 4.3 (macOS's) lacks.
 set +e
-wait -n
+exited=
+while [ -z "$exited" ]; do
+  sleep 1
+  for pid in "${pids[@]}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then exited=$pid; fi
+  done
+done
+wait "$exited"
 status=$?
 set -e
 [ -n "$stopping" ] && exit 0
-for pid in "${pids[@]}"; do
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "dev: process $pid exited unexpectedly (status $status); see $state/logs/" >&2
-  fi
-done
+echo "dev: process $exited exited unexpectedly (status $status); see $state/logs/" >&2
 exit 1

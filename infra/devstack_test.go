@@ -1,3 +1,8 @@
+//go:build linux
+
+// The dev stack test reads /proc to see which process holds a port, and
+// asks the kernel to kill its children if it dies (Pdeathsig): Linux only.
+
 package infra
 
 // TestDevScript runs infra/dev.sh (what `make dev` runs) as a person would
