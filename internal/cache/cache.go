@@ -56,13 +56,15 @@ func (l *Loader[V]) now() time.Time {
 
 // Get returns key's value: from memory if younger than TTL, else from one
 // Load shared with concurrent callers; if that fails, a value younger than
-// MaxStale, else the error.
+// MaxStale, else the error. If ctx ends first, Get returns at once (with a
+// value younger than MaxStale, else ctx's error) while the Load goes on for
+// the others.
 func (l *Loader[V]) Get(ctx context.Context, key string) (V, error) {
 	e, have := l.held(key)
 	if have && l.TTL > 0 && l.now().Sub(e.at) < l.TTL {
 		return e.v, nil
 	}
-	v, err, _ := l.group.Do(key, func() (any, error) {
+	ch := l.group.DoChan(key, func() (any, error) {
 		// A caller that missed just before another's load finished
 		// finds its value here instead of loading again.
 		if e, ok := l.held(key); ok && l.TTL > 0 && l.now().Sub(e.at) < l.TTL {
@@ -81,6 +83,17 @@ func (l *Loader[V]) Get(ctx context.Context, key string) (V, error) {
 		l.put(key, v)
 		return v, nil
 	})
+	var (
+		v   V
+		err error
+	)
+	select {
+	case res := <-ch:
+		v, _ = res.Val.(V) // a nil V is held as a nil any
+		err = res.Err
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if err != nil {
 		if have && l.MaxStale > 0 && l.now().Sub(e.at) < l.MaxStale {
 			return e.v, nil
@@ -88,7 +101,7 @@ func (l *Loader[V]) Get(ctx context.Context, key string) (V, error) {
 		var zero V
 		return zero, err
 	}
-	return v.(V), nil
+	return v, nil
 }
 
 // held returns what is held for key, however old, and marks it used.

@@ -140,3 +140,71 @@ func TestLoaderEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("a recent key was loaded %d times, want 1", loads["flood-99"])
 	}
 }
+
+// A caller whose ctx ends while a load is under way returns at once, with
+// a value younger than MaxStale if there is one, else ctx's error; the
+// load goes on, and its value serves the callers that waited and the ones
+// after.
+func TestLoaderGetReturnsWhenCallerGivesUp(t *testing.T) {
+	var loads atomic.Int64
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	c := &clock{t: time.Unix(0, 0)}
+	l := &Loader[string]{TTL: time.Second, MaxStale: time.Minute, Now: c.Now, Load: func(ctx context.Context, key string) (string, error) {
+		n := loads.Add(1)
+		if n > 1 {
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		return key + strconv.FormatInt(n, 10), nil
+	}}
+	get := func(ctx context.Context) (string, error) { return l.Get(ctx, "k") }
+
+	if v, err := get(context.Background()); err != nil || v != "k1" {
+		t.Fatalf("first get = %q, %v", v, err)
+	}
+	c.Add(time.Second)
+	waited := make(chan string)
+	go func() {
+		v, err := get(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- v
+	}()
+	<-started
+
+	// Given up while the load is under way: the stale value, at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	go cancel()
+	if v, err := get(ctx); err != nil || v != "k1" {
+		t.Fatalf("given up with a stale value held = %q, %v; want k1", v, err)
+	}
+	// Nothing held: ctx's error, at once.
+	ctx, cancel = context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, err := l.Get(ctx, "other")
+		done <- err
+	}()
+	<-started
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("given up with nothing held: %v, want context.Canceled", err)
+	}
+
+	close(release)
+	if v := <-waited; v != "k2" {
+		t.Fatalf("the caller that waited got %q, want k2", v)
+	}
+	if v, err := get(context.Background()); err != nil || v != "k2" || loads.Load() != 3 {
+		t.Fatalf("after the load = %q, %v, %d loads; want k2 from memory", v, err, loads.Load())
+	}
+	if v, err := l.Get(context.Background(), "other"); err != nil || v != "other3" || loads.Load() != 3 {
+		t.Fatalf("the load given up on went on: Get = %q, %v, %d loads; want other3 from memory", v, err, loads.Load())
+	}
+}
