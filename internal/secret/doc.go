@@ -12,7 +12,8 @@
 // belongs may itself be a secret.
 //
 // A Resolver reads values with the AWS SDK and keeps each one per process
-// for a TTL (five minutes by default). Concurrent reads of one reference
+// for a TTL (five minutes by default), in a cache.Loader: up to 4096 values,
+// dropping the one used least recently. Concurrent reads of one reference
 // share a single request. Refresh re-reads a reference whose value an
 // upstream refused (rotation), at most once per RefreshFloor however many
 // calls were refused. While a service fails to answer, the last value read

@@ -14,7 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
-	"golang.org/x/sync/singleflight"
+
+	"github.com/mcpgate/mcpgate/internal/cache"
 )
 
 // Defaults for Options.
@@ -25,7 +26,8 @@ const (
 	DefaultLoadTimeout  = 5 * time.Second
 	// MaxValueBytes bounds a value (Secrets Manager's own limit is 64 KiB).
 	MaxValueBytes = 64 << 10
-	// maxEntries bounds the values held.
+	// maxEntries bounds the values held; past it, the one used least
+	// recently is dropped.
 	maxEntries = 4096
 )
 
@@ -62,7 +64,8 @@ type Options struct {
 	// it fails. Zero means DefaultMaxStale; negative never.
 	MaxStale time.Duration
 	// RefreshFloor is the least time between two reads of one reference
-	// forced by Refresh. Zero means DefaultRefreshFloor.
+	// forced by Refresh. Zero means DefaultRefreshFloor. With TTL and
+	// MaxStale both negative nothing is kept, and every Refresh reads.
 	RefreshFloor time.Duration
 	// LoadTimeout bounds one read. Zero means DefaultLoadTimeout.
 	LoadTimeout time.Duration
@@ -76,16 +79,7 @@ type Resolver struct {
 	ssm    SSMAPI
 	getenv func(string) string
 	opts   Options
-	group  singleflight.Group
-
-	mu sync.Mutex
-	m  map[string]*entry
-}
-
-type entry struct {
-	value  string
-	at     time.Time // when it was read
-	forced time.Time // when Refresh last read it
+	values cache.Loader[string] // by Ref.String
 }
 
 // New returns a Resolver.
@@ -105,7 +99,16 @@ func New(opts Options) *Resolver {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Resolver{sm: opts.SecretsManager, ssm: opts.SSM, getenv: opts.Getenv, opts: opts, m: map[string]*entry{}}
+	r := &Resolver{sm: opts.SecretsManager, ssm: opts.SSM, getenv: opts.Getenv, opts: opts}
+	r.values = cache.Loader[string]{
+		Load:        func(ctx context.Context, key string) (string, error) { return r.load(ctx, refOf(key)) },
+		TTL:         opts.TTL,
+		MaxStale:    opts.MaxStale,
+		Max:         maxEntries,
+		LoadTimeout: opts.LoadTimeout,
+		Now:         opts.Now,
+	}
+	return r
 }
 
 // NewFromConfig returns a Resolver reading Secrets Manager and SSM with
@@ -153,105 +156,52 @@ var ErrDisabled = errors.New("this kind of reference cannot be read here")
 
 // Resolve returns ref's value: from memory if read within TTL, else from
 // one read shared with concurrent callers; if that fails, a value younger
-// than MaxStale, else the error.
+// than MaxStale, else the error. If ctx ends first, Resolve returns at once
+// while the read goes on for the others.
 func (r *Resolver) Resolve(ctx context.Context, ref Ref) (string, error) {
 	if ref.Kind == Env {
 		// Always current, and cheap.
 		return r.load(ctx, ref)
 	}
-	key := ref.String()
-	e, have := r.held(key)
-	if have && r.opts.TTL > 0 && r.opts.Now().Sub(e.at) < r.opts.TTL {
-		return e.value, nil
-	}
-	v, err := r.read(ctx, ref, func(e *entry) bool {
-		return r.opts.TTL > 0 && r.opts.Now().Sub(e.at) < r.opts.TTL
-	})
-	if err != nil {
-		if have && r.opts.MaxStale > 0 && r.opts.Now().Sub(e.at) < r.opts.MaxStale {
-			return e.value, nil
-		}
-		return "", err
-	}
-	return v, nil
+	v, err := r.values.Get(ctx, ref.String())
+	return v, refError(ref, err)
 }
 
 // Refresh reads ref again after an upstream refused its value stale (the
 // secret may have been rotated), and returns the current value: at once if
 // another caller has already read a different one, else from a new read
 // unless Refresh read it within RefreshFloor (an upstream that refuses every
-// value costs at most one read per RefreshFloor). The caller retries only
-// if the value differs from stale.
+// value costs at most one read per RefreshFloor). The read is shared with
+// concurrent callers, Resolve's included. The caller retries only if the
+// value differs from stale.
 func (r *Resolver) Refresh(ctx context.Context, ref Ref, stale string) (string, error) {
 	if ref.Kind == Env {
 		return r.load(ctx, ref)
 	}
-	key := ref.String()
-	fresh := func(e *entry) bool {
-		return e.value != stale || r.opts.Now().Sub(e.forced) < r.opts.RefreshFloor
-	}
-	if e, ok := r.held(key); ok && fresh(e) {
-		return e.value, nil
-	}
-	return r.readAs(ctx, ref, fresh, true)
-}
-
-// read loads ref once for every concurrent caller, unless what is held
-// already satisfies good.
-func (r *Resolver) read(ctx context.Context, ref Ref, good func(*entry) bool) (string, error) {
-	return r.readAs(ctx, ref, good, false)
-}
-
-// readAs is read; forced marks a read made by Refresh. Forced and ordinary
-// reads of one reference are shared all the same.
-func (r *Resolver) readAs(ctx context.Context, ref Ref, good func(*entry) bool, forced bool) (string, error) {
-	key := ref.String()
-	ch := r.group.DoChan(key, func() (any, error) {
-		if e, ok := r.held(key); ok && good(e) {
-			return e.value, nil
-		}
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LoadTimeout)
-		defer cancel()
-		v, err := r.load(lctx, ref)
-		if err != nil {
-			return nil, err
-		}
-		r.put(key, v, forced)
-		return v, nil
+	v, err := r.values.Reload(ctx, ref.String(), func(h cache.Held[string]) bool {
+		return h.Value != stale || r.opts.Now().Sub(h.Reloaded) < r.opts.RefreshFloor
 	})
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return "", res.Err
-		}
-		return res.Val.(string), nil
-	case <-ctx.Done():
-		return "", &Error{Ref: key, Err: ctx.Err()}
-	}
+	return v, refError(ref, err)
 }
 
-func (r *Resolver) held(key string) (*entry, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e, ok := r.m[key]
-	return e, ok
+// refError is err as an *Error naming ref: load's errors are already; the
+// caller's cancellation is not.
+func refError(ref Ref, err error) error {
+	if _, ok := err.(*Error); err == nil || ok {
+		return err
+	}
+	return &Error{Ref: ref.String(), Err: err}
 }
 
-func (r *Resolver) put(key, value string, forced bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old, ok := r.m[key]
-	if !ok && len(r.m) >= maxEntries {
-		clear(r.m)
+// refOf is the reference whose String is key: for every reference ParseRef
+// returns, the inverse of String.
+func refOf(key string) Ref {
+	kind, rest, _ := strings.Cut(key, ":")
+	ref := Ref{Kind: Kind(kind), Name: rest}
+	if ref.Kind == SecretsManager {
+		ref.Name, ref.Key, _ = strings.Cut(rest, "#")
 	}
-	e := &entry{value: value, at: r.opts.Now()}
-	switch {
-	case forced:
-		e.forced = e.at
-	case ok:
-		e.forced = old.forced
-	}
-	r.m[key] = e
+	return ref
 }
 
 // load reads ref's value from where it is kept.

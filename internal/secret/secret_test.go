@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -276,5 +277,98 @@ func TestRefreshAfterRotation(t *testing.T) {
 	}
 	if v, _ := res.Resolve(ctx, ref); v != "new" || c.reads.Load() != 3 {
 		t.Fatalf("Resolve after Refresh = %q, %d reads; want the refreshed value from memory", v, c.reads.Load())
+	}
+}
+
+// byName answers every secret with its own name, and counts the reads of
+// each.
+type byName struct {
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (b *byName) GetSecretValue(_ context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reads[*in.SecretId]++
+	return &secretsmanager.GetSecretValueOutput{SecretString: in.SecretId}, nil
+}
+
+func (b *byName) count(name string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reads[name]
+}
+
+// The values held are bounded, and past the bound the one used least
+// recently is dropped: a flood of new references (three times the bound)
+// neither evicts a value in use nor makes it cost a read again.
+func TestFloodOfReferencesKeepsValuesInUse(t *testing.T) {
+	sm := &byName{reads: map[string]int{}}
+	clk := &clock{now: time.Unix(1_800_000_000, 0)}
+	res := secret.New(secret.Options{SecretsManager: sm, Now: clk.Now})
+	ctx := context.Background()
+	resolve := func(name string) {
+		t.Helper()
+		if v, err := res.Resolve(ctx, mustRef(t, "secretsmanager:"+name)); err != nil || v != name {
+			t.Fatalf("Resolve(%s) = %q, %v", name, v, err)
+		}
+	}
+	resolve("in-use")
+	const flood = 3 * 4096
+	for i := range flood {
+		resolve("flood-" + strconv.Itoa(i))
+		if i%64 == 0 {
+			resolve("in-use")
+		}
+	}
+	if n := sm.count("in-use"); n != 1 {
+		t.Errorf("the reference in use was read %d times during the flood, want 1", n)
+	}
+	last := "flood-" + strconv.Itoa(flood-1)
+	if resolve(last); sm.count(last) != 1 {
+		t.Errorf("a reference just used was read %d times, want 1", sm.count(last))
+	}
+	if resolve("flood-0"); sm.count("flood-0") != 2 {
+		t.Errorf("the reference used least recently was read %d times, want 2: the values held are not bounded", sm.count("flood-0"))
+	}
+}
+
+// held answers after release, and counts its reads.
+type held struct {
+	reads   atomic.Int64
+	started chan struct{}
+	release chan struct{}
+}
+
+func (h *held) GetSecretValue(_ context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	h.reads.Add(1)
+	h.started <- struct{}{}
+	<-h.release
+	return &secretsmanager.GetSecretValueOutput{SecretString: in.SecretId}, nil
+}
+
+// A caller that gives up returns at once with an error naming the
+// reference; the read goes on, and its value serves the callers after.
+func TestResolveReturnsWhenCallerGivesUp(t *testing.T) {
+	sm := &held{started: make(chan struct{}, 1), release: make(chan struct{})}
+	res := secret.New(secret.Options{SecretsManager: sm})
+	ref := mustRef(t, "secretsmanager:slow")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, err := res.Resolve(ctx, ref)
+		done <- err
+	}()
+	<-sm.started
+	cancel()
+	err := <-done
+	var serr *secret.Error
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &serr) || serr.Ref != ref.String() {
+		t.Fatalf("Resolve given up: %v, want a *secret.Error naming the reference, of context.Canceled", err)
+	}
+	close(sm.release)
+	if v, err := res.Resolve(context.Background(), ref); err != nil || v != "slow" || sm.reads.Load() != 1 {
+		t.Fatalf("after the read = %q, %v, %d reads; want its value from that one read", v, err, sm.reads.Load())
 	}
 }
