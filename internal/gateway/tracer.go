@@ -22,9 +22,10 @@ import (
 type Tracer interface {
 	// Request starts the SERVER span of one agent request: a JSON-RPC
 	// message on the MCP routes, a REST call. Its parent is the agent's
-	// trace context, from h (traceparent, tracestate) or, failing that,
-	// from the message's params._meta (meta, nil if none). The context
-	// returned carries the span; end is called once, when it is answered.
+	// trace context, from the message's params._meta (meta; empty if
+	// none) or, failing that, from h (traceparent, tracestate). The
+	// context returned carries the span; end is called once, when it is
+	// answered.
 	Request(ctx context.Context, h http.Header, meta TraceMeta, r RequestStart) (_ context.Context, end func(RequestEnd))
 	// Admission starts the span of a call's admission (its rate limits,
 	// its wait in the queue, its grant or refusal).
