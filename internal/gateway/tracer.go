@@ -58,7 +58,8 @@ type RequestStart struct {
 	// Protocol is the MCP-Protocol-Version asked for; RequestID the
 	// JSON-RPC id ("" for a notification or a REST call).
 	Protocol, RequestID string
-	// Route is the HTTP route's pattern; GatewayID the gateway's request id.
+	// Route is the HTTP route's pattern (/mcp/{server_id}, never the
+	// path a request named); GatewayID the gateway's request id.
 	Route, GatewayID string
 }
 
@@ -128,7 +129,7 @@ func (g *Gateway) traceREST(method string, h http.HandlerFunc) http.HandlerFunc 
 			return
 		}
 		rec := recordFrom(r.Context())
-		ctx, end := g.deps.Tracer.Request(r.Context(), r.Header, TraceMeta{}, RequestStart{Method: method, Route: r.URL.Path, GatewayID: rec.id})
+		ctx, end := g.deps.Tracer.Request(r.Context(), r.Header, TraceMeta{}, RequestStart{Method: method, Route: r.Pattern, GatewayID: rec.id})
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() { end(rec.traceEnd(sw.status)) }()
 		h(sw, r.WithContext(ctx))
