@@ -328,7 +328,9 @@ func TestTracesToCollector(t *testing.T) {
 	// Every call: SERVER span, child of the agent's span; admission and
 	// CLIENT spans its children.
 	for _, c := range []struct{ name, trace, tp string }{{"hold", tHold, pHold}, {"queued", tQueued, pQueued}, {"late", tLate, pLate}} {
-		srv := find(c.trace, "Server", "tools/call")
+		// A REST call's SERVER span is named and attributed after its
+		// tool, as an MCP tools/call's.
+		srv := find(c.trace, "Server", "tools/call work")
 		if srv.SpanID == "" {
 			continue
 		}
@@ -338,7 +340,7 @@ func TestTracesToCollector(t *testing.T) {
 		if parentOf(srv) != agentParent(c.tp) {
 			t.Errorf("%s: SERVER span's parent %s, want the agent's %s", c.name, srv.ParentSpanID, agentParent(c.tp))
 		}
-		wantAttrs(srv, "mcp.method.name", "tools/call", "http.route", "/mcp-rest/tools/call")
+		wantAttrs(srv, "mcp.method.name", "tools/call", "gen_ai.tool.name", "work", "gen_ai.operation.name", "execute_tool", "http.route", "/mcp-rest/tools/call")
 		adm := find(c.trace, "Internal", "admission "+map[bool]string{true: "tl", false: "tq"}[c.name == "late"])
 		cl := find(c.trace, "Client", "tools/call work")
 		if adm.ParentSpanID != srv.SpanID || cl.ParentSpanID != srv.SpanID {
@@ -363,7 +365,7 @@ func TestTracesToCollector(t *testing.T) {
 	}
 	// The refused call: its SERVER span and admission carry the code; no
 	// CLIENT span, and the upstream never saw it.
-	ref := find(tRefused, "Server", "tools/call")
+	ref := find(tRefused, "Server", "tools/call work")
 	if adm := find(tRefused, "Internal", "admission tq"); adm.SpanID != "" {
 		wantAttrs(adm, "mcpgate.admission", "refused")
 		if attr(adm, "error.type") == "" || adm.ParentSpanID != ref.SpanID || adm.Status != "Error" {
@@ -384,7 +386,7 @@ func TestTracesToCollector(t *testing.T) {
 	}
 	// The late call: timed out, its background wait linked to its CLIENT
 	// span, ended by the late answer.
-	lateSrv := find(tLate, "Server", "tools/call")
+	lateSrv := find(tLate, "Server", "tools/call work")
 	wantAttrs(lateSrv, "error.type", "UPSTREAM_TIMEOUT")
 	lateCl := find(tLate, "Client", "tools/call work")
 	wantAttrs(lateCl, "error.type", "UPSTREAM_TIMEOUT", "mcpgate.background", "true")
@@ -457,6 +459,8 @@ func TestTracesToCollector(t *testing.T) {
 		if cl.TraceID != tPrompt || cl.ParentSpanID != srv.SpanID || srv.ParentSpanID != agentParent(pPrompt) {
 			t.Errorf("prompts/get: CLIENT span %+v, SERVER span %+v, want the CLIENT span the SERVER's child in the agent's trace", cl, srv)
 		}
+		// http.route is the route's pattern, not the path naming tq.
+		wantAttrs(srv, "http.route", "/mcp/{server_id}")
 		wantAttrs(cl, "mcp.method.name", "prompts/get", "mcpgate.server_id", "tq", "server.address", "127.0.0.1")
 	} else {
 		t.Errorf("upstream received prompts/get %d times, want once", len(got))

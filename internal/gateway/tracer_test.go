@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,7 +59,10 @@ func (noExchange) CutOff(*fault.Error, bool)           {}
 func (noExchange) Closed(upstream.Stop, time.Duration) {}
 
 // TestRequestSpanStart: a request's SERVER span is started with its route's
-// pattern as http.route (never the path, which names a server).
+// pattern as http.route (never the path, which names a server), and a REST
+// call's with the tool it names as its target, as on the MCP routes; the
+// REST handler still reads the whole body, and still refuses one over the
+// limit.
 func TestRequestSpanStart(t *testing.T) {
 	tr := &startsTracer{}
 	h := newTracedHarness(t, Options{}, tr)
@@ -73,6 +77,10 @@ func TestRequestSpanStart(t *testing.T) {
 		{"mcp aggregated", http.MethodPost, "/mcp", mcpToolList, 200,
 			RequestStart{Method: "tools/list", Route: "/mcp"}},
 		{"rest call", http.MethodPost, "/mcp-rest/tools/call", echoCall, 200,
+			RequestStart{Method: "tools/call", Target: "echo", Route: "/mcp-rest/tools/call"}},
+		{"rest call, prefixed name", http.MethodPost, "/mcp-rest/tools/call", `{"name":"demo-echo","arguments":{"text":"y"}}`, 200,
+			RequestStart{Method: "tools/call", Target: "demo-echo", Route: "/mcp-rest/tools/call"}},
+		{"rest call over the limit", http.MethodPost, "/mcp-rest/tools/call", `{"server_id":"demo","name":"echo","arguments":{"text":"` + strings.Repeat("z", 5000) + `"}}`, 413,
 			RequestStart{Method: "tools/call", Route: "/mcp-rest/tools/call"}},
 		{"rest list", http.MethodGet, "/mcp-rest/tools/list?server_id=demo", "", 200,
 			RequestStart{Method: "tools/list", Route: "/mcp-rest/tools/list"}},
