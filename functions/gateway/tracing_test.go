@@ -176,11 +176,12 @@ func agentTrace(n int) (traceID, traceparent string) {
 }
 
 // TestTracesToCollector: several gateway processes export to a real OTLP
-// receiver (the Collector's), and the spans of a queued call, a timed-out
-// call with a late answer, a refused call and a /mcp tools/list have the
-// names, kinds, attributes and structure of the MCP conventions, in the
-// agent's trace; the upstream got the CLIENT span's traceparent as a
-// header and in params._meta; nothing secret is in any span.
+// receiver (the Collector's), and the spans of queued calls (with their
+// queue positions), a timed-out call with a late answer, a refused call
+// and a /mcp tools/list have the names, kinds, attributes and structure of
+// the MCP conventions, in the agent's trace; the upstream got the CLIENT
+// span's traceparent as a header and in params._meta; nothing secret is in
+// any span.
 func TestTracesToCollector(t *testing.T) {
 	endpoint, spansFile := startCollector(t)
 	upURL, upSeen := tracedUpstream(t)
@@ -188,7 +189,7 @@ func TestTracesToCollector(t *testing.T) {
 	const token = "upstream-token-SECRET-7f3a"
 	const argMarker = "argument-value-PRIVATE-91c2"
 	key := testkit.PutKey(t, env, "*")
-	testkit.PutServer(t, env, map[string]any{"server_id": "tq", "url": upURL, "max_concurrent_requests": 1, "max_queued": 1, "timeout": 10,
+	testkit.PutServer(t, env, map[string]any{"server_id": "tq", "url": upURL, "max_concurrent_requests": 1, "max_queued": 2, "timeout": 10,
 		"auth":            map[string]any{"type": "bearer", "secret": "env:TRACE_TEST_TOKEN"},
 		"forward_headers": []any{"traceparent", "tracestate", "X-Agent-Note"}})
 	testkit.PutServer(t, env, map[string]any{"server_id": "tl", "url": upURL, "max_concurrent_requests": 5, "timeout": 1, "cancel_grace": 10})
@@ -221,6 +222,7 @@ func TestTracesToCollector(t *testing.T) {
 	}
 	tHold, pHold := agentTrace(1)
 	tQueued, pQueued := agentTrace(2)
+	tQueued2, pQueued2 := agentTrace(7)
 	tRefused, pRefused := agentTrace(3)
 	tLate, pLate := agentTrace(4)
 	tList, pList := agentTrace(5)
@@ -265,12 +267,15 @@ func TestTracesToCollector(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	do("hold", 0, gws[0], pHold, "tq", map[string]any{"id": "hold", "sleep_ms": 2000, "note": argMarker})
+	// Two callers queue behind the held call (from two processes), and a
+	// third finds the queue full.
+	do("hold", 0, gws[0], pHold, "tq", map[string]any{"id": "hold", "sleep_ms": 3000, "note": argMarker})
 	do("queued", 500*time.Millisecond, gws[1], pQueued, "tq", map[string]any{"id": "queued", "sleep_ms": 10})
-	do("refused", 1000*time.Millisecond, gws[2], pRefused, "tq", map[string]any{"id": "refused", "sleep_ms": 10})
+	do("queued2", 1000*time.Millisecond, gws[0], pQueued2, "tq", map[string]any{"id": "queued2", "sleep_ms": 10})
+	do("refused", 1500*time.Millisecond, gws[2], pRefused, "tq", map[string]any{"id": "refused", "sleep_ms": 10})
 	do("late", 0, gws[2], pLate, "tl", map[string]any{"id": "late", "sleep_ms": 2500})
 	wg.Wait()
-	for name, want := range map[string]int{"hold": 200, "queued": 200, "refused": 429, "late": 504} {
+	for name, want := range map[string]int{"hold": 200, "queued": 200, "queued2": 200, "refused": 429, "late": 504} {
 		if status[name] != want {
 			t.Errorf("%s: status %d, want %d", name, status[name], want)
 		}
@@ -327,7 +332,7 @@ func TestTracesToCollector(t *testing.T) {
 
 	// Every call: SERVER span, child of the agent's span; admission and
 	// CLIENT spans its children.
-	for _, c := range []struct{ name, trace, tp string }{{"hold", tHold, pHold}, {"queued", tQueued, pQueued}, {"late", tLate, pLate}} {
+	for _, c := range []struct{ name, trace, tp string }{{"hold", tHold, pHold}, {"queued", tQueued, pQueued}, {"queued2", tQueued2, pQueued2}, {"late", tLate, pLate}} {
 		// A REST call's SERVER span is named and attributed after its
 		// tool, as an MCP tools/call's.
 		srv := find(c.trace, "Server", "tools/call work")
@@ -362,6 +367,17 @@ func TestTracesToCollector(t *testing.T) {
 		if ms < 300 {
 			t.Errorf("queued call's admission: wait %v ms, want it queued behind the held call", ms)
 		}
+	}
+	// Queue positions: the held call never queued; of the two queued
+	// behind it, one joined with nobody ahead, the other with one caller
+	// ahead (whichever joined second).
+	wantAttrs(find(tHold, "Internal", "admission tq"), "mcpgate.queue.position", "0")
+	positions := map[string]bool{}
+	for _, tr := range []string{tQueued, tQueued2} {
+		positions[attr(find(tr, "Internal", "admission tq"), "mcpgate.queue.position")] = true
+	}
+	if !positions["0"] || !positions["1"] {
+		t.Errorf("queued calls' positions %v, want 0 and 1", positions)
 	}
 	// The refused call: its SERVER span and admission carry the code; no
 	// CLIENT span, and the upstream never saw it.
