@@ -492,3 +492,91 @@ func TestTracesToCollector(t *testing.T) {
 		t.Logf("spans:\n%s", raw)
 	}
 }
+
+// TestTracesOpenAPIHeaders: a call to an OpenAPI-backed server carries the
+// gateway's trace context as HTTP headers — traceparent naming the call's
+// CLIENT span, tracestate the agent's trace's — whether the agent sent its
+// own in headers (REST) or in params._meta (MCP), and although
+// forward_headers names both, the agent's own values are not sent beside
+// them.
+func TestTracesOpenAPIHeaders(t *testing.T) {
+	endpoint, spansFile := startCollector(t)
+	demo, guard := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
+	env := storetest.NewEnv(t)
+	key := testkit.PutKey(t, env, "*")
+	testkit.PutServer(t, env, map[string]any{"server_id": "api", "transport": "openapi", "spec_url": demo.SpecURL,
+		"forward_headers": []any{"traceparent", "tracestate"}})
+	gw := testkit.StartGateway(t, env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=100")
+
+	post := func(path, body string, hdr map[string]string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, gw.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(b.String(), "via ") {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b.String())
+		}
+	}
+	tREST, pREST := agentTrace(21)
+	post("/mcp-rest/tools/call", `{"server_id":"api","name":"echo_api","arguments":{"body":{"text":"via rest"}}}`,
+		map[string]string{"Traceparent": pREST, "Tracestate": "agent=rest"})
+	tMCP, pMCP := agentTrace(22)
+	post("/mcp/api", fmt.Sprintf(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_api","arguments":{"body":{"text":"via mcp"}},"_meta":{"traceparent":%q,"tracestate":"agent=mcp"}}}`, pMCP),
+		map[string]string{"MCP-Protocol-Version": "2025-11-25"})
+
+	// The CLIENT span of each call, once exported.
+	client := func(spans []exportedSpan, trace string) exportedSpan {
+		for _, s := range spans {
+			if s.TraceID == trace && s.Kind == "Client" && s.Name == "tools/call echo_api" {
+				return s
+			}
+		}
+		return exportedSpan{}
+	}
+	var spans []exportedSpan
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if spans = readSpans(t, spansFile); client(spans, tREST).SpanID != "" && client(spans, tMCP).SpanID != "" {
+			break
+		}
+	}
+	var calls []testkit.Seen
+	for _, s := range guard.Seen() {
+		if s.Method == http.MethodPost && s.Path == "/api/echo" {
+			calls = append(calls, s)
+		}
+	}
+	if len(calls) != 2 {
+		t.Fatalf("the upstream got %d calls, want 2: %+v", len(calls), calls)
+	}
+	for i, c := range []struct {
+		name, trace, state string
+	}{{"REST", tREST, "agent=rest"}, {"MCP", tMCP, "agent=mcp"}} {
+		cl := client(spans, c.trace)
+		if cl.SpanID == "" {
+			t.Errorf("%s: no CLIENT span tools/call echo_api in the agent's trace %s", c.name, c.trace)
+			continue
+		}
+		want := "00-" + c.trace + "-" + cl.SpanID + "-01"
+		if got := calls[i].Header.Values("Traceparent"); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: the upstream got traceparent %q, want only %q (the CLIENT span)", c.name, got, want)
+		}
+		if got := calls[i].Header.Values("Tracestate"); len(got) != 1 || got[0] != c.state {
+			t.Errorf("%s: the upstream got tracestate %q, want only %q (the trace's)", c.name, got, c.state)
+		}
+	}
+	if t.Failed() {
+		raw, _ := os.ReadFile(spansFile)
+		t.Logf("spans:\n%s", raw)
+	}
+}
