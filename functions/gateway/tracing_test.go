@@ -176,11 +176,12 @@ func agentTrace(n int) (traceID, traceparent string) {
 }
 
 // TestTracesToCollector: several gateway processes export to a real OTLP
-// receiver (the Collector's), and the spans of a queued call, a timed-out
-// call with a late answer, a refused call and a /mcp tools/list have the
-// names, kinds, attributes and structure of the MCP conventions, in the
-// agent's trace; the upstream got the CLIENT span's traceparent as a
-// header and in params._meta; nothing secret is in any span.
+// receiver (the Collector's), and the spans of queued calls (with their
+// queue positions), a timed-out call with a late answer, a refused call
+// and a /mcp tools/list have the names, kinds, attributes and structure of
+// the MCP conventions, in the agent's trace; the upstream got the CLIENT
+// span's traceparent as a header and in params._meta; nothing secret is in
+// any span.
 func TestTracesToCollector(t *testing.T) {
 	endpoint, spansFile := startCollector(t)
 	upURL, upSeen := tracedUpstream(t)
@@ -188,7 +189,7 @@ func TestTracesToCollector(t *testing.T) {
 	const token = "upstream-token-SECRET-7f3a"
 	const argMarker = "argument-value-PRIVATE-91c2"
 	key := testkit.PutKey(t, env, "*")
-	testkit.PutServer(t, env, map[string]any{"server_id": "tq", "url": upURL, "max_concurrent_requests": 1, "max_queued": 1, "timeout": 10,
+	testkit.PutServer(t, env, map[string]any{"server_id": "tq", "url": upURL, "max_concurrent_requests": 1, "max_queued": 2, "timeout": 10,
 		"auth":            map[string]any{"type": "bearer", "secret": "env:TRACE_TEST_TOKEN"},
 		"forward_headers": []any{"traceparent", "tracestate", "X-Agent-Note"}})
 	testkit.PutServer(t, env, map[string]any{"server_id": "tl", "url": upURL, "max_concurrent_requests": 5, "timeout": 1, "cancel_grace": 10})
@@ -221,6 +222,7 @@ func TestTracesToCollector(t *testing.T) {
 	}
 	tHold, pHold := agentTrace(1)
 	tQueued, pQueued := agentTrace(2)
+	tQueued2, pQueued2 := agentTrace(7)
 	tRefused, pRefused := agentTrace(3)
 	tLate, pLate := agentTrace(4)
 	tList, pList := agentTrace(5)
@@ -265,12 +267,15 @@ func TestTracesToCollector(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	do("hold", 0, gws[0], pHold, "tq", map[string]any{"id": "hold", "sleep_ms": 2000, "note": argMarker})
+	// Two callers queue behind the held call (from two processes), and a
+	// third finds the queue full.
+	do("hold", 0, gws[0], pHold, "tq", map[string]any{"id": "hold", "sleep_ms": 3000, "note": argMarker})
 	do("queued", 500*time.Millisecond, gws[1], pQueued, "tq", map[string]any{"id": "queued", "sleep_ms": 10})
-	do("refused", 1000*time.Millisecond, gws[2], pRefused, "tq", map[string]any{"id": "refused", "sleep_ms": 10})
+	do("queued2", 1000*time.Millisecond, gws[0], pQueued2, "tq", map[string]any{"id": "queued2", "sleep_ms": 10})
+	do("refused", 1500*time.Millisecond, gws[2], pRefused, "tq", map[string]any{"id": "refused", "sleep_ms": 10})
 	do("late", 0, gws[2], pLate, "tl", map[string]any{"id": "late", "sleep_ms": 2500})
 	wg.Wait()
-	for name, want := range map[string]int{"hold": 200, "queued": 200, "refused": 429, "late": 504} {
+	for name, want := range map[string]int{"hold": 200, "queued": 200, "queued2": 200, "refused": 429, "late": 504} {
 		if status[name] != want {
 			t.Errorf("%s: status %d, want %d", name, status[name], want)
 		}
@@ -327,8 +332,10 @@ func TestTracesToCollector(t *testing.T) {
 
 	// Every call: SERVER span, child of the agent's span; admission and
 	// CLIENT spans its children.
-	for _, c := range []struct{ name, trace, tp string }{{"hold", tHold, pHold}, {"queued", tQueued, pQueued}, {"late", tLate, pLate}} {
-		srv := find(c.trace, "Server", "tools/call")
+	for _, c := range []struct{ name, trace, tp string }{{"hold", tHold, pHold}, {"queued", tQueued, pQueued}, {"queued2", tQueued2, pQueued2}, {"late", tLate, pLate}} {
+		// A REST call's SERVER span is named and attributed after its
+		// tool, as an MCP tools/call's.
+		srv := find(c.trace, "Server", "tools/call work")
 		if srv.SpanID == "" {
 			continue
 		}
@@ -338,7 +345,7 @@ func TestTracesToCollector(t *testing.T) {
 		if parentOf(srv) != agentParent(c.tp) {
 			t.Errorf("%s: SERVER span's parent %s, want the agent's %s", c.name, srv.ParentSpanID, agentParent(c.tp))
 		}
-		wantAttrs(srv, "mcp.method.name", "tools/call", "http.route", "/mcp-rest/tools/call")
+		wantAttrs(srv, "mcp.method.name", "tools/call", "gen_ai.tool.name", "work", "gen_ai.operation.name", "execute_tool", "http.route", "/mcp-rest/tools/call")
 		adm := find(c.trace, "Internal", "admission "+map[bool]string{true: "tl", false: "tq"}[c.name == "late"])
 		cl := find(c.trace, "Client", "tools/call work")
 		if adm.ParentSpanID != srv.SpanID || cl.ParentSpanID != srv.SpanID {
@@ -361,9 +368,20 @@ func TestTracesToCollector(t *testing.T) {
 			t.Errorf("queued call's admission: wait %v ms, want it queued behind the held call", ms)
 		}
 	}
+	// Queue positions: the held call never queued; of the two queued
+	// behind it, one joined with nobody ahead, the other with one caller
+	// ahead (whichever joined second).
+	wantAttrs(find(tHold, "Internal", "admission tq"), "mcpgate.queue.position", "0")
+	positions := map[string]bool{}
+	for _, tr := range []string{tQueued, tQueued2} {
+		positions[attr(find(tr, "Internal", "admission tq"), "mcpgate.queue.position")] = true
+	}
+	if !positions["0"] || !positions["1"] {
+		t.Errorf("queued calls' positions %v, want 0 and 1", positions)
+	}
 	// The refused call: its SERVER span and admission carry the code; no
 	// CLIENT span, and the upstream never saw it.
-	ref := find(tRefused, "Server", "tools/call")
+	ref := find(tRefused, "Server", "tools/call work")
 	if adm := find(tRefused, "Internal", "admission tq"); adm.SpanID != "" {
 		wantAttrs(adm, "mcpgate.admission", "refused")
 		if attr(adm, "error.type") == "" || adm.ParentSpanID != ref.SpanID || adm.Status != "Error" {
@@ -384,7 +402,7 @@ func TestTracesToCollector(t *testing.T) {
 	}
 	// The late call: timed out, its background wait linked to its CLIENT
 	// span, ended by the late answer.
-	lateSrv := find(tLate, "Server", "tools/call")
+	lateSrv := find(tLate, "Server", "tools/call work")
 	wantAttrs(lateSrv, "error.type", "UPSTREAM_TIMEOUT")
 	lateCl := find(tLate, "Client", "tools/call work")
 	wantAttrs(lateCl, "error.type", "UPSTREAM_TIMEOUT", "mcpgate.background", "true")
@@ -457,6 +475,8 @@ func TestTracesToCollector(t *testing.T) {
 		if cl.TraceID != tPrompt || cl.ParentSpanID != srv.SpanID || srv.ParentSpanID != agentParent(pPrompt) {
 			t.Errorf("prompts/get: CLIENT span %+v, SERVER span %+v, want the CLIENT span the SERVER's child in the agent's trace", cl, srv)
 		}
+		// http.route is the route's pattern, not the path naming tq.
+		wantAttrs(srv, "http.route", "/mcp/{server_id}")
 		wantAttrs(cl, "mcp.method.name", "prompts/get", "mcpgate.server_id", "tq", "server.address", "127.0.0.1")
 	} else {
 		t.Errorf("upstream received prompts/get %d times, want once", len(got))
@@ -469,6 +489,94 @@ func TestTracesToCollector(t *testing.T) {
 		}
 	}
 	if t.Failed() {
+		t.Logf("spans:\n%s", raw)
+	}
+}
+
+// TestTracesOpenAPIHeaders: a call to an OpenAPI-backed server carries the
+// gateway's trace context as HTTP headers — traceparent naming the call's
+// CLIENT span, tracestate the agent's trace's — whether the agent sent its
+// own in headers (REST) or in params._meta (MCP), and although
+// forward_headers names both, the agent's own values are not sent beside
+// them.
+func TestTracesOpenAPIHeaders(t *testing.T) {
+	endpoint, spansFile := startCollector(t)
+	demo, guard := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
+	env := storetest.NewEnv(t)
+	key := testkit.PutKey(t, env, "*")
+	testkit.PutServer(t, env, map[string]any{"server_id": "api", "transport": "openapi", "spec_url": demo.SpecURL,
+		"forward_headers": []any{"traceparent", "tracestate"}})
+	gw := testkit.StartGateway(t, env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=100")
+
+	post := func(path, body string, hdr map[string]string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, gw.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(b.String(), "via ") {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b.String())
+		}
+	}
+	tREST, pREST := agentTrace(21)
+	post("/mcp-rest/tools/call", `{"server_id":"api","name":"echo_api","arguments":{"body":{"text":"via rest"}}}`,
+		map[string]string{"Traceparent": pREST, "Tracestate": "agent=rest"})
+	tMCP, pMCP := agentTrace(22)
+	post("/mcp/api", fmt.Sprintf(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_api","arguments":{"body":{"text":"via mcp"}},"_meta":{"traceparent":%q,"tracestate":"agent=mcp"}}}`, pMCP),
+		map[string]string{"MCP-Protocol-Version": "2025-11-25"})
+
+	// The CLIENT span of each call, once exported.
+	client := func(spans []exportedSpan, trace string) exportedSpan {
+		for _, s := range spans {
+			if s.TraceID == trace && s.Kind == "Client" && s.Name == "tools/call echo_api" {
+				return s
+			}
+		}
+		return exportedSpan{}
+	}
+	var spans []exportedSpan
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if spans = readSpans(t, spansFile); client(spans, tREST).SpanID != "" && client(spans, tMCP).SpanID != "" {
+			break
+		}
+	}
+	var calls []testkit.Seen
+	for _, s := range guard.Seen() {
+		if s.Method == http.MethodPost && s.Path == "/api/echo" {
+			calls = append(calls, s)
+		}
+	}
+	if len(calls) != 2 {
+		t.Fatalf("the upstream got %d calls, want 2: %+v", len(calls), calls)
+	}
+	for i, c := range []struct {
+		name, trace, state string
+	}{{"REST", tREST, "agent=rest"}, {"MCP", tMCP, "agent=mcp"}} {
+		cl := client(spans, c.trace)
+		if cl.SpanID == "" {
+			t.Errorf("%s: no CLIENT span tools/call echo_api in the agent's trace %s", c.name, c.trace)
+			continue
+		}
+		want := "00-" + c.trace + "-" + cl.SpanID + "-01"
+		if got := calls[i].Header.Values("Traceparent"); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: the upstream got traceparent %q, want only %q (the CLIENT span)", c.name, got, want)
+		}
+		if got := calls[i].Header.Values("Tracestate"); len(got) != 1 || got[0] != c.state {
+			t.Errorf("%s: the upstream got tracestate %q, want only %q (the trace's)", c.name, got, c.state)
+		}
+	}
+	if t.Failed() {
+		raw, _ := os.ReadFile(spansFile)
 		t.Logf("spans:\n%s", raw)
 	}
 }

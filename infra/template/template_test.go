@@ -511,6 +511,31 @@ func TestTemplateMetrics(t *testing.T) {
 	}
 }
 
+// TestTemplateTracesAccess: the function may send spans to the X-Ray OTLP
+// endpoint, which authorizes them as xray:PutTraceSegments, and nothing
+// more of X-Ray.
+func TestTemplateTracesAccess(t *testing.T) {
+	fn := gatewayFunction(t, loadTemplate(t))
+	want := map[string]any{"Effect": "Allow", "Action": []any{"xray:PutTraceSegments"}, "Resource": "*"}
+	var got []map[string]any
+	for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
+		for _, st := range doc.Statement {
+			m := st.(map[string]any)
+			actions, _ := m["Action"].([]any)
+			if slices.ContainsFunc(actions, func(a any) bool { s, _ := a.(string); return strings.HasPrefix(s, "xray:") }) {
+				got = append(got, m)
+			}
+		}
+	}
+	if len(got) != 1 || got[0]["Sid"] != "WriteTraces" {
+		t.Fatalf("X-Ray statements %v, want one, WriteTraces", got)
+	}
+	delete(got[0], "Sid")
+	if !reflect.DeepEqual(got[0], want) {
+		t.Errorf("WriteTraces:\n got  %v\n want %v", got[0], want)
+	}
+}
+
 // actions lists the operations an AWS client interface declares, as IAM
 // actions of service.
 func actions(service string, iface any) []any {

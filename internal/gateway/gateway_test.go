@@ -68,6 +68,13 @@ func newHarness(t *testing.T) *harness {
 // body limit and origins are the harness's).
 func newHarnessWith(t *testing.T, opts Options) *harness {
 	t.Helper()
+	return newTracedHarness(t, opts, nil)
+}
+
+// newTracedHarness is newHarnessWith whose gateway makes its spans with tr
+// (nil: tracing off).
+func newTracedHarness(t *testing.T, opts Options, tr Tracer) *harness {
+	t.Helper()
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
 	logs := &syncBuffer{}
@@ -80,6 +87,7 @@ func newHarnessWith(t *testing.T, opts Options) *harness {
 		Registry: registry.New(env.Client, env.Tables.Servers, registry.Options{CacheTTL: -1}),
 		Limiter:  lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond}),
 		Upstream: pool,
+		Tracer:   tr,
 	}, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -105,7 +105,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		var end func(RequestEnd)
 		ctx, end = t.Request(ctx, r.Header, peekTrace(body), RequestStart{Method: clip.String(p.method, clip.Short), Target: clip.String(target, clip.Name),
-			Protocol: clip.String(sc.protocol, clip.Short), RequestID: clip.String(rpcID(p.id), clip.Short), Route: r.URL.Path, GatewayID: sc.rec.id})
+			Protocol: clip.String(sc.protocol, clip.Short), RequestID: clip.String(rpcID(p.id), clip.Short), Route: r.Pattern, GatewayID: sc.rec.id})
 		sw := &statusWriter{ResponseWriter: w}
 		w = sw
 		r = r.WithContext(ctx)

@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
@@ -22,9 +25,10 @@ import (
 type Tracer interface {
 	// Request starts the SERVER span of one agent request: a JSON-RPC
 	// message on the MCP routes, a REST call. Its parent is the agent's
-	// trace context, from h (traceparent, tracestate) or, failing that,
-	// from the message's params._meta (meta, nil if none). The context
-	// returned carries the span; end is called once, when it is answered.
+	// trace context, from the message's params._meta (meta; empty if
+	// none) or, failing that, from h (traceparent, tracestate). The
+	// context returned carries the span; end is called once, when it is
+	// answered.
 	Request(ctx context.Context, h http.Header, meta TraceMeta, r RequestStart) (_ context.Context, end func(RequestEnd))
 	// Admission starts the span of a call's admission (its rate limits,
 	// its wait in the queue, its grant or refusal).
@@ -57,7 +61,8 @@ type RequestStart struct {
 	// Protocol is the MCP-Protocol-Version asked for; RequestID the
 	// JSON-RPC id ("" for a notification or a REST call).
 	Protocol, RequestID string
-	// Route is the HTTP route's pattern; GatewayID the gateway's request id.
+	// Route is the HTTP route's pattern (/mcp/{server_id}, never the
+	// path a request named); GatewayID the gateway's request id.
 	Route, GatewayID string
 }
 
@@ -119,7 +124,9 @@ func (m *TraceMeta) UnmarshalJSON(b []byte) error {
 // gateway's own, naming its CLIENT span.
 var traceKeys = []string{"traceparent", "tracestate", "baggage"}
 
-// traceREST wraps a REST route's handler in the request's SERVER span.
+// traceREST wraps a REST route's handler in the request's SERVER span,
+// whose target is, for a call, the tool its body names, as on the MCP
+// routes.
 func (g *Gateway) traceREST(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if g.deps.Tracer == nil {
@@ -127,11 +134,38 @@ func (g *Gateway) traceREST(method string, h http.HandlerFunc) http.HandlerFunc 
 			return
 		}
 		rec := recordFrom(r.Context())
-		ctx, end := g.deps.Tracer.Request(r.Context(), r.Header, TraceMeta{}, RequestStart{Method: method, Route: r.URL.Path, GatewayID: rec.id})
+		var target string
+		if method == "tools/call" {
+			target = g.peekToolName(r)
+		}
+		ctx, end := g.deps.Tracer.Request(r.Context(), r.Header, TraceMeta{},
+			RequestStart{Method: method, Target: clip.String(target, clip.Name), Route: r.Pattern, GatewayID: rec.id})
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() { end(rec.traceEnd(sw.status)) }()
 		h(sw, r.WithContext(ctx))
 	}
+}
+
+// peekToolName reads the name a REST call's body gives its tool, "" when
+// it gives none or the body is over the limit, and puts back what it read
+// for the handler, which reads the body as if untouched (and refuses it
+// if it is over the limit: at most one byte more is read here).
+func (g *Gateway) peekToolName(r *http.Request) string {
+	head, err := io.ReadAll(io.LimitReader(r.Body, g.maxBody+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	if err != nil || int64(len(head)) > g.maxBody {
+		return ""
+	}
+	var body struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(head, &body) != nil {
+		return ""
+	}
+	return body.Name
 }
 
 func (rec *record) traceEnd(status int) RequestEnd {

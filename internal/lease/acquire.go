@@ -33,7 +33,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		a.withdraw(ctx)
 		return nil, err
 	}
-	ls.Waited, ls.since = time.Since(a.start), time.Now()
+	ls.Waited, ls.since, ls.QueuedBehind = time.Since(a.start), time.Now(), a.behind
 	l.stats.acquired.Add(1)
 	if ls.probe {
 		l.stats.probes.Add(1)
@@ -52,6 +52,8 @@ type attempt struct {
 	// set once a join was sent, whether or not it landed.
 	n      int64
 	joined bool
+	// behind is how many callers were ahead of it when it last joined.
+	behind int
 	// unsure is the latest instant until which a take or join of this
 	// attempt whose outcome was unknown could still create an entry.
 	unsure int64
@@ -567,6 +569,10 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	a.joined, a.asked = true, time.Now()
 	a.l.stats.tickets.Add(1)
 	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.unsure = max(a.unsure, deadline) })
+	if nv != nil && nv.ticketFor(id) != nil {
+		// The item as its join left it (or as an earlier send of it did).
+		a.behind = nv.before(a.now(), &a.me)
+	}
 	if err == nil {
 		a.charged = true
 	}

@@ -340,6 +340,11 @@ type Lease struct {
 	CallDeadline time.Time
 	// Waited is how long Acquire spent before the lease was granted.
 	Waited time.Duration
+	// QueuedBehind is how many callers were ahead of this one in the queue
+	// when it joined it (the live tickets whose turn came before its own,
+	// as the item stood after its join): 0 if it never queued, or found
+	// nobody ahead.
+	QueuedBehind int
 	// InFlight is how many live leases the key held right after this one
 	// was granted, this one included; Limit is the key's cap then (with
 	// Adaptive, the limit the fleet had reached).

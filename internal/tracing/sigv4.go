@@ -15,7 +15,7 @@ import (
 func asNetError(err error, ne *net.Error) bool { return errors.As(err, ne) }
 
 // sigv4Client signs OTLP requests to X-Ray's endpoint in region with the
-// function's credentials (the role needs xray:PutSpans).
+// function's credentials (the role needs xray:PutTraceSegments).
 func sigv4Client(ctx context.Context, region string) (*http.Client, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(region))
 	if err != nil {

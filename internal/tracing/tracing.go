@@ -64,6 +64,7 @@ const (
 	keyOutcome     = attribute.Key("mcpgate.outcome")
 	keyAdmission   = attribute.Key("mcpgate.admission")
 	keyWaitMs      = attribute.Key("mcpgate.queue.wait_ms")
+	keyQueuePos    = attribute.Key("mcpgate.queue.position")
 	keyInFlight    = attribute.Key("mcpgate.in_flight")
 	keyLease       = attribute.Key("mcpgate.lease_id")
 	keyRetryAfter  = attribute.Key("mcpgate.retry_after_ms")
@@ -253,8 +254,10 @@ func (t *Tracing) Admission(ctx context.Context, c gateway.CallInfo) func(gatewa
 			}
 			span.SetStatus(codes.Error, string(e.Fault.Code))
 		case e.Lease != nil:
+			// Its place in the queue: how many callers were ahead of it
+			// when it joined (0: none, or it never queued).
 			span.SetAttributes(keyAdmission.String("granted"), keyWaitMs.Int64(e.Lease.Waited.Milliseconds()),
-				keyInFlight.Int(e.Lease.InFlight), keyLease.String(e.Lease.ID()))
+				keyQueuePos.Int(e.Lease.QueuedBehind), keyInFlight.Int(e.Lease.InFlight), keyLease.String(e.Lease.ID()))
 		default:
 			span.SetAttributes(keyAdmission.String("uncapped"))
 		}

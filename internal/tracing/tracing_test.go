@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -274,6 +275,40 @@ func TestSendMeta(t *testing.T) {
 	for k, v := range map[string]string{"mcp.method.name": "prompts/get", "mcpgate.server_id": "s1", "server.address": "up.example", "server.port": "8443", "error.type": "-32602"} {
 		if attrs[k] != v {
 			t.Errorf("%s = %q, want %q", k, attrs[k], v)
+		}
+	}
+}
+
+// TestAdmissionSpan: a granted admission's span, the SERVER span's child,
+// carries the wait and the queue position beside it; a call that took no
+// place says so.
+func TestAdmissionSpan(t *testing.T) {
+	tr, rec := recorded(t)
+	ctx, endReq := tr.Request(context.Background(), http.Header{}, gateway.TraceMeta{}, gateway.RequestStart{Method: "tools/call", Target: "work"})
+	c := gateway.CallInfo{RequestID: "gw1", ServerID: "s1", Tool: "work"}
+	tr.Admission(ctx, c)(gateway.AdmissionEnd{Lease: &lease.Lease{Waited: 1500 * time.Millisecond, QueuedBehind: 3, InFlight: 2}})
+	tr.Admission(ctx, c)(gateway.AdmissionEnd{})
+	endReq(gateway.RequestEnd{})
+	spans := rec.Ended()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans, want 3", len(spans))
+	}
+	for i, want := range []map[string]string{
+		{"mcpgate.admission": "granted", "mcpgate.queue.wait_ms": "1500", "mcpgate.queue.position": "3", "mcpgate.in_flight": "2", "mcpgate.server_id": "s1"},
+		{"mcpgate.admission": "uncapped", "mcpgate.queue.position": "", "mcpgate.queue.wait_ms": ""},
+	} {
+		s := spans[i]
+		if s.Name() != "admission s1" || s.Parent().SpanID() != spans[2].SpanContext().SpanID() {
+			t.Errorf("span %q, parent %v: want admission s1, the SERVER span's child", s.Name(), s.Parent().SpanID())
+		}
+		attrs := map[string]string{}
+		for _, kv := range s.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		for k, v := range want {
+			if attrs[k] != v {
+				t.Errorf("%s: %s = %q, want %q", want["mcpgate.admission"], k, attrs[k], v)
+			}
 		}
 	}
 }
