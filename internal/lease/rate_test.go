@@ -3,10 +3,13 @@ package lease
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
@@ -176,5 +179,37 @@ func TestRateLimitHoldsOverTime(t *testing.T) {
 	}
 	if want := n + n*window/60_000; admitted != want {
 		t.Errorf("%d calls admitted in %d ms by a bucket of %d a minute; want its burst and %d more: %d", admitted, window, n, n*window/60_000, want)
+	}
+}
+
+// An adaptive limit's move up says how many calls at the limit it took:
+// twice the limit, or eight times back to the limit it was last brought
+// down from. The reason is what mcpgate status shows beside the limit.
+func TestAdaptiveRiseSaysTheCallsItTook(t *testing.T) {
+	for _, c := range []struct {
+		cut, ok int64
+		want    string
+	}{
+		{cut: 0, ok: 7, want: "up 4→5: 8 calls at the limit"},
+		{cut: 5, ok: 31, want: "up 4→5: 32 calls at the limit"},
+	} {
+		ls := &Lease{adaptive: &Adaptive{Min: 1}, ceiling: 8, grantMS: 2_000, InFlight: 4, toolName: "t"}
+		v := parseItem(nil)
+		v.limit, v.at, v.cut, v.ok, v.ratio = 4, 1_000, c.cut, c.ok, 1_000
+		v.bases["t"] = 100
+		u := newUpdate()
+		if !ls.adapt(u, v, Success, 100*time.Millisecond, 3_000) {
+			t.Errorf("cut %d, %d calls at the limit before: the limit did not move", c.cut, c.ok)
+			continue
+		}
+		why := ""
+		for _, val := range u.values {
+			if sv, ok := val.(*types.AttributeValueMemberS); ok && strings.HasPrefix(sv.Value, "up ") {
+				why = sv.Value
+			}
+		}
+		if !strings.HasPrefix(why, c.want) {
+			t.Errorf("cut %d: the limit moved %q; want %q…", c.cut, why, c.want)
+		}
 	}
 }
