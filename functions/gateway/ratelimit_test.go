@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -26,32 +27,43 @@ func burstVia(gws []*testkit.Gateway, key, server string, n int) []agentCall {
 }
 
 // tally counts a burst's answers: admitted (200), rate limited (429
-// RATE_LIMITED, each with a wait), and the longest advised wait.
+// RATE_LIMITED, each with a wait in both forms: retry_after_ms in the
+// body and the Retry-After header, its whole seconds rounded up), and the
+// longest advised wait.
 func tally(t *testing.T, calls []agentCall) (ok, limited int, wait time.Duration) {
 	t.Helper()
 	for _, c := range calls {
 		switch {
 		case c.Status == http.StatusOK:
 			ok++
-		case c.Status == http.StatusTooManyRequests && c.Fault.Code == fault.RateLimited && c.RetryAfter() > 0:
+		case c.Status == http.StatusTooManyRequests && c.Fault.Code == fault.RateLimited && retryAfterAgrees(c.Response):
 			limited++
 			wait = max(wait, c.RetryAfter())
 		default:
-			t.Errorf("unexpected answer: %+v", c)
+			t.Errorf("unexpected answer: %d, Retry-After %q, %+v", c.Status, c.Header.Get("Retry-After"), c.Fault)
 		}
 	}
 	return ok, limited, wait
 }
 
+// retryAfterAgrees reports whether an answer advises a wait in its body
+// (retry_after_ms) and its Retry-After header, the header being that wait
+// in whole seconds, rounded up.
+func retryAfterAgrees(r testkit.Response) bool {
+	secs, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	ms := r.Fault.RetryAfterMS
+	return err == nil && ms > 0 && secs >= 1 && int64(secs)*1000 >= ms && int64(secs-1)*1000 < ms
+}
+
 // TestRateLimitAcrossTheFleet: 40 calls at once against rpm_limit 30, over
-// 3 processes: 30 (31 at most, a token refilled meanwhile) are admitted
-// and reach the upstream, the rest are answered RATE_LIMITED with a wait,
-// and a call after that wait passes.
+// 4 processes: 30 (31 at most, a token refilled meanwhile) are admitted
+// and reach the upstream, the rest are answered RATE_LIMITED with a wait
+// (Retry-After and retry_after_ms), and a call after that wait passes.
 func TestRateLimitAcrossTheFleet(t *testing.T) {
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
 	key := testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 3)
+	gws := startFleet(t, env, 4)
 	testkit.PutServer(t, env, map[string]any{"server_id": "paid", "url": demo.URL, "rpm_limit": 30})
 	ok, limited, wait := tally(t, burstVia(gws, key, "paid", 40))
 	if ok < 30 || ok > 31 || ok+limited != 40 {
