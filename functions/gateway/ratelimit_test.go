@@ -8,6 +8,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,11 +83,12 @@ func TestRateLimitAcrossTheFleet(t *testing.T) {
 }
 
 // TestRateLimitPerPrincipalAndTool: rpm_limit_per_principal limits each key
-// on its own; a tool's rpm_limit limits that tool only.
+// on its own; a tool's rpm_limit limits that tool, whoever calls, below
+// what the callers' own buckets would let through.
 func TestRateLimitPerPrincipalAndTool(t *testing.T) {
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
-	keyA, keyB := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
+	keyA, keyB, keyC := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
 	gws := startFleet(t, env, 2)
 	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": demo.URL, "rpm_limit_per_principal": 5,
 		"tools": map[string]any{"slow_tool": map[string]any{"rpm_limit": 3}}})
@@ -101,20 +103,32 @@ func TestRateLimitPerPrincipalAndTool(t *testing.T) {
 	if ok, _, _ := tally(t, echo(keyB, 2)); ok != 2 {
 		t.Errorf("key B: %d of 2 admitted after A used its share; want both", ok)
 	}
-	// The tool's own bucket: 3 of slow_tool a minute, whoever calls.
-	out := testkit.Burst(6, func(i int) agentCall {
-		return callVia(gws[i%2].URL, []string{keyA, keyB}[i%2], "shared", "slow_tool", map[string]any{"ms": 0})
-	})
-	ok := 0
-	for _, c := range out {
-		if c.Status == http.StatusOK {
-			ok++
-		}
+	// The tool's own bucket: 3 of slow_tool a minute, whoever calls. C,
+	// with all 5 of its own tokens, sends 5 at once: the tool's bucket lets
+	// 3 through; then B, with 3 of its own left, is refused the tool too.
+	toolCalls := func(key string, n int) []agentCall {
+		return testkit.Burst(n, func(i int) agentCall {
+			return callVia(gws[i%len(gws)].URL, key, "shared", "slow_tool", map[string]any{"ms": 0})
+		})
 	}
-	// A's own bucket is empty: its calls are refused by it; B has 3 of its
-	// 5 left, and the tool's bucket lets 3 through.
-	if ok != 3 {
-		t.Errorf("%d calls of slow_tool admitted; want B's 3", ok)
+	byTool := func(calls []agentCall) (n int) {
+		for _, c := range calls {
+			if c.Status == http.StatusTooManyRequests && strings.Contains(c.Fault.Message, `tool "slow_tool"`) {
+				n++
+			}
+		}
+		return n
+	}
+	c := toolCalls(keyC, 5)
+	if ok, limited, _ := tally(t, c); ok != 3 || limited != 2 || byTool(c) != 2 {
+		t.Errorf("key C: %d of 5 calls of slow_tool admitted, %d refused by the tool's bucket; want 3 and 2", ok, byTool(c))
+	}
+	b := toolCalls(keyB, 1)
+	if ok, _, _ := tally(t, b); ok != 0 || byTool(b) != 1 {
+		t.Errorf("key B: %d of 1 call of slow_tool admitted, %d refused by the tool's bucket; want 0 and 1", ok, byTool(b))
+	}
+	if got := demo.Stats().Calls; got != 3 {
+		t.Errorf("the upstream received %d calls of slow_tool; want the 3 admitted", got)
 	}
 }
 
