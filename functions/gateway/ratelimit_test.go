@@ -6,17 +6,23 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
+	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
 // burstVia makes n calls of slow_tool (at once, not sleeping) at once,
@@ -183,5 +189,73 @@ func TestRateLimitOverMCP(t *testing.T) {
 	}
 	if got := demo.Stats().Calls; got != 1 {
 		t.Errorf("the upstream received %d calls; want 1", got)
+	}
+}
+
+// TestUpstreamRateLimitError: an upstream's own JSON-RPC rate-limit error
+// (-32023) reaches a REST caller as 429 RATE_LIMITED with a fixed wait of
+// 1 s (Retry-After: 1, retry_after_ms 1000), and an MCP caller as the
+// upstream's error itself; on both routes the call counts in the EMF
+// metric RateLimited, as the gateway's own refusals do.
+func TestUpstreamRateLimitError(t *testing.T) {
+	env := storetest.NewEnv(t)
+	var calls atomic.Int64
+	s := mcp.NewServer(&mcp.Implementation{Name: "quota", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "search", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			calls.Add(1)
+			return nil, &jsonrpc.Error{Code: upstream.CodeRateLimited, Message: "quota exhausted"}
+		})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}))
+	t.Cleanup(up.Close)
+	key := testkit.PutKey(t, env, "*")
+	gw := testkit.StartGateway(t, env, "EMF_METRICS=on")
+	testkit.PutServer(t, env, map[string]any{"server_id": "quota", "url": up.URL})
+
+	c := callVia(gw.URL, key, "quota", "search", map[string]any{})
+	if c.Status != http.StatusTooManyRequests || c.Fault.Code != fault.RateLimited || !c.Fault.Retryable ||
+		c.Header.Get("Retry-After") != "1" || c.Fault.RetryAfterMS != 1000 || !strings.Contains(c.Fault.Message, "quota exhausted") {
+		t.Errorf("REST: %d, Retry-After %q, %+v; want 429 RATE_LIMITED, retryable, a wait of 1 s, the upstream's message",
+			c.Status, c.Header.Get("Retry-After"), c.Fault)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: gw.URL + "/mcp/quota", HTTPClient: &http.Client{Transport: bearer{key}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "search", Arguments: map[string]any{}})
+	var re *jsonrpc.Error
+	if !errors.As(err, &re) || re.Code != upstream.CodeRateLimited || re.Message != "quota exhausted" {
+		t.Errorf("MCP: result %+v, error %v; want the upstream's JSON-RPC error %d as it was", res, err, upstream.CodeRateLimited)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the upstream received %d calls; want 2", n)
+	}
+
+	// Each call's record is written as it ends, and read from the
+	// process's stdout as it comes.
+	counted := func() (n int) {
+		for line := range strings.Lines(gw.Stdout()) {
+			var rec struct {
+				ServerID    string
+				RateLimited int
+				Outcome     string
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.ServerID == "quota" && rec.RateLimited == 1 && rec.Outcome == string(fault.RateLimited) {
+				n++
+			}
+		}
+		return n
+	}
+	for counted() < 2 && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := counted(); n != 2 {
+		t.Errorf("%d EMF records count RateLimited for server quota; want 2 (REST and MCP):\n%s", n, gw.Stdout())
 	}
 }
