@@ -334,11 +334,11 @@ func (b *bench) rateBurst() {
 		ops := float64(m.leaseOps())
 		perAdmitted[r.label] = ops / float64(admitted)
 		if r.all == "" {
-			against, goal := 0.0, ""
+			against := 0.0
 			if i == 1 {
-				against, goal = perAdmitted[runs[0].label], "= no rate limit"
+				against = perAdmitted[runs[0].label]
 			}
-			b.add(sc, "lease requests per call, "+r.label, perAdmitted[r.label], "ops", against, "without", goal)
+			b.add(sc, "lease requests per call, "+r.label, perAdmitted[r.label], "ops", against, "without", "")
 		} else {
 			b.add(sc, "calls admitted, "+r.label, float64(admitted), "calls", limit, "rpm_limit", "20 (21 at most)")
 			b.add(sc, "lease requests per admitted call (all requests / admitted), "+r.label, perAdmitted[r.label], "ops", perAdmitted[r.all], "every call admitted", "")
