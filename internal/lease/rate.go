@@ -75,9 +75,12 @@ func (r Rate) Tokens(tat, now int64) int {
 // known to be ahead of now (the bucket partly drained) is moved one
 // interval on, on condition that it still is ahead and a token is left;
 // otherwise (the bucket full, or never used) it is set to now plus one
-// interval, on condition that it is behind now or absent. Either way
-// concurrent callers do not fail each other: no condition names a value
-// another write just changed, only where it stands against now.
+// interval, on condition that it is behind now or absent. No condition
+// names a value another write just changed, only where it stands against
+// now, so concurrent callers of a partly drained bucket do not fail each
+// other; of callers that all found it full, the first moves it ahead of
+// now, and each other's write fails once and is made again from the
+// bucket its answer shows.
 func (u *update) charge(r Rate, tat int64, now int64) {
 	p := u.path(RateAttr(r.Name))
 	if tat >= now {
