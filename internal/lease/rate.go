@@ -41,10 +41,10 @@ func RateAttr(name string) string { return RateAttrPrefix + name }
 // 60,000 sustains 60,000/interval a minute, less than PerMinute — under
 // 2 % less up to 1,000 a minute, under 10 % up to 6,000, and any limit
 // between 30,000 and 60,000 sustains 30,000 — while its burst stays
-// PerMinute. An arrival time written with a rounded-down interval (by a
-// gateway release before this rule) reads as up to (PerMinute-1) ×
-// (1 - ⌊60 000/PerMinute⌋/interval) tokens fuller, once: 777 for 7,000 a
-// minute, none where PerMinute divides 60,000.
+// PerMinute. An arrival time written with a rounded-down interval (by an
+// older gateway still running during a deploy) reads as up to
+// (PerMinute-1) × (1 - ⌊60 000/PerMinute⌋/interval) tokens fuller, once:
+// 777 for 7,000 a minute, none where PerMinute divides 60,000.
 func (r Rate) interval() int64 {
 	n := int64(max(r.PerMinute, 1))
 	return (60_000 + n - 1) / n
