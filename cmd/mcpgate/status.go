@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/catalog"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
@@ -42,8 +43,14 @@ next write purges it) or a place is free for them (the next look of the
 waiter or the next release hands it over; a place that stays free while
 someone waits is worth a look). Each tool's circuit breaker is shown with
 its state (closed, open for how long, half-open, or probing with the
-probe's lease) and its count of consecutive failures. Any other attribute
-of the item is shown as "other state".
+probe's lease) and its count of consecutive failures. An adaptive server's
+limit is shown with its bounds, adaptive_min and max_concurrent_requests
+(the gateway's ceiling is lower where the server's bulkhead is: its share
+of FUNCTION_CONCURRENCY, which status does not see), and why it last
+moved. Each request-rate bucket (the server's, a principal's on it, a
+tool's, and a key's own in the key's item) is shown with the tokens it
+holds of its limit and how long until it is full. Any other attribute of
+the item is shown as "other state".
 
 A server whose cap is full, with callers waiting or a breaker not closed
 gets a line pointing to mcpgate refusals, which lists the calls refused
@@ -88,7 +95,8 @@ type limiterState struct {
 	// mean), 0 if unknown.
 	CallMS int64 `json:"call_ms,omitempty"`
 	// Buckets are the request-rate buckets: tokens left of the limit
-	// (limit 0: not known here, as for a key's own bucket).
+	// (limit 0: not known, as for a bucket whose server or key no longer
+	// sets that limit).
 	Buckets []bucketState `json:"buckets,omitempty"`
 	// Limit is an adaptive server's limit: where it is, its bounds, and
 	// why it last moved.
@@ -110,7 +118,7 @@ type serverState struct {
 	PerPrincipal int `json:"per_principal,omitempty"`
 	// Invalid is why the gateway refuses the server's item, if it does.
 	Invalid string `json:"invalid,omitempty"`
-	// Key says the item is a key's own (max_parallel_requests).
+	// Key says the item is a key's own (max_parallel_requests, rpm_limit).
 	Key bool `json:"key,omitempty"`
 }
 
@@ -201,7 +209,11 @@ func (c *cli) readStatus(pos []string) (*statusReport, error) {
 		if srv != nil {
 			servers = append(servers, srv)
 		}
-		return buildStatus(items, servers, time.Now(), true), nil
+		keys, err := c.keyLimits(items)
+		if err != nil {
+			return nil, err
+		}
+		return buildStatus(items, servers, keys, time.Now(), true), nil
 	}
 	items, err := c.scan(c.tables.Leases)
 	if err != nil {
@@ -210,7 +222,34 @@ func (c *cli) readStatus(pos []string) (*statusReport, error) {
 	if servers, err = c.scan(c.tables.Servers); err != nil {
 		return nil, err
 	}
-	return buildStatus(items, servers, time.Now(), false), nil
+	keys, err := c.keyLimits(items)
+	if err != nil {
+		return nil, err
+	}
+	return buildStatus(items, servers, keys, time.Now(), false), nil
+}
+
+// keyLimits maps each key whose own item is among items, by its principal
+// ID (key:1a2b3c4d5e6f, the item's limiter key), to its rpm_limit as the
+// gateway reads it (0: none, or an item the gateway refuses). It reads
+// the keys table only when there is such an item.
+func (c *cli) keyLimits(items []map[string]types.AttributeValue) (map[string]int, error) {
+	if !slices.ContainsFunc(items, func(item map[string]types.AttributeValue) bool {
+		return strings.HasPrefix(rawAttr(item, store.LimiterKeyAttr), string(auth.KindKey)+":")
+	}) {
+		return nil, nil
+	}
+	keys, err := c.scan(c.tables.Keys)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, item := range keys {
+		if k, err := auth.ParseItem(item); err == nil && k.Hash != "" {
+			out[k.Principal().ID] = k.RPMLimit
+		}
+	}
+	return out, nil
 }
 
 // watchStatus prints the status every interval until the command's
@@ -286,10 +325,11 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// buildStatus reads the lease items against the server items, at now.
-// Every capped server is shown, with a limiter item or not; all shows
-// uncapped servers too (status of one server shows it whatever it is).
-func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time, all bool) *statusReport {
+// buildStatus reads the lease items against the server items and the
+// keys' rpm limits (by principal ID), at now. Every capped server is
+// shown, with a limiter item or not; all shows uncapped servers too
+// (status of one server shows it whatever it is).
+func buildStatus(items, servers []map[string]types.AttributeValue, keyRPM map[string]int, now time.Time, all bool) *statusReport {
 	type server struct {
 		item map[string]types.AttributeValue
 		srv  *registry.Server // nil when the item is invalid
@@ -359,6 +399,9 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 		l.Principals, l.Breakers, l.CallMS = st.Principals, st.Breakers, st.CallLength.Milliseconds()
 		for _, name := range slices.Sorted(maps.Keys(st.Buckets)) {
 			b := bucketState{Name: name, Limit: rpmOf(srv, name), FullAt: st.Buckets[name].UTC()}
+			if l.Server.Key && name == "key" {
+				b.Limit = keyRPM[key]
+			}
 			if b.Limit > 0 {
 				b.Tokens = lease.Rate{Name: name, PerMinute: b.Limit}.Tokens(st.Buckets[name].UnixMilli(), now.UnixMilli())
 			}
@@ -383,7 +426,7 @@ func buildStatus(items, servers []map[string]types.AttributeValue, now time.Time
 }
 
 // rpmOf is the limit of the bucket named name on srv (nil: unknown), 0 when
-// not known.
+// not known (a key's own bucket is the key's: see keyLimits).
 func rpmOf(srv *registry.Server, name string) int {
 	switch {
 	case srv == nil:
@@ -493,7 +536,7 @@ func printStatus(w io.Writer, r *statusReport) error {
 			fmt.Fprintf(w, "  calls last about %v\n", time.Duration(l.CallMS)*time.Millisecond)
 		}
 		if lim := l.Limit; lim != nil {
-			line := fmt.Sprintf("  adaptive limit: %d (between %d and %d)", lim.Current, lim.Min, lim.Ceiling)
+			line := fmt.Sprintf("  adaptive limit: %d (between %d and %d, or its bulkhead if lower)", lim.Current, lim.Min, lim.Ceiling)
 			if lim.Why != "" {
 				line += fmt.Sprintf("; last moved %v ago, %s", r.Now.Sub(lim.At).Round(100*time.Millisecond), lim.Why)
 			}
@@ -594,7 +637,7 @@ func orDash(s string) string {
 func (s serverState) describe() string {
 	switch {
 	case s.Key:
-		return "a key's own calls in flight (max_parallel_requests)"
+		return "a key's own limits (max_parallel_requests, rpm_limit)"
 	case !s.Found:
 		return "not in the servers table"
 	case s.Invalid != "":

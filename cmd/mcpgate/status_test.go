@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -328,4 +329,60 @@ func TestStatusWatch(t *testing.T) {
 	}
 
 	mcpgate(t, env, "status", "--watch", "--interval", "1ms").fails(t, 2, "too short")
+}
+
+// Each request-rate bucket is shown with the tokens it holds of its limit:
+// the server's, a principal's and a tool's from the server item's limits,
+// a key's own from the keys table; an adaptive limit with its bounds.
+func TestStatusShowsBucketsAndTheAdaptiveLimit(t *testing.T) {
+	env := storetest.NewEnv(t)
+	ctx := context.Background()
+	// Limits of at most 3 a minute: no token comes back within 20 s.
+	testkit.PutServer(t, env, map[string]any{"server_id": "paid", "url": "https://example.com/mcp", "max_concurrent_requests": 4,
+		"rpm_limit": 3, "rpm_limit_per_principal": 2, "tools": map[string]any{"search": map[string]any{"rpm_limit": 2}}})
+	testkit.PutServer(t, env, map[string]any{"server_id": "batch", "url": "https://example.com/mcp", "max_concurrent_requests": 12,
+		"adaptive": true, "adaptive_min": 2})
+	key := testkit.PutKey(t, env, "*")
+	testkit.UpdateKey(t, env, key, "rpm_limit", 3)
+	owner := (&auth.Key{Hash: auth.HashKey(key)}).Principal().ID
+	l := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1"})
+	var held []*lease.Lease
+	for _, r := range []lease.Request{
+		{Key: "paid", Cap: 4, Tool: "search", Hold: time.Hour, Holder: "k:1a2b3c4d", Rates: []lease.Rate{
+			{Name: "server", PerMinute: 3}, {Name: "principal:k:1a2b3c4d", PerMinute: 2}, {Name: "tool:search", PerMinute: 2}}},
+		{Key: owner, Hold: time.Hour, Holder: "k:1a2b3c4d", Rates: []lease.Rate{{Name: "key", PerMinute: 3}}},
+		{Key: owner, Hold: time.Hour, Holder: "k:1a2b3c4d", Rates: []lease.Rate{{Name: "key", PerMinute: 3}}},
+		{Key: "batch", Cap: 12, Adaptive: &lease.Adaptive{Min: 2}, Hold: time.Hour, Holder: "k:1a2b3c4d"},
+	} {
+		ls, err := l.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ls)
+	}
+	r := mcpgate(t, env, "status").ok(t)
+	for _, want := range []string{
+		"  rate server: 2 of 3 tokens (full in ",
+		"  rate principal:k:1a2b3c4d: 1 of 2 tokens (full in ",
+		"  rate tool:search: 1 of 2 tokens (full in ",
+		owner + ": a key's own limits (max_parallel_requests, rpm_limit)\n",
+		"  rate key: 1 of 3 tokens (full in ",
+		"  adaptive limit: 2 (between 2 and 12, or its bulkhead if lower)\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status does not say %q:\n%s", want, r.stdout)
+		}
+	}
+	rep := statusJSON(t, env, owner)
+	if len(rep.Limiters) != 1 || len(rep.Limiters[0].Buckets) != 1 {
+		t.Fatalf("status --json %s: %+v", owner, rep.Limiters)
+	}
+	if b := rep.Limiters[0].Buckets[0]; b.Name != "key" || b.Limit != 3 || b.Tokens != 1 || !b.FullAt.After(rep.Now) {
+		t.Errorf("the key's bucket shown as %+v; want key, 1 of 3 tokens, full later", b)
+	}
+	for _, ls := range held {
+		if _, err := ls.Finish(ctx, lease.Success); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

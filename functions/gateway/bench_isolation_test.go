@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -260,5 +261,91 @@ func (b *bench) rateLimits() {
 		if r := m.leaseReads(); r > 0 {
 			b.add(sc, "of which reads, "+v.label, float64(r)/float64(n), "ops", 0, "", "0")
 		}
+	}
+	b.rateBurst()
+}
+
+// rateBurst: calls sent at once, spread over the bench's gateway
+// processes, none of which has seen the server's item yet, counting the
+// lease-table requests they cost with and without a server rpm_limit, on a
+// capped server (cap 40: no call waits, the bucket rides the acquire) and
+// an uncapped one (the bucket alone). 20 calls against rpm_limit 20 are
+// all admitted; 40 are admitted 20 (21 if a token comes back meanwhile),
+// the rest refused RATE_LIMITED. A refused call's cost is the 40 calls'
+// requests less the admitted calls' at the 20-call burst's cost per call.
+func (b *bench) rateBurst() {
+	t := b.t
+	const capacity, limit = 40, 20
+	sc := fmt.Sprintf("rate limits: a burst, calls at once over %d procs", len(b.gws))
+	capped := map[string]any{"max_concurrent_requests": capacity}
+	limited := map[string]any{"max_concurrent_requests": capacity, "rpm_limit": limit}
+	uncapped := map[string]any{"rpm_limit": limit}
+	runs := []struct {
+		label  string
+		calls  int
+		server map[string]any
+		// all is the label of the run of calls all admitted under the same
+		// server, by which this one's refused calls are costed.
+		all string
+	}{
+		{label: "cap 40, no rate limit, 20 calls", calls: 20, server: capped},
+		{label: "cap 40, rpm_limit 20, 20 calls", calls: 20, server: limited},
+		{label: "cap 40, rpm_limit 20, 40 calls", calls: 40, server: limited, all: "cap 40, rpm_limit 20, 20 calls"},
+		{label: "uncapped, rpm_limit 20, 20 calls", calls: 20, server: uncapped},
+		{label: "uncapped, rpm_limit 20, 40 calls", calls: 40, server: uncapped, all: "uncapped, rpm_limit 20, 20 calls"},
+	}
+	perAdmitted := map[string]float64{}
+	for i, r := range runs {
+		id := fmt.Sprintf("rl_burst_%d", i)
+		doc := map[string]any{"server_id": id, "url": b.demo.URL}
+		maps.Copy(doc, r.server)
+		testkit.PutServer(t, b.env, doc)
+		for _, g := range b.gws { // each process's registry and tool list, taking no token
+			resp, err := testkit.Do(context.Background(), http.MethodGet, g.URL+"/mcp-rest/tools/list?server_id="+id,
+				http.Header{"Authorization": {"Bearer " + b.key}}, nil)
+			if err != nil || resp.Status != http.StatusOK {
+				t.Fatalf("%s: warm-up: %v %+v", r.label, err, resp)
+			}
+		}
+		b.demo.Reset()
+		b.meter.reset()
+		calls := testkit.Burst(r.calls, func(i int) agentCall {
+			return callVia(b.gws[i%len(b.gws)].URL, b.key, id, "slow_tool", map[string]any{"ms": 0})
+		})
+		m := b.meter.reset()
+		admitted, refused := 0, 0
+		for _, c := range calls {
+			switch {
+			case c.Status == http.StatusOK:
+				admitted++
+			case c.Status == http.StatusTooManyRequests && c.Fault.Code == fault.RateLimited:
+				refused++
+			default:
+				t.Errorf("%s: unexpected answer: %d %+v", r.label, c.Status, c.Fault)
+			}
+		}
+		if got := b.demo.Stats().Calls; got != admitted {
+			t.Errorf("%s: the upstream received %d calls; %d were admitted", r.label, got, admitted)
+		}
+		if admitted == 0 || r.all != "" && refused == 0 || r.all == "" && refused > 0 {
+			t.Errorf("%s: %d admitted, %d refused", r.label, admitted, refused)
+			continue
+		}
+		ops := float64(m.leaseOps())
+		perAdmitted[r.label] = ops / float64(admitted)
+		if r.all == "" {
+			against := 0.0
+			if i == 1 {
+				against = perAdmitted[runs[0].label]
+			}
+			b.add(sc, "lease requests per call, "+r.label, perAdmitted[r.label], "ops", against, "without", "")
+		} else {
+			b.add(sc, "calls admitted, "+r.label, float64(admitted), "calls", limit, "rpm_limit", "20 (21 at most)")
+			b.add(sc, "lease requests per admitted call (all requests / admitted), "+r.label, perAdmitted[r.label], "ops", perAdmitted[r.all], "every call admitted", "")
+			b.add(sc, "lease requests per refused call (beyond the admitted calls' cost), "+r.label,
+				(ops-float64(admitted)*perAdmitted[r.all])/float64(refused), "ops", 0, "", "")
+		}
+		b.add(sc, "of which failed conditional writes, per call sent, "+r.label, float64(m.failedWrites)/float64(r.calls), "ops", 0, "", "")
+		b.add(sc, "of which reads, per call sent, "+r.label, float64(m.leaseReads())/float64(r.calls), "ops", 0, "", "")
 	}
 }

@@ -274,7 +274,7 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 		need = 8 * lim // the limit it was last brought down from: try it again less often
 	}
 	if binding && v.ok+1 >= need {
-		return move(lim+1, fmt.Sprintf("up %d→%d: %d calls at the limit within %.1f × their baseline", lim, lim+1, 2*lim, Tolerance))
+		return move(lim+1, fmt.Sprintf("up %d→%d: %d calls at the limit within %.1f × their baseline", lim, lim+1, need, Tolerance))
 	}
 	u.set(u.path(RatioAttr), u.num(ratio))
 	if binding {

@@ -732,10 +732,10 @@ func TestLimitMoveSurvivesARacingPurge(t *testing.T) {
 	})
 }
 
-// Invariant 15 and the Release step, as above: extras lumps the purge and
-// the pause together, so a release whose purge lost a race is made again
-// without its pause too, though no later pause stands: the upstream's
-// Retry-After is dropped and the next caller takes a place at once.
+// Invariant 15 and the Release step, as above: a release that carries a
+// pause and a purge, whose purge loses a race, is made again without the
+// purge and with its pause, since no later pause stands: the upstream's
+// Retry-After holds, and no caller takes a place before it passes.
 func TestPauseSurvivesARacingPurge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()

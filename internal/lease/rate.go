@@ -33,8 +33,22 @@ const RateAttrPrefix = "rate:"
 // RateAttr is the attribute of the bucket named name.
 func RateAttr(name string) string { return RateAttrPrefix + name }
 
-// interval is the time one token stands for, in ms.
-func (r Rate) interval() int64 { return max(60_000/int64(r.PerMinute), 1) }
+// interval is the time one token stands for: 60 000/PerMinute ms rounded
+// up to a whole ms, as the item keeps arrival times in whole ms. Rounded
+// up, a bucket never admits more than PerMinute calls a minute beyond its
+// burst (rounded down, a limit of 7,000 would sustain 7,500 a minute, and
+// any limit above 30,000 one a ms). The cost: a limit that does not divide
+// 60,000 sustains 60,000/interval a minute, less than PerMinute — under
+// 2 % less up to 1,000 a minute, under 10 % up to 6,000, and any limit
+// between 30,000 and 60,000 sustains 30,000 — while its burst stays
+// PerMinute. An arrival time written with a rounded-down interval (by an
+// older gateway still running during a deploy) reads as up to
+// (PerMinute-1) × (1 - ⌊60 000/PerMinute⌋/interval) tokens fuller, once:
+// 777 for 7,000 a minute, none where PerMinute divides 60,000.
+func (r Rate) interval() int64 {
+	n := int64(max(r.PerMinute, 1))
+	return (60_000 + n - 1) / n
+}
 
 // tolerance is how far the arrival time may run ahead of now while a token
 // is left: PerMinute-1 intervals, the burst.
@@ -61,9 +75,12 @@ func (r Rate) Tokens(tat, now int64) int {
 // known to be ahead of now (the bucket partly drained) is moved one
 // interval on, on condition that it still is ahead and a token is left;
 // otherwise (the bucket full, or never used) it is set to now plus one
-// interval, on condition that it is behind now or absent. Either way
-// concurrent callers do not fail each other: no condition names a value
-// another write just changed, only where it stands against now.
+// interval, on condition that it is behind now or absent. No condition
+// names a value another write just changed, only where it stands against
+// now, so concurrent callers of a partly drained bucket do not fail each
+// other; of callers that all found it full, the first moves it ahead of
+// now, and each other's write fails once and is made again from the
+// bucket its answer shows.
 func (u *update) charge(r Rate, tat int64, now int64) {
 	p := u.path(RateAttr(r.Name))
 	if tat >= now {

@@ -3,9 +3,13 @@ package lease
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
@@ -128,4 +132,84 @@ func TestPerPrincipalRates(t *testing.T) {
 	b := acquire(t, l, mk("B"))
 	release(t, a)
 	release(t, b)
+}
+
+// No limit the registry and the keys table accept (1 to 60,000 a minute)
+// gets a bucket that refills faster than its limit: each token stands for
+// at least 60 000/N ms, and the burst is N tokens.
+func TestNoBucketRefillsFasterThanItsLimit(t *testing.T) {
+	for n := 1; n <= 60_000; n++ {
+		r := Rate{Name: "server", PerMinute: n}
+		if r.interval()*int64(n) < 60_000 {
+			t.Fatalf("a bucket of %d a minute refills one token every %d ms: %.2f a minute", n, r.interval(), 60_000/float64(r.interval()))
+		}
+		if burst := r.Tokens(0, 1); burst != n {
+			t.Fatalf("a full bucket of %d a minute holds %d tokens", n, burst)
+		}
+		if drained := r.Tokens(1+r.tolerance()+r.interval(), 1); drained != 0 {
+			t.Fatalf("a bucket of %d a minute holds %d tokens after its burst", n, drained)
+		}
+	}
+}
+
+// A bucket of 601 a minute, taken as fast as it lets through — on a clock
+// that moves on by each refusal's advised wait — admits over 30 s its
+// burst and 300 more (601 × 30/60), no more. A token every 99 ms, the
+// nearest whole ms below 60 000/601, would admit 303.
+func TestRateLimitHoldsOverTime(t *testing.T) {
+	env := storetest.NewEnv(t)
+	const n, window = 601, 30_000
+	start := time.Now().UnixMilli()
+	var now atomic.Int64
+	now.Store(start)
+	l := New(env.Client, env.Tables.Leases, Options{Clock: func() time.Time { return time.UnixMilli(now.Load()) }})
+	r := Request{Key: "key:abc", Hold: time.Minute, Holder: "k:abc", Rates: []Rate{{Name: "key", PerMinute: n}}}
+	admitted := 0
+	for now.Load() <= start+window {
+		_, err := l.Acquire(context.Background(), r)
+		var rl *RateLimitedError
+		switch {
+		case err == nil:
+			admitted++
+		case errors.As(err, &rl) && rl.RetryAfter > 0:
+			now.Add(rl.RetryAfter.Milliseconds())
+		default:
+			t.Fatalf("acquire at +%d ms: %v", now.Load()-start, err)
+		}
+	}
+	if want := n + n*window/60_000; admitted != want {
+		t.Errorf("%d calls admitted in %d ms by a bucket of %d a minute; want its burst and %d more: %d", admitted, window, n, n*window/60_000, want)
+	}
+}
+
+// An adaptive limit's move up says how many calls at the limit it took:
+// twice the limit, or eight times back to the limit it was last brought
+// down from. The reason is what mcpgate status shows beside the limit.
+func TestAdaptiveRiseSaysTheCallsItTook(t *testing.T) {
+	for _, c := range []struct {
+		cut, ok int64
+		want    string
+	}{
+		{cut: 0, ok: 7, want: "up 4→5: 8 calls at the limit"},
+		{cut: 5, ok: 31, want: "up 4→5: 32 calls at the limit"},
+	} {
+		ls := &Lease{adaptive: &Adaptive{Min: 1}, ceiling: 8, grantMS: 2_000, InFlight: 4, toolName: "t"}
+		v := parseItem(nil)
+		v.limit, v.at, v.cut, v.ok, v.ratio = 4, 1_000, c.cut, c.ok, 1_000
+		v.bases["t"] = 100
+		u := newUpdate()
+		if !ls.adapt(u, v, Success, 100*time.Millisecond, 3_000) {
+			t.Errorf("cut %d, %d calls at the limit before: the limit did not move", c.cut, c.ok)
+			continue
+		}
+		why := ""
+		for _, val := range u.values {
+			if sv, ok := val.(*types.AttributeValueMemberS); ok && strings.HasPrefix(sv.Value, "up ") {
+				why = sv.Value
+			}
+		}
+		if !strings.HasPrefix(why, c.want) {
+			t.Errorf("cut %d: the limit moved %q; want %q…", c.cut, why, c.want)
+		}
+	}
 }

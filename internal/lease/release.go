@@ -131,11 +131,15 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 				// another write made first: make it again from the item
 				// as that answer shows it, which drops what no longer
 				// holds (its probe taken over, the limit moved since its
-				// grant, a later pause). The purge is not made again:
-				// best effort, and the write that raced it purged. Past
-				// maxEager tries the limit and the pause go too; what is
-				// left is conditioned on the lease and the probe alone,
-				// so the loop ends.
+				// grant, a pause no later than one that stands). The
+				// purge is not made again: best effort, and the write
+				// that raced it purged; the pause is, so a lost purge
+				// never loses the upstream's Retry-After. Only after
+				// maxEager tries that all lost a race is the release
+				// made without the move of the limit and without the
+				// pause (which is then lost); what is left is
+				// conditioned on the lease and the probe alone, so the
+				// loop ends.
 				probe = probe && ls.breaker != nil && v.breakers[ls.breaker.Name].probe == ls.id
 				purge = false
 				extras = extras && tries < maxEager

@@ -45,7 +45,10 @@ type Status struct {
 
 // LimitStatus is an adaptive limit as the item shows it.
 type LimitStatus struct {
-	// Current is the limit in force; Min and Ceiling its bounds.
+	// Current is the limit in force; Min and Ceiling its bounds, Ceiling
+	// being the cap Describe was given (mcpgate status gives the server's
+	// max_concurrent_requests, above the gateway's ceiling where the
+	// server's bulkhead is lower).
 	Current int `json:"current"`
 	Min     int `json:"min"`
 	Ceiling int `json:"ceiling"`
