@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -418,11 +419,13 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 			// take landed at once.
 			u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 		}
-		if mixed || a.req.PrincipalCap > 0 {
+		if mixed || a.req.PrincipalCap > 0 || a.passedOver(v, now, ahead, bypass) {
 			// No place was freed that might change whose turn it is. When
 			// every caller waiting is of its own principal and none waits
 			// for a capped tool, they are served by ticket number alone,
-			// and a place freed only makes more room.
+			// and a place freed only makes more room — unless one before
+			// it was passed over (its breaker's probe was running), which
+			// a probe's verdict, a release, may unblock.
 			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 		}
 	}
@@ -483,6 +486,24 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*
 	}
 	// Not landed, unless the item shows it did (the caller's loop looks).
 	return nil, nv, nil
+}
+
+// passedOver reports whether v shows a live ticket numbered before this
+// caller's (a newcomer's is the newest) that gets no place in its turn:
+// neither ahead of it nor presumed gone (bypass), so passed over as a
+// caller that cannot use a place.
+func (a *attempt) passedOver(v *view, now int64, ahead, bypass []*ticket) bool {
+	mine := a.n
+	if mine == 0 {
+		mine = math.MaxInt64
+	}
+	handed := func(t *ticket) bool {
+		has := func(x *ticket) bool { return x.id == t.id }
+		return slices.ContainsFunc(ahead, has) || slices.ContainsFunc(bypass, has)
+	}
+	return slices.ContainsFunc(v.queue, func(t *ticket) bool {
+		return t.id != a.me.id && t.live(now) && t.n < mine && !handed(t)
+	})
 }
 
 // judgedKey carries, in the context of a take judged from a view, that

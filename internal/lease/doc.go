@@ -83,15 +83,17 @@
 // caller that joins after that look comes after it, as it would had the
 // take landed at once. So a take judged from a view is conditioned on what
 // could change whose turn it is among the callers the view shows: freed as
-// seen while others wait (no place was freed and no ticket left, either of
-// which could unblock or promote someone), its own principal's set as seen
-// while others wait (how many places the principal holds ranks it), and in
-// every cap, room left for each caller whose turn comes before it — so two
-// callers who each see themselves next behind the same waiter never take
-// its place between them. A newcomer, having no ticket, is the newest
-// caller: its take is also conditioned on seq as seen (nobody joined since
-// it looked). Under churn most takes are waiters', and a join lands with
-// nearly every call: conditioned on seq, most of them failed.
+// seen (no place was freed and no ticket left, either of which could
+// unblock or promote someone) while callers of other principals or of
+// capped tools wait, or one numbered before it was passed over; its own
+// principal's set as seen while callers of other principals wait (how many
+// places the principal holds ranks it); and in every cap, room left for
+// each caller whose turn comes before it — so two callers who each see
+// themselves next behind the same waiter never take its place between
+// them. A newcomer, having no ticket, is the newest caller: its take is
+// also conditioned on seq as seen (nobody joined since it looked). Under
+// churn most takes are waiters', and a join lands with nearly every call:
+// conditioned on seq, most of them failed.
 //
 // A waiter whose turn has come at every look for ClaimWindow without its
 // taking the place is presumed gone: the next caller takes the place and
@@ -151,7 +153,10 @@
 // of hundreds of seeded schedules (thousands in make soak) with lost,
 // delayed, duplicated and late-landing writes, callers and instances
 // dying, clocks skewed within the margin and purges cut short; its store
-// is checked against dynalite by TestMemStoreMatchesDynalite.
+// is checked against dynalite by TestMemStoreMatchesDynalite. For 6 it
+// also checks that a waiter's take was judged from a view its instance
+// was given, and that no waiter is presumed gone before ClaimWindow has
+// passed since its turn could first have been seen to come.
 //
 //  1. No cap is exceeded: leases holds at most Cap live entries, each tool
 //     set at most its ToolCap, each principal set at most PrincipalCap
@@ -179,6 +184,7 @@
 //     TestLaterJoinerDoesNotFailAWaitersTake,
 //     TestFairBetweenPrincipals, TestBlockedTicketDoesNotHoldUpAFreePlace,
 //     TestOpenBreakerDoesNotHoldUpTheQueue,
+//     TestProbeVerdictFailsATakeThatPassedOverItsCaller,
 //     TestLeavingTicketFailsATakeJudgedBefore, TestTakeIsJudgedWhenSent).
 //  7. At most MaxQueued callers wait (TestQueueIsBounded).
 //  8. A release is idempotent and knows its own retry: a second or copied

@@ -1265,3 +1265,131 @@ func TestLaterJoinerDoesNotFailAWaitersTake(t *testing.T) {
 		release(t, mine)
 	})
 }
+
+// queuedAttempt puts a waiting caller of holder on "srv" through l: its
+// ticket joins the queue as a waiter's would, and the attempt is left
+// with it, as after its join's answer.
+func queuedAttempt(t *testing.T, l *Limiter, r Request) *attempt {
+	t.Helper()
+	ctx := context.Background()
+	a := &attempt{l: l, req: r, b: l.board(r.Key), start: time.Now()}
+	a.me = asker{id: l.newLeaseID(), label: r.Holder, tool: r.Tool, toolCap: r.ToolCap}
+	if r.Breaker != nil {
+		a.me.breaker = r.Breaker.Name
+	}
+	v, err := l.read(ctx, r.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err = a.join(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	tk := v.ticketFor(a.me.id)
+	if tk == nil {
+		t.Fatalf("%s's join did not land", a.me.id)
+	}
+	a.n, a.maps = tk.n, true
+	return a
+}
+
+// look reads the item for a and judges its turn, as its loop does.
+func look(t *testing.T, a *attempt) (v *view, served bool, ahead, bypass []*ticket) {
+	t.Helper()
+	v, err := a.l.read(context.Background(), a.req.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, ahead, bypass = a.decide(v, a.now())
+	return v, served, ahead, bypass
+}
+
+// Invariant 6: a take conditioned on freed only when the callers waiting
+// were of several principals or one waited for a capped tool ("served by
+// ticket number alone") let a waiter pass a caller of its own principal
+// that its look showed, passed over because its breaker was half-open with
+// a probe running: the probe's verdict (a release: freed moves) unblocks
+// that caller without making room for both. A take conditions on freed
+// whenever a caller before it was passed over.
+//
+// Every waiter is of principal p. W (no breaker) looks while the probe A1
+// runs: A2 and A3 (tool t) are passed over, W is served. A1's success
+// closes the breaker and frees its place; A2, looking after that, takes
+// it. W's take, judged before, still lands on the last place, which in the
+// item as the write finds it is A3's (#3, before W's #4): W passes a caller
+// its own look showed waiting. Nobody joined (seq is unchanged), so the
+// code before the last change fails the same way, and a newcomer in W's
+// place is served the same way. A2 and A3 not looking between the
+// breaker's opening and the probe's verdict is within MaxLook.
+func TestProbeVerdictFailsATakeThatPassedOverItsCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id}) }
+		br := &Breaker{Name: "t", Threshold: 2, Recovery: 500 * time.Millisecond}
+		r := func(holder string, breaker bool) Request {
+			q := Request{Key: "srv", Cap: 2, Hold: 30 * time.Second, Holder: holder, MaxQueued: 8, Wait: 20 * time.Second}
+			if breaker {
+				q.Tool, q.Breaker = "t", br
+			}
+			return q
+		}
+		lf := mk("f")
+		fx, fy := acquire(t, lf, r("x", true)), acquire(t, lf, r("y", true))
+		// Both places held: p's callers wait.
+		a1 := queuedAttempt(t, mk("a1"), r("p", true))
+		a2 := queuedAttempt(t, mk("a2"), r("p", true))
+		a3 := queuedAttempt(t, mk("a3"), r("p", true))
+		w := queuedAttempt(t, mk("w"), r("p", false))
+		// Two principals' calls fail: the breaker opens for everyone, and
+		// both places free.
+		if _, err := fx.Finish(ctx, Failure); err != nil {
+			t.Fatal(err)
+		}
+		if tr, err := fy.Finish(ctx, Failure); err != nil || tr != Opened {
+			t.Fatalf("the second failure: %q, %v; want the breaker opened", tr, err)
+		}
+		time.Sleep(600 * time.Millisecond) // half-open
+		// A1, first, is the probe and takes a place.
+		v, served, ahead, bypass := look(t, a1)
+		if !served {
+			t.Fatal("A1, first in the queue with the breaker half-open, is not served")
+		}
+		p1, _, err := a1.take(ctx, v, ahead, bypass)
+		if err != nil || p1 == nil || !p1.Probe() {
+			t.Fatalf("A1's take: %v, %v; want the probe's place", p1, err)
+		}
+		// W looks while the probe runs: A2 and A3 are passed over.
+		wv, served, wahead, wbypass := look(t, w)
+		if !served || len(wahead) != 0 {
+			t.Fatalf("W's look: served %v, ahead %v; want served, A2 and A3 held back by the probe", served, ids(wahead))
+		}
+		// The probe succeeds: the breaker closes, its place frees.
+		if tr, err := p1.Finish(ctx, Success); err != nil || tr != Closed {
+			t.Fatalf("the probe's release: %q, %v", tr, err)
+		}
+		// A2 looks and takes the first of the two free places.
+		v, served, ahead, bypass = look(t, a2)
+		if !served {
+			t.Fatal("A2 is not served")
+		}
+		if l2, _, err := a2.take(ctx, v, ahead, bypass); err != nil || l2 == nil {
+			t.Fatalf("A2's take: %v, %v", l2, err)
+		}
+		before := itemView(t, db, "srv")
+		ok, turnOf := before.turn(w.now(), &w.me, w.caps(before), nil)
+		if ok || len(turnOf) != 1 || turnOf[0].id != a3.me.id {
+			t.Fatalf("in the item W's take finds: W served %v, turn of %v; want A3's turn, not W's", ok, ids(turnOf))
+		}
+		if before.seq != wv.seq {
+			t.Fatalf("seq moved from %d to %d: a later joiner, which the schedule does not mean", wv.seq, before.seq)
+		}
+		wn := w.n
+		ls, _, err := w.take(ctx, wv, wahead, wbypass)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls != nil {
+			t.Errorf("W (#%d) took the last place, the turn of A3 (#%d), a caller its own look showed waiting before it", wn, a3.n)
+		}
+	})
+}

@@ -129,6 +129,57 @@ type simAns struct {
 	err error
 }
 
+// noteTurns records, for each ticket whose turn comes in item — the item
+// an instance was just given, which its waiters may judge from now or
+// later — the earliest time a clock within the skew could judge so: at
+// once, or once a lease in it expires or a ticket lapses. A caller whose
+// turn came may be presumed gone ClaimWindow after that, not before.
+func (s *sim) noteTurns(item map[string]types.AttributeValue) {
+	if item == nil {
+		return
+	}
+	v := parseItem(item)
+	now := time.Now()
+	first := now.Add(simSkew).UnixMilli()
+	at := []int64{first}
+	for _, exp := range v.leases {
+		if exp >= first {
+			at = append(at, exp+1)
+		}
+	}
+	for _, t := range v.queue {
+		if t.deadline >= first {
+			at = append(at, t.deadline+1)
+		}
+	}
+	for _, ms := range at {
+		_, ahead := v.turn(ms, nil, s.limits(v), nil)
+		came := time.UnixMilli(ms).Add(-simSkew)
+		for _, t := range ahead {
+			if old, ok := s.turnCame[t.id]; !ok || came.Before(old) {
+				s.turnCame[t.id] = came
+			}
+		}
+	}
+}
+
+// item is the item the answer shows, if any.
+func (a simAns) item() map[string]types.AttributeValue {
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case a.get != nil:
+		return a.get.Item
+	case a.upd != nil:
+		return a.upd.Attributes
+	case errors.As(a.err, &ccf):
+		return ccf.Item
+	}
+	return nil
+}
+
+// seq is the seq of the item the answer shows (0 if none).
+func (a simAns) seq() int64 { return numberOr(a.item()[SeqAttr], 0) }
+
 // simWrite is one write the simulated store applied, and its answer: the
 // item after it, or as it was when its condition failed.
 type simWrite struct {
@@ -167,6 +218,13 @@ type sim struct {
 	trace     []simWrite // every write applied, in order, and its answer (for the store cross-check)
 	// released: lease ids whose own release write landed.
 	released map[string]bool
+	// shown is, per instance, the highest seq of an item answer it was
+	// given: a take cannot have been judged from a view newer than that.
+	shown map[int]int64
+	// turnCame is when each ticket's turn first came in the stored item,
+	// as the fastest clock within the skew would judge it: nobody may
+	// presume its caller gone before ClaimWindow from then.
+	turnCame map[string]time.Time
 	// tokens are when each token of the server's bucket was taken, refunds
 	// when one was given back.
 	tokens, refunds []time.Time
@@ -238,11 +296,18 @@ func (a simAPI) do(ctx context.Context, r *simReq, opts []func(*dynamodb.Options
 			}
 		}
 	}
+	if r.judged > s.shown[a.inst] {
+		s.fail("judged", "", "c%d's take says it was judged from seq %d; its instance was shown no item past seq %d", c.id, r.judged, s.shown[a.inst])
+	}
 	s.pending = append(s.pending, r)
 	s.mu.Unlock()
 	s.poke()
 	select {
 	case ans := <-r.done:
+		s.mu.Lock()
+		s.shown[a.inst] = max(s.shown[a.inst], ans.seq())
+		s.noteTurns(ans.item())
+		s.mu.Unlock()
 		return ans
 	case <-ctx.Done():
 		// The caller gave up on the answer; the request goes on.
@@ -567,10 +632,7 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 		if v.paused > sent.Add(s.skews[c.inst]).UnixMilli() {
 			s.fail("pause", id, "c%d took a place %v before the pause ended", c.id, time.UnixMilli(v.paused).Sub(sent.Add(s.skews[c.inst])))
 		}
-		// A take: was it this caller's turn in the item as the write found
-		// it, as of when the caller sent it — a waiter's, among the
-		// callers that had joined when it looked?
-		now := sent.Add(s.skews[c.inst]).UnixMilli()
+
 		me := s.asker(c, id)
 		later := map[string]bool{}
 		if v.ticketFor(id) != nil {
@@ -581,6 +643,21 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 				if t.n > judged {
 					later[t.id] = true
 				}
+			}
+		}
+		// A take: was it this caller's turn in the item as the write found
+		// it, as of when the caller sent it — a waiter's, among the
+		// callers that had joined when it looked?
+		now := sent.Add(s.skews[c.inst]).UnixMilli()
+		for _, t := range v.queue {
+			if t.id == id || !t.live(now) || byName[t.id] == "" || !inClause(remove, byName[QueueAttr]+"."+byName[t.id]) {
+				continue // its own, or purged past its deadline
+			}
+			// A waiter presumed gone: its turn must have come ClaimWindow
+			// before the taker judged it so.
+			if came, ok := s.turnCame[t.id]; !ok || sent.Sub(came) < ClaimWindow {
+				s.fail("bypass", t.id, "c%d took the place of %s (c%d), presumed gone %v after its turn came (ClaimWindow %v)",
+					c.id, t.id, s.owners[t.id].id, sent.Sub(came), ClaimWindow)
 			}
 		}
 		served, ahead := v.turn(now, me, s.limits(v), later)
@@ -1142,7 +1219,8 @@ func runSim(t *testing.T, seed uint64, events map[string]int) (failures, log []s
 	defer func(p int, r func(time.Duration) time.Duration) { maxPurge, randN = p, r }(maxPurge, randN)
 	synctest.Test(t, func(t *testing.T) {
 		s := &sim{t: t, seed: seed, rng: mrand.New(mrand.NewPCG(seed, 0x1ea5e)), store: newMemStore(),
-			kick: make(chan struct{}, 1), seen: map[string]bool{}, owners: map[string]*simCaller{}, released: map[string]bool{}, events: events}
+			kick: make(chan struct{}, 1), seen: map[string]bool{}, owners: map[string]*simCaller{}, released: map[string]bool{}, events: events,
+			shown: map[int]int64{}, turnCame: map[string]time.Time{}}
 		s.run()
 		failures, log, trace = s.failures, s.log, s.trace
 	})
