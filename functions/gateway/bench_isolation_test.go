@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -143,7 +144,7 @@ func (b *bench) bulkhead() {
 			env = []string{"FUNCTION_CONCURRENCY=" + fc}
 			label = "FUNCTION_CONCURRENCY=" + fc
 		}
-		gws := startFleet(b.t, b.rig.Env, 4, env...)
+		gws := b.rig.Launch(b.t, 4, slices.Concat(isolationEnv, env)...)
 		r := floodBehindFront(b.t, b.rig.Env, gws, fmt.Sprintf("bulkhead%s_", fc), run, slowCall)
 		stopAll(gws)
 		b.t.Logf("%s, %s: fast server %v; slow server %v", sc, label, r.fastCodes, r.slowCodes)
