@@ -104,26 +104,6 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// StartGateway starts the gateway binary against env's store, with extra
-// environment variables (NAME=value), and waits until it is listening. It
-// is stopped when the test ends.
-func StartGateway(t testing.TB, env *storetest.Env, extra ...string) *Gateway {
-	t.Helper()
-	return StartServing(t, env, GatewayBinary(t), extra...)
-}
-
-// StartServing runs the executable at path as a gateway process: with the
-// store's environment, ALLOW_LOCAL_UPSTREAMS=on, and extra, until it logs
-// that it is listening.
-func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string) *Gateway {
-	t.Helper()
-	g, err := startServing(t, env, path, extra)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
 // startServing runs the executable at path as a gateway process for t:
 // with the store's environment, ALLOW_LOCAL_UPSTREAMS=on, and extra, until
 // it logs that it is listening. It is stopped when t ends. It may be
