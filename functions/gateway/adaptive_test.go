@@ -31,13 +31,13 @@ import (
 // waits enters after it — and neither it nor a 429 without Retry-After
 // counts against a breaker that one failure would open.
 func TestRetryAfterPausesTheFleet(t *testing.T) {
-	env := storetest.NewEnv(t)
+	r := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv})
 	up := testkit.StartBatch(t, 10, 20*time.Millisecond)
-	key := testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 3)
+	key := r.PutKey("*")
+	gws := r.Start(3)
 	breaker := map[string]any{"failure_threshold": 1, "recovery_timeout": 60}
-	testkit.PutServer(t, env, map[string]any{"server_id": "paced", "url": up.URL, "max_concurrent_requests": 4, "on_limit": "shed", "breaker": breaker})
-	testkit.PutServer(t, env, map[string]any{"server_id": "waits", "url": up.URL, "max_concurrent_requests": 4, "on_limit": "queue", "queue_timeout": 10, "breaker": breaker})
+	r.PutServer(map[string]any{"server_id": "paced", "url": up.URL, "max_concurrent_requests": 4, "on_limit": "shed", "breaker": breaker})
+	r.PutServer(map[string]any{"server_id": "waits", "url": up.URL, "max_concurrent_requests": 4, "on_limit": "queue", "queue_timeout": 10, "breaker": breaker})
 	for _, g := range gws {
 		for _, s := range []string{"paced", "waits"} {
 			if c := callVia(g.URL, key, s, "work", nil); c.Status != http.StatusOK {
@@ -123,11 +123,11 @@ func limitOf(t *testing.T, env *storetest.Env, server string) int {
 // median over the second half of each phase within one of it), few calls
 // are refused by the upstream, and none exceeds the ceiling.
 func TestAdaptiveLimitFollowsTheKnee(t *testing.T) {
-	env := storetest.NewEnv(t)
+	r := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv})
 	up := testkit.StartBatch(t, 3, 200*time.Millisecond)
-	key := testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 4)
-	testkit.PutServer(t, env, map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 12, "adaptive": true,
+	key := r.PutKey("*")
+	gws := r.Start(4)
+	r.PutServer(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 12, "adaptive": true,
 		"on_limit": "queue", "queue_timeout": 30, "timeout": 10})
 	phase := 12 * time.Second
 	var medians []int
@@ -160,7 +160,7 @@ func TestAdaptiveLimitFollowsTheKnee(t *testing.T) {
 		wg.Go(func() {
 			time.Sleep(phase / 2)
 			for time.Now().Before(end) {
-				seen = append(seen, max(limitOf(t, env, "batch"), 1))
+				seen = append(seen, max(limitOf(t, r.Env, "batch"), 1))
 				time.Sleep(200 * time.Millisecond)
 			}
 		})

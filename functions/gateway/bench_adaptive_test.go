@@ -45,8 +45,8 @@ func (b *bench) adaptive() {
 	knees := []int{3, 6, 2}
 	up := testkit.StartBatch(b.t, knees[0], 200*time.Millisecond)
 	run := func(id string, item map[string]any, perPhase func(knee int)) adaptiveRun {
-		testkit.PutServer(b.t, b.env, item)
-		for _, g := range b.gws {
+		b.rig.PutServer(item)
+		for _, g := range b.rig.Gateways() {
 			if c := b.call(g.URL, id, "work", nil); c.status != http.StatusOK {
 				b.t.Fatalf("adaptive: warm-up of %s: %d %s", id, c.status, c.body)
 			}
@@ -64,7 +64,7 @@ func (b *bench) adaptive() {
 			var wg sync.WaitGroup
 			for i := range agents {
 				wg.Go(func() {
-					g := b.gws[i%len(b.gws)]
+					g := b.rig.Gateway(i)
 					for time.Now().Before(end) {
 						c := b.callCtx(context.Background(), g.URL, id, "work", nil)
 						mu.Lock()
@@ -85,7 +85,7 @@ func (b *bench) adaptive() {
 					moved, within := time.Now(), time.Time{}
 					settled := false
 					for time.Now().Before(end) {
-						l := max(limitOf(b.t, b.env, id), 1)
+						l := max(limitOf(b.t, b.rig.Env, id), 1)
 						mu.Lock()
 						r.limits = append(r.limits, chart.Step{At: time.Since(r.start), Value: l})
 						mu.Unlock()
@@ -122,14 +122,14 @@ func (b *bench) adaptive() {
 	adaptiveItem["adaptive"] = true
 	ours := run("adapts", adaptiveItem, nil)
 	total := phase.Seconds() * float64(len(knees))
-	sc := fmt.Sprintf("adaptive: batch upstream, knee 3 → 6 → 2 every %v, %d agents, %d procs", phase, agents, len(b.gws))
+	sc := fmt.Sprintf("adaptive: batch upstream, knee 3 → 6 → 2 every %v, %d agents, %d procs", phase, agents, len(b.rig.Gateways()))
 	goodput := func(r adaptiveRun) float64 { return float64(r.served) / total }
 	failRate := func(r adaptiveRun) float64 { return float64(r.failed) / float64(max(r.served+r.failed, 1)) }
 	guess := ours
 	if b.cfg.full {
 		guess = run("guess", base("guess", 12), nil)
 		best := run("best", base("best", knees[0]), func(knee int) {
-			testkit.PutServer(b.t, b.env, base("best", knee))
+			b.rig.PutServer(base("best", knee))
 			time.Sleep(registry.DefaultCacheTTL + 100*time.Millisecond) // every process's registry cache sees it
 		})
 		b.add(sc, "goodput, best fixed cap per phase (unknowable)", goodput(best), "calls/s", 0, "", "")
@@ -177,7 +177,7 @@ func (b *bench) drawAdaptive(ours, guess adaptiveRun, knees []int, phase time.Du
 	}
 	c := chart.Chart{
 		Title:   "An adaptive limit against a batch upstream whose knee moves 3 → 6 → 2",
-		Caption: fmt.Sprintf("%d gateway processes; the upstream's own count of calls in flight (%s)", len(b.gws), time.Now().UTC().Format("2006-01-02")),
+		Caption: fmt.Sprintf("%d gateway processes; the upstream's own count of calls in flight (%s)", len(b.rig.Gateways()), time.Now().UTC().Format("2006-01-02")),
 		Panels: []chart.Panel{
 			{Title: "the upstream's knee (unknown to the gateway)", Steps: knee, Color: "#777777"},
 			{Title: "mcpgate's adaptive limit (ceiling 12), fleet-wide", Steps: ours.limits, Cap: 12},

@@ -5,8 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 // coldFleet: a burst of calls over fresh gateway processes, as when a
@@ -20,7 +18,7 @@ func (b *bench) coldFleet() {
 	if b.cfg.full {
 		procs, calls = 20, 100
 	}
-	up := newMethodCounter(b.t, b.demo.URL)
+	up := newMethodCounter(b.t, b.rig.Demo.URL)
 	sc := fmt.Sprintf("cold fleet: %d calls over %d fresh processes", calls, procs)
 	per100 := func(n int) float64 { return float64(n) * 100 / float64(calls) }
 	var before float64
@@ -28,10 +26,10 @@ func (b *bench) coldFleet() {
 		// A capped server (the catalog serves limited servers only), its
 		// cap never reached.
 		id := "cold_" + mode
-		testkit.PutServer(b.t, b.env, map[string]any{"server_id": id, "url": up.URL, "max_concurrent_requests": 1000})
+		b.rig.PutServer(map[string]any{"server_id": id, "url": up.URL, "max_concurrent_requests": 1000})
 		up.reset()
 		b.meter.reset()
-		burst(b.t, b.env, b.key, id, procs, calls, append(b.gatewayEnv(), "TOOL_CATALOG="+mode)...)
+		burst(b.t, b.rig, b.rig.Key, id, procs, calls, append(b.gatewayEnv(), "TOOL_CATALOG="+mode)...)
 		got := up.reset()
 		store := b.meter.reset()
 		other := 0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -33,15 +34,15 @@ func (b *bench) waiters() {
 	first := 0.0 // write units per second per waiter at the fewest waiters
 	for _, w := range counts {
 		id := fmt.Sprintf("waiters_%d", w)
-		testkit.PutServer(t, b.env, map[string]any{"server_id": id, "url": b.demo.URL, "max_concurrent_requests": capacity,
+		b.rig.PutServer(map[string]any{"server_id": id, "url": b.rig.Demo.URL, "max_concurrent_requests": capacity,
 			"on_limit": "queue", "max_queued": max(w, 10), "queue_timeout": 600, "timeout": 60})
-		b.warm(b.gws, id)
-		b.demo.Reset()
+		b.warm(b.rig.Gateways(), id)
+		b.rig.Demo.Reset()
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for i := range w {
 			wg.Go(func() {
-				g := b.gws[i%len(b.gws)]
+				g := b.rig.Gateway(i)
 				for ctx.Err() == nil {
 					if c := b.callCtx(ctx, g.URL, id, "slow_tool", map[string]any{"ms": callMS}); c.status != http.StatusOK && ctx.Err() == nil {
 						t.Errorf("waiters %d: call failed: %d %s", w, c.status, c.body)
@@ -53,7 +54,7 @@ func (b *bench) waiters() {
 		// Steady state: every caller holds or waits (but for one between
 		// its answer and its next call).
 		ready := time.Now().Add(2 * time.Minute)
-		for b.waiting(id)+testkit.LeaseCount(t, b.env, id, lease.ServerAttr) < w-1 {
+		for b.waiting(id)+testkit.LeaseCount(t, b.rig.Env, id, lease.ServerAttr) < w-1 {
 			if time.Now().After(ready) {
 				cancel()
 				wg.Wait()
@@ -62,7 +63,7 @@ func (b *bench) waiters() {
 			time.Sleep(20 * time.Millisecond)
 		}
 		b.meter.reset()
-		callsBefore := b.demo.Stats().Calls
+		callsBefore := b.rig.Demo.Stats().Calls
 		start := time.Now()
 		var queued []int
 		for time.Since(start) < window {
@@ -71,14 +72,14 @@ func (b *bench) waiters() {
 		}
 		m := b.meter.reset()
 		secs := time.Since(start).Seconds()
-		calls := b.demo.Stats().Calls - callsBefore
+		calls := b.rig.Demo.Stats().Calls - callsBefore
 		cancel()
 		wg.Wait()
 		b.drained(id)
-		if p := b.demo.Stats().Peak; p > capacity {
+		if p := b.rig.Demo.Stats().Peak; p > capacity {
 			t.Errorf("waiters %d: the upstream saw %d calls in flight, cap %d", w, p, capacity)
 		}
-		sc := fmt.Sprintf("waiters: %d callers queued on one item (cap %d, %d ms calls, %d procs)", w, capacity, callMS, len(b.gws))
+		sc := fmt.Sprintf("waiters: %d callers queued on one item (cap %d, %d ms calls, %d procs)", w, capacity, callMS, len(b.rig.Gateways()))
 		meanQueued := 0.0
 		for _, q := range queued {
 			meanQueued += float64(q) / float64(len(queued))
@@ -107,13 +108,15 @@ func (b *bench) waiters() {
 }
 
 // waiting is how many callers wait in the queue of the item of key.
-func (b *bench) waiting(key string) int { return testkit.LeaseCount(b.t, b.env, key, lease.QueueAttr) }
+func (b *bench) waiting(key string) int {
+	return testkit.LeaseCount(b.t, b.rig.Env, key, lease.QueueAttr)
+}
 
 // drained waits until the item of key holds no lease and no ticket, after
 // its callers left.
 func (b *bench) drained(key string) {
 	deadline := time.Now().Add(time.Minute)
-	for testkit.LeaseCount(b.t, b.env, key, lease.ServerAttr)+b.waiting(key) > 0 {
+	for testkit.LeaseCount(b.t, b.rig.Env, key, lease.ServerAttr)+b.waiting(key) > 0 {
 		if time.Now().After(deadline) {
 			b.t.Errorf("%s: leases or tickets left a minute after every caller left", key)
 			return
@@ -141,8 +144,8 @@ func (b *bench) bulkhead() {
 			env = []string{"FUNCTION_CONCURRENCY=" + fc}
 			label = "FUNCTION_CONCURRENCY=" + fc
 		}
-		gws := startFleet(b.t, b.env, 4, env...)
-		r := floodBehindFront(b.t, b.env, gws, fmt.Sprintf("bulkhead%s_", fc), run, slowCall)
+		gws := b.rig.Launch(b.t, 4, slices.Concat(isolationEnv, env)...)
+		r := floodBehindFront(b.t, b.rig.Env, gws, fmt.Sprintf("bulkhead%s_", fc), run, slowCall)
 		stopAll(gws)
 		b.t.Logf("%s, %s: fast server %v; slow server %v", sc, label, r.fastCodes, r.slowCodes)
 		if r.peak > 2 {
@@ -183,8 +186,8 @@ func (b *bench) tenants() {
 	if !b.cfg.full {
 		run, callLen = 500*time.Millisecond, 100*time.Millisecond
 	}
-	r := twoTenants(b.t, b.env, b.gws, "tenants", run, callLen)
-	sc := fmt.Sprintf("two tenants: key A 8 callers, key B one, cap 2, %v calls, %d procs, %v", callLen, len(b.gws), run)
+	r := twoTenants(b.t, b.rig.Env, b.rig.Gateways(), "tenants", run, callLen)
+	sc := fmt.Sprintf("two tenants: key A 8 callers, key B one, cap 2, %v calls, %d procs, %v", callLen, len(b.rig.Gateways()), run)
 	if r.peak > 2 {
 		b.t.Errorf("%s: the upstream saw %d calls at once; cap 2", sc, r.peak)
 	}
@@ -227,15 +230,15 @@ func (b *bench) rateLimits() {
 	}
 	sc := fmt.Sprintf("rate limits: one caller, %d calls each, uncontended", n)
 	perCall := map[string]float64{}
-	g := b.gws[0].URL
+	g := b.rig.Gateway(0).URL
 	for i, v := range variants {
 		id := fmt.Sprintf("rl_%d", i)
-		doc := map[string]any{"server_id": id, "url": b.demo.URL}
+		doc := map[string]any{"server_id": id, "url": b.rig.Demo.URL}
 		maps.Copy(doc, v.server)
-		testkit.PutServer(t, b.env, doc)
-		key := testkit.PutKey(t, b.env, "*")
+		b.rig.PutServer(doc)
+		key := b.rig.PutKey("*")
 		for attr, limit := range v.key {
-			testkit.UpdateKey(t, b.env, key, attr, limit)
+			testkit.UpdateKey(t, b.rig.Env, key, attr, limit)
 		}
 		for range 3 { // the process's registry and key caches, the upstream session
 			if c := callVia(g, key, id, "echo", map[string]any{"text": "x"}); c.Status != http.StatusOK {
@@ -276,7 +279,7 @@ func (b *bench) rateLimits() {
 func (b *bench) rateBurst() {
 	t := b.t
 	const capacity, limit = 40, 20
-	sc := fmt.Sprintf("rate limits: a burst, calls at once over %d procs", len(b.gws))
+	sc := fmt.Sprintf("rate limits: a burst, calls at once over %d procs", len(b.rig.Gateways()))
 	capped := map[string]any{"max_concurrent_requests": capacity}
 	limited := map[string]any{"max_concurrent_requests": capacity, "rpm_limit": limit}
 	uncapped := map[string]any{"rpm_limit": limit}
@@ -297,20 +300,20 @@ func (b *bench) rateBurst() {
 	perAdmitted := map[string]float64{}
 	for i, r := range runs {
 		id := fmt.Sprintf("rl_burst_%d", i)
-		doc := map[string]any{"server_id": id, "url": b.demo.URL}
+		doc := map[string]any{"server_id": id, "url": b.rig.Demo.URL}
 		maps.Copy(doc, r.server)
-		testkit.PutServer(t, b.env, doc)
-		for _, g := range b.gws { // each process's registry and tool list, taking no token
+		b.rig.PutServer(doc)
+		for _, g := range b.rig.Gateways() { // each process's registry and tool list, taking no token
 			resp, err := testkit.Do(context.Background(), http.MethodGet, g.URL+"/mcp-rest/tools/list?server_id="+id,
-				http.Header{"Authorization": {"Bearer " + b.key}}, nil)
+				http.Header{"Authorization": {"Bearer " + b.rig.Key}}, nil)
 			if err != nil || resp.Status != http.StatusOK {
 				t.Fatalf("%s: warm-up: %v %+v", r.label, err, resp)
 			}
 		}
-		b.demo.Reset()
+		b.rig.Demo.Reset()
 		b.meter.reset()
 		calls := testkit.Burst(r.calls, func(i int) agentCall {
-			return callVia(b.gws[i%len(b.gws)].URL, b.key, id, "slow_tool", map[string]any{"ms": 0})
+			return callVia(b.rig.Gateway(i).URL, b.rig.Key, id, "slow_tool", map[string]any{"ms": 0})
 		})
 		m := b.meter.reset()
 		admitted, refused := 0, 0
@@ -324,7 +327,7 @@ func (b *bench) rateBurst() {
 				t.Errorf("%s: unexpected answer: %d %+v", r.label, c.Status, c.Fault)
 			}
 		}
-		if got := b.demo.Stats().Calls; got != admitted {
+		if got := b.rig.Demo.Stats().Calls; got != admitted {
 			t.Errorf("%s: the upstream received %d calls; %d were admitted", r.label, got, admitted)
 		}
 		if admitted == 0 || r.all != "" && refused == 0 || r.all == "" && refused > 0 {

@@ -168,17 +168,15 @@ func (b *bench) saturations() {
 }
 
 type bench struct {
-	t     *testing.T
-	cfg   benchConfig
-	env   *storetest.Env
+	t   *testing.T
+	cfg benchConfig
+	// rig is the store, the demo upstream, a key, and the bench's
+	// gateway processes, which talk to the store through meter.
+	rig   *testkit.Rig
 	meter *storeMeter
-	demo  *testkit.Demo
-	key   string
-	gws   []*testkit.Gateway
 	http  *http.Client
 	rows  []benchRow
-	stop  []*testkit.Gateway // processes to stop once their run is over
-	runs  int                // saturation runs so far, naming their servers
+	runs  int // saturation runs so far, naming their servers
 }
 
 // benchRow is one figure of the table.
@@ -204,18 +202,13 @@ func (b *bench) add(scenario, metric string, value float64, unit string, baselin
 }
 
 func newBench(t *testing.T, cfg benchConfig) *bench {
-	env := storetest.NewEnv(t)
-	b := &bench{t: t, cfg: cfg, env: env, demo: testkit.StartDemo(t), key: testkit.PutKey(t, env, "*"),
+	r := testkit.NewRig(t, testkit.RigOptions{Demo: true, Key: true})
+	b := &bench{t: t, cfg: cfg, rig: r,
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}}
-	b.meter = startStoreMeter(t, env)
+	b.meter = startStoreMeter(t, r.Env)
 	// The uncontended scenario's server, which cold starts call too.
-	testkit.PutServer(t, env, map[string]any{"server_id": "solo", "url": b.demo.URL, "max_concurrent_requests": 8})
-	b.gws = make([]*testkit.Gateway, cfg.procs)
-	var wg sync.WaitGroup
-	for i := range b.gws {
-		wg.Go(func() { b.gws[i] = testkit.StartGateway(t, env, b.gatewayEnv()...) })
-	}
-	wg.Wait()
+	r.PutServer(map[string]any{"server_id": "solo", "url": r.Demo.URL, "max_concurrent_requests": 8})
+	r.Start(cfg.procs, b.gatewayEnv()...)
 	return b
 }
 
@@ -239,7 +232,7 @@ func (b *bench) call(base, server, tool string, args map[string]any) call {
 func (b *bench) callCtx(ctx context.Context, base, server, tool string, args map[string]any) call {
 	body, _ := json.Marshal(map[string]any{"server_id": server, "name": tool, "arguments": args})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/mcp-rest/tools/call", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+b.key)
+	req.Header.Set("Authorization", "Bearer "+b.rig.Key)
 	req.Header.Set("Content-Type", "application/json")
 	c := call{sent: time.Now()}
 	resp, err := b.http.Do(req)
@@ -259,7 +252,7 @@ func (b *bench) uncontended() {
 	n := b.cfg.soloCalls
 	args := map[string]any{"text": "x"}
 
-	cs := connectDirect(t, b.demo.URL)
+	cs := connectDirect(t, b.rig.Demo.URL)
 	direct := make([]time.Duration, 0, n)
 	for i := range n + 5 {
 		start := time.Now()
@@ -270,7 +263,7 @@ func (b *bench) uncontended() {
 			direct = append(direct, time.Since(start))
 		}
 	}
-	gw := b.gws[0].URL
+	gw := b.rig.Gateway(0).URL
 	for range 5 {
 		if c := b.call(gw, "solo", "echo", args); c.status != http.StatusOK {
 			t.Fatalf("warm-up call: %d %s", c.status, c.body)
@@ -320,12 +313,12 @@ func (b *bench) traced() {
 	var on *testkit.Gateway
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		on = testkit.StartGateway(t, b.env, append(b.gatewayEnv(), "OTEL_TRACES_EXPORTER=otlp",
-			"OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=1000", "OTEL_SERVICE_NAME=mcpgate-bench")...)
+		on = b.rig.Launch(t, 1, append(b.gatewayEnv(), "OTEL_TRACES_EXPORTER=otlp",
+			"OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=1000", "OTEL_SERVICE_NAME=mcpgate-bench")...)[0]
 	})
-	cs := connectDirect(t, b.demo.URL)
+	cs := connectDirect(t, b.rig.Demo.URL)
 	wg.Wait()
-	off := b.gws[0].URL
+	off := b.rig.Gateway(0).URL
 	for range 5 {
 		for _, gw := range []string{off, on.URL} {
 			if c := b.call(gw, "solo", "echo", args); c.status != http.StatusOK {
@@ -487,22 +480,25 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 	t := b.t
 	b.runs++
 	id := fmt.Sprintf("sat%d_%s_%d", b.runs, strings.NewReplacer("-", "", " ", "").Replace(design), c)
-	doc := map[string]any{"server_id": id, "url": b.demo.URL, "queue_timeout": 300, "timeout": 60}
-	gws := b.gws
+	doc := map[string]any{"server_id": id, "url": b.rig.Demo.URL, "queue_timeout": 300, "timeout": 60}
+	gws := b.rig.Gateways()
+	var extra []*testkit.Gateway // processes of this run alone, stopped once it is over
 	switch design {
 	case "ours":
 		doc["max_concurrent_requests"] = c
 	case "one per process":
 		doc["max_concurrent_requests"] = c
-		gws = b.fleet(5*c, b.gatewayEnv())
+		extra = b.rig.Launch(t, 5*c, b.gatewayEnv()...)
+		gws = extra
 	default:
-		gws = b.baselineFleet(c)
+		extra = b.baselineFleet(c)
+		gws = extra
 	}
-	testkit.PutServer(t, b.env, doc)
+	b.rig.PutServer(doc)
 	b.warm(gws, id)
 	callers := 5 * c
-	b.demo.Reset()
-	b.demo.RecordEvents(true)
+	b.rig.Demo.Reset()
+	b.rig.Demo.RecordEvents(true)
 	b.meter.reset()
 	calls := make([][]call, callers)
 	start := time.Now()
@@ -517,14 +513,13 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 		})
 	}
 	wg.Wait()
-	r := satResult{cap: c, wall: time.Since(start), store: b.meter.reset(), peak: b.demo.Stats().Peak}
+	r := satResult{cap: c, wall: time.Since(start), store: b.meter.reset(), peak: b.rig.Demo.Stats().Peak}
 	r.ideal, r.idealP99 = fifoIdeal(w, callers, c)
-	for _, g := range b.stop {
+	for _, g := range extra {
 		g.Stop()
 	}
-	b.stop = nil
-	events := b.demo.Events()
-	b.demo.RecordEvents(false)
+	events := b.rig.Demo.Events()
+	b.rig.Demo.RecordEvents(false)
 	r.start, r.events = start, events
 	var sent, entered float64
 	for _, cc := range calls {
@@ -556,7 +551,7 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 		if r.peak > c {
 			t.Errorf("cap %d: the upstream saw %d calls in flight", c, r.peak)
 		}
-		if n := testkit.LeaseCount(t, b.env, id, lease.ServerAttr); n != 0 {
+		if n := testkit.LeaseCount(t, b.rig.Env, id, lease.ServerAttr); n != 0 {
 			t.Errorf("cap %d: %d leases left after the run", c, n)
 		}
 	}
@@ -580,23 +575,7 @@ func (b *bench) baselineFleet(c int) []*testkit.Gateway {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	return b.fleetOf(self, b.cfg.procs, append(b.gatewayEnv(), benchChildEnv+"=baseline", "BENCH_CAP="+strconv.Itoa(c)))
-}
-
-// fleet starts n more gateway processes, stopped when the run ends.
-func (b *bench) fleet(n int, env []string) []*testkit.Gateway {
-	return b.fleetOf(testkit.GatewayBinary(b.t), n, env)
-}
-
-func (b *bench) fleetOf(path string, n int, env []string) []*testkit.Gateway {
-	gws := make([]*testkit.Gateway, n)
-	var wg sync.WaitGroup
-	for i := range gws {
-		wg.Go(func() { gws[i] = testkit.StartServing(b.t, b.env, path, env...) })
-	}
-	wg.Wait()
-	b.stop = append(b.stop, gws...)
-	return gws
+	return b.rig.LaunchBinary(b.t, self, b.cfg.procs, append(b.gatewayEnv(), benchChildEnv+"=baseline", "BENCH_CAP="+strconv.Itoa(c))...)
 }
 
 // compare reports a saturation run, beside the in-process design's run on
@@ -638,7 +617,7 @@ func (b *bench) compare(sc string, ours satResult, base *satResult) {
 
 func (b *bench) memory() {
 	var peak int64
-	for _, g := range b.gws {
+	for _, g := range b.rig.Gateways() {
 		rss, err := g.PeakRSS()
 		if err != nil {
 			b.t.Logf("peak RSS: %v", err)
@@ -666,7 +645,7 @@ func (b *bench) hotKey() {
 	kids := make([]child, b.cfg.procs)
 	for i := range kids {
 		cmd := exec.Command(self)
-		cmd.Env = append(append(os.Environ(), b.env.Vars()...), b.gatewayEnv()...)
+		cmd.Env = append(append(os.Environ(), b.rig.Env.Vars()...), b.gatewayEnv()...)
 		cmd.Env = append(cmd.Env, benchChildEnv+"=hotkey", "BENCH_CAP="+strconv.Itoa(capacity),
 			"BENCH_WORKERS="+strconv.Itoa(workers), "BENCH_FOR="+b.cfg.hotFor.String())
 		cmd.Stderr = os.Stderr
@@ -711,7 +690,7 @@ func (b *bench) hotKey() {
 	if pairs == 0 {
 		t.Error("hot key: no acquire+release pair completed")
 	}
-	if n := testkit.LeaseCount(t, b.env, "hot", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, b.rig.Env, "hot", lease.ServerAttr); n != 0 {
 		t.Errorf("hot key: %d leases left", n)
 	}
 }
@@ -723,7 +702,7 @@ type hotResult struct{ Pairs, Errors int }
 // also with 16 callers queued.
 func (b *bench) itemSizes() {
 	t := b.t
-	l := lease.New(b.env.Client, b.env.Tables.Leases, lease.Options{})
+	l := lease.New(b.rig.Env.Client, b.rig.Env.Tables.Leases, lease.Options{})
 	for _, n := range []int{8, 64, 512} {
 		key := fmt.Sprintf("size_%d", n)
 		held := make([]*lease.Lease, n)
@@ -743,7 +722,7 @@ func (b *bench) itemSizes() {
 			})
 		}
 		wg.Wait()
-		if got := testkit.LeaseCount(t, b.env, key, lease.ServerAttr); got != n {
+		if got := testkit.LeaseCount(t, b.rig.Env, key, lease.ServerAttr); got != n {
 			t.Errorf("item holds %d leases, want %d", got, n)
 		}
 		size := b.itemBytes(key)
@@ -764,7 +743,7 @@ func (b *bench) itemSizes() {
 				}
 			}
 		}
-		if left := testkit.LeaseCount(t, b.env, key, lease.ServerAttr); left != 0 {
+		if left := testkit.LeaseCount(t, b.rig.Env, key, lease.ServerAttr); left != 0 {
 			t.Errorf("%d leases left after releasing all", left)
 		}
 	}
@@ -782,7 +761,7 @@ func (b *bench) queuedSize(l *lease.Limiter, key string, capacity, callers int) 
 		})
 	}
 	defer func() { cancel(); wg.Wait() }()
-	for testkit.LeaseCount(b.t, b.env, key, lease.QueueAttr) < callers {
+	for testkit.LeaseCount(b.t, b.rig.Env, key, lease.QueueAttr) < callers {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return b.itemBytes(key)
@@ -790,8 +769,8 @@ func (b *bench) queuedSize(l *lease.Limiter, key string, capacity, callers int) 
 
 // itemBytes is the size of the lease item of key, as DynamoDB counts it.
 func (b *bench) itemBytes(key string) int {
-	out, err := b.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
-		TableName:      aws.String(b.env.Tables.Leases),
+	out, err := b.rig.Env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(b.rig.Env.Tables.Leases),
 		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
 		ConsistentRead: aws.Bool(true),
 	})
@@ -808,7 +787,7 @@ func (b *bench) coldStart() {
 	var listen, first []time.Duration
 	for range b.cfg.coldStarts {
 		start := time.Now()
-		g := testkit.StartGateway(t, b.env, b.gatewayEnv()...)
+		g := b.rig.Launch(t, 1, b.gatewayEnv()...)[0]
 		listen = append(listen, time.Since(start))
 		if c := b.call(g.URL, "solo", "echo", map[string]any{"text": "x"}); c.status != http.StatusOK {
 			t.Fatalf("first call: %d %s", c.status, c.body)

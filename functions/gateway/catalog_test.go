@@ -77,16 +77,13 @@ func (m *methodCounter) reset() map[string]int {
 	return n
 }
 
-// burst starts procs cold gateway processes with env, then makes calls
-// tool calls spread over them, the first on each process at once.
-func burst(t testing.TB, env *storetest.Env, key, server string, procs, calls int, extra ...string) {
+// burst launches procs cold gateway processes of r for t, with extra, then
+// makes calls tool calls spread over them, the first on each process at
+// once.
+func burst(t testing.TB, r *testkit.Rig, key, server string, procs, calls int, extra ...string) {
 	t.Helper()
-	gws := make([]*testkit.Gateway, procs)
+	gws := r.Launch(t, procs, extra...)
 	var wg sync.WaitGroup
-	for i := range gws {
-		wg.Go(func() { gws[i] = testkit.StartGateway(t, env, extra...) })
-	}
-	wg.Wait()
 	defer func() {
 		for _, g := range gws {
 			g.Stop()
@@ -98,9 +95,9 @@ func burst(t testing.TB, env *storetest.Env, key, server string, procs, calls in
 		n := min(per, calls-i*per)
 		wg.Go(func() {
 			for j := range n {
-				r, err := g.CallTool(t.Context(), key, server, "echo", map[string]any{"text": fmt.Sprint(j)})
-				if err == nil && r.Status != http.StatusOK {
-					err = fmt.Errorf("status %d: %s", r.Status, r.Body)
+				resp, err := g.CallTool(t.Context(), key, server, "echo", map[string]any{"text": fmt.Sprint(j)})
+				if err == nil && resp.Status != http.StatusOK {
+					err = fmt.Errorf("status %d: %s", resp.Status, resp.Body)
 				}
 				if err != nil {
 					errs <- err
@@ -116,40 +113,39 @@ func burst(t testing.TB, env *storetest.Env, key, server string, procs, calls in
 }
 
 func TestFleetCatalog(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	up := newMethodCounter(t, demo.URL)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": up.URL, "max_concurrent_requests": 2})
-	key := testkit.PutKey(t, env, "demo")
+	r := testkit.NewRig(t, testkit.RigOptions{Demo: true})
+	up := newMethodCounter(t, r.Demo.URL)
+	r.PutServer(map[string]any{"server_id": "demo", "url": up.URL, "max_concurrent_requests": 2})
+	key := r.PutKey("demo")
 	const procs = 6
 
 	t.Run("without the catalog", func(t *testing.T) {
 		up.reset()
-		burst(t, env, key, "demo", procs, procs, "TOOL_CATALOG=off")
+		burst(t, r, key, "demo", procs, procs, "TOOL_CATALOG=off")
 		got := up.reset()
 		if got["tools/call"] != procs || got["tools/list"] != procs {
 			t.Errorf("upstream saw %v; want %d tools/call and, without the catalog, %d tools/list", got, procs, procs)
 		}
 	})
 	t.Run("with the catalog", func(t *testing.T) {
-		burst(t, env, key, "demo", procs, 2*procs)
+		burst(t, r, key, "demo", procs, 2*procs)
 		got := up.reset()
 		if got["tools/call"] != 2*procs || got["tools/list"] != 1 {
 			t.Errorf("upstream saw %v from %d cold processes; want %d tools/call and 1 tools/list", got, procs, 2*procs)
 		}
 		// Warm: the list is fresh; another burst lists nothing.
-		burst(t, env, key, "demo", procs, procs)
+		burst(t, r, key, "demo", procs, procs)
 		if got := up.reset(); got["tools/list"] != 0 {
 			t.Errorf("second burst within the TTL: upstream saw %v; want no tools/list", got)
 		}
 	})
 	t.Run("servers set invalidates", func(t *testing.T) {
 		cli := exec.Command(testkit.Binary(t, "./cmd/mcpgate"), "servers", "set", "demo", "description=changed")
-		cli.Env = append(cli.Environ(), env.Vars()...)
+		cli.Env = append(cli.Environ(), r.Env.Vars()...)
 		if out, err := cli.CombinedOutput(); err != nil {
 			t.Fatalf("servers set: %v\n%s", err, out)
 		}
-		burst(t, env, key, "demo", procs, procs)
+		burst(t, r, key, "demo", procs, procs)
 		if got := up.reset(); got["tools/list"] != 1 {
 			t.Errorf("after servers set: upstream saw %v; want 1 tools/list", got)
 		}
@@ -192,17 +188,14 @@ func listing(t *testing.T, g *testkit.Gateway, key, server string, overMCP bool)
 // for a capped server (whose list goes through the catalog) and an uncapped
 // one (kept per instance).
 func TestToolListsStayWithTheirPrincipal(t *testing.T) {
-	env := storetest.NewEnv(t)
+	r := testkit.NewRig(t, testkit.RigOptions{})
 	private := testkit.StartStatefulWith(t, testkit.StatefulOptions{Private: true, TTL: time.Second})
 	public := testkit.StartStatefulWith(t, testkit.StatefulOptions{})
-	testkit.PutServer(t, env, map[string]any{"server_id": "capped", "url": private.URL, "max_concurrent_requests": 2})
-	testkit.PutServer(t, env, map[string]any{"server_id": "uncapped", "url": private.URL})
-	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": public.URL, "max_concurrent_requests": 2})
-	alice, bob := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
-	gws := []*testkit.Gateway{
-		testkit.StartGateway(t, env, "CATALOG_TTL=1s"),
-		testkit.StartGateway(t, env, "CATALOG_TTL=1s"),
-	}
+	r.PutServer(map[string]any{"server_id": "capped", "url": private.URL, "max_concurrent_requests": 2})
+	r.PutServer(map[string]any{"server_id": "uncapped", "url": private.URL})
+	r.PutServer(map[string]any{"server_id": "shared", "url": public.URL, "max_concurrent_requests": 2})
+	alice, bob := r.PutKey("*"), r.PutKey("*")
+	gws := []*testkit.Gateway{r.StartGateway("CATALOG_TTL=1s"), r.StartGateway("CATALOG_TTL=1s")}
 	// Bob lists first everywhere, so that each gateway holds a list.
 	for _, id := range []string{"capped", "uncapped", "shared"} {
 		for _, g := range gws {
@@ -244,7 +237,7 @@ func TestToolListsStayWithTheirPrincipal(t *testing.T) {
 		}
 		bobSees(id, secret)
 	}
-	if n := catalogChunks(t, env, "capped"); n != 0 {
+	if n := catalogChunks(t, r.Env, "capped"); n != 0 {
 		t.Errorf("the catalog holds %d chunks of a private list; want none", n)
 	}
 

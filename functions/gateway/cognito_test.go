@@ -115,12 +115,11 @@ func TestCognitoTokens(t *testing.T) {
 		return r["AuthenticationResult"].(map[string]any)["AccessToken"].(string)
 	}
 
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL})
+	rig := testkit.NewRig(t, testkit.RigOptions{Demo: true})
+	rig.PutServer(map[string]any{"server_id": "demo", "url": rig.Demo.URL})
 	// The quick start's settings; the keys come from moto's JWKS (the
 	// issuer's real host is not reachable from here).
-	gw := testkit.StartGateway(t, env,
+	gw := rig.StartGateway(
 		"OAUTH_ISSUER=https://cognito-idp.us-east-1.amazonaws.com/"+pool,
 		"OAUTH_JWKS_URL="+moto+"/"+pool+"/.well-known/jwks.json",
 		"OAUTH_AUDIENCE="+agents,

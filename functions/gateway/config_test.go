@@ -15,7 +15,6 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/config"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -216,7 +215,7 @@ func TestIAMCallerFromContext(t *testing.T) {
 // default lease margin when LEASE_MARGIN is unset (not 0s), "none" for no
 // request deadline, and the values set otherwise.
 func TestStartupLog(t *testing.T) {
-	env := storetest.NewEnv(t)
+	rig := testkit.NewRig(t, testkit.RigOptions{})
 	for _, tc := range []struct {
 		extra []string
 		want  []string
@@ -224,7 +223,7 @@ func TestStartupLog(t *testing.T) {
 		{nil, []string{`"lease_margin":"2s"`, `"request_timeout":"none"`}},
 		{[]string{"LEASE_MARGIN=500ms", "REQUEST_TIMEOUT=20s"}, []string{`"lease_margin":"500ms"`, `"request_timeout":"20s"`}},
 	} {
-		g := testkit.StartGateway(t, env, tc.extra...)
+		g := rig.StartGateway(tc.extra...)
 		var starting string
 		for line := range strings.Lines(g.Logs()) {
 			if strings.Contains(line, `"msg":"starting"`) {

@@ -264,12 +264,12 @@ func TestConformance(t *testing.T) {
 		infraFile(t, s.pkg+"/dist/index.js")
 	}
 	everything := startEverything(t)
-	env := storetest.NewEnv(t)
+	rig := testkit.NewRig(t, testkit.RigOptions{})
 	// Capped (never reached): calls take slots and the tool list comes
 	// from the fleet's catalog, as in production.
-	testkit.PutServer(t, env, map[string]any{"server_id": "everything", "url": everything, "max_concurrent_requests": 64})
-	gw := testkit.StartGateway(t, env)
-	proxy := withBearer(t, gw.URL, testkit.PutKey(t, env, "everything"))
+	rig.PutServer(map[string]any{"server_id": "everything", "url": everything, "max_concurrent_requests": 64})
+	gw := rig.StartGateway()
+	proxy := withBearer(t, gw.URL, rig.PutKey("everything"))
 
 	// Without the key the gateway refuses: the suite gets in through the
 	// proxy's header only.

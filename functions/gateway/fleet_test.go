@@ -42,33 +42,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fleet is N gateway processes, a demo upstream and a key.
-type fleet struct {
-	t    *testing.T
-	env  *storetest.Env
-	demo *testkit.Demo
-	gws  []*testkit.Gateway
-	key  string
-}
+// fleetEnv is the environment of the fleet tests' gateway processes: a
+// lease lapses 1 s after its call's timeout, and a server item is read
+// again after 200 ms.
+var fleetEnv = []string{"LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=200ms"}
 
-func newFleet(t *testing.T, n int, extraEnv ...string) *fleet {
-	t.Helper()
-	env := storetest.NewEnv(t)
-	f := &fleet{t: t, env: env, demo: testkit.StartDemo(t), key: testkit.PutKey(t, env, "*")}
-	env2 := append([]string{"LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=200ms"}, extraEnv...)
-	var wg sync.WaitGroup
-	f.gws = make([]*testkit.Gateway, n)
-	for i := range n {
-		wg.Go(func() { f.gws[i] = testkit.StartGateway(t, env, env2...) })
-	}
-	wg.Wait()
-	return f
-}
+// fleetOptions are the fleet tests' rig: gateway processes with fleetEnv
+// in front of a demo upstream, and a key for every server.
+var fleetOptions = testkit.RigOptions{Env: fleetEnv, Demo: true, Key: true}
 
-func (f *fleet) server(doc map[string]any) {
-	f.t.Helper()
-	doc["url"] = f.demo.URL
-	testkit.PutServer(f.t, f.env, doc)
+// demoServer puts a server item whose url is the rig's demo upstream.
+func demoServer(r *testkit.Rig, doc map[string]any) {
+	r.T.Helper()
+	doc["url"] = r.Demo.URL
+	r.PutServer(doc)
 }
 
 // outcome is a gateway's answer to a slow_tool call, with the demo
@@ -79,26 +66,28 @@ type outcome struct {
 }
 
 // slow calls slow_tool through gateway i.
-func (f *fleet) slow(i int, args map[string]any) outcome { return f.call(i, "slow_tool", args) }
-
-// call calls a tool of server "demo" through gateway i.
-func (f *fleet) call(i int, tool string, args map[string]any) outcome {
-	return f.callAs(f.key, i, tool, args)
+func slow(r *testkit.Rig, i int, args map[string]any) outcome {
+	return demoCall(r, i, "slow_tool", args)
 }
 
-// callAs is call with another key.
-func (f *fleet) callAs(key string, i int, tool string, args map[string]any) outcome {
+// demoCall calls a tool of server "demo" through gateway i.
+func demoCall(r *testkit.Rig, i int, tool string, args map[string]any) outcome {
+	return demoCallAs(r, r.Key, i, tool, args)
+}
+
+// demoCallAs is demoCall with another key.
+func demoCallAs(r *testkit.Rig, key string, i int, tool string, args map[string]any) outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r, err := f.gws[i%len(f.gws)].CallTool(ctx, key, "demo", tool, args)
+	resp, err := r.Gateway(i).CallTool(ctx, key, "demo", tool, args)
 	if err != nil {
-		f.t.Errorf("call via gateway %d: %v", i, err)
+		r.T.Errorf("call via gateway %d: %v", i, err)
 		return outcome{}
 	}
-	return parseOutcome(f.t, r)
+	return parseOutcome(r.T, resp)
 }
 
-func parseOutcome(t *testing.T, r testkit.Response) outcome {
+func parseOutcome(t testing.TB, r testkit.Response) outcome {
 	o := outcome{Response: r}
 	if r.Status == http.StatusOK {
 		var res struct {
@@ -113,13 +102,14 @@ func parseOutcome(t *testing.T, r testkit.Response) outcome {
 	return o
 }
 
-// burst makes n concurrent slow_tool calls spread over the processes.
-func (f *fleet) burst(n int, args map[string]any) []outcome {
-	return testkit.Burst(n, func(i int) outcome { return f.slow(i, args) })
+// slowBurst makes n concurrent slow_tool calls spread over the processes.
+func slowBurst(r *testkit.Rig, n int, args map[string]any) []outcome {
+	return testkit.Burst(n, func(i int) outcome { return slow(r, i, args) })
 }
 
-func (f *fleet) leases() int {
-	return testkit.LeaseCount(f.t, f.env, "demo", lease.ServerAttr)
+// demoLeases is how many leases the item of server "demo" holds.
+func demoLeases(r *testkit.Rig) int {
+	return testkit.LeaseCount(r.T, r.Env, "demo", lease.ServerAttr)
 }
 
 func allOK(t *testing.T, outs []outcome) (peak int) {
@@ -137,46 +127,48 @@ func allOK(t *testing.T, outs []outcome) (peak int) {
 // TestFleetCap is the core experiment: a backend registered with
 // max_concurrent_requests 2, six concurrent calls over three processes.
 func TestFleetCap(t *testing.T) {
-	f := newFleet(t, 3)
-	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "queue_timeout": 60})
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(3)
+	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "queue_timeout": 60})
 	// Each call ends as soon as 2 are in flight together (or after 3 s):
 	// a cap that held the calls to 1 would make every call wait the full
 	// 3 s and show a peak of 1.
-	outs := f.burst(6, map[string]any{"ms": 3000, "until_in_flight": 2})
+	outs := slowBurst(f, 6, map[string]any{"ms": 3000, "until_in_flight": 2})
 	peak := allOK(t, outs)
 	for i, o := range outs {
 		t.Logf("call %d: in flight at entry %d, held %d ms", i, o.result.InFlightAtEntry, o.result.SleptMS)
 	}
-	if peak != 2 || f.demo.Stats().Peak != 2 {
-		t.Errorf("upstream peak = %d (stats %d), want exactly the cap, 2", peak, f.demo.Stats().Peak)
+	if peak != 2 || f.Demo.Stats().Peak != 2 {
+		t.Errorf("upstream peak = %d (stats %d), want exactly the cap, 2", peak, f.Demo.Stats().Peak)
 	}
-	if n := f.leases(); n != 0 {
+	if n := demoLeases(f); n != 0 {
 		t.Errorf("%d leases left", n)
 	}
-	t.Logf("6 calls over 3 processes, cap 2: upstream peak %d", f.demo.Stats().Peak)
+	t.Logf("6 calls over 3 processes, cap 2: upstream peak %d", f.Demo.Stats().Peak)
 }
 
 // TestFleetUnlimited: without a cap (absent, 0, -1) all six run at once.
 func TestFleetUnlimited(t *testing.T) {
-	f := newFleet(t, 3)
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(3)
 	for _, cap := range []any{nil, 0, -1} {
 		t.Run(fmt.Sprint(cap), func(t *testing.T) {
 			doc := map[string]any{"server_id": "demo"}
 			if cap != nil {
 				doc["max_concurrent_requests"] = cap
 			}
-			f.server(doc)
+			demoServer(f, doc)
 			time.Sleep(400 * time.Millisecond) // let every process's 200 ms registry cache expire
-			f.demo.Reset()
+			f.Demo.Reset()
 			// Each call waits until all 6 are in flight: only an
 			// uncapped gateway lets them finish before 60 s.
-			outs := f.burst(6, map[string]any{"ms": 60000, "until_in_flight": 6})
+			outs := slowBurst(f, 6, map[string]any{"ms": 60000, "until_in_flight": 6})
 			if peak := allOK(t, outs); peak != 6 {
 				t.Errorf("peak = %d, want 6", peak)
 			}
 		})
 	}
-	out, err := f.env.Client.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(f.env.Tables.Leases)})
+	out, err := f.Env.Client.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(f.Env.Tables.Leases)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,19 +180,20 @@ func TestFleetUnlimited(t *testing.T) {
 // TestFleetShed: with on_limit shed, calls beyond the cap are refused at
 // once, while the holders still run.
 func TestFleetShed(t *testing.T) {
-	f := newFleet(t, 3)
-	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "on_limit": "shed"})
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(3)
+	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "on_limit": "shed"})
 	held := make(chan outcome, 2)
 	for i := range 2 {
-		go func() { held <- f.slow(i, map[string]any{"ms": 60000, "gate": "hold"}) }()
+		go func() { held <- slow(f, i, map[string]any{"ms": 60000, "gate": "hold"}) }()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.demo.WaitInFlight(ctx, 2); err != nil {
+	if err := f.Demo.WaitInFlight(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
 	// The gate is still closed: these can only return by being shed.
-	for i, o := range f.burst(4, map[string]any{"ms": 0}) {
+	for i, o := range slowBurst(f, 4, map[string]any{"ms": 0}) {
 		if o.Status != http.StatusTooManyRequests || o.Fault.Code != fault.AtCapacity || !o.Fault.Retryable {
 			t.Errorf("call %d: %d %s, want 429 AT_CAPACITY", i, o.Status, o.Body)
 		}
@@ -208,29 +201,29 @@ func TestFleetShed(t *testing.T) {
 			t.Errorf("call %d: Retry-After %q", i, o.Header.Get("Retry-After"))
 		}
 	}
-	f.demo.OpenGate("hold")
+	f.Demo.OpenGate("hold")
 	for range 2 {
 		if o := <-held; o.Status != http.StatusOK {
 			t.Errorf("held call: %d %s", o.Status, o.Body)
 		}
 	}
-	if p := f.demo.Stats().Peak; p > 2 {
+	if p := f.Demo.Stats().Peak; p > 2 {
 		t.Errorf("upstream peak %d, cap 2", p)
 	}
-	if calls := f.demo.Stats().Calls; calls != 2 {
+	if calls := f.Demo.Stats().Calls; calls != 2 {
 		t.Errorf("upstream saw %d calls, want only the 2 holders", calls)
 	}
 }
 
 // leaseExpiries reads the live leases of the demo item: id → expiry.
-func (f *fleet) leaseExpiries() map[string]time.Time {
-	out, err := f.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
-		TableName:      aws.String(f.env.Tables.Leases),
+func leaseExpiries(f *testkit.Rig) map[string]time.Time {
+	out, err := f.Env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(f.Env.Tables.Leases),
 		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "demo"}},
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	exps := map[string]time.Time{}
 	if m, ok := out.Item[lease.ServerAttr].(*types.AttributeValueMemberM); ok {
@@ -245,21 +238,22 @@ func (f *fleet) leaseExpiries() map[string]time.Time {
 // TestFleetCrashSafety: a process killed with -9 while holding a lease
 // costs its slot only until the lease expires.
 func TestFleetCrashSafety(t *testing.T) {
-	f := newFleet(t, 2)
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(2)
 	// timeout 2 s + margin 1 s: the lease lapses 3 s after it was taken.
-	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "timeout": 2, "queue_timeout": 30})
+	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "timeout": 2, "queue_timeout": 30})
 	crashed := make(chan struct{})
 	go func() {
 		defer close(crashed)
 		// This call dies with its gateway.
-		_, _ = f.gws[0].CallTool(context.Background(), f.key, "demo", "slow_tool", map[string]any{"ms": 60000, "gate": "never"})
+		_, _ = f.Gateway(0).CallTool(context.Background(), f.Key, "demo", "slow_tool", map[string]any{"ms": 60000, "gate": "never"})
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.demo.WaitInFlight(ctx, 1); err != nil {
+	if err := f.Demo.WaitInFlight(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	exps := f.leaseExpiries()
+	exps := leaseExpiries(f)
 	if len(exps) != 1 {
 		t.Fatalf("leases = %v, want the one held", exps)
 	}
@@ -267,10 +261,10 @@ func TestFleetCrashSafety(t *testing.T) {
 	for _, e := range exps {
 		expiry = e
 	}
-	f.gws[0].Kill()
+	f.Gateway(0).Kill()
 	<-crashed
 
-	o := f.slow(1, map[string]any{"ms": 0})
+	o := slow(f, 1, map[string]any{"ms": 0})
 	if o.Status != http.StatusOK {
 		t.Fatalf("call after the crash: %d %s", o.Status, o.Body)
 	}
@@ -282,11 +276,11 @@ func TestFleetCrashSafety(t *testing.T) {
 		t.Errorf("the slot came back %v after the lease expired, want at most 1s", late)
 	}
 	t.Logf("slot reclaimed %v after the dead lease expired", entered.Sub(expiry).Round(time.Millisecond))
-	if n := f.leases(); n != 0 {
+	if n := demoLeases(f); n != 0 {
 		t.Errorf("%d leases left", n)
 	}
 	// Later calls go straight through.
-	if o := f.slow(1, map[string]any{"ms": 0}); o.Status != http.StatusOK {
+	if o := slow(f, 1, map[string]any{"ms": 0}); o.Status != http.StatusOK {
 		t.Errorf("later call: %d %s", o.Status, o.Body)
 	}
 }
@@ -294,24 +288,25 @@ func TestFleetCrashSafety(t *testing.T) {
 // TestFleetLiveCapChange: an admin's update of max_concurrent_requests
 // reaches every process within the registry cache time.
 func TestFleetLiveCapChange(t *testing.T) {
-	f := newFleet(t, 3)
-	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "queue_timeout": 60})
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(3)
+	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "queue_timeout": 60})
 	setCap := func(n int) {
-		testkit.UpdateServer(t, f.env, "demo", "max_concurrent_requests", &types.AttributeValueMemberN{Value: strconv.Itoa(n)})
+		testkit.UpdateServer(t, f.Env, "demo", "max_concurrent_requests", &types.AttributeValueMemberN{Value: strconv.Itoa(n)})
 		// Every process reads the item again after its 200 ms cache.
 		time.Sleep(400 * time.Millisecond)
-		f.demo.Reset()
+		f.Demo.Reset()
 	}
-	if peak := allOK(t, f.burst(6, map[string]any{"ms": 100, "until_in_flight": 3})); peak != 1 {
+	if peak := allOK(t, slowBurst(f, 6, map[string]any{"ms": 100, "until_in_flight": 3})); peak != 1 {
 		t.Errorf("cap 1: peak %d", peak)
 	}
 	setCap(3)
 	// Calls end early once 3 run together: only a cap of 3 lets them.
-	if peak := allOK(t, f.burst(6, map[string]any{"ms": 10000, "until_in_flight": 3})); peak != 3 {
+	if peak := allOK(t, slowBurst(f, 6, map[string]any{"ms": 10000, "until_in_flight": 3})); peak != 3 {
 		t.Errorf("cap raised to 3: peak %d, want 3", peak)
 	}
 	setCap(1)
-	if peak := allOK(t, f.burst(6, map[string]any{"ms": 100, "until_in_flight": 3})); peak != 1 {
+	if peak := allOK(t, slowBurst(f, 6, map[string]any{"ms": 100, "until_in_flight": 3})); peak != 1 {
 		t.Errorf("cap lowered to 1: peak %d, want 1", peak)
 	}
 }
@@ -328,16 +323,17 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // TestFleetCapThroughMCP is the core experiment driven by MCP clients on
 // the aggregated endpoint: the same fleet-wide slot is taken.
 func TestFleetCapThroughMCP(t *testing.T) {
-	f := newFleet(t, 3)
-	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "queue_timeout": 60})
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(3)
+	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 2, "queue_timeout": 60})
 	outs := make([]demoupstream.SlowResult, 6)
 	var wg sync.WaitGroup
 	for i := range outs {
 		wg.Go(func() {
 			c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
 			cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-				Endpoint:             f.gws[i%len(f.gws)].URL + "/mcp",
-				HTTPClient:           &http.Client{Transport: bearer{f.key}},
+				Endpoint:             f.Gateway(i).URL + "/mcp",
+				HTTPClient:           &http.Client{Transport: bearer{f.Key}},
 				DisableStandaloneSSE: true,
 			}, nil)
 			if err != nil {
@@ -364,10 +360,10 @@ func TestFleetCapThroughMCP(t *testing.T) {
 		t.Logf("call %d: in flight at entry %d, held %d ms", i, o.InFlightAtEntry, o.SleptMS)
 		peak = max(peak, o.InFlightAtEntry)
 	}
-	if peak != 2 || f.demo.Stats().Peak != 2 {
-		t.Errorf("upstream peak through MCP = %d (stats %d), want exactly the cap, 2", peak, f.demo.Stats().Peak)
+	if peak != 2 || f.Demo.Stats().Peak != 2 {
+		t.Errorf("upstream peak through MCP = %d (stats %d), want exactly the cap, 2", peak, f.Demo.Stats().Peak)
 	}
-	if n := f.leases(); n != 0 {
+	if n := demoLeases(f); n != 0 {
 		t.Errorf("%d leases left", n)
 	}
 }
@@ -376,14 +372,15 @@ func TestFleetCapThroughMCP(t *testing.T) {
 // with max_concurrent_requests 2, six concurrent calls over three
 // processes, through the same semaphore.
 func TestFleetCapOpenAPI(t *testing.T) {
-	f := newFleet(t, 3)
-	testkit.PutServer(t, f.env, map[string]any{"server_id": "api", "transport": "openapi", "spec_url": f.demo.SpecURL,
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(3)
+	f.PutServer(map[string]any{"server_id": "api", "transport": "openapi", "spec_url": f.Demo.SpecURL,
 		"max_concurrent_requests": 2, "queue_timeout": 60})
 	outs := make([]demoupstream.SlowResult, 6)
 	var wg sync.WaitGroup
 	for i := range outs {
 		wg.Go(func() {
-			r, err := f.gws[i%len(f.gws)].CallTool(context.Background(), f.key, "api", "slow_api", map[string]any{"ms": 3000, "until_in_flight": 2})
+			r, err := f.Gateway(i).CallTool(context.Background(), f.Key, "api", "slow_api", map[string]any{"ms": 3000, "until_in_flight": 2})
 			if err != nil || r.Status != http.StatusOK {
 				t.Errorf("call %d: %v %d %s", i, err, r.Status, r.Body)
 				return
@@ -402,10 +399,10 @@ func TestFleetCapOpenAPI(t *testing.T) {
 	for _, o := range outs {
 		peak = max(peak, o.InFlightAtEntry)
 	}
-	if peak != 2 || f.demo.Stats().Peak != 2 {
-		t.Errorf("OpenAPI upstream peak = %d (stats %d), want exactly the cap, 2", peak, f.demo.Stats().Peak)
+	if peak != 2 || f.Demo.Stats().Peak != 2 {
+		t.Errorf("OpenAPI upstream peak = %d (stats %d), want exactly the cap, 2", peak, f.Demo.Stats().Peak)
 	}
-	if n := testkit.LeaseCount(t, f.env, "api", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, f.Env, "api", lease.ServerAttr); n != 0 {
 		t.Errorf("%d leases left", n)
 	}
 }
@@ -443,14 +440,15 @@ func statusLeases(t *testing.T, env *storetest.Env, serverID string) []statusLea
 // TestFleetStatus: the admin CLI's status shows the live leases of a
 // multi-process run, with their holders, and none after.
 func TestFleetStatus(t *testing.T) {
-	f := newFleet(t, 2)
-	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 2})
-	status := func() []statusLease { return statusLeases(t, f.env, "demo") }
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(2)
+	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 2})
+	status := func() []statusLease { return statusLeases(t, f.Env, "demo") }
 	held := make(chan outcome, 2)
 	for i := range 2 {
-		go func() { held <- f.slow(i, map[string]any{"ms": 60000, "gate": "g"}) }()
+		go func() { held <- slow(f, i, map[string]any{"ms": 60000, "gate": "g"}) }()
 	}
-	waitFor(t, "2 calls", func(ctx context.Context) error { return f.demo.WaitInFlight(ctx, 2) })
+	waitFor(t, "2 calls", func(ctx context.Context) error { return f.Demo.WaitInFlight(ctx, 2) })
 	live := status()
 	holders := map[string]bool{}
 	for _, l := range live {
@@ -459,7 +457,7 @@ func TestFleetStatus(t *testing.T) {
 	if len(live) != 2 || len(holders) != 2 {
 		t.Errorf("status during the run: %+v, want 2 leases held by the 2 processes", live)
 	}
-	f.demo.OpenGate("g")
+	f.Demo.OpenGate("g")
 	for range 2 {
 		<-held
 	}

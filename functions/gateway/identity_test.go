@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/auth/authtest"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -17,12 +16,11 @@ import (
 // three headers and OAuth tokens at once, and logs each call's principal,
 // never a credential.
 func TestIdentitiesSideBySide(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 4})
-	key := testkit.PutKey(t, env, "demo")
+	rig := testkit.NewRig(t, testkit.RigOptions{Demo: true})
+	rig.PutServer(map[string]any{"server_id": "demo", "url": rig.Demo.URL, "max_concurrent_requests": 4})
+	key := rig.PutKey("demo")
 	iss := authtest.NewIssuer(t)
-	gw := testkit.StartGateway(t, env, "OAUTH_ISSUER="+iss.URL)
+	gw := rig.StartGateway("OAUTH_ISSUER=" + iss.URL)
 	token := iss.Token("agent-42", gw.URL+"/mcp", "mcp:demo")
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -74,11 +72,10 @@ func TestIdentitiesSideBySide(t *testing.T) {
 // principal cut to its kind's first letter and 8 characters ("o:1a2b3c4d"
 // for "oauth:1a2b3c4d5e6f"), which is what a lease item pays for.
 func TestStatusShowsPrincipal(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1})
+	rig := testkit.NewRig(t, testkit.RigOptions{Demo: true})
+	rig.PutServer(map[string]any{"server_id": "demo", "url": rig.Demo.URL, "max_concurrent_requests": 1})
 	iss := authtest.NewIssuer(t)
-	gw := testkit.StartGateway(t, env, "OAUTH_ISSUER="+iss.URL)
+	gw := rig.StartGateway("OAUTH_ISSUER=" + iss.URL)
 	token := iss.Token("agent-42", gw.URL+"/mcp", "mcp:demo")
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -89,14 +86,14 @@ func TestStatusShowsPrincipal(t *testing.T) {
 			map[string]any{"server_id": "demo", "name": "slow_tool", "arguments": map[string]any{"ms": 60000, "gate": "g"}})
 		held <- r
 	}()
-	if err := demo.WaitInFlight(ctx, 1); err != nil {
+	if err := rig.Demo.WaitInFlight(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	var callers []string
-	for _, ls := range statusLeases(t, env, "demo") {
+	for _, ls := range statusLeases(t, rig.Env, "demo") {
 		callers = append(callers, ls.Caller)
 	}
-	demo.OpenGate("g")
+	rig.Demo.OpenGate("g")
 	if r := <-held; r.Status != http.StatusOK {
 		t.Fatalf("held call: %d %s", r.Status, r.Body)
 	}

@@ -11,29 +11,18 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/fault"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
-// startFleet starts n gateway processes with env.
-func startFleet(t *testing.T, store *storetest.Env, n int, env ...string) []*testkit.Gateway {
-	t.Helper()
-	gws := make([]*testkit.Gateway, n)
-	var wg sync.WaitGroup
-	for i := range gws {
-		wg.Go(func() {
-			gws[i] = testkit.StartGateway(t, store, append([]string{"REGISTRY_CACHE_TTL=200ms"}, env...)...)
-		})
-	}
-	wg.Wait()
-	return gws
-}
+// isolationEnv is the environment of the gateway processes of the
+// isolation, back-pressure and rate-limit tests: a server item is read
+// again after 200 ms.
+var isolationEnv = []string{"REGISTRY_CACHE_TTL=200ms"}
 
 // agentCall is one call as an agent sees it: the answer (Status -1 if
 // none came), when it was sent and answered, and when the upstream
@@ -105,9 +94,9 @@ func utilisation(events []demoupstream.Event, cap int, from, to time.Time) float
 // the bulkhead, make bench measures, the slow server's waiters hold the
 // front and the fast server's calls are throttled.)
 func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
-	env := storetest.NewEnv(t)
-	gws := startFleet(t, env, 4, "FUNCTION_CONCURRENCY="+strconv.Itoa(floodFront))
-	r := floodBehindFront(t, env, gws, "", 8*time.Second, 2*time.Second)
+	rig := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv})
+	gws := rig.Start(4, "FUNCTION_CONCURRENCY="+strconv.Itoa(floodFront))
+	r := floodBehindFront(t, rig.Env, gws, "", 8*time.Second, 2*time.Second)
 	t.Logf("fast server: %d of %d calls succeeded %v; slow server: %v; front throttled %d; slow cap busy %.0f%% of the run",
 		r.fastOK, r.fastAll, r.fastCodes, r.slowCodes, r.throttled, 100*r.util)
 	if r.fastAll == 0 || float64(r.fastOK) < 0.99*float64(r.fastAll) {
@@ -134,9 +123,9 @@ func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
 // and once B has queued only a place freed beside B's can go to A. Served in
 // arrival order B would wait behind A's seven other callers.
 func TestFairSharesBetweenTenants(t *testing.T) {
-	env := storetest.NewEnv(t)
-	gws := startFleet(t, env, 4)
-	r := twoTenants(t, env, gws, "shared", 8*time.Second, 500*time.Millisecond)
+	rig := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv})
+	gws := rig.Start(4)
+	r := twoTenants(t, rig.Env, gws, "shared", 8*time.Second, 500*time.Millisecond)
 	if len(r.b) < 3 {
 		t.Fatalf("B made %d calls", len(r.b))
 	}
@@ -167,11 +156,10 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 // server B's and C's calls fail in a row: two tenants' failures open it
 // for everyone, A included.
 func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	keyA, keyB, keyC := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 3)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 8, "timeout": 1,
+	r := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv, Demo: true})
+	keyA, keyB, keyC := r.PutKey("*"), r.PutKey("*"), r.PutKey("*")
+	gws := r.Start(3)
+	r.PutServer(map[string]any{"server_id": "demo", "url": r.Demo.URL, "max_concurrent_requests": 8, "timeout": 1,
 		"breaker": map[string]any{"failure_threshold": 3, "recovery_timeout": 60}})
 	for i := range 4 {
 		if c := callVia(gws[i%3].URL, keyA, "demo", "slow_tool", map[string]any{"ms": 5000}); c.Fault.Code != fault.UpstreamTimeout && c.Fault.Code != fault.CircuitOpen {
@@ -181,10 +169,10 @@ func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
 	// The cut-off calls tell the breaker when their slots come back.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := demo.WaitIdle(ctx); err != nil {
+	if err := r.Demo.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for testkit.LeaseCount(t, env, "demo", "leases") != 0 {
+	for testkit.LeaseCount(t, r.Env, "demo", "leases") != 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for i, g := range gws {
@@ -197,17 +185,17 @@ func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
 	}
 	// On another server, B's and C's calls fail in a row: two tenants'
 	// failures open it for everyone, A included.
-	testkit.PutServer(t, env, map[string]any{"server_id": "other", "url": demo.URL, "max_concurrent_requests": 8, "timeout": 1,
+	r.PutServer(map[string]any{"server_id": "other", "url": r.Demo.URL, "max_concurrent_requests": 8, "timeout": 1,
 		"breaker": map[string]any{"failure_threshold": 3, "recovery_timeout": 60}})
 	for i, key := range []string{keyB, keyC, keyB} {
 		if c := callVia(gws[i%3].URL, key, "other", "slow_tool", map[string]any{"ms": 5000}); c.Fault.Code != fault.UpstreamTimeout {
 			t.Fatalf("slow call %d on the other server: %+v", i, c)
 		}
 	}
-	if err := demo.WaitIdle(ctx); err != nil {
+	if err := r.Demo.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for testkit.LeaseCount(t, env, "other", "leases") != 0 {
+	for testkit.LeaseCount(t, r.Env, "other", "leases") != 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for i, g := range gws {

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -105,8 +104,7 @@ func isTimeout(err error) bool {
 // key and drip its body a byte at a time. Each gets its 401 at once and the
 // connection closes, instead of the server first reading the whole body.
 func TestLocalServerAnswersADrippingBody(t *testing.T) {
-	env := storetest.NewEnv(t)
-	g := testkit.StartGateway(t, env)
+	g := testkit.NewRig(t, testkit.RigOptions{}).StartGateway()
 	const clients, body = 50, 200
 	head := "POST /mcp-rest/tools/call HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
 	ends := make([]dripEnd, clients)
@@ -127,12 +125,10 @@ func TestLocalServerAnswersADrippingBody(t *testing.T) {
 // read timeout, and a connection left idle, are closed; beyond
 // GATEWAY_MAX_CONNS a connection waits until another one closes.
 func TestLocalServerBoundsSlowClients(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "timeout": 60})
-	key := testkit.PutKey(t, env, "*")
+	rig := testkit.NewRig(t, testkit.RigOptions{Demo: true, Key: true})
+	rig.PutServer(map[string]any{"server_id": "demo", "url": rig.Demo.URL, "timeout": 60})
 	const maxConns = 4
-	g := testkit.StartGateway(t, env, "GATEWAY_READ_TIMEOUT=2s", "GATEWAY_IDLE_TIMEOUT=2s", "GATEWAY_MAX_CONNS=4")
+	g := rig.StartGateway("GATEWAY_READ_TIMEOUT=2s", "GATEWAY_IDLE_TIMEOUT=2s", "GATEWAY_MAX_CONNS=4")
 	for _, want := range []string{`"read_timeout":"2s"`, `"idle_timeout":"2s"`, `"max_conns":4`} {
 		if !strings.Contains(g.Logs(), want) {
 			t.Errorf("the listening line does not say %s:\n%s", want, g.Logs())
@@ -145,7 +141,7 @@ func TestLocalServerBoundsSlowClients(t *testing.T) {
 	const tail = 1000
 	prefix := `{"server_id":"demo","name":"echo","arguments":{"text":"`
 	body := startDrip(t, g.URL, fmt.Sprintf("POST /mcp-rest/tools/call HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(prefix)+tail, prefix), tail, 100*time.Millisecond)
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", rig.Key, len(prefix)+tail, prefix), tail, 100*time.Millisecond)
 	header := startDrip(t, g.URL, "POST /mcp HTTP/1.1\r\nHost: gateway\r\nX-Slow: ", tail, 100*time.Millisecond)
 	// A client that makes one request and then stays idle.
 	idle := startDrip(t, g.URL, "GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n", 0, 0)
@@ -174,7 +170,7 @@ func TestLocalServerBoundsSlowClients(t *testing.T) {
 		go func() {
 			req, _ := http.NewRequest(http.MethodPost, g.URL+"/mcp-rest/tools/call",
 				strings.NewReader(`{"server_id":"demo","name":"slow_tool","arguments":{"ms":60000,"gate":"hold"}}`))
-			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Authorization", "Bearer "+rig.Key)
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
 			if err == nil {
@@ -189,7 +185,7 @@ func TestLocalServerBoundsSlowClients(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := demo.WaitInFlight(ctx, maxConns); err != nil {
+	if err := rig.Demo.WaitInFlight(ctx, maxConns); err != nil {
 		t.Fatal(err)
 	}
 	fifth := make(chan dripEnd, 1)
@@ -209,7 +205,7 @@ func TestLocalServerBoundsSlowClients(t *testing.T) {
 		t.Fatalf("a fifth connection was served while %d were busy: %s", maxConns, o)
 	default:
 	}
-	demo.OpenGate("hold")
+	rig.Demo.OpenGate("hold")
 	for range maxConns {
 		if err := <-held; err != nil {
 			t.Errorf("held call: %v", err)

@@ -22,7 +22,6 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -134,15 +133,15 @@ func callRaw(t *testing.T, url, key, version, name string, args, caps map[string
 var accept = map[string]any{"ok": map[string]any{"action": "accept", "content": map[string]any{"ok": true}}}
 
 func TestInputRequired(t *testing.T) {
-	env := storetest.NewEnv(t)
+	rig := testkit.NewRig(t, testkit.RigOptions{})
 	up := startConfirmUpstream(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "mrtr", "url": up.URL, "max_concurrent_requests": 1})
-	testkit.PutServer(t, env, map[string]any{"server_id": "other", "url": up.URL, "max_concurrent_requests": 1})
-	key := testkit.PutKey(t, env, "mrtr", "other")
-	key2 := testkit.PutKey(t, env, "mrtr")
+	rig.PutServer(map[string]any{"server_id": "mrtr", "url": up.URL, "max_concurrent_requests": 1})
+	rig.PutServer(map[string]any{"server_id": "other", "url": up.URL, "max_concurrent_requests": 1})
+	key := rig.PutKey("mrtr", "other")
+	key2 := rig.PutKey("mrtr")
 	shared := []string{"REQUEST_STATE_KEY=env:MCPGATE_TEST_STATE_SECRET", "MCPGATE_TEST_STATE_SECRET=" + strings.Repeat("k", 40)}
-	a := testkit.StartGateway(t, env, shared...)
-	b := testkit.StartGateway(t, env, shared...)
+	a := rig.StartGateway(shared...)
+	b := rig.StartGateway(shared...)
 	elicit := map[string]any{"elicitation": map[string]any{}}
 
 	for _, tc := range []struct{ name, path, tool string }{
@@ -159,7 +158,7 @@ func TestInputRequired(t *testing.T) {
 					if n := up.inFlight.Load(); n != 0 {
 						t.Errorf("upstream has %d calls in flight while the client answers, want 0", n)
 					}
-					if n := testkit.LeaseCount(t, env, "mrtr", "leases"); n != 0 {
+					if n := testkit.LeaseCount(t, rig.Env, "mrtr", "leases"); n != 0 {
 						t.Errorf("%d slot(s) of mrtr held while the client answers, want 0", n)
 					}
 					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
@@ -194,7 +193,7 @@ func TestInputRequired(t *testing.T) {
 	if strings.Contains(first.Result.RequestState, "state:x") {
 		t.Errorf("requestState %q shows the upstream's state", first.Result.RequestState)
 	}
-	if n := testkit.LeaseCount(t, env, "mrtr", "leases"); n != 0 {
+	if n := testkit.LeaseCount(t, rig.Env, "mrtr", "leases"); n != 0 {
 		t.Errorf("%d slot(s) held after input_required, want 0", n)
 	}
 	state := first.Result.RequestState
@@ -217,14 +216,14 @@ func TestInputRequired(t *testing.T) {
 	})
 	t.Run("refused: the server now points at another upstream", func(t *testing.T) {
 		moved := startConfirmUpstream(t)
-		testkit.PutServer(t, env, map[string]any{"server_id": "moving", "url": up.URL})
-		mover := testkit.PutKey(t, env, "moving")
+		testkit.PutServer(t, rig.Env, map[string]any{"server_id": "moving", "url": up.URL})
+		mover := testkit.PutKey(t, rig.Env, "moving")
 		first := callRaw(t, a.URL+"/mcp/moving", mover, "2026-07-28", "confirm", map[string]any{"item": "m"}, elicit, nil, "")
 		if first.Result.RequestState == "" {
 			t.Fatalf("first call: %+v; want input_required", first)
 		}
-		testkit.PutServer(t, env, map[string]any{"server_id": "moving", "url": moved.URL})
-		fresh := testkit.StartGateway(t, env, shared...) // reads the item anew
+		testkit.PutServer(t, rig.Env, map[string]any{"server_id": "moving", "url": moved.URL})
+		fresh := rig.Launch(t, 1, shared...)[0] // reads the item anew
 		r := callRaw(t, fresh.URL+"/mcp/moving", mover, "2026-07-28", "confirm", map[string]any{"item": "m"}, elicit, accept, first.Result.RequestState)
 		if r.Error == nil || r.Error.Code != -32602 || !strings.Contains(r.Error.Message, "requestState") {
 			t.Errorf("got HTTP %d %+v; want -32602 naming requestState", r.status, r.Error)
@@ -234,9 +233,9 @@ func TestInputRequired(t *testing.T) {
 		}
 	})
 
-	c := testkit.StartGateway(t, env) // a key of its own
+	c := rig.StartGateway() // a key of its own
 	// The same key, with a clock past the state's 10-minute expiry.
-	late := testkit.StartGateway(t, env, append(shared, "GATEWAY_TEST_CLOCK_OFFSET=10m1s")...)
+	late := rig.StartGateway(append(shared, "GATEWAY_TEST_CLOCK_OFFSET=10m1s")...)
 	tampered := []byte(state)
 	tampered[len(tampered)/2] ^= 'A' ^ 'B'
 	for _, tc := range []struct {

@@ -20,7 +20,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/fault"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -67,23 +66,21 @@ func retryAfterAgrees(r testkit.Response) bool {
 // and reach the upstream, the rest are answered RATE_LIMITED with a wait
 // (Retry-After and retry_after_ms), and a call after that wait passes.
 func TestRateLimitAcrossTheFleet(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	key := testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 4)
-	testkit.PutServer(t, env, map[string]any{"server_id": "paid", "url": demo.URL, "rpm_limit": 30})
-	ok, limited, wait := tally(t, burstVia(gws, key, "paid", 40))
+	r := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv, Demo: true, Key: true})
+	gws := r.Start(4)
+	r.PutServer(map[string]any{"server_id": "paid", "url": r.Demo.URL, "rpm_limit": 30})
+	ok, limited, wait := tally(t, burstVia(gws, r.Key, "paid", 40))
 	if ok < 30 || ok > 31 || ok+limited != 40 {
 		t.Errorf("%d admitted, %d rate limited of 40; want 30 (31 at most) admitted, the rest limited", ok, limited)
 	}
-	if got := demo.Stats().Calls; got != ok {
+	if got := r.Demo.Stats().Calls; got != ok {
 		t.Errorf("the upstream received %d calls; %d were admitted", got, ok)
 	}
 	if wait > 2*time.Second+100*time.Millisecond {
 		t.Errorf("advised wait %v; a token comes every 2 s", wait)
 	}
 	time.Sleep(wait)
-	if c := callVia(gws[0].URL, key, "paid", "slow_tool", map[string]any{"ms": 0}); c.Status != http.StatusOK {
+	if c := callVia(gws[0].URL, r.Key, "paid", "slow_tool", map[string]any{"ms": 0}); c.Status != http.StatusOK {
 		t.Errorf("a call after the advised wait: %+v", c)
 	}
 }
@@ -92,11 +89,10 @@ func TestRateLimitAcrossTheFleet(t *testing.T) {
 // on its own; a tool's rpm_limit limits that tool, whoever calls, below
 // what the callers' own buckets would let through.
 func TestRateLimitPerPrincipalAndTool(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	keyA, keyB, keyC := testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*"), testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 2)
-	testkit.PutServer(t, env, map[string]any{"server_id": "shared", "url": demo.URL, "rpm_limit_per_principal": 5,
+	r := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv, Demo: true})
+	keyA, keyB, keyC := r.PutKey("*"), r.PutKey("*"), r.PutKey("*")
+	gws := r.Start(2)
+	r.PutServer(map[string]any{"server_id": "shared", "url": r.Demo.URL, "rpm_limit_per_principal": 5,
 		"tools": map[string]any{"slow_tool": map[string]any{"rpm_limit": 3}}})
 	echo := func(key string, n int) []agentCall {
 		return testkit.Burst(n, func(i int) agentCall {
@@ -133,7 +129,7 @@ func TestRateLimitPerPrincipalAndTool(t *testing.T) {
 	if ok, _, _ := tally(t, b); ok != 0 || byTool(b) != 1 {
 		t.Errorf("key B: %d of 1 call of slow_tool admitted, %d refused by the tool's bucket; want 0 and 1", ok, byTool(b))
 	}
-	if got := demo.Stats().Calls; got != 3 {
+	if got := r.Demo.Stats().Calls; got != 3 {
 		t.Errorf("the upstream received %d calls of slow_tool; want the 3 admitted", got)
 	}
 }
@@ -141,19 +137,18 @@ func TestRateLimitPerPrincipalAndTool(t *testing.T) {
 // TestKeyRateLimitAcrossServers: a key's rpm_limit counts its calls to
 // every server together.
 func TestKeyRateLimitAcrossServers(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	gws := startFleet(t, env, 2)
-	key := testkit.PutKey(t, env, "*")
-	testkit.UpdateKey(t, env, key, "rpm_limit", 6)
-	testkit.PutServer(t, env, map[string]any{"server_id": "one", "url": demo.URL})
-	testkit.PutServer(t, env, map[string]any{"server_id": "two", "url": demo.URL})
+	r := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv, Demo: true})
+	gws := r.Start(2)
+	key := r.PutKey("*")
+	testkit.UpdateKey(t, r.Env, key, "rpm_limit", 6)
+	r.PutServer(map[string]any{"server_id": "one", "url": r.Demo.URL})
+	r.PutServer(map[string]any{"server_id": "two", "url": r.Demo.URL})
 	okOne, _, _ := tally(t, burstVia(gws, key, "one", 4))
 	okTwo, limited, _ := tally(t, burstVia(gws, key, "two", 4))
 	if okOne+okTwo != 6 || limited != 2 {
 		t.Errorf("%d + %d admitted over two servers, %d limited; want 6 in all", okOne, okTwo, limited)
 	}
-	if got := demo.Stats().Calls; got != okOne+okTwo {
+	if got := r.Demo.Stats().Calls; got != okOne+okTwo {
 		t.Errorf("the upstream received %d calls; %d were admitted", got, okOne+okTwo)
 	}
 }
@@ -161,15 +156,13 @@ func TestKeyRateLimitAcrossServers(t *testing.T) {
 // TestRateLimitOverMCP: on the MCP routes a rate-limited call is a tool
 // result with isError, whose structuredContent is the error object.
 func TestRateLimitOverMCP(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	key := testkit.PutKey(t, env, "*")
-	gws := startFleet(t, env, 1)
-	testkit.PutServer(t, env, map[string]any{"server_id": "paid", "url": demo.URL, "rpm_limit": 1})
+	r := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv, Demo: true, Key: true})
+	gw := r.StartGateway()
+	r.PutServer(map[string]any{"server_id": "paid", "url": r.Demo.URL, "rpm_limit": 1})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: gws[0].URL + "/mcp/paid", HTTPClient: &http.Client{Transport: bearer{key}}}, nil)
+		&mcp.StreamableClientTransport{Endpoint: gw.URL + "/mcp/paid", HTTPClient: &http.Client{Transport: bearer{r.Key}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +180,7 @@ func TestRateLimitOverMCP(t *testing.T) {
 	if !res.IsError || sc["code"] != string(fault.RateLimited) || sc["retryable"] != true || sc["retry_after_ms"] == nil {
 		t.Errorf("second call: isError %v, structuredContent %v; want RATE_LIMITED, retryable, with retry_after_ms", res.IsError, sc)
 	}
-	if got := demo.Stats().Calls; got != 1 {
+	if got := r.Demo.Stats().Calls; got != 1 {
 		t.Errorf("the upstream received %d calls; want 1", got)
 	}
 }
@@ -198,7 +191,7 @@ func TestRateLimitOverMCP(t *testing.T) {
 // upstream's error itself; on both routes the call counts in the EMF
 // metric RateLimited, as the gateway's own refusals do.
 func TestUpstreamRateLimitError(t *testing.T) {
-	env := storetest.NewEnv(t)
+	r := testkit.NewRig(t, testkit.RigOptions{Key: true})
 	var calls atomic.Int64
 	s := mcp.NewServer(&mcp.Implementation{Name: "quota", Version: "1"}, nil)
 	s.AddTool(&mcp.Tool{Name: "search", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -209,11 +202,10 @@ func TestUpstreamRateLimitError(t *testing.T) {
 	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}))
 	t.Cleanup(up.Close)
-	key := testkit.PutKey(t, env, "*")
-	gw := testkit.StartGateway(t, env, "EMF_METRICS=on")
-	testkit.PutServer(t, env, map[string]any{"server_id": "quota", "url": up.URL})
+	gw := r.StartGateway("EMF_METRICS=on")
+	r.PutServer(map[string]any{"server_id": "quota", "url": up.URL})
 
-	c := callVia(gw.URL, key, "quota", "search", map[string]any{})
+	c := callVia(gw.URL, r.Key, "quota", "search", map[string]any{})
 	if c.Status != http.StatusTooManyRequests || c.Fault.Code != fault.RateLimited || !c.Fault.Retryable ||
 		c.Header.Get("Retry-After") != "1" || c.Fault.RetryAfterMS != 1000 || !strings.Contains(c.Fault.Message, "quota exhausted") {
 		t.Errorf("REST: %d, Retry-After %q, %+v; want 429 RATE_LIMITED, retryable, a wait of 1 s, the upstream's message",
@@ -223,7 +215,7 @@ func TestUpstreamRateLimitError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: gw.URL + "/mcp/quota", HTTPClient: &http.Client{Transport: bearer{key}}}, nil)
+		&mcp.StreamableClientTransport{Endpoint: gw.URL + "/mcp/quota", HTTPClient: &http.Client{Transport: bearer{r.Key}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

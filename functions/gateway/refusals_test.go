@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -24,13 +23,12 @@ import (
 // refused call, and no successful one, grouped by code, server and caller
 // with the request ids the callers got in X-Request-Id.
 func TestRefusalsFromGatewayLog(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 1, "on_limit": "shed"})
-	testkit.PutServer(t, env, map[string]any{"server_id": "other", "url": demo.URL})
-	key := testkit.PutKey(t, env, "demo")
-	otherKey := testkit.PutKey(t, env, "other")
-	gw := testkit.StartGateway(t, env)
+	rig := testkit.NewRig(t, testkit.RigOptions{Demo: true})
+	rig.PutServer(map[string]any{"server_id": "demo", "url": rig.Demo.URL, "max_concurrent_requests": 1, "on_limit": "shed"})
+	rig.PutServer(map[string]any{"server_id": "other", "url": rig.Demo.URL})
+	key := rig.PutKey("demo")
+	otherKey := rig.PutKey("other")
+	gw := rig.StartGateway()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -66,12 +64,12 @@ func TestRefusalsFromGatewayLog(t *testing.T) {
 		}
 		held <- err
 	}()
-	if err := demo.WaitInFlight(ctx, 1); err != nil {
+	if err := rig.Demo.WaitInFlight(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	call(key, "slow_tool", map[string]any{"ms": 0}, http.StatusTooManyRequests, "AT_CAPACITY")
 	call(key, "slow_tool", map[string]any{"ms": 0}, http.StatusTooManyRequests, "AT_CAPACITY")
-	demo.OpenGate("hold")
+	rig.Demo.OpenGate("hold")
 	if err := <-held; err != nil {
 		t.Fatalf("held call: %v", err)
 	}

@@ -24,15 +24,15 @@ import (
 )
 
 // breakerOpenUntil reads when the breaker of tool on "demo" reopens.
-func (f *fleet) breakerOpenUntil(tool string) time.Time {
-	f.t.Helper()
-	out, err := f.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
-		TableName:      aws.String(f.env.Tables.Leases),
+func breakerOpenUntil(f *testkit.Rig, tool string) time.Time {
+	f.T.Helper()
+	out, err := f.Env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(f.Env.Tables.Leases),
 		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "demo"}},
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	n, ok := out.Item["breaker_open_until:"+tool].(*types.AttributeValueMemberN)
 	if !ok {
@@ -44,15 +44,15 @@ func (f *fleet) breakerOpenUntil(tool string) time.Time {
 
 // waitBreakerOpen waits until tool's breaker is open and returns until
 // when; a breaker that does not open within a minute fails the test.
-func (f *fleet) waitBreakerOpen(tool string) time.Time {
-	f.t.Helper()
+func waitBreakerOpen(f *testkit.Rig, tool string) time.Time {
+	f.T.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if until := f.breakerOpenUntil(tool); !until.IsZero() {
+		if until := breakerOpenUntil(f, tool); !until.IsZero() {
 			return until
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatal("the breaker did not open")
+			f.T.Fatal("the breaker did not open")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -71,24 +71,25 @@ func waitFor(t *testing.T, what string, wait func(context.Context) error) {
 // timeout 1 s, each call sleeping 5 s) flooded with 8 calls over 3
 // processes while a healthy tool of the same server is called.
 func TestFleetStalledTool(t *testing.T) {
-	f := newFleet(t, 3)
-	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 10, "on_limit": "shed",
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(3)
+	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 10, "on_limit": "shed",
 		"tools":   map[string]any{"slow_tool": map[string]any{"max_concurrent": 2, "timeout": 1}},
 		"breaker": map[string]any{"failure_threshold": 2, "recovery_timeout": 30}})
 
 	stalled := make(chan outcome, 2)
 	for i := range 2 {
-		go func() { stalled <- f.slow(i, map[string]any{"ms": 5000}) }()
+		go func() { stalled <- slow(f, i, map[string]any{"ms": 5000}) }()
 	}
-	waitFor(t, "2 stalled calls", func(ctx context.Context) error { return f.demo.WaitInFlight(ctx, 2) })
+	waitFor(t, "2 stalled calls", func(ctx context.Context) error { return f.Demo.WaitInFlight(ctx, 2) })
 
 	// The other 6 of the 8 are shed at once, with a retryable error.
 	var wg sync.WaitGroup
 	shed := make([]outcome, 6)
 	for i := range shed {
-		wg.Go(func() { shed[i] = f.slow(i, map[string]any{"ms": 5000}) })
+		wg.Go(func() { shed[i] = slow(f, i, map[string]any{"ms": 5000}) })
 	}
-	healthy := f.call(2, "echo", map[string]any{"text": "still here"})
+	healthy := demoCall(f, 2, "echo", map[string]any{"text": "still here"})
 	wg.Wait()
 	for i, o := range shed {
 		if o.Status != http.StatusTooManyRequests || o.Fault.Code != fault.AtCapacity || !o.Fault.Retryable {
@@ -108,27 +109,27 @@ func TestFleetStalledTool(t *testing.T) {
 	// The gateways told the upstream to stop them: it goes idle long
 	// before the calls' 5 s.
 	idle := time.Now()
-	waitFor(t, "the upstream to drop the timed-out calls", f.demo.WaitIdle)
+	waitFor(t, "the upstream to drop the timed-out calls", f.Demo.WaitIdle)
 	t.Logf("upstream idle %v after the timeouts", time.Since(idle).Round(time.Millisecond))
 	// Then their slots come back, telling the breaker.
-	waitNoLease(t, f.env, "demo")
-	calls := f.demo.Stats().Calls
-	for i := range f.gws {
+	waitNoLease(t, f.Env, "demo")
+	calls := f.Demo.Stats().Calls
+	for i := range f.Gateways() {
 		start := time.Now()
-		o := f.slow(i, map[string]any{"ms": 0})
+		o := slow(f, i, map[string]any{"ms": 0})
 		if o.Status != http.StatusServiceUnavailable || o.Fault.Code != fault.CircuitOpen || o.Header.Get("Retry-After") == "" {
 			t.Errorf("process %d after the breaker opened: %d %s, want 503 CIRCUIT_OPEN with Retry-After", i, o.Status, o.Body)
 		}
 		t.Logf("process %d refused in %v (tool timeout 1s)", i, time.Since(start).Round(time.Millisecond))
 	}
-	if got := f.demo.Stats().Calls; got != calls {
+	if got := f.Demo.Stats().Calls; got != calls {
 		t.Errorf("%d calls reached the stalled tool through the open breaker", got-calls)
 	}
-	if p := f.demo.Stats().Peak; p > 2 {
+	if p := f.Demo.Stats().Peak; p > 2 {
 		t.Errorf("the stalled tool saw %d calls at once, cap 2", p)
 	}
 	// Other tools of the server still answer.
-	if o := f.call(0, "echo", map[string]any{"text": "x"}); o.Status != http.StatusOK {
+	if o := demoCall(f, 0, "echo", map[string]any{"text": "x"}); o.Status != http.StatusOK {
 		t.Errorf("healthy tool with the breaker open: %d %s", o.Status, o.Body)
 	}
 }
@@ -136,34 +137,35 @@ func TestFleetStalledTool(t *testing.T) {
 // TestFleetHalfOpenProbe: after the recovery time, many callers on several
 // processes, and exactly one probe reaches the upstream.
 func TestFleetHalfOpenProbe(t *testing.T) {
-	f := newFleet(t, 3)
-	f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 20,
+	f := testkit.NewRig(t, fleetOptions)
+	f.Start(3)
+	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 20,
 		"tools":   map[string]any{"slow_tool": map[string]any{"timeout": 0.3}},
 		"breaker": map[string]any{"failure_threshold": 2, "recovery_timeout": 1}})
 	// Two principals' calls fail: it opens for everyone.
-	other := testkit.PutKey(t, f.env, "*")
-	for i, key := range []string{f.key, other} {
-		if o := f.callAs(key, i, "slow_tool", map[string]any{"ms": 5000}); o.Fault.Code != fault.UpstreamTimeout {
+	other := f.PutKey("*")
+	for i, key := range []string{f.Key, other} {
+		if o := demoCallAs(f, key, i, "slow_tool", map[string]any{"ms": 5000}); o.Fault.Code != fault.UpstreamTimeout {
 			t.Fatalf("opening call %d: %d %s", i, o.Status, o.Body)
 		}
 	}
 	// The cut-off call tells its breaker when its slot comes back: the
 	// release, then the write that opens the breaker.
-	waitNoLease(t, f.env, "demo")
-	openUntil := f.waitBreakerOpen("slow_tool")
+	waitNoLease(t, f.Env, "demo")
+	openUntil := waitBreakerOpen(f, "slow_tool")
 	// Give the probe time to be held while the others arrive.
-	testkit.UpdateServer(t, f.env, "demo", "tools", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+	testkit.UpdateServer(t, f.Env, "demo", "tools", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
 		"slow_tool": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"timeout": &types.AttributeValueMemberN{Value: "30"}}},
 	}})
 	time.Sleep(time.Until(openUntil) + 400*time.Millisecond) // recovery time, and the 200 ms registry cache
-	f.demo.Reset()
+	f.Demo.Reset()
 
 	const callers = 12
 	results := make(chan outcome, callers)
 	for i := range callers {
-		go func() { results <- f.slow(i, map[string]any{"ms": 30000, "gate": "probe"}) }()
+		go func() { results <- slow(f, i, map[string]any{"ms": 30000, "gate": "probe"}) }()
 	}
-	waitFor(t, "the probe", func(ctx context.Context) error { return f.demo.WaitCalls(ctx, 1) })
+	waitFor(t, "the probe", func(ctx context.Context) error { return f.Demo.WaitCalls(ctx, 1) })
 	// The probe is held at its gate: every other caller can only come back
 	// by being refused. A second call let through would hang here.
 	timeout := time.After(time.Minute)
@@ -174,18 +176,18 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 				t.Errorf("caller during the probe: %d %s, want 503 CIRCUIT_OPEN", o.Status, o.Body)
 			}
 		case <-timeout:
-			t.Fatalf("callers still waiting while the probe runs; upstream saw %d calls", f.demo.Stats().Calls)
+			t.Fatalf("callers still waiting while the probe runs; upstream saw %d calls", f.Demo.Stats().Calls)
 		}
 	}
-	if calls := f.demo.Stats().Calls; calls != 1 {
+	if calls := f.Demo.Stats().Calls; calls != 1 {
 		t.Errorf("upstream saw %d calls while half-open, want exactly 1 probe", calls)
 	}
-	f.demo.OpenGate("probe")
+	f.Demo.OpenGate("probe")
 	if o := <-results; o.Status != http.StatusOK {
 		t.Errorf("probe: %d %s", o.Status, o.Body)
 	}
 	// The probe's success closed the breaker for everyone.
-	if o := f.slow(1, map[string]any{"ms": 0}); o.Status != http.StatusOK {
+	if o := slow(f, 1, map[string]any{"ms": 0}); o.Status != http.StatusOK {
 		t.Errorf("after the probe: %d %s", o.Status, o.Body)
 	}
 }
@@ -206,23 +208,19 @@ func TestFleetClockSkew(t *testing.T) {
 		{"beyond margin", "3s", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := storetest.NewEnv(t)
-			f := &fleet{t: t, env: env, demo: testkit.StartDemo(t), key: testkit.PutKey(t, env, "*")}
-			common := []string{"LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=200ms"}
-			f.gws = []*testkit.Gateway{
-				testkit.StartGateway(t, env, common...),
-				testkit.StartGateway(t, env, append(common, "GATEWAY_TEST_CLOCK_OFFSET="+tc.offset)...),
-			}
-			f.server(map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "timeout": 3, "queue_timeout": 30})
+			f := testkit.NewRig(t, fleetOptions)
+			f.StartGateway()
+			f.StartGateway("GATEWAY_TEST_CLOCK_OFFSET=" + tc.offset)
+			demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 1, "timeout": 3, "queue_timeout": 30})
 			a := make(chan outcome, 1)
-			go func() { a <- f.slow(0, map[string]any{"ms": 60000, "gate": "never"}) }()
-			waitFor(t, "A's call", func(ctx context.Context) error { return f.demo.WaitInFlight(ctx, 1) })
-			b := f.slow(1, map[string]any{"ms": 0})
+			go func() { a <- slow(f, 0, map[string]any{"ms": 60000, "gate": "never"}) }()
+			waitFor(t, "A's call", func(ctx context.Context) error { return f.Demo.WaitInFlight(ctx, 1) })
+			b := slow(f, 1, map[string]any{"ms": 0})
 			if b.Status != http.StatusOK {
 				t.Fatalf("B: %d %s", b.Status, b.Body)
 			}
 			<-a
-			if p := f.demo.Stats().Peak; p != tc.wantPeak {
+			if p := f.Demo.Stats().Peak; p != tc.wantPeak {
 				t.Errorf("clock offset %s: upstream peak %d, want %d", tc.offset, p, tc.wantPeak)
 			}
 		})

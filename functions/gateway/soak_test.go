@@ -23,7 +23,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/lease"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -32,33 +31,6 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-// soakFleet is a set of gateway slots whose processes can be replaced.
-type soakFleet struct {
-	t     *testing.T
-	env   *storetest.Env
-	extra []string
-	mu    sync.Mutex
-	gws   []*testkit.Gateway
-}
-
-func (s *soakFleet) pick(i int) *testkit.Gateway {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gws[i%len(s.gws)]
-}
-
-// replace kills slot i's process with SIGKILL and starts a new one.
-func (s *soakFleet) replace(i int) {
-	s.mu.Lock()
-	old := s.gws[i]
-	s.mu.Unlock()
-	old.Kill()
-	g := testkit.StartGateway(s.t, s.env, s.extra...)
-	s.mu.Lock()
-	s.gws[i] = g
-	s.mu.Unlock()
 }
 
 // allowed are the codes a call may end with under faults: each says what
@@ -88,23 +60,13 @@ const soakHold = 3 * time.Second
 func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 	const cap = 3
 	total, procs, workers := envInt("SOAK_CALLS", 2000), envInt("SOAK_PROCS", 6), 24
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemoWith(t, upstream)
-	key := testkit.PutKey(t, env, "*")
-	proxy := testkit.NewProxy(t, strings.TrimPrefix(env.Endpoint, "http://"))
-	testkit.PutServer(t, env, map[string]any{
-		"server_id": "demo", "url": demo.URL, "max_concurrent_requests": cap, "timeout": 2, "queue_timeout": 3, "cancel_grace": 10,
+	r := testkit.NewRig(t, testkit.RigOptions{Demo: true, DemoWith: upstream, Key: true})
+	proxy := testkit.NewProxy(t, strings.TrimPrefix(r.Env.Endpoint, "http://"))
+	r.PutServer(map[string]any{
+		"server_id": "demo", "url": r.Demo.URL, "max_concurrent_requests": cap, "timeout": 2, "queue_timeout": 3, "cancel_grace": 10,
 		"breaker": map[string]any{"failure_threshold": 4, "recovery_timeout": 1, "excluded_tools": []any{"echo"}},
 	})
-	fl := &soakFleet{t: t, env: env, extra: []string{
-		"LEASE_MARGIN=1s", "LEASE_HOLD=" + soakHold.String(), "REGISTRY_CACHE_TTL=500ms", "AWS_ENDPOINT_URL_DYNAMODB=http://" + proxy.Addr,
-	}}
-	fl.gws = make([]*testkit.Gateway, procs)
-	var wg sync.WaitGroup
-	for i := range procs {
-		wg.Go(func() { fl.gws[i] = testkit.StartGateway(t, env, fl.extra...) })
-	}
-	wg.Wait()
+	r.Start(procs, "LEASE_MARGIN=1s", "LEASE_HOLD="+soakHold.String(), "REGISTRY_CACHE_TTL=500ms", "AWS_ENDPOINT_URL_DYNAMODB=http://"+proxy.Addr)
 
 	var (
 		done, died, next atomic.Int64
@@ -137,7 +99,7 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 			case n >= nextKill && n < int64(total)-killEvery/2:
 				nextKill += killEvery
 				slot := rand.IntN(procs)
-				fl.replace(slot)
+				r.Replace(slot)
 				note("(fault) process killed and restarted")
 			case !storeDone && n >= int64(total/3):
 				storeDone = true
@@ -147,9 +109,9 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 				note("(fault) store stopped and restarted")
 			case !hangDone && n >= int64(2*total/3):
 				hangDone = true
-				demo.SetHang(true)
+				r.Demo.SetHang(true)
 				time.Sleep(3 * time.Second) // the stall itself
-				demo.SetHang(false)
+				r.Demo.SetHang(false)
 				note("(fault) upstream hung for 3s")
 			}
 		}
@@ -157,6 +119,7 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 
 	client := &http.Client{Timeout: 30 * time.Second}
 	start := time.Now()
+	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
@@ -169,10 +132,10 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 				if rng.IntN(5) == 0 {
 					tool, args = "echo", map[string]any{"text": "soak"}
 				}
-				gw := fl.pick(rng.IntN(procs))
+				gw := r.Gateway(rng.IntN(procs))
 				callStart := time.Now()
 				ctx, cancel := context.WithCancel(context.Background())
-				r, err := testkit.Post(ctx, gw.URL+"/mcp-rest/tools/call", key, map[string]any{"server_id": "demo", "name": tool, "arguments": args})
+				resp, err := testkit.Post(ctx, gw.URL+"/mcp-rest/tools/call", r.Key, map[string]any{"server_id": "demo", "name": tool, "arguments": args})
 				cancel()
 				switch {
 				case err != nil && errors.Is(err, context.DeadlineExceeded) || err != nil && strings.Contains(err.Error(), "Client.Timeout"):
@@ -181,12 +144,12 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 					// The process serving it was killed.
 					died.Add(1)
 					note("(transport) gateway process died mid-call")
-				case r.Status == http.StatusOK:
+				case resp.Status == http.StatusOK:
 					note("ok")
 				default:
-					o := parseOutcome(t, r)
-					if !allowed[o.Fault.Code] || o.Fault.Code.Status() != r.Status || !o.Fault.Retryable {
-						fail(fmt.Sprintf("call %d: %d %s", i, r.Status, r.Body))
+					o := parseOutcome(t, resp)
+					if !allowed[o.Fault.Code] || o.Fault.Code.Status() != resp.Status || !o.Fault.Retryable {
+						fail(fmt.Sprintf("call %d: %d %s", i, resp.Status, resp.Body))
 					} else {
 						note(string(o.Fault.Code))
 					}
@@ -215,13 +178,13 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 	// process: its release removes leases whose holders died.
 	time.Sleep(soakHold + time.Second + 500*time.Millisecond) // hold + margin, and slack
 	for i := range procs {
-		r, err := testkit.Post(context.Background(), fl.pick(i).URL+"/mcp-rest/tools/call", key,
+		resp, err := testkit.Post(context.Background(), r.Gateway(i).URL+"/mcp-rest/tools/call", r.Key,
 			map[string]any{"server_id": "demo", "name": "slow_tool", "arguments": map[string]any{"ms": 0}})
-		if err != nil || r.Status != http.StatusOK {
-			t.Errorf("call after the soak via process %d: %v %d %s", i, err, r.Status, r.Body)
+		if err != nil || resp.Status != http.StatusOK {
+			t.Errorf("call after the soak via process %d: %v %d %s", i, err, resp.Status, resp.Body)
 		}
 	}
-	left := testkit.LeaseCount(t, env, "demo", lease.ServerAttr)
+	left := testkit.LeaseCount(t, r.Env, "demo", lease.ServerAttr)
 
 	var lines []string
 	for k, v := range counts {
@@ -229,11 +192,11 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 	}
 	sort.Strings(lines)
 	t.Logf("soak: %d calls over %d processes (%d workers) in %v; upstream peak %d (cap %d); %d leases left\n%s",
-		total, procs, workers, elapsed.Round(time.Millisecond), demo.Stats().Peak, cap, left, strings.Join(lines, "\n"))
+		total, procs, workers, elapsed.Round(time.Millisecond), r.Demo.Stats().Peak, cap, left, strings.Join(lines, "\n"))
 	for _, f := range failures {
 		t.Error(f)
 	}
-	if p := demo.Stats().Peak; p > cap {
+	if p := r.Demo.Stats().Peak; p > cap {
 		t.Errorf("the upstream saw %d calls at once, cap %d", p, cap)
 	}
 	if counts["ok"] == 0 {

@@ -19,7 +19,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/secret/secrettest"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -45,13 +44,13 @@ func TestRequestStateKeyFromSecretsManager(t *testing.T) {
 	}
 
 	// Two processes that read the secret share request states.
-	env := storetest.NewEnv(t)
+	rig := testkit.NewRig(t, testkit.RigOptions{})
 	up := startConfirmUpstream(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "mrtr", "url": up.URL})
-	key := testkit.PutKey(t, env, "mrtr")
+	rig.PutServer(map[string]any{"server_id": "mrtr", "url": up.URL})
+	key := rig.PutKey("mrtr")
 	extra := append([]string{"REQUEST_STATE_KEY=secretsmanager:" + arn}, moto.Vars()...)
-	a := testkit.StartGateway(t, env, extra...)
-	b := testkit.StartGateway(t, env, extra...)
+	a := rig.StartGateway(extra...)
+	b := rig.StartGateway(extra...)
 	elicit := map[string]any{"elicitation": map[string]any{}}
 	first := callRaw(t, a.URL+"/mcp/mrtr", key, "2026-07-28", "confirm", map[string]any{"item": "s"}, elicit, nil, "")
 	if first.Result.RequestState == "" {
@@ -70,8 +69,8 @@ func TestRequestStateKeyFromSecretsManager(t *testing.T) {
 	moto.PutSecret(t, copyName, stateValue)
 	demo, guard := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
 	for id, ref := range map[string]string{"by_arn": "secretsmanager:" + arn, "by_name": "secretsmanager:" + name, "by_copy": "secretsmanager:" + copyName} {
-		testkit.PutServer(t, env, map[string]any{"server_id": id, "url": demo.URL, "auth": map[string]any{"type": "bearer", "secret": ref}})
-		thief := testkit.PutKey(t, env, id)
+		rig.PutServer(map[string]any{"server_id": id, "url": demo.URL, "auth": map[string]any{"type": "bearer", "secret": ref}})
+		thief := rig.PutKey(id)
 		r, err := a.CallTool(t.Context(), thief, id, "echo", map[string]any{"text": "x"})
 		if err != nil || r.Status != http.StatusBadGateway || !strings.Contains(string(r.Body), "SERVER_MISCONFIGURED") {
 			t.Errorf("%s: %v %d %s; want SERVER_MISCONFIGURED", id, err, r.Status, r.Body)
@@ -88,7 +87,7 @@ func TestRequestStateKeyFromSecretsManager(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testkit.GatewayBinary(t))
-	cmd.Env = append(append(append(os.Environ(), env.Vars()...), moto.Vars()...), "GATEWAY_ADDR=127.0.0.1:0", "REQUEST_STATE_KEY=secretsmanager:missing")
+	cmd.Env = append(append(append(os.Environ(), rig.Env.Vars()...), moto.Vars()...), "GATEWAY_ADDR=127.0.0.1:0", "REQUEST_STATE_KEY=secretsmanager:missing")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "REQUEST_STATE_KEY") {
 		t.Errorf("gateway with an unreadable key: %v\n%s", err, out)

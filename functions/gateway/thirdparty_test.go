@@ -82,11 +82,10 @@ func runTSClient(t *testing.T, url, key string, calls []tsCall, env ...string) (
 }
 
 func TestThirdPartyClient(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 2})
-	key := testkit.PutKey(t, env, "demo")
-	gw := testkit.StartGateway(t, env)
+	rig := testkit.NewRig(t, testkit.RigOptions{Demo: true})
+	rig.PutServer(map[string]any{"server_id": "demo", "url": rig.Demo.URL, "max_concurrent_requests": 2})
+	key := rig.PutKey("demo")
+	gw := rig.StartGateway()
 
 	for _, tc := range []struct{ name, path, prefix string }{
 		{"aggregated", "/mcp", "demo-"},
@@ -141,12 +140,11 @@ func TestThirdPartyClient(t *testing.T) {
 // gateway's protected-resource metadata, gets a token for the resource it
 // asked for, and calls a tool with it; the gateway logs its principal.
 func TestThirdPartyOAuthClient(t *testing.T) {
-	env := storetest.NewEnv(t)
-	demo := testkit.StartDemo(t)
-	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": demo.URL, "max_concurrent_requests": 2})
+	rig := testkit.NewRig(t, testkit.RigOptions{Demo: true})
+	rig.PutServer(map[string]any{"server_id": "demo", "url": rig.Demo.URL, "max_concurrent_requests": 2})
 	iss := authtest.NewIssuer(t)
 	iss.AddClient("agent-7", "s3cret-client-secret")
-	gw := testkit.StartGateway(t, env, "OAUTH_ISSUER="+iss.URL)
+	gw := rig.StartGateway("OAUTH_ISSUER=" + iss.URL)
 
 	for _, tc := range []struct{ name, path, prefix string }{
 		{"aggregated", "/mcp", "demo-"},

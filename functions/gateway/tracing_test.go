@@ -185,23 +185,17 @@ func agentTrace(n int) (traceID, traceparent string) {
 func TestTracesToCollector(t *testing.T) {
 	endpoint, spansFile := startCollector(t)
 	upURL, upSeen := tracedUpstream(t)
-	env := storetest.NewEnv(t)
+	rig := testkit.NewRig(t, testkit.RigOptions{Key: true})
 	const token = "upstream-token-SECRET-7f3a"
 	const argMarker = "argument-value-PRIVATE-91c2"
-	key := testkit.PutKey(t, env, "*")
-	testkit.PutServer(t, env, map[string]any{"server_id": "tq", "url": upURL, "max_concurrent_requests": 1, "max_queued": 2, "timeout": 10,
+	key := rig.Key
+	rig.PutServer(map[string]any{"server_id": "tq", "url": upURL, "max_concurrent_requests": 1, "max_queued": 2, "timeout": 10,
 		"auth":            map[string]any{"type": "bearer", "secret": "env:TRACE_TEST_TOKEN"},
 		"forward_headers": []any{"traceparent", "tracestate", "X-Agent-Note"}})
-	testkit.PutServer(t, env, map[string]any{"server_id": "tl", "url": upURL, "max_concurrent_requests": 5, "timeout": 1, "cancel_grace": 10})
-	gws := make([]*testkit.Gateway, 3)
+	rig.PutServer(map[string]any{"server_id": "tl", "url": upURL, "max_concurrent_requests": 5, "timeout": 1, "cancel_grace": 10})
+	gws := rig.Start(3, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint,
+		"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=mcpgate-test", "TRACE_TEST_TOKEN="+token, "REGISTRY_CACHE_TTL=200ms")
 	var wg sync.WaitGroup
-	for i := range gws {
-		wg.Go(func() {
-			gws[i] = testkit.StartGateway(t, env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint,
-				"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=mcpgate-test", "TRACE_TEST_TOKEN="+token, "REGISTRY_CACHE_TTL=200ms")
-		})
-	}
-	wg.Wait()
 
 	rest := func(gw *testkit.Gateway, tp, server string, a map[string]any) (int, string) {
 		body, _ := json.Marshal(map[string]any{"server_id": server, "name": "work", "arguments": a})
@@ -502,11 +496,11 @@ func TestTracesToCollector(t *testing.T) {
 func TestTracesOpenAPIHeaders(t *testing.T) {
 	endpoint, spansFile := startCollector(t)
 	demo, guard := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
-	env := storetest.NewEnv(t)
-	key := testkit.PutKey(t, env, "*")
-	testkit.PutServer(t, env, map[string]any{"server_id": "api", "transport": "openapi", "spec_url": demo.SpecURL,
+	rig := testkit.NewRig(t, testkit.RigOptions{Key: true})
+	key := rig.Key
+	rig.PutServer(map[string]any{"server_id": "api", "transport": "openapi", "spec_url": demo.SpecURL,
 		"forward_headers": []any{"traceparent", "tracestate"}})
-	gw := testkit.StartGateway(t, env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=100")
+	gw := rig.StartGateway("OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=100")
 
 	post := func(path, body string, hdr map[string]string) {
 		t.Helper()

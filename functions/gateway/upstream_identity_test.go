@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/mcpgate/mcpgate/internal/secret/secrettest"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -24,7 +23,7 @@ import (
 // whole run no secret value, OAuth token or agent key appears in the
 // process's logs or metrics, nor in what the CLI prints of the servers.
 func TestIdentityProcess(t *testing.T) {
-	env := storetest.NewEnv(t)
+	rig := testkit.NewRig(t, testkit.RigOptions{})
 	moto := secrettest.Shared(t)
 	var never []string // values that must never be logged or printed
 	secretIn := func(value string) string {
@@ -52,15 +51,15 @@ func TestIdentityProcess(t *testing.T) {
 		defer rotMu.Unlock()
 		return r.Header.Get("Authorization") == bearerWant
 	})
-	testkit.PutServer(t, env, map[string]any{"server_id": "bearer", "url": bearerDemo.URL, "auth": map[string]any{"type": "bearer", "secret": bearerRef}})
-	testkit.PutServer(t, env, map[string]any{"server_id": "bearer_api", "transport": "openapi", "spec_url": bearerDemo.SpecURL, "auth": map[string]any{"type": "bearer", "secret": bearerRef}})
+	rig.PutServer(map[string]any{"server_id": "bearer", "url": bearerDemo.URL, "auth": map[string]any{"type": "bearer", "secret": bearerRef}})
+	rig.PutServer(map[string]any{"server_id": "bearer_api", "transport": "openapi", "spec_url": bearerDemo.SpecURL, "auth": map[string]any{"type": "bearer", "secret": bearerRef}})
 
 	// api_key from SSM.
 	param := "/" + secrettest.Name("proc-param")
 	moto.PutParameter(t, param, "FAKESECRET-proc-ssm-key")
 	never = append(never, "FAKESECRET-proc-ssm-key")
 	d, _ := guard(header("X-Api-Key", "FAKESECRET-proc-ssm-key"))
-	testkit.PutServer(t, env, map[string]any{"server_id": "apikey", "url": d.URL, "auth": map[string]any{"type": "api_key", "secret": "ssm:" + param}})
+	rig.PutServer(map[string]any{"server_id": "apikey", "url": d.URL, "auth": map[string]any{"type": "api_key", "secret": "ssm:" + param}})
 
 	// basic from a JSON key.
 	basicRef := secretIn(`{"userpass": "gw:FAKESECRET-proc-password"}`)
@@ -69,32 +68,32 @@ func TestIdentityProcess(t *testing.T) {
 		u, p, ok := r.BasicAuth()
 		return ok && u == "gw" && p == "FAKESECRET-proc-password"
 	})
-	testkit.PutServer(t, env, map[string]any{"server_id": "basic", "url": d.URL, "auth": map[string]any{"type": "basic", "secret": basicRef + "#userpass"}})
+	rig.PutServer(map[string]any{"server_id": "basic", "url": d.URL, "auth": map[string]any{"type": "basic", "secret": basicRef + "#userpass"}})
 
 	// header.
 	d, _ = guard(header("Private-Token", "FAKESECRET-proc-header"))
-	testkit.PutServer(t, env, map[string]any{"server_id": "hdr", "url": d.URL, "auth": map[string]any{"type": "header", "header": "Private-Token", "secret": secretIn("FAKESECRET-proc-header")}})
+	rig.PutServer(map[string]any{"server_id": "hdr", "url": d.URL, "auth": map[string]any{"type": "header", "header": "Private-Token", "secret": secretIn("FAKESECRET-proc-header")}})
 
 	// aws_sigv4 with the process's own credentials (storetest's static ones).
 	procCreds := aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local"}
 	d, _ = guard(func(r *http.Request, body []byte) bool {
 		return testkit.VerifySigV4(r, body, procCreds, "execute-api", "us-east-1") == nil
 	})
-	testkit.PutServer(t, env, map[string]any{"server_id": "sigv4", "url": d.URL, "auth": map[string]any{"type": "aws_sigv4", "service": "execute-api"}})
+	rig.PutServer(map[string]any{"server_id": "sigv4", "url": d.URL, "auth": map[string]any{"type": "aws_sigv4", "service": "execute-api"}})
 
 	// oauth2 client credentials.
 	tokens := testkit.StartTokenEndpoint(t, "gateway", "FAKESECRET-proc-client", time.Hour, nil)
 	d, _ = guard(tokens.BearerValid)
-	testkit.PutServer(t, env, map[string]any{"server_id": "oauth", "url": d.URL, "auth": map[string]any{
+	rig.PutServer(map[string]any{"server_id": "oauth", "url": d.URL, "auth": map[string]any{
 		"type": "oauth2_client_credentials", "token_url": tokens.URL, "client_id": "gateway", "secret": secretIn("FAKESECRET-proc-client")}})
 
 	// Failures: a secret that does not exist, a value the upstream refuses.
-	testkit.PutServer(t, env, map[string]any{"server_id": "nocred", "url": d.URL, "auth": map[string]any{"type": "bearer", "secret": "secretsmanager:" + secrettest.Name("absent")}})
-	testkit.PutServer(t, env, map[string]any{"server_id": "refused", "url": bearerDemo.URL, "auth": map[string]any{"type": "bearer", "secret": secretIn("FAKESECRET-proc-wrong")}})
+	rig.PutServer(map[string]any{"server_id": "nocred", "url": d.URL, "auth": map[string]any{"type": "bearer", "secret": "secretsmanager:" + secrettest.Name("absent")}})
+	rig.PutServer(map[string]any{"server_id": "refused", "url": bearerDemo.URL, "auth": map[string]any{"type": "bearer", "secret": secretIn("FAKESECRET-proc-wrong")}})
 
-	key := testkit.PutKey(t, env, "*")
+	key := rig.PutKey("*")
 	never = append(never, key)
-	gw := testkit.StartGateway(t, env, append(moto.Vars(), "EMF_METRICS=on", "LOG_LEVEL=debug", "SECRETS_CACHE_TTL=1h")...)
+	gw := rig.StartGateway(append(moto.Vars(), "EMF_METRICS=on", "LOG_LEVEL=debug", "SECRETS_CACHE_TTL=1h")...)
 	ctx := context.Background()
 	call := func(id, tool string, args map[string]any, want int) {
 		t.Helper()
@@ -144,7 +143,7 @@ func TestIdentityProcess(t *testing.T) {
 	var printed strings.Builder
 	for _, args := range [][]string{{"servers", "list"}, {"servers", "get", "bearer"}, {"servers", "get", "oauth"}, {"status"}} {
 		cmd := exec.Command(cli, args...)
-		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env.Vars()...)
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, rig.Env.Vars()...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Errorf("mcpgate %v: %v\n%s", args, err, out)

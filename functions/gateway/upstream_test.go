@@ -89,14 +89,9 @@ type matrixCall struct {
 // every call ends with a documented code, the slot is passed on once the
 // upstream stopped (a second call reaches it), and no lease is left.
 func TestUpstreamCapMatrix(t *testing.T) {
-	env := storetest.NewEnv(t)
-	key := testkit.PutKey(t, env, "*")
-	gws := make([]*testkit.Gateway, 3)
+	rig := testkit.NewRig(t, testkit.RigOptions{Env: fleetEnv, Key: true})
+	gws := rig.Start(3)
 	var wg sync.WaitGroup
-	for i := range gws {
-		wg.Go(func() { gws[i] = testkit.StartGateway(t, env, "LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=200ms") })
-	}
-	wg.Wait()
 	cuts := []struct {
 		name  string
 		attrs map[string]any
@@ -123,8 +118,8 @@ func TestUpstreamCapMatrix(t *testing.T) {
 				t.Run(k.name+"/"+cut.name, func(t *testing.T) {
 					id := k.name + "_" + cut.name
 					u := testkit.StartUpstream(t, k.flags...)
-					testkit.PutServer(t, env, k.item(id, u, map[string]any{"max_concurrent_requests": 1, "timeout": cut.attrs["timeout"], "queue_timeout": cut.attrs["queue_timeout"]}))
-					runMatrix(t, env, gws, key, id, k, u, cut.calls)
+					testkit.PutServer(t, rig.Env, k.item(id, u, map[string]any{"max_concurrent_requests": 1, "timeout": cut.attrs["timeout"], "queue_timeout": cut.attrs["queue_timeout"]}))
+					runMatrix(t, rig.Env, gws, rig.Key, id, k, u, cut.calls)
 				})
 			}
 		})
@@ -228,16 +223,15 @@ const (
 // until the grace ends, when the slot is freed while the upstream still
 // runs the call, and that is logged.
 func TestUpstreamStopOrder(t *testing.T) {
-	env := storetest.NewEnv(t)
-	key := testkit.PutKey(t, env, "*")
-	g := testkit.StartGateway(t, env, "LEASE_MARGIN=1s", "REGISTRY_CACHE_TTL=200ms")
+	rig := testkit.NewRig(t, testkit.RigOptions{Env: fleetEnv, Key: true})
+	g := rig.StartGateway()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// call makes one call that holds until gate "g" opens (or 60 s), cut
 	// off by its 1 s timeout, and returns its request id.
 	call := func(t *testing.T, id string, k upstreamKind) string {
 		t.Helper()
-		r, err := g.CallTool(ctx, key, id, k.tool(), map[string]any{"ms": 60000, "gate": "g"})
+		r, err := g.CallTool(ctx, rig.Key, id, k.tool(), map[string]any{"ms": 60000, "gate": "g"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +244,7 @@ func TestUpstreamStopOrder(t *testing.T) {
 	server := func(t *testing.T, k upstreamKind, grace float64) (string, *testkit.Upstream) {
 		id := strings.ReplaceAll(t.Name()[len("TestUpstreamStopOrder/"):], "/", "_")
 		u := testkit.StartUpstream(t, k.flags...)
-		testkit.PutServer(t, env, k.item(id, u, map[string]any{"max_concurrent_requests": 1, "timeout": 1, "cancel_grace": grace}))
+		testkit.PutServer(t, rig.Env, k.item(id, u, map[string]any{"max_concurrent_requests": 1, "timeout": 1, "cancel_grace": grace}))
 		return id, u
 	}
 
@@ -258,7 +252,7 @@ func TestUpstreamStopOrder(t *testing.T) {
 		t.Run("honours/"+k.name, func(t *testing.T) {
 			id, u := server(t, k, 120)
 			reqID := call(t, id, k)
-			waitNoLease(t, env, id)
+			waitNoLease(t, rig.Env, id)
 			// The slot came back while the call could still have run
 			// for a minute: because the upstream stopped it.
 			s, err := u.WaitIdle(ctx)
@@ -289,14 +283,14 @@ func TestUpstreamStopOrder(t *testing.T) {
 		if s.InFlight != 1 {
 			t.Fatalf("upstream stats %+v, want the call still running", s)
 		}
-		if n := testkit.LeaseCount(t, env, id, lease.ServerAttr); n != 1 {
+		if n := testkit.LeaseCount(t, rig.Env, id, lease.ServerAttr); n != 1 {
 			t.Fatalf("%d leases while the upstream runs the cut-off call, want 1", n)
 		}
 		// The upstream answers: only now is the slot given back.
 		if err := u.OpenGate(ctx, "g"); err != nil {
 			t.Fatal(err)
 		}
-		waitNoLease(t, env, id)
+		waitNoLease(t, rig.Env, id)
 		if s, _ := u.Stats(ctx); s.Completed != 1 || s.InFlight != 0 {
 			t.Errorf("upstream stats %+v, want the call completed", s)
 		}
@@ -308,12 +302,12 @@ func TestUpstreamStopOrder(t *testing.T) {
 	t.Run("ignores/grace_ends", func(t *testing.T) {
 		id, u := server(t, ignoring, 2)
 		reqID := call(t, id, ignoring)
-		if n := testkit.LeaseCount(t, env, id, lease.ServerAttr); n != 1 {
+		if n := testkit.LeaseCount(t, rig.Env, id, lease.ServerAttr); n != 1 {
 			t.Fatalf("%d leases right after the answer, want 1", n)
 		}
 		// The grace ends: the slot is freed with the call still running,
 		// and that is logged as possibly exceeding the cap.
-		waitNoLease(t, env, id)
+		waitNoLease(t, rig.Env, id)
 		s, err := u.Stats(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -104,19 +104,11 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// StartGateway starts the gateway binary against env's store, with extra
-// environment variables (NAME=value), and waits until it is listening. It
-// is stopped when the test ends.
-func StartGateway(t testing.TB, env *storetest.Env, extra ...string) *Gateway {
-	t.Helper()
-	return StartServing(t, env, GatewayBinary(t), extra...)
-}
-
-// StartServing runs the executable at path as a gateway process: with the
-// store's environment, ALLOW_LOCAL_UPSTREAMS=on, and extra, until it logs
-// that it is listening.
-func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string) *Gateway {
-	t.Helper()
+// startServing runs the executable at path as a gateway process for t:
+// with the store's environment, ALLOW_LOCAL_UPSTREAMS=on, and extra, until
+// it logs that it is listening. It is stopped when t ends. It may be
+// called from any goroutine: it reports a failure to start as an error.
+func startServing(t testing.TB, env *storetest.Env, path string, extra []string) (*Gateway, error) {
 	cmd := exec.Command(path)
 	// Test upstreams run on loopback; extra may turn that off again (the
 	// last of two values wins).
@@ -125,12 +117,12 @@ func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string
 	storetest.SetParentDeathSignal(cmd)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	g := &Gateway{cmd: cmd, done: make(chan struct{}), grew: make(chan struct{})}
 	cmd.Stdout = &g.out
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ready := make(chan string, 1)
 	scanned := make(chan struct{})
@@ -169,13 +161,12 @@ func StartServing(t testing.TB, env *storetest.Env, path string, extra ...string
 	select {
 	case addr := <-ready:
 		g.URL = "http://" + addr
-		return g
+		return g, nil
 	case <-g.done:
-		t.Fatalf("gateway exited before listening:\n%s", g.Logs())
+		return nil, fmt.Errorf("gateway exited before listening:\n%s", g.Logs())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("gateway did not listen within 60s:\n%s", g.Logs())
+		return nil, fmt.Errorf("gateway did not listen within 60s:\n%s", g.Logs())
 	}
-	return nil
 }
 
 // baseEnv is the parent's environment without anything that would point

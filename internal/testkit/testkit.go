@@ -1,9 +1,10 @@
-// Package testkit holds helpers shared by the gateway's tests: seeding the
-// servers and keys tables; running the demo upstream on loopback, in
-// process or as its own process; building and starting gateway processes
-// of the real binary; a metering proxy; hostile upstreams; and guards that
-// check what reaches an upstream (credentials, SigV4 signatures, OAuth
-// token requests).
+// Package testkit holds helpers shared by the gateway's tests: the Rig that
+// the tests of the real binary run on (a store, gateway processes sharing
+// it, upstreams, a key); seeding the servers and keys tables; running the
+// demo upstream on loopback, in process or as its own process; a proxy
+// that can take the store away; hostile upstreams; and guards that check
+// what reaches an upstream (credentials, SigV4 signatures, OAuth token
+// requests).
 package testkit
 
 import (
