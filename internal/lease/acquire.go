@@ -148,7 +148,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		case served && eager < maxEager:
 			eager++
 			var ls *Lease
-			if ls, v, err = a.take(ctx, v, ahead, bypass); ls != nil {
+			if ls, v, err = a.take(ctx, v, ahead, bypass, now); ls != nil {
 				return ls, err
 			}
 			if err == nil {
@@ -357,14 +357,18 @@ func (l *Limiter) purgeAll(ctx context.Context, key string, v *view) (*view, err
 // each see themselves next after those never take the same one. It
 // returns the lease, or the item as it is now when the write found it was
 // not this caller's turn after all.
-func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket) (*Lease, *view, error) {
-	wallNow, localNow := a.l.clock(), time.Now()
-	hold := a.req.hold(localNow)
+func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket, now int64) (*Lease, *view, error) {
+	hold := a.req.hold(time.Now())
 	if hold <= 0 {
 		return nil, nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
-	now := wallNow.UnixMilli()
-	exp := wallNow.Add(hold + a.l.margin).UnixMilli()
+	// The write is made for now, the instant its turn was judged at (its
+	// purge, pause check, breaker election and expiry alike): judged at
+	// one instant and made for a later one, a caller unblocked by time
+	// alone in between (a breaker's open period ending, a lease lapsing)
+	// could be passed with no condition to catch it. The expiry may be a
+	// little early by the time the write lands: only safer.
+	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
 	p := u.purge(v, now, id, append(a.ownSets(), a.rateAttrs()...)...)

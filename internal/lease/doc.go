@@ -185,6 +185,7 @@
 //     TestFairBetweenPrincipals, TestBlockedTicketDoesNotHoldUpAFreePlace,
 //     TestOpenBreakerDoesNotHoldUpTheQueue,
 //     TestProbeVerdictFailsATakeThatPassedOverItsCaller,
+//     TestTakeIsMadeForTheInstantItWasJudged,
 //     TestLeavingTicketFailsATakeJudgedBefore, TestTakeIsJudgedWhenSent).
 //  7. At most MaxQueued callers wait (TestQueueIsBounded).
 //  8. A release is idempotent and knows its own retry: a second or copied

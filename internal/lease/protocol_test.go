@@ -476,7 +476,8 @@ func TestLeavingTicketFailsATakeJudgedBefore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		served, ahead, bypass := m.decide(v, m.now())
+		now := m.now()
+		served, ahead, bypass := m.decide(v, now)
 		if !served || len(ahead) != 1 || ahead[0].id != y.me.id {
 			t.Fatalf("m's view: served %v, ahead %v; want served behind Y", served, ahead)
 		}
@@ -485,7 +486,7 @@ func TestLeavingTicketFailsATakeJudgedBefore(t *testing.T) {
 		if ok, _ := before.turn(m.now(), &m.me, m.caps(before), nil); ok {
 			t.Fatal("with Y gone it is still m's turn; the schedule does not test anything")
 		}
-		ls, _, err := m.take(ctx, v, ahead, bypass)
+		ls, _, err := m.take(ctx, v, ahead, bypass, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -539,7 +540,8 @@ func TestTakeIsJudgedWhenSent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		served, ahead, bypass := m.decide(v, m.now())
+		now := m.now()
+		served, ahead, bypass := m.decide(v, now)
 		if !served || len(ahead) != 0 {
 			t.Fatalf("m's view: served %v, ahead %v; want served, Z blocked by tool a", served, ahead)
 		}
@@ -552,7 +554,7 @@ func TestTakeIsJudgedWhenSent(t *testing.T) {
 			pre = rawItem(t, f.API, "srv")
 			return false
 		}})
-		ls, _, err := m.take(ctx, v, ahead, bypass)
+		ls, _, err := m.take(ctx, v, ahead, bypass, now)
 		f.held = nil
 		if err != nil {
 			t.Fatal(err)
@@ -1239,7 +1241,8 @@ func TestLaterJoinerDoesNotFailAWaitersTake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		served, ahead, bypass := w.decide(look, w.now())
+		judged := w.now()
+		served, ahead, bypass := w.decide(look, judged)
 		if !served {
 			t.Fatal("with a place free, it is not the waiter's turn")
 		}
@@ -1253,7 +1256,7 @@ func TestLaterJoinerDoesNotFailAWaitersTake(t *testing.T) {
 		if ok, _ := itemView(t, db, "srv").turn(w.now(), &w.me, w.caps(look), nil); ok {
 			t.Fatal("in the item as it is now it is still w's turn; the schedule tests nothing")
 		}
-		ls, _, err := w.take(ctx, look, ahead, bypass)
+		ls, _, err := w.take(ctx, look, ahead, bypass, judged)
 		if err != nil || ls == nil {
 			t.Fatalf("w's take judged at its look: %v, %v; want the place", ls, err)
 		}
@@ -1293,14 +1296,17 @@ func queuedAttempt(t *testing.T, l *Limiter, r Request) *attempt {
 }
 
 // look reads the item for a and judges its turn, as its loop does.
-func look(t *testing.T, a *attempt) (v *view, served bool, ahead, bypass []*ticket) {
+// look reads the item for a and judges its turn at now, as its loop does:
+// a take made from it is made for that instant.
+func look(t *testing.T, a *attempt) (v *view, served bool, ahead, bypass []*ticket, now int64) {
 	t.Helper()
 	v, err := a.l.read(context.Background(), a.req.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	served, ahead, bypass = a.decide(v, a.now())
-	return v, served, ahead, bypass
+	now = a.now()
+	served, ahead, bypass = a.decide(v, now)
+	return v, served, ahead, bypass, now
 }
 
 // Invariant 6: a take conditioned on freed only when the callers waiting
@@ -1350,16 +1356,16 @@ func TestProbeVerdictFailsATakeThatPassedOverItsCaller(t *testing.T) {
 		}
 		time.Sleep(600 * time.Millisecond) // half-open
 		// A1, first, is the probe and takes a place.
-		v, served, ahead, bypass := look(t, a1)
+		v, served, ahead, bypass, at := look(t, a1)
 		if !served {
 			t.Fatal("A1, first in the queue with the breaker half-open, is not served")
 		}
-		p1, _, err := a1.take(ctx, v, ahead, bypass)
+		p1, _, err := a1.take(ctx, v, ahead, bypass, at)
 		if err != nil || p1 == nil || !p1.Probe() {
 			t.Fatalf("A1's take: %v, %v; want the probe's place", p1, err)
 		}
 		// W looks while the probe runs: A2 and A3 are passed over.
-		wv, served, wahead, wbypass := look(t, w)
+		wv, served, wahead, wbypass, wat := look(t, w)
 		if !served || len(wahead) != 0 {
 			t.Fatalf("W's look: served %v, ahead %v; want served, A2 and A3 held back by the probe", served, ids(wahead))
 		}
@@ -1368,11 +1374,11 @@ func TestProbeVerdictFailsATakeThatPassedOverItsCaller(t *testing.T) {
 			t.Fatalf("the probe's release: %q, %v", tr, err)
 		}
 		// A2 looks and takes the first of the two free places.
-		v, served, ahead, bypass = look(t, a2)
+		v, served, ahead, bypass, at = look(t, a2)
 		if !served {
 			t.Fatal("A2 is not served")
 		}
-		if l2, _, err := a2.take(ctx, v, ahead, bypass); err != nil || l2 == nil {
+		if l2, _, err := a2.take(ctx, v, ahead, bypass, at); err != nil || l2 == nil {
 			t.Fatalf("A2's take: %v, %v", l2, err)
 		}
 		before := itemView(t, db, "srv")
@@ -1384,7 +1390,7 @@ func TestProbeVerdictFailsATakeThatPassedOverItsCaller(t *testing.T) {
 			t.Fatalf("seq moved from %d to %d: a later joiner, which the schedule does not mean", wv.seq, before.seq)
 		}
 		wn := w.n
-		ls, _, err := w.take(ctx, wv, wahead, wbypass)
+		ls, _, err := w.take(ctx, wv, wahead, wbypass, wat)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1392,4 +1398,123 @@ func TestProbeVerdictFailsATakeThatPassedOverItsCaller(t *testing.T) {
 			t.Errorf("W (#%d) took the last place, the turn of A3 (#%d), a caller its own look showed waiting before it", wn, a3.n)
 		}
 	})
+}
+
+// Invariant 6: "a take lands only for a caller whose turn it is in the item
+// as the write finds it, at the moment the take was made". A take judged at
+// one instant but made for a later one (the clock read again: its purge,
+// pause check, breaker election and expiry of that later moment) could pass
+// a caller unblocked by time alone in between — a breaker's open period
+// ending, a tool lease lapsing — with nothing in the item moving for a
+// condition to catch (a goroutine descheduled, a GC pause: here 1 ms). The
+// fault simulation cannot see it: in fake time no time passes between the
+// two. A take is made for the instant it was judged at.
+func TestTakeIsMadeForTheInstantItWasJudged(t *testing.T) {
+	// Every waiter is of principal p (not "mixed"). A (#1) waits for tool
+	// t, whose breaker is open for everyone; W (#2, no breaker) looks a
+	// millisecond before the open period ends: A is passed over, W is
+	// served. W's take is made a millisecond later, when the breaker is
+	// half-open: the one place is A's (it would be the probe), and W's
+	// take lands on it. freed is in the condition (A was passed over) but
+	// nothing wrote the item.
+	t.Run("breaker's open period ends", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			db := newMemStore()
+			ctx := context.Background()
+			mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id}) }
+			br := &Breaker{Name: "t", Threshold: 2, Recovery: 500 * time.Millisecond}
+			r := func(breaker bool) Request {
+				q := Request{Key: "srv", Cap: 1, Hold: 30 * time.Second, Holder: "p", MaxQueued: 8, Wait: 20 * time.Second}
+				if breaker {
+					q.Tool, q.Breaker = "t", br
+				}
+				return q
+			}
+			h := acquire(t, mk("h"), r(false)) // the key's one place
+			a := queuedAttempt(t, mk("a"), r(true))
+			w := queuedAttempt(t, mk("w"), r(false))
+			// Calls of t by two other principals (no place: the tool has
+			// no cap) fail: the breaker opens for everyone.
+			lx := mk("x")
+			for i, p := range []string{"x", "y"} {
+				ls := acquire(t, lx, Request{Key: "srv", Hold: 30 * time.Second, Holder: p, Tool: "t", Breaker: br})
+				tr, err := ls.Finish(ctx, Failure)
+				if err != nil || i == 1 && tr != Opened {
+					t.Fatalf("%s's failure: %q, %v", p, tr, err)
+				}
+			}
+			release(t, h) // the place frees
+			until := itemView(t, db, "srv").breakers["t"].openUntil
+			time.Sleep(time.Until(time.UnixMilli(until)) - time.Millisecond)
+			wv, served, ahead, bypass, judged := look(t, w)
+			if !served || len(ahead) != 0 {
+				t.Fatalf("W's look: served %v, ahead %v; want served, A passed over (its breaker open)", served, ids(ahead))
+			}
+			time.Sleep(time.Millisecond) // W's goroutine is descheduled between decide and take
+			before := itemView(t, db, "srv")
+			if ok, turnOf := before.turn(w.now(), &w.me, w.caps(before), nil); ok || len(turnOf) != 1 || turnOf[0].id != a.me.id {
+				t.Fatalf("at the take's moment: W served %v, turn of %v; want A's turn", ok, ids(turnOf))
+			}
+			wn := w.n
+			ls, _, err := w.take(ctx, wv, ahead, bypass, judged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at, ok := madeAt(w, ls); ok {
+				if served, turnOf := before.turn(at, &w.me, w.caps(before), nil); !served {
+					t.Errorf("W (#%d), judged at %d, took the one place with a take made at %d, the turn of %v (A is #%d): its breaker's open period ended at %d",
+						wn, until-1, at, ids(turnOf), a.n, until)
+				}
+			}
+		})
+	})
+	// The same with a capped tool (mixed: freed and p's set are in the
+	// condition, and neither moves): Z (#1, p) waits for tool a, whose one
+	// place a dead holder's lease holds; W (#2, p, no tool) looks the
+	// millisecond that lease lapses at and is served to p's last place
+	// (PrincipalCap 1). Its take, made a millisecond later, lands on Z's
+	// turn. (TestTakeIsJudgedWhenSent, with the gap inside the acquire loop
+	// instead of an SDK resend.)
+	t.Run("tool lease lapses", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			db := newMemStore()
+			mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id}) }
+			r := func(holder, tool string, toolCap int, hold time.Duration) Request {
+				return Request{Key: "srv", Hold: hold, Holder: holder, PrincipalCap: 1, MaxQueued: 8, Wait: 20 * time.Second, Tool: tool, ToolCap: toolCap}
+			}
+			o := acquire(t, mk("o"), r("o", "a", 1, time.Second)) // its holder dies: it lapses
+			z := queuedAttempt(t, mk("z"), r("p", "a", 1, 30*time.Second))
+			w := queuedAttempt(t, mk("w"), r("p", "", 0, 30*time.Second))
+			time.Sleep(time.Until(o.Expiry))
+			wv, served, ahead, bypass, judged := look(t, w)
+			if !served || len(ahead) != 0 {
+				t.Fatalf("W's look: served %v, ahead %v; want served, Z passed over (tool a full)", served, ids(ahead))
+			}
+			time.Sleep(time.Millisecond)
+			before := itemView(t, db, "srv")
+			if ok, turnOf := before.turn(w.now(), &w.me, w.caps(before), nil); ok || len(turnOf) != 1 || turnOf[0].id != z.me.id {
+				t.Fatalf("at the take's moment: W served %v, turn of %v; want Z's turn", ok, ids(turnOf))
+			}
+			wn := w.n
+			ls, _, err := w.take(context.Background(), wv, ahead, bypass, judged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at, ok := madeAt(w, ls); ok {
+				if served, turnOf := before.turn(at, &w.me, w.caps(before), nil); !served {
+					t.Errorf("W (#%d) took p's one place with a take made at %d, the turn of %v (Z is #%d), whose tool's lease lapsed after W's look at %d",
+						wn, at, ids(turnOf), z.n, o.Expiry.UnixMilli())
+				}
+			}
+		})
+	})
+}
+
+// madeAt is the moment a landed take was made for, as its lease's expiry
+// tells (now + hold + margin); ok is false when no take landed.
+func madeAt(a *attempt, ls *Lease) (int64, bool) {
+	if ls == nil {
+		return 0, false
+	}
+	return ls.Expiry.Add(-a.req.hold(time.Now()) - a.l.margin).UnixMilli(), true
 }

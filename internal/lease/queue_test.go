@@ -67,12 +67,13 @@ func TestNewcomerDoesNotPassAQueuedCaller(t *testing.T) {
 	stale.leases = map[string]int64{}
 	a := &attempt{l: newcomer, req: req("srv", 1, "n"), b: newcomer.board("srv"), start: time.Now()}
 	a.me = asker{id: newcomer.newLeaseID(), label: "n"}
-	served, ahead, _ := a.decide(stale, newcomer.clock().UnixMilli())
+	now := newcomer.clock().UnixMilli()
+	served, ahead, _ := a.decide(stale, now)
 	if !served {
 		t.Fatal("the stale view does not give the newcomer the place")
 	}
 	// …but its take is conditioned on nobody having joined since.
-	ls, _, err := a.take(context.Background(), stale, ahead, nil)
+	ls, _, err := a.take(context.Background(), stale, ahead, nil, now)
 	if err != nil || ls != nil {
 		t.Fatalf("the newcomer's take: %v, %v; want its condition to fail", ls, err)
 	}
