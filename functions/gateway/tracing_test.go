@@ -504,22 +504,13 @@ func TestTracesOpenAPIHeaders(t *testing.T) {
 
 	post := func(path, body string, hdr map[string]string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, gw.URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
+		h := http.Header{"Authorization": {"Bearer " + key}, "Accept": {"application/json, text/event-stream"}}
 		for k, v := range hdr {
-			req.Header.Set(k, v)
+			h.Set(k, v)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
-		if resp.StatusCode != 200 || !strings.Contains(b.String(), "via ") {
-			t.Fatalf("%s: %d %s", path, resp.StatusCode, b.String())
+		resp, err := testkit.Do(context.Background(), http.MethodPost, gw.URL+path, h, json.RawMessage(body))
+		if err != nil || resp.Status != 200 || !strings.Contains(string(resp.Body), "via ") {
+			t.Fatalf("%s: %v %d %s", path, err, resp.Status, resp.Body)
 		}
 	}
 	tREST, pREST := agentTrace(21)
