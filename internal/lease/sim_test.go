@@ -495,6 +495,7 @@ func (s *sim) kill(c *simCaller) {
 // exec applies r to the store and checks the invariants.
 func (s *sim) exec(r *simReq, what string) simAns {
 	if r.get != nil {
+		s.events["store read answered"]++
 		out, err := s.store.GetItem(context.Background(), r.get)
 		return simAns{get: out, err: err}
 	}
@@ -538,6 +539,7 @@ func (s *sim) apply(c *simCaller, r *simReq, what string) (*dynamodb.UpdateItemO
 	if os.Getenv("LEASE_SIM_CONDITIONS") != "" {
 		s.logf("    if %s", shortCond(in))
 	}
+	s.events["store write answered, invariants checked"]++
 	if landed {
 		s.landed(in, pre.Item, r.sent, r.judged)
 	}
@@ -1266,7 +1268,7 @@ func TestFaultSimulation(t *testing.T) {
 	}
 	var lines []string
 	for _, k := range slices.Sorted(maps.Keys(events)) {
-		lines = append(lines, fmt.Sprintf("%6d %s", events[k], k))
+		lines = append(lines, fmt.Sprintf("%9d %s", events[k], k))
 	}
 	t.Logf("what the schedules did:\n%s", strings.Join(lines, "\n"))
 	if len(simSeeds(t)) < 100 {
