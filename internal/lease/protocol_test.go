@@ -1518,3 +1518,58 @@ func madeAt(a *attempt, ls *Lease) (int64, bool) {
 	}
 	return ls.Expiry.Add(-a.req.hold(time.Now()) - a.l.margin).UnixMilli(), true
 }
+
+// call_ms, how long calls on a key last, is a running mean of the fleet's
+// calls. A release moved it from its process's view only when that view
+// was under recentView old; a caller that had waited longer (one caller
+// per process, as under Lambda) wrote its own call's length instead, so
+// the mean was whichever call ended last, and waiters timed their looks by
+// it: after a long call they slept through the short ones. It moves from
+// the latest value seen, however old, and in proportion (callMean), so one
+// long call does not throw it off.
+func TestCallLengthIsARunningMean(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		l := New(db, "leases", Options{InstanceID: "p"})
+		r := Request{Key: "srv", Cap: 1, Hold: 30 * time.Second, Holder: "p"}
+		call := func(d time.Duration) {
+			ls, err := l.Acquire(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(d)
+			if _, err := ls.Finish(ctx, Success); err != nil {
+				t.Fatal(err)
+			}
+		}
+		call(100 * time.Millisecond)
+		if got := itemView(t, db, "srv").callMS; got != 100 {
+			t.Fatalf("call_ms after one call of 100 ms: %d", got)
+		}
+		time.Sleep(5 * time.Second) // the process's view grows old
+		call(3 * time.Second)
+		want := callMean(100, 3*time.Second) // 100^¾ × 3000^¼ ≈ 234
+		if got := itemView(t, db, "srv").callMS; got != want || want < 200 || want > 260 {
+			t.Errorf("call_ms after calls of 100 ms and then 3 s: %d, want %d (a running mean, not the last call)", got, want)
+		}
+	})
+}
+
+func TestCallMean(t *testing.T) {
+	for _, c := range []struct {
+		mean int64
+		took time.Duration
+		want int64
+	}{
+		{0, 250 * time.Millisecond, 250},
+		{300, 300 * time.Millisecond, 300},
+		{300, 3 * time.Second, 533},       // ten times: × 10^¼
+		{300, 30 * time.Millisecond, 169}, // a tenth: × 10^-¼
+		{5, 0, 3},                         // at least 1 ms
+	} {
+		if got := callMean(c.mean, c.took); got != c.want {
+			t.Errorf("callMean(%d, %v) = %d, want %d", c.mean, c.took, got, c.want)
+		}
+	}
+}

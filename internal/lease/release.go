@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -168,12 +169,11 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 }
 
 // release is the write that gives the place back, after a call that took
-// took. It moves the key's call length (call_ms) a quarter of the way
-// towards took: a running mean the whole fleet's releases write; with
-// purge, it purges what its process's recent view shows stale (never the
-// buckets it gives tokens back to); with extras, it moves the adaptive
-// limit if the call calls for it, and writes the pause the call's upstream
-// asked for.
+// took. It moves the key's call length (call_ms) towards took (callMean):
+// a running mean the whole fleet's releases write; with purge, it purges
+// what its process's recent view shows stale (never the buckets it gives
+// tokens back to); with extras, it moves the adaptive limit if the call
+// calls for it, and writes the pause the call's upstream asked for.
 func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, took time.Duration) *update {
 	l := ls.l
 	now := l.clock()
@@ -189,23 +189,23 @@ func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, t
 	u.remove(u.path(QueueAttr, ls.id))
 	endTicket(u, ls.id, ls.unsure, ms, l.margin)
 	u.count(u.path(FreedAttr), 1)
-	mean := int64(0)
-	if v := b.recent(recentView); v != nil {
-		if purge {
-			var keep []string
-			for _, r := range ls.rates {
-				keep = append(keep, RateAttr(r.Name))
-			}
-			u.purge(v, ms, ls.id, keep...)
+	if v := b.recent(recentView); v != nil && purge {
+		var keep []string
+		for _, r := range ls.rates {
+			keep = append(keep, RateAttr(r.Name))
 		}
-		mean = v.callMS
+		u.purge(v, ms, ls.id, keep...)
 	}
 	if took > 0 {
-		if mean <= 0 {
-			mean = took.Milliseconds()
+		// The running mean moves from the latest value this process saw,
+		// however old: it changes slowly, and starting it again from this
+		// call alone, as a caller that waited longer than recentView
+		// would, made it the length of whichever call ended last.
+		mean := int64(0)
+		if v, _, _ := b.latest(); v != nil {
+			mean = v.callMS
 		}
-		mean += (took.Milliseconds() - mean) / 4
-		u.set(u.path(CallAttr), u.num(max(mean, 1)))
+		u.set(u.path(CallAttr), u.num(callMean(mean, took)))
 	}
 	if outcome == Unused {
 		for _, r := range ls.rates {
@@ -222,6 +222,19 @@ func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, t
 	}
 	u.ttl(ms)
 	return u
+}
+
+// callMean moves mean, how long calls on the key last in ms (0: not
+// known), a quarter of the way towards took in proportion: a running
+// geometric mean. Call lengths are skewed (most calls short, a few very
+// long); one call ten times the mean moves it 1.8 times, not 3.25, so
+// waiters keep looking when a typical call ends.
+func callMean(mean int64, took time.Duration) int64 {
+	t := max(took.Milliseconds(), 1)
+	if mean <= 0 {
+		return t
+	}
+	return max(int64(math.Round(math.Exp((3*math.Log(float64(mean))+math.Log(float64(t)))/4))), 1)
 }
 
 // Renew extends the lease so it expires hold + Margin from now, only if it
