@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -163,13 +162,7 @@ func listing(t *testing.T, g *testkit.Gateway, key, server string, overMCP bool)
 		}
 		return string(r.Body)
 	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{
-		Endpoint: g.URL + "/mcp/" + server, HTTPClient: &http.Client{Transport: bearer{key}}, DisableStandaloneSSE: true,
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := agentSession(t.Context(), t, g.URL+"/mcp/"+server, key)
 	defer cs.Close()
 	res, err := cs.ListTools(t.Context(), nil)
 	if err != nil {

@@ -320,6 +320,21 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
+// agentSession connects an MCP client to endpoint with key, as an agent
+// does; the session is closed when the test ends.
+func agentSession(ctx context.Context, t *testing.T, endpoint, key string) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer{key}}, DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
 // TestFleetCapThroughMCP is the core experiment driven by MCP clients on
 // the aggregated endpoint: the same fleet-wide slot is taken.
 func TestFleetCapThroughMCP(t *testing.T) {

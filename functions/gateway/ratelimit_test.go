@@ -161,12 +161,7 @@ func TestRateLimitOverMCP(t *testing.T) {
 	r.PutServer(map[string]any{"server_id": "paid", "url": r.Demo.URL, "rpm_limit": 1})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: gw.URL + "/mcp/paid", HTTPClient: &http.Client{Transport: bearer{r.Key}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := agentSession(ctx, t, gw.URL+"/mcp/paid", r.Key)
 	args := map[string]any{"ms": 0}
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow_tool", Arguments: args}); err != nil || res.IsError {
 		t.Fatalf("first call: %+v, %v", res, err)
@@ -214,12 +209,7 @@ func TestUpstreamRateLimitError(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: gw.URL + "/mcp/quota", HTTPClient: &http.Client{Transport: bearer{r.Key}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := agentSession(ctx, t, gw.URL+"/mcp/quota", r.Key)
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "search", Arguments: map[string]any{}})
 	var re *jsonrpc.Error
 	if !errors.As(err, &re) || re.Code != upstream.CodeRateLimited || re.Message != "quota exhausted" {
