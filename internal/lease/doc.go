@@ -18,7 +18,7 @@
 //	                       or a tombstone {x: until}
 //	seq                N   tickets issued
 //	freed              N   places freed and tickets gone without one
-//	call_ms            N   how long calls on the key last (a running geometric mean)
+//	call_ms            N   how long calls on the key last (a running mean of used leases)
 //	breaker_*:<tool>   the circuit breakers (see Breaker)
 //	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
 //	limit, limit_*     an adaptive limit and how it last moved; base:<tool>,

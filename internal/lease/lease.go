@@ -42,8 +42,8 @@ const (
 	// SeqAttr counts the tickets issued; FreedAttr the places freed.
 	SeqAttr   = "seq"
 	FreedAttr = "freed"
-	// CallAttr is how long calls on the key last, in ms: a running
-	// geometric mean written by releases (see callMean).
+	// CallAttr is how long calls on the key last, in ms: a running mean
+	// written by releases of used leases (see callMean).
 	CallAttr = "call_ms"
 )
 

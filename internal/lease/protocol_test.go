@@ -1549,9 +1549,21 @@ func TestCallLengthIsARunningMean(t *testing.T) {
 		}
 		time.Sleep(5 * time.Second) // the process's view grows old
 		call(3 * time.Second)
-		want := callMean(100, 3*time.Second) // 100^¾ × 3000^¼ ≈ 234
-		if got := itemView(t, db, "srv").callMS; got != want || want < 200 || want > 260 {
-			t.Errorf("call_ms after calls of 100 ms and then 3 s: %d, want %d (a running mean, not the last call)", got, want)
+		if got := itemView(t, db, "srv").callMS; got != 825 {
+			t.Errorf("call_ms after calls of 100 ms and then 3 s: %d, want 825 (a running mean, not the last call)", got)
+		}
+		// A lease never used (another limit refused the call) is no
+		// call's length.
+		ls, err := l.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+		if _, err := ls.Finish(ctx, Unused); err != nil {
+			t.Fatal(err)
+		}
+		if got := itemView(t, db, "srv").callMS; got != 825 {
+			t.Errorf("call_ms after an unused lease: %d, want 825 as before", got)
 		}
 	})
 }
@@ -1564,9 +1576,10 @@ func TestCallMean(t *testing.T) {
 	}{
 		{0, 250 * time.Millisecond, 250},
 		{300, 300 * time.Millisecond, 300},
-		{300, 3 * time.Second, 533},       // ten times: × 10^¼
-		{300, 30 * time.Millisecond, 169}, // a tenth: × 10^-¼
-		{5, 0, 3},                         // at least 1 ms
+		{300, 3 * time.Second, 975},
+		{300, 30 * time.Millisecond, 233},
+		{5, 0, 4}, // a call under 1 ms counts as 1
+		{1, 0, 1},
 	} {
 		if got := callMean(c.mean, c.took); got != c.want {
 			t.Errorf("callMean(%d, %v) = %d, want %d", c.mean, c.took, got, c.want)

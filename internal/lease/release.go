@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 )
@@ -116,7 +115,8 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 	}
 	b := l.board(ls.key)
 	var took time.Duration
-	if !ls.since.IsZero() {
+	if !ls.since.IsZero() && outcome != Unused {
+		// An unused lease's time is no call's length.
 		took = time.Since(ls.since)
 		b.heldFor(took)
 	}
@@ -169,8 +169,9 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 }
 
 // release is the write that gives the place back, after a call that took
-// took. It moves the key's call length (call_ms) towards took (callMean):
-// a running mean the whole fleet's releases write; with purge, it purges
+// took (0: none was made). It moves the key's call length (call_ms) a
+// quarter of the way towards took: a running mean the whole fleet's
+// releases write; with purge, it purges
 // what its process's recent view shows stale (never the buckets it gives
 // tokens back to); with extras, it moves the adaptive limit if the call
 // calls for it, and writes the pause the call's upstream asked for.
@@ -225,16 +226,16 @@ func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, t
 }
 
 // callMean moves mean, how long calls on the key last in ms (0: not
-// known), a quarter of the way towards took in proportion: a running
-// geometric mean. Call lengths are skewed (most calls short, a few very
-// long); one call ten times the mean moves it 1.8 times, not 3.25, so
-// waiters keep looking when a typical call ends.
+// known), a quarter of the way towards took: a running arithmetic mean,
+// the expected length its readers need (a queue's wait is the sum of the
+// calls before it, and a geometric mean, far below it for skewed lengths,
+// would have refused callers told to come back too early).
 func callMean(mean int64, took time.Duration) int64 {
 	t := max(took.Milliseconds(), 1)
 	if mean <= 0 {
 		return t
 	}
-	return max(int64(math.Round(math.Exp((3*math.Log(float64(mean))+math.Log(float64(t)))/4))), 1)
+	return max(mean+(t-mean)/4, 1)
 }
 
 // Renew extends the lease so it expires hold + Margin from now, only if it
