@@ -170,11 +170,11 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 
 // release is the write that gives the place back, after a call that took
 // took (0: none was made). It moves the key's call length (call_ms) a
-// quarter of the way towards took: a running mean the whole fleet's
-// releases write; with purge, it purges
-// what its process's recent view shows stale (never the buckets it gives
-// tokens back to); with extras, it moves the adaptive limit if the call
-// calls for it, and writes the pause the call's upstream asked for.
+// quarter of the way towards took (callMean): a running mean the whole
+// fleet's releases write; with purge, it purges what its process's recent
+// view shows stale (never the buckets it gives tokens back to); with
+// extras, it moves the adaptive limit if the call calls for it, and writes
+// the pause the call's upstream asked for.
 func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, took time.Duration) *update {
 	l := ls.l
 	now := l.clock()
