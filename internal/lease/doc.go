@@ -50,7 +50,9 @@
 //     MaxQueued tickets wait. The queue's order comes from the store.
 //   - Release: REMOVE the lease and its set members, and the holder's
 //     ticket if one was left; ADD 1 to freed; the call's outcome to the
-//     breaker; on condition that the lease is there. What else it carries
+//     breaker; a used lease's call length moved into call_ms (a quarter of
+//     the way from the latest value its process saw, however old); on
+//     condition that the lease is there. What else it carries
 //     (a probe's verdict, purges, a pause, a move of the limit) has
 //     conditions of its own; when one fails while the lease is there, the
 //     release is made again from the item that answer shows, which drops
