@@ -18,7 +18,7 @@
 //	                       or a tombstone {x: until}
 //	seq                N   tickets issued
 //	freed              N   places freed and tickets gone without one
-//	call_ms            N   how long calls on the key last (a running mean of used leases)
+//	call_ms            N   how long calls on the key last (a running mean of answered calls)
 //	breaker_*:<tool>   the circuit breakers (see Breaker)
 //	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
 //	limit, limit_*     an adaptive limit and how it last moved; base:<tool>,
@@ -50,9 +50,10 @@
 //     MaxQueued tickets wait. The queue's order comes from the store.
 //   - Release: REMOVE the lease and its set members, and the holder's
 //     ticket if one was left; ADD 1 to freed; the call's outcome to the
-//     breaker; a used lease's call length moved into call_ms (a quarter of
-//     the way from the latest value its process saw, however old); on
-//     condition that the lease is there. What else it carries
+//     breaker; for a call the upstream answered or failed, its length moved
+//     into call_ms (a quarter of the way from the latest value its process
+//     saw, however old; the call's own length where that process saw none);
+//     on condition that the lease is there. What else it carries
 //     (a probe's verdict, purges, a pause, a move of the limit) has
 //     conditions of its own; when one fails while the lease is there, the
 //     release is made again from the item that answer shows, which drops

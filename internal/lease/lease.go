@@ -43,7 +43,8 @@ const (
 	SeqAttr   = "seq"
 	FreedAttr = "freed"
 	// CallAttr is how long calls on the key last, in ms: a running mean
-	// written by releases of used leases (see callMean).
+	// written by the releases of calls the upstream answered or failed
+	// (see callMean).
 	CallAttr = "call_ms"
 )
 

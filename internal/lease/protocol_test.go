@@ -1552,18 +1552,22 @@ func TestCallLengthIsARunningMean(t *testing.T) {
 		if got := itemView(t, db, "srv").callMS; got != 825 {
 			t.Errorf("call_ms after calls of 100 ms and then 3 s: %d, want 825 (a running mean, not the last call)", got)
 		}
-		// A lease never used (another limit refused the call) is no
-		// call's length.
-		ls, err := l.Acquire(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond)
-		if _, err := ls.Finish(ctx, Unused); err != nil {
-			t.Fatal(err)
-		}
-		if got := itemView(t, db, "srv").callMS; got != 825 {
-			t.Errorf("call_ms after an unused lease: %d, want 825 as before", got)
+		// Leases that measured no call's length leave it: unused (another
+		// limit refused the call), abandoned (it may have ended before its
+		// call did) and overloaded (pushed back at once: counted, the
+		// upstream's back-pressure would shorten the waits advised).
+		for _, o := range []Outcome{Unused, Abandoned, Overloaded} {
+			ls, err := l.Acquire(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Millisecond)
+			if _, err := ls.Finish(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+			if got := itemView(t, db, "srv").callMS; got != 825 {
+				t.Errorf("call_ms after a lease finished %v: %d, want 825 as before", o, got)
+			}
 		}
 	})
 }

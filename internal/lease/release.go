@@ -46,6 +46,13 @@ func (o Outcome) forBreaker() Outcome {
 	return o
 }
 
+// timed reports whether a lease finished so measured a call's length: one
+// the upstream answered or failed. An unused lease made none; an abandoned
+// one may have ended before its call did, or never sent it; an overloaded
+// one was pushed back at once, and counting it would shorten the waits the
+// gateway advises just as the upstream asks for fewer calls.
+func (o Outcome) timed() bool { return o == Success || o == Failure }
+
 func (o Outcome) String() string {
 	switch o {
 	case Success:
@@ -115,8 +122,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 	}
 	b := l.board(ls.key)
 	var took time.Duration
-	if !ls.since.IsZero() && outcome != Unused {
-		// An unused lease's time is no call's length.
+	if !ls.since.IsZero() && outcome.timed() {
 		took = time.Since(ls.since)
 		b.heldFor(took)
 	}
@@ -169,7 +175,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 }
 
 // release is the write that gives the place back, after a call that took
-// took (0: none was made). It moves the key's call length (call_ms) a
+// took (0: not measured, see timed). It moves the key's call length (call_ms) a
 // quarter of the way towards took (callMean): a running mean the whole
 // fleet's releases write; with purge, it purges what its process's recent
 // view shows stale (never the buckets it gives tokens back to); with
