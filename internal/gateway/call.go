@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -633,7 +634,15 @@ func writeFault(w http.ResponseWriter, r *http.Request, e *fault.Error) {
 		rec.outcome = "error"
 	}
 	if isMCPPath(r.URL.Path) {
-		writeRPCFault(w, nil, rpcCode(e.Code), e)
+		if !rec.bodyRead && r.Body != nil {
+			// Refused before its body was read (its credentials, its
+			// origin, its route): the answer still echoes its id, read
+			// from at most the body's first bytes, so a caller refused
+			// costs no more than that.
+			rec.bodyRead = true
+			rec.rpcID = peekID(io.LimitReader(r.Body, maxUnauthenticatedPeek))
+		}
+		writeRPCFault(w, rec.rpcID, rpcCode(e.Code), e)
 		return
 	}
 	fault.WriteHTTP(w, e)

@@ -30,6 +30,9 @@ type encodedResult struct {
 	*mcp.CallToolResult
 	content    json.RawMessage
 	structured json.RawMessage // nil: none
+	// typed: answered to a 2026-07-28 request, so it carries a resultType
+	// ("complete" unless it has one).
+	typed bool
 }
 
 // encodeResult encodes res for the answer, or says it is too large to
@@ -78,6 +81,9 @@ func (r *encodedResult) MarshalJSON() ([]byte, error) {
 	}
 	delete(fields, "content")
 	delete(fields, "structuredContent")
+	if _, ok := fields["resultType"]; r.typed && !ok {
+		fields["resultType"] = json.RawMessage(`"` + resultTypeComplete + `"`)
+	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range fields {
 			if !yield(k) {

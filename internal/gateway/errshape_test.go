@@ -213,6 +213,15 @@ func TestErrorShapes(t *testing.T) {
 				if _, hasID := fields["id"]; json.Unmarshal(raw, &b) != nil || !hasID || b.JSONRPC != "2.0" || b.Error == nil || b.Error.Data == nil {
 					t.Fatalf("not a JSON-RPC error with the gateway's data: %s", raw)
 				}
+				// The request's id is echoed whenever it could be read:
+				// from a whole message, or the start of one too large.
+				wantID := "null"
+				if json.Valid([]byte(tc.req.body)) && peekID(strings.NewReader(tc.req.body)) != nil || tc.name == "mcp body too large" {
+					wantID = "7"
+				}
+				if got := string(fields["id"]); got != wantID {
+					t.Errorf("id %s, want %s: %s", got, wantID, raw)
+				}
 				if b.Error.Code != tc.rpc {
 					t.Errorf("JSON-RPC code %d, want %d: %s", b.Error.Code, tc.rpc, raw)
 				}

@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
 	"log/slog"
@@ -382,7 +383,9 @@ type record struct {
 	id        string
 	principal *auth.Principal // who called: never a key or token
 	clientIP  string
-	method    string // the JSON-RPC method, on the MCP routes
+	method    string          // the JSON-RPC method, on the MCP routes
+	rpcID     json.RawMessage // the JSON-RPC request's id, once read: error answers echo it
+	bodyRead  bool            // the MCP request's body was read (rpcID holds its id, if any)
 	serverID  string
 	tool      string // the tool called: the upstream's name for it
 	outcome   string
@@ -457,7 +460,7 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 				g.log.Error("panic", "request_id", rec.id, "panic", p, "stack", string(debug.Stack()))
 				rec.code = fault.Internal
 				if sw.status == 0 {
-					writeFault(sw, r, fault.New(fault.Internal, "internal error"))
+					writeFault(sw, r.WithContext(ctx), fault.New(fault.Internal, "internal error"))
 				}
 			}
 			attrs := []any{

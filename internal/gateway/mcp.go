@@ -71,6 +71,22 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if dl, ok := ctx.Deadline(); ok {
 		sc.deadline = dl
 	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+	sc.rec.bodyRead = true
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			// Its id, when it came before the limit, is echoed.
+			sc.rec.rpcID = peekID(bytes.NewReader(body))
+			writeFault(w, r, fault.New(fault.PayloadTooLarge, "request body is larger than %d bytes", g.maxBody))
+			return
+		}
+		writeFault(w, r, fault.Wrap(err, fault.BadRequest, "cannot read the request body"))
+		return
+	}
+	p := peek(body)
+	// From here on, an error answer echoes the request's id.
+	sc.rec.rpcID = validID(p.id)
 	if id := r.PathValue("server_id"); id != "" {
 		srv, ferr := g.server(ctx, id)
 		if ferr != nil {
@@ -79,18 +95,6 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		sc.srv = srv
 	}
-
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeFault(w, r, fault.New(fault.PayloadTooLarge, "request body is larger than %d bytes", g.maxBody))
-			return
-		}
-		writeFault(w, r, fault.Wrap(err, fault.BadRequest, "cannot read the request body"))
-		return
-	}
-	p := peek(body)
 	if p.batch {
 		// Whatever the protocol version: every message would need its own
 		// key check, slot, log record and deadline, and a batch would fan
@@ -320,6 +324,19 @@ func passthroughCapabilities(up *mcp.ServerCapabilities) *mcp.ServerCapabilities
 }
 
 func (sc *mcpScope) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	answer := sc.answer(next)
+	if sc.protocol < protocolMRTR {
+		return answer
+	}
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := answer(ctx, method, req)
+		return withResultType(res), err
+	}
+}
+
+// answer answers one method's request: tools from the gateway's own call
+// path, the rest relayed to the request's server or left to the SDK.
+func (sc *mcpScope) answer(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
 		// The SDK runs handlers on goroutines of its own, out of reach of
 		// the HTTP server's recovery: a panic here would end the process.

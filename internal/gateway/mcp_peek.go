@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 )
 
 // knownMethods are the methods the SDK's server dispatches; it answers any
@@ -53,3 +54,44 @@ func peek(body []byte) peeked {
 // messageDepth is how deep a tools/call message nests its arguments
 // (message, params, arguments).
 const messageDepth = 3
+
+// maxUnauthenticatedPeek bounds what is read of an unauthenticated
+// request's body to find its id.
+const maxUnauthenticatedPeek = 8 << 10
+
+// peekID finds the id of the JSON-RPC request in r, reading its top-level
+// members in turn and skipping every other member's value: nil when r
+// holds no object, no id, or not one within what it yields.
+func peekID(r io.Reader) json.RawMessage {
+	dec := json.NewDecoder(r)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		if key == "id" {
+			return validID(v)
+		}
+	}
+	return nil
+}
+
+// validID returns id if it is one a JSON-RPC request may carry (a string
+// or a number), else nil.
+func validID(id json.RawMessage) json.RawMessage {
+	if len(id) == 0 {
+		return nil
+	}
+	switch id[0] {
+	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return id
+	}
+	return nil
+}
