@@ -2,10 +2,11 @@
 // item per limiter key (a server, or an API key that limits its own
 // calls): a fleet-wide counting semaphore with per-tool and per-principal
 // caps, a bounded queue served fairly between principals, request-rate
-// buckets, and a circuit breaker no single principal can open for the
-// others. Every step is one
-// conditional UpdateItem on that item; a place held by an instance that
-// died comes back when its lease expires.
+// buckets, an adaptive limit, and gates — circuit breakers, upstream
+// pauses and an operator's hold — that one principal's calls can close for
+// that principal alone. Every step is one conditional UpdateItem on that
+// item; a place held by an instance that died comes back when its lease
+// expires.
 //
 // # Item
 //
@@ -14,73 +15,105 @@
 //	principal:<label>  SS  one principal's leases
 //	tool:<name>        SS  the leases in a place of a capped tool
 //	queue              M   ticket id → its number, issued by seq
-//	tickets            M   ticket id → {p: principal, d: deadline, t: tool, c: tool cap},
-//	                       or a tombstone {x: until}
+//	tickets            M   ticket id → {p: principal, d: deadline (Unix ms), t: tool, c: tool cap,
+//	                       r: the tool's rpm limit}
+//	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
-//	freed              N   places freed and tickets gone without one
+//	freed              N   places freed and tickets gone other than by their take
 //	call_ms            N   how long calls on the key last (a running mean of answered calls)
-//	breaker_*:<tool>   the circuit breakers (see Breaker)
+//	breaker:<tool>     M   a tool's circuit breaker: a gate (below)
+//	pause, pause:<tool> M  the upstream's pauses (its Retry-After), for the server or one tool: gates
+//	hold               N   an operator's hold: no place is taken before it (Unix ms)
 //	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
-//	limit, limit_*     an adaptive limit and how it last moved; base:<tool>,
-//	latency_ratio      its latency baselines and signal (see Adaptive)
-//	paused_until       N   no place is taken before it: the upstream asked (Retry-After)
+//	limit, limit_*     an adaptive limit, its round and its evidence; base:<tool>
+//	                       a tool's latency baseline (see Adaptive)
 //	ttl                N   Unix seconds; lets DynamoDB delete an item nobody writes
 //
 // A lease id is "<instance>.<sequence>", short because it is written twice
-// per lease (InstanceOf); a waiting caller's ticket has its lease's id.
+// per lease (InstanceOf); a waiting caller's ticket has its lease's id. A
+// principal label is 1 to MaxHolder bytes of printable ASCII other than
+// "/" and "*": the gateway makes it from at least 64 bits of the
+// principal's identity (or its team's), so two principals share one only
+// by choice.
 //
-// # Protocol
+// # Leases and tickets
 //
 // A lease is one entry of leases and a member of its principal's set and,
-// for a capped tool, of the tool's set. Every write that adds or removes a
-// lease does so whole, in that one write; a removal by anyone other than
-// the holder is conditioned on the expiry it saw. A cap's count is the
-// size of a map or set, never a number stored apart from what it counts.
+// for a capped tool, of the tool's set. A ticket is one entry of queue and
+// of tickets and a member of its principal's waiting set. Every write that
+// adds or removes either does so whole, in that one write; a removal by
+// anyone other than its owner is conditioned on the value it saw (a
+// lease's expiry, a ticket's number). A count is the size of a map or set,
+// never a number stored apart from what it counts.
 //
-//   - Take: SET leases.<id>, ADD the id to its sets, on condition that the
-//     id holds no lease and that every cap keeps room for the callers whose
-//     turn comes before this one. With no view of the item it also requires
-//     the queue to be empty: an uncontended call reads nothing and costs
-//     two writes, take and release. A take is judged for the moment it is
-//     made, so it is sent once: after a store error its caller reads the
-//     item and judges again (finding its lease if the take landed).
+//   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its
+//     sets, take one token from each of the call's buckets, and, when the
+//     caller waited, remove its ticket whole — on condition that the id
+//     holds no lease, that every cap keeps room for the callers whose turn
+//     comes before this one, that every bucket holds a token, that no gate
+//     refuses the caller, and that nothing that could change whose turn it
+//     is changed since the view the take was judged from (below). With no
+//     view of the item it also requires the queue to be empty: an
+//     uncontended call reads nothing and costs two writes, take and
+//     release. A take is judged for the moment it is made, so it is sent
+//     once: after a store error its caller reads the item and judges again
+//     (finding its lease if the take landed).
 //   - Join: when the caller may not take a place and will wait, it adds its
 //     ticket: ADD 1 to seq and set queue.<id> to the new value in one write
-//     (both operands read the item as it was), on condition that fewer than
-//     MaxQueued tickets wait. The queue's order comes from the store.
-//   - Release: REMOVE the lease and its set members, and the holder's
-//     ticket if one was left; ADD 1 to freed; the call's outcome to the
-//     breaker; for a call the upstream answered or failed, its length moved
-//     into call_ms (a quarter of the way from the latest value its process
-//     saw, however old; the call's own length where that process saw none);
-//     on condition that the lease is there. What else it carries
-//     (a probe's verdict, purges, a pause, a move of the limit) has
+//     (both operands read the item as it was), on condition that the queue
+//     has room (size(queue) < MaxQueued) and, when its principal already
+//     has callers waiting, that more than QueueReserve(MaxQueued) places
+//     stay free: a principal cannot fill the last places of the queue, so
+//     another principal's lone caller finds one. A join charges nothing.
+//     A join refused for room is one failed write that changes nothing.
+//   - Leave: a waiter that gives up removes its ticket whole and ADDs 1 to
+//     freed, conditioned on its number; a take of it whose outcome was
+//     unknown may have landed, so the leave also removes that lease whole,
+//     conditioned on the expiry that take would have set.
+//   - Release: REMOVE the lease whole; ADD 1 to freed; the call's outcome
+//     to its gates and the adaptive limit; for a call the upstream answered
+//     or failed, its length moved into call_ms (a quarter of the way from
+//     the latest value its process saw); for a call never made, its tokens
+//     back to their buckets — on condition that the lease is there. What
+//     else it carries (a gate's change, a move of the limit) has
 //     conditions of its own; when one fails while the lease is there, the
-//     release is made again from the item that answer shows, which drops
-//     what no longer holds, without its purge (the write that raced it
-//     purged), and after maxEager tries with its outcome and probe verdict
-//     alone, conditioned on the lease and the probe: the loop ends. It
-//     never purges the buckets it gives tokens back to.
+//     release is made again from the item that answer shows, and after
+//     MaxEager tries with its outcome and probe verdicts alone: the loop
+//     ends.
 //   - Renew: SET leases.<id> to a later expiry, on condition that it holds
 //     an expiry this holder wrote.
-//   - Purge: any write removes up to maxPurge stale entries it saw —
-//     expired leases (whole), tickets past their deadline, lapsed
-//     tombstones — each conditioned on the value seen. A write that
-//     removes a ticket other than by its take (a caller giving up, a purge,
-//     a bypass), or ends a probe that took no place, ADDs 1 to freed: the
-//     tickets behind it may rank otherwise.
+//   - Purge: stale entries — expired leases, tickets past their deadline,
+//     half leases or tickets, full buckets of principals, idle gate
+//     entries — are removed, each conditioned on the value seen, whole, by
+//     any write, up to maxPurge in one write. A purge of a ticket ADDs 1 to
+//     freed. Purge first: when a write's view shows more stale entries
+//     than it can remove that its own conditions would count (the key's
+//     leases, its tool's or principal's set, the queue), it sends purges of
+//     their own first, so lapsed entries never wedge a key whatever its
+//     caps are lowered to.
 //
-// Waiters pull: nobody hands a place to a waiter, so no place can go to a
-// caller that is not there. A waiter reads the item when its place is
-// expected to free (from the leases' expiries and call_ms), at least every
-// MaxLook, and takes a place when the item shows it is its turn. Whose turn
-// it is follows from the item alone: the places free go, one by one, to the
-// waiting principal that holds the fewest places on the key (the places
-// handed out counting), the lower ticket number first among equals — so
-// within a principal, first come, first served — passing over callers that
-// cannot use a place (their tool full, their principal at its cap, their
-// breaker open for them), so that no place is idle while a caller that can
-// use it waits. A newcomer counts as the newest ticket.
+// No write removes what it did not see, and no write relies on another
+// having landed: every write whose outcome is unknown (a timeout, a reset
+// connection, a server error: the store may still apply it) is safe to
+// land late. A take or join landing after its caller gave up leaves a
+// lease or ticket nobody uses: the lease lapses at its expiry, like a dead
+// holder's; the ticket is passed over like a dead waiter's (below).
+//
+// # Whose turn
+//
+// Waiters pull: nobody hands a place to a waiter. A waiter reads the item
+// when its place is expected to free and takes a place when the item shows
+// it is its turn. Whose turn it is follows from the item alone: the places
+// free — the cap (with Adaptive, the item's limit) less the live leases —
+// go, one by one, to the waiting principal that holds the fewest places on
+// the key (the places handed out counting), the lower ticket number first
+// among equals — so within a principal, first come, first served —
+// passing over callers that cannot use a place now: their tool full,
+// their principal at its cap, a bucket of theirs empty, or a gate closed
+// to them (a half-open gate lets the first of its callers through as its
+// probe, and passes over the rest). No place is idle while a caller that
+// can use it waits. While the hold or the server's pause stands, no place
+// is free. A newcomer counts as the newest ticket.
 //
 // A waiter's turn is judged at its look, which comes after its own join: a
 // caller that joins after that look comes after it, as it would had the
@@ -91,155 +124,177 @@
 // capped tools wait, or one numbered before it was passed over; its own
 // principal's set as seen while callers of other principals wait (how many
 // places the principal holds ranks it); and in every cap, room left for
-// each caller whose turn comes before it — so two callers who each see
-// themselves next behind the same waiter never take its place between
-// them. A newcomer, having no ticket, is the newest caller: its take is
-// also conditioned on seq as seen (nobody joined since it looked). Under
-// churn most takes are waiters', and a join lands with nearly every call:
-// conditioned on seq, most of them failed.
+// each caller whose turn comes before it. A newcomer, having no ticket, is
+// the newest caller: its take is also conditioned on seq as seen (nobody
+// joined since it looked).
 //
-// A waiter whose turn has come at every look for ClaimWindow without its
-// taking the place is presumed gone: the next caller takes the place and
-// removes that ticket in the same write; a waiter that was only slow joins
-// again, at the back.
+// A waiter whose turn has come, at every look of another caller for
+// ClaimWindow, without taking the place is presumed gone: that caller takes
+// the place and removes the ticket in the same write, ADDing 1 to freed; a
+// waiter that was only slow finds its ticket gone and joins again, at the
+// back. A caller presumes gone only tickets whose turn came before its own
+// in its looks, so D dead waiters before a live one delay it by at most
+// D × ClaimWindow past its own turn, plus a look (MaxLook). A waiter looks
+// when its place is expected to free (from the leases' expiries, call_ms
+// and its rank), at least every MaxLook while fewer than Places (the cap)
+// callers come before it, and every rank/Places × MaxLook, at most
+// MaxLookFar, behind more; a look that finds its place late waits half as
+// long again as the last, up to MaxLook. A waiter's reads per second are
+// so bounded by its rank, and their sum over the queue grows with the
+// logarithm of its length.
 //
-// A caller that gives up removes its ticket. The limiter retries its own
-// writes, so it knows when an attempt's outcome is unknown (a timeout, a
-// reset connection, a server error: the store may have applied it) and
-// could still land later. Such a caller ends — gives up, or releases its
-// lease — with a tombstone where its ticket was, which every write that
-// could add a lease or ticket for it is conditioned against, lasting until
-// whatever that write could create would have lapsed on its own on any
-// clock within Margin of its caller's (so it is written even when that has
-// lapsed on the caller's clock alone); a renewal whose outcome was unknown
-// lengthens it to the expiry that renewal may have set. A waiter that
-// meets a store error keeps its ticket and looks again, until its
-// deadline. A retried release that finds its lease gone counts as landed
-// only while the lease's earliest possible expiry is more than Margin away.
+// # Buckets
 //
-// A request's rate buckets are charged in the write that admits it (its
-// take, or its join when it waits), one token each, on condition that the
-// bucket holds one; a waiter that never gets a place has paid once, and a
-// lease released as Unused (the call was never made) gives its tokens
-// back. A bucket is one number, its GCRA arrival time; the charge's
-// condition compares it with now, never with a value another write just
-// changed, so concurrent callers do not fail each other. A waiter whose
-// ticket the item shows has paid in its join. Writes that nothing in the
-// item could tell from their own resend — the charge of a call that takes
-// no place, a refund of one, which have no lease to condition on — are
-// not sent again after an attempt whose outcome is unknown (refused
-// unapplied, as when throttled, they are): a token may be lost to a store
-// error, never counted twice.
-// A call with a breaker and no place reports success by deleting exactly
-// the failures it saw, so a copy landing late leaves newer ones.
+// A Rate is a bucket of PerMinute tokens refilled at PerMinute a minute,
+// kept as one number, its GCRA theoretical arrival time. Its name says
+// whose it is: "server" (every caller of the key), "principal:<label>"
+// (one principal's), "tool:<name>" (one tool's), "key" (an API key's own
+// item). Every caller of a key gives the same server and per-principal
+// limits, and a ticket carries its tool's (r), so any caller can tell
+// which buckets a waiter needs a token from. A call takes one
+// token from each of its buckets in the write that admits it to the
+// upstream — its take — so the upstream sees at most a bucket's burst at
+// once and its rate after, however long callers waited. The charge's
+// condition compares the bucket with now, never with a value another write
+// just changed, so concurrent callers of a partly drained bucket do not
+// fail each other. A lease released Unused gives its tokens back. A call
+// that takes no place and has no gate (a bucket is all it asks for) holds
+// no lease: its take only charges; it is sent once and never again after
+// an outcome that was unknown, as nothing would tell its resend from
+// another call's (a token may be lost to a store error, never counted
+// twice); its refund likewise.
 //
-// With Adaptive, the key's cap is the item's limit, within [Min, Cap]. A
-// take with a view is conditioned on the limit it saw; one without, on
-// the stored limit itself (size(leases) < limit). The releases move it,
-// each move conditioned on the limit its releaser saw; a release whose
-// move lost a race gives its place back without it. A release may also
-// set paused_until (its upstream's Retry-After), on condition that no
-// later pause stands, so a pause is never shortened: every take is
-// conditioned on it having passed, waiters look again when it does, and
-// callers that do not wait are refused (Paused).
+// # Gates
+//
+// A gate closes a scope — a tool (breaker:<tool>), the upstream's server or
+// one tool (pause, pause:<tool>) — for one principal or for everyone. It
+// is a map: "*" → {u: closed until, p: probe lease, e: probe expiry} for
+// everyone, and <label> → {u, p, e, f: consecutive failures, t: last
+// failure} for one principal. A caller passes a gate when neither entry
+// that applies to it is closed (u in the future) or half-open with a live
+// probe; when one is half-open (u passed, a breaker with no live probe),
+// its take names it the probe (p, e: its lease's expiry), on condition
+// that the entry is as seen. A probe that dies lapses with its lease.
+//
+// One principal's signal closes a gate for that principal alone; two
+// principals' signals close it for everyone:
+//
+//   - Breaker: a call that failed (timeout, unreachable, 5xx) ADDs to its
+//     principal's f in its release; a success resets it; an abandoned,
+//     unused or pushed-back call tells nothing. At Threshold the entry
+//     closes for Recovery. When it closes while another principal's entry
+//     is closed, "*" closes too. A probe's success opens the entries it
+//     probed; its failure closes its principal's entry again, and "*" only
+//     while another principal's entry is closed — so one tenant whose own
+//     calls fail cannot hold the breaker closed for the others, and a key
+//     alone on a server still has one probe at a time.
+//   - Pause: a release whose upstream asked for a pause (a 429 or 503 with
+//     Retry-After, at most the request's MaxPause) closes its principal's
+//     entry until then, never shortening a later one; "*" closes when
+//     another principal's entry is closed. A pause has no probe.
+//   - Hold: an operator's hold (Admin) stops every take until it is lifted
+//     or passes; calls in flight go on, and waiters wait.
+//
+// An entry that is open again and has seen no failure for IdleGate is
+// stale.
+//
+// # Adaptive limit
+//
+// With Adaptive, the key's cap is the item's limit, within [Min, Cap]. The
+// limit moves in rounds: limit_round counts its moves, a lease knows the
+// round it was granted in (from its take's answer), and only a lease
+// granted in the current round moves it, conditioned on the round — so a
+// burst of failures of calls already in flight moves it once, whatever the
+// clocks say. A call's release is evidence: down for a failure, a
+// push-back or a call slower than Tolerance × its tool's baseline; up for
+// a success within it while the limit was binding. Down evidence of one
+// principal is recorded (limit_sig); the limit comes down (by half, at
+// least by one, at most to Min) on the next down evidence of another
+// principal, or of the same one when no other holds or waits on the key.
+// It goes up by one after 2 × limit up evidences in a round (8 × to the
+// limit it was last brought down from). A take with a view is conditioned
+// on the limit it saw; one without, on the stored limit itself.
+//
+// # Answers and views
 //
 // Every write asks for the item back (ReturnValues ALL_NEW, and
 // ReturnValuesOnConditionCheckFailure ALL_OLD when its condition fails;
 // neither costs capacity); where the store does not return the item of a
 // failed write, one consistent read stands in. Every answer goes on the
-// process's board, which wakes the process's waiters on that key.
+// process's board, which wakes the process's waiters on that key. No loop
+// sends a write again without a pause unless the answer showed progress.
 //
 // # Invariants
 //
 // Each is a test, named after it. The fault simulation
-// (TestFaultSimulation) checks 1, 3, 5, 6, 7, 9, 13, 14 and 15 after every store answer
-// of hundreds of seeded schedules (thousands in make soak) with lost,
-// delayed, duplicated and late-landing writes, callers and instances
-// dying, clocks skewed within the margin and purges cut short; its store
-// is checked against dynalite by TestMemStoreMatchesDynalite. For 6 it
-// also checks that a waiter's take was judged from a view its instance
-// was given, and that no waiter is presumed gone before ClaimWindow has
-// passed since its turn could first have been seen to come.
+// (TestFaultSimulation) judges every store answer of hundreds of seeded
+// schedules (thousands in make soak) — lost, delayed, duplicated and
+// late-landing writes, callers and instances dying, clocks skewed within
+// the margin, purges cut short — against a model of this protocol written
+// apart from its code (sim_model_test.go): its own reading of the item,
+// its own turn order, buckets, gates and limit.
 //
-//  1. No cap is exceeded: leases holds at most Cap live entries, each tool
-//     set at most its ToolCap, each principal set at most PrincipalCap
-//     (TestCapsHoldAcrossGoroutines, TestCapHoldsAcrossProcesses).
+//  1. No cap is exceeded: leases holds at most Cap (or the limit) live
+//     entries, each tool set at most its ToolCap, each principal set at
+//     most PrincipalCap (TestCapsHoldAcrossGoroutines,
+//     TestCapHoldsAcrossProcesses).
 //  2. An uncontended call costs one write to acquire and one to release,
 //     and no read (TestUncontendedCostsTwoWrites).
-//  3. A lease is whole: every set member is a lease, and a lease leaves
-//     every set with it, by release or purge; a late renewal cannot bring
-//     it back (TestPurgeRemovesWholeLeases,
-//     TestRenewalCannotRestoreAPurgedLease,
-//     TestLateRenewalCannotReviveAFinishedLease).
+//  3. A lease and a ticket are whole: every set member is one, and each
+//     leaves every map and set with it (TestPurgeRemovesWholeLeases,
+//     TestRenewalCannotRestoreAPurgedLease).
 //  4. An entry is purged only if it still holds the value seen, which had
-//     lapsed: a lease renewed meanwhile stays (TestRenewedLeaseIsNotPurged).
-//  5. No place goes to a caller that is not there: a caller that gave up,
-//     a write of it landing late, or a holder's stray ticket never gets one
-//     (TestGaveUpCallerNeverGetsAPlace,
-//     TestGivingUpAfterAnUnknownTakeLeavesATombstone,
-//     TestLateLandingTakeAfterGivingUpFails,
-//     TestReleaseRemovesItsHoldersTicket,
-//     TestTombstoneOutlivesALateTakeOnSlowerClocks).
+//     lapsed (TestRenewedLeaseIsNotPurged); lapsed entries never wedge a
+//     key (TestLapsedLeasesDoNotWedgeALoweredCap,
+//     TestLapsedTicketsDoNotWedgeALoweredQueue).
+//  5. No place goes to a caller that gave up, other than by its own write
+//     landing late, which holds the place no longer than its lease
+//     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).
 //  6. Places go in turn: a take lands only for a caller whose turn it is in
 //     the item as the write finds it, at the moment the take was made,
 //     among the callers that had joined when a waiter looked
-//     (TestNewcomerDoesNotPassAQueuedCaller,
-//     TestLaterJoinerDoesNotFailAWaitersTake,
-//     TestFairBetweenPrincipals, TestBlockedTicketDoesNotHoldUpAFreePlace,
-//     TestOpenBreakerDoesNotHoldUpTheQueue,
-//     TestProbeVerdictFailsATakeThatPassedOverItsCaller,
-//     TestTakeIsMadeForTheInstantItWasJudged,
-//     TestLeavingTicketFailsATakeJudgedBefore, TestTakeIsJudgedWhenSent).
-//  7. At most MaxQueued callers wait (TestQueueIsBounded).
-//  8. A release is idempotent and knows its own retry: a second or copied
-//     release frees nothing, and a retried release whose earlier attempt
-//     landed reports success with its outcome counted once
-//     (TestDoubleReleaseIsHarmless, TestRetriedReleaseCountsOnce,
-//     TestRetriedReleaseAfterUnknownRenewal); a release is not lost
-//     to the other writes it carries, nor loses them
-//     (TestReleaseSurvivesARacingPurge, TestProbeVerdictSurvivesARacingPurge,
-//     TestLimitMoveSurvivesARacingPurge, TestPauseSurvivesARacingPurge,
-//     TestNoPlaceProbeVerdictSurvivesALostPauseAnswer,
-//     TestProbeVerdictSurvivesALongRace,
-//     TestProbeVerdictSurvivesTheFleetsPurges,
-//     TestUnusedReleaseAfterAWaitGivesThePlaceBack), and costs few writes
-//     when it keeps losing races (TestReleaseLosingPurgeRacesCostsFewWrites).
-//  9. The breaker counts each finished call once and consecutive failures
-//     only; an abandoned call leaves it as it was; one principal's failures
-//     open it for that principal alone, two principals' for everyone; one
-//     probe at a time (TestOnePrincipalCannotOpenTheBreakerForOthers,
-//     TestBreakerOpensWhenTwoPrincipalsFail,
-//     TestBreakerCountsConsecutiveFailures, TestBreakerElectsExactlyOneProbe,
-//     TestLateSuccessDoesNotWipeNewerFailures,
-//     TestLostProbeElectionAnswerStillProbes).
-//  10. Waiting costs no write while nothing changes: the item's write units
-//     per second grow with the calls made, and its size with the callers
-//     holding and waiting, not with waiters times time
-//     (TestWaitersCostNoRenewals).
-//  11. Every write refreshes the item's ttl (TestEveryWriteRefreshesTTL,
-//     TestNoPlacePauseRefreshesTTL).
-//  12. A long exchange keeps its lease, renewing it at a steady pace, and is
-//     stopped before the lease lapses if it cannot
-//     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace,
-//     TestRenewalAfterTwoUnknownRenewalsKeepsTheLease); a waiter outlasts
-//     store errors that are not in a row (TestWaiterOutlastsScatteredTakeErrors).
-//  13. A bucket admits no more than it gives: in any stretch of time, at
-//     most PerMinute calls plus one an interval, less the tokens given
-//     back, give or take one token for clocks skewed by less than an
-//     interval; a waiter pays once (TestRateLimitAdmitsItsBurstExactly,
-//     TestWaiterPaysItsTokenOnce, TestPerPrincipalRates,
-//     TestWaiterWhoseJoinWasUnknownPaysOnce, TestTokenOnlyCallPaysOnce,
-//     TestRefundWithoutAPlaceCountsOnce, TestThrottledChargeIsSentAgain).
-//  14. An adaptive limit stays within [Min, Cap], and a take leaves at most
-//     the limit it was conditioned on; it moves once per round of calls
-//     down, and up only with calls that filled it
-//     (TestABurstOfFailuresHalvesTheLimitOnce,
-//     TestAdaptiveLimitDoesNotInflateWhenIdle,
-//     TestSteadyFailuresKeepTheLimitAtItsFloor,
-//     TestBaselineDoesNotDriftUnderLoad, TestAdaptiveLimitFindsTheKnee).
-//  15. No place is taken while the key is paused, and a pause is never
-//     shortened (TestPauseHoldsEveryCaller,
+//     (TestNewcomerDoesNotPassAQueuedCaller, TestFairBetweenPrincipals,
+//     TestBlockedTicketDoesNotHoldUpAFreePlace,
+//     TestLeavingTicketFailsATakeJudgedBefore).
+//  7. At most MaxQueued callers wait, and a principal with callers waiting
+//     cannot take the last QueueReserve places (TestQueueIsBounded,
+//     TestOneTenantCannotFillTheQueue).
+//  8. A free place goes to a live waiter within D × ClaimWindow + MaxLook
+//     of its turn, D the dead waiters before it
+//     (TestDeadWaitersDelayALiveOneByAClaimWindowEach).
+//  9. A release is idempotent and knows its own retry: a second or copied
+//     release frees nothing and counts its outcome once; a retried release
+//     whose earlier attempt landed reports success only while no other
+//     caller could have removed the lease (its expiry more than Margin
+//     away) (TestDoubleReleaseIsHarmless, TestRetriedReleaseCountsOnce).
+//  10. Gates: one principal's signals close a gate for that principal
+//     alone, two principals' for everyone; one probe at a time per entry;
+//     an abandoned call leaves a gate as it was
+//     (TestOnePrincipalCannotOpenTheBreakerForOthers,
+//     TestOneTenantsProbeCannotHoldTheBreakerOpen,
+//     TestBreakerOpenForOnePrincipalHasAProbe,
+//     TestOnePrincipalsRetryAfterPausesItAlone).
+//  11. A bucket admits no more than it gives, at the moment of admission
+//     to the upstream: in any stretch of time, at most PerMinute calls plus
+//     one an interval, less the tokens given back, give or take one token
+//     for clocks skewed by less than an interval
+//     (TestRateLimitAdmitsItsBurstExactly, TestWaitersPayWhenAdmitted).
+//  12. An adaptive limit stays within [Min, Cap], a take leaves at most the
+//     limit it was conditioned on, it moves at most once a round, and one
+//     principal's evidence alone moves it down only while no other
+//     principal holds or waits (TestABurstOfFailuresHalvesTheLimitOnce,
+//     TestOnePrincipalsFailuresDoNotLowerTheLimitForOthers).
+//  13. No place is taken while a gate refuses the caller or the hold
+//     stands, and a pause is never shortened (TestPauseHoldsEveryCaller,
 //     TestShorterPauseDoesNotShortenALongerOne).
+//  14. Cost: every write refreshes the item's ttl; waiting costs no write
+//     while nothing changes; a waiter's reads per second are bounded by its
+//     rank; the item's size grows with the callers holding and waiting
+//     only (TestEveryWriteRefreshesTTL, TestWaitersCostNoRenewals,
+//     TestLateWaitersBackOff).
+//  15. A long exchange keeps its lease, renewing it at a steady pace, and is
+//     stopped before the lease lapses if it cannot
+//     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).
 //
 // # Guarantee
 //
@@ -249,9 +304,8 @@
 // cap on calls actually running upstream holds as long as the clocks of any
 // two instances differ by less than Margin. A ticket lives Margin past its
 // caller's deadline, so no clock within the margin takes it for gone early.
-// A waiter that dies keeps its ticket until then, but holds up the queue for
-// at most ClaimWindow. DynamoDB TTL never expires a lease; it only removes
-// items nobody has written for a day.
+// DynamoDB TTL never expires a lease; it only removes items nobody has
+// written for a day.
 //
 // The gateway releases a lease only once its upstream is known to have
 // stopped working on the call (its answer arrived, or it provably stops when

@@ -78,7 +78,7 @@ const (
 	// and takes the place.
 	ClaimWindow = 3 * time.Second
 	// MaxHolder is the longest Request.Holder, in bytes.
-	MaxHolder = 32
+	MaxHolder = 40
 	// abandonedAfter is added to the latest expiry a write knows of to form
 	// the item's TTL: DynamoDB may delete an item nobody wrote for that long.
 	abandonedAfter = 24 * time.Hour
@@ -204,15 +204,24 @@ type Request struct {
 	// nobody else is.
 	Breaker *Breaker
 	// Rates are request-rate limits the call takes one token from each of
-	// when it is admitted (see Rate).
+	// when it is admitted to the upstream (see Rate), named for whose
+	// bucket each is: "server", "principal:<Holder>", "tool:<Tool>", "key".
 	Rates []Rate
+	// MaxPause bounds the pause its upstream may ask for (PauseFor); zero
+	// means DefaultMaxPause.
+	MaxPause time.Duration
+	// PauseTool: its upstream's pauses close the tool alone (an OpenAPI
+	// server, whose every operation is an endpoint of its own), not the
+	// whole server.
+	PauseTool bool
 	// Adaptive, with Cap as its ceiling, lets the fleet keep a limit of
 	// its own for the key, moved by the calls' outcomes and latencies
 	// (see Adaptive).
 	Adaptive *Adaptive
 	// Holder is the label of the caller's principal (1 to MaxHolder bytes
-	// of printable ASCII other than "/"): what per-principal caps and fair
-	// shares count, and what operators see in mcpgate status.
+	// of printable ASCII other than "/" and "*"): what per-principal caps,
+	// fair shares, gates and queue places count, and what operators see in
+	// mcpgate status.
 	Holder string
 }
 
