@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -15,28 +14,34 @@ import (
 // waiting on the key come first. When it finds no place it fails with
 // *FullError or, if req.Wait is positive, puts a ticket in the queue and
 // waits until the item shows it is its turn and it takes the place, until
-// req.Wait passes (*WaitTimeoutError), or until ctx ends. A breaker that is
-// open for the caller refuses it (*CircuitOpenError).
+// req.Wait passes (*WaitTimeoutError), or until ctx ends. A breaker shut
+// for the caller refuses it (*CircuitOpenError); a bucket of its with no
+// token refuses a caller that has not queued (*RateLimitedError).
 func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	if !req.capped() {
-		return l.acquireNoPlace(ctx, req)
+	if !req.holds() {
+		return l.charge(ctx, req)
 	}
-	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key)}
-	a.me = asker{id: l.newLeaseID(), label: req.Holder, tool: req.Tool, toolCap: req.ToolCap}
+	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook}
+	a.me = asker{id: l.newLeaseID(), label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
 	if req.Breaker != nil {
 		a.me.breaker = req.Breaker.Name
 	}
+	for _, r := range req.Rates {
+		if r.Name == "tool:"+req.Tool {
+			a.me.toolRPM = r.PerMinute
+		}
+	}
 	ls, err := a.run(ctx)
 	if err != nil {
-		a.withdraw(ctx)
+		a.leave(ctx)
 		return nil, err
 	}
 	ls.Waited, ls.since, ls.QueuedBehind = time.Since(a.start), time.Now(), a.behind
 	l.stats.acquired.Add(1)
-	if ls.probe {
+	if ls.Probe() {
 		l.stats.probes.Add(1)
 	}
 	return ls, nil
@@ -50,25 +55,21 @@ type attempt struct {
 	me    asker
 	start time.Time
 	// n is its ticket's number while it waits (0: it has none); joined is
-	// set once a join was sent, whether or not it landed.
+	// set once a join was sent whose outcome was unknown, or that landed.
 	n      int64
 	joined bool
 	// behind is how many callers were ahead of it when it last joined.
 	behind int
-	// unsure is the latest instant until which a take or join of this
-	// attempt whose outcome was unknown could still create an entry.
+	// unsure is the expiry a take of it whose outcome was unknown would
+	// have set (0: none).
 	unsure int64
-	// maps: a view showed the item with its maps.
-	maps bool
-	// charged: a write of it that took its tokens landed.
-	charged bool
-	// asked is when the last request of this attempt was sent; look is the
-	// next wait for a place that was expected to be free already.
+	// asked is when the last request of this attempt was sent; look is
+	// the next wait of a waiter whose place is late.
 	asked time.Time
 	look  time.Duration
-	// turnSince is, for each ticket whose turn had come at this attempt's
-	// looks, when it first saw so: past ClaimWindow, still there with its
-	// turn come, its caller is presumed gone.
+	// turnSince is, for each ticket whose turn had come before this
+	// caller's at its looks, when it first saw so: past ClaimWindow, still
+	// there with its turn come, its caller is presumed gone.
 	turnSince map[string]time.Time
 	// failures counts the store errors in a row while it waits; takeErrs
 	// the takes in a row that met one.
@@ -78,8 +79,20 @@ type attempt struct {
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
 
-func (a *attempt) caps(v *view) caps {
-	return caps{cap: a.req.capIn(v), principalCap: a.req.PrincipalCap}
+func (a *attempt) rules(v *view) rules {
+	return rulesOf(a.req.capIn(v), a.req.PrincipalCap, a.req.Rates)
+}
+
+// gateAttrs are the gates a take of this caller is conditioned on.
+func (a *attempt) gateAttrs() []string {
+	out := []string{PauseAttr}
+	if a.req.Tool != "" {
+		out = append(out, PauseAttrPrefix+a.req.Tool)
+	}
+	if a.req.Breaker != nil {
+		out = append(out, BreakerAttr(a.req.Breaker.Name))
+	}
+	return out
 }
 
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
@@ -90,9 +103,10 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(waitUntil) {
 		waitUntil = a.req.CallBy
 	}
-	// A recent view showing a queue saves a first write that would fail.
+	// A recent view showing what a first write without one would fail on
+	// (a queue, a gate, stale entries) saves that write.
 	v := a.b.recent(recentView)
-	if v != nil && len(v.queue) == 0 {
+	if v != nil && len(v.queue) == 0 && len(v.gates) == 0 && v.hold == 0 {
 		v = nil
 	}
 	eager := 0
@@ -109,46 +123,48 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				v = nil
 				continue
 			}
-			a.maps = true
-			t := v.ticketFor(a.me.id)
-			switch {
-			case t != nil:
-				// Its join landed, and took its tokens with it.
-				a.n, a.charged = t.n, true
-			case a.n != 0:
+			if t := v.ticketFor(a.me.id); t != nil {
+				a.n, a.joined = t.n, true
+			} else if a.n != 0 {
 				// Its ticket is gone: presumed gone itself after its turn
 				// came and went, or purged past its deadline.
 				a.n = 0
 			}
-			if br := a.req.Breaker; br != nil {
-				if err := a.l.refusal(v.breakers[br.Name], br.Name, a.me.label); err != nil {
-					return nil, err
-				}
+			err := refusal(v.gatesOf(a.req.Tool, a.me.breaker), a.me.label, now, v.hold)
+			var open *CircuitOpenError
+			if errors.As(err, &open) || err != nil && a.req.Wait <= 0 {
+				a.l.stats.refused(err)
+				return nil, err
 			}
-			if !a.charged && a.n == 0 {
+			if a.n == 0 {
 				if err := rateLimited(v, a.req.Rates, now); err != nil {
 					a.l.stats.rateLimited.Add(1)
 					return nil, err
 				}
 			}
-			if a.clogged(v, now) {
-				// Only stale leases hold the room of one of its own sets:
-				// clear them with a write of their own.
-				nv, err := a.l.purgeAll(ctx, a.req.Key, v)
+			if a.mustPurge(v, now) {
+				// Stale entries its own write would count and could not
+				// all remove: a write of their own first.
+				nv, progress, err := a.l.purgeAll(ctx, a.req.Key, v)
 				if err != nil {
 					return nil, err
+				}
+				if !progress {
+					if err := a.pause(ctx, jitter(writeMinBackoff), waitUntil); err != nil {
+						return nil, err
+					}
 				}
 				v = nv
 				continue
 			}
 		}
-		served, ahead, bypass := a.decide(v, now)
+		served, h, bypass := a.decide(v, now)
 		var err error
 		switch {
 		case served && eager < maxEager:
 			eager++
 			var ls *Lease
-			if ls, v, err = a.take(ctx, v, ahead, bypass, now); ls != nil {
+			if ls, v, err = a.take(ctx, v, h, bypass, now); ls != nil {
 				return ls, err
 			}
 			if err == nil {
@@ -160,16 +176,16 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
 		case a.req.Wait <= 0:
 			a.l.stats.shed.Add(1)
-			return nil, a.full(v, now, len(ahead) > 0, "")
+			return nil, a.full(v, now, len(h.ahead) > 0, "")
 		case a.n == 0 && a.req.MaxQueued <= 0:
 			a.l.stats.shed.Add(1)
 			return nil, a.full(v, now, false, QueueFull)
-		case a.n == 0:
+		case a.n == 0 && v != nil:
 			v, err = a.join(ctx, v)
 		case v == nil:
 			v, err = a.l.read(ctx, a.req.Key)
 		default:
-			v, err = a.wait(ctx, v, a.nextLook(v, now, ahead), waitUntil)
+			v, err = a.wait(ctx, v, a.nextLook(v, now, h.ahead), waitUntil)
 		}
 		eager = 0
 		if err != nil && a.joined && storeError(err) && time.Now().Before(waitUntil) {
@@ -198,7 +214,8 @@ func storeError(err error) bool {
 	var full *FullError
 	var wt *WaitTimeoutError
 	var open *CircuitOpenError
-	return !errors.As(err, &full) && !errors.As(err, &wt) && !errors.As(err, &open) &&
+	var rl *RateLimitedError
+	return !errors.As(err, &full) && !errors.As(err, &wt) && !errors.As(err, &open) && !errors.As(err, &rl) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
@@ -219,47 +236,60 @@ func (a *attempt) pause(ctx context.Context, d time.Duration, until time.Time) e
 }
 
 // decide says whether it is this caller's turn in v at now (with no view,
-// an uncontended caller assumes it is), which tickets' turn comes before
-// it, and, when some of those have had their turn for ClaimWindow without
-// taking their place, those it may take the place from (then ahead are the
-// tickets whose turn comes before it without them).
-func (a *attempt) decide(v *view, now int64) (served bool, ahead, bypass []*ticket) {
+// an uncontended caller assumes it is) and what the walk handed out; when
+// callers whose turn came before its own have had it for ClaimWindow at
+// its looks without taking their places, they are presumed gone (bypass)
+// and the places go on as if they were not there — one after another, so
+// D dead waiters before it cost it D claim windows at most.
+func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	if v == nil {
-		return a.n == 0 && !a.joined, nil, nil
+		return a.n == 0 && !a.joined, handout{}, nil
 	}
-	served, ahead = v.turn(now, &a.me, a.caps(v), nil)
-	since := map[string]time.Time{}
 	skip := map[string]bool{}
-	for _, t := range ahead {
-		since[t.id] = time.Now()
-		if at, ok := a.turnSince[t.id]; ok {
+	since := map[string]time.Time{}
+	var bypass []*ticket
+	for {
+		h := v.walk(now, &a.me, a.rules(v), skip)
+		more := false
+		for _, t := range h.ahead {
+			at, ok := a.turnSince[t.id]
+			if !ok {
+				at = time.Now()
+			}
 			since[t.id] = at
+			if time.Since(at) >= ClaimWindow {
+				skip[t.id] = true
+				bypass = append(bypass, t)
+				more = true
+			}
 		}
-		if time.Since(since[t.id]) >= ClaimWindow {
-			skip[t.id] = true
-			bypass = append(bypass, t)
+		if !more {
+			a.turnSince = since
+			if !h.served {
+				bypass = nil
+			}
+			return h.served, h, bypass
 		}
 	}
-	a.turnSince = since
-	if served || len(bypass) == 0 {
-		return served, ahead, nil
-	}
-	if served, rest := v.turn(now, &a.me, a.caps(v), skip); served {
-		return true, rest, bypass
-	}
-	return false, ahead, nil
 }
 
-// clogged reports whether stale leases are in a set the caller takes a
-// place in: a take cannot purge them (it adds to that set), so they would
-// take room from it, and from the key's cap, until another write does.
-func (a *attempt) clogged(v *view, now int64) bool {
-	for _, s := range a.ownSets() {
-		if members := v.sets[s]; len(members) > v.live(now, members, false) {
+// mustPurge reports whether v shows stale entries that this caller's next
+// write would count in its conditions and could not remove itself: in its
+// own principal's or tool's set or waiting set (which it adds to), or more
+// than one write removes.
+func (a *attempt) mustPurge(v *view, now int64) bool {
+	own := a.ownSets()
+	for _, s := range own {
+		if members := v.sets[s]; len(members) > v.liveIn(now, members) {
 			return true
 		}
 	}
-	return false
+	for _, t := range v.staleTickets(now) {
+		if t.label == a.me.label {
+			return true
+		}
+	}
+	return v.stale(now) > maxPurge
 }
 
 // ownSets are the sets a lease of this attempt is a member of: its
@@ -281,113 +311,72 @@ func (a *attempt) rateAttrs() []string {
 	return out
 }
 
-// charge adds the taking of the caller's tokens to u, unless a write of it
-// took them already. With no view, the buckets' arrival times are the last
-// this process saw: they only choose the form of the write, whose
-// conditions check them.
-func (a *attempt) charge(u *update, v *view, now int64) {
-	if a.charged || len(a.req.Rates) == 0 {
-		return
-	}
-	if v == nil {
-		v, _, _ = a.b.latest()
-	}
-	for _, r := range a.req.Rates {
-		tat := int64(0)
-		if v != nil {
-			tat = v.rates[RateAttr(r.Name)]
-		}
-		u.charge(r, tat, now)
-	}
-}
-
-// acquireNoPlace admits a call that takes no place: it takes its tokens,
-// then asks its breaker; a breaker that refuses it gets its tokens back.
-func (l *Limiter) acquireNoPlace(ctx context.Context, req Request) (*Lease, error) {
-	var tokens *Lease
-	if len(req.Rates) > 0 {
-		var err error
-		if tokens, err = l.acquireTokens(ctx, req); err != nil || req.Breaker == nil {
-			return tokens, err
-		}
-	}
-	ls, err := l.acquireBreaker(ctx, req)
-	if err != nil && tokens != nil {
-		_, _ = tokens.Finish(context.WithoutCancel(ctx), Unused)
-	}
-	if ls != nil && tokens != nil {
-		ls.rates = req.Rates
-	}
-	return ls, err
-}
-
-// reserved counts the tickets of ahead that take a place in set.
-func (a *attempt) reserved(set string, ahead []*ticket) int {
-	n := 0
-	for _, t := range ahead {
-		if set == ToolAttr(t.tool) && t.toolCap > 0 || set == PrincipalAttr(t.label) {
-			n++
-		}
-	}
-	return n
-}
-
-// purgeAll removes what v shows stale, in one write of its own.
-func (l *Limiter) purgeAll(ctx context.Context, key string, v *view) (*view, error) {
+// purgeAll removes what v shows stale, in one write of its own. It reports
+// whether the write landed.
+func (l *Limiter) purgeAll(ctx context.Context, key string, v *view) (*view, bool, error) {
 	u := newUpdate()
 	now := l.clock().UnixMilli()
 	u.purge(v, now, "")
 	if len(u.conds) == 0 {
-		return v, nil
+		return v, false, nil
 	}
 	u.ttl(now)
 	l.stats.purged.Add(1)
 	nv, err := l.write(ctx, key, u, nil)
 	if errors.Is(err, errCondition) {
-		err = nil
+		return nv, false, nil
 	}
-	return nv, err
+	return nv, err == nil, err
 }
 
 // take makes the conditional write that gives this caller a place: its
-// lease in leases and its sets, its ticket (if any) out, and the tickets
-// of bypass — callers presumed gone — out, purging what v shows stale. It
-// leaves room in every cap for the tickets whose turn comes before it
-// (ahead), which may not have taken their places yet: two callers that
-// each see themselves next after those never take the same one. It
-// returns the lease, or the item as it is now when the write found it was
-// not this caller's turn after all.
-func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket, now int64) (*Lease, *view, error) {
+// lease in leases and its sets, its tokens, its ticket (if any) out, and
+// the tickets of bypass — callers presumed gone — out, purging what v
+// shows stale. It leaves room in every cap and bucket for the callers
+// whose turn comes before it (h.ahead), which may not have taken their
+// places yet: two callers that each see themselves next after those never
+// take the same one. It returns the lease, or the item as it is now when
+// the write found it was not this caller's turn after all.
+func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket, now int64) (*Lease, *view, error) {
 	hold := a.req.hold(time.Now())
 	if hold <= 0 {
 		return nil, nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
 	// The write is made for now, the instant its turn was judged at (its
-	// purge, pause check, breaker election and expiry alike): judged at
-	// one instant and made for a later one, a caller unblocked by time
-	// alone in between (a breaker's open period ending, a lease lapsing)
-	// could be passed with no condition to catch it. The expiry may be a
-	// little early by the time the write lands: only safer.
+	// purge, gates, buckets and expiry alike): judged at one instant and
+	// made for a later one, a caller unblocked by time alone in between (a
+	// gate's time passing, a lease lapsing, a token coming) could be
+	// passed with no condition to catch it. The expiry may be a little
+	// early by the time the write lands: only safer.
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, append(a.ownSets(), a.rateAttrs()...)...)
-	a.charge(u, v, now)
+	p := u.purge(v, now, id, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.gateAttrs()...)...)...)
+	for _, r := range a.req.Rates {
+		tat := int64(0)
+		if v != nil {
+			tat = v.rates[RateAttr(r.Name)]
+		} else if lv, _, _ := a.b.latest(); lv != nil {
+			tat = lv.rates[RateAttr(r.Name)] // only chooses the form of the charge, which its condition checks
+		}
+		u.charge(r, tat, now, a.reserved(func(t *ticket) bool {
+			return slices.ContainsFunc(a.l.rulesFor(a.req, v).buckets(t), func(b Rate) bool { return b.Name == r.Name })
+		}, h.ahead))
+	}
 	lp := u.path(LeasesAttr, id)
 	u.set(lp, u.num(exp))
 	u.cond("attribute_not_exists(" + lp + ")")
-	a.capConds(u, v, p.leases, len(ahead))
-	notPaused(u, now)
+	a.capConds(u, v, p.leases, len(h.ahead))
 	if tc := a.req.ToolCap; tc > 0 {
 		tp := u.path(ToolAttr(a.req.Tool))
 		u.add(tp, id)
-		u.cond("(attribute_not_exists(" + tp + ") OR size(" + tp + ") < " + u.num(int64(tc-a.reserved(ToolAttr(a.req.Tool), ahead))) + ")")
+		u.cond("(attribute_not_exists(" + tp + ") OR size(" + tp + ") < " + u.num(int64(tc-a.reserved(func(t *ticket) bool { return t.tool == a.req.Tool && t.toolCap > 0 }, h.ahead))) + ")")
 	}
 	// Its principal's set: where it stands in the queue depends on how
 	// many places its principal holds, so with other principals waiting,
-	// that must be as it saw; so must it be for the principal's cap. With no view, it
-	// knows of no queue (and checks there is none), and its principal
-	// must have room.
+	// that must be as it saw; so must it be for the principal's cap. With
+	// no view, it knows of no queue (and checks there is none), and its
+	// principal must have room.
 	pp := u.path(PrincipalAttr(a.me.label))
 	u.add(pp, id)
 	mixed := v != nil && (a.req.ToolCap > 0 || slices.ContainsFunc(v.queue, func(t *ticket) bool {
@@ -402,13 +391,10 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket, no
 	} else if v == nil && a.req.PrincipalCap > 0 {
 		u.cond("(attribute_not_exists(" + pp + ") OR size(" + pp + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
 	}
-	qp, tp := u.path(QueueAttr, id), u.path(TicketsAttr, id)
 	if a.n != 0 {
-		u.cond(qp + " = " + u.num(a.n))
-		u.remove(qp)
-		a.endTicket(u, now)
+		u.removeTicket(id, a.me.label, a.n)
 	} else {
-		u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+tp+")")
+		u.cond("attribute_not_exists("+u.path(QueueAttr, id)+")", "attribute_not_exists("+u.path(TicketsAttr, id)+")")
 		if v == nil {
 			u.cond("size(" + u.path(QueueAttr) + ") = " + u.num(0))
 		}
@@ -423,31 +409,21 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket, no
 			// take landed at once.
 			u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 		}
-		if mixed || a.req.PrincipalCap > 0 || a.passedOver(v, now, ahead, bypass) {
-			// No place was freed that might change whose turn it is. When
-			// every caller waiting is of its own principal and none waits
-			// for a capped tool, they are served by ticket number alone,
-			// and a place freed only makes more room — unless one before
-			// it was passed over (its breaker's probe was running), which
-			// a probe's verdict, a release, may unblock.
+		if mixed || a.req.PrincipalCap > 0 || h.passed {
+			// No place was freed and no ticket left that might change
+			// whose turn it is. When every caller waiting is of its own
+			// principal and none waits for a capped tool, they are served
+			// by ticket number alone, and a place freed only makes more
+			// room — unless one before it was passed over (a bucket or a
+			// gate held it back), which a release may unblock.
 			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 		}
 	}
 	for _, t := range bypass {
-		bq := u.path(QueueAttr, t.id)
-		u.remove(bq, u.path(TicketsAttr, t.id))
-		u.cond(bq + " = " + u.num(t.n))
+		u.removeTicket(t.id, t.label, t.n)
 		u.count(u.path(FreedAttr), 1)
 	}
-	probe := false
-	if br := a.req.Breaker; br != nil {
-		var st *breakerState
-		if v != nil {
-			s := v.breakers[br.Name]
-			st = &s
-		}
-		probe = u.admit(br, st, id, a.me.label, exp, now)
-	}
+	u.admit(a.gateAttrs(), a.me.label, id, exp, now, h.probes, v)
 	u.ttl(exp)
 	// A take is judged from v at now: sent again later, it could land on a
 	// turn that has passed (a lease lapsing meanwhile lets a blocked caller
@@ -460,82 +436,56 @@ func (a *attempt) take(ctx context.Context, v *view, ahead, bypass []*ticket, no
 	if v != nil {
 		wctx = context.WithValue(ctx, judgedKey{}, v.seq)
 	}
-	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = max(a.unsure, exp) })
+	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = exp })
 	if err == nil {
-		a.n, a.charged = 0, true
+		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
 		if ls != nil {
-			ls.probe = probe
+			ls.probes = h.probes
 		}
 		return ls, nil, err
 	}
 	if errors.Is(err, errCondition) {
 		a.takeErrs = 0
-	} else {
-		// Look again, until an answer or the budget of errors in a row
-		// is spent: a caller that gives up while its take may land needs
-		// its tombstone written, which the store may refuse as well.
-		for {
-			if a.takeErrs++; a.takeErrs >= writeAttempts || !storeError(err) || ctx.Err() != nil {
-				return nil, nil, err
-			}
-			if perr := a.pause(ctx, backoff(a.takeErrs), time.Now().Add(writeMaxBackoff)); perr != nil {
-				return nil, nil, perr
-			}
-			var rv *view
-			if rv, err = a.l.read(ctx, a.req.Key); err == nil {
-				return nil, rv, nil
-			}
+		return nil, nv, nil // not landed, unless the item shows it did (the caller's loop looks)
+	}
+	// Look again, until an answer or the budget of errors in a row is
+	// spent.
+	for {
+		if a.takeErrs++; a.takeErrs >= writeAttempts || !storeError(err) || ctx.Err() != nil {
+			return nil, nil, err
+		}
+		if perr := a.pause(ctx, backoff(a.takeErrs), time.Now().Add(writeMaxBackoff)); perr != nil {
+			return nil, nil, perr
+		}
+		var rv *view
+		if rv, err = a.l.read(ctx, a.req.Key); err == nil {
+			return nil, rv, nil
 		}
 	}
-	// Not landed, unless the item shows it did (the caller's loop looks).
-	return nil, nv, nil
 }
 
-// passedOver reports whether v shows a live ticket numbered before this
-// caller's (a newcomer's is the newest) that gets no place in its turn:
-// neither ahead of it nor presumed gone (bypass), so passed over as a
-// caller that cannot use a place.
-func (a *attempt) passedOver(v *view, now int64, ahead, bypass []*ticket) bool {
-	mine := a.n
-	if mine == 0 {
-		mine = math.MaxInt64
+// rulesFor is rulesOf for req as v shows the key.
+func (l *Limiter) rulesFor(req Request, v *view) rules {
+	return rulesOf(req.capIn(v), req.PrincipalCap, req.Rates)
+}
+
+// reserved counts the tickets of ahead that uses says need what this
+// caller's take leaves room for.
+func (a *attempt) reserved(uses func(*ticket) bool, ahead []*ticket) int {
+	n := 0
+	for _, t := range ahead {
+		if uses(t) {
+			n++
+		}
 	}
-	handed := func(t *ticket) bool {
-		has := func(x *ticket) bool { return x.id == t.id }
-		return slices.ContainsFunc(ahead, has) || slices.ContainsFunc(bypass, has)
-	}
-	return slices.ContainsFunc(v.queue, func(t *ticket) bool {
-		return t.id != a.me.id && t.live(now) && t.n < mine && !handed(t)
-	})
+	return n
 }
 
 // judgedKey carries, in the context of a take judged from a view, that
 // view's seq: the fault simulation checks the order of places against the
 // callers the taker could see.
 type judgedKey struct{}
-
-// endTicket adds to u the end of this caller's ticket: removed or, while a
-// write of it may still land and create something live, a tombstone.
-func (a *attempt) endTicket(u *update, now int64) {
-	endTicket(u, a.me.id, a.unsure, now, a.l.margin)
-}
-
-// endTicket ends ticket id in u. unsure is the latest instant until which
-// a write of its caller that may still land would create something live
-// (on its caller's clock); the tombstone lasts Margin past it, so no clock
-// within the margin purges it while that write could still matter.
-func endTicket(u *update, id string, unsure, now int64, margin time.Duration) {
-	tp := u.path(TicketsAttr, id)
-	// A write landing late creates an entry live until unsure on its
-	// caller's clock, so live to a clock up to margin behind until the
-	// tombstone's end: it is needed until then, not only until unsure.
-	if until := unsure + margin.Milliseconds(); until >= now {
-		u.set(tp, u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{ticketTomb: number(until)}}))
-		return
-	}
-	u.remove(tp)
-}
 
 // lease completes the acquire with the lease the item shows this attempt
 // holding, expiring at exp. A place with no time left for the call is
@@ -546,26 +496,43 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
 		deadline = a.req.CallBy
 	}
-	a.charged = true // the write that gave it the place, or queued it, took the tokens
-	ls := &Lease{l: a.l, key: a.req.Key, id: a.me.id, exps: []int64{exp}, unsure: a.unsure, breaker: a.req.Breaker, label: a.me.label, rates: a.req.Rates,
-		Expiry: time.UnixMilli(exp), CallDeadline: deadline, InFlight: v.live(a.now(), nil, true), Limit: a.req.capIn(v),
-		ceiling: a.req.Cap, adaptive: a.req.Adaptive, toolName: a.req.Tool, grantMS: a.now()}
+	ls := a.l.newLease(a.req, a.me.id)
+	ls.exps, ls.Expiry, ls.CallDeadline = []int64{exp}, time.UnixMilli(exp), deadline
+	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
 	if a.req.ToolCap > 0 {
 		ls.tool = a.req.Tool
 	}
-	if br := a.req.Breaker; br != nil {
-		ls.probe = v.breakers[br.Name].probe == a.me.id
+	for _, g := range a.gateAttrs() {
+		for _, key := range []string{gateAll, a.me.label} {
+			if e := v.gates[g].entry(key); e.probe == a.me.id {
+				ls.probes = append(ls.probes, gateRef{g, key})
+			}
+		}
 	}
 	if !deadline.After(localNow) {
-		_, _ = ls.Finish(ctx, Abandoned)
+		_, _ = ls.Finish(ctx, Unused)
 		return nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
 	return ls, nil
 }
 
+// newLease is a lease of req with id, before its place is known.
+func (l *Limiter) newLease(req Request, id string) *Lease {
+	ls := &Lease{l: l, key: req.Key, id: id, breaker: req.Breaker, label: req.Holder, rates: req.Rates,
+		ceiling: req.Cap, adaptive: req.Adaptive, toolName: req.Tool, maxPause: req.MaxPause,
+		pauseGate: pauseAttr(req.Tool, req.PauseTool), noPlace: !req.holds()}
+	if ls.maxPause <= 0 {
+		ls.maxPause = DefaultMaxPause
+	}
+	return ls
+}
+
 // join puts this caller's ticket in the queue: its number from seq, its
-// deadline, and the tool and cap it waits for, on condition that the queue
-// has room, and that the caller neither waits nor holds a place already.
+// deadline, and the tool, cap and rate it waits for, on condition that the
+// queue has room (leaving its reserve to other principals when this one
+// already has callers waiting), and that the caller neither waits nor
+// holds a place already. It charges nothing. A join refused for room is
+// that one failed write: nothing of it is left to take back.
 func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	now := a.now()
 	id := a.me.id
@@ -573,9 +540,9 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	// lives that much past its caller's own deadline, so that nobody takes
 	// it for gone while its caller still waits.
 	deadline := now + time.Until(a.waitEnd()).Milliseconds() + a.l.margin.Milliseconds()
+	wp := WaitingAttr(a.me.label)
 	u := newUpdate()
-	p := u.purge(v, now, id, a.rateAttrs()...)
-	a.charge(u, v, now)
+	p := u.purge(v, now, id, wp)
 	sp, qp, tp := u.path(SeqAttr), u.path(QueueAttr, id), u.path(TicketsAttr, id)
 	next := "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
 	u.set(sp, next)
@@ -587,33 +554,40 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	if a.req.ToolCap > 0 {
 		info[ticketToolCap] = number(int64(a.req.ToolCap))
 	}
+	if a.me.toolRPM > 0 {
+		info[ticketToolRPM] = number(int64(a.me.toolRPM))
+	}
 	u.set(tp, u.value(&types.AttributeValueMemberM{Value: info}))
+	u.add(u.path(wp), id)
 	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
-	u.cond("size(" + u.path(QueueAttr) + ") < " + u.num(int64(a.req.MaxQueued+p.queue)))
+	size := "size(" + u.path(QueueAttr) + ")"
+	u.cond(size + " < " + u.num(int64(a.req.MaxQueued+p.queue)))
+	if r := QueueReserve(a.req.MaxQueued); r > 0 {
+		u.cond("(attribute_not_exists(" + u.path(wp) + ") OR " + size + " < " + u.num(int64(a.req.MaxQueued-r+p.queue)) + ")")
+	}
 	u.ttl(deadline)
-	a.joined, a.asked = true, time.Now()
+	a.asked = time.Now()
 	a.l.stats.tickets.Add(1)
-	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.unsure = max(a.unsure, deadline) })
+	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.joined = true })
 	if nv != nil && nv.ticketFor(id) != nil {
 		// The item as its join left it (or as an earlier send of it did).
+		a.joined = true
 		a.behind = nv.before(a.now(), &a.me)
-	}
-	if err == nil {
-		a.charged = true
 	}
 	if err == nil || !errors.Is(err, errCondition) {
 		return nv, err
 	}
 	if nv.ticketFor(id) != nil || nv.leases[id] != 0 {
-		a.charged = true
 		return nv, nil // an earlier attempt of it landed
 	}
 	if !nv.hasMaps {
 		return nil, a.l.create(ctx, a.req.Key)
 	}
-	if nv.waiting(a.now()) >= a.req.MaxQueued {
+	now = a.now()
+	if w := nv.waiting(now); w >= a.req.MaxQueued || slices.ContainsFunc(nv.queue, func(t *ticket) bool { return t.label == a.me.label && t.live(now) }) &&
+		w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
 		a.l.stats.shed.Add(1)
-		return nil, a.full(nv, a.now(), false, QueueFull)
+		return nil, a.full(nv, now, false, QueueFull)
 	}
 	return nv, nil
 }
@@ -637,7 +611,7 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 	if latest != nil && latest != v && at.After(a.asked) {
 		return latest, nil // news from another request here
 	}
-	t := time.NewTimer(max(min(look, a.l.maxLook, time.Until(until)), 0))
+	t := time.NewTimer(max(min(look, time.Until(until)), 0))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -657,11 +631,25 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 // plus how long calls here last (from the item, or this process), less
 // their spread; a place whose turn came to a caller that has not taken it
 // yet, a call's length from now — and the callers before it take the
-// places in the order they free, a round of calls per place. While the
-// place is late it looks every eighth of the calls' spread (at least
-// 5 ms), growing by half up to 50 ms. It never waits longer than MaxLook,
-// so that, its turn come, it takes its place well within ClaimWindow.
+// places in the order they free, a round of calls per place. A pause, the
+// hold or an empty bucket of its own end when they say. A look that finds
+// its place late waits half as long again as the last, from 5 ms up to
+// MaxLook. It never waits longer than MaxLook while fewer callers than
+// places come before it, and rank/places × MaxLook (at most MaxLookFar)
+// behind more: so that, its turn come, it takes its place well within
+// ClaimWindow, while the reads of a long queue grow with the logarithm of
+// its length rather than with it.
 func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
+	places := max(a.req.capIn(v), 1)
+	rank := max(v.before(now, &a.me)-len(ahead), 0)
+	most := a.l.maxLook
+	if rank >= places {
+		most = min(time.Duration(rank/places)*a.l.maxLook, MaxLookFar)
+	}
+	if d := a.blockedFor(v, now); d > 0 {
+		a.look = overdueLook
+		return min(d+jitter(overdueLook), most)
+	}
 	held, spread := a.b.meanHeld()
 	if v.callMS > 0 {
 		held = time.Duration(v.callMS) * time.Millisecond
@@ -669,21 +657,14 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	if spread == 0 {
 		spread = held / 2
 	}
-	overdue := func(most time.Duration) time.Duration {
-		a.look = min(max(a.look*3/2, overdueLook, spread/8), most)
-		return a.look
-	}
-	if v.paused > now {
-		// Nobody takes a place before the pause ends.
-		a.look = 0
-		return time.Duration(v.paused-now)*time.Millisecond + jitter(overdueLook)
+	late := func() time.Duration {
+		d := a.look
+		a.look = min(a.look*3/2, a.l.maxLook)
+		return jitter(min(d, most))
 	}
 	if held <= 0 {
-		return jitter(overdue(2 * writeMinBackoff))
+		return late()
 	}
-	// When each place is expected to free: a lease's when its call should
-	// end; a place whose turn came to a caller that has yet to take it,
-	// when that caller's call should.
 	var ends []int64
 	for _, exp := range v.leases {
 		if exp >= now {
@@ -694,54 +675,77 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		ends = append(ends, now+(held-spread).Milliseconds())
 	}
 	slices.Sort(ends)
-	if pos := max(v.before(now, &a.me)-len(ahead), 0); len(ends) > 0 {
-		eta := ends[pos%len(ends)] + int64(pos/len(ends))*held.Milliseconds()
+	if len(ends) > 0 {
+		eta := ends[rank%len(ends)] + int64(rank/len(ends))*held.Milliseconds()
 		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
-			a.look = 0
-			return d
+			a.look = overdueLook
+			return min(d, most)
 		}
 	}
-	return overdue(2 * writeMinBackoff)
+	return late()
+}
+
+// blockedFor is how long until what holds every place back — the hold, the
+// server's pause, a pause of this caller's, an empty bucket of its own —
+// lets it through (0: nothing does).
+func (a *attempt) blockedFor(v *view, now int64) time.Duration {
+	until := v.hold
+	for _, g := range v.gatesOf(a.req.Tool, "") {
+		until = max(until, g.entry(gateAll).until, g.entry(a.me.label).until)
+	}
+	d := time.Duration(max(until-now, 0)) * time.Millisecond
+	if rl := rateLimited(v, a.req.Rates, now); rl != nil {
+		d = max(d, rl.RetryAfter)
+	}
+	return d
 }
 
 // withdrawBudget bounds each write of a withdrawal.
 const withdrawBudget = 2 * time.Second
 
-// withdraw takes back what this failed attempt may have written: its
-// ticket, and a lease it took unseen. While a write of it may still land,
-// its ticket becomes a tombstone that write is conditioned against. Best
-// effort: a ticket left behind is passed over once its deadline passes, a
-// lease expires.
-func (a *attempt) withdraw(ctx context.Context) {
+// leave takes back what this failed attempt may have left in the item: its
+// ticket, conditioned on its number, and (when no ticket was there) a
+// lease a take of it whose outcome was unknown may have made. Best
+// effort: a ticket left behind is passed over once its turn has come for
+// ClaimWindow, or purged past its deadline; a lease expires.
+func (a *attempt) leave(ctx context.Context) {
 	if !a.joined && a.unsure == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	now := a.now()
 	id := a.me.id
-	u := newUpdate()
-	u.ttl(now)
-	u.remove(u.path(QueueAttr, id))
-	a.endTicket(u, now)
-	// A ticket leaving, like a place freed, can change whose turn it is
-	// for the callers behind it: freed tells the takes judged before.
-	u.count(u.path(FreedAttr), 1)
-	if a.unsure != 0 {
-		// A take of it may have landed unseen.
-		u.remove(u.path(LeasesAttr, id))
-		for _, set := range a.ownSets() {
-			u.del(u.path(set), id)
+	if a.joined {
+		u := newUpdate()
+		u.ttl(now)
+		qp := u.path(QueueAttr, id)
+		if a.n != 0 {
+			u.removeTicket(id, a.me.label, a.n)
+		} else {
+			u.remove(qp, u.path(TicketsAttr, id))
+			u.del(u.path(WaitingAttr(a.me.label)), id)
+			u.cond("attribute_exists(" + qp + ")")
+		}
+		// A ticket leaving, like a place freed, can change whose turn it is
+		// for the callers behind it: freed tells the takes judged before.
+		u.count(u.path(FreedAttr), 1)
+		wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
+		_, err := a.l.write(wctx, a.req.Key, u, nil)
+		cancel()
+		if err == nil || a.unsure == 0 {
+			return
 		}
 	}
-	if !a.maps {
-		// As far as it saw, the item has no maps yet, for a tombstone to go
-		// in: a write of this caller still in flight would find them made
-		// by another. A create that failed may have landed: the tombstone
-		// is tried all the same (the store refuses it if not).
-		cctx, cancel := context.WithTimeout(ctx, withdrawBudget)
-		_ = a.l.create(cctx, a.req.Key)
-		cancel()
+	// A take of it may have landed unseen (and removed its ticket).
+	u := newUpdate()
+	u.ttl(now)
+	lp := u.path(LeasesAttr, id)
+	u.remove(lp)
+	u.cond("attribute_exists(" + lp + ")")
+	for _, set := range a.ownSets() {
+		u.del(u.path(set), id)
 	}
+	u.count(u.path(FreedAttr), 1)
 	wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
 	defer cancel()
 	_, _ = a.l.write(wctx, a.req.Key, u, nil)
@@ -758,17 +762,19 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 			held = time.Duration(v.callMS) * time.Millisecond
 		}
 		e.Waiting = v.waiting(now)
-		e.InUse = v.live(now, nil, true)
-		if v.paused > now && e.Reason == "" {
-			e.Reason, e.RetryAfter = Paused, time.Duration(v.paused-now)*time.Millisecond
-			return e
+		e.InUse = v.liveLeases(now)
+		if err := refusal(v.gatesOf(a.req.Tool, ""), a.me.label, now, v.hold); err != nil && e.Reason == "" {
+			var f *FullError
+			if errors.As(err, &f) {
+				return f
+			}
 		}
 		switch {
 		case e.Cap > 0 && e.InUse >= e.Cap:
-		case a.req.ToolCap > 0 && v.live(now, v.sets[ToolAttr(a.req.Tool)], false) >= a.req.ToolCap:
-			e.What, e.Cap, e.InUse = "tool", a.req.ToolCap, v.live(now, v.sets[ToolAttr(a.req.Tool)], false)
-		case a.req.PrincipalCap > 0 && v.live(now, v.sets[PrincipalAttr(a.me.label)], false) >= a.req.PrincipalCap:
-			e.What, e.Cap, e.InUse = "principal", a.req.PrincipalCap, v.live(now, v.sets[PrincipalAttr(a.me.label)], false)
+		case a.req.ToolCap > 0 && v.liveIn(now, v.sets[ToolAttr(a.req.Tool)]) >= a.req.ToolCap:
+			e.What, e.Cap, e.InUse = "tool", a.req.ToolCap, v.liveIn(now, v.sets[ToolAttr(a.req.Tool)])
+		case a.req.PrincipalCap > 0 && v.liveIn(now, v.sets[PrincipalAttr(a.me.label)]) >= a.req.PrincipalCap:
+			e.What, e.Cap, e.InUse = "principal", a.req.PrincipalCap, v.liveIn(now, v.sets[PrincipalAttr(a.me.label)])
 		}
 	}
 	if e.Reason == "" {
@@ -783,4 +789,54 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 	places := max(e.Cap, 1)
 	e.RetryAfter = max(jitter(held*time.Duration(e.Waiting+1)/time.Duration(places)), 50*time.Millisecond)
 	return e
+}
+
+// charge admits a call that holds nothing in the item, only pays its
+// buckets: one conditional write, made again on the item it gets back
+// while the buckets hold tokens. Nothing in the item tells its resend
+// from another call's, so it is never sent again after an attempt whose
+// outcome was unknown: a token may be lost to a store error, never taken
+// twice.
+func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
+	v := l.board(req.Key).recent(time.Hour)
+	gates := []string{PauseAttr}
+	if req.Tool != "" {
+		gates = append(gates, PauseAttrPrefix+req.Tool)
+	}
+	for range maxEager {
+		now := l.clock().UnixMilli()
+		if v != nil {
+			if err := refusal(v.gatesOf(req.Tool, ""), req.Holder, now, v.hold); err != nil {
+				l.stats.refused(err)
+				return nil, err
+			}
+			if err := rateLimited(v, req.Rates, now); err != nil {
+				l.stats.rateLimited.Add(1)
+				return nil, err
+			}
+		}
+		u := newUpdate()
+		u.once = true
+		u.admit(gates, req.Holder, "", 0, now, nil, v)
+		for _, r := range req.Rates {
+			tat := int64(0)
+			if v != nil {
+				tat = v.rates[RateAttr(r.Name)]
+			}
+			u.charge(r, tat, now, 0)
+		}
+		u.ttl(now + 60_000)
+		nv, err := l.write(ctx, req.Key, u, nil)
+		if err == nil {
+			l.stats.acquired.Add(1)
+			ls := l.newLease(req, l.newLeaseID())
+			ls.exps, ls.Expiry, ls.CallDeadline = []int64{now}, time.UnixMilli(now), time.Now().Add(req.Hold)
+			return ls, nil
+		}
+		if !errors.Is(err, errCondition) {
+			return nil, err
+		}
+		v = nv
+	}
+	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
 }

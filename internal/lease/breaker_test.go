@@ -33,7 +33,7 @@ func breakerOf(t *testing.T, env *storetest.Env, name string) BreakerStatus {
 	return BreakerStatus{State: "closed"}
 }
 
-// Invariant 9: one principal whose own calls fail opens the breaker for
+// Invariant 10: one principal whose own calls fail opens the breaker for
 // itself alone; the others' calls pass — for capped calls and for calls
 // that take no place alike.
 func TestOnePrincipalCannotOpenTheBreakerForOthers(t *testing.T) {
@@ -69,21 +69,22 @@ func TestOnePrincipalCannotOpenTheBreakerForOthers(t *testing.T) {
 	}
 }
 
-// Invariant 9: calls of two principals failing open it for everyone.
+// Invariant 10: two principals' entries shut at once shut it for
+// everyone.
 func TestBreakerOpensWhenTwoPrincipalsFail(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	br := &Breaker{Name: "t", Threshold: 3, Recovery: time.Minute}
+	br := &Breaker{Name: "t", Threshold: 2, Recovery: time.Minute}
 	var trs []Transition
-	for _, who := range []string{"A", "B", "A"} {
+	for _, who := range []string{"A", "A", "B", "B"} {
 		tr, err := call(t, l, br, 2, who, Failure)
 		if err != nil {
 			t.Fatal(err)
 		}
 		trs = append(trs, tr)
 	}
-	if trs[2] != Opened {
-		t.Errorf("transitions %q; want the third to open it", trs)
+	if trs[1] != OpenedForPrincipal || trs[3] != Opened {
+		t.Errorf("transitions %q; want A's second to open it for A, B's second for everyone", trs)
 	}
 	_, err := call(t, l, br, 2, "C", Success)
 	var open *CircuitOpenError
@@ -92,32 +93,33 @@ func TestBreakerOpensWhenTwoPrincipalsFail(t *testing.T) {
 	}
 }
 
-// Invariant 9: a success between failures resets the count, and an
-// abandoned call leaves it as it was.
+// Invariant 10: a principal's success between its failures resets its
+// count, another principal's does not, and an abandoned call leaves it as
+// it was.
 func TestBreakerCountsConsecutiveFailures(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
-	br := &Breaker{Name: "t", Threshold: 2, Recovery: time.Minute}
+	br := &Breaker{Name: "t", Threshold: 3, Recovery: time.Minute}
 	for _, step := range []struct {
 		who string
 		o   Outcome
-	}{{"A", Failure}, {"B", Success}, {"A", Failure}, {"B", Abandoned}} {
+	}{{"A", Failure}, {"A", Success}, {"A", Failure}, {"B", Success}, {"A", Abandoned}, {"A", Failure}} {
 		if tr, err := call(t, l, br, 2, step.who, step.o); err != nil || tr != NoTransition {
 			t.Fatalf("%s %v: %q, %v", step.who, step.o, tr, err)
 		}
 	}
-	if b := breakerOf(t, env, "t"); b.Failures != 1 || b.State != "closed" {
-		t.Errorf("breaker: %+v; want 1 failure counted, closed", b)
+	if b := breakerOf(t, env, "t"); b.Failures["A"] != 2 || len(b.Failures) != 1 || b.State != "closed" {
+		t.Errorf("breaker: %+v; want A's 2 failures counted, closed", b)
 	}
 }
 
-// Invariant 9: exactly one probe in the fleet when the breaker is
-// half-open; its success closes it.
+// Invariant 10: exactly one probe in the fleet when the breaker is
+// half-open for everyone; its success closes it.
 func TestBreakerElectsExactlyOneProbe(t *testing.T) {
 	env := storetest.NewEnv(t)
 	br := &Breaker{Name: "t", Threshold: 2, Recovery: 300 * time.Millisecond}
 	l := New(env.Client, env.Tables.Leases, Options{})
-	for _, who := range []string{"A", "B"} {
+	for _, who := range []string{"A", "A", "B", "B"} {
 		if _, err := call(t, l, br, 8, who, Failure); err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +159,7 @@ func TestBreakerElectsExactlyOneProbe(t *testing.T) {
 	}
 }
 
-// Invariant 8: a second release of a lease, or one after another took the
+// Invariant 9: a second release of a lease, or one after another took the
 // place, frees nothing.
 func TestDoubleReleaseIsHarmless(t *testing.T) {
 	env := storetest.NewEnv(t)
@@ -178,7 +180,7 @@ func TestDoubleReleaseIsHarmless(t *testing.T) {
 	release(t, other)
 }
 
-// Invariant 8 (the sixth defect of the earlier design): a failing release
+// Invariant 9 (the sixth defect of the earlier design): a failing release
 // whose first attempt landed unseen, another release landing before its
 // retry, counts its failure once and reports success.
 func TestRetriedReleaseCountsOnce(t *testing.T) {
@@ -199,8 +201,8 @@ func TestRetriedReleaseCountsOnce(t *testing.T) {
 	if err != nil || tr != NoTransition {
 		t.Fatalf("a release whose first attempt landed: %q, %v; want done", tr, err)
 	}
-	if b := breakerOf(t, env, "t"); b.Failures != 0 || b.State != "closed" {
-		t.Errorf("breaker after one failure and a success: %+v", b)
+	if b := breakerOf(t, env, "t"); b.Failures["A"] > 1 || b.State != "closed" {
+		t.Errorf("breaker after one failure and a success: %+v; want at most the one failure", b)
 	}
 	// Counted once: one more failure of another principal does not reach
 	// the threshold of 2 twice over.

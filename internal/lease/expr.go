@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"slices"
 	"strconv"
@@ -126,27 +127,31 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// purged counts what a purge added to a write removes: leases, leases per
-// set, and queue entries.
+// purged counts what a purge added to a write removes: leases, whole
+// tickets and queue entries, and members per set.
 type purged struct {
 	leases, queue int
 	sets          map[string]int
 }
 
 // purge adds to u the removal of up to maxPurge entries v shows stale at
-// now — whole leases (every set they are in), tickets, tombstones — each
-// only if it still holds the value seen. Leases in any of the sets in
-// keep are left for another write (a write cannot both add to and delete
-// from one set), as are the entries of id, which the write handles itself.
+// now — whole leases, whole tickets, halves of tickets, full buckets of
+// principals, idle gate entries, stray set members — each only if it
+// still holds the value seen. Entries in any of the sets in keep are left
+// for another write (a write cannot both add to and delete from one set),
+// as are the entries of id, which the write handles itself.
 func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
 	p := purged{sets: map[string]int{}}
 	if v == nil {
 		return p
 	}
 	n := 0
+	kept := func(sets ...string) bool {
+		return slices.ContainsFunc(sets, func(s string) bool { return slices.Contains(keep, s) })
+	}
 	for _, lid := range v.staleLeases(now) {
 		sets := v.setsOf(lid)
-		if n == maxPurge || lid == id || slices.ContainsFunc(sets, func(s string) bool { return slices.Contains(keep, s) }) {
+		if n == maxPurge || lid == id || kept(sets...) {
 			continue
 		}
 		n++
@@ -158,35 +163,73 @@ func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
 			p.sets[s]++
 		}
 		p.leases++
+		u.count(u.path(FreedAttr), 1)
 	}
-	if p.leases > 0 {
-		u.count(u.path(FreedAttr), int64(p.leases))
-	}
-	for _, st := range v.staleTickets(now) {
-		if n == maxPurge || st.id == id {
+	for _, t := range v.staleTickets(now) {
+		if n == maxPurge || t.id == id || kept(WaitingAttr(t.label)) {
 			continue
 		}
 		n++
-		if u.purgeTicket(st, v) {
+		u.removeTicket(t.id, t.label, t.n)
+		p.queue++
+		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
+	}
+	for _, h := range v.halves {
+		if n == maxPurge || h.id == id || h.waiting != "" && kept(WaitingAttr(h.waiting)) {
+			continue
+		}
+		n++
+		qp, tp := u.path(QueueAttr, h.id), u.path(TicketsAttr, h.id)
+		if h.n > 0 {
+			u.remove(qp)
+			u.cond(qp + " = " + u.num(h.n))
 			p.queue++
-			u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
+		} else {
+			u.cond("attribute_not_exists(" + qp + ")")
+		}
+		if h.details != nil {
+			u.remove(tp)
+			u.cond("attribute_exists(" + tp + ")")
+		} else {
+			u.cond("attribute_not_exists(" + tp + ")")
+		}
+		if h.waiting != "" {
+			u.del(u.path(WaitingAttr(h.waiting)), h.id)
 		}
 	}
-	for _, attr := range slices.Sorted(mapKeys(v.rates)) {
+	for _, attr := range slices.Sorted(maps.Keys(v.rates)) {
 		if n == maxPurge || slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now) {
 			continue
 		}
 		n++
-		p := u.path(attr)
-		u.remove(p)
-		u.cond(p + " = " + u.num(v.rates[attr]))
+		rp := u.path(attr)
+		u.remove(rp)
+		u.cond(rp + " = " + u.num(v.rates[attr]))
 	}
-	for s, ids := range v.strayMembers() {
-		if slices.Contains(keep, s) || n == maxPurge {
+	entries, empty := v.staleEntries(now)
+	for _, e := range entries {
+		if n == maxPurge || slices.Contains(keep, e.attr) {
 			continue
 		}
-		for _, sid := range ids {
-			if sid != id {
+		n++
+		u.condEntry(v.gates[e.attr], e.key)
+		u.remove(u.path(e.attr, e.key))
+	}
+	for _, attr := range empty {
+		if n == maxPurge || slices.Contains(keep, attr) {
+			continue
+		}
+		n++
+		gp := u.path(attr)
+		u.remove(gp)
+		u.cond("size(" + gp + ") = " + u.num(0))
+	}
+	for _, s := range slices.Sorted(maps.Keys(v.strayMembers())) {
+		if slices.Contains(keep, s) {
+			continue
+		}
+		for _, sid := range v.strayMembers()[s] {
+			if sid != id && n < maxPurge {
 				n++
 				u.del(u.path(s), sid)
 				u.cond("attribute_not_exists(" + u.path(LeasesAttr, sid) + ")")
@@ -196,25 +239,29 @@ func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
 	return p
 }
 
-// purgeTicket removes one stale queue or tickets entry, and its other
-// half. It reports whether a queue entry goes.
-func (u *update) purgeTicket(st stale, v *view) bool {
-	qp, tp := u.path(QueueAttr, st.id), u.path(TicketsAttr, st.id)
-	if !slices.Contains(u.removes, qp) {
-		u.remove(qp)
+// stale counts the entries v shows stale at now that a purge would remove.
+func (v *view) stale(now int64) int {
+	entries, empty := v.staleEntries(now)
+	n := len(v.staleLeases(now)) + len(v.staleTickets(now)) + len(v.halves) + len(entries) + len(empty)
+	for attr, tat := range v.rates {
+		if idleBucket(attr, tat, now) {
+			n++
+		}
 	}
-	if !slices.Contains(u.removes, tp) {
-		u.remove(tp)
+	for _, ids := range v.strayMembers() {
+		n += len(ids)
 	}
-	switch {
-	case st.attr == QueueAttr:
-		u.cond(qp + " = " + u.value(st.seen))
-	case st.seen != nil:
-		u.cond(u.path(TicketsAttr, st.id, st.field) + " = " + u.value(st.seen))
-	default:
-		u.cond("attribute_not_exists(" + u.path(TicketsAttr, st.id, ticketDeadline) + ")")
-	}
-	return st.attr == QueueAttr || v.ticketFor(st.id) != nil
+	return n
+}
+
+// removeTicket adds to u the removal of ticket id, numbered n, whole:
+// its queue entry, its details and its principal's waiting membership,
+// conditioned on its number.
+func (u *update) removeTicket(id, label string, n int64) {
+	qp := u.path(QueueAttr, id)
+	u.remove(qp, u.path(TicketsAttr, id))
+	u.del(u.path(WaitingAttr(label)), id)
+	u.cond(qp + " = " + u.num(n))
 }
 
 // ttl lets DynamoDB delete the item once nobody has written it for a day

@@ -14,22 +14,22 @@ import (
 type view struct {
 	// leases maps each lease id to its expiry.
 	leases map[string]int64
-	// sets maps each tool or principal set attribute to its members.
+	// sets maps each tool, principal or waiting set attribute to its
+	// members.
 	sets map[string][]string
-	// queue holds the tickets of the queue, by number; strays are queue
-	// entries or ticket details without their other half, and tombstones
-	// the tickets entries that are tombstones: each with the value a purge
-	// is conditioned on.
+	// queue holds the tickets, by number; halves are the tickets that are
+	// not whole (a queue entry, a tickets entry or a waiting member
+	// without the rest: a hand edit, or an item of an older design).
 	queue      []*ticket
-	strays     []stale
-	tombstones map[string]int64
+	halves     []half
 	hasMaps    bool // leases, queue and tickets exist
 	seq, freed int64
 	callMS     int64
-	breakers   map[string]breakerState
+	hold       int64
+	gates      map[string]*gate
 	// rates maps each bucket attribute to its arrival time.
 	rates map[string]int64
-	// limitState is the adaptive limit and the pause.
+	// limitState is the adaptive limit.
 	limitState
 }
 
@@ -41,6 +41,8 @@ type ticket struct {
 	n, deadline int64
 	tool        string
 	toolCap     int
+	// toolRPM is its tool's rate limit, a minute (0: none).
+	toolRPM int
 }
 
 // Ticket fields, inside each value of the tickets map.
@@ -49,21 +51,22 @@ const (
 	ticketDeadline = "d"
 	ticketTool     = "t"
 	ticketToolCap  = "c"
-	ticketTomb     = "x"
+	ticketToolRPM  = "r"
 )
 
-// isSetAttr reports whether attr is a tool or principal set.
+// isSetAttr reports whether attr is a tool, principal or waiting set.
 func isSetAttr(attr string) bool {
-	return strings.HasPrefix(attr, ToolAttrPrefix) || strings.HasPrefix(attr, PrincipalAttrPrefix)
+	return strings.HasPrefix(attr, ToolAttrPrefix) || strings.HasPrefix(attr, PrincipalAttrPrefix) || strings.HasPrefix(attr, WaitingAttrPrefix)
 }
 
 // parseItem reads a lease item. An entry that cannot be read counts as the
 // store counts it: a lease whose expiry is not a number (a hand edit)
 // never expires; a ticket without its details is stale.
 func parseItem(item map[string]types.AttributeValue) *view {
-	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, tombstones: map[string]int64{}, breakers: map[string]breakerState{},
+	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
 		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
 	queue, details := map[string]int64{}, map[string]*types.AttributeValueMemberM{}
+	badDetails := map[string]types.AttributeValue{}
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
 	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
 	_, hasTickets := item[TicketsAttr].(*types.AttributeValueMemberM)
@@ -71,80 +74,99 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	for attr, a := range item {
 		switch x := a.(type) {
 		case *types.AttributeValueMemberM:
-			switch attr {
-			case LeasesAttr:
+			switch {
+			case attr == LeasesAttr:
 				for id, e := range x.Value {
 					v.leases[id] = numberOr(e, math.MaxInt64)
 				}
-			case QueueAttr:
+			case attr == QueueAttr:
 				for id, n := range x.Value {
 					queue[id] = numberOr(n, 0)
 				}
-			case TicketsAttr:
+			case attr == TicketsAttr:
 				for id, d := range x.Value {
 					if m, ok := d.(*types.AttributeValueMemberM); ok {
 						details[id] = m
 					} else {
-						v.strays = append(v.strays, stale{attr: TicketsAttr, id: id})
+						badDetails[id] = d
 					}
 				}
+			case isGateAttr(attr):
+				v.gates[attr] = parseGate(attr, x)
 			}
 		case *types.AttributeValueMemberSS:
 			if isSetAttr(attr) {
 				v.sets[attr] = x.Value
 			}
 		case *types.AttributeValueMemberN:
-			switch attr {
-			case SeqAttr:
-				v.seq = numberOr(x, 0)
-			case FreedAttr:
-				v.freed = numberOr(x, 0)
-			case CallAttr:
-				v.callMS = numberOr(x, 0)
+			n := numberOr(x, 0)
+			switch {
+			case attr == SeqAttr:
+				v.seq = n
+			case attr == FreedAttr:
+				v.freed = n
+			case attr == CallAttr:
+				v.callMS = n
+			case attr == HoldAttr:
+				v.hold = n
+			case strings.HasPrefix(attr, RateAttrPrefix):
+				v.rates[attr] = n
 			default:
-				if strings.HasPrefix(attr, RateAttrPrefix) {
-					v.rates[attr] = numberOr(x, 0)
-				} else {
-					v.limitState.read(attr, numberOr(x, 0), "")
-				}
+				v.limitState.read(attr, n, "")
 			}
 		case *types.AttributeValueMemberS:
 			v.limitState.read(attr, 0, x.Value)
 		}
-		if IsBreakerAttr(attr) {
-			_, name, _ := strings.Cut(attr, ":")
-			v.breakers[name] = parseBreaker(item, name)
+	}
+	waitingOf := map[string]string{}
+	for attr, members := range v.sets {
+		if label, ok := strings.CutPrefix(attr, WaitingAttrPrefix); ok {
+			for _, id := range members {
+				waitingOf[id] = label
+			}
 		}
 	}
-	for id, d := range details {
-		if x, ok := d.Value[ticketTomb]; ok {
-			v.tombstones[id] = numberOr(x, 0)
+	ids := map[string]bool{}
+	for id := range queue {
+		ids[id] = true
+	}
+	for id := range details {
+		ids[id] = true
+	}
+	for id := range waitingOf {
+		ids[id] = true
+	}
+	for id := range ids {
+		if _, bad := badDetails[id]; bad {
+			continue // below
+		}
+		n, d, w := queue[id], details[id], waitingOf[id]
+		var label string
+		if d != nil {
+			if s, ok := d.Value[ticketLabel].(*types.AttributeValueMemberS); ok {
+				label = s.Value
+			}
+		}
+		if n <= 0 || d == nil || w == "" || label != w {
+			h := half{id: id, n: n, waiting: w}
+			if d != nil {
+				h.details = d
+			}
+			v.halves = append(v.halves, h)
 			continue
 		}
-		n, queued := queue[id]
-		if !queued || n <= 0 {
-			v.strays = append(v.strays, stale{attr: TicketsAttr, id: id, seen: d.Value[ticketDeadline], field: ticketDeadline})
-			continue
-		}
-		t := &ticket{id: id, n: n, deadline: numberOr(d.Value[ticketDeadline], 0)}
-		if s, ok := d.Value[ticketLabel].(*types.AttributeValueMemberS); ok {
-			t.label = s.Value
-		}
+		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
+			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0))}
 		if s, ok := d.Value[ticketTool].(*types.AttributeValueMemberS); ok {
 			t.tool = s.Value
 		}
-		t.toolCap = int(numberOr(d.Value[ticketToolCap], 0))
 		v.queue = append(v.queue, t)
 	}
-	for id, n := range queue {
-		if _, ok := details[id]; !ok || n <= 0 {
-			v.strays = append(v.strays, stale{attr: QueueAttr, id: id, seen: number(n)})
-		} else if _, tomb := v.tombstones[id]; tomb {
-			v.strays = append(v.strays, stale{attr: QueueAttr, id: id, seen: number(n)})
-		}
+	for id, d := range badDetails {
+		v.halves = append(v.halves, half{id: id, details: d, n: queue[id], waiting: waitingOf[id]})
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
-	slices.SortFunc(v.strays, func(a, b stale) int { return cmp.Or(strings.Compare(a.attr, b.attr), strings.Compare(a.id, b.id)) })
+	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
 	return v
 }
 
@@ -186,20 +208,22 @@ func (v *view) waiting(now int64) int {
 	return n
 }
 
-// live counts the leases of ids (all of them when ids is nil) that have
-// not expired at now.
-func (v *view) live(now int64, ids []string, all bool) int {
+// liveIn counts the leases of ids that have not expired at now.
+func (v *view) liveIn(now int64, ids []string) int {
 	n := 0
-	if all {
-		for _, exp := range v.leases {
-			if exp >= now {
-				n++
-			}
-		}
-		return n
-	}
 	for _, id := range ids {
 		if exp, ok := v.leases[id]; ok && exp >= now {
+			n++
+		}
+	}
+	return n
+}
+
+// liveLeases counts the leases that have not expired at now.
+func (v *view) liveLeases(now int64) int {
+	n := 0
+	for _, exp := range v.leases {
+		if exp >= now {
 			n++
 		}
 	}
@@ -211,7 +235,7 @@ func (v *view) held(now int64) map[string]int {
 	h := map[string]int{}
 	for attr, members := range v.sets {
 		if label, ok := strings.CutPrefix(attr, PrincipalAttrPrefix); ok {
-			h[label] = v.live(now, members, false)
+			h[label] = v.liveIn(now, members)
 		}
 	}
 	return h
@@ -227,15 +251,37 @@ func (v *view) labelOf(id string) string {
 	return ""
 }
 
-// stale is one entry a purge may remove: a lease whose expiry passed, a
-// ticket whose deadline passed, a tombstone that lapsed, or half a ticket;
-// with the value the removal is conditioned on.
-type stale struct {
-	attr, id string
-	seen     types.AttributeValue
-	// field names the member of a tickets entry seen holds ("" = the
-	// entry itself).
-	field string
+// setsOf lists the sets id is a member of.
+func (v *view) setsOf(id string) []string {
+	var out []string
+	for attr, members := range v.sets {
+		if slices.Contains(members, id) {
+			out = append(out, attr)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// others reports whether v shows a lease or a live ticket of a principal
+// other than label.
+func (v *view) others(now int64, label string) bool {
+	for l, n := range v.held(now) {
+		if l != label && n > 0 {
+			return true
+		}
+	}
+	return slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.label != label && t.live(now) })
+}
+
+// half is a ticket that is not whole: the parts of it the item holds.
+type half struct {
+	id string
+	// n is its queue number (0: none); details its tickets entry (nil:
+	// none); waiting the label whose waiting set holds it ("": none).
+	n       int64
+	details types.AttributeValue
+	waiting string
 }
 
 // staleLeases lists the leases expired at now, oldest first.
@@ -250,40 +296,26 @@ func (v *view) staleLeases(now int64) []string {
 	return ids
 }
 
-// staleTickets lists the queue entries and tickets entries a purge may
-// remove at now.
-func (v *view) staleTickets(now int64) []stale {
-	out := slices.Clone(v.strays)
+// staleTickets lists the tickets whose deadline passed at now, oldest
+// first.
+func (v *view) staleTickets(now int64) []*ticket {
+	var out []*ticket
 	for _, t := range v.queue {
 		if !t.live(now) {
-			out = append(out, stale{attr: QueueAttr, id: t.id, seen: number(t.n)})
-		}
-	}
-	for id, x := range v.tombstones {
-		if x < now {
-			out = append(out, stale{attr: TicketsAttr, id: id, seen: number(x), field: ticketTomb})
+			out = append(out, t)
 		}
 	}
 	return out
 }
 
-// setsOf lists the sets lease id is a member of.
-func (v *view) setsOf(id string) []string {
-	var out []string
-	for attr, members := range v.sets {
-		if slices.Contains(members, id) {
-			out = append(out, attr)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// strayMembers lists set members that are not leases of the item (a hand
-// edit, or an item written by an older design), by set.
+// strayMembers lists set members that are neither a lease nor a ticket of
+// the item (a hand edit, or an item written by an older design), by set.
 func (v *view) strayMembers() map[string][]string {
 	out := map[string][]string{}
 	for attr, members := range v.sets {
+		if strings.HasPrefix(attr, WaitingAttrPrefix) {
+			continue // strays of tickets are found whole, above
+		}
 		for _, id := range members {
 			if _, ok := v.leases[id]; !ok {
 				out[attr] = append(out[attr], id)
@@ -291,135 +323,4 @@ func (v *view) strayMembers() map[string][]string {
 		}
 	}
 	return out
-}
-
-// asker is the caller judging whose turn it is: its ticket, or a newcomer
-// (number +∞) with the places it wants.
-type asker struct {
-	id, label string
-	tool      string
-	toolCap   int
-	breaker   string
-}
-
-// caps are the key's own limits, as the asker's request gives them.
-type caps struct{ cap, principalCap int }
-
-// turn hands the places free in v at now, one by one, to the waiting
-// callers — the live tickets, and me if it has none (me may be nil: the
-// tickets alone) — as the protocol
-// orders them: each to the caller whose principal holds the fewest places
-// (the places handed out counting as held), the lower number first among
-// equals, skipping callers that cannot use a place (their tool full, their
-// principal at its cap, their breaker open). It reports whether me gets
-// one, and the tickets handed a place before it. Tickets in skip are
-// passed over as if gone.
-func (v *view) turn(now int64, me *asker, c caps, skip map[string]bool) (served bool, ahead []*ticket) {
-	type cand struct {
-		t    *ticket
-		me   bool
-		done bool
-	}
-	var cands []*cand
-	for _, t := range v.queue {
-		if me != nil && t.id == me.id {
-			cands = append(cands, &cand{t: &ticket{id: me.id, label: me.label, n: t.n, tool: me.tool, toolCap: me.toolCap, deadline: t.deadline}, me: true})
-			continue
-		}
-		if t.live(now) && !skip[t.id] {
-			cands = append(cands, &cand{t: t})
-		}
-	}
-	if me != nil && !slices.ContainsFunc(cands, func(x *cand) bool { return x.me }) {
-		cands = append(cands, &cand{t: &ticket{id: me.id, label: me.label, n: math.MaxInt64, tool: me.tool, toolCap: me.toolCap}, me: true})
-	}
-	held := v.held(now)
-	room := math.MaxInt
-	if c.cap > 0 {
-		room = c.cap - v.live(now, nil, true)
-	}
-	if v.paused > now {
-		room = 0 // the upstream asked for a pause
-	}
-	toolUsed := map[string]int{}
-	principalUsed := map[string]int{}
-	probing := map[string]bool{} // a half-open breaker's probe was handed out
-	fits := func(t *ticket, isMe bool) bool {
-		if t.toolCap > 0 {
-			if v.live(now, v.sets[ToolAttr(t.tool)], false)+toolUsed[t.tool] >= t.toolCap {
-				return false
-			}
-		}
-		if c.principalCap > 0 {
-			if v.live(now, v.sets[PrincipalAttr(t.label)], false)+principalUsed[t.label] >= c.principalCap {
-				return false
-			}
-		}
-		name := t.tool
-		if isMe {
-			name = me.breaker
-		}
-		if st, ok := v.breakers[name]; ok && name != "" {
-			if !st.admits(now, t.label) || st.phase(now) == phaseHalfOpen && probing[name] {
-				return false
-			}
-		}
-		return true
-	}
-	for room > 0 {
-		var best *cand
-		for _, x := range cands {
-			if x.done || !fits(x.t, x.me) {
-				continue
-			}
-			if best == nil || ranks(x.t, best.t, held) < 0 {
-				best = x
-			}
-		}
-		if best == nil {
-			break
-		}
-		best.done = true
-		room--
-		held[best.t.label]++
-		if best.t.toolCap > 0 {
-			toolUsed[best.t.tool]++
-		}
-		principalUsed[best.t.label]++
-		name := best.t.tool
-		if best.me {
-			name = me.breaker
-		}
-		if st, ok := v.breakers[name]; ok && st.phase(now) == phaseHalfOpen {
-			probing[name] = true
-		}
-		if best.me {
-			return true, ahead
-		}
-		ahead = append(ahead, best.t)
-	}
-	return false, ahead
-}
-
-// ranks orders two waiting callers: the one whose principal holds fewer
-// places first, then the lower number.
-func ranks(a, b *ticket, held map[string]int) int {
-	return cmp.Or(cmp.Compare(held[a.label], held[b.label]), cmp.Compare(a.n, b.n), strings.Compare(a.id, b.id))
-}
-
-// before counts the live tickets that come before me in the order of
-// turn, as the item stands: where me is in the queue.
-func (v *view) before(now int64, me *asker) int {
-	held := v.held(now)
-	mine := &ticket{id: me.id, label: me.label, n: math.MaxInt64}
-	if t := v.ticketFor(me.id); t != nil {
-		mine.n = t.n
-	}
-	n := 0
-	for _, t := range v.queue {
-		if t.id != me.id && t.live(now) && ranks(t, mine, held) < 0 {
-			n++
-		}
-	}
-	return n
 }

@@ -37,8 +37,11 @@ const (
 	// QueueAttr is the map of ticket id → its number, issued by SeqAttr.
 	QueueAttr = "queue"
 	// TicketsAttr is the map of ticket id → {p: principal label, d:
-	// deadline, t: tool, c: tool cap}, or a tombstone {x: until}.
+	// deadline, t: tool, c: tool cap, r: tool rpm}.
 	TicketsAttr = "tickets"
+	// WaitingAttrPrefix prefixes the string set of one principal's
+	// tickets: "waiting:<label>".
+	WaitingAttrPrefix = "waiting:"
 	// SeqAttr counts the tickets issued; FreedAttr the places freed.
 	SeqAttr   = "seq"
 	FreedAttr = "freed"
@@ -55,10 +58,10 @@ const ServerAttr = LeasesAttr
 // (status shows the rest as other state).
 func IsItemAttr(attr string) bool {
 	switch attr {
-	case LeasesAttr, QueueAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr:
+	case LeasesAttr, QueueAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr, HoldAttr:
 		return true
 	}
-	return isSetAttr(attr) || isLimitAttr(attr) || IsBreakerAttr(attr) || strings.HasPrefix(attr, RateAttrPrefix)
+	return isSetAttr(attr) || isLimitAttr(attr) || isGateAttr(attr) || strings.HasPrefix(attr, RateAttrPrefix)
 }
 
 // ToolAttr is the set holding the leases of one capped tool.
@@ -66,6 +69,14 @@ func ToolAttr(tool string) string { return ToolAttrPrefix + tool }
 
 // PrincipalAttr is the set holding one principal's leases.
 func PrincipalAttr(label string) string { return PrincipalAttrPrefix + label }
+
+// WaitingAttr is the set holding one principal's tickets.
+func WaitingAttr(label string) string { return WaitingAttrPrefix + label }
+
+// QueueReserve is how many of a queue of maxQueued places a principal that
+// already has callers waiting may not take: the last quarter, so that
+// another principal's lone caller finds one.
+func QueueReserve(maxQueued int) int { return min((maxQueued+3)/4, max(maxQueued-1, 0)) }
 
 // Defaults for Options, and the protocol's fixed times.
 const (
@@ -91,6 +102,9 @@ const (
 	// overdueLook is the first wait of a waiter whose place was expected to
 	// free already.
 	overdueLook = 5 * time.Millisecond
+	// MaxLookFar is the longest a waiter far back in the queue goes
+	// without looking at the item.
+	MaxLookFar = 8 * time.Second
 )
 
 // maxPurge bounds the stale entries one write removes, keeping the
@@ -226,16 +240,19 @@ type Request struct {
 }
 
 // TakesPlace reports whether the request takes a place under a cap (else
-// it only asks its breaker).
+// it asks only its breaker or its buckets).
 func (r *Request) TakesPlace() bool { return r.Cap > 0 || r.ToolCap > 0 || r.PrincipalCap > 0 }
 
-func (r *Request) capped() bool { return r.TakesPlace() }
+// holds reports whether the call holds a lease in the item: it takes a
+// place, or has a breaker to tell its outcome (a call that only pays
+// tokens holds nothing).
+func (r *Request) holds() bool { return r.TakesPlace() || r.Breaker != nil }
 
 func (r *Request) validate() error {
 	switch {
 	case r.Key == "":
 		return errors.New("lease: request needs a key")
-	case !r.capped() && r.Breaker == nil && len(r.Rates) == 0:
+	case !r.holds() && len(r.Rates) == 0:
 		return errors.New("lease: request needs a cap, a rate or a breaker")
 	case r.Cap < 0 || r.ToolCap < 0 || r.PrincipalCap < 0 || r.MaxQueued < 0:
 		return errors.New("lease: caps must not be negative")
@@ -247,15 +264,18 @@ func (r *Request) validate() error {
 		return fmt.Errorf("lease: holder label must be 1 to %d bytes", MaxHolder)
 	}
 	for _, c := range r.Holder {
-		if c <= ' ' || c > '~' || c == '/' {
-			return fmt.Errorf("lease: holder label %q has a character other than printable ASCII or '/'", r.Holder)
+		if c <= ' ' || c > '~' || c == '/' || c == '*' {
+			return fmt.Errorf("lease: holder label %q has a character other than printable ASCII but '/' and '*'", r.Holder)
 		}
 	}
 	if r.Adaptive != nil && (r.Cap <= 0 || r.Adaptive.Min < 1 || r.Adaptive.Min > r.Cap) {
 		return errors.New("lease: an adaptive limit needs a cap as its ceiling and a minimum from 1 to it")
 	}
-	if r.Breaker != nil && r.Breaker.Name == "" {
-		return errors.New("lease: a breaker needs a name")
+	if r.Breaker != nil && (r.Breaker.Name == "" || r.Breaker.Name != r.Tool || r.Breaker.Threshold < 1) {
+		return errors.New("lease: a breaker needs its tool's name and a threshold")
+	}
+	if r.MaxPause < 0 || r.MaxPause > MaxPause {
+		return fmt.Errorf("lease: MaxPause must be from 0 to %v", MaxPause)
 	}
 	return validRates(r.Rates)
 }
@@ -280,12 +300,15 @@ const (
 	// Paused: the key's upstream asked for no calls for a while (its
 	// Retry-After), and the caller does not wait.
 	Paused = "paused"
+	// Held: an operator holds the key's calls, and the caller does not
+	// wait.
+	Held = "held"
 )
 
 // FullError means no place was free for the caller and it did not (or could
 // not) wait.
 type FullError struct {
-	// Reason is AtCapacity, QueuedAhead, QueueFull or Paused.
+	// Reason is AtCapacity, QueuedAhead, QueueFull, Paused or Held.
 	Reason string
 	// What names the cap that refused it: "server", "tool" or "principal".
 	What string
@@ -305,6 +328,8 @@ func (e *FullError) Error() string {
 		return fmt.Sprintf("lease: %s has %d callers waiting ahead (%d of %d in use)", e.What, e.Waiting, e.InUse, e.Cap)
 	case Paused:
 		return fmt.Sprintf("lease: paused at its upstream's request for %v more", e.RetryAfter.Round(time.Millisecond))
+	case Held:
+		return fmt.Sprintf("lease: held by an operator for %v more", e.RetryAfter.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("lease: %s is full (%d of %d in use)", e.What, e.InUse, e.Cap)
 }
@@ -332,10 +357,6 @@ type Lease struct {
 	// known written, then the latest that renewals whose outcome is
 	// unknown may have set.
 	exps []int64
-	// unsure is the latest instant until which a write of the acquire
-	// whose outcome was unknown could still create an entry; its release
-	// leaves a tombstone until then.
-	unsure int64
 	// since is when the holder got the lease (local clock).
 	since time.Time
 	// released guards against double release from one holder.
@@ -361,32 +382,35 @@ type Lease struct {
 	InFlight int
 	Limit    int
 
-	// ceiling and adaptive are the request's Cap and Adaptive; toolName
-	// the tool called; grantMS when the place was granted (Unix ms);
-	// pauseUntil the pause its release asks for (PauseFor).
-	ceiling    int
-	adaptive   *Adaptive
-	toolName   string
-	grantMS    int64
-	pauseUntil int64
-
-	breaker *Breaker
-	label   string
-	probe   bool
+	// ceiling and adaptive are the request's Cap and Adaptive; round the
+	// adaptive limit's round it was granted in; toolName the tool called;
+	// label its principal's.
+	ceiling  int
+	adaptive *Adaptive
+	round    int64
+	toolName string
+	label    string
+	breaker  *Breaker
+	// probes are the gate entries it is the probe of.
+	probes []gateRef
 	// rates are the buckets its admission took a token from.
 	rates []Rate
-	// noPlace: the lease took no place, only tokens or its breaker's say;
-	// failsSeen are the failures its breaker had counted.
-	noPlace   bool
-	failsSeen []string
+	// pauseUntil is the pause its release asks for (PauseFor), in the
+	// gate pauseGate.
+	pauseUntil int64
+	pauseGate  string
+	maxPause   time.Duration
+	// noPlace: the call holds nothing in the item (its take only charged
+	// its buckets).
+	noPlace bool
 }
 
-// TakesPlace reports whether the lease holds a place under a cap (else it
-// is only its breaker's say).
+// TakesPlace reports whether the lease holds an entry in the item (else
+// its take only charged its buckets).
 func (ls *Lease) TakesPlace() bool { return !ls.noPlace }
 
 // Probe reports whether this lease is its breaker's half-open probe.
-func (ls *Lease) Probe() bool { return ls.probe }
+func (ls *Lease) Probe() bool { return len(ls.probes) > 0 }
 
 // ID is the lease id (see ParseLeaseID).
 func (ls *Lease) ID() string { return ls.id }

@@ -181,7 +181,7 @@ func TestOpenBreakerDoesNotHoldUpTheQueue(t *testing.T) {
 func putFailure(t *testing.T, env *storetest.Env, key string, br *Breaker, label string) {
 	t.Helper()
 	u := newUpdate()
-	u.set(u.path(br.attrs().own), u.str(formatOwn(map[string]int64{label: time.Now().Add(br.Recovery).UnixMilli()}, 0)))
+	u.setEntry(parseItem(nil), BreakerAttr(br.Name), label, entryValue(map[string]int64{gateUntil: time.Now().Add(br.Recovery).UnixMilli()}, ""))
 	if _, err := New(env.Client, env.Tables.Leases, Options{}).write(context.Background(), key, u, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -193,13 +193,15 @@ func TestQueueIsBounded(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
 	holder := acquire(t, l, req("srv", 1, "h"))
-	r := waiting("srv", 1, "w")
-	r.MaxQueued = 2
 	var ws []<-chan *Lease
-	for i := range 2 {
+	for i, who := range []string{"w", "x"} {
+		r := waiting("srv", 1, who)
+		r.MaxQueued = 2
 		ws = append(ws, waitFor(t, New(env.Client, env.Tables.Leases, Options{}), r))
 		queued(t, env, "srv", i+1)
 	}
+	r := waiting("srv", 1, "y")
+	r.MaxQueued = 2
 	_, err := New(env.Client, env.Tables.Leases, Options{}).Acquire(context.Background(), r)
 	var full *FullError
 	if !errors.As(err, &full) || full.Reason != QueueFull || full.RetryAfter <= 0 {

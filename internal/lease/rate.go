@@ -1,8 +1,6 @@
 package lease
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,10 +12,8 @@ import (
 // 60/PerMinute seconds). It is kept as one number in the item, the
 // bucket's theoretical arrival time (GCRA): the instant by which it would
 // be full again. A call takes one token from each of its request's buckets
-// in the write that admits it — its take, or its join when it waits — so a
-// call refused before that, or that waits and never gets a place, costs
-// its buckets nothing more than that one token, and a call refused by a
-// bucket takes no place and no ticket.
+// in the write that admits it to the upstream (its take), so a call that
+// waits pays when its turn comes, and a call refused before costs nothing.
 type Rate struct {
 	// Name tells the item's buckets apart: "server", "principal:<label>",
 	// "tool:<name>", "key".
@@ -71,9 +67,10 @@ func (r Rate) Tokens(tat, now int64) int {
 	return max(int((now+r.tolerance()-tat)/r.interval())+1, 0)
 }
 
-// charge adds to u the taking of one token from r at now. An arrival time
-// known to be ahead of now (the bucket partly drained) is moved one
-// interval on, on condition that it still is ahead and a token is left;
+// charge adds to u the taking of one token from r at now, leaving keep
+// more for the callers whose turn comes first. An arrival time known to be
+// ahead of now (the bucket partly drained) is moved one interval on, on
+// condition that it still is ahead and that the tokens are left;
 // otherwise (the bucket full, or never used) it is set to now plus one
 // interval, on condition that it is behind now or absent. No condition
 // names a value another write just changed, only where it stands against
@@ -81,10 +78,10 @@ func (r Rate) Tokens(tat, now int64) int {
 // other; of callers that all found it full, the first moves it ahead of
 // now, and each other's write fails once and is made again from the
 // bucket its answer shows.
-func (u *update) charge(r Rate, tat int64, now int64) {
+func (u *update) charge(r Rate, tat, now int64, keep int) {
 	p := u.path(RateAttr(r.Name))
 	if tat >= now {
-		u.cond(p+" >= "+u.num(now), p+" <= "+u.num(now+r.tolerance()))
+		u.cond(p+" >= "+u.num(now), p+" <= "+u.num(now+r.tolerance()-int64(keep)*r.interval()))
 		u.set(p, p+" + "+u.num(r.interval()))
 		return
 	}
@@ -129,50 +126,6 @@ func rateLimited(v *view, rates []Rate, now int64) *RateLimitedError {
 // an absent bucket is a full one.
 func idleBucket(attr string, tat, now int64) bool {
 	return strings.HasPrefix(attr, RateAttrPrefix+"principal:") && tat < now
-}
-
-// acquireTokens admits a call that takes no place but tokens from rates:
-// one conditional write, made again on the item it gets back while the
-// buckets hold tokens.
-func (l *Limiter) acquireTokens(ctx context.Context, req Request) (*Lease, error) {
-	v := l.board(req.Key).recent(time.Hour)
-	for range maxEager {
-		now := l.clock().UnixMilli()
-		if v != nil {
-			if err := rateLimited(v, req.Rates, now); err != nil {
-				l.stats.rateLimited.Add(1)
-				return nil, err
-			}
-			if err := pausedRefusal(v, now); err != nil {
-				return nil, err
-			}
-		}
-		u := newUpdate()
-		// Nothing in the item tells this charge's resend from another
-		// call's: it is sent once, so a call pays at most once (a charge
-		// whose outcome is unknown fails the call, its token maybe spent).
-		u.once = true
-		notPaused(u, now)
-		for _, r := range req.Rates {
-			tat := int64(0)
-			if v != nil {
-				tat = v.rates[RateAttr(r.Name)]
-			}
-			u.charge(r, tat, now)
-		}
-		u.ttl(now + 60_000)
-		nv, err := l.write(ctx, req.Key, u, nil)
-		if err == nil {
-			l.stats.acquired.Add(1)
-			return &Lease{l: l, key: req.Key, id: l.newLeaseID(), label: req.Holder, rates: req.Rates, noPlace: true,
-				exps: []int64{now}, Expiry: time.UnixMilli(now), CallDeadline: time.Now().Add(req.Hold)}, nil
-		}
-		if !errors.Is(err, errCondition) {
-			return nil, err
-		}
-		v = nv
-	}
-	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
 }
 
 // validRates checks a request's buckets.

@@ -193,9 +193,9 @@ func TestAdaptiveRiseSaysTheCallsItTook(t *testing.T) {
 		{cut: 0, ok: 7, want: "up 4→5: 8 calls at the limit"},
 		{cut: 5, ok: 31, want: "up 4→5: 32 calls at the limit"},
 	} {
-		ls := &Lease{adaptive: &Adaptive{Min: 1}, ceiling: 8, grantMS: 2_000, InFlight: 4, toolName: "t"}
+		ls := &Lease{adaptive: &Adaptive{Min: 1}, ceiling: 8, round: 3, InFlight: 4, toolName: "t"}
 		v := parseItem(nil)
-		v.limit, v.at, v.cut, v.ok, v.ratio = 4, 1_000, c.cut, c.ok, 1_000
+		v.limit, v.round, v.cut, v.ok = 4, 3, c.cut, c.ok
 		v.bases["t"] = 100
 		u := newUpdate()
 		if !ls.adapt(u, v, Success, 100*time.Millisecond, 3_000) {

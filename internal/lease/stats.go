@@ -1,6 +1,9 @@
 package lease
 
-import "sync/atomic"
+import (
+	"errors"
+	"sync/atomic"
+)
 
 // Stats counts what a Limiter did since it was built.
 type Stats struct {
@@ -55,4 +58,15 @@ func (l *Limiter) Stats() Stats {
 		Probes:       c.probes.Load(),
 		Transitions:  c.transitions.Load(),
 	}
+}
+
+// refused counts a refusal of the key's gates: a breaker's, or a pause's
+// or the hold's of a caller that does not wait.
+func (c *counters) refused(err error) {
+	var open *CircuitOpenError
+	if errors.As(err, &open) {
+		c.circuitOpen.Add(1)
+		return
+	}
+	c.shed.Add(1)
 }

@@ -27,10 +27,11 @@ type Status struct {
 	// CallLength is how long calls on the key last (the fleet's running
 	// mean), zero if unknown.
 	CallLength time.Duration `json:"call_ms,omitempty"`
-	// Tombstones counts the ended callers whose writes may still land.
-	Tombstones int `json:"tombstones,omitempty"`
 	// Breakers are the key's circuit breakers.
 	Breakers []BreakerStatus `json:"breakers,omitempty"`
+	// Pauses are the pauses its upstream asked for that stand, for
+	// everyone or for some principals, of the server or of one tool.
+	Pauses []PauseStatus `json:"pauses,omitempty"`
 	// Buckets are its request-rate buckets, by name ("server",
 	// "principal:<label>", "tool:<name>", "key"), with when each is full
 	// again: its tokens follow from its limit (Rate.Tokens).
@@ -39,8 +40,10 @@ type Status struct {
 	// given its Adaptive).
 	Limit *LimitStatus `json:"limit,omitempty"`
 	// PausedUntil is when calls may start again, if the upstream asked
-	// for a pause that has not passed.
+	// for a pause of the whole server, for everyone, that has not passed.
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	// HeldUntil is when an operator's hold ends, if one stands.
+	HeldUntil *time.Time `json:"held_until,omitempty"`
 }
 
 // LimitStatus is an adaptive limit as the item shows it.
@@ -98,7 +101,8 @@ type PrincipalStatus struct {
 func Describe(item map[string]types.AttributeValue, now time.Time, cap, principalCap int, ad *Adaptive) Status {
 	v := parseItem(item)
 	ms := now.UnixMilli()
-	st := Status{CallLength: time.Duration(v.callMS) * time.Millisecond, Tombstones: len(v.tombstones), Breakers: Breakers(item, now)}
+	st := Status{CallLength: time.Duration(v.callMS) * time.Millisecond}
+	st.Breakers, st.Pauses = v.gateStatus(ms)
 	if ad != nil && cap > 0 {
 		st.Limit = &LimitStatus{Current: capIn(cap, ad, v), Min: ad.floor(cap), Ceiling: cap, Why: v.why}
 		if v.at > 0 {
@@ -112,9 +116,13 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 		}
 		cap = st.Limit.Current
 	}
-	if v.paused > ms {
-		at := time.UnixMilli(v.paused)
+	if e := v.gates[PauseAttr].entry(gateAll); e.shut(ms) {
+		at := time.UnixMilli(e.until)
 		st.PausedUntil = &at
+	}
+	if v.hold > ms {
+		at := time.UnixMilli(v.hold)
+		st.HeldUntil = &at
 	}
 	per := map[string]*PrincipalStatus{}
 	share := func(label string) *PrincipalStatus {
@@ -142,13 +150,13 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 		st.Leases = append(st.Leases, ls)
 	}
 	slices.SortFunc(st.Leases, func(a, b LeaseStatus) int { return cmp.Or(a.Expiry.Compare(b.Expiry), strings.Compare(a.ID, b.ID)) })
-	// The queue in turn order: hand out as many places as there are
-	// callers, each to the caller turn would choose next.
+	// The queue in turn order, and whose turn it is now (the walk of the
+	// tickets alone, by its caps: the buckets' limits are the server
+	// item's, which Describe is not given).
 	order := slices.Clone(v.queue)
 	held := v.held(ms)
 	slices.SortStableFunc(order, func(a, b *ticket) int { return ranks(a, b, held) })
-	c := caps{cap: cap, principalCap: principalCap}
-	_, turn := v.turn(ms, nil, c, nil)
+	turn := v.walk(ms, nil, rules{cap: cap, principalCap: principalCap}, nil).ahead
 	for _, t := range order {
 		ts := TicketStatus{ID: t.id, Instance: InstanceOf(t.id), Principal: t.label, Tool: t.tool, Number: t.n,
 			Deadline: time.UnixMilli(t.deadline), Lapsed: !t.live(ms),

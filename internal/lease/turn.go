@@ -1,0 +1,207 @@
+package lease
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+)
+
+// asker is the caller judging whose turn it is: its ticket's id, or a
+// newcomer's (number +∞), with what it needs of a place.
+type asker struct {
+	id, label, tool  string
+	toolCap, toolRPM int
+	// breaker is its breaker's name, "" if it has none.
+	breaker string
+	// rates are its own buckets (its request's).
+	rates []Rate
+}
+
+// rules are the key's limits that apply to every caller alike, as the
+// asker's request gives them.
+type rules struct {
+	// cap is the key's cap as the view shows it (the adaptive limit, with
+	// Adaptive); 0: none.
+	cap, principalCap int
+	// serverRPM and principalRPM are the server's and each principal's
+	// bucket, a minute (0: none).
+	serverRPM, principalRPM int
+}
+
+// handout is whose turn it is, from one walk over a view.
+type handout struct {
+	// served: a place goes to the asker; probes are the gate entries it
+	// is the probe of.
+	served bool
+	probes []gateRef
+	// ahead are the tickets handed a place before the asker.
+	ahead []*ticket
+	// passed: a live ticket numbered before the asker got no place (it
+	// could not use one).
+	passed bool
+}
+
+// candidate is one caller in a walk.
+type candidate struct {
+	t    *ticket
+	me   bool
+	done bool
+}
+
+// walk hands the places free in v at now, one by one, to the waiting
+// callers — the live tickets not in skip, and me (nil: the tickets alone)
+// — as the protocol orders them: each to the caller whose principal holds
+// the fewest places (those handed out counting), the lower number first
+// among equals, passing over callers that cannot use a place now (their
+// tool full, their principal at its cap, a bucket of theirs empty, a gate
+// shut to them; a half-open breaker entry lets its first caller through
+// as its probe). While the hold or the server's pause for everyone stands,
+// no place is free.
+func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout {
+	var cands []*candidate
+	for _, t := range v.queue {
+		if me != nil && t.id == me.id {
+			cands = append(cands, &candidate{t: &ticket{id: me.id, label: me.label, n: t.n, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM, deadline: t.deadline}, me: true})
+		} else if t.live(now) && !skip[t.id] {
+			cands = append(cands, &candidate{t: t})
+		}
+	}
+	if me != nil && !slices.ContainsFunc(cands, func(c *candidate) bool { return c.me }) {
+		cands = append(cands, &candidate{t: &ticket{id: me.id, label: me.label, n: math.MaxInt64, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM}, me: true})
+	}
+	room := math.MaxInt
+	if r.cap > 0 {
+		room = r.cap - v.liveLeases(now)
+	}
+	if v.hold > now || v.gates[PauseAttr].entry(gateAll).shut(now) {
+		room = 0
+	}
+	held := v.held(now)
+	toolUsed, principalUsed, tokensUsed := map[string]int{}, map[string]int{}, map[string]int{}
+	probing := map[gateRef]bool{}
+	fits := func(c *candidate) (bool, []gateRef) {
+		t := c.t
+		if t.toolCap > 0 && v.liveIn(now, v.sets[ToolAttr(t.tool)])+toolUsed[t.tool] >= t.toolCap {
+			return false, nil
+		}
+		if r.principalCap > 0 && v.liveIn(now, v.sets[PrincipalAttr(t.label)])+principalUsed[t.label] >= r.principalCap {
+			return false, nil
+		}
+		for _, b := range r.bucketsOf(c, me) {
+			if b.Tokens(v.rates[RateAttr(b.Name)], now)-tokensUsed[b.Name] < 1 {
+				return false, nil
+			}
+		}
+		breaker := t.tool
+		if c.me {
+			breaker = me.breaker
+		}
+		return passes(v.gatesOf(t.tool, breaker), t.label, now, probing)
+	}
+	var h handout
+	for room > 0 {
+		var best *candidate
+		var bestProbes []gateRef
+		for _, c := range cands {
+			if c.done {
+				continue
+			}
+			if ok, probes := fits(c); ok && (best == nil || ranks(c.t, best.t, held) < 0) {
+				best, bestProbes = c, probes
+			}
+		}
+		if best == nil {
+			break
+		}
+		best.done = true
+		room--
+		t := best.t
+		held[t.label]++
+		principalUsed[t.label]++
+		if t.toolCap > 0 {
+			toolUsed[t.tool]++
+		}
+		for _, b := range r.bucketsOf(best, me) {
+			tokensUsed[b.Name]++
+		}
+		for _, p := range bestProbes {
+			probing[p] = true
+		}
+		if best.me {
+			h.served, h.probes = true, bestProbes
+			break
+		}
+		h.ahead = append(h.ahead, t)
+	}
+	if me != nil {
+		mine := int64(math.MaxInt64)
+		if t := v.ticketFor(me.id); t != nil {
+			mine = t.n
+		}
+		h.passed = slices.ContainsFunc(cands, func(c *candidate) bool { return !c.me && !c.done && c.t.n < mine })
+	}
+	return h
+}
+
+// bucketsOf are the buckets candidate c takes a token from: the asker's
+// own, or those a ticket's principal and tool imply.
+func (r rules) bucketsOf(c *candidate, me *asker) []Rate {
+	if c.me {
+		return me.rates
+	}
+	return r.buckets(c.t)
+}
+
+// buckets are the buckets a caller of ticket t takes a token from.
+func (r rules) buckets(t *ticket) []Rate {
+	var out []Rate
+	if r.serverRPM > 0 {
+		out = append(out, Rate{Name: "server", PerMinute: r.serverRPM})
+	}
+	if r.principalRPM > 0 {
+		out = append(out, Rate{Name: "principal:" + t.label, PerMinute: r.principalRPM})
+	}
+	if t.toolRPM > 0 {
+		out = append(out, Rate{Name: "tool:" + t.tool, PerMinute: t.toolRPM})
+	}
+	return out
+}
+
+// rulesOf reads the rules every caller of the key shares from a request's
+// rates: the server's bucket and the per-principal one.
+func rulesOf(cap, principalCap int, rates []Rate) rules {
+	r := rules{cap: cap, principalCap: principalCap}
+	for _, rt := range rates {
+		switch {
+		case rt.Name == "server":
+			r.serverRPM = rt.PerMinute
+		case strings.HasPrefix(rt.Name, "principal:"):
+			r.principalRPM = rt.PerMinute
+		}
+	}
+	return r
+}
+
+// ranks orders two waiting callers: the one whose principal holds fewer
+// places first, then the lower number.
+func ranks(a, b *ticket, held map[string]int) int {
+	return cmp.Or(cmp.Compare(held[a.label], held[b.label]), cmp.Compare(a.n, b.n), strings.Compare(a.id, b.id))
+}
+
+// before counts the live tickets that come before me in the order of
+// walk, as the item stands: where me is in the queue.
+func (v *view) before(now int64, me *asker) int {
+	held := v.held(now)
+	mine := &ticket{id: me.id, label: me.label, n: math.MaxInt64}
+	if t := v.ticketFor(me.id); t != nil {
+		mine.n = t.n
+	}
+	n := 0
+	for _, t := range v.queue {
+		if t.id != me.id && t.live(now) && ranks(t, mine, held) < 0 {
+			n++
+		}
+	}
+	return n
+}
