@@ -52,7 +52,7 @@ type rgCounter struct {
 	writes, failed, reads atomic.Int64
 }
 
-const rgRunaway = 20000
+const rgRunaway = 2000
 
 func (c *rgCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	if c.writes.Add(1) > rgRunaway {
