@@ -522,7 +522,7 @@ func (l *Limiter) newLease(req Request, id string) *Lease {
 		ceiling: req.Cap, adaptive: req.Adaptive, toolName: req.Tool, maxPause: req.MaxPause,
 		pauseGate: pauseAttr(req.Tool, req.PauseTool), noPlace: !req.holds()}
 	if ls.maxPause <= 0 {
-		ls.maxPause = DefaultMaxPause
+		ls.maxPause = MaxPause
 	}
 	return ls
 }
@@ -658,9 +658,11 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		spread = held / 2
 	}
 	late := func() time.Duration {
+		// Jittered upwards (never below the schedule, so a late waiter
+		// looks at most once a MaxLook), and never past most.
 		d := a.look
 		a.look = min(a.look*3/2, a.l.maxLook)
-		return jitter(min(d, most))
+		return min(d+jitter(d/4), most)
 	}
 	if held <= 0 {
 		return late()

@@ -42,10 +42,8 @@ const (
 // before it is stale.
 const IdleGate = time.Minute
 
-// DefaultMaxPause bounds a pause when the request gives no MaxPause.
-const DefaultMaxPause = time.Minute
-
-// MaxPause bounds any pause.
+// MaxPause bounds any pause, and a pause when the request gives no
+// MaxPause.
 const MaxPause = 5 * time.Minute
 
 // isGateAttr reports whether attr is a gate (breaker or pause).

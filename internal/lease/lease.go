@@ -222,7 +222,7 @@ type Request struct {
 	// bucket each is: "server", "principal:<Holder>", "tool:<Tool>", "key".
 	Rates []Rate
 	// MaxPause bounds the pause its upstream may ask for (PauseFor); zero
-	// means DefaultMaxPause.
+	// means the package's MaxPause, the most it allows.
 	MaxPause time.Duration
 	// PauseTool: its upstream's pauses close the tool alone (an OpenAPI
 	// server, whose every operation is an endpoint of its own), not the

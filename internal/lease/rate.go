@@ -64,7 +64,10 @@ func (r Rate) Tokens(tat, now int64) int {
 	if tat <= now {
 		return r.PerMinute
 	}
-	return max(int((now+r.tolerance()-tat)/r.interval())+1, 0)
+	if slack := now + r.tolerance() - tat; slack >= 0 {
+		return int(slack/r.interval()) + 1
+	}
+	return 0
 }
 
 // charge adds to u the taking of one token from r at now, leaving keep

@@ -213,3 +213,24 @@ func TestAdaptiveRiseSaysTheCallsItTook(t *testing.T) {
 		}
 	}
 }
+
+// Tokens counts whole tokens: a bucket short of one by less than an
+// interval holds none (the count was truncated towards zero, and a walk
+// of whose turn it is handed a token the bucket did not have).
+func TestTokensOfAnEmptyBucket(t *testing.T) {
+	r := Rate{Name: "server", PerMinute: 4} // interval 15 s, burst 4
+	for _, c := range []struct {
+		tat, now int64
+		want     int
+	}{
+		{0, 1_000, 4},
+		{1_000 + 60_000, 1_000, 0},          // drained at once: none
+		{1_000 + 60_000, 1_000 + 14_999, 0}, // a ms short of the next
+		{1_000 + 60_000, 1_000 + 15_000, 1},
+		{1_000 + 45_000, 1_000, 1},
+	} {
+		if got := r.Tokens(c.tat, c.now); got != c.want {
+			t.Errorf("Tokens(tat %d, now %d) = %d, want %d", c.tat, c.now, got, c.want)
+		}
+	}
+}

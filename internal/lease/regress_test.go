@@ -435,7 +435,11 @@ func TestLapsedTicketsDoNotWedgeALoweredQueue(t *testing.T) {
 		var buried []*rgFreezer
 		defer func() { rgBury(cancel, buried) }()
 		for i := range lapsed {
-			buried = append(buried, rgDeadWaiter(t, ctx, db, fmt.Sprintf("d%d", i), r))
+			// Each of its own principal: one principal may not take the
+			// last places of the queue (QueueReserve).
+			rd := r
+			rd.Holder = fmt.Sprintf("d%d", i)
+			buried = append(buried, rgDeadWaiter(t, ctx, db, fmt.Sprintf("d%d", i), rd))
 		}
 		if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != lapsed {
 			t.Fatalf("%d tickets in the queue; want the %d dead waiters'", n, lapsed)
