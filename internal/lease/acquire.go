@@ -650,6 +650,14 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		a.look = overdueLook
 		return min(d+jitter(overdueLook), most)
 	}
+	// Callers whose turn came before its own take their places at their
+	// next look; one that has not within ClaimWindow is presumed gone at
+	// this caller's first look after: it looks then.
+	for _, t := range ahead {
+		if at, ok := a.turnSince[t.id]; ok {
+			most = min(most, max(time.Until(at.Add(ClaimWindow)), 0)+jitter(overdueLook))
+		}
+	}
 	held, spread := a.b.meanHeld()
 	if v.callMS > 0 {
 		held = time.Duration(v.callMS) * time.Millisecond

@@ -78,8 +78,8 @@
 //     else it carries (a gate's change, a move of the limit) has
 //     conditions of its own; when one fails while the lease is there, the
 //     release is made again from the item that answer shows, and after
-//     MaxEager tries with its outcome and probe verdicts alone: the loop
-//     ends.
+//     a few tries (maxEager) with its outcome and probe verdicts alone:
+//     the loop ends.
 //   - Renew: SET leases.<id> to a later expiry, on condition that it holds
 //     an expiry this holder wrote.
 //   - Purge: stale entries — expired leases, tickets past their deadline,
@@ -133,15 +133,17 @@
 // the place and removes the ticket in the same write, ADDing 1 to freed; a
 // waiter that was only slow finds its ticket gone and joins again, at the
 // back. A caller presumes gone only tickets whose turn came before its own
-// in its looks, so D dead waiters before a live one delay it by at most
-// D × ClaimWindow past its own turn, plus a look (MaxLook). A waiter looks
-// when its place is expected to free (from the leases' expiries, call_ms
-// and its rank), at least every MaxLook while fewer than Places (the cap)
-// callers come before it, and every rank/Places × MaxLook, at most
-// MaxLookFar, behind more; a look that finds its place late waits half as
-// long again as the last, up to MaxLook. A waiter's reads per second are
-// so bounded by its rank, and their sum over the queue grows with the
-// logarithm of its length.
+// in its looks, and looks again ClaimWindow after it first saw such a
+// turn come: so D dead waiters before a live one delay it by at most
+// D × ClaimWindow past the look that first found a place free, plus
+// that look's wait. A waiter looks when its place is expected to free
+// (from the leases' expiries, call_ms and its rank), at least every
+// MaxLook while fewer than Places (the cap) callers come before it, and
+// every rank/Places × MaxLook, at most MaxLookFar, behind more; a look
+// that finds its place late waits half as long again as the last (up to
+// MaxLook, jittered upwards). A waiter's reads per second are so bounded
+// by its rank, and their sum over the queue grows with the logarithm of
+// its length.
 //
 // # Buckets
 //
@@ -200,8 +202,8 @@
 //
 // # Adaptive limit
 //
-// With Adaptive, the key's cap is the item's limit, within [Min, Cap]. The
-// limit moves in rounds: limit_round counts its moves, a lease knows the
+// With Adaptive, the key's cap is the item's limit, within [Min, Cap]
+// (absent: Min). The limit moves in rounds: limit_round counts its moves, a lease knows the
 // round it was granted in (from its take's answer), and only a lease
 // granted in the current round moves it, conditioned on the round — so a
 // burst of failures of calls already in flight moves it once, whatever the
@@ -259,8 +261,9 @@
 //  7. At most MaxQueued callers wait, and a principal with callers waiting
 //     cannot take the last QueueReserve places (TestQueueIsBounded,
 //     TestOneTenantCannotFillTheQueue).
-//  8. A free place goes to a live waiter within D × ClaimWindow + MaxLook
-//     of its turn, D the dead waiters before it
+//  8. A free place goes to a live waiter within D × ClaimWindow of the
+//     look that found it free (a look every MaxLook at rank under Places,
+//     at most MaxLookFar behind), D the dead waiters before it
 //     (TestDeadWaitersDelayALiveOneByAClaimWindowEach).
 //  9. A release is idempotent and knows its own retry: a second or copied
 //     release frees nothing and counts its outcome once; a retried release

@@ -248,6 +248,12 @@ func rgPaused(err error) bool {
 // answers at once, so no allowance for its latency), not when the dead
 // tickets lapse at their deadline.
 func TestDeadWaitersDelayALiveOneByAClaimWindowEach(t *testing.T) {
+	for _, dead := range []int{2, 5} {
+		t.Run(fmt.Sprint(dead), func(t *testing.T) { deadWaitersDelayALiveOne(t, dead) })
+	}
+}
+
+func deadWaitersDelayALiveOne(t *testing.T, dead int) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -258,7 +264,6 @@ func TestDeadWaitersDelayALiveOneByAClaimWindowEach(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const dead = 2
 		var buried []*rgFreezer
 		defer func() { rgBury(cancel, buried) }()
 		for i := range dead {
@@ -284,13 +289,16 @@ func TestDeadWaitersDelayALiveOneByAClaimWindowEach(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := <-got
-		bound := dead*ClaimWindow + maxLook
+		// The live waiter, at rank dead, first finds the place free at its
+		// next look, at most dead × MaxLook away (MaxLookFar at most), then
+		// passes one dead waiter a claim window.
+		bound := time.Duration(dead)*ClaimWindow + min(time.Duration(dead)*maxLook, MaxLookFar)
 		if res.err != nil {
-			t.Fatalf("the live waiter, %d dead ones before it: %v after %v; want the place within %v (%d × ClaimWindow + MaxLook)",
+			t.Fatalf("the live waiter, %d dead ones before it: %v after %v; want the place within %v (%d × ClaimWindow + a look)",
 				dead, res.err, res.at.Sub(freed), bound, dead)
 		}
 		if waited := res.at.Sub(freed); waited > bound {
-			t.Errorf("the live waiter got the free place %v after it freed, %d dead ones before it; want within %v (%d × ClaimWindow + MaxLook)",
+			t.Errorf("the live waiter got the free place %v after it freed, %d dead ones before it; want within %v (%d × ClaimWindow + a look)",
 				waited, dead, bound, dead)
 		}
 		if _, err := res.ls.Finish(ctx, Success); err != nil {
