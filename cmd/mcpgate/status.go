@@ -102,8 +102,13 @@ type limiterState struct {
 	// why it last moved.
 	Limit *lease.LimitStatus `json:"limit,omitempty"`
 	// PausedUntil is when calls may start again after the upstream asked
-	// for a pause (its Retry-After).
+	// the whole server for a pause, for everyone (its Retry-After).
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	// Pauses are every pause that stands: of the server or one tool, for
+	// everyone or for some principals alone.
+	Pauses []lease.PauseStatus `json:"pauses,omitempty"`
+	// HeldUntil is when an operator's hold ends, if one stands.
+	HeldUntil *time.Time `json:"held_until,omitempty"`
 	// Other is every attribute status does not read, rendered as JSON
 	// values.
 	Other map[string]any `json:"other,omitempty"`
@@ -377,7 +382,7 @@ func buildStatus(items, servers []map[string]types.AttributeValue, keyRPM map[st
 			ad = &lease.Adaptive{Min: srv.AdaptiveMin}
 		}
 		st := lease.Describe(item, now, capacity, perPrincipal, ad)
-		l.Limit, l.PausedUntil = st.Limit, st.PausedUntil
+		l.Limit, l.PausedUntil, l.Pauses, l.HeldUntil = st.Limit, st.PausedUntil, st.Pauses, st.HeldUntil
 		l.Slots = []slotState{{Attr: lease.LeasesAttr, Cap: capacity, Leases: leasesOf(st.Leases, "", now)}}
 		tools := slices.Sorted(maps.Keys(st.Tools))
 		if srv != nil {
@@ -518,7 +523,9 @@ func printStatus(w io.Writer, r *statusReport) error {
 			case "half-open":
 				line += " (the next call is the probe)"
 			}
-			line += fmt.Sprintf("; %d consecutive failures", b.Failures)
+			for _, p := range slices.Sorted(maps.Keys(b.Failures)) {
+				line += fmt.Sprintf("; %s: %d consecutive failures", p, b.Failures[p])
+			}
 			fmt.Fprintln(w, line)
 		}
 		if len(l.Principals) > 0 {
@@ -542,8 +549,20 @@ func printStatus(w io.Writer, r *statusReport) error {
 			}
 			fmt.Fprintln(w, line)
 		}
-		if l.PausedUntil != nil {
-			fmt.Fprintf(w, "  paused at the upstream's request (Retry-After) for %v more\n", l.PausedUntil.Sub(r.Now).Round(100*time.Millisecond))
+		if l.HeldUntil != nil {
+			fmt.Fprintf(w, "  held by an operator for %v more\n", l.HeldUntil.Sub(r.Now).Round(100*time.Millisecond))
+		}
+		for _, p := range l.Pauses {
+			what := "the server"
+			if p.Tool != "" {
+				what = "tool " + p.Tool
+			}
+			if !p.Until.IsZero() {
+				fmt.Fprintf(w, "  %s paused at the upstream's request (Retry-After) for %v more\n", what, p.Until.Sub(r.Now).Round(100*time.Millisecond))
+			}
+			for _, who := range slices.Sorted(maps.Keys(p.For)) {
+				fmt.Fprintf(w, "  %s paused for %s alone (its calls' Retry-After) for %v more\n", what, who, p.For[who].Sub(r.Now).Round(100*time.Millisecond))
+			}
 		}
 		for _, b := range l.Buckets {
 			full := "full"
@@ -587,7 +606,8 @@ func (l limiterState) refusing() bool {
 			return true
 		}
 	}
-	return len(l.Waiting) > 0 || slices.ContainsFunc(l.Breakers, func(b lease.BreakerStatus) bool { return b.State != "closed" || len(b.OpenFor) > 0 })
+	return len(l.Waiting) > 0 || len(l.Pauses) > 0 || l.HeldUntil != nil ||
+		slices.ContainsFunc(l.Breakers, func(b lease.BreakerStatus) bool { return b.State != "closed" || len(b.OpenFor) > 0 })
 }
 
 // printWaiting lists the queue in the order it will be served, and what

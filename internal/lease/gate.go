@@ -387,7 +387,7 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 			u.setEntry(v, attr, label, entryValue(map[string]int64{gateFails: e.fails + 1, gateLast: now}, ""))
 			return NoTransition
 		}
-		u.setEntry(v, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, ""))
+		u.setEntry(v, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateFails: e.fails + 1, gateLast: now}, ""))
 		if other, ok := g.shutByAnother(label, now); ok {
 			u.shutAll(g, other, reopen)
 			return Opened
