@@ -94,6 +94,7 @@ type mItem struct {
 	limitCut   int64
 	limitSig   string
 	ttl        int64
+	bases      int // tools with a latency baseline
 	size       int // bytes, as DynamoDB counts them
 	// problems are attributes the table does not name, and values not of
 	// the shape it gives.
@@ -252,6 +253,7 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 			// The limit's other evidence: its shape is the code's.
 		case strings.HasPrefix(name, "base:"):
 			num(name, v)
+			it.bases++
 		default:
 			it.problem("attribute %s is not in doc.go's item table", name)
 		}
@@ -913,7 +915,7 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	w.judgeBuckets(v)
 	w.judgeGates(v)
 	w.judgeLimit(v)
-	if a.hold != b.hold && !w.w.operator {
+	if a.hold != b.hold && !w.w.operator && !(a.hold == 0 && b.hold <= now) { // a passed hold may go
 		v.fail("hold", "", "a caller's write moved the hold from %d to %d", b.hold, a.hold)
 	}
 	return v
@@ -949,8 +951,14 @@ func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
 		v.fail("join", id, "ticket %s lives %d ms past its caller's deadline + margin", id, tk.d-limit)
 	}
 	// Its place is the queue's size after the join (a join may purge
-	// lapsed tickets in the same write).
-	others := len(slices.DeleteFunc(slices.Clone(a.waiting[me.p]), func(x string) bool { return x == id }))
+	// lapsed tickets in the same write); its principal's callers waiting
+	// are its other live tickets.
+	others := 0
+	for _, x := range a.waiting[me.p] {
+		if tk := a.tickets[x]; x != id && tk != nil && mLive(tk.d, w.now) {
+			others++
+		}
+	}
 	if q := a.queued(); again {
 		v.events = append(v.events, "ticket numbered again")
 	} else if q > k.MaxQueued {
@@ -981,6 +989,8 @@ func (w *mWrite) judgeTake(v *mVerdict, id string) {
 	switch {
 	case waiter && w.judged < 0:
 		v.fail("order", id, "waiter %s took a place with no view to judge from", id)
+	case waiter && w.judged < me.n:
+		v.fail("order", id, "waiter %s (number %d) took a place judged from a view before its join (seq %d)", id, me.n, w.judged)
 	case waiter:
 		for x, tk := range b.tickets {
 			if tk.hasN && tk.n > w.judged {
@@ -1062,7 +1072,7 @@ func (it *mItem) explain(k mKey, now int64, me mCaller, skip map[string]bool) st
 		tk := it.tickets[id]
 		s := ""
 		if skip[id] {
-			s = " (after it)"
+			s = " (skipped)"
 		}
 		queue = append(queue, fmt.Sprintf("%s#%d/%s/%s@%+d%s", id, tk.n, tk.p, tk.t, tk.d-now, s))
 	}
@@ -1120,8 +1130,8 @@ func (w *mWrite) judgeBuckets(v *mVerdict) {
 		case hasA && ta < tb:
 			bk, mine := k.buckets(w.w.me)[name]
 			switch {
-			case w.w.outcome != Unused || len(v.released) == 0 || !mine:
-				v.fail("rate", name, "bucket %s gave back %d ms in a write that is not an unused call's release", name, tb-ta)
+			case w.w.outcome != Unused && w.w.outcome != mNoOutcome || len(v.released) == 0 || !mine:
+				v.fail("rate", name, "bucket %s gave back %d ms in a write that is not an unused call's release (or a leave removing a take it never learnt of)", name, tb-ta)
 			case ta < tb-bk.interval():
 				v.fail("rate", name, "an unused call's release gave bucket %s back %d ms, more than one token (%d)", name, tb-ta, bk.interval())
 			default:
