@@ -7,6 +7,7 @@ import (
 	"maps"
 	mrand "math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -414,11 +415,22 @@ func (s *sim) poke() {
 	}
 }
 
-// schedule serves store requests one at a time until stop is closed.
+// schedule serves store requests one at a time until stop is closed, and
+// checks the state every simTick — from this goroutine, once every other
+// one is blocked, so that the checks change nothing of the schedule.
 func (s *sim) schedule(stop <-chan struct{}) {
+	tick := time.NewTicker(simTick)
+	defer tick.Stop()
+	ticked := false
 	for {
 		synctest.Wait()
 		s.mu.Lock()
+		if ticked {
+			ticked = false
+			if !s.quiet {
+				s.check()
+			}
+		}
 		if len(s.due) > 0 {
 			slices.SortFunc(s.due, func(a, b simDue) int { return a.n - b.n })
 			d := s.due[0]
@@ -446,6 +458,8 @@ func (s *sim) schedule(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-s.kick:
+		case <-tick.C:
+			ticked = true
 		}
 	}
 }
@@ -1043,11 +1057,12 @@ func (s *sim) run() {
 		holdAt, holdFor = time.Duration(more.IntN(6000))*time.Millisecond, time.Duration(300+more.IntN(2000))*time.Millisecond
 	}
 	s.key = s.caps.modelKey()
-	breaker := "none"
-	if s.caps.breaker != nil {
-		breaker = "on tool " + s.caps.breaker.Name
+	breaker, caps := "none", s.caps
+	if caps.breaker != nil {
+		breaker = fmt.Sprintf("on tool %s, %+v", caps.breaker.Name, *caps.breaker)
+		caps.breaker = nil
 	}
-	s.logf("seed %d: caps %+v, breaker %s, purges of %d", s.seed, s.caps, breaker, maxPurge)
+	s.logf("seed %d: caps %+v, breaker %s, purges of %d, hold at %v for %v", s.seed, caps, breaker, maxPurge, holdAt, holdFor)
 	limiters := make([]*Limiter, instances)
 	for i := range limiters {
 		skew := time.Duration(s.rng.IntN(int(2*simSkew))) - simSkew
@@ -1124,26 +1139,13 @@ func (s *sim) run() {
 		}
 	}
 	if holdAt >= 0 {
-		time.AfterFunc(holdAt, func() { s.hold(holdFor) })
+		s.mu.Lock()
+		s.later(holdAt, func() { s.hold(holdFor) }) // in the schedule's order
+		s.mu.Unlock()
 	}
 	stop := make(chan struct{})
-	schedDone, tickDone := make(chan struct{}), make(chan struct{})
+	schedDone := make(chan struct{})
 	go func() { s.schedule(stop); close(schedDone) }()
-	go func() {
-		defer close(tickDone)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(simTick):
-			}
-			s.mu.Lock()
-			if !s.quiet {
-				s.check()
-			}
-			s.mu.Unlock()
-		}
-	}()
 	exited := make(chan struct{}, len(s.callers))
 	for _, c := range s.callers {
 		go func() {
@@ -1181,14 +1183,11 @@ func (s *sim) run() {
 	s.cost()
 	close(stop)
 	<-schedDone
-	<-tickDone
 }
 
 // hold is the operator holding the key for d: a write of hold, straight to
 // the store, judged as every write is.
 func (s *sim) hold(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	op := &simCaller{id: -1, operator: true, principal: "operator", settled: make(chan struct{}), final: mNoOutcome, grant: -1, inflight: map[*simReq]bool{}}
 	now := time.Now()
 	ttl := max(s.cur.ttl, now.Unix()+modelTTL+1)
@@ -1451,6 +1450,11 @@ var simRegressionSeeds = []uint64{
 // returns its violations, its log and every write it applied.
 func runSim(t *testing.T, seed uint64, events map[string]int) (failures, log []string, trace []simWrite) {
 	defer func(p int, r func(time.Duration) time.Duration) { maxPurge, randN = p, r }(maxPurge, randN)
+	// One thread: goroutines that wake at one fake instant then run one
+	// after another, in the same order every time, so that the limiter's
+	// calls of randN (one seeded stream) come in the same order and a seed
+	// replays the same schedule.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	synctest.Test(t, func(t *testing.T) {
 		s := &sim{t: t, seed: seed, rng: mrand.New(mrand.NewPCG(seed, 0x1ea5e)), store: newMemStore(),
 			kick: make(chan struct{}, 1), seen: map[string]bool{}, owners: map[string]*simCaller{}, released: map[string]bool{}, events: events,
