@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -81,16 +80,6 @@ func (f *mFix) lease(id, p, tool string, exp int64) *mFix {
 	return f
 }
 
-func (f *mFix) unlease(id string) *mFix {
-	delete(f.sub("leases"), id)
-	for name := range f.raw {
-		if strings.HasPrefix(name, "principal:") || strings.HasPrefix(name, "tool:") {
-			f.dropFrom(name, id)
-		}
-	}
-	return f
-}
-
 // ticket adds a whole ticket.
 func (f *mFix) ticket(id string, n int64, p, tool string, d, c, r int64) *mFix {
 	f.sub("queue")[id] = mNum(n)
@@ -129,11 +118,6 @@ func (f *mFix) entry(attr, key string, e mEntry) *mFix {
 		m["p"] = mStr(e.p)
 	}
 	f.sub(attr)[key] = &types.AttributeValueMemberM{Value: m}
-	return f
-}
-
-func (f *mFix) noEntry(attr, key string) *mFix {
-	delete(f.sub(attr), key)
 	return f
 }
 
