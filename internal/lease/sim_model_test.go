@@ -921,6 +921,18 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	return v
 }
 
+// waitingOf counts the live tickets of principal p other than id (by
+// the tickets' own p: the waiting sets are checked apart).
+func (it *mItem) waitingOf(p, id string, now int64) int {
+	n := 0
+	for x, tk := range it.tickets {
+		if x != id && tk.hasN && tk.p == p && mLive(tk.d, now) {
+			n++
+		}
+	}
+	return n
+}
+
 // queued is the number of tickets stored, live or not.
 func (it *mItem) queued() int {
 	n := 0
@@ -953,12 +965,7 @@ func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
 	// Its place is the queue's size after the join (a join may purge
 	// lapsed tickets in the same write); its principal's callers waiting
 	// are its other live tickets.
-	others := 0
-	for _, x := range a.waiting[me.p] {
-		if tk := a.tickets[x]; x != id && tk != nil && mLive(tk.d, w.now) {
-			others++
-		}
-	}
+	others := a.waitingOf(me.p, id, w.now)
 	if q := a.queued(); again {
 		v.events = append(v.events, "ticket numbered again")
 	} else if q > k.MaxQueued {

@@ -783,7 +783,7 @@ func (s *sim) refused(r *simReq, pre map[string]types.AttributeValue) {
 			continue
 		}
 		q, n := a.queued(), s.key.MaxQueued
-		if q <= n && len(b.waiting[r.c.principal]) > 0 && q > n-modelQueueReserve(n) {
+		if q <= n && b.waitingOf(r.c.principal, id, s.clock(r.c, r.sent).UnixMilli()) > 0 && q > n-modelQueueReserve(n) {
 			s.events["queue reserve refused a join"]++
 		}
 	}
