@@ -754,9 +754,11 @@ func (b *bench) itemSizes() {
 func (b *bench) queuedSize(l *lease.Limiter, key string, capacity, callers int) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for range callers {
+	for i := range callers {
 		wg.Go(func() {
-			_, _ = l.Acquire(ctx, lease.Request{Key: key, Holder: "k:0123abcd",
+			// Each of its own principal, as the gateway labels them: one
+			// principal may not take the last places of a queue.
+			_, _ = l.Acquire(ctx, lease.Request{Key: key, Holder: fmt.Sprintf("k:%016x", i),
 				Cap: capacity, Hold: time.Minute, Wait: time.Minute, MaxQueued: callers})
 		})
 	}

@@ -67,6 +67,9 @@ type attempt struct {
 	// the next wait of a waiter whose place is late.
 	asked time.Time
 	look  time.Duration
+	// lookBy is when it reads the item at the latest, whatever news from
+	// its process came meanwhile (zero: after its next wait's look).
+	lookBy time.Time
 	// turnSince is, for each ticket whose turn had come before this
 	// caller's at its looks, when it first saw so: past ClaimWindow, still
 	// there with its turn come, its caller is presumed gone.
@@ -180,6 +183,11 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		case a.n == 0 && a.req.MaxQueued <= 0:
 			a.l.stats.shed.Add(1)
 			return nil, a.full(v, now, false, QueueFull)
+		case a.n == 0 && !time.Now().Before(waitUntil):
+			// Its wait is over before it joined (its last write was slow):
+			// a ticket would be stale at birth.
+			a.l.stats.waitTimeouts.Add(1)
+			return nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 		case a.n == 0 && v != nil:
 			v, err = a.join(ctx, v)
 		case v == nil:
@@ -611,7 +619,14 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 	if latest != nil && latest != v && at.After(a.asked) {
 		return latest, nil // news from another request here
 	}
-	t := time.NewTimer(max(min(look, time.Until(until)), 0))
+	// News from this process does not put its own look off: it looks
+	// by the earliest time any of its waits asked for since its last.
+	by := time.Now().Add(look)
+	if !a.lookBy.IsZero() && a.lookBy.Before(by) {
+		by = a.lookBy
+	}
+	a.lookBy = by
+	t := time.NewTimer(max(min(time.Until(by), time.Until(until)), 0))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -621,7 +636,7 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 		return latest, nil
 	case <-t.C:
 	}
-	a.asked = time.Now()
+	a.asked, a.lookBy = time.Now(), time.Time{}
 	return a.l.read(ctx, a.req.Key)
 }
 
@@ -641,7 +656,7 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 // its length rather than with it.
 func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	places := max(a.req.capIn(v), 1)
-	rank := max(v.before(now, &a.me)-len(ahead), 0)
+	rank := v.before(now, &a.me)
 	most := a.l.maxLook
 	if rank >= places {
 		most = min(time.Duration(rank/places)*a.l.maxLook, MaxLookFar)
@@ -685,8 +700,8 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		ends = append(ends, now+(held-spread).Milliseconds())
 	}
 	slices.Sort(ends)
-	if len(ends) > 0 {
-		eta := ends[rank%len(ends)] + int64(rank/len(ends))*held.Milliseconds()
+	if pos := max(rank-len(ahead), 0); len(ends) > 0 {
+		eta := ends[pos%len(ends)] + int64(pos/len(ends))*held.Milliseconds()
 		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
 			a.look = overdueLook
 			return min(d, most)

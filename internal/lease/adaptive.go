@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,8 +31,9 @@ import (
 //     own calls are slow (a tarpit argument) raises the mean, but the
 //     others' quick calls are no evidence. The first in a round is
 //     recorded (limit_sig, its principal's label); the limit comes down on
-//     the next one of another principal, or of the same when no other
-//     principal holds or waits on the key: to half for failures and
+//     the next one of another principal, or of the same when every lease
+//     and ticket of the item is its principal's (and the move is
+//     conditioned so): to half for failures and
 //     push-back, in proportion to the mean for latency (limit × max(½,
 //     Tolerance / mean)), at least by one, never below Min.
 //   - Up evidence: a success within Tolerance of its baseline of a call
@@ -242,8 +244,12 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 			u.cond(round(), "attribute_not_exists("+sp+")")
 			u.set(sp, u.str(ls.label))
 			return false
-		case v.sig == ls.label && v.others(now, ls.label):
+		case v.sig == ls.label && !v.alone(ls.label):
 			return false // one principal's evidence alone
+		case v.sig == ls.label:
+			// Alone on the key as the item shows it, and conditioned so:
+			// every lease and ticket of the item is its principal's.
+			u.aloneConds(v, ls.label)
 		}
 		// Halved for failures and push-back; for latency, in proportion to
 		// how much slower calls are: limit × max(½, Tolerance / ratio).
@@ -268,4 +274,25 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 	u.cond(round())
 	u.count(u.path(LimitOKAttr), 1)
 	return false
+}
+
+// alone reports whether every lease and ticket v shows (lapsed or not) is
+// principal label's.
+func (v *view) alone(label string) bool {
+	return len(v.leases) == len(v.sets[PrincipalAttr(label)]) && len(v.halves) == 0 &&
+		!slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.label != label })
+}
+
+// aloneConds conditions u on the item holding only principal label's
+// leases and tickets, as v shows it (alone): the counts of each, which
+// another principal's lease or ticket would change.
+func (u *update) aloneConds(v *view, label string) {
+	u.cond("size("+u.path(LeasesAttr)+") = "+u.num(int64(len(v.leases))),
+		"size("+u.path(QueueAttr)+") = "+u.num(int64(len(v.queue))))
+	if n := len(v.sets[PrincipalAttr(label)]); n > 0 {
+		u.cond("size(" + u.path(PrincipalAttr(label)) + ") = " + u.num(int64(n)))
+	}
+	if n := len(v.queue); n > 0 {
+		u.cond("size(" + u.path(WaitingAttr(label)) + ") = " + u.num(int64(n)))
+	}
 }

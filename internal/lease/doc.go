@@ -25,8 +25,8 @@
 //	pause, pause:<tool> M  the upstream's pauses (its Retry-After), for the server or one tool: gates
 //	hold               N   an operator's hold: no place is taken before it (Unix ms)
 //	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
-//	limit, limit_*     an adaptive limit, its round and its evidence; base:<tool>
-//	                       a tool's latency baseline (see Adaptive)
+//	limit, limit_*     an adaptive limit, its round and its evidence; latency_ratio,
+//	                       base:<tool> the calls' latency (see Adaptive)
 //	ttl                N   Unix seconds; lets DynamoDB delete an item nobody writes
 //
 // A lease id is "<instance>.<sequence>", short because it is written twice
@@ -208,14 +208,18 @@
 // granted in the current round moves it, conditioned on the round — so a
 // burst of failures of calls already in flight moves it once, whatever the
 // clocks say. A call's release is evidence: down for a failure, a
-// push-back or a call slower than Tolerance × its tool's baseline; up for
-// a success within it while the limit was binding. Down evidence of one
-// principal is recorded (limit_sig); the limit comes down (by half, at
-// least by one, at most to Min) on the next down evidence of another
-// principal, or of the same one when no other holds or waits on the key.
-// It goes up by one after 2 × limit up evidences in a round (8 × to the
-// limit it was last brought down from). A take with a view is conditioned
-// on the limit it saw; one without, on the stored limit itself.
+// push-back, or a call slower than Tolerance × its tool's baseline while
+// the running mean of such ratios (latency_ratio) is too; up for a
+// success within it while the limit was binding (the calls in flight had
+// reached it when the call was granted). Down evidence of one principal
+// is recorded (limit_sig); the limit comes down (by half for failures and
+// push-back, in proportion for latency, at least by one, at most to Min)
+// on the next down evidence of another principal, or of the same one when
+// every lease and ticket of the item is its principal's (a move
+// conditioned on the counts that show it). It goes up by one after
+// 2 × limit up evidences in a round (8 × to the limit it was last brought
+// down from). A take with a view is conditioned on the limit it saw; one
+// without, on the stored limit itself.
 //
 // # Answers and views
 //

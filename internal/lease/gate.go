@@ -347,57 +347,83 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 	g := v.gates[attr]
 	reopen := now + br.Recovery.Milliseconds()
 	tr := NoTransition
-	if len(probes) > 0 {
-		for _, p := range probes {
-			ep := u.path(attr, p.key)
-			u.cond(ep + "." + u.path(gateProbe) + " = " + u.str(id))
-			switch {
-			case o == Success:
-				u.remove(ep)
-				tr = Closed
-			case o == Failure && p.key == label:
-				u.set(ep, u.value(entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, "")))
-				tr = Reopened
-			default:
-				// An abandoned probe, or the everyone-entry's failed
-				// probe: half-open again, for another caller to probe.
-				u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp))
-			}
-		}
-		if o != Failure || slices.Contains(probes, gateRef{attr, label}) {
-			return tr
-		}
-		// The everyone-entry's probe failed: its principal's own signal
-		// closes its own entry; the everyone-entry again only with
-		// another principal's closed.
-		tr = OpenedForPrincipal
-		if other, ok := g.shutByAnother(label, now); ok {
-			u.condEntry(g, other)
-			u.set(u.path(attr, gateAll, gateUntil), u.num(reopen))
+	for _, p := range probes {
+		ep := u.path(attr, p.key)
+		u.cond(ep + "." + u.path(gateProbe) + " = " + u.str(id))
+		switch {
+		case o == Success:
+			u.remove(ep)
+			tr = Closed
+		case o == Failure && p.key == label:
+			u.set(ep, u.value(entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, "")))
 			tr = Reopened
+		default:
+			// An abandoned probe, or the everyone-entry's failed probe:
+			// half-open again, for another caller to probe (below, shut
+			// again only with another principal's entry shut).
+			u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp))
 		}
+	}
+	if slices.Contains(probes, gateRef{attr, label}) || o != Failure && o != Success {
+		return tr // its own entry had its probe's verdict
+	}
+	// What the call tells its principal's entry is judged from the entry
+	// as seen, and conditioned on it: a view that missed a change (a
+	// failure counted, the entry shut or opened) fails the release, which
+	// is made again from the item its answer shows.
+	e := g.entry(label)
+	if g == nil {
+		u.cond("attribute_not_exists(" + u.path(attr) + ")")
+	} else {
+		u.cond("attribute_exists(" + u.path(attr) + ")")
 		u.condEntry(g, label)
-		u.set(u.path(attr, label), u.value(entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, "")))
+	}
+	starFailed := len(probes) > 0 && o == Failure // the everyone-entry's probe
+	switch {
+	case o == Success:
+		if e.until == 0 && e.fails > 0 {
+			u.remove(u.path(attr, label))
+		}
+		return tr
+	case e.until != 0:
+		return tr // shut or half-open: it counts no failure
+	case !starFailed && e.fails+1 < int64(br.Threshold):
+		u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateFails: e.fails + 1, gateLast: now}, ""))
 		return tr
 	}
-	e, has := g.entry(label), g != nil && g.entries[label] != (gateEntry{})
-	switch {
-	case o == Failure && e.until == 0:
-		if e.fails+1 < int64(br.Threshold) {
-			u.setEntry(v, attr, label, entryValue(map[string]int64{gateFails: e.fails + 1, gateLast: now}, ""))
-			return NoTransition
+	// Its principal's entry shuts (a failed everyone-probe is its own
+	// signal too); the entry for everyone with it if another principal's
+	// is shut — judged from the gate as seen, every entry conditioned.
+	if g != nil {
+		u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
+		for _, key := range slices.Sorted(maps.Keys(g.entries)) {
+			if key != label && !slices.Contains(probes, gateRef{attr, key}) {
+				u.condEntry(g, key)
+			}
 		}
-		u.setEntry(v, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateFails: e.fails + 1, gateLast: now}, ""))
-		if other, ok := g.shutByAnother(label, now); ok {
-			u.shutAll(g, other, reopen)
-			return Opened
-		}
-		return OpenedForPrincipal
-	case o == Success && has && e.until == 0:
-		u.condEntry(g, label)
-		u.remove(u.path(attr, label))
 	}
-	return NoTransition
+	u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, ""))
+	other, ok := g.shutByAnother(label, now)
+	switch {
+	case ok && starFailed:
+		u.set(u.path(attr, gateAll, gateUntil), u.num(reopen))
+		return Reopened
+	case ok:
+		u.shutAll(g, other, reopen)
+		return Opened
+	}
+	return OpenedForPrincipal
+}
+
+// setEntryAs adds to u the write of entry key of gate attr, g being the
+// gate as seen (nil: none) and the conditions on it already made: the
+// whole map when there was none, else the entry.
+func (u *update) setEntryAs(g *gate, attr, key string, val types.AttributeValue) {
+	if g == nil {
+		u.set(u.path(attr), u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{key: val}}))
+		return
+	}
+	u.set(u.path(attr, key), u.value(val))
 }
 
 // pause adds to u the closing of the pause gate attr for principal label
@@ -414,8 +440,16 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 		u.setEntry(v, attr, label, val)
 		return
 	}
+	// Whether it shuts for everyone is judged from the gate as seen,
+	// every other entry of it conditioned.
 	ep := u.path(attr, label)
 	u.cond("attribute_exists(" + u.path(attr) + ")")
+	u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
+	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
+		if key != label {
+			u.condEntry(g, key)
+		}
+	}
 	u.cond("(attribute_not_exists(" + ep + "." + u.path(gateUntil) + ") OR " + ep + "." + u.path(gateUntil) + " < " + u.num(until) + ")")
 	u.set(ep, u.value(val))
 	if other, ok := g.shutByAnother(label, now); ok && g.entry(gateAll).until < until {

@@ -263,17 +263,6 @@ func (v *view) setsOf(id string) []string {
 	return out
 }
 
-// others reports whether v shows a lease or a live ticket of a principal
-// other than label.
-func (v *view) others(now int64, label string) bool {
-	for l, n := range v.held(now) {
-		if l != label && n > 0 {
-			return true
-		}
-	}
-	return slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.label != label && t.live(now) })
-}
-
 // half is a ticket that is not whole: the parts of it the item holds.
 type half struct {
 	id string

@@ -153,11 +153,27 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			u.refund(r)
 		}
 	case ls.pauseUntil > 0:
+		// Made again from the item each failed answer shows (the gate
+		// changed), a few times.
 		v, _, _ := l.board(ls.key).latest()
 		if v == nil {
 			v = parseItem(nil)
 		}
-		u.pause(v, ls.pauseGate, ls.label, ls.pauseUntil, now)
+		l.stats.released.Add(1)
+		for range maxEager {
+			u := newUpdate()
+			u.pause(v, ls.pauseGate, ls.label, ls.pauseUntil, now)
+			if len(u.sets) == 0 {
+				return nil // a later pause stands
+			}
+			u.ttl(now)
+			nv, err := l.write(ctx, ls.key, u, nil)
+			if !errors.Is(err, errCondition) {
+				return err
+			}
+			v = nv
+		}
+		return nil
 	}
 	l.stats.released.Add(1)
 	if len(u.sets) == 0 {
@@ -165,11 +181,6 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	}
 	u.ttl(now)
 	_, err := l.write(ctx, ls.key, u, nil)
-	if errors.Is(err, errCondition) {
-		// A later pause stands, or the gate changed: the upstream's ask
-		// is met, or the next pause writes it.
-		err = nil
-	}
 	return err
 }
 

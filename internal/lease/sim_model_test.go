@@ -1,0 +1,1520 @@
+package lease
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The model is the protocol of doc.go written apart from its code, for the
+// fault simulation to judge the code by: its own reading of a raw item
+// (mRead), its own hand-out of free places (mItem.handout), buckets
+// (mBucket), gates (mGate) and adaptive limit, and its own rules for what a
+// write may change (mJudgeWrite) and what every state must hold
+// (mCheckState). It
+// names the item's attributes as doc.go's table does and uses none of the
+// limiter's functions: a defect in the code cannot hide in the judge.
+//
+// Its shape is deliberately plain: the item becomes explicit structs; the
+// turn is found by handing the free places out one at a time, recounting
+// what every candidate holds after each; a write is judged from the item
+// before it and after it (what it did, whatever expression it used) and
+// what the harness knows of its sender.
+
+// Parameters doc.go names without a value: the model's reading.
+const (
+	// modelIdleGate is how long an open gate entry must have seen no
+	// failure before a purge may remove it (doc.go names IdleGate, not its
+	// value).
+	modelIdleGate = time.Minute
+	// modelTTL is how far past its writer's now every write sets ttl.
+	modelTTL = 86400 // seconds
+)
+
+// modelQueueReserve is QueueReserve(n): the last places of a queue of n
+// that a principal with callers waiting may not take.
+func modelQueueReserve(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return min((n+3)/4, n-1)
+}
+
+// ---------------------------------------------------------------------
+// Reading an item.
+
+// mTicket is one waiting caller: its queue number and its body.
+type mTicket struct {
+	id      string
+	n       int64
+	p       string // principal
+	d       int64  // deadline, Unix ms
+	t       string // tool
+	c, r    int64  // the tool's cap and rpm limit (0: none)
+	hasBody bool   // tickets.<id> is there
+	hasN    bool   // queue.<id> is there
+}
+
+// mEntry is one entry of a gate: "*" or a principal's.
+type mEntry struct {
+	u, e, f, t int64 // closed until; probe expiry; failures; last failure (0: absent)
+	p          string
+}
+
+// mGate is one gate attribute: breaker:<tool>, pause or pause:<tool>.
+type mGate struct {
+	attr    string
+	breaker bool // a breaker has probes; a pause has none
+	tool    string
+	entries map[string]mEntry
+}
+
+// mItem is a lease item as doc.go's table describes it.
+type mItem struct {
+	exists     bool
+	leases     map[string]int64    // id → expiry
+	principals map[string][]string // label → its leases
+	tools      map[string][]string // tool → the leases in its places
+	tickets    map[string]*mTicket // id → ticket (queue and tickets joined)
+	waiting    map[string][]string // label → its tickets
+	seq, freed int64
+	callMS     int64
+	gates      map[string]*mGate
+	hold       int64
+	rates      map[string]int64 // bucket name → theoretical arrival time
+	limit      int64            // 0: absent
+	round      int64            // limit_round
+	limitOK    int64
+	limitCut   int64
+	limitSig   string
+	ttl        int64
+	bases      int // tools with a latency baseline
+	size       int // bytes, as DynamoDB counts them
+	// problems are attributes the table does not name, and values not of
+	// the shape it gives.
+	problems []string
+}
+
+func (it *mItem) problem(format string, args ...any) {
+	it.problems = append(it.problems, fmt.Sprintf(format, args...))
+}
+
+func mInt(v types.AttributeValue) (int64, bool) {
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, false
+	}
+	if i, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
+		return i, true
+	}
+	f, err := strconv.ParseFloat(n.Value, 64)
+	if err != nil {
+		return 0, false
+	}
+	return int64(math.Floor(f)), true
+}
+
+// readItem reads a raw item; nil reads as an item that does not exist.
+func mRead(raw map[string]types.AttributeValue) *mItem {
+	it := &mItem{leases: map[string]int64{}, principals: map[string][]string{}, tools: map[string][]string{},
+		tickets: map[string]*mTicket{}, waiting: map[string][]string{}, gates: map[string]*mGate{}, rates: map[string]int64{}}
+	if raw == nil {
+		return it
+	}
+	it.exists = true
+	it.size = mItemSize(raw)
+	ticket := func(id string) *mTicket {
+		if it.tickets[id] == nil {
+			it.tickets[id] = &mTicket{id: id}
+		}
+		return it.tickets[id]
+	}
+	num := func(name string, v types.AttributeValue) int64 {
+		n, ok := mInt(v)
+		if !ok {
+			it.problem("%s is not a number", name)
+		}
+		return n
+	}
+	for _, name := range slices.Sorted(maps.Keys(raw)) {
+		v := raw[name]
+		switch {
+		case name == "limiter_key":
+		case name == "leases":
+			m, ok := v.(*types.AttributeValueMemberM)
+			if !ok {
+				it.problem("leases is not a map")
+				continue
+			}
+			for id, e := range m.Value {
+				it.leases[id] = num("leases."+id, e)
+			}
+		case strings.HasPrefix(name, "principal:"), strings.HasPrefix(name, "tool:"), strings.HasPrefix(name, "waiting:"):
+			ss, ok := v.(*types.AttributeValueMemberSS)
+			if !ok {
+				it.problem("%s is not a string set", name)
+				continue
+			}
+			kind, label, _ := strings.Cut(name, ":")
+			switch kind {
+			case "principal":
+				it.principals[label] = slices.Clone(ss.Value)
+			case "tool":
+				it.tools[label] = slices.Clone(ss.Value)
+			default:
+				it.waiting[label] = slices.Clone(ss.Value)
+			}
+		case name == "queue":
+			m, ok := v.(*types.AttributeValueMemberM)
+			if !ok {
+				it.problem("queue is not a map")
+				continue
+			}
+			for id, n := range m.Value {
+				tk := ticket(id)
+				tk.n, tk.hasN = num("queue."+id, n), true
+			}
+		case name == "tickets":
+			m, ok := v.(*types.AttributeValueMemberM)
+			if !ok {
+				it.problem("tickets is not a map")
+				continue
+			}
+			for id, b := range m.Value {
+				body, ok := b.(*types.AttributeValueMemberM)
+				if !ok {
+					it.problem("tickets.%s is not a map", id)
+					continue
+				}
+				tk := ticket(id)
+				tk.hasBody = true
+				for f, fv := range body.Value {
+					switch f {
+					case "p", "t":
+						s, ok := fv.(*types.AttributeValueMemberS)
+						if !ok {
+							it.problem("tickets.%s.%s is not a string", id, f)
+							continue
+						}
+						if f == "p" {
+							tk.p = s.Value
+						} else {
+							tk.t = s.Value
+						}
+					case "d":
+						tk.d = num("tickets."+id+".d", fv)
+					case "c":
+						tk.c = num("tickets."+id+".c", fv)
+					case "r":
+						tk.r = num("tickets."+id+".r", fv)
+					default:
+						it.problem("tickets.%s has a field %q the table does not name", id, f)
+					}
+				}
+				if tk.p == "" || tk.d == 0 {
+					it.problem("tickets.%s lacks its principal or deadline", id)
+				}
+			}
+		case name == "seq":
+			it.seq = num(name, v)
+		case name == "freed":
+			it.freed = num(name, v)
+		case name == "call_ms":
+			it.callMS = num(name, v)
+		case name == "hold":
+			it.hold = num(name, v)
+		case name == "ttl":
+			it.ttl = num(name, v)
+		case name == "pause", strings.HasPrefix(name, "pause:"), strings.HasPrefix(name, "breaker:"):
+			it.readGate(name, v)
+		case strings.HasPrefix(name, "rate:"):
+			it.rates[strings.TrimPrefix(name, "rate:")] = num(name, v)
+		case name == "limit":
+			it.limit = num(name, v)
+		case name == "limit_round":
+			it.round = num(name, v)
+		case name == "limit_ok":
+			it.limitOK = num(name, v)
+		case name == "limit_cut":
+			it.limitCut = num(name, v)
+		case name == "limit_sig":
+			if s, ok := v.(*types.AttributeValueMemberS); ok {
+				it.limitSig = s.Value
+			} else {
+				it.problem("limit_sig is not a principal's label")
+			}
+		case name == "latency_ratio":
+			num(name, v) // the running mean of calls' latency ratio
+		case strings.HasPrefix(name, "limit_"):
+			// The limit's other evidence: its shape is the code's.
+		case strings.HasPrefix(name, "base:"):
+			num(name, v)
+			it.bases++
+		default:
+			it.problem("attribute %s is not in doc.go's item table", name)
+		}
+	}
+	return it
+}
+
+func (it *mItem) readGate(name string, v types.AttributeValue) {
+	m, ok := v.(*types.AttributeValueMemberM)
+	if !ok {
+		it.problem("%s is not a map", name)
+		return
+	}
+	g := &mGate{attr: name, entries: map[string]mEntry{}}
+	kind, tool, _ := strings.Cut(name, ":")
+	g.breaker, g.tool = kind == "breaker", tool
+	for key, ev := range m.Value {
+		em, ok := ev.(*types.AttributeValueMemberM)
+		if !ok {
+			it.problem("%s.%s is not a map", name, key)
+			continue
+		}
+		var e mEntry
+		for f, fv := range em.Value {
+			switch f {
+			case "u", "e", "f", "t":
+				n, ok := mInt(fv)
+				if !ok {
+					it.problem("%s.%s.%s is not a number", name, key, f)
+				}
+				switch f {
+				case "u":
+					e.u = n
+				case "e":
+					e.e = n
+				case "f":
+					e.f = n
+				default:
+					e.t = n
+				}
+			case "p":
+				s, ok := fv.(*types.AttributeValueMemberS)
+				if !ok {
+					it.problem("%s.%s.p is not a string", name, key)
+				} else {
+					e.p = s.Value
+				}
+			default:
+				it.problem("%s.%s has a field %q the table does not name", name, key, f)
+			}
+			if key == "*" && (f == "f" || f == "t") {
+				it.problem("%s.* has a field %q only a principal's entry has", name, f)
+			}
+		}
+		if !g.breaker && (e.p != "" || e.e != 0) {
+			it.problem("%s.%s names a probe; a pause has none", name, key)
+		}
+		g.entries[key] = e
+	}
+	it.gates[name] = g
+}
+
+// mItemSize is the item's size as DynamoDB counts it: every attribute's
+// name plus its value; a number is 1 byte per two significant digits plus
+// one; a map 3 bytes plus, per element, its key, its value and 1 byte; a
+// set the sum of its members.
+func mItemSize(raw map[string]types.AttributeValue) int {
+	n := 0
+	for name, v := range raw {
+		n += len(name) + mValueSize(v)
+	}
+	return n
+}
+
+var mSignAndPoint = strings.NewReplacer("-", "", ".", "")
+
+func mValueSize(v types.AttributeValue) int {
+	switch x := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(x.Value)
+	case *types.AttributeValueMemberN:
+		digits := strings.Trim(mSignAndPoint.Replace(x.Value), "0")
+		return (len(digits)+1)/2 + 1
+	case *types.AttributeValueMemberSS:
+		n := 0
+		for _, s := range x.Value {
+			n += len(s)
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range x.Value {
+			n += len(k) + mValueSize(e) + 1
+		}
+		return n
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range x.Value {
+			n += mValueSize(e) + 1
+		}
+		return n
+	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
+		return 1
+	case *types.AttributeValueMemberB:
+		return len(x.Value)
+	}
+	return 0
+}
+
+// ---------------------------------------------------------------------
+// Facts of a key and of a caller.
+
+// mKey is what every caller of a key gives (doc.go: "every caller of a
+// key gives the same server and per-principal limits").
+type mKey struct {
+	Cap          int // 0: none
+	AdaptiveMin  int // 0: no adaptive limit
+	PrincipalCap int
+	MaxQueued    int
+	ServerRPM    int // the "server" bucket (0: none)
+	PrincipalRPM int // each "principal:<label>" bucket (0: none)
+	// Breakers are the tools with a breaker: threshold and recovery.
+	Breakers map[string]mBreaker
+	// PauseTool: the upstream's pauses close a tool (pause:<tool>), not
+	// the server (pause).
+	PauseTool bool
+	MaxPause  time.Duration
+	Hold      time.Duration // the requests' hold
+	Margin    time.Duration
+}
+
+type mBreaker struct {
+	Threshold int
+	Recovery  time.Duration
+}
+
+// mCaller is a caller as the turn sees it: a ticket, or a newcomer (n =
+// math.MaxInt64, the newest).
+type mCaller struct {
+	id, p, tool  string
+	toolCap, rpm int64
+	n            int64
+}
+
+func (tk *mTicket) caller() mCaller {
+	return mCaller{id: tk.id, p: tk.p, tool: tk.t, toolCap: tk.c, rpm: tk.r, n: tk.n}
+}
+
+// limitOf is the key's cap as the item sets it: the limit with Adaptive
+// (absent: Min), else Cap; 0 means none.
+func (it *mItem) limitOf(k mKey) int64 {
+	if k.AdaptiveMin > 0 {
+		if it.limit == 0 {
+			return int64(k.AdaptiveMin)
+		}
+		return it.limit
+	}
+	return int64(k.Cap)
+}
+
+func mLive(exp, now int64) bool { return exp > now }
+
+// liveIn counts the live leases among ids.
+func (it *mItem) liveIn(ids []string, now int64) int {
+	n := 0
+	for _, id := range ids {
+		if exp, ok := it.leases[id]; ok && mLive(exp, now) {
+			n++
+		}
+	}
+	return n
+}
+
+func (it *mItem) liveLeases(now int64) int {
+	n := 0
+	for _, exp := range it.leases {
+		if mLive(exp, now) {
+			n++
+		}
+	}
+	return n
+}
+
+// ---------------------------------------------------------------------
+// Buckets.
+
+// mBucket is a GCRA bucket of perMinute tokens refilled at perMinute a
+// minute: one token an interval, the interval rounded up to a whole ms.
+type mBucket struct{ perMinute int64 }
+
+func (b mBucket) interval() int64 { return (60000 + b.perMinute - 1) / b.perMinute }
+
+// tokens is how many tokens a bucket whose theoretical arrival time (the
+// instant it is full again) is tat holds at now: every whole interval
+// still to run before tat is a token missing.
+func (b mBucket) tokens(tat, now int64) int64 {
+	if tat <= now {
+		return b.perMinute
+	}
+	missing := (tat - now + b.interval() - 1) / b.interval()
+	return max(0, b.perMinute-missing)
+}
+
+// charged is the arrival time after one token is taken at now.
+func (b mBucket) charged(tat, now int64) int64 { return max(tat, now) + b.interval() }
+
+// buckets are the buckets a caller takes a token from, by name.
+func (k mKey) buckets(c mCaller) map[string]mBucket {
+	out := map[string]mBucket{}
+	if k.ServerRPM > 0 {
+		out["server"] = mBucket{int64(k.ServerRPM)}
+	}
+	if k.PrincipalRPM > 0 {
+		out["principal:"+c.p] = mBucket{int64(k.PrincipalRPM)}
+	}
+	if c.rpm > 0 && c.tool != "" {
+		out["tool:"+c.tool] = mBucket{c.rpm}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------
+// Gates.
+
+// gatesOf are the gate attributes that apply to a caller: its tool's
+// breaker, the server's pause and its tool's pause.
+func mGatesOf(c mCaller) []string {
+	g := []string{"pause"}
+	if c.tool != "" {
+		g = append(g, "breaker:"+c.tool, "pause:"+c.tool)
+	}
+	return g
+}
+
+func (e mEntry) closed(now int64) bool { return e.u > now }
+
+// halfOpen: a breaker entry whose closing has passed and that no probe has
+// opened yet.
+func (g *mGate) halfOpen(e mEntry, now int64) bool { return g.breaker && e.u != 0 && e.u <= now }
+
+func (e mEntry) liveProbe(now int64) bool { return e.p != "" && mLive(e.e, now) }
+
+// standing reports whether the hold or the server's pause ("*" of pause)
+// stands: then no place is free.
+func (it *mItem) standing(now int64) bool {
+	if it.hold > now {
+		return true
+	}
+	if g := it.gates["pause"]; g != nil {
+		if e, ok := g.entries["*"]; ok && e.closed(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// ---------------------------------------------------------------------
+// Whose turn.
+
+// mHandout is the state of handing out free places one at a time.
+type mHandout struct {
+	free    int64 // -1: no cap on the key
+	held    map[string]int64
+	used    map[string]int64 // tool → live leases in its set, handed out counting
+	taken   map[string]int64 // bucket → tokens handed out
+	probing map[string]bool  // "<gate>/<entry>" with a live probe, or one handed out
+}
+
+func (it *mItem) startHandout(k mKey, now int64) *mHandout {
+	h := &mHandout{free: -1, held: map[string]int64{}, used: map[string]int64{}, taken: map[string]int64{}, probing: map[string]bool{}}
+	if c := it.limitOf(k); c > 0 {
+		h.free = max(0, c-int64(it.liveLeases(now)))
+	}
+	if it.standing(now) {
+		h.free = 0
+	}
+	for p, ids := range it.principals {
+		h.held[p] = int64(it.liveIn(ids, now))
+	}
+	for t, ids := range it.tools {
+		h.used[t] = int64(it.liveIn(ids, now))
+	}
+	for _, g := range it.gates {
+		for key, e := range g.entries {
+			if e.liveProbe(now) {
+				h.probing[g.attr+"/"+key] = true
+			}
+		}
+	}
+	return h
+}
+
+// usable reports whether c can use a place now, and if not, why.
+func (it *mItem) usable(k mKey, h *mHandout, c mCaller, now int64) (bool, string) {
+	if k.PrincipalCap > 0 && h.held[c.p] >= int64(k.PrincipalCap) {
+		return false, "principal at its cap"
+	}
+	if c.toolCap > 0 && h.used[c.tool] >= c.toolCap {
+		return false, "tool full"
+	}
+	for name, b := range k.buckets(c) {
+		tat, ok := it.rates[name]
+		if ok && b.tokens(tat, now)-h.taken[name] < 1 || !ok && b.perMinute-h.taken[name] < 1 {
+			return false, "bucket " + name + " empty"
+		}
+	}
+	for _, attr := range mGatesOf(c) {
+		g := it.gates[attr]
+		if g == nil {
+			continue
+		}
+		for _, key := range []string{"*", c.p} {
+			e, ok := g.entries[key]
+			if !ok {
+				continue
+			}
+			if e.closed(now) {
+				return false, attr + "." + key + " closed"
+			}
+			if g.halfOpen(e, now) && h.probing[attr+"/"+key] {
+				return false, attr + "." + key + " half-open with its probe out"
+			}
+		}
+	}
+	return true, ""
+}
+
+// give hands c a place.
+func (it *mItem) give(k mKey, h *mHandout, c mCaller, now int64) {
+	if h.free > 0 {
+		h.free--
+	}
+	h.held[c.p]++
+	if c.toolCap > 0 {
+		h.used[c.tool]++
+	}
+	for name := range k.buckets(c) {
+		h.taken[name]++
+	}
+	for _, attr := range mGatesOf(c) {
+		if g := it.gates[attr]; g != nil {
+			for _, key := range []string{"*", c.p} {
+				if e, ok := g.entries[key]; ok && g.halfOpen(e, now) {
+					h.probing[attr+"/"+key] = true
+				}
+			}
+		}
+	}
+}
+
+// handout hands the places free at now out, one by one, to the callers
+// waiting — the live tickets not in skip, and extra (a newcomer, or a
+// taker's own ticket) — and returns whom, in order: each to the caller of
+// the principal holding fewest places (those handed out counting), the
+// lower number first, passing over callers that cannot use one.
+func (it *mItem) handout(k mKey, now int64, extra []mCaller, skip map[string]bool) []mCaller {
+	var cands []mCaller
+	for id, tk := range it.tickets {
+		if skip[id] || !tk.hasN || !tk.hasBody || !mLive(tk.d, now) || slices.ContainsFunc(extra, func(c mCaller) bool { return c.id == id }) {
+			continue
+		}
+		cands = append(cands, tk.caller())
+	}
+	cands = append(cands, extra...)
+	h := it.startHandout(k, now)
+	served := make([]bool, len(cands))
+	var out []mCaller
+	for h.free != 0 {
+		best := -1
+		for i, c := range cands {
+			if served[i] {
+				continue
+			}
+			if ok, _ := it.usable(k, h, c, now); !ok {
+				continue
+			}
+			if best < 0 || mBefore(h, c, cands[best]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		served[best] = true
+		it.give(k, h, cands[best], now)
+		out = append(out, cands[best])
+	}
+	return out
+}
+
+// mBefore orders two callers: fewer places held by the principal first,
+// then the lower ticket number.
+func mBefore(h *mHandout, a, b mCaller) bool {
+	if h.held[a.p] != h.held[b.p] {
+		return h.held[a.p] < h.held[b.p]
+	}
+	if a.n != b.n {
+		return a.n < b.n
+	}
+	return a.id < b.id
+}
+
+// served reports whether id is among cs.
+func mServed(cs []mCaller, id string) bool {
+	return slices.ContainsFunc(cs, func(c mCaller) bool { return c.id == id })
+}
+
+// instants are the moments from from on at which whose turn it is may
+// change with time alone: leases expiring, tickets lapsing, gates and the
+// hold passing, probes lapsing, buckets gaining a token.
+func (it *mItem) instants(k mKey, from int64) []int64 {
+	at := []int64{from}
+	add := func(t int64) {
+		if t >= from {
+			at = append(at, t)
+		}
+	}
+	for _, exp := range it.leases {
+		add(exp)
+	}
+	for _, tk := range it.tickets {
+		add(tk.d)
+	}
+	add(it.hold)
+	for _, g := range it.gates {
+		for _, e := range g.entries {
+			add(e.u)
+			add(e.e)
+		}
+	}
+	for name, tat := range it.rates {
+		var b mBucket
+		switch {
+		case name == "server" && k.ServerRPM > 0:
+			b = mBucket{int64(k.ServerRPM)}
+		case strings.HasPrefix(name, "principal:") && k.PrincipalRPM > 0:
+			b = mBucket{int64(k.PrincipalRPM)}
+		case strings.HasPrefix(name, "tool:"):
+			for _, tk := range it.tickets {
+				if "tool:"+tk.t == name && tk.r > 0 {
+					b = mBucket{tk.r}
+				}
+			}
+			if b.perMinute == 0 {
+				continue
+			}
+		default:
+			continue
+		}
+		for j := range b.perMinute {
+			add(tat - j*b.interval())
+		}
+	}
+	slices.Sort(at)
+	return slices.Compact(at)
+}
+
+// ---------------------------------------------------------------------
+// Presumed gone.
+
+// noteTurns records in came, for every ticket whose turn comes in it from
+// now on, the earliest true time at which a clock skew ahead of the true
+// one could judge so: a waiter's turn having come at every look for
+// ClaimWindow, it may be presumed gone, and the tickets after it come into
+// their turn in its place. (The item is the one an instance was just
+// shown: its callers may judge from it now or later.)
+func (it *mItem) noteTurns(k mKey, now time.Time, skew time.Duration, came map[string]time.Time) {
+	if len(it.tickets) == 0 {
+		return
+	}
+	first := now.Add(skew).UnixMilli()
+	at := it.instants(k, first)
+	for id := range it.tickets {
+		if c, ok := came[id]; ok {
+			if ms := c.Add(ClaimWindow + skew).UnixMilli(); ms > first {
+				at = append(at, ms)
+			}
+		}
+	}
+	slices.Sort(at)
+	at = slices.Compact(at)
+	for i := 0; i < len(at); i++ {
+		ms := at[i]
+		t := time.UnixMilli(ms).Add(-skew)
+		skip := map[string]bool{}
+		for id := range it.tickets {
+			if c, ok := came[id]; ok && !t.Before(c.Add(ClaimWindow)) {
+				skip[id] = true
+			}
+		}
+		for _, c := range it.handout(k, ms, nil, skip) {
+			if old, ok := came[c.id]; !ok || t.Before(old) {
+				came[c.id] = t
+				next := t.Add(ClaimWindow + skew).UnixMilli()
+				j, _ := slices.BinarySearch(at[i+1:], next)
+				at = slices.Insert(at, i+1+j, next)
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------
+// Judging a write.
+
+// mFinding is one violation of the protocol: its kind, what it is about
+// (one finding per kind and subject is reported), and what happened.
+type mFinding struct{ kind, subject, msg string }
+
+// mNoOutcome marks a write that is not part of a release.
+const mNoOutcome Outcome = -1
+
+// mWriter is what the harness knows of a write's sender.
+type mWriter struct {
+	operator bool
+	me       mCaller              // its id (its lease and ticket), principal, tool, tool cap and rpm
+	owns     func(id string) bool // ids its own writes named first
+	outcome  Outcome              // what its release says (mNoOutcome: not a release)
+	pause    time.Duration        // the pause its upstream asked for
+	pausedAt int64                // when it asked, on the writer's clock (Unix ms; 0: unknown)
+	// grant is limit_round as its take's answer showed it (-1: unknown).
+	grant int64
+	// deadline is when its caller stops waiting, on its clock (Unix ms).
+	deadline int64
+}
+
+// mWrite is one landed write: the item before and after it, when it was
+// made on its writer's clock (now) and in true time (sent), and the seq of
+// the view a take was judged from (-1: none).
+type mWrite struct {
+	k             mKey
+	before, after *mItem
+	now           int64
+	skew          int64 // how far clocks may be apart, ms
+	sent          time.Time
+	judged        int64
+	w             mWriter
+	// turnCame: see noteTurns.
+	turnCame map[string]time.Time
+}
+
+// mVerdict is what the model makes of a write.
+type mVerdict struct {
+	findings []mFinding
+	events   []string
+	takes    []string // lease ids it gave a place
+	released []string // its writer's own leases it removed
+	bypassed []string // live tickets of others its take presumed gone
+	joined   []string
+	probes   []string // "<gate>/<entry>" it named its writer the probe of
+	charged  []string // buckets it took a token from
+	refunded []string // buckets it gave one back to
+}
+
+func (v *mVerdict) fail(kind, subject, format string, args ...any) {
+	v.findings = append(v.findings, mFinding{kind, subject, fmt.Sprintf(format, args...)})
+}
+
+func (w *mWrite) owns(id string) bool { return !w.w.operator && w.w.owns(id) }
+
+// judgeWrite judges one landed write against doc.go.
+func mJudgeWrite(w *mWrite) *mVerdict {
+	v := &mVerdict{}
+	b, a, now, k := w.before, w.after, w.now, w.k
+	if least := (now-w.skew)/1000 + modelTTL; a.ttl < least {
+		v.fail("ttl", "", "a write left ttl %d; its writer's now is %d s, so at least %d (a day, less the skew)", a.ttl, now/1000, least)
+	}
+	longest := now + (k.Hold + k.Margin).Milliseconds()
+	// Leases.
+	for _, id := range slices.Sorted(maps.Keys(a.leases)) {
+		exp := a.leases[id]
+		old, had := b.leases[id]
+		switch {
+		case !had && !w.owns(id):
+			v.fail("take", id, "a write added lease %s, which its writer does not own", id)
+		case !had:
+			v.takes = append(v.takes, id)
+			if exp > longest {
+				v.fail("expiry", id, "take of %s set its expiry %d ms past now + hold + margin", id, exp-longest)
+			}
+		case exp == old:
+		case !w.owns(id):
+			v.fail("renew", id, "a write changed the expiry of %s, which its writer does not own", id)
+		case exp < old:
+			v.fail("renew", id, "a renewal of %s brought its expiry %d ms earlier", id, old-exp)
+		case exp > longest:
+			v.fail("expiry", id, "renewal of %s set its expiry %d ms past now + hold + margin", id, exp-longest)
+		default:
+			v.events = append(v.events, "renewal landed")
+		}
+	}
+	purgedLeases := 0
+	for _, id := range slices.Sorted(maps.Keys(b.leases)) {
+		if _, ok := a.leases[id]; ok {
+			continue
+		}
+		if w.owns(id) {
+			v.released = append(v.released, id)
+			continue
+		}
+		if exp := b.leases[id]; mLive(exp, now) {
+			v.fail("purge", id, "a write removed lease %s of another caller, live for %d ms more on its writer's clock", id, exp-now)
+		}
+		purgedLeases++
+		v.events = append(v.events, "lapsed lease purged")
+	}
+	if len(v.takes) > 1 {
+		v.fail("take", "", "one write took %d places", len(v.takes))
+	}
+	// Tickets.
+	gone := 0 // tickets gone other than by their take
+	for _, id := range slices.Sorted(maps.Keys(b.tickets)) {
+		tb := b.tickets[id]
+		if !tb.hasN {
+			continue
+		}
+		if ta := a.tickets[id]; ta != nil && ta.hasN && (ta.n == tb.n || w.owns(id)) {
+			continue // there still, or numbered again by its own join
+		}
+		switch {
+		case w.owns(id) && slices.Contains(v.takes, id):
+		case w.owns(id):
+			gone++ // its caller leaving, or releasing with its stray ticket
+		case !mLive(tb.d, now):
+			gone++
+			v.events = append(v.events, "lapsed ticket purged")
+		default:
+			gone++
+			v.bypassed = append(v.bypassed, id)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(a.tickets)) {
+		ta := a.tickets[id]
+		if !ta.hasN {
+			continue
+		}
+		tb := b.tickets[id]
+		if tb != nil && tb.hasN && tb.n == ta.n {
+			if tb.hasBody && ta.hasBody && *tb != *ta {
+				v.fail("join", id, "a write changed ticket %s", id)
+			}
+			continue
+		}
+		v.joined = append(v.joined, id)
+		w.judgeJoin(v, ta, tb != nil && tb.hasN)
+	}
+	if a.seq != b.seq+int64(len(v.joined)) {
+		v.fail("seq", "", "seq went from %d to %d in a write that added %d tickets", b.seq, a.seq, len(v.joined))
+	}
+	if df := a.freed - b.freed; df < 0 || df > int64(len(v.released)+purgedLeases+gone) {
+		v.fail("freed", "", "freed moved by %d in a write that removed %d leases and %d tickets other than by their take", df, len(v.released)+purgedLeases, gone)
+	} else if df == 0 && (len(v.released) > 0 || gone > 0) {
+		v.fail("freed", "", "a write that freed %d places and removed %d tickets other than by their take left freed as it was", len(v.released), gone)
+	}
+	if len(v.bypassed) > 0 && len(v.takes) == 0 {
+		v.fail("bypass", v.bypassed[0], "a write that takes no place removed the live tickets %v", v.bypassed)
+	}
+	for _, id := range v.takes {
+		w.judgeTake(v, id)
+	}
+	w.judgeBuckets(v)
+	w.judgeGates(v)
+	w.judgeLimit(v)
+	if a.hold != b.hold && !w.w.operator && !(a.hold == 0 && b.hold <= now) { // a passed hold may go
+		v.fail("hold", "", "a caller's write moved the hold from %d to %d", b.hold, a.hold)
+	}
+	return v
+}
+
+// waitingOf counts the live tickets of principal p other than id (by
+// the tickets' own p: the waiting sets are checked apart).
+func (it *mItem) waitingOf(p, id string, now int64) int {
+	n := 0
+	for x, tk := range it.tickets {
+		if x != id && tk.hasN && tk.p == p && mLive(tk.d, now) {
+			n++
+		}
+	}
+	return n
+}
+
+// queued is the number of tickets stored, live or not.
+func (it *mItem) queued() int {
+	n := 0
+	for _, tk := range it.tickets {
+		if tk.hasN {
+			n++
+		}
+	}
+	return n
+}
+
+// judgeJoin judges a ticket added, or (again) numbered anew: a join resent
+// after an unknown outcome moves its ticket to the back.
+func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
+	a, me, k := w.after, w.w.me, w.k
+	id := tk.id
+	if !w.owns(id) {
+		v.fail("join", id, "a write added ticket %s, which its writer does not own", id)
+		return
+	}
+	if tk.n != a.seq {
+		v.fail("seq", id, "ticket %s has number %d; the join left seq at %d", id, tk.n, a.seq)
+	}
+	if tk.p != me.p || tk.t != me.tool || tk.c != me.toolCap || tk.r != me.rpm {
+		v.fail("join", id, "ticket %s says {p:%s t:%s c:%d r:%d}; its caller is {%s %s %d %d}", id, tk.p, tk.t, tk.c, tk.r, me.p, me.tool, me.toolCap, me.rpm)
+	}
+	if limit := w.w.deadline + k.Margin.Milliseconds() + 1; tk.d > limit { // 1: the deadline's ms rounded up
+		v.fail("join", id, "ticket %s lives %d ms past its caller's deadline + margin", id, tk.d-limit)
+	}
+	// Its place is the queue's size after the join (a join may purge
+	// lapsed tickets in the same write); its principal's callers waiting
+	// are its other live tickets.
+	others := a.waitingOf(me.p, id, w.now)
+	if q := a.queued(); again {
+		v.events = append(v.events, "ticket numbered again")
+	} else if q > k.MaxQueued {
+		v.fail("queue", id, "a join left %d tickets; MaxQueued %d", q, k.MaxQueued)
+	} else if r := modelQueueReserve(k.MaxQueued); others > 0 && q > k.MaxQueued-r {
+		v.fail("reserve", id, "a join of %s, whose principal has %d other tickets, took place %d of %d (the last %d are reserved)", id, others, q, k.MaxQueued, r)
+	}
+	v.events = append(v.events, "joined")
+}
+
+// judgeTake judges a take: whose turn, caps, hold, gates.
+func (w *mWrite) judgeTake(v *mVerdict, id string) {
+	b, a, now, k := w.before, w.after, w.now, w.k
+	me := w.w.me
+	me.id, me.n = id, math.MaxInt64 // a newcomer: the newest
+	waiter := false
+	if tk := b.tickets[id]; tk != nil && tk.hasN {
+		me.n, waiter = tk.n, true
+	}
+	skip := map[string]bool{}
+	for _, x := range v.bypassed {
+		skip[x] = true
+		came, ok := w.turnCame[x]
+		if !ok || w.sent.Sub(came) < ClaimWindow {
+			v.fail("bypass", x, "the take of %s presumed %s gone %v after its turn first came; ClaimWindow %v", id, x, w.sent.Sub(came), ClaimWindow)
+		}
+	}
+	switch {
+	case waiter && w.judged < 0:
+		v.fail("order", id, "waiter %s took a place with no view to judge from", id)
+	case waiter && w.judged < me.n:
+		v.fail("order", id, "waiter %s (number %d) took a place judged from a view before its join (seq %d)", id, me.n, w.judged)
+	case waiter:
+		for x, tk := range b.tickets {
+			if tk.hasN && tk.n > w.judged {
+				skip[x] = true // joined after its look: comes after it
+			}
+		}
+	case w.judged < 0 && b.queued() > 0:
+		v.fail("order", id, "a take of %s with no view landed on a queue of %d", id, b.queued())
+	}
+	if waiter {
+		v.events = append(v.events, "take by a waiter landed")
+	}
+	if len(v.bypassed) > 0 {
+		v.events = append(v.events, "take past a waiter presumed gone")
+		if len(v.bypassed) > 1 {
+			v.events = append(v.events, "take past 2+ waiters presumed gone")
+		}
+	}
+	if !mServed(b.handout(k, now, []mCaller{me}, skip), id) {
+		v.fail("order", id, "%s took a place that was not its turn: %s", id, b.explain(k, now, me, skip))
+	}
+	// Caps, on the writer's clock, in the item the take left.
+	if c := b.limitOf(k); c > 0 && int64(a.liveLeases(now)) > c {
+		v.fail("cap", id, "the take of %s left %d live leases; the limit it was conditioned on is %d", id, a.liveLeases(now), c)
+	}
+	if me.toolCap > 0 && int64(a.liveIn(a.tools[me.tool], now)) > me.toolCap {
+		v.fail("cap", id, "the take of %s left %d live leases in tool %s; cap %d", id, a.liveIn(a.tools[me.tool], now), me.tool, me.toolCap)
+	}
+	if k.PrincipalCap > 0 && a.liveIn(a.principals[me.p], now) > k.PrincipalCap {
+		v.fail("cap", id, "the take of %s left %d live leases of %s; cap %d", id, a.liveIn(a.principals[me.p], now), me.p, k.PrincipalCap)
+	}
+	if b.hold > now {
+		v.fail("hold", id, "%s took a place %d ms before the hold ends", id, b.hold-now)
+	}
+	for _, attr := range mGatesOf(me) {
+		g := b.gates[attr]
+		if g == nil {
+			continue
+		}
+		for _, key := range []string{"*", me.p} {
+			e, ok := g.entries[key]
+			if !ok {
+				continue
+			}
+			switch {
+			case e.closed(now):
+				kind := "gate"
+				if !g.breaker {
+					kind = "pause"
+				}
+				v.fail(kind, attr+"."+key, "%s took a place through %s.%s, closed for %d ms more", id, attr, key, e.u-now)
+			case g.halfOpen(e, now) && e.liveProbe(now):
+				v.fail("probe", attr+"."+key, "%s took a place through half-open %s.%s while %s probes it", id, attr, key, e.p)
+			case g.halfOpen(e, now):
+				ea := mEntry{}
+				if ga := a.gates[attr]; ga != nil {
+					ea = ga.entries[key]
+				}
+				if ea.p != id || ea.e != a.leases[id] {
+					v.fail("probe", attr+"."+key, "%s passed half-open %s.%s without becoming its probe (p %q, e %d; its lease %d)", id, attr, key, ea.p, ea.e, a.leases[id])
+				}
+			}
+		}
+	}
+}
+
+// explain says whose turn it was, for a finding.
+func (it *mItem) explain(k mKey, now int64, me mCaller, skip map[string]bool) string {
+	var turn, lease, queue []string
+	for _, c := range it.handout(k, now, []mCaller{me}, skip) {
+		turn = append(turn, c.id)
+	}
+	h := it.startHandout(k, now)
+	_, why := it.usable(k, h, me, now)
+	for _, id := range slices.Sorted(maps.Keys(it.leases)) {
+		lease = append(lease, fmt.Sprintf("%s@%+d", id, it.leases[id]-now))
+	}
+	for _, id := range slices.Sorted(maps.Keys(it.tickets)) {
+		tk := it.tickets[id]
+		s := ""
+		if skip[id] {
+			s = " (skipped)"
+		}
+		queue = append(queue, fmt.Sprintf("%s#%d/%s/%s@%+d%s", id, tk.n, tk.p, tk.t, tk.d-now, s))
+	}
+	switch {
+	case why != "":
+	case it.standing(now):
+		why = "no place is free while the hold or the server's pause stands"
+	default:
+		why = "others first"
+	}
+	return fmt.Sprintf("the places free (%d) go to %v; it: %s (leases %v; queue %v)", h.free, turn, why, lease, queue)
+}
+
+// judgeBuckets: a take takes one token from each of its caller's buckets,
+// which must have held one on its writer's clock; only an unused call's
+// release gives tokens back, no more than it took; a purge removes only a
+// full bucket.
+func (w *mWrite) judgeBuckets(v *mVerdict) {
+	b, a, now, k := w.before, w.after, w.now, w.k
+	charged := map[string]bool{}
+	for _, id := range v.takes {
+		me := w.w.me
+		for name, bk := range k.buckets(me) {
+			charged[name] = true
+			tat, had := b.rates[name]
+			if had && bk.tokens(tat, now) < 1 {
+				v.fail("rate", name, "the take of %s found bucket %s empty on its writer's clock", id, name)
+			}
+			if want := bk.charged(tat, now); a.rates[name] != want {
+				v.fail("rate", name, "the take of %s left bucket %s at %d; one token taken at %d makes it %d", id, name, a.rates[name], now, want)
+			}
+			v.charged = append(v.charged, name)
+		}
+	}
+	names := map[string]bool{}
+	for n := range b.rates {
+		names[n] = true
+	}
+	for n := range a.rates {
+		names[n] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if charged[name] {
+			continue
+		}
+		tb, hadB := b.rates[name]
+		ta, hasA := a.rates[name]
+		switch {
+		case hadB && !hasA:
+			if tb > now {
+				v.fail("rate", name, "bucket %s was removed while %d ms from full", name, tb-now)
+			}
+		case hasA && (!hadB || ta > tb):
+			v.fail("rate", name, "bucket %s moved from %d to %d in a write that admits nobody", name, tb, ta)
+		case hasA && ta < tb:
+			bk, mine := k.buckets(w.w.me)[name]
+			switch {
+			case w.w.outcome != Unused && w.w.outcome != mNoOutcome || len(v.released) == 0 || !mine:
+				v.fail("rate", name, "bucket %s gave back %d ms in a write that is not an unused call's release (or a leave removing a take it never learnt of)", name, tb-ta)
+			case ta < tb-bk.interval():
+				v.fail("rate", name, "an unused call's release gave bucket %s back %d ms, more than one token (%d)", name, tb-ta, bk.interval())
+			default:
+				v.refunded = append(v.refunded, name)
+			}
+		}
+	}
+}
+
+// judgeGates: what may close, open, probe, count or purge a gate entry.
+func (w *mWrite) judgeGates(v *mVerdict) {
+	b, a, now, k, me := w.before, w.after, w.now, w.k, w.w.me
+	releasing := len(v.released) > 0 && w.w.outcome != mNoOutcome
+	outcome := w.w.outcome
+	myBreaker := ""
+	var br mBreaker
+	if x, ok := k.Breakers[me.tool]; ok && me.tool != "" {
+		myBreaker, br = "breaker:"+me.tool, x
+	}
+	myPause := "pause"
+	if k.PauseTool && me.tool != "" {
+		myPause = "pause:" + me.tool
+	}
+	// The pause runs from when the upstream asked for it (its answer),
+	// not from when the release is sent.
+	asked := now
+	if w.w.pausedAt > 0 {
+		asked = w.w.pausedAt
+	}
+	pauseUntil := asked + min(w.w.pause, k.MaxPause).Milliseconds()
+	attrs := map[string]bool{}
+	for n := range b.gates {
+		attrs[n] = true
+	}
+	for n := range a.gates {
+		attrs[n] = true
+	}
+	if releasing && myBreaker != "" {
+		attrs[myBreaker] = true // what its release must write there
+	}
+	if releasing && w.w.pausedAt > 0 {
+		attrs[myPause] = true
+	}
+	for _, attr := range slices.Sorted(maps.Keys(attrs)) {
+		gb, ga := b.gates[attr], a.gates[attr]
+		if gb == nil {
+			gb = &mGate{attr: attr, entries: map[string]mEntry{}}
+		}
+		if ga == nil {
+			ga = &mGate{attr: attr, entries: map[string]mEntry{}}
+		}
+		breaker := strings.HasPrefix(attr, "breaker:")
+		gb.breaker, ga.breaker = breaker, breaker
+		// wasProbe: the write releases a probe of this gate.
+		wasProbe := false
+		for _, e := range gb.entries {
+			wasProbe = wasProbe || e.p != "" && slices.Contains(v.released, e.p)
+		}
+		closedLabels := 0
+		for key, e := range ga.entries {
+			if key != "*" && e.closed(now) {
+				closedLabels++
+			}
+		}
+		keys := map[string]bool{}
+		for n := range gb.entries {
+			keys[n] = true
+		}
+		for n := range ga.entries {
+			keys[n] = true
+		}
+		for _, key := range slices.Sorted(maps.Keys(keys)) {
+			eb, hadB := gb.entries[key]
+			ea, hasA := ga.entries[key]
+			subj := attr + "." + key
+			if hadB && !hasA {
+				stale := !eb.liveProbe(now) && (eb.t == 0 || eb.t+modelIdleGate.Milliseconds() <= now) &&
+					(breaker && eb.u == 0 || !breaker && !eb.closed(now))
+				probeOpened := releasing && outcome == Success && eb.p != "" && slices.Contains(v.released, eb.p)
+				reset := releasing && outcome == Success && attr == myBreaker && key == me.p && !eb.closed(now) && !eb.liveProbe(now) && eb.u == 0
+				if !stale && !probeOpened && !reset {
+					v.fail("gate", subj, "%s was removed while not stale (u %+d, p %q, t %+d)", subj, eb.u-now, eb.p, eb.t-now)
+				}
+				continue
+			}
+			// Closing, or closing for longer.
+			if ea.u > eb.u {
+				switch {
+				case breaker && (!releasing || outcome != Failure || attr != myBreaker):
+					v.fail("gate", subj, "%s closed by a write that is no failed call's release of that tool (outcome %v)", subj, outcome)
+				case !breaker && (!releasing || w.w.pausedAt <= 0 || attr != myPause):
+					v.fail("pause", subj, "%s closed by a write that is no release asking for that pause", subj)
+				case key == "*" && closedLabels < 2:
+					v.fail("gate", subj, "%s closed for everyone with %d principal's entry closed", subj, closedLabels)
+				case key != "*" && key != me.p:
+					v.fail("gate", subj, "%s closed by a call of %s", subj, me.p)
+				case breaker && key != "*" && eb.f+1 < int64(br.Threshold) && !wasProbe:
+					v.fail("gate", subj, "%s closed after %d failures; threshold %d", subj, eb.f+1, br.Threshold)
+				case breaker && ea.u > now+br.Recovery.Milliseconds():
+					v.fail("gate", subj, "%s closed for %d ms; recovery %v", subj, ea.u-now, br.Recovery)
+				case !breaker && ea.u > pauseUntil:
+					v.fail("pause", subj, "%s closed for %d ms; the pause asked (at most MaxPause) ends at %+d", subj, ea.u-now, pauseUntil-now)
+				}
+				if key == "*" {
+					v.events = append(v.events, "gate closed for everyone")
+				} else {
+					v.events = append(v.events, "gate closed for one principal")
+					if !breaker {
+						v.events = append(v.events, "pause for one principal")
+					}
+				}
+			}
+			if ea.u < eb.u {
+				switch {
+				case !breaker:
+					v.fail("pause", subj, "%s was shortened by %d ms", subj, eb.u-ea.u)
+				case !releasing || outcome != Success || eb.p == "" || !slices.Contains(v.released, eb.p):
+					v.fail("gate", subj, "%s opened by a write that is not its probe's success", subj)
+				}
+			}
+			// Probes.
+			if ea.p != eb.p && ea.p != "" {
+				switch {
+				case !slices.Contains(v.takes, ea.p):
+					v.fail("probe", subj, "%s named %s its probe in a write that is not that caller's take", subj, ea.p)
+				case !gb.halfOpen(eb, now) || eb.liveProbe(now):
+					v.fail("probe", subj, "%s named %s its probe while not half-open with no live probe (u %+d, p %q, e %+d)", subj, ea.p, eb.u-now, eb.p, eb.e-now)
+				case ea.e != a.leases[ea.p]:
+					v.fail("probe", subj, "%s's probe expiry %d is not its lease's %d", subj, ea.e, a.leases[ea.p])
+				}
+				v.probes = append(v.probes, attr+"/"+key)
+				v.events = append(v.events, "probe elected")
+				if key != "*" {
+					v.events = append(v.events, "probe for one principal")
+				}
+			}
+			if ea.p == "" && eb.p != "" {
+				mine := slices.Contains(v.released, eb.p)
+				if !mine && eb.liveProbe(now) && ea.u <= eb.u {
+					v.fail("probe", subj, "%s's live probe %s was cleared by another's write", subj, eb.p)
+				}
+			}
+			if ea.p == eb.p && ea.p != "" && ea.e != eb.e && (!w.owns(ea.p) || ea.e != a.leases[ea.p]) {
+				v.fail("probe", subj, "%s's probe expiry moved to %d, not its lease's expiry", subj, ea.e)
+			}
+			// Failures.
+			if ea.f > eb.f && (ea.f != eb.f+1 || !releasing || outcome != Failure || key != me.p || attr != myBreaker) {
+				v.fail("gate", subj, "%s counted failures %d → %d in a write that is not one failed call's release of %s", subj, eb.f, ea.f, key)
+			}
+			if ea.f < eb.f && ea.u <= eb.u && !(releasing && outcome == Success && (key == me.p && attr == myBreaker || slices.Contains(v.released, eb.p))) {
+				v.fail("gate", subj, "%s's failures reset %d → %d by a write that is no success of %s", subj, eb.f, ea.f, key)
+			}
+		}
+		// What a release must do to its own gates.
+		if !releasing {
+			continue
+		}
+		eb, ea := gb.entries[me.p], ga.entries[me.p]
+		if attr == myBreaker {
+			switch outcome {
+			case Failure:
+				// Counted only while the entry is open (never shut since
+				// it last opened): a shut or half-open entry counts none.
+				if eb.u == 0 && ea.f != eb.f+1 && ea.u <= eb.u {
+					v.fail("gate", attr+"."+me.p, "a failed call's release left %s.%s's failures at %d (were %d)", attr, me.p, ea.f, eb.f)
+				}
+				if (ea.f >= int64(br.Threshold) || wasProbe) && !ea.closed(now) {
+					v.fail("gate", attr+"."+me.p, "%s.%s has %d failures (threshold %d, probe %v) and is not closed", attr, me.p, ea.f, br.Threshold, wasProbe)
+				}
+			case Success:
+				if ea.f != 0 {
+					v.fail("gate", attr+"."+me.p, "a success left %s.%s's failures at %d", attr, me.p, ea.f)
+				}
+			}
+		}
+		if outcome == Success {
+			for key, e := range gb.entries {
+				if e.p != "" && slices.Contains(v.released, e.p) && ga.entries[key].u != 0 {
+					v.fail("gate", attr+"."+key, "its probe's success left %s.%s closed or half-open", attr, key)
+				}
+			}
+		}
+		if attr == myPause && w.w.pausedAt > 0 && ea.u < min(pauseUntil, max(eb.u, pauseUntil)) {
+			v.fail("pause", attr+"."+me.p, "a release asking for a pause until %+d left %s.%s at %+d", pauseUntil-now, attr, me.p, ea.u-now)
+		}
+		// When its own entry closes while another principal's is closed,
+		// "*" closes too.
+		if ea.u > eb.u && ea.closed(now) && closedLabels >= 2 && !ga.entries["*"].closed(now) {
+			v.fail("gate", attr+".*", "%s.%s closed while another principal's entry is closed, and %s.* stayed open", attr, me.p, attr)
+		}
+	}
+}
+
+// judgeLimit: the adaptive limit moves once a round, by a release of a
+// lease granted in it, down by half on two principals' evidence (or a
+// lone one's), up by one after enough evidence.
+func (w *mWrite) judgeLimit(v *mVerdict) {
+	b, a, now, k, me := w.before, w.after, w.now, w.k, w.w.me
+	if k.AdaptiveMin == 0 {
+		if a.limit != b.limit || a.round != b.round {
+			v.fail("limit", "", "the limit moved on a key without Adaptive")
+		}
+		return
+	}
+	releasing := len(v.released) > 0 && w.w.outcome != mNoOutcome
+	lb, la := b.limitOf(k), a.limitOf(k)
+	switch {
+	case la == lb:
+		if a.round != b.round {
+			v.fail("limit", "", "limit_round went %d → %d with no move of the limit", b.round, a.round)
+		}
+	case a.round != b.round+1:
+		v.fail("limit", "", "the limit moved %d → %d with limit_round %d → %d", lb, la, b.round, a.round)
+	case !releasing:
+		v.fail("limit", "", "the limit moved %d → %d in a write that releases nothing", lb, la)
+	case w.w.grant != b.round:
+		v.fail("limit", "", "the limit moved %d → %d by a lease granted in round %d; the round is %d", lb, la, w.w.grant, b.round)
+	case la < lb:
+		v.events = append(v.events, "limit moved down")
+		lo, hi := max(int64(k.AdaptiveMin), lb/2), max(int64(k.AdaptiveMin), min(lb-1, (lb+1)/2))
+		if la < lo || la > hi {
+			v.fail("limit", "", "the limit came down %d → %d; by half, at least by one, at most to Min %d", lb, la, k.AdaptiveMin)
+		}
+		if w.w.outcome == Abandoned || w.w.outcome == Unused {
+			v.fail("limit", "", "the limit came down on an %v call", w.w.outcome)
+		}
+		if other := b.limitSig != "" && b.limitSig != me.p; !other && b.othersThere(me, now) {
+			v.fail("limit", "", "the limit came down on %s's evidence alone (recorded: %q) while another principal holds or waits", me.p, b.limitSig)
+		}
+	default:
+		v.events = append(v.events, "limit moved up")
+		need := 2 * lb
+		if la == b.limitCut {
+			need = 8 * lb
+		}
+		switch {
+		case la != lb+1 || la > int64(k.Cap):
+			v.fail("limit", "", "the limit went up %d → %d; by one, to at most %d", lb, la, k.Cap)
+		case w.w.outcome != Success:
+			v.fail("limit", "", "the limit went up on a %v call", w.w.outcome)
+		case b.limitOK+1 < need:
+			v.fail("limit", "", "the limit went up %d → %d after %d up evidences; it needs %d", lb, la, b.limitOK+1, need)
+		}
+	}
+	if la == lb {
+		if a.limitOK > b.limitOK && (a.limitOK != b.limitOK+1 || !releasing || w.w.outcome != Success || w.w.grant != b.round) {
+			v.fail("limit", "", "limit_ok went %d → %d in a write that is not one success of a lease of round %d (%v, round %d)", b.limitOK, a.limitOK, b.round, w.w.outcome, w.w.grant)
+		}
+		if a.limitOK < b.limitOK {
+			v.fail("limit", "", "limit_ok went %d → %d with no move of the limit", b.limitOK, a.limitOK)
+		}
+	}
+	if a.limitSig != b.limitSig && a.limitSig != "" && (a.limitSig != me.p || !releasing) {
+		v.fail("limit", "", "limit_sig became %q in a write that is no release of that principal", a.limitSig)
+	}
+}
+
+// othersThere reports whether a principal other than me's holds a live
+// lease or a live ticket.
+func (it *mItem) othersThere(me mCaller, now int64) bool {
+	for p, ids := range it.principals {
+		if p != me.p && it.liveIn(ids, now) > 0 {
+			return true
+		}
+	}
+	for _, tk := range it.tickets {
+		if tk.p != me.p && tk.hasN && mLive(tk.d, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// ---------------------------------------------------------------------
+// Checking a state.
+
+// checkState checks what every state of the item must hold at true time
+// now, leases counted live when every clock within skew sees them so.
+func mCheckState(k mKey, toolCaps map[string]int, it *mItem, now int64, skew int64) []mFinding {
+	var out []mFinding
+	fail := func(kind, subject, format string, args ...any) {
+		out = append(out, mFinding{kind, subject, fmt.Sprintf(format, args...)})
+	}
+	for _, p := range it.problems {
+		fail("schema", p, "%s", p)
+	}
+	// Whole leases and tickets.
+	in := map[string]int{}
+	for label, ids := range it.principals {
+		for _, id := range ids {
+			in[id]++
+			if _, ok := it.leases[id]; !ok {
+				fail("whole", id, "principal:%s holds %s, which is not a lease", label, id)
+			}
+		}
+	}
+	for tool, ids := range it.tools {
+		for _, id := range ids {
+			if _, ok := it.leases[id]; !ok {
+				fail("whole", id, "tool:%s holds %s, which is not a lease", tool, id)
+			}
+		}
+	}
+	for id := range it.leases {
+		if in[id] != 1 {
+			fail("whole", id, "lease %s is in %d principals' sets", id, in[id])
+		}
+	}
+	for id, tk := range it.tickets {
+		switch {
+		case !tk.hasN || !tk.hasBody:
+			fail("whole", id, "ticket %s is half there (queue %v, tickets %v)", id, tk.hasN, tk.hasBody)
+		case !slices.Contains(it.waiting[tk.p], id):
+			fail("whole", id, "ticket %s of %s is not in waiting:%s", id, tk.p, tk.p)
+		}
+	}
+	for label, ids := range it.waiting {
+		for _, id := range ids {
+			if tk := it.tickets[id]; tk == nil || tk.p != label {
+				fail("whole", id, "waiting:%s holds %s, which is not a ticket of %s", label, id, label)
+			}
+		}
+	}
+	// Caps.
+	sure := now + skew
+	ceiling := k.Cap
+	if c := it.limitOf(k); k.AdaptiveMin == 0 && c > 0 {
+		ceiling = int(c)
+	}
+	if n := it.liveLeases(sure); ceiling > 0 && n > ceiling {
+		fail("cap", "server", "leases holds %d live leases; cap %d", n, ceiling)
+	}
+	for tool, ids := range it.tools {
+		if c := toolCaps[tool]; c > 0 && it.liveIn(ids, sure) > c {
+			fail("cap", "tool:"+tool, "tool:%s holds %d live leases; cap %d", tool, it.liveIn(ids, sure), c)
+		}
+	}
+	for p, ids := range it.principals {
+		if c := k.PrincipalCap; c > 0 && it.liveIn(ids, sure) > c {
+			fail("cap", "principal:"+p, "principal:%s holds %d live leases; cap %d", p, it.liveIn(ids, sure), c)
+		}
+	}
+	if q := it.queued(); q > k.MaxQueued {
+		fail("queue", "", "%d tickets stored; MaxQueued %d", q, k.MaxQueued)
+	}
+	if k.AdaptiveMin > 0 && it.limit != 0 && (it.limit < int64(k.AdaptiveMin) || it.limit > int64(k.Cap)) {
+		fail("limit", "", "the limit is %d; it lives in [%d, %d]", it.limit, k.AdaptiveMin, k.Cap)
+	}
+	return out
+}
+
+// lookBound is the longest doc.go lets waiter id go without looking at the
+// item, from the item as an answer showed it: MaxLook while fewer than
+// Places live tickets come before it (fewest places held first, then the
+// lower number), rank/Places × MaxLook, at most MaxLookFar, behind more.
+func (it *mItem) lookBound(k mKey, now int64, id string) time.Duration {
+	me := it.tickets[id]
+	if me == nil {
+		return DefaultMaxLook
+	}
+	held := map[string]int{}
+	for p, ids := range it.principals {
+		held[p] = it.liveIn(ids, now)
+	}
+	rank := 0
+	for tid, t := range it.tickets {
+		if tid != id && t.hasN && t.hasBody && mLive(t.d, now) && (held[t.p] < held[me.p] || held[t.p] == held[me.p] && t.n < me.n) {
+			rank++
+		}
+	}
+	places := max(int(it.limitOf(k)), 1)
+	if rank < places {
+		return DefaultMaxLook
+	}
+	return min(time.Duration(rank/places)*DefaultMaxLook, MaxLookFar)
+}
