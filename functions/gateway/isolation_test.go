@@ -153,8 +153,8 @@ func TestFairSharesBetweenTenants(t *testing.T) {
 // TestOneTenantCannotOpenTheBreakerForOthers: key A's own calls make a tool
 // slow (its arguments), and time out; the breaker opens for A alone, on
 // every process, and key B's calls of the same tool go through. On another
-// server B's and C's calls fail in a row: two tenants' failures open it
-// for everyone, A included.
+// server B's and C's calls fail until each tenant's own breaker opens: two
+// tenants' open breakers open it for everyone, A included.
 func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
 	r := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv, Demo: true})
 	keyA, keyB, keyC := r.PutKey("*"), r.PutKey("*"), r.PutKey("*")
@@ -183,11 +183,11 @@ func TestOneTenantCannotOpenTheBreakerForOthers(t *testing.T) {
 			t.Errorf("B's call via process %d: %+v; want it through", i, c)
 		}
 	}
-	// On another server, B's and C's calls fail in a row: two tenants'
-	// failures open it for everyone, A included.
+	// On another server, B's calls and C's fail: once both tenants'
+	// own breakers are open, it opens for everyone, A included.
 	r.PutServer(map[string]any{"server_id": "other", "url": r.Demo.URL, "max_concurrent_requests": 8, "timeout": 1,
-		"breaker": map[string]any{"failure_threshold": 3, "recovery_timeout": 60}})
-	for i, key := range []string{keyB, keyC, keyB} {
+		"breaker": map[string]any{"failure_threshold": 2, "recovery_timeout": 60}})
+	for i, key := range []string{keyB, keyC, keyB, keyC} {
 		if c := callVia(gws[i%3].URL, key, "other", "slow_tool", map[string]any{"ms": 5000}); c.Fault.Code != fault.UpstreamTimeout {
 			t.Fatalf("slow call %d on the other server: %+v", i, c)
 		}

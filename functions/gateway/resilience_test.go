@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -34,12 +33,12 @@ func breakerOpenUntil(f *testkit.Rig, tool string) time.Time {
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	n, ok := out.Item["breaker_open_until:"+tool].(*types.AttributeValueMemberN)
-	if !ok {
-		return time.Time{}
+	for _, b := range lease.Breakers(out.Item, time.Now()) {
+		if b.Name == tool && b.OpenUntil != nil {
+			return *b.OpenUntil
+		}
 	}
-	ms, _ := strconv.ParseInt(n.Value, 10, 64)
-	return time.UnixMilli(ms)
+	return time.Time{}
 }
 
 // waitBreakerOpen waits until tool's breaker is open and returns until
@@ -142,9 +141,10 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 	demoServer(f, map[string]any{"server_id": "demo", "max_concurrent_requests": 20,
 		"tools":   map[string]any{"slow_tool": map[string]any{"timeout": 0.3}},
 		"breaker": map[string]any{"failure_threshold": 2, "recovery_timeout": 1}})
-	// Two principals' calls fail: it opens for everyone.
+	// Two principals' calls fail until each one's own breaker opens: it
+	// opens for everyone.
 	other := f.PutKey("*")
-	for i, key := range []string{f.Key, other} {
+	for i, key := range []string{f.Key, f.Key, other, other} {
 		if o := demoCallAs(f, key, i, "slow_tool", map[string]any{"ms": 5000}); o.Fault.Code != fault.UpstreamTimeout {
 			t.Fatalf("opening call %d: %d %s", i, o.Status, o.Body)
 		}

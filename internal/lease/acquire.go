@@ -70,6 +70,9 @@ type attempt struct {
 	// lookBy is when it reads the item at the latest, whatever news from
 	// its process came meanwhile (zero: after its next wait's look).
 	lookBy time.Time
+	// own is the last item this attempt's own requests were answered
+	// with: what a refusal is judged from.
+	own *view
 	// turnSince is, for each ticket whose turn had come before this
 	// caller's at its looks, when it first saw so: past ClaimWindow, still
 	// there with its turn come, its caller is presumed gone.
@@ -135,15 +138,24 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			}
 			err := refusal(v.gatesOf(a.req.Tool, a.me.breaker), a.me.label, now, v.hold)
 			var open *CircuitOpenError
-			if errors.As(err, &open) || err != nil && a.req.Wait <= 0 {
+			refuse := errors.As(err, &open) || err != nil && a.req.Wait <= 0
+			rl := rateLimited(v, a.req.Rates, now)
+			if (refuse || a.n == 0 && rl != nil) && v != a.own {
+				// A refusal is judged from an answer of its own: another
+				// request's, from this process, may be out of date.
+				if v, err = a.l.read(ctx, a.req.Key); err != nil {
+					return nil, err
+				}
+				a.own = v
+				continue
+			}
+			if refuse {
 				a.l.stats.refused(err)
 				return nil, err
 			}
-			if a.n == 0 {
-				if err := rateLimited(v, a.req.Rates, now); err != nil {
-					a.l.stats.rateLimited.Add(1)
-					return nil, err
-				}
+			if a.n == 0 && rl != nil {
+				a.l.stats.rateLimited.Add(1)
+				return nil, rl
 			}
 			if a.mustPurge(v, now) {
 				// Stale entries its own write would count and could not
@@ -152,6 +164,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				if err != nil {
 					return nil, err
 				}
+				a.own = nv
 				if !progress {
 					if err := a.pause(ctx, jitter(writeMinBackoff), waitUntil); err != nil {
 						return nil, err
@@ -170,6 +183,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			if ls, v, err = a.take(ctx, v, h, bypass, now); ls != nil {
 				return ls, err
 			}
+			a.own = v
 			if err == nil {
 				continue
 			}
@@ -190,8 +204,10 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			return nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 		case a.n == 0 && v != nil:
 			v, err = a.join(ctx, v)
+			a.own = v
 		case v == nil:
 			v, err = a.l.read(ctx, a.req.Key)
+			a.own = v
 		default:
 			v, err = a.wait(ctx, v, a.nextLook(v, now, h.ahead), waitUntil)
 		}
@@ -205,6 +221,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 					return nil, err
 				}
 				v, err = a.l.read(ctx, a.req.Key)
+				a.own = v
 			}
 			a.failures = 0
 			continue
@@ -637,7 +654,9 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 	case <-t.C:
 	}
 	a.asked, a.lookBy = time.Now(), time.Time{}
-	return a.l.read(ctx, a.req.Key)
+	v, err := a.l.read(ctx, a.req.Key)
+	a.own = v
+	return v, err
 }
 
 // nextLook is how long a waiter waits before it looks at the item again:
@@ -823,14 +842,17 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 // outcome was unknown: a token may be lost to a store error, never taken
 // twice.
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
-	v := l.board(req.Key).recent(time.Hour)
+	// The process's last view of the key only chooses the form of the
+	// charge, which its conditions check; a refusal is judged from the
+	// answer a charge gets.
+	v, own := l.board(req.Key).recent(time.Hour), false
 	gates := []string{PauseAttr}
 	if req.Tool != "" {
 		gates = append(gates, PauseAttrPrefix+req.Tool)
 	}
 	for range maxEager {
 		now := l.clock().UnixMilli()
-		if v != nil {
+		if v != nil && own {
 			if err := refusal(v.gatesOf(req.Tool, ""), req.Holder, now, v.hold); err != nil {
 				l.stats.refused(err)
 				return nil, err
@@ -861,7 +883,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		if !errors.Is(err, errCondition) {
 			return nil, err
 		}
-		v = nv
+		v, own = nv, true
 	}
 	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
 }

@@ -62,9 +62,11 @@
 //     ticket: ADD 1 to seq and set queue.<id> to the new value in one write
 //     (both operands read the item as it was), on condition that the queue
 //     has room (size(queue) < MaxQueued) and, when its principal already
-//     has callers waiting, that more than QueueReserve(MaxQueued) places
-//     stay free: a principal cannot fill the last places of the queue, so
-//     another principal's lone caller finds one. A join charges nothing.
+//     has callers waiting, that it would not take one of the last
+//     QueueReserve(MaxQueued) places (the last quarter, rounded down:
+//     size(queue) < MaxQueued − QueueReserve): a principal cannot fill the
+//     queue, so another principal's lone caller finds a place. A join
+//     charges nothing.
 //     A join refused for room is one failed write that changes nothing.
 //   - Leave: a waiter that gives up removes its ticket whole and ADDs 1 to
 //     freed, conditioned on its number; a take of it whose outcome was

@@ -364,8 +364,15 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 			u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp))
 		}
 	}
-	if slices.Contains(probes, gateRef{attr, label}) || o != Failure && o != Success {
+	ownProbed := slices.Contains(probes, gateRef{attr, label})
+	switch {
+	case o != Failure && o != Success, ownProbed && o == Success:
 		return tr // its own entry had its probe's verdict
+	case ownProbed:
+		// Its own entry shut again by its probe's failure: for everyone
+		// too if another principal's is shut, judged from the gate as
+		// seen, every entry conditioned.
+		return u.shutWith(g, attr, label, probes, reopen, now, tr)
 	}
 	// What the call tells its principal's entry is judged from the entry
 	// as seen, and conditioned on it: a view that missed a change (a
@@ -392,27 +399,42 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 		return tr
 	}
 	// Its principal's entry shuts (a failed everyone-probe is its own
-	// signal too); the entry for everyone with it if another principal's
-	// is shut — judged from the gate as seen, every entry conditioned.
-	if g != nil {
-		u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
-		for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-			if key != label && !slices.Contains(probes, gateRef{attr, key}) {
-				u.condEntry(g, key)
-			}
+	// signal too).
+	u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, ""))
+	tr = OpenedForPrincipal
+	if starFailed {
+		tr = Reopened
+	}
+	return u.shutWith(g, attr, label, probes, reopen, now, tr)
+}
+
+// shutWith adds to u, as principal label's entry of gate attr shuts until
+// reopen, the entry for everyone's shutting with it if another
+// principal's entry is shut — judged from the gate g as seen, every entry
+// of it conditioned (those of probes are, by their probe) — and returns
+// the transition: tr, or Opened when the everyone-entry shuts.
+func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen, now int64, tr Transition) Transition {
+	if g == nil {
+		return tr
+	}
+	u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
+	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
+		if key != label && !slices.Contains(probes, gateRef{attr, key}) {
+			u.condEntry(g, key)
 		}
 	}
-	u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, ""))
 	other, ok := g.shutByAnother(label, now)
 	switch {
-	case ok && starFailed:
+	case !ok:
+		return tr
+	case slices.Contains(probes, gateRef{attr, gateAll}):
+		// Its failed probe of the everyone-entry left it half-open: shut
+		// again.
 		u.set(u.path(attr, gateAll, gateUntil), u.num(reopen))
 		return Reopened
-	case ok:
-		u.shutAll(g, other, reopen)
-		return Opened
 	}
-	return OpenedForPrincipal
+	u.shutAll(g, other, reopen)
+	return Opened
 }
 
 // setEntryAs adds to u the write of entry key of gate attr, g being the
@@ -432,8 +454,8 @@ func (u *update) setEntryAs(g *gate, attr, key string, val types.AttributeValue)
 // while another principal's entry is closed too.
 func (u *update) pause(v *view, attr, label string, until, now int64) {
 	g := v.gates[attr]
-	if e := g.entry(label); e.until >= until {
-		return
+	if e := g.entry(label); e.until >= until || until <= now {
+		return // a later pause stands, or this one has passed already
 	}
 	val := entryValue(map[string]int64{gateUntil: until}, "")
 	if g == nil {

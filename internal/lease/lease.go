@@ -74,9 +74,10 @@ func PrincipalAttr(label string) string { return PrincipalAttrPrefix + label }
 func WaitingAttr(label string) string { return WaitingAttrPrefix + label }
 
 // QueueReserve is how many of a queue of maxQueued places a principal that
-// already has callers waiting may not take: the last quarter, so that
-// another principal's lone caller finds one.
-func QueueReserve(maxQueued int) int { return min((maxQueued+3)/4, max(maxQueued-1, 0)) }
+// already has callers waiting may not take: the last quarter, rounded
+// down (none of a queue under four places), so that another principal's
+// lone caller finds one.
+func QueueReserve(maxQueued int) int { return max(maxQueued, 0) / 4 }
 
 // Defaults for Options, and the protocol's fixed times.
 const (

@@ -38,12 +38,13 @@ const (
 )
 
 // modelQueueReserve is QueueReserve(n): the last places of a queue of n
-// that a principal with callers waiting may not take.
+// that a principal with callers waiting may not take — the last quarter,
+// rounded down, as doc.go says.
 func modelQueueReserve(n int) int {
-	if n <= 1 {
+	if n < 4 {
 		return 0
 	}
-	return min((n+3)/4, n-1)
+	return n / 4
 }
 
 // ---------------------------------------------------------------------
@@ -1324,7 +1325,7 @@ func (w *mWrite) judgeGates(v *mVerdict) {
 				}
 			}
 		}
-		if attr == myPause && w.w.pausedAt > 0 && ea.u < min(pauseUntil, max(eb.u, pauseUntil)) {
+		if attr == myPause && w.w.pausedAt > 0 && pauseUntil > now && ea.u < min(pauseUntil, max(eb.u, pauseUntil)) {
 			v.fail("pause", attr+"."+me.p, "a release asking for a pause until %+d left %s.%s at %+d", pauseUntil-now, attr, me.p, ea.u-now)
 		}
 		// When its own entry closes while another principal's is closed,

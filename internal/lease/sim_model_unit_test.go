@@ -124,8 +124,12 @@ func (f *mFix) entry(attr, key string, e mEntry) *mFix {
 func (f *mFix) item() *mItem { return mRead(f.raw) }
 
 func TestModelQueueReserve(t *testing.T) {
-	for n, want := range map[int]int{0: 0, 1: 0, 2: 1, 3: 1, 4: 1, 5: 2, 8: 2, 9: 3, 12: 3, 64: 16} {
+	for n, want := range map[int]int{0: 0, 1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 8: 2, 9: 2, 12: 3, 64: 16, 100: 25} {
 		if got := modelQueueReserve(n); got != want {
+			t.Errorf("modelQueueReserve(%d) = %d, want %d", n, got, want)
+		}
+		// The model and the code agree on what doc.go says.
+		if got := QueueReserve(n); got != want {
 			t.Errorf("QueueReserve(%d) = %d, want %d", n, got, want)
 		}
 	}

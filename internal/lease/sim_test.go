@@ -1229,6 +1229,13 @@ func (s *sim) run() {
 	if s.caps.rate > 0 || s.caps.principalRate > 0 || s.caps.toolRate > 0 {
 		rest += time.Minute
 	}
+	// A ticket lives to its caller's deadline and a margin, on a clock up
+	// to the skew ahead: the sweep begins after the last could have.
+	for _, c := range s.callers {
+		if end := c.arrivedAt.Add(c.wait + simMargin + 2*simSkew); time.Until(end) > rest {
+			rest = time.Until(end) + time.Second
+		}
+	}
 	time.Sleep(rest)
 	sweeper := &simCaller{id: len(s.callers), principal: "sweep", settled: make(chan struct{}), final: mNoOutcome, grant: -1, inflight: map[*simReq]bool{}}
 	sweeper.req = s.request(sweeper)
