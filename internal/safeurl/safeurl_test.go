@@ -40,6 +40,11 @@ func TestRedactText(t *testing.T) {
 		{"two: https://a:b@x.test/p and (http://y.test/?q=1)", "two: https://REDACTED@x.test/p and (http://y.test/?q=REDACTED)"},
 		{"://nothing?x=1", "://nothing?x=1"},
 		{"1https://x.test/?k=v", "1https://x.test/?k=REDACTED"},
+		// Quoted with %q, as net/http's errors quote it: whatever the
+		// query holds, up to the closing quote.
+		{`Post "http://h.test/mcp?token=ab\"cd'ef gh<ij&team=blue": dial tcp: refused`,
+			`Post "http://h.test/mcp?token=REDACTED&team=REDACTED": dial tcp: refused`},
+		{`Get "http://h.test/?a=1\\": x "https://h.test/?b=2"`, `Get "http://h.test/?a=REDACTED": x "https://h.test/?b=REDACTED"`},
 	} {
 		if got := RedactText(tc.in); got != tc.want {
 			t.Errorf("RedactText(%q)\n got %q\nwant %q", tc.in, got, tc.want)
