@@ -393,7 +393,7 @@ func TestRequestSpanEscapesWhatTheRequestChose(t *testing.T) {
 	s := spans[0]
 	all := []string{s.Name()}
 	for _, kv := range s.Attributes() {
-		all = append(all, kv.Value.Emit())
+		all = append(all, kv.Value.String())
 	}
 	for _, v := range all {
 		if strings.ContainsFunc(v, clip.IsEscaped) {
