@@ -281,7 +281,7 @@ func pumpLogs(t *testing.T, path string, gws []*testkit.Gateway) {
 func text(t *testing.T, tab context.Context, sel string) string {
 	t.Helper()
 	q, _ := json.Marshal(sel)
-	s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(document.querySelector(` + string(q) + `)||{innerText:""}).innerText`))
+	s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(document.querySelector(`+string(q)+`)||{innerText:""}).innerText`))
 	if err != nil {
 		t.Fatalf("read %s: %v", sel, err)
 	}
@@ -319,7 +319,9 @@ func waitFor(t *testing.T, tab context.Context, sel, what string, ok func(string
 	}
 }
 
-func contains(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }
+func contains(sub string) func(string) bool {
+	return func(s string) bool { return strings.Contains(s, sub) }
+}
 func equals(want string) func(string) bool {
 	return func(s string) bool { return strings.TrimSpace(s) == want }
 }

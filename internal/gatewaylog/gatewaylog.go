@@ -86,7 +86,9 @@ func (f Filter) Selects(rec *Record) bool {
 }
 
 // Coded reports whether rec's code is one of f's Codes (any, when none).
-func (f Filter) Coded(rec *Record) bool { return len(f.Codes) == 0 || slices.Contains(f.Codes, rec.Code) }
+func (f Filter) Coded(rec *Record) bool {
+	return len(f.Codes) == 0 || slices.Contains(f.Codes, rec.Code)
+}
 
 // PrincipalMatches reports whether the logged principal got is the one
 // want names: a prefix of it, or its label in mcpgate status (k:1a2b3c4d).
