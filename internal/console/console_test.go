@@ -2,11 +2,13 @@ package console_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/console"
 	"github.com/mcpgate/mcpgate/internal/fleet"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -344,5 +347,132 @@ func screenshot(t *testing.T, tab context.Context, path string) {
 	}
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConsoleSaysWhenTheStoreIsDown: with the store refusing connections,
+// or taking connections and never answering, the pages go on, showing
+// the last reading and saying the store is not answering; they recover
+// when it is back.
+func TestConsoleSaysWhenTheStoreIsDown(t *testing.T) {
+	tab := newTab(t)
+	env := storetest.NewEnv(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": "http://127.0.0.1:1/mcp", "max_concurrent_requests": 2})
+	proxy := testkit.NewProxy(t, strings.TrimPrefix(env.Endpoint, "http://"))
+	con := startConsole(t, env, "http://"+proxy.Addr, "", func(o *console.Options) { o.ReadTimeout = time.Second })
+	navigate(t, tab, con.tokenURL)
+	waitFor(t, tab, `tr[data-server="demo"] .limit`, "demo's cap", equals("2"))
+
+	proxy.Stop()
+	waitFor(t, tab, "#store-banner", "the outage", contains("The store is not answering"))
+	if s := text(t, tab, `tr[data-server="demo"] .limit`); s != "2" {
+		t.Errorf("during the outage demo's cap shows %q; want the last reading's 2", s)
+	}
+	navigate(t, tab, con.base+"/servers/demo")
+	waitFor(t, tab, "#store-banner", "the outage on the server page", contains("Showing what it last said"))
+	if s := act(t, tab, "#pause"); !strings.Contains(s, "failed") {
+		t.Errorf("a pause with the store down answered %q; want it said to have failed", s)
+	}
+	if shots := os.Getenv(screenshotsV); shots != "" {
+		screenshot(t, tab, filepath.Join(shots, "store-down.png"))
+	}
+	proxy.Start(t)
+	waitFor(t, tab, "#live", "the recovery", func(s string) bool { return !strings.Contains(s, "not answering") })
+
+	// A store that takes connections and never answers.
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		hole.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	slow := startConsole(t, env, "http://"+hole.Addr().String(), "", func(o *console.Options) { o.ReadTimeout = 500 * time.Millisecond })
+	navigate(t, tab, slow.tokenURL)
+	waitFor(t, tab, "#store-banner", "a store that never answers", contains("no answer in time"))
+	if s := text(t, tab, "#store-banner"); !strings.Contains(s, "Nothing has been read yet") {
+		t.Errorf("banner %q; want it to say nothing was read", s)
+	}
+}
+
+// TestConsoleReadCost measures what the console costs the store: every
+// request it sends, counted at its HTTP client, per reading, for N
+// servers, with three pages polling at once. It writes nothing.
+func TestConsoleReadCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping under -short: needs dynalite")
+	}
+	for _, n := range []int{1, 5, 20, 150} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			env := storetest.NewEnv(t)
+			l := lease.New(env.Client, env.Tables.Leases, lease.Options{})
+			for i := range n {
+				id := "s" + strconv.Itoa(i)
+				testkit.PutServer(t, env, map[string]any{"server_id": id, "url": "http://127.0.0.1:1/mcp", "max_concurrent_requests": 3})
+				if i < 10 { // lease items for some
+					ls, err := l.Acquire(context.Background(), lease.Request{Key: id, Cap: 3, Hold: time.Minute, Holder: "k:test"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer ls.Finish(context.Background(), lease.Success)
+				}
+			}
+			con := startConsole(t, env, env.Endpoint, "", func(o *console.Options) { o.Interval = 200 * time.Millisecond })
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 3 { // three open pages, each polling its fragment
+				c := httpClient(t, con)
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(100 * time.Millisecond):
+						}
+						if resp, err := c.Get(con.base + "/live/fleet"); err == nil {
+							resp.Body.Close()
+						}
+					}
+				})
+			}
+			time.Sleep(3 * time.Second)
+			close(stop)
+			wg.Wait()
+			ops := con.count.snapshot()
+			readings := ops["Scan"] // one Scan of the servers table per reading
+			total := 0
+			for _, v := range ops {
+				total += v
+			}
+			if readings == 0 {
+				t.Fatalf("no reading in 3 s: %v", ops)
+			}
+			perReading := float64(total) / float64(readings)
+			t.Logf("%d servers: %d readings, %v requests: %.2f requests per reading", n, readings, ops, perReading)
+			if w := writes(ops); w != 0 {
+				t.Errorf("the console wrote %d times without an action", w)
+			}
+			if limit := 2 + float64((n+99)/100) - 1; perReading > limit+0.01 {
+				t.Errorf("%.2f requests per reading of %d servers; want at most %.0f (one Scan, one BatchGetItem per 100)", perReading, n, limit)
+			}
+		})
 	}
 }
