@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/smithy-go"
+
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/fleet"
 	"github.com/mcpgate/mcpgate/internal/lease"
@@ -101,7 +103,7 @@ func (c *Console) pause(ctx context.Context, r *http.Request, o *outcome) {
 	until := c.o.Now().Add(d)
 	o.rec.Detail = "until " + until.UTC().Format(time.RFC3339)
 	if err := c.admin.Pause(ctx, id, until); err != nil {
-		o.failed(err, "Pausing %s failed: %s", id, clipText(err.Error()))
+		o.failed(err, "Pausing %s failed: %s", id, problem(err))
 		return
 	}
 	o.ok("%s is paused until %s (%v): no call is admitted; calls in flight go on, and waiters wait.", id, until.Local().Format("15:04:05"), roundDur(d))
@@ -111,7 +113,7 @@ func (c *Console) resume(ctx context.Context, r *http.Request, o *outcome) {
 	o.rec.Action = "resume"
 	id := r.PathValue("id")
 	if err := c.admin.Resume(ctx, id); err != nil {
-		o.failed(err, "Resuming %s failed: %s", id, clipText(err.Error()))
+		o.failed(err, "Resuming %s failed: %s", id, problem(err))
 		return
 	}
 	o.ok("%s admits calls again.", id)
@@ -126,7 +128,7 @@ func (c *Console) resetBreaker(ctx context.Context, r *http.Request, o *outcome)
 		return
 	}
 	if err := c.admin.ResetBreaker(ctx, id, name); err != nil {
-		o.failed(err, "Resetting the breaker of %s/%s failed: %s", id, name, clipText(err.Error()))
+		o.failed(err, "Resetting the breaker of %s/%s failed: %s", id, name, problem(err))
 		return
 	}
 	o.ok("The breaker of %s/%s is closed for everyone.", id, name)
@@ -145,7 +147,7 @@ func (c *Console) release(ctx context.Context, r *http.Request, o *outcome) {
 	case errors.Is(err, lease.ErrNotHeld):
 		o.refused(err, "Lease %s of %s is not held (released or expired already): nothing done.", lid, id)
 	case err != nil:
-		o.failed(err, "Releasing lease %s of %s failed: %s", lid, id, clipText(err.Error()))
+		o.failed(err, "Releasing lease %s of %s failed: %s", lid, id, problem(err))
 	default:
 		o.ok("Lease %s of %s is released; its place is free. %s", lid, id, ReleaseWarning)
 	}
@@ -183,7 +185,7 @@ func (c *Console) update(ctx context.Context, id, seen string, changes []fleet.C
 		o.refused(err, "%s not changed: %s. Look at it again, then make the change again.", id, err)
 		return false
 	case err != nil:
-		o.failed(err, "Changing %s failed: %s", id, clipText(err.Error()))
+		o.failed(err, "Changing %s failed: %s", id, problem(err))
 		return false
 	}
 	return true
@@ -398,7 +400,7 @@ func (c *Console) createKey(ctx context.Context, r *http.Request, o *outcome) {
 	k := &auth.Key{Name: name, Servers: servers, Tools: tools, MaxParallel: par, RPMLimit: rpm}
 	key, err := c.o.Store.CreateKey(ctx, k, c.o.Now())
 	if err != nil {
-		o.failed(err, "No key created: %s", clipText(err.Error()))
+		o.failed(err, "No key created: %s", problem(err))
 		return
 	}
 	o.rec.Target = fleet.ShortHash(k.Hash)
@@ -420,7 +422,7 @@ func (c *Console) revokeKey(ctx context.Context, r *http.Request, o *outcome) {
 	case err != nil && strings.Contains(err.Error(), "not a key hash"):
 		o.refused(err, "Not revoked: %s", clipText(err.Error()))
 	case err != nil:
-		o.failed(err, "Revoking failed: %s", clipText(err.Error()))
+		o.failed(err, "Revoking failed: %s", problem(err))
 	default:
 		o.rec.Target = fleet.ShortHash(k.Hash)
 		o.ok("Key %s (%s) is revoked; gateways stop accepting it within their key cache time (default %v).", fleet.ShortHash(k.Hash), orNone(k.Name), auth.DefaultCacheTTL)
@@ -432,4 +434,19 @@ func orNone(s string) string {
 		return "no name"
 	}
 	return s
+}
+
+// problem says why an action's write failed, in a line: the store's own
+// word for a refusal or a condition it reports (a pause that changed
+// meanwhile), else what storeProblem makes of a failure to reach it.
+func problem(err error) string {
+	var api smithy.APIError
+	msg := err.Error()
+	if strings.Contains(msg, "meanwhile") || strings.Contains(msg, "kept changing") {
+		return clipText(fleet.OneLine(msg))
+	}
+	if errors.As(err, &api) {
+		return clipText(api.ErrorCode() + ": " + api.ErrorMessage())
+	}
+	return storeProblem(err)
 }

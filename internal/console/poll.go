@@ -2,12 +2,15 @@ package console
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aws/smithy-go"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/catalog"
@@ -212,11 +215,14 @@ func (p *poller) chart(id string) []sample {
 // answer.
 func storeProblem(err error) string {
 	msg := err.Error()
+	var api smithy.APIError
 	switch {
-	case strings.Contains(msg, "context deadline exceeded"):
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "context deadline exceeded"):
 		return "no answer in time (the store is slow or unreachable)"
 	case strings.Contains(msg, "connection refused"):
 		return "connection refused (is the store running?)"
+	case errors.As(err, &api):
+		return clip.String(api.ErrorCode()+": "+api.ErrorMessage(), 200)
 	}
 	return clip.String(fleet.OneLine(msg), 200)
 }
