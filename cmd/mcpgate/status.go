@@ -69,7 +69,6 @@ Flags:
 // The report status prints is the fleet's (see fleet.Report).
 type (
 	statusReport = fleet.Report
-	limiterState = fleet.Limiter
 	leaseState   = fleet.Lease
 )
 

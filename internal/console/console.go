@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/fleet"
@@ -95,7 +94,6 @@ type Console struct {
 	// addr is the address served ("127.0.0.1:8123"): the only Host
 	// accepted, and the origin state-changing requests must come from.
 	addr string
-	once sync.Once
 }
 
 // New returns a Console of o's stack. Start its reading with Run.

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -536,5 +535,3 @@ func codeHint(code string) string {
 	}
 	return ""
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
