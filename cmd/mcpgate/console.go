@@ -41,8 +41,9 @@ Actions: pause and resume admission, reset a breaker, release a lease,
 change a cap or any attribute, create and revoke keys. Each is one
 conditional write, and is recorded in the audit log with who did it.
 
-Who you are: locally (a store on this machine), your OS user; otherwise
-the caller identity AWS STS returns for your credentials.
+Who you are: against a deployed stack (--stack, a log group, or tables in
+AWS), the caller identity AWS STS returns for your credentials; against a
+store on this machine alone, your OS user.
 
 The audit log: deployed, the gateway's log group (--log-group, the
 stack's LogGroupName output, or MCPGATE_LOG_GROUP), stream
@@ -134,8 +135,10 @@ func runConsole(c *cli, args []string) error {
 		o.LogFile = *logFile
 	}
 
-	// Who acts, and where that is written down.
-	if local {
+	// Who acts, and where that is written down: a stack, or a log group in
+	// CloudWatch, or tables in AWS itself are a deployed stack's.
+	deployed := c.stack != "" || *logGroup != "" || !local
+	if !deployed {
 		u, err := user.Current()
 		name := os.Getenv("USER")
 		if err == nil {
@@ -151,7 +154,7 @@ func runConsole(c *cli, args []string) error {
 		o.Operator = aws.ToString(id.Arn)
 	}
 	switch {
-	case !local && *logGroup != "":
+	case deployed && *logGroup != "":
 		a := &console.CloudWatchAudit{Logs: cw, Group: *logGroup}
 		o.Audit, o.AuditLog = a, a
 	default:

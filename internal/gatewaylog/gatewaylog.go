@@ -196,14 +196,16 @@ func (t *Tail) Read(fn func(line string)) error {
 		t.off = 0
 	}
 	t.ino = ino
+	// A first read of a long file starts MaxTail from its end, after the
+	// line cut there.
+	skipFirst := false
 	if t.off == 0 && fi.Size() > MaxTail {
-		t.off = fi.Size() - MaxTail
+		t.off, skipFirst = fi.Size()-MaxTail, true
 	}
 	if _, err := f.Seek(t.off, io.SeekStart); err != nil {
 		return err
 	}
 	r := bufio.NewReaderSize(f, 64<<10)
-	skipFirst := t.off > 0 && t.off == fi.Size()-MaxTail
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
