@@ -53,7 +53,7 @@ var commands = []*command{
 	tablesCreateCmd,
 	serversPutCmd, serversGetCmd, serversListCmd, serversDeleteCmd, serversSetCmd, serversCheckCmd,
 	keysCreateCmd, keysListCmd, keysRevokeCmd,
-	statusCmd, refusalsCmd,
+	statusCmd, refusalsCmd, consoleCmd,
 	importLiteLLMCmd,
 	envCmd,
 }
@@ -247,6 +247,7 @@ const envHelp = `Environment:
   AWS_ENDPOINT_URL_DYNAMODB                 a local endpoint, e.g. http://127.0.0.1:8000
   AWS_PROFILE, AWS_ACCESS_KEY_ID, ...       credentials, as for any AWS SDK tool
   MCPGATE_LOG, MCPGATE_LOG_GROUP            where refusals reads the gateway's log (a file; a log group)
+  MCPGATE_AUDIT_LOG                         where a local console writes its audit records
 
 Global flag:
   --stack NAME   read the table names and log group from the outputs of the
