@@ -6,12 +6,12 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev check test soak lint deps tables build build-GatewayFunction cli vet fmt fuzz bench clean
+.PHONY: help dev check test soak lint deps chromium tables build build-GatewayFunction cli vet fmt fuzz bench screenshots clean
 
 # make help prints the "## " lines just above each target: the first after
 # "make <target>", the others indented under it.
 help:
-	@awk '/^## /{h[n++]=substr($$0,4);next} n&&/^[a-zA-Z_-]+:/{sub(/:.*/,"");printf "make %-8s%s\n",$$0,h[0];for(i=1;i<n;i++)printf "%13s%s\n","",h[i]} {n=0}' $(firstword $(MAKEFILE_LIST))
+	@awk '/^## /{h[n++]=substr($$0,4);next} n&&/^[a-zA-Z_-]+:/{sub(/:.*/,"");printf "make %-12s%s\n",$$0,h[0];for(i=1;i<n;i++)printf "%17s%s\n","",h[i]} {n=0}' $(firstword $(MAKEFILE_LIST))
 
 # Node packages. make dev needs only dynalite (the "dependencies"); the
 # tests also need the "devDependencies" and the optional Node 22 binary,
@@ -22,9 +22,17 @@ help:
 NODE_DEV  := infra/node_modules/.mcpgate-dev
 NODE_TEST := infra/node_modules/.mcpgate-test
 
-## install every Node package (dynalite and the test-only ones) and the Go modules
-deps: $(NODE_TEST)
+## install every Node package (dynalite and the test-only ones), the Go modules
+## and Debian's chromium (the console's browser tests)
+deps: $(NODE_TEST) chromium
 	$(GO) mod download
+
+# The console's browser tests (internal/console) drive Debian's chromium;
+# installed with apt-get when it is missing (as root, on Debian or Ubuntu).
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then apt-get update && apt-get install -y chromium; \
+	else echo "chromium is missing and this is not a Debian system: install Chromium, or set CHROMIUM to its path"; fi
 
 $(NODE_TEST): infra/package.json infra/package-lock.json
 	cd infra && $(NPM) ci --no-audit --no-fund
@@ -108,6 +116,14 @@ soak: $(NODE_TEST)
 ## BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all)
 bench: $(NODE_TEST)
 	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
+
+# The console's screens, as the browser tests drive them (internal/console),
+# into results/console/ (git-ignored).
+## screenshots of every console screen into results/console/ (needs chromium: make deps)
+screenshots: $(NODE_TEST) chromium
+	@mkdir -p results/console
+	CONSOLE_SCREENSHOTS=$(CURDIR)/results/console $(GO) test -count=1 -run '^(TestConsole|TestConsoleSaysWhenTheStoreIsDown)$$' ./internal/console
+	@ls results/console/*.png
 
 ## create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point
 tables:

@@ -186,6 +186,7 @@ Six concurrent calls of a 2-second tool; the upstream never sees more than 2
 Tools:  curl -s \$MCPGATE_URL/mcp-rest/tools/list -H "Authorization: Bearer \$MCPGATE_KEY"
 Status: mcpgate status --watch
 Refused calls, and why: mcpgate refusals
+Console (live caps, queues, breakers and calls, in a browser): mcpgate console
 Agents: see "Connect an agent" in README.md (MCP endpoint \$MCPGATE_URL/mcp)
 
 Ctrl-C stops everything.

@@ -27,6 +27,7 @@
 //	mcpgate status [SERVER_ID] [--json] [--watch [--interval D] [--count N]]
 //	mcpgate refusals [--since D] [--server ID] [--principal P] [--code CODE,...] [--limit N] [--json]
 //	                 [--log FILE | --log-group NAME]
+//	mcpgate console [--addr HOST:PORT] [--log FILE | --log-group NAME] [--audit-log FILE]
 //	mcpgate env --stack NAME
 //	mcpgate import litellm FILE [--dry-run] [--rename] [--overwrite]
 //	mcpgate help [COMMAND]
@@ -51,6 +52,9 @@
 // output) with FilterLogEvents, and shows those with an error code grouped
 // by code, server and principal, with request ids, then the latest one by
 // one and what each code means.
+//
+// console serves a live web console of the fleet on a loopback address
+// (internal/console) and prints its URL, which carries the run's token.
 //
 // Exit status: 0 on success, 1 on failure (one line on standard error), 2
 // for an unknown command or bad flags or arguments (with usage).

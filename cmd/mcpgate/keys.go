@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,12 +10,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
-	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/clip"
+	"github.com/mcpgate/mcpgate/internal/fleet"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -77,9 +77,9 @@ Gateway instances stop accepting the key within their key cache time
 }
 
 const (
-	shownHashLen = 12
-	minPrefixLen = 8
-	fullHashLen  = 64
+	shownHashLen = fleet.ShownHashLen
+	minPrefixLen = fleet.MinPrefixLen
+	fullHashLen  = fleet.FullHashLen
 )
 
 func runKeysCreate(c *cli, args []string) error {
@@ -96,13 +96,16 @@ func runKeysCreate(c *cli, args []string) error {
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
 	}
-	servers, err := parseServerList(*serversFlag)
-	if err != nil {
-		return err
+	if strings.TrimSpace(*serversFlag) == "" {
+		return usagef("--servers is required: the server ids the key may call, comma-separated, or * for all")
 	}
-	tools, err := parseToolList(*toolsFlag, servers)
+	servers, err := fleet.ParseServers(*serversFlag)
 	if err != nil {
-		return err
+		return usagef("--servers: %v", err)
+	}
+	tools, err := fleet.ParseTools(*toolsFlag, servers)
+	if err != nil {
+		return usagef("--tools: %v", err)
 	}
 	if *maxParallel < 0 || *maxParallel > auth.MaxParallelLimit {
 		return usagef("--max-parallel %d: use 1 to %d (or leave it out for no limit)", *maxParallel, auth.MaxParallelLimit)
@@ -113,17 +116,12 @@ func runKeysCreate(c *cli, args []string) error {
 	if err := c.open(); err != nil {
 		return err
 	}
-	key := auth.NewKey()
-	hash := auth.HashKey(key)
-	item := auth.KeyItem(&auth.Key{Hash: hash, Name: *name, Servers: servers, Tools: tools, MaxParallel: *maxParallel, RPMLimit: *rpmLimit}, time.Now())
-	_, err = c.db.PutItem(c.ctx, &dynamodb.PutItemInput{
-		TableName:           aws.String(c.tables.Keys),
-		Item:                item,
-		ConditionExpression: aws.String("attribute_not_exists(" + store.KeyHashAttr + ")"),
-	})
+	k := &auth.Key{Name: *name, Servers: servers, Tools: tools, MaxParallel: *maxParallel, RPMLimit: *rpmLimit}
+	key, err := c.fleet().CreateKey(c.ctx, k, time.Now())
 	if err != nil {
 		return dbErr("store key", err)
 	}
+	hash := k.Hash
 	for _, id := range servers {
 		if id == auth.AllServers {
 			continue
@@ -139,52 +137,6 @@ func runKeysCreate(c *cli, args []string) error {
 	fmt.Fprintln(c.stdout, key)
 	fmt.Fprintln(c.stderr, "This is the only time the key is shown: store it now. It cannot be shown again (only its SHA-256 is kept).")
 	return nil
-}
-
-// parseServerList reads --servers: comma-separated server ids or "*".
-func parseServerList(s string) ([]string, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, usagef("--servers is required: the server ids the key may call, comma-separated, or * for all")
-	}
-	var ids []string
-	for _, id := range strings.Split(s, ",") {
-		id = strings.TrimSpace(id)
-		if id != auth.AllServers {
-			if err := registry.ValidateID(id); err != nil {
-				return nil, usagef("--servers: %v", err)
-			}
-		}
-		if !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids, nil
-}
-
-// parseToolList reads --tools: comma-separated "<server_id>/<glob>", each
-// naming a server of servers (or "*").
-func parseToolList(s string, servers []string) ([]string, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var out []string
-	for _, g := range strings.Split(s, ",") {
-		g = strings.TrimSpace(g)
-		if err := auth.ValidToolGrant(g); err != nil {
-			return nil, usagef("--tools: %v", err)
-		}
-		if id, _, _ := strings.Cut(g, "/"); id != auth.AllServers {
-			if !slices.Contains(servers, id) && !slices.Contains(servers, auth.AllServers) {
-				return nil, usagef("--tools: %q names server %q, which --servers does not grant", g, id)
-			}
-		}
-		if !slices.Contains(out, g) {
-			out = append(out, g)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
 }
 
 func runKeysList(c *cli, args []string) error {
@@ -212,7 +164,7 @@ func runKeysList(c *cli, args []string) error {
 	for _, item := range items {
 		k, err := auth.ParseItem(item)
 		if err != nil {
-			invalid = append(invalid, shortHash(k.Hash)+": "+strings.TrimPrefix(err.Error(), "auth: "))
+			invalid = append(invalid, shortHash(k.Hash)+": "+oneLine(strings.TrimPrefix(err.Error(), "auth: ")))
 		}
 		servers := strings.Join(k.Servers, ",")
 		if servers == "" {
@@ -232,7 +184,7 @@ func runKeysList(c *cli, args []string) error {
 		if k.RPMLimit > 0 {
 			rpm = strconv.Itoa(k.RPMLimit)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, tools, parallel, rpm, rawAttr(item, auth.AttrCreated))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), orDash(k.Name), orDash(servers), orDash(tools), parallel, rpm, orDash(rawAttr(item, auth.AttrCreated)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -255,45 +207,23 @@ func runKeysRevoke(c *cli, args []string) error {
 	if err := c.open(); err != nil {
 		return err
 	}
-	items, err := c.scan(c.tables.Keys)
-	if err != nil {
-		return err
-	}
-	var matches []*auth.Key
-	for _, item := range items {
-		if k, _ := auth.ParseItem(item); strings.HasPrefix(k.Hash, prefix) {
-			matches = append(matches, k)
-		}
-	}
-	switch len(matches) {
-	case 0:
-		return fmt.Errorf("no key hash starts with %s", prefix)
-	case 1:
-	default:
-		var shown []string
-		for _, k := range matches {
-			shown = append(shown, shortHash(k.Hash))
-		}
-		return fmt.Errorf("prefix %s is ambiguous: it matches %d keys (%s); give more characters", prefix, len(matches), strings.Join(shown, ", "))
-	}
-	k := matches[0]
-	_, err = c.db.DeleteItem(c.ctx, &dynamodb.DeleteItemInput{
-		TableName:           aws.String(c.tables.Keys),
-		Key:                 map[string]types.AttributeValue{store.KeyHashAttr: &types.AttributeValueMemberS{Value: k.Hash}},
-		ConditionExpression: aws.String("attribute_exists(" + store.KeyHashAttr + ")"),
-	})
-	if conditionFailed(err) {
-		return fmt.Errorf("key %s was revoked meanwhile", shortHash(k.Hash))
-	}
-	if err != nil {
-		return dbErr("revoke key "+shortHash(k.Hash), err)
+	k, err := c.fleet().RevokeKey(c.ctx, prefix)
+	switch {
+	case errors.Is(err, fleet.ErrNoKey):
+		return errors.New(strings.TrimPrefix(err.Error(), fleet.ErrNoKey.Error()+": "))
+	case errors.Is(err, fleet.ErrAmbiguous):
+		return errors.New(strings.TrimPrefix(err.Error(), fleet.ErrAmbiguous.Error()+": "))
+	case err != nil:
+		return dbErr("revoke key", err)
 	}
 	fmt.Fprintf(c.stdout, "revoked key %s %s; gateways stop accepting it within their key cache time (default %v)\n",
 		shortHash(k.Hash), keyLabel(k.Name), auth.DefaultCacheTTL)
 	return nil
 }
 
-func shortHash(h string) string { return h[:min(len(h), shownHashLen)] }
+// shortHash is the start of a key's hash as the CLI shows it, escaped
+// (clip.Escape) should an item hold something else.
+func shortHash(h string) string { return clip.Escape(fleet.ShortHash(h)) }
 
 // keyLabel shows a key's name for people.
 func keyLabel(s string) string {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"net"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go"
 
+	"github.com/mcpgate/mcpgate/internal/clip"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -52,7 +53,7 @@ var commands = []*command{
 	tablesCreateCmd,
 	serversPutCmd, serversGetCmd, serversListCmd, serversDeleteCmd, serversSetCmd, serversCheckCmd,
 	keysCreateCmd, keysListCmd, keysRevokeCmd,
-	statusCmd, refusalsCmd,
+	statusCmd, refusalsCmd, consoleCmd,
 	importLiteLLMCmd,
 	envCmd,
 }
@@ -93,7 +94,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
 	args, err := c.globalFlags(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "mcpgate: %s\n\n%s", err, overview())
+		fmt.Fprintf(stderr, "mcpgate: %s\n\n%s", oneLine(err.Error()), overview())
 		return exitUsage
 	}
 	if len(args) == 0 {
@@ -246,6 +247,7 @@ const envHelp = `Environment:
   AWS_ENDPOINT_URL_DYNAMODB                 a local endpoint, e.g. http://127.0.0.1:8000
   AWS_PROFILE, AWS_ACCESS_KEY_ID, ...       credentials, as for any AWS SDK tool
   MCPGATE_LOG, MCPGATE_LOG_GROUP            where refusals reads the gateway's log (a file; a log group)
+  MCPGATE_AUDIT_LOG                         where a local console writes its audit records
 
 Global flag:
   --stack NAME   read the table names and log group from the outputs of the
@@ -425,5 +427,9 @@ func dbErr(context string, err error) error {
 	return fmt.Errorf("%s: %w", context, &awsError{err})
 }
 
-// oneLine joins the lines of a multi-line error (errors.Join) with "; ".
-func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ") }
+// oneLine is a message (an error's text, a logged error) as the CLI
+// prints it: its lines (errors.Join) joined with "; ", any URL in it
+// redacted (safeurl.RedactText) and what is left escaped (clip.Escape).
+func oneLine(s string) string {
+	return clip.Escape(safeurl.RedactText(strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ")))
+}

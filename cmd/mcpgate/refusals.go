@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
-	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"os"
 	"slices"
@@ -14,10 +11,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/gatewaylog"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 var refusalsCmd = &command{
@@ -59,23 +58,8 @@ Examples:
 	run: runRefusals,
 }
 
-// logRecord is the part of the gateway's request record refusals uses.
-type logRecord struct {
-	Time       time.Time `json:"time"`
-	Msg        string    `json:"msg,omitempty"`
-	RequestID  string    `json:"request_id"`
-	Method     string    `json:"method,omitempty"`
-	Path       string    `json:"path,omitempty"`
-	Status     int       `json:"status"`
-	DurationMS int64     `json:"duration_ms"`
-	Principal  string    `json:"principal,omitempty"`
-	MCPMethod  string    `json:"mcp_method,omitempty"`
-	ServerID   string    `json:"server_id,omitempty"`
-	Tool       string    `json:"tool,omitempty"`
-	Code       string    `json:"code,omitempty"`
-	Error      string    `json:"error,omitempty"`
-	WaitMS     int64     `json:"wait_ms,omitempty"`
-}
+// logRecord is the gateway's request record (gatewaylog.Record).
+type logRecord = gatewaylog.Record
 
 // refusalGroup is the refusals of one code, server and principal.
 type refusalGroup struct {
@@ -107,13 +91,8 @@ type refusalsReport struct {
 	requests int // request records read that the filter selects
 }
 
-// refusalFilter selects records.
-type refusalFilter struct {
-	since     time.Time
-	server    string
-	principal string
-	codes     []string
-}
+// refusalFilter selects records (gatewaylog.Filter).
+type refusalFilter = gatewaylog.Filter
 
 // maxRecords bounds the request records read from a log group at once.
 const maxRecords = 20000
@@ -144,13 +123,13 @@ func runRefusals(c *cli, args []string) error {
 	if *logFile != "" && *logGroup != "" {
 		return usagef("give --log or --log-group, not both")
 	}
-	f := refusalFilter{server: *server, principal: *principal}
+	f := refusalFilter{Server: *server, Principal: *principal}
 	if *since > 0 {
-		f.since = time.Now().Add(-*since)
+		f.Since = time.Now().Add(-*since)
 	}
 	for code := range strings.SplitSeq(*codes, ",") {
 		if code = strings.ToUpper(strings.TrimSpace(code)); code != "" {
-			f.codes = append(f.codes, code)
+			f.Codes = append(f.Codes, code)
 		}
 	}
 
@@ -179,8 +158,8 @@ func runRefusals(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if !f.since.IsZero() {
-		r.Since = &f.since
+	if !f.Since.IsZero() {
+		r.Since = &f.Since
 	}
 	r.summarize(*limit)
 	if *asJSON {
@@ -201,12 +180,7 @@ func (c *cli) refusalsFromFile(path string, f refusalFilter) (*refusalsReport, e
 		in = fh
 	}
 	r := &refusalsReport{Source: path}
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		r.add(sc.Text(), time.Time{}, f)
-	}
-	if err := sc.Err(); err != nil {
+	if err := gatewaylog.Lines(in, func(line string) { r.add(line, time.Time{}, f) }); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	r.Requests = &r.requests
@@ -214,11 +188,7 @@ func (c *cli) refusalsFromFile(path string, f refusalFilter) (*refusalsReport, e
 }
 
 // logsAPI is the CloudWatch Logs operation the CLI uses.
-type logsAPI interface {
-	FilterLogEvents(ctx context.Context, in *cloudwatchlogs.FilterLogEventsInput, optFns ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.FilterLogEventsOutput, error)
-}
-
-var _ logsAPI = (*cloudwatchlogs.Client)(nil)
+type logsAPI = gatewaylog.LogsAPI
 
 // refusalsFromGroup reads a log group's request records with an error
 // code, of the filter's window.
@@ -235,86 +205,37 @@ func (c *cli) refusalsFromGroup(group string, f refusalFilter) (*refusalsReport,
 
 func (c *cli) readGroup(cw logsAPI, group string, f refusalFilter) (*refusalsReport, error) {
 	r := &refusalsReport{Source: "log group " + group}
-	in := &cloudwatchlogs.FilterLogEventsInput{
-		LogGroupName:  aws.String(group),
-		FilterPattern: aws.String(f.pattern()),
-	}
-	if !f.since.IsZero() {
-		in.StartTime = aws.Int64(f.since.UnixMilli())
-	}
-	p := cloudwatchlogs.NewFilterLogEventsPaginator(cw, in)
-	for p.HasMorePages() {
-		out, err := p.NextPage(c.ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read log group %s: %w", group, c.awsHint(&awsError{err}))
-		}
-		for _, e := range out.Events {
-			r.add(aws.ToString(e.Message), time.UnixMilli(aws.ToInt64(e.Timestamp)), f)
-		}
-		if r.requests >= maxRecords {
-			r.Truncated = true
-			break
-		}
+	err := gatewaylog.Events(c.ctx, cw, group, f.Pattern(true), f.Since, maxRecords, func(msg string, at time.Time) { r.add(msg, at, f) })
+	switch {
+	case errors.Is(err, gatewaylog.ErrTruncated):
+		r.Truncated = true
+	case err != nil:
+		return nil, fmt.Errorf("read log group %s: %w", group, c.awsHint(&awsError{err}))
 	}
 	return r, nil
 }
 
-// pattern is the CloudWatch Logs filter pattern of the records f selects
-// (refusals does the same filtering itself, so a pattern the service reads
-// differently costs only transfer).
-func (f refusalFilter) pattern() string {
-	terms := []string{`($.msg = "request")`, `($.code = "*")`}
-	if f.server != "" {
-		terms = append(terms, fmt.Sprintf(`($.server_id = %q)`, f.server))
-	}
-	if len(f.codes) == 1 {
-		terms = append(terms, fmt.Sprintf(`($.code = %q)`, f.codes[0]))
-	}
-	return "{ " + strings.Join(terms, " && ") + " }"
-}
-
 // add takes one log line: a request record the filter selects is counted,
-// and kept if refused. Other lines (the gateway's other records, Lambda's
-// own lines) are skipped. at is the line's time when the record has none.
+// and kept if refused. at is the line's time when the record has none.
 func (r *refusalsReport) add(line string, at time.Time, f refusalFilter) {
-	line = strings.TrimSpace(line)
-	if !strings.HasPrefix(line, "{") {
-		return
-	}
-	var rec logRecord
-	if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "request" {
-		return
-	}
-	if rec.Time.IsZero() {
-		rec.Time = at
-	}
-	if !f.since.IsZero() && rec.Time.Before(f.since) ||
-		f.server != "" && rec.ServerID != f.server ||
-		f.principal != "" && !principalMatches(rec.Principal, f.principal) {
+	rec, ok := gatewaylog.Parse(line, at)
+	if !ok || !f.Selects(&rec) {
 		return
 	}
 	r.requests++
-	if rec.Code == "" && rec.Status < 400 {
-		return
-	}
-	if len(f.codes) > 0 && !slices.Contains(f.codes, rec.Code) {
+	if !rec.Refused() || !f.Coded(&rec) {
 		return
 	}
 	rec.Msg = ""
+	// The gateway redacts what it logs; a log from elsewhere may not be.
+	rec.Error = safeurl.RedactText(rec.Error)
 	r.Refused++
 	r.Records = append(r.Records, rec)
 }
 
 // principalMatches reports whether the logged principal got is the one
-// want names: a prefix of it, or its label in mcpgate status (k:1a2b3c4d).
-func principalMatches(got, want string) bool {
-	if strings.HasPrefix(got, want) {
-		return true
-	}
-	wk, wid, ok := strings.Cut(want, ":")
-	gk, gid, _ := strings.Cut(got, ":")
-	return ok && len(wk) == 1 && strings.HasPrefix(gk, wk) && strings.HasPrefix(gid, wid)
-}
+// want names (gatewaylog.PrincipalMatches).
+func principalMatches(got, want string) bool { return gatewaylog.PrincipalMatches(got, want) }
 
 // summarize groups the records and keeps the latest limit of them.
 func (r *refusalsReport) summarize(limit int) {
@@ -359,7 +280,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	if r.Requests != nil {
 		of = fmt.Sprintf(" of %d", *r.Requests)
 	}
-	fmt.Fprintf(w, "Refused or failed in %s%s: %d%s requests.\n", r.Source, window, r.Refused, of)
+	fmt.Fprintf(w, "Refused or failed in %s%s: %d%s requests.\n", clip.Escape(r.Source), window, r.Refused, of)
 	if r.Truncated {
 		fmt.Fprintf(w, "(the first %d request records only: narrow --since)\n", maxRecords)
 	}
@@ -371,7 +292,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	fmt.Fprintln(tw, "COUNT\tCODE\tSTATUS\tSERVER\tPRINCIPAL\tLAST\tLATEST REQUEST IDS")
 	for _, g := range r.Groups {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", g.Count, orDash(g.Code), g.Status, orDash(g.ServerID), orDash(g.Principal),
-			g.Last.Local().Format("01-02 15:04:05"), strings.Join(g.RequestIDs, " "))
+			g.Last.Local().Format("01-02 15:04:05"), clip.Escape(strings.Join(g.RequestIDs, " ")))
 	}
 	tw.Flush()
 
@@ -379,7 +300,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tREQUEST ID\tSTATUS\tCODE\tSERVER\tTOOL\tPRINCIPAL\tERROR")
 	for _, rec := range r.Records {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", rec.Time.Local().Format("01-02 15:04:05.000"), rec.RequestID, rec.Status,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", rec.Time.Local().Format("01-02 15:04:05.000"), orDash(rec.RequestID), rec.Status,
 			orDash(rec.Code), orDash(rec.ServerID), orDash(rec.Tool), orDash(rec.Principal), clip.String(oneLine(rec.Error), 100))
 	}
 	tw.Flush()

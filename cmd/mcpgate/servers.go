@@ -1,11 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/catalog"
+	"github.com/mcpgate/mcpgate/internal/clip"
+	"github.com/mcpgate/mcpgate/internal/fleet"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -250,12 +252,17 @@ func runServersList(c *cli, args []string) error {
 		s, err := registry.Parse(item)
 		if err != nil {
 			invalid++
-			raw := func(name string) string { return rawAttr(item, name) }
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tINVALID: %s\n", raw(store.ServerIDAttr), safeurl.Redact(raw("url")), raw("transport"),
+			raw := func(name string) string {
+				if name == "url" {
+					return orDash(safeurl.Redact(rawAttr(item, name)))
+				}
+				return orDash(rawAttr(item, name))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tINVALID: %s\n", raw(store.ServerIDAttr), raw("url"), raw("transport"),
 				raw("max_concurrent_requests"), raw("timeout"), raw("on_limit"), oneLine(err.Error()))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tok\n", s.ID, safeurl.Redact(s.URL), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tok\n", s.ID, orDash(safeurl.Redact(s.URL)), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -287,13 +294,6 @@ func runServersDelete(c *cli, args []string) error {
 	return nil
 }
 
-// change is one name=value of servers set; a nil value removes the
-// attribute.
-type change struct {
-	name  string
-	value types.AttributeValue
-}
-
 func runServersSet(c *cli, args []string) error {
 	pos, err := c.parse(c.newFlags(), args)
 	if err != nil {
@@ -303,38 +303,26 @@ func runServersSet(c *cli, args []string) error {
 		return usagef("want ID and at least one name=value")
 	}
 	id := pos[0]
-	var changes []change
-	for _, arg := range pos[1:] {
-		ch, err := parseChange(arg)
-		if err != nil {
-			return err
-		}
-		if slices.ContainsFunc(changes, func(o change) bool { return o.name == ch.name }) {
-			return fmt.Errorf("%s: given twice", ch.name)
-		}
-		changes = append(changes, ch)
+	changes, err := fleet.ParseChanges(pos[1:])
+	if errors.Is(err, fleet.ErrNotNameValue) {
+		return usagef("%v", err)
+	}
+	if err != nil {
+		return err
 	}
 	item, err := c.existingServer(id)
 	if err != nil {
 		return err
 	}
-	next := maps.Clone(item)
-	for _, ch := range changes {
-		if ch.value == nil {
-			delete(next, ch.name)
-		} else {
-			next[ch.name] = ch.value
-		}
-	}
-	if _, err := registry.Parse(next); err != nil {
+	if _, _, err := fleet.Apply(item, changes); err != nil {
 		return fmt.Errorf("server %q not changed: %w", id, err)
 	}
-	in := updateInput(changes)
-	in.TableName = aws.String(c.tables.Servers)
-	in.Key = serverKey(id)
-	if _, err := c.db.UpdateItem(c.ctx, in); err != nil {
-		if conditionFailed(err) {
+	if _, err := c.fleet().UpdateServer(c.ctx, id, item, changes); err != nil {
+		switch {
+		case errors.Is(err, fleet.ErrServerGone):
 			return fmt.Errorf("server %q was deleted meanwhile; nothing written", id)
+		case errors.Is(err, fleet.ErrServerChanged):
+			return fmt.Errorf("server %q was changed meanwhile; nothing written (run the command again)", id)
 		}
 		return dbErr("update server "+id, err)
 	}
@@ -342,82 +330,10 @@ func runServersSet(c *cli, args []string) error {
 	return c.invalidateTools(id)
 }
 
-// parseChange reads one name=value, typing the value by attribute.
-func parseChange(arg string) (change, error) {
-	name, value, ok := strings.Cut(arg, "=")
-	if !ok || name == "" {
-		return change{}, usagef("%q is not name=value", arg)
-	}
-	switch {
-	case name == store.ServerIDAttr:
-		return change{}, errors.New("server_id: cannot be changed (put the definition under the new id, then delete this one)")
-	case value == "":
-		return change{name: name}, nil
-	case value[0] == '{' || value[0] == '[':
-		if !json.Valid([]byte(value)) {
-			return change{}, fmt.Errorf("%s: value starts with %q but is not valid JSON", name, value[:1])
-		}
-		item, err := registry.JSONToItem([]byte(`{"v":` + value + `}`))
-		if err != nil {
-			return change{}, fmt.Errorf("%s: %w", name, err)
-		}
-		return change{name, item["v"]}, nil
-	case registry.AttributeType(name) == "N":
-		// Normalised when it is a number; otherwise kept as given, so the
-		// check below rejects it naming the attribute.
-		if f, err := strconv.ParseFloat(value, 64); err == nil {
-			value = strconv.FormatFloat(f, 'f', -1, 64)
-		}
-		return change{name, &types.AttributeValueMemberN{Value: value}}, nil
-	case registry.AttributeType(name) == "BOOL":
-		b, err := strconv.ParseBool(value)
-		if err != nil {
-			return change{}, fmt.Errorf("%s: %q is not true or false", name, value)
-		}
-		return change{name, &types.AttributeValueMemberBOOL{Value: b}}, nil
-	default:
-		return change{name, &types.AttributeValueMemberS{Value: value}}, nil
-	}
-}
-
-// updateInput builds the SET/REMOVE update for changes, conditioned on the
-// item still existing.
-func updateInput(changes []change) *dynamodb.UpdateItemInput {
-	names := map[string]string{"#id": store.ServerIDAttr}
-	values := map[string]types.AttributeValue{}
-	var sets, removes []string
-	for i, ch := range changes {
-		n := fmt.Sprintf("#a%d", i)
-		names[n] = ch.name
-		if ch.value == nil {
-			removes = append(removes, n)
-			continue
-		}
-		v := fmt.Sprintf(":v%d", i)
-		values[v] = ch.value
-		sets = append(sets, n+" = "+v)
-	}
-	var expr []string
-	if len(sets) > 0 {
-		expr = append(expr, "SET "+strings.Join(sets, ", "))
-	}
-	if len(removes) > 0 {
-		expr = append(expr, "REMOVE "+strings.Join(removes, ", "))
-	}
-	in := &dynamodb.UpdateItemInput{
-		UpdateExpression:         aws.String(strings.Join(expr, " ")),
-		ConditionExpression:      aws.String("attribute_exists(#id)"),
-		ExpressionAttributeNames: names,
-	}
-	if len(values) > 0 {
-		in.ExpressionAttributeValues = values
-	}
-	return in
-}
-
-// describe summarises a valid server in one line.
+// describe summarises a valid server in one line, escaped for a text view
+// (clip.Escape).
 func describe(s *registry.Server) string {
-	return fmt.Sprintf("url %s, transport %s, cap %s, timeout %v, on_limit %s", safeurl.Redact(s.URL), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
+	return clip.Escape(fmt.Sprintf("url %s, transport %s, cap %s, timeout %v, on_limit %s", safeurl.Redact(s.URL), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit))
 }
 
 func capText(n int) string {
@@ -429,16 +345,7 @@ func capText(n int) string {
 
 // rawAttr renders a string or number attribute as stored, "-" otherwise.
 func rawAttr(item map[string]types.AttributeValue, name string) string {
-	switch v := item[name].(type) {
-	case *types.AttributeValueMemberS:
-		return v.Value
-	case *types.AttributeValueMemberN:
-		return v.Value
-	case nil:
-		return "-"
-	default:
-		return "?"
-	}
+	return fleet.RawAttr(item, name)
 }
 
 func serverKey(id string) map[string]types.AttributeValue {
@@ -463,33 +370,24 @@ func (c *cli) existingServer(id string) (map[string]types.AttributeValue, error)
 
 // serverItem reads a server's item (consistently); nil when there is none.
 func (c *cli) serverItem(id string) (map[string]types.AttributeValue, error) {
-	out, err := c.db.GetItem(c.ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(c.tables.Servers),
-		Key:            serverKey(id),
-		ConsistentRead: aws.Bool(true),
-	})
+	item, err := c.fleet().Server(c.ctx, id)
 	if err != nil {
 		return nil, dbErr("read server "+id, err)
 	}
-	if len(out.Item) == 0 {
-		return nil, nil
-	}
-	return out.Item, nil
+	return item, nil
 }
 
 // scan reads every item of table.
 func (c *cli) scan(table string) ([]map[string]types.AttributeValue, error) {
-	p := dynamodb.NewScanPaginator(c.db, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
-	var items []map[string]types.AttributeValue
-	for p.HasMorePages() {
-		out, err := p.NextPage(c.ctx)
-		if err != nil {
-			return nil, dbErr("scan "+table, err)
-		}
-		items = append(items, out.Items...)
+	items, err := c.fleet().Scan(c.ctx, table)
+	if err != nil {
+		return nil, dbErr("scan "+table, err)
 	}
 	return items, nil
 }
+
+// fleet is the store the command opened, for the fleet package.
+func (c *cli) fleet() *fleet.Store { return &fleet.Store{DB: c.db, Tables: c.tables} }
 
 // readFile reads name, or standard input for "-".
 func (c *cli) readFile(name string) ([]byte, error) {
@@ -533,15 +431,28 @@ func conditionFailed(err error) bool {
 }
 
 // printJSON writes v as indented JSON, without escaping &, < and > (URLs
-// stay readable).
+// stay readable), and with every character clip.Escape replaces written as
+// a \u escape: the values read back exact, and none reaches the terminal.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	for line := range strings.Lines(b.String()) {
+		// JSON escapes C0 itself, so only DEL, C1 and bidirectional
+		// controls remain, all inside strings, where \uXXXX means them.
+		if _, err := io.WriteString(w, clip.Escape(strings.TrimSuffix(line, "\n"))+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// compactJSON renders v as one line of JSON, without escaping &, < and >.
+// compactJSON renders v as one line of JSON as printJSON writes it, but
+// unindented.
 func compactJSON(v any) string {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
@@ -549,5 +460,5 @@ func compactJSON(v any) string {
 	if err := enc.Encode(v); err != nil {
 		return fmt.Sprintf("<%v>", err)
 	}
-	return strings.TrimSuffix(b.String(), "\n")
+	return clip.Escape(strings.TrimSuffix(b.String(), "\n"))
 }

@@ -234,18 +234,6 @@ func TestServersSet(t *testing.T) {
 	mcpgate(t, env, "servers", "set", "nope", "timeout=5").fails(t, 1, `server "nope" not found`)
 }
 
-// TestServersSetConditional checks the write is conditioned on the item
-// still existing, so a set racing a delete never recreates a partial item.
-func TestServersSetConditional(t *testing.T) {
-	in := updateInput([]change{{name: "timeout", value: &types.AttributeValueMemberN{Value: "5"}}, {name: "description"}})
-	if got, want := *in.UpdateExpression, "SET #a0 = :v0 REMOVE #a1"; got != want {
-		t.Errorf("update expression %q, want %q", got, want)
-	}
-	if got, want := *in.ConditionExpression, "attribute_exists(#id)"; got != want || in.ExpressionAttributeNames["#id"] != "server_id" {
-		t.Errorf("condition %q (#id = %q), want %q on server_id", got, in.ExpressionAttributeNames["#id"], want)
-	}
-}
-
 // TestHelpListsEveryAttribute: `mcpgate help servers put` lists every
 // attribute the gateway accepts in a server item, with its type and doc,
 // nested ones included, from the table Parse reads items with; and so does
