@@ -6,7 +6,7 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev check test soak lint deps chromium tables build build-GatewayFunction cli vet fmt fuzz bench screenshots clean
+.PHONY: help dev check test soak mutants lint deps chromium tables build build-GatewayFunction cli vet fmt fuzz bench screenshots clean
 
 # make help prints the "## " lines just above each target: the first after
 # "make <target>", the others indented under it.
@@ -102,6 +102,13 @@ SIM_SEEDS ?= 10000
 soak: $(NODE_TEST)
 	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
 	LEASE_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run '^TestFaultSimulation$$' ./internal/lease
+
+# Mutants (internal/lease/mutants_test.go): one-line changes that break a
+# promise of the lease protocol, each built in place with go test -overlay;
+# the fault simulation must fail every one within 3000 seeds.
+## plant each known bug in the lease protocol: the fault simulation must catch every one
+mutants:
+	LEASE_MUTANTS=1 $(GO) test -count=1 -timeout 20m -run '^TestMutantsFailTheSimulation$$' -v ./internal/lease
 
 # The limiter's benchmark (functions/gateway/bench_test.go): prints one
 # table and writes results/bench.json. `make test` runs a brief smoke of it.

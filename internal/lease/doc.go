@@ -27,7 +27,9 @@
 //	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
 //	limit, limit_*     an adaptive limit, its round and its evidence; latency_ratio,
 //	                       base:<tool> the calls' latency (see Adaptive)
-//	ttl                N   Unix seconds; lets DynamoDB delete an item nobody writes
+//	ttl                N   Unix seconds: a day after the latest expiry or deadline a write sets
+//	                       (after its writer's now, for one that sets none); lets DynamoDB
+//	                       delete an item nobody writes
 //
 // A lease id is "<instance>.<sequence>", short because it is written twice
 // per lease (InstanceOf); a waiting caller's ticket has its lease's id. A

@@ -267,9 +267,7 @@ func (u *update) removeTicket(id, label string, n int64) {
 // ttl lets DynamoDB delete the item once nobody has written it for a day
 // after exp.
 func (u *update) ttl(exp int64) {
-	// A minute more covers the resends of the write, made with the same
-	// value a little later.
-	u.set(u.path(store.TTLAttr), u.num(exp/1000+int64((abandonedAfter+time.Minute).Seconds())))
+	u.set(u.path(store.TTLAttr), u.num(exp/1000+int64(abandonedAfter.Seconds())))
 }
 
 // errCondition means a write's condition failed; the write returns the item

@@ -718,16 +718,20 @@ func (it *mItem) instants(k mKey, from int64) []int64 {
 // Presumed gone.
 
 // noteTurns records in came, for every ticket whose turn comes in it from
-// now on, the earliest true time at which a clock skew ahead of the true
+// now on, the earliest true time at which a clock within skew of the true
 // one could judge so: a waiter's turn having come at every look for
 // ClaimWindow, it may be presumed gone, and the tickets after it come into
 // their turn in its place. (The item is the one an instance was just
-// shown: its callers may judge from it now or later.)
+// shown: its callers may judge from it now or later.) A clock reading ms
+// does so at true time ms-skew at the earliest, and not before now: so a
+// turn that comes at any reading from now-skew to now+skew came now (a
+// turn may come on a slow clock and not on a fast one: a caller ahead held
+// back by a gate that a fast clock finds passed).
 func (it *mItem) noteTurns(k mKey, now time.Time, skew time.Duration, came map[string]time.Time) {
 	if len(it.tickets) == 0 {
 		return
 	}
-	first := now.Add(skew).UnixMilli()
+	first := now.Add(-skew).UnixMilli()
 	at := it.instants(k, first)
 	for id := range it.tickets {
 		if c, ok := came[id]; ok {
@@ -741,6 +745,9 @@ func (it *mItem) noteTurns(k mKey, now time.Time, skew time.Duration, came map[s
 	for i := 0; i < len(at); i++ {
 		ms := at[i]
 		t := time.UnixMilli(ms).Add(-skew)
+		if t.Before(now) {
+			t = now
+		}
 		skip := map[string]bool{}
 		for id := range it.tickets {
 			if c, ok := came[id]; ok && !t.Before(c.Add(ClaimWindow)) {
@@ -820,8 +827,25 @@ func (w *mWrite) owns(id string) bool { return !w.w.operator && w.w.owns(id) }
 func mJudgeWrite(w *mWrite) *mVerdict {
 	v := &mVerdict{}
 	b, a, now, k := w.before, w.after, w.now, w.k
-	if least := (now-w.skew)/1000 + modelTTL; a.ttl < least {
+	// ttl: a day after the latest expiry or deadline the write sets for
+	// its writer, and at least a day after its writer's now (less the
+	// skew, and a second for the resends of a write made before).
+	if least := (now-w.skew-1000)/1000 + modelTTL; a.ttl < least {
 		v.fail("ttl", "", "a write left ttl %d; its writer's now is %d s, so at least %d (a day, less the skew)", a.ttl, now/1000, least)
+	}
+	written := int64(0)
+	for id, exp := range a.leases {
+		if old, had := b.leases[id]; w.owns(id) && (!had || old != exp) {
+			written = max(written, exp)
+		}
+	}
+	for id, tk := range a.tickets {
+		if _, had := b.tickets[id]; w.owns(id) && !had && tk.hasBody {
+			written = max(written, tk.d)
+		}
+	}
+	if least := written/1000 + modelTTL; written > 0 && a.ttl < least {
+		v.fail("ttl", "", "a write set an expiry or deadline of %d s and left ttl %d; at least %d (a day after it)", written/1000, a.ttl, least)
 	}
 	longest := now + (k.Hold + k.Margin).Milliseconds()
 	// Leases.
@@ -1020,8 +1044,15 @@ func (w *mWrite) judgeTake(v *mVerdict, id string) {
 			v.events = append(v.events, "take past 2+ waiters presumed gone")
 		}
 	}
-	if !mServed(b.handout(k, now, []mCaller{me}, skip), id) {
+	out := b.handout(k, now, []mCaller{me}, skip)
+	if !mServed(out, id) {
 		v.fail("order", id, "%s took a place that was not its turn: %s", id, b.explain(k, now, me, skip))
+	}
+	for x, tk := range b.tickets {
+		if !skip[x] && x != id && tk.hasN && tk.hasBody && tk.n < me.n && mLive(tk.d, now) && !mServed(out, x) {
+			v.events = append(v.events, "take past a held-back waiter")
+			break
+		}
 	}
 	// Caps, on the writer's clock, in the item the take left.
 	if c := b.limitOf(k); c > 0 && int64(a.liveLeases(now)) > c {
@@ -1201,10 +1232,17 @@ func (w *mWrite) judgeGates(v *mVerdict) {
 		for _, e := range gb.entries {
 			wasProbe = wasProbe || e.p != "" && slices.Contains(v.released, e.p)
 		}
-		closedLabels := 0
+		// closedLabels counts the principals' entries closed at now;
+		// closedLately those closed within the second before, as the
+		// writer may have seen them building a write it sent again
+		// (the "*" entry closes on the evidence it saw).
+		closedLabels, closedLately := 0, 0
 		for key, e := range ga.entries {
 			if key != "*" && e.closed(now) {
 				closedLabels++
+			}
+			if key != "*" && e.closed(now-1000) {
+				closedLately++
 			}
 		}
 		keys := map[string]bool{}
@@ -1235,8 +1273,8 @@ func (w *mWrite) judgeGates(v *mVerdict) {
 					v.fail("gate", subj, "%s closed by a write that is no failed call's release of that tool (outcome %v)", subj, outcome)
 				case !breaker && (!releasing || w.w.pausedAt <= 0 || attr != myPause):
 					v.fail("pause", subj, "%s closed by a write that is no release asking for that pause", subj)
-				case key == "*" && closedLabels < 2:
-					v.fail("gate", subj, "%s closed for everyone with %d principal's entry closed", subj, closedLabels)
+				case key == "*" && closedLately < 2:
+					v.fail("gate", subj, "%s closed for everyone with %d principal's entry closed", subj, closedLately)
 				case key != "*" && key != me.p:
 					v.fail("gate", subj, "%s closed by a call of %s", subj, me.p)
 				case breaker && key != "*" && eb.f+1 < int64(br.Threshold) && !wasProbe:

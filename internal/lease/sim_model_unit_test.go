@@ -337,6 +337,22 @@ func TestModelNoteTurns(t *testing.T) {
 			t.Errorf("x's turn came at %v, want %v", came["x"].Sub(now), want.Sub(now))
 		}
 	})
+	t.Run("a turn that comes on a slow clock only comes now", func(t *testing.T) {
+		// x's gate passes 200 ms from now: a fast clock finds it
+		// half-open and x its probe; a slow one finds x held back, and
+		// the place y's.
+		it := mItemOf().entry("breaker:b", "p0", mEntry{u: mNow + 200, t: mNow - 100}).
+			ticket("x", 1, "p0", "b", far, 0, 0).ticket("y", 2, "p0", "", far, 0, 0).item()
+		k := mKey{Cap: 1, Breakers: map[string]mBreaker{"b": {Threshold: 1, Recovery: 500 * time.Millisecond}}}
+		came := map[string]time.Time{}
+		it.noteTurns(k, now, skew, came)
+		if !came["y"].Equal(now) {
+			t.Errorf("y's turn came at %v (noted %v), want now", came["y"].Sub(now), came)
+		}
+		if !came["x"].Equal(now) {
+			t.Errorf("x's turn came at %v, want now (a fast clock's)", came["x"].Sub(now))
+		}
+	})
 	t.Run("an earlier note stands", func(t *testing.T) {
 		it := mItemOf().ticket("x", 1, "p0", "", far, 0, 0).item()
 		came := map[string]time.Time{"x": now.Add(-time.Second)}
@@ -366,7 +382,18 @@ type judgeCase struct {
 
 func (tc judgeCase) run(t *testing.T) {
 	t.Helper()
-	w := &mWrite{k: tc.k, before: tc.before.item(), after: tc.after.item(), now: mNow, skew: 400, sent: time.UnixMilli(mNow),
+	after := tc.after.item()
+	if after.ttl == mNow/1000+modelTTL {
+		// Refreshed as a write does: a day after the latest expiry or
+		// deadline in the item.
+		for _, exp := range after.leases {
+			after.ttl = max(after.ttl, exp/1000+modelTTL)
+		}
+		for _, tk := range after.tickets {
+			after.ttl = max(after.ttl, tk.d/1000+modelTTL)
+		}
+	}
+	w := &mWrite{k: tc.k, before: tc.before.item(), after: after, now: mNow, skew: 400, sent: time.UnixMilli(mNow),
 		judged: tc.judged, turnCame: map[string]time.Time{},
 		w: mWriter{me: tc.me, owns: func(id string) bool { return slices.Contains(tc.mine, id) }, outcome: tc.outcome, pause: tc.pause, grant: tc.grant,
 			deadline: mNow + 10000}}
@@ -491,7 +518,7 @@ func TestModelJudgesJoinsReleasesPurges(t *testing.T) {
 		{name: "a purge of a live lease", k: k, before: mItemOf().lease("o", "pb", "", mNow+1), after: mItemOf().num("freed", 1), me: me, want: []string{"purge"}},
 		{name: "a purge of a lapsed ticket", k: k, before: mItemOf().ticket("x", 1, "pb", "", mNow, 0, 0), after: mItemOf().num("freed", 1), me: me},
 		{name: "a live ticket removed by a write that takes nothing", k: k, before: mItemOf().ticket("x", 1, "pb", "", far, 0, 0), after: mItemOf().num("freed", 1), me: me, want: []string{"bypass"}},
-		{name: "a write that leaves ttl short", k: k, before: mEmpty(), after: mItemOf().num("ttl", mNow/1000+modelTTL-2), me: me, want: []string{"ttl"}},
+		{name: "a write that leaves ttl short", k: k, before: mEmpty(), after: mItemOf().num("ttl", mNow/1000+modelTTL-3), me: me, want: []string{"ttl"}},
 		{name: "an unused call's refund", k: mKey{Cap: 1, ServerRPM: 2}, before: mItemOf().lease("me", "pa", "", far).num("rate:server", mNow+50000),
 			after: mItemOf().num("rate:server", mNow+20000).num("freed", 1), me: me, mine: []string{"me"}, outcome: Unused},
 		{name: "a leave giving back the tokens of a take it never learnt of", k: mKey{Cap: 1, ServerRPM: 2}, before: mItemOf().lease("me", "pa", "", far).ticket("me", 1, "pa", "", far, 0, 0).num("rate:server", mNow+50000),

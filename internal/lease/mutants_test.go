@@ -1,0 +1,97 @@
+package lease
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// mutantSeeds is how many of the simulation's seeds a mutant may pass
+// before it fails the test; the run stops at the first seed that catches
+// it.
+const mutantSeeds = 3000
+
+// A mutant is a one-line change of the protocol that breaks a promise of
+// doc.go: the fault simulation, judging by its own model, must fail each
+// within mutantSeeds seeds.
+type mutant struct {
+	name, file, from, to string
+}
+
+var mutants = []mutant{
+	{"waiters served newest first", "turn.go",
+		"cmp.Compare(a.n, b.n)", "cmp.Compare(b.n, a.n)"},
+	{"a take that ignores the adaptive limit", "adaptive.go",
+		"u.num(int64(a.req.capIn(v)+purgedLeases-ahead))", "u.num(int64(a.req.Cap+purgedLeases-ahead))"},
+	{"a bucket admitting one token more", "rate.go",
+		"func (r Rate) tolerance() int64 { return int64(r.PerMinute-1) * r.interval() }",
+		"func (r Rate) tolerance() int64 { return int64(r.PerMinute) * r.interval() }"},
+	{"no one-probe condition", "gate.go",
+		`u.cond(up+" = "+u.num(g.entry(key).until), "(attribute_not_exists("+pp+") OR "+ep+"."+u.path(gateProbeExp)+" < "+u.num(now)+")")`,
+		`u.cond(up + " = " + u.num(g.entry(key).until))`},
+	{"a giving-up that does not move freed", "acquire.go",
+		"		// for the callers behind it: freed tells the takes judged before.\n		u.count(u.path(FreedAttr), 1)",
+		"		// for the callers behind it: freed tells the takes judged before."},
+	{"a renew that skips the TTL", "release.go",
+		"		u.cond(u.path(p.attr, p.key, gateProbe) + \" = \" + u.str(ls.id))\n	}\n	u.ttl(exp)",
+		"		u.cond(u.path(p.attr, p.key, gateProbe) + \" = \" + u.str(ls.id))\n	}"},
+	{"a release retry without its margin", "release.go",
+		"l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds()", "l.clock().UnixMilli() < ls.firstExp()"},
+	{"a take without its passed-over check", "acquire.go",
+		"if mixed || a.req.PrincipalCap > 0 || h.passed {", "if mixed || a.req.PrincipalCap > 0 {"},
+}
+
+// TestMutantsFailTheSimulation builds the package with each mutant in
+// place (go test -overlay, the tree untouched) and runs the fault
+// simulation over up to mutantSeeds seeds: every mutant must fail it. It runs
+// when LEASE_MUTANTS is set (make mutants; CI's soak runs it).
+func TestMutantsFailTheSimulation(t *testing.T) {
+	if os.Getenv("LEASE_MUTANTS") == "" {
+		t.Skip("LEASE_MUTANTS is not set: make mutants runs the mutants")
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mutants {
+		t.Run(m.name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join(dir, m.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(src), m.from); n != 1 {
+				t.Fatalf("%s holds the line to mutate %d times, want once: %q", m.file, n, m.from)
+			}
+			tmp := t.TempDir()
+			mutated := filepath.Join(tmp, m.file)
+			if err := os.WriteFile(mutated, []byte(strings.Replace(string(src), m.from, m.to, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			overlay, _ := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(dir, m.file): mutated}})
+			ov := filepath.Join(tmp, "overlay.json")
+			if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("go", "test", "-count=1", "-overlay", ov, "-run", "^TestFaultSimulation$", ".")
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "LEASE_MUTANTS=", "LEASE_SIM_SEEDS="+strconv.Itoa(mutantSeeds), "LEASE_SIM_SEED=", "LEASE_SIM_FROM=", "LEASE_SIM_STOP=1")
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Errorf("the simulation passed with the mutant %q in place", m.name)
+				return
+			}
+			// Caught by a violation the model found, not by a build error.
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, ": violations ") {
+					t.Logf("caught: %s", strings.TrimSpace(line))
+					return
+				}
+			}
+			t.Errorf("the simulation failed with the mutant %q in place, but with no violation:\n%s", m.name, out)
+		})
+	}
+}
