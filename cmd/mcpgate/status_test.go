@@ -176,17 +176,27 @@ func TestStatusShowsBreakers(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := lease.New(env.Client, env.Tables.Leases, lease.Options{})
 	req := lease.Request{Key: "demo", Cap: 5, Tool: "slow_tool", Hold: time.Second, Holder: "k:1a2b3c4d",
-		Breaker: &lease.Breaker{Name: "slow_tool", Threshold: 1, Recovery: time.Minute}}
-	ls, err := l.Acquire(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
+		Breaker: &lease.Breaker{Name: "slow_tool", Threshold: 2, Recovery: time.Minute}}
+	fail := func(want lease.Transition) {
+		t.Helper()
+		ls, err := l.Acquire(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr, err := ls.Finish(context.Background(), lease.Failure); err != nil || tr != want {
+			t.Fatalf("finish: %q %v; want %q", tr, err, want)
+		}
 	}
-	if tr, err := ls.Finish(context.Background(), lease.Failure); err != nil || tr != lease.OpenedForPrincipal {
-		t.Fatalf("finish: %q %v", tr, err)
-	}
+	// One failure of two: counted, the breaker still closed.
+	fail(lease.NoTransition)
 	r := mcpgate(t, env, "status", "demo")
-	if !strings.Contains(r.stdout, "breaker slow_tool: closed") || !strings.Contains(r.stdout, "open for k:1a2b3c4d alone for") ||
-		!strings.Contains(r.stdout, "1 consecutive failures") {
+	if !strings.Contains(r.stdout, "breaker slow_tool: closed; k:1a2b3c4d: 1 consecutive failures") {
+		t.Errorf("status does not show the failure counted:\n%s", r.stdout)
+	}
+	// The second opens it for that principal alone.
+	fail(lease.OpenedForPrincipal)
+	r = mcpgate(t, env, "status", "demo")
+	if !strings.Contains(r.stdout, "breaker slow_tool: closed, open for k:1a2b3c4d alone for") || strings.Contains(r.stdout, "consecutive failures") {
 		t.Errorf("status does not show the open breaker:\n%s", r.stdout)
 	}
 	if strings.Contains(r.stdout, "other state") {

@@ -419,8 +419,6 @@ func (ls *Lease) ID() string { return ls.id }
 // Key is the limiter key the lease was taken on.
 func (ls *Lease) Key() string { return ls.key }
 
-func (ls *Lease) exp() int64 { return ls.exps[len(ls.exps)-1] }
-
 // firstExp is the earliest expiry the store may hold for the lease: when
 // another instance may first take it for lapsed.
 func (ls *Lease) firstExp() int64 { return slices.Min(ls.exps) }

@@ -571,19 +571,6 @@ func ids(ts []*ticket) []string {
 	return out
 }
 
-// readsFail fails the first n reads, as a store that does not answer.
-type readsFail struct {
-	API
-	n atomic.Int32
-}
-
-func (r *readsFail) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if r.n.Add(-1) >= 0 {
-		return nil, errInjected
-	}
-	return r.API.GetItem(ctx, in, opts...)
-}
-
 // throttleOnce refuses the first write, unapplied, as a throttled store.
 type throttleOnce struct {
 	API
