@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
@@ -47,7 +49,8 @@ Flags:
   --since D          only requests of the last D (default 1h; 0: all)
   --server ID        only this server
   --principal P      only this caller: a principal as logged (key:1a2b3c4d5e6f,
-                     or a prefix of one) or as status labels leases (k:1a2b3c4d)
+                     or a prefix of one) or as status labels leases
+                     (k:1a2b3c4d5e6f7a8b; a team's t:... matches its members)
   --code CODE,...    only these codes (AT_CAPACITY, FORBIDDEN, ...)
   --limit N          records shown one by one, the latest (default 20)
   --json             print the groups and records as JSON, for scripts
@@ -69,6 +72,7 @@ type logRecord struct {
 	Status     int       `json:"status"`
 	DurationMS int64     `json:"duration_ms"`
 	Principal  string    `json:"principal,omitempty"`
+	Team       string    `json:"team,omitempty"`
 	MCPMethod  string    `json:"mcp_method,omitempty"`
 	ServerID   string    `json:"server_id,omitempty"`
 	Tool       string    `json:"tool,omitempty"`
@@ -290,7 +294,7 @@ func (r *refusalsReport) add(line string, at time.Time, f refusalFilter) {
 	}
 	if !f.since.IsZero() && rec.Time.Before(f.since) ||
 		f.server != "" && rec.ServerID != f.server ||
-		f.principal != "" && !principalMatches(rec.Principal, f.principal) {
+		f.principal != "" && !principalMatches(rec.Principal, rec.Team, f.principal) {
 		return
 	}
 	r.requests++
@@ -305,15 +309,25 @@ func (r *refusalsReport) add(line string, at time.Time, f refusalFilter) {
 	r.Records = append(r.Records, rec)
 }
 
-// principalMatches reports whether the logged principal got is the one
-// want names: a prefix of it, or its label in mcpgate status (k:1a2b3c4d).
-func principalMatches(got, want string) bool {
+// principalMatches reports whether the logged principal got, of team, is
+// the one want names: a prefix of it, its label in mcpgate status
+// (k:1a2b3c4d5e6f7a8b, which starts with the hex of the logged
+// key:1a2b3c4d5e6f), or its team's label there (t: and the start of the
+// hex SHA-256 of the team's name).
+func principalMatches(got, team, want string) bool {
 	if strings.HasPrefix(got, want) {
 		return true
 	}
 	wk, wid, ok := strings.Cut(want, ":")
+	if !ok || len(wk) != 1 || wid == "" {
+		return false
+	}
+	if wk == "t" {
+		sum := sha256.Sum256([]byte(team))
+		return team != "" && strings.HasPrefix(hex.EncodeToString(sum[:]), wid)
+	}
 	gk, gid, _ := strings.Cut(got, ":")
-	return ok && len(wk) == 1 && strings.HasPrefix(gk, wk) && strings.HasPrefix(gid, wid)
+	return gid != "" && strings.HasPrefix(gk, wk) && (strings.HasPrefix(gid, wid) || strings.HasPrefix(wid, gid))
 }
 
 // summarize groups the records and keeps the latest limit of them.
