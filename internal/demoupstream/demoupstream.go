@@ -5,7 +5,8 @@
 // demo://slow/{ms}, its prompt slow_prompt and its completions hold and count
 // the same way, for the requests the gateway relays; asked over HTTP with a
 // retry_after argument, slow_tool (and slow_api) answers 429 with that
-// Retry-After instead, as an upstream asking for a pause does.
+// Retry-After instead, as an upstream asking for a pause does, and with a
+// fail_status argument that 5xx status, as an unwell one does.
 //
 // It serves MCP streamable HTTP at /mcp (stateful or stateless, event-stream
 // or JSON answers: HandlerOptions), the older HTTP+SSE transport at /sse,
@@ -110,6 +111,10 @@ type SlowArgs struct {
 	// request 429 with a Retry-After of that many seconds, before the
 	// call runs (MCP over HTTP only: in memory the call fails as a tool).
 	RetryAfter int `json:"retry_after,omitempty" jsonschema:"answer HTTP 429 with this Retry-After (seconds) instead"`
+	// FailStatus, from 500 to 599, makes the server answer the call's
+	// HTTP request with that status, before the call runs: an unwell
+	// backend, for this call alone (MCP over HTTP only, as RetryAfter).
+	FailStatus int `json:"fail_status,omitempty" jsonschema:"answer HTTP with this 5xx status instead"`
 }
 
 // maxRetryAfter bounds retry_after, in seconds.
@@ -241,8 +246,8 @@ func (d *Demo) HandlerWith(opts HandlerOptions) http.Handler {
 }
 
 func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) (*mcp.CallToolResult, SlowResult, error) {
-	if in.RetryAfter != 0 {
-		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "retry_after is answered with HTTP 429, over HTTP only"}}}, SlowResult{}, nil
+	if in.RetryAfter != 0 || in.FailStatus != 0 {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "retry_after and fail_status are answered over HTTP only"}}}, SlowResult{}, nil
 	}
 	progress := func(done float64, msg string) {
 		if token := req.Params.GetProgressToken(); token != nil {
@@ -353,7 +358,8 @@ func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64
 }
 
 // refuseRetryAfter answers 429 with Retry-After for a slow_tool call that
-// asks for it (retry_after), and passes every other request to next.
+// asks for it (retry_after), or the 5xx status one asks for (fail_status),
+// and passes every other request to next.
 func refuseRetryAfter(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -377,6 +383,10 @@ func refuseRetryAfter(next http.Handler) http.Handler {
 			if n := msg.Params.Arguments.RetryAfter; n > 0 && n <= maxRetryAfter {
 				w.Header().Set("Retry-After", strconv.Itoa(n))
 				http.Error(w, "slow down", http.StatusTooManyRequests)
+				return
+			}
+			if s := msg.Params.Arguments.FailStatus; s >= 500 && s <= 599 {
+				http.Error(w, "failed on purpose", s)
 				return
 			}
 		}

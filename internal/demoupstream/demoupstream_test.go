@@ -208,7 +208,8 @@ func TestRelayedRequestsCount(t *testing.T) {
 }
 
 // TestRetryAfterArgument: over HTTP, a slow_tool call or slow_api request
-// with retry_after is answered 429 with that Retry-After, without running.
+// with retry_after is answered 429 with that Retry-After, and a slow_tool
+// call with fail_status that status, without running.
 func TestRetryAfterArgument(t *testing.T) {
 	d := New()
 	srv := httptest.NewServer(d.Handler())
@@ -227,6 +228,15 @@ func TestRetryAfterArgument(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "7" {
 			t.Errorf("%s %s: %d, Retry-After %q; want 429 with 7", r.Method, r.URL.Path, resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
+	}
+	failing := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_tool","arguments":{"fail_status":502}}}`
+	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/mcp", strings.NewReader(failing))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("fail_status 502: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	if n := d.Stats().Calls; n != 0 {
 		t.Errorf("%d calls ran", n)
