@@ -45,7 +45,7 @@ Flags:
   --max-parallel N      the key's calls in flight at once, across every server
                         and the whole fleet (max_parallel_requests); past it a
                         call is refused with AT_CAPACITY; default: no limit
-  --rpm-limit N         the key's tool calls a minute, across every server and
+  --rpm-limit N         the key's calls a minute, across every server and
                         the whole fleet (rpm_limit): a burst of N, then N/60 a
                         second; past it RATE_LIMITED; default: no limit
 

@@ -33,8 +33,8 @@ const (
 	// AttrMaxParallel caps the key's calls in flight across every server,
 	// fleet-wide (LiteLLM's name).
 	AttrMaxParallel = "max_parallel_requests"
-	// AttrRPMLimit is the key's tool calls a minute across every server,
-	// fleet-wide (LiteLLM's name).
+	// AttrRPMLimit is the key's calls a minute (tool calls, and requests
+	// relayed for it) across every server, fleet-wide (LiteLLM's name).
 	AttrRPMLimit = "rpm_limit"
 	// AttrTeam names the team the key belongs to (LiteLLM's team_id): the
 	// keys of one team count as one principal on every server's limits.
@@ -80,7 +80,7 @@ type Key struct {
 	// MaxParallel caps its calls in flight across every server,
 	// fleet-wide; 0 = none.
 	MaxParallel int
-	// RPMLimit is its tool calls a minute across every server, fleet-wide;
+	// RPMLimit is its calls a minute across every server, fleet-wide;
 	// 0 = none.
 	RPMLimit int
 	// Team is the team it belongs to (see ValidateTeam); "" = none.

@@ -62,7 +62,7 @@ type Principal struct {
 	Servers []string
 	// MaxParallel caps its calls in flight across every server,
 	// fleet-wide (a key's max_parallel_requests); 0 = none. RPMLimit is
-	// its tool calls a minute across every server (a key's rpm_limit).
+	// its calls a minute across every server (a key's rpm_limit).
 	MaxParallel, RPMLimit int
 	// Tools, when not nil, are the only tools it may call: entries
 	// "<server_id>/<glob>" ("*" as server id for any server; glob as

@@ -552,7 +552,7 @@ func principalFault(err error) *fault.Error {
 	var full *lease.FullError
 	var rl *lease.RateLimitedError
 	if errors.As(err, &rl) {
-		return fault.New(fault.RateLimited, "this key may make %d tool calls a minute (rpm_limit); a call may pass again in %v", rl.PerMinute, rl.RetryAfter.Round(time.Millisecond)).
+		return fault.New(fault.RateLimited, "this key may make %d calls a minute (rpm_limit); a call may pass again in %v", rl.PerMinute, rl.RetryAfter.Round(time.Millisecond)).
 			WithRetryAfter(rl.RetryAfter)
 	}
 	if errors.As(err, &full) {
