@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -56,6 +57,11 @@ command is printed with a placeholder for the value. Credential headers
 
 Every other setting (headers, command, args, env, access_groups, ...) is
 listed by name for each server, never with its value, and is not imported.
+
+LiteLLM keeps its keys in its database, not in this file: the limits and
+team_id that litellm_settings.default_key_generate_params gives new keys are
+printed as the mcpgate keys create flags that give mcpgate's keys the same
+(--rpm-limit, --max-parallel, --team; a key's team_id is its team).
 
 Servers are skipped, with the reason, when: their transport is stdio (a
 local process a serverless gateway cannot run); their name (or alias) is
@@ -201,8 +207,9 @@ func planLiteLLM(doc []byte, rename bool) ([]*planned, []string, error) {
 			Aliases yaml.Node `yaml:"mcp_aliases"`
 			// The limits LiteLLM gives the keys it generates.
 			KeyDefaults struct {
-				RPMLimit    int `yaml:"rpm_limit"`
-				MaxParallel int `yaml:"max_parallel_requests"`
+				RPMLimit    int    `yaml:"rpm_limit"`
+				MaxParallel int    `yaml:"max_parallel_requests"`
+				TeamID      string `yaml:"team_id"`
 			} `yaml:"default_key_generate_params"`
 		} `yaml:"litellm_settings"`
 		General struct {
@@ -253,10 +260,16 @@ func planLiteLLM(doc []byte, rename bool) ([]*planned, []string, error) {
 		notes[i] = "mcp_aliases: " + n
 	}
 	// LiteLLM keeps its keys in its database, not in this file; the limits
-	// it gives new keys carry over to the keys mcpgate creates.
+	// and the team it gives new keys carry over to the keys mcpgate
+	// creates.
 	kd := cfg.Settings.KeyDefaults
 	parallel := max(kd.MaxParallel, cfg.General.MaxParallel)
-	if kd.RPMLimit > 0 || parallel > 0 {
+	team := kd.TeamID
+	if team != "" && auth.ValidateTeam(team) != nil {
+		notes = append(notes, fmt.Sprintf("keys: default_key_generate_params.team_id %q is not a team name mcpgate takes (%v); not carried over", clip.String(team, clip.Short), auth.ValidateTeam(team)))
+		team = ""
+	}
+	if kd.RPMLimit > 0 || parallel > 0 || team != "" {
 		flags := ""
 		if kd.RPMLimit > 0 {
 			flags += fmt.Sprintf(" --rpm-limit %d", kd.RPMLimit)
@@ -264,7 +277,10 @@ func planLiteLLM(doc []byte, rename bool) ([]*planned, []string, error) {
 		if parallel > 0 {
 			flags += fmt.Sprintf(" --max-parallel %d", parallel)
 		}
-		notes = append(notes, "keys: LiteLLM's keys are in its database, not in this file; to give mcpgate's keys the limits it gives new ones: mcpgate keys create --servers ID,..."+flags)
+		if team != "" {
+			flags += " --team " + shellQuote(team)
+		}
+		notes = append(notes, "keys: LiteLLM's keys are in its database, not in this file; to give mcpgate's keys the limits and team it gives new ones: mcpgate keys create --servers ID,..."+flags)
 	}
 	return plans, notes, nil
 }

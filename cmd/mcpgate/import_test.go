@@ -141,7 +141,7 @@ func TestImportLiteLLMDryRun(t *testing.T) {
 	if !strings.Contains(r.stdout, "dry run, nothing written: would import 6 of 8 servers; 2 skipped; 10 settings not imported") {
 		t.Errorf("no dry-run summary:\n%s", r.stdout)
 	}
-	if !strings.Contains(r.stdout, "keys: LiteLLM's keys are in its database, not in this file; to give mcpgate's keys the limits it gives new ones: mcpgate keys create --servers ID,... --rpm-limit 120 --max-parallel 4") {
+	if !strings.Contains(r.stdout, "keys: LiteLLM's keys are in its database, not in this file; to give mcpgate's keys the limits and team it gives new ones: mcpgate keys create --servers ID,... --rpm-limit 120 --max-parallel 4 --team core-infra") {
 		t.Errorf("no note of the key limits:\n%s", r.stdout)
 	}
 	if items := scanAll(t, env, env.Tables.Servers); len(items) != 0 {
@@ -257,6 +257,23 @@ func TestImportLiteLLMClean(t *testing.T) {
 	if rep := reports["hidden"]; rep == nil || !strings.Contains(rep.status, "url: missing") ||
 		!reflect.DeepEqual(rep.unmapped, []string{"url (an os.environ/ reference; not resolved)"}) {
 		t.Errorf("hidden reported as %+v", rep)
+	}
+}
+
+// TestImportLiteLLMKeyTeam: default_key_generate_params.team_id becomes
+// the --team of the keys create command printed, quoted for the shell; a
+// team_id the gateway would refuse is reported, not carried over.
+func TestImportLiteLLMKeyTeam(t *testing.T) {
+	servers := "mcp_servers:\n  docs:\n    url: https://docs.example/mcp\n"
+	r := runWith(t, nil, "", "import", "litellm", "--dry-run", writeFile(t, "team.yaml",
+		"litellm_settings:\n  default_key_generate_params:\n    team_id: Data Science\n"+servers)).ok(t)
+	if !strings.Contains(r.stdout, "mcpgate keys create --servers ID,... --team 'Data Science'\n") {
+		t.Errorf("no keys create with the team:\n%s", r.stdout)
+	}
+	r = runWith(t, nil, "", "import", "litellm", "--dry-run", writeFile(t, "badteam.yaml",
+		"litellm_settings:\n  default_key_generate_params:\n    team_id: \" padded\"\n"+servers)).ok(t)
+	if !strings.Contains(r.stdout, `team_id " padded" is not a team name mcpgate takes`) || strings.Contains(r.stdout, "--team") {
+		t.Errorf("a team_id mcpgate refuses:\n%s", r.stdout)
 	}
 }
 

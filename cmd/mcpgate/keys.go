@@ -20,7 +20,7 @@ import (
 
 var keysCreateCmd = &command{
 	name:    "keys create",
-	args:    "--servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL] [--max-parallel N] [--rpm-limit N]",
+	args:    "--servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL] [--team TEAM] [--max-parallel N] [--rpm-limit N]",
 	summary: "create an API key and print it once",
 	help: `
 Creates a random API key allowed to call the listed servers ("*" for all)
@@ -36,10 +36,15 @@ Flags:
                         * and ? in the glob), within each server's own
                         allowed_tools and disallowed_tools; default: every tool
   --name LABEL          a label for people, shown by keys list
+  --team TEAM           the team the key belongs to (LiteLLM's team_id): the
+                        keys of one team count as one caller on every
+                        server's limits (fair shares, per-caller caps and
+                        rates, breakers, pauses, queue places); the key's own
+                        --max-parallel and --rpm-limit stay its own
   --max-parallel N      the key's calls in flight at once, across every server
                         and the whole fleet (max_parallel_requests); past it a
                         call is refused with AT_CAPACITY; default: no limit
-  --rpm-limit N         the key's tool calls a minute, across every server and
+  --rpm-limit N         the key's calls a minute, across every server and
                         the whole fleet (rpm_limit): a burst of N, then N/60 a
                         second; past it RATE_LIMITED; default: no limit
 
@@ -54,8 +59,9 @@ var keysListCmd = &command{
 	summary: "list API keys (hash prefix, name, servers, tools; never a key)",
 	help: `
 Lists every key: the first 12 characters of its hash (what keys revoke
-takes), its name, the servers it may call, the tools it is limited to ("*"
-for every tool), its max_parallel_requests and when it was created; then
+takes), its name, its team, the servers it may call, the tools it is
+limited to ("*" for every tool), its max_parallel_requests and rpm_limit
+and when it was created; then
 every key whose item the gateway refuses (an unknown attribute, a limit
 out of range), with why. Keys themselves are never stored, so they cannot
 be listed.
@@ -87,6 +93,7 @@ func runKeysCreate(c *cli, args []string) error {
 	serversFlag := fs.String("servers", "", "")
 	toolsFlag := fs.String("tools", "", "")
 	name := fs.String("name", "", "")
+	team := fs.String("team", "", "")
 	maxParallel := fs.Int("max-parallel", 0, "")
 	rpmLimit := fs.Int("rpm-limit", 0, "")
 	pos, err := c.parse(fs, args)
@@ -113,10 +120,15 @@ func runKeysCreate(c *cli, args []string) error {
 	if *rpmLimit < 0 || *rpmLimit > auth.MaxRPMLimit {
 		return usagef("--rpm-limit %d: use 1 to %d (or leave it out for no limit)", *rpmLimit, auth.MaxRPMLimit)
 	}
+	if *team != "" {
+		if err := auth.ValidateTeam(*team); err != nil {
+			return usagef("--team %q: %v", clip.String(*team, clip.Short), err)
+		}
+	}
 	if err := c.open(); err != nil {
 		return err
 	}
-	k := &auth.Key{Name: *name, Servers: servers, Tools: tools, MaxParallel: *maxParallel, RPMLimit: *rpmLimit}
+	k := &auth.Key{Name: *name, Servers: servers, Tools: tools, MaxParallel: *maxParallel, RPMLimit: *rpmLimit, Team: *team}
 	key, err := c.fleet().CreateKey(c.ctx, k, time.Now())
 	if err != nil {
 		return dbErr("store key", err)
@@ -133,6 +145,9 @@ func runKeysCreate(c *cli, args []string) error {
 	fmt.Fprintf(c.stderr, "created key %s %s for servers: %s\n", hash[:shownHashLen], keyLabel(*name), strings.Join(servers, ", "))
 	if len(tools) > 0 {
 		fmt.Fprintf(c.stderr, "only tools: %s\n", strings.Join(tools, ", "))
+	}
+	if *team != "" {
+		fmt.Fprintf(c.stderr, "team: %q\n", *team)
 	}
 	fmt.Fprintln(c.stdout, key)
 	fmt.Fprintln(c.stderr, "This is the only time the key is shown: store it now. It cannot be shown again (only its SHA-256 is kept).")
@@ -159,7 +174,7 @@ func runKeysList(c *cli, args []string) error {
 			strings.Compare(rawAttr(a, store.KeyHashAttr), rawAttr(b, store.KeyHashAttr)))
 	})
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HASH\tNAME\tSERVERS\tTOOLS\tMAX PARALLEL\tRPM\tCREATED")
+	fmt.Fprintln(tw, "HASH\tNAME\tTEAM\tSERVERS\tTOOLS\tMAX PARALLEL\tRPM\tCREATED")
 	var invalid []string
 	for _, item := range items {
 		k, err := auth.ParseItem(item)
@@ -184,7 +199,11 @@ func runKeysList(c *cli, args []string) error {
 		if k.RPMLimit > 0 {
 			rpm = strconv.Itoa(k.RPMLimit)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), orDash(k.Name), orDash(servers), orDash(tools), parallel, rpm, orDash(rawAttr(item, auth.AttrCreated)))
+		team := "-"
+		if k.Team != "" {
+			team = strconv.Quote(k.Team)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), orDash(k.Name), team, orDash(servers), orDash(tools), parallel, rpm, orDash(rawAttr(item, auth.AttrCreated)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -82,7 +82,7 @@ func TestKeysRoundTrip(t *testing.T) {
 		t.Errorf("keys list shows the key or its full hash:\n%s", r.stdout)
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "github,search", "*", "-", "-", created}; !reflect.DeepEqual(got, want) {
+	if got, want := strings.Fields(lines[len(lines)-1]), []string{hash[:12], "ci-agent", "-", "github,search", "*", "-", "-", created}; !reflect.DeepEqual(got, want) {
 		t.Errorf("keys list row %q, want %q", got, want)
 	}
 
@@ -111,7 +111,7 @@ func TestKeysAllServers(t *testing.T) {
 	}
 	r = mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 7 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[2] != "*" || got[3] != "*" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 8 || got[0] != auth.HashKey(key)[:12] || got[1] != "-" || got[3] != "*" || got[4] != "*" {
 		t.Errorf("keys list shows a nameless key for * as %q", got)
 	}
 }
@@ -131,7 +131,7 @@ func TestKeysTools(t *testing.T) {
 	}
 	r = mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 7 || got[3] != "github/get_*,search/*" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 8 || got[4] != "github/get_*,search/*" {
 		t.Errorf("keys list row %q", got)
 	}
 	mcpgate(t, env, "keys", "create", "--servers", "github", "--tools", "search/*").fails(t, 2, `names server "search", which --servers does not grant`)
@@ -181,7 +181,7 @@ func TestKeysLimitsAndUnknownAttributes(t *testing.T) {
 	}
 	r := mcpgate(t, env, "keys", "list").ok(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if got := strings.Fields(lines[len(lines)-1]); len(got) != 7 || got[4] != "3" || got[5] != "30" {
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 8 || got[5] != "3" || got[6] != "30" {
 		t.Errorf("keys list row %q, want max parallel 3, rpm 30", got)
 	}
 	mcpgate(t, env, "keys", "create", "--servers", "github", "--rpm-limit", "-2").fails(t, 2, "--rpm-limit")
@@ -204,5 +204,30 @@ func TestKeysLimitsAndUnknownAttributes(t *testing.T) {
 	}
 	if r := mcpgate(t, env, "keys", "list").ok(t); !strings.Contains(r.stdout, "refused until fixed: "+hash[:12]+": the key's item is invalid: max_paralel_requests: unknown attribute") {
 		t.Errorf("keys list does not say the key is refused:\n%s", r.stdout)
+	}
+}
+
+// TestKeysTeam: keys create --team stores team, which the key's principal
+// carries and keys list shows; a team name the gateway would refuse is
+// refused before anything is written.
+func TestKeysTeam(t *testing.T) {
+	env := storetest.NewEnv(t)
+	key, r := createKey(t, env, "--servers", "github", "--team", "platform", "--name", "ci")
+	if !strings.Contains(r.stderr, `team: "platform"`) {
+		t.Errorf("keys create does not say the team:\n%s", r.stderr)
+	}
+	p, err := auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1}).Authenticate(context.Background(), auth.Request{Header: http.Header{"X-Api-Key": {key}}})
+	if err != nil || p.Team != "platform" {
+		t.Fatalf("key with --team platform authenticated as %+v, %v", p, err)
+	}
+	r = mcpgate(t, env, "keys", "list").ok(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if got := strings.Fields(lines[len(lines)-1]); len(got) != 8 || got[1] != "ci" || got[2] != `"platform"` {
+		t.Errorf("keys list row %q, want team \"platform\"", got)
+	}
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--team", "a\x01b").fails(t, 2, "--team")
+	mcpgate(t, env, "keys", "create", "--servers", "github", "--team", strings.Repeat("t", auth.MaxTeamLen+1)).fails(t, 2, "--team")
+	if n := len(scanAll(t, env, env.Tables.Keys)); n != 1 {
+		t.Errorf("refused keys were written: %d items", n)
 	}
 }

@@ -46,7 +46,8 @@ Flags:
   --since D          only requests of the last D (default 1h; 0: all)
   --server ID        only this server
   --principal P      only this caller: a principal as logged (key:1a2b3c4d5e6f,
-                     or a prefix of one) or as status labels leases (k:1a2b3c4d)
+                     or a prefix of one) or as status labels leases
+                     (k:1a2b3c4d5e6f7a8b; a team's t:... matches its members)
   --code CODE,...    only these codes (AT_CAPACITY, FORBIDDEN, ...)
   --limit N          records shown one by one, the latest (default 20)
   --json             print the groups and records as JSON, for scripts
@@ -233,9 +234,11 @@ func (r *refusalsReport) add(line string, at time.Time, f refusalFilter) {
 	r.Records = append(r.Records, rec)
 }
 
-// principalMatches reports whether the logged principal got is the one
-// want names (gatewaylog.PrincipalMatches).
-func principalMatches(got, want string) bool { return gatewaylog.PrincipalMatches(got, want) }
+// principalMatches reports whether the logged principal got, of team, is
+// the one want names (gatewaylog.PrincipalMatches).
+func principalMatches(got, team, want string) bool {
+	return gatewaylog.PrincipalMatches(got, team, want)
+}
 
 // summarize groups the records and keeps the latest limit of them.
 func (r *refusalsReport) summarize(limit int) {

@@ -246,20 +246,28 @@ func TestRefusalsLogGroup(t *testing.T) {
 }
 
 func TestPrincipalMatches(t *testing.T) {
+	// sha256("platform") begins d294fcce0cc88587.
 	for _, tc := range []struct {
-		got, want string
-		match     bool
+		got, team, want string
+		match           bool
 	}{
-		{"key:1a2b3c4d5e6f", "key:1a2b3c4d5e6f", true},
-		{"key:1a2b3c4d5e6f", "key:1a2b", true},
-		{"key:1a2b3c4d5e6f", "k:1a2b3c4d", true},
-		{"key:1a2b3c4d5e6f", "o:1a2b3c4d", false},
-		{"oauth:9f8e7d6c5b4a", "o:9f8e", true},
-		{"key:1a2b3c4d5e6f", "k:ffff", false},
-		{"", "k:1a2b", false},
+		{"key:1a2b3c4d5e6f", "", "key:1a2b3c4d5e6f", true},
+		{"key:1a2b3c4d5e6f", "", "key:1a2b", true},
+		{"key:1a2b3c4d5e6f", "", "k:1a2b3c4d", true},
+		{"key:1a2b3c4d5e6f", "", "k:1a2b3c4d5e6f7a8b", true},
+		{"key:1a2b3c4d5e6f", "", "k:1a2b3c4d5e6e7a8b", false},
+		{"key:1a2b3c4d5e6f", "", "o:1a2b3c4d", false},
+		{"oauth:9f8e7d6c5b4a", "", "o:9f8e", true},
+		{"key:1a2b3c4d5e6f", "", "k:ffff", false},
+		{"", "", "k:1a2b", false},
+		{"key:1a2b3c4d5e6f", "platform", "t:d294fcce0cc88587", true},
+		{"oauth:9f8e7d6c5b4a", "platform", "t:d294", true},
+		{"key:1a2b3c4d5e6f", "other", "t:d294fcce0cc88587", false},
+		{"key:1a2b3c4d5e6f", "", "t:d294fcce0cc88587", false},
+		{"key:1a2b3c4d5e6f", "", "k:", false},
 	} {
-		if got := principalMatches(tc.got, tc.want); got != tc.match {
-			t.Errorf("principalMatches(%q, %q) = %v, want %v", tc.got, tc.want, got, tc.match)
+		if got := principalMatches(tc.got, tc.team, tc.want); got != tc.match {
+			t.Errorf("principalMatches(%q, %q, %q) = %v, want %v", tc.got, tc.team, tc.want, got, tc.match)
 		}
 	}
 }

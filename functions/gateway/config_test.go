@@ -109,13 +109,14 @@ func TestConfigOAuth(t *testing.T) {
 		"OAUTH_AUDIENCE":     "api://gateway, 0f1e2d3c",
 		"OAUTH_RESOURCE_URL": "https://gw.example.com/",
 		"OAUTH_SCOPE_PREFIX": "mcp.",
+		"OAUTH_TEAM_CLAIM":   "custom:team",
 		"IAM_GRANTS":         "arn:aws:iam::123456789012:role/agents=demo",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.OAuth.Issuer != "https://login.example.com/tenant/v2.0" || !slices.Equal(c.OAuth.Audiences, []string{"api://gateway", "0f1e2d3c"}) ||
-		c.OAuth.ScopePrefix != "mcp." || c.ResourceURL != "https://gw.example.com" || len(c.IAMGrants) != 1 {
+		c.OAuth.ScopePrefix != "mcp." || c.OAuth.TeamClaim != "custom:team" || c.ResourceURL != "https://gw.example.com" || len(c.IAMGrants) != 1 {
 		t.Errorf("config %+v", c)
 	}
 
@@ -127,6 +128,8 @@ func TestConfigOAuth(t *testing.T) {
 		"resource URL with a path":  {"OAUTH_ISSUER": "https://idp", "OAUTH_RESOURCE_URL": "https://gw.example.com/prod"},
 		"resource URL not absolute": {"OAUTH_ISSUER": "https://idp", "OAUTH_RESOURCE_URL": "gw.example.com"},
 		"scope prefix with a quote": {"OAUTH_ISSUER": "https://idp", "OAUTH_SCOPE_PREFIX": `mcp"`},
+		"team claim without issuer": {"OAUTH_TEAM_CLAIM": "team"},
+		"team claim with a space":   {"OAUTH_ISSUER": "https://idp", "OAUTH_TEAM_CLAIM": "my team"},
 		"bad IAM grant":             {"IAM_GRANTS": "role/agents=demo"},
 	} {
 		if _, err := config.Load(withBase(kv)); err == nil {
@@ -134,7 +137,7 @@ func TestConfigOAuth(t *testing.T) {
 		}
 	}
 	// Off by default, with the template's empty values.
-	c, err = config.Load(withBase(map[string]string{"OAUTH_ISSUER": "", "OAUTH_SCOPE_PREFIX": "mcp:", "IAM_GRANTS": ""}))
+	c, err = config.Load(withBase(map[string]string{"OAUTH_ISSUER": "", "OAUTH_SCOPE_PREFIX": "mcp:", "OAUTH_TEAM_CLAIM": "", "IAM_GRANTS": ""}))
 	if err != nil || c.OAuth.Issuer != "" || len(c.IAMGrants) != 0 {
 		t.Errorf("defaults: %+v, %v", c.OAuth, err)
 	}

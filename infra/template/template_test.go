@@ -265,9 +265,9 @@ func TestTemplateIdentity(t *testing.T) {
 	defaults := map[string]string{
 		"OAUTH_ISSUER": param("OAuthIssuer"), "OAUTH_AUDIENCE": param("OAuthAudience"),
 		"OAUTH_RESOURCE_URL": param("OAuthResourceUrl"), "OAUTH_JWKS_URL": param("OAuthJwksUrl"),
-		"OAUTH_SCOPE_PREFIX": param("OAuthScopePrefix"), "IAM_GRANTS": param("IamGrants"),
+		"OAUTH_SCOPE_PREFIX": param("OAuthScopePrefix"), "OAUTH_TEAM_CLAIM": param("OAuthTeamClaim"), "IAM_GRANTS": param("IamGrants"),
 	}
-	if defaults["OAUTH_ISSUER"] != "" || param("CognitoQuickStart") != "false" || defaults["IAM_GRANTS"] != "" {
+	if defaults["OAUTH_ISSUER"] != "" || param("CognitoQuickStart") != "false" || defaults["IAM_GRANTS"] != "" || defaults["OAUTH_TEAM_CLAIM"] != "" {
 		t.Error("OAuth, the Cognito quick start or IAM grants are on by default")
 	}
 	if defaults["OAUTH_SCOPE_PREFIX"] != auth.DefaultScopePrefix {
@@ -282,11 +282,11 @@ func TestTemplateIdentity(t *testing.T) {
 	}
 	given := map[string]string{
 		"OAuthIssuer": "https://idp.example.com", "OAuthAudience": "api://gw", "OAuthResourceUrl": "https://gw.example.com",
-		"OAuthJwksUrl": "https://idp.example.com/jwks", "OAuthScopePrefix": "gw:", "IamGrants": "arn:aws:iam::123456789012:role/a=demo",
+		"OAuthJwksUrl": "https://idp.example.com/jwks", "OAuthScopePrefix": "gw:", "OAuthTeamClaim": "custom:team", "IamGrants": "arn:aws:iam::123456789012:role/a=demo",
 	}
 	env := envWith(given)
 	for name, p := range map[string]string{"OAUTH_ISSUER": "OAuthIssuer", "OAUTH_AUDIENCE": "OAuthAudience", "OAUTH_RESOURCE_URL": "OAuthResourceUrl",
-		"OAUTH_JWKS_URL": "OAuthJwksUrl", "OAUTH_SCOPE_PREFIX": "OAuthScopePrefix", "IAM_GRANTS": "IamGrants"} {
+		"OAUTH_JWKS_URL": "OAuthJwksUrl", "OAUTH_SCOPE_PREFIX": "OAuthScopePrefix", "OAUTH_TEAM_CLAIM": "OAuthTeamClaim", "IAM_GRANTS": "IamGrants"} {
 		if env[name] != given[p] {
 			t.Errorf("%s = %v with %s=%q, want the parameter", name, env[name], p, given[p])
 		}

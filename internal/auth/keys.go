@@ -33,9 +33,12 @@ const (
 	// AttrMaxParallel caps the key's calls in flight across every server,
 	// fleet-wide (LiteLLM's name).
 	AttrMaxParallel = "max_parallel_requests"
-	// AttrRPMLimit is the key's tool calls a minute across every server,
-	// fleet-wide (LiteLLM's name).
+	// AttrRPMLimit is the key's calls a minute (tool calls, and requests
+	// relayed for it) across every server, fleet-wide (LiteLLM's name).
 	AttrRPMLimit = "rpm_limit"
+	// AttrTeam names the team the key belongs to (LiteLLM's team_id): the
+	// keys of one team count as one principal on every server's limits.
+	AttrTeam = "team"
 	// AllServers in servers grants every server.
 	AllServers = "*"
 )
@@ -44,7 +47,7 @@ const (
 // names starting with "x_" (admins' own notes, ignored). Any other makes
 // the key refused: a misspelt or unsupported limit must never mean none.
 func KeyAttributes() []string {
-	return []string{store.KeyHashAttr, AttrServers, AttrTools, AttrName, AttrCreated, AttrMaxParallel, AttrRPMLimit}
+	return []string{store.KeyHashAttr, AttrServers, AttrTools, AttrName, AttrCreated, AttrMaxParallel, AttrRPMLimit, AttrTeam}
 }
 
 // Bounds of the key's limits.
@@ -77,9 +80,11 @@ type Key struct {
 	// MaxParallel caps its calls in flight across every server,
 	// fleet-wide; 0 = none.
 	MaxParallel int
-	// RPMLimit is its tool calls a minute across every server, fleet-wide;
+	// RPMLimit is its calls a minute across every server, fleet-wide;
 	// 0 = none.
 	RPMLimit int
+	// Team is the team it belongs to (see ValidateTeam); "" = none.
+	Team string
 	// Invalid, when set, says why the key's item cannot be used: the key
 	// is refused.
 	Invalid error
@@ -95,6 +100,7 @@ func (k *Key) Principal() *Principal {
 		Tools:       k.Tools,
 		MaxParallel: k.MaxParallel,
 		RPMLimit:    k.RPMLimit,
+		Team:        k.Team,
 	}
 }
 
@@ -210,6 +216,17 @@ func ParseItem(item map[string]types.AttributeValue) (*Key, error) {
 	if v, ok := item[AttrName].(*types.AttributeValueMemberS); ok {
 		k.Name = v.Value
 	}
+	if v, ok := item[AttrTeam]; ok {
+		s, isS := v.(*types.AttributeValueMemberS)
+		switch {
+		case !isS:
+			problems = append(problems, AttrTeam+": must be a string (type S)")
+		case ValidateTeam(s.Value) != nil:
+			problems = append(problems, AttrTeam+": "+ValidateTeam(s.Value).Error())
+		default:
+			k.Team = s.Value
+		}
+	}
 	k.Servers = stringsOf(item[AttrServers])
 	if _, set := item[AttrTools]; set {
 		k.Tools = []string{}
@@ -232,7 +249,8 @@ const CreatedLayout = time.RFC3339
 // at created: the one place that writes each attribute's DynamoDB type.
 // Hash and Servers (a string set) are always written; Name when not empty;
 // Tools when not nil (an empty list when empty, which grants no tool);
-// each limit when above 0; created_at unless created is zero.
+// each limit when above 0; Team when not empty; created_at unless created
+// is zero.
 func KeyItem(k *Key, created time.Time) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
 		store.KeyHashAttr: &types.AttributeValueMemberS{Value: k.Hash},
@@ -256,6 +274,9 @@ func KeyItem(k *Key, created time.Time) map[string]types.AttributeValue {
 	}
 	if k.RPMLimit > 0 {
 		item[AttrRPMLimit] = &types.AttributeValueMemberN{Value: strconv.Itoa(k.RPMLimit)}
+	}
+	if k.Team != "" {
+		item[AttrTeam] = &types.AttributeValueMemberS{Value: k.Team}
 	}
 	return item
 }

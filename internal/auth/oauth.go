@@ -69,6 +69,11 @@ type OAuthOptions struct {
 	// ScopePrefix starts the scopes (scope, scp, or Entra ID's roles) that
 	// grant servers (OAUTH_SCOPE_PREFIX); empty means DefaultScopePrefix.
 	ScopePrefix string
+	// TeamClaim names the claim that gives a token's team
+	// (OAUTH_TEAM_CLAIM; see Principal.Team); empty means tokens have no
+	// team. A token without the claim (or with it null) has none; one
+	// whose claim is not a string ValidateTeam accepts is refused.
+	TeamClaim string
 	// Leeway is the clock skew tolerated on exp, nbf and iat; zero means
 	// DefaultLeeway.
 	Leeway time.Duration
@@ -92,6 +97,7 @@ type OAuth struct {
 	issuer    string
 	audiences []string
 	prefix    string
+	teamClaim string
 	leeway    time.Duration
 	now       func() time.Time
 	keys      *keySet
@@ -118,6 +124,7 @@ func NewOAuth(opts OAuthOptions) (*OAuth, error) {
 		issuer:    opts.Issuer,
 		audiences: slices.Clone(opts.Audiences),
 		prefix:    cmpOr(opts.ScopePrefix, DefaultScopePrefix),
+		teamClaim: opts.TeamClaim,
 		leeway:    cmpOr(opts.Leeway, DefaultLeeway),
 		now:       opts.Now,
 	}
@@ -232,6 +239,23 @@ func (s *scopeList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// teamOf reads a team claim: absent or null is no team; a string must
+// be a team name (ValidateTeam); anything else (a number, a list of
+// groups, an object) is refused, as a principal belongs to one team.
+func teamOf(raw json.RawMessage) (string, error) {
+	if raw == nil || string(raw) == "null" {
+		return "", nil
+	}
+	var team string
+	if err := json.Unmarshal(raw, &team); err != nil {
+		return "", errors.New("the claim must be a string")
+	}
+	if err := ValidateTeam(team); err != nil {
+		return "", err
+	}
+	return team, nil
+}
+
 func invalidToken(reason string, err error) *RejectedError {
 	return &RejectedError{Reason: reason, Token: true, Err: err}
 }
@@ -261,9 +285,14 @@ func (o *OAuth) Verify(ctx context.Context, raw string, audiences []string) (*Pr
 	}
 	var std jwt.Claims
 	var extra tokenClaims
+	dest := []any{&std, &extra}
+	var all map[string]json.RawMessage
+	if o.teamClaim != "" {
+		dest = append(dest, &all)
+	}
 	verified := false
 	for _, k := range keys {
-		if tok.Claims(k.Key, &std, &extra) == nil {
+		if tok.Claims(k.Key, dest...) == nil {
 			verified = true
 			break
 		}
@@ -310,6 +339,13 @@ func (o *OAuth) Verify(ctx context.Context, raw string, audiences []string) (*Pr
 		StateKey: stateKey(KindOAuth, std.Issuer, std.Subject),
 		Subject:  clean(std.Subject, maxSubjectLen),
 		ClientID: clean(clientID, maxSubjectLen),
+	}
+	if o.teamClaim != "" {
+		team, err := teamOf(all[o.teamClaim])
+		if err != nil {
+			return nil, invalidToken(fmt.Sprintf("the token's team claim (%s) is not a team name", clean(o.teamClaim, maxSubjectLen)), err)
+		}
+		p.Team = team
 	}
 	for _, s := range slices.Concat(extra.Scope, extra.Scp, extra.Roles) {
 		id, ok := strings.CutPrefix(s, o.prefix)

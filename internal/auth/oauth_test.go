@@ -523,3 +523,44 @@ func TestIDTokensRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenTeam: with a team claim configured, a token's string claim is
+// its principal's team; absent or null, none; any other value, or a string
+// that is no team name, makes the token invalid. Without the setting, the
+// claim is ignored.
+func TestTokenTeam(t *testing.T) {
+	iss := authtest.NewIssuer(t)
+	ctx := context.Background()
+	aud := []string{testAudience}
+	o := newOAuth(t, iss, nil, func(o *OAuthOptions) { o.TeamClaim = "custom:team" })
+	token := func(team any) string {
+		claims := map[string]any{"sub": "s", "aud": testAudience, "scope": "mcp:*"}
+		if team != "absent" {
+			claims["custom:team"] = team
+		}
+		return iss.Sign(claims)
+	}
+	for claim, want := range map[any]string{"platform": "platform", "Data Science": "Data Science", "absent": "", nil: ""} {
+		p, err := o.Verify(ctx, token(claim), aud)
+		if err != nil {
+			t.Fatalf("team claim %v: %v", claim, err)
+		}
+		if p.Team != want {
+			t.Errorf("team claim %v: team %q, want %q", claim, p.Team, want)
+		}
+	}
+	for name, claim := range map[string]any{
+		"a number": 42, "a list of groups": []string{"a", "b"}, "an object": map[string]any{"id": "a"}, "empty": "",
+		"oversized": strings.Repeat("t", MaxTeamLen+1), "a control character": "a\nb", "a bidi override": "a\u202eb", "padded": " a",
+	} {
+		_, err := o.Verify(ctx, token(claim), aud)
+		rejectedToken(t, err)
+		if err != nil && !strings.Contains(err.Error(), "custom:team") {
+			t.Errorf("%s: %v; want the claim named", name, err)
+		}
+	}
+	plain := newOAuth(t, iss, nil, nil)
+	if p, err := plain.Verify(ctx, token(42), aud); err != nil || p.Team != "" {
+		t.Errorf("without OAUTH_TEAM_CLAIM: team %q, %v; want the claim ignored", p.Team, err)
+	}
+}

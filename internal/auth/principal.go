@@ -3,11 +3,14 @@ package auth
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
 	"log/slog"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
 )
@@ -59,13 +62,40 @@ type Principal struct {
 	Servers []string
 	// MaxParallel caps its calls in flight across every server,
 	// fleet-wide (a key's max_parallel_requests); 0 = none. RPMLimit is
-	// its tool calls a minute across every server (a key's rpm_limit).
+	// its calls a minute across every server (a key's rpm_limit).
 	MaxParallel, RPMLimit int
 	// Tools, when not nil, are the only tools it may call: entries
 	// "<server_id>/<glob>" ("*" as server id for any server; glob as
 	// registry.MatchGlob: * and ?); empty but not nil means none. Nil means every tool of
 	// the servers it may call.
 	Tools []string
+	// Team, when not empty, is the team it belongs to (a key's team, a
+	// token's OAUTH_TEAM_CLAIM): the principals of one team count as one
+	// on every server's limits — fair shares, per-principal caps and
+	// buckets, breakers, pauses and queue places. Its own limits
+	// (MaxParallel, RPMLimit) stay its own. Safe to log (ValidateTeam).
+	Team string
+}
+
+// MaxTeamLen bounds a team's name, in bytes.
+const MaxTeamLen = 128
+
+// ValidateTeam checks a team's name, as a key's team attribute or a
+// token's team claim gives it: 1 to MaxTeamLen bytes of UTF-8, with no
+// control or formatting character (which could disguise it in a listing
+// or a log) and no space at either end.
+func ValidateTeam(team string) error {
+	switch {
+	case team == "" || len(team) > MaxTeamLen:
+		return fmt.Errorf("a team name must be 1 to %d bytes, got %d", MaxTeamLen, len(team))
+	case !utf8.ValidString(team):
+		return errors.New("a team name must be valid UTF-8")
+	case strings.ContainsFunc(team, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }):
+		return errors.New("a team name must not contain control or formatting characters")
+	case strings.TrimSpace(team) != team:
+		return errors.New("a team name must not start or end with a space")
+	}
+	return nil
 }
 
 // Allows reports whether p may call serverID.
@@ -112,14 +142,18 @@ func (p *Principal) AllowsAllTools(serverID string) bool {
 	return slices.Contains(p.Tools, serverID+"/*") || slices.Contains(p.Tools, AllServers+"/*")
 }
 
-// LogAttrs are what a log record says of p: its ID as "principal" and,
-// where known, the token's "sub" and "client_id" and the "iam_caller".
+// LogAttrs are what a log record says of p: its ID as "principal", its
+// "team" if any and, where known, the token's "sub" and "client_id" and the
+// "iam_caller".
 // Never a key or a token.
 func (p *Principal) LogAttrs() []any {
 	if p == nil {
 		return nil
 	}
 	attrs := []any{slog.String("principal", p.ID)}
+	if p.Team != "" {
+		attrs = append(attrs, slog.String("team", p.Team))
+	}
 	if p.Kind == KindOAuth {
 		attrs = append(attrs, slog.String("sub", p.Subject))
 		if p.ClientID != "" {

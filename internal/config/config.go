@@ -300,6 +300,9 @@ func MemoryLimitText(limit int64) string {
 	return fmt.Sprintf("%d MiB", limit>>20)
 }
 
+// maxClaimName bounds OAUTH_TEAM_CLAIM.
+const maxClaimName = 256
+
 // loadOAuth reads the OAUTH_* settings. OAUTH_ISSUER turns tokens on; the
 // others without it are a mistake worth stopping for.
 func (c *Config) loadOAuth(getenv func(string) string, errs *[]error) {
@@ -307,6 +310,7 @@ func (c *Config) loadOAuth(getenv func(string) string, errs *[]error) {
 		Issuer:      strings.TrimSpace(getenv("OAUTH_ISSUER")),
 		JWKSURL:     strings.TrimSpace(getenv("OAUTH_JWKS_URL")),
 		ScopePrefix: getenv("OAUTH_SCOPE_PREFIX"),
+		TeamClaim:   strings.TrimSpace(getenv("OAUTH_TEAM_CLAIM")),
 	}
 	for a := range strings.SplitSeq(getenv("OAUTH_AUDIENCE"), ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -315,7 +319,7 @@ func (c *Config) loadOAuth(getenv func(string) string, errs *[]error) {
 	}
 	c.ResourceURL = strings.TrimSuffix(strings.TrimSpace(getenv("OAUTH_RESOURCE_URL")), "/")
 	if o.Issuer == "" {
-		for name, v := range map[string]bool{"OAUTH_AUDIENCE": len(o.Audiences) > 0, "OAUTH_JWKS_URL": o.JWKSURL != "", "OAUTH_RESOURCE_URL": c.ResourceURL != ""} {
+		for name, v := range map[string]bool{"OAUTH_AUDIENCE": len(o.Audiences) > 0, "OAUTH_JWKS_URL": o.JWKSURL != "", "OAUTH_RESOURCE_URL": c.ResourceURL != "", "OAUTH_TEAM_CLAIM": o.TeamClaim != ""} {
 			if v {
 				*errs = append(*errs, fmt.Errorf("%s is set but OAUTH_ISSUER is not: set the issuer to accept OAuth tokens", name))
 			}
@@ -327,6 +331,9 @@ func (c *Config) loadOAuth(getenv func(string) string, errs *[]error) {
 	}
 	if strings.ContainsAny(o.ScopePrefix, " \t\"") {
 		*errs = append(*errs, fmt.Errorf("OAUTH_SCOPE_PREFIX=%q must not contain spaces or quotes", o.ScopePrefix))
+	}
+	if len(o.TeamClaim) > maxClaimName || strings.ContainsFunc(o.TeamClaim, func(r rune) bool { return r <= ' ' || r == '"' || r > '~' }) {
+		*errs = append(*errs, fmt.Errorf("OAUTH_TEAM_CLAIM=%q must be a claim name: at most %d bytes of printable ASCII, no spaces or quotes", o.TeamClaim, maxClaimName))
 	}
 	if c.ResourceURL != "" {
 		u, err := url.Parse(c.ResourceURL)

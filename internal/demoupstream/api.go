@@ -8,7 +8,8 @@ import (
 
 // The demo's plain HTTP API, described by its OpenAPI document at
 // /openapi.json: the same instrument as slow_tool, for OpenAPI-backed
-// servers. /api/fail always answers 500 (an unwell backend).
+// servers (retry_after: answered 429 with that Retry-After). /api/fail
+// always answers 500 (an unwell backend).
 
 // OpenAPIDocument is the API's OpenAPI 3.0 document. Its server is
 // relative, so it resolves against wherever the document was fetched.
@@ -24,7 +25,8 @@ const OpenAPIDocument = `{
         "parameters": [
           {"name": "ms", "in": "query", "schema": {"type": "integer", "minimum": 0}},
           {"name": "until_in_flight", "in": "query", "schema": {"type": "integer", "minimum": 0}},
-          {"name": "gate", "in": "query", "schema": {"type": "string"}}
+          {"name": "gate", "in": "query", "schema": {"type": "string"}},
+          {"name": "retry_after", "in": "query", "schema": {"type": "integer", "minimum": 0}}
         ],
         "responses": {"200": {"description": "the counters", "content": {"application/json": {"schema": {"type": "object"}}}}}
       }
@@ -64,6 +66,12 @@ func (d *Demo) apiRoutes(mux *http.ServeMux) {
 		}
 		in.UntilInFlight, _ = strconv.Atoi(q.Get("until_in_flight"))
 		in.Gate = q.Get("gate")
+		if n, _ := strconv.Atoi(q.Get("retry_after")); n > 0 && n <= maxRetryAfter {
+			// A backend asking for a pause.
+			w.Header().Set("Retry-After", strconv.Itoa(n))
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return
+		}
 		res, err := d.hold(r.Context(), in, func(float64, string) {})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)

@@ -1,7 +1,12 @@
 // Package demoupstream is a small MCP server that stands for a batch backend
 // behind the gateway. Its slow_tool reports how many calls were in flight
 // when it was entered and the highest number it has seen: the instrument for
-// checking that the gateway's fleet-wide cap holds.
+// checking that the gateway's fleet-wide cap holds. Its resource template
+// demo://slow/{ms}, its prompt slow_prompt and its completions hold and count
+// the same way, for the requests the gateway relays; asked over HTTP with a
+// retry_after argument, slow_tool (and slow_api) answers 429 with that
+// Retry-After instead, as an upstream asking for a pause does, and with a
+// fail_status argument that 5xx status, as an unwell one does.
 //
 // It serves MCP streamable HTTP at /mcp (stateful or stateless, event-stream
 // or JSON answers: HandlerOptions), the older HTTP+SSE transport at /sse,
@@ -14,10 +19,15 @@
 package demoupstream
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,7 +107,18 @@ type SlowArgs struct {
 	// Gate, if set, holds the call until the gate of that name is opened
 	// (by the process running the server), or ms passes.
 	Gate string `json:"gate,omitempty" jsonschema:"hold until this gate is opened"`
+	// RetryAfter, if positive, makes the server answer the call's HTTP
+	// request 429 with a Retry-After of that many seconds, before the
+	// call runs (MCP over HTTP only: in memory the call fails as a tool).
+	RetryAfter int `json:"retry_after,omitempty" jsonschema:"answer HTTP 429 with this Retry-After (seconds) instead"`
+	// FailStatus, from 500 to 599, makes the server answer the call's
+	// HTTP request with that status, before the call runs: an unwell
+	// backend, for this call alone (MCP over HTTP only, as RetryAfter).
+	FailStatus int `json:"fail_status,omitempty" jsonschema:"answer HTTP with this 5xx status instead"`
 }
+
+// maxRetryAfter bounds retry_after, in seconds.
+const maxRetryAfter = 3600
 
 // slowSchema is slow_tool's input schema: SlowArgs's, with ms an integer.
 // Inferred from its pointer type (absent means the default), ms would be
@@ -140,12 +161,20 @@ type Stats struct {
 // New returns a demo server.
 func New() *Demo {
 	d := &Demo{changed: make(chan struct{}), gates: map[string]chan struct{}{}, barriers: map[chan struct{}]int{}, lifted: make(chan struct{})}
-	d.server = mcp.NewServer(&mcp.Implementation{Name: "demo-upstream", Version: "1.0.0"}, nil)
+	d.server = mcp.NewServer(&mcp.Implementation{Name: "demo-upstream", Version: "1.0.0"}, &mcp.ServerOptions{CompletionHandler: d.complete})
 	mcp.AddTool(d.server, &mcp.Tool{
 		Name:        "slow_tool",
 		Description: "Sleeps, then reports how many calls were in flight when it started and the peak seen so far. Sends progress when asked.",
 		InputSchema: slowSchema(),
 	}, d.slow)
+	d.server.AddResourceTemplate(&mcp.ResourceTemplate{
+		Name: "slow", URITemplate: "demo://slow/{ms}", MIMEType: "application/json",
+		Description: "Held ms milliseconds and counted as slow_tool's calls; reads as their counters.",
+	}, d.readSlow)
+	d.server.AddPrompt(&mcp.Prompt{
+		Name: "slow_prompt", Description: "Held ms milliseconds and counted as slow_tool's calls.",
+		Arguments: []*mcp.PromptArgument{{Name: "ms", Description: "how long to hold, in milliseconds (default 1000)"}},
+	}, d.getSlowPrompt)
 	mcp.AddTool(d.server, &mcp.Tool{Name: "echo", Description: "Returns its text."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in struct {
 			Text string `json:"text"`
@@ -186,11 +215,11 @@ func (d *Demo) Handler() http.Handler { return d.HandlerWith(HandlerOptions{}) }
 func (d *Demo) HandlerWith(opts HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	get := func(*http.Request) *mcp.Server { return d.server }
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+	mux.Handle("/mcp", refuseRetryAfter(mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		Stateless:                    opts.Stateless,
 		JSONResponse:                 opts.JSONResponse,
 		PropagateRequestCancellation: opts.PropagateCancellation,
-	}))
+	})))
 	mux.Handle("/sse", mcp.NewSSEHandler(get, nil))
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, d.Stats())
@@ -217,6 +246,9 @@ func (d *Demo) HandlerWith(opts HandlerOptions) http.Handler {
 }
 
 func (d *Demo) slow(ctx context.Context, req *mcp.CallToolRequest, in SlowArgs) (*mcp.CallToolResult, SlowResult, error) {
+	if in.RetryAfter != 0 || in.FailStatus != 0 {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "retry_after and fail_status are answered over HTTP only"}}}, SlowResult{}, nil
+	}
 	progress := func(done float64, msg string) {
 		if token := req.Params.GetProgressToken(); token != nil {
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: done, Total: 1, Message: msg})
@@ -323,6 +355,96 @@ func (d *Demo) hold(ctx context.Context, in SlowArgs, progress func(done float64
 	d.mu.Unlock()
 	progress(1, "done")
 	return res, nil
+}
+
+// refuseRetryAfter answers 429 with Retry-After for a slow_tool call that
+// asks for it (retry_after), or the 5xx status one asks for (fail_status),
+// and passes every other request to next.
+func refuseRetryAfter(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "cannot read the request", http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg struct {
+			Method string `json:"method"`
+			Params struct {
+				Name      string   `json:"name"`
+				Arguments SlowArgs `json:"arguments"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && msg.Params.Name == "slow_tool" {
+			if n := msg.Params.Arguments.RetryAfter; n > 0 && n <= maxRetryAfter {
+				w.Header().Set("Retry-After", strconv.Itoa(n))
+				http.Error(w, "slow down", http.StatusTooManyRequests)
+				return
+			}
+			if s := msg.Params.Arguments.FailStatus; s >= 500 && s <= 599 {
+				http.Error(w, "failed on purpose", s)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// readSlow reads demo://slow/{ms}: held as slow_tool is, then its
+// counters as JSON.
+func (d *Demo) readSlow(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	uri := req.Params.URI
+	ms, err := strconv.Atoi(strings.TrimPrefix(uri, "demo://slow/"))
+	if err != nil || !strings.HasPrefix(uri, "demo://slow/") {
+		return nil, mcp.ResourceNotFoundError(uri)
+	}
+	res, err := d.hold(ctx, SlowArgs{MS: &ms}, func(float64, string) {})
+	if err != nil {
+		return nil, err
+	}
+	text, _ := json.Marshal(res)
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(text)}}}, nil
+}
+
+// getSlowPrompt gets slow_prompt: held as slow_tool is for its ms.
+func (d *Demo) getSlowPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+	var in SlowArgs
+	if v, ok := req.Params.Arguments["ms"]; ok {
+		ms, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("ms must be an integer")
+		}
+		in.MS = &ms
+	}
+	res, err := d.hold(ctx, in, func(float64, string) {})
+	if err != nil {
+		return nil, err
+	}
+	text := fmt.Sprintf("slept %d ms; in flight at entry %d; peak %d", res.SleptMS, res.InFlightAtEntry, res.Peak)
+	return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: text}}}}, nil
+}
+
+// complete completes slow_prompt's ms: held as slow_tool is for the ms
+// typed so far (none when it is not a number), then offers the round
+// numbers that start with it.
+func (d *Demo) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+	typed := req.Params.Argument.Value
+	if ms, err := strconv.Atoi(typed); err == nil {
+		if _, err := d.hold(ctx, SlowArgs{MS: &ms}, func(float64, string) {}); err != nil {
+			return nil, err
+		}
+	}
+	var values []string
+	for _, v := range []string{"0", "10", "100", "1000", "10000"} {
+		if strings.HasPrefix(v, typed) {
+			values = append(values, v)
+		}
+	}
+	return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: values, Total: len(values)}}, nil
 }
 
 func (d *Demo) notifyLocked() {

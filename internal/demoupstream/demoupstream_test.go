@@ -3,7 +3,9 @@ package demoupstream
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,5 +155,106 @@ func TestSlowToolSchema(t *testing.T) {
 	call, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow_tool", Arguments: map[string]any{"until_in_flight": 1}})
 	if err != nil || call.IsError {
 		t.Fatalf("slow_tool without ms: %v %+v", err, call)
+	}
+}
+
+// TestRelayedRequestsCount: a read of demo://slow/{ms}, a get of
+// slow_prompt and a completion of its ms hold and count as slow_tool's
+// calls do.
+func TestRelayedRequestsCount(t *testing.T) {
+	d := New()
+	cs := connect(t, d)
+	ctx := context.Background()
+	d.SetHang(true)
+	errs := make(chan error, 3)
+	go func() {
+		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "demo://slow/60000"})
+		errs <- err
+	}()
+	go func() {
+		_, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "slow_prompt", Arguments: map[string]string{"ms": "60000"}})
+		errs <- err
+	}()
+	go func() {
+		_, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "slow_prompt"},
+			Argument: mcp.CompleteParamsArgument{Name: "ms", Value: "60000"}})
+		errs <- err
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.WaitInFlight(wctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.Stats(); s.Peak != 3 || s.Calls != 3 {
+		t.Errorf("stats %+v, want 3 calls, peak 3", s)
+	}
+	d.SetHang(false)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "demo://slow/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got SlowResult
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &got); err != nil || got.InFlightAtEntry != 1 || got.Peak != 3 {
+		t.Errorf("read demo://slow/0: %+v, %v; want 1 in flight at entry, peak 3", got, err)
+	}
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "demo://slow/x"}); err == nil {
+		t.Error("demo://slow/x was read")
+	}
+}
+
+// TestRetryAfterArgument: over HTTP, a slow_tool call or slow_api request
+// with retry_after is answered 429 with that Retry-After, and a slow_tool
+// call with fail_status that status, without running.
+func TestRetryAfterArgument(t *testing.T) {
+	d := New()
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow_tool","arguments":{"ms":0,"retry_after":7}}}`
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for _, r := range []*http.Request{req, httptest.NewRequest(http.MethodGet, srv.URL+"/api/slow?ms=0&retry_after=7", nil)} {
+		r.RequestURI = ""
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "7" {
+			t.Errorf("%s %s: %d, Retry-After %q; want 429 with 7", r.Method, r.URL.Path, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	failing := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_tool","arguments":{"fail_status":502}}}`
+	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/mcp", strings.NewReader(failing))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("fail_status 502: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if n := d.Stats().Calls; n != 0 {
+		t.Errorf("%d calls ran", n)
+	}
+	// In memory there is no HTTP answer to give: a tool error.
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := d.Server().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow_tool", Arguments: map[string]any{"retry_after": 7}})
+	if err != nil || !res.IsError {
+		t.Errorf("retry_after over the SDK's own transport: %+v, %v", res, err)
 	}
 }

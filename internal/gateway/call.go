@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,7 +129,7 @@ func (g *Gateway) take(ctx context.Context, c *call) *fault.Error {
 	if t := g.deps.Tracer; t != nil {
 		end = t.Admission(ctx, c.info())
 	}
-	leases, ferr := g.admit(ctx, c.srv, c.params.Name, c.req, c.capped, c.timeout)
+	leases, ferr := g.admit(ctx, c.srv, c.tool, c.req, c.capped, c.timeout)
 	if ferr != nil {
 		if end != nil {
 			end(AdmissionEnd{Fault: ferr})
@@ -201,7 +203,7 @@ func (g *Gateway) settle(f *flight, rec *record, short bool) (*mcp.CallToolResul
 	res, err := f.up.Result()
 	var ue *upstream.Error
 	if errors.As(err, &ue) && ue.RetryAfter > 0 {
-		g.pauseServer(srv, f.leases, ue.RetryAfter, rec)
+		g.pause(f.ctx, srv, f.tool, f.leases, ue.RetryAfter, rec)
 	}
 	lost := errors.Is(context.Cause(f.ctx), lease.ErrLeaseLost)
 	var ferr *fault.Error
@@ -270,7 +272,7 @@ func (g *Gateway) admit(ctx context.Context, srv *registry.Server, tool string, 
 		}
 	}
 	if !capped {
-		if ferr := g.paused(srv); ferr != nil {
+		if ferr := g.paused(ctx, srv, tool); ferr != nil {
 			giveBack()
 			return nil, ferr
 		}
@@ -322,7 +324,11 @@ func (g *Gateway) cutOff(f *flight, cause error, short bool) *fault.Error {
 // item, and whether it asks at all: a place under the server's cap (the
 // smaller of max_concurrent_requests and its bulkhead, its share of the
 // function's concurrency), the tool's cap or the principal's cap, and its
-// breaker (which alone takes no place). A call with none of those causes
+// breaker (which alone takes no place); its buckets; how long its
+// upstream may pause it (max_pause), and whether a pause stops the tool
+// alone (an OpenAPI server's operations are endpoints of their own). A
+// request relayed to the server (tool "") asks for what a tool call does
+// but a tool's cap, bucket and breaker. A call with none of those causes
 // no store traffic.
 func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool string, timeout time.Duration) (lease.Request, bool) {
 	capacity, queued := srv.MaxConcurrent, srv.MaxQueued
@@ -338,7 +344,7 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 		queued = min(queued, b-capacity)
 	}
 	var br *lease.Breaker
-	if srv.Breaker.Covers(tool) {
+	if tool != "" && srv.Breaker.Covers(tool) {
 		br = &lease.Breaker{Name: tool, Threshold: srv.Breaker.FailureThreshold, Recovery: srv.Breaker.RecoveryTimeout}
 	}
 	holder := leaseHolder(principalFrom(ctx))
@@ -353,6 +359,11 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 		CallBy:       g.callBy(ctx),
 		Breaker:      br,
 		Holder:       holder,
+		MaxPause:     min(srv.MaxPause, lease.MaxPause),
+		PauseTool:    srv.Transport == registry.TransportOpenAPI,
+	}
+	if tool == "" {
+		req.ToolCap = 0
 	}
 	if srv.RPMLimit > 0 {
 		req.Rates = append(req.Rates, lease.Rate{Name: "server", PerMinute: srv.RPMLimit})
@@ -360,7 +371,7 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 	if srv.RPMPerPrincipal > 0 {
 		req.Rates = append(req.Rates, lease.Rate{Name: "principal:" + holder, PerMinute: srv.RPMPerPrincipal})
 	}
-	if n := srv.Tools[tool].RPMLimit; n > 0 {
+	if n := srv.Tools[tool].RPMLimit; n > 0 && tool != "" {
 		req.Rates = append(req.Rates, lease.Rate{Name: "tool:" + tool, PerMinute: n})
 	}
 	if srv.Adaptive && capacity > 0 {
@@ -375,34 +386,56 @@ func (g *Gateway) leaseRequest(ctx context.Context, srv *registry.Server, tool s
 
 // principalRequest is what a call asks of its principal's own lease item
 // (its key's max_parallel_requests and rpm_limit), and whether it asks:
-// never waiting.
+// never waiting. These are the key's own, team or not: the item is keyed
+// by the principal's ID and its leases carry its own label.
 func (g *Gateway) principalRequest(ctx context.Context, timeout time.Duration) (lease.Request, bool) {
 	p := principalFrom(ctx)
 	if p == nil || p.MaxParallel <= 0 && p.RPMLimit <= 0 {
 		return lease.Request{}, false
 	}
-	req := lease.Request{Key: p.ID, Cap: p.MaxParallel, Hold: min(timeout, g.maxHold), CallBy: g.callBy(ctx), Holder: leaseHolder(p)}
+	req := lease.Request{Key: p.ID, Cap: p.MaxParallel, Hold: min(timeout, g.maxHold), CallBy: g.callBy(ctx), Holder: principalLabel(p)}
 	if p.RPMLimit > 0 {
 		req.Rates = []lease.Rate{{Name: "key", PerMinute: p.RPMLimit}}
 	}
 	return req, true
 }
 
-// leaseHolder is the label a lease carries for its caller, so operators
-// see who holds and who waits (mcpgate status), and fair shares and
-// per-principal caps count: the first letter of the principal's kind and
-// the first 8 characters of its ID after the colon ("k:1a2b3c4d" for
-// "key:1a2b3c4d5e6f" in the log; "o:" for oauth, "i:" for iam). Every byte
-// is paid for in every write of the item, for every lease.
+// labelHex is how many hex characters of a hash a lease label keeps: 64
+// bits, so that two principals share a label (and with it caps, buckets,
+// gates and queue places) only by a collision that even billions of
+// principals make unlikely. Every byte is paid for in every write of the
+// item, for every lease and ticket: no more.
+const labelHex = 16
+
+// leaseHolder is the label a lease carries for its caller on a server's
+// item: what fair shares, per-principal caps and buckets, gates and queue
+// places count, and what operators see in mcpgate status. A principal of a
+// team is its team's: "t:" and the first 16 hex characters of the SHA-256
+// of the team's name, so every key and token of the team counts as one
+// principal. Any other is its own (principalLabel).
 func leaseHolder(p *auth.Principal) string {
 	if p == nil {
 		return "-"
 	}
-	kind, id, ok := strings.Cut(p.ID, ":")
-	if !ok || kind == "" {
-		return strings.ReplaceAll(p.ID[:min(len(p.ID), 10)], "/", "_")
+	if p.Team != "" {
+		sum := sha256.Sum256([]byte(p.Team))
+		return "t:" + hex.EncodeToString(sum[:])[:labelHex]
 	}
-	return kind[:1] + ":" + id[:min(len(id), 8)]
+	return principalLabel(p)
+}
+
+// principalLabel is a principal's own label: the first letter of its kind
+// and the first 16 hex characters of its full hash (StateKey), which start
+// with those of its logged ID: "k:1a2b3c4d5e6f7a8b" for the key logged as
+// "key:1a2b3c4d5e6f" ("o:" for oauth, "i:" for iam).
+func principalLabel(p *auth.Principal) string {
+	kind, id, ok := strings.Cut(p.StateKey, ":")
+	if !ok || kind == "" || len(id) < labelHex {
+		// A principal made without its full hash: a hash of what it has.
+		sum := sha256.Sum256([]byte(p.ID + "\x00" + p.StateKey))
+		return "x:" + hex.EncodeToString(sum[:])[:labelHex]
+	}
+	return kind[:1] + ":" + id[:labelHex]
 }
 
 // callOutcome says what a call that returned err tells its breaker and an
@@ -494,7 +527,7 @@ func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {
 		case lease.QueueFull:
 			f = fault.New(fault.AtCapacity, "server %q has %d callers waiting, as many as it queues (%d of %d calls in flight)", srv.ID, full.Waiting, full.InUse, full.Cap)
 		case lease.Paused:
-			f = pausedFault(srv, full.RetryAfter)
+			f = pausedFault(srv, tool, full.RetryAfter)
 		case lease.QueuedAhead:
 			f = fault.New(fault.AtCapacity, "%s has %d callers queued ahead (%d of %d calls in flight)", what, full.Waiting, full.InUse, full.Cap)
 		default:
@@ -519,7 +552,7 @@ func principalFault(err error) *fault.Error {
 	var full *lease.FullError
 	var rl *lease.RateLimitedError
 	if errors.As(err, &rl) {
-		return fault.New(fault.RateLimited, "this key may make %d tool calls a minute (rpm_limit); a call may pass again in %v", rl.PerMinute, rl.RetryAfter.Round(time.Millisecond)).
+		return fault.New(fault.RateLimited, "this key may make %d calls a minute (rpm_limit); a call may pass again in %v", rl.PerMinute, rl.RetryAfter.Round(time.Millisecond)).
 			WithRetryAfter(rl.RetryAfter)
 	}
 	if errors.As(err, &full) {
@@ -578,49 +611,16 @@ func upstreamFault(srv *registry.Server, err error) *fault.Error {
 		}
 		return fault.Wrap(err, fault.UpstreamError, "server %q answered with error %d: %s", srv.ID, ue.RPC.Code, msg)
 	default:
-		if ue.Overloaded() {
-			return fault.Wrap(err, fault.UpstreamError, "server %q is overloaded (HTTP %d); calls to it are paused for %v", srv.ID, ue.Status, ue.RetryAfter.Round(time.Millisecond)).
-				WithRetryAfter(ue.RetryAfter)
+		if ue.Overloaded() && ue.RetryAfter > 0 {
+			d, what := pauseFor(srv, ue.RetryAfter), "to it"
+			if srv.Transport == registry.TransportOpenAPI {
+				what = "of this operation"
+			}
+			return fault.Wrap(err, fault.UpstreamError, "server %q is overloaded (HTTP %d) and asked for a pause: this caller's calls %s wait %v", srv.ID, ue.Status, what, d.Round(time.Millisecond)).
+				WithRetryAfter(d)
 		}
 		return fault.Wrap(err, fault.UpstreamError, "server %q is unavailable", srv.ID).WithRetryAfter(ue.RetryAfter)
 	}
-}
-
-// pausedFault refuses a call while its server is paused at its
-// upstream's request.
-func pausedFault(srv *registry.Server, left time.Duration) *fault.Error {
-	return fault.New(fault.AtCapacity, "server %q asked for no calls for %v more (its Retry-After)", srv.ID, left.Round(time.Millisecond)).
-		WithReason(lease.Paused).WithRetryAfter(left)
-}
-
-// pauseServer stops calls to srv for d, its upstream's Retry-After: for
-// the whole fleet through the server's lease item when the call holds a
-// lease there (its release writes it), else on this instance.
-func (g *Gateway) pauseServer(srv *registry.Server, leases []*lease.Lease, d time.Duration, rec *record) {
-	for _, ls := range leases {
-		if ls.Key() == srv.ID {
-			ls.PauseFor(d)
-			g.log.Info("upstream asked for a pause", "request_id", rec.id, "server_id", srv.ID, "retry_after_ms", d.Milliseconds(), "fleet", true)
-			return
-		}
-	}
-	g.pauses.Store(srv.ID, time.Now().Add(d))
-	g.log.Info("upstream asked for a pause", "request_id", rec.id, "server_id", srv.ID, "retry_after_ms", d.Milliseconds(), "fleet", false)
-}
-
-// paused is the refusal of a call to srv, which takes no lease, while
-// this instance has it paused.
-func (g *Gateway) paused(srv *registry.Server) *fault.Error {
-	v, ok := g.pauses.Load(srv.ID)
-	if !ok {
-		return nil
-	}
-	left := time.Until(v.(time.Time))
-	if left <= 0 {
-		g.pauses.CompareAndDelete(srv.ID, v)
-		return nil
-	}
-	return pausedFault(srv, left)
 }
 
 // writeFault writes e in the route's error shape (see errshape.go) and

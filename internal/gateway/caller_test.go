@@ -411,22 +411,42 @@ func TestToolGrants(t *testing.T) {
 	}
 }
 
-// TestLeaseHolder: a lease carries its caller's kind (one letter) and the
-// first 8 characters of its ID, so it can be matched to the logged
-// principal at 10 bytes a lease.
+// TestLeaseHolder: a lease carries its caller's kind (one letter) and 64
+// bits of its full hash, starting with the hex of its logged ID; a
+// principal of a team carries its team's label, the same for every key and
+// token of the team, while its own item (a key's limits) keeps its own.
 func TestLeaseHolder(t *testing.T) {
+	full := func(kind, hex string) string { return kind + ":" + hex + strings.Repeat("0", 64-len(hex)) }
 	for _, tc := range []struct {
-		p    *auth.Principal
-		want string
+		p          *auth.Principal
+		want, self string
 	}{
-		{nil, "-"},
-		{&auth.Principal{ID: "key:1a2b3c4d5e6f"}, "k:1a2b3c4d"},
-		{&auth.Principal{ID: "oauth:0f1e2d3c4b5a"}, "o:0f1e2d3c"},
-		{&auth.Principal{ID: "iam:9a8b7c6d5e4f"}, "i:9a8b7c6d"},
+		{nil, "-", ""},
+		{&auth.Principal{ID: "key:1a2b3c4d5e6f", StateKey: full("key", "1a2b3c4d5e6f7a8b9c")}, "k:1a2b3c4d5e6f7a8b", "k:1a2b3c4d5e6f7a8b"},
+		{&auth.Principal{ID: "oauth:0f1e2d3c4b5a", StateKey: full("oauth", "0f1e2d3c4b5a69788796")}, "o:0f1e2d3c4b5a6978", "o:0f1e2d3c4b5a6978"},
+		{&auth.Principal{ID: "iam:9a8b7c6d5e4f", StateKey: full("iam", "9a8b7c6d5e4f3a2b1c")}, "i:9a8b7c6d5e4f3a2b", "i:9a8b7c6d5e4f3a2b"},
+		// sha256("platform") begins d294fcce0cc88587.
+		{&auth.Principal{ID: "key:1a2b3c4d5e6f", StateKey: full("key", "1a2b3c4d5e6f7a8b9c"), Team: "platform"}, "t:d294fcce0cc88587", "k:1a2b3c4d5e6f7a8b"},
+		{&auth.Principal{ID: "oauth:0f1e2d3c4b5a", StateKey: full("oauth", "0f1e2d3c4b5a69788796"), Team: "platform"}, "t:d294fcce0cc88587", "o:0f1e2d3c4b5a6978"},
 	} {
 		if got := leaseHolder(tc.p); got != tc.want {
 			t.Errorf("leaseHolder(%+v) = %q, want %q", tc.p, got, tc.want)
 		}
+		if tc.p != nil {
+			if got := principalLabel(tc.p); got != tc.self {
+				t.Errorf("principalLabel(%+v) = %q, want %q", tc.p, got, tc.self)
+			}
+			if got := leaseHolder(tc.p); len(got) != 2+labelHex || len(got) > lease.MaxHolder {
+				t.Errorf("label %q: %d bytes, want %d", got, len(got), 2+labelHex)
+			}
+		}
+	}
+	// Two keys whose logged IDs agree, and whose hashes differ past them,
+	// have labels of their own.
+	a := &auth.Principal{ID: "key:1a2b3c4d5e6f", StateKey: full("key", "1a2b3c4d5e6f0000")}
+	b := &auth.Principal{ID: "key:1a2b3c4d5e6f", StateKey: full("key", "1a2b3c4d5e6f0001")}
+	if leaseHolder(a) == leaseHolder(b) {
+		t.Errorf("keys that differ in bit 64 share the label %q", leaseHolder(a))
 	}
 }
 

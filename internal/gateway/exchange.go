@@ -37,7 +37,9 @@ var (
 type flight struct {
 	g   *Gateway
 	srv *registry.Server
-	rec record // the request's id and tool, copied: the request's own record is done with when it answers
+	// tool is the tool called, as the upstream knows it.
+	tool string
+	rec  record // the request's id and tool, copied: the request's own record is done with when it answers
 	// leases are the call's places: the server's first, if it has one,
 	// then its principal's own (a key's max_parallel_requests).
 	leases []*lease.Lease
@@ -69,7 +71,7 @@ func (g *Gateway) startFlight(ctx context.Context, srv *registry.Server, params 
 	}
 	base, abort := context.WithCancelCause(context.WithoutCancel(ctx))
 	xctx, cancel := context.WithDeadlineCause(base, end, errGraceOver)
-	f := &flight{g: g, srv: srv, rec: record{id: rec.id, tool: rec.tool, principal: rec.principal}, leases: leases, abort: abort, hold: hold,
+	f := &flight{g: g, srv: srv, tool: params.Name, rec: record{id: rec.id, tool: rec.tool, principal: rec.principal}, leases: leases, abort: abort, hold: hold,
 		release: []func(){cancel, func() { abort(nil) }}}
 	for _, ls := range leases {
 		f.capped = f.capped || ls.TakesPlace()

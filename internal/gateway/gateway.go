@@ -211,9 +211,9 @@ type Gateway struct {
 	obs observers
 	// flights are the calls' exchanges that outlived their answers.
 	flights flights
-	// pauses holds, by server id, until when this instance makes no calls
-	// to a server that takes no lease, at its upstream's request.
-	pauses sync.Map
+	// pauses are the upstreams' pauses of calls that take no lease, kept
+	// on this instance by server and principal (see pause).
+	pauses localPauses
 	// stopping is closed by Shutdown: calls still waiting for their
 	// upstreams are cut off.
 	stopping chan struct{}

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -405,6 +406,8 @@ type relayFunc func(ctx context.Context, sc *mcpScope, method string, req mcp.Re
 // prompts and completions are not tools, and no tool grant says which of
 // them a narrower caller may use: these are relayed only to a caller whose
 // grants cover every tool of the server (auth.Principal.AllowsAllTools).
+// Those that ask the upstream to do work for the agent (admitted) go
+// through admission as tool calls do; the lists do not.
 var relays = map[string]relayFunc{
 	"resources/list":           relayed((*mcp.ClientSession).ListResources),
 	"resources/templates/list": relayed((*mcp.ClientSession).ListResourceTemplates),
@@ -413,6 +416,10 @@ var relays = map[string]relayFunc{
 	"prompts/get":              relayed((*mcp.ClientSession).GetPrompt),
 	"completion/complete":      relayed((*mcp.ClientSession).Complete),
 }
+
+// admitted are the relayed methods that take the caller's and the
+// server's limits (relayAdmitted).
+var admitted = map[string]bool{"resources/read": true, "prompts/get": true, "completion/complete": true}
 
 // relayed makes the relayFunc of the session method send: it sends a copy
 // of the request's params without the gateway's own _meta keys; traced,
@@ -427,7 +434,7 @@ func relayed[P any, PP interface {
 		pp := PP(&p)
 		meta := forwardMeta(pp.GetMeta())
 		pp.SetMeta(meta)
-		return relay(ctx, sc, func(ctx context.Context, cs *mcp.ClientSession) (R, error) {
+		return relay(ctx, sc, admitted[method], func(ctx context.Context, cs *mcp.ClientSession) (R, error) {
 			t := sc.g.deps.Tracer
 			if t == nil {
 				return send(cs, ctx, pp)
@@ -447,23 +454,93 @@ func relayed[P any, PP interface {
 	}
 }
 
-// relay runs one non-tool request on an upstream session. It takes no
-// slot: only tool calls count against the cap.
-func relay[R mcp.Result](ctx context.Context, sc *mcpScope, fn func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
-	cctx, cancel := sc.g.boundedCtx(ctx, sc.srv.Timeout)
-	defer cancel()
+// relay runs one non-tool request on an upstream session; if admit, once
+// admitted as a tool call is (call.go): the key's own limits, and a place
+// on the server — its cap, queue, buckets, adaptive limit and pauses — but
+// no tool's cap, bucket or breaker. The place is given back when the
+// upstream answers or the request is cut off, with the outcome a tool
+// call's would have.
+func relay[R mcp.Result](ctx context.Context, sc *mcpScope, admit bool, fn func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
+	g, srv := sc.g, sc.srv
 	var res R
-	err := sc.g.deps.Upstream.Do(cctx, sc.srv, sc.caller.upstream(sc.srv), nil, func(ctx context.Context, cs *mcp.ClientSession) error {
-		var err error
-		res, err = fn(ctx, cs)
-		return err
-	})
-	if err != nil {
-		return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
+	send := func(ctx context.Context) error {
+		return g.deps.Upstream.Do(ctx, srv, sc.caller.upstream(srv), nil, func(ctx context.Context, cs *mcp.ClientSession) error {
+			var err error
+			res, err = fn(ctx, cs)
+			return err
+		})
+	}
+	var err error
+	if admit && srv.Transport != registry.TransportOpenAPI {
+		err = g.relayAdmitted(ctx, srv, send)
+	} else {
+		// A list, bounded by the server's timeout; or a server that is
+		// not an MCP server, which refuses at once.
+		cctx, cancel := g.boundedCtx(ctx, srv.Timeout)
+		defer cancel()
+		err = send(cctx)
+	}
+	var refused *fault.Error
+	switch {
+	case errors.As(err, &refused):
+		return nil, sc.rpcError(refused, err)
+	case err != nil:
+		return nil, sc.rpcError(upstreamFault(srv, err), err)
 	}
 	sc.rec.outcome = "ok"
 	sc.settleResult(res)
 	return res, nil
+}
+
+// relayAdmitted sends a request relayed to srv once admitted, keeping its
+// places for as long as send runs, and gives them back with its outcome.
+// It returns send's error, or the *fault.Error that refused or stopped the
+// request.
+func (g *Gateway) relayAdmitted(ctx context.Context, srv *registry.Server, send func(context.Context) error) error {
+	c := g.newRelay(ctx, srv)
+	if ferr := g.notStopping(ctx, c); ferr != nil {
+		return ferr
+	}
+	if ferr := g.budgetFault(srv, "", c.timeout, c.req, c.capped); ferr != nil {
+		return ferr
+	}
+	if ferr := g.take(ctx, c); ferr != nil {
+		return ferr
+	}
+	end, short := g.callEnd(ctx, c)
+	sctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	var stops []func()
+	for _, ls := range c.leases {
+		var stop func()
+		sctx, stop = ls.KeepAlive(sctx, end, func() time.Duration { return c.req.Hold }, func(err error) {
+			g.log.Warn("lease lost; stopping the request", "request_id", c.rec.id, "server_id", srv.ID, "lease", ls.ID(), "error", err.Error())
+		})
+		stops = append(stops, stop)
+	}
+	c.rec.sent = true
+	err := send(sctx)
+	lost := errors.Is(context.Cause(sctx), lease.ErrLeaseLost)
+	for _, stop := range stops {
+		stop()
+	}
+	var ue *upstream.Error
+	if errors.As(err, &ue) && ue.RetryAfter > 0 {
+		g.pause(ctx, srv, "", c.leases, ue.RetryAfter, c.rec)
+	}
+	outcome := callOutcome(err, lost, short)
+	for _, ls := range c.leases {
+		o := outcome
+		if ls.Key() != srv.ID {
+			o = lease.Abandoned // a principal's own lease has no gate to tell
+		}
+		g.finish(ctx, ls, o, c.rec)
+	}
+	if lost && err != nil {
+		return fault.Wrap(err, fault.StoreUnavailable, "the request to server %q was stopped: its slot could not be kept", srv.ID).
+			WithRetryAfter(storeRetryAfter)
+	}
+	return err
 }
 
 // settleResult fixes the caching hints of a relayed result that has them.

@@ -11,10 +11,16 @@ import (
 	"github.com/mcpgate/mcpgate/internal/registry"
 )
 
-// call is one tool call on its way through the call path: what it asks
-// for, worked out before any check, and the places it took.
+// call is one request for an upstream on its way through admission — a
+// tool call, or a request relayed to a server (resources/read,
+// prompts/get, completion/complete) — what it asks for, worked out before
+// any check, and the places it took.
 type call struct {
-	srv     *registry.Server
+	srv *registry.Server
+	// tool names the tool called; "" for a relayed request, which asks
+	// for no tool's cap, bucket or breaker.
+	tool string
+	// params are a tool call's; nil for a relayed request.
 	params  *mcp.CallToolParams
 	rec     *record
 	timeout time.Duration
@@ -53,14 +59,23 @@ var policy = []check{
 	{name: "shutdown", run: (*Gateway).notStopping},
 	// The call's worst case fits in one request.
 	{name: "budget", counted: true, run: func(g *Gateway, _ context.Context, c *call) *fault.Error {
-		return g.budgetFault(c.srv, c.params.Name, c.timeout, c.req, c.capped)
+		return g.budgetFault(c.srv, c.tool, c.timeout, c.req, c.capped)
 	}},
 }
 
 // newCall works out what a call of params on srv asks for.
 func (g *Gateway) newCall(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams) *call {
-	c := &call{srv: srv, params: params, rec: recordFrom(ctx), timeout: srv.TimeoutFor(params.Name)}
-	c.req, c.capped = g.leaseRequest(ctx, srv, params.Name, c.timeout)
+	c := &call{srv: srv, tool: params.Name, params: params, rec: recordFrom(ctx), timeout: srv.TimeoutFor(params.Name)}
+	c.req, c.capped = g.leaseRequest(ctx, srv, c.tool, c.timeout)
+	return c
+}
+
+// newRelay works out what a request relayed to srv asks for: the
+// server's timeout, and a place as a tool call's but for a tool's own
+// cap, bucket and breaker.
+func (g *Gateway) newRelay(ctx context.Context, srv *registry.Server) *call {
+	c := &call{srv: srv, rec: recordFrom(ctx), timeout: srv.Timeout}
+	c.req, c.capped = g.leaseRequest(ctx, srv, "", c.timeout)
 	return c
 }
 
@@ -92,5 +107,5 @@ func (g *Gateway) notStopping(_ context.Context, c *call) *fault.Error {
 
 // info is the call as its observer knows it.
 func (c *call) info() CallInfo {
-	return CallInfo{RequestID: c.rec.id, ServerID: c.srv.ID, Tool: c.params.Name, Principal: c.rec.principal}
+	return CallInfo{RequestID: c.rec.id, ServerID: c.srv.ID, Tool: c.tool, Principal: c.rec.principal}
 }

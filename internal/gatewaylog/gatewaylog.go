@@ -6,6 +6,8 @@
 package gatewaylog
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"bufio"
 	"context"
 	"encoding/json"
@@ -31,6 +33,7 @@ type Record struct {
 	Status     int       `json:"status"`
 	DurationMS int64     `json:"duration_ms"`
 	Principal  string    `json:"principal,omitempty"`
+	Team       string    `json:"team,omitempty"`
 	MCPMethod  string    `json:"mcp_method,omitempty"`
 	ServerID   string    `json:"server_id,omitempty"`
 	Tool       string    `json:"tool,omitempty"`
@@ -82,7 +85,7 @@ type Filter struct {
 func (f Filter) Selects(rec *Record) bool {
 	return (f.Since.IsZero() || !rec.Time.Before(f.Since)) &&
 		(f.Server == "" || rec.ServerID == f.Server) &&
-		(f.Principal == "" || PrincipalMatches(rec.Principal, f.Principal))
+		(f.Principal == "" || PrincipalMatches(rec.Principal, rec.Team, f.Principal))
 }
 
 // Coded reports whether rec's code is one of f's Codes (any, when none).
@@ -90,15 +93,25 @@ func (f Filter) Coded(rec *Record) bool {
 	return len(f.Codes) == 0 || slices.Contains(f.Codes, rec.Code)
 }
 
-// PrincipalMatches reports whether the logged principal got is the one
-// want names: a prefix of it, or its label in mcpgate status (k:1a2b3c4d).
-func PrincipalMatches(got, want string) bool {
+// PrincipalMatches reports whether the logged principal got, of team, is
+// the one want names: a prefix of it, its label in mcpgate status
+// (k:1a2b3c4d5e6f7a8b, which starts with the hex of the logged
+// key:1a2b3c4d5e6f), or its team's label there (t: and the start of the
+// hex SHA-256 of the team's name).
+func PrincipalMatches(got, team, want string) bool {
 	if strings.HasPrefix(got, want) {
 		return true
 	}
 	wk, wid, ok := strings.Cut(want, ":")
+	if !ok || len(wk) != 1 || wid == "" {
+		return false
+	}
+	if wk == "t" {
+		sum := sha256.Sum256([]byte(team))
+		return team != "" && strings.HasPrefix(hex.EncodeToString(sum[:]), wid)
+	}
 	gk, gid, _ := strings.Cut(got, ":")
-	return ok && len(wk) == 1 && strings.HasPrefix(gk, wk) && strings.HasPrefix(gid, wid)
+	return gid != "" && strings.HasPrefix(gk, wk) && (strings.HasPrefix(gid, wid) || strings.HasPrefix(wid, gid))
 }
 
 // Pattern is the CloudWatch Logs filter pattern of the records f selects,

@@ -186,6 +186,13 @@ var attributes = []Attribute{
 		read:    func(p *parser, s *Server) { s.AdaptiveMin = p.whole("adaptive_min", 1, MaxConcurrentLimit) },
 	},
 	{
+		Name: "max_pause", Type: "N", Default: seconds(DefaultMaxPause),
+		Doc: fmt.Sprintf("the longest pause (seconds, at most %s) an upstream's 429 or 503 with Retry-After imposes on the caller whose call got it "+
+			"(on every caller once two callers' calls got one); an OpenAPI server pauses the operation alone", seconds(MaxPauseLimit)),
+		Example: `{"max_pause": 30}`,
+		read:    func(p *parser, s *Server) { s.MaxPause = p.seconds("max_pause", DefaultMaxPause, MaxPauseLimit) },
+	},
+	{
 		Name: "cancel_grace", Type: "N", Default: seconds(DefaultCancelGrace),
 		Doc:     "seconds a call cut off before its upstream answered keeps its slot, waiting for the upstream to stop (at most what the invocation has left)",
 		Example: `{"cancel_grace": 30}`,

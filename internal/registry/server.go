@@ -47,6 +47,11 @@ const (
 	// DefaultCancelGrace is how long, by default, a cut-off call keeps its
 	// slot while the gateway waits for the upstream's late answer.
 	DefaultCancelGrace = 60 * time.Second
+	// DefaultMaxPause and MaxPauseLimit bound the pause an upstream's
+	// Retry-After imposes (max_pause); the limit is the lease package's
+	// and the longest Retry-After the gateway reads.
+	DefaultMaxPause = 60 * time.Second
+	MaxPauseLimit   = 5 * time.Minute
 	// MaxConcurrentLimit bounds max_concurrent_requests: each live lease is
 	// a map entry in one DynamoDB item, and every write is billed per KB of
 	// that item.
@@ -96,6 +101,9 @@ type Server struct {
 	// AdaptiveMin (at least 1) and MaxConcurrent (the ceiling).
 	Adaptive    bool
 	AdaptiveMin int
+	// MaxPause bounds the pause an upstream's Retry-After imposes on
+	// the callers whose calls got one.
+	MaxPause time.Duration
 	// Description is free text for people.
 	Description string
 	// Tools holds per-tool limits, by tool name.

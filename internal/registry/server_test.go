@@ -40,7 +40,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Server{ID: "demo", URL: "http://127.0.0.1:9000/mcp", Transport: TransportHTTP, Timeout: DefaultTimeout,
-		OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout, OnStoreError: StoreReject, CancelGrace: DefaultCancelGrace}
+		OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout, OnStoreError: StoreReject, CancelGrace: DefaultCancelGrace, MaxPause: DefaultMaxPause}
 	if !reflect.DeepEqual(*srv, want) {
 		t.Errorf("got %+v, want %+v", *srv, want)
 	}
@@ -52,13 +52,13 @@ func TestParseDefaults(t *testing.T) {
 func TestParseValues(t *testing.T) {
 	srv, err := Parse(with("transport", s("sse"), "max_concurrent_requests", n("2"), "timeout", n("1.5"),
 		"on_limit", s("shed"), "queue_timeout", n("3"), "x_owner", s("team-a"),
-		"cancel_grace", n("2.5"), "stops_on_close", &types.AttributeValueMemberBOOL{Value: true}))
+		"cancel_grace", n("2.5"), "stops_on_close", &types.AttributeValueMemberBOOL{Value: true}, "max_pause", n("300")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if srv.Transport != TransportSSE || srv.MaxConcurrent != 2 || srv.Timeout != 1500*time.Millisecond ||
 		srv.OnLimit != PolicyShed || srv.QueueTimeout != 3*time.Second ||
-		srv.CancelGrace != 2500*time.Millisecond || !srv.StopsOnClose {
+		srv.CancelGrace != 2500*time.Millisecond || !srv.StopsOnClose || srv.MaxPause != 5*time.Minute {
 		t.Errorf("got %+v", *srv)
 	}
 }
@@ -113,6 +113,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"openapi bad spec url", with("transport", s("openapi"), "spec_url", s("file:///etc/passwd")), "spec_url"},
 		{"spec on an mcp server", with("spec_path", s("o.json")), "spec_path"},
 		{"zero cancel grace", with("cancel_grace", n("0")), "cancel_grace"},
+		{"zero max pause", with("max_pause", n("0")), "max_pause"},
+		{"max pause over five minutes", with("max_pause", n("301")), "max_pause"},
+		{"max pause as string", with("max_pause", s("60")), "max_pause"},
 		{"huge cancel grace", with("cancel_grace", n("100000")), "cancel_grace"},
 		{"stops_on_close as string", with("stops_on_close", s("true")), "stops_on_close"},
 		{"adaptive without a ceiling", with("adaptive", &types.AttributeValueMemberBOOL{Value: true}), "adaptive"},

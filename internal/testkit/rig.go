@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
@@ -168,4 +169,10 @@ func (r *Rig) PutServer(doc map[string]any) {
 func (r *Rig) PutKey(servers ...string) string {
 	r.T.Helper()
 	return PutKey(r.T, r.Env, servers...)
+}
+
+// PutKeyAs stores a key as k says (see PutKeyAs) and returns it.
+func (r *Rig) PutKeyAs(k auth.Key) string {
+	r.T.Helper()
+	return PutKeyAs(r.T, r.Env, k)
 }

@@ -70,8 +70,16 @@ func PutKey(t testing.TB, env *storetest.Env, servers ...string) string {
 // not nil, only to the tools its "<server_id>/<glob>" grants match.
 func PutKeyWithTools(t testing.TB, env *storetest.Env, servers, tools []string) string {
 	t.Helper()
+	return PutKeyAs(t, env, auth.Key{Servers: servers, Tools: tools})
+}
+
+// PutKeyAs stores a new key whose item says what k does (its servers,
+// tools, limits, team; its hash is the new key's) and returns the key.
+func PutKeyAs(t testing.TB, env *storetest.Env, k auth.Key) string {
+	t.Helper()
 	key := auth.NewKey()
-	item := auth.KeyItem(&auth.Key{Hash: auth.HashKey(key), Servers: servers, Tools: tools}, time.Time{})
+	k.Hash = auth.HashKey(key)
+	item := auth.KeyItem(&k, time.Time{})
 	_, err := env.Client.PutItem(context.Background(), &dynamodb.PutItemInput{
 		TableName: aws.String(env.Tables.Keys),
 		Item:      item,
