@@ -394,7 +394,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	fmt.Fprintln(w, "\nWhat the codes mean:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, code := range seen {
-		fmt.Fprintf(tw, "  %s\t%s\n", orDash(code), cmp.Or(codeHints[fault.Code(code)], "see the README's Errors table"))
+		fmt.Fprintf(tw, "  %s\t%s\n", orDash(code), cmp.Or(codeHints[fault.Code(code)], "see the error codes in docs/api.md#errors"))
 	}
 	return tw.Flush()
 }

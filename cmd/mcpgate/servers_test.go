@@ -249,14 +249,14 @@ func TestServersSetConditional(t *testing.T) {
 // TestHelpListsEveryAttribute: `mcpgate help servers put` lists every
 // attribute the gateway accepts in a server item, with its type and doc,
 // nested ones included, from the table Parse reads items with; and so does
-// the README's servers table.
+// the servers table of the configuration reference (docs/configuration.md).
 func TestHelpListsEveryAttribute(t *testing.T) {
 	help := runWith(t, nil, "", "help", "servers", "put").ok(t).stdout
 	root, err := storetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	reference, err := os.ReadFile(filepath.Join(root, "docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,8 +273,8 @@ func TestHelpListsEveryAttribute(t *testing.T) {
 		if l == "" || !strings.Contains(l, " "+a.Type+" ") || !strings.Contains(l, a.Doc) {
 			t.Errorf("help servers put: %s is not listed with its type %s and doc; line %q", a.Name, a.Type, l)
 		}
-		if !strings.Contains(string(readme), "| `"+a.Name+"`") && !strings.Contains(string(readme), "`, `"+a.Name+"`") {
-			t.Errorf("README's servers table does not list %s", a.Name)
+		if !strings.Contains(string(reference), "| `"+a.Name+"`") && !strings.Contains(string(reference), "`, `"+a.Name+"`") {
+			t.Errorf("docs/configuration.md's servers table does not list %s", a.Name)
 		}
 		for _, f := range a.Fields {
 			if !strings.Contains(help, "."+f.Name+" ") {
