@@ -161,7 +161,11 @@ func runServersPut(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	item, s, err := registry.ItemFromJSON(doc)
+	item, err := registry.JSONToItem(doc)
+	if err != nil {
+		return fmt.Errorf("%s: invalid server definition: %w", pos[0], err)
+	}
+	s, warnings, err := registry.ParseWithWarnings(item)
 	if err != nil {
 		return fmt.Errorf("%s: invalid server definition: %w", pos[0], err)
 	}
@@ -179,6 +183,7 @@ func runServersPut(c *cli, args []string) error {
 		return dbErr("put server "+s.ID, err)
 	}
 	fmt.Fprintf(c.stdout, "server %q written: %s\n", s.ID, describe(s))
+	c.warn(warnings)
 	return c.invalidateTools(s.ID)
 }
 
@@ -326,9 +331,17 @@ func runServersSet(c *cli, args []string) error {
 			next[ch.name] = ch.value
 		}
 	}
-	if _, err := registry.Parse(next); err != nil {
+	_, warnings, err := registry.ParseWithWarnings(next)
+	if err != nil {
 		return fmt.Errorf("server %q not changed: %w", id, err)
 	}
+	// Only what this command sets is worth a word: an attribute left as
+	// it was had its warning when it was written.
+	warnings = slices.DeleteFunc(warnings, func(w string) bool {
+		return !slices.ContainsFunc(changes, func(ch change) bool {
+			return strings.HasPrefix(w, ch.name+" ") || strings.HasPrefix(w, ch.name+".")
+		})
+	})
 	in := updateInput(changes)
 	in.TableName = aws.String(c.tables.Servers)
 	in.Key = serverKey(id)
@@ -339,7 +352,15 @@ func runServersSet(c *cli, args []string) error {
 		return dbErr("update server "+id, err)
 	}
 	fmt.Fprintf(c.stdout, "server %q updated: %s\n", id, strings.Join(pos[1:], " "))
+	c.warn(warnings)
 	return c.invalidateTools(id)
+}
+
+// warn prints each warning about what was written on standard error.
+func (c *cli) warn(warnings []string) {
+	for _, w := range warnings {
+		fmt.Fprintf(c.stderr, "warning: %s\n", w)
+	}
 }
 
 // parseChange reads one name=value, typing the value by attribute.
