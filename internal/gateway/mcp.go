@@ -576,7 +576,7 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 	for _, st := range all {
 		for _, t := range st.tools {
 			c := *t
-			c.Name = st.srv.ID + ToolSeparator + t.Name
+			c.Name = st.id + ToolSeparator + t.Name
 			tools = append(tools, &c)
 		}
 	}
