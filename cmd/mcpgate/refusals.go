@@ -174,7 +174,7 @@ func runRefusals(c *cli, args []string) error {
 	case c.getenv(envLog) != "":
 		r, err = c.refusalsFromFile(c.getenv(envLog), f)
 	default:
-		return usagef("where is the gateway's log? Give --log FILE (make dev: .dev/logs/gateway.log), --log-group NAME or --stack NAME")
+		return usagef("where is the gateway's log? Give --log FILE (make dev: .dev/logs/gateway.log, or source .dev/env), --log-group NAME or --stack NAME")
 	}
 	if err != nil {
 		return err
