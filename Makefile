@@ -6,7 +6,7 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev check test soak lint deps tables build build-GatewayFunction cli vet fmt fuzz bench clean
+.PHONY: help dev check test soak lint validate deps tables build build-GatewayFunction cli vet fmt fuzz bench clean
 
 # make help prints the "## " lines just above each target: the first after
 # "make <target>", the others indented under it.
@@ -108,6 +108,13 @@ soak: $(NODE_TEST)
 ## BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all)
 bench: $(NODE_TEST)
 	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
+
+# sam validate needs AWS credentials; this needs python3 with
+# aws-sam-translator and cfn-lint, and no account. infra/template's tests
+# run the same script.
+## check template.yaml offline as sam validate --lint does: the SAM translator, then cfn-lint
+validate:
+	python3 infra/template/validate.py template.yaml
 
 ## create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point
 tables:
