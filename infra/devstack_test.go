@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // defaultPorts are dev.sh's defaults: store, gateway, demo upstream.
@@ -520,8 +521,5 @@ func need(t *testing.T, path, what string) {
 			return
 		}
 	}
-	if os.Getenv("CI") == "" {
-		t.Skipf("skipping: %s is not installed", what)
-	}
-	t.Fatalf("%s is not installed", what)
+	missing.Skip(t, what+" is not installed")
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/config"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // python returns python3 once it has the modules, skipping the test when it
@@ -28,20 +29,13 @@ func python(t *testing.T, modules ...string) string {
 	if testing.Short() {
 		t.Skip("skipping under -short: runs python3")
 	}
-	missing := func(why string) {
-		t.Helper()
-		if os.Getenv("CI") == "" {
-			t.Skip("skipping: " + why)
-		}
-		t.Fatal(why)
-	}
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		missing("python3 is not installed")
+		missing.Skip(t, "python3 is not installed")
 	}
 	for _, m := range modules {
-		if out, err := exec.Command(py, "-c", "import "+m).CombinedOutput(); err != nil {
-			missing(fmt.Sprintf("python3 has no module %s (pip install aws-sam-translator cfn-lint): %s", m, out))
+		if _, err := exec.Command(py, "-c", "import "+m).CombinedOutput(); err != nil {
+			missing.Skip(t, fmt.Sprintf("python3 has no module %s (pip install aws-sam-translator cfn-lint)", m))
 		}
 	}
 	return py
