@@ -6,12 +6,12 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev check test soak lint validate deps tables build build-GatewayFunction cli vet fmt fuzz bench clean
+.PHONY: help dev dev-fresh check test soak lint validate deps tables build build-GatewayFunction cli vet fmt fuzz bench clean
 
 # make help prints the "## " lines just above each target: the first after
 # "make <target>", the others indented under it.
 help:
-	@awk '/^## /{h[n++]=substr($$0,4);next} n&&/^[a-zA-Z_-]+:/{sub(/:.*/,"");printf "make %-8s%s\n",$$0,h[0];for(i=1;i<n;i++)printf "%13s%s\n","",h[i]} {n=0}' $(firstword $(MAKEFILE_LIST))
+	@awk '/^## /{h[n++]=substr($$0,4);next} n&&/^[a-zA-Z_-]+:/{sub(/:.*/,"");printf "make %-10s%s\n",$$0,h[0];for(i=1;i<n;i++)printf "%15s%s\n","",h[i]} {n=0}' $(firstword $(MAKEFILE_LIST))
 
 # Node packages. make dev needs only dynalite (the "dependencies"); the
 # tests also need the "devDependencies" and the optional Node 22 binary,
@@ -37,9 +37,14 @@ $(NODE_DEV): infra/package.json infra/package-lock.json
 
 ## run the gateway locally: store, tables, demo upstream (cap 2), dev key, gateway
 ## ports: DEV_STORE_PORT (8000), DEV_GATEWAY_ADDR (127.0.0.1:8080), DEV_DEMO_PORT (9100);
-## a taken port is replaced by a free one, and printed. State and logs: DEV_STATE_DIR (.dev)
+## a taken port is replaced by a free one, and printed. DEV_STATE_DIR (.dev) keeps the
+## store (servers, keys) and the dev key across runs, with the logs; Ctrl-C stops it, exit 0
 dev: $(NODE_DEV)
 	./infra/dev.sh
+
+## make dev, starting over: the store's data and the dev key deleted first (DEV_FRESH=1)
+dev-fresh: $(NODE_DEV)
+	DEV_FRESH=1 ./infra/dev.sh
 
 # The packages whose tests run their goroutines in the test binary run under
 # the race detector; functions/gateway and infra run the gateway and the
