@@ -16,12 +16,24 @@ set -euo pipefail
 # is in it too, and make dies of the signal (exit status 130) whatever this
 # script does. So, in a terminal, the stack runs as a job of its own that
 # holds the terminal (bash's job control): Ctrl-C reaches it alone, and
-# make gets its exit status. Should this outer shell die first (make
-# killed), the job notices its parent is gone and stops (see the wait loop).
-if [ -t 0 ] && [ -z "${DEV_JOB:-}" ]; then
+# make gets its exit status. Ctrl-Z stops that job alone: this shell then
+# stops make's job as the terminal would have, and when the shell that
+# started make resumes it (fg), gives the terminal back to the stack.
+# Should this outer shell die first (make killed), the job notices its
+# parent is gone and stops (see the wait loop). bash hands the terminal
+# over through standard error: with it redirected, the stack stays in
+# make's process group, where Ctrl-C still stops it (but make exits 130).
+if [ -t 0 ] && [ -t 2 ] && [ -z "${DEV_JOB:-}" ]; then
   set -m
-  DEV_JOB=$$ bash "$0" "$@"
-  exit $?
+  status=0
+  DEV_JOB=$$ bash "$0" "$@" || status=$?
+  # 148-150: stopped by SIGTSTP, SIGTTIN or SIGTTOU.
+  while [ "$status" -ge 148 ] && [ "$status" -le 150 ] && jobs %1 >/dev/null 2>&1; do
+    kill -TSTP 0
+    status=0
+    fg %1 >/dev/null || status=$?
+  done
+  exit "$status"
 fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
