@@ -68,7 +68,8 @@ test: $(NODE_TEST)
 # under -short the tests that need one skip (storetest.Shared,
 # secrettest.Shared, testkit.Binary), so this is build, vet and the tests
 # that run in the test binary alone.
-## build, vet and the quick tests (go test -short: no Node, store or processes), under a minute
+## build, vet and the quick tests (go test -short: no Node, store or processes): about 35 s on
+## 2 cores with a warm build cache, 6 to 9 minutes with an empty one
 check:
 	$(GO) build ./...
 	$(GO) vet ./...
