@@ -117,11 +117,18 @@ func TestEveryRefusalIsLoggedWithItsReason(t *testing.T) {
 		{"no key", func() response { return h.call("", `{"server_id":"demo","name":"echo"}`) }, fault.Unauthorized, ""},
 		{"unknown route", func() response { return h.do(http.MethodGet, "/nope", h.key, "", nil) }, fault.NotFound, ""},
 		{"wrong method", func() response { return h.do(http.MethodDelete, "/mcp-rest/tools/call", h.key, json, nil) }, fault.MethodNotAllowed, ""},
+		// MCP: a refusal of the SDK's own, and one of the gateway's.
+		{"mcp without Accept", func() response {
+			return h.do(http.MethodPost, "/mcp", h.key, json, strings.NewReader(mcpToolList))
+		}, fault.BadRequest, "Accept must contain"},
+		{"mcp unknown tool", func() response {
+			return h.send(http.MethodPost, "/mcp", bearerHeader(h.key), `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo-nope","arguments":{}}}`)
+		}, fault.NotFound, `has no tool "nope"`},
 	}
 	ids := map[string]int{}
 	for i, tt := range tests {
 		r := tt.do()
-		if r.status < 400 {
+		if r.status < 400 && !strings.Contains(string(r.body), `"error"`) {
 			t.Fatalf("%s: %d %s, want a refusal", tt.name, r.status, r.body)
 		}
 		ids[r.header.Get("X-Request-Id")] = i
