@@ -66,8 +66,10 @@ func runServersCheck(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	// What a step says may quote the upstream's answers and errors (and
+	// the URLs they failed on): one line, redacted and escaped.
 	step := func(name, format string, a ...any) {
-		fmt.Fprintf(c.stdout, "%-11s %s\n", name+":", fmt.Sprintf(format, a...))
+		fmt.Fprintf(c.stdout, "%-11s %s\n", name+":", oneLine(fmt.Sprintf(format, a...)))
 	}
 	srv, err := registry.Parse(item)
 	if err != nil {

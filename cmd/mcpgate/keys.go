@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -212,7 +213,7 @@ func runKeysList(c *cli, args []string) error {
 	for _, item := range items {
 		k, err := auth.ParseItem(item)
 		if err != nil {
-			invalid = append(invalid, shortHash(k.Hash)+": "+strings.TrimPrefix(err.Error(), "auth: "))
+			invalid = append(invalid, shortHash(k.Hash)+": "+oneLine(strings.TrimPrefix(err.Error(), "auth: ")))
 		}
 		servers := strings.Join(k.Servers, ",")
 		if servers == "" {
@@ -232,7 +233,7 @@ func runKeysList(c *cli, args []string) error {
 		if k.RPMLimit > 0 {
 			rpm = strconv.Itoa(k.RPMLimit)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), cmp.Or(k.Name, "-"), servers, tools, parallel, rpm, rawAttr(item, auth.AttrCreated))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortHash(k.Hash), orDash(k.Name), orDash(servers), orDash(tools), parallel, rpm, orDash(rawAttr(item, auth.AttrCreated)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -293,7 +294,9 @@ func runKeysRevoke(c *cli, args []string) error {
 	return nil
 }
 
-func shortHash(h string) string { return h[:min(len(h), shownHashLen)] }
+// shortHash is the start of a key's hash as the CLI shows it, escaped
+// (clip.Escape) should an item hold something else.
+func shortHash(h string) string { return clip.Escape(h[:min(len(h), shownHashLen)]) }
 
 // keyLabel shows a key's name for people.
 func keyLabel(s string) string {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"net"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go"
 
+	"github.com/mcpgate/mcpgate/internal/clip"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -93,7 +94,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
 	args, err := c.globalFlags(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "mcpgate: %s\n\n%s", err, overview())
+		fmt.Fprintf(stderr, "mcpgate: %s\n\n%s", oneLine(err.Error()), overview())
 		return exitUsage
 	}
 	if len(args) == 0 {
@@ -433,5 +434,9 @@ func dbErr(context string, err error) error {
 	return fmt.Errorf("%s: %w", context, &awsError{err})
 }
 
-// oneLine joins the lines of a multi-line error (errors.Join) with "; ".
-func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ") }
+// oneLine is a message (an error's text, a logged error) as the CLI
+// prints it: its lines (errors.Join) joined with "; ", any URL in it
+// redacted (safeurl.RedactText) and what is left escaped (clip.Escape).
+func oneLine(s string) string {
+	return clip.Escape(safeurl.RedactText(strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ")))
+}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/mcpgate/mcpgate/internal/clip"
 	"io"
 	"os"
 	"slices"
@@ -17,7 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 var refusalsCmd = &command{
@@ -301,6 +302,8 @@ func (r *refusalsReport) add(line string, at time.Time, f refusalFilter) {
 		return
 	}
 	rec.Msg = ""
+	// The gateway redacts what it logs; a log from elsewhere may not be.
+	rec.Error = safeurl.RedactText(rec.Error)
 	r.Refused++
 	r.Records = append(r.Records, rec)
 }
@@ -359,7 +362,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	if r.Requests != nil {
 		of = fmt.Sprintf(" of %d", *r.Requests)
 	}
-	fmt.Fprintf(w, "Refused or failed in %s%s: %d%s requests.\n", r.Source, window, r.Refused, of)
+	fmt.Fprintf(w, "Refused or failed in %s%s: %d%s requests.\n", clip.Escape(r.Source), window, r.Refused, of)
 	if r.Truncated {
 		fmt.Fprintf(w, "(the first %d request records only: narrow --since)\n", maxRecords)
 	}
@@ -371,7 +374,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	fmt.Fprintln(tw, "COUNT\tCODE\tSTATUS\tSERVER\tPRINCIPAL\tLAST\tLATEST REQUEST IDS")
 	for _, g := range r.Groups {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", g.Count, orDash(g.Code), g.Status, orDash(g.ServerID), orDash(g.Principal),
-			g.Last.Local().Format("01-02 15:04:05"), strings.Join(g.RequestIDs, " "))
+			g.Last.Local().Format("01-02 15:04:05"), clip.Escape(strings.Join(g.RequestIDs, " ")))
 	}
 	tw.Flush()
 
@@ -379,7 +382,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tREQUEST ID\tSTATUS\tCODE\tSERVER\tTOOL\tPRINCIPAL\tERROR")
 	for _, rec := range r.Records {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", rec.Time.Local().Format("01-02 15:04:05.000"), rec.RequestID, rec.Status,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", rec.Time.Local().Format("01-02 15:04:05.000"), orDash(rec.RequestID), rec.Status,
 			orDash(rec.Code), orDash(rec.ServerID), orDash(rec.Tool), orDash(rec.Principal), clip.String(oneLine(rec.Error), 100))
 	}
 	tw.Flush()

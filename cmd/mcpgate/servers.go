@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/catalog"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -255,12 +257,17 @@ func runServersList(c *cli, args []string) error {
 		s, err := registry.Parse(item)
 		if err != nil {
 			invalid++
-			raw := func(name string) string { return rawAttr(item, name) }
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tINVALID: %s\n", raw(store.ServerIDAttr), safeurl.Redact(raw("url")), raw("transport"),
+			raw := func(name string) string {
+				if name == "url" {
+					return orDash(safeurl.Redact(rawAttr(item, name)))
+				}
+				return orDash(rawAttr(item, name))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tINVALID: %s\n", raw(store.ServerIDAttr), raw("url"), raw("transport"),
 				raw("max_concurrent_requests"), raw("timeout"), raw("on_limit"), oneLine(err.Error()))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tok\n", s.ID, safeurl.Redact(s.URL), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\tok\n", s.ID, orDash(safeurl.Redact(s.URL)), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -436,9 +443,10 @@ func updateInput(changes []change) *dynamodb.UpdateItemInput {
 	return in
 }
 
-// describe summarises a valid server in one line.
+// describe summarises a valid server in one line, escaped for a text view
+// (clip.Escape).
 func describe(s *registry.Server) string {
-	return fmt.Sprintf("url %s, transport %s, cap %s, timeout %v, on_limit %s", safeurl.Redact(s.URL), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit)
+	return clip.Escape(fmt.Sprintf("url %s, transport %s, cap %s, timeout %v, on_limit %s", safeurl.Redact(s.URL), s.Transport, capText(s.MaxConcurrent), s.Timeout, s.OnLimit))
 }
 
 func capText(n int) string {
@@ -554,15 +562,28 @@ func conditionFailed(err error) bool {
 }
 
 // printJSON writes v as indented JSON, without escaping &, < and > (URLs
-// stay readable).
+// stay readable), and with every character clip.Escape replaces written as
+// a \u escape: the values read back exact, and none reaches the terminal.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	for line := range strings.Lines(b.String()) {
+		// JSON escapes C0 itself, so only DEL, C1 and bidirectional
+		// controls remain, all inside strings, where \uXXXX means them.
+		if _, err := io.WriteString(w, clip.Escape(strings.TrimSuffix(line, "\n"))+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// compactJSON renders v as one line of JSON, without escaping &, < and >.
+// compactJSON renders v as one line of JSON as printJSON writes it, but
+// unindented.
 func compactJSON(v any) string {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
@@ -570,5 +591,5 @@ func compactJSON(v any) string {
 	if err := enc.Encode(v); err != nil {
 		return fmt.Sprintf("<%v>", err)
 	}
-	return strings.TrimSuffix(b.String(), "\n")
+	return clip.Escape(strings.TrimSuffix(b.String(), "\n"))
 }

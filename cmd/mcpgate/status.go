@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/catalog"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -469,7 +470,7 @@ func printStatus(w io.Writer, r *statusReport) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "%s: %s\n", l.Key, l.Server.describe())
+		fmt.Fprintf(w, "%s: %s\n", orDash(l.Key), l.Server.describe())
 		for _, s := range l.Slots {
 			expired := 0
 			for _, ls := range s.Leases {
@@ -477,7 +478,7 @@ func printStatus(w io.Writer, r *statusReport) error {
 					expired++
 				}
 			}
-			line := fmt.Sprintf("  %s: %d live", s.Attr, len(s.Leases)-expired)
+			line := fmt.Sprintf("  %s: %d live", orDash(s.Attr), len(s.Leases)-expired)
 			switch {
 			case s.Cap > 0:
 				line += fmt.Sprintf(" of %d", s.Cap)
@@ -499,22 +500,22 @@ func printStatus(w io.Writer, r *statusReport) error {
 					exp = ls.ExpiresAt.Format("2006-01-02T15:04:05.000Z07:00")
 					left = (time.Duration(*ls.TimeLeftMS) * time.Millisecond).Round(100 * time.Millisecond).String()
 				}
-				fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", ls.ID, ls.Holder, orDash(ls.Caller), exp, left)
+				fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", orDash(ls.ID), orDash(ls.Holder), orDash(ls.Caller), exp, left)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
 			}
 		}
 		for _, b := range l.Breakers {
-			line := fmt.Sprintf("  breaker %s: %s", b.Name, b.State)
+			line := fmt.Sprintf("  breaker %s: %s", orDash(b.Name), orDash(b.State))
 			for _, p := range slices.Sorted(maps.Keys(b.OpenFor)) {
-				line += fmt.Sprintf(", open for %s alone for %v more", p, b.OpenFor[p].Sub(r.Now).Round(100*time.Millisecond))
+				line += fmt.Sprintf(", open for %s alone for %v more", orDash(p), b.OpenFor[p].Sub(r.Now).Round(100*time.Millisecond))
 			}
 			switch b.State {
 			case "open":
 				line += fmt.Sprintf(" for %v more", b.OpenUntil.Sub(r.Now).Round(100*time.Millisecond))
 			case "probing":
-				line += fmt.Sprintf(" (probe %s, its lease ends in %v)", b.Probe, b.ProbeExpiry.Sub(r.Now).Round(100*time.Millisecond))
+				line += fmt.Sprintf(" (probe %s, its lease ends in %v)", orDash(b.Probe), b.ProbeExpiry.Sub(r.Now).Round(100*time.Millisecond))
 			case "half-open":
 				line += " (the next call is the probe)"
 			}
@@ -524,7 +525,7 @@ func printStatus(w io.Writer, r *statusReport) error {
 		if len(l.Principals) > 0 {
 			var parts []string
 			for _, p := range l.Principals {
-				part := fmt.Sprintf("%s holds %d", p.Principal, p.Holding)
+				part := fmt.Sprintf("%s holds %d", orDash(p.Principal), p.Holding)
 				if p.Waiting > 0 {
 					part += fmt.Sprintf(", %d waiting", p.Waiting)
 				}
@@ -538,7 +539,7 @@ func printStatus(w io.Writer, r *statusReport) error {
 		if lim := l.Limit; lim != nil {
 			line := fmt.Sprintf("  adaptive limit: %d (between %d and %d, or its bulkhead if lower)", lim.Current, lim.Min, lim.Ceiling)
 			if lim.Why != "" {
-				line += fmt.Sprintf("; last moved %v ago, %s", r.Now.Sub(lim.At).Round(100*time.Millisecond), lim.Why)
+				line += fmt.Sprintf("; last moved %v ago, %s", r.Now.Sub(lim.At).Round(100*time.Millisecond), orDash(lim.Why))
 			}
 			fmt.Fprintln(w, line)
 		}
@@ -551,21 +552,21 @@ func printStatus(w io.Writer, r *statusReport) error {
 				full = "full in " + left.Round(100*time.Millisecond).String()
 			}
 			if b.Limit > 0 {
-				fmt.Fprintf(w, "  rate %s: %d of %d tokens (%s)\n", b.Name, b.Tokens, b.Limit, full)
+				fmt.Fprintf(w, "  rate %s: %d of %d tokens (%s)\n", orDash(b.Name), b.Tokens, b.Limit, full)
 			} else {
-				fmt.Fprintf(w, "  rate %s: %s\n", b.Name, full)
+				fmt.Fprintf(w, "  rate %s: %s\n", orDash(b.Name), full)
 			}
 		}
 		if err := printWaiting(w, l.Waiting, r.Now); err != nil {
 			return err
 		}
 		if l.refusing() {
-			fmt.Fprintf(w, "  calls refused lately, and why: mcpgate refusals --server %s\n", l.Key)
+			fmt.Fprintf(w, "  calls refused lately, and why: mcpgate refusals --server %s\n", orDash(l.Key))
 		}
 		if len(l.Other) > 0 {
 			fmt.Fprintln(w, "  other state:")
 			for _, name := range slices.Sorted(maps.Keys(l.Other)) {
-				fmt.Fprintf(w, "    %s = %s\n", name, compactJSON(l.Other[name]))
+				fmt.Fprintf(w, "    %s = %s\n", orDash(name), compactJSON(l.Other[name]))
 			}
 		}
 	}
@@ -622,16 +623,19 @@ func printWaiting(w io.Writer, ts []lease.TicketStatus, now time.Time) error {
 		case t.Turn:
 			state += ", its turn"
 		}
-		fmt.Fprintf(tw, "    %s\t%s\t%s\t#%d\t%s\n", orDash(t.Principal), t.Instance, orDash(t.Tool), t.Number, state)
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t#%d\t%s\n", orDash(t.Principal), orDash(t.Instance), orDash(t.Tool), t.Number, state)
 	}
 	return tw.Flush()
 }
 
+// orDash is a value read from a log or an item as a text view prints it:
+// escaped (clip.Escape), so that no value can drive the terminal, forge a
+// line or reorder the text around it; "-" when empty.
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return clip.Escape(s)
 }
 
 func (s serverState) describe() string {

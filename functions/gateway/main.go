@@ -25,6 +25,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/catalog"
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/extension"
 	"github.com/mcpgate/mcpgate/internal/gateway"
@@ -42,7 +43,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Getenv, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "gateway:", err)
+		// Configuration errors may quote the URLs they refuse.
+		fmt.Fprintln(os.Stderr, "gateway:", clip.Escape(safeurl.RedactText(err.Error())))
 		os.Exit(1)
 	}
 }
@@ -54,9 +56,10 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if err != nil {
 		return err
 	}
-	// Every record goes through URL redaction: upstream URLs may carry
-	// credentials, and errors quote the URLs they failed on.
-	log := slog.New(safeurl.NewLogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
+	// Every record goes through URL redaction (upstream URLs may carry
+	// credentials, and errors quote the URLs they failed on) and escaping
+	// (what agents and upstreams send may hold control characters).
+	log := slog.New(clip.NewLogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}), safeurl.RedactText))
 	if cfg.MemoryLimit > 0 {
 		debug.SetMemoryLimit(cfg.MemoryLimit)
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // minRSABits is the smallest RSA key accepted for RS256.
@@ -188,14 +190,14 @@ func (s *keySet) discover(ctx context.Context) (string, error) {
 		}
 		switch {
 		case md.Issuer != s.issuer:
-			errs = append(errs, fmt.Errorf("%s names issuer %q, not %q", u, md.Issuer, s.issuer))
+			errs = append(errs, fmt.Errorf("%s names issuer %q, not %q", safeurl.Redact(u), safeurl.Redact(md.Issuer), safeurl.Redact(s.issuer)))
 			continue
 		case md.JWKSURI == "":
-			errs = append(errs, fmt.Errorf("%s has no jwks_uri", u))
+			errs = append(errs, fmt.Errorf("%s has no jwks_uri", safeurl.Redact(u)))
 			continue
 		}
 		if err := checkFetchURL(md.JWKSURI); err != nil {
-			return "", fmt.Errorf("%s: jwks_uri: %w", u, err)
+			return "", fmt.Errorf("%s: jwks_uri: %w", safeurl.Redact(u), err)
 		}
 		s.mu.Lock()
 		s.discovered = md.JWKSURI
@@ -229,22 +231,22 @@ func (s *keySet) getJSON(ctx context.Context, u string, v any) error {
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return err
+		return fmt.Errorf("GET %s: %w", safeurl.Redact(u), safeurl.Cause(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxFetchBytes))
-		return fmt.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+		return fmt.Errorf("GET %s: HTTP %d", safeurl.Redact(u), resp.StatusCode)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFetchBytes+1))
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", u, err)
+		return fmt.Errorf("GET %s: %w", safeurl.Redact(u), err)
 	}
 	if len(body) > maxFetchBytes {
 		return fmt.Errorf("GET %s: larger than %d bytes", u, maxFetchBytes)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("GET %s: %w", u, err)
+		return fmt.Errorf("GET %s: %w", safeurl.Redact(u), err)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // Defaults for OAuthOptions.
@@ -339,10 +340,10 @@ func audienceOK(aud jwt.Audience, clientID string, accepted []string) bool {
 func checkFetchURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL", raw)
+		return fmt.Errorf("%q is not a URL", safeurl.Redact(raw))
 	}
 	if u.Host == "" || u.User != nil || u.Fragment != "" {
-		return fmt.Errorf("%q must be an absolute https URL without userinfo or fragment", raw)
+		return fmt.Errorf("%q must be an absolute https URL without userinfo or fragment", safeurl.Redact(raw))
 	}
 	switch {
 	case u.Scheme == "https":
@@ -350,7 +351,7 @@ func checkFetchURL(raw string) error {
 	case u.Scheme == "http" && isLoopback(u.Hostname()):
 		return nil
 	}
-	return fmt.Errorf("%q must use https (http only on loopback)", raw)
+	return fmt.Errorf("%q must use https (http only on loopback)", safeurl.Redact(raw))
 }
 
 func isLoopback(host string) bool {

@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -383,6 +384,37 @@ func TestOAuthOptions(t *testing.T) {
 	} {
 		if _, err := NewOAuth(opts); err != nil {
 			t.Errorf("NewOAuth(%+v): %v", opts, err)
+		}
+	}
+}
+
+// TestOAuthErrorsRedactURLs: an issuer or JWKS URL the gateway refuses,
+// or fails to fetch, is named with its query values and userinfo redacted.
+func TestOAuthErrorsRedactURLs(t *testing.T) {
+	for _, opts := range []OAuthOptions{
+		{Issuer: "https://user:s3cr3t@idp.example.com"},
+		{Issuer: "https://idp.example.com", JWKSURL: "http://10.0.0.1/jwks?token=s3cr3t"},
+	} {
+		_, err := NewOAuth(opts)
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("NewOAuth(%+v): %v, want refused without the secret", opts, err)
+		}
+	}
+	ln := httptest.NewServer(http.NotFoundHandler())
+	gone := ln.URL
+	ln.Close()
+	token := authtest.NewIssuer(t).SignWith(authtest.NewRSAKey(t, "k1"), map[string]any{"sub": "a", "aud": testAudience})
+	for _, opts := range []OAuthOptions{
+		{Issuer: gone + "/?token=s3cr3t"},
+		{Issuer: gone, JWKSURL: gone + "/jwks?token=s3cr3t"},
+	} {
+		o, err := NewOAuth(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = o.Verify(context.Background(), token, []string{testAudience})
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "REDACTED") {
+			t.Errorf("a failed fetch of %+v: %v, want an error without the secret", opts, err)
 		}
 	}
 }

@@ -148,17 +148,10 @@ func stateKey(kind Kind, parts ...string) string {
 	return string(kind) + ":" + hex.EncodeToString(h.Sum(nil))
 }
 
-// clean makes s safe and short for a log or a label: at most n bytes,
-// control characters replaced, valid UTF-8.
+// clean makes s safe and short for a log or a label: escaped
+// (clip.Escape), at most n bytes.
 func clean(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if clip.IsControl(r) {
-			return '?'
-		}
-		return r
-	}, s)
-	return clip.String(s, n)
+	return clip.String(clip.Escape(s), n)
 }
 
 // ValidToolGrant checks one "<server_id>/<tool-glob>" grant, as an admin

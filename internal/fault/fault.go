@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // Code is a stable, machine-readable error code. Clients match on it; its
@@ -133,14 +135,17 @@ type Error struct {
 	Reason string
 }
 
-// New returns an Error with a formatted, client-safe message.
+// New returns an Error with a formatted, client-safe message: any URL in
+// it (an upstream's own error text may quote one) is redacted
+// (safeurl.RedactText).
 func New(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return &Error{Code: code, Message: safeurl.RedactText(fmt.Sprintf(format, args...))}
 }
 
-// Wrap returns an Error carrying cause for the logs and a client-safe message.
+// Wrap returns an Error carrying cause for the logs and a client-safe
+// message, as New makes it.
 func Wrap(cause error, code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Cause: cause}
+	return &Error{Code: code, Message: safeurl.RedactText(fmt.Sprintf(format, args...)), Cause: cause}
 }
 
 // WithChallenge sets the WWW-Authenticate challenge and returns e.

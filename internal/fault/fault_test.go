@@ -87,3 +87,16 @@ func TestAsHidesInternalText(t *testing.T) {
 		t.Errorf("Unwrap does not expose the cause")
 	}
 }
+
+// TestMessagesRedactURLs: a URL in a message (an upstream's error text may
+// quote one) is answered with its query values and userinfo redacted.
+func TestMessagesRedactURLs(t *testing.T) {
+	for _, e := range []*Error{
+		New(UpstreamError, "server %q answered: %s", "s", "GET https://u:pw@api.test/x?token=s3cr3t failed"),
+		Wrap(errors.New("cause"), BadRequest, "rejected: see https://api.test/doc?token=s3cr3t"),
+	} {
+		if strings.Contains(e.Message, "s3cr3t") || strings.Contains(e.Message, "pw@") || !strings.Contains(e.Message, "token=REDACTED") {
+			t.Errorf("message %q, want the URL redacted", e.Message)
+		}
+	}
+}

@@ -32,7 +32,7 @@ const maxListConcurrency = 8
 
 // metaPrefix marks _meta keys that belong to the protocol itself; they are
 // never forwarded, since the gateway's upstream session speaks its own
-// protocol version.
+// protocol version. It is compared ignoring case (ownMetaKey).
 const metaPrefix = "io.modelcontextprotocol/"
 
 type mcpServerKey struct{}
@@ -101,13 +101,19 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, fault.New(fault.BadRequest, "JSON-RPC batches are not supported: send one message per request"))
 		return
 	}
+	if p.repeated != "" {
+		// Before anything reads it: the gateway and the SDK could each
+		// read a different member (see peek).
+		writeFault(w, r, fault.New(fault.BadRequest, "the message names %q twice (names are compared ignoring case): send each member once", clip.String(p.repeated, clip.Short)))
+		return
+	}
 	if t := g.deps.Tracer; t != nil {
 		target := p.name
 		if target == "" && sc.srv != nil {
 			target = sc.srv.ID
 		}
 		var end func(RequestEnd)
-		ctx, end = t.Request(ctx, r.Header, peekTrace(body), RequestStart{Method: clip.String(p.method, clip.Short), Target: clip.String(target, clip.Name),
+		ctx, end = t.Request(ctx, r.Header, p.trace, RequestStart{Method: clip.String(p.method, clip.Short), Target: clip.String(target, clip.Name),
 			Protocol: clip.String(sc.protocol, clip.Short), RequestID: clip.String(rpcID(p.id), clip.Short), Route: r.Pattern, GatewayID: sc.rec.id})
 		sw := &statusWriter{ResponseWriter: w}
 		w = sw
@@ -514,7 +520,7 @@ func forwardMeta(m mcp.Meta) mcp.Meta {
 	}
 	out := mcp.Meta{}
 	for k, v := range m {
-		if !strings.HasPrefix(k, metaPrefix) && !slices.Contains(traceKeys, k) {
+		if !ownMetaKey(k) {
 			out[k] = v
 		}
 	}
@@ -522,6 +528,16 @@ func forwardMeta(m mcp.Meta) mcp.Meta {
 		return nil
 	}
 	return out
+}
+
+// ownMetaKey reports whether the _meta key k is one the gateway never
+// forwards: the protocol's own (metaPrefix) or trace context (traceKeys),
+// compared ignoring case, so that no spelling of them reaches an upstream.
+func ownMetaKey(k string) bool {
+	if len(k) >= len(metaPrefix) && strings.EqualFold(k[:len(metaPrefix)], metaPrefix) {
+		return true
+	}
+	return slices.ContainsFunc(traceKeys, func(name string) bool { return traceKey(k, name) })
 }
 
 // logLevels are the levels of logging/setLevel, least severe first.

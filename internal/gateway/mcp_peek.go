@@ -28,27 +28,117 @@ type peeked struct {
 	name     string
 	progress bool
 	batch    bool
+	// trace is the agent's trace context from params._meta.
+	trace TraceMeta
+	// repeated is a member that the message, its params or params._meta
+	// names twice, "" if none.
+	repeated string
 }
 
+// peek reads a message as the SDK will: its members by their exact names
+// (the SDK's decoder matches names exactly, where Go's matches them
+// ignoring case), but for the trace context of params._meta, whose keys
+// are read ignoring case (traceKey). It finds a member named twice in the
+// message, its params or params._meta, names compared ignoring case
+// (foldKey): a decoder may keep either value, so the gateway and the SDK
+// could read two different messages in one (the log saying ping while a
+// tool runs), and the caller refuses the message before either acts on
+// it. A body that is not a JSON object is left to the SDK to refuse.
 func peek(body []byte) peeked {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		return peeked{batch: true}
 	}
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			Name string `json:"name"`
-			Meta struct {
-				ProgressToken any `json:"progressToken"`
-			} `json:"_meta"`
-		} `json:"params"`
+	var p peeked
+	top, ok := members(body)
+	if !ok {
+		return p
 	}
-	if json.Unmarshal(body, &msg) != nil {
-		return peeked{}
+	var params, meta []member
+	for _, m := range top {
+		switch m.key {
+		case "id":
+			p.id = m.value
+		case "method":
+			_ = json.Unmarshal(m.value, &p.method)
+		case "params":
+			params, _ = members(m.value)
+		}
 	}
-	return peeked{method: msg.Method, id: msg.ID, name: msg.Params.Name, progress: msg.Params.Meta.ProgressToken != nil}
+	for _, m := range params {
+		switch m.key {
+		case "name":
+			_ = json.Unmarshal(m.value, &p.name)
+		case "_meta":
+			meta, _ = members(m.value)
+		}
+	}
+	for _, m := range meta {
+		switch {
+		case m.key == "progressToken":
+			p.progress = string(m.value) != "null"
+		case traceKey(m.key, "traceparent"):
+			_ = json.Unmarshal(m.value, &p.trace.Traceparent)
+		case traceKey(m.key, "tracestate"):
+			_ = json.Unmarshal(m.value, &p.trace.Tracestate)
+		}
+	}
+	for _, ms := range [][]member{top, params, meta} {
+		if k, ok := repeated(ms); ok {
+			p.repeated = k
+			if foldKey(k) == foldKey("id") {
+				p.id = nil // which one the SDK reads is unknown
+			}
+			break
+		}
+	}
+	return p
+}
+
+// member is one member of a JSON object.
+type member struct {
+	key   string
+	value json.RawMessage
+}
+
+// members returns the members of the JSON object data in order, repeated
+// names included; false when data is not one object.
+func members(data []byte) ([]member, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, false
+	}
+	var out []member
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		key, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false
+		}
+		out = append(out, member{key, v})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// repeated returns a name that ms holds twice, compared ignoring case as
+// duplicateKey compares arguments' keys.
+func repeated(ms []member) (string, bool) {
+	seen := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		k := foldKey(m.key)
+		if seen[k] {
+			return m.key, true
+		}
+		seen[k] = true
+	}
+	return "", false
 }
 
 // messageDepth is how deep a tools/call message nests its arguments

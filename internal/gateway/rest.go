@@ -200,13 +200,17 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ListResponse{ServerID: srv.ID, Tools: listed(srv, callerFrom(ctx).visible(srv, tools))})
 }
 
+// validToolName checks the name a call gives its tool: 1 to maxToolName
+// bytes of UTF-8 holding no character clip.Escape replaces.
 func validToolName(name string) *fault.Error {
 	switch {
 	case name == "":
 		return fault.New(fault.BadRequest, "name (the tool to call) is required")
 	case len(name) > maxToolName:
 		return fault.New(fault.BadRequest, "name is longer than %d bytes", maxToolName)
-	case !utf8.ValidString(name) || strings.ContainsFunc(name, clip.IsControl):
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, clip.IsEscaped):
+		// A control or bidirectional character: never a tool's name, and
+		// never written to the log, a span or a metric as a valid one.
 		return fault.New(fault.BadRequest, "name contains invalid characters")
 	}
 	return nil

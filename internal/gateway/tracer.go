@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -95,34 +96,16 @@ type ExchangeSpan interface {
 	Closed(how upstream.Stop, held time.Duration)
 }
 
-// peekTrace reads the trace context of a message's params._meta.
-func peekTrace(body []byte) TraceMeta {
-	var msg struct {
-		Params struct {
-			Meta TraceMeta `json:"_meta"`
-		} `json:"params"`
-	}
-	_ = json.Unmarshal(body, &msg)
-	return msg.Params.Meta
-}
-
-// UnmarshalJSON reads traceparent and tracestate, nothing else.
-func (m *TraceMeta) UnmarshalJSON(b []byte) error {
-	var v struct {
-		Traceparent string `json:"traceparent"`
-		Tracestate  string `json:"tracestate"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil
-	}
-	m.Traceparent, m.Tracestate = v.Traceparent, v.Tracestate
-	return nil
-}
-
 // traceKeys are the _meta keys and headers of trace context (W3C Trace
 // Context and Baggage). The agent's are never forwarded: upstreams get the
 // gateway's own, naming its CLIENT span.
 var traceKeys = []string{"traceparent", "tracestate", "baggage"}
+
+// traceKey reports whether the _meta key k is the trace key name. Trace
+// keys are compared ignoring case, as header names are, both to read the
+// agent's trace context and to keep it from the upstream: TRACEPARENT is
+// traceparent, and Baggage is never forwarded.
+func traceKey(k, name string) bool { return strings.EqualFold(k, name) }
 
 // traceREST wraps a REST route's handler in the request's SERVER span,
 // whose target is, for a call, the tool its body names, as on the MCP

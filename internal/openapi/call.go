@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/retryafter"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // maxErrorBody bounds StatusError.Body.
@@ -55,12 +56,12 @@ func (a *API) Call(ctx context.Context, name string, args json.RawMessage) (*mcp
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return nil, op.transportError(unwrapURLError(err))
+		return nil, op.transportError(safeurl.Cause(err))
 	}
 	defer resp.Body.Close()
 	data, truncated, err := readLimited(resp.Body, a.maxResp)
 	if err != nil {
-		return nil, op.transportError(fmt.Errorf("read response: %w", unwrapURLError(err)))
+		return nil, op.transportError(fmt.Errorf("read response: %w", safeurl.Cause(err)))
 	}
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
@@ -163,7 +164,7 @@ func (op *operation) request(ctx context.Context, raw json.RawMessage, header ht
 	}
 	req, err := http.NewRequestWithContext(ctx, op.method, u.String(), bodyReader)
 	if err != nil {
-		return nil, op.transportError(fmt.Errorf("build request: %w", unwrapURLError(err)))
+		return nil, op.transportError(fmt.Errorf("build request: %w", safeurl.Cause(err)))
 	}
 	for k, vs := range headers {
 		req.Header[k] = vs

@@ -16,6 +16,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // Defaults for Options.
@@ -220,15 +222,15 @@ func fetch(ctx context.Context, client *http.Client, u *url.URL, limit int64) ([
 	req.Header.Set("Accept", "application/json, application/yaml;q=0.9, */*;q=0.8")
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch spec from %s: %w", u.Redacted(), unwrapURLError(err))
+		return nil, fmt.Errorf("fetch spec from %s: %w", safeurl.Redact(u.String()), safeurl.Cause(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetch spec from %s: HTTP %d", u.Redacted(), resp.StatusCode)
+		return nil, fmt.Errorf("fetch spec from %s: HTTP %d", safeurl.Redact(u.String()), resp.StatusCode)
 	}
 	data, err := readBounded(resp.Body, limit)
 	if err != nil {
-		return nil, fmt.Errorf("fetch spec from %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("fetch spec from %s: %w", safeurl.Redact(u.String()), err)
 	}
 	return data, nil
 }
@@ -324,14 +326,4 @@ func CheckSameHost(req *http.Request, via []*http.Request) error {
 			first.Scheme, first.Host, req.URL.Scheme, req.URL.Host)
 	}
 	return nil
-}
-
-// unwrapURLError drops the *url.Error around err: its text repeats the
-// request URL, whose query may carry credentials.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }

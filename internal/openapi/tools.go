@@ -200,20 +200,20 @@ func resolveServers(servers openapi3.Servers, specURL *url.URL) (*url.URL, error
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("server URL %q is not a valid URL", clip.String(raw, clip.Message))
+		return nil, fmt.Errorf("server URL %q is not a valid URL", clip.String(safeurl.Redact(raw), clip.Message))
 	}
 	if !u.IsAbs() {
 		if specURL == nil {
 			if len(servers) == 0 {
 				return nil, errors.New("the document names no server; set Options.BaseURL")
 			}
-			return nil, fmt.Errorf("server URL %q is relative and the document was read from a file; set Options.BaseURL", clip.String(raw, clip.Message))
+			return nil, fmt.Errorf("server URL %q is relative and the document was read from a file; set Options.BaseURL", clip.String(safeurl.Redact(raw), clip.Message))
 		}
 		u = specURL.ResolveReference(u)
 		u.RawQuery, u.Fragment = "", ""
 	}
 	if _, err := parseBaseURL(u.String()); err != nil {
-		return nil, fmt.Errorf("server URL %q: %w", clip.String(u.Redacted(), clip.Message), err)
+		return nil, fmt.Errorf("server URL %q: %w", clip.String(safeurl.Redact(u.String()), clip.Message), err)
 	}
 	return u, nil
 }

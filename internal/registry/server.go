@@ -575,8 +575,8 @@ func (p *parser) tools(name string) map[string]ToolLimits {
 	}
 	sort.Strings(names)
 	for _, tool := range names {
-		if tool == "" || len(tool) > maxToolName || strings.ContainsFunc(tool, clip.IsControl) {
-			tp.fail(clip.String(tool, clip.Short), fmt.Sprintf("is not a tool name (1 to %d printable characters)", maxToolName))
+		if tool == "" || len(tool) > maxToolName || strings.ContainsFunc(tool, clip.IsEscaped) {
+			tp.fail(clip.String(tool, clip.Short), fmt.Sprintf("is not a tool name (1 to %d characters, none a control or bidirectional one)", maxToolName))
 			continue
 		}
 		one, ok := tp.sub(tool)

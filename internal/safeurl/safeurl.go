@@ -1,6 +1,7 @@
 package safeurl
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 )
@@ -28,6 +29,18 @@ func Redact(raw string) string {
 		u.Fragment, u.RawFragment = Mask, ""
 	}
 	return u.String()
+}
+
+// Cause returns err without the *url.Error that net/http wraps a failed
+// request's error in, whose text repeats the request's whole URL; err
+// itself when there is none. An error about a request names its URL
+// through Redact, beside Cause's text.
+func Cause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // redactQuery keeps the keys of q, in order, and masks every value.
@@ -64,9 +77,11 @@ func maskedTail(raw string, cut int) string {
 	return raw[cut:cut+1] + Mask
 }
 
-// RedactText returns s with every URL in it (a scheme, "://", and what
-// follows up to a space, a quote, or one of <>`, less trailing
-// punctuation) passed through Redact.
+// RedactText returns s with every URL in it passed through Redact. A URL
+// is a scheme, "://" and what follows: after a double quote (a URL quoted
+// with %q, as net/http's errors quote the URL they failed on), up to the
+// closing quote, whatever the URL holds; otherwise up to a space, a quote
+// or one of <>`, less trailing punctuation.
 // Text without "://" is returned as is, without copying.
 func RedactText(s string) string {
 	if !strings.Contains(s, "://") {
@@ -88,11 +103,22 @@ func RedactText(s string) string {
 			start++ // a scheme starts with a letter
 		}
 		end := i + 3
-		for end < len(rest) && !stopChar(rest[end]) {
-			end++
-		}
-		for end > i+3 && strings.IndexByte(".,;:)]}", rest[end-1]) >= 0 {
-			end-- // punctuation after the URL, not in it
+		if start > 0 && rest[start-1] == '"' {
+			// Quoted: a quote, space or < in its query is escaped or
+			// kept, and ends nothing but the quote.
+			for end < len(rest) && rest[end] != '"' {
+				if rest[end] == '\\' && end+1 < len(rest) {
+					end++ // an escape: \" or \\
+				}
+				end++
+			}
+		} else {
+			for end < len(rest) && !stopChar(rest[end]) {
+				end++
+			}
+			for end > i+3 && strings.IndexByte(".,;:)]}", rest[end-1]) >= 0 {
+				end-- // punctuation after the URL, not in it
+			}
 		}
 		b.WriteString(rest[:start])
 		if start == i {

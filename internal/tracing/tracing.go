@@ -11,7 +11,10 @@
 //
 // What goes in a span is chosen, never copied: methods, tool and server
 // ids, codes, durations, lease ids. Never a key, a token, a credential, a
-// request state, arguments or results.
+// request state, arguments or results, nor a URL but its host. What a
+// request chose (its method, the tool and server it names, its JSON-RPC
+// id, its protocol version) is escaped with clip.Escape before it is
+// recorded.
 package tracing
 
 import (
@@ -36,6 +39,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/registry"
@@ -205,23 +209,24 @@ func (t *Tracing) Request(ctx context.Context, h http.Header, meta gateway.Trace
 	if r.Target != "" {
 		name += " " + r.Target
 	}
-	attrs := []attribute.KeyValue{keyRequestID.String(r.GatewayID), keyRoute.String(r.Route)}
+	// The request chose these before any was validated.
+	attrs := []attribute.KeyValue{text(keyRequestID, r.GatewayID), text(keyRoute, r.Route)}
 	if r.Method != "" {
-		attrs = append(attrs, keyMethod.String(r.Method))
+		attrs = append(attrs, text(keyMethod, r.Method))
 	}
 	if r.Protocol != "" {
-		attrs = append(attrs, keyProtocol.String(r.Protocol))
+		attrs = append(attrs, text(keyProtocol, r.Protocol))
 	}
 	if r.RequestID != "" {
-		attrs = append(attrs, keyRPCID.String(r.RequestID))
+		attrs = append(attrs, text(keyRPCID, r.RequestID))
 	}
 	if r.Method == "tools/call" && r.Target != "" {
-		attrs = append(attrs, keyTool.String(r.Target), keyOperation.String("execute_tool"))
+		attrs = append(attrs, text(keyTool, r.Target), keyOperation.String("execute_tool"))
 	}
-	ctx, span := t.tr.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	ctx, span := t.tr.Start(parent, clip.Escape(name), trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 	return ctx, func(e gateway.RequestEnd) {
 		if e.ServerID != "" {
-			span.SetAttributes(keyServerID.String(e.ServerID))
+			span.SetAttributes(text(keyServerID, e.ServerID))
 		}
 		if e.Outcome != "" {
 			span.SetAttributes(keyOutcome.String(e.Outcome))
@@ -264,6 +269,12 @@ func (t *Tracing) Admission(ctx context.Context, c gateway.CallInfo) func(gatewa
 		span.End()
 	}
 }
+
+// text is the attribute k with a value a request chose: escaped
+// (clip.Escape), since a collector's UI or an operator's terminal shows it.
+// The other spans' strings are the gateway's own or ids and names it
+// validated (a server's id, a tool name validToolName accepted).
+func text(k attribute.Key, v string) attribute.KeyValue { return k.String(clip.Escape(v)) }
 
 // inExchange marks a context in a CLIENT span of an MCP request (a tool
 // call's exchange, a request Send traces): its HTTP requests need no span

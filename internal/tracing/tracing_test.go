@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/lease"
@@ -373,6 +374,34 @@ func TestNoSecretsInSpans(t *testing.T) {
 				t.Errorf("span %q carries %q", s.Name(), v)
 			}
 		}
+	}
+}
+
+// TestRequestSpanEscapesWhatTheRequestChose: the method, tool, server,
+// protocol and JSON-RPC id a request chose are recorded escaped, in the
+// span's name and its attributes.
+func TestRequestSpanEscapesWhatTheRequestChose(t *testing.T) {
+	tr, rec := recorded(t)
+	const bad = "\x1b]0;pwn\x07\u202eKO\u009b2J\x7f\n"
+	_, end := tr.Request(context.Background(), http.Header{}, gateway.TraceMeta{}, gateway.RequestStart{
+		Method: "tools/call", Target: "demo-" + bad, Protocol: bad, RequestID: bad, Route: "/mcp", GatewayID: "gw1"})
+	end(gateway.RequestEnd{ServerID: "demo" + bad, Tool: bad, Outcome: "error", Code: fault.BadRequest, Status: 400})
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	s := spans[0]
+	all := []string{s.Name()}
+	for _, kv := range s.Attributes() {
+		all = append(all, kv.Value.String())
+	}
+	for _, v := range all {
+		if strings.ContainsFunc(v, clip.IsEscaped) {
+			t.Errorf("span %q records %q unescaped", s.Name(), v)
+		}
+	}
+	if want := "tools/call demo-" + clip.Escape(bad); s.Name() != want {
+		t.Errorf("span name %q, want %q", s.Name(), want)
 	}
 }
 

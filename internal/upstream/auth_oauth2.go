@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/clip"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/safeurl"
 )
 
 // oauth2Token sends "Authorization: Bearer <token>" (registry.AuthOAuth2),
@@ -215,9 +216,5 @@ func tokenError(err error) error {
 		}
 		return fmt.Errorf("token endpoint answered HTTP %d", status)
 	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("token endpoint: %w", ue.Err)
-	}
-	return fmt.Errorf("token endpoint: %w", err)
+	return fmt.Errorf("token endpoint: %w", safeurl.Cause(err))
 }
