@@ -5,9 +5,36 @@
 #
 # Ports: DEV_STORE_PORT (8000), DEV_DEMO_PORT (9100), DEV_GATEWAY_ADDR
 # (127.0.0.1:8080). A port that is taken is replaced by a free one, which is
-# printed. DEV_STATE_DIR (.dev) holds the binaries, logs and the env file
-# that exports MCPGATE_URL, MCPGATE_KEY and the AWS settings of this stack.
+# printed. DEV_STATE_DIR (.dev) holds the binaries, logs, the env file that
+# exports MCPGATE_URL, MCPGATE_KEY and the AWS settings of this stack, and
+# what a restart keeps: the store's data (store/: tables, servers, keys)
+# and the dev key (dev-key). DEV_FRESH=1 (make dev-fresh) deletes both
+# first, and the stack starts as on its first run.
 set -euo pipefail
+
+# Ctrl-C signals the terminal's foreground process group: under make, make
+# is in it too, and make dies of the signal (exit status 130) whatever this
+# script does. So, in a terminal, the stack runs as a job of its own that
+# holds the terminal (bash's job control): Ctrl-C reaches it alone, and
+# make gets its exit status. Ctrl-Z stops that job alone: this shell then
+# stops make's job as the terminal would have, and when the shell that
+# started make resumes it (fg), gives the terminal back to the stack.
+# Should this outer shell die first (make killed), the job notices its
+# parent is gone and stops (see the wait loop). bash hands the terminal
+# over through standard error: with it redirected, the stack stays in
+# make's process group, where Ctrl-C still stops it (but make exits 130).
+if [ -t 0 ] && [ -t 2 ] && [ -z "${DEV_JOB:-}" ]; then
+  set -m
+  status=0
+  DEV_JOB=$$ bash "$0" "$@" || status=$?
+  # 148-150: stopped by SIGTSTP, SIGTTIN or SIGTTOU.
+  while [ "$status" -ge 148 ] && [ "$status" -le 150 ] && jobs %1 >/dev/null 2>&1; do
+    kill -TSTP 0
+    status=0
+    fg %1 >/dev/null || status=$?
+  done
+  exit "$status"
+fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -20,6 +47,8 @@ gateway_port=${gateway_addr##*:}
 state=${DEV_STATE_DIR:-.dev}
 mkdir -p "$state/bin" "$state/logs"
 state=$(cd "$state" && pwd)
+# The store keeps its data here between runs (dynalite's on-disk mode).
+store_dir="$state/store"
 
 export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=local
@@ -65,14 +94,14 @@ stop() {
 # A deliberate stop (Ctrl-C, kill) is quiet and successful.
 on_signal() {
   stopping=1
-  trap - INT TERM
+  trap - INT TERM HUP
   echo
   echo "dev: stopping…"
   stop
   echo "dev: stopped"
   exit 0
 }
-trap on_signal INT TERM
+trap on_signal INT TERM HUP
 trap 'stop' EXIT
 
 # port_taken PORT [HOST]: something accepts connections there.
@@ -123,28 +152,113 @@ port_of() {
   grep -o -m 1 'http://[^ ]*' "$1" | sed -E 's#^http://[^/]*:([0-9]+).*#\1#'
 }
 
+# sha256_hex: the lowercase hex SHA-256 of standard input (how the keys
+# table names a key).
+sha256_hex() {
+  if command -v sha256sum >/dev/null; then sha256sum; else shasum -a 256; fi | cut -d ' ' -f 1
+}
+
 if [ ! -d infra/node_modules/dynalite ]; then
   echo "installing dynalite (npm ci in infra/)…"
   (cd infra && npm ci --omit=dev --omit=optional --no-audit --no-fund)
 fi
-echo "building…"
-go build -o "$state/bin/gateway" ./functions/gateway
-go build -o "$state/bin/mcpgate" ./cmd/mcpgate
-go build -o "$state/bin/demo-upstream" ./infra/demo-upstream
 
-start store node infra/dynalite.js --host 127.0.0.1 --port "$(pick store "$store_port")"
+if [ "${DEV_FRESH:-}" = 1 ]; then
+  echo "dev: starting fresh: deleting the store's data and the dev key in $state"
+  rm -rf "$store_dir" "$state/dev-key"
+fi
+
+# build compiles the three programs in one go, showing how far it is: the
+# first build compiles several hundred packages (about 2 minutes on 2
+# cores); later builds take seconds. go build -v names each package as it
+# compiles it; any other line (an error) is shown as it comes.
+build() {
+  local total begin
+  begin=$(date +%s)
+  total=$(go list -deps ./functions/gateway ./cmd/mcpgate ./infra/demo-upstream | wc -l | tr -d ' ')
+  echo "dev: building the gateway, the CLI and the demo upstream ($total packages; the first build takes about 2 minutes on 2 cores, later ones seconds)"
+  go build -v -o "$state/bin/" ./functions/gateway ./cmd/mcpgate ./infra/demo-upstream 2>&1 |
+    awk -v total="$total" -v tty="$([ -t 1 ] && echo 1)" '
+      /^[^ :#]+$/ {
+        n++
+        if (tty) { printf "\r\033[Kdev: compiled %d of %d packages: %s", n, total, $0; line = 1 }
+        else if (n % 50 == 0) printf "dev: compiled %d of %d packages\n", n, total
+        fflush()
+        next
+      }
+      { if (line) printf "\n"; line = 0; print; fflush() }
+      END { if (line) printf "\n" }'
+  echo "dev: built in $(($(date +%s) - begin)) s"
+}
+build
+
+store_kept=
+if [ -d "$store_dir" ]; then
+  store_kept=1
+  echo "dev: using the store kept in $store_dir (tables, servers, keys of earlier runs; make dev-fresh starts over)"
+fi
+start store node infra/dynalite.js --host 127.0.0.1 --port "$(pick store "$store_port")" --path "$store_dir"
 wait_for "$state/logs/store.log" "dynalite listening" "$started"
 store_port=$(port_of "$state/logs/store.log")
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$store_port"
 
-"$state/bin/mcpgate" tables create
+"$state/bin/mcpgate" tables create >/dev/null
 start demo "$state/bin/demo-upstream" -addr "127.0.0.1:$(pick demo "$demo_port")"
 wait_for "$state/logs/demo.log" "demo upstream listening" "$started"
 demo_port=$(port_of "$state/logs/demo.log")
+demo_url="http://127.0.0.1:$demo_port/mcp"
 
-sed "s#http://127.0.0.1:9100/mcp#http://127.0.0.1:$demo_port/mcp#" infra/seed/demo-server.json >"$state/demo-server.json"
-"$state/bin/mcpgate" servers put "$state/demo-server.json"
-key=$("$state/bin/mcpgate" keys create --servers '*' --name dev | grep -o 'mcpg_[A-Za-z0-9_-]*' | head -n 1)
+# The demo server: written on a fresh store; on a kept one, pointed at this
+# run's demo upstream if it still points at the last run's, and otherwise
+# left as the developer left it (changed, or deleted).
+last_demo_url=$(grep -o '"url": *"[^"]*"' "$state/demo-server.json" 2>/dev/null | sed -E 's/.*"(http[^"]*)"$/\1/' || true)
+sed "s#http://127.0.0.1:9100/mcp#$demo_url#" infra/seed/demo-server.json >"$state/demo-server.json"
+if ! demo_item=$("$state/bin/mcpgate" servers get --reveal demo 2>/dev/null); then
+  if [ -z "$store_kept" ]; then
+    "$state/bin/mcpgate" servers put "$state/demo-server.json"
+  else
+    echo "dev: the store has no server \"demo\" (deleted?); make dev-fresh starts over with it"
+  fi
+elif ! printf '%s' "$demo_item" | grep -q "\"url\": *\"$demo_url\""; then
+  if printf '%s' "$demo_item" | grep -q "\"url\": *\"$last_demo_url\""; then
+    "$state/bin/mcpgate" servers set demo "url=$demo_url" >/dev/null
+    echo "dev: server \"demo\" now points at this run's demo upstream ($demo_url)"
+  else
+    echo "dev: server \"demo\" points elsewhere than the demo upstream ($demo_url); left as it is"
+  fi
+fi
+
+# The demo server's cap as it is now (a developer may have changed it).
+demo_cap_note="not in the store"
+if demo_item=$("$state/bin/mcpgate" servers get demo 2>/dev/null); then
+  demo_cap=$(printf '%s' "$demo_item" | grep -o '"max_concurrent_requests": *[-0-9.]*' | grep -o '[-0-9.]*$' || true)
+  case "$demo_cap" in
+  '') demo_cap_note="no cap" ;;
+  -* | 0) demo_cap_note="max_concurrent_requests $demo_cap: no cap" ;;
+  *) demo_cap_note="max_concurrent_requests $demo_cap" ;;
+  esac
+fi
+
+# The dev key: kept in $state/dev-key between runs, while the store still
+# has it; otherwise a new one.
+key=$(cat "$state/dev-key" 2>/dev/null || true)
+if [ -n "$key" ] && ! "$state/bin/mcpgate" keys list 2>/dev/null | grep -q "^$(printf '%s' "$key" | sha256_hex | cut -c 1-12) "; then
+  echo "dev: the dev key of the last run is not in the store (revoked?); creating a new one"
+  key=
+fi
+key_note="kept from the last run"
+if [ -z "$key" ]; then
+  # keys create says on stderr that the key is shown only once; this
+  # script keeps it, so only a failure's message is shown.
+  if ! created=$("$state/bin/mcpgate" keys create --servers '*' --name dev 2>&1) ||
+    ! key=$(printf '%s\n' "$created" | grep -o 'mcpg_[A-Za-z0-9_-]*' | head -n 1) || [ -z "$key" ]; then
+    echo "dev: could not create the dev key:" >&2
+    printf '%s\n' "$created" >&2
+    exit 1
+  fi
+  (umask 077 && printf '%s\n' "$key" >"$state/dev-key")
+  key_note="new"
+fi
 
 start gateway env GATEWAY_ADDR="$gateway_host:$(pick gateway "$gateway_port" "$gateway_host")" "$state/bin/gateway"
 wait_for "$state/logs/gateway.log" '"msg":"listening"' "$started"
@@ -168,11 +282,14 @@ cat <<MSG
 
 Gateway ready at $url   (logs in $state/logs/)
 Store (dynalite) at $AWS_ENDPOINT_URL_DYNAMODB, demo upstream at http://127.0.0.1:$demo_port/mcp
-Demo server "demo" has max_concurrent_requests 2; dev key: $key
+Demo server "demo": $demo_cap_note
+Dev key ($key_note): $key
+  kept in $state/env and $state/dev-key, and in the store with every server
+  and key you add, across runs; make dev-fresh (or DEV_FRESH=1) starts over
 
 In another shell: source $state/env   (exports MCPGATE_URL, MCPGATE_KEY, the AWS settings; mcpgate on PATH)
 
-Six concurrent calls of a 2-second tool; the upstream never sees more than 2
+Six concurrent calls of a 2-second tool; the upstream sees no more than the cap at once
 (paste it in another shell: its first line loads this stack's settings):
 
   source $state/env
@@ -201,6 +318,14 @@ while [ -z "$exited" ]; do
   for pid in "${pids[@]}"; do
     if ! kill -0 "$pid" 2>/dev/null; then exited=$pid; fi
   done
+  # Run as a job by the outer shell (above): if that shell is gone, make
+  # was killed, and nobody is left to stop the stack.
+  if [ -n "${DEV_JOB:-}" ] && ! kill -0 "$DEV_JOB" 2>/dev/null; then
+    echo "dev: make dev was stopped; stopping"
+    stopping=1
+    stop
+    exit 0
+  fi
 done
 wait "$exited"
 status=$?

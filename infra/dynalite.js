@@ -54,12 +54,24 @@ if (!Number.isInteger(port) || port < 0 || port > 65535) {
   process.exit(2)
 }
 
-const server = dynalite({
-  createTableMs: Number(argv.createTableMs ?? 0),
-  deleteTableMs: Number(argv.deleteTableMs ?? 0),
-  updateTableMs: Number(argv.updateTableMs ?? 0),
-  path: argv.path,
-})
+// --path keeps the tables on disk (LevelDB) instead of in memory. dynalite
+// opens its database as it starts, and when another process holds it, it
+// answers every request with an error ("Database is closed") instead of
+// failing: check first that the store can be opened, and say why not.
+async function checkPath (path) {
+  const { Level } = require('level')
+  const db = new Level(path)
+  try {
+    await db.open()
+  } catch (err) {
+    const cause = err.cause && err.cause.code === 'LEVEL_LOCKED'
+      ? 'another process holds it (is an earlier store still running?)'
+      : (err.cause || err).message
+    console.error(`dynalite: cannot open the store at ${path}: ${cause}`)
+    process.exit(1)
+  }
+  await db.close()
+}
 
 // dynalite rethrows every request stream error, so one client that goes away
 // mid-request (a killed gateway, a cut connection) ends the whole server.
@@ -74,16 +86,28 @@ process.on('uncaughtException', (err) => {
   process.exit(1)
 })
 
-server.on('error', (err) => {
-  console.error(`dynalite: ${err.message}`)
-  process.exit(1)
-})
-
-server.listen(port, host, () => {
-  const addr = server.address()
-  console.log(`dynalite listening http://${host}:${addr.port}`)
-})
+let server
+async function main () {
+  if (argv.path) {
+    await checkPath(argv.path)
+  }
+  server = dynalite({
+    createTableMs: Number(argv.createTableMs ?? 0),
+    deleteTableMs: Number(argv.deleteTableMs ?? 0),
+    updateTableMs: Number(argv.updateTableMs ?? 0),
+    path: argv.path,
+  })
+  server.on('error', (err) => {
+    console.error(`dynalite: ${err.message}`)
+    process.exit(1)
+  })
+  server.listen(port, host, () => {
+    const addr = server.address()
+    console.log(`dynalite listening http://${host}:${addr.port}`)
+  })
+}
+main()
 
 for (const sig of ['SIGINT', 'SIGTERM']) {
-  process.on(sig, () => server.close(() => process.exit(0)))
+  process.on(sig, () => (server ? server.close(() => process.exit(0)) : process.exit(0)))
 }

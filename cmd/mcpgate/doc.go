@@ -22,6 +22,7 @@
 //	mcpgate servers set ID name=value [name=value...]
 //	mcpgate servers check ID [--timeout SECONDS]
 //	mcpgate keys create --servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL]
+//	                    [--max-parallel N] [--rpm-limit N]
 //	mcpgate keys list
 //	mcpgate keys revoke HASH_OR_PREFIX
 //	mcpgate status [SERVER_ID] [--json] [--watch [--interval D] [--count N]]

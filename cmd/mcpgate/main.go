@@ -338,7 +338,7 @@ func (c *cli) open() error {
 	} else {
 		t, err := store.TablesFromEnv(c.getenv)
 		if err != nil {
-			return fmt.Errorf("%w (or name a deployed stack: --stack NAME)", err)
+			return fmt.Errorf("%w (for make dev's stack: source .dev/env; for a deployed one: --stack NAME)", err)
 		}
 		tables = t
 	}
@@ -393,7 +393,7 @@ func awsBaseOptions(getenv func(string) string) []func(*config.LoadOptions) erro
 	return opts
 }
 
-// awsError shortens a DynamoDB client error to what an admin can act on
+// awsError shortens an AWS client error to what an admin can act on
 // (the service's error code and message, or the network failure), keeping
 // the full error for errors.As and errors.Is.
 type awsError struct{ err error }
@@ -411,7 +411,15 @@ func (e *awsError) Error() string {
 	case errors.As(e.err, &api):
 		return api.ErrorCode() + ": " + api.ErrorMessage()
 	case errors.As(e.err, &op):
-		return "cannot reach DynamoDB: " + op.Error()
+		// Name the service that could not be reached: the same
+		// configuration reaches DynamoDB, CloudFormation and
+		// CloudWatch Logs, and each may be cut off on its own.
+		service := "AWS"
+		var oe *smithy.OperationError
+		if errors.As(e.err, &oe) && oe.ServiceID != "" {
+			service = oe.ServiceID
+		}
+		return "cannot reach " + service + ": " + op.Error()
 	case errors.Is(e.err, context.Canceled):
 		return "interrupted"
 	case errors.Is(e.err, context.DeadlineExceeded):

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -183,7 +186,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 
 func TestMissingEnvironment(t *testing.T) {
 	r := runWith(t, nil, "", "servers", "list")
-	r.fails(t, 1, "SERVERS_TABLE is not set", "KEYS_TABLE is not set")
+	r.fails(t, 1, "SERVERS_TABLE is not set", "KEYS_TABLE is not set", "for make dev's stack: source .dev/env", "--stack NAME")
 	if n := strings.Count(r.stderr, "\n"); n != 1 {
 		t.Errorf("got %d lines on stderr, want one:\n%s", n, r.stderr)
 	}
@@ -269,5 +272,75 @@ func TestTablesCreate(t *testing.T) {
 	}
 	if r := mcpgate(t, env, "servers", "list").ok(t); !strings.Contains(r.stdout, "no servers") {
 		t.Errorf("servers list on an empty table:\n%s", r.stdout)
+	}
+}
+
+// TestUnreachableServiceIsNamed: a network failure names the AWS service
+// that could not be reached, not DynamoDB whatever it was: the same
+// configuration reaches CloudFormation (--stack) and CloudWatch Logs
+// (refusals), each of which may be cut off on its own.
+func TestUnreachableServiceIsNamed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	v := map[string]string{
+		"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+		"AWS_ENDPOINT_URL_CLOUDFORMATION":  "http://" + addr,
+		"AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": "http://" + addr,
+	}
+	r := runWith(t, v, "", "env", "--stack", "mcpgate")
+	r.fails(t, 1, `read stack "mcpgate": cannot reach CloudFormation: dial tcp `+addr)
+	if strings.Contains(r.stderr, "DynamoDB") {
+		t.Errorf("env --stack blames DynamoDB for CloudFormation:\n%s", r.stderr)
+	}
+	r = runWith(t, v, "", "refusals", "--log-group", "/aws/lambda/mcpgate")
+	r.fails(t, 1, "cannot reach CloudWatch Logs: dial tcp "+addr)
+	if strings.Contains(r.stderr, "DynamoDB") {
+		t.Errorf("refusals blames DynamoDB for CloudWatch Logs:\n%s", r.stderr)
+	}
+}
+
+// TestSummariesListEveryFlag: the two summaries of the CLI people read
+// without running it, the package documentation (go doc) and the
+// operating guide's CLI block (docs/operating.md), give every flag of
+// every command, next to that command.
+func TestSummariesListEveryFlag(t *testing.T) {
+	root, err := storetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	docGo := read("cmd/mcpgate/doc.go")
+	_, usage, _ := strings.Cut(docGo, "// Usage:")
+	usage, _, _ = strings.Cut(usage, "\n//\n// ")
+	guide := read("docs/operating.md")
+	_, block, _ := strings.Cut(guide, "\n## The CLI\n")
+	_, block, _ = strings.Cut(block, "\n```\n")
+	block, _, _ = strings.Cut(block, "\n```")
+	flagRE := regexp.MustCompile(`--[a-z][a-z-]*`)
+	for name, summary := range map[string]string{"cmd/mcpgate/doc.go": usage, "docs/operating.md": block} {
+		// Each "mcpgate <command>" starts a segment that runs to the next.
+		segments := strings.Split(summary, "mcpgate ")
+		for _, cmd := range commands {
+			i := slices.IndexFunc(segments, func(s string) bool { return strings.HasPrefix(s, cmd.name+" ") || strings.HasPrefix(s, cmd.name+"\n") })
+			if i < 0 {
+				t.Errorf("%s: no summary of mcpgate %s", name, cmd.name)
+				continue
+			}
+			for _, flag := range flagRE.FindAllString(cmd.args, -1) {
+				if !strings.Contains(segments[i], flag) {
+					t.Errorf("%s: the summary of mcpgate %s lacks %s:\nmcpgate %s", name, cmd.name, flag, segments[i])
+				}
+			}
+		}
 	}
 }

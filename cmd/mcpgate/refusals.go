@@ -154,7 +154,7 @@ func runRefusals(c *cli, args []string) error {
 	case c.getenv(envLog) != "":
 		r, err = c.refusalsFromFile(c.getenv(envLog), f)
 	default:
-		return usagef("where is the gateway's log? Give --log FILE (make dev: .dev/logs/gateway.log), --log-group NAME or --stack NAME")
+		return usagef("where is the gateway's log? Give --log FILE (make dev: .dev/logs/gateway.log, or source .dev/env), --log-group NAME or --stack NAME")
 	}
 	if err != nil {
 		return err
@@ -318,7 +318,7 @@ func printRefusals(w io.Writer, r *refusalsReport) error {
 	fmt.Fprintln(w, "\nWhat the codes mean:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, code := range seen {
-		fmt.Fprintf(tw, "  %s\t%s\n", orDash(code), cmp.Or(codeHints[fault.Code(code)], "see the README's Errors table"))
+		fmt.Fprintf(tw, "  %s\t%s\n", orDash(code), cmp.Or(codeHints[fault.Code(code)], "see the error codes in docs/api.md#errors"))
 	}
 	return tw.Flush()
 }

@@ -163,7 +163,11 @@ func runServersPut(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	item, s, err := registry.ItemFromJSON(doc)
+	item, err := registry.JSONToItem(doc)
+	if err != nil {
+		return fmt.Errorf("%s: invalid server definition: %w", pos[0], err)
+	}
+	s, warnings, err := registry.ParseWithWarnings(item)
 	if err != nil {
 		return fmt.Errorf("%s: invalid server definition: %w", pos[0], err)
 	}
@@ -181,6 +185,7 @@ func runServersPut(c *cli, args []string) error {
 		return dbErr("put server "+s.ID, err)
 	}
 	fmt.Fprintf(c.stdout, "server %q written: %s\n", s.ID, describe(s))
+	c.warn(warnings)
 	return c.invalidateTools(s.ID)
 }
 
@@ -314,9 +319,18 @@ func runServersSet(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := fleet.Apply(item, changes); err != nil {
+	next, _, err := fleet.Apply(item, changes)
+	if err != nil {
 		return fmt.Errorf("server %q not changed: %w", id, err)
 	}
+	// Only what this command sets is worth a word: an attribute left as
+	// it was had its warning when it was written.
+	_, warnings, _ := registry.ParseWithWarnings(next)
+	warnings = slices.DeleteFunc(warnings, func(w string) bool {
+		return !slices.ContainsFunc(changes, func(ch fleet.Change) bool {
+			return strings.HasPrefix(w, ch.Name+" ") || strings.HasPrefix(w, ch.Name+".")
+		})
+	})
 	if _, err := c.fleet().UpdateServer(c.ctx, id, item, changes); err != nil {
 		switch {
 		case errors.Is(err, fleet.ErrServerGone):
@@ -327,7 +341,15 @@ func runServersSet(c *cli, args []string) error {
 		return dbErr("update server "+id, err)
 	}
 	fmt.Fprintf(c.stdout, "server %q updated: %s\n", id, strings.Join(pos[1:], " "))
+	c.warn(warnings)
 	return c.invalidateTools(id)
+}
+
+// warn prints each warning about what was written on standard error.
+func (c *cli) warn(warnings []string) {
+	for _, w := range warnings {
+		fmt.Fprintf(c.stderr, "warning: %s\n", w)
+	}
 }
 
 // describe summarises a valid server in one line, escaped for a text view

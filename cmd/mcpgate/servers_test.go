@@ -218,6 +218,9 @@ func TestServersSet(t *testing.T) {
 		{[]string{"transport=stdio"}, `transport: "stdio" is not a transport`},
 		{[]string{"url="}, "url: missing"},
 		{[]string{"url=ftp://example.com"}, "url: scheme must be http or https"},
+		{[]string{"url=127.0.0.1:9201/mcp"}, "url: has no scheme: start it with http:// or https://"},
+		{[]string{"url=localhost:9201"}, "url: has no scheme: start it with http:// or https://"},
+		{[]string{"url=http://127.0.0.1:9201/mcp "}, "url: ends with a space: remove it"},
 		{[]string{"server_id=other"}, "server_id: cannot be changed"},
 		{[]string{"x_meta={oops"}, "x_meta: value starts with \"{\" but is not valid JSON"},
 		{[]string{"timeout=5", "timeout=6"}, "timeout: given twice"},
@@ -234,17 +237,59 @@ func TestServersSet(t *testing.T) {
 	mcpgate(t, env, "servers", "set", "nope", "timeout=5").fails(t, 1, `server "nope" not found`)
 }
 
+// TestCapOfZeroWarns: setting a cap to 0 or less is written (it is the
+// documented way to say "no cap"), with a warning that it means no cap at
+// all, from servers set and servers put alike; a positive cap, or another
+// attribute of a server whose cap is 0, brings no warning.
+func TestCapOfZeroWarns(t *testing.T) {
+	env := storetest.NewEnv(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "batch", "url": "https://example.com/mcp", "max_concurrent_requests": 4})
+	const want = "warning: max_concurrent_requests is 0: 0 or less means no cap (unlimited), so it does not stop or limit calls"
+
+	r := mcpgate(t, env, "servers", "set", "batch", "max_concurrent_requests=0").ok(t)
+	if !strings.Contains(r.stderr, want) || !strings.Contains(r.stdout, `server "batch" updated`) {
+		t.Errorf("set max_concurrent_requests=0:\nstdout: %s\nstderr: %s\nwant the update and %q", r.stdout, r.stderr, want)
+	}
+	if got := serverItem(t, env, "batch")["max_concurrent_requests"]; !reflect.DeepEqual(got, &types.AttributeValueMemberN{Value: "0"}) {
+		t.Errorf("stored %#v, want 0", got)
+	}
+	r = mcpgate(t, env, "servers", "set", "batch", "max_concurrent_requests=-1").ok(t)
+	if !strings.Contains(r.stderr, "warning: max_concurrent_requests is -1: 0 or less means no cap") {
+		t.Errorf("set max_concurrent_requests=-1: stderr %q", r.stderr)
+	}
+	if r := mcpgate(t, env, "servers", "set", "batch", "timeout=5").ok(t); r.stderr != "" {
+		t.Errorf("set timeout on a server whose cap is -1 warned: %q", r.stderr)
+	}
+	if r := mcpgate(t, env, "servers", "set", "batch", "max_concurrent_requests=3").ok(t); r.stderr != "" {
+		t.Errorf("set max_concurrent_requests=3 warned: %q", r.stderr)
+	}
+	r = mcpgate(t, env, "servers", "set", "batch", `tools={"slow":{"max_concurrent":0}}`).ok(t)
+	if !strings.Contains(r.stderr, "warning: tools.slow.max_concurrent is 0: 0 or less means no cap") {
+		t.Errorf("set a tool's cap to 0: stderr %q", r.stderr)
+	}
+
+	r = runWith(t, vars(env), `{"server_id": "batch2", "url": "https://example.com/mcp", "max_concurrent_requests": 0}`, "servers", "put", "-").ok(t)
+	if !strings.Contains(r.stderr, want) || serverItem(t, env, "batch2") == nil {
+		t.Errorf("put with max_concurrent_requests 0: stderr %q, stored %v", r.stderr, serverItem(t, env, "batch2"))
+	}
+	r = runWith(t, vars(env), `{"server_id": "batch3", "url": "127.0.0.1:9201/mcp"}`, "servers", "put", "-")
+	r.fails(t, 1, "url: has no scheme: start it with http:// or https://")
+	if serverItem(t, env, "batch3") != nil {
+		t.Error("put wrote a server whose url has no scheme")
+	}
+}
+
 // TestHelpListsEveryAttribute: `mcpgate help servers put` lists every
 // attribute the gateway accepts in a server item, with its type and doc,
 // nested ones included, from the table Parse reads items with; and so does
-// the README's servers table.
+// the servers table of the configuration reference (docs/configuration.md).
 func TestHelpListsEveryAttribute(t *testing.T) {
 	help := runWith(t, nil, "", "help", "servers", "put").ok(t).stdout
 	root, err := storetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	reference, err := os.ReadFile(filepath.Join(root, "docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +306,8 @@ func TestHelpListsEveryAttribute(t *testing.T) {
 		if l == "" || !strings.Contains(l, " "+a.Type+" ") || !strings.Contains(l, a.Doc) {
 			t.Errorf("help servers put: %s is not listed with its type %s and doc; line %q", a.Name, a.Type, l)
 		}
-		if !strings.Contains(string(readme), "| `"+a.Name+"`") && !strings.Contains(string(readme), "`, `"+a.Name+"`") {
-			t.Errorf("README's servers table does not list %s", a.Name)
+		if !strings.Contains(string(reference), "| `"+a.Name+"`") && !strings.Contains(string(reference), "`, `"+a.Name+"`") {
+			t.Errorf("docs/configuration.md's servers table does not list %s", a.Name)
 		}
 		for _, f := range a.Fields {
 			if !strings.Contains(help, "."+f.Name+" ") {

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // startMoto runs moto_server on a loopback port until the test ends and
@@ -31,10 +31,7 @@ func startMoto(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("moto_server")
 	if err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("skipping: moto_server is not installed (pip install 'moto[server]')")
-		}
-		t.Fatal("moto_server is not installed")
+		missing.Skip(t, "moto_server is not installed (pip install 'moto[server]')")
 	}
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", "0")
 	storetest.SetParentDeathSignal(cmd)

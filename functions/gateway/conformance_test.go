@@ -33,6 +33,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // infraFile returns the path of rel under infra/node_modules. When it is
@@ -46,10 +47,7 @@ func infraFile(t *testing.T, rel string) string {
 	}
 	p := filepath.Join(root, "infra", "node_modules", filepath.FromSlash(rel))
 	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skipf("skipping: %s is not installed (run `make deps`)", rel)
-		}
-		t.Fatalf("%s is not installed: %v", rel, err)
+		missing.Skip(t, rel+" is not installed (run `make deps`)")
 	}
 	return p
 }

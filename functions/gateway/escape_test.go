@@ -324,9 +324,10 @@ func TestFetchFailuresNeverShowTheirToken(t *testing.T) {
 	gone := ln.URL
 	ln.Close() // nothing listens there now
 	r := testkit.NewRig(t, testkit.RigOptions{Demo: true, Key: true})
-	// A quote, a space and < in the query: a URL in a text does not end
-	// there.
-	q := `?team=blue&token=a"` + token + ` b'c<d`
+	// A quote, an apostrophe and < in the query: a URL in a text does not
+	// end there. (A raw space would make the items invalid before any
+	// fetch: the registry refuses whitespace in a URL.)
+	q := `?team=blue&token=a"` + token + `'b'c<d`
 	r.PutServer(map[string]any{"server_id": "mcpurl", "url": gone + "/mcp" + q})
 	r.PutServer(map[string]any{"server_id": "sseurl", "url": gone + "/sse" + q, "transport": "sse"})
 	r.PutServer(map[string]any{"server_id": "spec", "transport": "openapi", "spec_url": gone + "/openapi.json" + q})

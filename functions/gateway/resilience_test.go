@@ -197,7 +197,8 @@ func TestFleetHalfOpenProbe(t *testing.T) {
 // margin after it was taken, by A's clock. Instance B's clock is offset
 // by GATEWAY_TEST_CLOCK_OFFSET. Within the margin, B never reaches the
 // upstream while A's call runs; beyond it, B purges A's lease early and
-// the upstream sees 2 calls at once: exactly the README's guarantee.
+// the upstream sees 2 calls at once: exactly the guarantee docs/admission.md
+// states.
 func TestFleetClockSkew(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

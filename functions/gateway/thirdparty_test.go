@@ -19,6 +19,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth/authtest"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // tsCall is one tools/call the script makes, and what it printed for it.
@@ -48,10 +49,7 @@ func runTSClient(t *testing.T, url, key string, calls []tsCall, env ...string) (
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("skipping: node is not installed")
-		}
-		t.Fatal("node is not installed")
+		missing.Skip(t, "node is not installed")
 	}
 	infraFile(t, "@modelcontextprotocol/sdk/package.json")
 	root, err := storetest.RepoRoot()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/config"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // python returns python3 once it has the modules, skipping the test when it
@@ -28,62 +29,35 @@ func python(t *testing.T, modules ...string) string {
 	if testing.Short() {
 		t.Skip("skipping under -short: runs python3")
 	}
-	missing := func(why string) {
-		t.Helper()
-		if os.Getenv("CI") == "" {
-			t.Skip("skipping: " + why)
-		}
-		t.Fatal(why)
-	}
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		missing("python3 is not installed")
+		missing.Skip(t, "python3 is not installed")
 	}
 	for _, m := range modules {
-		if out, err := exec.Command(py, "-c", "import "+m).CombinedOutput(); err != nil {
-			missing(fmt.Sprintf("python3 has no module %s (pip install aws-sam-translator cfn-lint): %s", m, out))
+		if _, err := exec.Command(py, "-c", "import "+m).CombinedOutput(); err != nil {
+			missing.Skip(t, fmt.Sprintf("python3 has no module %s (pip install aws-sam-translator cfn-lint)", m))
 		}
 	}
 	return py
 }
 
-// samTransform is what CloudFormation does with the template's
-// AWS::Serverless transform. The translator needs a region and an S3
-// CodeUri (sam deploy uploads the build there); the template's policies
-// are inline, so no managed policy has to be looked up.
-const samTransform = `
-import json, sys
-from samtranslator.translator.transform import transform
-from samtranslator.yaml_helper import yaml_parse
-
-class NoManagedPolicies:
-    def load(self):
-        return {}
-
-with open(sys.argv[1]) as f:
-    tpl = yaml_parse(f.read())
-for res in tpl["Resources"].values():
-    if res.get("Type") == "AWS::Serverless::Function":
-        res["Properties"]["CodeUri"] = "s3://mcpgate-artifacts/gateway.zip"
-print(json.dumps(transform(tpl, json.loads(sys.argv[2]), NoManagedPolicies())))
-`
+// validateScript is the one script that checks the template offline, as
+// `sam validate --lint` would: make validate runs it, and these tests run
+// it to transform the template and to lint it.
+const validateScript = "validate.py"
 
 // transformTemplate returns template.yaml transformed by the SAM translator
-// with the given parameter values.
+// (what CloudFormation does with the template's AWS::Serverless
+// transform) with the given parameter values.
 func transformTemplate(t *testing.T, py string, params map[string]string) map[string]any {
 	t.Helper()
-	script := filepath.Join(t.TempDir(), "transform.py")
-	if err := os.WriteFile(script, []byte(samTransform), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	if params == nil {
 		params = map[string]string{}
 	}
 	values, _ := json.Marshal(params)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, script, templatePath, string(values))
-	cmd.Env = append(os.Environ(), "AWS_DEFAULT_REGION=us-east-1")
+	cmd := exec.CommandContext(ctx, py, validateScript, "--transform", templatePath, string(values))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -211,21 +185,58 @@ func TestTemplateSAMTransform(t *testing.T) {
 	}
 }
 
+// TestTemplateLint runs what make validate runs: the SAM translator with
+// the parameters' defaults, then cfn-lint, which must report nothing.
 func TestTemplateLint(t *testing.T) {
-	py := python(t, "cfnlint")
+	py := python(t, "samtranslator", "cfnlint")
+	if out, err := validate(t, py, templatePath); err != nil {
+		t.Fatalf("%s %s: %v\n%s", validateScript, templatePath, err, out)
+	}
+}
+
+// TestValidateRefuses: the script fails, saying what is wrong, for a
+// template the translator refuses and for one cfn-lint finds fault with.
+func TestValidateRefuses(t *testing.T) {
+	py := python(t, "samtranslator", "cfnlint")
+	good, err := os.ReadFile(templatePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The function's first property, and its runtime.
+	const fn = "      Description: MCP gateway with a fleet-wide"
+	if !bytes.Contains(good, []byte(fn)) || !bytes.Contains(good, []byte("Runtime: provided.al2023")) {
+		t.Fatalf("%s has no %q or no provided.al2023 runtime to break", templatePath, fn)
+	}
+	for _, tc := range []struct {
+		name, old, new, want string
+	}{
+		{"an event the translator does not know", fn, "      Events:\n        Bad:\n          Type: NotAnEventType\n" + fn,
+			"the SAM translator refuses it:\n  Resource with id [GatewayFunction] is invalid. Event with id [Bad] is invalid"},
+		{"a runtime cfn-lint does not know", "Runtime: provided.al2023", "Runtime: provided.al9999", "'provided.al9999' is not one of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The broken copy sits beside the template: cfn-lint and the
+			// translator read nothing else, but the path is reported.
+			bad := filepath.Join(t.TempDir(), "template.yaml")
+			if err := os.WriteFile(bad, bytes.Replace(good, []byte(tc.old), []byte(tc.new), 1), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := validate(t, py, bad)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out, tc.want) {
+				t.Errorf("%s on a template with %s: %v, want exit status 1 and %q\n%s", validateScript, tc.name, err, tc.want, out)
+			}
+		})
+	}
+}
+
+// validate runs the validation script on path and returns its output.
+func validate(t *testing.T, py, path string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-c", "import sys; from cfnlint.runner import main; sys.exit(main())", templatePath)
-	cmd.Env = append(os.Environ(), "AWS_DEFAULT_REGION=us-east-1")
-	out, err := cmd.CombinedOutput()
-	// cfn-lint's exit code is a bit set: 2 errors, 4 warnings, 8 notes.
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		t.Fatalf("cfn-lint %s: exit %d\n%s", templatePath, exit.ExitCode(), out)
-	}
-	if err != nil {
-		t.Fatalf("cfn-lint: %v\n%s", err, out)
-	}
+	out, err := exec.CommandContext(ctx, py, validateScript, path).CombinedOutput()
+	return string(out), err
 }
 
 // samConfig reads samconfig.toml's flat tables: "[table]" → key → raw value.

@@ -8,9 +8,11 @@
 package fault
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -233,5 +235,24 @@ func WriteHTTP(w http.ResponseWriter, e *Error) {
 		h.Set("WWW-Authenticate", e.Challenge)
 	}
 	w.WriteHeader(e.Code.Status())
-	_ = json.NewEncoder(w).Encode(Body{Error: e.Detail()})
+	_ = JSONEncoder(w).Encode(Body{Error: e.Detail()})
+}
+
+// JSONEncoder returns an encoder for a JSON answer: without the HTML
+// escaping Go does by default, which would send "<key>" as "\u003ckey\u003e"
+// to a client that reads JSON, never HTML.
+func JSONEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}
+
+// MarshalJSON is json.Marshal without HTML escaping (see JSONEncoder),
+// without the encoder's trailing newline.
+func MarshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := JSONEncoder(&b).Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -43,12 +43,18 @@ func (g *Gateway) server(ctx context.Context, id string) (*registry.Server, *fau
 	case errors.Is(err, registry.ErrNotFound):
 		return nil, fault.New(fault.NotFound, "unknown server %q", clip.String(id, clip.Short))
 	case errors.As(err, &inv):
-		// Admins see the detail in the log; the caller learns the server
-		// cannot be used until it is fixed.
-		return nil, fault.Wrap(err, fault.Misconfigured, "server %q is misconfigured; ask an admin to check its item", id)
+		return nil, misconfigured(inv)
 	default:
 		return nil, fault.Wrap(err, fault.StoreUnavailable, "cannot read the server registry right now").WithRetryAfter(storeRetryAfter)
 	}
+}
+
+// misconfigured is the fault of a server whose item is invalid, for a call
+// and for a listing alike. Admins see what is wrong in the log (and with
+// mcpgate servers get); the caller learns the server cannot be used until
+// it is fixed.
+func misconfigured(inv *registry.InvalidError) *fault.Error {
+	return fault.Wrap(inv, fault.Misconfigured, "server %q is misconfigured; ask an admin to check its item", clip.String(inv.ID, clip.Short))
 }
 
 // callBy is the latest instant an upstream call may end for a request with
@@ -629,7 +635,7 @@ func writeFault(w http.ResponseWriter, r *http.Request, e *fault.Error) {
 	rec := recordFrom(r.Context())
 	// Unlike record.fail, an outcome the handler already chose stands.
 	rec.code = e.Code
-	rec.cause = e.Cause
+	rec.cause, rec.message = e.Cause, e.Message
 	if rec.outcome == "" {
 		rec.outcome = "error"
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"github.com/mcpgate/mcpgate/internal/clip"
 	"net/http"
@@ -208,7 +207,7 @@ func (g *Gateway) resourceMetadata(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "public, max-age=300")
 	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(map[string]any{
+	_ = fault.JSONEncoder(w).Encode(map[string]any{
 		"resource":                 resource,
 		"authorization_servers":    []string{o.Issuer()},
 		"scopes_supported":         []string{scope},

@@ -83,7 +83,7 @@ func writeRPC(w http.ResponseWriter, status int, retryAfter string, resp any) {
 		h.Set("Retry-After", retryAfter)
 	}
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(resp)
+	_ = fault.JSONEncoder(w).Encode(resp)
 }
 
 // maxRefusal bounds what is kept of an SDK refusal's body.

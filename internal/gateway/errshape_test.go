@@ -242,6 +242,16 @@ func TestErrorShapes(t *testing.T) {
 			if strings.Contains(string(raw), "registry bug") || strings.Contains(string(raw), "no-such-keys-table") {
 				t.Errorf("internal detail in the answer: %s", raw)
 			}
+			// JSON for clients that read JSON: no HTML escaping, so the
+			// 401's "<key>" reads as written.
+			for _, esc := range []string{`\u003c`, `\u003e`, `\u0026`} {
+				if strings.Contains(string(raw), esc) {
+					t.Errorf("the answer HTML-escapes (%s): %s", esc, raw)
+				}
+			}
+			if tc.code == fault.Unauthorized && tc.req.key == "" && !strings.Contains(string(raw), "Authorization: Bearer <") {
+				t.Errorf("the 401 does not say how to send a key, as written: %s", raw)
+			}
 		})
 	}
 }

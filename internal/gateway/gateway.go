@@ -391,6 +391,7 @@ type record struct {
 	outcome   string
 	code      fault.Code
 	cause     error
+	message   string // the refusal's message, logged when it has no cause
 	waited    time.Duration
 	leaseID   string
 	breaker   string // a breaker transition this request caused
@@ -401,7 +402,7 @@ type record struct {
 // fail notes that the request failed with fe: its code and cause, and the
 // outcome "error".
 func (rec *record) fail(fe *fault.Error) {
-	rec.code, rec.cause, rec.outcome = fe.Code, fe.Cause, "error"
+	rec.code, rec.cause, rec.message, rec.outcome = fe.Code, fe.Cause, fe.Message, "error"
 }
 
 func recordFrom(ctx context.Context) *record {
@@ -501,8 +502,12 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 			if rec.uncapped {
 				attrs = append(attrs, "uncapped", true)
 			}
+			// Every refusal says why: its internal cause, or else what
+			// the caller was told (a malformed body, a missing field).
 			if rec.cause != nil {
 				attrs = append(attrs, "error", rec.cause.Error())
+			} else if rec.code != "" && rec.message != "" {
+				attrs = append(attrs, "error", rec.message)
 			}
 			level := slog.LevelInfo
 			if sw.status >= 500 {

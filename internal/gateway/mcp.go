@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
@@ -374,7 +373,7 @@ func (sc *mcpScope) answer(next mcp.MethodHandler) mcp.MethodHandler {
 			// part of a server gets its tools only.
 			fe := fault.New(fault.Forbidden, "%s is refused: this caller is granted only some tools of server %q", method, sc.srv.ID)
 			sc.rec.fail(fe)
-			data, _ := json.Marshal(fe.Detail())
+			data, _ := fault.MarshalJSON(fe.Detail())
 			return nil, &jsonrpc.Error{Code: rpcCode(fe.Code), Message: fe.Message, Data: data}
 		}
 		hctx := ctx // the SDK's: it carries the request id and the agent's log level
@@ -566,7 +565,7 @@ func (sc *mcpScope) rpcError(fe *fault.Error, err error) error {
 	if errors.As(err, &ue) && ue.Kind == upstream.KindRPC {
 		return ue.RPC
 	}
-	data, _ := json.Marshal(fe.Detail())
+	data, _ := fault.MarshalJSON(fe.Detail())
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fe.Message, Data: data}
 }
 
@@ -669,7 +668,7 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 	for _, st := range all {
 		for _, t := range st.tools {
 			c := *t
-			c.Name = st.srv.ID + ToolSeparator + t.Name
+			c.Name = st.id + ToolSeparator + t.Name
 			tools = append(tools, &c)
 		}
 	}

@@ -24,7 +24,8 @@ func ttlMs(expires time.Time) int {
 
 // serverTools is one server's tools, or why they could not be listed.
 type serverTools struct {
-	srv   *registry.Server
+	id    string
+	srv   *registry.Server // nil for a misconfigured server
 	tools []*mcp.Tool
 	err   *fault.Error
 	// expires is when the gateway lists the server again.
@@ -34,14 +35,14 @@ type serverTools struct {
 // allTools lists the tools of every server c may call (those of them c may
 // see), ordered by server
 // id, asking at most maxListConcurrency upstreams at once. A server whose
-// listing fails is returned with its fault (and logged), and never hides
-// the others' tools.
+// listing fails, or whose item is invalid, is returned with its fault (and
+// logged), and never hides the others' tools.
 func (g *Gateway) allTools(ctx context.Context, c *caller) ([]serverTools, error) {
-	servers, err := g.allowedServers(ctx, c.principal)
+	servers, invalid, err := g.allowedServers(ctx, c.principal)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]serverTools, len(servers))
+	out := make([]serverTools, len(servers), len(servers)+len(invalid))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxListConcurrency)
 	for i, srv := range servers {
@@ -50,7 +51,7 @@ func (g *Gateway) allTools(ctx context.Context, c *caller) ([]serverTools, error
 			defer func() { <-sem }()
 			lctx, cancel := g.boundedCtx(ctx, min(srv.Timeout, 10*time.Second))
 			defer cancel()
-			out[i].srv = srv
+			out[i].id, out[i].srv = srv.ID, srv
 			ls, err := g.deps.Upstream.ToolListing(lctx, srv, c.upstream(srv))
 			if err != nil {
 				g.log.Warn("listing tools failed; its tools are left out", "request_id", recordFrom(ctx).id, "server_id", srv.ID, "error", err.Error())
@@ -61,37 +62,54 @@ func (g *Gateway) allTools(ctx context.Context, c *caller) ([]serverTools, error
 		})
 	}
 	wg.Wait()
+	for _, inv := range invalid {
+		g.log.Warn("invalid server item: its tools are left out", "request_id", recordFrom(ctx).id, "server_id", inv.ID, "error", inv.Error())
+		out = append(out, serverTools{id: inv.ID, err: misconfigured(inv)})
+	}
+	slices.SortFunc(out, func(a, b serverTools) int { return strings.Compare(a.id, b.id) })
 	return out, nil
 }
 
-// allowedServers lists the servers a principal may call, ordered by id.
-func (g *Gateway) allowedServers(ctx context.Context, p *auth.Principal) ([]*registry.Server, error) {
-	var out []*registry.Server
+// allowedServers lists the servers a principal may call, ordered by id,
+// and, apart, those of them whose items are invalid.
+func (g *Gateway) allowedServers(ctx context.Context, p *auth.Principal) ([]*registry.Server, []*registry.InvalidError, error) {
+	var (
+		out     []*registry.Server
+		invalid []*registry.InvalidError
+	)
 	if p.AllowsAll() {
-		servers, invalid, err := g.deps.Registry.All(ctx)
+		servers, bad, err := g.deps.Registry.All(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		for _, e := range invalid {
-			g.log.Warn("invalid server item left out", "error", e.Error())
+		for _, e := range bad {
+			var inv *registry.InvalidError
+			if !errors.As(e, &inv) || registry.ValidateID(inv.ID) != nil {
+				// An item without a usable server_id cannot be called
+				// or named: the log is where it can be seen.
+				g.log.Warn("invalid server item left out", "error", e.Error())
+				continue
+			}
+			invalid = append(invalid, inv)
 		}
 		out = append(out, servers...)
 	} else {
 		for _, id := range p.Servers {
 			srv, err := g.deps.Registry.Get(ctx, id)
+			var inv *registry.InvalidError
 			switch {
 			case err == nil:
 				out = append(out, srv)
 			case errors.Is(err, registry.ErrNotFound):
-			case errors.As(err, new(*registry.InvalidError)):
-				g.log.Warn("invalid server item left out", "server_id", id, "error", err.Error())
+			case errors.As(err, &inv):
+				invalid = append(invalid, inv)
 			default:
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
 	slices.SortFunc(out, func(a, b *registry.Server) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+	return out, invalid, nil
 }
 
 // resolveTool finds the server and upstream tool name a call names. On the

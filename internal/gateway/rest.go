@@ -175,7 +175,7 @@ func (g *Gateway) restList(w http.ResponseWriter, r *http.Request) {
 		resp := ListResponse{Tools: []ListedTool{}}
 		for _, st := range all {
 			if st.err != nil {
-				resp.Unavailable = append(resp.Unavailable, UnavailableServer{ServerID: st.srv.ID, Error: st.err.Detail()})
+				resp.Unavailable = append(resp.Unavailable, UnavailableServer{ServerID: st.id, Error: st.err.Detail()})
 				continue
 			}
 			resp.Tools = append(resp.Tools, listed(st.srv, st.tools)...)

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -245,6 +247,15 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 // what depends on several of them, and refuses any attribute the table
 // does not list.
 func Parse(item map[string]types.AttributeValue) (*Server, error) {
+	s, _, err := ParseWithWarnings(item)
+	return s, err
+}
+
+// ParseWithWarnings is Parse, and also returns what is valid in the item
+// but likely not what its author meant, one sentence each, naming the
+// attribute: a cap of 0 or less, which means no cap at all. The CLI shows
+// them when it writes an item; the gateway serves such an item as it is.
+func ParseWithWarnings(item map[string]types.AttributeValue) (*Server, []string, error) {
 	p := parser{item: item}
 	s := &Server{}
 	for _, a := range attributes {
@@ -295,22 +306,38 @@ func Parse(item map[string]types.AttributeValue) (*Server, error) {
 		p.fail(clip.String(name, clip.Short), "unknown attribute (known: "+strings.Join(KnownAttributes(), ", ")+"; prefix your own with x_)")
 	}
 	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
+		return nil, nil, errors.Join(p.errs...)
 	}
-	return s, nil
+	return s, p.warnings, nil
 }
 
 func isKnown(name string) bool {
 	return slices.ContainsFunc(attributes, func(a Attribute) bool { return a.Name == name })
 }
 
+// validateURL checks an upstream URL (url, spec_url, an OAuth token_url)
+// for the gateway, the CLI and hand-written items alike, and says what is
+// wrong in words a person can act on. It never repeats the URL, whose
+// query may hold a token.
 func validateURL(raw string) error {
 	if len(raw) > maxURLLen {
 		return fmt.Errorf("longer than %d bytes", maxURLLen)
 	}
+	if err := urlSpaces(raw); err != nil {
+		return err
+	}
+	if !strings.Contains(raw, "://") {
+		// "127.0.0.1:9100/mcp" does not parse, and "localhost:9100"
+		// parses as scheme "localhost": both lack the scheme.
+		return errors.New(`has no scheme: start it with http:// or https:// (as in "http://127.0.0.1:9100/mcp")`)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return errors.New("not a valid URL")
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("not a valid URL: %s", clip.String(err.Error(), 120))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return fmt.Errorf("scheme must be http or https, not %q", clip.String(u.Scheme, 20))
@@ -324,10 +351,47 @@ func validateURL(raw string) error {
 	return nil
 }
 
+// urlSpaces refuses whitespace and control characters in a URL, naming
+// where: a space an editor or a copy left at either end is stored as is,
+// and every request then goes to a path ending in %20.
+func urlSpaces(raw string) error {
+	bad := func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
+	i := strings.IndexFunc(raw, bad)
+	if i < 0 {
+		return nil
+	}
+	r, _ := utf8.DecodeRuneInString(raw[i:])
+	what := "a control character"
+	switch {
+	case r == ' ':
+		what = "a space"
+	case r == '\t':
+		what = "a tab"
+	case r == '\n' || r == '\r':
+		what = "a line break"
+	case unicode.IsSpace(r):
+		what = "a space character"
+	}
+	switch {
+	case strings.TrimFunc(raw, bad) == "":
+		return errors.New("is only whitespace")
+	case i == 0:
+		return fmt.Errorf("starts with %s: remove it", what)
+	case i >= len(strings.TrimRightFunc(raw, bad)):
+		return fmt.Errorf("ends with %s: remove it", what)
+	case r == ' ':
+		return fmt.Errorf("contains a space (character %d of %d): remove it, or write it as %%20 where it belongs in the path or query",
+			utf8.RuneCountInString(raw[:i])+1, utf8.RuneCountInString(raw))
+	default:
+		return fmt.Errorf("contains %s (character %d of %d): remove it", what, utf8.RuneCountInString(raw[:i])+1, utf8.RuneCountInString(raw))
+	}
+}
+
 type parser struct {
-	item   map[string]types.AttributeValue
-	errs   []error
-	prefix string // "tools.fetch_quote." inside nested maps
+	item     map[string]types.AttributeValue
+	errs     []error
+	warnings []string
+	prefix   string // "tools.fetch_quote." inside nested maps
 }
 
 func (p *parser) fail(field, reason string) {
@@ -413,6 +477,10 @@ func (p *parser) boolean(name string) bool {
 // cap reads max_concurrent_requests: absent or <= 0 means unlimited (0).
 func (p *parser) cap(name string) int {
 	f, ok := p.number(name)
+	if ok && f <= 0 {
+		p.warnings = append(p.warnings, fmt.Sprintf("%s is %v: 0 or less means no cap (unlimited), so it does not stop or limit calls",
+			strings.TrimSuffix(p.prefix+name, "."), f))
+	}
 	if !ok || f <= 0 {
 		return 0
 	}
@@ -478,7 +546,10 @@ func (p *parser) sub(name string) (*parser, bool) {
 }
 
 // merge takes a nested parser's errors.
-func (p *parser) merge(sub *parser) { p.errs = append(p.errs, sub.errs...) }
+func (p *parser) merge(sub *parser) {
+	p.errs = append(p.errs, sub.errs...)
+	p.warnings = append(p.warnings, sub.warnings...)
+}
 
 // unknown rejects fields of a nested map other than known.
 func (p *parser) unknown(known ...string) {

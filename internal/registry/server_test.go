@@ -75,6 +75,87 @@ func TestParseUnlimited(t *testing.T) {
 	}
 }
 
+// TestURLMessagesSayWhatIsWrong: a URL the gateway cannot use is refused
+// with a message that says what to change, for url, spec_url and an OAuth
+// token_url alike (one check, used by the gateway and the CLI), and never
+// repeats the URL, whose query may hold a token.
+func TestURLMessagesSayWhatIsWrong(t *testing.T) {
+	tests := []struct {
+		url, want string
+	}{
+		{"127.0.0.1:9201/mcp", "has no scheme: start it with http:// or https://"},
+		{"localhost:9201", "has no scheme: start it with http:// or https://"},
+		{"localhost:9201/mcp?token=s3cret", "has no scheme"},
+		{"http://127.0.0.1:9201/mcp ", "ends with a space: remove it"},
+		{"http://127.0.0.1:9201/mcp   ", "ends with a space: remove it"},
+		{"http://127.0.0.1:9201/mcp\n", "ends with a line break: remove it"},
+		{" http://127.0.0.1:9201/mcp", "starts with a space: remove it"},
+		{"\thttp://127.0.0.1:9201/mcp", "starts with a tab: remove it"},
+		{"http://127.0.0.1:9201/my mcp", "contains a space (character 25 of 28): remove it, or write it as %20"},
+		{"http://127.0.0.1:9201/m\x00cp", "contains a control character (character 24 of 26)"},
+		{"   ", "is only whitespace"},
+		{"ftp://127.0.0.1/mcp", `scheme must be http or https, not "ftp"`},
+		{"http:///mcp", "has no host"},
+		{"http://[::1/mcp", "not a valid URL: missing ']' in host"},
+	}
+	for _, tt := range tests {
+		for _, field := range []string{"url", "spec_url", "auth.token_url"} {
+			var item map[string]types.AttributeValue
+			switch field {
+			case "url":
+				item = with("url", s(tt.url))
+			case "spec_url":
+				item = with("url", nil, "transport", s("openapi"), "spec_url", s(tt.url))
+			case "auth.token_url":
+				item = with("auth", m(map[string]types.AttributeValue{"type": s("oauth2_client_credentials"),
+					"token_url": s(tt.url), "client_id": s("c"), "secret": s("env:X")}))
+			}
+			_, err := Parse(item)
+			if err == nil || !strings.Contains(err.Error(), field+": "+tt.want) {
+				t.Errorf("%s %q: got %v, want %q", field, tt.url, err, field+": "+tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("%s %q: the error repeats the URL's query: %v", field, tt.url, err)
+			}
+		}
+	}
+	for _, ok := range []string{"http://127.0.0.1:9201/mcp", "https://mcp.example.com/mcp?x=%20y", "http://[::1]:9201/mcp"} {
+		if _, err := Parse(with("url", s(ok))); err != nil {
+			t.Errorf("url %q: %v, want valid", ok, err)
+		}
+	}
+}
+
+// TestCapOfZeroWarns: a cap of 0 or less is valid and means no cap; the
+// warning says so, naming the attribute, for every cap a server item has.
+func TestCapOfZeroWarns(t *testing.T) {
+	tools := func(v string) types.AttributeValue {
+		return m(map[string]types.AttributeValue{"slow": m(map[string]types.AttributeValue{"max_concurrent": n(v)})})
+	}
+	for _, tt := range []struct {
+		item  map[string]types.AttributeValue
+		field string
+	}{
+		{with("max_concurrent_requests", n("0")), "max_concurrent_requests is 0"},
+		{with("max_concurrent_requests", n("-1")), "max_concurrent_requests is -1"},
+		{with("max_concurrent_per_principal", n("0")), "max_concurrent_per_principal is 0"},
+		{with("tools", tools("0")), "tools.slow.max_concurrent is 0"},
+	} {
+		srv, warnings, err := ParseWithWarnings(tt.item)
+		if err != nil || srv == nil {
+			t.Fatalf("%s: %v, want valid", tt.field, err)
+		}
+		if len(warnings) != 1 || !strings.Contains(warnings[0], tt.field+": 0 or less means no cap (unlimited)") {
+			t.Errorf("%s: warnings %q", tt.field, warnings)
+		}
+	}
+	for _, item := range []map[string]types.AttributeValue{base(), with("max_concurrent_requests", n("2")), with("tools", tools("1"))} {
+		if _, warnings, err := ParseWithWarnings(item); err != nil || len(warnings) != 0 {
+			t.Errorf("%v: warnings %q, error %v; want none", item, warnings, err)
+		}
+	}
+}
+
 func TestParseErrorsNameTheField(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -11,8 +11,8 @@
 //		os.Exit(code)
 //	}
 //
-// When python3 moto is not installed, tests skip with a message locally and
-// fail in CI (CI=true). Every test names its secrets under a prefix of its
+// When python3 moto is not installed, tests skip locally, saying so on the
+// terminal, and fail in CI (CI=true) (see package missing). Every test names its secrets under a prefix of its
 // own (Name), so tests never see each other's values.
 package secrettest
 
@@ -36,6 +36,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // Region is the region moto's resources live in.
@@ -77,8 +78,8 @@ func Shared(t testing.TB) *Server {
 	}
 	sharedOnce.Do(func() { shared, sharedErr = Start() })
 	if sharedErr != nil {
-		if errors.Is(sharedErr, ErrNotInstalled) && os.Getenv("CI") == "" {
-			t.Skipf("skipping: %v", sharedErr)
+		if errors.Is(sharedErr, ErrNotInstalled) {
+			missing.Skip(t, "moto_server: "+sharedErr.Error())
 		}
 		t.Fatalf("moto: %v", sharedErr)
 	}

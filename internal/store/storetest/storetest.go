@@ -7,8 +7,9 @@
 //
 //	func TestMain(m *testing.M) { storetest.Main(m) }
 //
-// When dynalite is not installed, tests skip with a message locally and fail
-// in CI (CI=true), so a CI run can never pass by skipping.
+// When dynalite is not installed, tests skip locally, saying so on the
+// terminal, and fail in CI (CI=true), so a CI run can never pass by skipping
+// (see package missing).
 //
 // The server answers a failed conditional write with the item when asked
 // (ReturnValuesOnConditionCheckFailure: ALL_OLD), as DynamoDB does, so
@@ -40,6 +41,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/testkit/missing"
 )
 
 // Server is a running dynalite process.
@@ -91,8 +93,8 @@ var ErrNotInstalled = errors.New("dynalite is not installed (run `make deps`)")
 
 func unavailable(t testing.TB, err error) {
 	t.Helper()
-	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") == "" {
-		t.Skipf("skipping: %v", err)
+	if errors.Is(err, ErrNotInstalled) {
+		missing.Skip(t, err.Error())
 	}
 	t.Fatalf("dynalite: %v", err)
 }
