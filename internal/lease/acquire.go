@@ -58,6 +58,10 @@ type attempt struct {
 	// set once a join was sent whose outcome was unknown, or that landed.
 	n      int64
 	joined bool
+	// task: the attempt is a task's (Enqueue's join, a worker's Claim):
+	// its ticket is in the tasks map, and it never waits.
+	task   bool
+	taskID string
 	// behind is how many callers were ahead of it when it last joined.
 	behind int
 	// unsure is the expiry a take of it whose outcome was unknown would
@@ -175,6 +179,11 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			}
 		}
 		served, h, bypass := a.decide(v, now)
+		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
+			// Tasks whose turn comes before this caller's: their workers
+			// must be started (or started again) for its own to come.
+			a.l.startDue(ctx, a.req.Key, v, a.rules(v))
+		}
 		var err error
 		switch {
 		case served && eager < maxEager:
@@ -277,6 +286,13 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 		h := v.walk(now, &a.me, a.rules(v), skip)
 		more := false
 		for _, t := range h.ahead {
+			if t.task {
+				// A task's ticket is never presumed gone: its task lives
+				// until its deadline, and its worker is started (and
+				// started again, StartTimeout on) by whoever sees its
+				// turn come (see Options.OnTaskStart).
+				continue
+			}
 			at, ok := a.turnSince[t.id]
 			if !ok {
 				at = time.Now()
@@ -417,11 +433,11 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		u.cond("(attribute_not_exists(" + pp + ") OR size(" + pp + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
 	}
 	if a.n != 0 {
-		u.removeTicket(id, a.me.label, a.n)
+		u.removeTicket(id, a.me.label, a.n, a.task)
 	} else {
 		u.cond("attribute_not_exists("+u.path(QueueAttr, id)+")", "attribute_not_exists("+u.path(TicketsAttr, id)+")")
 		if v == nil {
-			u.cond("size(" + u.path(QueueAttr) + ") = " + u.num(0))
+			u.cond("size("+u.path(QueueAttr)+") = "+u.num(0), "size("+u.path(TasksAttr)+") = "+u.num(0))
 		}
 	}
 	if v != nil {
@@ -445,7 +461,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		}
 	}
 	for _, t := range bypass {
-		u.removeTicket(t.id, t.label, t.n)
+		u.removeTicket(t.id, t.label, t.n, t.task)
 		u.count(u.path(FreedAttr), 1)
 	}
 	u.admit(a.gateAttrs(), a.me.label, id, exp, now, h.probes, v)
@@ -544,7 +560,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 // newLease is a lease of req with id, before its place is known.
 func (l *Limiter) newLease(req Request, id string) *Lease {
 	ls := &Lease{l: l, key: req.Key, id: id, breaker: req.Breaker, label: req.Holder, rates: req.Rates,
-		ceiling: req.Cap, adaptive: req.Adaptive, toolName: req.Tool, maxPause: req.MaxPause,
+		ceiling: req.Cap, adaptive: req.Adaptive, principalCap: req.PrincipalCap, toolName: req.Tool, maxPause: req.MaxPause,
 		pauseGate: pauseAttr(req.Tool, req.PauseTool), noPlace: !req.holds()}
 	if ls.maxPause <= 0 {
 		ls.maxPause = MaxPause
@@ -568,7 +584,8 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	wp := WaitingAttr(a.me.label)
 	u := newUpdate()
 	p := u.purge(v, now, id, wp)
-	sp, qp, tp := u.path(SeqAttr), u.path(QueueAttr, id), u.path(TicketsAttr, id)
+	kind := kindAttr(a.task)
+	sp, qp, tp := u.path(SeqAttr), u.path(kind, id), u.path(TicketsAttr, id)
 	next := "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
 	u.set(sp, next)
 	u.set(qp, next)
@@ -582,13 +599,27 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	if a.me.toolRPM > 0 {
 		info[ticketToolRPM] = number(int64(a.me.toolRPM))
 	}
+	if a.task {
+		info[ticketTaskID] = &types.AttributeValueMemberS{Value: a.taskID}
+	}
 	u.set(tp, u.value(&types.AttributeValueMemberM{Value: info}))
 	u.add(u.path(wp), id)
-	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
-	size := "size(" + u.path(QueueAttr) + ")"
-	u.cond(size + " < " + u.num(int64(a.req.MaxQueued+p.queue)))
+	other := QueueAttr
+	if !a.task {
+		other = TasksAttr
+	}
+	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+u.path(other, id)+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
+	// Callers and tasks each have MaxQueued places (a task's holds no
+	// invocation: what bounds the callers, a bulkhead's share of the
+	// function's concurrency, does not bound them).
+	size := "size(" + u.path(kind) + ")"
+	purged := p.queue
+	if a.task {
+		purged = p.tasks
+	}
+	u.cond(size + " < " + u.num(int64(a.req.MaxQueued+purged)))
 	if r := QueueReserve(a.req.MaxQueued); r > 0 {
-		u.cond("(attribute_not_exists(" + u.path(wp) + ") OR " + size + " < " + u.num(int64(a.req.MaxQueued-r+p.queue)) + ")")
+		u.cond("(attribute_not_exists(" + u.path(wp) + ") OR " + size + " < " + u.num(int64(a.req.MaxQueued-r+purged)) + ")")
 	}
 	u.ttl(deadline)
 	a.asked = time.Now()
@@ -609,7 +640,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		return nil, a.l.create(ctx, a.req.Key)
 	}
 	now = a.now()
-	if w := nv.waiting(now); w >= a.req.MaxQueued || slices.ContainsFunc(nv.queue, func(t *ticket) bool { return t.label == a.me.label && t.live(now) }) &&
+	if w := nv.waiting(now, a.task); w >= a.req.MaxQueued || slices.ContainsFunc(nv.queue, func(t *ticket) bool { return t.label == a.me.label && t.live(now) }) &&
 		w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
 		a.l.stats.shed.Add(1)
 		return nil, a.full(nv, now, false, QueueFull)
@@ -762,9 +793,9 @@ func (a *attempt) leave(ctx context.Context) {
 	if a.joined {
 		u := newUpdate()
 		u.ttl(now)
-		qp := u.path(QueueAttr, id)
+		qp := u.path(kindAttr(a.task), id)
 		if a.n != 0 {
-			u.removeTicket(id, a.me.label, a.n)
+			u.removeTicket(id, a.me.label, a.n, a.task)
 		} else {
 			u.remove(qp, u.path(TicketsAttr, id))
 			u.del(u.path(WaitingAttr(a.me.label)), id)
@@ -805,7 +836,7 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 		if v.callMS > 0 {
 			held = time.Duration(v.callMS) * time.Millisecond
 		}
-		e.Waiting = v.waiting(now)
+		e.Waiting = v.waiting(now, a.task)
 		e.InUse = v.liveLeases(now)
 		if err := refusal(v.gatesOf(a.req.Tool, ""), a.me.label, now, v.hold); err != nil && e.Reason == "" {
 			var f *FullError

@@ -288,7 +288,8 @@ func (v *view) alone(label string) bool {
 // another principal's lease or ticket would change.
 func (u *update) aloneConds(v *view, label string) {
 	u.cond("size("+u.path(LeasesAttr)+") = "+u.num(int64(len(v.leases))),
-		"size("+u.path(QueueAttr)+") = "+u.num(int64(len(v.queue))))
+		"size("+u.path(QueueAttr)+") = "+u.num(int64(v.tickets(false))),
+		"size("+u.path(TasksAttr)+") = "+u.num(int64(v.tickets(true))))
 	if n := len(v.sets[PrincipalAttr(label)]); n > 0 {
 		u.cond("size(" + u.path(PrincipalAttr(label)) + ") = " + u.num(int64(n)))
 	}

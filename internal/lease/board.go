@@ -17,6 +17,9 @@ type board struct {
 	// sees the item at least as it was then.
 	at      time.Time
 	changed chan struct{} // closed when v is replaced
+	// starts are the task tickets this process started a worker for
+	// lately, with when: it does not try again within StartTimeout.
+	starts map[string]time.Time
 	// held is the running mean of how long leases on the key were held
 	// here, from when their caller got them; spread, the running mean of
 	// the distance from that mean. Zero until one was.
@@ -81,4 +84,40 @@ func (b *board) meanHeld() (held, spread time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.held, b.spread
+}
+
+// mayStart reports whether this process may try to start a worker for
+// task ticket id at now — it has not within StartTimeout — and if so
+// notes that it does.
+func (b *board) mayStart(id string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for tid, at := range b.starts {
+		if now.Sub(at) >= StartTimeout {
+			delete(b.starts, tid)
+		}
+	}
+	if _, ok := b.starts[id]; ok {
+		return false
+	}
+	if b.starts == nil {
+		b.starts = map[string]time.Time{}
+	}
+	b.starts[id] = now
+	return true
+}
+
+// started notes when this process last started a worker for task ticket
+// id (zero: forget it, so that it may start one at once).
+func (b *board) started(id string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if at.IsZero() {
+		delete(b.starts, id)
+		return
+	}
+	if b.starts == nil {
+		b.starts = map[string]time.Time{}
+	}
+	b.starts[id] = at
 }

@@ -14,9 +14,10 @@
 //	leases             M   lease id → expiry (Unix ms); the key's count is its size
 //	principal:<label>  SS  one principal's leases
 //	tool:<name>        SS  the leases in a place of a capped tool
-//	queue              M   ticket id → its number, issued by seq
+//	queue              M   ticket id → its number, issued by seq: the callers waiting
+//	tasks              M   the same for the tasks waiting (see Tasks)
 //	tickets            M   ticket id → {p: principal, d: deadline (Unix ms), t: tool, c: tool cap,
-//	                       r: the tool's rpm limit}
+//	                       r: the tool's rpm limit; a task's also x: its task, s: its last start}
 //	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
 //	freed              N   places freed and tickets gone other than by their take
@@ -32,7 +33,8 @@
 //	                       delete an item nobody writes
 //
 // A lease id is "<instance>.<sequence>", short because it is written twice
-// per lease (InstanceOf); a waiting caller's ticket has its lease's id. A
+// per lease (InstanceOf), "<instance>.T<sequence>" for a task's
+// (IsTaskID); a waiting caller's ticket has its lease's id. A
 // principal label is 1 to MaxHolder bytes of printable ASCII other than
 // "/" and "*": the gateway makes it from at least 64 bits of the
 // principal's identity (or its team's), so two principals share one only
@@ -46,7 +48,8 @@
 // adds or removes either does so whole, in that one write; a removal by
 // anyone other than its owner is conditioned on the value it saw (a
 // lease's expiry, a ticket's number). A count is the size of a map or set,
-// never a number stored apart from what it counts.
+// never a number stored apart from what it counts. A task's ticket is the
+// same but for its number, in tasks rather than queue (see Tasks).
 //
 //   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its
 //     sets, take one token from each of the call's buckets, and, when the
@@ -225,6 +228,29 @@
 // down from). A take with a view is conditioned on the limit it saw; one
 // without, on the stored limit itself.
 //
+// # Tasks
+//
+// A task (Enqueue) waits in the queue with no caller behind it: its ticket
+// is numbered from seq like a caller's, kept in tasks instead of queue,
+// and served in the same turn order, passed over for the same reasons
+// (its tool full, its principal at its cap, a bucket of its empty, a gate
+// shut to it — a task waits for a shut gate rather than being refused).
+// Callers and tasks each have MaxQueued places, with the same reserve: a
+// task holds no invocation, so a bulkhead, which bounds the callers
+// waiting, does not bound them. Its deadline is its task's; before it, it
+// is never presumed gone. Whoever sees its turn come — a release, a
+// waiter behind it, a worker whose turn it was not, StartDue — marks its
+// ticket (s: now, on condition that no mark younger than StartTimeout is
+// there) and, having won the mark, starts a worker (Options.OnTaskStart).
+// The worker claims the place (Claim): a waiter's take of its own ticket,
+// judged from a fresh read; when its turn has passed meanwhile, it takes
+// its mark back (on condition it is still its own) and leaves the ticket
+// for the next start. A start that is lost (an instance dying between its
+// mark and its start, an invocation never delivered) is made again by
+// the first to see the turn StartTimeout after it. Withdraw removes a
+// task's ticket before it is claimed (ADD 1 to freed, conditioned on its
+// number); its lease, once claimed, is released like any other.
+//
 // # Answers and views
 //
 // Every write asks for the item back (ReturnValues ALL_NEW, and
@@ -266,9 +292,10 @@
 //     (TestNewcomerDoesNotPassAQueuedCaller, TestFairBetweenPrincipals,
 //     TestBlockedTicketDoesNotHoldUpAFreePlace,
 //     TestLeavingTicketFailsATakeJudgedBefore).
-//  7. At most MaxQueued callers wait, and a principal with callers waiting
-//     cannot take the last QueueReserve places (TestQueueIsBounded,
-//     TestOneTenantCannotFillTheQueue).
+//  7. At most MaxQueued callers wait, and as many tasks, and a principal
+//     with callers or tasks waiting cannot take the last QueueReserve
+//     places of either (TestQueueIsBounded,
+//     TestOneTenantCannotFillTheQueue, TestTasksHaveQueuePlacesOfTheirOwn).
 //  8. A free place goes to a live waiter within D × ClaimWindow of the
 //     look that found it free (a look every MaxLook at rank under Places,
 //     at most MaxLookFar behind), D the dead waiters before it
@@ -306,6 +333,13 @@
 //  15. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot
 //     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).
+//  16. Tasks: a task's ticket is never removed before its deadline but by
+//     its claim or its withdrawal; no place goes to a task withdrawn or
+//     past its deadline; a task whose turn has come gets a worker within
+//     StartTimeout of the first request that sees it after a start was
+//     lost; a worker started twice claims once
+//     (TestTaskRunsWhenItsTurnComes, TestLostTaskStartIsMadeAgain,
+//     TestWithdrawnTaskGetsNoPlace, TestTaskWorkerClaimsOnce).
 //
 // # Guarantee
 //

@@ -130,8 +130,9 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // purged counts what a purge added to a write removes: leases, whole
 // tickets and queue entries, and members per set.
 type purged struct {
-	leases, queue int
-	sets          map[string]int
+	// leases, and tickets from the queue and from tasks.
+	leases, queue, tasks int
+	sets                 map[string]int
 }
 
 // purge adds to u the removal of up to maxPurge entries v shows stale at
@@ -170,8 +171,12 @@ func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
 			continue
 		}
 		n++
-		u.removeTicket(t.id, t.label, t.n)
-		p.queue++
+		u.removeTicket(t.id, t.label, t.n, t.task)
+		if t.task {
+			p.tasks++
+		} else {
+			p.queue++
+		}
 		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
 	}
 	for _, h := range v.halves {
@@ -179,13 +184,25 @@ func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
 			continue
 		}
 		n++
-		qp, tp := u.path(QueueAttr, h.id), u.path(TicketsAttr, h.id)
-		if h.n > 0 {
+		qp, tp := u.path(kindAttr(h.task && !h.both), h.id), u.path(TicketsAttr, h.id)
+		switch {
+		case h.n > 0:
 			u.remove(qp)
 			u.cond(qp + " = " + u.num(h.n))
-			p.queue++
-		} else {
+			if h.task && !h.both {
+				p.tasks++
+			} else {
+				p.queue++
+			}
+		default:
 			u.cond("attribute_not_exists(" + qp + ")")
+		}
+		if h.both {
+			// In both maps (a hand edit): its tasks entry goes too.
+			xp := u.path(TasksAttr, h.id)
+			u.remove(xp)
+			u.cond("attribute_exists(" + xp + ")")
+			p.tasks++
 		}
 		if h.details != nil {
 			u.remove(tp)
@@ -255,10 +272,10 @@ func (v *view) stale(now int64) int {
 }
 
 // removeTicket adds to u the removal of ticket id, numbered n, whole:
-// its queue entry, its details and its principal's waiting membership,
-// conditioned on its number.
-func (u *update) removeTicket(id, label string, n int64) {
-	qp := u.path(QueueAttr, id)
+// its queue (or, a task's, tasks) entry, its details and its principal's
+// waiting membership, conditioned on its number.
+func (u *update) removeTicket(id, label string, n int64, task bool) {
+	qp := u.path(kindAttr(task), id)
 	u.remove(qp, u.path(TicketsAttr, id))
 	u.del(u.path(WaitingAttr(label)), id)
 	u.cond(qp + " = " + u.num(n))
@@ -395,7 +412,7 @@ func (l *Limiter) read(ctx context.Context, key string) (*view, error) {
 func (l *Limiter) create(ctx context.Context, key string) error {
 	u := newUpdate()
 	empty := u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}})
-	for _, attr := range []string{LeasesAttr, QueueAttr, TicketsAttr} {
+	for _, attr := range []string{LeasesAttr, QueueAttr, TasksAttr, TicketsAttr} {
 		n := u.path(attr)
 		u.set(n, "if_not_exists("+n+", "+empty+")")
 	}

@@ -43,6 +43,12 @@ type ticket struct {
 	toolCap     int
 	// toolRPM is its tool's rate limit, a minute (0: none).
 	toolRPM int
+	// task: a task's ticket (in the tasks map), which no caller waits
+	// behind: taskID is its task, started when a worker was last started
+	// for it (Unix ms; 0: never).
+	task    bool
+	taskID  string
+	started int64
 }
 
 // Ticket fields, inside each value of the tickets map.
@@ -52,6 +58,8 @@ const (
 	ticketTool     = "t"
 	ticketToolCap  = "c"
 	ticketToolRPM  = "r"
+	ticketTaskID   = "x"
+	ticketStarted  = "s"
 )
 
 // isSetAttr reports whether attr is a tool, principal or waiting set.
@@ -65,12 +73,13 @@ func isSetAttr(attr string) bool {
 func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
 		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
-	queue, details := map[string]int64{}, map[string]*types.AttributeValueMemberM{}
+	queue, tasks, details := map[string]int64{}, map[string]int64{}, map[string]*types.AttributeValueMemberM{}
 	badDetails := map[string]types.AttributeValue{}
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
 	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
+	_, hasTasks := item[TasksAttr].(*types.AttributeValueMemberM)
 	_, hasTickets := item[TicketsAttr].(*types.AttributeValueMemberM)
-	v.hasMaps = hasLeases && hasQueue && hasTickets
+	v.hasMaps = hasLeases && hasQueue && hasTasks && hasTickets
 	for attr, a := range item {
 		switch x := a.(type) {
 		case *types.AttributeValueMemberM:
@@ -82,6 +91,10 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			case attr == QueueAttr:
 				for id, n := range x.Value {
 					queue[id] = numberOr(n, 0)
+				}
+			case attr == TasksAttr:
+				for id, n := range x.Value {
+					tasks[id] = numberOr(n, 0)
 				}
 			case attr == TicketsAttr:
 				for id, d := range x.Value {
@@ -130,6 +143,9 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	for id := range queue {
 		ids[id] = true
 	}
+	for id := range tasks {
+		ids[id] = true
+	}
 	for id := range details {
 		ids[id] = true
 	}
@@ -141,29 +157,47 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			continue // below
 		}
 		n, d, w := queue[id], details[id], waitingOf[id]
+		tn, isTask := tasks[id]
+		if isTask {
+			n = tn
+		}
 		var label string
 		if d != nil {
 			if s, ok := d.Value[ticketLabel].(*types.AttributeValueMemberS); ok {
 				label = s.Value
 			}
 		}
-		if n <= 0 || d == nil || w == "" || label != w {
-			h := half{id: id, n: n, waiting: w}
+		_, inQueue := queue[id]
+		if n <= 0 || d == nil || w == "" || label != w || isTask && inQueue {
+			h := half{id: id, n: n, waiting: w, task: isTask, both: isTask && inQueue}
 			if d != nil {
 				h.details = d
+			}
+			if h.both {
+				h.n = queue[id]
 			}
 			v.halves = append(v.halves, h)
 			continue
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
-			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0))}
+			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
+			task: isTask, started: numberOr(d.Value[ticketStarted], 0)}
 		if s, ok := d.Value[ticketTool].(*types.AttributeValueMemberS); ok {
 			t.tool = s.Value
+		}
+		if s, ok := d.Value[ticketTaskID].(*types.AttributeValueMemberS); ok {
+			t.taskID = s.Value
 		}
 		v.queue = append(v.queue, t)
 	}
 	for id, d := range badDetails {
-		v.halves = append(v.halves, half{id: id, details: d, n: queue[id], waiting: waitingOf[id]})
+		_, isTask := tasks[id]
+		_, inQueue := queue[id]
+		n := queue[id]
+		if isTask && !inQueue {
+			n = tasks[id]
+		}
+		v.halves = append(v.halves, half{id: id, details: d, n: n, waiting: waitingOf[id], task: isTask, both: isTask && inQueue})
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
@@ -197,15 +231,36 @@ func (v *view) ticketFor(id string) *ticket {
 // live reports whether t still waits at now.
 func (t *ticket) live(now int64) bool { return t.deadline >= now }
 
-// waiting counts the live tickets.
-func (v *view) waiting(now int64) int {
+// waiting counts the live tickets of callers (task false) or of tasks.
+func (v *view) waiting(now int64, task bool) int {
 	n := 0
 	for _, t := range v.queue {
-		if t.live(now) {
+		if t.live(now) && t.task == task {
 			n++
 		}
 	}
 	return n
+}
+
+// tickets counts the tickets, live or not, of callers (task false) or of
+// tasks.
+func (v *view) tickets(task bool) int {
+	n := 0
+	for _, t := range v.queue {
+		if t.task == task {
+			n++
+		}
+	}
+	return n
+}
+
+// kindAttr is the map holding the numbers of tickets of callers (task
+// false) or of tasks.
+func kindAttr(task bool) string {
+	if task {
+		return TasksAttr
+	}
+	return QueueAttr
 }
 
 // liveIn counts the leases of ids that have not expired at now.
@@ -266,11 +321,14 @@ func (v *view) setsOf(id string) []string {
 // half is a ticket that is not whole: the parts of it the item holds.
 type half struct {
 	id string
-	// n is its queue number (0: none); details its tickets entry (nil:
-	// none); waiting the label whose waiting set holds it ("": none).
-	n       int64
-	details types.AttributeValue
-	waiting string
+	// n is its queue number (0: none) — in the tasks map when task, in
+	// the queue when not; both, when it is in both (n is the queue's);
+	// details its tickets entry (nil: none); waiting the label whose
+	// waiting set holds it ("": none).
+	n          int64
+	task, both bool
+	details    types.AttributeValue
+	waiting    string
 }
 
 // staleLeases lists the leases expired at now, oldest first.

@@ -34,10 +34,16 @@ const (
 	// PrincipalAttrPrefix prefixes the string set of one principal's
 	// leases: "principal:<label>".
 	PrincipalAttrPrefix = "principal:"
-	// QueueAttr is the map of ticket id → its number, issued by SeqAttr.
+	// QueueAttr is the map of ticket id → its number, issued by SeqAttr,
+	// of the callers waiting.
 	QueueAttr = "queue"
+	// TasksAttr is the same map for the tasks waiting (Enqueue): their
+	// tickets are numbered and served with the callers', but counted
+	// apart (no caller waits behind them).
+	TasksAttr = "tasks"
 	// TicketsAttr is the map of ticket id → {p: principal label, d:
-	// deadline, t: tool, c: tool cap, r: tool rpm}.
+	// deadline, t: tool, c: tool cap, r: tool rpm; a task's also x: its
+	// task id, s: when a worker was last started for it}.
 	TicketsAttr = "tickets"
 	// WaitingAttrPrefix prefixes the string set of one principal's
 	// tickets: "waiting:<label>".
@@ -58,7 +64,7 @@ const ServerAttr = LeasesAttr
 // (status shows the rest as other state).
 func IsItemAttr(attr string) bool {
 	switch attr {
-	case LeasesAttr, QueueAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr, HoldAttr:
+	case LeasesAttr, QueueAttr, TasksAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr, HoldAttr:
 		return true
 	}
 	return isSetAttr(attr) || isLimitAttr(attr) || isGateAttr(attr) || strings.HasPrefix(attr, RateAttrPrefix)
@@ -129,6 +135,13 @@ type Options struct {
 	// InstanceID starts every lease id this limiter writes, naming the
 	// gateway instance. Empty means a random id.
 	InstanceID string
+	// OnTaskStart starts a worker for a task whose turn has come (see
+	// Enqueue): it is called inline, by whichever request of this limiter
+	// saw the turn come and won the start (its mark written in the
+	// ticket), and should return quickly (start the worker, not run it).
+	// Nil: this limiter starts no worker, and leaves the tasks it sees due
+	// to other instances and to StartDue.
+	OnTaskStart func(context.Context, TaskStart)
 }
 
 // Limiter is the admission control of one process over one DynamoDB table.
@@ -143,11 +156,12 @@ type Limiter struct {
 	seq      atomic.Uint64
 	stats    counters
 	boards   sync.Map // limiter key → *board
+	onStart  func(context.Context, TaskStart)
 }
 
 // New returns a Limiter storing its items in table.
 func New(db API, table string, opts Options) *Limiter {
-	l := &Limiter{db: db, table: table, margin: opts.Margin, maxLook: opts.MaxLook, clock: opts.Clock, instance: opts.InstanceID}
+	l := &Limiter{db: db, table: table, margin: opts.Margin, maxLook: opts.MaxLook, clock: opts.Clock, instance: opts.InstanceID, onStart: opts.OnTaskStart}
 	if l.margin <= 0 {
 		l.margin = DefaultMargin
 	}
@@ -177,6 +191,19 @@ func NewInstanceID() string { return rand.Text()[:8] }
 // the item.
 func (l *Limiter) newLeaseID() string {
 	return l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36)
+}
+
+// newTaskID is a new id for a task's ticket, and then its lease:
+// "<instance>.T<sequence>" (a caller's never has the T, base 36 being
+// lowercase), so that a task's lease can be told by its id (IsTaskID).
+func (l *Limiter) newTaskID() string {
+	return l.instance + ".T" + strconv.FormatUint(l.seq.Add(1), 36)
+}
+
+// IsTaskID reports whether a ticket or lease id is a task's.
+func IsTaskID(id string) bool {
+	_, seq, _ := strings.Cut(id, ".")
+	return strings.HasPrefix(seq, "T")
 }
 
 // InstanceOf is the gateway instance that wrote a lease (or ticket) id.
@@ -401,6 +428,11 @@ type Lease struct {
 	pauseUntil int64
 	pauseGate  string
 	maxPause   time.Duration
+	// task: a task's lease, claimed from its ticket in the tasks map.
+	task bool
+	// principalCap is the request's PrincipalCap (with ceiling, adaptive
+	// and rates, what says whose turn it is once it is released).
+	principalCap int
 	// noPlace: the call holds nothing in the item (its take only charged
 	// its buckets).
 	noPlace bool

@@ -133,6 +133,10 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		if tr != NoTransition {
 			l.stats.transitions.Add(1)
 		}
+		if v != nil {
+			// The place it gave back may be a task's turn.
+			l.startDue(ctx, ls.key, v, rulesOf(capIn(ls.ceiling, ls.adaptive, v), ls.principalCap, ls.rates))
+		}
 		return tr, nil
 	}
 }
@@ -204,6 +208,9 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 	}
 	u.del(u.path(PrincipalAttr(ls.label)), ls.id)
 	u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))
+	if ls.task {
+		u.remove(u.path(TasksAttr, ls.id))
+	}
 	u.del(u.path(WaitingAttr(ls.label)), ls.id)
 	u.count(u.path(FreedAttr), 1)
 	latest, _, _ := b.latest()

@@ -59,7 +59,12 @@ type mTicket struct {
 	t       string // tool
 	c, r    int64  // the tool's cap and rpm limit (0: none)
 	hasBody bool   // tickets.<id> is there
-	hasN    bool   // queue.<id> is there
+	hasN    bool   // queue.<id> (tasks.<id>: task) is there
+	// A task's: in tasks, not queue; x its task, s its last start (Unix
+	// ms; 0: none).
+	task bool
+	x    string
+	s    int64
 }
 
 // mEntry is one entry of a gate: "*" or a principal's.
@@ -171,15 +176,18 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 			default:
 				it.waiting[label] = slices.Clone(ss.Value)
 			}
-		case name == "queue":
+		case name == "queue", name == "tasks":
 			m, ok := v.(*types.AttributeValueMemberM)
 			if !ok {
-				it.problem("queue is not a map")
+				it.problem("%s is not a map", name)
 				continue
 			}
 			for id, n := range m.Value {
 				tk := ticket(id)
-				tk.n, tk.hasN = num("queue."+id, n), true
+				if tk.hasN {
+					it.problem("ticket %s is numbered in both queue and tasks", id)
+				}
+				tk.n, tk.hasN, tk.task = num(name+"."+id, n), true, name == "tasks"
 			}
 		case name == "tickets":
 			m, ok := v.(*types.AttributeValueMemberM)
@@ -197,17 +205,22 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 				tk.hasBody = true
 				for f, fv := range body.Value {
 					switch f {
-					case "p", "t":
+					case "p", "t", "x":
 						s, ok := fv.(*types.AttributeValueMemberS)
 						if !ok {
 							it.problem("tickets.%s.%s is not a string", id, f)
 							continue
 						}
-						if f == "p" {
+						switch f {
+						case "p":
 							tk.p = s.Value
-						} else {
+						case "t":
 							tk.t = s.Value
+						default:
+							tk.x = s.Value
 						}
+					case "s":
+						tk.s = num("tickets."+id+".s", fv)
 					case "d":
 						tk.d = num("tickets."+id+".d", fv)
 					case "c":

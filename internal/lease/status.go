@@ -71,9 +71,11 @@ type LeaseStatus struct {
 	Expiry    time.Time `json:"expiry"`
 	// Lapsed: it expired, and the next write removes it.
 	Lapsed bool `json:"lapsed"`
+	// Task: a task's worker holds it.
+	Task bool `json:"task,omitempty"`
 }
 
-// TicketStatus is one waiting caller.
+// TicketStatus is one waiting caller, or task.
 type TicketStatus struct {
 	ID        string    `json:"id"`
 	Instance  string    `json:"instance"`
@@ -84,8 +86,12 @@ type TicketStatus struct {
 	// Lapsed: its caller has given up, and the next write removes it.
 	Lapsed bool `json:"lapsed"`
 	// Turn: a place is free for it now; its caller takes it at its next
-	// look.
+	// look (a task's worker, once started).
 	Turn bool `json:"turn"`
+	// Task: a task's ticket (no caller waits behind it); Started is when a
+	// worker was last started for it, if one was.
+	Task    bool       `json:"task,omitempty"`
+	Started *time.Time `json:"started,omitempty"`
 }
 
 // PrincipalStatus is one principal's share of the key.
@@ -132,7 +138,7 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 		return per[label]
 	}
 	for id, exp := range v.leases {
-		ls := LeaseStatus{ID: id, Instance: InstanceOf(id), Principal: v.labelOf(id), Expiry: time.UnixMilli(min(exp, math.MaxInt64/2)), Lapsed: exp < ms}
+		ls := LeaseStatus{ID: id, Instance: InstanceOf(id), Principal: v.labelOf(id), Expiry: time.UnixMilli(min(exp, math.MaxInt64/2)), Lapsed: exp < ms, Task: IsTaskID(id)}
 		for attr, members := range v.sets {
 			if tool, ok := strings.CutPrefix(attr, ToolAttrPrefix); ok && slices.Contains(members, id) {
 				ls.Tool = tool
@@ -160,7 +166,11 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 	for _, t := range order {
 		ts := TicketStatus{ID: t.id, Instance: InstanceOf(t.id), Principal: t.label, Tool: t.tool, Number: t.n,
 			Deadline: time.UnixMilli(t.deadline), Lapsed: !t.live(ms),
-			Turn: slices.ContainsFunc(turn, func(x *ticket) bool { return x.id == t.id })}
+			Turn: slices.ContainsFunc(turn, func(x *ticket) bool { return x.id == t.id }), Task: t.task}
+		if t.started > 0 {
+			at := time.UnixMilli(t.started)
+			ts.Started = &at
+		}
 		if !ts.Lapsed {
 			share(t.label).Waiting++
 		}

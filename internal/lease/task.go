@@ -1,0 +1,303 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// StartTimeout is how long a task's ticket whose turn has come waits for
+// the worker last started for it to claim its place: past it, whoever
+// sees its turn come starts another (a start lost with its instance, an
+// invocation never delivered). A worker started twice claims once.
+const StartTimeout = 10 * time.Second
+
+// TaskStart is a worker to start: the task's ticket on Key, the task it
+// waits for (Enqueue's taskID), and the start's mark, which the worker
+// gives Claim.
+type TaskStart struct {
+	Key, Ticket, Task string
+	Mark              int64
+}
+
+// Errors of Enqueue, Claim and Withdraw.
+var (
+	// ErrNoTicket: the task's ticket is not in the queue (withdrawn,
+	// claimed, or lapsed at its deadline).
+	ErrNoTicket = errors.New("lease: the task's ticket is not in the queue")
+	// ErrNotYourTurn: the task's turn has not come (or has passed to
+	// another caller meanwhile); it keeps its ticket, and a worker is
+	// started again when its turn comes.
+	ErrNotYourTurn = errors.New("lease: not the task's turn")
+	// ErrClaimed: the task's ticket was claimed already: its lease holds
+	// the place (Withdraw cannot take it back: its call must end).
+	ErrClaimed = errors.New("lease: the task's place was claimed")
+	// ErrNoQueue: a request that takes no place cannot wait in a queue.
+	ErrNoQueue = errors.New("lease: the request takes no place, so it has no queue to wait in")
+)
+
+// Enqueue puts a task in req.Key's queue until deadline: a ticket like a
+// waiting caller's (numbered from seq, served in the same order, passed
+// over for the same reasons), kept in the tasks map, with no caller
+// behind it. Its turn comes as a caller's would; then whoever sees so —
+// this limiter's requests and every other's on the key, StartDue — marks
+// its ticket and starts a worker (Options.OnTaskStart), which claims the
+// place (Claim) and runs the call. A task's ticket is never presumed gone
+// before its deadline: a worker that does not claim its place within
+// StartTimeout is started again. It is refused, as a caller that would
+// wait is, when a breaker is shut to req's principal (*CircuitOpenError),
+// when a bucket of its has no token (*RateLimitedError), or when MaxQueued
+// tasks wait (*FullError, QueueFull: the tasks have MaxQueued places of
+// their own, apart from the callers'). It returns the ticket's id, which
+// its lease will have.
+func (l *Limiter) Enqueue(ctx context.Context, req Request, taskID string, deadline time.Time) (string, error) {
+	if err := req.validate(); err != nil {
+		return "", err
+	}
+	if !req.holds() {
+		return "", ErrNoQueue
+	}
+	if taskID == "" || len(taskID) > MaxTaskID {
+		return "", fmt.Errorf("lease: a task id of 1 to %d bytes, not %d", MaxTaskID, len(taskID))
+	}
+	if req.MaxQueued <= 0 {
+		return "", &FullError{Reason: QueueFull, What: "server", Cap: req.Cap}
+	}
+	req.Wait = time.Until(deadline)
+	if req.Wait <= 0 {
+		return "", fmt.Errorf("lease: the task's deadline has passed")
+	}
+	req.CallBy = time.Time{}
+	a := l.taskAttempt(req, l.newTaskID())
+	a.taskID = taskID
+	var v *view
+	for tries := 0; ; tries++ {
+		var err error
+		if v == nil {
+			if v, err = l.read(ctx, req.Key); err != nil {
+				return "", err
+			}
+			a.own = v
+		}
+		now := a.now()
+		if !v.hasMaps {
+			if err := l.create(ctx, req.Key); err != nil {
+				return "", err
+			}
+			v = nil
+			continue
+		}
+		if t := v.ticketFor(a.me.id); t != nil {
+			// Its join landed (an attempt whose answer was lost, or this
+			// one).
+			l.startDue(ctx, req.Key, v, a.rules(v))
+			return a.me.id, nil
+		}
+		if tries >= maxEager {
+			return "", fmt.Errorf("lease: enqueue on %s: the item kept changing; try again", req.Key)
+		}
+		var open *CircuitOpenError
+		if err := refusal(v.gatesOf(req.Tool, a.me.breaker), a.me.label, now, v.hold); errors.As(err, &open) {
+			l.stats.refused(err)
+			return "", err
+		}
+		if rl := rateLimited(v, req.Rates, now); rl != nil {
+			l.stats.rateLimited.Add(1)
+			return "", rl
+		}
+		if a.mustPurge(v, now) {
+			nv, _, err := l.purgeAll(ctx, req.Key, v)
+			if err != nil {
+				return "", err
+			}
+			v = nv
+			continue
+		}
+		if v, err = a.join(ctx, v); err != nil {
+			return "", err
+		}
+	}
+}
+
+// MaxTaskID bounds the task id a ticket carries, in bytes.
+const MaxTaskID = 64
+
+// taskAttempt is the attempt of a task's ticket id under req: Enqueue's
+// join, a worker's Claim.
+func (l *Limiter) taskAttempt(req Request, id string) *attempt {
+	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, task: true}
+	a.me = asker{id: id, label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
+	if req.Breaker != nil {
+		a.me.breaker = req.Breaker.Name
+	}
+	for _, r := range req.Rates {
+		if r.Name == "tool:"+req.Tool {
+			a.me.toolRPM = r.PerMinute
+		}
+	}
+	return a
+}
+
+// Claim takes the place of task ticket id for its worker, if the task's
+// turn has come: the ticket becomes a lease (of the same id), charged and
+// conditioned as a waiting caller's take is. req is the task's request
+// as Enqueue was given it, but for Hold and CallBy, which are the
+// worker's. It never waits: when it is not the task's turn it gives back
+// its start (mark, from TaskStart), so that the next to see the turn come
+// starts a worker at once, and fails with ErrNotYourTurn. ErrNoTicket:
+// the ticket is gone (withdrawn, lapsed); ErrClaimed: another worker
+// claimed it.
+func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	a := l.taskAttempt(req, id)
+	for tries := 0; ; tries++ {
+		v, err := l.read(ctx, req.Key)
+		if err != nil {
+			return nil, err
+		}
+		a.own = v
+		now := a.now()
+		if exp, ok := v.leases[id]; ok {
+			if a.unsure != 0 {
+				// A take of this claim whose answer was lost landed.
+				ls, err := a.lease(ctx, exp, v)
+				if ls != nil {
+					ls.task = true
+				}
+				return ls, err
+			}
+			return nil, ErrClaimed
+		}
+		t := v.ticketFor(id)
+		if t == nil || !t.task || !t.live(now) {
+			return nil, ErrNoTicket
+		}
+		a.n, a.joined = t.n, true
+		if a.mustPurge(v, now) {
+			if _, _, err := l.purgeAll(ctx, req.Key, v); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		served, h, _ := a.decide(v, now)
+		if !served || tries >= maxEager {
+			l.clearStart(ctx, req.Key, t, mark)
+			l.startDue(ctx, req.Key, v, a.rules(v))
+			return nil, ErrNotYourTurn
+		}
+		ls, _, err := a.take(ctx, v, h, nil, now)
+		if ls != nil {
+			ls.task = true
+			l.stats.acquired.Add(1)
+			return ls, err
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Withdraw takes task ticket id out of key's queue (a task cancelled, or
+// whose call will not be made) before a worker claimed it. ErrNoTicket:
+// it is not there (withdrawn, lapsed); ErrClaimed: a worker holds its
+// place, which only the end of its call gives back.
+func (l *Limiter) Withdraw(ctx context.Context, key, id string) error {
+	v, err := l.read(ctx, key)
+	if err != nil {
+		return err
+	}
+	unsure := false
+	for range maxAdminTries {
+		t := v.ticketFor(id)
+		if t == nil || !t.task {
+			switch {
+			case v.leases[id] != 0:
+				return ErrClaimed
+			case unsure:
+				return nil // an attempt whose answer was lost landed
+			}
+			return ErrNoTicket
+		}
+		now := l.clock().UnixMilli()
+		u := newUpdate()
+		u.removeTicket(t.id, t.label, t.n, true)
+		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
+		u.ttl(now)
+		nv, err := l.write(ctx, key, u, func() { unsure = true })
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, errCondition) && nv != nil:
+			v = nv
+			continue
+		}
+		return fmt.Errorf("lease: withdraw %s from %s: %w", id, key, err)
+	}
+	return fmt.Errorf("lease: withdraw %s from %s: the item kept changing; try again", id, key)
+}
+
+// StartDue reads req.Key's item and starts a worker for each task whose
+// turn has come and whose last start, if any, is StartTimeout old: what a
+// schedule runs, so that a task whose start was lost runs although no
+// request comes to see its turn. req gives the key's caps and buckets.
+func (l *Limiter) StartDue(ctx context.Context, req Request) error {
+	v, err := l.read(ctx, req.Key)
+	if err != nil {
+		return err
+	}
+	l.startDue(ctx, req.Key, v, l.rulesFor(req, v))
+	return nil
+}
+
+// startDue starts a worker, through the start hook, for each task of v
+// whose turn has come at its clock's now under r, unless a start of it is
+// younger than StartTimeout (in the item, or here). Each start is won by
+// one conditional write (its mark in the ticket); a lost one is left to
+// whoever won it.
+func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
+	if l.onStart == nil || v == nil || v.tickets(true) == 0 {
+		return
+	}
+	now := l.clock().UnixMilli()
+	b := l.board(key)
+	for _, t := range v.walk(now, nil, r, nil).ahead {
+		if !t.task || t.started > now-StartTimeout.Milliseconds() || !b.mayStart(t.id, time.Now()) {
+			continue
+		}
+		if mark, ok := l.markStart(ctx, key, t, now); ok {
+			l.onStart(ctx, TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: mark})
+		}
+	}
+}
+
+// markStart writes now as ticket t's start, on condition that it is still
+// in the queue, numbered as seen, and that no start younger than
+// StartTimeout is there: true when it landed.
+func (l *Limiter) markStart(ctx context.Context, key string, t *ticket, now int64) (int64, bool) {
+	u := newUpdate()
+	tp := u.path(TicketsAttr, t.id)
+	sp := tp + "." + u.path(ticketStarted)
+	u.set(sp, u.num(now))
+	u.cond(u.path(TasksAttr, t.id)+" = "+u.num(t.n),
+		"(attribute_not_exists("+sp+") OR "+sp+" <= "+u.num(now-StartTimeout.Milliseconds())+")")
+	u.ttl(t.deadline)
+	_, err := l.write(ctx, key, u, nil)
+	return now, err == nil
+}
+
+// clearStart takes back start mark of ticket t, if it is still there.
+func (l *Limiter) clearStart(ctx context.Context, key string, t *ticket, mark int64) {
+	if mark == 0 || t.started != mark {
+		return
+	}
+	u := newUpdate()
+	sp := u.path(TicketsAttr, t.id) + "." + u.path(ticketStarted)
+	u.remove(sp)
+	u.cond(sp + " = " + u.num(mark))
+	u.ttl(t.deadline)
+	_, _ = l.write(ctx, key, u, nil)
+	l.board(key).started(t.id, time.Time{})
+}
