@@ -1,0 +1,117 @@
+package lease
+
+// Scenes from an adversarial review of the protocol: each breaks a promise
+// of doc.go (or of the issue it answers) on the current code, built by hand
+// against the in-memory store in fake time, or against dynalite.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Invariant 6 and "Whose turn" (doc.go): places go in turn, and a waiter
+// that is live is presumed gone only when it leaves its turn untaken for
+// ClaimWindow — which its look schedule is meant to rule out ("so that,
+// its turn come, it takes its place well within ClaimWindow", nextLook).
+// But a waiter far back looks only every rank/Places × MaxLook (up to
+// MaxLookFar, 8 s): when the callers before it leave at once (they give
+// up, or one tenant queues callers and cancels them), its turn comes just
+// after a look and it does not look again for up to 8 s. A caller that
+// arrives later — here of the tenant whose callers left — sees the turn
+// come, presumes the live waiter gone after ClaimWindow (3 s), takes the
+// place and removes its ticket; the live waiter finds its ticket gone and
+// joins again at the back.
+//
+// Calls on the key last 2 s (call_ms), cap 1. H holds the place; eight
+// callers of A queue, then W of B. W looks at 8 s (rank 8: its next look
+// is 8 s later). At 8.5 s A's callers give up and H's call ends: W is
+// first for the free place. X of A arrives at 9 s. W must get the place
+// before X.
+func TestFarWaiterIsNotPresumedGoneByALaterCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		r := func(who string) Request {
+			return Request{Key: "srv", Cap: 1, MaxQueued: 16, Hold: 30 * time.Second, Wait: time.Minute, Holder: who}
+		}
+		h, err := New(db, rgTable, Options{InstanceID: "h"}).Acquire(ctx, r("H"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rgSetNumber(t, db, rgTable, "srv", CallAttr, 2000) // calls here last 2 s
+		var cancels []context.CancelFunc
+		var wg sync.WaitGroup
+		for i := range 8 {
+			actx, cancel := context.WithCancel(ctx)
+			cancels = append(cancels, cancel)
+			l := New(db, rgTable, Options{InstanceID: fmt.Sprintf("a%d", i)})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if ls, err := l.Acquire(actx, r("A")); err == nil {
+					_, _ = ls.Finish(ctx, Success)
+				}
+			}()
+			synctest.Wait()
+		}
+		type result struct {
+			ls *Lease
+			at time.Time
+		}
+		start := time.Now()
+		gotW := make(chan result, 1)
+		go func() {
+			ls, err := New(db, rgTable, Options{InstanceID: "w"}).Acquire(ctx, r("B"))
+			if err != nil {
+				t.Errorf("W: %v", err)
+			}
+			gotW <- result{ls, time.Now()}
+		}()
+		synctest.Wait()
+		time.Sleep(8500 * time.Millisecond)
+		for _, cancel := range cancels {
+			cancel()
+		}
+		wg.Wait()
+		if _, err := h.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+		freed := time.Now()
+		time.Sleep(500 * time.Millisecond)
+		gotX := make(chan result, 1)
+		go func() {
+			ls, err := New(db, rgTable, Options{InstanceID: "x"}).Acquire(ctx, r("A"))
+			if err != nil {
+				t.Errorf("X: %v", err)
+			}
+			gotX <- result{ls, time.Now()}
+		}()
+		var w, x result
+		select {
+		case w = <-gotW:
+			if w.ls != nil {
+				_, _ = w.ls.Finish(ctx, Success)
+			}
+			x = <-gotX
+		case x = <-gotX:
+			t.Errorf("X (of A, arrived %v after W joined) took the place that freed at %v, %v after it freed, while W (of B, live, "+
+				"first in the queue) waited: W was presumed gone after ClaimWindow, its next look up to %v away at its rank",
+				freed.Add(500*time.Millisecond).Sub(start), freed.Sub(start), x.at.Sub(freed), MaxLookFar)
+			if x.ls != nil {
+				_, _ = x.ls.Finish(ctx, Success)
+			}
+			w = <-gotW
+			t.Logf("W got its place %v after it freed, after X's call", w.at.Sub(freed))
+		}
+		if w.ls != nil {
+			_, _ = w.ls.Finish(ctx, Success)
+		}
+		if x.ls != nil {
+			_, _ = x.ls.Finish(ctx, Success)
+		}
+	})
+}
