@@ -115,3 +115,51 @@ func TestFarWaiterIsNotPresumedGoneByALaterCaller(t *testing.T) {
 		}
 	})
 }
+
+// Isolation (issue 30: "no principal's own calls change what another
+// principal gets, unless two or more principals show the same signal") and
+// invariant 12. A tool's latency baseline is one number for every
+// principal, moved by any quiet success: one tenant's quick calls (a
+// tool's error answered at once is a success) drag it down to their own
+// latency, and then every other principal's calls, as fast as they ever
+// were, are "slower than Tolerance × the baseline" while the running mean
+// is too: down evidence of two principals, and the limit halves for
+// everyone, round after round. Here B's calls of tool t take 500 ms and
+// set its baseline; A then makes 40 calls of 5 ms, one at a time; B and C
+// each make one call of 500 ms, as before. The limit must stay at 8: no
+// call was slower than the calls of the tool had been.
+func TestOneTenantsQuickCallsDoNotMakeOthersSlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		ad := &Adaptive{Min: 1}
+		const limit = 8
+		rgSetNumber(t, db, rgTable, "srv", rgLimit, limit)
+		l := New(db, rgTable, Options{InstanceID: "g"})
+		call := func(who string, took time.Duration) {
+			t.Helper()
+			ls, err := l.Acquire(ctx, Request{Key: "srv", Cap: limit, Adaptive: ad, Tool: "t", Hold: 30 * time.Second, Holder: who})
+			if err != nil {
+				t.Fatalf("%s's call: %v", who, err)
+			}
+			time.Sleep(took)
+			if _, err := ls.Finish(ctx, Success); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 3 {
+			call("B", 500*time.Millisecond)
+		}
+		base, _ := rgNumber(rgItem(t, db, rgTable, "srv"), BaseAttrPrefix+"t")
+		for range 40 {
+			call("A", 5*time.Millisecond)
+		}
+		poisoned, _ := rgNumber(rgItem(t, db, rgTable, "srv"), BaseAttrPrefix+"t")
+		call("B", 500*time.Millisecond)
+		call("C", 500*time.Millisecond)
+		if got, _ := rgNumber(rgItem(t, db, rgTable, "srv"), rgLimit); got != limit {
+			t.Errorf("B's and C's calls of 500 ms, as the tool's calls always took (baseline %d ms), after A's 40 quick calls (baseline then %d ms): limit %d → %d; want it left at %d",
+				base, poisoned, limit, got, limit)
+		}
+	})
+}
