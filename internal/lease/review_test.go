@@ -163,3 +163,58 @@ func TestOneTenantsQuickCallsDoNotMakeOthersSlow(t *testing.T) {
 		}
 	})
 }
+
+// Invariant 14 (doc.go): the item's size grows with the callers holding
+// and waiting only; a gate entry that is open again and saw no failure
+// for IdleGate is stale. But a principal's breaker entry that closed
+// (Threshold failures) and was never probed again — its principal simply
+// stopped calling — stays half-open (u in the past, no probe) forever:
+// staleEntries counts only entries never closed. Every principal that ever
+// tripped its own breaker on a key leaves an entry behind, and the item of
+// a key with many principals over its lifetime grows towards DynamoDB's
+// 400 KB, where every write of the key fails. Here 40 principals each
+// fail one call (threshold 1; one at a time, a recovery apart, so the
+// breaker never closes for everyone) and go away; another principal calls
+// on for twice IdleGate. The item must shrink back to about the size it
+// had after one principal's failure.
+func TestBreakerEntriesOfPrincipalsGoneDoNotPileUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		br := &Breaker{Name: "t", Threshold: 1, Recovery: time.Second}
+		l := New(db, rgTable, Options{InstanceID: "g"})
+		call := func(who string, o Outcome) {
+			t.Helper()
+			ls, err := l.Acquire(ctx, rgBreakerCall(br, who))
+			if err != nil {
+				t.Fatalf("%s's call: %v", who, err)
+			}
+			if _, err := ls.Finish(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const gone = 40
+		size := 0
+		for i := range gone {
+			call(fmt.Sprintf("P%02d", i), Failure)
+			time.Sleep(br.Recovery + 100*time.Millisecond)
+			if i == 0 {
+				size = rgItemSize(rgItem(t, db, rgTable, "srv"))
+			}
+		}
+		for range 2 * int(IdleGate/time.Second) {
+			call("Z", Success)
+			time.Sleep(time.Second)
+		}
+		item := rgItem(t, db, rgTable, "srv")
+		g := parseItem(item).gates[BreakerAttr("t")]
+		n := 0
+		if g != nil {
+			n = len(g.entries)
+		}
+		if after := rgItemSize(item); after > size+64 {
+			t.Errorf("after %d principals each tripped the breaker once and went away, %v of another's calls later the item is %d bytes (%d entries in breaker:t); "+
+				"after the first it was %d: it grows with every principal that ever failed", gone, 2*IdleGate, after, n, size)
+		}
+	})
+}
