@@ -6,6 +6,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -215,6 +216,85 @@ func TestBreakerEntriesOfPrincipalsGoneDoNotPileUp(t *testing.T) {
 		if after := rgItemSize(item); after > size+64 {
 			t.Errorf("after %d principals each tripped the breaker once and went away, %v of another's calls later the item is %d bytes (%d entries in breaker:t); "+
 				"after the first it was %d: it grows with every principal that ever failed", gone, 2*IdleGate, after, n, size)
+		}
+	})
+}
+
+// "Whose turn" and "Buckets" (doc.go): a ticket carries its tool's rate so
+// that any caller can tell which buckets a waiter needs a token from, and
+// a newcomer counts as the newest ticket: a waiter held back only by an
+// empty bucket gets the bucket's next token before callers that came
+// after it. But a call that takes no place (a bucket is all it asks for:
+// an uncapped tool, or a request relayed to the server, on a server whose
+// caps are a tool's) only charges, in a write conditioned on the bucket
+// alone: it takes the token a waiter needs, whoever waits. Here tool heavy
+// has a cap of 1 and the server a bucket of 2 a minute. W (of A) waits for
+// heavy, then B takes the bucket's last token; when heavy's place frees the bucket is empty. B calls tool light
+// (no cap: charge only) whenever its refusal's Retry-After says a token
+// has come. W, which was waiting before each of B's calls, must get a
+// token before B does; B takes every one, and W times out.
+func TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		rate := []Rate{{Name: "server", PerMinute: 2}}
+		heavy := func(who string) Request {
+			return Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 4, Wait: 2 * time.Minute, Hold: 30 * time.Second, Holder: who, Rates: rate}
+		}
+		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Holder: "B", Rates: rate}
+		h, err := New(db, rgTable, Options{InstanceID: "h"}).Acquire(ctx, heavy("A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ls  *Lease
+			err error
+			at  time.Time
+		}
+		gotW := make(chan result, 1)
+		go func() {
+			ls, err := New(db, rgTable, Options{InstanceID: "w"}).Acquire(ctx, heavy("A"))
+			gotW <- result{ls, err, time.Now()}
+		}()
+		synctest.Wait()
+		lb := New(db, rgTable, Options{InstanceID: "b"})
+		if _, err := lb.Acquire(ctx, light); err != nil { // the bucket's last token
+			t.Fatal(err)
+		}
+		start := time.Now()
+		time.Sleep(time.Second)
+		if _, err := h.Finish(ctx, Success); err != nil { // heavy's place frees; the bucket is empty
+			t.Fatal(err)
+		}
+		var bAdmitted []time.Duration
+		for {
+			select {
+			case w := <-gotW:
+				if w.err != nil {
+					t.Errorf("W, waiting for heavy since before B's calls, got no place: %v; meanwhile B's calls of light took every token, at %v",
+						w.err, bAdmitted)
+				} else {
+					if len(bAdmitted) > 0 {
+						t.Errorf("W, waiting since before, got its token at %v; B's later calls took the tokens at %v first", w.at.Sub(start), bAdmitted)
+					}
+					_, _ = w.ls.Finish(ctx, Success)
+				}
+				return
+			default:
+			}
+			_, err := lb.Acquire(ctx, light)
+			var rl *RateLimitedError
+			switch {
+			case err == nil:
+				bAdmitted = append(bAdmitted, time.Since(start))
+			case errors.As(err, &rl):
+				time.Sleep(rl.RetryAfter)
+				continue
+			default:
+				t.Fatalf("B's call: %v", err)
+			}
+			synctest.Wait()
 		}
 	})
 }
