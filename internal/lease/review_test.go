@@ -298,3 +298,84 @@ func TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket(t *testing.T) {
 		}
 	})
 }
+
+// Isolation (issue 30: no principal's probes change what another gets)
+// and invariant 10 ("one probe at a time per entry; an abandoned call
+// leaves a gate as it was"). An abandoned probe only gives up being the
+// probe, at no cost to its principal: the breaker, open for everyone
+// after A's and B's failures, is half-open after Recovery, and A takes
+// its probe, has the call end without a verdict (the upstream refused its
+// arguments, or its caller went away: Abandoned), and takes the probe
+// again at once — while everyone else's calls are refused outright, told
+// to come back when A's probe lease would end. The upstream is well
+// again: C's call would succeed and close the breaker. C, trying whenever
+// its refusal says, must get through within a few recovery periods; A's
+// abandoned probes keep it out for as long as A goes on.
+func TestAbandonedProbesDoNotHoldTheBreakerForOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		br := &Breaker{Name: "t", Threshold: 1, Recovery: 10 * time.Second}
+		la := New(db, rgTable, Options{InstanceID: "a"})
+		lb := New(db, rgTable, Options{InstanceID: "b"})
+		lc := New(db, rgTable, Options{InstanceID: "c"})
+		for _, p := range []struct {
+			l   *Limiter
+			who string
+		}{{la, "A"}, {lb, "B"}} {
+			ls, err := p.l.Acquire(ctx, rgBreakerCall(br, p.who))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ls.Finish(ctx, Failure); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(br.Recovery + 10*time.Millisecond) // half-open for everyone
+		// A: a call every 100 ms, each abandoned; its next call as soon as
+		// the last ended.
+		var wg sync.WaitGroup
+		probes := 0
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				ls, err := la.Acquire(ctx, rgBreakerCall(br, "A"))
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				if ls.Probe() {
+					probes++
+				}
+				time.Sleep(100 * time.Millisecond)
+				_, _ = ls.Finish(context.Background(), Abandoned)
+			}
+		})
+		start := time.Now()
+		const within = 3 * 10 * time.Second // three recovery periods
+		for time.Since(start) < 5*time.Minute {
+			ls, err := lc.Acquire(ctx, rgBreakerCall(br, "C"))
+			var open *CircuitOpenError
+			if errors.As(err, &open) {
+				time.Sleep(max(open.RetryAfter, 10*time.Millisecond))
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ls.Finish(ctx, Success); err != nil {
+				t.Fatal(err)
+			}
+			if waited := time.Since(start); waited > within {
+				t.Errorf("C got through %v after the breaker went half-open; want within %v", waited, within)
+			}
+			cancel()
+			wg.Wait()
+			return
+		}
+		cancel()
+		wg.Wait()
+		t.Errorf("C refused for %v after the breaker went half-open, the upstream well: A took the probe %d times, abandoning each, and held it for everyone",
+			5*time.Minute, probes)
+	})
+}
