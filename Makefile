@@ -109,6 +109,13 @@ soak: $(NODE_TEST)
 	MCPGATE_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' -v ./functions/gateway
 	LEASE_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run '^TestFaultSimulation$$' ./internal/lease
 
+# Mutants (internal/lease/mutants_test.go): one-line changes that break a
+# promise of the lease protocol, each built in place with go test -overlay;
+# the fault simulation must fail every one within 3000 seeds.
+## plant each known bug in the lease protocol: the fault simulation must catch every one
+mutants:
+	LEASE_MUTANTS=1 $(GO) test -count=1 -timeout 20m -run '^TestMutantsFailTheSimulation$$' -v ./internal/lease
+
 # The limiter's benchmark (functions/gateway/bench_test.go): prints one
 # table and writes results/bench.json. `make test` runs a brief smoke of it.
 # BENCH_ONLY, comma-separated scenario names, runs only those (empty: all):

@@ -357,7 +357,7 @@ func (a *attempt) rateAttrs() []string {
 func (l *Limiter) purgeAll(ctx context.Context, key string, v *view) (*view, bool, error) {
 	u := newUpdate()
 	now := l.clock().UnixMilli()
-	u.purge(v, now, "")
+	u.purge(v, now, "", "")
 	if len(u.conds) == 0 {
 		return v, false, nil
 	}
@@ -392,7 +392,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.gateAttrs()...)...)...)
+	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.gateAttrs()...)...)...)
 	for _, r := range a.req.Rates {
 		tat := int64(0)
 		if v != nil {
@@ -583,7 +583,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	deadline := now + time.Until(a.waitEnd()).Milliseconds() + a.l.margin.Milliseconds()
 	wp := WaitingAttr(a.me.label)
 	u := newUpdate()
-	p := u.purge(v, now, id, wp)
+	p := u.purge(v, now, id, a.me.label, wp)
 	kind := kindAttr(a.task)
 	sp, qp, tp := u.path(SeqAttr), u.path(kind, id), u.path(TicketsAttr, id)
 	next := "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
@@ -883,12 +883,17 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 	}
 	for range maxEager {
 		now := l.clock().UnixMilli()
+		// Callers waiting whose turn comes before it, as a newcomer's,
+		// came first: it leaves them their buckets' tokens, as a take
+		// does, conditioned on no more callers waiting than the view
+		// shows.
+		waiting := aheadIn(v, req, l.rulesFor(req, v), now)
 		if v != nil && own {
 			if err := refusal(v.gatesOf(req.Tool, ""), req.Holder, now, v.hold); err != nil {
 				l.stats.refused(err)
 				return nil, err
 			}
-			if err := rateLimited(v, req.Rates, now); err != nil {
+			if err := rateLimitedKeeping(v, req.Rates, now, waiting); err != nil {
 				l.stats.rateLimited.Add(1)
 				return nil, err
 			}
@@ -896,12 +901,18 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		u := newUpdate()
 		u.once = true
 		u.admit(gates, req.Holder, "", 0, now, nil, v)
+		qp := u.path(QueueAttr)
+		if v == nil || len(v.queue) == 0 {
+			u.cond("(attribute_not_exists(" + qp + ") OR size(" + qp + ") = " + u.num(0) + ")")
+		} else {
+			u.cond("size(" + qp + ") <= " + u.num(int64(len(v.queue))))
+		}
 		for _, r := range req.Rates {
 			tat := int64(0)
 			if v != nil {
 				tat = v.rates[RateAttr(r.Name)]
 			}
-			u.charge(r, tat, now, 0)
+			u.charge(r, tat, now, waiting[r.Name])
 		}
 		u.ttl(now + 60_000)
 		nv, err := l.write(ctx, req.Key, u, nil)
@@ -917,4 +928,20 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		v, own = nv, true
 	}
 	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
+}
+
+// aheadIn counts, for each bucket, the callers waiting in v whose turn
+// comes before a newcomer's making req at now and who take a token from it.
+func aheadIn(v *view, req Request, r rules, now int64) map[string]int {
+	n := map[string]int{}
+	if v == nil {
+		return n
+	}
+	me := &asker{id: "", label: req.Holder, tool: req.Tool, rates: req.Rates}
+	for _, t := range v.walk(now, me, r, nil).ahead {
+		for _, b := range r.buckets(t) {
+			n[b.Name]++
+		}
+	}
+	return n
 }

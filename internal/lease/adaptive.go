@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -21,13 +22,16 @@ import (
 //     current round is evidence, each move conditioned on the round: a
 //     burst of failures of calls already in flight moves the limit once,
 //     whatever the instances' clocks say.
-//   - Latency: each tool has a baseline, its calls' mean latency while few
-//     calls were in flight; every success moves a running mean of how much
-//     slower than their tools' baselines calls are (latency_ratio, over
-//     about 8 calls, so one slow call among quick ones is not a signal).
+//   - Latency: each principal has a baseline for each tool it calls, the
+//     mean latency of its calls of the tool while few calls were in
+//     flight — one principal's quick calls (an error answered at once, a
+//     small argument) make nobody else's usual calls look slow; every
+//     success moves a running mean of how much slower than their
+//     baselines calls are (latency_ratio, over about 8 calls, so one slow
+//     call among quick ones is not a signal).
 //   - Down evidence: a failure (timeout, unreachable, 5xx), a push-back
 //     (429, 503, a rate-limit error), or a success slower than Tolerance ×
-//     its tool's baseline while the running mean is too: a principal whose
+//     its baseline (its principal.s, of its tool) while the running mean is too: a principal whose
 //     own calls are slow (a tarpit argument) raises the mean, but the
 //     others' quick calls are no evidence. The first in a round is
 //     recorded (limit_sig, its principal's label); the limit comes down on
@@ -43,9 +47,13 @@ import (
 //     after eight times as many, so the knee is probed from below a
 //     quarter as often as it is found. A server that never fills its
 //     limit never sees it grow.
-//   - Baselines: each tool's mean latency while few calls were in flight
-//     (at most half the limit, when granted and as it ended), moved by an
-//     eighth of the difference; kept for at most MaxBaselines tools.
+//   - Baselines: a principal's mean latency of a tool's calls while few
+//     calls were in flight (at most half the limit, when granted and as
+//     it ended), moved by an eighth of the difference; a principal's first
+//     is the median of the tool's others (its own first call's latency
+//     when there are none); at most MaxBaselines in the item: a new one
+//     takes the place of one of a principal holding no lease and no
+//     ticket, or is not kept.
 //     Sustained overload, which keeps the limit full, never moves them.
 //
 // Nothing probes by shedding traffic: the limit only moves with calls
@@ -73,7 +81,8 @@ const (
 	// why: for people; the protocol never reads them.
 	LimitAtAttr  = "limit_at"
 	LimitWhyAttr = "limit_why"
-	// BaseAttrPrefix prefixes a tool's latency baseline in ms: "base:<tool>".
+	// BaseAttrPrefix prefixes a principal's latency baseline of a tool in
+	// ms: "base:<label>/<tool>" (a label has no "/").
 	BaseAttrPrefix = "base:"
 	// RatioAttr is how much slower than their tools' baselines calls have
 	// lately been, in thousandths: a running mean over about 8 calls.
@@ -84,8 +93,8 @@ const (
 // is down evidence.
 const Tolerance = 1.5
 
-// MaxBaselines bounds the tools with a latency baseline in one item; the
-// calls of others are evidence by their outcomes only.
+// MaxBaselines bounds the latency baselines (a principal's, of a tool) in
+// one item; calls without one are evidence by their outcomes only.
 const MaxBaselines = 32
 
 // limitState is the adaptive limit as a view shows it.
@@ -196,7 +205,8 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 		return true
 	}
 	ms := took.Milliseconds()
-	base, known := v.bases[ls.toolName]
+	baseKey := ls.label + "/" + ls.toolName
+	base, known := v.bases[baseKey]
 	ratio := v.ratio
 	if ratio <= 0 {
 		ratio = 1000
@@ -216,11 +226,20 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 	}
 	if o == Success && ms > 0 {
 		quiet := int64(max(ls.InFlight, v.liveLeases(now))) <= max(1, lim/2)
+		first := ms
+		if others := v.basesOf(ls.toolName); len(others) > 0 {
+			first = others[len(others)/2] // the tool's baseline among the others
+		}
 		switch {
 		case !known && len(v.bases) < MaxBaselines:
-			u.set(u.path(BaseAttrPrefix+ls.toolName), u.num(ms))
-		case known && quiet:
-			u.set(u.path(BaseAttrPrefix+ls.toolName), u.num(max(base+(ms-base)/8, 1)))
+			u.set(u.path(BaseAttrPrefix+baseKey), u.num(first))
+		case !known:
+			if gone := v.idleBase(now); gone != "" {
+				u.remove(u.path(BaseAttrPrefix + gone))
+				u.set(u.path(BaseAttrPrefix+baseKey), u.num(first))
+			}
+		case quiet:
+			u.set(u.path(BaseAttrPrefix+baseKey), u.num(max(base+(ms-base)/8, 1)))
 		}
 	}
 	if ratio != max(v.ratio, 0) && !(v.ratio == 0 && ratio == 1000) {
@@ -274,6 +293,31 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 	u.cond(round())
 	u.count(u.path(LimitOKAttr), 1)
 	return false
+}
+
+// basesOf are the baselines of tool's calls v shows, of every principal,
+// in order.
+func (v *view) basesOf(tool string) []int64 {
+	var out []int64
+	for k, ms := range v.bases {
+		if _, t, _ := strings.Cut(k, "/"); t == tool {
+			out = append(out, ms)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// idleBase is a baseline whose principal holds no live lease and has no
+// ticket as v shows it, the first in order ("": none).
+func (v *view) idleBase(now int64) string {
+	for _, k := range slices.Sorted(maps.Keys(v.bases)) {
+		label, _, _ := strings.Cut(k, "/")
+		if v.liveIn(now, v.sets[PrincipalAttr(label)]) == 0 && len(v.sets[WaitingAttr(label)]) == 0 {
+			return k
+		}
+	}
+	return ""
 }
 
 // alone reports whether every lease and ticket v shows (lapsed or not) is

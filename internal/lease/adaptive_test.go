@@ -285,7 +285,7 @@ func TestBaselineDoesNotDriftUnderLoad(t *testing.T) {
 				}
 			}
 		}
-		if got := itemLimit(t, db, "srv").bases["t"]; got != 100 {
+		if got := itemLimit(t, db, "srv").bases["p/t"]; got != 100 {
 			t.Errorf("the baseline moved to %d ms under load; want it kept at 100", got)
 		}
 	})

@@ -27,7 +27,7 @@
 //	hold               N   an operator's hold: no place is taken before it (Unix ms)
 //	rate:<name>        N   a request-rate bucket's theoretical arrival time (see Rate)
 //	limit, limit_*     an adaptive limit, its round and its evidence; latency_ratio,
-//	                       base:<tool> the calls' latency (see Adaptive)
+//	                       base:<label>/<tool> a principal's calls' latency (see Adaptive)
 //	ttl                N   Unix seconds: a day after the latest expiry or deadline a write sets
 //	                       (after its writer's now, for one that sets none); lets DynamoDB
 //	                       delete an item nobody writes
@@ -149,8 +149,11 @@
 // every rank/Places × MaxLook, at most MaxLookFar, behind more; a look
 // that finds its place late waits half as long again as the last (up to
 // MaxLook, jittered upwards). A waiter's reads per second are so bounded
-// by its rank, and their sum over the queue grows with the logarithm of
-// its length.
+// by its rank: the queue's sum grows with the logarithm of its length
+// over its first 2 × Places, and by one read every MaxLookFar per waiter
+// behind them. MaxLookFar is well within ClaimWindow, so a live waiter
+// whose turn comes while it sleeps (the callers before it all left at
+// once) looks and takes its place before anyone may presume it gone.
 //
 // # Buckets
 //
@@ -168,7 +171,9 @@
 // just changed, so concurrent callers of a partly drained bucket do not
 // fail each other. A lease released Unused gives its tokens back. A call
 // that takes no place and has no gate (a bucket is all it asks for) holds
-// no lease: its take only charges; it is sent once and never again after
+// no lease: its take only charges, leaving the tokens of the callers
+// whose turn comes before a newcomer's (and conditioned on no more
+// callers waiting than its view shows); it is sent once and never again after
 // an outcome that was unknown, as nothing would tell its resend from
 // another call's (a token may be lost to a store error, never counted
 // twice); its refund likewise.
@@ -177,9 +182,10 @@
 //
 // A gate closes a scope — a tool (breaker:<tool>), the upstream's server or
 // one tool (pause, pause:<tool>) — for one principal or for everyone. It
-// is a map: "*" → {u: closed until, p: probe lease, e: probe expiry} for
-// everyone, and <label> → {u, p, e, f: consecutive failures, t: last
-// failure} for one principal. A caller passes a gate when neither entry
+// is a map: "*" → {u: closed until, p: probe lease, e: probe expiry, a:
+// the principal whose probe ended without a verdict, w: until when it may
+// not probe} for everyone, and <label> → {u, p, e, a, w, f: consecutive
+// failures, t: last failure} for one principal. A caller passes a gate when neither entry
 // that applies to it is closed (u in the future) or half-open with a live
 // probe; when one is half-open (u passed, a breaker with no live probe),
 // its take names it the probe (p, e: its lease's expiry), on condition
@@ -196,7 +202,11 @@
 //     probed; its failure closes its principal's entry again, and "*" only
 //     while another principal's entry is closed — so one tenant whose own
 //     calls fail cannot hold the breaker closed for the others, and a key
-//     alone on a server still has one probe at a time.
+//     alone on a server still has one probe at a time. A probe that ends
+//     without a verdict (abandoned, unused, pushed back) leaves its entry
+//     half-open, and its principal may not be that entry's probe again
+//     for Recovery (a, w): one principal's abandoned probes cannot keep
+//     the others out.
 //   - Pause: a release whose upstream asked for a pause (a 429 or 503 with
 //     Retry-After, at most the request's MaxPause) closes its principal's
 //     entry until then, never shortening a later one; "*" closes when
@@ -205,7 +215,9 @@
 //     or passes; calls in flight go on, and waiters wait.
 //
 // An entry that is open again and has seen no failure for IdleGate is
-// stale.
+// stale; so is a principal's entry half-open for IdleGate with no probe
+// (its principal stopped calling): its principal's next call counts its
+// failures from none.
 //
 // # Adaptive limit
 //
@@ -215,8 +227,9 @@
 // granted in the current round moves it, conditioned on the round — so a
 // burst of failures of calls already in flight moves it once, whatever the
 // clocks say. A call's release is evidence: down for a failure, a
-// push-back, or a call slower than Tolerance × its tool's baseline while
-// the running mean of such ratios (latency_ratio) is too; up for a
+// push-back, or a call slower than Tolerance × its principal's baseline
+// of its tool while the running mean of such ratios (latency_ratio) is
+// too; up for a
 // success within it while the limit was binding (the calls in flight had
 // reached it when the call was granted). Down evidence of one principal
 // is recorded (limit_sig); the limit comes down (by half for failures and
@@ -298,8 +311,10 @@
 //     TestOneTenantCannotFillTheQueue, TestTasksHaveQueuePlacesOfTheirOwn).
 //  8. A free place goes to a live waiter within D × ClaimWindow of the
 //     look that found it free (a look every MaxLook at rank under Places,
-//     at most MaxLookFar behind), D the dead waiters before it
-//     (TestDeadWaitersDelayALiveOneByAClaimWindowEach).
+//     at most MaxLookFar behind), D the dead waiters before it; a live
+//     waiter is never presumed gone, however far back it joined
+//     (TestDeadWaitersDelayALiveOneByAClaimWindowEach,
+//     TestFarWaiterIsNotPresumedGoneByALaterCaller).
 //  9. A release is idempotent and knows its own retry: a second or copied
 //     release frees nothing and counts its outcome once; a retried release
 //     whose earlier attempt landed reports success only while no other
@@ -310,18 +325,23 @@
 //     an abandoned call leaves a gate as it was
 //     (TestOnePrincipalCannotOpenTheBreakerForOthers,
 //     TestOneTenantsProbeCannotHoldTheBreakerOpen,
+//     TestAbandonedProbesDoNotHoldTheBreakerForOthers,
 //     TestBreakerOpenForOnePrincipalHasAProbe,
 //     TestOnePrincipalsRetryAfterPausesItAlone).
 //  11. A bucket admits no more than it gives, at the moment of admission
 //     to the upstream: in any stretch of time, at most PerMinute calls plus
 //     one an interval, less the tokens given back, give or take one token
 //     for clocks skewed by less than an interval
-//     (TestRateLimitAdmitsItsBurstExactly, TestWaitersPayWhenAdmitted).
+//     (TestRateLimitAdmitsItsBurstExactly, TestWaitersPayWhenAdmitted);
+//     a call that only charges leaves a waiter's token to it
+//     (TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket).
 //  12. An adaptive limit stays within [Min, Cap], a take leaves at most the
 //     limit it was conditioned on, it moves at most once a round, and one
 //     principal's evidence alone moves it down only while no other
-//     principal holds or waits (TestABurstOfFailuresHalvesTheLimitOnce,
-//     TestOnePrincipalsFailuresDoNotLowerTheLimitForOthers).
+//     principal holds or waits, and one principal's latencies never make
+//     another's calls slow (TestABurstOfFailuresHalvesTheLimitOnce,
+//     TestOnePrincipalsFailuresDoNotLowerTheLimitForOthers,
+//     TestOneTenantsQuickCallsDoNotMakeOthersSlow).
 //  13. No place is taken while a gate refuses the caller or the hold
 //     stands, and a pause is never shortened (TestPauseHoldsEveryCaller,
 //     TestShorterPauseDoesNotShortenALongerOne).
@@ -329,7 +349,7 @@
 //     while nothing changes; a waiter's reads per second are bounded by its
 //     rank; the item's size grows with the callers holding and waiting
 //     only (TestEveryWriteRefreshesTTL, TestWaitersCostNoRenewals,
-//     TestLateWaitersBackOff).
+//     TestLateWaitersBackOff, TestBreakerEntriesOfPrincipalsGoneDoNotPileUp).
 //  15. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot
 //     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).

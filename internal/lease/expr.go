@@ -140,8 +140,10 @@ type purged struct {
 // principals, idle gate entries, stray set members — each only if it
 // still holds the value seen. Entries in any of the sets in keep are left
 // for another write (a write cannot both add to and delete from one set),
-// as are the entries of id, which the write handles itself.
-func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
+// as are the entries of id, which the write handles itself; of a gate in
+// keep, only the entries the write may set itself are left: self's (the
+// writer's principal) and everyone's.
+func (u *update) purge(v *view, now int64, id, self string, keep ...string) purged {
 	p := purged{sets: map[string]int{}}
 	if v == nil {
 		return p
@@ -225,7 +227,7 @@ func (u *update) purge(v *view, now int64, id string, keep ...string) purged {
 	}
 	entries, empty := v.staleEntries(now)
 	for _, e := range entries {
-		if n == maxPurge || slices.Contains(keep, e.attr) {
+		if n == maxPurge || slices.Contains(keep, e.attr) && (e.key == self || e.key == gateAll) {
 			continue
 		}
 		n++

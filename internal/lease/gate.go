@@ -36,6 +36,8 @@ const (
 	gateProbeExp = "e" // the probe's expiry
 	gateFails    = "f" // consecutive failures (a principal's breaker entry)
 	gateLast     = "t" // when the last failure was (Unix ms)
+	gateBarred   = "a" // the principal whose probe ended without a verdict
+	gateBarUntil = "w" // until when it may not be the entry's probe (Unix ms)
 )
 
 // IdleGate is how long a gate entry that is open and saw no failure stays
@@ -71,8 +73,14 @@ type gate struct {
 
 // gateEntry is one entry of a gate.
 type gateEntry struct {
-	until, probeExp, fails, last int64
-	probe                        string
+	until, probeExp, fails, last, barUntil int64
+	probe, barred                          string
+}
+
+// barredFor reports whether principal label may not be the entry's probe
+// at now: its last probe of the entry ended without a verdict.
+func (e gateEntry) barredFor(label string, now int64) bool {
+	return e.barred == label && e.barUntil > now
 }
 
 func parseGate(attr string, m *types.AttributeValueMemberM) *gate {
@@ -84,9 +92,12 @@ func parseGate(attr string, m *types.AttributeValueMemberM) *gate {
 			continue
 		}
 		e := gateEntry{until: numberOr(f.Value[gateUntil], 0), probeExp: numberOr(f.Value[gateProbeExp], 0),
-			fails: numberOr(f.Value[gateFails], 0), last: numberOr(f.Value[gateLast], 0)}
+			fails: numberOr(f.Value[gateFails], 0), last: numberOr(f.Value[gateLast], 0), barUntil: numberOr(f.Value[gateBarUntil], 0)}
 		if p, ok := f.Value[gateProbe].(*types.AttributeValueMemberS); ok {
 			e.probe = p.Value
+		}
+		if b, ok := f.Value[gateBarred].(*types.AttributeValueMemberS); ok {
+			e.barred = b.Value
 		}
 		g.entries[key] = e
 	}
@@ -146,7 +157,7 @@ func passes(gs []*gate, label string, now int64, probing map[gateRef]bool) (ok b
 				return false, nil
 			case g.breaker() && e.halfOpen(now):
 				ref := gateRef{g.attr, key}
-				if probing[ref] {
+				if probing[ref] || e.barredFor(label, now) {
 					return false, nil
 				}
 				probes = append(probes, ref)
@@ -202,6 +213,8 @@ func refusal(gs []*gate, label string, now, hold int64) error {
 				return &CircuitOpenError{Name: name, Principal: key != gateAll, RetryAfter: time.Duration(e.until-now) * time.Millisecond}
 			case e.probing(now):
 				return &CircuitOpenError{Name: name, HalfOpen: true, RetryAfter: max(time.Duration(e.probeExp-now)*time.Millisecond, 50*time.Millisecond)}
+			case e.halfOpen(now) && e.barredFor(label, now):
+				return &CircuitOpenError{Name: name, HalfOpen: true, Principal: true, RetryAfter: time.Duration(e.barUntil-now) * time.Millisecond}
 			}
 		}
 	}
@@ -234,7 +247,9 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 			switch {
 			case slices.Contains(probes, gateRef{attr, key}):
 				pp := ep + "." + u.path(gateProbe)
-				u.cond(up+" = "+u.num(g.entry(key).until), "(attribute_not_exists("+pp+") OR "+ep+"."+u.path(gateProbeExp)+" < "+u.num(now)+")")
+				bp := ep + "." + u.path(gateBarred)
+				u.cond(up+" = "+u.num(g.entry(key).until), "(attribute_not_exists("+pp+") OR "+ep+"."+u.path(gateProbeExp)+" < "+u.num(now)+")",
+					"(attribute_not_exists("+bp+") OR "+bp+" <> "+u.str(label)+" OR "+ep+"."+u.path(gateBarUntil)+" <= "+u.num(now)+")")
 				u.set(pp, u.str(id))
 				u.set(ep+"."+u.path(gateProbeExp), u.num(exp))
 			case strings.HasPrefix(attr, BreakerAttrPrefix):
@@ -357,11 +372,19 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 		case o == Failure && p.key == label:
 			u.set(ep, u.value(entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, "")))
 			tr = Reopened
-		default:
-			// An abandoned probe, or the everyone-entry's failed probe:
-			// half-open again, for another caller to probe (below, shut
-			// again only with another principal's entry shut).
+		case o == Failure:
+			// The everyone-entry's failed probe: half-open again, for
+			// another caller to probe (below, shut again only with another
+			// principal's entry shut).
 			u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp))
+		default:
+			// A probe that ended without a verdict: half-open again, and
+			// its principal may not be the probe for Recovery, so that
+			// one principal's abandoned probes cannot keep the others
+			// out.
+			u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp))
+			u.set(ep+"."+u.path(gateBarred), u.str(label))
+			u.set(ep+"."+u.path(gateBarUntil), u.num(reopen))
 		}
 	}
 	ownProbed := slices.Contains(probes, gateRef{attr, label})
@@ -491,7 +514,8 @@ func (v *view) staleEntries(now int64) (entries []gateRef, empty []string) {
 		for _, key := range slices.Sorted(maps.Keys(g.entries)) {
 			e := g.entries[key]
 			switch {
-			case g.breaker() && e.until == 0 && e.probe == "" && e.last+IdleGate.Milliseconds() < now,
+			case g.breaker() && e.probe == "" && e.last+IdleGate.Milliseconds() < now &&
+				(e.until == 0 || key != gateAll && e.until+IdleGate.Milliseconds() < now),
 				!g.breaker() && e.until <= now:
 				entries = append(entries, gateRef{attr, key})
 			}

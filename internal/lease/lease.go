@@ -110,8 +110,10 @@ const (
 	// free already.
 	overdueLook = 5 * time.Millisecond
 	// MaxLookFar is the longest a waiter far back in the queue goes
-	// without looking at the item.
-	MaxLookFar = 8 * time.Second
+	// without looking at the item: well within ClaimWindow, so that a
+	// waiter whose turn comes while it sleeps (the callers before it all
+	// left at once) takes its place before anyone may presume it gone.
+	MaxLookFar = 2 * time.Second
 )
 
 // maxPurge bounds the stale entries one write removes, keeping the
@@ -126,7 +128,8 @@ type Options struct {
 	// the call was cancelled, as long as clocks differ by less than Margin.
 	// Zero means DefaultMargin.
 	Margin time.Duration
-	// MaxLook is the longest a waiter goes without looking at the item.
+	// MaxLook is the longest a waiter goes without looking at the item
+	// (at most MaxLookFar).
 	// Zero means DefaultMaxLook.
 	MaxLook time.Duration
 	// Clock returns the wall-clock time written into and compared with
@@ -168,6 +171,7 @@ func New(db API, table string, opts Options) *Limiter {
 	if l.maxLook <= 0 {
 		l.maxLook = DefaultMaxLook
 	}
+	l.maxLook = min(l.maxLook, MaxLookFar)
 	if l.clock == nil {
 		l.clock = time.Now
 	}

@@ -244,7 +244,7 @@ func TestRenewedLeaseIsNotPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := newUpdate()
-	u.purge(stale, time.Now().UnixMilli(), "")
+	u.purge(stale, time.Now().UnixMilli(), "", "")
 	if _, err := l.write(context.Background(), "srv", u, nil); !errors.Is(err, errCondition) {
 		t.Fatalf("a purge of a renewed lease: %v; want its condition to fail", err)
 	}

@@ -115,9 +115,19 @@ func (e *RateLimitedError) Error() string {
 // rateLimited is the refusal of a call whose buckets, as v shows them at
 // now, lack a token; nil when each holds one.
 func rateLimited(v *view, rates []Rate, now int64) *RateLimitedError {
+	return rateLimitedKeeping(v, rates, now, nil)
+}
+
+// rateLimitedKeeping is rateLimited for a call that must leave keep[name]
+// tokens of a bucket to callers before it.
+func rateLimitedKeeping(v *view, rates []Rate, now int64, keep map[string]int) *RateLimitedError {
 	var worst *RateLimitedError
 	for _, r := range rates {
-		if w := r.wait(v.rates[RateAttr(r.Name)], now); w > 0 && (worst == nil || w > worst.RetryAfter) {
+		tat := v.rates[RateAttr(r.Name)]
+		if k := keep[r.Name]; k > 0 {
+			tat = max(tat, now) + int64(k)*r.interval()
+		}
+		if w := r.wait(tat, now); w > 0 && (worst == nil || w > worst.RetryAfter) {
 			worst = &RateLimitedError{Name: r.Name, PerMinute: r.PerMinute, RetryAfter: w}
 		}
 	}

@@ -193,10 +193,10 @@ func TestAdaptiveRiseSaysTheCallsItTook(t *testing.T) {
 		{cut: 0, ok: 7, want: "up 4→5: 8 calls at the limit"},
 		{cut: 5, ok: 31, want: "up 4→5: 32 calls at the limit"},
 	} {
-		ls := &Lease{adaptive: &Adaptive{Min: 1}, ceiling: 8, round: 3, InFlight: 4, toolName: "t"}
+		ls := &Lease{adaptive: &Adaptive{Min: 1}, ceiling: 8, round: 3, InFlight: 4, toolName: "t", label: "p"}
 		v := parseItem(nil)
 		v.limit, v.round, v.cut, v.ok = 4, 3, c.cut, c.ok
-		v.bases["t"] = 100
+		v.bases["p/t"] = 100
 		u := newUpdate()
 		if !ls.adapt(u, v, Success, 100*time.Millisecond, 3_000) {
 			t.Errorf("cut %d, %d calls at the limit before: the limit did not move", c.cut, c.ok)

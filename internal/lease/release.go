@@ -228,7 +228,7 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 		for _, p := range probes {
 			keep = append(keep, p.attr)
 		}
-		u.purge(v, ms, ls.id, keep...)
+		u.purge(v, ms, ls.id, ls.label, keep...)
 	}
 	if took > 0 {
 		// The running mean moves from the latest value this process saw,

@@ -71,7 +71,12 @@ type mTicket struct {
 type mEntry struct {
 	u, e, f, t int64 // closed until; probe expiry; failures; last failure (0: absent)
 	p          string
+	a          string // the principal whose probe ended without a verdict
+	w          int64  // until when it may not be the probe
 }
+
+// barred: principal p may not be the entry's probe at now.
+func (e mEntry) barred(p string, now int64) bool { return e.a == p && e.w > now }
 
 // mGate is one gate attribute: breaker:<tool>, pause or pause:<tool>.
 type mGate struct {
@@ -295,7 +300,7 @@ func (it *mItem) readGate(name string, v types.AttributeValue) {
 		var e mEntry
 		for f, fv := range em.Value {
 			switch f {
-			case "u", "e", "f", "t":
+			case "u", "e", "f", "t", "w":
 				n, ok := mInt(fv)
 				if !ok {
 					it.problem("%s.%s.%s is not a number", name, key, f)
@@ -307,15 +312,20 @@ func (it *mItem) readGate(name string, v types.AttributeValue) {
 					e.e = n
 				case "f":
 					e.f = n
+				case "w":
+					e.w = n
 				default:
 					e.t = n
 				}
-			case "p":
+			case "p", "a":
 				s, ok := fv.(*types.AttributeValueMemberS)
-				if !ok {
-					it.problem("%s.%s.p is not a string", name, key)
-				} else {
+				switch {
+				case !ok:
+					it.problem("%s.%s.%s is not a string", name, key, f)
+				case f == "p":
 					e.p = s.Value
+				default:
+					e.a = s.Value
 				}
 			default:
 				it.problem("%s.%s has a field %q the table does not name", name, key, f)
@@ -591,6 +601,9 @@ func (it *mItem) usable(k mKey, h *mHandout, c mCaller, now int64) (bool, string
 			}
 			if g.halfOpen(e, now) && h.probing[attr+"/"+key] {
 				return false, attr + "." + key + " half-open with its probe out"
+			}
+			if g.halfOpen(e, now) && !e.liveProbe(now) && e.barred(c.p, now) {
+				return false, attr + "." + key + " half-open, its probe not " + c.p + "'s for now"
 			}
 		}
 	}
@@ -1270,8 +1283,9 @@ func (w *mWrite) judgeGates(v *mVerdict) {
 			ea, hasA := ga.entries[key]
 			subj := attr + "." + key
 			if hadB && !hasA {
-				stale := !eb.liveProbe(now) && (eb.t == 0 || eb.t+modelIdleGate.Milliseconds() <= now) &&
-					(breaker && eb.u == 0 || !breaker && !eb.closed(now))
+				idle := modelIdleGate.Milliseconds()
+				stale := !eb.liveProbe(now) && (eb.t == 0 || eb.t+idle <= now) &&
+					(breaker && (eb.u == 0 || key != "*" && eb.u+idle <= now) || !breaker && !eb.closed(now))
 				probeOpened := releasing && outcome == Success && eb.p != "" && slices.Contains(v.released, eb.p)
 				reset := releasing && outcome == Success && attr == myBreaker && key == me.p && !eb.closed(now) && !eb.liveProbe(now) && eb.u == 0
 				if !stale && !probeOpened && !reset {
@@ -1321,6 +1335,8 @@ func (w *mWrite) judgeGates(v *mVerdict) {
 					v.fail("probe", subj, "%s named %s its probe in a write that is not that caller's take", subj, ea.p)
 				case !gb.halfOpen(eb, now) || eb.liveProbe(now):
 					v.fail("probe", subj, "%s named %s its probe while not half-open with no live probe (u %+d, p %q, e %+d)", subj, ea.p, eb.u-now, eb.p, eb.e-now)
+				case eb.barred(me.p, now):
+					v.fail("probe", subj, "%s named %s of %s its probe, whose probe of it ended without a verdict %d ms ago", subj, ea.p, me.p, eb.w-now)
 				case ea.e != a.leases[ea.p]:
 					v.fail("probe", subj, "%s's probe expiry %d is not its lease's %d", subj, ea.e, a.leases[ea.p])
 				}
@@ -1328,6 +1344,20 @@ func (w *mWrite) judgeGates(v *mVerdict) {
 				v.events = append(v.events, "probe elected")
 				if key != "*" {
 					v.events = append(v.events, "probe for one principal")
+				}
+			}
+			// A bar set only by the release of a probe of the entry that
+			// ended without a verdict, on its own principal, for at most
+			// Recovery.
+			if ea.a != "" && (ea.a != eb.a || ea.w != eb.w) {
+				switch {
+				case !breaker || eb.p == "" || !slices.Contains(v.released, eb.p) || releasing && (outcome == Success || outcome == Failure):
+					// (a leave removing its own probe lease, landed late, ends it without a verdict too)
+					v.fail("probe", subj, "%s barred %s in a write that is no release of its probe without a verdict", subj, ea.a)
+				case ea.a != me.p:
+					v.fail("probe", subj, "%s barred %s in a release of %s's probe", subj, ea.a, me.p)
+				case ea.w > now+br.Recovery.Milliseconds():
+					v.fail("probe", subj, "%s barred %s for %d ms; recovery %v", subj, ea.a, ea.w-now, br.Recovery)
 				}
 			}
 			if ea.p == "" && eb.p != "" {

@@ -597,7 +597,9 @@ func TestModelJudgesGates(t *testing.T) {
 			me:    me, mine: []string{"me"}, outcome: Overloaded, pause: 1500 * time.Millisecond},
 		{name: "an idle entry purged", k: k, before: mItemOf().entry("breaker:b", "pb", mEntry{f: 1, t: mNow - modelIdleGate.Milliseconds()}), after: mItemOf(), me: me},
 		{name: "an entry purged with a recent failure", k: k, before: mItemOf().entry("breaker:b", "pb", mEntry{f: 1, t: mNow - 1}), after: mItemOf(), me: me, want: []string{"gate"}},
-		{name: "a half-open entry purged", k: k, before: mItemOf().entry("breaker:b", "pb", mEntry{u: mNow - modelIdleGate.Milliseconds()}), after: mItemOf(), me: me, want: []string{"gate"}},
+		{name: "a half-open entry purged", k: k, before: mItemOf().entry("breaker:b", "pb", mEntry{u: mNow - modelIdleGate.Milliseconds() + 1}), after: mItemOf(), me: me, want: []string{"gate"}},
+		{name: "a principal's entry half-open and idle purged", k: k, before: mItemOf().entry("breaker:b", "pb", mEntry{u: mNow - modelIdleGate.Milliseconds()}), after: mItemOf(), me: me},
+		{name: "everyone's entry half-open and idle purged", k: k, before: mItemOf().entry("breaker:b", "*", mEntry{u: mNow - modelIdleGate.Milliseconds()}), after: mItemOf(), me: me, want: []string{"gate"}},
 		{name: "a pause that passed purged", k: k, before: mItemOf().entry("pause", "pb", mEntry{u: mNow}), after: mItemOf(), me: me},
 		{name: "a pause that stands purged", k: k, before: mItemOf().entry("pause", "pb", mEntry{u: mNow + 1}), after: mItemOf(), me: me, want: []string{"gate"}},
 	} {

@@ -58,7 +58,7 @@ type LimitStatus struct {
 	// Why is the last reason it moved, and At when (zero: never moved).
 	Why string    `json:"why,omitempty"`
 	At  time.Time `json:"at,omitzero"`
-	// Baselines are the tools' latency baselines.
+	// Baselines are the latency baselines, keyed "<principal label>/<tool>".
 	Baselines map[string]time.Duration `json:"baselines,omitempty"`
 }
 
