@@ -21,7 +21,7 @@
 //	mcpgate servers delete ID
 //	mcpgate servers set ID name=value [name=value...]
 //	mcpgate servers check ID [--timeout SECONDS]
-//	mcpgate keys create --servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL]
+//	mcpgate keys create --servers ID[,ID...|*] [--tools ID/GLOB,...] [--name LABEL] [--team TEAM]
 //	                    [--max-parallel N] [--rpm-limit N]
 //	mcpgate keys list
 //	mcpgate keys revoke HASH_OR_PREFIX

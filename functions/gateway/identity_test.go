@@ -102,8 +102,10 @@ func TestStatusShowsPrincipal(t *testing.T) {
 	for _, rec := range gw.Records(requestRecords, testkit.Match{"tool": "slow_tool"}) {
 		logged = testkit.Str(rec, "principal")
 	}
-	if !strings.HasPrefix(logged, "oauth:") || len(callers) != 1 || len(callers[0]) != len("o:")+8 ||
-		!strings.HasPrefix(logged, "oauth:"+strings.TrimPrefix(callers[0], "o:")) {
+	// The label keeps 16 hex characters of the principal's hash; the
+	// logged id, 12 of them.
+	if !strings.HasPrefix(logged, "oauth:") || len(callers) != 1 || len(callers[0]) != len("o:")+16 ||
+		!strings.HasPrefix(strings.TrimPrefix(callers[0], "o:"), strings.TrimPrefix(logged, "oauth:")) {
 		t.Errorf("status callers %q while the token's call held the slot; logged principal %q", callers, logged)
 	}
 }

@@ -339,7 +339,10 @@ func run(t *testing.T, tab context.Context, js string) {
 func act(t *testing.T, tab context.Context, sel string) string {
 	t.Helper()
 	q, _ := json.Marshal(sel)
-	run(t, tab, `document.querySelectorAll('#flash .flash').forEach(e => e.dataset.old = 1); document.querySelector(`+string(q)+`).click()`)
+	// The live region is swapped every second; a button swapped in a
+	// moment ago may not be wired by htmx yet (it wires new content as it
+	// settles): wire it first, so the click is htmx's request.
+	run(t, tab, `document.querySelectorAll('#flash .flash').forEach(e => e.dataset.old = 1); const el = document.querySelector(`+string(q)+`); htmx.process(el.closest('form') || el); el.click()`)
 	s, _ := waitFor(t, tab, "#flash .flash:not([data-old])", "answer to "+sel, func(s string) bool { return s != "" })
 	return s
 }

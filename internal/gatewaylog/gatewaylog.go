@@ -6,10 +6,10 @@
 package gatewaylog
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
