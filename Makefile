@@ -138,7 +138,8 @@ screenshots: $(NODE_TEST) chromium
 validate:
 	python3 infra/template/validate.py template.yaml
 
-## create the three tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point
+## create the tables where AWS_ENDPOINT_URL_DYNAMODB / AWS_REGION point (the tasks
+## table too when TASKS_TABLE is set)
 tables:
 	$(GO) run ./cmd/mcpgate tables create
 

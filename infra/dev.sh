@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the gateway locally: dynalite (a DynamoDB-compatible server), the three
-# tables, the demo upstream with a cap of 2, a dev key, and the gateway.
+# Runs the gateway locally: dynalite (a DynamoDB-compatible server), the four
+# tables (servers, leases, keys, tasks), the demo upstream with a cap of 2, a dev key, and the gateway.
 # Invoked by `make dev`; Ctrl-C stops everything and exits 0.
 #
 # Ports: DEV_STORE_PORT (8000), DEV_DEMO_PORT (9100), DEV_GATEWAY_ADDR
@@ -54,7 +54,7 @@ export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=local
 export AWS_SECRET_ACCESS_KEY=local
 export AWS_EC2_METADATA_DISABLED=true
-export SERVERS_TABLE=dev-servers LEASES_TABLE=dev-leases KEYS_TABLE=dev-keys
+export SERVERS_TABLE=dev-servers LEASES_TABLE=dev-leases KEYS_TABLE=dev-keys TASKS_TABLE=dev-tasks
 # The demo upstream (and any upstream a developer runs) is on this host.
 export ALLOW_LOCAL_UPSTREAMS=on
 
@@ -273,7 +273,7 @@ export MCPGATE_LOG=$state/logs/gateway.log
 export AWS_REGION=$AWS_REGION AWS_DEFAULT_REGION=$AWS_DEFAULT_REGION
 export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_EC2_METADATA_DISABLED=true
 export AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB
-export SERVERS_TABLE=$SERVERS_TABLE LEASES_TABLE=$LEASES_TABLE KEYS_TABLE=$KEYS_TABLE
+export SERVERS_TABLE=$SERVERS_TABLE LEASES_TABLE=$LEASES_TABLE KEYS_TABLE=$KEYS_TABLE TASKS_TABLE=$TASKS_TABLE
 export ALLOW_LOCAL_UPSTREAMS=on
 export PATH="$state/bin:\$PATH"
 ENV

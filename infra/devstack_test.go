@@ -42,6 +42,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/mcpgate/mcpgate/internal/demoupstream"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/testkit/missing"
@@ -107,7 +110,7 @@ func TestDevScript(t *testing.T) {
 
 	env := sourceEnv(t, filepath.Join(state, "env"))
 	for _, k := range []string{"MCPGATE_URL", "MCPGATE_KEY", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_DYNAMODB",
-		"SERVERS_TABLE", "LEASES_TABLE", "KEYS_TABLE"} {
+		"SERVERS_TABLE", "LEASES_TABLE", "KEYS_TABLE", "TASKS_TABLE"} {
 		if env[k] == "" {
 			t.Errorf("%s/env does not export %s", state, k)
 		}
@@ -146,6 +149,18 @@ func TestDevScript(t *testing.T) {
 		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != d.cmd.Process.Pid {
 			t.Errorf("%s at %s is served by pid %d (process group %d, %v), not by a process this dev.sh started (group %d)",
 				name, u, pid, pgid, err, d.cmd.Process.Pid)
+		}
+	}
+	// The store has the tasks table the env file names, and the gateway
+	// runs with it.
+	db := storetest.Client(t, env["AWS_ENDPOINT_URL_DYNAMODB"])
+	if _, err := db.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(env["TASKS_TABLE"])}); err != nil {
+		t.Errorf("the dev store has no tasks table %q: %v", env["TASKS_TABLE"], err)
+	}
+	if pid, err := listenerPID(portOf(t, url)); err == nil {
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil || !bytes.Contains(append([]byte{0}, environ...), []byte("\x00TASKS_TABLE="+env["TASKS_TABLE"]+"\x00")) {
+			t.Errorf("the gateway (pid %d) does not run with TASKS_TABLE=%s (%v)", pid, env["TASKS_TABLE"], err)
 		}
 	}
 	for _, o := range others {

@@ -4,10 +4,10 @@
 // gateway refused and why (from its log), and imports the mcp_servers of a
 // LiteLLM config.
 //
-// It reads the same environment as the gateway: SERVERS_TABLE, LEASES_TABLE
-// and KEYS_TABLE name the tables; AWS_REGION (or the profile's region),
-// AWS_ENDPOINT_URL_DYNAMODB (for a local endpoint) and the standard AWS
-// credentials reach them. With --stack NAME (before or after the command)
+// It reads the same environment as the gateway: SERVERS_TABLE, LEASES_TABLE,
+// KEYS_TABLE and (optional) TASKS_TABLE name the tables; AWS_REGION (or the
+// profile's region), AWS_ENDPOINT_URL_DYNAMODB (for a local endpoint) and the
+// standard AWS credentials reach them. With --stack NAME (before or after the command)
 // it reads the table names and the log group from the outputs of the
 // CloudFormation stack NAME instead; mcpgate env --stack NAME prints them as
 // shell exports.

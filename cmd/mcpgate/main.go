@@ -243,6 +243,7 @@ func (c *cli) help(args []string) int {
 
 const envHelp = `Environment:
   SERVERS_TABLE, LEASES_TABLE, KEYS_TABLE   the gateway's table names (required without --stack)
+  TASKS_TABLE                               the tasks table (optional; tables create makes it when set)
   AWS_REGION                                AWS region (else the profile's region)
   AWS_ENDPOINT_URL_DYNAMODB                 a local endpoint, e.g. http://127.0.0.1:8000
   AWS_PROFILE, AWS_ACCESS_KEY_ID, ...       credentials, as for any AWS SDK tool

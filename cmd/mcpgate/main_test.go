@@ -245,10 +245,13 @@ func TestAWSErrorText(t *testing.T) {
 func TestTablesCreate(t *testing.T) {
 	env := storetest.NewEnv(t)
 	r := mcpgate(t, env, "tables", "create").ok(t)
-	for _, table := range []string{env.Tables.Servers, env.Tables.Leases, env.Tables.Keys} {
+	for _, table := range []string{env.Tables.Servers, env.Tables.Leases, env.Tables.Keys, env.Tables.Tasks} {
 		if !strings.Contains(r.stdout, table+": already exists") {
 			t.Errorf("output does not say %s already exists:\n%s", table, r.stdout)
 		}
+	}
+	if strings.Contains(r.stdout, "no tasks table") {
+		t.Errorf("with TASKS_TABLE set, the output says there is no tasks table:\n%s", r.stdout)
 	}
 
 	v := vars(env)
@@ -258,17 +261,29 @@ func TestTablesCreate(t *testing.T) {
 	if !strings.Contains(r.stdout, fresh+": created\n") {
 		t.Errorf("output does not say %s was created:\n%s", fresh, r.stdout)
 	}
-	leasesLine := ""
-	for _, line := range strings.Split(r.stdout, "\n") {
-		if strings.HasPrefix(line, env.Tables.Leases+":") {
-			leasesLine = line
+	// The leases and tasks tables keep a TTL (the local store has no TTL
+	// API: the line says so); the others do not.
+	for _, table := range []string{env.Tables.Leases, env.Tables.Tasks, env.Tables.Keys} {
+		line := ""
+		for l := range strings.SplitSeq(r.stdout, "\n") {
+			if strings.HasPrefix(l, table+":") {
+				line = l
+			}
 		}
-	}
-	if !strings.Contains(leasesLine, "TTL") {
-		t.Errorf("leases line has no TTL note: %q", leasesLine)
+		if hasTTL := strings.Contains(line, "TTL"); hasTTL != (table != env.Tables.Keys) {
+			t.Errorf("%s's line: %q; want a TTL note only for the leases and tasks tables", table, line)
+		}
 	}
 	if got := len(scanAll(t, env, fresh)); got != 0 {
 		t.Errorf("fresh table has %d items", got)
+	}
+
+	// Without TASKS_TABLE there is no tasks table, and it says so.
+	delete(v, store.EnvTasksTable)
+	v[store.EnvServersTable] = env.Tables.Servers
+	r = runWith(t, v, "", "tables", "create").ok(t)
+	if !strings.Contains(r.stdout, "no tasks table: TASKS_TABLE is not set") || strings.Contains(r.stdout, env.Tables.Tasks) {
+		t.Errorf("without TASKS_TABLE:\n%s", r.stdout)
 	}
 	if r := mcpgate(t, env, "servers", "list").ok(t); !strings.Contains(r.stdout, "no servers") {
 		t.Errorf("servers list on an empty table:\n%s", r.stdout)

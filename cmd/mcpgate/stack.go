@@ -21,8 +21,8 @@ var envCmd = &command{
 	summary: "print the exports that point this shell at a deployed stack",
 	help: `
 Reads the outputs of the CloudFormation stack NAME (what sam deploy
-created from template.yaml) and prints shell exports for it: the three
-table names, the log group, the gateway's URL and the region. Load them
+created from template.yaml) and prints shell exports for it: the table
+names, the log group, the gateway's URL and the region. Load them
 into the shell with:
 
   eval "$(mcpgate env --stack NAME)"
@@ -45,9 +45,11 @@ Flags:
 
 // Stack outputs the CLI reads (template.yaml's Outputs).
 const (
-	outServers  = "ServersTableName"
-	outLeases   = "LeasesTableName"
-	outKeys     = "KeysTableName"
+	outServers = "ServersTableName"
+	outLeases  = "LeasesTableName"
+	outKeys    = "KeysTableName"
+	// outTasks is optional: stacks from before tasks have none.
+	outTasks    = "TasksTableName"
 	outLogGroup = "LogGroupName"
 	outURL      = "GatewayUrl"
 )
@@ -128,8 +130,9 @@ func describeStack(c *cli, cf stackAPI, name, region string) (*stackInfo, error)
 	return &stackInfo{
 		Name:   name,
 		Region: region,
-		Tables: store.Tables{Servers: outputs[outServers], Leases: outputs[outLeases], Keys: outputs[outKeys]},
-		// Older stacks may lack these two; the commands that need them say so.
+		Tables: store.Tables{Servers: outputs[outServers], Leases: outputs[outLeases], Keys: outputs[outKeys], Tasks: outputs[outTasks]},
+		// Older stacks may lack these two (and the tasks table); the
+		// commands that need them say so.
 		LogGroup: outputs[outLogGroup],
 		URL:      outputs[outURL],
 	}, nil
@@ -179,6 +182,7 @@ func runEnv(c *cli, args []string) error {
 		{store.EnvServersTable, s.Tables.Servers},
 		{store.EnvLeasesTable, s.Tables.Leases},
 		{store.EnvKeysTable, s.Tables.Keys},
+		{store.EnvTasksTable, s.Tables.Tasks},
 		{envLogGroup, s.LogGroup},
 		{"MCPGATE_URL", s.URL},
 	}

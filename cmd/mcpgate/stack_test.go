@@ -57,7 +57,9 @@ func deployStack(t *testing.T, env *storetest.Env, outputs bool) deployed {
     Value: %s
   KeysTableName:
     Value: %s
-`, env.Tables.Servers, env.Tables.Leases, env.Tables.Keys)
+  TasksTableName:
+    Value: %s
+`, env.Tables.Servers, env.Tables.Leases, env.Tables.Keys, env.Tables.Tasks)
 	}
 	cf := cloudformation.NewFromConfig(moto.Config(), func(o *cloudformation.Options) { o.BaseEndpoint = aws.String(moto.Endpoint) })
 	ctx := context.Background()
@@ -119,6 +121,7 @@ func TestStackFlag(t *testing.T) {
 	}
 	for k, v := range map[string]string{
 		"SERVERS_TABLE": env.Tables.Servers, "LEASES_TABLE": env.Tables.Leases, "KEYS_TABLE": env.Tables.Keys,
+		"TASKS_TABLE": env.Tables.Tasks,
 		"MCPGATE_LOG_GROUP": s.logGroup, "MCPGATE_URL": "https://abcdefghij.lambda-url.us-east-1.on.aws",
 		"AWS_REGION": secrettest.Region,
 	} {

@@ -65,8 +65,15 @@ func cfnEvaluate(tpl map[string]any, params map[string]string, attrs map[string]
 	}
 	st.condExprs, _ = tpl["Conditions"].(map[string]any)
 	resources, _ := tpl["Resources"].(map[string]any)
-	for name := range resources {
+	for name, r := range resources {
 		st.resources[name] = true
+		// SAM makes a function's role, named <function>Role, when the
+		// function names none; the template may refer to it.
+		res, _ := r.(map[string]any)
+		props, _ := res["Properties"].(map[string]any)
+		if _, hasRole := props["Role"]; res["Type"] == "AWS::Serverless::Function" && !hasRole {
+			st.resources[name+"Role"] = true
+		}
 	}
 
 	out := maps.Clone(tpl)

@@ -112,7 +112,7 @@ func TestTemplateSAMTransform(t *testing.T) {
 				t.Errorf("Function URL %v, want AuthType %s on GatewayFunction", url, tt.authType)
 			}
 			// Every permission the stack grants, by what it allows.
-			var urlInvoke, urlOnlyInvoke, other []string
+			var urlInvoke, urlOnlyInvoke, sweep, other []string
 			for id, r := range resources {
 				res := r.(map[string]any)
 				if res["Type"] != "AWS::Lambda::Permission" {
@@ -120,6 +120,10 @@ func TestTemplateSAMTransform(t *testing.T) {
 				}
 				p := res["Properties"].(map[string]any)
 				switch {
+				case p["FunctionName"] == "ref:GatewayFunction" && p["Principal"] == "events.amazonaws.com" &&
+					p["Action"] == "lambda:InvokeFunction" && p["SourceArn"] == "getatt:GatewayFunctionSweep.Arn":
+					// The sweep's schedule, and only it.
+					sweep = append(sweep, id)
 				case p["FunctionName"] != "ref:GatewayFunction" || p["Principal"] != "*":
 					other = append(other, id)
 				case p["Action"] == "lambda:InvokeFunctionUrl" && p["FunctionUrlAuthType"] == "NONE":
@@ -141,6 +145,36 @@ func TestTemplateSAMTransform(t *testing.T) {
 			}
 			if len(urlInvoke) != want || len(urlOnlyInvoke) != want {
 				t.Errorf("public URL permissions: InvokeFunctionUrl %v, InvokeFunction via URL %v; want %d of each", urlInvoke, urlOnlyInvoke, want)
+			}
+			if len(sweep) != 1 {
+				t.Errorf("schedule permissions %v, want one", sweep)
+			}
+			// The schedule sends the sweep to the function once a minute.
+			rule := props("GatewayFunctionSweep", "AWS::Events::Rule")
+			targets, _ := rule["Targets"].([]any)
+			if rule["ScheduleExpression"] != "rate(1 minute)" || len(targets) != 1 ||
+				targets[0].(map[string]any)["Arn"] != "getatt:GatewayFunction.Arn" || targets[0].(map[string]any)["Input"] != `{"mcpgate":"sweep"}` {
+				t.Errorf("sweep rule %v", rule)
+			}
+			// Lambda retries no asynchronous invocation of it.
+			eic := props("GatewayFunctionEventInvokeConfig", "AWS::Lambda::EventInvokeConfig")
+			if eic["FunctionName"] != "ref:GatewayFunction" || fmt.Sprint(eic["MaximumRetryAttempts"]) != "0" || eic["Qualifier"] != "$LATEST" {
+				t.Errorf("event invoke config %v, want no retries of $LATEST's", eic)
+			}
+			// It may invoke itself: a policy on the role SAM made for it
+			// (the role the function runs as), naming its ARN; the role's
+			// own policies grant no Lambda action.
+			role := props("GatewayFunctionRole", "AWS::IAM::Role")
+			if fn := props("GatewayFunction", "AWS::Lambda::Function"); fn["Role"] != "getatt:GatewayFunctionRole.Arn" {
+				t.Errorf("the function runs as %v, not GatewayFunctionRole", fn["Role"])
+			}
+			if b, _ := json.Marshal(role["Policies"]); strings.Contains(string(b), "lambda:") {
+				t.Errorf("the role's own policies grant Lambda actions: %s", b)
+			}
+			self := props("GatewaySelfInvokePolicy", "AWS::IAM::Policy")
+			if b, _ := json.Marshal(self); !strings.Contains(string(b), `"Roles":["ref:GatewayFunctionRole"]`) ||
+				!strings.Contains(string(b), `"Action":["lambda:InvokeFunction"],"Effect":"Allow","Resource":"getatt:GatewayFunction.Arn"`) {
+				t.Errorf("self-invoke policy %s", b)
 			}
 
 			fn := props("GatewayFunction", "AWS::Lambda::Function")

@@ -30,6 +30,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/tasks"
 	"github.com/mcpgate/mcpgate/internal/tracing"
 )
 
@@ -161,11 +162,15 @@ var tableLogicalIDs = map[string]string{
 	store.EnvServersTable: "ServersTable",
 	store.EnvLeasesTable:  "LeasesTable",
 	store.EnvKeysTable:    "KeysTable",
+	store.EnvTasksTable:   "TasksTable",
 }
 
 func TestTemplateTables(t *testing.T) {
 	tpl := loadTemplate(t)
-	defs := store.Tables{Servers: "ServersTable", Leases: "LeasesTable", Keys: "KeysTable"}.Definitions()
+	defs := store.Tables{Servers: "ServersTable", Leases: "LeasesTable", Keys: "KeysTable", Tasks: "TasksTable"}.Definitions()
+	if len(defs) != 4 {
+		t.Fatalf("%d table definitions, want 4", len(defs))
+	}
 	for _, def := range defs {
 		id := *def.TableName
 		tbl, err := tpl.GetDynamoDBTableWithName(id)
@@ -183,9 +188,16 @@ func TestTemplateTables(t *testing.T) {
 			t.Errorf("%s: attribute definitions %+v", id, tbl.AttributeDefinitions)
 		}
 	}
-	leases, _ := tpl.GetDynamoDBTableWithName("LeasesTable")
-	if ttl := leases.TimeToLiveSpecification; ttl == nil || !ttl.Enabled || ttl.AttributeName == nil || *ttl.AttributeName != store.TTLAttr {
-		t.Errorf("LeasesTable TTL = %+v, want enabled on %q", ttl, store.TTLAttr)
+	for _, id := range []string{"LeasesTable", "TasksTable"} {
+		tbl, _ := tpl.GetDynamoDBTableWithName(id)
+		if ttl := tbl.TimeToLiveSpecification; ttl == nil || !ttl.Enabled || ttl.AttributeName == nil || *ttl.AttributeName != store.TTLAttr {
+			t.Errorf("%s TTL = %+v, want enabled on %q", id, ttl, store.TTLAttr)
+		}
+	}
+	// The table the tasks package writes: its partition key and TTL
+	// attribute are the store's.
+	if tasks.AttrID != store.TaskIDAttr || tasks.AttrTTL != store.TTLAttr {
+		t.Errorf("tasks writes %s and %s, the table has %s and %s", tasks.AttrID, tasks.AttrTTL, store.TaskIDAttr, store.TTLAttr)
 	}
 }
 
@@ -393,6 +405,7 @@ func TestTemplateIAM(t *testing.T) {
 		"getatt:ServersTable.Arn": methods((*registry.API)(nil)),
 		"getatt:KeysTable.Arn":    methods((*auth.API)(nil)),
 		"getatt:LeasesTable.Arn":  leases,
+		"getatt:TasksTable.Arn":   methods((*tasks.API)(nil)),
 		"ref:RequestStateSecret":  {"secretsmanager:" + reflect.TypeOf((*secret.SecretsManagerAPI)(nil)).Elem().Method(0).Name},
 	}
 	got := map[string][]string{}
@@ -440,9 +453,13 @@ func TestTemplateOutputs(t *testing.T) {
 	// ends in "/", the outputs do not, so "${GatewayUrl}/mcp" works.
 	base := strings.TrimSuffix(functionURL, "/")
 	for name, want := range map[string]any{
-		"GatewayUrl":   base,
-		"McpUrl":       base + "/mcp",
-		"LogGroupName": "ref:GatewayLogGroup",
+		"GatewayUrl":       base,
+		"McpUrl":           base + "/mcp",
+		"LogGroupName":     "ref:GatewayLogGroup",
+		"ServersTableName": "ref:ServersTable",
+		"LeasesTableName":  "ref:LeasesTable",
+		"KeysTableName":    "ref:KeysTable",
+		"TasksTableName":   "ref:TasksTable",
 	} {
 		out, ok := tpl.Outputs[name]
 		if !ok {
@@ -600,4 +617,89 @@ func TestTemplateSecretsAccess(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTemplateTasks: the tasks table's settings reach the gateway within
+// the bounds it accepts; the function may invoke itself, exactly, from a
+// policy of its own on the role SAM makes (not from its Policies, which
+// would be a circular reference); a schedule sends it the sweep once a
+// minute; and Lambda retries no asynchronous invocation.
+func TestTemplateTasks(t *testing.T) {
+	tpl := loadTemplate(t)
+	fn := gatewayFunction(t, tpl)
+	vars := fn.Environment.Variables
+	// A Number parameter's value, as the string an environment takes.
+	for _, n := range []string{"", "300000"} {
+		var params map[string]string
+		want := fmt.Sprint(tasks.DefaultMaxResultBytes)
+		if n != "" {
+			params, want = map[string]string{"MaxTaskResultBytes": n}, n
+		}
+		ev := evaluateTemplate(t, readTemplate(t), params, false)
+		env := ev["Resources"].(map[string]any)["GatewayFunction"].(map[string]any)["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if env["MAX_TASK_RESULT_BYTES"] != want {
+			t.Errorf("MaxTaskResultBytes=%q: MAX_TASK_RESULT_BYTES = %v, want %s", n, env["MAX_TASK_RESULT_BYTES"], want)
+		}
+	}
+	if _, set := vars["TASK_WORKER_FUNCTION"]; set {
+		t.Error("the template sets TASK_WORKER_FUNCTION: the function cannot name itself in its own environment (a circular reference); the gateway defaults it to AWS_LAMBDA_FUNCTION_NAME")
+	}
+	p := tpl.Parameters["MaxTaskResultBytes"]
+	if p.Type != "Number" || fmt.Sprint(p.Default) != fmt.Sprint(tasks.DefaultMaxResultBytes) ||
+		p.MinValue == nil || *p.MinValue != config.MinTaskResultBytes || p.MaxValue == nil || *p.MaxValue != tasks.MaxResultBytesLimit {
+		t.Errorf("MaxTaskResultBytes: %s, default %v, range %v..%v; want Number, %d, %d..%d", p.Type, p.Default,
+			deref(p.MinValue), deref(p.MaxValue), tasks.DefaultMaxResultBytes, config.MinTaskResultBytes, tasks.MaxResultBytesLimit)
+	}
+	// The range is what the gateway accepts, no more and no less.
+	for n, ok := range map[int]bool{config.MinTaskResultBytes: true, config.MinTaskResultBytes - 1: false, tasks.MaxResultBytesLimit: true, tasks.MaxResultBytesLimit + 1: false} {
+		_, err := config.Load(func(name string) string {
+			return map[string]string{"SERVERS_TABLE": "s", "LEASES_TABLE": "l", "KEYS_TABLE": "k", "TASKS_TABLE": "t",
+				"GATEWAY_ADDR": "127.0.0.1:0", "MAX_TASK_RESULT_BYTES": fmt.Sprint(n)}[name]
+		})
+		if (err == nil) != ok {
+			t.Errorf("MAX_TASK_RESULT_BYTES=%d: gateway error %v, want accepted %v", n, err, ok)
+		}
+	}
+
+	// Invoking itself, and nothing more.
+	pol, err := tpl.GetIAMPolicyWithName("GatewaySelfInvokePolicy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pol.Roles, []string{"ref:GatewayFunctionRole"}) {
+		t.Errorf("self-invoke policy attached to %v, want the function's role", pol.Roles)
+	}
+	doc, _ := json.Marshal(pol.PolicyDocument)
+	want := `{"Statement":[{"Action":["lambda:InvokeFunction"],"Effect":"Allow","Resource":"getatt:GatewayFunction.Arn","Sid":"StartTaskWorkers"}],"Version":"2012-10-17"}`
+	if string(doc) != want {
+		t.Errorf("self-invoke policy:\n got  %s\n want %s", doc, want)
+	}
+	for _, d := range *fn.Policies.IAMPolicyDocumentArray {
+		if b, _ := json.Marshal(d); strings.Contains(string(b), "lambda:") {
+			t.Errorf("the function's own Policies grant Lambda actions: %s", b)
+		}
+	}
+
+	// The sweep, once a minute, with the payload the gateway knows.
+	ev, ok := fn.Events["Sweep"]
+	if !ok || ev.Type != "Schedule" || ev.Properties == nil || ev.Properties.ScheduleEvent == nil {
+		t.Fatalf("no Schedule event Sweep: %+v", fn.Events)
+	}
+	sched := ev.Properties.ScheduleEvent
+	if sched.Schedule != "rate(1 minute)" || sched.Input == nil || *sched.Input != `{"mcpgate":"sweep"}` {
+		t.Errorf("Sweep: schedule %q, input %v; want rate(1 minute) and {\"mcpgate\":\"sweep\"}", sched.Schedule, deref(sched.Input))
+	}
+	if len(fn.Events) != 1 {
+		t.Errorf("events %v, want the sweep alone", fn.Events)
+	}
+	if fn.EventInvokeConfig == nil || fn.EventInvokeConfig.MaximumRetryAttempts == nil || *fn.EventInvokeConfig.MaximumRetryAttempts != 0 {
+		t.Errorf("EventInvokeConfig %+v, want MaximumRetryAttempts 0", fn.EventInvokeConfig)
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

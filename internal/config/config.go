@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -16,11 +17,24 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/tasks"
 )
 
 // Config is everything the gateway reads from its environment.
 type Config struct {
+	// Tables are the table names; Tables.Tasks (TASKS_TABLE) is optional,
+	// and without it the gateway runs no MCP tasks.
 	Tables store.Tables
+	// MaxTaskResultBytes is MAX_TASK_RESULT_BYTES: the largest result,
+	// error or input request a task record keeps (tasks.Store's
+	// MaxResultBytes); a larger one fails the task.
+	MaxTaskResultBytes int
+	// TaskWorkerFunction is TASK_WORKER_FUNCTION, the Lambda function
+	// invoked asynchronously to run a task's call under Lambda (a name or
+	// an ARN); under Lambda it defaults to the function itself
+	// (AWS_LAMBDA_FUNCTION_NAME). Outside Lambda the worker runs in the
+	// process.
+	TaskWorkerFunction string
 	// Lambda is set when running under the Lambda runtime API.
 	Lambda bool
 	// Addr is GATEWAY_ADDR, the local listen address (outside Lambda).
@@ -163,6 +177,7 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		return d
 	}
+	c.loadTasks(getenv, &errs)
 	c.RegistryCacheTTL = dur("REGISTRY_CACHE_TTL", 0)
 	c.KeysCacheTTL = dur("KEYS_CACHE_TTL", 0)
 	c.SecretsCacheTTL = dur("SECRETS_CACHE_TTL", 0)
@@ -298,6 +313,43 @@ func MemoryLimitText(limit int64) string {
 		return "none"
 	}
 	return fmt.Sprintf("%d MiB", limit>>20)
+}
+
+// MinTaskResultBytes is the smallest MAX_TASK_RESULT_BYTES: below it nearly
+// every task would fail.
+const MinTaskResultBytes = 1 << 10
+
+// functionName is what Lambda's Invoke takes as a function: a name, a
+// partial ARN or an ARN, with an optional version or alias.
+var functionName = regexp.MustCompile(`^(arn:aws[a-zA-Z-]*:lambda:[a-z]{2}(-gov)?-[a-z]+-\d:)?(\d{12}:)?(function:)?[a-zA-Z0-9_-]{1,64}(:(\$LATEST|[a-zA-Z0-9_-]{1,128}))?$`)
+
+// loadTasks reads the tasks settings: TASKS_TABLE (in Tables) turns tasks
+// on; the others without it are a mistake worth stopping for.
+func (c *Config) loadTasks(getenv func(string) string, errs *[]error) {
+	c.MaxTaskResultBytes = tasks.DefaultMaxResultBytes
+	if v := getenv("MAX_TASK_RESULT_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < MinTaskResultBytes || n > tasks.MaxResultBytesLimit {
+			*errs = append(*errs, fmt.Errorf("MAX_TASK_RESULT_BYTES=%q: use a whole number of bytes from %d to %d (DynamoDB keeps a task in one item of at most 400 KB)",
+				v, MinTaskResultBytes, tasks.MaxResultBytesLimit))
+		} else {
+			c.MaxTaskResultBytes = n
+		}
+	}
+	c.TaskWorkerFunction = getenv("TASK_WORKER_FUNCTION")
+	if c.TaskWorkerFunction != "" && !functionName.MatchString(c.TaskWorkerFunction) {
+		*errs = append(*errs, fmt.Errorf("TASK_WORKER_FUNCTION=%q is not a Lambda function's name or ARN", c.TaskWorkerFunction))
+	}
+	if c.TaskWorkerFunction == "" && c.Lambda {
+		c.TaskWorkerFunction = getenv("AWS_LAMBDA_FUNCTION_NAME")
+	}
+	if c.Tables.Tasks == "" {
+		for _, name := range []string{"MAX_TASK_RESULT_BYTES", "TASK_WORKER_FUNCTION"} {
+			if getenv(name) != "" {
+				*errs = append(*errs, fmt.Errorf("%s is set but %s is not: set the tasks table to run MCP tasks", name, store.EnvTasksTable))
+			}
+		}
+	}
 }
 
 // maxClaimName bounds OAUTH_TEAM_CLAIM.

@@ -1,11 +1,11 @@
-// Package store holds what the gateway's three DynamoDB tables share: their
-// names from the environment, their key schemas, and the client built once
-// per process from the standard AWS SDK configuration.
+// Package store holds what the gateway's DynamoDB tables share: their names
+// from the environment, their key schemas, and the client built once per
+// process from the standard AWS SDK configuration.
 //
 // Each domain package owns the items of its table (registry the servers,
-// auth the keys, lease the leases; catalog keeps the fleet's tool lists in
-// the leases table too, under keys no server id can take); this package
-// only knows the tables exist.
+// auth the keys, lease the leases, tasks the tasks; catalog keeps the
+// fleet's tool lists in the leases table too, under keys no server id can
+// take); this package only knows the tables exist.
 package store
 
 import (
@@ -28,6 +28,9 @@ const (
 	EnvServersTable = "SERVERS_TABLE"
 	EnvLeasesTable  = "LEASES_TABLE"
 	EnvKeysTable    = "KEYS_TABLE"
+	// EnvTasksTable names the tasks table, which is optional: without it
+	// the gateway runs no tasks.
+	EnvTasksTable = "TASKS_TABLE"
 )
 
 // Partition key attribute names, one per table.
@@ -35,9 +38,11 @@ const (
 	ServerIDAttr   = "server_id"
 	LimiterKeyAttr = "limiter_key"
 	KeyHashAttr    = "key_hash"
-	// TTLAttr is the leases table's TTL attribute. DynamoDB deletes items
-	// whose TTL has passed, lazily; the gateway uses it only to clean up
-	// abandoned lease items, never to expire a lease.
+	TaskIDAttr     = "task_id"
+	// TTLAttr is the TTL attribute of the leases and tasks tables.
+	// DynamoDB deletes items whose TTL has passed, lazily; the gateway
+	// uses it only to clean up abandoned lease items and ended tasks,
+	// never to expire a lease or a task.
 	TTLAttr = "ttl"
 )
 
@@ -47,7 +52,7 @@ const (
 	MaxBackoff  = 250 * time.Millisecond
 )
 
-// Tables names the gateway's three tables.
+// Tables names the gateway's tables.
 type Tables struct {
 	// Servers holds one item per upstream server, edited by admins.
 	Servers string
@@ -56,10 +61,14 @@ type Tables struct {
 	Leases string
 	// Keys holds one item per API key, keyed by the key's SHA-256.
 	Keys string
+	// Tasks holds one item per MCP task, keyed by its handle. Optional:
+	// empty means no tasks.
+	Tasks string
 }
 
-// TablesFromEnv reads the table names from SERVERS_TABLE, LEASES_TABLE and
-// KEYS_TABLE through getenv (os.Getenv if nil). Every one must be set.
+// TablesFromEnv reads the table names from SERVERS_TABLE, LEASES_TABLE,
+// KEYS_TABLE and TASKS_TABLE through getenv (os.Getenv if nil). Every one
+// but TASKS_TABLE must be set.
 func TablesFromEnv(getenv func(string) string) (Tables, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -68,6 +77,7 @@ func TablesFromEnv(getenv func(string) string) (Tables, error) {
 		Servers: getenv(EnvServersTable),
 		Leases:  getenv(EnvLeasesTable),
 		Keys:    getenv(EnvKeysTable),
+		Tasks:   getenv(EnvTasksTable),
 	}
 	var missing []error
 	for _, v := range []struct{ name, value string }{
@@ -119,8 +129,8 @@ func NewClientFromConfig(cfg aws.Config) *dynamodb.Client {
 	})
 }
 
-// Definitions returns the CreateTable inputs for the three tables: on-demand
-// billing, one string partition key each.
+// Definitions returns the CreateTable inputs for the tables (the tasks
+// table when named): on-demand billing, one string partition key each.
 func (t Tables) Definitions() []*dynamodb.CreateTableInput {
 	def := func(name, key string) *dynamodb.CreateTableInput {
 		return &dynamodb.CreateTableInput{
@@ -134,11 +144,21 @@ func (t Tables) Definitions() []*dynamodb.CreateTableInput {
 			},
 		}
 	}
-	return []*dynamodb.CreateTableInput{
+	defs := []*dynamodb.CreateTableInput{
 		def(t.Servers, ServerIDAttr),
 		def(t.Leases, LimiterKeyAttr),
 		def(t.Keys, KeyHashAttr),
 	}
+	if t.Tasks != "" {
+		defs = append(defs, def(t.Tasks, TaskIDAttr))
+	}
+	return defs
+}
+
+// HasTTL reports whether the table named name keeps a TTL attribute
+// (TTLAttr): the leases and tasks tables.
+func (t Tables) HasTTL(name string) bool {
+	return name != "" && (name == t.Leases || name == t.Tasks)
 }
 
 // TableAPI is the part of the DynamoDB client that table creation uses.
@@ -154,13 +174,16 @@ var _ TableAPI = (*dynamodb.Client)(nil)
 type CreateReport struct {
 	Table   string
 	Created bool // false: it existed already
+	// TTL is set when TTL is enabled on the table's TTLAttr.
+	TTL bool
 	// TTLNote is set when the TTL attribute could not be enabled, e.g. on a
 	// local endpoint without the TimeToLive API.
 	TTLNote string
 }
 
-// CreateTables creates the three tables if they do not exist, waits until
-// each is active, and enables TTL on the leases table. It is idempotent.
+// CreateTables creates the tables if they do not exist (the tasks table
+// when named), waits until each is active, and enables TTL on the leases
+// and tasks tables. It is idempotent.
 func (t Tables) CreateTables(ctx context.Context, db TableAPI) ([]CreateReport, error) {
 	var reports []CreateReport
 	for _, in := range t.Definitions() {
@@ -176,8 +199,9 @@ func (t Tables) CreateTables(ctx context.Context, db TableAPI) ([]CreateReport, 
 		if err := waitActive(ctx, db, name); err != nil {
 			return reports, err
 		}
-		if name == t.Leases {
+		if t.HasTTL(name) {
 			r.TTLNote = enableTTL(ctx, db, name)
+			r.TTL = r.TTLNote == ""
 		}
 		reports = append(reports, r)
 	}
@@ -203,8 +227,8 @@ func waitActive(ctx context.Context, db TableAPI, name string) error {
 	}
 }
 
-// enableTTL turns on TTL for the leases table and returns a note when it
-// could not (the local server has no TimeToLive API; TTL is only cleanup).
+// enableTTL turns on TTL for a table and returns a note when it could not
+// (the local server has no TimeToLive API; TTL is only cleanup).
 func enableTTL(ctx context.Context, db TableAPI, name string) string {
 	_, err := db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName: aws.String(name),
@@ -220,7 +244,7 @@ func enableTTL(ctx context.Context, db TableAPI, name string) string {
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode() {
 		case "UnknownOperationException":
-			return "TTL not supported by this endpoint; skipped (TTL only cleans up abandoned lease items)"
+			return "TTL not supported by this endpoint; skipped (TTL only cleans up abandoned items)"
 		case "ValidationException":
 			// Already enabled on this attribute.
 			return ""

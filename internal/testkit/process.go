@@ -176,7 +176,7 @@ func baseEnv() []string {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, "AWS_") || name == "GATEWAY_ADDR" ||
-			name == "SERVERS_TABLE" || name == "LEASES_TABLE" || name == "KEYS_TABLE" {
+			name == "SERVERS_TABLE" || name == "LEASES_TABLE" || name == "KEYS_TABLE" || name == "TASKS_TABLE" {
 			continue
 		}
 		out = append(out, kv)

@@ -202,7 +202,8 @@ func (s *Server) Stop() {
 	<-s.done
 }
 
-// Env is one test's view of the store: a client and three fresh tables.
+// Env is one test's view of the store: a client and four fresh tables
+// (servers, leases, keys and tasks).
 type Env struct {
 	Endpoint string
 	Client   *dynamodb.Client
@@ -220,17 +221,18 @@ func (e *Env) Vars() []string {
 		store.EnvServersTable + "=" + e.Tables.Servers,
 		store.EnvLeasesTable + "=" + e.Tables.Leases,
 		store.EnvKeysTable + "=" + e.Tables.Keys,
+		store.EnvTasksTable + "=" + e.Tables.Tasks,
 	}
 }
 
-// NewEnv creates three fresh tables on the shared dynalite.
+// NewEnv creates four fresh tables on the shared dynalite.
 func NewEnv(t testing.TB) *Env {
 	t.Helper()
 	s := Shared(t)
 	db := Client(t, s.Endpoint)
 	n := tableSeq.Add(1)
 	prefix := fmt.Sprintf("t%d-%d", os.Getpid(), n)
-	tables := store.Tables{Servers: prefix + "-servers", Leases: prefix + "-leases", Keys: prefix + "-keys"}
+	tables := store.Tables{Servers: prefix + "-servers", Leases: prefix + "-leases", Keys: prefix + "-keys", Tasks: prefix + "-tasks"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := tables.CreateTables(ctx, db); err != nil {
