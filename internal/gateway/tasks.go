@@ -408,6 +408,10 @@ func relayedTask(raw json.RawMessage, r *tasks.Record, resultType string, limit 
 	}
 	obj["ttlMs"] = ttl
 	obj["resultType"] = resultType
+	if msg, ok := obj["statusMessage"].(string); ok {
+		// Meant for people: a task record's bound is enough.
+		obj["statusMessage"] = clip.String(strings.ToValidUTF8(msg, "\uFFFD"), tasks.MaxStatusMessageBytes-len("…"))
+	}
 	res := &objectResult{fields: map[string]json.RawMessage{}}
 	if m, ok := obj["_meta"].(map[string]any); ok {
 		res.Meta = mcp.Meta(forwardMeta(mcp.Meta(m)))

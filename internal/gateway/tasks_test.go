@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,8 +96,14 @@ func (e *recordingEngine) counts() (creates, cancels, updates int) {
 // tasks table, with the engine newEngine makes (nil: no gateway tasks).
 func taskHarness(t *testing.T, newEngine func(*tasks.Store) TaskEngine) (*harness, *tasks.Store) {
 	t.Helper()
+	return taskHarnessWith(t, Options{}, newEngine)
+}
+
+// taskHarnessWith is taskHarness with opts for the gateway.
+func taskHarnessWith(t *testing.T, opts Options, newEngine func(*tasks.Store) TaskEngine) (*harness, *tasks.Store) {
+	t.Helper()
 	var ts *tasks.Store
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+	h := newHarnessDeps(t, opts, func(d *Deps, env *storetest.Env) {
 		ts = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
 		d.TaskStore = ts
 		if newEngine != nil {
@@ -577,4 +584,228 @@ func TestNoTasksWithoutStore(t *testing.T) {
 	if a.err != nil || a.str(t, "resultType") == "task" || up.Stats().Created != 0 {
 		t.Errorf("declared call without a task store: %s; upstream created %d tasks", a.raw, up.Stats().Created)
 	}
+}
+
+// pollTask polls tasks/get on path until the task's status is not
+// working (or the test's deadline), and returns the last answer.
+func (h *harness) pollTask(path, key, id string) rpcAnswer {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a := h.rpc(path, key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+		if a.err != nil || a.str(h.t, "status") != "working" || time.Now().After(deadline) {
+			return a
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTaskRelay: a task-capable upstream whose item sets no task_support
+// is relayed: its tools list their own taskSupport, a declared call gets
+// the upstream's task under a gateway handle (a relay record binding it to
+// the upstream's id, which no answer shows), and tasks/get, tasks/update
+// and tasks/cancel reach the upstream's task. The call's place is held for
+// the creating exchange only. An item that sets task_support makes the
+// gateway run the task itself instead.
+func TestTaskRelay(t *testing.T) {
+	var engine *recordingEngine
+	h, ts := taskHarness(t, func(s *tasks.Store) TaskEngine {
+		engine = &recordingEngine{store: s}
+		return engine
+	})
+	up, url := startTaskServer(t, true, nil)
+	h.server(map[string]any{"server_id": "up", "url": url, "max_concurrent_requests": 1, "on_limit": "shed"})
+	h.server(map[string]any{"server_id": "own", "url": url, "tools": map[string]any{"slow_compute": map[string]any{"task_support": "optional"}}})
+
+	if !h.discoverTasks("/mcp/up", h.key) {
+		t.Error("server/discover does not advertise the extension for a task-capable upstream")
+	}
+	got := h.listedSupport("/mcp/up", h.key)
+	for name, w := range map[string]string{"greet": "forbidden", "slow_compute": "optional", "failing_job": "required"} {
+		if got[name] != w {
+			t.Errorf("tools/list: %s taskSupport %q, want %q", name, got[name], w)
+		}
+	}
+
+	call := func(path, tool string, args map[string]any) rpcAnswer {
+		t.Helper()
+		return h.rpc(path, h.key, "tools/call", map[string]any{"name": tool, "arguments": args}, rpcOpts{declare: true})
+	}
+	// Two long tasks under a cap of one, the second not shed: a relayed
+	// task holds its place only while the upstream makes it.
+	a := call("/mcp/up", "slow_compute", map[string]any{"seconds": 30})
+	b := call("/mcp/up", "slow_compute", map[string]any{"seconds": 0.2, "label": "quick"})
+	if a.err != nil || a.str(t, "resultType") != "task" || b.err != nil || b.str(t, "resultType") != "task" {
+		t.Fatalf("relayed calls: %s / %s, want two CreateTaskResults", a.raw, b.raw)
+	}
+	long, quick := a.str(t, "taskId"), b.str(t, "taskId")
+	if !tasks.ValidID(long) || up.Stats().Created != 2 {
+		t.Fatalf("handle %q; upstream created %d tasks", long, up.Stats().Created)
+	}
+	rec, err := ts.Get(t.Context(), quick)
+	if err != nil || rec.Kind != tasks.KindRelay || rec.UpstreamID == "" || rec.UpstreamID == quick || rec.ServerID != "up" {
+		t.Fatalf("relay record %+v, %v", rec, err)
+	}
+	if bytes.Contains(b.raw, []byte(rec.UpstreamID)) {
+		t.Errorf("the CreateTaskResult shows the upstream's id: %s", b.raw)
+	}
+	done := h.pollTask("/mcp/up", h.key, quick)
+	if done.str(t, "status") != "completed" || done.str(t, "taskId") != quick || !bytes.Contains(done.result["result"], []byte("computed quick")) {
+		t.Errorf("relayed tasks/get: %s", done.raw)
+	}
+	if bytes.Contains(done.raw, []byte(rec.UpstreamID)) {
+		t.Errorf("tasks/get shows the upstream's id: %s", done.raw)
+	}
+	if s := done.str(t, "resultType"); s != "complete" {
+		t.Errorf("tasks/get resultType %q", s)
+	}
+
+	// Input through tasks/update.
+	a = call("/mcp/up", "confirm_delete", map[string]any{"filename": "notes.txt"})
+	id := a.str(t, "taskId")
+	ask := h.pollTask("/mcp/up", h.key, id)
+	if ask.str(t, "status") != "input_required" || !bytes.Contains(ask.result["inputRequests"], []byte("elicitation/create")) {
+		t.Fatalf("relayed input_required: %s", ask.raw)
+	}
+	a = h.rpc("/mcp/up", h.key, "tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{
+		"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}},
+	}}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "complete" {
+		t.Fatalf("relayed tasks/update: %s", a.raw)
+	}
+	if done := h.pollTask("/mcp", h.key, id); done.str(t, "status") != "completed" || !bytes.Contains(done.result["result"], []byte("deleted notes.txt")) {
+		t.Errorf("after tasks/update: %s", done.raw)
+	}
+	// A JSON-RPC error of the upstream's task.
+	a = call("/mcp/up", "protocol_error_job", map[string]any{})
+	if f := h.pollTask("/mcp/up", h.key, a.str(t, "taskId")); f.str(t, "status") != "failed" || !bytes.Contains(f.result["error"], []byte("-32603")) {
+		t.Errorf("relayed failure: %s", f.raw)
+	}
+
+	// Another key's tries reach neither the record's task nor the upstream.
+	before := up.Stats().Requests
+	other := testkit.PutKey(t, h.env, "*")
+	for _, m := range []string{"tasks/get", "tasks/update", "tasks/cancel"} {
+		unknownTask(t, m+" of a relayed task by another key", h.rpc("/mcp/up", other, m, map[string]any{"taskId": long, "inputResponses": map[string]any{}}, rpcOpts{declare: true}))
+	}
+	if after := up.Stats().Requests; after["tasks/get"] != before["tasks/get"] || after["tasks/cancel"] != before["tasks/cancel"] || after["tasks/update"] != before["tasks/update"] {
+		t.Errorf("another key's requests reached the upstream: %v → %v", before, after)
+	}
+
+	// Cancel reaches the upstream's task.
+	a = h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": long}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "complete" {
+		t.Fatalf("relayed tasks/cancel: %s", a.raw)
+	}
+	if c := h.pollTask("/mcp/up", h.key, long); c.str(t, "status") != "cancelled" {
+		t.Errorf("after tasks/cancel: %s", c.raw)
+	}
+	if up.Stats().WrongName != 0 {
+		t.Errorf("the upstream refused %d relayed requests for their Mcp-Name", up.Stats().WrongName)
+	}
+
+	// A required tool, undeclared: refused before the upstream.
+	a = h.rpc("/mcp/up", h.key, "tools/call", map[string]any{"name": "failing_job", "arguments": map[string]any{}}, rpcOpts{})
+	if a.code() != -32021 || up.Stats().Calls["failing_job"] != 0 {
+		t.Errorf("required relayed tool undeclared: %s; upstream calls %d", a.raw, up.Stats().Calls["failing_job"])
+	}
+
+	// The item's task_support: the gateway's own task, not the upstream's.
+	created := up.Stats().Created
+	a = call("/mcp/own", "slow_compute", map[string]any{"seconds": 0})
+	if a.str(t, "resultType") != "task" || len(engine.creates) != 1 || up.Stats().Created != created {
+		t.Errorf("item task_support over a task-capable upstream: %s; engine creates %d; upstream created %d more", a.raw, len(engine.creates), up.Stats().Created-created)
+	}
+}
+
+// rewriteAnswers wraps an upstream so that change may alter each JSON
+// result it answers, by the request's Mcp-Method.
+func rewriteAnswers(change func(method string, result map[string]any)) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			body := rec.Body.Bytes()
+			var msg map[string]any
+			if json.Unmarshal(body, &msg) == nil {
+				if res, ok := msg["result"].(map[string]any); ok {
+					change(r.Header.Get("Mcp-Method"), res)
+					body, _ = json.Marshal(msg)
+				}
+			}
+			for k, v := range rec.Header() {
+				if k != "Content-Length" {
+					w.Header()[k] = v
+				}
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(body)
+		})
+	}
+}
+
+// TestRelayHostileUpstream: what an upstream answers about its tasks is
+// bounded and checked: an id too long to name a task, a tasks/get answer
+// about another task, with an unknown status, or too large, never reaches
+// the agent as a task; the upstream's id inside its texts is rewritten.
+func TestRelayHostileUpstream(t *testing.T) {
+	h, ts := taskHarnessWith(t, Options{MaxResultBytes: 1 << 20}, nil)
+	var mode atomic.Value
+	mode.Store("")
+	_, url := startTaskServer(t, true, rewriteAnswers(func(method string, res map[string]any) {
+		id, _ := res["taskId"].(string)
+		switch m := mode.Load().(string); {
+		case method == "tools/call" && m == "long-id":
+			res["taskId"] = strings.Repeat("x", 600)
+		case method == "tasks/get" && m == "other":
+			res["taskId"] = "someone-elses-task"
+		case method == "tasks/get" && m == "status":
+			res["status"] = "exploded"
+		case method == "tasks/get" && m == "huge":
+			res["status"], res["result"] = "completed", map[string]any{"content": []any{map[string]any{"type": "text", "text": strings.Repeat("y", 2<<20)}}}
+		case method == "tasks/get" && m == "chatty":
+			res["statusMessage"] = strings.Repeat("z", 100<<10)
+		case method == "tasks/get" && m == "echo":
+			res["statusMessage"] = "working on " + id + "\x1b[31m"
+		}
+	}))
+	h.server(map[string]any{"server_id": "up", "url": url})
+	call := func() rpcAnswer {
+		return h.rpc("/mcp/up", h.key, "tools/call", map[string]any{"name": "slow_compute", "arguments": map[string]any{"seconds": 30}}, rpcOpts{declare: true})
+	}
+
+	mode.Store("long-id")
+	a := call()
+	if a.err != nil || string(a.result["isError"]) != "true" || a.result["taskId"] != nil {
+		t.Errorf("an upstream task id of 600 bytes: %s, want a tool error", a.raw)
+	}
+	mode.Store("")
+	a = call()
+	id := a.str(t, "taskId")
+	rec, err := ts.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"other", "status", "huge"} {
+		mode.Store(m)
+		a := h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+		if a.err == nil || len(a.raw) > 4096 || bytes.Contains(a.raw, []byte("someone-elses-task")) {
+			t.Errorf("tasks/get answered %q by the upstream: %.300s, want a short error", m, a.raw)
+		}
+	}
+	mode.Store("chatty")
+	a = h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if msg := a.str(t, "statusMessage"); len(msg) > tasks.MaxStatusMessageBytes {
+		t.Errorf("a statusMessage of %d bytes went out, more than %d", len(msg), tasks.MaxStatusMessageBytes)
+	}
+	mode.Store("echo")
+	a = h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if msg := a.str(t, "statusMessage"); msg != "working on "+id+"\x1b[31m" || bytes.Contains(a.raw, []byte(rec.UpstreamID)) {
+		t.Errorf("statusMessage %q (raw %s), want the upstream's id rewritten to the handle", msg, a.raw)
+	}
+	if bytes.Contains(a.raw, []byte("\x1b")) {
+		t.Errorf("a control character went out unescaped: %q", a.raw)
+	}
+	mode.Store("")
+	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
 }
