@@ -331,6 +331,11 @@ func TestGatewayTasks(t *testing.T) {
 	if a.code() != -32021 || json.Unmarshal(a.err.Data, &data) != nil || data.Required.Extensions[tasksExtension] == nil {
 		t.Errorf("required tool without the extension: %s, want -32021 with data.requiredCapabilities", a.raw)
 	}
+	// REST callers never declare it: BAD_REQUEST.
+	h.expectFault(h.call(h.key, `{"server_id":"plain","name":"failing_job","arguments":{}}`), http.StatusBadRequest, fault.BadRequest)
+	if up.Stats().Calls["failing_job"] != 0 {
+		t.Error("a required tool's undeclared call reached the upstream")
+	}
 	// Optional, undeclared: synchronous, as before.
 	a = h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "slow_compute", "arguments": map[string]any{"seconds": 0, "label": "now"}}, rpcOpts{})
 	if a.err != nil || a.str(t, "resultType") != "complete" || !strings.Contains(string(a.result["content"]), "computed now") {
