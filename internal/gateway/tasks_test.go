@@ -665,6 +665,15 @@ func TestTaskRelay(t *testing.T) {
 		t.Errorf("tasks/get resultType %q", s)
 	}
 
+	// On /mcp, under the tool's prefixed name.
+	a = call("/mcp", "up"+ToolSeparator+"slow_compute", map[string]any{"seconds": 0, "label": "aggregated"})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("relayed call on /mcp: %s", a.raw)
+	}
+	if done := h.pollTask("/mcp", h.key, a.str(t, "taskId")); !bytes.Contains(done.result["result"], []byte("computed aggregated")) {
+		t.Errorf("relayed task on /mcp: %s", done.raw)
+	}
+
 	// Input through tasks/update.
 	a = call("/mcp/up", "confirm_delete", map[string]any{"filename": "notes.txt"})
 	id := a.str(t, "taskId")
