@@ -425,13 +425,12 @@ func TestGatewayTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err = ts.Update(t.Context(), rec, func(r *tasks.Record) error {
+	if _, err := ts.Update(t.Context(), rec, func(r *tasks.Record) error {
 		r.Status, r.StatusMessage = tasks.StatusInputRequired, "asks"
 		r.InputRequests = json.RawMessage(`{"confirm":{"method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object"}}}}`)
 		r.RequestState = "upstream-state"
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 	a = get("/mcp/plain", h.key, id)
