@@ -258,7 +258,11 @@ func detailedTask(r *tasks.Record) (*objectResult, error) {
 		if !isObject(r.Result) {
 			return nil, errors.New("task record: completed without a result")
 		}
-		f["result"] = r.Result
+		res, err := completeResult(r.Result)
+		if err != nil {
+			return nil, err
+		}
+		f["result"] = res
 	case tasks.StatusFailed:
 		f["error"] = r.Error
 		if !isObject(r.Error) {
@@ -278,6 +282,21 @@ func detailedTask(r *tasks.Record) (*objectResult, error) {
 		return nil, fmt.Errorf("task record: unknown status %q", clip.String(string(r.Status), clip.Short))
 	}
 	return &objectResult{fields: f}, nil
+}
+
+// completeResult is a task's result (a CallToolResult object) as a
+// 2026-07-28 client gets it inlined: what the call would have answered,
+// resultType "complete" included.
+func completeResult(raw json.RawMessage) (json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, fmt.Errorf("task record: result: %w", err)
+	}
+	if _, has := fields["resultType"]; has {
+		return raw, nil
+	}
+	fields["resultType"] = rawString(resultTypeComplete)
+	return marshalPlain(fields)
 }
 
 // gatewayTaskRequest answers a tasks/ request for a task the gateway runs.
@@ -408,6 +427,11 @@ func relayedTask(raw json.RawMessage, r *tasks.Record, resultType string, limit 
 	}
 	obj["ttlMs"] = ttl
 	obj["resultType"] = resultType
+	if res, ok := obj["result"].(map[string]any); ok {
+		if _, has := res["resultType"]; !has {
+			res["resultType"] = resultTypeComplete
+		}
+	}
 	if msg, ok := obj["statusMessage"].(string); ok {
 		// Meant for people: a task record's bound is enough.
 		obj["statusMessage"] = clip.String(strings.ToValidUTF8(msg, "\uFFFD"), tasks.MaxStatusMessageBytes-len("…"))

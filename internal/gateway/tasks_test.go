@@ -468,9 +468,10 @@ func TestGatewayTasks(t *testing.T) {
 	}
 	a = get("/mcp", h.key, id) // on /mcp the record names its server
 	var result struct {
-		IsError bool `json:"isError"`
+		IsError    bool   `json:"isError"`
+		ResultType string `json:"resultType"`
 	}
-	if a.str(t, "status") != "completed" || json.Unmarshal(a.result["result"], &result) != nil || !result.IsError {
+	if a.str(t, "status") != "completed" || json.Unmarshal(a.result["result"], &result) != nil || !result.IsError || result.ResultType != "complete" {
 		t.Errorf("completed: %s, want the result inlined", a.raw)
 	}
 	// tasks/cancel: an ack; a task that has ended is not the engine's.
@@ -660,8 +661,8 @@ func TestTaskRelay(t *testing.T) {
 	if bytes.Contains(done.raw, []byte(rec.UpstreamID)) {
 		t.Errorf("tasks/get shows the upstream's id: %s", done.raw)
 	}
-	if s := done.str(t, "resultType"); s != "complete" {
-		t.Errorf("tasks/get resultType %q", s)
+	if s := done.str(t, "resultType"); s != "complete" || !bytes.Contains(done.result["result"], []byte(`"resultType":"complete"`)) {
+		t.Errorf("tasks/get resultType %q, its result %s: want both complete", s, done.result["result"])
 	}
 
 	// On /mcp, under the tool's prefixed name.
