@@ -35,6 +35,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/safeurl"
 	"github.com/mcpgate/mcpgate/internal/secret"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/tasks"
 	"github.com/mcpgate/mcpgate/internal/tracing"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
@@ -150,6 +151,11 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	}
 	if tr != nil {
 		deps.Tracer = tr
+	}
+	if cfg.Tables.Tasks != "" {
+		// Task records: upstreams' tasks are relayed under gateway
+		// handles, and server/discover advertises the tasks extension.
+		deps.TaskStore = &tasks.Store{DB: db, Table: cfg.Tables.Tasks, MaxResultBytes: cfg.MaxTaskResultBytes}
 	}
 	gw, err := gateway.New(deps, gateway.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,

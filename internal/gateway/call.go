@@ -106,7 +106,11 @@ func (g *Gateway) boundedCtx(ctx context.Context, d time.Duration) (context.Cont
 // whichever comes first. A cut-off call's slot is not given back then: its
 // exchange goes on in the background until the upstream is known to have
 // stopped working on it, or the server's cancel_grace runs out.
-func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, ferr *fault.Error) {
+//
+// An upstream that answers a call declaring the tasks extension with a task
+// gives that task (and an empty result): its place is given back as for any
+// answer.
+func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, l *upstream.Listener) (res *mcp.CallToolResult, task *upstream.Task, ferr *fault.Error) {
 	c := g.newCall(ctx, srv, params)
 	c.rec.tool = clip.String(params.Name, clip.Name)
 	defer func() {
@@ -115,17 +119,21 @@ func (g *Gateway) callTool(ctx context.Context, srv *registry.Server, params *mc
 		}
 	}()
 	if ferr := g.checkPolicy(ctx, c); ferr != nil {
-		return nil, ferr
+		return nil, nil, ferr
 	}
 	if ferr := g.take(ctx, c); ferr != nil {
-		return nil, ferr
+		return nil, nil, ferr
 	}
 	callEnd, short := g.callEnd(ctx, c)
 	f := g.startFlight(ctx, srv, params, l, c.leases, c.req.Hold, callEnd)
 	if cut := g.await(ctx, f, callEnd); cut != nil {
-		return nil, g.cutOff(f, cut, short)
+		return nil, nil, g.cutOff(f, cut, short)
 	}
-	return g.settle(f, c.rec, short)
+	res, ferr = g.settle(f, c.rec, short)
+	if ferr == nil {
+		task = f.up.Task()
+	}
+	return res, task, ferr
 }
 
 // take takes the call's places (see admit) and tells the observer of the

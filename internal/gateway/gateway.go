@@ -97,6 +97,9 @@ type Upstreams interface {
 	Start(ctx context.Context, srv *registry.Server, c upstream.Caller, params *mcp.CallToolParams, l *upstream.Listener) *upstream.Exchange
 	// MaxTTL is the longest the gateway keeps a tool listing.
 	MaxTTL() time.Duration
+	// TaskRequest sends tasks/get, tasks/update or tasks/cancel for the
+	// upstream's task id, declaring the tasks extension.
+	TaskRequest(ctx context.Context, srv *registry.Server, c upstream.Caller, method, id string, inputResponses json.RawMessage) (json.RawMessage, error)
 }
 
 var (
@@ -119,6 +122,13 @@ type Deps struct {
 	Observer CallObserver
 	// Tracer makes spans of requests and calls; nil: tracing is off.
 	Tracer Tracer
+	// TaskStore keeps the records of MCP tasks; nil: the gateway offers no
+	// tasks (the tasks extension is neither advertised nor relayed).
+	TaskStore TaskStore
+	// Tasks runs the tasks the gateway makes itself (tools whose item sets
+	// task_support); nil: it makes none, and relays upstreams' tasks only
+	// (with a TaskStore).
+	Tasks TaskEngine
 }
 
 // Options configures a Gateway. The zero value means defaults.

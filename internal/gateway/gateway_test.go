@@ -75,6 +75,13 @@ func newHarnessWith(t *testing.T, opts Options) *harness {
 // (nil: tracing off).
 func newTracedHarness(t *testing.T, opts Options, tr Tracer) *harness {
 	t.Helper()
+	return newHarnessDeps(t, opts, func(d *Deps, _ *storetest.Env) { d.Tracer = tr })
+}
+
+// newHarnessDeps is newHarnessWith whose gateway's deps extra completes
+// (given the harness's store; its pool and limiter are the harness's).
+func newHarnessDeps(t *testing.T, opts Options, extra func(*Deps, *storetest.Env)) *harness {
+	t.Helper()
 	env := storetest.NewEnv(t)
 	demo := testkit.StartDemo(t)
 	logs := &syncBuffer{}
@@ -82,13 +89,16 @@ func newTracedHarness(t *testing.T, opts Options, tr Tracer) *harness {
 	opts.Logger, opts.MaxBodyBytes, opts.AllowedOrigins = log, 4096, []string{"https://console.example.com"}
 	pool := upstream.New(upstream.Options{AllowLocal: true, Logger: log, Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
 	t.Cleanup(pool.Close)
-	g, err := New(Deps{
+	deps := Deps{
 		Auth:     auth.New(env.Client, env.Tables.Keys, auth.Options{}),
 		Registry: registry.New(env.Client, env.Tables.Servers, registry.Options{CacheTTL: -1}),
 		Limiter:  lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond}),
 		Upstream: pool,
-		Tracer:   tr,
-	}, opts)
+	}
+	if extra != nil {
+		extra(&deps, env)
+	}
+	g, err := New(deps, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

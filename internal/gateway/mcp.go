@@ -135,7 +135,7 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, http.StatusOK, "", p.id, jsonrpc.CodeInvalidParams, fe.Message, fe.Detail())
 		return
 	}
-	if p.method != "" && !knownMethods[p.method] {
+	if p.method != "" && !knownMethods[p.method] && !(taskMethods[p.method] && g.tasksOn()) {
 		sc.rec.method = clip.String(p.method, clip.Short)
 		fe := fault.New(fault.NotFound, "method %q not found", clip.String(p.method, clip.Short))
 		sc.rec.fail(fe)
@@ -151,6 +151,17 @@ func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeRPCError(w, status, "", p.id, jsonrpc.CodeMethodNotFound, fe.Message, fe.Detail())
 		return
+	}
+	if taskMethods[p.method] && g.tasksOn() && sc.protocol >= protocolMRTR {
+		// A tasks/ request names its task in Mcp-Name too (SEP-2663), as
+		// the SDK checks other names (SEP-2243): before the request is
+		// read further.
+		if err := checkTaskName(r.Header, p.taskID); err != nil {
+			sc.rec.method = clip.String(p.method, clip.Short)
+			sc.rec.fail(fault.New(fault.BadRequest, "%s", err.Error()))
+			writeRPCError(w, http.StatusBadRequest, "", p.id, mcp.CodeHeaderMismatch, err.Error(), nil)
+			return
+		}
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	sc.rec.outcome = ""
@@ -278,11 +289,17 @@ func (sc *mcpScope) newServer(ctx context.Context, method string) (*mcp.Server, 
 			if !sc.caller.principal.AllowsAllTools(sc.srv.ID) {
 				caps.Resources, caps.Prompts, caps.Completions = nil, nil, nil
 			}
+			if method == "server/discover" && sc.offersTasks(ctx) {
+				caps.Extensions = map[string]any{tasksExtension: map[string]any{}}
+			}
 			instructions = info.Instructions
 			if info.ServerInfo != nil {
 				impl = &mcp.Implementation{Name: info.ServerInfo.Name, Title: info.ServerInfo.Title, Version: info.ServerInfo.Version}
 			}
 		}
+	}
+	if sc.srv == nil && method == "server/discover" && sc.offersTasks(ctx) {
+		caps.Extensions = map[string]any{tasksExtension: map[string]any{}}
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{
 		Capabilities: caps, Instructions: instructions,
@@ -299,6 +316,9 @@ func (sc *mcpScope) newServer(ctx context.Context, method string) (*mcp.Server, 
 		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
 		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 	})
+	if sc.g.tasksOn() {
+		registerTaskMethods(s)
+	}
 	s.AddReceivingMiddleware(sc.middleware)
 	return s, nil
 }
@@ -363,6 +383,10 @@ func (sc *mcpScope) answer(next mcp.MethodHandler) mcp.MethodHandler {
 			uctx, cancel := sc.scoped(ctx)
 			defer cancel()
 			return sc.callTool(ctx, uctx, req.(*mcp.CallToolRequest))
+		case "tasks/get", "tasks/update", "tasks/cancel":
+			ctx, cancel := sc.scoped(ctx)
+			defer cancel()
+			return sc.taskRequest(ctx, method, req)
 		}
 		if sc.srv == nil {
 			return next(ctx, method, req)
@@ -650,13 +674,20 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 			return nil, sc.rpcError(upstreamFault(sc.srv, err), err)
 		}
 		sc.rec.outcome = "ok"
-		res := &mcp.ListToolsResult{Tools: sc.caller.visible(sc.srv, ls.Tools)}
+		visible := sc.caller.visible(sc.srv, ls.Tools)
+		res := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, len(visible))}
+		for i, t := range visible {
+			res.Tools[i] = upstream.Listed(t)
+		}
 		res.TTLMs, res.CacheScope = ttlMs(ls.Expires), ls.Scope
 		if sc.caller.principal.Tools != nil {
 			// Narrowed by the caller's own tool grants.
 			res.CacheScope = cachePrivate
 		}
 		sc.settle(&res.Cacheable)
+		if sc.listsExecution() {
+			return withExecution(res, sc.g.modes(ctx, sc.srv, sc.caller, visible)), nil
+		}
 		return res, nil
 	}
 	all, err := sc.g.allTools(ctx, sc.caller)
@@ -665,11 +696,22 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 		return nil, sc.rpcError(fe, err)
 	}
 	tools := []*mcp.Tool{}
+	var modes map[string]taskMode
+	if sc.listsExecution() {
+		modes = map[string]taskMode{}
+	}
 	for _, st := range all {
+		var own map[string]taskMode
+		if modes != nil && st.srv != nil {
+			own = sc.g.modes(ctx, st.srv, sc.caller, st.tools)
+		}
 		for _, t := range st.tools {
-			c := *t
+			c := *upstream.Listed(t)
 			c.Name = st.id + ToolSeparator + t.Name
 			tools = append(tools, &c)
+			if modes != nil {
+				modes[c.Name] = own[t.Name]
+			}
 		}
 	}
 	sc.rec.outcome = "ok"
@@ -683,5 +725,8 @@ func (sc *mcpScope) listTools(ctx context.Context, req *mcp.ListToolsRequest) (m
 		}
 	}
 	sc.settle(&res.Cacheable)
+	if modes != nil {
+		return withExecution(res, modes), nil
+	}
 	return res, nil
 }

@@ -2,13 +2,13 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
@@ -36,6 +36,14 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 	params := &mcp.CallToolParams{Meta: forwardMeta(p.Meta), Name: tool, Arguments: args,
 		InputResponses: p.InputResponses, RequestState: p.RequestState}
 	cl := client{principal: principalOf(sc.caller.principal), protocol: sc.protocol, mrtr: sc.protocol >= protocolMRTR, caps: clientFromCaps(p.Meta[mcp.MetaKeyClientCapabilities])}
+	if sc.g.tasksOn() {
+		mode := sc.g.toolMode(ctx, srv, sc.caller, tool)
+		cl.tasks, cl.mode = sc.declaresTasks(p.Meta), &mode
+		retry := p.RequestState != "" || len(p.InputResponses) > 0
+		if cl.tasks && mode.support != registry.TaskForbidden && !mode.relay && !retry {
+			return sc.createTask(ctx, srv, params, cl)
+		}
+	}
 	var l *upstream.Listener
 	if sc.stream {
 		l = relayNotifications(hctx, req)
@@ -46,12 +54,9 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		}
 		params.Meta[mcp.MetaKeyLogLevel] = "debug"
 	}
-	res, fe := sc.g.roundTrip(ctx, srv, params, cl, l)
-	if re, ok := specError(fe); ok {
-		// The protocol's own errors (a header mismatch, a missing client
-		// capability) reach the client as they are.
-		sc.rec.fail(fe)
-		return nil, re
+	res, task, fe := sc.g.roundTrip(ctx, srv, params, cl, l)
+	if task != nil {
+		return sc.relayCreated(ctx, srv, tool, task)
 	}
 	if fe == nil {
 		var out mcp.Result
@@ -61,17 +66,7 @@ func (sc *mcpScope) callTool(hctx, ctx context.Context, req *mcp.CallToolRequest
 		}
 		sc.rec.outcome = ""
 	}
-	switch {
-	case errors.Is(fe.Cause, errSchema):
-		// Input validation: a tool execution error, as the upstream's own
-		// SDK reports it, so the model can correct its arguments.
-		return toolError(sc.rec, fe), nil
-	case fe.Code == fault.NotFound || fe.Code == fault.BadRequest:
-		// Unknown tool, or arguments the gateway or the upstream
-		// refused: the caller's mistake, a protocol error.
-		return nil, sc.refuse(fe)
-	}
-	return toolError(sc.rec, fe), nil
+	return sc.callFault(fe)
 }
 
 // toolError reports a gateway failure as a tool result with isError, its

@@ -23,9 +23,11 @@ var knownMethods = map[string]bool{
 
 // peeked is what the gateway reads of an MCP request before the SDK does.
 type peeked struct {
-	method   string
-	id       json.RawMessage
-	name     string
+	method string
+	id     json.RawMessage
+	name   string
+	// taskID is params.taskId as it came (a tasks/ request's).
+	taskID   json.RawMessage
 	progress bool
 	batch    bool
 	// trace is the agent's trace context from params._meta.
@@ -69,6 +71,8 @@ func peek(body []byte) peeked {
 		switch m.key {
 		case "name":
 			_ = json.Unmarshal(m.value, &p.name)
+		case "taskId":
+			p.taskID = m.value
 		case "_meta":
 			meta, _ = members(m.value)
 		}

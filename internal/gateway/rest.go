@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/fault"
 	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
 // maxToolName bounds tool names in requests.
@@ -69,7 +70,7 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	params := &mcp.CallToolParams{Name: tool, Arguments: args, InputResponses: req.InputResponses, RequestState: req.RequestState}
-	res, ferr := g.roundTrip(ctx, srv, params, client{principal: principalOf(principalFrom(ctx)), mrtr: true, caps: clientFromCaps(req.ClientCapabilities)}, nil)
+	res, _, ferr := g.roundTrip(ctx, srv, params, client{principal: principalOf(principalFrom(ctx)), mrtr: true, caps: clientFromCaps(req.ClientCapabilities)}, nil)
 	if ferr != nil {
 		writeFault(w, r, ferr)
 		return
@@ -158,7 +159,7 @@ type UnavailableServer struct {
 func listed(srv *registry.Server, tools []*mcp.Tool) []ListedTool {
 	out := make([]ListedTool, len(tools))
 	for i, t := range tools {
-		out[i] = ListedTool{Tool: t, ServerID: srv.ID, MCPInfo: MCPInfo{ServerID: srv.ID, ServerName: srv.ID, Description: srv.Description}}
+		out[i] = ListedTool{Tool: upstream.Listed(t), ServerID: srv.ID, MCPInfo: MCPInfo{ServerID: srv.ID, ServerName: srv.ID, Description: srv.Description}}
 	}
 	return out
 }

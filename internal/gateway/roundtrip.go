@@ -48,6 +48,10 @@ type client struct {
 	// caps are the client's declared capabilities among inputKinds, as it
 	// wrote them.
 	caps map[string]any
+	// tasks: the request declared the tasks extension. mode is the tool's
+	// task mode, when the caller worked it out (nil: roundTrip does).
+	tasks bool
+	mode  *taskMode
 }
 
 // clientFromCaps reads declared capabilities (a JSON object), keeping only
@@ -86,14 +90,41 @@ func stateRefused(err error) *fault.Error {
 // roundTrip runs one tool call that may be part of a multi-round trip:
 // it opens the client's sealed requestState (refusing it before any
 // upstream call), makes the call through the semaphore, and seals the
-// upstream's state if it asks for input.
-func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, c client, l *upstream.Listener) (*mcp.CallToolResult, *fault.Error) {
+// upstream's state if it asks for input. A call of a relayed task-capable
+// tool from a client that declared the tasks extension forwards the
+// declaration, and may come back as the upstream's task instead of a
+// result; a call of a tool that runs only as a task, from one that did
+// not, is refused once the tool is known (tasks_call.go).
+func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, c client, l *upstream.Listener) (*mcp.CallToolResult, *upstream.Task, *fault.Error) {
 	if c.principal == "" {
-		return nil, fault.New(fault.Internal, "a tool call without a principal")
+		return nil, nil, fault.New(fault.Internal, "a tool call without a principal")
 	}
+	mode := forbidden
+	switch {
+	case c.mode != nil:
+		mode = *c.mode
+	case g.tasksOn():
+		mode = g.toolMode(ctx, srv, callerFrom(ctx), params.Name)
+	}
+	if mode.support == registry.TaskRequired && !c.tasks {
+		if ferr := g.tool(ctx, srv, params); ferr != nil {
+			return nil, nil, ferr
+		}
+		return nil, nil, requiredTaskFault(srv, params.Name)
+	}
+	relay := c.tasks && mode.relay
+	res, task, ferr := g.exchangeRound(ctx, srv, params, c, l, relay)
+	if task != nil && !relay {
+		return nil, nil, fault.New(fault.UpstreamError, "server %q answered tool %q with a task, which this call did not ask for", srv.ID, clip.String(params.Name, clip.Name))
+	}
+	return res, task, ferr
+}
+
+// exchangeRound is roundTrip's call: relay forwards the tasks extension.
+func (g *Gateway) exchangeRound(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, c client, l *upstream.Listener, relay bool) (*mcp.CallToolResult, *upstream.Task, *fault.Error) {
 	args, err := json.Marshal(params.Arguments)
 	if err != nil {
-		return nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
+		return nil, nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
 	}
 	bind := roundtrip.Binding{Principal: c.principal, Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args), Upstream: upstreamOf(srv)}
 	if params.RequestState != "" {
@@ -101,10 +132,10 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 		if err != nil {
 			var refused *roundtrip.RefusedError
 			if !errors.As(err, &refused) {
-				return nil, fault.Wrap(err, fault.Internal, "cannot check requestState")
+				return nil, nil, fault.Wrap(err, fault.Internal, "cannot check requestState")
 			}
 			recordFrom(ctx).tool = clip.String(params.Name, clip.Name)
-			return nil, stateRefused(err)
+			return nil, nil, stateRefused(err)
 		}
 		params.RequestState = opened.State
 		// Spent once the call went upstream; a call refused or shed
@@ -116,12 +147,15 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 	}
 	// The upstream asks only for what this client can answer.
 	params.Meta[mcp.MetaKeyClientCapabilities] = c.caps
-	res, ferr := g.callTool(ctx, srv, params, l)
-	if ferr != nil || res == nil || !res.NeedsInput() {
-		return res, ferr
+	if relay {
+		params.Meta[mcp.MetaKeyClientCapabilities] = withTasksCapability(c.caps)
+	}
+	res, task, ferr := g.callTool(ctx, srv, params, l)
+	if ferr != nil || task != nil || res == nil || !res.NeedsInput() {
+		return res, task, ferr
 	}
 	if !c.mrtr {
-		return nil, fault.New(fault.BadRequest,
+		return nil, nil, fault.New(fault.BadRequest,
 			"tool %q of server %q needs input from the client (%s); relaying it needs MCP protocol %s or later, and this request uses %s",
 			clip.String(params.Name, clip.Name), srv.ID, strings.Join(kindsOf(res.InputRequests), ", "), protocolMRTR, versionOrDefault(c.protocol))
 	}
@@ -138,15 +172,15 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 		}
 		data, _ := json.Marshal(map[string]any{"requiredCapabilities": caps})
 		msg := fmt.Sprintf("tool %q of server %q needs the client capabilities %s, which this request did not declare", clip.String(params.Name, clip.Name), srv.ID, strings.Join(missing, ", "))
-		return nil, fault.Wrap(&jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: msg, Data: data}, fault.BadRequest, "%s", msg)
+		return nil, nil, fault.Wrap(&jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: msg, Data: data}, fault.BadRequest, "%s", msg)
 	}
 	sealed, err := g.states.Seal(bind, res.RequestState)
 	if err != nil {
-		return nil, fault.Wrap(err, fault.Internal, "cannot seal requestState")
+		return nil, nil, fault.Wrap(err, fault.Internal, "cannot seal requestState")
 	}
 	res.RequestState = sealed
 	recordFrom(ctx).outcome = "input_required"
-	return res, nil
+	return res, nil, nil
 }
 
 // upstreamOf names the upstream srv's calls reach (its URL, transport,

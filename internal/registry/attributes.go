@@ -47,6 +47,8 @@ var toolFields = []Attribute{
 	{Name: "max_concurrent", Type: "N", Default: "none", Doc: "the tool's own fleet-wide cap, within the server's"},
 	{Name: "timeout", Type: "N", Default: "the server's", Doc: "seconds one call of the tool may take"},
 	{Name: "rpm_limit", Type: "N", Default: "none", Doc: "calls of the tool a minute, fleet-wide (a burst of N, then N/60 a second)"},
+	{Name: "task_support", Type: "S", Default: "the upstream's", Doc: `"forbidden", "optional" or "required": whether the gateway runs a call of the tool as an MCP task ` +
+		`(io.modelcontextprotocol/tasks) for a caller that declares the extension; unset: the upstream tool's own execution.taskSupport (relayed), else forbidden`},
 }
 
 // breakerFields are the keys of "breaker".
@@ -214,10 +216,17 @@ var attributes = []Attribute{
 	},
 	{
 		Name: "tools", Type: "M", Default: "none",
-		Doc:     `per tool: {"<tool>": {"max_concurrent": N, "timeout": S, "rpm_limit": N}}, within the server's cap and timeout`,
-		Example: `{"tools": {"fetch_quote": {"max_concurrent": 2, "timeout": 1, "rpm_limit": 30}}}`,
+		Doc:     `per tool: {"<tool>": {"max_concurrent": N, "timeout": S, "rpm_limit": N, "task_support": "optional"}}, within the server's cap and timeout`,
+		Example: `{"tools": {"fetch_quote": {"max_concurrent": 2, "timeout": 1, "rpm_limit": 30, "task_support": "optional"}}}`,
 		Fields:  toolFields,
 		read:    func(p *parser, s *Server) { s.Tools = p.tools("tools") },
+	},
+	{
+		Name: "task_ttl", Type: "N", Default: seconds(DefaultTaskTTL),
+		Doc: fmt.Sprintf("seconds a task of the server's tools lives, from its creation (whole, 1–%s): its wait for a place, its run, "+
+			"and its outcome kept for tasks/get; ttlMs on the wire", seconds(MaxTaskTTL)),
+		Example: `{"task_ttl": 600}`,
+		read:    func(p *parser, s *Server) { s.TaskTTL = p.taskTTL("task_ttl") },
 	},
 	{
 		Name: "breaker", Type: "M", Default: "none",

@@ -66,7 +66,11 @@ const (
 	MaxQueuedLimit = 1000
 	// MaxRPMLimit bounds the rpm limits: one call a millisecond.
 	MaxRPMLimit = 60000
-	maxURLLen   = 2048
+	// DefaultTaskTTL and MaxTaskTTL bound task_ttl: how long a task of
+	// the server's tools lives, from its creation.
+	DefaultTaskTTL = time.Hour
+	MaxTaskTTL     = 24 * time.Hour
+	maxURLLen      = 2048
 )
 
 // Server is one upstream MCP server, as configured by an item of the servers
@@ -110,6 +114,9 @@ type Server struct {
 	Description string
 	// Tools holds per-tool limits, by tool name.
 	Tools map[string]ToolLimits
+	// TaskTTL is how long a task of the server's tools lives, from its
+	// creation (DefaultTaskTTL unless task_ttl says).
+	TaskTTL time.Duration
 	// Breaker configures the fleet-wide circuit breaker; nil means none.
 	Breaker *Breaker
 	// OnStoreError is what to do when the lease store fails.
@@ -153,7 +160,23 @@ type ToolLimits struct {
 	Timeout time.Duration
 	// RPMLimit is the tool's calls a minute, fleet-wide; 0 = none.
 	RPMLimit int
+	// TaskSupport is TaskForbidden, TaskOptional or TaskRequired: whether
+	// the gateway runs a call of the tool as an MCP task; "" = unset (the
+	// upstream tool's own execution.taskSupport decides, relayed).
+	TaskSupport string
 }
+
+// The values of tools.<tool>.task_support, as the tasks extension
+// (io.modelcontextprotocol/tasks) names a tool's execution.taskSupport.
+const (
+	TaskForbidden = "forbidden"
+	TaskOptional  = "optional"
+	TaskRequired  = "required"
+)
+
+// TaskSupport is what the item says of tool's task support: TaskForbidden,
+// TaskOptional, TaskRequired, or "" when it says nothing.
+func (s *Server) TaskSupport(tool string) string { return s.Tools[tool].TaskSupport }
 
 // Breaker configures a circuit breaker per (server, tool), shared by every
 // instance of the gateway.
@@ -596,11 +619,40 @@ func (p *parser) tools(name string) map[string]ToolLimits {
 			MaxConcurrent: one.cap("max_concurrent"),
 			Timeout:       one.seconds("timeout", 0, MaxTimeout),
 			RPMLimit:      one.whole("rpm_limit", 1, MaxRPMLimit),
+			TaskSupport:   one.taskSupport("task_support"),
 		}
 		tp.merge(one)
 		out[tool] = tl
 	}
 	return out
+}
+
+// taskSupport reads a tool's task_support: absent is "", any value but
+// the three the extension names is refused (an empty one too: a typo must
+// not silently mean "the upstream's").
+func (p *parser) taskSupport(name string) string {
+	if _, ok := p.item[name]; !ok {
+		return ""
+	}
+	v := p.str(name, false)
+	switch v {
+	case TaskForbidden, TaskOptional, TaskRequired:
+		return v
+	}
+	if _, isString := p.item[name].(*types.AttributeValueMemberS); isString {
+		p.fail(name, fmt.Sprintf(`%q is not a task support: use "forbidden", "optional" or "required" (or leave it out for the upstream's own)`, clip.String(v, 40)))
+	}
+	return ""
+}
+
+// taskTTL reads task_ttl: whole seconds from 1 to MaxTaskTTL; absent means
+// DefaultTaskTTL.
+func (p *parser) taskTTL(name string) time.Duration {
+	n := p.whole(name, 1, int(MaxTaskTTL/time.Second))
+	if n == 0 {
+		return DefaultTaskTTL
+	}
+	return time.Duration(n) * time.Second
 }
 
 // breaker reads breaker: {"failure_threshold": N, "recovery_timeout": S,

@@ -40,7 +40,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Server{ID: "demo", URL: "http://127.0.0.1:9000/mcp", Transport: TransportHTTP, Timeout: DefaultTimeout,
-		OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout, OnStoreError: StoreReject, CancelGrace: DefaultCancelGrace, MaxPause: DefaultMaxPause}
+		OnLimit: PolicyQueue, QueueTimeout: DefaultQueueTimeout, OnStoreError: StoreReject, CancelGrace: DefaultCancelGrace, MaxPause: DefaultMaxPause, TaskTTL: DefaultTaskTTL}
 	if !reflect.DeepEqual(*srv, want) {
 		t.Errorf("got %+v, want %+v", *srv, want)
 	}
@@ -202,6 +202,14 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"adaptive without a ceiling", with("adaptive", &types.AttributeValueMemberBOOL{Value: true}), "adaptive"},
 		{"adaptive_min without adaptive", with("max_concurrent_requests", n("4"), "adaptive_min", n("2")), "adaptive_min"},
 		{"adaptive_min over the ceiling", with("max_concurrent_requests", n("4"), "adaptive", &types.AttributeValueMemberBOOL{Value: true}, "adaptive_min", n("5")), "adaptive_min"},
+		{"task_support unknown", with("tools", m(map[string]types.AttributeValue{"t": m(map[string]types.AttributeValue{"task_support": s("always")})})), "tools.t.task_support"},
+		{"task_support empty", with("tools", m(map[string]types.AttributeValue{"t": m(map[string]types.AttributeValue{"task_support": s("")})})), "tools.t.task_support"},
+		{"task_support upper case", with("tools", m(map[string]types.AttributeValue{"t": m(map[string]types.AttributeValue{"task_support": s("Optional")})})), "tools.t.task_support"},
+		{"task_support as bool", with("tools", m(map[string]types.AttributeValue{"t": m(map[string]types.AttributeValue{"task_support": &types.AttributeValueMemberBOOL{Value: true}})})), "tools.t.task_support"},
+		{"task_ttl zero", with("task_ttl", n("0")), "task_ttl"},
+		{"task_ttl over a day", with("task_ttl", n("86401")), "task_ttl"},
+		{"task_ttl fractional", with("task_ttl", n("1.5")), "task_ttl"},
+		{"task_ttl as string", with("task_ttl", s("3600")), "task_ttl"},
 		{"adaptive_min zero", with("max_concurrent_requests", n("4"), "adaptive", &types.AttributeValueMemberBOOL{Value: true}, "adaptive_min", n("0")), "adaptive_min"},
 	}
 	for _, tt := range tests {
@@ -260,6 +268,38 @@ func TestParseToolsAndBreaker(t *testing.T) {
 	var none *Breaker
 	if none.Covers("x") {
 		t.Error("a nil breaker covers a tool")
+	}
+}
+
+// TestParseTasks: task_support per tool ("" when unset, so that the
+// upstream's own execution.taskSupport decides) and task_ttl (an hour
+// unless set, a day at most).
+func TestParseTasks(t *testing.T) {
+	_, srv, err := ItemFromJSON([]byte(`{"server_id":"q","url":"http://h/mcp","task_ttl":86400,
+		"tools":{"a":{"task_support":"required"},"b":{"task_support":"optional","timeout":2},"c":{"task_support":"forbidden"},"d":{"timeout":1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tool, want := range map[string]string{"a": TaskRequired, "b": TaskOptional, "c": TaskForbidden, "d": "", "absent": ""} {
+		if got := srv.TaskSupport(tool); got != want {
+			t.Errorf("TaskSupport(%q) = %q, want %q", tool, got, want)
+		}
+	}
+	if srv.TaskTTL != 24*time.Hour {
+		t.Errorf("task_ttl 86400: TaskTTL = %v", srv.TaskTTL)
+	}
+	if srv.TimeoutFor("b") != 2*time.Second || srv.Limited() {
+		t.Errorf("task_support changed the tool's limits: %+v, limited %v", srv.Tools["b"], srv.Limited())
+	}
+	plain, err := Parse(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.TaskTTL != DefaultTaskTTL || DefaultTaskTTL != time.Hour {
+		t.Errorf("no task_ttl: TaskTTL = %v, want an hour", plain.TaskTTL)
+	}
+	if one, err := Parse(with("task_ttl", n("1"))); err != nil || one.TaskTTL != time.Second {
+		t.Errorf("task_ttl 1: %v, %v", one, err)
 	}
 }
 

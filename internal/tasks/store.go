@@ -111,32 +111,37 @@ func key(id string) map[string]types.AttributeValue {
 // ms is t to the millisecond, as the item keeps it, in UTC.
 func ms(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()).UTC() }
 
-// Create stores a new record. It sets r.Version to 1, r.CreatedAt to now
-// when zero, r.UpdatedAt to r.CreatedAt, and rounds r's times and
+// Create stores a new record. Once it is stored, r is as stored: Version
+// 1, CreatedAt now when it was zero, UpdatedAt CreatedAt, times and
 // durations to the millisecond. It never overwrites: a handle taken
 // already is ErrConflict. A record that breaks a bound is refused
-// (ErrTooLarge, ErrInvalid) and nothing is written.
+// (ErrTooLarge, ErrInvalid); then nothing is written and r is left as it
+// was.
 func (s *Store) Create(ctx context.Context, r *Record) error {
 	if r == nil {
 		return fmt.Errorf("%w: nil", ErrInvalid)
 	}
-	if r.CreatedAt.IsZero() {
-		r.CreatedAt = s.now()
+	c := r.Clone()
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = s.now()
 	}
-	r.CreatedAt = ms(r.CreatedAt)
-	r.UpdatedAt = r.CreatedAt
-	r.TTL = r.TTL.Truncate(time.Millisecond)
-	r.PollInterval = r.PollInterval.Truncate(time.Millisecond)
-	r.Version = 1
-	item, err := s.encode(r)
+	c.CreatedAt = ms(c.CreatedAt)
+	c.UpdatedAt = c.CreatedAt
+	c.TTL = c.TTL.Truncate(time.Millisecond)
+	c.PollInterval = c.PollInterval.Truncate(time.Millisecond)
+	c.Version = 1
+	item, err := s.encode(c)
 	if err != nil {
 		return err
 	}
-	err = s.put(ctx, item, 0)
-	if errors.Is(err, ErrConflict) {
-		return fmt.Errorf("%w: the handle is taken", ErrConflict)
+	if err := s.put(ctx, item, 0); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return fmt.Errorf("%w: the handle is taken", ErrConflict)
+		}
+		return err
 	}
-	return err
+	*r = *c
+	return nil
 }
 
 // Get reads a record with one consistent GetItem. A task that was never

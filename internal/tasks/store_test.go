@@ -349,6 +349,9 @@ func TestStoreSizeBounds(t *testing.T) {
 		if err := s.Create(ctx, over); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), f.name) {
 			t.Errorf("%s of %d bytes: %v, want ErrTooLarge naming it", f.name, f.max+1, err)
 		}
+		if over.Version != 0 || !over.CreatedAt.IsZero() {
+			t.Errorf("a refused Create changed the record: version %d, created %v", over.Version, over.CreatedAt)
+		}
 		if rawItem(t, e, over.ID) != nil {
 			t.Errorf("a record with %s over its bound was written", f.name)
 		}

@@ -43,6 +43,9 @@ type Exchange struct {
 	done chan struct{} // closed once the call has returned
 	res  *mcp.CallToolResult
 	err  error
+	// task is the upstream's CreateTaskResult, when the call declared the
+	// tasks extension and the upstream answered with a task.
+	task *Task
 	// broken: the call returned because its connection broke after it was
 	// sent, without an answer.
 	broken bool
@@ -141,9 +144,18 @@ func (x *Exchange) run(params *mcp.CallToolParams, l *Listener) {
 		// The tool's own schema says which arguments go in Mcp-Param-*
 		// headers (SEP-2243), from this instance's list when it holds one.
 		ctx := withParamHeaders(x.ctx, x.p.cachedTool(x.srv, x.caller, params.Name), params.Arguments)
+		// A call that declares the tasks extension may be answered with a
+		// task, which the SDK cannot read: its answer is read here too.
+		var answer *capture
+		if declaresTasksMeta(params.Meta) {
+			ctx, answer = withCapture(ctx, "tools/call", maxTaskAnswer)
+		}
 		err = x.p.do(ctx, x.srv, x.caller, l, x, func(ctx context.Context, cs *mcp.ClientSession) error {
 			var err error
 			res, err = cs.CallTool(ctx, params)
+			if err == nil && answer != nil {
+				x.task, err = taskAnswer(res, answer)
+			}
 			return err
 		})
 	}

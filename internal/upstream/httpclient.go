@@ -53,7 +53,7 @@ type limitTransport struct {
 }
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	req = addParamHeaders(req)
+	req = addTaskName(addParamHeaders(req))
 	if x := exchangeFrom(req.Context()); x != nil {
 		if err := x.sendingHTTP(req); err != nil {
 			return nil, err
@@ -71,6 +71,7 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		resp.Body = &limitedBody{rc: resp.Body, left: t.limit, ex: ex}
 	}
+	captureAnswer(req, resp)
 	tapEvents(req, resp)
 	return resp, nil
 }

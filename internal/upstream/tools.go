@@ -243,6 +243,12 @@ func (p *Pool) fetchTools(ctx context.Context, srv *registry.Server, c Caller) (
 		f = fetched{ttl: p.toolsTTL, scope: "public"}
 		size := int64(0)
 		params := &mcp.ListToolsParams{}
+		// An upstream that declares tasks lists its tools' task support,
+		// which the SDK does not read: the pages are read here too.
+		var pages *capture
+		if DeclaresTasks(cs.InitializeResult()) {
+			ctx, pages = withCapture(ctx, "tools/list", int(p.maxList))
+		}
 		for page := 0; ; page++ {
 			if page == p.maxPages {
 				return &LimitError{What: "tool list pages", Limit: int64(p.maxPages)}
@@ -250,6 +256,9 @@ func (p *Pool) fetchTools(ctx context.Context, srv *registry.Server, c Caller) (
 			res, err := p.listPage(ctx, srv, cs, params)
 			if err != nil {
 				return err
+			}
+			if pages != nil {
+				listedTaskSupport(res, pages)
 			}
 			if res.TTLMs > 0 {
 				f.ttl = min(f.ttl, time.Duration(res.TTLMs)*time.Millisecond)

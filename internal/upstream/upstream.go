@@ -176,6 +176,7 @@ func New(opts Options) *Pool {
 			}
 		},
 	})
+	registerTaskMethods(p.client)
 	return p
 }
 
