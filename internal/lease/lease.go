@@ -197,10 +197,10 @@ func (l *Limiter) newLeaseID() string {
 	return l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36)
 }
 
-// newTaskID is a new id for a task's ticket, and then its lease:
+// NewTaskID is a new id for a task's ticket, and then its lease:
 // "<instance>.T<sequence>" (a caller's never has the T, base 36 being
 // lowercase), so that a task's lease can be told by its id (IsTaskID).
-func (l *Limiter) newTaskID() string {
+func (l *Limiter) NewTaskID() string {
 	return l.instance + ".T" + strconv.FormatUint(l.seq.Add(1), 36)
 }
 

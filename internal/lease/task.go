@@ -49,9 +49,11 @@ var (
 // wait is, when a breaker is shut to req's principal (*CircuitOpenError),
 // when a bucket of its has no token (*RateLimitedError), or when MaxQueued
 // tasks wait (*FullError, QueueFull: the tasks have MaxQueued places of
-// their own, apart from the callers'). It returns the ticket's id, which
-// its lease will have.
-func (l *Limiter) Enqueue(ctx context.Context, req Request, taskID string, deadline time.Time) (string, error) {
+// their own, apart from the callers'). The ticket's id, which its lease
+// will have, is ticket (from NewTaskID, so that the task's record can name
+// it before the task waits), or a new one when ticket is empty; Enqueue
+// returns it.
+func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID string, deadline time.Time) (string, error) {
 	if err := req.validate(); err != nil {
 		return "", err
 	}
@@ -69,7 +71,12 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, taskID string, deadl
 		return "", fmt.Errorf("lease: the task's deadline has passed")
 	}
 	req.CallBy = time.Time{}
-	a := l.taskAttempt(req, l.newTaskID())
+	if ticket == "" {
+		ticket = l.NewTaskID()
+	} else if !IsTaskID(ticket) || InstanceOf(ticket) == "" || len(ticket) > MaxTaskID {
+		return "", fmt.Errorf("lease: %q is not a task's ticket id (NewTaskID)", ticket)
+	}
+	a := l.taskAttempt(req, ticket)
 	a.taskID = taskID
 	var v *view
 	for tries := 0; ; tries++ {

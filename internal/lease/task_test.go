@@ -33,7 +33,7 @@ func taskReq(holder string) Request {
 
 func enqueue(t *testing.T, l *Limiter, req Request, task string) string {
 	t.Helper()
-	id, err := l.Enqueue(context.Background(), req, task, time.Now().Add(time.Hour))
+	id, err := l.Enqueue(context.Background(), req, "", task, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatalf("enqueue %s: %v", task, err)
 	}
@@ -234,14 +234,14 @@ func TestTasksHaveQueuePlacesOfTheirOwn(t *testing.T) {
 	for i, p := range []string{"q", "r"} {
 		r := req
 		r.Holder = p
-		if _, err := l.Enqueue(context.Background(), r, "task-"+p, time.Now().Add(time.Hour)); err != nil {
+		if _, err := l.Enqueue(context.Background(), r, "", "task-"+p, time.Now().Add(time.Hour)); err != nil {
 			t.Fatalf("task %d: %v", i, err)
 		}
 	}
 	r := req
 	r.Holder = "s"
 	var full *FullError
-	if _, err := l.Enqueue(context.Background(), r, "task-s", time.Now().Add(time.Hour)); !errors.As(err, &full) || full.Reason != QueueFull {
+	if _, err := l.Enqueue(context.Background(), r, "", "task-s", time.Now().Add(time.Hour)); !errors.As(err, &full) || full.Reason != QueueFull {
 		t.Fatalf("a third task on 2 places: %v; want queue_full", err)
 	}
 	// Callers still find their two places.
@@ -265,7 +265,7 @@ func TestTaskEnqueueRefusedByAShutBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var open *CircuitOpenError
-	if _, err := l.Enqueue(context.Background(), req, "task-1", time.Now().Add(time.Hour)); !errors.As(err, &open) {
+	if _, err := l.Enqueue(context.Background(), req, "", "task-1", time.Now().Add(time.Hour)); !errors.As(err, &open) {
 		t.Fatalf("enqueue with the breaker shut to its principal: %v; want CircuitOpenError", err)
 	}
 }
