@@ -62,6 +62,7 @@
 //	lease_id          S     the lease (or ticket) of the task in its server's lease item
 //	cancel_requested  BOOL  tasks/cancel came while it ran
 //	attempt           N     worker starts so far
+//	run_until         N     Unix ms: a running task's outcome is written by then, or its worker stopped
 //	upstream_id       S     relay: the upstream's own task id
 //	version           N     1 on create, one more on every update
 //	ttl               N     Unix seconds: DynamoDB's TTL, an hour after the task expires

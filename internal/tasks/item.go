@@ -46,6 +46,7 @@ const (
 	attrLeaseID         = "lease_id"
 	attrCancelRequested = "cancel_requested"
 	attrAttempt         = "attempt"
+	attrRunUntil        = "run_until"
 	attrUpstreamID      = "upstream_id"
 	attrVersion         = "version"
 )
@@ -206,6 +207,7 @@ var fields = []field{
 			r.Attempt = int(n)
 			return err
 		}},
+	msField(attrRunUntil, false, func(r *Record) *time.Time { return &r.RunUntil }),
 	strField(attrUpstreamID, false, func(r *Record) *string { return &r.UpstreamID }),
 	intField(attrVersion, true, func(r *Record) *int64 { return &r.Version }),
 	// Written from CreatedAt+TTL; read only to check it is there.

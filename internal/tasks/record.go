@@ -136,11 +136,22 @@ type Record struct {
 	LeaseID         string
 	CancelRequested bool
 	Attempt         int
+	// RunUntil is when a running task's worker must have written its
+	// outcome: its call's timeout, its server's cancel grace and the lease
+	// margin after it started. A task still working past it lost its
+	// worker (Stopped).
+	RunUntil time.Time
 	// UpstreamID is a relayed task's own id at its upstream.
 	UpstreamID string
 	// Version is the record's version: 1 when created, one more on every
 	// Update, which is conditioned on it.
 	Version int64
+}
+
+// Stopped reports whether a working task's worker stopped without writing
+// its outcome (its instance died): RunUntil has passed at now.
+func (r *Record) Stopped(now time.Time) bool {
+	return r.Status == StatusWorking && !r.RunUntil.IsZero() && now.After(r.RunUntil)
 }
 
 // ExpiresAt is when the task is gone: CreatedAt + TTL.

@@ -38,6 +38,7 @@ func sample(t testing.TB) *Record {
 		LeaseID:         "abcdefgh.1",
 		CancelRequested: true,
 		Attempt:         2,
+		RunUntil:        time.UnixMilli(1_700_000_900_000).UTC(),
 		UpstreamID:      "upstream-task-7",
 		Version:         3,
 	}
