@@ -20,8 +20,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-lambda-go/lambdaurl"
+
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/catalog"
@@ -73,9 +76,17 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		return err
 	}
 	db := store.NewClientFromConfig(awsCfg)
+	// A task whose turn comes is started by whichever request sees it
+	// (the limiter's), through startTask: set once the gateway is made.
+	var startTask gateway.Starter
 	limiter := lease.New(db, cfg.Tables.Leases, lease.Options{
 		Margin: cfg.LeaseMargin,
 		Clock:  cfg.Clock(),
+		OnTaskStart: func(ctx context.Context, ts lease.TaskStart) {
+			if startTask != nil {
+				startTask(ctx, ts)
+			}
+		},
 	})
 	// Outside Lambda the listener comes first: the gateway's public URL
 	// may be derived from its address.
@@ -152,10 +163,12 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if tr != nil {
 		deps.Tracer = tr
 	}
+	var taskStore *tasks.Store
 	if cfg.Tables.Tasks != "" {
 		// Task records: upstreams' tasks are relayed under gateway
 		// handles, and server/discover advertises the tasks extension.
-		deps.TaskStore = &tasks.Store{DB: db, Table: cfg.Tables.Tasks, MaxResultBytes: cfg.MaxTaskResultBytes}
+		taskStore = &tasks.Store{DB: db, Table: cfg.Tables.Tasks, MaxResultBytes: cfg.MaxTaskResultBytes}
+		deps.TaskStore = taskStore
 	}
 	gw, err := gateway.New(deps, gateway.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
@@ -175,6 +188,23 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if err != nil {
 		return err
 	}
+	var local *workers
+	if taskStore != nil {
+		// The gateway's own tasks: a worker per task whose turn came, an
+		// asynchronous invocation of the function under Lambda, a
+		// goroutine elsewhere.
+		if cfg.Lambda && cfg.TaskWorkerFunction != "" {
+			iv := &invoker{client: awslambda.NewFromConfig(awsCfg), function: cfg.TaskWorkerFunction, log: log}
+			startTask = iv.start
+		} else if !cfg.Lambda {
+			local = &workers{gw: gw, log: log, ctx: ctx}
+			startTask = local.start
+			go sweepEvery(ctx, time.Minute, gw, log)
+		}
+		if startTask != nil {
+			gw.EnableTasks(taskStore, limiter, startTask)
+		}
+	}
 	handler := gw.Handler()
 	if wrap != nil {
 		handler = wrap(handler)
@@ -191,13 +221,21 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		// agent while a tool runs; plain JSON answers stream as one chunk.
 		// The invocation may be frozen once it answers: its metrics are
 		// written before it does.
-		lambdaurl.Start(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), handler, gw, tr))
+		// Its own events (task workers, the sweep) are told apart from
+		// the Function URL's.
+		lambda.StartHandlerFunc(dispatch(gw, log, lambdaurl.Wrap(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), handler, gw, tr))))
 		return nil
 	}
 	if cfg.RequestTimeout > 0 {
 		handler = withTimeout(handler, cfg.RequestTimeout)
 	}
-	return serve(ctx, log, ln, handler, cfg.Local, gw)
+	err = serve(ctx, log, ln, handler, cfg.Local, gw)
+	if local != nil {
+		// Workers' calls were cut off with the server's; their records
+		// are written before the process ends.
+		local.wg.Wait()
+	}
+	return err
 }
 
 // afterResponse keeps each invocation alive after its response, until the

@@ -408,7 +408,7 @@ func (g *Gateway) principalRequest(ctx context.Context, timeout time.Duration) (
 		return lease.Request{}, false
 	}
 	req := lease.Request{Key: p.ID, Cap: p.MaxParallel, Hold: min(timeout, g.maxHold), CallBy: g.callBy(ctx), Holder: principalLabel(p)}
-	if p.RPMLimit > 0 {
+	if p.RPMLimit > 0 && ctx.Value(taskRunKey{}) == nil { // a task's was charged when it was made
 		req.Rates = []lease.Rate{{Name: "key", PerMinute: p.RPMLimit}}
 	}
 	return req, true

@@ -251,6 +251,14 @@ func createTaskResult(r *tasks.Record) *objectResult {
 // detailedTask is tasks/get's answer for a gateway task: its members and,
 // by status, its result, its error or its input requests.
 func detailedTask(r *tasks.Record) (*objectResult, error) {
+	if r.Stopped(time.Now()) {
+		// Its worker ended without an outcome (its instance died): the
+		// call may or may not have run, so the agent is told so.
+		c := r.Clone()
+		c.Status, c.StatusMessage = tasks.StatusFailed, "the task's worker stopped before it wrote the call's outcome; the call may or may not have run"
+		c.Error, _ = marshalPlain(rpcErrorObject{Code: jsonrpc.CodeInternalError, Message: c.StatusMessage})
+		r = c
+	}
 	f := taskFields(r)
 	f["resultType"] = rawString(resultTypeComplete)
 	switch r.Status {

@@ -1,0 +1,497 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/clip"
+	"github.com/mcpgate/mcpgate/internal/fault"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/tasks"
+)
+
+// The gateway's own tasks (TaskEngine): a tools/call made a task waits in
+// its server's lease item as a task ticket (lease.Enqueue), costing no
+// invocation, until its turn comes; then a worker is started for it
+// (Starter: an asynchronous invocation of the function under Lambda, a
+// goroutine in a process), which claims the place (lease.Claim) and runs
+// the call through the same path as a synchronous call — its policy, the
+// key's own place, the upstream exchange, its slot held until the
+// upstream stopped — and writes the outcome into the task's record.
+//
+//   - Create stores the record (status working, "queued") before the
+//     ticket joins, so that a worker started at once finds it. A refusal
+//     a synchronous call would get at once (queue full, breaker open,
+//     paused, rate limited) is answered as one, and the record, which
+//     nobody was told of, is failed.
+//   - The key's own limits: its rpm_limit is charged when the task is
+//     made (a refusal is RATE_LIMITED then); its max_parallel_requests is
+//     a place the worker takes when the task runs, without waiting (a
+//     refusal fails the task).
+//   - A worker started twice (a start seen lost) claims once; a worker
+//     whose claim is refused (not its turn, its ticket gone) leaves.
+//   - Cancel withdraws a waiting task's ticket; a running task's worker
+//     sees the request within taskWatch and cuts the call off, its slot
+//     kept until the upstream stopped, as a synchronous call's.
+//
+// A task's call never asks the agent anything: upstream requests
+// (elicitation, sampling) are refused, so input_required is never
+// entered.
+
+// Starter starts a worker for a task whose turn came (or that runs at
+// once): it should return quickly, the worker running elsewhere.
+type Starter func(ctx context.Context, ts lease.TaskStart)
+
+// TaskQueue is the lease store's queue of tasks (a *lease.Limiter).
+type TaskQueue interface {
+	NewTaskID() string
+	Enqueue(ctx context.Context, req lease.Request, ticket, taskID string, deadline time.Time) (string, error)
+	Claim(ctx context.Context, req lease.Request, id string, mark int64) (*lease.Lease, error)
+	Withdraw(ctx context.Context, key, id string) error
+	StartDue(ctx context.Context, req lease.Request) error
+}
+
+var _ TaskQueue = (*lease.Limiter)(nil)
+
+// taskEngine is the TaskEngine of a gateway that runs tasks itself.
+type taskEngine struct {
+	g     *Gateway
+	store *tasks.Store
+	queue TaskQueue
+	start Starter
+}
+
+// taskWatch is how often a running task's worker reads its record for a
+// cancellation.
+const taskWatch = 2 * time.Second
+
+// EnableTasks makes g run gateway tasks (tools whose item sets
+// task_support), keeping their records in store and their tickets in
+// queue, and relay upstreams' tasks; start starts their workers (see
+// RunTask). Call it before serving.
+func (g *Gateway) EnableTasks(store *tasks.Store, queue TaskQueue, start Starter) {
+	g.deps.TaskStore = store
+	g.deps.Tasks = &taskEngine{g: g, store: store, queue: queue, start: start}
+}
+
+// taskRunKey marks the context of a task's run: its key's rpm_limit was
+// charged when the task was made.
+type taskRunKey struct{}
+
+// Create makes a gateway task (TaskEngine).
+func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.Principal, params json.RawMessage, tool, protocol string) (*tasks.Record, *fault.Error) {
+	g := e.g
+	if p == nil {
+		return nil, fault.New(fault.Unauthorized, "a task needs a caller")
+	}
+	timeout := srv.TimeoutFor(tool)
+	rec := recordFrom(ctx)
+	// The key's own rate: charged now, its place left for the run.
+	if kr, ok := g.principalRequest(ctx, timeout); ok && len(kr.Rates) > 0 {
+		kl, err := g.deps.Limiter.Acquire(ctx, kr)
+		if err != nil {
+			return nil, principalFault(err)
+		}
+		g.finish(ctx, kl, lease.Abandoned, rec)
+	}
+	who, err := json.Marshal(p)
+	if err != nil {
+		return nil, fault.Wrap(err, fault.Internal, "the task cannot be made")
+	}
+	id, err := tasks.NewID()
+	if err != nil {
+		return nil, fault.Wrap(err, fault.Internal, "the task cannot be made")
+	}
+	req, capped := g.leaseRequest(ctx, srv, tool, timeout)
+	queued := capped && req.TakesPlace()
+	r := &tasks.Record{
+		ID: id, Kind: tasks.KindGateway, ServerID: srv.ID, Tool: tool, Owner: p.StateKey, OwnerID: p.ID,
+		Principal: who, Status: tasks.StatusWorking, StatusMessage: "queued", TTL: srv.TaskTTL,
+		PollInterval: taskPoll(srv, timeout), Params: params, Protocol: protocol,
+	}
+	if queued {
+		r.LeaseID = e.queue.NewTaskID()
+	}
+	if err := e.store.Create(ctx, r); err != nil {
+		return nil, fault.Wrap(err, fault.StoreUnavailable, "the task cannot be stored right now").WithRetryAfter(storeRetryAfter)
+	}
+	if !queued {
+		// Nothing to wait for: its worker starts now.
+		e.start(context.WithoutCancel(ctx), lease.TaskStart{Key: srv.ID, Task: id})
+		return r, nil
+	}
+	// Tasks wait in places of their own (max_queued of them), which no
+	// bulkhead bounds: a waiting task holds no invocation.
+	req.MaxQueued = srv.MaxQueued
+	if req.MaxQueued == 0 {
+		req.MaxQueued = registry.DefaultMaxQueued
+	}
+	if _, err := e.queue.Enqueue(ctx, req, r.LeaseID, id, r.CreatedAt.Add(r.TTL)); err != nil {
+		fe := acquireFault(srv, tool, err)
+		e.settle(context.WithoutCancel(ctx), r, nil, fe, false)
+		return nil, fe
+	}
+	return r, nil
+}
+
+// taskPoll is how often an agent is told to poll a task: about a tenth of
+// its call's timeout, within [1 s, 30 s].
+func taskPoll(srv *registry.Server, timeout time.Duration) time.Duration {
+	return min(max(timeout/10, time.Second), 30*time.Second)
+}
+
+// Cancel asks a task to stop (TaskEngine).
+func (e *taskEngine) Cancel(ctx context.Context, r *tasks.Record) (*tasks.Record, error) {
+	if tasks.Terminal(r.Status) {
+		return r, nil
+	}
+	if r.LeaseID != "" {
+		err := e.queue.Withdraw(ctx, r.ServerID, r.LeaseID)
+		switch {
+		case err == nil, errors.Is(err, lease.ErrNoTicket) && r.StatusMessage == "queued":
+			// Withdrawn (or gone with its deadline) before it ran.
+			return e.update(ctx, r, func(n *tasks.Record) error {
+				if tasks.Terminal(n.Status) {
+					return errSettled
+				}
+				n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
+				return nil
+			})
+		case !errors.Is(err, lease.ErrClaimed) && !errors.Is(err, lease.ErrNoTicket):
+			return nil, err
+		}
+	}
+	// Running (or about to): its worker cuts the call off.
+	return e.update(ctx, r, func(n *tasks.Record) error {
+		if tasks.Terminal(n.Status) {
+			return errSettled
+		}
+		n.CancelRequested = true
+		return nil
+	})
+}
+
+// Update brings input responses (TaskEngine). A gateway task never asks
+// for input, so there is no round to feed.
+func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, _ json.RawMessage, _ string) (*tasks.Record, error) {
+	return r, nil
+}
+
+// errSettled stops an update of a record that reached a terminal status
+// meanwhile.
+var errSettled = errors.New("task: settled meanwhile")
+
+// update applies change to the record as stored, reading it again after a
+// conflict; a change refused with errSettled leaves it as it is.
+func (e *taskEngine) update(ctx context.Context, r *tasks.Record, change func(*tasks.Record) error) (*tasks.Record, error) {
+	for range 8 {
+		n, err := e.store.Update(ctx, r, change)
+		switch {
+		case err == nil:
+			return n, nil
+		case errors.Is(err, errSettled):
+			return r, nil
+		case !errors.Is(err, tasks.ErrConflict):
+			return nil, err
+		}
+		if r, err = e.store.Get(ctx, r.ID); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("task %s: its record kept changing", r.ID)
+}
+
+// RunTask is a task's worker (see EnableTasks): it claims the task's place
+// and runs its call, writing the outcome into its record. It returns once
+// the call was answered or cut off (an exchange cut off goes on in the
+// background until its upstream stopped: Drain waits for it). A start that
+// finds nothing to do (the task settled or cancelled, its ticket claimed
+// by another start, its turn not come) returns nil.
+func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) error {
+	e, ok := g.deps.Tasks.(*taskEngine)
+	if !ok {
+		return errors.New("task: this gateway runs no tasks")
+	}
+	r, err := e.store.Get(ctx, ts.Task)
+	if errors.Is(err, tasks.ErrNotFound) {
+		e.withdraw(ctx, ts)
+		return nil
+	}
+	if err != nil {
+		// Its ticket stays: the start is made again (lease.StartTimeout).
+		return err
+	}
+	if tasks.Terminal(r.Status) || r.CancelRequested || r.Kind != tasks.KindGateway || ts.Ticket != r.LeaseID {
+		e.withdraw(ctx, ts)
+		if r.CancelRequested && !tasks.Terminal(r.Status) {
+			_, err := e.update(ctx, r, func(n *tasks.Record) error {
+				if tasks.Terminal(n.Status) {
+					return errSettled
+				}
+				n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
+				return nil
+			})
+			return err
+		}
+		return nil
+	}
+	var p auth.Principal
+	var params mcp.CallToolParams
+	if err := json.Unmarshal(r.Principal, &p); err != nil {
+		e.withdraw(ctx, ts)
+		e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's record cannot be read"), false)
+		return nil
+	}
+	if err := json.Unmarshal(r.Params, &params); err != nil {
+		e.withdraw(ctx, ts)
+		e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's call cannot be read"), false)
+		return nil
+	}
+	rec := &record{id: "task-" + r.ID, principal: &p, method: "tasks/run", tool: clip.String(r.Tool, clip.Name)}
+	ctx = context.WithValue(ctx, recordCtx, rec)
+	ctx = context.WithValue(ctx, callerCtx, &caller{principal: &p})
+	ctx = context.WithValue(ctx, taskRunKey{}, true)
+	start := time.Now()
+	res, ferr, ran, cancelled := e.run(ctx, ts, r, &params)
+	if !ran {
+		return nil
+	}
+	if cancelled {
+		rec.outcome = "cancelled"
+	}
+	e.settle(context.WithoutCancel(ctx), r, res, ferr, cancelled)
+	g.logTask(rec, r, start)
+	return nil
+}
+
+// run claims the task's places and makes its call; ran is false when the
+// claim found it was not this start's to run, cancelled true when the
+// task's cancellation cut the call off.
+func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Record, params *mcp.CallToolParams) (res *mcp.CallToolResult, ferr *fault.Error, ran, cancelled bool) {
+	g := e.g
+	srv, ferr := g.server(ctx, r.ServerID)
+	if ferr != nil {
+		e.withdraw(ctx, ts)
+		return nil, ferr, true, false
+	}
+	c := g.newCall(ctx, srv, params)
+	defer func() {
+		if c.counted {
+			g.obs.Finished(ctx, CallEnd{CallInfo: c.info(), Server: srv, Latency: time.Since(c.start), Lease: c.ls, Result: res, Fault: ferr})
+		}
+	}()
+	if ferr := g.checkPolicy(ctx, c); ferr != nil {
+		e.withdraw(ctx, ts)
+		return nil, ferr, true, false
+	}
+	if ts.Ticket == "" {
+		// Not queued: admitted as a synchronous call is.
+		if ferr := g.take(ctx, c); ferr != nil {
+			return nil, ferr, true, false
+		}
+	} else {
+		ls, err := e.queue.Claim(ctx, c.req, ts.Ticket, ts.Mark)
+		switch {
+		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket):
+			return nil, nil, false, false
+		case err != nil:
+			return nil, acquireFault(srv, c.tool, err), true, false
+		}
+		c.leases, c.ls = []*lease.Lease{ls}, ls
+		c.rec.leaseID, c.rec.waited = ls.ID(), time.Since(r.CreatedAt)
+		if kr, ok := g.principalRequest(ctx, c.timeout); ok && kr.TakesPlace() {
+			kl, err := g.deps.Limiter.Acquire(ctx, kr)
+			if err != nil {
+				g.finish(ctx, ls, lease.Unused, c.rec)
+				return nil, principalFault(err), true, false
+			}
+			c.leases = append(c.leases, kl)
+		}
+		g.obs.Acquired(ctx, c.info(), ls)
+		g.obs.Waited(ctx, c.info(), c.rec.waited)
+	}
+	callEnd, short := g.callEnd(ctx, c)
+	if _, err := e.update(ctx, r, func(n *tasks.Record) error {
+		if tasks.Terminal(n.Status) {
+			return errSettled
+		}
+		n.StatusMessage, n.Attempt = "running", n.Attempt+1
+		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch)
+		return nil
+	}); err != nil {
+		g.log.Warn("task record not updated", "task", r.ID, "error", err.Error())
+	}
+	// The call is cut off when the task is cancelled, as a synchronous
+	// call is when its caller goes away.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go e.watch(cctx, cancel, r.ID)
+	f := g.startFlight(cctx, srv, params, nil, c.leases, c.req.Hold, callEnd)
+	if cut := g.await(cctx, f, callEnd); cut != nil {
+		return nil, g.cutOff(f, cut, short), true, ctx.Err() == nil && errors.Is(cut, context.Canceled)
+	}
+	res, ferr = g.settle(f, c.rec, short)
+	return res, ferr, true, false
+}
+
+// watch cancels a running task's call once its record asks so.
+func (e *taskEngine) watch(ctx context.Context, cancel context.CancelFunc, id string) {
+	t := time.NewTicker(taskWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if r, err := e.store.Get(ctx, id); err == nil && r.CancelRequested {
+			cancel()
+			return
+		}
+	}
+}
+
+// withdraw takes a start's ticket out of the queue, if it has one.
+func (e *taskEngine) withdraw(ctx context.Context, ts lease.TaskStart) {
+	if ts.Ticket == "" {
+		return
+	}
+	if err := e.queue.Withdraw(ctx, ts.Key, ts.Ticket); err != nil && !errors.Is(err, lease.ErrNoTicket) && !errors.Is(err, lease.ErrClaimed) {
+		e.g.log.Warn("task ticket not withdrawn", "server_id", ts.Key, "lease", ts.Ticket, "error", err.Error())
+	}
+}
+
+// settle writes a task's outcome into its record: completed with the
+// call's result (a fault the agent would have got as a tool error
+// included), failed with a JSON-RPC error for what a synchronous call
+// answers as a protocol error, or cancelled.
+func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallToolResult, fe *fault.Error, cancelled bool) {
+	var result, rpcErr json.RawMessage
+	status, msg := tasks.StatusCompleted, ""
+	switch {
+	case cancelled:
+		status, msg = tasks.StatusCancelled, "cancelled while it ran"
+	case fe != nil && taskProtocolError(fe):
+		status, msg = tasks.StatusFailed, fe.Message
+		if re, ok := specError(fe); ok {
+			rpcErr, _ = marshalPlain(rpcErrorObject{Code: re.Code, Message: re.Message})
+		} else {
+			data, _ := fault.MarshalJSON(fe.Detail())
+			rpcErr, _ = marshalPlain(rpcErrorObject{Code: jsonrpc.CodeInvalidParams, Message: fe.Message, Data: json.RawMessage(data)})
+		}
+	case fe != nil:
+		res = toolError(&record{}, fe)
+		fallthrough
+	default:
+		b, err := marshalPlain(res)
+		if err != nil {
+			status, msg = tasks.StatusFailed, "the task's result cannot be encoded"
+		}
+		result = b
+	}
+	_, err := e.update(ctx, r, func(n *tasks.Record) error {
+		if tasks.Terminal(n.Status) {
+			return errSettled
+		}
+		n.Status, n.StatusMessage, n.Result, n.Error = status, clip.String(msg, clip.Message), result, rpcErr
+		if status == tasks.StatusCancelled {
+			n.Result, n.Error = nil, nil
+		}
+		return nil
+	})
+	if errors.Is(err, tasks.ErrTooLarge) {
+		_, err = e.update(ctx, r, func(n *tasks.Record) error {
+			if tasks.Terminal(n.Status) {
+				return errSettled
+			}
+			n.Status, n.Result = tasks.StatusFailed, nil
+			n.StatusMessage = "the task's result is larger than this gateway keeps (MAX_TASK_RESULT_BYTES)"
+			n.Error, _ = marshalPlain(rpcErrorObject{Code: jsonrpc.CodeInternalError, Message: n.StatusMessage})
+			return nil
+		})
+	}
+	if err != nil {
+		e.g.log.Error("task outcome not stored", "task", r.ID, "error", err.Error())
+	}
+}
+
+// taskProtocolError reports whether a synchronous call would have answered
+// fe as a protocol error (callFault): the protocol's own codes, an unknown
+// tool, arguments refused.
+func taskProtocolError(fe *fault.Error) bool {
+	if _, ok := specError(fe); ok {
+		return true
+	}
+	return !errors.Is(fe.Cause, errSchema) && (fe.Code == fault.NotFound || fe.Code == fault.BadRequest)
+}
+
+// logTask logs one record for a task's run, as a request's is logged.
+func (g *Gateway) logTask(rec *record, r *tasks.Record, start time.Time) {
+	attrs := []any{"request_id", rec.id, "task", r.ID, "duration_ms", time.Since(start).Milliseconds(), "server_id", r.ServerID, "tool", rec.tool}
+	attrs = append(attrs, rec.principal.LogAttrs()...)
+	if rec.outcome != "" {
+		attrs = append(attrs, "outcome", rec.outcome)
+	}
+	if rec.code != "" {
+		attrs = append(attrs, "code", rec.code)
+	}
+	if rec.waited > 0 {
+		attrs = append(attrs, "wait_ms", rec.waited.Milliseconds())
+	}
+	if rec.leaseID != "" {
+		attrs = append(attrs, "lease", rec.leaseID)
+	}
+	if rec.cause != nil {
+		attrs = append(attrs, "error", rec.cause.Error())
+	}
+	g.log.Info("task", attrs...)
+}
+
+// SweepTasks starts again the tasks whose turn came but whose worker never
+// claimed their place (a start lost with its instance, an invocation never
+// delivered): for each server with a tool the gateway runs as a task, one
+// read of its lease item, and a start for each task due (lease.StartDue).
+// A schedule runs it.
+func (g *Gateway) SweepTasks(ctx context.Context) error {
+	e, ok := g.deps.Tasks.(*taskEngine)
+	if !ok {
+		return nil
+	}
+	servers, _, err := g.deps.Registry.All(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, srv := range servers {
+		if !runsTasks(srv) {
+			continue
+		}
+		req, _ := g.leaseRequest(ctx, srv, "", srv.Timeout)
+		if !req.TakesPlace() {
+			continue
+		}
+		if err := e.queue.StartDue(ctx, req); err != nil {
+			errs = append(errs, fmt.Errorf("server %s: %w", srv.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runsTasks reports whether a tool of srv is one the gateway runs as a
+// task (its item sets task_support optional or required).
+func runsTasks(srv *registry.Server) bool {
+	for _, t := range srv.Tools {
+		if t.TaskSupport == registry.TaskOptional || t.TaskSupport == registry.TaskRequired {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// engineHarness is a harness whose gateway runs tasks itself: its limiter
+// starts a worker (RunTask, in a goroutine of the test) when a task's
+// turn comes, as the process's starter does outside Lambda.
+func engineHarness(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup) {
+	t.Helper()
+	var (
+		store   *tasks.Store
+		limiter *lease.Limiter
+		gw      *Gateway
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+	)
+	start := func(_ context.Context, ts lease.TaskStart) {
+		mu.Lock()
+		g := gw
+		mu.Unlock()
+		wg.Go(func() {
+			if err := g.RunTask(context.Background(), ts); err != nil {
+				t.Errorf("worker of %s: %v", ts.Task, err)
+			}
+		})
+	}
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
+		limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: start})
+		d.Limiter = limiter
+	})
+	mu.Lock()
+	gw = h.gw
+	mu.Unlock()
+	h.gw.EnableTasks(store, limiter, start)
+	t.Cleanup(wg.Wait)
+	return h, store, &wg
+}
+
+// TestGatewayRunsTasks: tasks of a tool whose item sets task_support wait
+// in the server's queue, holding nothing, and run one at a time under a
+// cap of 1 — the upstream never sees two at once — each with its own
+// result; a task cancelled while it waits never reaches the upstream, and
+// one cancelled while it runs is cut off and says so.
+func TestGatewayRunsTasks(t *testing.T) {
+	h, _, _ := engineHarness(t)
+	up := testkit.StartBatch(t, 10, 300*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+
+	create := func() string {
+		t.Helper()
+		a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+		if a.err != nil || a.str(t, "resultType") != "task" || a.str(t, "status") != "working" {
+			t.Fatalf("a declared call of work: %s, want a CreateTaskResult", a.raw)
+		}
+		return a.str(t, "taskId")
+	}
+	var ids []string
+	for range 4 {
+		ids = append(ids, create())
+	}
+	for _, id := range ids {
+		a := h.pollTask("/mcp/batch", h.key, id)
+		if a.err != nil || a.str(t, "status") != "completed" || !strings.Contains(string(a.result["result"]), "done") {
+			t.Errorf("task %s: %s, want completed with the tool's answer", id, a.raw)
+		}
+	}
+	if st := up.Stats(); st.Served != 4 || st.Peak != 1 {
+		t.Errorf("the upstream served %d calls, at most %d at once; want 4, one at a time (cap 1)", st.Served, st.Peak)
+	}
+
+	// Cancelled while waiting: withdrawn from the queue, never called.
+	running, waiting := create(), create()
+	if a := h.rpc("/mcp/batch", h.key, "tasks/cancel", map[string]any{"taskId": waiting}, rpcOpts{declare: true}); a.err != nil {
+		t.Fatalf("tasks/cancel of a waiting task: %s", a.raw)
+	}
+	if a := h.pollTask("/mcp/batch", h.key, waiting); a.str(t, "status") != "cancelled" {
+		t.Errorf("a task cancelled while it waited: %s, want cancelled", a.raw)
+	}
+	if a := h.pollTask("/mcp/batch", h.key, running); a.str(t, "status") != "completed" {
+		t.Errorf("the task before it: %s, want completed", a.raw)
+	}
+	if st := up.Stats(); st.Served != 5 {
+		t.Errorf("the upstream served %d calls; want 5 (the cancelled task never reached it)", st.Served)
+	}
+
+	// Cancelled while running: cut off, its place kept until the upstream
+	// stopped.
+	slow := testkit.StartBatch(t, 1, 20*time.Second)
+	h.server(map[string]any{"server_id": "slow", "url": slow.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 60, "cancel_grace": 1,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	a := h.rpc("/mcp/slow", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if a.err != nil {
+		t.Fatalf("a call of slow work: %s", a.raw)
+	}
+	id := a.str(t, "taskId")
+	for deadline := time.Now().Add(30 * time.Second); slow.Stats().Served+len(slow.Stats().Arrivals) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a := h.rpc("/mcp/slow", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.err != nil {
+		t.Fatalf("tasks/cancel of a running task: %s", a.raw)
+	}
+	if a := h.pollTask("/mcp/slow", h.key, id); a.str(t, "status") != "cancelled" {
+		t.Errorf("a task cancelled while it ran: %s, want cancelled", a.raw)
+	}
+	if st := slow.Stats(); st.Served != 0 || len(st.Arrivals) != 1 {
+		t.Errorf("the slow upstream: %d arrivals, %d answered before the cancellation; want 1, 0", len(st.Arrivals), st.Served)
+	}
+}
+
+// TestStoppedWorkerReadsAsFailed: a task still working past its RunUntil
+// lost its worker (its instance died with the call): tasks/get tells the
+// agent it failed, and that the call may or may not have run, rather than
+// leaving it working until its TTL.
+func TestStoppedWorkerReadsAsFailed(t *testing.T) {
+	now := time.Now()
+	r := &tasks.Record{ID: "tsk_x", Kind: tasks.KindGateway, Status: tasks.StatusWorking, StatusMessage: "running",
+		CreatedAt: now.Add(-time.Minute), UpdatedAt: now.Add(-time.Minute), TTL: time.Hour, RunUntil: now.Add(-time.Second)}
+	res, err := detailedTask(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.fields["status"]); got != `"failed"` || !strings.Contains(string(res.fields["error"]), "may or may not have run") {
+		t.Errorf("a task past its RunUntil reads as %s (error %s); want failed, saying the call may or may not have run", got, res.fields["error"])
+	}
+	r.RunUntil = now.Add(time.Minute)
+	if res, _ := detailedTask(r); string(res.fields["status"]) != `"working"` {
+		t.Errorf("a task within its RunUntil reads as %s; want working", res.fields["status"])
+	}
+	if r.Status != tasks.StatusWorking {
+		t.Error("reading a stopped task changed its record")
+	}
+}
