@@ -236,15 +236,16 @@ func TestValidateRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The function's first property, and its runtime.
+	// The function's first property, its runtime, and its events (the
+	// task sweep's schedule).
 	const fn = "      Description: MCP gateway with a fleet-wide"
-	if !bytes.Contains(good, []byte(fn)) || !bytes.Contains(good, []byte("Runtime: provided.al2023")) {
-		t.Fatalf("%s has no %q or no provided.al2023 runtime to break", templatePath, fn)
+	if !bytes.Contains(good, []byte(fn)) || !bytes.Contains(good, []byte("Runtime: provided.al2023")) || !bytes.Contains(good, []byte("      Events:\n")) {
+		t.Fatalf("%s has no %q, no provided.al2023 runtime or no function events to break", templatePath, fn)
 	}
 	for _, tc := range []struct {
 		name, old, new, want string
 	}{
-		{"an event the translator does not know", fn, "      Events:\n        Bad:\n          Type: NotAnEventType\n" + fn,
+		{"an event the translator does not know", "      Events:\n", "      Events:\n        Bad:\n          Type: NotAnEventType\n",
 			"the SAM translator refuses it:\n  Resource with id [GatewayFunction] is invalid. Event with id [Bad] is invalid"},
 		{"a runtime cfn-lint does not know", "Runtime: provided.al2023", "Runtime: provided.al9999", "'provided.al9999' is not one of"},
 	} {
