@@ -366,15 +366,19 @@ func printWaiting(w io.Writer, ts []lease.TicketStatus, now time.Time) error {
 	if len(ts) == 0 {
 		return nil
 	}
-	lapsed, turn := 0, 0
+	lapsed, turn, tasks := 0, 0, 0
 	for _, t := range ts {
-		if t.Lapsed {
+		switch {
+		case t.Lapsed:
 			lapsed++
-		} else if t.Turn {
+		case t.Task:
+			tasks++
+		}
+		if !t.Lapsed && t.Turn {
 			turn++
 		}
 	}
-	line := fmt.Sprintf("  waiting: %d caller(s), in the order they will be served (fewest places held first)", len(ts)-lapsed)
+	line := fmt.Sprintf("  waiting: %d caller(s) and %d task(s), in the order they will be served (fewest places held first)", len(ts)-lapsed-tasks, tasks)
 	if lapsed > 0 {
 		line += fmt.Sprintf("; %d gone (its caller gave up or died; the next write purges it)", lapsed)
 	}
@@ -386,13 +390,17 @@ func printWaiting(w io.Writer, ts []lease.TicketStatus, now time.Time) error {
 	fmt.Fprintln(tw, "    CALLER\tINSTANCE\tTOOL\tTICKET\tGIVES UP")
 	for _, t := range ts {
 		state := "in " + t.Deadline.Sub(now).Round(100*time.Millisecond).String()
+		who := orDash(t.Principal)
+		if t.Task {
+			who += " (task)"
+		}
 		switch {
 		case t.Lapsed:
 			state = "gone"
 		case t.Turn:
 			state += ", its turn"
 		}
-		fmt.Fprintf(tw, "    %s\t%s\t%s\t#%d\t%s\n", orDash(t.Principal), orDash(t.Instance), orDash(t.Tool), t.Number, state)
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t#%d\t%s\n", who, orDash(t.Instance), orDash(t.Tool), t.Number, state)
 	}
 	return tw.Flush()
 }

@@ -246,7 +246,7 @@ func TestStatusShowsWaitingCallers(t *testing.T) {
 		}
 	}
 	r := mcpgate(t, env, "status", "batch").ok(t)
-	for _, want := range []string{"waiting: 1 caller(s), in the order they will be served", "principals: k1 holds 1; k2 holds 0, 1 waiting", "k2", "inst2", "k1"} {
+	for _, want := range []string{"waiting: 1 caller(s) and 0 task(s), in the order they will be served", "principals: k1 holds 1; k2 holds 0, 1 waiting", "k2", "inst2", "k1"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status does not say %q:\n%s", want, r.stdout)
 		}

@@ -131,7 +131,9 @@ type serverRow struct {
 	Ceiling  int // the cap, when adaptive
 	Adaptive bool
 	InFlight int
-	Waiting  int
+	// Waiting counts the callers queued, Tasks the tasks (each a ticket
+	// with no caller behind it, waiting for its worker to start).
+	Waiting, Tasks int
 	// Oldest is how long the longest waiting caller has been seen waiting.
 	Oldest  time.Duration
 	Full    bool
@@ -174,7 +176,11 @@ func rowOf(l *fleet.Limiter, p *poller, now time.Time) serverRow {
 		if t.Lapsed {
 			continue
 		}
-		r.Waiting++
+		if t.Task {
+			r.Tasks++
+		} else {
+			r.Waiting++
+		}
 		if p != nil {
 			if at := p.since("t:" + t.ID); !at.IsZero() {
 				r.Oldest = max(r.Oldest, now.Sub(at))
