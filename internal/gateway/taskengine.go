@@ -42,9 +42,13 @@ import (
 //     sees the request within taskWatch and cuts the call off, its slot
 //     kept until the upstream stopped, as a synchronous call's.
 //
-// A task's call never asks the agent anything: upstream requests
-// (elicitation, sampling) are refused, so input_required is never
-// entered.
+//   - Input: an upstream that answers the call input_required (MCP
+//     2026-07-28's multi-round trip: input requests and its requestState)
+//     puts the task in input_required, its place given back, the
+//     upstream's state kept in the record (never shown). tasks/update
+//     brings the responses: the task joins the queue again, and its next
+//     round is the call retried with them, as a synchronous client's
+//     retry is.
 
 // Starter starts a worker for a task whose turn came (or that runs at
 // once): it should return quickly, the worker running elsewhere.
@@ -179,10 +183,48 @@ func (e *taskEngine) Cancel(ctx context.Context, r *tasks.Record) (*tasks.Record
 	})
 }
 
-// Update brings input responses (TaskEngine). A gateway task never asks
-// for input, so there is no round to feed.
-func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, _ json.RawMessage, _ string) (*tasks.Record, error) {
-	return r, nil
+// Update brings input responses to a task in input_required (TaskEngine):
+// its next round joins the queue, the call to be retried with them and
+// the upstream's requestState (the record's).
+func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json.RawMessage, _ string) (*tasks.Record, error) {
+	if r.Status != tasks.StatusInputRequired {
+		return r, nil
+	}
+	g := e.g
+	srv, ferr := g.server(ctx, r.ServerID)
+	if ferr != nil {
+		return nil, ferr
+	}
+	req, capped := g.leaseRequest(ctx, srv, r.Tool, srv.TimeoutFor(r.Tool))
+	queued := capped && req.TakesPlace()
+	ticket := ""
+	if queued {
+		ticket = e.queue.NewTaskID()
+	}
+	n, err := e.update(ctx, r, func(n *tasks.Record) error {
+		if n.Status != tasks.StatusInputRequired {
+			return errSettled
+		}
+		n.Status, n.StatusMessage, n.InputRequests, n.InputResponses = tasks.StatusWorking, "queued", nil, responses
+		n.LeaseID, n.RunUntil = ticket, time.Time{}
+		return nil
+	})
+	if err != nil || n.Status != tasks.StatusWorking || n.LeaseID != ticket {
+		return n, err
+	}
+	if !queued {
+		e.start(context.WithoutCancel(ctx), lease.TaskStart{Key: srv.ID, Task: n.ID})
+		return n, nil
+	}
+	req.MaxQueued = srv.MaxQueued
+	if req.MaxQueued == 0 {
+		req.MaxQueued = registry.DefaultMaxQueued
+	}
+	if _, err := e.queue.Enqueue(ctx, req, ticket, n.ID, n.CreatedAt.Add(n.TTL)); err != nil {
+		e.settle(context.WithoutCancel(ctx), n, nil, acquireFault(srv, r.Tool, err), false)
+		return n, nil
+	}
+	return n, nil
 }
 
 // errSettled stops an update of a record that reached a terminal status
@@ -250,10 +292,17 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) error {
 		e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's record cannot be read"), false)
 		return nil
 	}
-	if err := json.Unmarshal(r.Params, &params); err != nil {
+	var args struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	raw := roundParams(r)
+	if err := errors.Join(json.Unmarshal(raw, &params), json.Unmarshal(raw, &args)); err != nil {
 		e.withdraw(ctx, ts)
 		e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's call cannot be read"), false)
 		return nil
+	}
+	if args.Arguments != nil {
+		params.Arguments = args.Arguments // as a call's arguments reach the gateway: JSON, checked as such
 	}
 	rec := &record{id: "task-" + r.ID, principal: &p, method: "tasks/run", tool: clip.String(r.Tool, clip.Name)}
 	ctx = context.WithValue(ctx, recordCtx, rec)
@@ -266,6 +315,11 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) error {
 	}
 	if cancelled {
 		rec.outcome = "cancelled"
+	}
+	if ferr == nil && res != nil && res.NeedsInput() {
+		e.askInput(context.WithoutCancel(ctx), r, res)
+		g.logTask(rec, r, start)
+		return nil
 	}
 	e.settle(context.WithoutCancel(ctx), r, res, ferr, cancelled)
 	g.logTask(rec, r, start)
@@ -356,6 +410,55 @@ func (e *taskEngine) watch(ctx context.Context, cancel context.CancelFunc, id st
 			cancel()
 			return
 		}
+	}
+}
+
+// roundParams are the params of a task's call in its current round: the
+// agent's, with the input responses tasks/update brought and the
+// upstream's requestState, when the upstream asked for input.
+func roundParams(r *tasks.Record) json.RawMessage {
+	if len(r.InputResponses) == 0 && r.RequestState == "" {
+		return r.Params
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(r.Params, &m) != nil {
+		return r.Params
+	}
+	if len(r.InputResponses) > 0 {
+		m["inputResponses"] = r.InputResponses
+	}
+	if r.RequestState != "" {
+		m["requestState"], _ = json.Marshal(r.RequestState)
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return r.Params
+	}
+	return out
+}
+
+// askInput puts a task whose upstream asked for input in input_required:
+// its requests for the agent, the upstream's state for the next round.
+func (e *taskEngine) askInput(ctx context.Context, r *tasks.Record, res *mcp.CallToolResult) {
+	reqs, err := marshalPlain(res.InputRequests)
+	if err != nil {
+		e.settle(ctx, r, nil, fault.Wrap(err, fault.UpstreamError, "the tool's input requests cannot be encoded"), false)
+		return
+	}
+	_, err = e.update(ctx, r, func(n *tasks.Record) error {
+		if tasks.Terminal(n.Status) {
+			return errSettled
+		}
+		n.Status, n.StatusMessage = tasks.StatusInputRequired, "the tool asks for input: answer with tasks/update"
+		n.InputRequests, n.RequestState, n.InputResponses, n.LeaseID, n.RunUntil = reqs, res.RequestState, nil, "", time.Time{}
+		return nil
+	})
+	if errors.Is(err, tasks.ErrTooLarge) {
+		e.settle(ctx, r, nil, fault.New(fault.UpstreamError, "the tool's input requests are larger than this gateway keeps (MAX_TASK_RESULT_BYTES)"), false)
+		return
+	}
+	if err != nil {
+		e.g.log.Error("task input requests not stored", "task", r.ID, "error", err.Error())
 	}
 }
 

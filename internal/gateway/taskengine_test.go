@@ -143,3 +143,41 @@ func TestStoppedWorkerReadsAsFailed(t *testing.T) {
 		t.Error("reading a stopped task changed its record")
 	}
 }
+
+// TestGatewayTaskAsksForInput: a gateway task whose upstream (synchronous,
+// answering input_required as MCP 2026-07-28 lets it) asks for input goes
+// to input_required with the upstream's requests, its place given back;
+// tasks/update brings the answer, and the task's next round — the call
+// retried with it — completes with the upstream's answer to it.
+func TestGatewayTaskAsksForInput(t *testing.T) {
+	h, _, _ := engineHarness(t)
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}})
+	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
+		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
+	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "a.txt"}, "_meta": meta}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call of confirm_delete: %s, want a CreateTaskResult", a.raw)
+	}
+	id := a.str(t, "taskId")
+	a = h.pollTask("/mcp/plain", h.key, id)
+	if a.err != nil || a.str(t, "status") != "input_required" || !strings.Contains(string(a.result["inputRequests"]), "confirm") {
+		t.Fatalf("the task: %s, want input_required asking to confirm", a.raw)
+	}
+	if _, shown := a.result["requestState"]; shown {
+		t.Errorf("tasks/get shows a requestState: %s", a.raw)
+	}
+	if n := testkit.LeaseCount(t, h.env, "plain", "leases"); n != 0 {
+		t.Errorf("%d places held while the task waits for input; want none", n)
+	}
+	u := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id,
+		"inputResponses": map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}}, rpcOpts{declare: true})
+	if u.err != nil {
+		t.Fatalf("tasks/update: %s", u.raw)
+	}
+	a = h.pollTask("/mcp/plain", h.key, id)
+	if a.err != nil || a.str(t, "status") != "completed" || !strings.Contains(string(a.result["result"]), "deleted a.txt") {
+		t.Errorf("after the answer: %s, want completed, deleted", a.raw)
+	}
+}
