@@ -52,3 +52,49 @@ func TestConformanceTasksRelay(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceGatewayTasks runs the same scenarios through a gateway
+// process at /mcp/{server_id} in front of the taskserver in its
+// synchronous mode (a plain upstream that knows nothing of tasks), whose
+// item makes each fixture task-supporting as the task-capable upstream
+// declares it: the gateway makes the tasks, queues them, runs them and
+// keeps their outcomes; the scenarios must pass as they do against the
+// task-capable upstream itself.
+func TestConformanceGatewayTasks(t *testing.T) {
+	node22(t)
+	s := suites[1]
+	infraFile(t, s.pkg+"/dist/index.js")
+	reference := httptest.NewServer(taskserver.New(taskserver.Options{Tasks: true}).Handler())
+	t.Cleanup(reference.Close)
+	plain := httptest.NewServer(taskserver.New(taskserver.Options{}).Handler())
+	t.Cleanup(plain.Close)
+	rig := testkit.NewRig(t, testkit.RigOptions{})
+	rig.PutServer(map[string]any{"server_id": "tasks", "url": plain.URL, "max_concurrent_requests": 4, "tools": map[string]any{
+		"slow_compute":        map[string]any{"task_support": "optional"},
+		"failing_job":         map[string]any{"task_support": "required"},
+		"protocol_error_job":  map[string]any{"task_support": "optional"},
+		"confirm_delete":      map[string]any{"task_support": "optional"},
+		"multi_input":         map[string]any{"task_support": "optional"},
+		"test_tool_with_task": map[string]any{"task_support": "required"},
+	}})
+	gw := rig.StartGateway()
+	proxy := withBearer(t, gw.URL, rig.PutKey("tasks"))
+	for _, name := range append(tasksScenarios, "tasks-mrtr-composition") {
+		t.Run(name, func(t *testing.T) {
+			one := suite{name: s.name, pkg: s.pkg, args: []string{"--scenario", name}}
+			direct, directOut := runConformance(t, one, reference.URL)
+			via, viaOut := runConformance(t, one, proxy+"/mcp/tasks")
+			d, g := passed(direct[name]), passed(via[name])
+			switch {
+			case name == "tasks-mrtr-composition":
+				t.Logf("%s: against the task-capable upstream passed=%v %s; gateway tasks passed=%v %s", name, d, failures(direct[name]), g, failures(via[name]))
+			case len(direct[name]) == 0 || len(via[name]) == 0:
+				t.Errorf("scenario %s wrote no checks:\n%s\n%s", name, directOut, viaOut)
+			case !d:
+				t.Errorf("scenario %s fails against the task-capable upstream itself: %s\n%s", name, failures(direct[name]), directOut)
+			case !g:
+				t.Errorf("scenario %s passes against the task-capable upstream but fails as gateway tasks: %s\n%s", name, failures(via[name]), viaOut)
+			}
+		})
+	}
+}

@@ -19,7 +19,7 @@ func TestDispatchTellsEventsApart(t *testing.T) {
 		got = append(got, r.RawPath)
 		return &events.LambdaFunctionURLStreamingResponse{StatusCode: 200}, nil
 	}
-	h := dispatch(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), url)
+	h := dispatch(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), url, nil)
 	req, _ := json.Marshal(events.LambdaFunctionURLRequest{RawPath: "/mcp", Body: `{"mcpgate":"sweep"}`,
 		Headers: map[string]string{"mcpgate": "task"}})
 	if _, err := h(context.Background(), req); err != nil || len(got) != 1 || got[0] != "/mcp" {

@@ -223,7 +223,8 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		// written before it does.
 		// Its own events (task workers, the sweep) are told apart from
 		// the Function URL's.
-		lambda.StartHandlerFunc(dispatch(gw, log, lambdaurl.Wrap(afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), handler, gw, tr))))
+		h, returned := afterResponse(ctx, log, getenv("AWS_LAMBDA_RUNTIME_API"), handler, gw, tr)
+		lambda.StartHandlerFunc(dispatch(gw, log, lambdaurl.Wrap(h), returned))
 		return nil
 	}
 	if cfg.RequestTimeout > 0 {
@@ -248,17 +249,26 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 //
 // The spans of an invocation (tr, nil when tracing is off) are flushed
 // before it ends: once its exchanges are closed.
-func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Handler, gw *gateway.Gateway, tr *tracing.Tracing) http.Handler {
+//
+// returned is for the invocations that are no HTTP request (a task's
+// worker, the sweep): called once their handler has returned, it lets the
+// invocation end as an HTTP request's does.
+func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Handler, gw *gateway.Gateway, tr *tracing.Tracing) (_ http.Handler, returned func(context.Context)) {
 	ext, err := extension.Register(ctx, api, "mcpgate-exchanges")
 	if err != nil {
 		log.Error("cannot register the internal Lambda extension: calls cut off before their upstreams answer may be frozen with their slots", "error", err.Error())
+		flush := func(ctx context.Context) {
+			if tr != nil {
+				_ = tr.Flush(ctx)
+			}
+		}
 		if tr == nil {
-			return h
+			return h, flush
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h.ServeHTTP(w, r)
 			_ = tr.Flush(r.Context())
-		})
+		}), flush
 	}
 	go func() {
 		err := ext.Run(ctx, func(ictx context.Context) {
@@ -269,7 +279,11 @@ func afterResponse(ctx context.Context, log *slog.Logger, api string, h http.Han
 		})
 		log.Error("the internal Lambda extension stopped", "error", err.Error())
 	}()
-	return ext.Wrap(h, lambdaRequestID)
+	return ext.Wrap(h, lambdaRequestID), func(ctx context.Context) {
+		if lc, ok := lambdacontext.FromContext(ctx); ok {
+			ext.Returned(lc.AwsRequestID)
+		}
+	}
 }
 
 // withTimeout gives every request a deadline, as Lambda does.

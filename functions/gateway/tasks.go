@@ -100,10 +100,15 @@ func sweepEvery(ctx context.Context, d time.Duration, gw *gateway.Gateway, log *
 
 // dispatch is the function's handler: its own events to the task worker
 // and the sweep, every other to url (the Function URL's handler).
-func dispatch(gw *gateway.Gateway, log *slog.Logger, url func(context.Context, *events.LambdaFunctionURLRequest) (*events.LambdaFunctionURLStreamingResponse, error)) func(context.Context, json.RawMessage) (any, error) {
+// returned (nil: none) is told when an own event's handler has returned,
+// so that the invocation ends then (afterResponse).
+func dispatch(gw *gateway.Gateway, log *slog.Logger, url func(context.Context, *events.LambdaFunctionURLRequest) (*events.LambdaFunctionURLStreamingResponse, error), returned func(context.Context)) func(context.Context, json.RawMessage) (any, error) {
 	return func(ctx context.Context, raw json.RawMessage) (any, error) {
 		var ev event
 		if len(raw) <= maxEvent && json.Unmarshal(raw, &ev) == nil && ev.Kind != "" {
+			if returned != nil {
+				defer returned(ctx)
+			}
 			switch ev.Kind {
 			case eventTask:
 				if ev.Key == "" || ev.Task == "" {

@@ -7,7 +7,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,12 +56,13 @@ func taskRPC(base, path, key, method, name string, params map[string]any) (int, 
 	return resp.StatusCode, msg.Result, string(raw)
 }
 
-// TestQueuedTasksHoldNoFunctionConcurrency: 24 agents of two keys (20 of
-// A, 4 of B) each make a task of a tool of a server with a cap of 2 (calls
-// of 500 ms), through 3 gateway processes behind a front that, as Lambda
-// does, admits at most FUNCTION_CONCURRENCY (4) requests at once and
-// answers 429 beyond (an agent tries again shortly, as a client of a
-// throttled function does), and poll it as pollIntervalMs says. Many more
+// TestQueuedTasksHoldNoFunctionConcurrency: 100 agents of two keys (80 of
+// A, 20 of B) each make a task of a tool of a server with a cap of 2 (calls
+// of 500 ms) at once, through 3 gateway processes behind a front that, as
+// Lambda does, admits at most FUNCTION_CONCURRENCY (12) requests at once
+// and answers 429 beyond (an agent tries again shortly, as a client of a
+// throttled function does), and poll it as pollIntervalMs says. Every one
+// gets its handle (no 429 from the gateway, only the front's). Many more
 // tasks wait in the server's queue at once than the front could hold
 // requests — so a waiting task holds none — and every task completes, B's
 // among them, the upstream never seeing more than the cap. (The workers
@@ -68,10 +72,11 @@ func TestQueuedTasksHoldNoFunctionConcurrency(t *testing.T) {
 	rig := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv})
 	up := testkit.StartBatch(t, 4, 500*time.Millisecond)
 	keyA, keyB := rig.PutKey("*"), rig.PutKey("*")
-	gws := rig.Start(3, "FUNCTION_CONCURRENCY=4")
+	gws := rig.Start(3, "FUNCTION_CONCURRENCY=12")
 	rig.PutServer(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 2, "task_ttl": 600, "timeout": 10,
 		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
-	front := testkit.StartFront(t, 4, gws)
+	front := testkit.StartFront(t, 12, gws)
+	var gatewayBusy atomic.Int64 // 429s of the gateway's own
 	// rpc is taskRPC through the front, tried again after a 429.
 	rpc := func(key, method, name string, params map[string]any) (int, map[string]json.RawMessage, string) {
 		for {
@@ -79,12 +84,16 @@ func TestQueuedTasksHoldNoFunctionConcurrency(t *testing.T) {
 			if code != http.StatusTooManyRequests {
 				return code, res, raw
 			}
+			if !strings.Contains(raw, "Rate Exceeded.") {
+				gatewayBusy.Add(1)
+			}
 			time.Sleep(time.Duration(50+rand.IntN(100)) * time.Millisecond)
 		}
 	}
 
 	type outcome struct {
 		key, status, raw string
+		at               time.Time
 	}
 	var mu sync.Mutex
 	var outcomes []outcome
@@ -102,15 +111,15 @@ func TestQueuedTasksHoldNoFunctionConcurrency(t *testing.T) {
 			mostWaiting = max(mostWaiting, testkit.LeaseCount(t, rig.Env, "batch", "tasks"))
 		}
 	})
-	for i := range 24 {
+	for i := range 100 {
 		key, who := keyA, "A"
-		if i%6 == 5 {
+		if i%5 == 4 {
 			key, who = keyB, "B"
 		}
 		wg.Go(func() {
 			note := func(status, raw string) {
 				mu.Lock()
-				outcomes = append(outcomes, outcome{who, status, raw})
+				outcomes = append(outcomes, outcome{who, status, raw, time.Now()})
 				mu.Unlock()
 			}
 			code, res, raw := rpc(key, "tools/call", "work", map[string]any{"name": "work", "arguments": map[string]any{}})
@@ -143,23 +152,41 @@ func TestQueuedTasksHoldNoFunctionConcurrency(t *testing.T) {
 	close(done)
 	sampler.Wait()
 	completed := map[string]int{}
+	var doneA []time.Time
+	var lastB time.Time
 	for _, o := range outcomes {
 		if o.status == "completed" {
 			completed[o.key]++
+			if o.key == "A" {
+				doneA = append(doneA, o.at)
+			} else if o.at.After(lastB) {
+				lastB = o.at
+			}
 		} else {
 			t.Errorf("a task of %s: %s: %s", o.key, o.status, o.raw)
 		}
 	}
 	st := up.Stats()
-	t.Logf("tasks completed: A %d of 20, B %d of 4; at most %d waiting at once in the server's queue; front throttled %d; upstream served %d, peak %d",
-		completed["A"], completed["B"], mostWaiting, front.Throttled.Load(), st.Served, st.Peak)
-	if completed["A"] != 20 || completed["B"] != 4 {
-		t.Errorf("completed: A %d of 20, B %d of 4", completed["A"], completed["B"])
+	t.Logf("tasks completed: A %d of 80, B %d of 20; at most %d waiting at once in the server's queue; front throttled %d, the gateway %d; upstream served %d, peak %d",
+		completed["A"], completed["B"], mostWaiting, front.Throttled.Load(), gatewayBusy.Load(), st.Served, st.Peak)
+	if completed["A"] != 80 || completed["B"] != 20 {
+		t.Errorf("completed: A %d of 80, B %d of 20", completed["A"], completed["B"])
 	}
-	if mostWaiting <= 4 {
-		t.Errorf("at most %d tasks waited at once; with 24 made, more than the front's 4 requests should have", mostWaiting)
+	if n := gatewayBusy.Load(); n != 0 {
+		t.Errorf("the gateway answered 429 %d times; a task waits in the queue instead", n)
+	}
+	if mostWaiting <= 12 {
+		t.Errorf("at most %d tasks waited at once; with 100 made, more than the front's 12 requests should have", mostWaiting)
 	}
 	if st.Peak > 2 {
 		t.Errorf("the upstream saw %d calls at once; cap 2", st.Peak)
+	}
+	// Fair shares, as between synchronous callers: B, holding fewer
+	// places, gets every other one while its tasks wait, so they are all
+	// done before half of A's (in arrival order, B's last would come with
+	// A's last).
+	slices.SortFunc(doneA, time.Time.Compare)
+	if len(doneA) > 0 && !lastB.Before(doneA[len(doneA)/2]) {
+		t.Errorf("B's last task was done %v after half of A's; fair shares serve B's first", lastB.Sub(doneA[len(doneA)/2]))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -103,6 +104,27 @@ type Request struct {
 	// Audiences are the token audiences accepted for this request when the
 	// OAuth settings name none: the gateway's resource URLs.
 	Audiences []string
+}
+
+// KeyPrincipal returns the principal of the key whose StateKey is
+// stateKey as the keys table has it now (through the keys cache): ErrBadKey
+// when the key was revoked or its item can no longer be used. It serves a
+// call made later on a key's behalf (an MCP task), so that the key's
+// revocation and its narrowed grants and limits apply to it as to a
+// request.
+func (a *Authenticator) KeyPrincipal(ctx context.Context, stateKey string) (*Principal, error) {
+	hash, ok := strings.CutPrefix(stateKey, string(KindKey)+":")
+	if !ok || len(hash) != 64 {
+		return nil, ErrBadKey
+	}
+	k, err := a.keys.keys.Get(ctx, hash)
+	if err != nil {
+		return nil, err
+	}
+	if k == nil || k.Invalid != nil {
+		return nil, ErrBadKey
+	}
+	return k.Principal(), nil
 }
 
 // Authenticate returns the request's principal. A bearer that is a JWT is

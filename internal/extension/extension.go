@@ -99,6 +99,11 @@ func (e *Extension) invocation(id string) chan struct{} {
 	return ch
 }
 
+// Returned notes that the handler of invocation id has returned, for an
+// invocation served other than through Wrap (an event that is no HTTP
+// request).
+func (e *Extension) Returned(id string) { e.handlerReturned(id) }
+
 func (e *Extension) handlerReturned(id string) {
 	if id == "" {
 		return

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -16,6 +17,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/registry"
 	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/upstream"
 )
 
 // The gateway's own tasks (TaskEngine): a tools/call made a task waits in
@@ -106,7 +108,7 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 		}
 		g.finish(ctx, kl, lease.Abandoned, rec)
 	}
-	who, err := json.Marshal(p)
+	who, err := json.Marshal(taskCaller{Principal: p, Header: callerFrom(ctx).upstream(srv).Header})
 	if err != nil {
 		return nil, fault.Wrap(err, fault.Internal, "the task cannot be made")
 	}
@@ -114,29 +116,14 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 	if err != nil {
 		return nil, fault.Wrap(err, fault.Internal, "the task cannot be made")
 	}
-	req, capped := g.leaseRequest(ctx, srv, tool, timeout)
-	queued := capped && req.TakesPlace()
+	req := g.taskRequest(ctx, srv, tool, timeout)
 	r := &tasks.Record{
 		ID: id, Kind: tasks.KindGateway, ServerID: srv.ID, Tool: tool, Owner: p.StateKey, OwnerID: p.ID,
 		Principal: who, Status: tasks.StatusWorking, StatusMessage: "queued", TTL: srv.TaskTTL,
-		PollInterval: taskPoll(srv, timeout), Params: params, Protocol: protocol,
-	}
-	if queued {
-		r.LeaseID = e.queue.NewTaskID()
+		PollInterval: taskPoll(srv, timeout), Params: params, Protocol: protocol, LeaseID: e.queue.NewTaskID(),
 	}
 	if err := e.store.Create(ctx, r); err != nil {
 		return nil, fault.Wrap(err, fault.StoreUnavailable, "the task cannot be stored right now").WithRetryAfter(storeRetryAfter)
-	}
-	if !queued {
-		// Nothing to wait for: its worker starts now.
-		e.start(context.WithoutCancel(ctx), lease.TaskStart{Key: srv.ID, Task: id})
-		return r, nil
-	}
-	// Tasks wait in places of their own (max_queued of them), which no
-	// bulkhead bounds: a waiting task holds no invocation.
-	req.MaxQueued = srv.MaxQueued
-	if req.MaxQueued == 0 {
-		req.MaxQueued = registry.DefaultMaxQueued
 	}
 	if _, err := e.queue.Enqueue(ctx, req, r.LeaseID, id, r.CreatedAt.Add(r.TTL)); err != nil {
 		fe := acquireFault(srv, tool, err)
@@ -146,10 +133,42 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 	return r, nil
 }
 
-// taskPoll is how often an agent is told to poll a task: about a tenth of
-// its call's timeout, within [1 s, 30 s].
+// uncappedTask is the cap a task's request asks under on a server that
+// has none: every task waits as a ticket and runs as a lease, so that a
+// start made twice claims once and a start lost is made again, whatever
+// the server's caps.
+const uncappedTask = 1 << 20
+
+// taskRequest is what a task of tool on srv asks of the server's lease
+// item: what a synchronous call asks (leaseRequest), always a place
+// (uncappedTask where the server has no cap), and max_queued places in
+// the queue of tasks, which no bulkhead bounds: a waiting task holds no
+// invocation.
+func (g *Gateway) taskRequest(ctx context.Context, srv *registry.Server, tool string, timeout time.Duration) lease.Request {
+	req, _ := g.leaseRequest(ctx, srv, tool, timeout)
+	if !req.TakesPlace() {
+		req.Cap = uncappedTask
+	}
+	req.MaxQueued = srv.MaxQueued
+	if req.MaxQueued == 0 {
+		req.MaxQueued = registry.DefaultMaxQueued
+	}
+	return req
+}
+
+// taskCaller is who a task runs for, as its record keeps it: the
+// principal (no credential), and the agent's headers the server forwards
+// upstream (forward_headers), as its request carried them.
+type taskCaller struct {
+	Principal *auth.Principal `json:"principal"`
+	Header    http.Header     `json:"header,omitempty"`
+}
+
+// taskPoll is how often an agent is told to poll a task: the calls on the
+// server are expected to take about a thirtieth of their timeout, within
+// [250 ms, 5 s].
 func taskPoll(srv *registry.Server, timeout time.Duration) time.Duration {
-	return min(max(timeout/10, time.Second), 30*time.Second)
+	return min(max(timeout/30, 250*time.Millisecond), 5*time.Second)
 }
 
 // Cancel asks a task to stop (TaskEngine).
@@ -195,12 +214,8 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 	if ferr != nil {
 		return nil, ferr
 	}
-	req, capped := g.leaseRequest(ctx, srv, r.Tool, srv.TimeoutFor(r.Tool))
-	queued := capped && req.TakesPlace()
-	ticket := ""
-	if queued {
-		ticket = e.queue.NewTaskID()
-	}
+	req := g.taskRequest(ctx, srv, r.Tool, srv.TimeoutFor(r.Tool))
+	ticket := e.queue.NewTaskID()
 	n, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if n.Status != tasks.StatusInputRequired {
 			return errSettled
@@ -211,14 +226,6 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 	})
 	if err != nil || n.Status != tasks.StatusWorking || n.LeaseID != ticket {
 		return n, err
-	}
-	if !queued {
-		e.start(context.WithoutCancel(ctx), lease.TaskStart{Key: srv.ID, Task: n.ID})
-		return n, nil
-	}
-	req.MaxQueued = srv.MaxQueued
-	if req.MaxQueued == 0 {
-		req.MaxQueued = registry.DefaultMaxQueued
 	}
 	if _, err := e.queue.Enqueue(ctx, req, ticket, n.ID, n.CreatedAt.Add(n.TTL)); err != nil {
 		e.settle(context.WithoutCancel(ctx), n, nil, acquireFault(srv, r.Tool, err), false)
@@ -285,11 +292,20 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) error {
 		}
 		return nil
 	}
-	var p auth.Principal
+	var who taskCaller
 	var params mcp.CallToolParams
-	if err := json.Unmarshal(r.Principal, &p); err != nil {
+	if err := json.Unmarshal(r.Principal, &who); err != nil || who.Principal == nil {
 		e.withdraw(ctx, ts)
-		e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's record cannot be read"), false)
+		e.settle(ctx, r, nil, fault.New(fault.Internal, "the task's record cannot be read"), false)
+		return nil
+	}
+	p, fe := g.currentPrincipal(ctx, who.Principal)
+	if fe != nil {
+		if fe.Code == fault.StoreUnavailable {
+			return fe // its ticket stays: the start is made again
+		}
+		e.withdraw(ctx, ts)
+		e.settle(ctx, r, nil, fe, false)
 		return nil
 	}
 	var args struct {
@@ -304,9 +320,9 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) error {
 	if args.Arguments != nil {
 		params.Arguments = args.Arguments // as a call's arguments reach the gateway: JSON, checked as such
 	}
-	rec := &record{id: "task-" + r.ID, principal: &p, method: "tasks/run", tool: clip.String(r.Tool, clip.Name)}
+	rec := &record{id: "task-" + r.ID, principal: p, method: "tasks/run", tool: clip.String(r.Tool, clip.Name)}
 	ctx = context.WithValue(ctx, recordCtx, rec)
-	ctx = context.WithValue(ctx, callerCtx, &caller{principal: &p})
+	ctx = context.WithValue(ctx, callerCtx, &caller{principal: p, header: who.Header})
 	ctx = context.WithValue(ctx, taskRunKey{}, true)
 	start := time.Now()
 	res, ferr, ran, cancelled := e.run(ctx, ts, r, &params)
@@ -346,12 +362,8 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		e.withdraw(ctx, ts)
 		return nil, ferr, true, false
 	}
-	if ts.Ticket == "" {
-		// Not queued: admitted as a synchronous call is.
-		if ferr := g.take(ctx, c); ferr != nil {
-			return nil, ferr, true, false
-		}
-	} else {
+	c.req = g.taskRequest(ctx, srv, c.tool, c.timeout)
+	{
 		ls, err := e.queue.Claim(ctx, c.req, ts.Ticket, ts.Mark)
 		switch {
 		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket):
@@ -484,7 +496,18 @@ func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallT
 		status, msg = tasks.StatusCancelled, "cancelled while it ran"
 	case fe != nil && taskProtocolError(fe):
 		status, msg = tasks.StatusFailed, fe.Message
+		var ue *upstream.Error
 		if re, ok := specError(fe); ok {
+			rpcErr, _ = marshalPlain(rpcErrorObject{Code: re.Code, Message: re.Message})
+		} else if errors.As(fe, &ue) && ue.Kind == upstream.KindRPC && ue.RPC != nil {
+			// The upstream's own JSON-RPC error, as a synchronous call
+			// relays it.
+			var data any
+			if len(ue.RPC.Data) > 0 {
+				data = ue.RPC.Data
+			}
+			msg = ue.RPC.Message
+			rpcErr, _ = marshalPlain(rpcErrorObject{Code: ue.RPC.Code, Message: ue.RPC.Message, Data: data})
 			rpcErr, _ = marshalPlain(rpcErrorObject{Code: re.Code, Message: re.Message})
 		} else {
 			data, _ := fault.MarshalJSON(fe.Detail())
@@ -527,10 +550,11 @@ func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallT
 }
 
 // taskProtocolError reports whether a synchronous call would have answered
-// fe as a protocol error (callFault): the protocol's own codes, an unknown
-// tool, arguments refused.
+// fe as a protocol error (callFault, rpcError): the protocol's own codes,
+// the upstream's JSON-RPC error, an unknown tool, arguments refused.
 func taskProtocolError(fe *fault.Error) bool {
-	if _, ok := specError(fe); ok {
+	var ue *upstream.Error
+	if _, ok := specError(fe); ok || errors.As(fe, &ue) && ue.Kind == upstream.KindRPC && ue.RPC != nil {
 		return true
 	}
 	return !errors.Is(fe.Cause, errSchema) && (fe.Code == fault.NotFound || fe.Code == fault.BadRequest)
@@ -577,11 +601,7 @@ func (g *Gateway) SweepTasks(ctx context.Context) error {
 		if !runsTasks(srv) {
 			continue
 		}
-		req, _ := g.leaseRequest(ctx, srv, "", srv.Timeout)
-		if !req.TakesPlace() {
-			continue
-		}
-		if err := e.queue.StartDue(ctx, req); err != nil {
+		if err := e.queue.StartDue(ctx, g.taskRequest(ctx, srv, "", srv.Timeout)); err != nil {
 			errs = append(errs, fmt.Errorf("server %s: %w", srv.ID, err))
 		}
 	}
@@ -597,4 +617,26 @@ func runsTasks(srv *registry.Server) bool {
 		}
 	}
 	return false
+}
+
+// currentPrincipal is the principal a task runs for, as it is now: a key
+// is read again (through the keys cache), so that a key revoked, narrowed
+// or limited since the task was made is as it is for any call; an OAuth
+// or IAM principal runs as it was when the task was made (its token is
+// not kept).
+func (g *Gateway) currentPrincipal(ctx context.Context, was *auth.Principal) (*auth.Principal, *fault.Error) {
+	keys, ok := g.deps.Auth.(interface {
+		KeyPrincipal(ctx context.Context, stateKey string) (*auth.Principal, error)
+	})
+	if !ok || was.Kind != auth.KindKey {
+		return was, nil
+	}
+	p, err := keys.KeyPrincipal(ctx, was.StateKey)
+	switch {
+	case errors.Is(err, auth.ErrBadKey):
+		return nil, fault.New(fault.Unauthorized, "the key that made the task was revoked")
+	case err != nil:
+		return nil, fault.Wrap(err, fault.StoreUnavailable, "cannot read the task's key right now").WithRetryAfter(storeRetryAfter)
+	}
+	return p, nil
 }
