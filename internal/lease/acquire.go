@@ -290,7 +290,17 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 				// A task's ticket is never presumed gone: its task lives
 				// until its deadline, and its worker is started (and
 				// started again, StartTimeout on) by whoever sees its
-				// turn come (see Options.OnTaskStart).
+				// turn come (see Options.OnTaskStart). But while its last
+				// start has gone unclaimed for StartTimeout (no worker can
+				// come: invocations throttled, the worker failing before
+				// it claims), the callers behind it pass it: it keeps its
+				// ticket and number, and the take is conditioned on that
+				// start (a worker's claim, or a new start, fails it).
+				if t.started > 0 && now-t.started >= StartTimeout.Milliseconds() {
+					skip[t.id] = true
+					bypass = append(bypass, t)
+					more = true
+				}
 				continue
 			}
 			at, ok := a.turnSince[t.id]
@@ -461,6 +471,10 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		}
 	}
 	for _, t := range bypass {
+		if t.task {
+			u.cond(u.path(TicketsAttr, t.id, ticketStarted) + " = " + u.num(t.started))
+			continue
+		}
 		u.removeTicket(t.id, t.label, t.n, t.task)
 		u.count(u.path(FreedAttr), 1)
 	}

@@ -260,7 +260,12 @@
 // its mark back (on condition it is still its own) and leaves the ticket
 // for the next start. A start that is lost (an instance dying between its
 // mark and its start, an invocation never delivered) is made again by
-// the first to see the turn StartTimeout after it. Withdraw removes a
+// the first to see the turn StartTimeout after it. While its last start
+// has gone unclaimed for StartTimeout (no worker can come: invocations
+// throttled, a worker failing before it claims), callers behind it pass
+// it — it keeps its ticket and its number, and such a take is conditioned
+// on that mark as seen — so that one task nobody claims cannot hold a free
+// place from everyone. Withdraw removes a
 // task's ticket before it is claimed (ADD 1 to freed, conditioned on its
 // number); its lease, once claimed, is released like any other.
 //
