@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -264,7 +265,16 @@ func (e *taskEngine) update(ctx context.Context, r *tasks.Record, change func(*t
 // background until its upstream stopped: Drain waits for it). A start that
 // finds nothing to do (the task settled or cancelled, its ticket claimed
 // by another start, its turn not come) returns nil.
-func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) error {
+func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
+	defer func() {
+		// A worker's panic is its task's, never the process's: logged as a
+		// request's is; the task's lease lapses and its record reads as
+		// stopped past its run_until.
+		if p := recover(); p != nil {
+			g.log.Error("panic", "task", ts.Task, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("task %s: worker panicked", ts.Task)
+		}
+	}()
 	e, ok := g.deps.Tasks.(*taskEngine)
 	if !ok {
 		return errors.New("task: this gateway runs no tasks")
@@ -508,7 +518,6 @@ func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallT
 			}
 			msg = ue.RPC.Message
 			rpcErr, _ = marshalPlain(rpcErrorObject{Code: ue.RPC.Code, Message: ue.RPC.Message, Data: data})
-			rpcErr, _ = marshalPlain(rpcErrorObject{Code: re.Code, Message: re.Message})
 		} else {
 			data, _ := fault.MarshalJSON(fe.Detail())
 			rpcErr, _ = marshalPlain(rpcErrorObject{Code: jsonrpc.CodeInvalidParams, Message: fe.Message, Data: json.RawMessage(data)})

@@ -181,3 +181,24 @@ func TestGatewayTaskAsksForInput(t *testing.T) {
 		t.Errorf("after the answer: %s, want completed, deleted", a.raw)
 	}
 }
+
+// TestTaskProtocolErrorFails: a task whose upstream answers its call with
+// a JSON-RPC error (not a tool's isError) is failed, carrying that error,
+// as a synchronous call relays it.
+func TestTaskProtocolErrorFails(t *testing.T) {
+	h, _, _ := engineHarness(t)
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "task_ttl": 120,
+		"tools": map[string]any{"protocol_error_job": map[string]any{"task_support": "optional"}}})
+	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "protocol_error_job", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call of protocol_error_job: %s, want a CreateTaskResult", a.raw)
+	}
+	a = h.pollTask("/mcp/plain", h.key, a.str(t, "taskId"))
+	if a.err != nil || a.str(t, "status") != "failed" || !strings.Contains(string(a.result["error"]), "protocol_error_job failed inside the server") {
+		t.Errorf("the task: %s, want failed with the upstream's JSON-RPC error", a.raw)
+	}
+	if _, has := a.result["result"]; has {
+		t.Errorf("a failed task carries a result: %s", a.raw)
+	}
+}
