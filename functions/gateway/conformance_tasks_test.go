@@ -69,7 +69,7 @@ func TestConformanceGatewayTasks(t *testing.T) {
 	plain := httptest.NewServer(taskserver.New(taskserver.Options{}).Handler())
 	t.Cleanup(plain.Close)
 	rig := testkit.NewRig(t, testkit.RigOptions{})
-	rig.PutServer(map[string]any{"server_id": "tasks", "url": plain.URL, "max_concurrent_requests": 4, "tools": map[string]any{
+	rig.PutServer(map[string]any{"server_id": "tasks", "url": plain.URL, "max_concurrent_requests": 64, "tools": map[string]any{
 		"slow_compute":        map[string]any{"task_support": "optional"},
 		"failing_job":         map[string]any{"task_support": "required"},
 		"protocol_error_job":  map[string]any{"task_support": "optional"},

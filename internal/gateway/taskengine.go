@@ -221,7 +221,31 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 		if n.Status != tasks.StatusInputRequired {
 			return errSettled
 		}
-		n.Status, n.StatusMessage, n.InputRequests, n.InputResponses = tasks.StatusWorking, "queued", nil, responses
+		// Answers accumulate until every request of the round has one;
+		// until then the task asks for the rest.
+		asked, given := map[string]json.RawMessage{}, map[string]json.RawMessage{}
+		_ = json.Unmarshal(n.InputRequests, &asked)
+		_ = json.Unmarshal(n.InputResponses, &given)
+		var more map[string]json.RawMessage
+		if err := json.Unmarshal(responses, &more); err != nil {
+			return err
+		}
+		for k, v := range more {
+			if _, ok := asked[k]; ok {
+				given[k] = v
+				delete(asked, k)
+			}
+		}
+		all, err := marshalPlain(given)
+		if err != nil {
+			return err
+		}
+		n.InputResponses = all
+		if len(asked) > 0 {
+			n.InputRequests, err = marshalPlain(asked)
+			return err
+		}
+		n.Status, n.StatusMessage, n.InputRequests = tasks.StatusWorking, "queued", nil
 		n.LeaseID, n.RunUntil = ticket, time.Time{}
 		return nil
 	})

@@ -202,3 +202,39 @@ func TestTaskProtocolErrorFails(t *testing.T) {
 		t.Errorf("a failed task carries a result: %s", a.raw)
 	}
 }
+
+// TestGatewayTaskTakesPartialInput: a round of two input requests answered
+// one tasks/update at a time stays input_required, asking for the one left,
+// until both are answered; then the task runs its next round with both.
+func TestGatewayTaskTakesPartialInput(t *testing.T) {
+	h, _, _ := engineHarness(t)
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "task_ttl": 120,
+		"tools": map[string]any{"multi_input": map[string]any{"task_support": "optional"}}})
+	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
+		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
+	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "multi_input", "arguments": map[string]any{}, "_meta": meta}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call of multi_input: %s, want a CreateTaskResult", a.raw)
+	}
+	id := a.str(t, "taskId")
+	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "input_required" {
+		t.Fatalf("the task: %s, want input_required", a.raw)
+	}
+	update := func(k string, content map[string]any) {
+		t.Helper()
+		if u := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id,
+			"inputResponses": map[string]any{k: map[string]any{"action": "accept", "content": content}}}, rpcOpts{declare: true}); u.err != nil {
+			t.Fatalf("tasks/update %s: %s", k, u.raw)
+		}
+	}
+	update("first", map[string]any{"name": "Ada"})
+	a = h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if a.str(t, "status") != "input_required" || strings.Contains(string(a.result["inputRequests"]), `"first"`) || !strings.Contains(string(a.result["inputRequests"]), `"second"`) {
+		t.Fatalf("after one of two answers: %s, want input_required asking for the second only", a.raw)
+	}
+	update("second", map[string]any{"confirm": true})
+	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "completed" || !strings.Contains(string(a.result["result"]), "got Ada and true") {
+		t.Errorf("after both answers: %s, want completed with both", a.raw)
+	}
+}
