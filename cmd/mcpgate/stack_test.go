@@ -121,7 +121,7 @@ func TestStackFlag(t *testing.T) {
 	}
 	for k, v := range map[string]string{
 		"SERVERS_TABLE": env.Tables.Servers, "LEASES_TABLE": env.Tables.Leases, "KEYS_TABLE": env.Tables.Keys,
-		"TASKS_TABLE": env.Tables.Tasks,
+		"TASKS_TABLE":       env.Tables.Tasks,
 		"MCPGATE_LOG_GROUP": s.logGroup, "MCPGATE_URL": "https://abcdefghij.lambda-url.us-east-1.on.aws",
 		"AWS_REGION": secrettest.Region,
 	} {
