@@ -298,6 +298,11 @@ func (b *bench) uncontended() {
 	if writes < 2 {
 		t.Errorf("%.2f lease writes per capped call: the acquire and release did not both reach the store", writes)
 	}
+	// A profile needs more calls than the latencies for enough samples.
+	if os.Getenv("BENCH_PROFILE") != "" {
+		n *= 5
+	}
+	b.uncontendedCost(n, args)
 }
 
 // traced: the uncontended call with tracing off and on. A gateway process
@@ -1123,6 +1128,8 @@ func benchChild(mode string) int {
 		err = baselineGateway(ctx)
 	case "hotkey":
 		err = hotKeyChild(ctx)
+	case "profile":
+		err = profileGateway(ctx)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}

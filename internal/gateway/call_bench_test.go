@@ -1,0 +1,79 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/registry"
+	"github.com/mcpgate/mcpgate/internal/secret"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+	"github.com/mcpgate/mcpgate/internal/upstream"
+)
+
+// BenchmarkToolCall is one tool call through the REST route's handler, as
+// the gateway serves it (caches, metrics and an access log at their
+// defaults, the log and the metrics written to io.Discard), against
+// dynalite and the demo upstream on loopback: "capped" takes its place and
+// gives it back (two store writes), "uncapped" makes no store request. Its
+// allocations include the demo upstream's and the store client's; the
+// difference between the two is what the two writes cost.
+//
+//	go test -run '^$' -bench ToolCall -benchmem ./internal/gateway
+func BenchmarkToolCall(b *testing.B) {
+	env := storetest.NewEnv(b)
+	demo := testkit.StartDemo(b)
+	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	pool := upstream.New(upstream.Options{AllowLocal: true, Logger: log, Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
+	b.Cleanup(pool.Close)
+	g, err := New(Deps{
+		Auth:     auth.New(env.Client, env.Tables.Keys, auth.Options{}),
+		Registry: registry.New(env.Client, env.Tables.Servers, registry.Options{}),
+		Limiter:  lease.New(env.Client, env.Tables.Leases, lease.Options{}),
+		Upstream: pool,
+		Metrics:  metrics.New(io.Discard, metrics.Options{}),
+	}, Options{Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+	})
+	h := g.Handler()
+	key := testkit.PutKey(b, env, "*")
+	testkit.PutServer(b, env, map[string]any{"server_id": "capped", "url": demo.URL, "max_concurrent_requests": 8})
+	testkit.PutServer(b, env, map[string]any{"server_id": "uncapped", "url": demo.URL})
+	for _, id := range []string{"capped", "uncapped"} {
+		b.Run(id, func(b *testing.B) {
+			body := `{"server_id":"` + id + `","name":"echo","arguments":{"text":"x"}}`
+			call := func() {
+				req := httptest.NewRequest(http.MethodPost, "/mcp-rest/tools/call", strings.NewReader(body))
+				req.RemoteAddr = "127.0.0.1:40000"
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("call: %d %s", w.Code, w.Body)
+				}
+			}
+			call() // the upstream's session, the caches
+			b.ReportAllocs()
+			for b.Loop() {
+				call()
+			}
+		})
+	}
+}
