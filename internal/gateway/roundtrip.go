@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,10 +151,7 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 // credential reference and headers, hashed): a request state is bound to
 // it, so a server id pointed at another upstream never hands the new one
 // the old one's state.
-func upstreamOf(srv *registry.Server) string {
-	sum := sha256.Sum256([]byte(srv.IdentityKey()))
-	return hex.EncodeToString(sum[:16])
-}
+func upstreamOf(srv *registry.Server) string { return srv.IdentityHash() }
 
 // kindsOf lists the capabilities input requests need, sorted.
 func kindsOf(reqs mcp.InputRequestMap) []string {
