@@ -93,9 +93,14 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 	if err != nil {
 		return nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
 	}
-	bind := roundtrip.Binding{Principal: c.principal, Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args), Upstream: upstreamOf(srv)}
+	// What a request state is bound to: only a call that brings one or
+	// gets one needs it, and its digest of the arguments is most of a
+	// call's JSON work.
+	bind := func() roundtrip.Binding {
+		return roundtrip.Binding{Principal: c.principal, Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args), Upstream: upstreamOf(srv)}
+	}
 	if params.RequestState != "" {
-		opened, err := g.states.Open(params.RequestState, bind)
+		opened, err := g.states.Open(params.RequestState, bind())
 		if err != nil {
 			var refused *roundtrip.RefusedError
 			if !errors.As(err, &refused) {
@@ -138,7 +143,7 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 		msg := fmt.Sprintf("tool %q of server %q needs the client capabilities %s, which this request did not declare", clip.String(params.Name, clip.Name), srv.ID, strings.Join(missing, ", "))
 		return nil, fault.Wrap(&jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: msg, Data: data}, fault.BadRequest, "%s", msg)
 	}
-	sealed, err := g.states.Seal(bind, res.RequestState)
+	sealed, err := g.states.Seal(bind(), res.RequestState)
 	if err != nil {
 		return nil, fault.Wrap(err, fault.Internal, "cannot seal requestState")
 	}
