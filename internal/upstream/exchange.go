@@ -140,7 +140,7 @@ func (x *Exchange) run(params *mcp.CallToolParams, l *Listener) {
 	} else {
 		// The tool's own schema says which arguments go in Mcp-Param-*
 		// headers (SEP-2243), from this instance's list when it holds one.
-		ctx := withParamHeaders(x.ctx, x.p.cachedTool(x.srv, x.caller, params.Name), params.Arguments)
+		ctx := withParamHeaders(x.ctx, x.p.cachedHeaders(x.srv, x.caller, params.Name), params.Arguments)
 		err = x.p.do(ctx, x.srv, x.caller, l, x, func(ctx context.Context, cs *mcp.ClientSession) error {
 			var err error
 			res, err = cs.CallTool(ctx, params)
