@@ -381,10 +381,12 @@ func (x *Exchange) sendingHTTP(req *http.Request) error {
 }
 
 // peekRequest reads the method and id of the JSON-RPC request in req's body
-// without consuming it.
+// without consuming it. It reads only as far as both: the SDK writes them
+// before the params, which hold the arguments, of any size, and which the
+// SDK has just encoded and read again itself.
 func peekRequest(req *http.Request) (msg struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
+	ID     json.RawMessage
+	Method string
 }, ok bool) {
 	if req.GetBody == nil {
 		return msg, false
@@ -394,8 +396,33 @@ func peekRequest(req *http.Request) (msg struct {
 		return msg, false
 	}
 	defer body.Close()
-	if json.NewDecoder(body).Decode(&msg) != nil || len(msg.ID) == 0 {
+	dec := json.NewDecoder(body)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return msg, false
+	}
+	var haveMethod bool
+	for len(msg.ID) == 0 || !haveMethod {
+		if !dec.More() {
+			return msg, false
+		}
+		t, err := dec.Token()
+		key, isKey := t.(string)
+		if err != nil || !isKey {
+			return msg, false
+		}
+		// Names match as encoding/json matches them to struct fields.
+		switch {
+		case strings.EqualFold(key, "id"):
+			err = dec.Decode(&msg.ID)
+		case strings.EqualFold(key, "method"):
+			err, haveMethod = dec.Decode(&msg.Method), true
+		default:
+			var skip json.RawMessage
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return msg, false
+		}
 	}
 	return msg, true
 }
