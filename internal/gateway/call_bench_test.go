@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -25,9 +27,11 @@ import (
 // the gateway serves it (caches, metrics and an access log at their
 // defaults, the log and the metrics written to io.Discard), against
 // dynalite and the demo upstream on loopback: "capped" takes its place and
-// gives it back (two store writes), "uncapped" makes no store request. Its
-// allocations include the demo upstream's and the store client's; the
-// difference between the two is what the two writes cost.
+// gives it back (two store writes), "uncapped" makes no store request, and
+// "direct" calls the upstream without the gateway. Every figure includes
+// the demo upstream's own work (it runs in the same process): uncapped
+// less direct is the gateway's own cost of a call, capped less uncapped
+// that of its two store writes (dynalite's included).
 //
 //	go test -run '^$' -bench ToolCall -benchmem ./internal/gateway
 func BenchmarkToolCall(b *testing.B) {
@@ -55,6 +59,23 @@ func BenchmarkToolCall(b *testing.B) {
 	key := testkit.PutKey(b, env, "*")
 	testkit.PutServer(b, env, map[string]any{"server_id": "capped", "url": demo.URL, "max_concurrent_requests": 8})
 	testkit.PutServer(b, env, map[string]any{"server_id": "uncapped", "url": demo.URL})
+	// The upstream alone, called as the gateway calls it: what a call
+	// costs without the gateway.
+	b.Run("direct", func(b *testing.B) {
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: demo.URL}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cs.Close()
+		params := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := cs.CallTool(context.Background(), params); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	for _, id := range []string{"capped", "uncapped"} {
 		b.Run(id, func(b *testing.B) {
 			body := `{"server_id":"` + id + `","name":"echo","arguments":{"text":"x"}}`
