@@ -89,9 +89,14 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 	if c.principal == "" {
 		return nil, fault.New(fault.Internal, "a tool call without a principal")
 	}
-	args, err := json.Marshal(params.Arguments)
-	if err != nil {
-		return nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
+	// Arguments as the routes read them are already JSON: checked, not
+	// encoded again (a request state's digest reads them as written).
+	args, ok := params.Arguments.(json.RawMessage)
+	if !ok || !json.Valid(args) {
+		var err error
+		if args, err = json.Marshal(params.Arguments); err != nil {
+			return nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
+		}
 	}
 	// What a request state is bound to: only a call that brings one or
 	// gets one needs it, and its digest of the arguments is most of a
