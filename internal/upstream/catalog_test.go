@@ -302,4 +302,21 @@ func TestParamHeadersFollowTheToolsDefinition(t *testing.T) {
 			}
 		}
 	}
+	// An upstream renaming its tools at every listing: what is kept of
+	// their headers stays within the list's size.
+	for i := range 100 {
+		name := "tool" + strconv.Itoa(i)
+		tl.mu.Lock()
+		tl.tools = map[string]*mcp.Tool{name: tool("Region"), "other": tool("")}
+		tl.mu.Unlock()
+		if p.cachedHeaders(srv, Caller{}, name) == nil {
+			t.Fatalf("%s: no headers", name)
+		}
+		p.cachedHeaders(srv, Caller{}, "other")
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if len(tl.headers) > len(tl.tools) {
+		t.Errorf("headers of %d tools kept for a list of %d", len(tl.headers), len(tl.tools))
+	}
 }

@@ -152,6 +152,15 @@ func (p *Pool) cachedHeaders(srv *registry.Server, c Caller, name string) *schem
 				if tl.headers == nil {
 					tl.headers = map[string]toolHeaders{}
 				}
+				if !ok && len(tl.headers) >= len(tl.tools) {
+					// Tools the list no longer has go: however an upstream
+					// renames its tools, this never outgrows the list.
+					for n := range tl.headers {
+						if _, in := tl.tools[n]; !in {
+							delete(tl.headers, n)
+						}
+					}
+				}
 				tl.headers[name] = h
 			}
 			hs = h.schema
