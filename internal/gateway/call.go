@@ -72,16 +72,20 @@ func (g *Gateway) callBy(ctx context.Context) time.Time {
 // disallowed_tools, the caller's tool grants) is answered as one that does
 // not exist, before any upstream request.
 func (g *Gateway) tool(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams) *fault.Error {
-	unknown := fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, clip.String(params.Name, clip.Name))
+	// Made only when answered: formatting it is most of a known tool's
+	// check.
+	unknown := func() *fault.Error {
+		return fault.New(fault.NotFound, "server %q has no tool %q", srv.ID, clip.String(params.Name, clip.Name))
+	}
 	c := callerFrom(ctx)
 	if !c.sees(srv, params.Name) {
-		return unknown
+		return unknown()
 	}
 	lctx, cancel := g.boundedCtx(ctx, srv.Timeout)
 	defer cancel()
 	t, err := g.deps.Upstream.Tool(lctx, srv, c.upstream(srv), params.Name)
 	if errors.Is(err, upstream.ErrUnknownTool) {
-		return unknown
+		return unknown()
 	}
 	if err != nil {
 		return upstreamFault(srv, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -46,6 +47,31 @@ func (g *Gateway) encodeResult(srv *registry.Server, res *mcp.CallToolResult) (*
 		return nil, fault.New(fault.UpstreamError, "server %q answered with a result larger than the gateway sends (%d bytes)", srv.ID, g.maxResult)
 	}
 	return out, nil
+}
+
+// encodeAnswer is encodeResult written out whole, as the REST route answers
+// it: the JSON encoding/json would write for the encodedResult, which is
+// already compact and escapes no HTML, so that encoding/json need not scan
+// and copy the whole result once more to check it.
+func (g *Gateway) encodeAnswer(srv *registry.Server, res *mcp.CallToolResult) ([]byte, *fault.Error) {
+	out, ferr := g.encodeResult(srv, res)
+	if ferr != nil {
+		return nil, ferr
+	}
+	body, err := out.MarshalJSON()
+	if err != nil {
+		return nil, fault.Wrap(err, fault.UpstreamError, "server %q answered with a result the gateway cannot encode", srv.ID)
+	}
+	return body, nil
+}
+
+// writeEncoded writes body, one JSON value already encoded, as writeJSON
+// writes a value: with its content type, no-store, and a newline after it.
+func writeEncoded(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
 }
 
 func newEncodedResult(res *mcp.CallToolResult) (*encodedResult, error) {

@@ -75,13 +75,13 @@ func (g *Gateway) restCall(w http.ResponseWriter, r *http.Request) {
 		writeFault(w, r, ferr)
 		return
 	}
-	out, ferr := g.encodeResult(srv, res)
+	body, ferr := g.encodeAnswer(srv, res)
 	if ferr != nil {
 		recordFrom(ctx).outcome = ""
 		writeFault(w, r, ferr)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeEncoded(w, http.StatusOK, body)
 }
 
 // ListResponse is the body of GET /mcp-rest/tools/list.

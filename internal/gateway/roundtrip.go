@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,13 +120,23 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 
 // exchangeRound is roundTrip's call: relay forwards the tasks extension.
 func (g *Gateway) exchangeRound(ctx context.Context, srv *registry.Server, params *mcp.CallToolParams, c client, l *upstream.Listener, relay bool) (*mcp.CallToolResult, *upstream.Task, *fault.Error) {
-	args, err := json.Marshal(params.Arguments)
-	if err != nil {
-		return nil, nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
+	// Arguments as the routes read them are already JSON: checked, not
+	// encoded again (a request state's digest reads them as written).
+	args, ok := params.Arguments.(json.RawMessage)
+	if !ok || !json.Valid(args) {
+		var err error
+		if args, err = json.Marshal(params.Arguments); err != nil {
+			return nil, nil, fault.New(fault.BadRequest, "arguments cannot be encoded")
+		}
 	}
-	bind := roundtrip.Binding{Principal: c.principal, Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args), Upstream: upstreamOf(srv)}
+	// What a request state is bound to: only a call that brings one or
+	// gets one needs it, and its digest of the arguments is most of a
+	// call's JSON work.
+	bind := func() roundtrip.Binding {
+		return roundtrip.Binding{Principal: c.principal, Server: srv.ID, Tool: params.Name, Args: roundtrip.Digest(args), Upstream: upstreamOf(srv)}
+	}
 	if params.RequestState != "" {
-		opened, err := g.states.Open(params.RequestState, bind)
+		opened, err := g.states.Open(params.RequestState, bind())
 		if err != nil {
 			var refused *roundtrip.RefusedError
 			if !errors.As(err, &refused) {
@@ -174,7 +182,7 @@ func (g *Gateway) exchangeRound(ctx context.Context, srv *registry.Server, param
 		msg := fmt.Sprintf("tool %q of server %q needs the client capabilities %s, which this request did not declare", clip.String(params.Name, clip.Name), srv.ID, strings.Join(missing, ", "))
 		return nil, nil, fault.Wrap(&jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: msg, Data: data}, fault.BadRequest, "%s", msg)
 	}
-	sealed, err := g.states.Seal(bind, res.RequestState)
+	sealed, err := g.states.Seal(bind(), res.RequestState)
 	if err != nil {
 		return nil, nil, fault.Wrap(err, fault.Internal, "cannot seal requestState")
 	}
@@ -187,10 +195,7 @@ func (g *Gateway) exchangeRound(ctx context.Context, srv *registry.Server, param
 // credential reference and headers, hashed): a request state is bound to
 // it, so a server id pointed at another upstream never hands the new one
 // the old one's state.
-func upstreamOf(srv *registry.Server) string {
-	sum := sha256.Sum256([]byte(srv.IdentityKey()))
-	return hex.EncodeToString(sum[:16])
-}
+func upstreamOf(srv *registry.Server) string { return srv.IdentityHash() }
 
 // kindsOf lists the capabilities input requests need, sorted.
 func kindsOf(reqs mcp.InputRequestMap) []string {

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"github.com/mcpgate/mcpgate/internal/clip"
 	"net/http"
@@ -433,6 +435,24 @@ func sortedKeys(m map[string]types.AttributeValue) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// IdentityHash is IdentityKey hashed: the hex of the first 16 bytes of its
+// SHA-256, as session, tool-list and credential caches and request states
+// name the upstream. Every call of a server needs it several times: a
+// Server the Registry returns (shared by every call until the cache
+// refreshes, and never changed) carries it computed once, when its item was
+// read; any other Server computes it on each call.
+func (s *Server) IdentityHash() string {
+	if s.identity != "" {
+		return s.identity
+	}
+	return hashIdentity(s.IdentityKey())
+}
+
+func hashIdentity(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:16])
 }
 
 // IdentityKey identifies everything about the server that decides how the

@@ -138,6 +138,7 @@ func (r *Registry) fetch(ctx context.Context, id string) (entry, error) {
 	if perr != nil {
 		return entry{err: &InvalidError{ID: id, Err: perr}}, nil
 	}
+	s.identity = hashIdentity(s.IdentityKey())
 	return entry{server: s}, nil
 }
 
@@ -178,6 +179,7 @@ func (r *Registry) List(ctx context.Context) ([]*Server, []error, error) {
 				invalid = append(invalid, &InvalidError{ID: id, Err: err})
 				continue
 			}
+			s.identity = hashIdentity(s.IdentityKey())
 			servers = append(servers, s)
 		}
 		if len(out.LastEvaluatedKey) == 0 {

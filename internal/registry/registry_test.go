@@ -178,3 +178,39 @@ func TestStaleServedWhileStoreFails(t *testing.T) {
 		t.Fatal("an item older than MaxStale was served")
 	}
 }
+
+// A server the registry returns carries its identity hash, computed from
+// its own item: the same as a Server with the same fields computes, and
+// another for another upstream, through Get and All alike.
+func TestRegistryServersCarryTheirIdentityHash(t *testing.T) {
+	env := storetest.NewEnv(t)
+	put(t, env, base())
+	put(t, env, with("server_id", s("other"), "url", s("http://127.0.0.1:9001/mcp")))
+	r := New(env.Client, env.Tables.Servers, Options{})
+	ctx := context.Background()
+	demo, err := r.Get(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := r.Get(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _, err := r.All(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if demo.identity == "" || len(all) != 2 || all[0].identity == "" || all[1].identity == "" {
+		t.Fatal("a server read by the registry carries no identity hash")
+	}
+	for _, srv := range append(all, demo, other) {
+		made := *srv
+		made.identity = ""
+		if srv.IdentityHash() != made.IdentityHash() {
+			t.Errorf("server %s: identity hash %s, computed %s", srv.ID, srv.IdentityHash(), made.IdentityHash())
+		}
+	}
+	if demo.IdentityHash() == other.IdentityHash() {
+		t.Error("two upstreams share an identity hash")
+	}
+}

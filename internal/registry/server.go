@@ -149,6 +149,10 @@ type Server struct {
 	// AllowedTools, if any, are the globs a tool must match to be seen or
 	// called; DisallowedTools hide the tools they match.
 	AllowedTools, DisallowedTools []string
+
+	// identity is IdentityHash, computed once when the Registry read the
+	// item; "" for a Server made any other way.
+	identity string
 }
 
 // ToolLimits are one tool's own limits.

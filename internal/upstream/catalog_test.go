@@ -259,3 +259,64 @@ func TestListChangedFloodIsCoalesced(t *testing.T) {
 		t.Errorf("%d invalidations, generation %d after the coalescing window; want 2 and 2", n, g)
 	}
 }
+
+// The parameter headers of a tool are worked out once per definition: a
+// call finds those of the definition the list holds now, after the list
+// was renewed with a new one too.
+func TestParamHeadersFollowTheToolsDefinition(t *testing.T) {
+	p := New(Options{AllowLocal: true})
+	defer p.Close()
+	srv := &registry.Server{ID: "headers", URL: "http://127.0.0.1:1/mcp"}
+	tool := func(header string) *mcp.Tool {
+		prop := &jsonschema.Schema{Type: "string"}
+		if header != "" {
+			prop.Extra = map[string]any{"x-mcp-header": header}
+		}
+		return &mcp.Tool{Name: "region", InputSchema: &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"region": prop}}}
+	}
+	tl := p.toolList(identityKey(srv))
+	headers := func() map[string]string {
+		schema := p.cachedHeaders(srv, Caller{}, "region")
+		if schema == nil {
+			return nil
+		}
+		return paramHeaders(schema, map[string]any{"region": "eu-west-1"})
+	}
+	if h := headers(); h != nil {
+		t.Errorf("no list held: headers %v", h)
+	}
+	for _, header := range []string{"Region", "Zone", "", "Region"} {
+		tl.mu.Lock()
+		tl.tools = map[string]*mcp.Tool{"region": tool(header)}
+		tl.mu.Unlock()
+		for range 2 {
+			h := headers()
+			if header == "" {
+				if h != nil {
+					t.Errorf("a schema without x-mcp-header: headers %v", h)
+				}
+				continue
+			}
+			if len(h) != 1 || h["Mcp-Param-"+header] != "eu-west-1" {
+				t.Errorf("definition with header %s: headers %v", header, h)
+			}
+		}
+	}
+	// An upstream renaming its tools at every listing: what is kept of
+	// their headers stays within the list's size.
+	for i := range 100 {
+		name := "tool" + strconv.Itoa(i)
+		tl.mu.Lock()
+		tl.tools = map[string]*mcp.Tool{name: tool("Region"), "other": tool("")}
+		tl.mu.Unlock()
+		if p.cachedHeaders(srv, Caller{}, name) == nil {
+			t.Fatalf("%s: no headers", name)
+		}
+		p.cachedHeaders(srv, Caller{}, "other")
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if len(tl.headers) > len(tl.tools) {
+		t.Errorf("headers of %d tools kept for a list of %d", len(tl.headers), len(tl.tools))
+	}
+}

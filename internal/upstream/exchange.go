@@ -143,7 +143,7 @@ func (x *Exchange) run(params *mcp.CallToolParams, l *Listener) {
 	} else {
 		// The tool's own schema says which arguments go in Mcp-Param-*
 		// headers (SEP-2243), from this instance's list when it holds one.
-		ctx := withParamHeaders(x.ctx, x.p.cachedTool(x.srv, x.caller, params.Name), params.Arguments)
+		ctx := withParamHeaders(x.ctx, x.p.cachedHeaders(x.srv, x.caller, params.Name), params.Arguments)
 		// A call that declares the tasks extension may be answered with a
 		// task, which the SDK cannot read: its answer is read here too.
 		var answer *capture
@@ -393,10 +393,12 @@ func (x *Exchange) sendingHTTP(req *http.Request) error {
 }
 
 // peekRequest reads the method and id of the JSON-RPC request in req's body
-// without consuming it.
+// without consuming it. It reads only as far as both: the SDK writes them
+// before the params, which hold the arguments, of any size, and which the
+// SDK has just encoded and read again itself.
 func peekRequest(req *http.Request) (msg struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
+	ID     json.RawMessage
+	Method string
 }, ok bool) {
 	if req.GetBody == nil {
 		return msg, false
@@ -406,8 +408,33 @@ func peekRequest(req *http.Request) (msg struct {
 		return msg, false
 	}
 	defer body.Close()
-	if json.NewDecoder(body).Decode(&msg) != nil || len(msg.ID) == 0 {
+	dec := json.NewDecoder(body)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return msg, false
+	}
+	var haveMethod bool
+	for len(msg.ID) == 0 || !haveMethod {
+		if !dec.More() {
+			return msg, false
+		}
+		t, err := dec.Token()
+		key, isKey := t.(string)
+		if err != nil || !isKey {
+			return msg, false
+		}
+		// Names match as encoding/json matches them to struct fields.
+		switch {
+		case strings.EqualFold(key, "id"):
+			err = dec.Decode(&msg.ID)
+		case strings.EqualFold(key, "method"):
+			err, haveMethod = dec.Decode(&msg.Method), true
+		default:
+			var skip json.RawMessage
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return msg, false
+		}
 	}
 	return msg, true
 }

@@ -2,7 +2,10 @@ package upstream
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,5 +228,37 @@ func TestStatelessIgnoresAbort(t *testing.T) {
 				t.Errorf("upstream stats %+v, want the aborted call run to its end", s)
 			}
 		})
+	}
+}
+
+// peekRequest finds a request's id and method wherever they are, as a
+// decoder of the whole body would, and reads the body only as far as it
+// needs: arguments after them, valid or not, are never looked at.
+func TestPeekRequest(t *testing.T) {
+	for _, c := range []struct {
+		body, id, method string
+		ok               bool
+	}{
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{"a":[1,2,{"b":"c"}]}}}`, "7", "tools/call", true},
+		{`{"jsonrpc":"2.0","params":{"arguments":{"id":1,"method":"no"}},"method":"tools/call","id":"s-1"}`, `"s-1"`, "tools/call", true},
+		{`{"ID":3,"Method":"tools/call"}`, "3", "tools/call", true},
+		{`{"id":4,"method":"tools/call","params":{"arguments":` + strings.Repeat("[", 5000), "4", "tools/call", true},
+		{`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}`, "", "", false},
+		{`{"jsonrpc":"2.0","id":5,"result":{}}`, "", "", false},
+		{`{"id":6,"method":7}`, "", "", false},
+		{`[{"id":1,"method":"tools/call"}]`, "", "", false},
+		{`not json`, "", "", false},
+	} {
+		req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/mcp", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, ok := peekRequest(req)
+		if ok != c.ok || ok && (string(msg.ID) != c.id || msg.Method != c.method) {
+			t.Errorf("%.60s: id %s, method %q, ok %v; want %s, %q, %v", c.body, msg.ID, msg.Method, ok, c.id, c.method, c.ok)
+		}
+		if b, _ := io.ReadAll(req.Body); string(b) != c.body {
+			t.Errorf("%.60s: the body was consumed", c.body)
+		}
 	}
 }

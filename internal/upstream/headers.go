@@ -23,12 +23,13 @@ import (
 type paramHeadersKey struct{}
 
 // withParamHeaders returns ctx carrying the Mcp-Param-* headers of a call
-// of tool with args, if it has any.
-func withParamHeaders(ctx context.Context, tool *mcp.Tool, args any) context.Context {
-	if tool == nil {
+// with args of a tool whose input schema is schema (see headerSchema), if
+// it has any.
+func withParamHeaders(ctx context.Context, schema *schemaProp, args any) context.Context {
+	if schema == nil {
 		return ctx
 	}
-	h := paramHeaders(tool, args)
+	h := paramHeaders(schema, args)
 	if len(h) == 0 {
 		return ctx
 	}
@@ -61,7 +62,9 @@ type schemaProp struct {
 // maxHeaderDepth bounds the schema nesting walked.
 const maxHeaderDepth = 8
 
-func paramHeaders(tool *mcp.Tool, args any) map[string]string {
+// headerSchema returns the properties of tool's input schema when any of
+// them names a header (x-mcp-header); nil when none does.
+func headerSchema(tool *mcp.Tool) *schemaProp {
 	raw, err := json.Marshal(tool.InputSchema)
 	if err != nil || !strings.Contains(string(raw), "x-mcp-header") {
 		return nil
@@ -70,7 +73,14 @@ func paramHeaders(tool *mcp.Tool, args any) map[string]string {
 	if json.Unmarshal(raw, &schema) != nil {
 		return nil
 	}
+	return &schema
+}
+
+// paramHeaders returns the Mcp-Param-* headers of a call with args of a
+// tool whose input schema is schema.
+func paramHeaders(schema *schemaProp, args any) map[string]string {
 	var argsRaw json.RawMessage
+	var err error
 	switch a := args.(type) {
 	case json.RawMessage:
 		argsRaw = a

@@ -22,8 +22,11 @@ const (
 )
 
 type toolList struct {
-	mu      sync.Mutex
-	tools   map[string]*mcp.Tool
+	mu    sync.Mutex
+	tools map[string]*mcp.Tool
+	// headers are the header properties of tools called, by name, each
+	// for the definition it was worked out from.
+	headers map[string]toolHeaders
 	ordered []*mcp.Tool
 	fetched time.Time
 	// failed is when the last refresh failed, with err: a failing
@@ -97,6 +100,12 @@ func (p *Pool) ToolListing(ctx context.Context, srv *registry.Server, c Caller) 
 	return &Listing{Tools: tl.ordered, Scope: tl.scope, Expires: tl.expires}, nil
 }
 
+// toolHeaders is what headerSchema found in tool's input schema.
+type toolHeaders struct {
+	tool   *mcp.Tool
+	schema *schemaProp
+}
+
 // ErrUnknownTool means the upstream does not list a tool of that name.
 var ErrUnknownTool = errors.New("unknown tool")
 
@@ -121,9 +130,11 @@ func (p *Pool) Tool(ctx context.Context, srv *registry.Server, c Caller, name st
 	return nil, ErrUnknownTool
 }
 
-// cachedTool returns srv's tool named name from the list this instance
-// holds for c, if it holds one.
-func (p *Pool) cachedTool(srv *registry.Server, c Caller, name string) *mcp.Tool {
+// cachedHeaders returns the header properties (see headerSchema) of srv's
+// tool named name in the list this instance holds for c, if it holds one:
+// nil when it holds none, or the tool's schema names no header. They are
+// worked out once per tool definition, not per call.
+func (p *Pool) cachedHeaders(srv *registry.Server, c Caller, name string) *schemaProp {
 	for _, key := range []string{identityKey(srv), sessionKey(srv, c)} {
 		p.mu.Lock()
 		tl := p.tools[key]
@@ -133,9 +144,30 @@ func (p *Pool) cachedTool(srv *registry.Server, c Caller, name string) *mcp.Tool
 		}
 		tl.mu.Lock()
 		t := tl.tools[name]
+		var hs *schemaProp
+		if t != nil {
+			h, ok := tl.headers[name]
+			if !ok || h.tool != t {
+				h = toolHeaders{tool: t, schema: headerSchema(t)}
+				if tl.headers == nil {
+					tl.headers = map[string]toolHeaders{}
+				}
+				if !ok && len(tl.headers) >= len(tl.tools) {
+					// Tools the list no longer has go: however an upstream
+					// renames its tools, this never outgrows the list.
+					for n := range tl.headers {
+						if _, in := tl.tools[n]; !in {
+							delete(tl.headers, n)
+						}
+					}
+				}
+				tl.headers[name] = h
+			}
+			hs = h.schema
+		}
 		tl.mu.Unlock()
 		if t != nil {
-			return t
+			return hs
 		}
 	}
 	return nil

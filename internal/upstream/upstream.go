@@ -36,8 +36,6 @@ package upstream
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -192,10 +190,7 @@ func (p *Pool) Connects() int64 { return p.connects.Load() }
 
 // identityKey names how the gateway appears to srv's upstream (URL,
 // transport, credential, headers), without any secret value.
-func identityKey(srv *registry.Server) string {
-	sum := sha256.Sum256([]byte(srv.IdentityKey()))
-	return hex.EncodeToString(sum[:16])
-}
+func identityKey(srv *registry.Server) string { return srv.IdentityHash() }
 
 // sessionKey names the sessions, tool list and info of srv as seen by
 // one principal.
