@@ -409,6 +409,43 @@ type record struct {
 	sent      bool   // the tool call was handed to the upstream
 }
 
+// callAttrs appends to attrs what the log says of the call the record
+// describes: server, tool, outcome, code, wait, lease, breaker, and why a
+// refusal was made — its internal cause, or else what the caller was told
+// (a malformed body, a missing field).
+func (rec *record) callAttrs(attrs []any) []any {
+	if rec.serverID != "" {
+		attrs = append(attrs, "server_id", rec.serverID)
+	}
+	if rec.tool != "" {
+		attrs = append(attrs, "tool", rec.tool)
+	}
+	if rec.outcome != "" {
+		attrs = append(attrs, "outcome", rec.outcome)
+	}
+	if rec.code != "" {
+		attrs = append(attrs, "code", rec.code)
+	}
+	if rec.waited > 0 {
+		attrs = append(attrs, "wait_ms", rec.waited.Milliseconds())
+	}
+	if rec.leaseID != "" {
+		attrs = append(attrs, "lease", rec.leaseID)
+	}
+	if rec.breaker != "" {
+		attrs = append(attrs, "breaker", rec.breaker)
+	}
+	if rec.uncapped {
+		attrs = append(attrs, "uncapped", true)
+	}
+	if rec.cause != nil {
+		attrs = append(attrs, "error", rec.cause.Error())
+	} else if rec.code != "" && rec.message != "" {
+		attrs = append(attrs, "error", rec.message)
+	}
+	return attrs
+}
+
 // fail notes that the request failed with fe: its code and cause, and the
 // outcome "error".
 func (rec *record) fail(fe *fault.Error) {
@@ -488,37 +525,7 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 			if rec.method != "" {
 				attrs = append(attrs, "mcp_method", rec.method)
 			}
-			if rec.serverID != "" {
-				attrs = append(attrs, "server_id", rec.serverID)
-			}
-			if rec.tool != "" {
-				attrs = append(attrs, "tool", rec.tool)
-			}
-			if rec.outcome != "" {
-				attrs = append(attrs, "outcome", rec.outcome)
-			}
-			if rec.code != "" {
-				attrs = append(attrs, "code", rec.code)
-			}
-			if rec.waited > 0 {
-				attrs = append(attrs, "wait_ms", rec.waited.Milliseconds())
-			}
-			if rec.leaseID != "" {
-				attrs = append(attrs, "lease", rec.leaseID)
-			}
-			if rec.breaker != "" {
-				attrs = append(attrs, "breaker", rec.breaker)
-			}
-			if rec.uncapped {
-				attrs = append(attrs, "uncapped", true)
-			}
-			// Every refusal says why: its internal cause, or else what
-			// the caller was told (a malformed body, a missing field).
-			if rec.cause != nil {
-				attrs = append(attrs, "error", rec.cause.Error())
-			} else if rec.code != "" && rec.message != "" {
-				attrs = append(attrs, "error", rec.message)
-			}
+			attrs = rec.callAttrs(attrs)
 			level := slog.LevelInfo
 			if sw.status >= 500 {
 				level = slog.LevelWarn

@@ -595,24 +595,10 @@ func taskProtocolError(fe *fault.Error) bool {
 
 // logTask logs one record for a task's run, as a request's is logged.
 func (g *Gateway) logTask(rec *record, r *tasks.Record, start time.Time) {
-	attrs := []any{"request_id", rec.id, "task", r.ID, "duration_ms", time.Since(start).Milliseconds(), "server_id", r.ServerID, "tool", rec.tool}
+	rec.serverID = r.ServerID
+	attrs := []any{"request_id", rec.id, "task", r.ID, "duration_ms", time.Since(start).Milliseconds()}
 	attrs = append(attrs, rec.principal.LogAttrs()...)
-	if rec.outcome != "" {
-		attrs = append(attrs, "outcome", rec.outcome)
-	}
-	if rec.code != "" {
-		attrs = append(attrs, "code", rec.code)
-	}
-	if rec.waited > 0 {
-		attrs = append(attrs, "wait_ms", rec.waited.Milliseconds())
-	}
-	if rec.leaseID != "" {
-		attrs = append(attrs, "lease", rec.leaseID)
-	}
-	if rec.cause != nil {
-		attrs = append(attrs, "error", rec.cause.Error())
-	}
-	g.log.Info("task", attrs...)
+	g.log.Info("task", rec.callAttrs(attrs)...)
 }
 
 // SweepTasks starts again the tasks whose turn came but whose worker never
