@@ -194,3 +194,65 @@ func TestQueuedTasksHoldNoFunctionConcurrency(t *testing.T) {
 		t.Errorf("B's last task was done %v after half of A's; fair shares serve B's first", lastB.Sub(doneA[len(doneA)/2]))
 	}
 }
+
+// TestKilledWorkersTaskEndsAndItsPlaceComesBack: the gateway process
+// running a task's call is killed (SIGKILL) while the upstream works on
+// it. The task still ends — read through another process, it is failed
+// once its run_until has passed, saying the call may or may not have run —
+// and its place under the cap of 1 comes back when its lease lapses: the
+// next task runs.
+func TestKilledWorkersTaskEndsAndItsPlaceComesBack(t *testing.T) {
+	rig := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv})
+	slow := testkit.StartBatch(t, 1, time.Minute)
+	fast := testkit.StartBatch(t, 4, 10*time.Millisecond)
+	key := rig.PutKey("*")
+	tools := map[string]any{"work": map[string]any{"task_support": "optional"}}
+	rig.PutServer(map[string]any{"server_id": "slow", "url": slow.URL, "max_concurrent_requests": 1, "timeout": 5, "cancel_grace": 1, "task_ttl": 600, "tools": tools})
+	a := rig.StartGateway()
+	code, res, raw := taskRPC(a.URL, "/mcp/slow", key, "tools/call", "work", map[string]any{"name": "work", "arguments": map[string]any{}})
+	if code != http.StatusOK || res == nil {
+		t.Fatalf("making the task: HTTP %d %s", code, raw)
+	}
+	var id string
+	_ = json.Unmarshal(res["taskId"], &id)
+	for deadline := time.Now().Add(30 * time.Second); len(slow.Stats().Arrivals) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the task's call never reached the upstream")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.Kill()
+	b := rig.StartGateway()
+	var status string
+	for deadline := time.Now().Add(time.Minute); ; {
+		_, res, raw = taskRPC(b.URL, "/mcp/slow", key, "tasks/get", id, map[string]any{"taskId": id})
+		_ = json.Unmarshal(res["status"], &status)
+		if status != "working" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if status != "failed" || !strings.Contains(raw, "may or may not have run") {
+		t.Errorf("the task whose worker was killed: %s; want failed, saying the call may or may not have run", raw)
+	}
+	// Its place comes back with its lease's expiry: a task of the same
+	// server, now served fast, runs through the surviving process.
+	rig.PutServer(map[string]any{"server_id": "slow", "url": fast.URL, "max_concurrent_requests": 1, "timeout": 5, "cancel_grace": 1, "task_ttl": 600, "tools": tools})
+	time.Sleep(500 * time.Millisecond) // the registry cache (REGISTRY_CACHE_TTL=200ms)
+	code, res, raw = taskRPC(b.URL, "/mcp/slow", key, "tools/call", "work", map[string]any{"name": "work", "arguments": map[string]any{}})
+	if code != http.StatusOK || res == nil {
+		t.Fatalf("the next task: HTTP %d %s", code, raw)
+	}
+	_ = json.Unmarshal(res["taskId"], &id)
+	for deadline := time.Now().Add(time.Minute); ; {
+		_, res, raw = taskRPC(b.URL, "/mcp/slow", key, "tasks/get", id, map[string]any{"taskId": id})
+		_ = json.Unmarshal(res["status"], &status)
+		if status != "working" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if status != "completed" {
+		t.Errorf("the next task, after the killed one's lease lapsed: %s; want completed", raw)
+	}
+}
