@@ -1,7 +1,11 @@
 package template
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -112,7 +116,9 @@ func runEmitters(t *testing.T, want map[metricRef][]string) map[metricRef]bool {
 	rig.PutServer(map[string]any{"server_id": "broken", "url": rig.Hostile.URL, "max_concurrent_requests": 1, "cancel_grace": 0.5})
 	rig.PutServer(map[string]any{"server_id": "limited", "url": url, "rpm_limit": 1})
 	rig.PutServer(map[string]any{"server_id": "adaptive", "url": url, "max_concurrent_requests": 4, "adaptive": true})
-	gw := rig.StartGateway("EMF_METRICS=on")
+	// MCP tasks: one whose result is larger than the gateway keeps fails.
+	rig.PutServer(map[string]any{"server_id": "tasks", "url": url, "tools": map[string]any{"echo": map[string]any{"task_support": "optional"}}})
+	gw := rig.StartGateway("EMF_METRICS=on", "MAX_TASK_RESULT_BYTES=1024")
 	proxy := testkit.NewProxy(t, strings.TrimPrefix(rig.Env.Endpoint, "http://"))
 	cut := rig.StartGateway("EMF_METRICS=on", "AWS_ENDPOINT_URL_DYNAMODB=http://"+proxy.Addr)
 
@@ -148,6 +154,9 @@ func runEmitters(t *testing.T, want map[metricRef][]string) map[metricRef]bool {
 	call(gw, "limited", "echo", echo)
 	call(gw, "limited", "echo", echo)
 	call(gw, "adaptive", "echo", echo)
+	if status := runTask(t, gw.URL, rig.Key, "tasks", "echo", map[string]any{"text": strings.Repeat("x", 2048)}); status != "failed" {
+		t.Errorf("a task whose result is larger than MAX_TASK_RESULT_BYTES ended %q; want failed", status)
+	}
 	call(cut, "capped", "echo", echo) // reads the server and key while the store answers
 	wg.Wait()
 	proxy.Stop()
@@ -204,4 +213,49 @@ func TestTemplateNamesOnlyEmittedMetrics(t *testing.T) {
 			t.Errorf("%s is in namespace %s, not the gateway's %s", ref.name, ref.ns, metrics.DefaultNamespace)
 		}
 	}
+}
+
+// runTask makes an MCP task of tool on server (protocol 2026-07-28, the
+// tasks extension declared) through the gateway at base, and polls it to
+// its end: its status ("" when it was not made).
+func runTask(t *testing.T, base, key, server, tool string, args map[string]any) string {
+	t.Helper()
+	rpc := func(method, name string, params map[string]any) map[string]json.RawMessage {
+		params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}}
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+		req, _ := http.NewRequest(http.MethodPost, base+"/mcp/"+server, bytes.NewReader(body))
+		for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"MCP-Protocol-Version": "2026-07-28", "Authorization": "Bearer " + key, "Mcp-Method": method, "Mcp-Name": name} {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		for line := range bytes.Lines(raw) {
+			if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				raw = bytes.TrimSpace(d)
+			}
+		}
+		var msg struct {
+			Result map[string]json.RawMessage `json:"result"`
+		}
+		_ = json.Unmarshal(raw, &msg)
+		return msg.Result
+	}
+	res := rpc("tools/call", tool, map[string]any{"name": tool, "arguments": args})
+	var id, status string
+	if json.Unmarshal(res["taskId"], &id) != nil || id == "" {
+		return ""
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		_ = json.Unmarshal(rpc("tasks/get", id, map[string]any{"taskId": id})["status"], &status)
+		if status != "working" {
+			break
+		}
+	}
+	return status
 }

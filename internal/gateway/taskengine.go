@@ -128,9 +128,11 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 	}
 	if _, err := e.queue.Enqueue(ctx, req, r.LeaseID, id, r.CreatedAt.Add(r.TTL)); err != nil {
 		fe := acquireFault(srv, tool, err)
-		e.settle(context.WithoutCancel(ctx), r, nil, fe, false)
+		// Nobody was told of this task: it is no task that failed.
+		e.settle(context.WithValue(context.WithoutCancel(ctx), untoldKey{}, true), r, nil, fe, false)
 		return nil, fe
 	}
+	_ = g.deps.Metrics.Task(srv.ID, tool, "created")
 	return r, nil
 }
 
@@ -263,13 +265,22 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 // meanwhile.
 var errSettled = errors.New("task: settled meanwhile")
 
+// untoldKey marks the context of a task's settling that no agent was told
+// of (its creation refused): it counts in no metric.
+type untoldKey struct{}
+
 // update applies change to the record as stored, reading it again after a
-// conflict; a change refused with errSettled leaves it as it is.
+// conflict; a change refused with errSettled leaves it as it is. A change
+// that ends the task counts in its status's metric (a change never applies
+// to a task that had ended).
 func (e *taskEngine) update(ctx context.Context, r *tasks.Record, change func(*tasks.Record) error) (*tasks.Record, error) {
 	for range 8 {
 		n, err := e.store.Update(ctx, r, change)
 		switch {
 		case err == nil:
+			if tasks.Terminal(n.Status) && !tasks.Terminal(r.Status) && ctx.Value(untoldKey{}) == nil {
+				_ = e.g.deps.Metrics.Task(n.ServerID, n.Tool, string(n.Status))
+			}
 			return n, nil
 		case errors.Is(err, errSettled):
 			return r, nil
