@@ -245,13 +245,19 @@ func printStatus(w io.Writer, r *statusReport) error {
 		}
 		fmt.Fprintf(w, "%s: %s\n", orDash(l.Key), clip.Escape(describeServer(l.Server)))
 		for _, s := range l.Slots {
-			expired := 0
+			expired, tasks := 0, 0
 			for _, ls := range s.Leases {
-				if ls.Expired {
+				switch {
+				case ls.Expired:
 					expired++
+				case lease.IsTaskID(ls.ID):
+					tasks++
 				}
 			}
 			line := fmt.Sprintf("  %s: %d live", orDash(s.Attr), len(s.Leases)-expired)
+			if tasks > 0 {
+				line += fmt.Sprintf(" (%d of them tasks running)", tasks)
+			}
 			switch {
 			case s.Cap > 0:
 				line += fmt.Sprintf(" of %d", s.Cap)
@@ -273,7 +279,11 @@ func printStatus(w io.Writer, r *statusReport) error {
 					exp = ls.ExpiresAt.Format("2006-01-02T15:04:05.000Z07:00")
 					left = (time.Duration(*ls.TimeLeftMS) * time.Millisecond).Round(100 * time.Millisecond).String()
 				}
-				fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", orDash(ls.ID), orDash(ls.Holder), orDash(ls.Caller), exp, left)
+				caller := orDash(ls.Caller)
+				if lease.IsTaskID(ls.ID) {
+					caller += " (task)"
+				}
+				fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", orDash(ls.ID), orDash(ls.Holder), caller, exp, left)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -396,3 +396,35 @@ func TestStatusShowsBucketsAndTheAdaptiveLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusShowsTasks: a task waiting in a server's queue is counted
+// apart from the callers and marked, and one running is marked among the
+// leases.
+func TestStatusShowsTasks(t *testing.T) {
+	env := storetest.NewEnv(t)
+	ctx := context.Background()
+	testkit.PutServer(t, env, map[string]any{"server_id": "batch", "url": "https://example.com/mcp", "max_concurrent_requests": 1})
+	var started []lease.TaskStart
+	l := lease.New(env.Client, env.Tables.Leases, lease.Options{InstanceID: "inst1", OnTaskStart: func(_ context.Context, ts lease.TaskStart) { started = append(started, ts) }})
+	req := lease.Request{Key: "batch", Cap: 1, Hold: time.Hour, Holder: "k1", MaxQueued: 4}
+	if _, err := l.Enqueue(ctx, req, "", "tsk_running", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if len(started) != 1 {
+		t.Fatalf("%d starts of the task whose turn came; want 1", len(started))
+	}
+	if _, err := l.Claim(ctx, req, started[0].Ticket, started[0].Mark); err != nil {
+		t.Fatal(err)
+	}
+	r2 := req
+	r2.Holder = "k2"
+	if _, err := l.Enqueue(ctx, r2, "", "tsk_waiting", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	r := mcpgate(t, env, "status", "batch").ok(t)
+	for _, want := range []string{"(1 of them tasks running)", "k1 (task)", "waiting: 0 caller(s) and 1 task(s)", "k2 (task)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status does not say %q:\n%s", want, r.stdout)
+		}
+	}
+}
