@@ -53,8 +53,22 @@ func TestReviewLambdaWorkerAndSweepEventsRunToTheirTimeout(t *testing.T) {
 			t.Errorf("invocation of %s answered %q; want its handler's answer", ev, out)
 		}
 	}
+	// The emulator writes an invocation's REPORT line after its answer.
+	countReports := func(out string) int {
+		n := 0
+		for line := range strings.SplitSeq(out, "\n") {
+			if strings.HasPrefix(line, "REPORT") {
+				n++
+			}
+		}
+		return n
+	}
+	out := e.output()
+	for deadline := time.Now().Add(timeout); countReports(out) < 2 && time.Now().Before(deadline); out = e.output() {
+		time.Sleep(20 * time.Millisecond)
+	}
 	reports := 0
-	for line := range strings.SplitSeq(e.output(), "\n") {
+	for line := range strings.SplitSeq(out, "\n") {
 		if !strings.HasPrefix(line, "REPORT") {
 			continue
 		}
