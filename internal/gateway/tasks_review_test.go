@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -247,53 +246,6 @@ func TestReviewLostStartOfATaskWithoutQueueIsNeverMadeAgain(t *testing.T) {
 	}
 }
 
-// forwardedRPC is h.rpc with extra request headers, answering the raw
-// body.
-func (h *harness) forwardedRPC(path, key, method string, params map[string]any, declare bool, extra http.Header) map[string]json.RawMessage {
-	h.t.Helper()
-	caps := map[string]any{}
-	if declare {
-		caps["extensions"] = map[string]any{tasksExtension: map[string]any{}}
-	}
-	p := map[string]any{"_meta": map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps}}
-	for k, v := range params {
-		p[k] = v
-	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": p})
-	req, _ := http.NewRequest(http.MethodPost, h.url+path, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Mcp-Method", method)
-	req.Header.Set("Mcp-Name", params["name"].(string))
-	for k, vs := range extra {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if bytes.HasPrefix(raw, []byte("event:")) {
-		for line := range bytes.Lines(raw) {
-			if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok && bytes.Contains(d, []byte(`"id"`)) {
-				raw = bytes.TrimSpace(d)
-			}
-		}
-	}
-	var msg struct {
-		Result map[string]json.RawMessage `json:"result"`
-	}
-	if err := json.Unmarshal(raw, &msg); err != nil || msg.Result == nil {
-		h.t.Fatalf("%s %s: %s", method, path, raw)
-	}
-	return msg.Result
-}
-
 // A server's forward_headers (say X-Request-Tenant: which tenant the
 // upstream acts for) are copied from the agent's request to the upstream
 // on a synchronous call. A gateway task's worker runs the call with a
@@ -323,14 +275,16 @@ func TestReviewTaskDropsForwardedHeaders(t *testing.T) {
 	args := map[string]any{"name": "fail_tool", "arguments": map[string]any{}}
 
 	// Synchronous: the header reaches the upstream.
-	h.forwardedRPC("/mcp/fwd", h.key, "tools/call", args, false, hdr)
-	// As a task.
-	res := h.forwardedRPC("/mcp/fwd", h.key, "tools/call", args, true, hdr)
-	var id string
-	if err := json.Unmarshal(res["taskId"], &id); err != nil || id == "" {
-		t.Fatalf("a declared call: %v, want a task", res)
+	if a := h.rpc("/mcp/fwd", h.key, "tools/call", args, rpcOpts{header: hdr}); a.err != nil {
+		t.Fatalf("a synchronous call: %s", a.raw)
 	}
-	if a := h.pollTask("/mcp/fwd", h.key, id); a.err != nil || a.str(t, "status") != "completed" || !strings.Contains(string(a.result["result"]), "on purpose") {
+	// As a task.
+	a := h.rpc("/mcp/fwd", h.key, "tools/call", args, rpcOpts{declare: true, header: hdr})
+	var id string
+	if err := json.Unmarshal(a.result["taskId"], &id); err != nil || id == "" {
+		t.Fatalf("a declared call: %s, want a task", a.raw)
+	}
+	if a = h.pollTask("/mcp/fwd", h.key, id); a.err != nil || a.str(t, "status") != "completed" || !strings.Contains(string(a.result["result"]), "on purpose") {
 		t.Fatalf("the task: %s, want completed with the tool's answer", a.raw)
 	}
 	mu.Lock()

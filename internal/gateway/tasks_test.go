@@ -166,6 +166,8 @@ type rpcOpts struct {
 	name string
 	// version is the protocol version (2026-07-28 by default).
 	version string
+	// header is added to the request's headers.
+	header http.Header
 }
 
 // rpc sends one JSON-RPC request of protocol 2026-07-28 (stateless, the
@@ -199,6 +201,11 @@ func (h *harness) rpc(path, key, method string, params map[string]any, o rpcOpts
 	}
 	if name != "" && name != "-" {
 		req.Header.Set("Mcp-Name", name)
+	}
+	for k, vs := range o.header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
