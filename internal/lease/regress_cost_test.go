@@ -19,65 +19,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
-// rgItemSize is an item's size as DynamoDB bills it: every attribute's
-// name and value; a string its bytes, a number about one byte per two
-// significant digits plus one, a map or list 3 bytes plus a byte and the
-// name (for a map) and value of every element.
-func rgItemSize(item map[string]types.AttributeValue) int {
-	n := 0
-	for k, v := range item {
-		n += len(k) + rgValueSize(v)
-	}
-	return n
-}
-
-func rgValueSize(v types.AttributeValue) int {
-	switch x := v.(type) {
-	case *types.AttributeValueMemberS:
-		return len(x.Value)
-	case *types.AttributeValueMemberN:
-		return rgNumberSize(x.Value)
-	case *types.AttributeValueMemberB:
-		return len(x.Value)
-	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, s := range x.Value {
-			n += len(s)
-		}
-		return n
-	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, s := range x.Value {
-			n += rgNumberSize(s)
-		}
-		return n
-	case *types.AttributeValueMemberM:
-		n := 3
-		for k, e := range x.Value {
-			n += len(k) + rgValueSize(e) + 1
-		}
-		return n
-	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range x.Value {
-			n += rgValueSize(e) + 1
-		}
-		return n
-	}
-	return 1
-}
-
-func rgNumberSize(s string) int {
-	digits := 0
-	for _, c := range s {
-		if c >= '0' && c <= '9' {
-			digits++
-		}
-	}
-	return (digits+1)/2 + 1
-}
+// rgItemSize is an item's size as DynamoDB counts it.
+func rgItemSize(item map[string]types.AttributeValue) int { return store.ItemSize(item) }
 
 // rgFlaky answers every other write with a server error, unapplied: the
 // writer cannot tell whether it landed.
