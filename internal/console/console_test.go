@@ -477,3 +477,56 @@ func TestConsoleReadCost(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleFitsANarrowWindow: in a window 400 px wide the pages do not
+// scroll sideways (a wide table scrolls inside itself), and from the
+// keyboard alone Tab reaches the server page's Pause button, which shows
+// where the focus is.
+func TestConsoleFitsANarrowWindow(t *testing.T) {
+	tab := newTab(t)
+	env := storetest.NewEnv(t)
+	testkit.PutServer(t, env, map[string]any{"server_id": "demo", "url": "http://127.0.0.1:1/mcp", "max_concurrent_requests": 2})
+	con := startConsole(t, env, env.Endpoint, "", nil)
+	if err := chromedp.Do(tab, chromedp.EmulateViewport(400, 800)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = chromedp.Do(tab, chromedp.EmulateViewport(1400, 1000)) })
+	navigate(t, tab, con.tokenURL)
+	waitFor(t, tab, `tr[data-server="demo"] .limit`, "demo's cap", equals("2"))
+	for _, page := range []string{"/", "/servers/demo", "/keys", "/calls"} {
+		navigate(t, tab, con.base+page)
+		waitFor(t, tab, "main", page, func(s string) bool { return s != "" })
+		wide, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth + 1`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wide {
+			t.Errorf("%s scrolls sideways in a window 400 px wide", page)
+		}
+	}
+	navigate(t, tab, con.base+"/servers/demo")
+	waitFor(t, tab, "#pause", "the Pause button", func(s string) bool { return true })
+	reached := false
+	for range 40 {
+		if err := chromedp.Do(tab, chromedp.KeyEvent("\t")); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if reached, err = chromedp.Run(tab, chromedp.Evaluate[bool](`!!document.activeElement && document.activeElement.matches('#pause')`)); err != nil {
+			t.Fatal(err)
+		}
+		if reached {
+			break
+		}
+	}
+	if !reached {
+		t.Fatal("Tab never reached the Pause button")
+	}
+	outline, err := chromedp.Run(tab, chromedp.Evaluate[string](`getComputedStyle(document.activeElement).outlineStyle`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outline == "none" {
+		t.Error("the focused Pause button shows no outline")
+	}
+}
