@@ -3,9 +3,13 @@ package lease
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // Invariant 11 ("a call that only charges leaves a waiter's token to it")
@@ -54,5 +58,67 @@ func TestFreshChargeOnlyCallLeavesAWaitingTaskItsToken(t *testing.T) {
 			t.Fatalf("the task's worker could not claim its place: %v", err)
 		}
 		_, _ = tl.Finish(context.Background(), Success)
+	})
+}
+
+// expireByTTL does what DynamoDB's TTL may do to key's item at now: delete
+// it once its ttl (Unix seconds) has passed.
+func expireByTTL(t *testing.T, db *memStore, key string, now time.Time) bool {
+	t.Helper()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	it := db.items[key]
+	n, ok := it[store.TTLAttr].(*types.AttributeValueMemberN)
+	if !ok {
+		return false
+	}
+	ttl, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil || ttl >= now.Unix() {
+		return false
+	}
+	delete(db.items, key)
+	return true
+}
+
+// # Gates ("Hold: an operator's hold stops every take until it is lifted
+// or passes"), invariant 13, invariant 16 ("a task's ticket is never
+// removed before its deadline but by its claim or its withdrawal") and
+// the Guarantee ("it only removes items nobody has written for a day"):
+// the ttl a write sets is a day after its own expiry, deadline or now,
+// never less than what the item already holds, so a release made under a
+// long hold (or while a task waits with a deadline days off) brings the
+// ttl down to a day from now. A hold stands with no write at all — takes
+// are refused, waiters only read — so a day later DynamoDB may delete the
+// item: the hold is gone two days early, a newcomer takes a place under
+// it, and the waiting task's ticket is gone before its deadline.
+func TestFreshTTLDoesNotOutliveALongHoldOrATasksDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		l := New(db, "leases", Options{InstanceID: "a"})
+		ls := acquire(t, l, req("srv", 1, "p")) // a call in flight
+		// A task waits for the place, its deadline three days off.
+		long, err := l.Enqueue(ctx, Request{Key: "srv", Cap: 1, Hold: 10 * time.Second, Holder: "q", MaxQueued: 4}, "", "task-1", time.Now().Add(72*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := NewAdmin(db, "leases").Pause(ctx, "srv", time.Now().Add(72*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		release(t, ls) // calls in flight go on, and end
+		// A day and a bit with the hold standing: nothing may be taken,
+		// so nothing is written.
+		time.Sleep(25 * time.Hour)
+		if expireByTTL(t, db, "srv", time.Now()) {
+			t.Errorf("the item's ttl passed a day after the last write, with the operator's hold two days from ending and a task's ticket two days from its deadline")
+		}
+		if err := l.Withdraw(ctx, "srv", long); errors.Is(err, ErrNoTicket) {
+			t.Errorf("the task's ticket is gone before its deadline: %v", err)
+		}
+		n := New(db, "leases", Options{InstanceID: "n"})
+		if got, err := n.Acquire(ctx, req("srv", 1, "r")); err == nil {
+			release(t, got)
+			t.Errorf("a newcomer took a place under the operator's hold")
+		}
 	})
 }
