@@ -122,3 +122,44 @@ func TestFreshTTLDoesNotOutliveALongHoldOrATasksDeadline(t *testing.T) {
 		}
 	})
 }
+
+// # Tasks: a worker whose turn passed meanwhile "takes its mark back ...
+// and leaves the ticket for the next start" (Claim: "so that the next to
+// see the turn come starts a worker at once"). The mark goes, but the
+// instance that started the worker keeps its own note of that start
+// (board.mayStart) for StartTimeout, and the worker, elsewhere, cannot
+// clear it: when the turn comes again, that instance's release sees it
+// and starts nobody, and with the mark gone (started 0) no caller may pass
+// the task either, so the place stays idle until the stale note lapses.
+func TestFreshGivenBackStartIsMadeAgainAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		var st starts
+		a := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		r := func(holder string) Request {
+			return Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: holder, MaxQueued: 4}
+		}
+		q1 := acquire(t, a, r("q")) // q holds one place
+		p1 := acquire(t, a, r("p")) // p the other
+		id := enqueue(t, a, r("q"), "task-1")
+		release(t, p1) // the task's turn: a worker is started
+		got := st.list()
+		if len(got) != 1 || got[0].Ticket != id {
+			t.Fatalf("starts: %+v", got)
+		}
+		// Before the worker claims, a newcomer of a principal holding
+		// nothing comes first (q holds a place) and takes it.
+		r1 := acquire(t, a, r("r"))
+		w := New(db, "leases", Options{InstanceID: "w"})
+		if _, err := w.Claim(ctx, r("q"), id, got[0].Mark); !errors.Is(err, ErrNotYourTurn) {
+			t.Fatalf("claim after the turn passed: %v; want ErrNotYourTurn", err)
+		}
+		time.Sleep(time.Second)
+		release(t, r1) // the task's turn again, seen by a's release
+		if got := st.list(); len(got) != 2 {
+			t.Errorf("the task's turn came again, its start given back, and its starter started no worker: starts %+v", got)
+		}
+		release(t, q1)
+	})
+}
