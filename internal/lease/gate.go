@@ -490,12 +490,15 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 	ep := u.path(attr, label)
 	u.cond("attribute_exists(" + u.path(attr) + ")")
 	u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
+	// Its own entry too, as seen (absent included): with the size, that
+	// pins the gate's entries, so that one purged and another's added
+	// meanwhile cannot pass for the gate as seen.
 	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-		if key != label {
-			u.condEntry(g, key)
-		}
+		u.condEntry(g, key)
 	}
-	u.cond("(attribute_not_exists(" + ep + "." + u.path(gateUntil) + ") OR " + ep + "." + u.path(gateUntil) + " < " + u.num(until) + ")")
+	if _, seen := g.entries[label]; !seen {
+		u.condEntry(g, label)
+	}
 	u.set(ep, u.value(val))
 	if other, ok := g.shutByAnother(label, now); ok && g.entry(gateAll).until < until {
 		u.shutAll(g, other, until)
