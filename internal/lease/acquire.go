@@ -915,11 +915,20 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		u := newUpdate()
 		u.once = true
 		u.admit(gates, req.Holder, "", 0, now, nil, v)
-		qp := u.path(QueueAttr)
-		if v == nil || len(v.queue) == 0 {
-			u.cond("(attribute_not_exists(" + qp + ") OR size(" + qp + ") = " + u.num(0) + ")")
-		} else {
-			u.cond("size(" + qp + ") <= " + u.num(int64(len(v.queue))))
+		// Both maps: a task's ticket waits for a token as a caller's does.
+		for _, m := range []struct {
+			attr string
+			task bool
+		}{{QueueAttr, false}, {TasksAttr, true}} {
+			mp, n := u.path(m.attr), 0
+			if v != nil {
+				n = v.tickets(m.task)
+			}
+			if n > 0 {
+				u.cond("size(" + mp + ") <= " + u.num(int64(n)))
+			} else {
+				u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
+			}
 		}
 		for _, r := range req.Rates {
 			tat := int64(0)

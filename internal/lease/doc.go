@@ -29,8 +29,9 @@
 //	limit, limit_*     an adaptive limit, its round and its evidence; latency_ratio,
 //	                       base:<label>/<tool> a principal's calls' latency (see Adaptive)
 //	ttl                N   Unix seconds: a day after the latest expiry or deadline a write sets
-//	                       (after its writer's now, for one that sets none); lets DynamoDB
-//	                       delete an item nobody writes
+//	                       (after its writer's now, for one that sets none), or after the hold
+//	                       or a task's deadline as its process last saw the item, if later;
+//	                       lets DynamoDB delete an item nobody writes
 //
 // A lease id is "<instance>.<sequence>", short because it is written twice
 // per lease (InstanceOf), "<instance>.T<sequence>" for a task's
@@ -173,7 +174,7 @@
 // that takes no place and has no gate (a bucket is all it asks for) holds
 // no lease: its take only charges, leaving the tokens of the callers
 // whose turn comes before a newcomer's (and conditioned on no more
-// callers waiting than its view shows); it is sent once and never again after
+// callers and tasks waiting than its view shows); it is sent once and never again after
 // an outcome that was unknown, as nothing would tell its resend from
 // another call's (a token may be lost to a store error, never counted
 // twice); its refund likewise.

@@ -41,6 +41,9 @@ type update struct {
 	// judged: the write is sent once whatever the error: it was judged
 	// for the moment it was made, and its caller judges again.
 	judged bool
+	// ttlAt is the latest expiry or deadline the write sets (Unix ms; 0:
+	// it sets no ttl): write sets ttl from it.
+	ttlAt int64
 }
 
 func newUpdate() *update {
@@ -285,9 +288,7 @@ func (u *update) removeTicket(id, label string, n int64, task bool) {
 
 // ttl lets DynamoDB delete the item once nobody has written it for a day
 // after exp.
-func (u *update) ttl(exp int64) {
-	u.set(u.path(store.TTLAttr), u.num(exp/1000+int64(abandonedAfter.Seconds())))
-}
+func (u *update) ttl(exp int64) { u.ttlAt = max(u.ttlAt, exp) }
 
 // errCondition means a write's condition failed; the write returns the item
 // as it is with it.
@@ -317,6 +318,16 @@ func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 // (once) is not retried after such an attempt, and a write judged for its
 // moment (judged) is not retried at all.
 func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func()) (*view, error) {
+	if u.ttlAt > 0 {
+		// Never a day before what the item still waits for, as this
+		// process last saw it: a hold, or a task's ticket.
+		exp := u.ttlAt
+		if v, _, _ := l.board(key).latest(); v != nil {
+			exp = max(exp, v.due())
+		}
+		u.set(u.path(store.TTLAttr), u.num(exp/1000+int64(abandonedAfter.Seconds())))
+		u.ttlAt = 0
+	}
 	in := &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(l.table),
 		Key:                                 itemKey(key),
@@ -437,3 +448,15 @@ func jitter(d time.Duration) time.Duration {
 
 // randN draws jitter. (A variable so the fault simulation can seed it.)
 var randN = mrand.N[time.Duration]
+
+// due is the latest a view's item still waits for beyond its leases: an
+// operator's hold, or a task's ticket's deadline (a day at most).
+func (v *view) due() int64 {
+	d := v.hold
+	for _, t := range v.queue {
+		if t.task {
+			d = max(d, t.deadline)
+		}
+	}
+	return d
+}

@@ -271,7 +271,10 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 	now := l.clock().UnixMilli()
 	b := l.board(key)
 	for _, t := range v.walk(now, nil, r, nil).ahead {
-		if !t.task || t.started > now-StartTimeout.Milliseconds() || !b.mayStart(t.id, time.Now()) {
+		// This process's own note of a start it made holds only while the
+		// ticket carries a mark: a worker that gave its start back took
+		// the mark away, and the next to see the turn starts one at once.
+		if !t.task || t.started > now-StartTimeout.Milliseconds() || !b.mayStart(t.id, time.Now()) && t.started != 0 {
 			continue
 		}
 		if mark, ok := l.markStart(ctx, key, t, now); ok {
