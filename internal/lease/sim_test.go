@@ -1674,17 +1674,18 @@ func simSeeds(t *testing.T) []uint64 {
 // simRegressionSeeds are seeds that once found a defect; every run of the
 // simulation replays them.
 var simRegressionSeeds = []uint64{
-	7402,   // a release left no tombstone for a take landing late whose lease had lapsed on the releaser's clock only
-	42933,  // a ticket that left promoted another past a take judged before (freed did not change)
-	136540, // the same
-	133846, // a take resent after an unknown outcome landed on a turn judged for an earlier moment
-	136859, // the same
-	49336,  // (the checker) a caller whose withdrawal was still in flight when it ended was taken as sealed
-	227318, // a caller giving up after an unknown take left no tombstone when making the maps got no answer
-	249019, // found with it
-	260188, // found with it
-	274404, // found with it
-	290845, // found with it
+	3002566, // a pause closed for one principal while another's was: its own entry purged and another's added kept the gate's size
+	7402,    // a release left no tombstone for a take landing late whose lease had lapsed on the releaser's clock only
+	42933,   // a ticket that left promoted another past a take judged before (freed did not change)
+	136540,  // the same
+	133846,  // a take resent after an unknown outcome landed on a turn judged for an earlier moment
+	136859,  // the same
+	49336,   // (the checker) a caller whose withdrawal was still in flight when it ended was taken as sealed
+	227318,  // a caller giving up after an unknown take left no tombstone when making the maps got no answer
+	249019,  // found with it
+	260188,  // found with it
+	274404,  // found with it
+	290845,  // found with it
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
