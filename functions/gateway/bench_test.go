@@ -7,8 +7,9 @@ package main
 // workload, one hot item's throughput and size, and the gateway's cold
 // start and memory; then isolation and rate limits
 // (bench_isolation_test.go): what callers queued on one item cost it,
-// bulkheads behind a Lambda-like front, two tenants sharing a cap, and
-// the store requests rate limits add.
+// bulkheads behind a Lambda-like front, two tenants sharing a cap,
+// waiting tasks against synchronous waiters behind that front
+// (bench_tasks_test.go), and the store requests rate limits add.
 //
 // `make bench` runs it in full (MCPGATE_BENCH=1) and writes
 // results/bench.json; `make test` runs every scenario briefly and checks
@@ -98,6 +99,7 @@ var benchScenarios = []struct {
 	{"waiters", (*bench).waiters},
 	{"bulkhead", (*bench).bulkhead},
 	{"tenants", (*bench).tenants},
+	{"tasks", (*bench).tasks},
 	{"ratelimits", (*bench).rateLimits},
 	{"adaptive", (*bench).adaptive},
 }
@@ -928,6 +930,7 @@ type storeMeter struct {
 	URL    string
 	target string
 	leases string
+	tasks  string // the tasks table, counted apart
 	client *http.Client
 	mu     sync.Mutex
 	counts meterCounts
@@ -962,10 +965,19 @@ func (m meterCounts) leaseOps() int {
 	}
 	return n
 }
+func (m meterCounts) taskOps() int {
+	n := 0
+	for k, v := range m.ops {
+		if strings.HasPrefix(k, "tasks ") {
+			n += v
+		}
+	}
+	return n
+}
 func (m meterCounts) otherOps() int {
 	n := 0
 	for k, v := range m.ops {
-		if !strings.HasPrefix(k, "leases ") {
+		if !strings.HasPrefix(k, "leases ") && !strings.HasPrefix(k, "tasks ") {
 			n += v
 		}
 	}
@@ -973,7 +985,7 @@ func (m meterCounts) otherOps() int {
 }
 
 func startStoreMeter(t *testing.T, env *storetest.Env) *storeMeter {
-	m := &storeMeter{target: env.Endpoint, leases: env.Tables.Leases, sizes: map[string]int{},
+	m := &storeMeter{target: env.Endpoint, leases: env.Tables.Leases, tasks: env.Tables.Tasks, sizes: map[string]int{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	m.counts.ops = map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(m.serve))
@@ -1001,6 +1013,8 @@ func (m *storeMeter) serve(w http.ResponseWriter, r *http.Request) {
 		kind = "catalog" // the tool catalog shares the leases table
 	case in.TableName == m.leases:
 		kind = "leases"
+	case in.TableName == m.tasks:
+		kind = "tasks"
 	}
 	u, _ := url.Parse(m.target)
 	u.Path = r.URL.Path

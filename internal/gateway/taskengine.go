@@ -301,6 +301,9 @@ func (e *taskEngine) update(ctx context.Context, r *tasks.Record, change func(*t
 // finds nothing to do (the task settled or cancelled, its ticket claimed
 // by another start, its turn not come) returns nil.
 func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
+	// Its log record times the whole worker, as a request's record times
+	// the request: under Lambda, the invocation.
+	start := time.Now()
 	defer func() {
 		// A worker's panic is its task's, never the process's: logged as a
 		// request's is; the task's lease lapses and its record reads as
@@ -369,7 +372,6 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 	ctx = context.WithValue(ctx, recordCtx, rec)
 	ctx = context.WithValue(ctx, callerCtx, &caller{principal: p, header: who.Header})
 	ctx = context.WithValue(ctx, taskRunKey{}, true)
-	start := time.Now()
 	res, ferr, ran, cancelled := e.run(ctx, ts, r, &params)
 	if !ran {
 		return nil

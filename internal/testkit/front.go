@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Front stands where Lambda stands before the function: it admits at most
@@ -21,6 +22,10 @@ type Front struct {
 	n   atomic.Uint64
 	// Throttled counts the requests answered 429 by the front itself.
 	Throttled atomic.Int64
+	// Admitted counts the requests the front let through, and Held sums
+	// (in nanoseconds) each one's time from its admission until its
+	// answer was passed on: what Lambda bills for them.
+	Admitted, Held atomic.Int64
 }
 
 // frontClient forwards requests; its connections are reused.
@@ -47,7 +52,12 @@ func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"message":"Rate Exceeded."}`)
 		return
 	}
-	defer func() { <-f.sem }()
+	admitted := time.Now()
+	defer func() {
+		f.Admitted.Add(1)
+		f.Held.Add(int64(time.Since(admitted)))
+		<-f.sem
+	}()
 	// The whole body first: forwarding it while the answer comes back
 	// races the client's side of net/http.
 	body, err := io.ReadAll(io.LimitReader(r.Body, 2<<20))
