@@ -97,6 +97,9 @@ func (b *bench) tasks() {
 	b.add(sc, "store requests per call (leases + tasks), tasks", tk.storePerCall(n), "ops", sy.storePerCall(n), "synchronous", "")
 	b.add(sc, "of which lease-table requests, tasks", float64(tk.store.leaseOps())/float64(n), "ops", 0, "", "")
 	b.add(sc, "of which tasks-table requests, tasks", float64(tk.store.taskOps())/float64(n), "ops", 0, "", "")
+	rt := func(m meterCounts) float64 { return ms(m.leaseTime / time.Duration(max(1, m.leaseOps()))) }
+	b.add(sc, "lease store round trip (mean), synchronous", rt(sy.store), "ms", 0, "", "")
+	b.add(sc, "lease store round trip (mean), tasks", rt(tk.store), "ms", rt(sy.store), "synchronous", "")
 	b.add(sc, "failed conditional writes per call, synchronous", float64(sy.store.failedWrites)/float64(n), "", 0, "", "")
 	b.add(sc, "failed conditional writes per call, tasks", float64(tk.store.failedWrites)/float64(n), "", 0, "", "")
 	b.add(sc, "cap utilisation (busy / (cap × makespan)), synchronous", sy.utilisation, "", 0, "", "")
