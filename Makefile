@@ -121,13 +121,15 @@ mutants:
 # BENCH_ONLY, comma-separated scenario names, runs only those (empty: all):
 # uncontended, traced (the same with tracing on, exporting to infra/otelcol),
 # saturation, hotkey, itemsize, coldstart, coldfleet, waiters,
-# bulkhead, tenants, ratelimits, adaptive (which also draws
+# bulkhead, tenants, tasks (100 waiting tasks against 100 synchronous
+# waiters behind a Lambda-like front: invocation-seconds per call-second,
+# store requests per call, hand-overs), ratelimits, adaptive (which also draws
 # results/adaptive.svg). BENCH_PROFILE=dir (relative to the repository's root,
 # e.g. results/profile) writes a CPU and an allocation profile of the
 # uncontended path there: cpu.pprof, and allocs.pprof with its base
 # allocs.base.pprof (go tool pprof -base); see docs/performance.md.
 ## measure the limiter (store cost, tracing off/on, saturation, in-process baseline, hot key, cold start, cold fleet,
-## waiters, bulkhead, two tenants, rate limits, adaptive) into results/, with results/cap.svg
+## waiters, bulkhead, two tenants, tasks vs synchronous waiters, rate limits, adaptive) into results/, with results/cap.svg
 ## (the upstream's calls in flight over time) and results/adaptive.svg (the adaptive limit);
 ## BENCH_ONLY=waiters,bulkhead make bench runs only the scenarios named (empty: all);
 ## BENCH_PROFILE=results/profile also writes CPU and allocation profiles of the uncontended path
