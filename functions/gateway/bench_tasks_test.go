@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ import (
 //
 // The workers do not go through the front: under Lambda each is an
 // asynchronous invocation, at most the cap of them at once per server.
+// BENCH_TASKS_POLL (a duration, e.g. 3s) has the agents poll that often
+// instead of at the pollIntervalMs they are told: what another interval
+// would cost, on the same run.
 func (b *bench) tasks() {
 	t := b.t
 	n, callLen := 100, 500*time.Millisecond
@@ -82,6 +86,9 @@ func (b *bench) tasks() {
 	b.add(sc, "upstream peak in flight, tasks", float64(tk.peak), "calls", capacity, "cap", "= cap")
 	b.add(sc, "upstream peak in flight, synchronous", float64(sy.peak), "calls", capacity, "cap", "= cap")
 	b.add(sc, "pollIntervalMs told", float64(tk.pollMS), "ms", 0, "", "")
+	if every, err := time.ParseDuration(os.Getenv("BENCH_TASKS_POLL")); err == nil && every > 0 {
+		b.add(sc, "the agents polled instead every (BENCH_TASKS_POLL)", ms(every), "ms", 0, "", "")
+	}
 	b.add(sc, "invocation-seconds per call-second, synchronous", sy.invocationRatio(), "", 0, "", "")
 	b.add(sc, "invocation-seconds per call-second, tasks", tk.invocationRatio(), "", sy.invocationRatio(), "synchronous", "≤ 1.1")
 	b.add(sc, "of which the agents' requests (creates, polls), tasks", tk.held.Seconds()/tk.callSeconds, "", 0, "", "")
@@ -248,7 +255,8 @@ func throttledByFront(code int, body string) bool {
 func shortly() time.Duration { return time.Duration(50+rand.IntN(100)) * time.Millisecond }
 
 // taskAgent makes a task of slow_tool on id through front and polls it
-// until it ends: true when it completed.
+// until it ends (at the pollIntervalMs it is told, or BENCH_TASKS_POLL):
+// true when it completed.
 func (b *bench) taskAgent(front *testkit.Front, id string, callLen time.Duration, polls, pollMS *atomic.Int64, fail func(string, ...any)) bool {
 	rpc := func(method, name string, params map[string]any) (int, map[string]json.RawMessage, string) {
 		for {
@@ -269,8 +277,13 @@ func (b *bench) taskAgent(front *testkit.Front, id string, callLen time.Duration
 		return false
 	}
 	pollMS.Store(poll)
+	every, _ := time.ParseDuration(os.Getenv("BENCH_TASKS_POLL"))
 	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); {
-		time.Sleep(time.Duration(poll) * time.Millisecond)
+		wait := time.Duration(poll) * time.Millisecond
+		if every > 0 {
+			wait = every
+		}
+		time.Sleep(wait)
 		code, res, raw = rpc("tasks/get", id2, map[string]any{"taskId": id2})
 		polls.Add(1)
 		var status string
