@@ -107,6 +107,8 @@ func (b *bench) tasks() {
 	rt := func(m meterCounts) float64 { return ms(m.leaseTime / time.Duration(max(1, m.leaseOps()))) }
 	b.add(sc, "lease store round trip (mean), synchronous", rt(sy.store), "ms", 0, "", "")
 	b.add(sc, "lease store round trip (mean), tasks", rt(tk.store), "ms", rt(sy.store), "synchronous", "")
+	b.add(sc, "lease item peak size, synchronous", float64(sy.store.peakItem), "B", 0, "", "")
+	b.add(sc, "lease item peak size, tasks", float64(tk.store.peakItem), "B", float64(sy.store.peakItem), "synchronous", "")
 	b.add(sc, "failed conditional writes per call, synchronous", float64(sy.store.failedWrites)/float64(n), "", 0, "", "")
 	b.add(sc, "failed conditional writes per call, tasks", float64(tk.store.failedWrites)/float64(n), "", 0, "", "")
 	b.add(sc, "cap utilisation (busy / (cap × makespan)), synchronous", sy.utilisation, "", 0, "", "")
