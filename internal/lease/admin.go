@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 )
 
@@ -44,7 +42,7 @@ func (a *Admin) Pause(ctx context.Context, key string, until time.Time) error {
 	}
 	u := newUpdate()
 	hp := u.path(HoldAttr)
-	u.cond("(attribute_not_exists(" + hp + ") OR " + hp + " < " + u.num(ms) + ")")
+	u.cond(orAbsent(hp, hp+" < "+u.num(ms)))
 	u.set(hp, u.num(ms))
 	u.ttl(ms)
 	v, err := a.l.write(ctx, key, u, nil)
@@ -113,10 +111,7 @@ func (a *Admin) ResetBreaker(ctx context.Context, key, name string) error {
 	}
 	u := newUpdate()
 	u.remove(u.path(attr))
-	u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
-	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-		u.condEntry(g, key)
-	}
+	u.pinGate(g, nil)
 	u.count(u.path(FreedAttr), 1)
 	u.ttl(a.l.clock().UnixMilli())
 	nv, err := a.l.write(ctx, key, u, nil)
@@ -150,21 +145,14 @@ func (a *Admin) Release(ctx context.Context, key, id string) error {
 	}
 	unsure := false
 	for range maxAdminTries {
-		exp, ok := v.leases[id]
-		if !ok {
+		if _, ok := v.leases[id]; !ok {
 			if unsure {
 				return nil // an attempt whose answer was lost landed
 			}
 			return ErrNotHeld
 		}
 		u := newUpdate()
-		lp := u.path(LeasesAttr, id)
-		u.remove(lp)
-		u.cond(lp + " = " + u.num(exp))
-		for _, s := range v.setsOf(id) {
-			u.del(u.path(s), id)
-		}
-		u.count(u.path(FreedAttr), 1)
+		u.removeLease(v, id)
 		u.ttl(a.l.clock().UnixMilli())
 		nv, err := a.l.write(ctx, key, u, func() { unsure = true })
 		switch {
