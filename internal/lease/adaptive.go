@@ -88,13 +88,7 @@ func (s *limitState) read(attr string, n int64, str string) bool {
 	return true
 }
 
-func isLimitAttr(attr string) bool {
-	switch attr {
-	case LimitAttr, LimitRoundAttr, LimitOKAttr, LimitSigAttr, LimitCutAttr, LimitAtAttr, LimitWhyAttr, RatioAttr:
-		return true
-	}
-	return strings.HasPrefix(attr, BaseAttrPrefix)
-}
+func isLimitAttr(attr string) bool { return (&limitState{bases: map[string]int64{}}).read(attr, 0, "") }
 
 // capIn is the request's cap as v shows it: its Cap, or with Adaptive the
 // item's limit within [Min, Cap] (Min when there is none).

@@ -141,25 +141,30 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		return p
 	}
 	n := 0
+	room := func(skip bool) bool { // counts the entry if it is purged
+		if skip || n == maxPurge {
+			return false
+		}
+		n++
+		return true
+	}
 	kept := func(sets ...string) bool {
 		return slices.ContainsFunc(sets, func(s string) bool { return slices.Contains(keep, s) })
 	}
 	for _, lid := range v.staleLeases(now) {
 		sets := v.setsOf(lid)
-		if n == maxPurge || lid == id || kept(sets...) {
+		if !room(lid == id || kept(sets...)) {
 			continue
 		}
-		n++
 		for _, s := range u.removeLease(v, lid) {
 			p.sets[s]++
 		}
 		p.leases++
 	}
 	for _, t := range v.staleTickets(now) {
-		if n == maxPurge || t.id == id || kept(WaitingAttr(t.label)) {
+		if !room(t.id == id || kept(WaitingAttr(t.label))) {
 			continue
 		}
-		n++
 		u.removeTicket(t.id, t.label, t.n, t.task)
 		if t.task {
 			p.tasks++
@@ -169,10 +174,9 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
 	}
 	for _, h := range v.halves {
-		if n == maxPurge || h.id == id || h.waiting != "" && kept(WaitingAttr(h.waiting)) {
+		if !room(h.id == id || h.waiting != "" && kept(WaitingAttr(h.waiting))) {
 			continue
 		}
-		n++
 		qp, tp := u.path(kindAttr(h.task && !h.both), h.id), u.path(TicketsAttr, h.id)
 		switch {
 		case h.n > 0:
@@ -204,28 +208,25 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 	}
 	for _, attr := range slices.Sorted(maps.Keys(v.rates)) {
-		if n == maxPurge || slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now) {
+		if !room(slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now)) {
 			continue
 		}
-		n++
 		rp := u.path(attr)
 		u.remove(rp)
 		u.cond(rp + " = " + u.num(v.rates[attr]))
 	}
 	entries, empty := v.staleEntries(now)
 	for _, e := range entries {
-		if n == maxPurge || slices.Contains(keep, e.attr) && (e.key == self || e.key == gateAll) {
+		if !room(slices.Contains(keep, e.attr) && (e.key == self || e.key == gateAll)) {
 			continue
 		}
-		n++
 		u.condEntry(v.gates[e.attr], e.key)
 		u.remove(u.path(e.attr, e.key))
 	}
 	for _, attr := range empty {
-		if n == maxPurge || slices.Contains(keep, attr) {
+		if !room(slices.Contains(keep, attr)) {
 			continue
 		}
-		n++
 		gp := u.path(attr)
 		u.remove(gp)
 		u.cond("size(" + gp + ") = " + u.num(0))
@@ -235,8 +236,7 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 			continue
 		}
 		for _, sid := range v.strayMembers()[s] {
-			if sid != id && n < maxPurge {
-				n++
+			if room(sid == id) {
 				u.del(u.path(s), sid)
 				u.cond("attribute_not_exists(" + u.path(LeasesAttr, sid) + ")")
 			}
