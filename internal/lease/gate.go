@@ -271,22 +271,14 @@ func (u *update) condGate(g *gate, attr, key string) {
 	u.condEntry(g, key)
 }
 
-// setEntryAs writes entry key of gate attr, g the gate as seen: the whole
-// map when there was none.
-func (u *update) setEntryAs(g *gate, attr, key string, val types.AttributeValue) {
+// setEntry writes entry key of gate attr, g the gate as seen (conditioned
+// by condGate): the whole map when there was none.
+func (u *update) setEntry(g *gate, attr, key string, val types.AttributeValue) {
 	if g == nil {
 		u.set(u.path(attr), u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{key: val}}))
 		return
 	}
 	u.set(u.path(attr, key), u.value(val))
-}
-
-// setEntry writes entry key of gate attr, conditioned on the gate and the
-// entry being as v shows them (a write that lost a race is made again
-// from its answer).
-func (u *update) setEntry(v *view, attr, key string, val types.AttributeValue) {
-	u.condGate(v.gates[attr], attr, key)
-	u.setEntryAs(v.gates[attr], attr, key, val)
 }
 
 // condEntry conditions u on entry key of g being as seen: absent, or
@@ -417,10 +409,10 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 	case e.until != 0:
 		return tr // shut or half-open: it counts no failure
 	case !starFailed && e.fails+1 < int64(br.Threshold):
-		u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateFails: e.fails + 1, gateLast: now}))
+		u.setEntry(g, attr, label, entryValue(map[string]int64{gateFails: e.fails + 1, gateLast: now}))
 		return tr
 	}
-	u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateLast: now}))
+	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateLast: now}))
 	tr = OpenedForPrincipal
 	if starFailed {
 		tr = Reopened
@@ -462,7 +454,7 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 	if g != nil {
 		u.pinGate(g, func(key string) bool { return key == label })
 	}
-	u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateUntil: until}))
+	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: until}))
 	if other, ok := g.shutByAnother(label, now); ok && g.entry(gateAll).until < until {
 		u.shutAll(g, other, until)
 	}
