@@ -10,55 +10,12 @@ import (
 )
 
 // Adaptive lets the fleet find a key's limit for itself: the item keeps a
-// limit between Min and the request's Cap (the ceiling), which the
-// releases of the calls move from what the upstream shows of its load.
-// Every caller uses the same limit, so the fleet adapts as one. It is AIMD
-// with a latency signal, as TCP's congestion avoidance and Netflix's
-// Gradient2 are, moved in rounds and only on evidence no single principal
-// can make up for the others:
-//
-//   - Rounds: limit_round counts the limit's moves. A lease knows the round
-//     it was granted in (from its take's answer), and only a lease of the
-//     current round is evidence, each move conditioned on the round: a
-//     burst of failures of calls already in flight moves the limit once,
-//     whatever the instances' clocks say.
-//   - Latency: each principal has a baseline for each tool it calls, the
-//     mean latency of its calls of the tool while few calls were in
-//     flight — one principal's quick calls (an error answered at once, a
-//     small argument) make nobody else's usual calls look slow; every
-//     success moves a running mean of how much slower than their
-//     baselines calls are (latency_ratio, over about 8 calls, so one slow
-//     call among quick ones is not a signal).
-//   - Down evidence: a failure (timeout, unreachable, 5xx), a push-back
-//     (429, 503, a rate-limit error), or a success slower than Tolerance ×
-//     its baseline (its principal.s, of its tool) while the running mean is too: a principal whose
-//     own calls are slow (a tarpit argument) raises the mean, but the
-//     others' quick calls are no evidence. The first in a round is
-//     recorded (limit_sig, its principal's label); the limit comes down on
-//     the next one of another principal, or of the same when every lease
-//     and ticket of the item is its principal's (and the move is
-//     conditioned so): to half for failures and
-//     push-back, in proportion to the mean for latency (limit × max(½,
-//     Tolerance / mean)), at least by one, never below Min.
-//   - Up evidence: a success within Tolerance of its baseline of a call
-//     granted while the limit was binding (the calls in flight had reached
-//     it). After twice as many as the limit in a round it goes up by one;
-//     back to the limit it was last brought down from (limit_cut) only
-//     after eight times as many, so the knee is probed from below a
-//     quarter as often as it is found. A server that never fills its
-//     limit never sees it grow.
-//   - Baselines: a principal's mean latency of a tool's calls while few
-//     calls were in flight (at most half the limit, when granted and as
-//     it ended), moved by an eighth of the difference; a principal's first
-//     is the median of the tool's others (its own first call's latency
-//     when there are none); at most MaxBaselines in the item: a new one
-//     takes the place of one of a principal holding no lease and no
-//     ticket, or is not kept.
-//     Sustained overload, which keeps the limit full, never moves them.
-//
-// Nothing probes by shedding traffic: the limit only moves with calls
-// that were made anyway. Failures never count as successes, so steady
-// timeouts drive the limit to Min, never to the ceiling.
+// limit between Min and the request's Cap (the ceiling), moved by the
+// releases of calls from what the upstream shows of its load — AIMD with a
+// latency signal, in rounds, on evidence no single principal can make up
+// for the others (see Adaptive limit in the package doc). Nothing probes
+// by shedding traffic, and failures never count as successes, so steady
+// timeouts drive the limit to Min.
 type Adaptive struct {
 	// Min is the lowest the limit goes (at least 1, at most the ceiling).
 	Min int
@@ -77,25 +34,25 @@ const (
 	LimitSigAttr = "limit_sig"
 	// LimitCutAttr is the limit it was last brought down from.
 	LimitCutAttr = "limit_cut"
-	// LimitAtAttr is when the limit last moved (Unix ms) and LimitWhyAttr
-	// why: for people; the protocol never reads them.
+	// LimitAtAttr is when it last moved (Unix ms) and LimitWhyAttr why:
+	// for people only.
 	LimitAtAttr  = "limit_at"
 	LimitWhyAttr = "limit_why"
-	// BaseAttrPrefix prefixes a principal's latency baseline of a tool in
-	// ms: "base:<label>/<tool>" (a label has no "/").
+	// BaseAttrPrefix prefixes a principal's latency baseline of a tool
+	// (ms): "base:<label>/<tool>".
 	BaseAttrPrefix = "base:"
-	// RatioAttr is how much slower than their tools' baselines calls have
-	// lately been, in thousandths: a running mean over about 8 calls.
+	// RatioAttr is how much slower than their baselines calls lately were,
+	// in thousandths: a running mean over about 8 calls.
 	RatioAttr = "latency_ratio"
 )
 
 // Tolerance is how much slower than its baseline a call may be before it
-// is down evidence.
-const Tolerance = 1.5
-
-// MaxBaselines bounds the latency baselines (a principal's, of a tool) in
-// one item; calls without one are evidence by their outcomes only.
-const MaxBaselines = 32
+// is down evidence; MaxBaselines bounds the baselines in one item (a call
+// without one is evidence by its outcome only).
+const (
+	Tolerance    = 1.5
+	MaxBaselines = 32
+)
 
 // limitState is the adaptive limit as a view shows it.
 type limitState struct {
@@ -104,7 +61,7 @@ type limitState struct {
 	bases                            map[string]int64
 }
 
-// read reads attr into s, reporting whether it was one of its.
+// read reads attr into s, reporting whether it is one of its.
 func (s *limitState) read(attr string, n int64, str string) bool {
 	switch {
 	case attr == LimitAttr:
@@ -131,16 +88,10 @@ func (s *limitState) read(attr string, n int64, str string) bool {
 	return true
 }
 
-func isLimitAttr(attr string) bool {
-	switch attr {
-	case LimitAttr, LimitRoundAttr, LimitOKAttr, LimitSigAttr, LimitCutAttr, LimitAtAttr, LimitWhyAttr, RatioAttr:
-		return true
-	}
-	return strings.HasPrefix(attr, BaseAttrPrefix)
-}
+func isLimitAttr(attr string) bool { return (&limitState{bases: map[string]int64{}}).read(attr, 0, "") }
 
 // capIn is the request's cap as v shows it: its Cap, or with Adaptive the
-// item's limit within [Min, Cap] (Min when the item has none yet).
+// item's limit within [Min, Cap] (Min when there is none).
 func (r *Request) capIn(v *view) int { return capIn(r.Cap, r.Adaptive, v) }
 
 func capIn(ceiling int, ad *Adaptive, v *view) int {
@@ -158,10 +109,9 @@ func capIn(ceiling int, ad *Adaptive, v *view) int {
 // floor is the lowest the limit goes under ceiling.
 func (ad *Adaptive) floor(ceiling int) int { return min(max(ad.Min, 1), ceiling) }
 
-// capConds adds to u the take's conditions on the key's cap: with a view,
-// room for the callers ahead under the cap it shows (and, adaptive, the
-// limit still as seen); without, room under the ceiling and the stored
-// limit.
+// capConds conditions a take on the key's cap: with a view, room for the
+// callers ahead under the cap it shows (adaptive: the limit as seen);
+// without, room under the ceiling and the stored limit.
 func (a *attempt) capConds(u *update, v *view, purgedLeases, ahead int) {
 	if a.req.Cap <= 0 {
 		return
@@ -178,9 +128,9 @@ func (a *attempt) capConds(u *update, v *view, purgedLeases, ahead int) {
 	u.cond(size+" < "+u.num(int64(a.req.Cap)), "("+size+" < "+u.num(int64(floor))+" OR "+size+" < "+u.path(LimitAttr)+")")
 }
 
-// adapt adds to u the evidence the lease's call gives the adaptive limit,
-// as v shows it, and reports whether it moves the limit (conditioned on
-// the round).
+// adapt adds to u the evidence the lease's call gives the adaptive limit
+// as v shows it: its baseline and the ratio moved, the round's up or down
+// evidence counted, or the limit moved (conditioned on the round).
 func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now int64) (moved bool) {
 	ad := ls.adaptive
 	if ad == nil || v == nil {
@@ -257,8 +207,7 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 		case lim <= floor:
 			return false
 		case v.sig == "":
-			// The round's first down evidence: recorded, for another
-			// principal's (or, alone on the key, its own next) to act on.
+			// The round's first down evidence: recorded for the next to act on.
 			sp := u.path(LimitSigAttr)
 			u.cond(round(), "attribute_not_exists("+sp+")")
 			u.set(sp, u.str(ls.label))
@@ -266,12 +215,10 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 		case v.sig == ls.label && !v.alone(ls.label):
 			return false // one principal's evidence alone
 		case v.sig == ls.label:
-			// Alone on the key as the item shows it, and conditioned so:
-			// every lease and ticket of the item is its principal's.
+			// Alone on the key, and conditioned so.
 			u.aloneConds(v, ls.label)
 		}
-		// Halved for failures and push-back; for latency, in proportion to
-		// how much slower calls are: limit × max(½, Tolerance / ratio).
+		// limit × ½, or for latency limit × max(½, Tolerance / ratio).
 		to := lim / 2
 		if slow {
 			to = int64(math.Floor(float64(lim) * max(0.5, Tolerance*1000/float64(ratio))))
@@ -295,8 +242,7 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 	return false
 }
 
-// basesOf are the baselines of tool's calls v shows, of every principal,
-// in order.
+// basesOf are the baselines of tool v shows, every principal's, sorted.
 func (v *view) basesOf(tool string) []int64 {
 	var out []int64
 	for k, ms := range v.bases {
@@ -308,8 +254,8 @@ func (v *view) basesOf(tool string) []int64 {
 	return out
 }
 
-// idleBase is a baseline whose principal holds no live lease and has no
-// ticket as v shows it, the first in order ("": none).
+// idleBase is the first baseline whose principal holds no live lease and
+// no ticket ("": none).
 func (v *view) idleBase(now int64) string {
 	for _, k := range slices.Sorted(maps.Keys(v.bases)) {
 		label, _, _ := strings.Cut(k, "/")
@@ -320,16 +266,14 @@ func (v *view) idleBase(now int64) string {
 	return ""
 }
 
-// alone reports whether every lease and ticket v shows (lapsed or not) is
-// principal label's.
+// alone: every lease and ticket v shows (lapsed or not) is label's.
 func (v *view) alone(label string) bool {
 	return len(v.leases) == len(v.sets[PrincipalAttr(label)]) && len(v.halves) == 0 &&
 		!slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.label != label })
 }
 
-// aloneConds conditions u on the item holding only principal label's
-// leases and tickets, as v shows it (alone): the counts of each, which
-// another principal's lease or ticket would change.
+// aloneConds conditions u on the counts of leases and tickets v shows,
+// all principal label's, which another principal's would change.
 func (u *update) aloneConds(v *view, label string) {
 	u.cond("size("+u.path(LeasesAttr)+") = "+u.num(int64(len(v.leases))),
 		"size("+u.path(QueueAttr)+") = "+u.num(int64(v.tickets(false))),

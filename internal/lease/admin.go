@@ -4,20 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 )
 
-// Admin makes operators' changes to lease items, each one conditional write.
-//
-// Each change is judged from the item as one read (or the answer of a
-// failed write) showed it, and its write is conditioned on what it changes
-// still being as seen, so an operator never overwrites what a gateway wrote
-// meanwhile. The writes go through the limiter's own machinery (write):
-// the same retries, the item back with every answer, the ttl refreshed.
-// A retried write whose first attempt landed fails its condition and finds
-// its own change made: that counts as done.
+// Admin makes operators' changes to lease items, each one conditional
+// write through the limiter's own (write), judged from the item as read
+// and conditioned on what it changes being as seen, so it never overwrites
+// what a gateway wrote meanwhile. A retry that finds its own change made
+// counts as done.
 type Admin struct {
 	l *Limiter
 }
@@ -27,16 +21,12 @@ func NewAdmin(db API, table string) *Admin {
 	return &Admin{l: New(db, table, Options{InstanceID: "admin"})}
 }
 
-// maxAdminTries bounds how often Release reads the answer of a write that
-// lost a race (the lease renewed meanwhile) and tries again.
+// maxAdminTries bounds Release's tries against renewals.
 const maxAdminTries = 4
 
-// Pause stops admission on key until until — the operator's hold: calls
-// in flight go on, waiters wait; it never shortens a later hold.
-//
-// The write sets hold on condition that no hold at or after until stands:
-// every take is conditioned on the hold having passed. A later hold that
-// stands already is no failure: key is held at least until until.
+// Pause holds admission on key until until (calls in flight go on,
+// waiters wait), on condition that no hold as long stands; a longer one
+// standing is no failure.
 func (a *Admin) Pause(ctx context.Context, key string, until time.Time) error {
 	ms := until.UnixMilli()
 	if ms <= a.l.clock().UnixMilli() {
@@ -44,7 +34,7 @@ func (a *Admin) Pause(ctx context.Context, key string, until time.Time) error {
 	}
 	u := newUpdate()
 	hp := u.path(HoldAttr)
-	u.cond("(attribute_not_exists(" + hp + ") OR " + hp + " < " + u.num(ms) + ")")
+	u.cond(orAbsent(hp, hp+" < "+u.num(ms)))
 	u.set(hp, u.num(ms))
 	u.ttl(ms)
 	v, err := a.l.write(ctx, key, u, nil)
@@ -57,13 +47,9 @@ func (a *Admin) Pause(ctx context.Context, key string, until time.Time) error {
 	return nil
 }
 
-// Resume lifts the operator's hold on key (conditioned on the hold it
-// read). The upstream's own pauses (its Retry-After) stand: they are the
-// upstream's word.
-//
-// A hold that passed already, or none, needs no write. The hold is
-// removed only if it is still the one read: a Pause that lengthened it
-// meanwhile wins, and Resume says so.
+// Resume lifts the operator's hold on key if it is still the one read (a
+// Pause that lengthened it meanwhile wins, and Resume says so). The
+// upstream's own pauses stand.
 func (a *Admin) Resume(ctx context.Context, key string) error {
 	v, err := a.l.read(ctx, key)
 	if err != nil {
@@ -91,13 +77,10 @@ func (a *Admin) Resume(ctx context.Context, key string) error {
 	return nil
 }
 
-// ResetBreaker closes breaker name on key for everyone (conditioned on the
-// state it read): its gate — the entry for everyone and every principal's,
-// with their failures and probes — is removed whole, on condition that
-// every entry is still as read, and a place freed is counted, as a probe's
-// verdict that closes it does: the waiters it held back may rank
-// otherwise. A probe running then finds itself no longer the probe when it
-// releases, and gives its place back without a verdict.
+// ResetBreaker closes breaker name on key for everyone: its gate is
+// removed whole, on condition that every entry is as read, and freed
+// counts it, as a probe's success does (the waiters it held back may rank
+// otherwise). A probe running then releases without a verdict.
 func (a *Admin) ResetBreaker(ctx context.Context, key, name string) error {
 	if name == "" {
 		return errors.New("lease: reset breaker: no name")
@@ -113,10 +96,7 @@ func (a *Admin) ResetBreaker(ctx context.Context, key, name string) error {
 	}
 	u := newUpdate()
 	u.remove(u.path(attr))
-	u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
-	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-		u.condEntry(g, key)
-	}
+	u.pinGate(g, nil)
 	u.count(u.path(FreedAttr), 1)
 	u.ttl(a.l.clock().UnixMilli())
 	nv, err := a.l.write(ctx, key, u, nil)
@@ -131,15 +111,11 @@ func (a *Admin) ResetBreaker(ctx context.Context, key, name string) error {
 	return nil
 }
 
-// Release removes lease id from key whole (every set it is in), conditioned on the expiry it read; ErrNotHeld if gone.
-//
-// It is what a purge does to an expired lease, done to a live one: REMOVE
-// leases.<id> on condition that it holds the expiry read, DELETE the id
-// from every set the item shows it in, ADD 1 to freed. The holder learns
-// it at its next renewal or release (ErrNotHeld) and its call is stopped
-// then; until that call ends, the upstream may see one call more than the
-// cap. A lease renewed meanwhile is removed from the answer that showed
-// the renewal.
+// Release removes lease id from key whole, as a purge removes a lapsed
+// one, conditioned on the expiry read (a renewal meanwhile: judged again
+// from its answer); ErrNotHeld if gone. The holder learns it at its next
+// renewal or release, and its call is stopped then: until it ends, the
+// upstream may see one call more than the cap.
 func (a *Admin) Release(ctx context.Context, key, id string) error {
 	if id == "" {
 		return ErrNotHeld
@@ -150,21 +126,14 @@ func (a *Admin) Release(ctx context.Context, key, id string) error {
 	}
 	unsure := false
 	for range maxAdminTries {
-		exp, ok := v.leases[id]
-		if !ok {
+		if _, ok := v.leases[id]; !ok {
 			if unsure {
 				return nil // an attempt whose answer was lost landed
 			}
 			return ErrNotHeld
 		}
 		u := newUpdate()
-		lp := u.path(LeasesAttr, id)
-		u.remove(lp)
-		u.cond(lp + " = " + u.num(exp))
-		for _, s := range v.setsOf(id) {
-			u.del(u.path(s), id)
-		}
-		u.count(u.path(FreedAttr), 1)
+		u.removeLease(v, id)
 		u.ttl(a.l.clock().UnixMilli())
 		nv, err := a.l.write(ctx, key, u, func() { unsure = true })
 		switch {

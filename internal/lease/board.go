@@ -5,24 +5,20 @@ import (
 	"time"
 )
 
-// board is what this process last saw of one key's item, shared by every
-// acquire and release on the key here: any answer of the store about the
-// item goes on it, and waiters here wake to look at it. So waiters in one
-// process share their reads, and a place a release here frees reaches a
-// waiter here at once.
+// board is what this process last saw of one key's item: every answer
+// about it goes on it, and the waiters here wake to look, so they share
+// their reads and a place freed here reaches them at once.
 type board struct {
 	mu sync.Mutex
 	v  *view
-	// at is when the request whose answer v is was sent: a later request
-	// sees the item at least as it was then.
+	// at is when the request v answers was sent.
 	at      time.Time
 	changed chan struct{} // closed when v is replaced
-	// starts are the task tickets this process started a worker for
-	// lately, with when: it does not try again within StartTimeout.
+	// starts: the task tickets this process lately started a worker for,
+	// with when (not again within StartTimeout).
 	starts map[string]time.Time
-	// held is the running mean of how long leases on the key were held
-	// here, from when their caller got them; spread, the running mean of
-	// the distance from that mean. Zero until one was.
+	// held and spread: running means of how long leases here were held,
+	// and of the distance from that mean.
 	held, spread time.Duration
 }
 
@@ -34,9 +30,8 @@ func (l *Limiter) board(key string) *board {
 	return b.(*board)
 }
 
-// see puts v, the answer to a request sent at sent, on the board unless it
-// holds the answer to a later one, wakes whoever waits for news, and
-// returns v.
+// see puts v, the answer to a request sent at sent, on the board unless
+// it holds a later one's, wakes the waiters, and returns v.
 func (b *board) see(v *view, sent time.Time) *view {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -49,8 +44,8 @@ func (b *board) see(v *view, sent time.Time) *view {
 	return v
 }
 
-// latest returns what the board holds, when the request that brought it
-// was sent, and a channel closed when that changes.
+// latest returns the board's view, when its request was sent, and a
+// channel closed when it changes.
 func (b *board) latest() (*view, time.Time, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -86,9 +81,8 @@ func (b *board) meanHeld() (held, spread time.Duration) {
 	return b.held, b.spread
 }
 
-// mayStart reports whether this process may try to start a worker for
-// task ticket id at now — it has not within StartTimeout — and if so
-// notes that it does.
+// mayStart reports whether this process may start a worker for task
+// ticket id at now (it has not within StartTimeout), noting it if so.
 func (b *board) mayStart(id string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -100,15 +94,12 @@ func (b *board) mayStart(id string, now time.Time) bool {
 	if _, ok := b.starts[id]; ok {
 		return false
 	}
-	if b.starts == nil {
-		b.starts = map[string]time.Time{}
-	}
-	b.starts[id] = now
+	put(&b.starts, id, now)
 	return true
 }
 
 // started notes when this process last started a worker for task ticket
-// id (zero: forget it, so that it may start one at once).
+// id (zero: forget it, so it may start one at once).
 func (b *board) started(id string, at time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -116,8 +107,5 @@ func (b *board) started(id string, at time.Time) {
 		delete(b.starts, id)
 		return
 	}
-	if b.starts == nil {
-		b.starts = map[string]time.Time{}
-	}
-	b.starts[id] = at
+	put(&b.starts, id, at)
 }

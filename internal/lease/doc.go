@@ -1,12 +1,11 @@
 // Package lease is the gateway's admission control, kept in one DynamoDB
-// item per limiter key (a server, or an API key that limits its own
-// calls): a fleet-wide counting semaphore with per-tool and per-principal
-// caps, a bounded queue served fairly between principals, request-rate
-// buckets, an adaptive limit, and gates — circuit breakers, upstream
-// pauses and an operator's hold — that one principal's calls can close for
-// that principal alone. Every step is one conditional UpdateItem on that
-// item; a place held by an instance that died comes back when its lease
-// expires.
+// item per limiter key (a server, or an API key limiting its own calls):
+// a fleet-wide counting semaphore with per-tool and per-principal caps, a
+// bounded queue served fairly between principals, request-rate buckets,
+// an adaptive limit, and gates — circuit breakers, upstream pauses, an
+// operator's hold — that one principal's calls close for it alone. Every
+// step is one conditional UpdateItem on the item; a dead instance's place
+// comes back when its lease expires.
 //
 // # Item
 //
@@ -29,83 +28,70 @@
 //	limit, limit_*     an adaptive limit, its round and its evidence; latency_ratio,
 //	                       base:<label>/<tool> a principal's calls' latency (see Adaptive)
 //	ttl                N   Unix seconds: a day after the latest expiry or deadline a write sets
-//	                       (after its writer's now, for one that sets none), or after the hold
-//	                       or a task's deadline as its process last saw the item, if later;
-//	                       lets DynamoDB delete an item nobody writes
+//	                       (its writer's now if none), or after the hold or a task's deadline
+//	                       its process last saw, if later; lets DynamoDB delete an abandoned item
 //
-// A lease id is "<instance>.<sequence>", short because it is written twice
-// per lease (InstanceOf), "<instance>.T<sequence>" for a task's
-// (IsTaskID); a waiting caller's ticket has its lease's id. A
-// principal label is 1 to MaxHolder bytes of printable ASCII other than
-// "/" and "*": the gateway makes it from at least 64 bits of the
-// principal's identity (or its team's), so two principals share one only
-// by choice.
+// A lease id is "<instance>.<sequence>" (InstanceOf), "<instance>.T<sequence>"
+// for a task's (IsTaskID); a waiting caller's ticket has its lease's id. A
+// principal label is 1 to MaxHolder bytes of printable ASCII but "/" and
+// "*", made by the gateway from at least 64 bits of the principal's (or
+// its team's) identity, so principals share one only by choice.
 //
 // # Leases and tickets
 //
-// A lease is one entry of leases and a member of its principal's set and,
-// for a capped tool, of the tool's set. A ticket is one entry of queue and
-// of tickets and a member of its principal's waiting set. Every write that
-// adds or removes either does so whole, in that one write; a removal by
-// anyone other than its owner is conditioned on the value it saw (a
-// lease's expiry, a ticket's number). A count is the size of a map or set,
-// never a number stored apart from what it counts. A task's ticket is the
-// same but for its number, in tasks rather than queue (see Tasks).
+// A lease is an entry of leases and a member of its principal's set and,
+// for a capped tool, the tool's; a ticket is an entry of queue (a task's:
+// of tasks, see Tasks) and of tickets, and a member of its principal's
+// waiting set. Each is added and removed whole, in one write; a removal
+// by anyone but its owner is conditioned on the value seen (a lease's
+// expiry, a ticket's number). A count is the size of a map or set, never
+// a number stored apart from what it counts.
 //
-//   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its
-//     sets, take one token from each of the call's buckets, and, when the
-//     caller waited, remove its ticket whole — on condition that the id
-//     holds no lease, that every cap keeps room for the callers whose turn
-//     comes before this one, that every bucket holds a token, that no gate
-//     refuses the caller, and that nothing that could change whose turn it
-//     is changed since the view the take was judged from (below). With no
-//     view of the item it also requires the queue to be empty: an
+//   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its sets,
+//     take a token from each of the call's buckets and, for a waiter,
+//     remove its ticket whole — on condition that the id holds no lease,
+//     every cap keeps room for the callers whose turn comes first, every
+//     bucket holds a token, no gate refuses the caller, and nothing that
+//     could change whose turn it is changed since the view it was judged
+//     from (below). With no view it also requires an empty queue: an
 //     uncontended call reads nothing and costs two writes, take and
-//     release. A take is judged for the moment it is made, so it is sent
-//     once: after a store error its caller reads the item and judges again
-//     (finding its lease if the take landed).
-//   - Join: when the caller may not take a place and will wait, it adds its
-//     ticket: ADD 1 to seq and set queue.<id> to the new value in one write
-//     (both operands read the item as it was), on condition that the queue
-//     has room (size(queue) < MaxQueued) and, when its principal already
-//     has callers waiting, that it would not take one of the last
-//     QueueReserve(MaxQueued) places (the last quarter, rounded down:
-//     size(queue) < MaxQueued − QueueReserve): a principal cannot fill the
-//     queue, so another principal's lone caller finds a place. A join
-//     charges nothing.
-//     A join refused for room is one failed write that changes nothing.
+//     release. A take is judged for its moment, so it is sent once: after
+//     a store error its caller reads the item and judges again (finding
+//     its lease if the take landed).
+//   - Join: a caller that will wait ADDs 1 to seq and sets queue.<id> to
+//     the new value in one write (both operands read the item as it was),
+//     on condition that size(queue) < MaxQueued and, when its principal
+//     has callers waiting already, size(queue) < MaxQueued − QueueReserve
+//     (the last quarter, rounded down): no principal fills the queue, so
+//     another's lone caller finds a place. A join charges nothing; one
+//     refused for room is one failed write that changes nothing.
 //   - Leave: a waiter that gives up removes its ticket whole and ADDs 1 to
-//     freed, conditioned on its number; a take of it whose outcome was
-//     unknown may have landed, so the leave also removes that lease whole,
-//     conditioned on the expiry that take would have set.
-//   - Release: REMOVE the lease whole; ADD 1 to freed; the call's outcome
-//     to its gates and the adaptive limit; for a call the upstream answered
-//     or failed, its length moved into call_ms (a quarter of the way from
-//     the latest value its process saw); for a call never made, its tokens
-//     back to their buckets — on condition that the lease is there. What
-//     else it carries (a gate's change, a move of the limit) has
-//     conditions of its own; when one fails while the lease is there, the
-//     release is made again from the item that answer shows, and after
-//     a few tries (maxEager) with its outcome and probe verdicts alone:
-//     the loop ends.
+//     freed, conditioned on its number, and the lease a take of it of
+//     unknown outcome may have set, whole, conditioned on that expiry.
+//   - Release: REMOVE the lease whole; ADD 1 to freed; the outcome to its
+//     gates and the adaptive limit; for a call answered or failed, its
+//     length moved into call_ms (a quarter of the way from the latest
+//     value its process saw); for a call never made, its tokens back — on
+//     condition that the lease is there. The rest (a gate's change, a
+//     move of the limit) has conditions of its own; when one fails while
+//     the lease is there, the release is made again from the answer, and
+//     after maxEager tries with its outcome and probe verdicts alone.
 //   - Renew: SET leases.<id> to a later expiry, on condition that it holds
 //     an expiry this holder wrote.
-//   - Purge: stale entries — expired leases, tickets past their deadline,
-//     half leases or tickets, full buckets of principals, idle gate
-//     entries — are removed, each conditioned on the value seen, whole, by
-//     any write, up to maxPurge in one write. A purge of a ticket ADDs 1 to
-//     freed. Purge first: when a write's view shows more stale entries
-//     than it can remove that its own conditions would count (the key's
-//     leases, its tool's or principal's set, the queue), it sends purges of
-//     their own first, so lapsed entries never wedge a key whatever its
-//     caps are lowered to.
+//   - Purge: any write removes up to maxPurge stale entries — expired
+//     leases, tickets past their deadline, half leases or tickets,
+//     principals' full buckets, idle gate entries — whole, each
+//     conditioned on the value seen; a ticket's purge ADDs 1 to freed.
+//     When a write's view shows more stale entries than it can remove that
+//     its own conditions would count (the key's leases, its tool's or
+//     principal's set, the queue), it sends purges first, so lapsed
+//     entries never wedge a key whatever its caps are lowered to.
 //
-// No write removes what it did not see, and no write relies on another
-// having landed: every write whose outcome is unknown (a timeout, a reset
-// connection, a server error: the store may still apply it) is safe to
-// land late. A take or join landing after its caller gave up leaves a
-// lease or ticket nobody uses: the lease lapses at its expiry, like a dead
-// holder's; the ticket is passed over like a dead waiter's (below).
+// No write removes what it did not see or relies on another having
+// landed: a write whose outcome is unknown (a timeout, a reset connection,
+// a server error: the store may still apply it) is safe to land late. A
+// take or join landing after its caller gave up leaves a lease that lapses
+// like a dead holder's, or a ticket passed over like a dead waiter's.
 //
 // # Whose turn
 //
@@ -159,125 +145,128 @@
 // # Buckets
 //
 // A Rate is a bucket of PerMinute tokens refilled at PerMinute a minute,
-// kept as one number, its GCRA theoretical arrival time. Its name says
-// whose it is: "server" (every caller of the key), "principal:<label>"
-// (one principal's), "tool:<name>" (one tool's), "key" (an API key's own
-// item). Every caller of a key gives the same server and per-principal
-// limits, and a ticket carries its tool's (r), so any caller can tell
-// which buckets a waiter needs a token from. A call takes one
-// token from each of its buckets in the write that admits it to the
-// upstream — its take — so the upstream sees at most a bucket's burst at
-// once and its rate after, however long callers waited. The charge's
-// condition compares the bucket with now, never with a value another write
-// just changed, so concurrent callers of a partly drained bucket do not
-// fail each other. A lease released Unused gives its tokens back. A call
-// that takes no place and has no gate (a bucket is all it asks for) holds
-// no lease: its take only charges, leaving the tokens of the callers
-// whose turn comes before a newcomer's (and conditioned on no more
-// callers and tasks waiting than its view shows); it is sent once and never again after
-// an outcome that was unknown, as nothing would tell its resend from
-// another call's (a token may be lost to a store error, never counted
-// twice); its refund likewise.
+// kept as its GCRA theoretical arrival time, named for whose it is:
+// "server", "principal:<label>", "tool:<name>", "key" (an API key's own
+// item). Every caller of a key gives the same server and principal
+// limits, and a ticket carries its tool's (r), so anyone can tell which
+// buckets a waiter needs a token from. A call takes one token from each
+// of its buckets in its take, the write that admits it to the upstream,
+// so the upstream sees at most a bucket's burst at once and its rate
+// after, however long callers waited. The charge's condition compares the
+// bucket with now, never with what another write just changed, so
+// callers of a partly drained bucket do not fail each other. A lease
+// released Unused gives its tokens back. A call with no cap and no gate
+// holds no lease: its take only charges, leaving the tokens of the callers
+// whose turn comes before a newcomer's (conditioned on no more callers
+// and tasks waiting than its view shows); it is sent once, never again
+// after an unknown outcome, as nothing would tell its resend from another
+// call's (a token may be lost to a store error, never counted twice); its
+// refund likewise.
 //
 // # Gates
 //
-// A gate closes a scope — a tool (breaker:<tool>), the upstream's server or
-// one tool (pause, pause:<tool>) — for one principal or for everyone. It
-// is a map: "*" → {u: closed until, p: probe lease, e: probe expiry, a:
+// A gate closes a scope — a tool (breaker:<tool>), the upstream's server
+// or one tool (pause, pause:<tool>) — for one principal or for everyone.
+// It is a map: "*" → {u: closed until, p: probe lease, e: probe expiry, a:
 // the principal whose probe ended without a verdict, w: until when it may
 // not probe} for everyone, and <label> → {u, p, e, a, w, f: consecutive
-// failures, t: last failure} for one principal. A caller passes a gate when neither entry
-// that applies to it is closed (u in the future) or half-open with a live
-// probe; when one is half-open (u passed, a breaker with no live probe),
-// its take names it the probe (p, e: its lease's expiry), on condition
-// that the entry is as seen. A probe that dies lapses with its lease.
+// failures, t: last failure} for one principal. A caller passes when
+// neither entry that applies to it is closed (u ahead) or half-open with a
+// live probe; when one is half-open (a breaker's, u passed, no live
+// probe), its take names it the probe (p, e: its lease's expiry), on
+// condition that the entry is as seen. A dead probe lapses with its lease.
+// One principal's signal closes a gate for it alone; two principals'
+// close it for everyone:
 //
-// One principal's signal closes a gate for that principal alone; two
-// principals' signals close it for everyone:
-//
-//   - Breaker: a call that failed (timeout, unreachable, 5xx) ADDs to its
-//     principal's f in its release; a success resets it; an abandoned,
-//     unused or pushed-back call tells nothing. At Threshold the entry
-//     closes for Recovery. When it closes while another principal's entry
-//     is closed, "*" closes too. A probe's success opens the entries it
-//     probed; its failure closes its principal's entry again, and "*" only
-//     while another principal's entry is closed — so one tenant whose own
-//     calls fail cannot hold the breaker closed for the others, and a key
-//     alone on a server still has one probe at a time. A probe that ends
-//     without a verdict (abandoned, unused, pushed back) leaves its entry
-//     half-open, and its principal may not be that entry's probe again
-//     for Recovery (a, w): one principal's abandoned probes cannot keep
-//     the others out.
+//   - Breaker: a failure (timeout, unreachable, 5xx) ADDs to its
+//     principal's f; a success resets it; an abandoned, unused or
+//     pushed-back call tells nothing. At Threshold the entry closes for
+//     Recovery, and "*" with it while another principal's is closed. A
+//     probe's success opens the entries it probed; its failure closes its
+//     principal's entry again, and "*" only while another principal's is
+//     closed — so one tenant whose calls fail cannot hold the breaker
+//     closed for the others, and a key alone on a server still has one
+//     probe at a time. A probe that ends without a verdict leaves its
+//     entry half-open, and its principal may not probe it again for
+//     Recovery (a, w): one principal's abandoned probes cannot keep the
+//     others out.
 //   - Pause: a release whose upstream asked for a pause (a 429 or 503 with
 //     Retry-After, at most the request's MaxPause) closes its principal's
-//     entry until then, never shortening a later one; "*" closes when
-//     another principal's entry is closed. A pause has no probe.
-//   - Hold: an operator's hold (Admin) stops every take until it is lifted
-//     or passes; calls in flight go on, and waiters wait.
+//     entry until then, never shortening a later one; "*" closes while
+//     another principal's is closed. A pause has no probe.
+//   - Hold: an operator's hold (Admin) stops every take until lifted or
+//     passed; calls in flight go on, and waiters wait.
 //
-// An entry that is open again and has seen no failure for IdleGate is
-// stale; so is a principal's entry half-open for IdleGate with no probe
-// (its principal stopped calling): its principal's next call counts its
-// failures from none.
+// An entry open again with no failure for IdleGate is stale, and so is a
+// principal's entry half-open for IdleGate with no probe (its principal
+// stopped calling): its next call counts failures from none.
 //
 // # Adaptive limit
 //
 // With Adaptive, the key's cap is the item's limit, within [Min, Cap]
-// (absent: Min). The limit moves in rounds: limit_round counts its moves, a lease knows the
-// round it was granted in (from its take's answer), and only a lease
-// granted in the current round moves it, conditioned on the round — so a
+// (absent: Min). It moves in rounds: limit_round counts its moves, a lease
+// knows the round it was granted in (from its take's answer), and only a
+// lease of the current round moves it, conditioned on the round — so a
 // burst of failures of calls already in flight moves it once, whatever the
-// clocks say. A call's release is evidence: down for a failure, a
-// push-back, or a call slower than Tolerance × its principal's baseline
-// of its tool while the running mean of such ratios (latency_ratio) is
-// too; up for a
-// success within it while the limit was binding (the calls in flight had
-// reached it when the call was granted). Down evidence of one principal
-// is recorded (limit_sig); the limit comes down (by half for failures and
-// push-back, in proportion for latency, at least by one, at most to Min)
-// on the next down evidence of another principal, or of the same one when
-// every lease and ticket of the item is its principal's (a move
-// conditioned on the counts that show it). It goes up by one after
-// 2 × limit up evidences in a round (8 × to the limit it was last brought
-// down from). A take with a view is conditioned on the limit it saw; one
-// without, on the stored limit itself.
+// clocks say. A release is evidence:
+//
+//   - Down: a failure, a push-back, or a success slower than Tolerance ×
+//     its principal's baseline of its tool while latency_ratio (the
+//     running mean, over about 8 calls, of how much slower than their
+//     baselines calls are) is too. The round's first is recorded
+//     (limit_sig); the limit comes down on the next of another principal,
+//     or of the same when every lease and ticket of the item is its
+//     principal's (a move conditioned on the counts that show it): to half
+//     for failures and push-back, to limit × max(½, Tolerance / ratio) for
+//     latency, at least by one, never below Min.
+//   - Up: a success within Tolerance of its baseline of a call granted
+//     while the limit was binding (the calls in flight had reached it).
+//     After 2 × limit in a round the limit goes up by one; back to the
+//     limit it was last brought down from (limit_cut) after 8 × limit. A
+//     limit never filled never grows.
+//   - Baselines (base:<label>/<tool>): a principal's mean latency of a
+//     tool's calls while few were in flight (at most half the limit, when
+//     granted and as it ended), moved by an eighth; its first is the
+//     median of the tool's others (else its own first call's); at most
+//     MaxBaselines, a new one taking the place of one of a principal with
+//     no lease and no ticket, or not kept. So one principal's quick calls
+//     make nobody else's look slow.
+//
+// A take with a view is conditioned on the limit it saw; one without, on
+// the stored limit itself.
 //
 // # Tasks
 //
-// A task (Enqueue) waits in the queue with no caller behind it: its ticket
-// is numbered from seq like a caller's, kept in tasks instead of queue,
-// and served in the same turn order, passed over for the same reasons
-// (its tool full, its principal at its cap, a bucket of its empty, a gate
-// shut to it — a task waits for a shut gate rather than being refused).
-// Callers and tasks each have MaxQueued places, with the same reserve: a
-// task holds no invocation, so a bulkhead, which bounds the callers
-// waiting, does not bound them. Its deadline is its task's; before it, it
-// is never presumed gone. Whoever sees its turn come — a release, a
-// waiter behind it, a worker whose turn it was not, StartDue — marks its
-// ticket (s: now, on condition that no mark younger than StartTimeout is
-// there) and, having won the mark, starts a worker (Options.OnTaskStart).
-// The worker claims the place (Claim): a waiter's take of its own ticket,
-// judged from a fresh read; when its turn has passed meanwhile, it takes
-// its mark back (on condition it is still its own) and leaves the ticket
-// for the next start. A start that is lost (an instance dying between its
-// mark and its start, an invocation never delivered) is made again by
-// the first to see the turn StartTimeout after it. While its last start
-// has gone unclaimed for StartTimeout (no worker can come: invocations
-// throttled, a worker failing before it claims), callers behind it pass
-// it — it keeps its ticket and its number, and such a take is conditioned
-// on that mark as seen — so that one task nobody claims cannot hold a free
-// place from everyone. Withdraw removes a
-// task's ticket before it is claimed (ADD 1 to freed, conditioned on its
-// number); its lease, once claimed, is released like any other.
+// A task (Enqueue) waits with no caller behind it: its ticket is numbered
+// from seq, kept in tasks, served in the same turn order and passed over
+// for the same reasons (a task waits out a shut gate rather than being
+// refused). Tasks have MaxQueued places of their own, with the same
+// reserve: a task holds no invocation, so a bulkhead does not bound them.
+// Its deadline is its task's; before it, it is never presumed gone.
+// Whoever sees its turn come — a release, a waiter behind it, a worker
+// whose turn it was not, StartDue — marks its ticket (s: now, on condition
+// that no mark younger than StartTimeout is there) and, having won the
+// mark, starts a worker (Options.OnTaskStart). The worker claims the place
+// (Claim): a waiter's take of its own ticket, judged from a fresh read;
+// when its turn has passed meanwhile, it takes its mark back (on condition
+// it is still its own) and leaves the ticket for the next start. A lost
+// start (an instance dying after its mark, an invocation never delivered)
+// is made again by the first to see the turn StartTimeout after it. While
+// its last start has gone unclaimed for StartTimeout, callers behind it
+// pass it — it keeps its ticket and number, and such a take is
+// conditioned on that mark as seen — so a task nobody claims cannot hold
+// a free place from everyone. Withdraw removes a task's ticket before its
+// claim (ADD 1 to freed, conditioned on its number); a claimed task's
+// lease is released like any other.
 //
 // # Answers and views
 //
 // Every write asks for the item back (ReturnValues ALL_NEW, and
-// ReturnValuesOnConditionCheckFailure ALL_OLD when its condition fails;
-// neither costs capacity); where the store does not return the item of a
-// failed write, one consistent read stands in. Every answer goes on the
-// process's board, which wakes the process's waiters on that key. No loop
-// sends a write again without a pause unless the answer showed progress.
+// ReturnValuesOnConditionCheckFailure ALL_OLD; neither costs capacity);
+// where the store does not return a failed write's item, one consistent
+// read stands in. Every answer goes on the process's board, waking its
+// waiters on that key. No loop sends a write again without a pause unless
+// the answer showed progress.
 //
 // # Invariants
 //
@@ -285,9 +274,9 @@
 // (TestFaultSimulation) judges every store answer of hundreds of seeded
 // schedules (thousands in make soak) — lost, delayed, duplicated and
 // late-landing writes, callers and instances dying, clocks skewed within
-// the margin, purges cut short — against a model of this protocol written
-// apart from its code (sim_model_test.go): its own reading of the item,
-// its own turn order, buckets, gates and limit.
+// the margin, purges cut short — against a model of the protocol written
+// apart from its code (sim_model_test.go), with its own reading of the
+// item, turn order, buckets, gates and limit.
 //
 //  1. No cap is exceeded: leases holds at most Cap (or the limit) live
 //     entries, each tool set at most its ToolCap, each principal set at
@@ -370,17 +359,16 @@
 // # Guarantee
 //
 // A lease expires at now + Hold + Margin, and its CallDeadline is at most
-// now + Hold on the holder's monotonic clock, so a lease can only lapse
-// after its call was cancelled. The caps on unexpired leases are exact. The
-// cap on calls actually running upstream holds as long as the clocks of any
-// two instances differ by less than Margin. A ticket lives Margin past its
-// caller's deadline, so no clock within the margin takes it for gone early.
-// DynamoDB TTL never expires a lease; it only removes items nobody has
-// written for a day.
+// now + Hold on the holder's monotonic clock, so it lapses only after its
+// call was cancelled. The caps on unexpired leases are exact; the cap on
+// calls running upstream holds while any two instances' clocks differ by
+// less than Margin. A ticket lives Margin past its caller's deadline, so
+// no clock within the margin takes it for gone early. DynamoDB TTL never
+// expires a lease; it only removes items nobody wrote for a day.
 //
 // The gateway releases a lease only once its upstream is known to have
-// stopped working on the call (its answer arrived, or it provably stops when
-// told), keeping it alive meanwhile (KeepAlive) for at most the server's
+// stopped working on the call (it answered, or provably stops when told),
+// keeping it alive meanwhile (KeepAlive) for at most the server's
 // cancel_grace, and counts a release at the end of the grace as the cap
 // possibly exceeded.
 package lease

@@ -21,9 +21,9 @@ import (
 )
 
 // update is one UpdateItem being put together. Every name and value goes
-// through a placeholder, so no caller-supplied text (lease id, tool name,
-// label) is ever spliced into an expression. ADD and DELETE on one set are
-// merged into one action each, as DynamoDB takes each path once.
+// through a placeholder, so no caller's text is spliced into an
+// expression; the ADDs and DELETEs on one path are merged into one action,
+// as DynamoDB takes each path once.
 type update struct {
 	names   map[string]string
 	byName  map[string]string
@@ -34,15 +34,12 @@ type update struct {
 	adds    map[string][]string // set path → members, or number path → [amount]
 	dels    map[string][]string
 	counts  map[string]int64
-	// once: the write is not sent again after an attempt whose outcome
-	// is unknown: nothing in it would fail the second time, so a resend
-	// could apply it twice. (Refused unapplied, it may be.)
+	// once: not sent again after an attempt whose outcome is unknown
+	// (nothing in it would fail a second time).
 	once bool
-	// judged: the write is sent once whatever the error: it was judged
-	// for the moment it was made, and its caller judges again.
+	// judged: sent once whatever the error (its caller judges again).
 	judged bool
-	// ttlAt is the latest expiry or deadline the write sets (Unix ms; 0:
-	// it sets no ttl): write sets ttl from it.
+	// ttlAt is the latest expiry or deadline it sets (Unix ms; 0: no ttl).
 	ttlAt int64
 }
 
@@ -82,11 +79,16 @@ func (u *update) add(setPath, member string)    { u.adds[setPath] = append(u.add
 func (u *update) del(setPath, member string)    { u.dels[setPath] = append(u.dels[setPath], member) }
 func (u *update) count(numPath string, n int64) { u.counts[numPath] += n }
 
+// orAbsent is the condition that path does not exist or cond holds.
+func orAbsent(path, cond string) string {
+	return "(attribute_not_exists(" + path + ") OR " + cond + ")"
+}
+
 // eqOrAbsent is the condition that the number at path is n, 0 meaning
 // also that it does not exist.
 func (u *update) eqOrAbsent(path string, n int64) string {
 	if n == 0 {
-		return "(attribute_not_exists(" + path + ") OR " + path + " = " + u.num(0) + ")"
+		return orAbsent(path, path+" = "+u.num(0))
 	}
 	return path + " = " + u.num(n)
 }
@@ -94,18 +96,18 @@ func (u *update) eqOrAbsent(path string, n int64) string {
 // expression renders the update expression.
 func (u *update) expression() string {
 	var adds, dels []string
-	for _, p := range slices.Sorted(mapKeys(u.adds)) {
+	for _, p := range slices.Sorted(maps.Keys(u.adds)) {
 		if _, both := u.dels[p]; both {
 			panic("lease: one write both adds to and deletes from " + u.names[p])
 		}
 		adds = append(adds, p+" "+u.value(&types.AttributeValueMemberSS{Value: u.adds[p]}))
 	}
-	for _, p := range slices.Sorted(mapKeys(u.counts)) {
+	for _, p := range slices.Sorted(maps.Keys(u.counts)) {
 		if u.counts[p] != 0 {
 			adds = append(adds, p+" "+u.num(u.counts[p]))
 		}
 	}
-	for _, p := range slices.Sorted(mapKeys(u.dels)) {
+	for _, p := range slices.Sorted(maps.Keys(u.dels)) {
 		dels = append(dels, p+" "+u.value(&types.AttributeValueMemberSS{Value: u.dels[p]}))
 	}
 	expr := ""
@@ -120,62 +122,49 @@ func (u *update) expression() string {
 	return strings.TrimSpace(expr)
 }
 
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
-// purged counts what a purge added to a write removes: leases, whole
-// tickets and queue entries, and members per set.
+// purged counts what a purge removes: leases, tickets from the queue and
+// from tasks, and members per set.
 type purged struct {
-	// leases, and tickets from the queue and from tasks.
 	leases, queue, tasks int
 	sets                 map[string]int
 }
 
-// purge adds to u the removal of up to maxPurge entries v shows stale at
-// now — whole leases, whole tickets, halves of tickets, full buckets of
-// principals, idle gate entries, stray set members — each only if it
-// still holds the value seen. Entries in any of the sets in keep are left
-// for another write (a write cannot both add to and delete from one set),
-// as are the entries of id, which the write handles itself; of a gate in
-// keep, only the entries the write may set itself are left: self's (the
-// writer's principal) and everyone's.
+// purge removes up to maxPurge entries v shows stale at now — whole
+// leases and tickets, halves of tickets, principals' full buckets, idle
+// gate entries, stray set members — each conditioned on the value seen.
+// It leaves id's entries, those in a set in keep (a write cannot both add
+// to and delete from one set) and, of a gate in keep, self's and
+// everyone's entries, which the write may set itself.
 func (u *update) purge(v *view, now int64, id, self string, keep ...string) purged {
 	p := purged{sets: map[string]int{}}
 	if v == nil {
 		return p
 	}
 	n := 0
+	room := func(skip bool) bool { // counts the entry if it is purged
+		if skip || n == maxPurge {
+			return false
+		}
+		n++
+		return true
+	}
 	kept := func(sets ...string) bool {
 		return slices.ContainsFunc(sets, func(s string) bool { return slices.Contains(keep, s) })
 	}
 	for _, lid := range v.staleLeases(now) {
 		sets := v.setsOf(lid)
-		if n == maxPurge || lid == id || kept(sets...) {
+		if !room(lid == id || kept(sets...)) {
 			continue
 		}
-		n++
-		lp := u.path(LeasesAttr, lid)
-		u.remove(lp)
-		u.cond(lp + " = " + u.num(v.leases[lid]))
-		for _, s := range sets {
-			u.del(u.path(s), lid)
+		for _, s := range u.removeLease(v, lid) {
 			p.sets[s]++
 		}
 		p.leases++
-		u.count(u.path(FreedAttr), 1)
 	}
 	for _, t := range v.staleTickets(now) {
-		if n == maxPurge || t.id == id || kept(WaitingAttr(t.label)) {
+		if !room(t.id == id || kept(WaitingAttr(t.label))) {
 			continue
 		}
-		n++
 		u.removeTicket(t.id, t.label, t.n, t.task)
 		if t.task {
 			p.tasks++
@@ -185,10 +174,9 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
 	}
 	for _, h := range v.halves {
-		if n == maxPurge || h.id == id || h.waiting != "" && kept(WaitingAttr(h.waiting)) {
+		if !room(h.id == id || h.waiting != "" && kept(WaitingAttr(h.waiting))) {
 			continue
 		}
-		n++
 		qp, tp := u.path(kindAttr(h.task && !h.both), h.id), u.path(TicketsAttr, h.id)
 		switch {
 		case h.n > 0:
@@ -220,28 +208,25 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 	}
 	for _, attr := range slices.Sorted(maps.Keys(v.rates)) {
-		if n == maxPurge || slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now) {
+		if !room(slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now)) {
 			continue
 		}
-		n++
 		rp := u.path(attr)
 		u.remove(rp)
 		u.cond(rp + " = " + u.num(v.rates[attr]))
 	}
 	entries, empty := v.staleEntries(now)
 	for _, e := range entries {
-		if n == maxPurge || slices.Contains(keep, e.attr) && (e.key == self || e.key == gateAll) {
+		if !room(slices.Contains(keep, e.attr) && (e.key == self || e.key == gateAll)) {
 			continue
 		}
-		n++
 		u.condEntry(v.gates[e.attr], e.key)
 		u.remove(u.path(e.attr, e.key))
 	}
 	for _, attr := range empty {
-		if n == maxPurge || slices.Contains(keep, attr) {
+		if !room(slices.Contains(keep, attr)) {
 			continue
 		}
-		n++
 		gp := u.path(attr)
 		u.remove(gp)
 		u.cond("size(" + gp + ") = " + u.num(0))
@@ -251,8 +236,7 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 			continue
 		}
 		for _, sid := range v.strayMembers()[s] {
-			if sid != id && n < maxPurge {
-				n++
+			if room(sid == id) {
 				u.del(u.path(s), sid)
 				u.cond("attribute_not_exists(" + u.path(LeasesAttr, sid) + ")")
 			}
@@ -261,7 +245,7 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 	return p
 }
 
-// stale counts the entries v shows stale at now that a purge would remove.
+// stale counts the entries a purge would remove.
 func (v *view) stale(now int64) int {
 	entries, empty := v.staleEntries(now)
 	n := len(v.staleLeases(now)) + len(v.staleTickets(now)) + len(v.halves) + len(entries) + len(empty)
@@ -276,9 +260,23 @@ func (v *view) stale(now int64) int {
 	return n
 }
 
-// removeTicket adds to u the removal of ticket id, numbered n, whole:
-// its queue (or, a task's, tasks) entry, its details and its principal's
-// waiting membership, conditioned on its number.
+// removeLease adds to u the removal of lease id whole, as v shows it,
+// conditioned on its expiry, counting the place freed; it returns the
+// lease's sets.
+func (u *update) removeLease(v *view, id string) []string {
+	lp := u.path(LeasesAttr, id)
+	u.remove(lp)
+	u.cond(lp + " = " + u.num(v.leases[id]))
+	sets := v.setsOf(id)
+	for _, s := range sets {
+		u.del(u.path(s), id)
+	}
+	u.count(u.path(FreedAttr), 1)
+	return sets
+}
+
+// removeTicket removes ticket id, numbered n, whole (queue or tasks entry,
+// details, waiting member), conditioned on its number.
 func (u *update) removeTicket(id, label string, n int64, task bool) {
 	qp := u.path(kindAttr(task), id)
 	u.remove(qp, u.path(TicketsAttr, id))
@@ -286,16 +284,14 @@ func (u *update) removeTicket(id, label string, n int64, task bool) {
 	u.cond(qp + " = " + u.num(n))
 }
 
-// ttl lets DynamoDB delete the item once nobody has written it for a day
-// after exp.
+// ttl lets DynamoDB delete the item a day after exp if nobody writes it.
 func (u *update) ttl(exp int64) { u.ttlAt = max(u.ttlAt, exp) }
 
-// errCondition means a write's condition failed; the write returns the item
-// as it is with it.
+// errCondition means a write's condition failed; the item comes with it.
 var errCondition = errors.New("lease: condition failed")
 
-// Attempts and backoff of a write: the limiter retries its writes itself,
-// so it knows which attempts' outcomes it does not know.
+// Attempts and backoff of a write: the limiter retries itself, so it knows
+// which attempts' outcomes it does not know.
 const (
 	writeAttempts   = 4
 	writeMinBackoff = 25 * time.Millisecond
@@ -305,22 +301,18 @@ const (
 // oneAttempt turns the SDK's own retries off for a request.
 func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 
-// write sends u to the item of key and returns the item as it is after the
-// write or, with errCondition, as it was when the condition failed: from
-// the failure itself where the store returns it, or else from one
-// consistent read. Every item seen goes on the key's board.
+// write sends u to the item of key and returns the item after the write
+// or, with errCondition, as the failure found it (returned by the store,
+// else one consistent read). Every item seen goes on the key's board.
 //
-// An attempt that fails in a way that leaves its outcome unknown (a
-// timeout, a connection reset, a server error: the store may have applied
-// it) is retried, identically, and unknown is called: such an attempt may
-// still land later. A caller's writes are built so that the retry of one
-// that landed fails its condition and shows it; a write that cannot be
-// (once) is not retried after such an attempt, and a write judged for its
-// moment (judged) is not retried at all.
+// An attempt whose outcome is unknown (a timeout, a reset, a server error:
+// it may still land) calls unknown and is retried identically: writes are
+// built so a retry of one that landed fails its condition and shows it;
+// one that cannot be (once) is not retried after it, and one judged for
+// its moment (judged) never.
 func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func()) (*view, error) {
 	if u.ttlAt > 0 {
-		// Never a day before what the item still waits for, as this
-		// process last saw it: a hold, or a task's ticket.
+		// Never a day before a hold or a task's deadline it last saw.
 		exp := u.ttlAt
 		if v, _, _ := l.board(key).latest(); v != nil {
 			exp = max(exp, v.due())
@@ -381,8 +373,8 @@ func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func
 	return nil, fmt.Errorf("lease: write %s: %w", key, err)
 }
 
-// classify says whether a failed request may be retried, and whether the
-// store may have applied it.
+// classify: may a failed request be retried, and may the store have
+// applied it.
 func classify(err error) (retry, unsure bool) {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false, true
@@ -421,7 +413,7 @@ func (l *Limiter) read(ctx context.Context, key string) (*view, error) {
 	return l.board(key).see(parseItem(out.Item), sent), nil
 }
 
-// create makes the item of key with its maps, leaving what exists alone.
+// create makes the item of key with its maps, leaving what exists.
 func (l *Limiter) create(ctx context.Context, key string) error {
 	u := newUpdate()
 	empty := u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}})
@@ -446,11 +438,11 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + randN(d-d/2+1)
 }
 
-// randN draws jitter. (A variable so the fault simulation can seed it.)
+// randN draws jitter (a variable the fault simulation seeds).
 var randN = mrand.N[time.Duration]
 
-// due is the latest a view's item still waits for beyond its leases: an
-// operator's hold, or a task's ticket's deadline (a day at most).
+// due is the latest the item waits for beyond its leases: the hold, or a
+// task's deadline.
 func (v *view) due() int64 {
 	d := v.hold
 	for _, t := range v.queue {

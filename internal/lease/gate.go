@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,22 +10,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// A gate closes a scope of the key — a tool's breaker, the upstream's
-// pause of the server or of one tool — for one principal or for everyone
-// (see the package doc). It is one map attribute: gateAll → the entry for
-// everyone, and a principal's label → its own entry.
+// A gate is one map attribute (see Gates in the package doc): gateAll →
+// the entry for everyone, a principal's label → its own.
 const (
 	// BreakerAttrPrefix starts a breaker's gate: "breaker:<tool>".
 	BreakerAttrPrefix = "breaker:"
-	// PauseAttr is the gate of the server's pause; PauseAttrPrefix starts
-	// a tool's: "pause:<tool>".
+	// PauseAttr is the server's pause gate; PauseAttrPrefix starts a
+	// tool's: "pause:<tool>".
 	PauseAttr       = "pause"
 	PauseAttrPrefix = "pause:"
-	// HoldAttr is an operator's hold: no place is taken before it (Unix
-	// ms).
+	// HoldAttr is an operator's hold: no place is taken before it (Unix ms).
 	HoldAttr = "hold"
-	// gateAll is the key of a gate's entry for everyone.
-	gateAll = "*"
+	gateAll  = "*"
 )
 
 // Fields of a gate entry.
@@ -40,15 +35,13 @@ const (
 	gateBarUntil = "w" // until when it may not be the entry's probe (Unix ms)
 )
 
-// IdleGate is how long a gate entry that is open and saw no failure stays
-// before it is stale.
+// IdleGate is how long an open entry with no failure stays before it is
+// stale.
 const IdleGate = time.Minute
 
-// MaxPause bounds any pause, and a pause when the request gives no
-// MaxPause.
+// MaxPause bounds any pause, and is a request's when it gives none.
 const MaxPause = 5 * time.Minute
 
-// isGateAttr reports whether attr is a gate (breaker or pause).
 func isGateAttr(attr string) bool {
 	return attr == PauseAttr || strings.HasPrefix(attr, PauseAttrPrefix) || strings.HasPrefix(attr, BreakerAttrPrefix)
 }
@@ -65,49 +58,44 @@ func pauseAttr(tool string, perTool bool) string {
 	return PauseAttr
 }
 
-// gate is one gate as a view shows it.
 type gate struct {
 	attr    string
 	entries map[string]gateEntry
 }
 
-// gateEntry is one entry of a gate.
 type gateEntry struct {
 	until, probeExp, fails, last, barUntil int64
 	probe, barred                          string
 }
 
-// barredFor reports whether principal label may not be the entry's probe
-// at now: its last probe of the entry ended without a verdict.
-func (e gateEntry) barredFor(label string, now int64) bool {
-	return e.barred == label && e.barUntil > now
-}
+// gateRef names one entry of one gate.
+type gateRef struct{ attr, key string }
 
 func parseGate(attr string, m *types.AttributeValueMemberM) *gate {
 	g := &gate{attr: attr, entries: map[string]gateEntry{}}
 	for key, v := range m.Value {
-		f, ok := v.(*types.AttributeValueMemberM)
-		if !ok {
+		f, _ := v.(*types.AttributeValueMemberM)
+		if f == nil {
 			g.entries[key] = gateEntry{}
 			continue
 		}
-		e := gateEntry{until: numberOr(f.Value[gateUntil], 0), probeExp: numberOr(f.Value[gateProbeExp], 0),
-			fails: numberOr(f.Value[gateFails], 0), last: numberOr(f.Value[gateLast], 0), barUntil: numberOr(f.Value[gateBarUntil], 0)}
-		if p, ok := f.Value[gateProbe].(*types.AttributeValueMemberS); ok {
-			e.probe = p.Value
+		str := func(k string) string {
+			s, _ := f.Value[k].(*types.AttributeValueMemberS)
+			if s == nil {
+				return ""
+			}
+			return s.Value
 		}
-		if b, ok := f.Value[gateBarred].(*types.AttributeValueMemberS); ok {
-			e.barred = b.Value
-		}
-		g.entries[key] = e
+		g.entries[key] = gateEntry{until: numberOr(f.Value[gateUntil], 0), probeExp: numberOr(f.Value[gateProbeExp], 0),
+			fails: numberOr(f.Value[gateFails], 0), last: numberOr(f.Value[gateLast], 0), barUntil: numberOr(f.Value[gateBarUntil], 0),
+			probe: str(gateProbe), barred: str(gateBarred)}
 	}
 	return g
 }
 
 func (g *gate) breaker() bool { return strings.HasPrefix(g.attr, BreakerAttrPrefix) }
 
-// entry returns the entry of key (gateAll or a label), the zero entry when
-// there is none.
+// entry is the entry of key (gateAll or a label); zero when there is none.
 func (g *gate) entry(key string) gateEntry {
 	if g == nil {
 		return gateEntry{}
@@ -115,25 +103,25 @@ func (g *gate) entry(key string) gateEntry {
 	return g.entries[key]
 }
 
-// closed reports whether the entry refuses every call at now.
+// shut: the entry refuses every call at now.
 func (e gateEntry) shut(now int64) bool { return e.until > now }
 
-// probing reports whether the entry's closed time passed and its probe's
-// call runs (a breaker's).
+// probing: its closed time passed and its probe's call runs.
 func (e gateEntry) probing(now int64) bool {
 	return e.until > 0 && e.until <= now && e.probe != "" && e.probeExp >= now
 }
 
-// halfOpen reports whether the entry's closed time passed with no probe
-// running: a breaker's next call is its probe.
+// halfOpen: its closed time passed with no probe running.
 func (e gateEntry) halfOpen(now int64) bool { return e.until > 0 && e.until <= now && !e.probing(now) }
 
-// gateRef names one entry of one gate.
-type gateRef struct{ attr, key string }
+// barredFor: principal label's last probe of the entry ended without a
+// verdict, and it may not probe it yet.
+func (e gateEntry) barredFor(label string, now int64) bool {
+	return e.barred == label && e.barUntil > now
+}
 
-// gatesOf lists the gates that apply to a caller of tool (breaker the name
-// of its breaker, "" if none) as v shows them: its breaker's, the server's
-// pause and its tool's.
+// gatesOf lists the gates v shows for a caller of tool with breaker
+// ("" if none): its breaker's, the server's pause and its tool's.
 func (v *view) gatesOf(tool, breaker string) []*gate {
 	var out []*gate
 	for _, attr := range []string{BreakerAttr(breaker), PauseAttr, PauseAttrPrefix + tool} {
@@ -144,9 +132,14 @@ func (v *view) gatesOf(tool, breaker string) []*gate {
 	return out
 }
 
-// passes says whether a caller of principal label may pass the gates gs
-// at now, and which breaker entries it would probe; probing lists the
-// entries whose probe was already handed out.
+// stillProbes keeps of probes the entries v shows id the probe of.
+func (v *view) stillProbes(probes []gateRef, id string) []gateRef {
+	return slices.DeleteFunc(probes, func(p gateRef) bool { return v.gates[p.attr].entry(p.key).probe != id })
+}
+
+// passes says whether a caller of principal label passes the gates gs at
+// now, and which breaker entries it would probe; probing lists the entries
+// whose probe was already handed out.
 func passes(gs []*gate, label string, now int64, probing map[gateRef]bool) (ok bool, probes []gateRef) {
 	for _, g := range gs {
 		for _, key := range []string{gateAll, label} {
@@ -170,12 +163,10 @@ func passes(gs []*gate, label string, now int64, probing map[gateRef]bool) (ok b
 // CircuitOpenError means a breaker refused the call.
 type CircuitOpenError struct {
 	Name string
-	// HalfOpen is set when the refusal is because another call is the
-	// probe; Principal when the breaker is closed for the caller's
-	// principal alone (its own calls failed).
+	// HalfOpen: another call is the probe; Principal: it is closed for
+	// the caller's principal alone.
 	HalfOpen, Principal bool
-	// RetryAfter is how long until the breaker lets a call through again
-	// (the time left closed, or until the probe's lease ends).
+	// RetryAfter is how long until it lets a call through again.
 	RetryAfter time.Duration
 }
 
@@ -189,52 +180,47 @@ func (e *CircuitOpenError) Error() string {
 	return fmt.Sprintf("lease: circuit %q is open for %v", e.Name, e.RetryAfter.Round(time.Millisecond))
 }
 
-// refusal is the refusal of a caller of principal label by the gates gs
-// at now: its breaker's (a *CircuitOpenError, which fails the call at
-// once), else the latest pause or the hold (a *FullError, Reason Paused
-// or Held, which a waiter waits out); nil when every gate lets it pass.
+// refusal is why the gates gs refuse a caller of principal label at now:
+// its breaker (*CircuitOpenError, failing the call at once), else the
+// latest pause or the hold (*FullError Paused or Held, which a waiter
+// waits out); nil when they let it pass.
 func refusal(gs []*gate, label string, now, hold int64) error {
 	var pause int64
+	ms := func(t int64) time.Duration { return time.Duration(t-now) * time.Millisecond }
 	for _, g := range gs {
 		for _, key := range []string{gateAll, label} {
 			e, ok := g.entries[key]
-			if !ok {
-				continue
-			}
-			if !g.breaker() {
+			switch name := strings.TrimPrefix(g.attr, BreakerAttrPrefix); {
+			case !ok:
+			case !g.breaker():
 				if e.shut(now) {
 					pause = max(pause, e.until)
 				}
-				continue
-			}
-			name := strings.TrimPrefix(g.attr, BreakerAttrPrefix)
-			switch {
 			case e.shut(now):
-				return &CircuitOpenError{Name: name, Principal: key != gateAll, RetryAfter: time.Duration(e.until-now) * time.Millisecond}
+				return &CircuitOpenError{Name: name, Principal: key != gateAll, RetryAfter: ms(e.until)}
 			case e.probing(now):
-				return &CircuitOpenError{Name: name, HalfOpen: true, RetryAfter: max(time.Duration(e.probeExp-now)*time.Millisecond, 50*time.Millisecond)}
+				return &CircuitOpenError{Name: name, HalfOpen: true, RetryAfter: max(ms(e.probeExp), 50*time.Millisecond)}
 			case e.halfOpen(now) && e.barredFor(label, now):
-				return &CircuitOpenError{Name: name, HalfOpen: true, Principal: true, RetryAfter: time.Duration(e.barUntil-now) * time.Millisecond}
+				return &CircuitOpenError{Name: name, HalfOpen: true, Principal: true, RetryAfter: ms(e.barUntil)}
 			}
 		}
 	}
 	switch {
 	case hold > now && hold >= pause:
-		return &FullError{Reason: Held, What: "server", RetryAfter: time.Duration(hold-now) * time.Millisecond}
+		return &FullError{Reason: Held, What: "server", RetryAfter: ms(hold)}
 	case pause > now:
-		return &FullError{Reason: Paused, What: "server", RetryAfter: time.Duration(pause-now) * time.Millisecond}
+		return &FullError{Reason: Paused, What: "server", RetryAfter: ms(pause)}
 	}
 	return nil
 }
 
-// admit adds to u the conditions that the caller of principal label still
-// passes its gates, as a take made at now, and names it the probe of
-// the entries probes. Each entry is conditioned on what makes it pass,
-// never on a value another call's release moves (a failure count): a
-// breaker entry never closed (or opened again), or half-open with no live
-// probe when it probes; a pause entry passed or absent. With no view
-// (every entry absent), the same conditions hold the take to entries that
-// never closed.
+// admit conditions a take made at now on the caller of principal label
+// still passing the gates gs, and names it the probe of probes. Each
+// entry is conditioned on what makes it pass, never on what another
+// release moves (a failure count): a breaker entry never closed (or
+// opened again), or half-open with no live probe when it probes; a pause
+// entry passed or absent; the hold passed. With no view, the take needs
+// entries that never closed.
 func (u *update) admit(gs []string, label string, id string, exp, now int64, probes []gateRef, v *view) {
 	for _, attr := range gs {
 		var g *gate
@@ -249,53 +235,54 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 				pp := ep + "." + u.path(gateProbe)
 				bp := ep + "." + u.path(gateBarred)
 				u.cond(up+" = "+u.num(g.entry(key).until), "(attribute_not_exists("+pp+") OR "+ep+"."+u.path(gateProbeExp)+" < "+u.num(now)+")",
-					"(attribute_not_exists("+bp+") OR "+bp+" <> "+u.str(label)+" OR "+ep+"."+u.path(gateBarUntil)+" <= "+u.num(now)+")")
+					orAbsent(bp, bp+" <> "+u.str(label)+" OR "+ep+"."+u.path(gateBarUntil)+" <= "+u.num(now)))
 				u.set(pp, u.str(id))
 				u.set(ep+"."+u.path(gateProbeExp), u.num(exp))
 			case strings.HasPrefix(attr, BreakerAttrPrefix):
 				u.cond("attribute_not_exists(" + up + ")")
 			default:
-				u.cond("(attribute_not_exists(" + up + ") OR " + up + " <= " + u.num(now) + ")")
+				u.cond(orAbsent(up, up+" <= "+u.num(now)))
 			}
 		}
 	}
 	hp := u.path(HoldAttr)
-	u.cond("(attribute_not_exists(" + hp + ") OR " + hp + " <= " + u.num(now) + ")")
+	u.cond(orAbsent(hp, hp+" <= "+u.num(now)))
 }
 
 // entryValue is a gate entry as written.
-func entryValue(fields map[string]int64, probe string) types.AttributeValue {
+func entryValue(fields map[string]int64) types.AttributeValue {
 	m := map[string]types.AttributeValue{}
 	for k, n := range fields {
 		m[k] = number(n)
 	}
-	if probe != "" {
-		m[gateProbe] = &types.AttributeValueMemberS{Value: probe}
-	}
 	return &types.AttributeValueMemberM{Value: m}
 }
 
-// setEntry adds to u the write of entry key of gate attr as v shows the
-// gate: the whole map when the gate is not there, the entry when it is,
-// each conditioned on the state seen (a gate made meanwhile, an entry
-// changed, fail the write, which is made again from its answer).
-func (u *update) setEntry(v *view, attr, key string, val types.AttributeValue) {
-	gp := u.path(attr)
-	g := v.gates[attr]
+// condGate conditions u on gate attr being as g shows it (nil: absent)
+// and, when there, on its entry key.
+func (u *update) condGate(g *gate, attr, key string) {
 	if g == nil {
-		u.cond("attribute_not_exists(" + gp + ")")
-		u.set(gp, u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{key: val}}))
+		u.cond("attribute_not_exists(" + u.path(attr) + ")")
 		return
 	}
-	// A nested write needs its map there: conditioned on it, a map
-	// removed meanwhile fails the condition rather than the request.
-	u.cond("attribute_exists(" + gp + ")")
+	// A nested write needs its map: conditioned on it, a map removed
+	// meanwhile fails the condition rather than the request.
+	u.cond("attribute_exists(" + u.path(attr) + ")")
 	u.condEntry(g, key)
+}
+
+// setEntry writes entry key of gate attr, g the gate as seen (conditioned
+// by condGate): the whole map when there was none.
+func (u *update) setEntry(g *gate, attr, key string, val types.AttributeValue) {
+	if g == nil {
+		u.set(u.path(attr), u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{key: val}}))
+		return
+	}
 	u.set(u.path(attr, key), u.value(val))
 }
 
 // condEntry conditions u on entry key of g being as seen: absent, or
-// with the same closing time, probe and failures.
+// with the same closing time, failures, last failure and probe.
 func (u *update) condEntry(g *gate, key string) {
 	ep := u.path(g.attr, key)
 	e, ok := g.entries[key]
@@ -303,27 +290,45 @@ func (u *update) condEntry(g *gate, key string) {
 		u.cond("attribute_not_exists(" + ep + ")")
 		return
 	}
-	for _, f := range []struct {
-		name string
-		n    int64
-	}{{gateUntil, e.until}, {gateFails, e.fails}, {gateLast, e.last}} {
-		fp := ep + "." + u.path(f.name)
-		if f.n == 0 {
+	for i, n := range []int64{e.until, e.fails, e.last} {
+		if fp := ep + "." + u.path([]string{gateUntil, gateFails, gateLast}[i]); n == 0 {
 			u.cond("attribute_not_exists(" + fp + ")")
 		} else {
-			u.cond(fp + " = " + u.num(f.n))
+			u.cond(fp + " = " + u.num(n))
 		}
 	}
-	pp := ep + "." + u.path(gateProbe)
-	if e.probe == "" {
+	if pp := ep + "." + u.path(gateProbe); e.probe == "" {
 		u.cond("attribute_not_exists(" + pp + ")")
 	} else {
 		u.cond(pp + " = " + u.str(e.probe))
 	}
 }
 
-// shutByAnother reports whether g has an entry of a principal other
-// than label closed at now, returning its key.
+// pinGate conditions u on g holding the entries seen, as seen, but those
+// skip names (conditioned otherwise): with the size, one purged and
+// another added meanwhile cannot pass for the gate as seen.
+func (u *update) pinGate(g *gate, skip func(key string) bool) {
+	u.cond("size(" + u.path(g.attr) + ") = " + u.num(int64(len(g.entries))))
+	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
+		if skip == nil || !skip(key) {
+			u.condEntry(g, key)
+		}
+	}
+}
+
+// probeOf conditions u on id being the probe of entry p, and returns the
+// entry's path.
+func (u *update) probeOf(p gateRef, id string) string {
+	ep := u.path(p.attr, p.key)
+	u.cond(ep + "." + u.path(gateProbe) + " = " + u.str(id))
+	return ep
+}
+
+// unprobe leaves the entry at ep half-open, with no probe.
+func (u *update) unprobe(ep string) { u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp)) }
+
+// shutByAnother is the first entry of g of a principal other than label
+// closed at now.
 func (g *gate) shutByAnother(label string, now int64) (string, bool) {
 	if g == nil {
 		return "", false
@@ -336,53 +341,51 @@ func (g *gate) shutByAnother(label string, now int64) (string, bool) {
 	return "", false
 }
 
-// shutAll adds to u the closing of g's entry for everyone until until,
-// because another principal's entry (other) is closed: conditioned on that
-// entry being as seen, and never shortening a closing that stands.
+// shutAll closes g's entry for everyone until until, because another
+// principal's entry (other) is closed: conditioned on that entry as seen,
+// never shortening a closing that stands.
 func (u *update) shutAll(g *gate, other string, until int64) {
 	u.condEntry(g, other)
 	e, ok := g.entries[gateAll]
 	switch {
 	case !ok:
 		u.cond("attribute_not_exists(" + u.path(g.attr, gateAll) + ")")
-		u.set(u.path(g.attr, gateAll), u.value(entryValue(map[string]int64{gateUntil: until}, "")))
+		u.set(u.path(g.attr, gateAll), u.value(entryValue(map[string]int64{gateUntil: until})))
 	case e.until < until:
 		u.condEntry(g, gateAll)
 		u.set(u.path(g.attr, gateAll, gateUntil), u.num(until))
 	}
 }
 
-// outcome adds to u what a finished call of principal label, lease id,
-// tells breaker br as v shows it: the verdicts of the entries it probed,
-// or its failure counted (its principal's entry closing at Threshold, and
-// the entry for everyone with it while another principal's is closed), or
-// its success resetting its principal's count. It returns the transition.
+// outcome adds to u what a finished call of principal label (lease id)
+// tells breaker br as v shows it — its probes' verdicts, or its failure
+// counted (closing its principal's entry at Threshold, and everyone's
+// while another principal's is closed), or its success resetting the
+// count — and returns the transition. Every judgement from the gate as
+// seen is conditioned on it: a view that missed a change fails the
+// release, which is made again from its answer.
 func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRef, o Outcome, now int64) Transition {
 	attr := BreakerAttr(br.Name)
 	g := v.gates[attr]
 	reopen := now + br.Recovery.Milliseconds()
 	tr := NoTransition
 	for _, p := range probes {
-		ep := u.path(attr, p.key)
-		u.cond(ep + "." + u.path(gateProbe) + " = " + u.str(id))
+		ep := u.probeOf(gateRef{attr, p.key}, id)
 		switch {
 		case o == Success:
 			u.remove(ep)
 			tr = Closed
 		case o == Failure && p.key == label:
-			u.set(ep, u.value(entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, "")))
+			u.set(ep, u.value(entryValue(map[string]int64{gateUntil: reopen, gateLast: now})))
 			tr = Reopened
 		case o == Failure:
-			// The everyone-entry's failed probe: half-open again, for
-			// another caller to probe (below, shut again only with another
-			// principal's entry shut).
-			u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp))
+			// Everyone's probe failed: half-open again (shut again below
+			// only with another principal's entry shut).
+			u.unprobe(ep)
 		default:
-			// A probe that ended without a verdict: half-open again, and
-			// its principal may not be the probe for Recovery, so that
-			// one principal's abandoned probes cannot keep the others
-			// out.
-			u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp))
+			// No verdict: half-open again, and its principal may not
+			// probe it for Recovery.
+			u.unprobe(ep)
 			u.set(ep+"."+u.path(gateBarred), u.str(label))
 			u.set(ep+"."+u.path(gateBarUntil), u.num(reopen))
 		}
@@ -390,25 +393,13 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 	ownProbed := slices.Contains(probes, gateRef{attr, label})
 	switch {
 	case o != Failure && o != Success, ownProbed && o == Success:
-		return tr // its own entry had its probe's verdict
+		return tr
 	case ownProbed:
-		// Its own entry shut again by its probe's failure: for everyone
-		// too if another principal's is shut, judged from the gate as
-		// seen, every entry conditioned.
 		return u.shutWith(g, attr, label, probes, reopen, now, tr)
 	}
-	// What the call tells its principal's entry is judged from the entry
-	// as seen, and conditioned on it: a view that missed a change (a
-	// failure counted, the entry shut or opened) fails the release, which
-	// is made again from the item its answer shows.
 	e := g.entry(label)
-	if g == nil {
-		u.cond("attribute_not_exists(" + u.path(attr) + ")")
-	} else {
-		u.cond("attribute_exists(" + u.path(attr) + ")")
-		u.condEntry(g, label)
-	}
-	starFailed := len(probes) > 0 && o == Failure // the everyone-entry's probe
+	u.condGate(g, attr, label)
+	starFailed := len(probes) > 0 && o == Failure // everyone's probe: its own signal too
 	switch {
 	case o == Success:
 		if e.until == 0 && e.fails > 0 {
@@ -418,12 +409,10 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 	case e.until != 0:
 		return tr // shut or half-open: it counts no failure
 	case !starFailed && e.fails+1 < int64(br.Threshold):
-		u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateFails: e.fails + 1, gateLast: now}, ""))
+		u.setEntry(g, attr, label, entryValue(map[string]int64{gateFails: e.fails + 1, gateLast: now}))
 		return tr
 	}
-	// Its principal's entry shuts (a failed everyone-probe is its own
-	// signal too).
-	u.setEntryAs(g, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateLast: now}, ""))
+	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: reopen, gateLast: now}))
 	tr = OpenedForPrincipal
 	if starFailed {
 		tr = Reopened
@@ -431,28 +420,21 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 	return u.shutWith(g, attr, label, probes, reopen, now, tr)
 }
 
-// shutWith adds to u, as principal label's entry of gate attr shuts until
-// reopen, the entry for everyone's shutting with it if another
-// principal's entry is shut — judged from the gate g as seen, every entry
-// of it conditioned (those of probes are, by their probe) — and returns
-// the transition: tr, or Opened when the everyone-entry shuts.
+// shutWith closes, as principal label's entry of gate attr closes until
+// reopen, everyone's entry too if another principal's is closed — judged
+// from g as seen, every entry pinned (those of probes by their probe) —
+// and returns the transition: tr, or Opened (Reopened for everyone's
+// failed probe) when everyone's closes.
 func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen, now int64, tr Transition) Transition {
 	if g == nil {
 		return tr
 	}
-	u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
-	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-		if key != label && !slices.Contains(probes, gateRef{attr, key}) {
-			u.condEntry(g, key)
-		}
-	}
+	u.pinGate(g, func(key string) bool { return key == label || slices.Contains(probes, gateRef{attr, key}) })
 	other, ok := g.shutByAnother(label, now)
 	switch {
 	case !ok:
 		return tr
 	case slices.Contains(probes, gateRef{attr, gateAll}):
-		// Its failed probe of the everyone-entry left it half-open: shut
-		// again.
 		u.set(u.path(attr, gateAll, gateUntil), u.num(reopen))
 		return Reopened
 	}
@@ -460,55 +442,30 @@ func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen,
 	return Opened
 }
 
-// setEntryAs adds to u the write of entry key of gate attr, g being the
-// gate as seen (nil: none) and the conditions on it already made: the
-// whole map when there was none, else the entry.
-func (u *update) setEntryAs(g *gate, attr, key string, val types.AttributeValue) {
-	if g == nil {
-		u.set(u.path(attr), u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{key: val}}))
-		return
-	}
-	u.set(u.path(attr, key), u.value(val))
-}
-
-// pause adds to u the closing of the pause gate attr for principal label
-// until until, the upstream having asked for it, as v shows the gate:
-// never shortening a closing that stands, and closing it for everyone
-// while another principal's entry is closed too.
+// pause closes pause gate attr for principal label until until, as v
+// shows the gate: never shortening a closing that stands, and closing it
+// for everyone while another principal's entry is closed.
 func (u *update) pause(v *view, attr, label string, until, now int64) {
 	g := v.gates[attr]
 	if e := g.entry(label); e.until >= until || until <= now {
-		return // a later pause stands, or this one has passed already
+		return // a later pause stands, or this one has passed
 	}
-	val := entryValue(map[string]int64{gateUntil: until}, "")
-	if g == nil {
-		u.setEntry(v, attr, label, val)
-		return
+	u.condGate(g, attr, label)
+	if g != nil {
+		u.pinGate(g, func(key string) bool { return key == label })
 	}
-	// Whether it shuts for everyone is judged from the gate as seen,
-	// every other entry of it conditioned.
-	ep := u.path(attr, label)
-	u.cond("attribute_exists(" + u.path(attr) + ")")
-	u.cond("size(" + u.path(attr) + ") = " + u.num(int64(len(g.entries))))
-	// Its own entry too, as seen (absent included): with the size, that
-	// pins the gate's entries, so that one purged and another's added
-	// meanwhile cannot pass for the gate as seen.
-	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-		u.condEntry(g, key)
-	}
-	if _, seen := g.entries[label]; !seen {
-		u.condEntry(g, label)
-	}
-	u.set(ep, u.value(val))
+	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: until}))
 	if other, ok := g.shutByAnother(label, now); ok && g.entry(gateAll).until < until {
 		u.shutAll(g, other, until)
 	}
 }
 
-// staleEntries lists the gate entries stale at now, with the gate maps
-// left empty: a breaker entry open (never closed, or opened again) whose
-// last failure is IdleGate old; a pause entry whose time passed.
+// staleEntries lists the gate entries stale at now, and the gate maps
+// left empty: a breaker entry with no probe whose last failure is
+// IdleGate old, open (a principal's: or closed IdleGate ago); a pause
+// entry whose time passed.
 func (v *view) staleEntries(now int64) (entries []gateRef, empty []string) {
+	idle := IdleGate.Milliseconds()
 	for _, attr := range slices.Sorted(maps.Keys(v.gates)) {
 		g := v.gates[attr]
 		if len(g.entries) == 0 {
@@ -516,10 +473,8 @@ func (v *view) staleEntries(now int64) (entries []gateRef, empty []string) {
 		}
 		for _, key := range slices.Sorted(maps.Keys(g.entries)) {
 			e := g.entries[key]
-			switch {
-			case g.breaker() && e.probe == "" && e.last+IdleGate.Milliseconds() < now &&
-				(e.until == 0 || key != gateAll && e.until+IdleGate.Milliseconds() < now),
-				!g.breaker() && e.until <= now:
+			if g.breaker() && e.probe == "" && e.last+idle < now && (e.until == 0 || key != gateAll && e.until+idle < now) ||
+				!g.breaker() && e.until <= now {
 				entries = append(entries, gateRef{attr, key})
 			}
 		}
@@ -527,12 +482,12 @@ func (v *view) staleEntries(now int64) (entries []gateRef, empty []string) {
 	return entries, empty
 }
 
-// BreakerStatus is a breaker as an item shows it, for people and tools.
+// BreakerStatus is a breaker as an item shows it.
 type BreakerStatus struct {
-	// Name is the breaker's (the tool's) name.
+	// Name is the breaker's (the tool's).
 	Name string `json:"name"`
-	// State is the entry for everyone's: "closed" (calls pass), "open",
-	// "half-open" (the next call will be the probe) or "probing".
+	// State is everyone's entry's: "closed" (calls pass), "open",
+	// "half-open" (the next call is the probe) or "probing".
 	State string `json:"state"`
 	// Failures counts each principal's consecutive failures.
 	Failures map[string]int `json:"failures,omitempty"`
@@ -541,22 +496,36 @@ type BreakerStatus struct {
 	// Probe and ProbeExpiry name the running probe's lease.
 	Probe       string     `json:"probe,omitempty"`
 	ProbeExpiry *time.Time `json:"probe_expiry,omitempty"`
-	// OpenFor lists the principals it is open for alone (or half-open
-	// for, their own probe due), with when each may probe.
+	// OpenFor: the principals it is open (or half-open) for alone, with
+	// when each may probe.
 	OpenFor map[string]time.Time `json:"open_for,omitempty"`
 }
 
-// PauseStatus is a pause the upstream asked for, as an item shows it.
+// PauseStatus is a pause the upstream asked for.
 type PauseStatus struct {
 	// Tool is the tool paused, "" for the whole server.
 	Tool string `json:"tool,omitempty"`
-	// Until is when it ends for everyone (zero: it does not stand for
-	// everyone); For, per principal paused alone, when it ends.
+	// Until is when it ends for everyone (zero: not for everyone); For,
+	// per principal paused alone, when it ends.
 	Until time.Time            `json:"until,omitzero"`
 	For   map[string]time.Time `json:"for,omitempty"`
 }
 
-// status reads v's breakers and pauses at now.
+// put sets (*m)[k], making the map if needed.
+func put[V any](m *map[string]V, k string, v V) {
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	(*m)[k] = v
+}
+
+// msTime is a Unix ms time, by reference.
+func msTime(ms int64) *time.Time {
+	t := time.UnixMilli(ms)
+	return &t
+}
+
+// gateStatus reads v's breakers and pauses at now.
 func (v *view) gateStatus(now int64) (breakers []BreakerStatus, pauses []PauseStatus) {
 	for _, attr := range slices.Sorted(maps.Keys(v.gates)) {
 		g := v.gates[attr]
@@ -568,10 +537,7 @@ func (v *view) gateStatus(now int64) (breakers []BreakerStatus, pauses []PauseSt
 				case key == gateAll:
 					p.Until = time.UnixMilli(e.until)
 				default:
-					if p.For == nil {
-						p.For = map[string]time.Time{}
-					}
-					p.For[key] = time.UnixMilli(e.until)
+					put(&p.For, key, time.UnixMilli(e.until))
 				}
 			}
 			if !p.Until.IsZero() || len(p.For) > 0 {
@@ -586,53 +552,29 @@ func (v *view) gateStatus(now int64) (breakers []BreakerStatus, pauses []PauseSt
 			s.State = "open"
 		case all.probing(now):
 			s.State = "probing"
+			s.Probe, s.ProbeExpiry = all.probe, msTime(all.probeExp)
 		case all.halfOpen(now):
 			s.State = "half-open"
 		}
 		if all.until > 0 {
-			at := time.UnixMilli(all.until)
-			s.OpenUntil = &at
-		}
-		if all.probe != "" && all.probing(now) {
-			at := time.UnixMilli(all.probeExp)
-			s.Probe, s.ProbeExpiry = all.probe, &at
+			s.OpenUntil = msTime(all.until)
 		}
 		for key, e := range g.entries {
-			if key == gateAll {
-				continue
+			if key != gateAll && e.fails > 0 {
+				put(&s.Failures, key, int(e.fails))
 			}
-			if e.fails > 0 {
-				if s.Failures == nil {
-					s.Failures = map[string]int{}
-				}
-				s.Failures[key] = int(e.fails)
-			}
-			if e.until > 0 {
-				if s.OpenFor == nil {
-					s.OpenFor = map[string]time.Time{}
-				}
-				s.OpenFor[key] = time.UnixMilli(e.until)
+			if key != gateAll && e.until > 0 {
+				put(&s.OpenFor, key, time.UnixMilli(e.until))
 			}
 		}
 		breakers = append(breakers, s)
 	}
-	slices.SortFunc(pauses, func(a, b PauseStatus) int { return cmp.Compare(a.Tool, b.Tool) })
 	return breakers, pauses
 }
 
 // Breaker is a circuit breaker kept in the lease item as a gate
-// (breaker:<Name>), so checking it costs no store operation of its own: the
-// take's condition refuses while it is closed for the caller.
-//
-// A failed call (timeout, unreachable, 5xx) counts towards its principal's
-// entry; Threshold consecutive failures close it for Recovery; after it,
-// one call of that principal is the probe, whose success opens the entry
-// and whose failure closes it again. When a principal's entry closes while
-// another's is closed, the entry for everyone closes too, and after
-// Recovery one call of anyone is its probe: a success opens it; a failure
-// closes the prober's own entry, and the everyone-entry again only while
-// another principal's is closed. An abandoned call leaves the breaker as
-// it was; an abandoned probe gives up being the probe.
+// (breaker:<Name>; see Gates in the package doc), so checking it costs no
+// store operation of its own.
 type Breaker struct {
 	// Name tells breakers of one item apart (the tool name).
 	Name string
@@ -647,12 +589,10 @@ type Breaker struct {
 type Transition string
 
 const (
-	// NoTransition: the release left the breaker as it was.
 	NoTransition Transition = ""
 	// Opened: closed for everyone (two principals' entries closed).
 	Opened Transition = "opened"
-	// OpenedForPrincipal: closed for the releasing call's principal
-	// alone.
+	// OpenedForPrincipal: closed for the releasing call's principal alone.
 	OpenedForPrincipal Transition = "opened_for_principal"
 	// Closed: a probe succeeded, and calls pass again.
 	Closed Transition = "closed"

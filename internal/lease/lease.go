@@ -60,8 +60,7 @@ const (
 // ServerAttr is LeasesAttr under the name the item's first design gave it.
 const ServerAttr = LeasesAttr
 
-// IsItemAttr reports whether attr is one the limiter keeps in a lease item
-// (status shows the rest as other state).
+// IsItemAttr reports whether the limiter keeps attr in a lease item.
 func IsItemAttr(attr string) bool {
 	switch attr {
 	case LeasesAttr, QueueAttr, TasksAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr, HoldAttr:
@@ -79,10 +78,8 @@ func PrincipalAttr(label string) string { return PrincipalAttrPrefix + label }
 // WaitingAttr is the set holding one principal's tickets.
 func WaitingAttr(label string) string { return WaitingAttrPrefix + label }
 
-// QueueReserve is how many of a queue of maxQueued places a principal that
-// already has callers waiting may not take: the last quarter, rounded
-// down (none of a queue under four places), so that another principal's
-// lone caller finds one.
+// QueueReserve is how many of a queue's maxQueued places a principal
+// with callers waiting may not take: the last quarter, rounded down.
 func QueueReserve(maxQueued int) int { return max(maxQueued, 0) / 4 }
 
 // Defaults for Options, and the protocol's fixed times.
@@ -116,39 +113,31 @@ const (
 	MaxLookFar = 2 * time.Second
 )
 
-// maxPurge bounds the stale entries one write removes, keeping the
-// expression well under DynamoDB's size limits. (A variable so the fault
-// simulation can cut purges short.)
+// maxPurge bounds the stale entries one write removes, well under
+// DynamoDB's expression limits (a variable the fault simulation cuts).
 var maxPurge = 16
 
 // Options configures a Limiter. The zero value means defaults.
 type Options struct {
-	// Margin is added to a lease's hold time to form its expiry. A lease
-	// outlives its call by Margin, so another instance purges it only after
-	// the call was cancelled, as long as clocks differ by less than Margin.
-	// Zero means DefaultMargin.
+	// Margin is how long a lease outlives its call (see Guarantee in the
+	// package doc). Zero means DefaultMargin.
 	Margin time.Duration
 	// MaxLook is the longest a waiter goes without looking at the item
-	// (at most MaxLookFar).
-	// Zero means DefaultMaxLook.
+	// (at most MaxLookFar). Zero means DefaultMaxLook.
 	MaxLook time.Duration
-	// Clock returns the wall-clock time written into and compared with
-	// expiries. Nil means time.Now. Tests use it to simulate skew.
+	// Clock is the wall clock of expiries. Nil means time.Now.
 	Clock func() time.Time
-	// InstanceID starts every lease id this limiter writes, naming the
-	// gateway instance. Empty means a random id.
+	// InstanceID starts every lease id this limiter writes. Empty means a
+	// random one.
 	InstanceID string
 	// OnTaskStart starts a worker for a task whose turn has come (see
-	// Enqueue): it is called inline, by whichever request of this limiter
-	// saw the turn come and won the start (its mark written in the
-	// ticket), and should return quickly (start the worker, not run it).
-	// Nil: this limiter starts no worker, and leaves the tasks it sees due
-	// to other instances and to StartDue.
+	// Enqueue), called inline by the request that won the start: it should
+	// start the worker, not run it. Nil: this limiter starts none.
 	OnTaskStart func(context.Context, TaskStart)
 }
 
-// Limiter is the admission control of one process over one DynamoDB table.
-// It is safe for concurrent use; build one per process.
+// Limiter is one process's admission control over one table; safe for
+// concurrent use.
 type Limiter struct {
 	db       API
 	table    string
@@ -190,16 +179,13 @@ func (l *Limiter) Margin() time.Duration { return l.margin }
 // NewInstanceID returns 8 random base-32 characters.
 func NewInstanceID() string { return rand.Text()[:8] }
 
-// newLeaseID is "<instance>.<sequence>": short, as every byte of it is
-// paid for twice (in leases and its principal's set) in every write of
-// the item.
+// newLeaseID is "<instance>.<sequence>", short as it is written twice.
 func (l *Limiter) newLeaseID() string {
 	return l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36)
 }
 
-// NewTaskID is a new id for a task's ticket, and then its lease:
-// "<instance>.T<sequence>" (a caller's never has the T, base 36 being
-// lowercase), so that a task's lease can be told by its id (IsTaskID).
+// NewTaskID is a new id for a task's ticket and lease:
+// "<instance>.T<sequence>" (base 36 is lowercase: IsTaskID).
 func (l *Limiter) NewTaskID() string {
 	return l.instance + ".T" + strconv.FormatUint(l.seq.Add(1), 36)
 }
@@ -220,64 +206,53 @@ func InstanceOf(id string) string {
 type Request struct {
 	// Key is the limiter key: the item's partition key (a server id).
 	Key string
-	// Cap is the most leases the key may hold at once; zero means none (the
-	// call may still take a place for its tool's or principal's cap).
+	// Cap is the most leases the key may hold at once; zero: no cap.
 	Cap int
 	// Tool names the tool called. With ToolCap positive the lease takes a
 	// place in the tool's set, and at most ToolCap leases hold one.
 	Tool    string
 	ToolCap int
-	// PrincipalCap, when positive, is the most leases one principal
-	// (Holder) may hold on the key at once. (Every lease is in its
-	// principal's set, capped or not: fair shares count them.)
+	// PrincipalCap, when positive, is the most leases Holder may hold on
+	// the key at once.
 	PrincipalCap int
-	// MaxQueued is the most callers that may wait on the key at once,
-	// fleet-wide; a caller that would wait when MaxQueued are waiting is
-	// refused (*FullError, Reason QueueFull). Zero: nobody may wait.
+	// MaxQueued is the most callers that may wait on the key, fleet-wide
+	// (beyond: *FullError QueueFull). Zero: nobody may wait.
 	MaxQueued int
-	// Hold is the longest the holder will use the place: the call timeout.
-	// The lease expires at now + Hold + Margin.
+	// Hold is the longest the holder will use the place (the call
+	// timeout); the lease expires at now + Hold + Margin.
 	Hold time.Duration
-	// CallBy, if set, is the latest instant the call may end (for example
-	// the Lambda deadline minus time to answer). Hold is shortened so the
-	// call ends by then, and waiting stops when no time would be left.
+	// CallBy, if set, is the latest the call may end: Hold is shortened
+	// to it, and waiting stops when no time would be left.
 	CallBy time.Time
-	// Wait is how long to wait for a place when none is free. Zero or
-	// negative means do not wait: fail at once with *FullError.
+	// Wait is how long to wait for a place; not positive: fail at once
+	// with *FullError.
 	Wait time.Duration
-	// Breaker, if set, refuses the acquire while that breaker is open for
-	// the caller, and makes it the probe when the breaker is half-open and
-	// nobody else is.
+	// Breaker, if set, refuses the acquire while it is open for the
+	// caller, and makes it the probe when half-open.
 	Breaker *Breaker
-	// Rates are request-rate limits the call takes one token from each of
-	// when it is admitted to the upstream (see Rate), named for whose
-	// bucket each is: "server", "principal:<Holder>", "tool:<Tool>", "key".
+	// Rates are the buckets the call takes a token from when admitted
+	// (see Rate): "server", "principal:<Holder>", "tool:<Tool>", "key".
 	Rates []Rate
 	// MaxPause bounds the pause its upstream may ask for (PauseFor); zero
-	// means the package's MaxPause, the most it allows.
+	// means MaxPause.
 	MaxPause time.Duration
-	// PauseTool: its upstream's pauses close the tool alone (an OpenAPI
-	// server, whose every operation is an endpoint of its own), not the
-	// whole server.
+	// PauseTool: its upstream's pauses close the tool alone, not the
+	// server (an OpenAPI server's operations are endpoints of their own).
 	PauseTool bool
-	// Adaptive, with Cap as its ceiling, lets the fleet keep a limit of
-	// its own for the key, moved by the calls' outcomes and latencies
-	// (see Adaptive).
+	// Adaptive, with Cap as its ceiling, lets the fleet find the key's
+	// limit (see Adaptive).
 	Adaptive *Adaptive
-	// Holder is the label of the caller's principal (1 to MaxHolder bytes
-	// of printable ASCII other than "/" and "*"): what per-principal caps,
-	// fair shares, gates and queue places count, and what operators see in
-	// mcpgate status.
+	// Holder is the caller's principal's label (1 to MaxHolder bytes of
+	// printable ASCII but "/" and "*"): what principal caps, fair shares,
+	// gates and queue places count.
 	Holder string
 }
 
-// TakesPlace reports whether the request takes a place under a cap (else
-// it asks only its breaker or its buckets).
+// TakesPlace reports whether the request takes a place under a cap.
 func (r *Request) TakesPlace() bool { return r.Cap > 0 || r.ToolCap > 0 || r.PrincipalCap > 0 }
 
-// holds reports whether the call holds a lease in the item: it takes a
-// place, or has a breaker to tell its outcome (a call that only pays
-// tokens holds nothing).
+// holds reports whether the call holds a lease in the item: a place, or
+// a breaker to tell its outcome.
 func (r *Request) holds() bool { return r.TakesPlace() || r.Breaker != nil }
 
 func (r *Request) validate() error {
@@ -320,35 +295,28 @@ func (r *Request) hold(localNow time.Time) time.Duration {
 	return r.Hold
 }
 
-// Reasons a FullError gives.
+// Reasons a FullError gives: every place the call needs is taken; one is
+// free, but callers waiting before it come first; the call would wait and
+// MaxQueued callers already do; the upstream asked for a pause; an
+// operator holds the key.
 const (
-	// AtCapacity: every place the call needs is taken.
-	AtCapacity = "at_capacity"
-	// QueuedAhead: a place is free, but callers waiting before this one
-	// come first.
+	AtCapacity  = "at_capacity"
 	QueuedAhead = "queued_ahead"
-	// QueueFull: the call would wait, and MaxQueued callers already do.
-	QueueFull = "queue_full"
-	// Paused: the key's upstream asked for no calls for a while (its
-	// Retry-After), and the caller does not wait.
-	Paused = "paused"
-	// Held: an operator holds the key's calls, and the caller does not
-	// wait.
-	Held = "held"
+	QueueFull   = "queue_full"
+	Paused      = "paused"
+	Held        = "held"
 )
 
-// FullError means no place was free for the caller and it did not (or could
-// not) wait.
+// FullError means no place was free for the caller and it did not (or
+// could not) wait.
 type FullError struct {
-	// Reason is AtCapacity, QueuedAhead, QueueFull, Paused or Held.
 	Reason string
-	// What names the cap that refused it: "server", "tool" or "principal".
-	What string
-	// Cap and InUse are that cap and its live leases; Waiting is how many
-	// callers wait on the key.
+	// What names the cap that refused it: "server", "tool" or "principal";
+	// Cap and InUse are that cap and its live leases, Waiting the callers
+	// waiting on the key.
+	What                string
 	Cap, InUse, Waiting int
-	// RetryAfter suggests when to try again: when the calls held are
-	// expected to have made room, from how long calls on the key last.
+	// RetryAfter is when the calls held are expected to have made room.
 	RetryAfter time.Duration
 }
 
@@ -375,8 +343,8 @@ func (e *WaitTimeoutError) Error() string {
 	return fmt.Sprintf("lease: no place after waiting %v", e.Waited.Round(time.Millisecond))
 }
 
-// ErrNotHeld means a release or renewal found the lease gone: it was
-// released already, or it expired and another instance purged it.
+// ErrNotHeld means a release or renewal found the lease gone (released,
+// or purged once expired).
 var ErrNotHeld = errors.New("lease: not held")
 
 // Lease is a held place.
@@ -385,65 +353,47 @@ type Lease struct {
 	key  string
 	id   string
 	tool string // the tool set it is in, if any
-	// exps are the expiries the store may hold for it: the one last
-	// known written, then the latest that renewals whose outcome is
-	// unknown may have set.
-	exps []int64
-	// since is when the holder got the lease (local clock).
-	since time.Time
-	// released guards against double release from one holder.
+	// exps are the expiries the store may hold for it: the one last known
+	// written, then those unknown renewals may have set.
+	exps     []int64
+	since    time.Time // when the holder got it (local clock)
 	released atomic.Bool
 
-	// Expiry is when the lease lapses and may be purged by anyone.
-	// CallDeadline is when the holder's call must end; it is Margin before
-	// Expiry and measured on the local monotonic clock. Both move with each
-	// renewal: read them while no renewal runs (before KeepAlive, or after
-	// its stop function returned).
+	// Expiry is when the lease lapses; CallDeadline, Margin before it on
+	// the local monotonic clock, when the call must end. Both move with
+	// each renewal: read them while none runs.
 	Expiry       time.Time
 	CallDeadline time.Time
 	// Waited is how long Acquire spent before the lease was granted.
 	Waited time.Duration
-	// QueuedBehind is how many callers were ahead of this one in the queue
-	// when it joined it (the live tickets whose turn came before its own,
-	// as the item stood after its join): 0 if it never queued, or found
-	// nobody ahead.
+	// QueuedBehind is how many live tickets came before its own as the
+	// item stood after its join (0: it never queued).
 	QueuedBehind int
-	// InFlight is how many live leases the key held right after this one
-	// was granted, this one included; Limit is the key's cap then (with
-	// Adaptive, the limit the fleet had reached).
+	// InFlight is the key's live leases right after its grant, its own
+	// included; Limit the key's cap (or adaptive limit) then.
 	InFlight int
 	Limit    int
 
-	// ceiling and adaptive are the request's Cap and Adaptive; round the
-	// adaptive limit's round it was granted in; toolName the tool called;
-	// label its principal's.
-	ceiling  int
-	adaptive *Adaptive
-	round    int64
-	toolName string
-	label    string
-	breaker  *Breaker
-	// probes are the gate entries it is the probe of.
-	probes []gateRef
-	// rates are the buckets its admission took a token from.
-	rates []Rate
-	// pauseUntil is the pause its release asks for (PauseFor), in the
-	// gate pauseGate.
+	// From the request: Cap, Adaptive, Tool, Holder, Breaker, Rates,
+	// PrincipalCap; round is the adaptive round it was granted in.
+	ceiling      int
+	adaptive     *Adaptive
+	round        int64
+	toolName     string
+	label        string
+	breaker      *Breaker
+	rates        []Rate
+	principalCap int
+	probes       []gateRef // the entries it is the probe of
+	// pauseUntil is the pause its release asks for, in gate pauseGate.
 	pauseUntil int64
 	pauseGate  string
 	maxPause   time.Duration
-	// task: a task's lease, claimed from its ticket in the tasks map.
-	task bool
-	// principalCap is the request's PrincipalCap (with ceiling, adaptive
-	// and rates, what says whose turn it is once it is released).
-	principalCap int
-	// noPlace: the call holds nothing in the item (its take only charged
-	// its buckets).
-	noPlace bool
+	task       bool // claimed from a task's ticket
+	noPlace    bool // holds nothing in the item: its take only charged
 }
 
-// TakesPlace reports whether the lease holds an entry in the item (else
-// its take only charged its buckets).
+// TakesPlace reports whether the lease holds an entry in the item.
 func (ls *Lease) TakesPlace() bool { return !ls.noPlace }
 
 // Probe reports whether this lease is its breaker's half-open probe.
@@ -455,6 +405,5 @@ func (ls *Lease) ID() string { return ls.id }
 // Key is the limiter key the lease was taken on.
 func (ls *Lease) Key() string { return ls.key }
 
-// firstExp is the earliest expiry the store may hold for the lease: when
-// another instance may first take it for lapsed.
+// firstExp is the earliest expiry the store may hold for the lease.
 func (ls *Lease) firstExp() int64 { return slices.Min(ls.exps) }

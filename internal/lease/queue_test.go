@@ -181,7 +181,8 @@ func TestOpenBreakerDoesNotHoldUpTheQueue(t *testing.T) {
 func putFailure(t *testing.T, env *storetest.Env, key string, br *Breaker, label string) {
 	t.Helper()
 	u := newUpdate()
-	u.setEntry(parseItem(nil), BreakerAttr(br.Name), label, entryValue(map[string]int64{gateUntil: time.Now().Add(br.Recovery).UnixMilli()}, ""))
+	u.condGate(nil, BreakerAttr(br.Name), label)
+	u.setEntry(nil, BreakerAttr(br.Name), label, entryValue(map[string]int64{gateUntil: time.Now().Add(br.Recovery).UnixMilli()}))
 	if _, err := New(env.Client, env.Tables.Leases, Options{}).write(context.Background(), key, u, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,9 @@ import (
 	"time"
 )
 
-// Rate is a request-rate limit: a bucket of PerMinute tokens, refilled at
-// PerMinute a minute (a burst of up to PerMinute calls, then one every
-// 60/PerMinute seconds). It is kept as one number in the item, the
-// bucket's theoretical arrival time (GCRA): the instant by which it would
-// be full again. A call takes one token from each of its request's buckets
-// in the write that admits it to the upstream (its take), so a call that
-// waits pays when its turn comes, and a call refused before costs nothing.
+// Rate is a request-rate limit: a bucket of PerMinute tokens refilled at
+// PerMinute a minute, kept as its GCRA theoretical arrival time (when it
+// would be full again; see Buckets in the package doc).
 type Rate struct {
 	// Name tells the item's buckets apart: "server", "principal:<label>",
 	// "tool:<name>", "key".
@@ -30,24 +26,19 @@ const RateAttrPrefix = "rate:"
 func RateAttr(name string) string { return RateAttrPrefix + name }
 
 // interval is the time one token stands for: 60 000/PerMinute ms rounded
-// up to a whole ms, as the item keeps arrival times in whole ms. Rounded
-// up, a bucket never admits more than PerMinute calls a minute beyond its
-// burst (rounded down, a limit of 7,000 would sustain 7,500 a minute, and
-// any limit above 30,000 one a ms). The cost: a limit that does not divide
-// 60,000 sustains 60,000/interval a minute, less than PerMinute — under
-// 2 % less up to 1,000 a minute, under 10 % up to 6,000, and any limit
-// between 30,000 and 60,000 sustains 30,000 — while its burst stays
-// PerMinute. An arrival time written with a rounded-down interval (by an
-// older gateway still running during a deploy) reads as up to
-// (PerMinute-1) × (1 - ⌊60 000/PerMinute⌋/interval) tokens fuller, once:
-// 777 for 7,000 a minute, none where PerMinute divides 60,000.
+// up to a whole ms, so a bucket never admits more than PerMinute a minute
+// beyond its burst; a limit that does not divide 60,000 sustains
+// 60,000/interval a minute (under 2 % less up to 1,000 a minute, under
+// 10 % up to 6,000; 30,000 for any limit from 30,000 to 60,000). One an
+// older gateway wrote with the interval rounded down reads, once, up to
+// (PerMinute-1) × (1 - ⌊60 000/PerMinute⌋/interval) tokens fuller.
 func (r Rate) interval() int64 {
 	n := int64(max(r.PerMinute, 1))
 	return (60_000 + n - 1) / n
 }
 
 // tolerance is how far the arrival time may run ahead of now while a token
-// is left: PerMinute-1 intervals, the burst.
+// is left: the burst, PerMinute-1 intervals.
 func (r Rate) tolerance() int64 { return int64(r.PerMinute-1) * r.interval() }
 
 // wait is how long until the bucket, at arrival time tat (0: none yet),
@@ -70,17 +61,12 @@ func (r Rate) Tokens(tat, now int64) int {
 	return 0
 }
 
-// charge adds to u the taking of one token from r at now, leaving keep
-// more for the callers whose turn comes first. An arrival time known to be
-// ahead of now (the bucket partly drained) is moved one interval on, on
-// condition that it still is ahead and that the tokens are left;
-// otherwise (the bucket full, or never used) it is set to now plus one
-// interval, on condition that it is behind now or absent. No condition
-// names a value another write just changed, only where it stands against
-// now, so concurrent callers of a partly drained bucket do not fail each
-// other; of callers that all found it full, the first moves it ahead of
-// now, and each other's write fails once and is made again from the
-// bucket its answer shows.
+// charge takes one token from r at now, leaving keep more for the callers
+// whose turn comes first: an arrival time seen ahead of now moves one
+// interval on, on condition that it still is ahead with the tokens left;
+// else it is set to now plus one interval, on condition that it is behind
+// now or absent. Conditions compare with now only, never with what
+// another write just changed.
 func (u *update) charge(r Rate, tat, now int64, keep int) {
 	p := u.path(RateAttr(r.Name))
 	if tat >= now {
@@ -88,23 +74,22 @@ func (u *update) charge(r Rate, tat, now int64, keep int) {
 		u.set(p, p+" + "+u.num(r.interval()))
 		return
 	}
-	u.cond("(attribute_not_exists(" + p + ") OR " + p + " < " + u.num(now) + ")")
+	u.cond(orAbsent(p, p+" < "+u.num(now)))
 	u.set(p, u.num(now+r.interval()))
 }
 
-// refund adds to u the return of a token r gave a call that was not made.
-// A bucket purged meanwhile was full, and stays so.
+// refund gives back the token r gave a call never made (a bucket purged
+// meanwhile was full, and stays so).
 func (u *update) refund(r Rate) {
 	p := u.path(RateAttr(r.Name))
 	u.set(p, "if_not_exists("+p+", "+u.num(0)+") - "+u.num(r.interval()))
 }
 
-// RateLimitedError means a request-rate limit refused the call: no token
-// was left in the bucket named Name.
+// RateLimitedError means the bucket named Name held no token for the
+// call; RetryAfter is when it will hold one.
 type RateLimitedError struct {
-	Name      string
-	PerMinute int
-	// RetryAfter is when the bucket will hold a token again.
+	Name       string
+	PerMinute  int
 	RetryAfter time.Duration
 }
 
@@ -113,13 +98,13 @@ func (e *RateLimitedError) Error() string {
 }
 
 // rateLimited is the refusal of a call whose buckets, as v shows them at
-// now, lack a token; nil when each holds one.
+// now, lack a token (the longest wait); nil when each holds one.
 func rateLimited(v *view, rates []Rate, now int64) *RateLimitedError {
 	return rateLimitedKeeping(v, rates, now, nil)
 }
 
-// rateLimitedKeeping is rateLimited for a call that must leave keep[name]
-// tokens of a bucket to callers before it.
+// rateLimitedKeeping is rateLimited leaving keep[name] tokens of a bucket
+// to the callers before it.
 func rateLimitedKeeping(v *view, rates []Rate, now int64, keep map[string]int) *RateLimitedError {
 	var worst *RateLimitedError
 	for _, r := range rates {
@@ -134,9 +119,8 @@ func rateLimitedKeeping(v *view, rates []Rate, now int64, keep map[string]int) *
 	return worst
 }
 
-// idleBucket reports whether the bucket attribute attr, at arrival time
-// tat, is full at now and a principal's, so that a purge may remove it:
-// an absent bucket is a full one.
+// idleBucket: bucket attr, at arrival time tat, is a principal's and full
+// at now, so a purge may remove it (absent is full).
 func idleBucket(attr string, tat, now int64) bool {
 	return strings.HasPrefix(attr, RateAttrPrefix+"principal:") && tat < now
 }

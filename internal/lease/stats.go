@@ -7,26 +7,16 @@ import (
 
 // Stats counts what a Limiter did since it was built.
 type Stats struct {
-	// Writes is every UpdateItem attempt sent (take, join, release, renew,
-	// purge, breaker).
-	Writes int64
-	// FailedWrites is the writes whose condition failed (still billed).
-	FailedWrites int64
-	// Reads is every GetItem sent.
-	Reads int64
+	// Writes and Reads count every UpdateItem attempt and GetItem sent;
+	// FailedWrites the writes whose condition failed (still billed).
+	Writes, FailedWrites, Reads int64
 	// Acquired and Released count granted and given-back leases.
 	Acquired, Released int64
-	// Tickets counts callers that joined the queue.
-	Tickets int64
-	// Purged counts the writes made only to purge stale entries.
-	Purged int64
-	// Shed counts requests refused at once: a cap full, callers waiting
-	// ahead, or the queue full.
-	Shed int64
-	// WaitTimeouts counts requests that waited their whole budget.
-	WaitTimeouts int64
-	// RateLimited counts requests refused by a request-rate limit.
-	RateLimited int64
+	// Tickets counts callers that joined the queue; Purged the writes made
+	// only to purge; Shed the requests refused at once (a cap or the queue
+	// full, callers ahead, a pause or hold); WaitTimeouts those that waited
+	// their whole budget; RateLimited those a bucket refused.
+	Tickets, Purged, Shed, WaitTimeouts, RateLimited int64
 	// CircuitOpen counts acquires refused by an open breaker; Probes the
 	// half-open probes granted; Transitions the breaker changes made.
 	CircuitOpen, Probes, Transitions int64
@@ -60,8 +50,7 @@ func (l *Limiter) Stats() Stats {
 	}
 }
 
-// refused counts a refusal of the key's gates: a breaker's, or a pause's
-// or the hold's of a caller that does not wait.
+// refused counts a refusal by the key's gates.
 func (c *counters) refused(err error) {
 	var open *CircuitOpenError
 	if errors.As(err, &open) {

@@ -11,36 +11,29 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Status is a lease item as it stands, for people and tools (mcpgate
-// status).
+// Status is a lease item as it stands (mcpgate status).
 type Status struct {
 	// Leases are the places held, soonest to expire first.
 	Leases []LeaseStatus `json:"leases"`
-	// Queue lists the waiting callers in the order they will be served if
-	// nothing changes.
+	// Queue lists the waiters in the order they will be served.
 	Queue []TicketStatus `json:"queue"`
-	// Principals says, per principal, how many places it holds and how
-	// many of its callers wait.
+	// Principals: each one's places held and callers waiting.
 	Principals []PrincipalStatus `json:"principals"`
 	// Tools counts the places held per capped tool.
 	Tools map[string]int `json:"tools,omitempty"`
-	// CallLength is how long calls on the key last (the fleet's running
-	// mean), zero if unknown.
+	// CallLength is how long calls on the key last (0: unknown).
 	CallLength time.Duration `json:"call_ms,omitempty"`
 	// Breakers are the key's circuit breakers.
 	Breakers []BreakerStatus `json:"breakers,omitempty"`
-	// Pauses are the pauses its upstream asked for that stand, for
-	// everyone or for some principals, of the server or of one tool.
+	// Pauses are the upstream's pauses that stand.
 	Pauses []PauseStatus `json:"pauses,omitempty"`
-	// Buckets are its request-rate buckets, by name ("server",
-	// "principal:<label>", "tool:<name>", "key"), with when each is full
-	// again: its tokens follow from its limit (Rate.Tokens).
+	// Buckets are its rate buckets by name, with when each is full again
+	// (its tokens follow from its limit: Rate.Tokens).
 	Buckets map[string]time.Time `json:"buckets,omitempty"`
-	// Limit is the key's adaptive limit, when it has one (Describe was
-	// given its Adaptive).
+	// Limit is the key's adaptive limit, if Describe was given one.
 	Limit *LimitStatus `json:"limit,omitempty"`
-	// PausedUntil is when calls may start again, if the upstream asked
-	// for a pause of the whole server, for everyone, that has not passed.
+	// PausedUntil is when the server's pause for everyone ends, if it
+	// stands.
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
 	// HeldUntil is when an operator's hold ends, if one stands.
 	HeldUntil *time.Time `json:"held_until,omitempty"`
@@ -48,17 +41,15 @@ type Status struct {
 
 // LimitStatus is an adaptive limit as the item shows it.
 type LimitStatus struct {
-	// Current is the limit in force; Min and Ceiling its bounds, Ceiling
-	// being the cap Describe was given (mcpgate status gives the server's
-	// max_concurrent_requests, above the gateway's ceiling where the
-	// server's bulkhead is lower).
+	// Current is the limit in force; Min and Ceiling (the cap Describe was
+	// given) its bounds.
 	Current int `json:"current"`
 	Min     int `json:"min"`
 	Ceiling int `json:"ceiling"`
-	// Why is the last reason it moved, and At when (zero: never moved).
+	// Why and At: its last move (zero: never moved).
 	Why string    `json:"why,omitempty"`
 	At  time.Time `json:"at,omitzero"`
-	// Baselines are the latency baselines, keyed "<principal label>/<tool>".
+	// Baselines are keyed "<principal label>/<tool>".
 	Baselines map[string]time.Duration `json:"baselines,omitempty"`
 }
 
@@ -69,7 +60,7 @@ type LeaseStatus struct {
 	Principal string    `json:"principal,omitempty"`
 	Tool      string    `json:"tool,omitempty"`
 	Expiry    time.Time `json:"expiry"`
-	// Lapsed: it expired, and the next write removes it.
+	// Lapsed: expired; the next write removes it.
 	Lapsed bool `json:"lapsed"`
 	// Task: a task's worker holds it.
 	Task bool `json:"task,omitempty"`
@@ -83,13 +74,11 @@ type TicketStatus struct {
 	Tool      string    `json:"tool,omitempty"`
 	Number    int64     `json:"number"`
 	Deadline  time.Time `json:"deadline"`
-	// Lapsed: its caller has given up, and the next write removes it.
+	// Lapsed: its caller gave up; the next write removes it.
 	Lapsed bool `json:"lapsed"`
-	// Turn: a place is free for it now; its caller takes it at its next
-	// look (a task's worker, once started).
+	// Turn: a place is free for it now, taken at its next look.
 	Turn bool `json:"turn"`
-	// Task: a task's ticket (no caller waits behind it); Started is when a
-	// worker was last started for it, if one was.
+	// Task: a task's ticket; Started is its worker's last start.
 	Task    bool       `json:"task,omitempty"`
 	Started *time.Time `json:"started,omitempty"`
 }
@@ -101,9 +90,8 @@ type PrincipalStatus struct {
 	Waiting   int    `json:"waiting"`
 }
 
-// Describe reads a lease item as of now. cap and principalCap are the
-// key's caps (0: none), and ad its adaptive limit (nil: none), which
-// decide whose turn it is.
+// Describe reads a lease item as of now, cap, principalCap and ad (0, nil:
+// none) being the key's, which decide whose turn it is.
 func Describe(item map[string]types.AttributeValue, now time.Time, cap, principalCap int, ad *Adaptive) Status {
 	v := parseItem(item)
 	ms := now.UnixMilli()
@@ -115,20 +103,15 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 			st.Limit.At = time.UnixMilli(v.at)
 		}
 		for tool, b := range v.bases {
-			if st.Limit.Baselines == nil {
-				st.Limit.Baselines = map[string]time.Duration{}
-			}
-			st.Limit.Baselines[tool] = time.Duration(b) * time.Millisecond
+			put(&st.Limit.Baselines, tool, time.Duration(b)*time.Millisecond)
 		}
 		cap = st.Limit.Current
 	}
 	if e := v.gates[PauseAttr].entry(gateAll); e.shut(ms) {
-		at := time.UnixMilli(e.until)
-		st.PausedUntil = &at
+		st.PausedUntil = msTime(e.until)
 	}
 	if v.hold > ms {
-		at := time.UnixMilli(v.hold)
-		st.HeldUntil = &at
+		st.HeldUntil = msTime(v.hold)
 	}
 	per := map[string]*PrincipalStatus{}
 	share := func(label string) *PrincipalStatus {
@@ -147,18 +130,14 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 		if !ls.Lapsed {
 			share(ls.Principal).Holding++
 			if ls.Tool != "" {
-				if st.Tools == nil {
-					st.Tools = map[string]int{}
-				}
-				st.Tools[ls.Tool]++
+				put(&st.Tools, ls.Tool, st.Tools[ls.Tool]+1)
 			}
 		}
 		st.Leases = append(st.Leases, ls)
 	}
 	slices.SortFunc(st.Leases, func(a, b LeaseStatus) int { return cmp.Or(a.Expiry.Compare(b.Expiry), strings.Compare(a.ID, b.ID)) })
-	// The queue in turn order, and whose turn it is now (the walk of the
-	// tickets alone, by its caps: the buckets' limits are the server
-	// item's, which Describe is not given).
+	// The queue in turn order, and whose turn it is now by the caps alone
+	// (Describe is not given the buckets' limits).
 	order := slices.Clone(v.queue)
 	held := v.held(ms)
 	slices.SortStableFunc(order, func(a, b *ticket) int { return ranks(a, b, held) })
@@ -168,8 +147,7 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 			Deadline: time.UnixMilli(t.deadline), Lapsed: !t.live(ms),
 			Turn: slices.ContainsFunc(turn, func(x *ticket) bool { return x.id == t.id }), Task: t.task}
 		if t.started > 0 {
-			at := time.UnixMilli(t.started)
-			ts.Started = &at
+			ts.Started = msTime(t.started)
 		}
 		if !ts.Lapsed {
 			share(t.label).Waiting++
@@ -177,10 +155,7 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 		st.Queue = append(st.Queue, ts)
 	}
 	for attr, tat := range v.rates {
-		if st.Buckets == nil {
-			st.Buckets = map[string]time.Time{}
-		}
-		st.Buckets[strings.TrimPrefix(attr, RateAttrPrefix)] = time.UnixMilli(tat)
+		put(&st.Buckets, strings.TrimPrefix(attr, RateAttrPrefix), time.UnixMilli(tat))
 	}
 	for _, label := range slices.Sorted(maps.Keys(per)) {
 		st.Principals = append(st.Principals, *per[label])
