@@ -316,6 +316,8 @@ func (e *taskEngine) update(ctx context.Context, r *tasks.Record, change func(*t
 		n, err := e.store.Update(ctx, r, change)
 		switch {
 		case err == nil:
+			// Its status changed here: the next poll reads it.
+			e.g.polls.forget(n.Owner, n.ID)
 			if tasks.Terminal(n.Status) && !tasks.Terminal(r.Status) && ctx.Value(untoldKey{}) == nil {
 				_ = e.g.deps.Metrics.Task(n.ServerID, n.Tool, string(n.Status))
 			}

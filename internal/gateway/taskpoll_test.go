@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/tasks"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -105,5 +108,155 @@ func TestTaskPollFollowsExpectedWait(t *testing.T) {
 	}
 	if last.PollInterval >= told[3] || last.PollInterval < minTaskPoll {
 		t.Errorf("the last task's running interval %v, want about half a call (%v), less than it was told waiting (%v)", last.PollInterval, L/2, told[3])
+	}
+}
+
+// TestFastPollsAnsweredFromLastRead: a tasks/get sooner than the task's
+// pollIntervalMs after its owner's last one is answered from that read —
+// a change written meanwhile by a worker elsewhere is not seen yet, so no
+// store read was made — never for another principal, whose poll reads the
+// store and is refused; a tasks/cancel or tasks/update made on this
+// instance makes the next poll read the store.
+func TestFastPollsAnsweredFromLastRead(t *testing.T) {
+	var engine *recordingEngine
+	h, ts := taskHarness(t, func(s *tasks.Store) TaskEngine {
+		engine = &recordingEngine{store: s}
+		return engine
+	})
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "task_ttl": 600, "tools": map[string]any{
+		"slow_compute": map[string]any{"task_support": "optional"}}})
+	other := testkit.PutKey(t, h.env, "*")
+	get := func(key, id string) rpcAnswer {
+		return h.rpc("/mcp/plain", key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	}
+	// elsewhere writes the record as another instance's worker would.
+	elsewhere := func(id string, change func(*tasks.Record)) {
+		t.Helper()
+		rec, err := ts.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.Update(t.Context(), rec, func(r *tasks.Record) error { change(r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := func() string {
+		t.Helper()
+		a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "slow_compute", "arguments": map[string]any{"seconds": 1, "label": "x"}}, rpcOpts{declare: true})
+		if a.err != nil || a.str(t, "resultType") != "task" {
+			t.Fatalf("tools/call: %s", a.raw)
+		}
+		id := a.str(t, "taskId")
+		// An interval no test run outlasts.
+		elsewhere(id, func(r *tasks.Record) { r.PollInterval = 5 * time.Minute })
+		return id
+	}
+
+	id := create()
+	if a := get(h.key, id); a.str(t, "status") != "working" {
+		t.Fatalf("tasks/get: %s", a.raw)
+	}
+	elsewhere(id, func(r *tasks.Record) {
+		r.Status, r.StatusMessage, r.Result = tasks.StatusCompleted, "", json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`)
+	})
+	if a := get(h.key, id); a.str(t, "status") != "working" {
+		t.Errorf("a poll within the interval: %s, want the last read's answer (working)", a.raw)
+	}
+	// Another principal's poll is never answered from the owner's read.
+	unknownTask(t, "tasks/get by another key", get(other, id))
+	// A cancel here: the next poll reads the store (and finds it ended).
+	if a := h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.err != nil {
+		t.Fatalf("tasks/cancel: %s", a.raw)
+	}
+	if a := get(h.key, id); a.str(t, "status") != "completed" {
+		t.Errorf("a poll after a cancel made here: %s, want the store's completed", a.raw)
+	}
+
+	// An update here: the same.
+	id = create()
+	if a := get(h.key, id); a.str(t, "status") != "working" {
+		t.Fatalf("tasks/get: %s", a.raw)
+	}
+	elsewhere(id, func(r *tasks.Record) {
+		r.Status, r.StatusMessage = tasks.StatusInputRequired, "asks"
+		r.InputRequests = json.RawMessage(`{"confirm":{"method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object"}}}}`)
+	})
+	if a := get(h.key, id); a.str(t, "status") != "working" {
+		t.Errorf("a poll within the interval: %s, want the last read's answer (working)", a.raw)
+	}
+	if a := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{"confirm": map[string]any{"action": "accept"}}}, rpcOpts{declare: true}); a.err != nil {
+		t.Fatalf("tasks/update: %s", a.raw)
+	}
+	if _, _, u := engine.counts(); u != 1 {
+		t.Fatalf("engine updates %d, want 1", u)
+	}
+	elsewhere(id, func(r *tasks.Record) { r.StatusMessage = "running again" })
+	if a := get(h.key, id); a.str(t, "statusMessage") != "running again" {
+		t.Errorf("a poll after an update made here: %s, want the store's record", a.raw)
+	}
+}
+
+// TestTaskPollsBounded: what an instance remembers of polls is bounded in
+// entries and in bytes, the least recently used dropped first, a record
+// too large for its share never kept; an entry answers only its owner,
+// only within its record's interval, and never past the task's expiry.
+func TestTaskPollsBounded(t *testing.T) {
+	now := time.Now()
+	rec := func(owner string, i, resultBytes int) *tasks.Record {
+		return &tasks.Record{ID: fmt.Sprintf("tsk_%022d", i), Kind: tasks.KindGateway, Owner: owner, Status: tasks.StatusCompleted,
+			CreatedAt: now, TTL: time.Hour, PollInterval: time.Second,
+			Result: json.RawMessage(`"` + strings.Repeat("r", resultBytes) + `"`)}
+	}
+	p := newTaskPolls(3, 1<<20)
+	for i := range 5 {
+		p.put(rec("a", i, 10), now)
+	}
+	if n, _ := p.len(); n != 3 {
+		t.Errorf("%d entries kept, want the bound of 3", n)
+	}
+	if p.get("a", rec("a", 0, 0).ID, now) != nil || p.get("a", rec("a", 4, 0).ID, now) == nil {
+		t.Error("not the least recently used dropped first")
+	}
+	// Owner, interval, expiry.
+	r := rec("a", 4, 10)
+	if p.get("b", r.ID, now) != nil {
+		t.Error("an entry answered another principal")
+	}
+	if p.get("a", r.ID, now.Add(time.Second-time.Millisecond)) == nil {
+		t.Error("an entry not used within its interval")
+	}
+	if p.get("a", r.ID, now.Add(time.Second)) != nil {
+		t.Error("an entry used at its interval's end")
+	}
+	old := rec("a", 9, 10)
+	old.CreatedAt, old.TTL = now.Add(-time.Hour), time.Hour
+	p.put(old, now)
+	if p.get("a", old.ID, now) != nil {
+		t.Error("an expired task answered")
+	}
+	// Bytes: a hundred records of 4 KiB under a bound of 256 KiB.
+	const bound = 256 << 10
+	p = newTaskPolls(1000, bound)
+	for i := range 100 {
+		p.put(rec("a", i, 4<<10), now)
+		if _, b := p.len(); b > bound {
+			t.Fatalf("%d bytes kept, over the bound of %d", b, bound)
+		}
+	}
+	if n, _ := p.len(); n == 0 || n >= 64 {
+		t.Errorf("%d records of 4 KiB kept under %d bytes", n, bound)
+	}
+	if p.put(rec("a", 500, bound/maxEntryShare), now); p.get("a", rec("a", 500, 0).ID, now) != nil {
+		t.Error("a record over its share of the bound was kept")
+	}
+	// forget drops the entry.
+	last := rec("a", 99, 0)
+	if p.get("a", last.ID, now) == nil {
+		t.Fatal("the last record put is not kept")
+	}
+	p.forget("a", last.ID)
+	if p.get("a", last.ID, now) != nil {
+		t.Error("a forgotten entry answered")
 	}
 }
