@@ -563,3 +563,93 @@ func TestTracesOpenAPIHeaders(t *testing.T) {
 		t.Logf("spans:\n%s", raw)
 	}
 }
+
+// TestTaskWorkerSpanLinksToItsCreator: a gateway task made by a request
+// carrying the agent's trace context runs, in its worker, under a span
+// exported to a real OTLP receiver as the root of a trace of its own,
+// linked to the SERVER span of the request that made the task (its trace
+// and span ids); the run's CLIENT span is the worker span's child, and the
+// upstream got that CLIENT span's traceparent.
+func TestTaskWorkerSpanLinksToItsCreator(t *testing.T) {
+	endpoint, spansFile := startCollector(t)
+	upURL, upSeen := tracedUpstream(t)
+	rig := testkit.NewRig(t, testkit.RigOptions{Key: true})
+	rig.PutServer(map[string]any{"server_id": "tk", "url": upURL, "max_concurrent_requests": 1, "timeout": 10,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	gw := rig.StartGateway("OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_BSP_SCHEDULE_DELAY=100")
+	tAgent, pAgent := agentTrace(31)
+	tasksMeta := map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}},
+		"traceparent": pAgent, "tracestate": "agent=task",
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": "work", "arguments": map[string]any{"id": "task", "sleep_ms": 10}, "_meta": tasksMeta}})
+	h := http.Header{"Authorization": {"Bearer " + rig.Key}, "Accept": {"application/json, text/event-stream"},
+		"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"work"}}
+	resp, err := testkit.Do(context.Background(), http.MethodPost, gw.URL+"/mcp/tk", h, json.RawMessage(body))
+	if err != nil || resp.Status != 200 {
+		t.Fatalf("tools/call: %v %+v", err, resp)
+	}
+	var created struct {
+		Result struct {
+			TaskID string `json:"taskId"`
+		} `json:"result"`
+	}
+	raw := resp.Body
+	for line := range bytes.Lines(raw) {
+		if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+			raw = bytes.TrimSpace(d)
+		}
+	}
+	if err := json.Unmarshal(raw, &created); err != nil || created.Result.TaskID == "" {
+		t.Fatalf("tools/call answered %s, want a task", resp.Body)
+	}
+	id := created.Result.TaskID
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, res, raw := taskRPC(gw.URL, "/mcp/tk", rig.Key, "tasks/get", id, map[string]any{"taskId": id})
+		if res != nil && string(res["status"]) == `"completed"` {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task not completed: %s", raw)
+		}
+	}
+	var creator, worker, client exportedSpan
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		for _, s := range readSpans(t, spansFile) {
+			switch {
+			case s.TraceID == tAgent && s.Kind == "Server" && s.Name == "tools/call work":
+				creator = s
+			case s.Name == "task tools/call work":
+				worker = s
+			}
+		}
+		if creator.SpanID != "" && worker.SpanID != "" {
+			break
+		}
+	}
+	if creator.SpanID == "" || worker.SpanID == "" {
+		t.Fatalf("creating SERVER span %q, worker span %q: want both exported", creator.SpanID, worker.SpanID)
+	}
+	if creator.ParentSpanID != strings.Split(pAgent, "-")[2] {
+		t.Errorf("creating SERVER span's parent %s, want the agent's", creator.ParentSpanID)
+	}
+	if worker.TraceID == tAgent || worker.ParentSpanID != "" {
+		t.Errorf("worker span in trace %s with parent %q, want the root of a trace of its own", worker.TraceID, worker.ParentSpanID)
+	}
+	if len(worker.Links) != 1 || worker.Links[0].TraceID != creator.TraceID || worker.Links[0].SpanID != creator.SpanID {
+		t.Errorf("worker span's links %+v, want one to the creating span %s/%s", worker.Links, creator.TraceID, creator.SpanID)
+	}
+	for _, s := range readSpans(t, spansFile) {
+		if s.TraceID == worker.TraceID && s.Kind == "Client" && s.Name == "tools/call work" {
+			client = s
+		}
+	}
+	if client.ParentSpanID != worker.SpanID {
+		t.Errorf("the run's CLIENT span %+v, want the worker span's child", client)
+	}
+	if got := upSeen("task"); len(got) != 1 || got[0].meta != "00-"+worker.TraceID+"-"+client.SpanID+"-01" {
+		t.Errorf("upstream received %+v, want the run's CLIENT span's traceparent", got)
+	}
+}

@@ -198,7 +198,10 @@ type Options struct {
 
 // Gateway serves the routes.
 type Gateway struct {
-	deps      Deps
+	deps Deps
+	// polls remembers the gateway tasks' records its tasks/get read, for
+	// polls faster than their interval.
+	polls     *taskPolls
 	maxBody   int64
 	maxDepth  int
 	maxResult int64
@@ -247,6 +250,7 @@ func New(deps Deps, opts Options) (*Gateway, error) {
 		public:    opts.PublicURL,
 		iam:       opts.IAMCaller,
 		states:    opts.RequestStates,
+		polls:     newTaskPolls(pollEntries, pollBytes),
 	}
 	if l, ok := deps.Limiter.(*lease.Limiter); ok && l == nil {
 		// A nil *lease.Limiter is no limiter.

@@ -64,6 +64,7 @@ type TaskQueue interface {
 	Claim(ctx context.Context, req lease.Request, id string, mark int64) (*lease.Lease, error)
 	Withdraw(ctx context.Context, key, id string) error
 	StartDue(ctx context.Context, req lease.Request) error
+	Outlook(req lease.Request, id string) (lease.Outlook, bool)
 }
 
 var _ TaskQueue = (*lease.Limiter)(nil)
@@ -121,7 +122,14 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 	r := &tasks.Record{
 		ID: id, Kind: tasks.KindGateway, ServerID: srv.ID, Tool: tool, Owner: p.StateKey, OwnerID: p.ID,
 		Principal: who, Status: tasks.StatusWorking, StatusMessage: "queued", TTL: srv.TaskTTL,
-		PollInterval: taskPoll(srv, timeout), Params: params, Protocol: protocol, LeaseID: e.queue.NewTaskID(),
+		Params: params, Protocol: protocol, LeaseID: e.queue.NewTaskID(),
+	}
+	r.PollInterval = e.pollWaiting(req, r.LeaseID, timeout, srv.TaskTTL)
+	if t := g.deps.Tracer; t != nil {
+		// The worker's span links to this request's.
+		if m := t.Current(ctx); len(m.Traceparent) <= tasks.MaxTraceparentBytes && len(m.Tracestate) <= tasks.MaxTracestateBytes {
+			r.Traceparent, r.Tracestate = m.Traceparent, m.Tracestate
+		}
 	}
 	if err := e.store.Create(ctx, r); err != nil {
 		return nil, fault.Wrap(err, fault.StoreUnavailable, "the task cannot be stored right now").WithRetryAfter(storeRetryAfter)
@@ -167,11 +175,40 @@ type taskCaller struct {
 	Header    http.Header     `json:"header,omitempty"`
 }
 
-// taskPoll is how often an agent is told to poll a task: the calls on the
-// server are expected to take about a thirtieth of their timeout, within
-// [250 ms, 5 s].
-func taskPoll(srv *registry.Server, timeout time.Duration) time.Duration {
-	return min(max(timeout/30, 250*time.Millisecond), 5*time.Second)
+// The bounds of a task's pollIntervalMs.
+const (
+	minTaskPoll = 250 * time.Millisecond
+	maxTaskPoll = 30 * time.Second
+)
+
+// taskPoll is how often an agent is told to poll a task: half the time
+// its status is expected to take to change, within [minTaskPoll,
+// maxTaskPoll] and its TTL. A call on the server is expected to last the
+// lease item's running mean (Outlook.CallLength), or, before one was
+// seen, a thirtieth of the tool's timeout. A running task's status
+// changes when its call ends: in one call length. A waiting task's turn
+// comes once the places ahead of it are free: with ahead tickets before
+// it and places places, in (ahead/places + 1) call lengths (its first
+// place frees within one).
+func taskPoll(o lease.Outlook, running bool, timeout, ttl time.Duration) time.Duration {
+	call := o.CallLength
+	if call <= 0 {
+		call = timeout / 30
+	}
+	expect := call
+	if !running {
+		places := max(o.Places, 1)
+		expect = call + time.Duration(float64(call)*float64(o.Ahead)/float64(places))
+	}
+	return min(max(expect/2, minTaskPoll), maxTaskPoll, ttl)
+}
+
+// pollWaiting is the pollIntervalMs of a task about to wait as ticket
+// under req (or waiting as it), from what this process last saw of its
+// server's lease item: no store read.
+func (e *taskEngine) pollWaiting(req lease.Request, ticket string, timeout, ttl time.Duration) time.Duration {
+	o, _ := e.queue.Outlook(req, ticket)
+	return taskPoll(o, false, timeout, ttl)
 }
 
 // Cancel asks a task to stop (TaskEngine).
@@ -249,6 +286,7 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 		}
 		n.Status, n.StatusMessage, n.InputRequests = tasks.StatusWorking, "queued", nil
 		n.LeaseID, n.RunUntil = ticket, time.Time{}
+		n.PollInterval = e.pollWaiting(req, ticket, srv.TimeoutFor(r.Tool), n.TTL)
 		return nil
 	})
 	if err != nil || n.Status != tasks.StatusWorking || n.LeaseID != ticket {
@@ -278,6 +316,8 @@ func (e *taskEngine) update(ctx context.Context, r *tasks.Record, change func(*t
 		n, err := e.store.Update(ctx, r, change)
 		switch {
 		case err == nil:
+			// Its status changed here: the next poll reads it.
+			e.g.polls.forget(n.Owner, n.ID)
 			if tasks.Terminal(n.Status) && !tasks.Terminal(r.Status) && ctx.Value(untoldKey{}) == nil {
 				_ = e.g.deps.Metrics.Task(n.ServerID, n.Tool, string(n.Status))
 			}
@@ -372,6 +412,13 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 	ctx = context.WithValue(ctx, recordCtx, rec)
 	ctx = context.WithValue(ctx, callerCtx, &caller{principal: p, header: who.Header})
 	ctx = context.WithValue(ctx, taskRunKey{}, true)
+	if t := g.deps.Tracer; t != nil {
+		// A trace of its own, linked to the request that made the task.
+		var end func(RequestEnd)
+		ctx, end = t.Task(ctx, TraceMeta{Traceparent: r.Traceparent, Tracestate: r.Tracestate},
+			CallInfo{RequestID: rec.id, ServerID: r.ServerID, Tool: rec.tool, Principal: p})
+		defer func() { end(rec.traceEnd(0)) }()
+	}
 	res, ferr, ran, cancelled := e.run(ctx, ts, r, &params)
 	if !ran {
 		return nil
@@ -432,12 +479,15 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		g.obs.Waited(ctx, c.info(), c.rec.waited)
 	}
 	callEnd, short := g.callEnd(ctx, c)
+	// The claim has just read the item: what it says of the calls' length.
+	running, _ := e.queue.Outlook(c.req, ts.Ticket)
 	if _, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			return errSettled
 		}
 		n.StatusMessage, n.Attempt = "running", n.Attempt+1
 		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch)
+		n.PollInterval = taskPoll(running, true, c.timeout, n.TTL)
 		return nil
 	}); err != nil {
 		g.log.Warn("task record not updated", "task", r.ID, "error", err.Error())

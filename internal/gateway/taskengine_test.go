@@ -18,6 +18,14 @@ import (
 // turn comes, as the process's starter does outside Lambda.
 func engineHarness(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup) {
 	t.Helper()
+	h, store, wg, _, _ := engineHarnessOf(t)
+	return h, store, wg
+}
+
+// engineHarnessOf is engineHarness, with its limiter and its store's
+// environment.
+func engineHarnessOf(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup, *lease.Limiter, *storetest.Env) {
+	t.Helper()
 	var (
 		store   *tasks.Store
 		limiter *lease.Limiter
@@ -45,7 +53,7 @@ func engineHarness(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup) {
 	mu.Unlock()
 	h.gw.EnableTasks(store, limiter, start)
 	t.Cleanup(wg.Wait)
-	return h, store, &wg
+	return h, store, &wg, limiter, h.env
 }
 
 // TestGatewayRunsTasks: tasks of a tool whose item sets task_support wait

@@ -36,7 +36,8 @@ import (
 // (-32020; serveMCP, before anything else reads the request), the request
 // declared the extension (-32021), the handle (-32602), then one
 // consistent read of the record. tasks/get of a gateway task is that read
-// and nothing else; of a relayed task, one request to the upstream, with
+// and nothing else (or, sooner than the task's interval after the
+// caller's last, that last read's record: taskPolls); of a relayed task, one request to the upstream, with
 // its own id (in the body and in Mcp-Name), the answer's ids rewritten
 // back. No tasks/ request takes a place under the server's cap.
 
@@ -142,7 +143,7 @@ func (sc *mcpScope) taskRequest(ctx context.Context, method string, req mcp.Requ
 			return nil, sc.refuseRPC(&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "params.inputResponses must be an object"}, fault.BadRequest)
 		}
 	}
-	r, srv, err := sc.findTask(ctx, id)
+	r, srv, err := sc.findTask(ctx, id, method == "tasks/get")
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +162,10 @@ func (sc *mcpScope) refuseRPC(e *jsonrpc.Error, code fault.Code) error {
 
 // findTask reads the record of the handle id and checks that the caller
 // may use it, and returns the server it belongs to; any handle the caller
-// may not use is errUnknownTask.
-func (sc *mcpScope) findTask(ctx context.Context, id string) (*tasks.Record, *registry.Server, error) {
+// may not use is errUnknownTask. A poll (tasks/get) of a gateway task
+// sooner than its interval after the caller's last is answered from the
+// record that read gave (taskPolls), without reading the store.
+func (sc *mcpScope) findTask(ctx context.Context, id string, poll bool) (*tasks.Record, *registry.Server, error) {
 	unknown := func() error {
 		sc.rec.fail(fault.New(fault.NotFound, "%s", errUnknownTask.Message))
 		return errUnknownTask
@@ -170,15 +173,26 @@ func (sc *mcpScope) findTask(ctx context.Context, id string) (*tasks.Record, *re
 	if !tasks.ValidID(id) || !sc.g.tasksOn() {
 		return nil, nil, unknown()
 	}
-	r, err := sc.g.deps.TaskStore.Get(ctx, id)
-	switch {
-	case errors.Is(err, tasks.ErrNotFound):
-		return nil, nil, unknown()
-	case err != nil:
-		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read tasks right now").WithRetryAfter(storeRetryAfter)
-		return nil, nil, sc.rpcError(fe, err)
-	}
 	p := sc.caller.principal
+	var r *tasks.Record
+	if poll && p != nil {
+		r = sc.g.polls.get(p.StateKey, id, time.Now())
+	}
+	if r == nil {
+		read := time.Now()
+		var err error
+		r, err = sc.g.deps.TaskStore.Get(ctx, id)
+		switch {
+		case errors.Is(err, tasks.ErrNotFound):
+			return nil, nil, unknown()
+		case err != nil:
+			fe := fault.Wrap(err, fault.StoreUnavailable, "cannot read tasks right now").WithRetryAfter(storeRetryAfter)
+			return nil, nil, sc.rpcError(fe, err)
+		}
+		if poll && r.Kind == tasks.KindGateway && p != nil && r.Owner == p.StateKey {
+			sc.g.polls.put(r, read)
+		}
+	}
 	if p == nil || r.Owner == "" || r.Owner != p.StateKey {
 		sc.g.log.Info("a task handle of another principal was refused", "request_id", sc.rec.id)
 		return nil, nil, unknown()
@@ -329,6 +343,7 @@ func (sc *mcpScope) gatewayTaskRequest(ctx context.Context, method string, r *ta
 				return nil, internal(err, "cannot cancel the task right now")
 			}
 		}
+		sc.g.polls.forget(r.Owner, r.ID)
 		sc.rec.outcome = "ok"
 		return ack(), nil
 	}
@@ -344,6 +359,7 @@ func (sc *mcpScope) gatewayTaskRequest(ctx context.Context, method string, r *ta
 			if _, err := sc.g.deps.Tasks.Update(ctx, r, outstanding, r.RequestState); err != nil {
 				return nil, internal(err, "cannot update the task right now")
 			}
+			sc.g.polls.forget(r.Owner, r.ID)
 		}
 	}
 	sc.rec.outcome = "ok"

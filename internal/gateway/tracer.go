@@ -47,6 +47,17 @@ type Tracer interface {
 	// upstream.HTTPTracer's Send, which the upstream pool calls for the
 	// tools/list it sends.
 	Send(ctx context.Context, method string, srv *registry.Server, meta mcp.Meta) (_ context.Context, end func(error))
+	// Current is the trace context of ctx's span (its traceparent and
+	// tracestate), empty when it has none: what a task's record keeps of
+	// the request that created it.
+	Current(ctx context.Context) TraceMeta
+	// Task starts the span of a task's run by its worker: the root of a
+	// trace of its own (the run outlives the request that created the
+	// task, and may be in another process), linked to the span that
+	// created the task (link, as Current gave it; no link when it is
+	// empty or not valid W3C trace context). The context returned carries
+	// the span; end is called once, when the run has ended.
+	Task(ctx context.Context, link TraceMeta, c CallInfo) (_ context.Context, end func(RequestEnd))
 }
 
 // TraceMeta is the trace context an agent put in params._meta (SEP-414).

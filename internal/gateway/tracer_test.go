@@ -41,6 +41,12 @@ func (s *startsTracer) Send(ctx context.Context, _ string, _ *registry.Server, _
 	return ctx, func(error) {}
 }
 
+func (s *startsTracer) Current(context.Context) TraceMeta { return TraceMeta{} }
+
+func (s *startsTracer) Task(ctx context.Context, _ TraceMeta, _ CallInfo) (context.Context, func(RequestEnd)) {
+	return ctx, func(RequestEnd) {}
+}
+
 // last returns the start of the latest request, failing if there is none.
 func (s *startsTracer) last(t *testing.T) RequestStart {
 	t.Helper()

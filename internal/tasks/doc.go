@@ -53,7 +53,8 @@
 //	poll_interval_ms  N     the poll interval suggested to the agent
 //	params            S     JSON: the tools/call params as the agent sent them
 //	protocol          S     the MCP protocol version the agent spoke
-//	traceparent       S     the W3C traceparent of the request that created it
+//	traceparent       S     the W3C traceparent of the span of the request that created it
+//	tracestate        S     that span's W3C tracestate
 //	result            S     JSON: the CallToolResult, when completed
 //	error             S     JSON: a JSON-RPC error object, when failed
 //	input_requests    S     JSON: the inputRequests, when input_required

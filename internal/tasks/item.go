@@ -38,6 +38,7 @@ const (
 	attrParams          = "params"
 	attrProtocol        = "protocol"
 	attrTraceparent     = "traceparent"
+	attrTracestate      = "tracestate"
 	attrResult          = "result"
 	attrError           = "error"
 	attrInputRequests   = "input_requests"
@@ -175,6 +176,7 @@ var fields = []field{
 	jsonField(attrParams, func(r *Record) *json.RawMessage { return &r.Params }),
 	strField(attrProtocol, false, func(r *Record) *string { return &r.Protocol }),
 	strField(attrTraceparent, false, func(r *Record) *string { return &r.Traceparent }),
+	strField(attrTracestate, false, func(r *Record) *string { return &r.Tracestate }),
 	jsonField(attrResult, func(r *Record) *json.RawMessage { return &r.Result }),
 	jsonField(attrError, func(r *Record) *json.RawMessage { return &r.Error }),
 	jsonField(attrInputRequests, func(r *Record) *json.RawMessage { return &r.InputRequests }),

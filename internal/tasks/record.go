@@ -69,9 +69,12 @@ const (
 	MaxOwnerBytes   = 256
 	MaxOwnerIDBytes = 64
 	// MaxProtocolBytes bounds Protocol; MaxTraceparentBytes bounds
-	// Traceparent (55 in the W3C's version 00).
+	// Traceparent (55 in the W3C's version 00); MaxTracestateBytes bounds
+	// Tracestate (the W3C's 32 members of a few bytes each: 512 is what
+	// vendors are asked to keep).
 	MaxProtocolBytes    = 32
 	MaxTraceparentBytes = 128
+	MaxTracestateBytes  = 512
 	// MaxLeaseIDBytes bounds LeaseID; MaxUpstreamIDBytes bounds UpstreamID.
 	MaxLeaseIDBytes    = 128
 	MaxUpstreamIDBytes = 512
@@ -118,11 +121,13 @@ type Record struct {
 	TTL          time.Duration
 	PollInterval time.Duration
 	// Params are the tools/call params as the agent sent them; Protocol is
-	// the protocol version it spoke; Traceparent its W3C traceparent (the
-	// worker's span links to it).
+	// the protocol version it spoke; Traceparent and Tracestate the W3C
+	// trace context of the span of the request that created the task (the
+	// worker's span links to it), empty when tracing is off.
 	Params      json.RawMessage
 	Protocol    string
 	Traceparent string
+	Tracestate  string
 	// Result is the CallToolResult when completed; Error a JSON-RPC error
 	// object {code,message,data} when failed; InputRequests (with
 	// RequestState) the upstream's requests when input_required.
@@ -228,6 +233,7 @@ func (r *Record) validate(maxResult int) error {
 		{attrOwnerID, r.OwnerID, MaxOwnerIDBytes, true},
 		{attrProtocol, r.Protocol, MaxProtocolBytes, false},
 		{attrTraceparent, r.Traceparent, MaxTraceparentBytes, false},
+		{attrTracestate, r.Tracestate, MaxTracestateBytes, false},
 		{attrLeaseID, r.LeaseID, MaxLeaseIDBytes, false},
 		{attrUpstreamID, r.UpstreamID, MaxUpstreamIDBytes, false},
 	} {

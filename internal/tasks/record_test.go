@@ -31,6 +31,7 @@ func sample(t testing.TB) *Record {
 		Params:          json.RawMessage(`{"name":"slow_tool","arguments":{"ms":500}}`),
 		Protocol:        "2026-07-28",
 		Traceparent:     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		Tracestate:      "vendor=opaque,other=7",
 		Result:          json.RawMessage(`{"content":[{"type":"text","text":"ok"}]}`),
 		InputRequests:   json.RawMessage(`{"confirm":{"method":"elicitation/create","params":{"message":"sure?"}}}`),
 		RequestState:    "opaque-state",
@@ -186,6 +187,7 @@ func TestValidate(t *testing.T) {
 		{"owner_id", MaxOwnerIDBytes, func(r *Record, n int) { r.OwnerID = strings.Repeat("o", n) }, false},
 		{"protocol", MaxProtocolBytes, func(r *Record, n int) { r.Protocol = strings.Repeat("p", n) }, false},
 		{"traceparent", MaxTraceparentBytes, func(r *Record, n int) { r.Traceparent = strings.Repeat("0", n) }, false},
+		{"tracestate", MaxTracestateBytes, func(r *Record, n int) { r.Tracestate = strings.Repeat("v", n) }, false},
 		{"lease_id", MaxLeaseIDBytes, func(r *Record, n int) { r.LeaseID = strings.Repeat("l", n) }, false},
 		{"upstream_id", MaxUpstreamIDBytes, func(r *Record, n int) { r.UpstreamID = strings.Repeat("u", n) }, false},
 	} {

@@ -315,6 +315,67 @@ func (t *Tracing) Send(ctx context.Context, method string, srv *registry.Server,
 	}
 }
 
+// maxTracestate bounds the tracestate a task's record may bring back: the
+// record's own bound (tasks.MaxTracestateBytes).
+const maxTracestate = 512
+
+// Current is the trace context of ctx's span, empty when it has none.
+func (t *Tracing) Current(ctx context.Context) gateway.TraceMeta {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return gateway.TraceMeta{}
+	}
+	carrier := propagation.MapCarrier{}
+	t.prop.Inject(ctx, carrier)
+	m := gateway.TraceMeta{Traceparent: carrier["traceparent"], Tracestate: carrier["tracestate"]}
+	if len(m.Tracestate) > maxTracestate {
+		m.Tracestate = ""
+	}
+	return m
+}
+
+// Task starts the span of a task's run: a new trace's root, linked to the
+// span that created the task. The link comes from a stored record: it is
+// parsed as W3C trace context (a traceparent that is not one, or a
+// tracestate over its bound, is no link; a tracestate that does not parse
+// is dropped).
+func (t *Tracing) Task(ctx context.Context, link gateway.TraceMeta, c gateway.CallInfo) (context.Context, func(gateway.RequestEnd)) {
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(keyMethod.String("tools/call"), keyTool.String(c.Tool), keyOperation.String("execute_tool"),
+			keyServerID.String(c.ServerID), keyRequestID.String(c.RequestID))}
+	if sc, ok := linkOf(link); ok {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := t.tr.Start(ctx, "task tools/call "+c.Tool, opts...)
+	return ctx, func(e gateway.RequestEnd) {
+		if e.Outcome != "" {
+			span.SetAttributes(keyOutcome.String(e.Outcome))
+		}
+		switch {
+		case e.Code != "":
+			span.SetAttributes(keyErrorType.String(string(e.Code)))
+			span.SetStatus(codes.Error, string(e.Code))
+		case e.Outcome == "tool_error":
+			span.SetAttributes(keyErrorType.String("tool_error"))
+			span.SetStatus(codes.Error, "tool_error")
+		}
+		span.End()
+	}
+}
+
+// linkOf is the span context a task's record names, if it is valid W3C
+// trace context within its bounds.
+func linkOf(m gateway.TraceMeta) (trace.SpanContext, bool) {
+	if m.Traceparent == "" || len(m.Traceparent) > 128 || len(m.Tracestate) > maxTracestate {
+		return trace.SpanContext{}, false
+	}
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier{"traceparent": m.Traceparent, "tracestate": m.Tracestate}))
+	if !sc.IsValid() {
+		return trace.SpanContext{}, false
+	}
+	return sc, true
+}
+
 // inject sets ctx's trace context in a request's params._meta.
 func (t *Tracing) inject(ctx context.Context, meta mcp.Meta) {
 	carrier := propagation.MapCarrier{}

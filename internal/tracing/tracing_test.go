@@ -454,3 +454,67 @@ func TestSigV4Transport(t *testing.T) {
 		t.Errorf("failing credentials: err %v, request sent %v", err, gotAuth != "")
 	}
 }
+
+// TestTaskSpanLinksToItsCreator: the trace context Current gives of the
+// request that created a task, brought back from the task's record, makes
+// the worker's span a new trace's root linked to that request's span; a
+// stored context that is not W3C trace context, or over its bounds, makes
+// no link.
+func TestTaskSpanLinksToItsCreator(t *testing.T) {
+	tr, rec := recorded(t)
+	const agent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	h := http.Header{}
+	h.Set("Traceparent", agent)
+	h.Set("Tracestate", "agent=1")
+	ctx, end := tr.Request(context.Background(), h, gateway.TraceMeta{}, gateway.RequestStart{Method: "tools/call", Target: "slow"})
+	creating := trace.SpanContextFromContext(ctx)
+	stored := tr.Current(ctx)
+	end(gateway.RequestEnd{Outcome: "ok"})
+	if want := "00-" + creating.TraceID().String() + "-" + creating.SpanID().String() + "-01"; stored.Traceparent != want || stored.Tracestate != "agent=1" {
+		t.Fatalf("Current = %+v, want traceparent %s and the agent's tracestate", stored, want)
+	}
+	if got := tr.Current(context.Background()); got != (gateway.TraceMeta{}) {
+		t.Errorf("Current of a context without a span = %+v, want empty", got)
+	}
+	// The worker runs elsewhere: its context knows nothing of the request.
+	wctx, wend := tr.Task(context.Background(), stored, gateway.CallInfo{RequestID: "task-x", ServerID: "s", Tool: "slow"})
+	_, cl := tr.Exchange(wctx, gateway.CallInfo{RequestID: "task-x", ServerID: "s", Tool: "slow"}, &registry.Server{ID: "s", URL: "http://127.0.0.1:1/mcp"}, mcp.Meta{})
+	cl.Answered(nil, false)
+	wend(gateway.RequestEnd{Outcome: "ok"})
+	var worker, exchange sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch {
+		case s.Name() == "task tools/call slow":
+			worker = s
+		case s.SpanKind() == trace.SpanKindClient:
+			exchange = s
+		}
+	}
+	if worker == nil || exchange == nil {
+		t.Fatalf("spans ended: %d, no worker or exchange span", len(rec.Ended()))
+	}
+	if worker.Parent().IsValid() || worker.SpanContext().TraceID() == creating.TraceID() {
+		t.Errorf("worker span: parent %v, trace %v; want a new root", worker.Parent(), worker.SpanContext().TraceID())
+	}
+	links := worker.Links()
+	if len(links) != 1 || links[0].SpanContext.TraceID() != creating.TraceID() || links[0].SpanContext.SpanID() != creating.SpanID() {
+		t.Errorf("worker span's links %+v, want one to the creating span %v/%v", links, creating.TraceID(), creating.SpanID())
+	}
+	if exchange.Parent().SpanID() != worker.SpanContext().SpanID() {
+		t.Errorf("the run's exchange is not the worker span's child")
+	}
+	for _, bad := range []gateway.TraceMeta{
+		{},
+		{Traceparent: "not trace context"},
+		{Traceparent: "00-00000000000000000000000000000000-00f067aa0ba902b7-01"},
+		{Traceparent: stored.Traceparent, Tracestate: strings.Repeat("v", maxTracestate+1)},
+		{Traceparent: stored.Traceparent + strings.Repeat("0", 128)},
+	} {
+		rec.Reset()
+		_, end := tr.Task(context.Background(), bad, gateway.CallInfo{ServerID: "s", Tool: "slow"})
+		end(gateway.RequestEnd{})
+		if s := rec.Ended(); len(s) != 1 || len(s[0].Links()) != 0 || s[0].Parent().IsValid() {
+			t.Errorf("link %+v: spans %d, want one root span with no link", bad, len(s))
+		}
+	}
+}

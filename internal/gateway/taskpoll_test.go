@@ -1,0 +1,262 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// callLength is the running mean of call lengths the lease item of key
+// shows (as mcpgate status reads it).
+func callLength(t *testing.T, h *harness, key string) time.Duration {
+	t.Helper()
+	out, err := h.env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(h.env.Tables.Leases),
+		Key:            map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: key}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease.Describe(out.Item, time.Now(), 1, 0, nil).CallLength
+}
+
+// TestTaskPollFollowsExpectedWait: on a server with a cap of 1 whose calls
+// are known to last L (the lease item's running mean), tasks queued
+// behind a held place are told to poll at half their expected wait — the
+// k-th in line (k ahead of it) at (k+1)·L/2, so each later one at a longer
+// interval than the one before — and a task, once running, at half its
+// call's expected length, L/2; the record keeps what it was told.
+func TestTaskPollFollowsExpectedWait(t *testing.T) {
+	h, store, _, limiter, _ := engineHarnessOf(t)
+	up := testkit.StartBatch(t, 10, 1200*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 30,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	// One call, so that the item knows how long calls last.
+	if r := h.call(h.key, `{"server_id":"batch","name":"work","arguments":{}}`); r.status != 200 {
+		t.Fatalf("warm-up call: %d %s", r.status, r.body)
+	}
+	L := callLength(t, h, "batch")
+	if L < time.Second {
+		t.Fatalf("the item's call length is %v after a call of 1.2 s", L)
+	}
+	// Another holder takes the one place, so that every task waits.
+	hold, err := limiter.Acquire(context.Background(), lease.Request{Key: "batch", Cap: 1, MaxQueued: 10, Hold: time.Minute, Holder: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	var told []time.Duration
+	for range 4 {
+		a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+		if a.err != nil || a.str(t, "resultType") != "task" {
+			t.Fatalf("declared call: %s", a.raw)
+		}
+		var ms int64
+		if err := json.Unmarshal(a.result["pollIntervalMs"], &ms); err != nil {
+			t.Fatalf("pollIntervalMs %s: %v", a.result["pollIntervalMs"], err)
+		}
+		ids, told = append(ids, a.str(t, "taskId")), append(told, time.Duration(ms)*time.Millisecond)
+	}
+	for k, got := range told {
+		want := (time.Duration(k+1) * L / 2).Truncate(time.Millisecond)
+		if got != want {
+			t.Errorf("task %d in line (L %v): pollIntervalMs %v, want %v", k, L, got, want)
+		}
+		if k > 0 && got <= told[k-1] {
+			t.Errorf("task %d told %v, no longer than the one before it (%v)", k, got, told[k-1])
+		}
+		if r, err := store.Get(context.Background(), ids[k]); err != nil || r.PollInterval != got {
+			t.Errorf("task %d's record: %+v, %v; want the interval it was told, %v", k, r, err, got)
+		}
+	}
+	// The place given back unused leaves the mean as it was.
+	if _, err := hold.Finish(context.Background(), lease.Unused); err != nil {
+		t.Fatal(err)
+	}
+	first := h.pollTask("/mcp/batch", h.key, ids[0])
+	if first.str(t, "status") != "completed" {
+		t.Fatalf("first task: %s", first.raw)
+	}
+	// It ran: its record says what a running task is told, half the call
+	// length the item showed when it was claimed (L: no call had ended).
+	if r, err := store.Get(context.Background(), ids[0]); err != nil || r.PollInterval != (L/2).Truncate(time.Millisecond) {
+		t.Errorf("the run task's record: %+v, %v; want pollIntervalMs %v", r, err, (L / 2).Truncate(time.Millisecond))
+	}
+	for _, id := range ids[1:] {
+		if a := h.pollTask("/mcp/batch", h.key, id); a.str(t, "status") != "completed" {
+			t.Errorf("task %s: %s", id, a.raw)
+		}
+	}
+	// Later tasks were claimed once calls had ended: their running
+	// interval follows the mean as it moved (never the wait they had).
+	last, err := store.Get(context.Background(), ids[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.PollInterval >= told[3] || last.PollInterval < minTaskPoll {
+		t.Errorf("the last task's running interval %v, want about half a call (%v), less than it was told waiting (%v)", last.PollInterval, L/2, told[3])
+	}
+}
+
+// TestFastPollsAnsweredFromLastRead: a tasks/get sooner than the task's
+// pollIntervalMs after its owner's last one is answered from that read —
+// a change written meanwhile by a worker elsewhere is not seen yet, so no
+// store read was made — never for another principal, whose poll reads the
+// store and is refused; a tasks/cancel or tasks/update made on this
+// instance makes the next poll read the store.
+func TestFastPollsAnsweredFromLastRead(t *testing.T) {
+	var engine *recordingEngine
+	h, ts := taskHarness(t, func(s *tasks.Store) TaskEngine {
+		engine = &recordingEngine{store: s}
+		return engine
+	})
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "task_ttl": 600, "tools": map[string]any{
+		"slow_compute": map[string]any{"task_support": "optional"}}})
+	other := testkit.PutKey(t, h.env, "*")
+	get := func(key, id string) rpcAnswer {
+		return h.rpc("/mcp/plain", key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	}
+	// elsewhere writes the record as another instance's worker would.
+	elsewhere := func(id string, change func(*tasks.Record)) {
+		t.Helper()
+		rec, err := ts.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.Update(t.Context(), rec, func(r *tasks.Record) error { change(r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := func() string {
+		t.Helper()
+		a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "slow_compute", "arguments": map[string]any{"seconds": 1, "label": "x"}}, rpcOpts{declare: true})
+		if a.err != nil || a.str(t, "resultType") != "task" {
+			t.Fatalf("tools/call: %s", a.raw)
+		}
+		id := a.str(t, "taskId")
+		// An interval no test run outlasts.
+		elsewhere(id, func(r *tasks.Record) { r.PollInterval = 5 * time.Minute })
+		return id
+	}
+
+	id := create()
+	if a := get(h.key, id); a.str(t, "status") != "working" {
+		t.Fatalf("tasks/get: %s", a.raw)
+	}
+	elsewhere(id, func(r *tasks.Record) {
+		r.Status, r.StatusMessage, r.Result = tasks.StatusCompleted, "", json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`)
+	})
+	if a := get(h.key, id); a.str(t, "status") != "working" {
+		t.Errorf("a poll within the interval: %s, want the last read's answer (working)", a.raw)
+	}
+	// Another principal's poll is never answered from the owner's read.
+	unknownTask(t, "tasks/get by another key", get(other, id))
+	// A cancel here: the next poll reads the store (and finds it ended).
+	if a := h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.err != nil {
+		t.Fatalf("tasks/cancel: %s", a.raw)
+	}
+	if a := get(h.key, id); a.str(t, "status") != "completed" {
+		t.Errorf("a poll after a cancel made here: %s, want the store's completed", a.raw)
+	}
+
+	// An update here: the same.
+	id = create()
+	if a := get(h.key, id); a.str(t, "status") != "working" {
+		t.Fatalf("tasks/get: %s", a.raw)
+	}
+	elsewhere(id, func(r *tasks.Record) {
+		r.Status, r.StatusMessage = tasks.StatusInputRequired, "asks"
+		r.InputRequests = json.RawMessage(`{"confirm":{"method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object"}}}}`)
+	})
+	if a := get(h.key, id); a.str(t, "status") != "working" {
+		t.Errorf("a poll within the interval: %s, want the last read's answer (working)", a.raw)
+	}
+	if a := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{"confirm": map[string]any{"action": "accept"}}}, rpcOpts{declare: true}); a.err != nil {
+		t.Fatalf("tasks/update: %s", a.raw)
+	}
+	if _, _, u := engine.counts(); u != 1 {
+		t.Fatalf("engine updates %d, want 1", u)
+	}
+	elsewhere(id, func(r *tasks.Record) { r.StatusMessage = "running again" })
+	if a := get(h.key, id); a.str(t, "statusMessage") != "running again" {
+		t.Errorf("a poll after an update made here: %s, want the store's record", a.raw)
+	}
+}
+
+// TestTaskPollsBounded: what an instance remembers of polls is bounded in
+// entries and in bytes, the least recently used dropped first, a record
+// too large for its share never kept; an entry answers only its owner,
+// only within its record's interval, and never past the task's expiry.
+func TestTaskPollsBounded(t *testing.T) {
+	now := time.Now()
+	rec := func(owner string, i, resultBytes int) *tasks.Record {
+		return &tasks.Record{ID: fmt.Sprintf("tsk_%022d", i), Kind: tasks.KindGateway, Owner: owner, Status: tasks.StatusCompleted,
+			CreatedAt: now, TTL: time.Hour, PollInterval: time.Second,
+			Result: json.RawMessage(`"` + strings.Repeat("r", resultBytes) + `"`)}
+	}
+	p := newTaskPolls(3, 1<<20)
+	for i := range 5 {
+		p.put(rec("a", i, 10), now)
+	}
+	if n, _ := p.len(); n != 3 {
+		t.Errorf("%d entries kept, want the bound of 3", n)
+	}
+	if p.get("a", rec("a", 0, 0).ID, now) != nil || p.get("a", rec("a", 4, 0).ID, now) == nil {
+		t.Error("not the least recently used dropped first")
+	}
+	// Owner, interval, expiry.
+	r := rec("a", 4, 10)
+	if p.get("b", r.ID, now) != nil {
+		t.Error("an entry answered another principal")
+	}
+	if p.get("a", r.ID, now.Add(time.Second-time.Millisecond)) == nil {
+		t.Error("an entry not used within its interval")
+	}
+	if p.get("a", r.ID, now.Add(time.Second)) != nil {
+		t.Error("an entry used at its interval's end")
+	}
+	old := rec("a", 9, 10)
+	old.CreatedAt, old.TTL = now.Add(-time.Hour), time.Hour
+	p.put(old, now)
+	if p.get("a", old.ID, now) != nil {
+		t.Error("an expired task answered")
+	}
+	// Bytes: a hundred records of 4 KiB under a bound of 256 KiB.
+	const bound = 256 << 10
+	p = newTaskPolls(1000, bound)
+	for i := range 100 {
+		p.put(rec("a", i, 4<<10), now)
+		if _, b := p.len(); b > bound {
+			t.Fatalf("%d bytes kept, over the bound of %d", b, bound)
+		}
+	}
+	if n, _ := p.len(); n == 0 || n >= 64 {
+		t.Errorf("%d records of 4 KiB kept under %d bytes", n, bound)
+	}
+	if p.put(rec("a", 500, bound/maxEntryShare), now); p.get("a", rec("a", 500, 0).ID, now) != nil {
+		t.Error("a record over its share of the bound was kept")
+	}
+	// forget drops the entry.
+	last := rec("a", 99, 0)
+	if p.get("a", last.ID, now) == nil {
+		t.Fatal("the last record put is not kept")
+	}
+	p.forget("a", last.ID)
+	if p.get("a", last.ID, now) != nil {
+		t.Error("a forgotten entry answered")
+	}
+}
