@@ -140,6 +140,22 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 		e.settle(context.WithValue(context.WithoutCancel(ctx), untoldKey{}, true), r, nil, fe, false)
 		return nil, fe
 	}
+	// The join's answer shows the task's place in line. Where the estimate
+	// above (this process's earlier view of the item, or none) told under
+	// half the wait it shows, the record is told that wait, in one more
+	// write: a burst of tasks on processes that have not seen each other's
+	// would otherwise all be told to poll as if first in line.
+	if p := e.pollWaiting(req, r.LeaseID, timeout, srv.TaskTTL); p > 2*r.PollInterval {
+		if n, err := e.update(ctx, r, func(n *tasks.Record) error {
+			if n.Status != tasks.StatusWorking || n.StatusMessage != "queued" {
+				return errSettled
+			}
+			n.PollInterval = p
+			return nil
+		}); err == nil {
+			r = n
+		}
+	}
 	_ = g.deps.Metrics.Task(srv.ID, tool, "created")
 	return r, nil
 }

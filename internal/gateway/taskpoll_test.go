@@ -260,3 +260,61 @@ func TestTaskPollsBounded(t *testing.T) {
 		t.Error("a forgotten entry answered")
 	}
 }
+
+// TestTaskPollCountsTheLineItJoined: a process that has not seen the
+// server's lease item (here, tasks queued by another process) estimates
+// a task first in line; the join's answer shows six tickets before it,
+// and the task is told, and its record keeps, the wait the join found.
+func TestTaskPollCountsTheLineItJoined(t *testing.T) {
+	h, store, _, _, env := engineHarnessOf(t)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 30,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	// Another process holds the one place and queues six tasks of a
+	// principal that holds none, as the caller.
+	other := lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond})
+	req := lease.Request{Key: "batch", Cap: 1, MaxQueued: 10, Hold: time.Minute, Holder: "other"}
+	ctx := context.Background()
+	held := req
+	held.Holder = "third" // not the tasks' principal, which would rank after h's (fair shares)
+	hold, err := other.Acquire(ctx, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued []string
+	for range 6 {
+		id := other.NewTaskID()
+		if _, err := other.Enqueue(ctx, req, id, "elsewhere", time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		queued = append(queued, id)
+	}
+	t.Cleanup(func() {
+		for _, id := range queued {
+			_ = other.Withdraw(ctx, "batch", id)
+		}
+		_, _ = hold.Finish(ctx, lease.Unused)
+	})
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("declared call: %s", a.raw)
+	}
+	var ms int64
+	if err := json.Unmarshal(a.result["pollIntervalMs"], &ms); err != nil {
+		t.Fatalf("pollIntervalMs %s: %v", a.result["pollIntervalMs"], err)
+	}
+	// No call has ended: a call is taken to last a thirtieth of the
+	// timeout (1 s); seven calls to wait for, half of it told.
+	want := 7 * time.Second / 2
+	if got := time.Duration(ms) * time.Millisecond; got != want {
+		t.Errorf("a task behind six told pollIntervalMs %v, want %v", got, want)
+	}
+	r, err := store.Get(ctx, a.str(t, "taskId"))
+	if err != nil || r.PollInterval != want {
+		t.Errorf("its record: %+v, %v; want pollIntervalMs %v", r, err, want)
+	}
+	// Withdrawn, it leaves the line as it came.
+	if c := h.rpc("/mcp/batch", h.key, "tasks/cancel", map[string]any{"taskId": a.str(t, "taskId")}, rpcOpts{declare: true}); c.err != nil {
+		t.Fatalf("cancel: %s", c.raw)
+	}
+}
