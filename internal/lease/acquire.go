@@ -78,8 +78,8 @@ type attempt struct {
 	// with: what a refusal is judged from.
 	own *view
 	// turnSince is, for each ticket whose turn had come before this
-	// caller's at its looks, when it first saw so: past ClaimWindow, still
-	// there with its turn come, its caller is presumed gone.
+	// caller's at its looks, when it first saw so: past its claim window,
+	// still there with its turn come, its caller is presumed gone.
 	turnSince map[string]time.Time
 	// failures counts the store errors in a row while it waits; takeErrs
 	// the takes in a row that met one.
@@ -271,10 +271,11 @@ func (a *attempt) pause(ctx context.Context, d time.Duration, until time.Time) e
 
 // decide says whether it is this caller's turn in v at now (with no view,
 // an uncontended caller assumes it is) and what the walk handed out; when
-// callers whose turn came before its own have had it for ClaimWindow at
-// its looks without taking their places, they are presumed gone (bypass)
+// callers whose turn came before its own have had it at its looks for
+// their claim window (ClaimWindow past the look period their tickets
+// announce) without taking their places, they are presumed gone (bypass)
 // and the places go on as if they were not there — one after another, so
-// D dead waiters before it cost it D claim windows at most.
+// D dead waiters before it cost it their D claim windows at most.
 func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	if v == nil {
 		return a.n == 0 && !a.joined, handout{}, nil
@@ -308,7 +309,7 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 				at = time.Now()
 			}
 			since[t.id] = at
-			if time.Since(at) >= ClaimWindow {
+			if time.Since(at) >= claimWindow(t) {
 				skip[t.id] = true
 				bypass = append(bypass, t)
 				more = true
@@ -604,6 +605,12 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	u.set(sp, next)
 	u.set(qp, next)
 	info := map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: a.me.label}, ticketDeadline: number(deadline)}
+	if !a.task {
+		// Its look period at the rank it joins at (the newest): it looks
+		// at least that often while it waits, and is presumed gone only
+		// ClaimWindow past it.
+		info[ticketLook] = number(a.lookPeriod(v.before(now, &a.me), max(a.req.capIn(v), 1)).Milliseconds())
+	}
 	if a.req.Tool != "" {
 		info[ticketTool] = &types.AttributeValueMemberS{Value: a.req.Tool}
 	}
@@ -704,6 +711,22 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 	return v, err
 }
 
+// claimWindow is how long t's turn may stand untaken at another caller's
+// looks before t's caller is presumed gone: ClaimWindow past the look
+// period its ticket announces, its longest sleep between looks.
+func claimWindow(t *ticket) time.Duration { return ClaimWindow + max(t.look, 0) }
+
+// lookPeriod is the longest a waiter with rank callers before it goes
+// without looking, places places on the key: MaxLook while fewer than
+// places come before it, rank/places × MaxLook (at most MaxLookFar)
+// behind more. Its ticket announces the period of its rank at its join.
+func (a *attempt) lookPeriod(rank, places int) time.Duration {
+	if rank < places {
+		return a.l.maxLook
+	}
+	return min(time.Duration(rank/places)*a.l.maxLook, MaxLookFar)
+}
+
 // nextLook is how long a waiter waits before it looks at the item again:
 // until its place may first free. Each place frees when its call should
 // end — a lease's from its expiry, less its margin and this caller's hold,
@@ -713,28 +736,28 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 // places in the order they free, a round of calls per place. A pause, the
 // hold or an empty bucket of its own end when they say. A look that finds
 // its place late waits half as long again as the last, from 5 ms up to
-// MaxLook. It never waits longer than MaxLook while fewer callers than
-// places come before it, and rank/places × MaxLook (at most MaxLookFar)
-// behind more: so that, its turn come, it takes its place well within
-// ClaimWindow, while the reads of a long queue grow with the logarithm of
-// its length rather than with it.
+// its look period. It never waits longer than its look period at its rank
+// now (lookPeriod), nor than the one its ticket announced: so that, its
+// turn come, it takes its place within its claim window, while the reads
+// of a long queue grow with the logarithm of its length up to MaxLookFar
+// rather than with it.
 func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
-	places := max(a.req.capIn(v), 1)
 	rank := v.before(now, &a.me)
-	most := a.l.maxLook
-	if rank >= places {
-		most = min(time.Duration(rank/places)*a.l.maxLook, MaxLookFar)
+	period := a.lookPeriod(rank, max(a.req.capIn(v), 1))
+	if t := v.ticketFor(a.me.id); t != nil {
+		period = min(period, max(t.look, overdueLook))
 	}
+	most := period
 	if d := a.blockedFor(v, now); d > 0 {
 		a.look = overdueLook
 		return min(d+jitter(overdueLook), most)
 	}
 	// Callers whose turn came before its own take their places at their
-	// next look; one that has not within ClaimWindow is presumed gone at
-	// this caller's first look after: it looks then.
+	// next look; one that has not within its claim window is presumed gone
+	// at this caller's first look after: it looks then.
 	for _, t := range ahead {
 		if at, ok := a.turnSince[t.id]; ok {
-			most = min(most, max(time.Until(at.Add(ClaimWindow)), 0)+jitter(overdueLook))
+			most = min(most, max(time.Until(at.Add(claimWindow(t))), 0)+jitter(overdueLook))
 		}
 	}
 	held, spread := a.b.meanHeld()
@@ -746,9 +769,9 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	}
 	late := func() time.Duration {
 		// Jittered upwards (never below the schedule, so a late waiter
-		// looks at most once a MaxLook), and never past most.
+		// looks at most once a look period), and never past most.
 		d := a.look
-		a.look = min(a.look*3/2, a.l.maxLook)
+		a.look = min(a.look*3/2, period)
 		return min(d+jitter(d/4), most)
 	}
 	if held <= 0 {

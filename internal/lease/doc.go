@@ -16,7 +16,9 @@
 //	queue              M   ticket id → its number, issued by seq: the callers waiting
 //	tasks              M   the same for the tasks waiting (see Tasks)
 //	tickets            M   ticket id → {p: principal, d: deadline (Unix ms), t: tool, c: tool cap,
-//	                       r: the tool's rpm limit; a task's also x: its task, s: its last start}
+//	                       r: the tool's rpm limit, l: a caller's look period (ms; read as 2 s
+//	                       when absent, as tickets written before it); a task's also x: its
+//	                       task, s: its last start}
 //	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
 //	freed              N   places freed and tickets gone other than by their take
@@ -122,25 +124,31 @@
 // the newest caller: its take is also conditioned on seq as seen (nobody
 // joined since it looked).
 //
-// A waiter whose turn has come, at every look of another caller for
-// ClaimWindow, without taking the place is presumed gone: that caller takes
-// the place and removes the ticket in the same write, ADDing 1 to freed; a
-// waiter that was only slow finds its ticket gone and joins again, at the
-// back. A caller presumes gone only tickets whose turn came before its own
-// in its looks, and looks again ClaimWindow after it first saw such a
-// turn come: so D dead waiters before a live one delay it by at most
-// D × ClaimWindow past the look that first found a place free, plus
-// that look's wait. A waiter looks when its place is expected to free
-// (from the leases' expiries, call_ms and its rank), at least every
-// MaxLook while fewer than Places (the cap) callers come before it, and
-// every rank/Places × MaxLook, at most MaxLookFar, behind more; a look
-// that finds its place late waits half as long again as the last (up to
-// MaxLook, jittered upwards). A waiter's reads per second are so bounded
-// by its rank: the queue's sum grows with the logarithm of its length
-// over its first 2 × Places, and by one read every MaxLookFar per waiter
-// behind them. MaxLookFar is well within ClaimWindow, so a live waiter
-// whose turn comes while it sleeps (the callers before it all left at
-// once) looks and takes its place before anyone may presume it gone.
+// A waiter looks when its place is expected to free (from the leases'
+// expiries, call_ms and its rank), at least every MaxLook while fewer than
+// Places (the cap) callers come before it, and every rank/Places ×
+// MaxLook, at most MaxLookFar, behind more; a look that finds its place
+// late waits half as long again as the last (up to that period, jittered
+// upwards). Its ticket announces its look period (l) at the rank it
+// joined at, and it never waits longer than that between looks, whatever
+// its rank later. A waiter's reads per second are so bounded by its rank:
+// the queue's sum grows with the logarithm of its length over its first
+// MaxLookFar/MaxLook × Places, and by one read every MaxLookFar per
+// waiter behind them.
+//
+// A waiter whose turn has come, at every look of another caller for its
+// claim window — ClaimWindow past the look period its ticket announces —
+// without taking the place is presumed gone: that caller takes the place
+// and removes the ticket in the same write, ADDing 1 to freed; a waiter
+// that was only slow finds its ticket gone and joins again, at the back.
+// A live waiter looks within its period of its turn coming, however far
+// back it joined, and has ClaimWindow more to take its place: it is never
+// presumed gone. A caller presumes gone only tickets whose turn came
+// before its own in its looks, and looks again a ticket's claim window
+// after it first saw such a turn come: so D dead waiters before a live one
+// delay it by at most the sum of their claim windows, D × (ClaimWindow +
+// MaxLookFar) at most, past the look that first found a place free, plus
+// that look's wait.
 //
 // # Buckets
 //
@@ -304,10 +312,12 @@
 //     with callers or tasks waiting cannot take the last QueueReserve
 //     places of either (TestQueueIsBounded,
 //     TestOneTenantCannotFillTheQueue, TestTasksHaveQueuePlacesOfTheirOwn).
-//  8. A free place goes to a live waiter within D × ClaimWindow of the
-//     look that found it free (a look every MaxLook at rank under Places,
-//     at most MaxLookFar behind), D the dead waiters before it; a live
-//     waiter is never presumed gone, however far back it joined
+//  8. A free place goes to a live waiter within the claim windows of the
+//     D dead waiters before it — ClaimWindow past the look period each
+//     one's ticket announces, D × (ClaimWindow + MaxLookFar) at most — of
+//     the look that found it free (a look every MaxLook at rank under
+//     Places, at most MaxLookFar behind); a live waiter is never presumed
+//     gone, however far back it joined
 //     (TestDeadWaitersDelayALiveOneByAClaimWindowEach,
 //     TestFarWaiterIsNotPresumedGoneByALaterCaller).
 //  9. A release is idempotent and knows its own retry: a second or copied
@@ -341,10 +351,14 @@
 //     stands, and a pause is never shortened (TestPauseHoldsEveryCaller,
 //     TestShorterPauseDoesNotShortenALongerOne).
 //  14. Cost: every write refreshes the item's ttl; waiting costs no write
-//     while nothing changes; a waiter's reads per second are bounded by its
-//     rank; the item's size grows with the callers holding and waiting
-//     only (TestEveryWriteRefreshesTTL, TestWaitersCostNoRenewals,
-//     TestLateWaitersBackOff, TestBreakerEntriesOfPrincipalsGoneDoNotPileUp).
+//     while nothing changes; a waiter's reads per second fall with its
+//     rank, to one every MaxLookFar far back, so the queue's grow with the
+//     logarithm of its length up to MaxLookFar/MaxLook × Places waiters
+//     and by 1/MaxLookFar a waiter past them; the item's size grows with
+//     the callers holding and waiting only (TestEveryWriteRefreshesTTL,
+//     TestWaitersCostNoRenewals, TestLateWaitersBackOff,
+//     TestFarWaitersReadByTheirRank,
+//     TestBreakerEntriesOfPrincipalsGoneDoNotPileUp).
 //  15. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot
 //     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -49,6 +50,9 @@ type ticket struct {
 	task    bool
 	taskID  string
 	started int64
+	// look is the longest its caller goes without looking at the item,
+	// as its ticket announces (legacyLook when it announces none).
+	look time.Duration
 }
 
 // Ticket fields, inside each value of the tickets map.
@@ -60,6 +64,7 @@ const (
 	ticketToolRPM  = "r"
 	ticketTaskID   = "x"
 	ticketStarted  = "s"
+	ticketLook     = "l"
 )
 
 // isSetAttr reports whether attr is a tool, principal or waiting set.
@@ -181,7 +186,8 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
 			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
-			task: isTask, started: numberOr(d.Value[ticketStarted], 0)}
+			task: isTask, started: numberOr(d.Value[ticketStarted], 0),
+			look: time.Duration(numberOr(d.Value[ticketLook], legacyLook.Milliseconds())) * time.Millisecond}
 		if s, ok := d.Value[ticketTool].(*types.AttributeValueMemberS); ok {
 			t.tool = s.Value
 		}

@@ -88,9 +88,10 @@ const (
 	// DefaultMaxLook is the longest a waiter goes without looking at the
 	// item.
 	DefaultMaxLook = time.Second
-	// ClaimWindow is how long a waiter whose turn came may leave its place
-	// untaken, the item unchanged, before the next caller presumes it gone
-	// and takes the place.
+	// ClaimWindow is how long, beyond the look period its ticket announces,
+	// a waiter whose turn came may leave its place untaken, the item
+	// unchanged, before the next caller presumes it gone and takes the
+	// place.
 	ClaimWindow = 3 * time.Second
 	// MaxHolder is the longest Request.Holder, in bytes.
 	MaxHolder = 40
@@ -107,10 +108,16 @@ const (
 	// free already.
 	overdueLook = 5 * time.Millisecond
 	// MaxLookFar is the longest a waiter far back in the queue goes
-	// without looking at the item: well within ClaimWindow, so that a
-	// waiter whose turn comes while it sleeps (the callers before it all
-	// left at once) takes its place before anyone may presume it gone.
-	MaxLookFar = 2 * time.Second
+	// without looking at the item: the longest look period a ticket
+	// announces. A caller presumes a waiter gone only ClaimWindow past its
+	// ticket's period, so a waiter whose turn comes while it sleeps (the
+	// callers before it all left at once) takes its place before anyone
+	// may, however long it sleeps.
+	MaxLookFar = 30 * time.Second
+	// legacyLook is the look period of a ticket that announces none
+	// (written before tickets did): the longest its writer went without
+	// looking.
+	legacyLook = 2 * time.Second
 )
 
 // maxPurge bounds the stale entries one write removes, well under

@@ -103,6 +103,63 @@ func TestLateWaitersBackOff(t *testing.T) {
 	})
 }
 
+// Invariant 14 (doc.go, "Whose turn"): a waiter's reads fall with its
+// rank. A waiter far back looks every rank/Places × MaxLook, up to
+// MaxLookFar (not every MaxLook, nor every 2 s: N waiters then read N/2
+// times a second, each read of an item that grows with N), and its ticket
+// announces that period, so that nobody presumes it gone while it sleeps.
+// Forty waiters behind a stuck call (cap 1), once their back-off has grown
+// (100 s), send in 60 s at most what that schedule allows — 60 s over the
+// period of each one's rank, plus one — and no write.
+func TestFarWaitersReadByTheirRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		const maxLook = time.Second
+		r := Request{Key: "srv", Cap: 1, MaxQueued: 64, Hold: 10 * time.Minute, Wait: 5 * time.Minute, Holder: "p"}
+		h := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook})
+		stuck, err := h.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &rgCounter{API: db}
+		const waiters = 40
+		var wg sync.WaitGroup
+		for i := range waiters {
+			l := New(c, rgTable, Options{InstanceID: fmt.Sprintf("w%d", i), MaxLook: maxLook})
+			wg.Go(func() {
+				if ls, err := l.Acquire(ctx, r); err == nil {
+					_, _ = ls.Finish(context.Background(), Success)
+				}
+			})
+			synctest.Wait()
+		}
+		if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != waiters {
+			t.Fatalf("%d tickets; want the %d waiters'", n, waiters)
+		}
+		time.Sleep(100 * time.Second) // the back-off grows to each one's period
+		before := c.now()
+		const window = time.Minute
+		time.Sleep(window)
+		spent := c.now().minus(before)
+		bound := int64(0)
+		for rank := range waiters {
+			period := min(time.Duration(max(rank, 1))*maxLook, MaxLookFar)
+			bound += int64(window/period) + 1
+		}
+		if spent.reads+spent.writes > bound || spent.writes > 0 {
+			t.Errorf("%d waiters behind a stuck call sent %d reads and %d writes in %v; want at most %d requests "+
+				"(a look per rank × MaxLook, up to MaxLookFar %v, each) and no write", waiters, spent.reads, spent.writes, window, bound, MaxLookFar)
+		}
+		t.Logf("%d waiters sent %d reads in %v (bound %d)", waiters, spent.reads, window, bound)
+		cancel()
+		wg.Wait()
+		if _, err := stuck.Finish(context.Background(), Success); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // Invariant 7 and "Join" (doc.go): a join refused for room is one failed
 // write that changes nothing. A caller refused queue_full leaves the item
 // exactly as it was (freed, seq, queue and all) and costs at most its take

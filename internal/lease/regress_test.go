@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,14 +240,15 @@ func rgPaused(err error) bool {
 }
 
 // Invariant 8 (doc.go, "Whose turn"): a waiter whose turn came and that
-// does not take its place within ClaimWindow is presumed gone by the
-// callers behind it, so D dead waiters before a live one delay it by at
-// most D × ClaimWindow past its own turn, plus a look (MaxLook). Here one
-// place frees (cap 1) with two dead waiters — callers that joined and then
+// does not take its place within its claim window — ClaimWindow past the
+// look period its ticket announces — is presumed gone by the callers
+// behind it, so D dead waiters before a live one delay it by at most the
+// sum of their claim windows past its own turn, plus a look. Here one
+// place frees (cap 1) with dead waiters — callers that joined and then
 // never looked again — before a live one: the live caller gets the place
-// within 2 × ClaimWindow + MaxLook of the release (fake time: the store
-// answers at once, so no allowance for its latency), not when the dead
-// tickets lapse at their deadline.
+// within that bound of the release, the periods read from the dead
+// tickets (fake time: the store answers at once, so no allowance for its
+// latency), not when the dead tickets lapse at their deadline.
 func TestDeadWaitersDelayALiveOneByAClaimWindowEach(t *testing.T) {
 	for _, dead := range []int{2, 5} {
 		t.Run(fmt.Sprint(dead), func(t *testing.T) { deadWaitersDelayALiveOne(t, dead) })
@@ -281,8 +283,23 @@ func deadWaitersDelayALiveOne(t *testing.T, dead int) {
 			got <- result{ls, err, time.Now()}
 		}()
 		synctest.Wait()
-		if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != dead+1 {
+		item := rgItem(t, db, rgTable, "srv")
+		if n := rgMapLen(item, rgQueue); n != dead+1 {
 			t.Fatalf("%d tickets in the queue; want the %d dead waiters' and the live one's", n, dead)
+		}
+		// The dead waiters' claim windows, from the periods their tickets
+		// announce.
+		windows := time.Duration(0)
+		for id, b := range item[rgTickets].(*types.AttributeValueMemberM).Value {
+			if strings.HasPrefix(id, "live.") {
+				continue
+			}
+			l, _ := b.(*types.AttributeValueMemberM).Value["l"].(*types.AttributeValueMemberN)
+			if l == nil {
+				t.Fatalf("the ticket of %s announces no look period", id)
+			}
+			ms, _ := strconv.ParseInt(l.Value, 10, 64)
+			windows += ClaimWindow + time.Duration(ms)*time.Millisecond
 		}
 		freed := time.Now()
 		if _, err := holder.Finish(ctx, Success); err != nil {
@@ -291,15 +308,15 @@ func deadWaitersDelayALiveOne(t *testing.T, dead int) {
 		res := <-got
 		// The live waiter, at rank dead, first finds the place free at its
 		// next look, at most dead × MaxLook away (MaxLookFar at most), then
-		// passes one dead waiter a claim window.
-		bound := time.Duration(dead)*ClaimWindow + min(time.Duration(dead)*maxLook, MaxLookFar)
+		// passes each dead waiter in its claim window.
+		bound := windows + min(time.Duration(dead)*maxLook, MaxLookFar)
 		if res.err != nil {
-			t.Fatalf("the live waiter, %d dead ones before it: %v after %v; want the place within %v (%d × ClaimWindow + a look)",
-				dead, res.err, res.at.Sub(freed), bound, dead)
+			t.Fatalf("the live waiter, %d dead ones before it: %v after %v; want the place within %v (their claim windows + a look)",
+				dead, res.err, res.at.Sub(freed), bound)
 		}
 		if waited := res.at.Sub(freed); waited > bound {
-			t.Errorf("the live waiter got the free place %v after it freed, %d dead ones before it; want within %v (%d × ClaimWindow + a look)",
-				waited, dead, bound, dead)
+			t.Errorf("the live waiter got the free place %v after it freed, %d dead ones before it; want within %v (their claim windows + a look)",
+				waited, dead, bound)
 		}
 		if _, err := res.ls.Finish(ctx, Success); err != nil {
 			t.Error(err)

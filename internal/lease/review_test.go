@@ -26,7 +26,8 @@ import (
 // arrived later — here of the tenant whose callers left — saw the turn
 // come, presumed the live waiter gone after ClaimWindow (3 s), took the
 // place and removed its ticket; the live waiter found its ticket gone and
-// joined again at the back. MaxLookFar is now within ClaimWindow.
+// joined again at the back. A ticket now announces its look period, and
+// is presumed gone only ClaimWindow past it.
 //
 // Calls on the key last 2 s (call_ms), cap 1. H holds the place; eight
 // callers of A queue, then W of B (rank 8). At 8.5 s A's callers give up

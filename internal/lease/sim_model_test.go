@@ -58,6 +58,7 @@ type mTicket struct {
 	d       int64  // deadline, Unix ms
 	t       string // tool
 	c, r    int64  // the tool's cap and rpm limit (0: none)
+	l       int64  // the look period its caller announces, ms (0: none)
 	hasBody bool   // tickets.<id> is there
 	hasN    bool   // queue.<id> (tasks.<id>: task) is there
 	// A task's: in tasks, not queue; x its task, s its last start (Unix
@@ -232,12 +233,17 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 						tk.c = num("tickets."+id+".c", fv)
 					case "r":
 						tk.r = num("tickets."+id+".r", fv)
+					case "l":
+						tk.l = num("tickets."+id+".l", fv)
 					default:
 						it.problem("tickets.%s has a field %q the table does not name", id, f)
 					}
 				}
 				if tk.p == "" || tk.d == 0 {
 					it.problem("tickets.%s lacks its principal or deadline", id)
+				}
+				if tk.l < 0 || tk.l > MaxLookFar.Milliseconds() {
+					it.problem("tickets.%s announces a look period of %d ms; doc.go allows up to MaxLookFar", id, tk.l)
 				}
 			}
 		case name == "seq":
@@ -1575,10 +1581,25 @@ func mCheckState(k mKey, toolCaps map[string]int, it *mItem, now int64, skew int
 	return out
 }
 
+// announced is the look period ticket t announces (doc.go: a ticket
+// without one announces 2 s), its caller's longest sleep between looks.
+func (t *mTicket) announced() time.Duration {
+	if t.l == 0 {
+		return 2 * time.Second
+	}
+	return time.Duration(t.l) * time.Millisecond
+}
+
+// claimWindow is how long, by doc.go, t's turn may stand untaken at
+// another caller's looks before t is presumed gone: ClaimWindow past the
+// period it announces.
+func (t *mTicket) claimWindow() time.Duration { return ClaimWindow + t.announced() }
+
 // lookBound is the longest doc.go lets waiter id go without looking at the
 // item, from the item as an answer showed it: MaxLook while fewer than
 // Places live tickets come before it (fewest places held first, then the
-// lower number), rank/Places × MaxLook, at most MaxLookFar, behind more.
+// lower number), rank/Places × MaxLook, at most MaxLookFar, behind more,
+// and never longer than the period its ticket announces.
 func (it *mItem) lookBound(k mKey, now int64, id string) time.Duration {
 	me := it.tickets[id]
 	if me == nil {
@@ -1596,7 +1617,7 @@ func (it *mItem) lookBound(k mKey, now int64, id string) time.Duration {
 	}
 	places := max(int(it.limitOf(k)), 1)
 	if rank < places {
-		return DefaultMaxLook
+		return min(DefaultMaxLook, me.announced())
 	}
-	return min(time.Duration(rank/places)*DefaultMaxLook, MaxLookFar)
+	return min(time.Duration(rank/places)*DefaultMaxLook, MaxLookFar, me.announced())
 }

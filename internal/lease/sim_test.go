@@ -135,10 +135,12 @@ type simCaller struct {
 	waitReads     int
 	waited        time.Duration
 	// Liveness: since when a place it could use has been free, the most
-	// dead waiters seen before it meanwhile, and the time its own
-	// requests lost to the schedule's faults (lat) then.
+	// dead waiters seen before it meanwhile and the longest claim window
+	// any of them announced, and the time its own requests lost to the
+	// schedule's faults (lat) then.
 	usableSince time.Time
 	usableD     int
+	usableCW    time.Duration
 	// releaseTries counts the attempts of its release sent;
 	// faultedWrites its write attempts the schedule faulted.
 	releaseTries, faultedWrites int
@@ -1029,7 +1031,9 @@ func (s *sim) check() {
 	s.liveness(it, now)
 }
 
-// liveness: no place stays free for longer than D × ClaimWindow + a look
+// liveness: no place stays free for longer than D claim windows (the
+// longest a ticket in the item announced: ClaimWindow past its look
+// period) + a look
 // (MaxLook, or longer far back in the queue: mItem.lookBound, from the
 // last answer the waiter was given) while a live waiter that could use it
 // waits, D the dead waiters before
@@ -1063,7 +1067,7 @@ func (s *sim) liveness(it *mItem, now time.Time) {
 	computed := false
 	for _, c := range s.callers {
 		if !waiting(c) {
-			c.usableSince, c.usableD = time.Time{}, 0
+			c.usableSince, c.usableD, c.usableCW = time.Time{}, 0, 0
 			continue
 		}
 		c.usableD = max(c.usableD, dead)
@@ -1087,6 +1091,13 @@ func (s *sim) liveness(it *mItem, now time.Time) {
 		if c.usableSince.IsZero() {
 			// Its next look was scheduled from its last answer before.
 			c.usableSince, c.latAt, c.aheadSeen, c.streakLook = now, lat, map[string]bool{}, c.lookBound
+		}
+		// Each dead waiter may cost it the claim window its ticket
+		// announces: the longest, of every ticket it could be.
+		for _, tk := range it.tickets {
+			if !tk.task {
+				c.usableCW = max(c.usableCW, tk.claimWindow())
+			}
 		}
 		// The tickets before it (fewest held first, then number) that
 		// never took a place are dead to it, whatever their owners were
@@ -1115,7 +1126,7 @@ func (s *sim) liveness(it *mItem, now time.Time) {
 		if dead >= 2 && now.Sub(c.usableSince) >= 2*ClaimWindow {
 			s.events["a live waiter waited 2 ClaimWindows with 2+ dead ones queued"]++
 		}
-		allow := time.Duration(c.usableD)*ClaimWindow + max(c.streakLook, c.lookBound, DefaultMaxLook) + (lat - c.latAt)
+		allow := time.Duration(c.usableD)*c.usableCW + max(c.streakLook, c.lookBound, DefaultMaxLook) + (lat - c.latAt)
 		if waited := now.Sub(c.usableSince); waited > allow {
 			s.fail("liveness", id, "c%d (%s) could use a free place for %v without taking it (%d dead waiters, allowed %v): %s",
 				c.id, id, waited, c.usableD, allow, it.explain(s.key, slow, mCaller{id: id, p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap), n: it.tickets[id].n}, skip))
