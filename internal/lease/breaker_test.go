@@ -118,19 +118,26 @@ func TestBreakerCountsConsecutiveFailures(t *testing.T) {
 func TestBreakerElectsExactlyOneProbe(t *testing.T) {
 	env := storetest.NewEnv(t)
 	br := &Breaker{Name: "t", Threshold: 2, Recovery: 300 * time.Millisecond}
-	l := New(env.Client, env.Tables.Leases, Options{})
+	// The limiters' clock stands still while the four calls fail, so B's
+	// entry closes while A's is closed, however slow the store is (in real
+	// time A's could reopen first, and each principal's entry would then
+	// have a probe of its own, as it should); then it moves past Recovery.
+	var now atomic.Int64
+	now.Store(time.Now().UnixMilli())
+	clock := func() time.Time { return time.UnixMilli(now.Load()) }
+	l := New(env.Client, env.Tables.Leases, Options{Clock: clock})
 	for _, who := range []string{"A", "A", "B", "B"} {
 		if _, err := call(t, l, br, 8, who, Failure); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(400 * time.Millisecond)
+	now.Add(400)
 	var probes atomic.Int32
 	var wg sync.WaitGroup
 	var probe *Lease
 	var mu sync.Mutex
 	for i := range 12 {
-		li := New(env.Client, env.Tables.Leases, Options{})
+		li := New(env.Client, env.Tables.Leases, Options{Clock: clock})
 		wg.Go(func() {
 			ls, err := li.Acquire(context.Background(), Request{Key: "srv", Cap: 8, Tool: "t", Breaker: br, Hold: 30 * time.Second,
 				Holder: []string{"A", "B", "C"}[i%3], MaxQueued: 16})
