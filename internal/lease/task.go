@@ -168,8 +168,9 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		a.own = v
 		now := a.now()
 		if exp, ok := v.leases[id]; ok {
-			if a.unsure != 0 {
-				// A take of this claim whose answer was lost landed.
+			if a.unsure != 0 && exp == a.unsure {
+				// A take of this claim whose answer was lost landed: the
+				// expiry it set, not another worker's of the same start.
 				ls, err := a.lease(ctx, exp, v)
 				if ls != nil {
 					ls.task = true
