@@ -52,6 +52,8 @@ var mutants = []mutant{
 		"if !served || tries >= maxEager {", "if tries >= maxEager {"},
 	{"a claim past the task's deadline", "task.go",
 		"if t == nil || !t.task || !t.live(now) {", "if t == nil || !t.task {"},
+	{"a lost start never made again", "task.go",
+		"if !t.task || t.started > now-StartTimeout.Milliseconds() ||", "if !t.task || t.started != 0 ||"},
 	{"a claim that takes another worker's lease for its own", "task.go",
 		"if a.unsure != 0 && exp == a.unsure {", "if a.unsure != 0 {"},
 	{"a task's join that can land late, after its claim", "acquire.go",

@@ -1808,7 +1808,9 @@ func TestFaultSimulation(t *testing.T) {
 		"probe elected", "probe for one principal", "gate closed for one principal", "gate closed for everyone", "pause for one principal",
 		"queue reserve refused a join", "refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out",
 		"refused by a gate", "finished failure", "finished abandoned", "finished unused", "finished overloaded",
-		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set"} {
+		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
+		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout", "task start given back",
+		"task withdrawn", "task worker died holding its place", "task claim: claimed already"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}
@@ -1818,7 +1820,7 @@ func TestFaultSimulation(t *testing.T) {
 	if len(simSeeds(t)) < 3000 {
 		return
 	}
-	for _, k := range []string{"take past 2+ waiters presumed gone", "an instance died while its callers waited"} {
+	for _, k := range []string{"take past 2+ waiters presumed gone", "an instance died while its callers waited", "take past a task whose start went unclaimed"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}
