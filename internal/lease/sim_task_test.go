@@ -87,6 +87,10 @@ func (s *sim) taskPlan(instances int) {
 			t.tool = "b"
 		}
 		if tr.IntN(3) == 0 {
+			// A long task: its lost starts are made again, StartTimeout on.
+			t.wait += StartTimeout
+		}
+		if tr.IntN(3) == 0 {
 			t.withdraw = time.Duration(tr.IntN(int(t.wait / time.Millisecond)))
 			t.withdraw *= time.Millisecond
 		}

@@ -1809,7 +1809,7 @@ func TestFaultSimulation(t *testing.T) {
 		"queue reserve refused a join", "refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out",
 		"refused by a gate", "finished failure", "finished abandoned", "finished unused", "finished overloaded",
 		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
-		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout", "task start given back",
+		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout",
 		"task withdrawn", "task worker died holding its place", "task claim: claimed already"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
@@ -1820,7 +1820,7 @@ func TestFaultSimulation(t *testing.T) {
 	if len(simSeeds(t)) < 3000 {
 		return
 	}
-	for _, k := range []string{"take past 2+ waiters presumed gone", "an instance died while its callers waited", "take past a task whose start went unclaimed"} {
+	for _, k := range []string{"take past 2+ waiters presumed gone", "an instance died while its callers waited", "take past a task whose start went unclaimed", "task start given back"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}
