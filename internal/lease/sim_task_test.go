@@ -59,10 +59,8 @@ type simTask struct {
 // the schedule; every run of the simulation replays them. (Apart from
 // simRegressionSeeds, whose schedules have no tasks.)
 var simTaskRegressionSeeds = []uint64{
-	43,  // a task's join landing late brought its ticket back after its claim and release: the task ran twice
-	620, // two workers of one start: one's take landed, the other's answer was lost, and it took the lease for its own
-	789, // the same
-	962, // the same
+	721,  // a task's join landing late brought its ticket back after its claim and release: the task ran twice
+	2537, // two workers of one start: one's take landed, the other's answer was lost, and it took the lease for its own
 }
 
 // taskPlan draws, from a stream of its own, the tasks of a run (none for
