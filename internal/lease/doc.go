@@ -272,7 +272,10 @@
 // task's ticket is never presumed gone, its join is also conditioned on
 // freed as seen: landing late, after the ticket was claimed and released,
 // withdrawn or lapsed (each of which moves freed), it would bring the
-// ticket back and the task would run again. Two workers of one start
+// ticket back and the task would run again; for the same reason, after a
+// join whose outcome was unknown, Enqueue joins again only while freed is
+// as that join saw it, and otherwise fails (the ticket may have come and
+// gone). Two workers of one start
 // share the ticket's id: one whose take's outcome was unknown takes the
 // lease it then finds for its own only if it holds the expiry that take
 // set.

@@ -59,8 +59,10 @@ type simTask struct {
 // the schedule; every run of the simulation replays them. (Apart from
 // simRegressionSeeds, whose schedules have no tasks.)
 var simTaskRegressionSeeds = []uint64{
-	721,  // a task's join landing late brought its ticket back after its claim and release: the task ran twice
-	2537, // two workers of one start: one's take landed, the other's answer was lost, and it took the lease for its own
+	721,     // a task's join landing late brought its ticket back after its claim and release: the task ran twice
+	2537,    // two workers of one start: one's take landed, the other's answer was lost, and it took the lease for its own
+	4016351, // a join whose answer was lost landed, its ticket was claimed and released, and Enqueue joined again: the task ran twice
+	4017160, // the same
 }
 
 // taskPlan draws, from a stream of its own, the tasks of a run (none for
