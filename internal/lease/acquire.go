@@ -630,6 +630,12 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		other = TasksAttr
 	}
 	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+u.path(other, id)+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
+	if a.task {
+		// A task's ticket is never presumed gone, so a join landing late
+		// must not bring it back once claimed and released, withdrawn or
+		// lapsed: each of those moves freed.
+		u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
+	}
 	// Callers and tasks each have MaxQueued places (a task's holds no
 	// invocation: what bounds the callers, a bulkhead's share of the
 	// function's concurrency, does not bound them).

@@ -265,7 +265,15 @@
 // conditioned on that mark as seen — so a task nobody claims cannot hold
 // a free place from everyone. Withdraw removes a task's ticket before its
 // claim (ADD 1 to freed, conditioned on its number); a claimed task's
-// lease is released like any other.
+// lease is released like any other. As a task's ticket is never presumed
+// gone, its join is also conditioned on freed as seen: landing late,
+// after the ticket was claimed and released, withdrawn or lapsed (each of
+// which moves freed), it would bring the ticket back and the task would
+// run again; so after a join whose outcome was unknown, Enqueue joins
+// again only while freed is as that join saw it, and otherwise fails (the
+// ticket may have come and gone). Two workers of one start share the
+// ticket's id: one whose take's outcome was unknown takes the lease it
+// then finds for its own only if it holds the expiry that take set.
 //
 // # Answers and views
 //
@@ -282,9 +290,10 @@
 // (TestFaultSimulation) judges every store answer of hundreds of seeded
 // schedules (thousands in make soak) — lost, delayed, duplicated and
 // late-landing writes, callers and instances dying, clocks skewed within
-// the margin, purges cut short — against a model of the protocol written
-// apart from its code (sim_model_test.go), with its own reading of the
-// item, turn order, buckets, gates and limit.
+// the margin, purges cut short, tasks enqueued, started, claimed and
+// withdrawn — against a model of the protocol written apart from its code
+// (sim_model_test.go), with its own reading of the item, turn order,
+// buckets, gates, limit and tasks.
 //
 //  1. No cap is exceeded: leases holds at most Cap (or the limit) live
 //     entries, each tool set at most its ToolCap, each principal set at
@@ -364,11 +373,23 @@
 //     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).
 //  16. Tasks: a task's ticket is never removed before its deadline but by
 //     its claim or its withdrawal; no place goes to a task withdrawn or
-//     past its deadline; a task whose turn has come gets a worker within
-//     StartTimeout of the first request that sees it after a start was
-//     lost; a worker started twice claims once
-//     (TestTaskRunsWhenItsTurnComes, TestLostTaskStartIsMadeAgain,
-//     TestWithdrawnTaskGetsNoPlace, TestTaskWorkerClaimsOnce).
+//     past its deadline, and at most one to a task, however many workers
+//     were started for it and whatever became of its writes; tasks are
+//     served in the callers' turn order, callers passing one only once its
+//     start has gone unclaimed StartTimeout; a start is made again only
+//     StartTimeout after the last; a task whose turn has come gets a
+//     worker within StartTimeout of the first request that sees it after a
+//     start was lost (TestTaskRunsWhenItsTurnComes,
+//     TestLostTaskStartIsMadeAgain, TestWithdrawnTaskGetsNoPlace,
+//     TestTaskWorkerClaimsOnce, TestLateTaskJoinDoesNotBringBackItsTicket,
+//     TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost). The fault
+//     simulation judges all of it: its schedules enqueue tasks with
+//     deadlines, start their workers (starts lost, made twice, workers
+//     dying holding the place), withdraw tasks at random times and run
+//     StartDue every 1.5 s, under the same faults; a task whose turn has
+//     come must be started within StartTimeout of its last start plus
+//     that period, twice the skew and MaxLook, and what the faults cost
+//     the StartDue schedule's requests.
 //
 // # Guarantee
 //

@@ -43,6 +43,19 @@ var mutants = []mutant{
 		"l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds()", "l.clock().UnixMilli() < ls.firstExp()"},
 	{"a take without its passed-over check", "acquire.go",
 		"if mixed || a.req.PrincipalCap > 0 || h.passed {", "if mixed || a.req.PrincipalCap > 0 {"},
+	{"a withdrawal that does not move freed", "task.go",
+		"		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is\n", ""},
+	{"a task started again before StartTimeout", "task.go",
+		`"(attribute_not_exists("+sp+") OR "+sp+" <= "+u.num(now-StartTimeout.Milliseconds())+")")`,
+		`"(attribute_not_exists("+sp+") OR "+sp+" <= "+u.num(now)+")")`},
+	{"a claim when it is not the task's turn", "task.go",
+		"if !served || tries >= maxEager {", "if !served && tries < 0 || tries >= maxEager {"},
+	{"a lost start never made again", "task.go",
+		"if !t.task || t.started > now-StartTimeout.Milliseconds() ||", "if !t.task || t.started != 0 ||"},
+	{"a claim that takes another worker's lease for its own", "task.go",
+		"if a.unsure != 0 && exp == a.unsure {", "if a.unsure != 0 {"},
+	{"a task's join that can land late, after its claim", "acquire.go",
+		"		// lapsed: each of those moves freed.\n		u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))\n", "		// lapsed: each of those moves freed.\n"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in

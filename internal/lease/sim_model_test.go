@@ -650,6 +650,9 @@ func (it *mItem) handout(k mKey, now int64, extra []mCaller, skip map[string]boo
 		if skip[id] || !tk.hasN || !tk.hasBody || !mLive(tk.d, now) || slices.ContainsFunc(extra, func(c mCaller) bool { return c.id == id }) {
 			continue
 		}
+		if mStale(tk, now) {
+			continue // a task whose start went unclaimed: passed
+		}
 		cands = append(cands, tk.caller())
 	}
 	cands = append(cands, extra...)
@@ -711,6 +714,9 @@ func (it *mItem) instants(k mKey, from int64) []int64 {
 	}
 	for _, tk := range it.tickets {
 		add(tk.d)
+		if tk.task && tk.s > 0 {
+			add(tk.s + StartTimeout.Milliseconds())
+		}
 	}
 	add(it.hold)
 	for _, g := range it.gates {
@@ -819,6 +825,9 @@ type mWriter struct {
 	grant int64
 	// deadline is when its caller stops waiting, on its clock (Unix ms).
 	deadline int64
+	// task: it writes for a task (its Enqueue, a worker's Claim and
+	// release, its Withdraw): the ids it owns are the task's.
+	task bool
 }
 
 // mWrite is one landed write: the item before and after it, when it was
@@ -834,6 +843,24 @@ type mWrite struct {
 	w             mWriter
 	// turnCame: see noteTurns.
 	turnCame map[string]time.Time
+	// tasks is what earlier writes did to tasks' tickets (nil: none).
+	tasks *mTasks
+}
+
+// mTasks is what the writes so far did to tasks' tickets: those gone
+// other than by their claim (withdrawn, or lapsed at their deadline), and
+// the places each task was granted.
+type mTasks struct {
+	goneIDs map[string]bool
+	taken   map[string]int
+}
+
+func newMTasks() *mTasks { return &mTasks{goneIDs: map[string]bool{}, taken: map[string]int{}} }
+
+func (t *mTasks) gone(id string) {
+	if t != nil {
+		t.goneIDs[id] = true
+	}
 }
 
 // mVerdict is what the model makes of a write.
@@ -931,10 +958,16 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		if ta := a.tickets[id]; ta != nil && ta.hasN && (ta.n == tb.n || w.owns(id)) {
 			continue // there still, or numbered again by its own join
 		}
+		if tb.task && !slices.Contains(v.takes, id) {
+			w.tasks.gone(id) // withdrawn or lapsed: no place for it after
+		}
 		switch {
 		case w.owns(id) && slices.Contains(v.takes, id):
 		case w.owns(id):
 			gone++ // its caller leaving, or releasing with its stray ticket
+		case tb.task && mLive(tb.d, now):
+			gone++
+			v.fail("task-gone", id, "a write of another removed task ticket %s, live for %d ms more on its writer's clock: a task's ticket is never presumed gone before its deadline", id, tb.d-now)
 		case !mLive(tb.d, now):
 			gone++
 			v.events = append(v.events, "lapsed ticket purged")
@@ -950,8 +983,15 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		}
 		tb := b.tickets[id]
 		if tb != nil && tb.hasN && tb.n == ta.n {
-			if tb.hasBody && ta.hasBody && *tb != *ta {
-				v.fail("join", id, "a write changed ticket %s", id)
+			if tb.hasBody && ta.hasBody {
+				ub, ua := *tb, *ta
+				ub.s, ua.s = 0, 0
+				if ub != ua {
+					v.fail("join", id, "a write changed ticket %s", id)
+				}
+				if tb.s != ta.s {
+					w.judgeMark(v, tb, ta)
+				}
 			}
 			continue
 		}
@@ -1004,6 +1044,19 @@ func (it *mItem) queued() int {
 	return n
 }
 
+// queuedKind is the number of tickets stored, live or not, of callers
+// (task false: in queue) or of tasks (in tasks): each has MaxQueued
+// places of its own.
+func (it *mItem) queuedKind(task bool) int {
+	n := 0
+	for _, tk := range it.tickets {
+		if tk.hasN && tk.task == task {
+			n++
+		}
+	}
+	return n
+}
+
 // judgeJoin judges a ticket added, or (again) numbered anew: a join resent
 // after an unknown outcome moves its ticket to the back.
 func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
@@ -1026,7 +1079,7 @@ func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
 	// lapsed tickets in the same write); its principal's callers waiting
 	// are its other live tickets.
 	others := a.waitingOf(me.p, id, w.now)
-	if q := a.queued(); again {
+	if q := a.queuedKind(tk.task); again {
 		v.events = append(v.events, "ticket numbered again")
 	} else if q > k.MaxQueued {
 		v.fail("queue", id, "a join left %d tickets; MaxQueued %d", q, k.MaxQueued)
@@ -1069,6 +1122,16 @@ func (w *mWrite) judgeTake(v *mVerdict, id string) {
 	}
 	if waiter {
 		v.events = append(v.events, "take by a waiter landed")
+	}
+	if tk := b.tickets[id]; w.w.task || tk != nil && tk.task {
+		w.judgeClaim(v, id)
+	} else {
+		for _, x := range b.tickets {
+			if x.task && x.hasN && x.n < me.n && mLive(x.d, now) && mStale(x, now) {
+				v.events = append(v.events, "take past a task whose start went unclaimed")
+				break
+			}
+		}
 	}
 	if len(v.bypassed) > 0 {
 		v.events = append(v.events, "take past a waiter presumed gone")
@@ -1128,6 +1191,57 @@ func (w *mWrite) judgeTake(v *mVerdict, id string) {
 				}
 			}
 		}
+	}
+}
+
+// mStale reports whether task ticket tk's last start has gone unclaimed
+// for StartTimeout at now: the callers behind it pass it.
+func mStale(tk *mTicket, now int64) bool {
+	return tk.task && tk.s > 0 && now-tk.s >= StartTimeout.Milliseconds()
+}
+
+// judgeClaim judges a place granted to a task: only from its ticket in
+// tasks, live, never withdrawn or lapsed before, once.
+func (w *mWrite) judgeClaim(v *mVerdict, id string) {
+	b, now := w.before, w.now
+	v.events = append(v.events, "task claimed")
+	switch tk := b.tickets[id]; {
+	case tk == nil || !tk.hasN || !tk.task:
+		v.fail("task-claim", id, "a place went to task %s, which has no ticket in tasks (withdrawn, claimed or lapsed)", id)
+	case !mLive(tk.d, now):
+		v.fail("task-deadline", id, "a place went to task %s %d ms past its ticket's deadline on its writer's clock", id, now-tk.d)
+	}
+	if w.tasks == nil {
+		return
+	}
+	if w.tasks.goneIDs[id] {
+		v.fail("task-withdrawn", id, "a place went to task %s, whose ticket was withdrawn or lapsed before", id)
+	}
+	if w.tasks.taken[id]++; w.tasks.taken[id] > 1 {
+		v.fail("task-twice", id, "task %s was granted its %d. place: a task claims once", id, w.tasks.taken[id])
+	}
+}
+
+// judgeMark judges a change of a task ticket's start mark: a start is
+// marked (s: its writer's now) only on a task's ticket, never while the
+// last is younger than StartTimeout; it is taken back (s removed) only by
+// the task's own worker.
+func (w *mWrite) judgeMark(v *mVerdict, tb, ta *mTicket) {
+	id := tb.id
+	switch {
+	case !tb.task:
+		v.fail("task-mark", id, "a write marked a start on caller's ticket %s", id)
+	case ta.s == 0:
+		v.events = append(v.events, "task start given back")
+		if !w.owns(id) {
+			v.fail("task-mark", id, "a write took back the start of task %s, which its writer does not own", id)
+		}
+	case tb.s != 0 && ta.s-tb.s < StartTimeout.Milliseconds():
+		v.fail("task-mark", id, "task %s started again %d ms after its last start; StartTimeout %v", id, ta.s-tb.s, StartTimeout)
+	case tb.s != 0:
+		v.events = append(v.events, "task started again after StartTimeout")
+	default:
+		v.events = append(v.events, "task start marked")
 	}
 }
 
@@ -1572,8 +1686,11 @@ func mCheckState(k mKey, toolCaps map[string]int, it *mItem, now int64, skew int
 			fail("cap", "principal:"+p, "principal:%s holds %d live leases; cap %d", p, it.liveIn(ids, sure), c)
 		}
 	}
-	if q := it.queued(); q > k.MaxQueued {
-		fail("queue", "", "%d tickets stored; MaxQueued %d", q, k.MaxQueued)
+	if q := it.queuedKind(false); q > k.MaxQueued {
+		fail("queue", "", "%d callers' tickets stored; MaxQueued %d", q, k.MaxQueued)
+	}
+	if q := it.queuedKind(true); q > k.MaxQueued {
+		fail("queue", "tasks", "%d tasks' tickets stored; MaxQueued %d", q, k.MaxQueued)
 	}
 	if k.AdaptiveMin > 0 && it.limit != 0 && (it.limit < int64(k.AdaptiveMin) || it.limit > int64(k.Cap)) {
 		fail("limit", "", "the limit is %d; it lives in [%d, %d]", it.limit, k.AdaptiveMin, k.Cap)

@@ -98,8 +98,21 @@ func (f *mFix) ticket(id string, n int64, p, tool string, d, c, r int64) *mFix {
 	return f
 }
 
+// taskTicket adds a whole task's ticket, its last start at s (0: none).
+func (f *mFix) taskTicket(id string, n int64, p string, d, s int64) *mFix {
+	f.sub("tasks")[id] = mNum(n)
+	body := map[string]types.AttributeValue{"p": mStr(p), "d": mNum(d), "x": mStr("task-" + id)}
+	if s != 0 {
+		body["s"] = mNum(s)
+	}
+	f.sub("tickets")[id] = &types.AttributeValueMemberM{Value: body}
+	f.addTo("waiting:"+p, id)
+	return f
+}
+
 func (f *mFix) unticket(id string) *mFix {
 	delete(f.sub("queue"), id)
+	delete(f.sub("tasks"), id)
 	if b, ok := f.sub("tickets")[id].(*types.AttributeValueMemberM); ok {
 		f.dropFrom("waiting:"+b.Value["p"].(*types.AttributeValueMemberS).Value, id)
 	}
@@ -377,6 +390,8 @@ type judgeCase struct {
 	grant         int64
 	judged        int64
 	came          map[string]time.Duration // ticket → its turn came this long before the write
+	task          bool                     // the writer acts for a task
+	tasks         *mTasks                  // what earlier writes did to tasks' tickets
 	want          []string
 }
 
@@ -394,9 +409,9 @@ func (tc judgeCase) run(t *testing.T) {
 		}
 	}
 	w := &mWrite{k: tc.k, before: tc.before.item(), after: after, now: mNow, skew: 400, sent: time.UnixMilli(mNow),
-		judged: tc.judged, turnCame: map[string]time.Time{},
+		judged: tc.judged, turnCame: map[string]time.Time{}, tasks: tc.tasks,
 		w: mWriter{me: tc.me, owns: func(id string) bool { return slices.Contains(tc.mine, id) }, outcome: tc.outcome, pause: tc.pause, grant: tc.grant,
-			deadline: mNow + 10000}}
+			deadline: mNow + 10000, task: tc.task}}
 	if tc.pause > 0 {
 		w.w.pausedAt = mNow // the upstream asked as the release was sent
 	}
@@ -682,5 +697,69 @@ func TestModelChecksTheState(t *testing.T) {
 		if got := slices.Sorted(maps.Keys(kinds)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: findings %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// Invariant 16 as the model reads it: a task's ticket leaves only by its
+// claim, its withdrawal or its deadline; a place goes to it once, from its
+// live ticket, never after it was withdrawn; callers pass it only once its
+// start has gone unclaimed StartTimeout; a start is made again only after
+// StartTimeout, and given back only by its task's own worker; tasks have
+// MaxQueued places of their own.
+func TestModelJudgesTasks(t *testing.T) {
+	far, exp, st := mNow+60000, mNow+3000, StartTimeout.Milliseconds()
+	k := mKey{Cap: 1, MaxQueued: 2, Hold: 2 * time.Second, Margin: time.Second}
+	k2 := k
+	k2.Cap = 2
+	task := mItemOf().taskTicket("i0.T1", 1, "pa", far, mNow-1000).num("seq", 1)
+	claim := func(f *mFix) *mFix { return f.clone().unticket("i0.T1").lease("i0.T1", "pa", "", exp) }
+	withdrawn, claimed := newMTasks(), newMTasks()
+	withdrawn.gone("i0.T1")
+	claimed.taken["i0.T1"] = 1
+	worker := mCaller{p: "pa"}
+	mine := []string{"i0.T1"}
+	behind := func(s int64) *mFix {
+		return mItemOf().taskTicket("i0.T1", 1, "pa", far, s).ticket("c2", 2, "pb", "", far, 0, 0).num("seq", 2)
+	}
+	passed := func(f *mFix) *mFix { return f.clone().unticket("c2").lease("c2", "pb", "", exp) }
+	marked := func(f *mFix, s int64) *mFix {
+		g := f.clone()
+		g.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value["s"] = mNum(s)
+		return g
+	}
+	unmarked := task.clone()
+	delete(unmarked.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value, "s")
+	full := mItemOf().ticket("c1", 1, "pb", "", far, 0, 0).ticket("c2", 2, "pc", "", far, 0, 0).num("seq", 2)
+	join := func(f *mFix, n int64) *mFix {
+		return f.clone().taskTicket("i0.T9", n, "pa", mNow+10000, 0).num("seq", n)
+	}
+	for _, tc := range []judgeCase{
+		{name: "a worker claims its task's place at its turn", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: newMTasks()},
+		{name: "a claim of a task withdrawn before", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: withdrawn, want: []string{"task-withdrawn"}},
+		{name: "a task's second place", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: claimed, want: []string{"task-twice"}},
+		{name: "a claim past the ticket's deadline", k: k, before: mItemOf().taskTicket("i0.T1", 1, "pa", mNow-1, 0).num("seq", 1),
+			after: mItemOf().num("seq", 1).lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: 1, task: true, want: []string{"task-deadline"}},
+		{name: "a claim with no ticket", k: k, before: mItemOf(), after: mItemOf().lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: -1, task: true, want: []string{"task-claim"}},
+		{name: "a caller's take removes a live task's ticket", k: k2, before: behind(0), after: passed(behind(0)).unticket("i0.T1"), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"task-gone", "freed"}},
+		{name: "a caller passes a task whose start went unclaimed StartTimeout", k: k, before: behind(mNow - st), after: passed(behind(mNow - st)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2},
+		{name: "a caller passes a task whose start is younger", k: k, before: behind(mNow - st + 1), after: passed(behind(mNow - st + 1)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},
+		{name: "a caller passes a task never started", k: k, before: behind(0), after: passed(behind(0)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},
+		{name: "a start marked", k: k, before: unmarked, after: marked(unmarked, mNow), me: mCaller{p: "pb"}, judged: -1},
+		{name: "a start made again after StartTimeout", k: k, before: task, after: marked(task, mNow-1000+st), me: mCaller{p: "pb"}, judged: -1},
+		{name: "a start made again before StartTimeout", k: k, before: task, after: marked(task, mNow), me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},
+		{name: "a start given back by its worker", k: k, before: task, after: unmarked, me: worker, mine: mine, judged: -1, task: true},
+		{name: "a start taken back by another", k: k, before: task, after: unmarked, me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},
+		{name: "a start marked on a caller's ticket", k: k, before: full, after: func() *mFix {
+			g := full.clone()
+			g.sub("tickets")["c1"].(*types.AttributeValueMemberM).Value["s"] = mNum(mNow)
+			return g
+		}(), me: mCaller{p: "pa"}, judged: -1, want: []string{"task-mark"}},
+		{name: "a task joins a queue its callers fill", k: k, before: full, after: join(full, 3), me: worker, mine: []string{"i0.T9"}, judged: -1, task: true},
+		{name: "a task joins past MaxQueued tasks", k: k, before: full.clone().taskTicket("i0.T7", 3, "pb", far, 0).taskTicket("i0.T8", 4, "pc", far, 0).num("seq", 4),
+			after: join(full.clone().taskTicket("i0.T7", 3, "pb", far, 0).taskTicket("i0.T8", 4, "pc", far, 0), 5), me: worker, mine: []string{"i0.T9"}, judged: -1, task: true, want: []string{"queue"}},
+		{name: "a withdrawal moves freed", k: k, before: task, after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true},
+		{name: "a withdrawal that leaves freed", k: k, before: task, after: task.clone().unticket("i0.T1"), me: worker, mine: mine, judged: -1, task: true, want: []string{"freed"}},
+	} {
+		tc.run(t)
 	}
 }

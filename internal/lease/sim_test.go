@@ -154,6 +154,10 @@ type simCaller struct {
 	latAt     time.Duration
 	lat       time.Duration
 	inflight  map[*simReq]bool
+	// task: it acts for a task (sim_task_test.go): enqueues, claims as
+	// its worker, withdraws; sweeper: it runs the key's StartDue.
+	task    *simTask
+	sweeper bool
 }
 
 // settle marks c done or dead, under sim.mu.
@@ -279,6 +283,14 @@ type sim struct {
 	tokens map[string][]simToken
 	// probes are the callers each gate entry was given as its probe.
 	probes map[string][]*simCaller
+	// Tasks (sim_task_test.go): the run's, the callers acting for them
+	// and the key's schedule, the stream their schedule is drawn from,
+	// what the model keeps of them, their goroutines.
+	tasks       []*simTask
+	taskCallers []*simCaller
+	trng        *mrand.Rand
+	mtasks      *mTasks
+	taskWG      sync.WaitGroup
 	// events counts, for the whole run of seeds, what happened: evidence
 	// the schedules reach each part of the protocol (and, "max …", the
 	// largest of some measures).
@@ -777,7 +789,7 @@ func (s *sim) clock(c *simCaller, t time.Time) time.Time {
 func (s *sim) writer(c *simCaller) mWriter {
 	w := mWriter{operator: c.operator, outcome: c.final, pause: c.pause, pausedAt: c.pausedAt, grant: c.grant,
 		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap)},
-		owns: func(id string) bool { return s.owners[id] == c }}
+		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil}
 	for _, r := range c.req.Rates {
 		if r.Name == "tool:"+c.tool {
 			w.me.rpm = int64(r.PerMinute)
@@ -793,7 +805,7 @@ func (s *sim) writer(c *simCaller) mWriter {
 func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 	c := r.c
 	w := &mWrite{k: s.key, before: mRead(pre), after: mRead(post), now: s.clock(c, r.sent).UnixMilli(), skew: simSkew.Milliseconds(), sent: r.sent,
-		judged: r.judged, w: s.writer(c), turnCame: s.turnCame}
+		judged: r.judged, w: s.writer(c), turnCame: s.turnCame, tasks: s.mtasks}
 	s.cur = w.after
 	v := mJudgeWrite(w)
 	who := "c" + strconv.Itoa(c.id)
@@ -926,7 +938,7 @@ func expand(in *dynamodb.UpdateItemInput, e string) string {
 // (8 bytes): 320 for the key, its counters, ttl, hold and the limit's
 // attributes; 32 a lease (its entry in leases, its members of its
 // principal's and tool's sets); 64 a ticket (queue, tickets, its waiting
-// set); 16 a set's name or a tool's baseline; 64 a gate entry; 32 a
+// set), 32 more a task's (its task, its start); 16 a set's name or a tool's baseline; 64 a gate entry; 32 a
 // bucket. Sets, gate entries, baselines and buckets are per principal or
 // tool, not per call: the size grows with the callers holding and
 // waiting, and the principals and tools with state.
@@ -936,7 +948,13 @@ func simSizeBound(it *mItem) int {
 	for _, g := range it.gates {
 		entries += len(g.entries) + 1
 	}
-	return 320 + 32*len(it.leases) + 64*len(it.tickets) + 16*(sets+it.bases) + 64*entries + 32*len(it.rates)
+	tasks := 0
+	for _, tk := range it.tickets {
+		if tk.task {
+			tasks++
+		}
+	}
+	return 320 + 32*len(it.leases) + 64*len(it.tickets) + 32*tasks + 16*(sets+it.bases) + 64*entries + 32*len(it.rates)
 }
 
 // check tests the invariants that hold at every instant against the item
@@ -970,6 +988,12 @@ func (s *sim) check() {
 		}
 		// No place held for a caller that is not there, past what its
 		// own writes could give it (hold + margin from when it stopped).
+		if c.task != nil {
+			if limit, ok := s.taskLeaseBound(c.task); ok && exp > limit {
+				s.fail("orphan", id, "leases holds task lease %s until %v after its last worker stopped; at most hold+margin+skew", id, time.UnixMilli(exp).Sub(time.UnixMilli(limit).Add(-simHold-simMargin-simSkew)))
+			}
+			continue
+		}
 		if c.state == simAcquiring || c.state == simHolding || c.state == simFinishing {
 			continue
 		}
@@ -989,7 +1013,7 @@ func (s *sim) check() {
 	// has two probes running.
 	running, runningA := 0, 0
 	byPrincipal := map[string]int{}
-	for _, c := range s.callers {
+	for _, c := range slices.Concat(s.callers, s.taskCallers) {
 		if c.running && now.Before(c.deadline) {
 			running++
 			byPrincipal[c.principal]++
@@ -1029,6 +1053,7 @@ func (s *sim) check() {
 	s.maxEvent("item bytes over 32/lease + 64/ticket", it.size-32*len(it.leases)-64*len(it.tickets))
 	s.maxEvent("item bytes, % of its bound", it.size*100/b)
 	s.liveness(it, now)
+	s.taskLiveness(it, now)
 }
 
 // liveness: no place stays free for longer than D claim windows (the
@@ -1052,10 +1077,13 @@ func (s *sim) liveness(it *mItem, now time.Time) {
 	}
 	slow := now.Add(-simSkew).UnixMilli()
 	waiting := func(c *simCaller) bool {
-		return c != nil && !c.operator && c.state == simAcquiring && now.Before(c.arrivedAt.Add(c.wait))
+		return c != nil && !c.operator && c.task == nil && c.state == simAcquiring && now.Before(c.arrivedAt.Add(c.wait))
 	}
 	skip, dead := map[string]bool{}, 0
 	for id, tk := range it.tickets {
+		if tk.task {
+			continue // a task's ticket waits for its worker: never dead before its deadline
+		}
 		if !waiting(s.owners[id]) {
 			skip[id] = true
 			if mLive(tk.d, slow) {
@@ -1202,11 +1230,16 @@ func (s *sim) run() {
 	}
 	s.logf("seed %d: caps %+v, breaker %s, purges of %d, hold at %v for %v", s.seed, caps, breaker, maxPurge, holdAt, holdFor)
 	limiters := make([]*Limiter, instances)
+	s.taskPlan(instances)
+	var onStart func(context.Context, TaskStart)
+	if len(s.tasks) > 0 {
+		onStart = s.taskStarter(limiters)
+	}
 	for i := range limiters {
 		skew := time.Duration(s.rng.IntN(int(2*simSkew))) - simSkew
 		s.skews = append(s.skews, skew)
 		limiters[i] = New(simAPI{s: s, inst: i}, "leases", Options{Margin: simMargin, InstanceID: "i" + strconv.Itoa(i),
-			Clock: func() time.Time { return time.Now().Add(skew) }})
+			Clock: func() time.Time { return time.Now().Add(skew) }, OnTaskStart: onStart})
 		s.logf("instance %d skew %v", i, skew)
 	}
 	guarded := "b" // the breaker's tool
@@ -1384,6 +1417,24 @@ func (s *sim) run() {
 			s.call(limiters[c.inst], c)
 		}()
 	}
+	if len(s.tasks) > 0 {
+		s.mu.Lock()
+		for _, t := range s.tasks {
+			t.req = s.request(t.enq) // under the caps as the run's focus left them
+			t.enq.req = t.req
+			s.taskWG.Add(1)
+			go func() {
+				defer s.taskWG.Done()
+				s.task(limiters, t)
+			}()
+		}
+		s.taskWG.Add(1)
+		go func() {
+			defer s.taskWG.Done()
+			s.sweepTasks(limiters, s.taskRest())
+		}()
+		s.mu.Unlock()
+	}
 	for _, c := range s.callers {
 		<-c.settled
 	}
@@ -1403,6 +1454,7 @@ func (s *sim) run() {
 			rest = time.Until(end) + time.Second
 		}
 	}
+	rest = max(rest, s.taskRest()-time.Since(simEpoch)+time.Second)
 	time.Sleep(rest)
 	sweeper := &simCaller{id: len(s.callers), principal: "sweep", settled: make(chan struct{}), final: mNoOutcome, grant: -1, inflight: map[*simReq]bool{}}
 	sweeper.req = s.request(sweeper)
@@ -1417,6 +1469,7 @@ func (s *sim) run() {
 	for range len(s.callers) - 1 {
 		<-exited
 	}
+	s.taskWG.Wait()
 	s.sweep(limiters[0], sweeper)
 	s.cost()
 	close(stop)
@@ -1674,7 +1727,7 @@ func simSeeds(t *testing.T) []uint64 {
 	for i := range seeds {
 		seeds[i] = uint64(first + i)
 	}
-	for _, seed := range simRegressionSeeds {
+	for _, seed := range slices.Concat(simRegressionSeeds, simTaskRegressionSeeds) {
 		if !slices.Contains(seeds, seed) {
 			seeds = append(seeds, seed)
 		}
@@ -1766,7 +1819,9 @@ func TestFaultSimulation(t *testing.T) {
 		"probe elected", "probe for one principal", "gate closed for one principal", "gate closed for everyone", "pause for one principal",
 		"queue reserve refused a join", "refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out",
 		"refused by a gate", "finished failure", "finished abandoned", "finished unused", "finished overloaded",
-		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set"} {
+		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
+		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout",
+		"task withdrawn", "task worker died holding its place", "task claim: claimed already"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}
@@ -1776,7 +1831,7 @@ func TestFaultSimulation(t *testing.T) {
 	if len(simSeeds(t)) < 3000 {
 		return
 	}
-	for _, k := range []string{"take past 2+ waiters presumed gone", "an instance died while its callers waited"} {
+	for _, k := range []string{"take past 2+ waiters presumed gone", "an instance died while its callers waited", "take past a task whose start went unclaimed", "task start given back"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}

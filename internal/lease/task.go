@@ -79,6 +79,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 	a := l.taskAttempt(req, ticket)
 	a.taskID = taskID
 	var v *view
+	sent := int64(-1) // freed as the last join whose outcome was unknown saw it
 	for tries := 0; ; tries++ {
 		var err error
 		if v == nil {
@@ -101,6 +102,12 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			l.startDue(ctx, req.Key, v, a.rules(v))
 			return a.me.id, nil
 		}
+		if sent >= 0 && v.freed != sent && v.leases[a.me.id] == 0 {
+			// A join whose outcome was unknown may have landed, and its
+			// ticket gone since (claimed and released, withdrawn): joining
+			// again could run the task twice.
+			return "", fmt.Errorf("lease: enqueue on %s: the outcome of its join is unknown; its ticket may have been claimed", req.Key)
+		}
 		if tries >= maxEager {
 			return "", fmt.Errorf("lease: enqueue on %s: the item kept changing; try again", req.Key)
 		}
@@ -121,7 +128,11 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			v = nv
 			continue
 		}
-		if v, err = a.join(ctx, v); err != nil {
+		seen := v.freed
+		if v, err = a.join(ctx, v); a.joined && sent < 0 {
+			sent = seen
+		}
+		if err != nil {
 			return "", err
 		}
 	}
@@ -168,8 +179,9 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		a.own = v
 		now := a.now()
 		if exp, ok := v.leases[id]; ok {
-			if a.unsure != 0 {
-				// A take of this claim whose answer was lost landed.
+			if a.unsure != 0 && exp == a.unsure {
+				// A take of this claim whose answer was lost landed: the
+				// expiry it set, not another worker's of the same start.
 				ls, err := a.lease(ctx, exp, v)
 				if ls != nil {
 					ls.task = true

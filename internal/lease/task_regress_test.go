@@ -1,0 +1,77 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Invariant 16, as the fault simulation found it broken (seed 721): a
+// task's join whose first attempt is held in the network, its resend
+// landing, must not land late once the task was claimed and released —
+// its ticket back in tasks would be started and claimed again: the task
+// would run twice.
+func TestLateTaskJoinDoesNotBringBackItsTicket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		var st starts
+		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		f.arm(rule{match: writes("ADD", WaitingAttr("q")), fate: hold}) // its join
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		got := st.list()
+		if len(got) != 1 {
+			t.Fatalf("starts: %+v; want one", got)
+		}
+		w := New(f, "leases", Options{InstanceID: "w"})
+		ls, err := w.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release(t, ls)
+		if landed := f.release(); len(landed) != 1 || landed[0] {
+			t.Fatalf("the join held in the network landed late: %v; want it refused", landed)
+		}
+		if _, err := w.Claim(context.Background(), taskReq("q"), id, got[0].Mark); !errors.Is(err, ErrNoTicket) {
+			t.Fatalf("a claim after the task ran: %v; want ErrNoTicket", err)
+		}
+	})
+}
+
+// Invariant 16, as the fault simulation found it broken (seed 2537): two
+// workers of one start claim; one's take is lost in the network (its
+// outcome unknown) while the other's lands. The first finds the
+// task's lease on its next look and must not take it for its own.
+func TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		var st starts
+		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		got := st.list()
+		if len(got) != 1 {
+			t.Fatalf("starts: %+v; want one", got)
+		}
+		w1 := New(f, "leases", Options{InstanceID: "w1"})
+		w2 := New(f, "leases", Options{InstanceID: "w2"})
+		req1 := taskReq("q")
+		req1.Hold += time.Millisecond // its own expiry, as a worker's clock would give it
+		var ls1 *Lease
+		var err1 error
+		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold, after: func() {
+			ls1, err1 = w1.Claim(context.Background(), req1, id, got[0].Mark)
+		}})
+		ls2, err2 := w2.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		if err1 != nil || ls1 == nil {
+			t.Fatalf("the first worker's claim: %v, %v; want the place", ls1, err1)
+		}
+		if ls2 != nil || !errors.Is(err2, ErrClaimed) {
+			t.Fatalf("the worker whose take was lost: %v, %v; want ErrClaimed (the place is the other's)", ls2, err2)
+		}
+		release(t, ls1)
+		if landed := f.release(); len(landed) != 1 || landed[0] {
+			t.Fatalf("the lost take landed late: %v; want it refused", landed)
+		}
+	})
+}
