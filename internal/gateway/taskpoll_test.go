@@ -210,7 +210,7 @@ func TestTaskPollsBounded(t *testing.T) {
 	}
 	p := newTaskPolls(3, 1<<20)
 	for i := range 5 {
-		p.put(rec("a", i, 10), now)
+		p.put(rec("a", i, 10), now, p.begin())
 	}
 	if n, _ := p.len(); n != 3 {
 		t.Errorf("%d entries kept, want the bound of 3", n)
@@ -231,7 +231,7 @@ func TestTaskPollsBounded(t *testing.T) {
 	}
 	old := rec("a", 9, 10)
 	old.CreatedAt, old.TTL = now.Add(-time.Hour), time.Hour
-	p.put(old, now)
+	p.put(old, now, p.begin())
 	if p.get("a", old.ID, now) != nil {
 		t.Error("an expired task answered")
 	}
@@ -239,7 +239,7 @@ func TestTaskPollsBounded(t *testing.T) {
 	const bound = 256 << 10
 	p = newTaskPolls(1000, bound)
 	for i := range 100 {
-		p.put(rec("a", i, 4<<10), now)
+		p.put(rec("a", i, 4<<10), now, p.begin())
 		if _, b := p.len(); b > bound {
 			t.Fatalf("%d bytes kept, over the bound of %d", b, bound)
 		}
@@ -247,7 +247,7 @@ func TestTaskPollsBounded(t *testing.T) {
 	if n, _ := p.len(); n == 0 || n >= 64 {
 		t.Errorf("%d records of 4 KiB kept under %d bytes", n, bound)
 	}
-	if p.put(rec("a", 500, bound/maxEntryShare), now); p.get("a", rec("a", 500, 0).ID, now) != nil {
+	if p.put(rec("a", 500, bound/maxEntryShare), now, p.begin()); p.get("a", rec("a", 500, 0).ID, now) != nil {
 		t.Error("a record over its share of the bound was kept")
 	}
 	// forget drops the entry.
@@ -316,5 +316,30 @@ func TestTaskPollCountsTheLineItJoined(t *testing.T) {
 	// Withdrawn, it leaves the line as it came.
 	if c := h.rpc("/mcp/batch", h.key, "tasks/cancel", map[string]any{"taskId": a.str(t, "taskId")}, rpcOpts{declare: true}); c.err != nil {
 		t.Fatalf("cancel: %s", c.raw)
+	}
+}
+
+// TestPollReadOlderThanAChangeIsNotKept: a tasks/get whose store read was
+// made before a status change this instance made (a tasks/cancel, a
+// tasks/update, its own worker's write), and whose answer comes back after
+// that change forgot the task, must not be remembered: the next poll reads
+// the store, as the change promises, instead of answering the older read
+// for a whole interval.
+func TestPollReadOlderThanAChangeIsNotKept(t *testing.T) {
+	now := time.Now()
+	r := &tasks.Record{ID: "tsk_0000000000000000000001", Kind: tasks.KindGateway, Owner: "a", Status: tasks.StatusWorking,
+		StatusMessage: "queued", CreatedAt: now, TTL: time.Hour, PollInterval: 30 * time.Second}
+	p := newTaskPolls(pollEntries, pollBytes)
+	gen := p.begin()    // a poll starts its store read: the task is working
+	p.forget("a", r.ID) // meanwhile a cancel made here ends the task
+	p.put(r, now, gen)  // the poll's older read comes back
+	if p.get("a", r.ID, now.Add(time.Millisecond)) != nil {
+		t.Error("a read made before a change here is remembered after it: the next poll answers the task as it was before the change")
+	}
+	// A read begun after the change is kept.
+	gen = p.begin()
+	p.put(r, now, gen)
+	if p.get("a", r.ID, now.Add(time.Millisecond)) == nil {
+		t.Error("a read begun after the last change is not remembered")
 	}
 }

@@ -27,6 +27,9 @@ type taskPolls struct {
 	bytes      int
 	order      *list.List // of *pollEntry, most recently used first
 	byKey      map[pollKey]*list.Element
+	// gen counts the forgets: a read begun before one (begin) may be
+	// older than the change it follows, and is not kept (put).
+	gen uint64
 }
 
 // The bounds of a process's remembered polls.
@@ -79,8 +82,20 @@ func (p *taskPolls) get(owner, id string, now time.Time) *tasks.Record {
 	return e.r
 }
 
-// put remembers r, read from the store at at, for its owner.
-func (p *taskPolls) put(r *tasks.Record, at time.Time) {
+// begin marks the start of a store read whose record put may keep.
+func (p *taskPolls) begin() uint64 {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
+}
+
+// put remembers r, read from the store at at, for its owner, unless a
+// change was made here since the read began (gen, from begin): the read
+// may then be older than that change.
+func (p *taskPolls) put(r *tasks.Record, at time.Time, gen uint64) {
 	if p == nil {
 		return
 	}
@@ -90,6 +105,9 @@ func (p *taskPolls) put(r *tasks.Record, at time.Time) {
 	k := pollKey{r.Owner, r.ID}
 	if el, ok := p.byKey[k]; ok {
 		p.drop(el)
+	}
+	if gen != p.gen {
+		return
 	}
 	if size > p.maxBytes/maxEntryShare || p.maxEntries <= 0 {
 		return
@@ -108,6 +126,7 @@ func (p *taskPolls) forget(owner, id string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.gen++
 	if el, ok := p.byKey[pollKey{owner, id}]; ok {
 		p.drop(el)
 	}

@@ -179,7 +179,7 @@ func (sc *mcpScope) findTask(ctx context.Context, id string, poll bool) (*tasks.
 		r = sc.g.polls.get(p.StateKey, id, time.Now())
 	}
 	if r == nil {
-		read := time.Now()
+		gen, read := sc.g.polls.begin(), time.Now()
 		var err error
 		r, err = sc.g.deps.TaskStore.Get(ctx, id)
 		switch {
@@ -190,7 +190,7 @@ func (sc *mcpScope) findTask(ctx context.Context, id string, poll bool) (*tasks.
 			return nil, nil, sc.rpcError(fe, err)
 		}
 		if poll && r.Kind == tasks.KindGateway && p != nil && r.Owner == p.StateKey {
-			sc.g.polls.put(r, read)
+			sc.g.polls.put(r, read, gen)
 		}
 	}
 	if p == nil || r.Owner == "" || r.Owner != p.StateKey {
