@@ -227,33 +227,41 @@ func (e *taskEngine) pollWaiting(req lease.Request, ticket string, timeout, ttl 
 	return taskPoll(o, false, timeout, ttl)
 }
 
-// Cancel asks a task to stop (TaskEngine).
+// Cancel asks a task to stop (TaskEngine). What it writes is decided on
+// the record as stored, not as r was read: a task waiting for input
+// (no ticket, no worker) ends cancelled at once; one whose ticket was
+// withdrawn while the record still shows that ticket queued ends
+// "cancelled before it ran"; any other (claimed, running, or run since r
+// was read) has its worker asked to stop.
 func (e *taskEngine) Cancel(ctx context.Context, r *tasks.Record) (*tasks.Record, error) {
 	if tasks.Terminal(r.Status) {
 		return r, nil
 	}
+	withdrawn := false
 	if r.LeaseID != "" {
 		err := e.queue.Withdraw(ctx, r.ServerID, r.LeaseID)
 		switch {
-		case err == nil, errors.Is(err, lease.ErrNoTicket) && r.StatusMessage == "queued":
-			// Withdrawn (or gone with its deadline) before it ran.
-			return e.update(ctx, r, func(n *tasks.Record) error {
-				if tasks.Terminal(n.Status) {
-					return errSettled
-				}
-				n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
-				return nil
-			})
-		case !errors.Is(err, lease.ErrClaimed) && !errors.Is(err, lease.ErrNoTicket):
+		case err == nil, errors.Is(err, lease.ErrNoTicket):
+			// Withdrawn, or gone: with its deadline, or claimed and given
+			// back since r was read (the record then no longer says queued).
+			withdrawn = true
+		case !errors.Is(err, lease.ErrClaimed):
 			return nil, err
 		}
 	}
-	// Running (or about to): its worker cuts the call off.
 	return e.update(ctx, r, func(n *tasks.Record) error {
-		if tasks.Terminal(n.Status) {
+		switch {
+		case tasks.Terminal(n.Status):
 			return errSettled
+		case n.Status == tasks.StatusInputRequired:
+			n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled while it asked for input"
+			n.InputRequests, n.InputResponses, n.RequestState = nil, nil, ""
+		case withdrawn && n.LeaseID == r.LeaseID && n.StatusMessage == "queued":
+			n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
+		default:
+			// Running (or about to): its worker cuts the call off.
+			n.CancelRequested = true
 		}
-		n.CancelRequested = true
 		return nil
 	})
 }

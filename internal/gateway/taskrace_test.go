@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// TestCancelOfTaskAskingForInput: a task in input_required has no ticket
+// and no worker; tasks/cancel of it must end it as cancelled (docs: the
+// task is then cancelled), not leave it asking for input until its TTL
+// with a cancellation no worker will ever read.
+func TestCancelOfTaskAskingForInput(t *testing.T) {
+	h, _, _ := engineHarness(t)
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}})
+	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
+		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
+	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "a.txt"}, "_meta": meta}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call of confirm_delete: %s, want a CreateTaskResult", a.raw)
+	}
+	id := a.str(t, "taskId")
+	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "input_required" {
+		t.Fatalf("the task: %s, want input_required", a.raw)
+	}
+	if c := h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true}); c.err != nil {
+		t.Fatalf("tasks/cancel: %s", c.raw)
+	}
+	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "cancelled" {
+		t.Errorf("a task cancelled while it asked for input: %s, want cancelled", a.raw)
+	}
+}
+
+// TestCancelOnAStaleQueuedReadOfARunTask: tasks/cancel reads the record
+// (queued), and before its withdrawal the worker — another instance's —
+// claims the place, writes "running", runs the call and gives the place
+// back: the withdrawal finds no ticket. The task ran: the cancellation
+// must not write "cancelled before it ran" over it (which would also
+// throw away the outcome its worker is about to write); it asks the
+// worker to stop, as for a running task.
+func TestCancelOnAStaleQueuedReadOfARunTask(t *testing.T) {
+	h, store, _, limiter, _ := engineHarnessOf(t)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	// Another holder has the one place: the task waits.
+	hold, err := limiter.Acquire(context.Background(), lease.Request{Key: "batch", Cap: 1, MaxQueued: 10, Hold: time.Minute, Holder: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = hold.Finish(context.Background(), lease.Unused) }()
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call of work: %s", a.raw)
+	}
+	id := a.str(t, "taskId")
+	stale, err := store.Get(t.Context(), id)
+	if err != nil || stale.StatusMessage != "queued" {
+		t.Fatalf("the task's record: %+v, %v; want queued", stale, err)
+	}
+	// Elsewhere: claimed, running, its place given back, its outcome not
+	// yet written.
+	if err := limiter.Withdraw(t.Context(), "batch", stale.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(t.Context(), stale, func(n *tasks.Record) error { n.StatusMessage, n.Attempt = "running", 1; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.gw.deps.Tasks.Cancel(t.Context(), stale); err != nil {
+		t.Fatal(err)
+	}
+	n, err := store.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Status != tasks.StatusWorking || !n.CancelRequested {
+		t.Errorf("after a cancel on a stale queued read of a task that ran: %s %q (cancel requested %v); want working, its worker asked to stop",
+			n.Status, n.StatusMessage, n.CancelRequested)
+	}
+}
