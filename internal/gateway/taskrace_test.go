@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,5 +85,46 @@ func TestCancelOnAStaleQueuedReadOfARunTask(t *testing.T) {
 	if n.Status != tasks.StatusWorking || !n.CancelRequested {
 		t.Errorf("after a cancel on a stale queued read of a task that ran: %s %q (cancel requested %v); want working, its worker asked to stop",
 			n.Status, n.StatusMessage, n.CancelRequested)
+	}
+}
+
+// TestRelayedPollIntervalIsBounded: the pollIntervalMs of a relayed task
+// is the upstream's to choose, but what reaches the agent is a whole
+// number of milliseconds from minTaskPoll to the handle's ttlMs: an
+// upstream answering 0, a negative, a fraction, a string or an absurdly
+// large number neither breaks the agent's reading of the task nor makes
+// it poll the gateway (each relayed poll a request upstream) without
+// pause.
+func TestRelayedPollIntervalIsBounded(t *testing.T) {
+	h, _ := taskHarnessWith(t, Options{}, nil)
+	var poll atomic.Value
+	poll.Store(json.RawMessage(`0`))
+	_, url := startTaskServer(t, true, rewriteAnswers(func(method string, res map[string]any) {
+		if method == "tools/call" || method == "tasks/get" {
+			res["pollIntervalMs"] = poll.Load()
+		}
+	}))
+	h.server(map[string]any{"server_id": "up", "url": url, "task_ttl": 60})
+	check := func(what string, a rpcAnswer) {
+		t.Helper()
+		if a.err != nil {
+			t.Fatalf("%s: %s", what, a.raw)
+		}
+		var ms, ttl int64
+		if err := json.Unmarshal(a.result["pollIntervalMs"], &ms); err != nil || ms < minTaskPoll.Milliseconds() {
+			t.Errorf("%s: pollIntervalMs %s, want a whole number of at least %d", what, a.result["pollIntervalMs"], minTaskPoll.Milliseconds())
+		}
+		if err := json.Unmarshal(a.result["ttlMs"], &ttl); err != nil || ms > ttl {
+			t.Errorf("%s: pollIntervalMs %s, ttlMs %s: want an interval within the task's TTL", what, a.result["pollIntervalMs"], a.result["ttlMs"])
+		}
+	}
+	for _, v := range []string{`0`, `-5`, `2.5`, `"soon"`, `1.5e15`} {
+		poll.Store(json.RawMessage(v))
+		what := fmt.Sprintf("upstream pollIntervalMs %v", v)
+		a := h.rpc("/mcp/up", h.key, "tools/call", map[string]any{"name": "slow_compute", "arguments": map[string]any{"seconds": 30}}, rpcOpts{declare: true})
+		check(what+" (tools/call)", a)
+		id := a.str(t, "taskId")
+		check(what+" (tasks/get)", h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true}))
+		h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
 	}
 }

@@ -450,6 +450,7 @@ func relayedTask(raw json.RawMessage, r *tasks.Record, resultType string, limit 
 		}
 	}
 	obj["ttlMs"] = ttl
+	obj["pollIntervalMs"] = relayedPoll(obj["pollIntervalMs"], ttl)
 	obj["resultType"] = resultType
 	if res, ok := obj["result"].(map[string]any); ok {
 		if _, has := res["resultType"]; !has {
@@ -473,6 +474,19 @@ func relayedTask(raw json.RawMessage, r *tasks.Record, resultType string, limit 
 		res.fields[k] = b
 	}
 	return res, nil
+}
+
+// relayedPoll is the pollIntervalMs an agent is told for a relayed task
+// whose upstream said v: a whole number of milliseconds from minTaskPoll
+// to the handle's ttl (ms), defaultPollInterval when v is no number.
+func relayedPoll(v any, ttl int64) int64 {
+	poll := float64(defaultPollInterval.Milliseconds())
+	if n, ok := v.(json.Number); ok {
+		if f, err := n.Float64(); err == nil {
+			poll = max(f, float64(minTaskPoll.Milliseconds()))
+		}
+	}
+	return int64(min(poll, float64(ttl)))
 }
 
 // minEmbeddedID is the shortest upstream id rewritten where a text
