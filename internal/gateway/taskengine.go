@@ -258,6 +258,8 @@ func (e *taskEngine) Cancel(ctx context.Context, r *tasks.Record) (*tasks.Record
 			n.InputRequests, n.InputResponses, n.RequestState = nil, nil, ""
 		case withdrawn && n.LeaseID == r.LeaseID && n.StatusMessage == "queued":
 			n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
+		case n.CancelRequested:
+			return errSettled // asked already
 		default:
 			// Running (or about to): its worker cuts the call off.
 			n.CancelRequested = true
@@ -392,14 +394,10 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 	}
 	if tasks.Terminal(r.Status) || r.CancelRequested || r.Kind != tasks.KindGateway || ts.Ticket != r.LeaseID {
 		e.withdraw(ctx, ts)
-		if r.CancelRequested && !tasks.Terminal(r.Status) {
-			_, err := e.update(ctx, r, func(n *tasks.Record) error {
-				if tasks.Terminal(n.Status) {
-					return errSettled
-				}
-				n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
-				return nil
-			})
+		if r.CancelRequested && !tasks.Terminal(r.Status) && r.Kind == tasks.KindGateway {
+			// Cancelled before it ran, unless another start of it has
+			// claimed its place and runs it: Cancel judges which.
+			_, err := e.Cancel(ctx, r)
 			return err
 		}
 		return nil

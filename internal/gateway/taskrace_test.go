@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/tasks"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -126,5 +127,67 @@ func TestRelayedPollIntervalIsBounded(t *testing.T) {
 		id := a.str(t, "taskId")
 		check(what+" (tasks/get)", h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true}))
 		h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	}
+}
+
+// TestDuplicateStartOfACancelledRunningTask: a task's worker has claimed
+// its place and runs its call when tasks/cancel asks it to stop; a second
+// start of the same ticket (a start seen lost and made again) then reads
+// the cancellation. The call is running: that start must not write
+// "cancelled before it ran" (the call did reach the upstream, and the
+// running worker's own ending is then dropped); it leaves the running
+// worker to cut the call off.
+func TestDuplicateStartOfACancelledRunningTask(t *testing.T) {
+	starts := make(chan lease.TaskStart, 8)
+	var store *tasks.Store
+	var limiter *lease.Limiter
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
+		limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond,
+			OnTaskStart: func(_ context.Context, ts lease.TaskStart) { starts <- ts }})
+		d.Limiter = limiter
+	})
+	h.gw.EnableTasks(store, limiter, func(_ context.Context, ts lease.TaskStart) { starts <- ts })
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call of work: %s", a.raw)
+	}
+	id := a.str(t, "taskId")
+	ts := <-starts
+	// The first worker (another instance's) claims the place: the call runs.
+	rec, err := store.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who taskCaller
+	if err := json.Unmarshal(rec.Principal, &who); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithValue(t.Context(), callerCtx, &caller{principal: who.Principal})
+	srv, ferr := h.gw.server(ctx, "batch")
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	ls, err := limiter.Claim(ctx, h.gw.taskRequest(ctx, srv, "work", srv.TimeoutFor("work")), ts.Ticket, ts.Mark)
+	if err != nil {
+		t.Fatalf("the first worker's claim: %v", err)
+	}
+	defer func() { _, _ = ls.Finish(context.Background(), lease.Unused) }()
+	if c := h.rpc("/mcp/batch", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true}); c.err != nil {
+		t.Fatalf("tasks/cancel: %s", c.raw)
+	}
+	// The start made again.
+	if err := h.gw.RunTask(t.Context(), ts); err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != tasks.StatusWorking || !r.CancelRequested {
+		t.Errorf("after a second start of a running task asked to stop: %s %q; want working, its running worker asked to stop", r.Status, r.StatusMessage)
 	}
 }
