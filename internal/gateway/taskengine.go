@@ -211,12 +211,13 @@ func taskPoll(o lease.Outlook, running bool, timeout, ttl time.Duration) time.Du
 	if call <= 0 {
 		call = timeout / 30
 	}
-	expect := call
+	expect := float64(call)
 	if !running {
 		places := max(o.Places, 1)
-		expect = call + time.Duration(float64(call)*float64(o.Ahead)/float64(places))
+		expect += expect * float64(max(o.Ahead, 0)) / float64(places)
 	}
-	return min(max(expect/2, minTaskPoll), maxTaskPoll, ttl)
+	// Bounded before it is a Duration: a wait too long for one is long.
+	return min(max(time.Duration(min(expect/2, float64(maxTaskPoll))), minTaskPoll), ttl)
 }
 
 // pollWaiting is the pollIntervalMs of a task about to wait as ticket

@@ -343,3 +343,30 @@ func TestPollReadOlderThanAChangeIsNotKept(t *testing.T) {
 		t.Error("a read begun after the last change is not remembered")
 	}
 }
+
+// TestTaskPollStaysWithinBounds: whatever the lease item says (an
+// unknown cap, a call length of zero, a negative one, a queue so long that
+// its wait overflows a Duration) and whatever the tool's timeout, the
+// interval is within [minTaskPoll, maxTaskPoll] and the TTL, and a longer
+// expected wait never gives a shorter interval than the bound it passed.
+func TestTaskPollStaysWithinBounds(t *testing.T) {
+	for _, c := range []struct {
+		o       lease.Outlook
+		running bool
+		timeout time.Duration
+		ttl     time.Duration
+		want    time.Duration // 0: only within bounds
+	}{
+		{lease.Outlook{}, false, 0, time.Hour, minTaskPoll},
+		{lease.Outlook{CallLength: -time.Hour}, false, 0, time.Hour, minTaskPoll},
+		{lease.Outlook{Ahead: 1 << 40, Places: 1, CallLength: time.Hour}, false, time.Hour, time.Hour, maxTaskPoll},
+		{lease.Outlook{Ahead: 1 << 40, Places: 0, CallLength: time.Duration(1 << 62)}, false, time.Hour, time.Hour, maxTaskPoll},
+		{lease.Outlook{Ahead: 3, Places: 1, CallLength: time.Hour}, false, time.Hour, 10 * time.Second, 10 * time.Second},
+		{lease.Outlook{CallLength: time.Duration(1 << 62)}, true, time.Hour, time.Hour, maxTaskPoll},
+	} {
+		got := taskPoll(c.o, c.running, c.timeout, c.ttl)
+		if got < minTaskPoll && got < c.ttl || got > maxTaskPoll || got > c.ttl || c.want != 0 && got != c.want {
+			t.Errorf("taskPoll(%+v, running %v, timeout %v, ttl %v) = %v, want %v", c.o, c.running, c.timeout, c.ttl, got, c.want)
+		}
+	}
+}
