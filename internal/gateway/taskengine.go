@@ -132,6 +132,11 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 		}
 	}
 	if err := e.store.Create(ctx, r); err != nil {
+		if errors.Is(err, tasks.ErrTooLarge) {
+			// What it must keep (its caller, the headers it forwards) is
+			// more than a task keeps: no retry makes it fit.
+			return nil, fault.Wrap(err, fault.BadRequest, "the call is too large to run as a task (its caller and forwarded headers are more than a task keeps): call it without the tasks extension, or with less")
+		}
 		return nil, fault.Wrap(err, fault.StoreUnavailable, "the task cannot be stored right now").WithRetryAfter(storeRetryAfter)
 	}
 	if _, err := e.queue.Enqueue(ctx, req, r.LeaseID, id, r.CreatedAt.Add(r.TTL)); err != nil {

@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -189,5 +193,64 @@ func TestDuplicateStartOfACancelledRunningTask(t *testing.T) {
 	}
 	if r.Status != tasks.StatusWorking || !r.CancelRequested {
 		t.Errorf("after a second start of a running task asked to stop: %s %q; want working, its running worker asked to stop", r.Status, r.StatusMessage)
+	}
+}
+
+// TestTaskWithLargeForwardedHeaders: a forwarded header value as long as
+// a synchronous call forwards (maxForwardValue), on two headers, is kept
+// with the task, which runs with them; it is never answered as a
+// retryable STORE_UNAVAILABLE, which an agent would retry for ever.
+func TestTaskWithLargeForwardedHeaders(t *testing.T) {
+	h, _, _ := engineHarness(t)
+	var (
+		mu   sync.Mutex
+		seen []int
+	)
+	demo, _ := testkit.StartGuardedDemo(t, func(r *http.Request, body []byte) bool {
+		if bytes.Contains(body, []byte(`"tools/call"`)) {
+			mu.Lock()
+			seen = append(seen, len(r.Header.Get("X-Tenant-A"))+len(r.Header.Get("X-Tenant-B")))
+			mu.Unlock()
+		}
+		return true
+	})
+	h.server(map[string]any{"server_id": "fwd", "url": demo.URL, "task_ttl": 120,
+		"forward_headers": []string{"X-Tenant-A", "X-Tenant-B"},
+		"tools":           map[string]any{"fail_tool": map[string]any{"task_support": "optional"}}})
+	v := strings.Repeat("t", maxForwardValue-100)
+	hdr := http.Header{"X-Tenant-A": {v}, "X-Tenant-B": {v}}
+	args := map[string]any{"name": "fail_tool", "arguments": map[string]any{}}
+	a := h.rpc("/mcp/fwd", h.key, "tools/call", args, rpcOpts{declare: true, header: hdr})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call with forwarded headers of %d bytes: %s, want a task", 2*len(v), a.raw)
+	}
+	if a = h.pollTask("/mcp/fwd", h.key, a.str(t, "taskId")); a.str(t, "status") != "completed" {
+		t.Fatalf("the task: %s, want completed", a.raw)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != 2*len(v) {
+		t.Errorf("the task's call reached the upstream with forwarded headers of %v bytes; want %d", seen, 2*len(v))
+	}
+}
+
+// TestTaskTooLargeToKeepIsRefusedForGood: a call whose forwarded headers
+// are more than a task keeps is refused as a call too large to run as a
+// task — as one whose arguments are — never as a retryable
+// STORE_UNAVAILABLE.
+func TestTaskTooLargeToKeepIsRefusedForGood(t *testing.T) {
+	h, _, _ := engineHarness(t)
+	demo, _ := testkit.StartGuardedDemo(t, func(*http.Request, []byte) bool { return true })
+	names := []string{"X-A", "X-B", "X-C", "X-D", "X-E", "X-F"}
+	h.server(map[string]any{"server_id": "fwd", "url": demo.URL, "task_ttl": 120, "forward_headers": names,
+		"tools": map[string]any{"fail_tool": map[string]any{"task_support": "optional"}}})
+	hdr := http.Header{}
+	for _, n := range names {
+		hdr.Set(n, strings.Repeat("t", maxForwardValue-100))
+	}
+	a := h.rpc("/mcp/fwd", h.key, "tools/call", map[string]any{"name": "fail_tool", "arguments": map[string]any{}}, rpcOpts{declare: true, header: hdr})
+	if bytes.Contains(a.raw, []byte("STORE_UNAVAILABLE")) || bytes.Contains(a.raw, []byte(`"retryable":true`)) || a.result != nil && string(a.result["resultType"]) == `"task"` ||
+		!bytes.Contains(a.raw, []byte("too large to run as a task")) {
+		t.Errorf("a declared call with %d bytes of forwarded headers: %s; want a refusal that is not retryable", len(names)*(maxForwardValue-100), a.raw)
 	}
 }

@@ -57,7 +57,7 @@ const (
 	// MaxRequestStateBytes bounds RequestState.
 	MaxRequestStateBytes = 16 << 10
 	// MaxPrincipalBytes bounds Principal.
-	MaxPrincipalBytes = 8 << 10
+	MaxPrincipalBytes = 32 << 10
 	// MaxStatusMessageBytes bounds StatusMessage; callers that pass on a
 	// message from elsewhere clip it to this first.
 	MaxStatusMessageBytes = 1 << 10
