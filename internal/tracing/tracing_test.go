@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"github.com/mcpgate/mcpgate/internal/awssign"
 	"io"
 	"net/http"
@@ -515,6 +516,34 @@ func TestTaskSpanLinksToItsCreator(t *testing.T) {
 		end(gateway.RequestEnd{})
 		if s := rec.Ended(); len(s) != 1 || len(s[0].Links()) != 0 || s[0].Parent().IsValid() {
 			t.Errorf("link %+v: spans %d, want one root span with no link", bad, len(s))
+		}
+	}
+}
+
+// TestTaskLinkFromHostileHeaders: what a task's record keeps of the
+// request that made it comes from the gateway's own span, whatever the
+// agent sent: a malformed traceparent gives a new trace (a valid
+// traceparent of the gateway's), a tracestate of 32 long members is not
+// kept past the record's bound, and a traceparent of megabytes is not
+// kept at all.
+func TestTaskLinkFromHostileHeaders(t *testing.T) {
+	tr, _ := recorded(t)
+	var members []string
+	for i := range 32 {
+		members = append(members, fmt.Sprintf("k%d=%s", i, strings.Repeat("v", 200)))
+	}
+	for _, h := range []http.Header{
+		{"Traceparent": {"00-" + strings.Repeat("f", 1<<20)}},
+		{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, "Tracestate": {strings.Join(members, ",")}},
+		{"Traceparent": {"zz-\x00\xff"}, "Tracestate": {strings.Repeat("=", 1<<16)}},
+	} {
+		ctx, end := tr.Request(context.Background(), h, gateway.TraceMeta{}, gateway.RequestStart{Method: "tools/call", Target: "slow"})
+		m := tr.Current(ctx)
+		end(gateway.RequestEnd{Outcome: "ok"})
+		sc := trace.SpanContextFromContext(ctx)
+		if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; m.Traceparent != want || len(m.Tracestate) > maxTracestate {
+			t.Errorf("Current after headers of %d bytes = traceparent %.80q, tracestate of %d bytes; want the gateway's span %s and at most %d bytes",
+				len(h.Get("Traceparent"))+len(h.Get("Tracestate")), m.Traceparent, len(m.Tracestate), want, maxTracestate)
 		}
 	}
 }
