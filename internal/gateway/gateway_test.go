@@ -86,7 +86,10 @@ func newHarnessDeps(t *testing.T, opts Options, extra func(*Deps, *storetest.Env
 	demo := testkit.StartDemo(t)
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	opts.Logger, opts.MaxBodyBytes, opts.AllowedOrigins = log, 4096, []string{"https://console.example.com"}
+	opts.Logger, opts.AllowedOrigins = log, []string{"https://console.example.com"}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = 4096
+	}
 	pool := upstream.New(upstream.Options{AllowLocal: true, Logger: log, Secrets: secret.New(secret.Options{Getenv: os.Getenv})})
 	t.Cleanup(pool.Close)
 	deps := Deps{

@@ -26,6 +26,12 @@ func engineHarness(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup) {
 // environment.
 func engineHarnessOf(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup, *lease.Limiter, *storetest.Env) {
 	t.Helper()
+	return engineHarnessWith(t, Options{})
+}
+
+// engineHarnessWith is engineHarnessOf with the gateway's options.
+func engineHarnessWith(t *testing.T, opts Options) (*harness, *tasks.Store, *sync.WaitGroup, *lease.Limiter, *storetest.Env) {
+	t.Helper()
 	var (
 		store   *tasks.Store
 		limiter *lease.Limiter
@@ -43,7 +49,7 @@ func engineHarnessOf(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup, *le
 			}
 		})
 	}
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+	h := newHarnessDeps(t, opts, func(d *Deps, env *storetest.Env) {
 		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
 		limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: start})
 		d.Limiter = limiter

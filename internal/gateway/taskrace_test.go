@@ -254,3 +254,29 @@ func TestTaskTooLargeToKeepIsRefusedForGood(t *testing.T) {
 		t.Errorf("a declared call with %d bytes of forwarded headers: %s; want a refusal that is not retryable", len(names)*(maxForwardValue-100), a.raw)
 	}
 }
+
+// TestTaskUpdateTooLargeIsInvalidParams: input responses larger than a
+// task keeps are the agent's mistake, answered as invalid params saying
+// so — not as an internal error of the gateway — and the task still asks
+// for its input.
+func TestTaskUpdateTooLargeIsInvalidParams(t *testing.T) {
+	h, _, _, _, _ := engineHarnessWith(t, Options{MaxBodyBytes: 1 << 20})
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "task_ttl": 120,
+		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}})
+	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
+		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
+	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "a.txt"}, "_meta": meta}, rpcOpts{declare: true})
+	id := a.str(t, "taskId")
+	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "input_required" {
+		t.Fatalf("the task: %s, want input_required", a.raw)
+	}
+	u := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{
+		"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true, "note": strings.Repeat("n", tasks.MaxInputResponsesBytes)}}}}, rpcOpts{declare: true})
+	if u.code() != -32602 {
+		t.Errorf("tasks/update with responses over %d bytes: %s, want -32602", tasks.MaxInputResponsesBytes, u.raw)
+	}
+	if a = h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.str(t, "status") != "input_required" {
+		t.Errorf("after a refused update: %s, want input_required", a.raw)
+	}
+}

@@ -356,7 +356,13 @@ func (sc *mcpScope) gatewayTaskRequest(ctx context.Context, method string, r *ta
 				return nil, internal(errors.New("a gateway task with no engine to update it"), "this gateway runs no tasks now")
 			}
 			// The round's requestState, the upstream's, is the record's.
-			if _, err := sc.g.deps.Tasks.Update(ctx, r, outstanding, r.RequestState); err != nil {
+			_, err := sc.g.deps.Tasks.Update(ctx, r, outstanding, r.RequestState)
+			switch {
+			case errors.Is(err, tasks.ErrTooLarge):
+				// The agent's answers are more than a task keeps.
+				return nil, sc.refuseRPC(&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+					Message: fmt.Sprintf("params.inputResponses are larger than a task keeps (%d bytes in all)", tasks.MaxInputResponsesBytes)}, fault.BadRequest)
+			case err != nil:
 				return nil, internal(err, "cannot update the task right now")
 			}
 			sc.g.polls.forget(r.Owner, r.ID)
