@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/metrics/metricstest"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/tasks"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -279,4 +281,80 @@ func TestTaskUpdateTooLargeIsInvalidParams(t *testing.T) {
 	if a = h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.str(t, "status") != "input_required" {
 		t.Errorf("after a refused update: %s, want input_required", a.raw)
 	}
+}
+
+// TestLosingTaskStartCountsNoCall: a start of a task that finds its place
+// claimed by another start (a start made again, seen lost) makes no call:
+// it must write no call record, where it wrote one with outcome "ok" — a
+// call that never happened, counted as a success in the server's
+// metrics.
+func TestLosingTaskStartCountsNoCall(t *testing.T) {
+	starts := make(chan lease.TaskStart, 8)
+	var store *tasks.Store
+	var limiter *lease.Limiter
+	out := &syncBuffer{}
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
+		limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond,
+			OnTaskStart: func(_ context.Context, ts lease.TaskStart) { starts <- ts }})
+		d.Limiter = limiter
+		d.Metrics = metrics.New(out, metrics.Options{})
+	})
+	h.gw.EnableTasks(store, limiter, func(_ context.Context, ts lease.TaskStart) { starts <- ts })
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call of work: %s", a.raw)
+	}
+	ts := <-starts
+	rec, err := store.Get(t.Context(), a.str(t, "taskId"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who taskCaller
+	if err := json.Unmarshal(rec.Principal, &who); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithValue(t.Context(), callerCtx, &caller{principal: who.Principal})
+	srv, ferr := h.gw.server(ctx, "batch")
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	// Another start has claimed the place.
+	ls, err := limiter.Claim(ctx, h.gw.taskRequest(ctx, srv, "work", srv.TimeoutFor("work")), ts.Ticket, ts.Mark)
+	if err != nil {
+		t.Fatalf("the other start's claim: %v", err)
+	}
+	defer func() { _, _ = ls.Finish(context.Background(), lease.Unused) }()
+	before := callRecords(t, out, "work")
+	if err := h.gw.RunTask(t.Context(), ts); err != nil {
+		t.Fatal(err)
+	}
+	if n := callRecords(t, out, "work") - before; n != 0 {
+		t.Errorf("a start that found its place claimed wrote %d call records; want none (it made no call)", n)
+	}
+}
+
+// callRecords counts the EMF call records of tool in out.
+func callRecords(t *testing.T, out *syncBuffer, tool string) int {
+	t.Helper()
+	n := 0
+	for line := range bytes.SplitSeq(bytes.TrimSpace([]byte(out.String())), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		rec, err := metricstest.Parse(line)
+		if err != nil {
+			t.Fatalf("invalid EMF line %s: %v", line, err)
+		}
+		if name, _ := rec.String("Tool"); name != tool {
+			continue
+		}
+		if _, _, ok := rec.Metric(metrics.MetricLatency); ok {
+			n++
+		}
+	}
+	return n
 }
