@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/metrics/metricstest"
@@ -357,4 +358,36 @@ func callRecords(t *testing.T, out *syncBuffer, tool string) int {
 		}
 	}
 	return n
+}
+
+// TestTaskRefusedTheKeysPlaceEndsAsASynchronousCallWould: a task whose
+// worker finds its key's max_parallel_requests taken (a synchronous call
+// of the key in flight) ends with the AT_CAPACITY tool error a
+// synchronous call gets (completed, isError), as docs/tasks.md says of
+// faults a synchronous call answers as tool errors.
+func TestTaskRefusedTheKeysPlaceEndsAsASynchronousCallWould(t *testing.T) {
+	h, _, _ := engineHarness(t)
+	key := testkit.PutKeyAs(t, h.env, auth.Key{Servers: []string{"*"}, MaxParallel: 1})
+	slow := testkit.StartBatch(t, 10, 3*time.Second)
+	fast := testkit.StartBatch(t, 10, 10*time.Millisecond)
+	h.server(map[string]any{"server_id": "slow", "url": slow.URL, "timeout": 30})
+	h.server(map[string]any{"server_id": "fast", "url": fast.URL, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.rpc("/mcp/slow", key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{})
+	}()
+	defer func() { <-done }()
+	for deadline := time.Now().Add(20 * time.Second); len(slow.Stats().Arrivals) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	a := h.rpc("/mcp/fast", key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		t.Fatalf("a declared call of work: %s", a.raw)
+	}
+	a = h.pollTask("/mcp/fast", key, a.str(t, "taskId"))
+	if a.str(t, "status") != "completed" || !bytes.Contains(a.result["result"], []byte("AT_CAPACITY")) || !bytes.Contains(a.result["result"], []byte(`"isError":true`)) {
+		t.Errorf("a task refused its key's place: %s, want completed with the AT_CAPACITY tool error", a.raw)
+	}
 }
