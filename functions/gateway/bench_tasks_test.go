@@ -62,7 +62,14 @@ func (b *bench) tasks() {
 		b.rig.PutServer(map[string]any{"server_id": id, "url": b.rig.Demo.URL, "max_concurrent_requests": capacity,
 			"on_limit": "queue", "queue_timeout": 600, "max_queued": 2 * n, "task_ttl": 600, "timeout": 10,
 			"tools": map[string]any{"slow_tool": map[string]any{"task_support": "optional"}}})
-		b.warm(gws, id)
+		// One call of the run's length from each process: the server's
+		// call length (call_ms) is known, as on a server in use, and the
+		// tasks are told to poll by it.
+		for _, g := range gws {
+			if r := b.call(g.URL, id, "slow_tool", map[string]any{"ms": callLen.Milliseconds()}); r.status != http.StatusOK {
+				t.Fatalf("warm-up: %d %s", r.status, r.body)
+			}
+		}
 	}
 	tk := b.tasksRun(gws, "tasks_t", n, capacity, callLen, true)
 	sy := b.tasksRun(gws, "tasks_s", n, capacity, callLen, false)
