@@ -234,16 +234,21 @@ func (t *Tracing) Request(ctx context.Context, h http.Header, meta gateway.Trace
 		if e.Status != 0 {
 			span.SetAttributes(keyStatus.Int(e.Status))
 		}
-		switch {
-		case e.Code != "":
-			span.SetAttributes(keyErrorType.String(string(e.Code)))
-			span.SetStatus(codes.Error, string(e.Code))
-		case e.Outcome == "tool_error":
-			span.SetAttributes(keyErrorType.String("tool_error"))
-			span.SetStatus(codes.Error, "tool_error")
-		}
-		span.End()
+		endWith(span, e)
 	}
+}
+
+// endWith ends a request's or a task's span with its error, if any.
+func endWith(span trace.Span, e gateway.RequestEnd) {
+	switch {
+	case e.Code != "":
+		span.SetAttributes(keyErrorType.String(string(e.Code)))
+		span.SetStatus(codes.Error, string(e.Code))
+	case e.Outcome == "tool_error":
+		span.SetAttributes(keyErrorType.String("tool_error"))
+		span.SetStatus(codes.Error, "tool_error")
+	}
+	span.End()
 }
 
 // Admission starts the span of a call's admission.
@@ -340,25 +345,17 @@ func (t *Tracing) Current(ctx context.Context) gateway.TraceMeta {
 // is dropped).
 func (t *Tracing) Task(ctx context.Context, link gateway.TraceMeta, c gateway.CallInfo) (context.Context, func(gateway.RequestEnd)) {
 	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(keyMethod.String("tools/call"), keyTool.String(c.Tool), keyOperation.String("execute_tool"),
-			keyServerID.String(c.ServerID), keyRequestID.String(c.RequestID))}
+		trace.WithAttributes(keyMethod.String("tools/call"), text(keyTool, c.Tool), keyOperation.String("execute_tool"),
+			text(keyServerID, c.ServerID), text(keyRequestID, c.RequestID))}
 	if sc, ok := linkOf(link); ok {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
-	ctx, span := t.tr.Start(ctx, "task tools/call "+c.Tool, opts...)
+	ctx, span := t.tr.Start(ctx, clip.Escape("task tools/call "+c.Tool), opts...)
 	return ctx, func(e gateway.RequestEnd) {
 		if e.Outcome != "" {
 			span.SetAttributes(keyOutcome.String(e.Outcome))
 		}
-		switch {
-		case e.Code != "":
-			span.SetAttributes(keyErrorType.String(string(e.Code)))
-			span.SetStatus(codes.Error, string(e.Code))
-		case e.Outcome == "tool_error":
-			span.SetAttributes(keyErrorType.String("tool_error"))
-			span.SetStatus(codes.Error, "tool_error")
-		}
-		span.End()
+		endWith(span, e)
 	}
 }
 
