@@ -696,8 +696,9 @@ func (g *Gateway) logTask(rec *record, r *tasks.Record, start time.Time) {
 // SweepTasks starts again the tasks whose turn came but whose worker never
 // claimed their place (a start lost with its instance, an invocation never
 // delivered): for each server with a tool the gateway runs as a task, one
-// read of its lease item, and a start for each task due (lease.StartDue).
-// A schedule runs it.
+// read of its lease item, and a start for each task due (lease.StartDue);
+// then the tasks waiting there, an EMF record (TasksWaiting). A schedule
+// runs it.
 func (g *Gateway) SweepTasks(ctx context.Context) error {
 	e, ok := g.deps.Tasks.(*taskEngine)
 	if !ok {
@@ -712,8 +713,14 @@ func (g *Gateway) SweepTasks(ctx context.Context) error {
 		if !runsTasks(srv) {
 			continue
 		}
-		if err := e.queue.StartDue(ctx, g.taskRequest(ctx, srv, "", srv.Timeout)); err != nil {
+		req := g.taskRequest(ctx, srv, "", srv.Timeout)
+		if err := e.queue.StartDue(ctx, req); err != nil {
 			errs = append(errs, fmt.Errorf("server %s: %w", srv.ID, err))
+			continue
+		}
+		// The item StartDue read: how many tasks wait there.
+		if o, ok := e.queue.Outlook(req, ""); ok {
+			_ = g.deps.Metrics.TasksWaiting(srv.ID, o.Tasks)
 		}
 	}
 	return errors.Join(errs...)

@@ -23,14 +23,15 @@ func engineHarness(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup) {
 }
 
 // engineHarnessOf is engineHarness, with its limiter and its store's
-// environment.
-func engineHarnessOf(t *testing.T) (*harness, *tasks.Store, *sync.WaitGroup, *lease.Limiter, *storetest.Env) {
+// environment; more change the gateway's dependencies.
+func engineHarnessOf(t *testing.T, more ...func(*Deps)) (*harness, *tasks.Store, *sync.WaitGroup, *lease.Limiter, *storetest.Env) {
 	t.Helper()
-	return engineHarnessWith(t, Options{})
+	return engineHarnessWith(t, Options{}, more...)
 }
 
-// engineHarnessWith is engineHarnessOf with the gateway's options.
-func engineHarnessWith(t *testing.T, opts Options) (*harness, *tasks.Store, *sync.WaitGroup, *lease.Limiter, *storetest.Env) {
+// engineHarnessWith is engineHarnessOf with the gateway's options; more
+// change its dependencies (a metrics emitter, say).
+func engineHarnessWith(t *testing.T, opts Options, more ...func(*Deps)) (*harness, *tasks.Store, *sync.WaitGroup, *lease.Limiter, *storetest.Env) {
 	t.Helper()
 	var (
 		store   *tasks.Store
@@ -53,6 +54,9 @@ func engineHarnessWith(t *testing.T, opts Options) (*harness, *tasks.Store, *syn
 		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
 		limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: start})
 		d.Limiter = limiter
+		for _, f := range more {
+			f(d)
+		}
 	})
 	mu.Lock()
 	gw = h.gw

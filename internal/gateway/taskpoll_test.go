@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/metrics/metricstest"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/tasks"
 	"github.com/mcpgate/mcpgate/internal/testkit"
@@ -368,5 +370,59 @@ func TestTaskPollStaysWithinBounds(t *testing.T) {
 		if got < minTaskPoll && got < c.ttl || got > maxTaskPoll || got > c.ttl || c.want != 0 && got != c.want {
 			t.Errorf("taskPoll(%+v, running %v, timeout %v, ttl %v) = %v, want %v", c.o, c.running, c.timeout, c.ttl, got, c.want)
 		}
+	}
+}
+
+// TestSweepCountsTasksWaiting: the sweep's one read of a server's lease
+// item also tells how many tasks wait there, as an EMF record
+// (TasksWaiting, [ServerID]) — three behind a held place, then none once
+// they were withdrawn.
+func TestSweepCountsTasksWaiting(t *testing.T) {
+	var out syncBuffer
+	h, _, _, limiter, _ := engineHarnessOf(t, func(d *Deps) { d.Metrics = metrics.New(&out, metrics.Options{}) })
+	up := testkit.StartBatch(t, 10, 50*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	ctx := context.Background()
+	hold, err := limiter.Acquire(ctx, lease.Request{Key: "batch", Cap: 1, MaxQueued: 10, Hold: time.Minute, Holder: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 3 {
+		ids = append(ids, h.createTask("batch", h.key, "work"))
+	}
+	waiting := func() []string {
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			if strings.Contains(line, `"`+metrics.MetricTasksWaiting+`"`) {
+				rec, err := metricstest.Parse([]byte(line))
+				if err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+				got = append(got, fmt.Sprint(rec.Members[metrics.MetricTasksWaiting]))
+			}
+		}
+		return got
+	}
+	if err := h.gw.SweepTasks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := waiting(); len(got) != 1 || got[0] != "3" {
+		t.Errorf("TasksWaiting records after the sweep: %v; want one of 3", got)
+	}
+	for _, id := range ids {
+		if a := h.rpc("/mcp/batch", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.err != nil {
+			t.Fatalf("cancel: %s", a.raw)
+		}
+	}
+	if err := h.gw.SweepTasks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := waiting(); len(got) != 2 || got[1] != "0" {
+		t.Errorf("TasksWaiting records after the tasks were withdrawn: %v; want a second of 0", got)
+	}
+	if _, err := hold.Finish(ctx, lease.Unused); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -16,6 +16,8 @@ type Outlook struct {
 	// CallLength is how long calls on the key last (the fleet's running
 	// mean, as mcpgate status shows it), zero if unknown.
 	CallLength time.Duration
+	// Tasks counts the live tickets of tasks on the item.
+	Tasks int
 }
 
 // Outlook returns what this process last saw of req.Key's item about
@@ -28,6 +30,7 @@ func (l *Limiter) Outlook(req Request, id string) (o Outlook, ok bool) {
 		return Outlook{Places: req.Cap}, false
 	}
 	me := asker{id: id, label: req.Holder}
-	return Outlook{Ahead: v.before(l.clock().UnixMilli(), &me), Places: req.capIn(v),
-		CallLength: time.Duration(v.callMS) * time.Millisecond}, true
+	now := l.clock().UnixMilli()
+	return Outlook{Ahead: v.before(now, &me), Places: req.capIn(v),
+		CallLength: time.Duration(v.callMS) * time.Millisecond, Tasks: v.waiting(now, true)}, true
 }

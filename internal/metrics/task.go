@@ -1,6 +1,9 @@
 package metrics
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+)
 
 // Metrics of MCP tasks the gateway runs itself: one record when a task is
 // made, one when it ends. A task's id is never a dimension.
@@ -9,6 +12,9 @@ const (
 	MetricTasksCompleted = "TasksCompleted"
 	MetricTasksFailed    = "TasksFailed"
 	MetricTasksCancelled = "TasksCancelled"
+	// MetricTasksWaiting is how many tasks wait for a place on a server,
+	// as the sweep reads its lease item (once a minute): [ServerID] only.
+	MetricTasksWaiting = "TasksWaiting"
 )
 
 // TaskMetric names the metric of a task's event: "created", or the status
@@ -31,10 +37,22 @@ func TaskMetric(event string) string {
 // ending (event as TaskMetric reads it): its metric (Count 1), dimension
 // sets [ServerID] and [ServerID, Tool].
 func (e *Emitter) Task(serverID, tool, event string) error {
+	return e.taskRecord(serverID, tool, TaskMetric(event), 1)
+}
+
+// TasksWaiting writes how many tasks wait for a place on serverID
+// (MetricTasksWaiting, Count n), under [ServerID].
+func (e *Emitter) TasksWaiting(serverID string, n int) error {
+	if n < 0 {
+		return ErrInvalid
+	}
+	return e.taskRecord(serverID, "", MetricTasksWaiting, n)
+}
+
+func (e *Emitter) taskRecord(serverID, tool, name string, n int) error {
 	if e == nil {
 		return nil
 	}
-	name := TaskMetric(event)
 	if serverID == "" || name == "" {
 		return ErrInvalid
 	}
@@ -49,5 +67,5 @@ func (e *Emitter) Task(serverID, tool, event string) error {
 		t, _ := json.Marshal(tool)
 		line += `,"` + DimTool + `":` + string(t)
 	}
-	return e.write(json.RawMessage(line + `,"` + name + `":1}`))
+	return e.write(json.RawMessage(line + `,"` + name + `":` + strconv.Itoa(n) + `}`))
 }
