@@ -47,7 +47,10 @@
 // waiting set. Each is added and removed whole, in one write; a removal
 // by anyone but its owner is conditioned on the value seen (a lease's
 // expiry, a ticket's number). A count is the size of a map or set, never
-// a number stored apart from what it counts.
+// a number stored apart from what it counts. A lease (or a probe) is live
+// through the millisecond of its expiry and a ticket through its
+// deadline's: each has lapsed only once now is past it, for whose turn it
+// is as for purges.
 //
 //   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its sets,
 //     take a token from each of the call's buckets and, for a waiter,
