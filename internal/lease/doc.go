@@ -17,8 +17,8 @@
 //	tasks              M   the same for the tasks waiting (see Tasks)
 //	tickets            M   ticket id → {p: principal, d: deadline (Unix ms), t: tool, c: tool cap,
 //	                       r: the tool's rpm limit, l: a caller's look period (ms; read as 2 s
-//	                       when absent, as tickets written before it); a task's also x: its
-//	                       task, s: its last start}
+//	                       when absent, as tickets written before it, and as MaxLookFar at
+//	                       most); a task's also x: its task, s: its last start}
 //	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
 //	freed              N   places freed and tickets gone other than by their take
