@@ -275,8 +275,8 @@
 // run again; so after a join whose outcome was unknown, Enqueue joins
 // again only while freed is as that join saw it, and otherwise fails (the
 // ticket may have come and gone). Two workers of one start share the
-// ticket's id: one whose take's outcome was unknown takes the lease it
-// then finds for its own only if it holds the expiry that take set.
+// ticket's id: one whose takes' outcomes were unknown takes the lease it
+// then finds for its own only if it holds the expiry one of them set.
 //
 // # Answers and views
 //

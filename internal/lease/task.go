@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -179,9 +180,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		a.own = v
 		now := a.now()
 		if exp, ok := v.leases[id]; ok {
-			if a.unsure != 0 && exp == a.unsure {
-				// A take of this claim whose answer was lost landed: the
-				// expiry it set, not another worker's of the same start.
+			if slices.Contains(a.unsure, exp) {
+				// A take of this claim whose answer was lost landed: an
+				// expiry one of them set, not another worker's of the same
+				// start.
 				ls, err := a.lease(ctx, exp, v)
 				if ls != nil {
 					ls.task = true

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -73,5 +74,36 @@ func TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost(t *testing.T) {
 		if landed := f.release(); len(landed) != 1 || landed[0] {
 			t.Fatalf("the lost take landed late: %v; want it refused", landed)
 		}
+	})
+}
+
+// Invariant 16: a worker whose take is held in the network (its outcome
+// unknown) looks again, finds the ticket still there and takes again,
+// that take's outcome unknown too; then the first lands late and the
+// second is refused. The lease is the worker's own, from its first take:
+// were it taken for another worker's (only the last take's expiry kept),
+// nobody would run the task, its ticket gone into a lease left to lapse.
+func TestAWorkerKnowsEachOfItsTakesWhoseOutcomeWasUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		var st starts
+		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		got := st.list()
+		if len(got) != 1 {
+			t.Fatalf("starts: %+v; want one", got)
+		}
+		w := New(f, "leases", Options{InstanceID: "w"})
+		var landed []bool
+		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold})
+		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold, after: func() { landed = f.release() }})
+		ls, err := w.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		if !slices.Equal(landed, []bool{true, false}) {
+			t.Fatalf("the held takes: landed %v; want the first, not the second", landed)
+		}
+		if err != nil || ls == nil {
+			t.Fatalf("the worker's claim, its first take landed late: %v, %v; want the place (its own take's lease)", ls, err)
+		}
+		release(t, ls)
 	})
 }
