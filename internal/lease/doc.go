@@ -272,11 +272,13 @@
 // gone, its join is also conditioned on freed as seen: landing late,
 // after the ticket was claimed and released, withdrawn or lapsed (each of
 // which moves freed), it would bring the ticket back and the task would
-// run again; so after a join whose outcome was unknown, Enqueue joins
-// again only while freed is as that join saw it, and otherwise fails (the
-// ticket may have come and gone). Two workers of one start share the
-// ticket's id: one whose takes' outcomes were unknown takes the lease it
-// then finds for its own only if it holds the expiry one of them set.
+// run again; so after a join whose outcome was unknown, Enqueue succeeds
+// when it finds the ticket or a lease of its id (a worker claimed it),
+// joins again only while freed is as that join saw it, and otherwise
+// fails (the ticket may have come and gone). Two workers of one start
+// share the ticket's id: one whose takes' outcomes were unknown takes the
+// lease it then finds for its own only if it holds the expiry one of them
+// set.
 //
 // # Answers and views
 //

@@ -103,6 +103,11 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			l.startDue(ctx, req.Key, v, a.rules(v))
 			return a.me.id, nil
 		}
+		if a.joined && v.leases[a.me.id] != 0 {
+			// Its join landed and a worker has claimed the ticket since:
+			// no other write makes a lease of its id.
+			return a.me.id, nil
+		}
 		if sent >= 0 && v.freed != sent && v.leases[a.me.id] == 0 {
 			// A join whose outcome was unknown may have landed, and its
 			// ticket gone since (claimed and released, withdrawn): joining

@@ -107,3 +107,31 @@ func TestAWorkerKnowsEachOfItsTakesWhoseOutcomeWasUnknown(t *testing.T) {
 		release(t, ls)
 	})
 }
+
+// Invariant 16 and the gateway's task: a join whose answer is lost has
+// landed, and its ticket's worker claimed it before Enqueue looked again.
+// The lease at the ticket's id is the task's (no other write makes a
+// lease of that id): the task is in, and running. Enqueue joined again
+// and again (each join refused as the lease is there) and failed, telling
+// its caller the task was not made while it ran.
+func TestEnqueueFindingItsTicketClaimedSucceeds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		l := New(f, "leases", Options{InstanceID: "a"})
+		w := New(f, "leases", Options{InstanceID: "w"})
+		id := l.NewTaskID()
+		var ls *Lease
+		var claimErr error
+		f.arm(rule{match: writes("ADD", WaitingAttr("q")), fate: lose, after: func() {
+			ls, claimErr = w.Claim(context.Background(), taskReq("q"), id, 0)
+		}})
+		got, err := l.Enqueue(context.Background(), taskReq("q"), id, "task-1", time.Now().Add(time.Hour))
+		if claimErr != nil || ls == nil {
+			t.Fatalf("the worker's claim of the landed ticket: %v, %v", ls, claimErr)
+		}
+		defer release(t, ls)
+		if err != nil || got != id {
+			t.Fatalf("Enqueue, its join landed and its ticket claimed: %q, %v; want %q (the task is in)", got, err, id)
+		}
+	})
+}
