@@ -752,7 +752,10 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	rank := v.before(now, &a.me)
 	period := a.lookPeriod(rank, max(a.req.capIn(v), 1))
 	if t := v.ticketFor(a.me.id); t != nil {
-		period = min(period, max(t.look, overdueLook))
+		// Never longer than its ticket announces; never shorter than its
+		// MaxLook, the least it announces (a shorter period is an edit of
+		// the item, and would have it poll).
+		period = min(period, max(t.look, a.l.maxLook))
 	}
 	most := period
 	if d := a.blockedFor(v, now); d > 0 {

@@ -77,3 +77,52 @@ func TestAnAbsurdLookPeriodDoesNotHoldAFreePlace(t *testing.T) {
 		}
 	})
 }
+
+// Invariant 14: a waiter's reads per second are bounded by its rank. Its
+// ticket announces a look period no shorter than its process's MaxLook;
+// edited down to nothing (the item is anyone's to write), it must not
+// have the waiter read the item every 5 ms while it waits.
+func TestAZeroLookPeriodDoesNotMakeAWaiterPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const maxLook = time.Second
+		r := Request{Key: "srv", Cap: 1, MaxQueued: 8, Hold: 10 * time.Minute, Wait: 5 * time.Minute, Holder: "p"}
+		holder, err := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook}).Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &rgCounter{API: db}
+		w := New(c, rgTable, Options{InstanceID: "w", MaxLook: maxLook})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if ls, err := w.Acquire(ctx, r); err == nil {
+				_, _ = ls.Finish(context.Background(), Success)
+			}
+		}()
+		synctest.Wait()
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(rgTable),
+			Key:                       rgItemKey("srv"),
+			UpdateExpression:          aws.String("SET #t.#id.#l = :v"),
+			ExpressionAttributeNames:  map[string]string{"#t": rgTickets, "#id": "w.1", "#l": "l"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: "0"}},
+			ConditionExpression:       aws.String("attribute_exists(#t.#id)"),
+		}); err != nil {
+			t.Fatalf("the waiter's ticket w.1: %v", err)
+		}
+		time.Sleep(5 * time.Second) // a look or two reads the edit
+		before := c.now()
+		const window = 30 * time.Second
+		time.Sleep(window)
+		if reads := c.now().minus(before).reads; reads > int64(window/maxLook)+1 {
+			t.Errorf("a waiter whose ticket announces a 0 ms look period read the item %d times in %v; want at most one a MaxLook (%v)", reads, window, maxLook)
+		}
+		if _, err := holder.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+	})
+}
