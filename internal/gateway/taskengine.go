@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -142,8 +143,11 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 	if _, err := e.queue.Enqueue(ctx, req, r.LeaseID, id, r.CreatedAt.Add(r.TTL)); err != nil {
 		fe := acquireFault(srv, tool, err)
 		// Nobody was told of this task: it is no task that failed.
-		e.settle(context.WithValue(context.WithoutCancel(ctx), untoldKey{}, true), r, nil, fe, false)
-		return nil, fe
+		n := e.refuse(context.WithValue(context.WithoutCancel(ctx), untoldKey{}, true), r, fe)
+		if n == nil {
+			return nil, fe
+		}
+		r = n // a worker took it: the agent's task, whose call was made
 	}
 	// The join's answer shows the task's place in line. Where the estimate
 	// above (this process's earlier view of the item, or none) told under
@@ -325,7 +329,7 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 		return n, err
 	}
 	if _, err := e.queue.Enqueue(ctx, req, ticket, n.ID, n.CreatedAt.Add(n.TTL)); err != nil {
-		e.settle(context.WithoutCancel(ctx), n, nil, acquireFault(srv, r.Tool, err), false)
+		e.refuse(context.WithoutCancel(ctx), n, acquireFault(srv, r.Tool, err))
 		return n, nil
 	}
 	return n, nil
@@ -504,14 +508,14 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 			}
 			c.leases = append(c.leases, kl)
 		}
-		g.obs.Acquired(ctx, c.info(), ls)
-		g.obs.Waited(ctx, c.info(), c.rec.waited)
 	}
 	callEnd, short := g.callEnd(ctx, c)
 	// The claim has just read the item: what it says of the calls' length.
 	running, _ := e.queue.Outlook(c.req, ts.Ticket)
+	settled := false
 	if _, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
+			settled = true
 			return errSettled
 		}
 		n.StatusMessage, n.Attempt = "running", n.Attempt+1
@@ -521,6 +525,16 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	}); err != nil {
 		g.log.Warn("task record not updated", "task", r.ID, "error", err.Error())
 	}
+	if settled {
+		// It ended before its call was made (its join refused although
+		// it landed, see refuse): the call is not made.
+		for _, ls := range slices.Backward(c.leases) {
+			g.finish(ctx, ls, lease.Unused, c.rec)
+		}
+		return nil, nil, false, false
+	}
+	g.obs.Acquired(ctx, c.info(), c.ls)
+	g.obs.Waited(ctx, c.info(), c.rec.waited)
 	// The call is cut off when the task is cancelled, as a synchronous
 	// call is when its caller goes away.
 	cctx, cancel := context.WithCancel(ctx)
@@ -615,6 +629,31 @@ func (e *taskEngine) withdraw(ctx context.Context, ts lease.TaskStart) {
 // included), failed with a JSON-RPC error for what a synchronous call
 // answers as a protocol error, or cancelled.
 func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallToolResult, fe *fault.Error, cancelled bool) {
+	e.settleUnless(ctx, r, res, fe, cancelled, nil)
+}
+
+// refuse settles task r, whose join Enqueue failed with fe, as failed —
+// unless a worker took it meanwhile. The join may have landed although
+// Enqueue failed (its answer lost, or its ticket claimed and gone before
+// Enqueue looked again), and the ticket's worker made its call. A worker
+// marks the record running (Attempt) before its call and makes no call on
+// a record settled before that mark: so either the task fails here or its
+// call is made, never both. taken is the record a worker took (nil: the
+// task failed here).
+func (e *taskEngine) refuse(ctx context.Context, r *tasks.Record, fe *fault.Error) (taken *tasks.Record) {
+	took := func(n *tasks.Record) bool { return n.Attempt > r.Attempt }
+	if e.settleUnless(ctx, r, nil, fe, false, took) {
+		return nil
+	}
+	if n, err := e.store.Get(ctx, r.ID); err == nil && took(n) {
+		return n
+	}
+	return nil
+}
+
+// settleUnless is settle, but for a record that has ended or of which
+// skip holds; stored reports whether it wrote the outcome.
+func (e *taskEngine) settleUnless(ctx context.Context, r *tasks.Record, res *mcp.CallToolResult, fe *fault.Error, cancelled bool, skip func(*tasks.Record) bool) (stored bool) {
 	var result, rpcErr json.RawMessage
 	status, msg := tasks.StatusCompleted, ""
 	switch {
@@ -648,10 +687,13 @@ func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallT
 		}
 		result = b
 	}
+	skipped := false
 	_, err := e.update(ctx, r, func(n *tasks.Record) error {
-		if tasks.Terminal(n.Status) {
+		if tasks.Terminal(n.Status) || skip != nil && skip(n) {
+			skipped = true
 			return errSettled
 		}
+		skipped = false
 		n.Status, n.StatusMessage, n.Result, n.Error = status, clip.String(msg, clip.Message), result, rpcErr
 		if status == tasks.StatusCancelled {
 			n.Result, n.Error = nil, nil
@@ -672,6 +714,7 @@ func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallT
 	if err != nil {
 		e.g.log.Error("task outcome not stored", "task", r.ID, "error", err.Error())
 	}
+	return err == nil && !skipped
 }
 
 // taskProtocolError reports whether a synchronous call would have answered

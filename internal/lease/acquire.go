@@ -64,9 +64,10 @@ type attempt struct {
 	taskID string
 	// behind is how many callers were ahead of it when it last joined.
 	behind int
-	// unsure is the expiry a take of it whose outcome was unknown would
-	// have set (0: none).
-	unsure int64
+	// unsure are the expiries its takes whose outcome was unknown would
+	// have set, each (a later take, judged while an earlier one was still
+	// in flight, may be refused while the earlier lands late).
+	unsure []int64
 	// asked is when the last request of this attempt was sent; look is
 	// the next wait of a waiter whose place is late.
 	asked time.Time
@@ -492,7 +493,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if v != nil {
 		wctx = context.WithValue(ctx, judgedKey{}, v.seq)
 	}
-	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = exp })
+	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = append(a.unsure, exp) })
 	if err == nil {
 		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
@@ -751,7 +752,10 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	rank := v.before(now, &a.me)
 	period := a.lookPeriod(rank, max(a.req.capIn(v), 1))
 	if t := v.ticketFor(a.me.id); t != nil {
-		period = min(period, max(t.look, overdueLook))
+		// Never longer than its ticket announces; never shorter than its
+		// MaxLook, the least it announces (a shorter period is an edit of
+		// the item, and would have it poll).
+		period = min(period, max(t.look, a.l.maxLook))
 	}
 	most := period
 	if d := a.blockedFor(v, now); d > 0 {
@@ -827,7 +831,7 @@ const withdrawBudget = 2 * time.Second
 // effort: a ticket left behind is passed over once its turn has come for
 // ClaimWindow, or purged past its deadline; a lease expires.
 func (a *attempt) leave(ctx context.Context) {
-	if !a.joined && a.unsure == 0 {
+	if !a.joined && len(a.unsure) == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -850,7 +854,7 @@ func (a *attempt) leave(ctx context.Context) {
 		wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
 		_, err := a.l.write(wctx, a.req.Key, u, nil)
 		cancel()
-		if err == nil || a.unsure == 0 {
+		if err == nil || len(a.unsure) == 0 {
 			return
 		}
 	}

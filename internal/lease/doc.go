@@ -17,8 +17,8 @@
 //	tasks              M   the same for the tasks waiting (see Tasks)
 //	tickets            M   ticket id → {p: principal, d: deadline (Unix ms), t: tool, c: tool cap,
 //	                       r: the tool's rpm limit, l: a caller's look period (ms; read as 2 s
-//	                       when absent, as tickets written before it); a task's also x: its
-//	                       task, s: its last start}
+//	                       when absent, as tickets written before it, and as MaxLookFar at
+//	                       most); a task's also x: its task, s: its last start}
 //	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
 //	freed              N   places freed and tickets gone other than by their take
@@ -47,7 +47,10 @@
 // waiting set. Each is added and removed whole, in one write; a removal
 // by anyone but its owner is conditioned on the value seen (a lease's
 // expiry, a ticket's number). A count is the size of a map or set, never
-// a number stored apart from what it counts.
+// a number stored apart from what it counts. A lease (or a probe) is live
+// through the millisecond of its expiry and a ticket through its
+// deadline's: each has lapsed only once now is past it, for whose turn it
+// is as for purges.
 //
 //   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its sets,
 //     take a token from each of the call's buckets and, for a waiter,
@@ -269,11 +272,13 @@
 // gone, its join is also conditioned on freed as seen: landing late,
 // after the ticket was claimed and released, withdrawn or lapsed (each of
 // which moves freed), it would bring the ticket back and the task would
-// run again; so after a join whose outcome was unknown, Enqueue joins
-// again only while freed is as that join saw it, and otherwise fails (the
-// ticket may have come and gone). Two workers of one start share the
-// ticket's id: one whose take's outcome was unknown takes the lease it
-// then finds for its own only if it holds the expiry that take set.
+// run again; so after a join whose outcome was unknown, Enqueue succeeds
+// when it finds the ticket or a lease of its id (a worker claimed it),
+// joins again only while freed is as that join saw it, and otherwise
+// fails (the ticket may have come and gone). Two workers of one start
+// share the ticket's id: one whose takes' outcomes were unknown takes the
+// lease it then finds for its own only if it holds the expiry one of them
+// set.
 //
 // # Answers and views
 //

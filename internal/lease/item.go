@@ -51,7 +51,10 @@ type ticket struct {
 	taskID  string
 	started int64
 	// look is the longest its caller goes without looking at the item,
-	// as its ticket announces (legacyLook when it announces none).
+	// as its ticket announces (legacyLook when it announces none), read
+	// as at most MaxLookFar: the item is anyone's to write, and a longer
+	// period would let a dead waiter hold a free place past invariant 8's
+	// bound.
 	look time.Duration
 }
 
@@ -187,7 +190,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
 			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
 			task: isTask, started: numberOr(d.Value[ticketStarted], 0),
-			look: time.Duration(numberOr(d.Value[ticketLook], legacyLook.Milliseconds())) * time.Millisecond}
+			look: time.Duration(min(max(numberOr(d.Value[ticketLook], legacyLook.Milliseconds()), 0), MaxLookFar.Milliseconds())) * time.Millisecond}
 		if s, ok := d.Value[ticketTool].(*types.AttributeValueMemberS); ok {
 			t.tool = s.Value
 		}

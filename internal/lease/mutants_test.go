@@ -53,7 +53,7 @@ var mutants = []mutant{
 	{"a lost start never made again", "task.go",
 		"if !t.task || t.started > now-StartTimeout.Milliseconds() ||", "if !t.task || t.started != 0 ||"},
 	{"a claim that takes another worker's lease for its own", "task.go",
-		"if a.unsure != 0 && exp == a.unsure {", "if a.unsure != 0 {"},
+		"if slices.Contains(a.unsure, exp) {", "if slices.Contains(a.unsure, exp) || len(a.unsure) != 0 {"},
 	{"a task's join that can land late, after its claim", "acquire.go",
 		"		// lapsed: each of those moves freed.\n		u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))\n", "		// lapsed: each of those moves freed.\n"},
 }

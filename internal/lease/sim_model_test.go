@@ -446,7 +446,10 @@ func (it *mItem) limitOf(k mKey) int64 {
 	return int64(k.Cap)
 }
 
-func mLive(exp, now int64) bool { return exp > now }
+// mLive: an expiry or deadline holds through its own millisecond; what
+// it bounds has lapsed only once now is past it (doc.go: "past their
+// deadline").
+func mLive(exp, now int64) bool { return exp >= now }
 
 // liveIn counts the live leases among ids.
 func (it *mItem) liveIn(ids []string, now int64) int {
@@ -709,11 +712,13 @@ func (it *mItem) instants(k mKey, from int64) []int64 {
 			at = append(at, t)
 		}
 	}
+	// A lease, a ticket and a probe lapse a millisecond past their expiry
+	// or deadline (mLive).
 	for _, exp := range it.leases {
-		add(exp)
+		add(exp + 1)
 	}
 	for _, tk := range it.tickets {
-		add(tk.d)
+		add(tk.d + 1)
 		if tk.task && tk.s > 0 {
 			add(tk.s + StartTimeout.Milliseconds())
 		}
@@ -722,7 +727,7 @@ func (it *mItem) instants(k mKey, from int64) []int64 {
 	for _, g := range it.gates {
 		for _, e := range g.entries {
 			add(e.u)
-			add(e.e)
+			add(e.e + 1)
 		}
 	}
 	for name, tat := range it.rates {

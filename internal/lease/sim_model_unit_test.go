@@ -264,12 +264,16 @@ func TestModelHandout(t *testing.T) {
 			nil, nil, []string{"y", "x"}},
 		{"places handed out count", mKey{Cap: 3}, mItemOf().ticket("x1", 1, "p0", "", far, 0, 0).ticket("x2", 2, "p0", "", far, 0, 0).ticket("y", 3, "p1", "", far, 0, 0),
 			nil, nil, []string{"x1", "y", "x2"}},
-		{"expired leases free their places", mKey{Cap: 1}, mItemOf().lease("l1", "p0", "", mNow).ticket("x", 1, "p0", "", far, 0, 0),
+		{"expired leases free their places", mKey{Cap: 1}, mItemOf().lease("l1", "p0", "", mNow-1).ticket("x", 1, "p0", "", far, 0, 0),
 			nil, nil, []string{"x"}},
 		{"live leases fill the cap", mKey{Cap: 1}, mItemOf().lease("l1", "p0", "", mNow+1).ticket("x", 1, "p0", "", far, 0, 0),
 			nil, nil, nil},
-		{"lapsed tickets wait no more", mKey{Cap: 1}, mItemOf().ticket("x", 1, "p0", "", mNow, 0, 0).ticket("y", 2, "p0", "", far, 0, 0),
+		{"a lease is live through its expiry's millisecond", mKey{Cap: 1}, mItemOf().lease("l1", "p0", "", mNow).ticket("x", 1, "p0", "", far, 0, 0),
+			nil, nil, nil},
+		{"lapsed tickets wait no more", mKey{Cap: 1}, mItemOf().ticket("x", 1, "p0", "", mNow-1, 0, 0).ticket("y", 2, "p0", "", far, 0, 0),
 			nil, nil, []string{"y"}},
+		{"a ticket waits through its deadline's millisecond", mKey{Cap: 1}, mItemOf().ticket("x", 1, "p0", "", mNow, 0, 0).ticket("y", 2, "p0", "", far, 0, 0),
+			nil, nil, []string{"x"}},
 		{"a full tool is passed over", mKey{Cap: 2}, mItemOf().lease("l1", "p0", "a", far).ticket("x", 1, "p1", "a", far, 1, 0).ticket("y", 2, "p1", "", far, 0, 0),
 			nil, nil, []string{"y"}},
 		{"a principal at its cap is passed over", mKey{Cap: 3, PrincipalCap: 1}, mItemOf().lease("l1", "p0", "", far).ticket("x", 1, "p0", "", far, 0, 0).ticket("y", 2, "p1", "", far, 0, 0),
@@ -289,7 +293,7 @@ func TestModelHandout(t *testing.T) {
 		{"a half-open gate with a live probe passes over all its callers", mKey{Cap: 3}, mItemOf().entry("breaker:b", "p0", mEntry{u: mNow - 5, p: "l9", e: mNow + 1}).
 			ticket("x", 1, "p0", "b", far, 0, 0).ticket("y", 2, "p1", "b", far, 0, 0),
 			nil, nil, []string{"y"}},
-		{"a lapsed probe leaves the gate half-open", mKey{Cap: 3}, mItemOf().entry("breaker:b", "p0", mEntry{u: mNow - 5, p: "l9", e: mNow}).
+		{"a lapsed probe leaves the gate half-open", mKey{Cap: 3}, mItemOf().entry("breaker:b", "p0", mEntry{u: mNow - 5, p: "l9", e: mNow - 1}).
 			ticket("x", 1, "p0", "b", far, 0, 0).ticket("x2", 2, "p0", "b", far, 0, 0),
 			nil, nil, []string{"x"}},
 		{"a pause has no probe", mKey{Cap: 3}, mItemOf().entry("pause", "p0", mEntry{u: mNow}).ticket("x", 1, "p0", "", far, 0, 0).ticket("x2", 2, "p0", "", far, 0, 0),
@@ -346,7 +350,8 @@ func TestModelNoteTurns(t *testing.T) {
 		it := mItemOf().lease("l", "p9", "", mNow+5000).ticket("x", 1, "p0", "", far, 0, 0).item()
 		came := map[string]time.Time{}
 		it.noteTurns(mKey{Cap: 1}, now, skew, came)
-		if want := now.Add(5*time.Second - skew); !came["x"].Equal(want) {
+		// The lease lapses a millisecond past its expiry.
+		if want := now.Add(5*time.Second + time.Millisecond - skew); !came["x"].Equal(want) {
 			t.Errorf("x's turn came at %v, want %v", came["x"].Sub(now), want.Sub(now))
 		}
 	})
@@ -516,9 +521,9 @@ func TestModelJudgesJoinsReleasesPurges(t *testing.T) {
 			after: three.clone().unticket("z").ticket("w", 3, "pd", "", far, 0, 0).ticket("me", 4, "pa", "", far-50000, 0, 0).num("seq", 4), me: me, mine: []string{"me"}},
 		{name: "a principal with callers waiting takes a reserved place", k: k, before: three,
 			after: three.clone().ticket("me", 4, "pa", "", far-50000, 0, 0).num("seq", 4), me: me, mine: []string{"me"}, want: []string{"reserve"}},
-		{name: "a principal's lapsed ticket is no caller waiting", k: k, before: three.clone().unticket("z").ticket("z", 3, "pa", "", mNow, 0, 0),
-			after: three.clone().unticket("z").ticket("z", 3, "pa", "", mNow, 0, 0).ticket("me", 4, "pa", "", far-50000, 0, 0).num("seq", 4), me: me, mine: []string{"me"}},
-		{name: "a join purging a lapsed ticket has room", k: k, before: three.clone().unticket("z").ticket("w", 3, "pd", "", mNow, 0, 0).ticket("v", 4, "pe", "", far, 0, 0).num("seq", 4),
+		{name: "a principal's lapsed ticket is no caller waiting", k: k, before: three.clone().unticket("z").ticket("z", 3, "pa", "", mNow-1, 0, 0),
+			after: three.clone().unticket("z").ticket("z", 3, "pa", "", mNow-1, 0, 0).ticket("me", 4, "pa", "", far-50000, 0, 0).num("seq", 4), me: me, mine: []string{"me"}},
+		{name: "a join purging a lapsed ticket has room", k: k, before: three.clone().unticket("z").ticket("w", 3, "pd", "", mNow-1, 0, 0).ticket("v", 4, "pe", "", far, 0, 0).num("seq", 4),
 			after: three.clone().unticket("z").ticket("v", 4, "pe", "", far, 0, 0).ticket("me", 5, "pa", "", far-50000, 0, 0).num("seq", 5).num("freed", 1), me: me, mine: []string{"me"}},
 		{name: "a join on a full queue", k: k, before: three.clone().ticket("v", 4, "pe", "", far, 0, 0).num("seq", 4),
 			after: three.clone().ticket("v", 4, "pe", "", far, 0, 0).ticket("me", 5, "pd", "", far-50000, 0, 0).num("seq", 5), me: mCaller{p: "pd"}, mine: []string{"me"}, want: []string{"queue"}},
@@ -529,9 +534,10 @@ func TestModelJudgesJoinsReleasesPurges(t *testing.T) {
 		{name: "a renewal", k: k, before: mItemOf().lease("me", "pa", "", mNow+10), after: mItemOf().lease("me", "pa", "", mNow+3000), me: me, mine: []string{"me"}},
 		{name: "a renewal that shortens", k: k, before: mItemOf().lease("me", "pa", "", mNow+2000), after: mItemOf().lease("me", "pa", "", mNow+10), me: me, mine: []string{"me"}, want: []string{"renew"}},
 		{name: "a renewal of another's lease", k: k, before: mItemOf().lease("o", "pb", "", mNow+10), after: mItemOf().lease("o", "pb", "", mNow+3000), me: me, want: []string{"renew"}},
-		{name: "a purge of a lapsed lease", k: k, before: mItemOf().lease("o", "pb", "", mNow), after: mItemOf(), me: me},
+		{name: "a purge of a lapsed lease", k: k, before: mItemOf().lease("o", "pb", "", mNow-1), after: mItemOf(), me: me},
+		{name: "a purge of a lease at its expiry's millisecond", k: k, before: mItemOf().lease("o", "pb", "", mNow), after: mItemOf(), me: me, want: []string{"purge"}},
 		{name: "a purge of a live lease", k: k, before: mItemOf().lease("o", "pb", "", mNow+1), after: mItemOf().num("freed", 1), me: me, want: []string{"purge"}},
-		{name: "a purge of a lapsed ticket", k: k, before: mItemOf().ticket("x", 1, "pb", "", mNow, 0, 0), after: mItemOf().num("freed", 1), me: me},
+		{name: "a purge of a lapsed ticket", k: k, before: mItemOf().ticket("x", 1, "pb", "", mNow-1, 0, 0), after: mItemOf().num("freed", 1), me: me},
 		{name: "a live ticket removed by a write that takes nothing", k: k, before: mItemOf().ticket("x", 1, "pb", "", far, 0, 0), after: mItemOf().num("freed", 1), me: me, want: []string{"bypass"}},
 		{name: "a write that leaves ttl short", k: k, before: mEmpty(), after: mItemOf().num("ttl", mNow/1000+modelTTL-3), me: me, want: []string{"ttl"}},
 		{name: "an unused call's refund", k: mKey{Cap: 1, ServerRPM: 2}, before: mItemOf().lease("me", "pa", "", far).num("rate:server", mNow+50000),
@@ -683,7 +689,7 @@ func TestModelChecksTheState(t *testing.T) {
 		{"half a ticket", k, mItemOf().ticket("x", 1, "pb", "", far, 0, 0).del("queue"), []string{"whole"}},
 		{"a ticket outside its principal's waiting set", k, mItemOf().ticket("x", 1, "pb", "", far, 0, 0).del("waiting:pb"), []string{"whole"}},
 		{"over the cap", k, mItemOf().lease("l1", "pa", "", far).lease("l2", "pb", "", far).lease("l3", "pc", "", far), []string{"cap"}},
-		{"lapsed leases under the cap", k, mItemOf().lease("l1", "pa", "", far).lease("l2", "pb", "", far).lease("l3", "pc", "", mNow+400), nil},
+		{"lapsed leases under the cap", k, mItemOf().lease("l1", "pa", "", far).lease("l2", "pb", "", far).lease("l3", "pc", "", mNow+399), nil},
 		{"over a principal's cap", k, mItemOf().lease("l1", "pa", "", far).lease("l2", "pa", "", far), []string{"cap"}},
 		{"over a tool's cap", k, mItemOf().lease("l1", "pa", "a", far).lease("l2", "pb", "a", far), []string{"cap"}},
 		{"over MaxQueued", k, mItemOf().ticket("x", 1, "pb", "", far, 0, 0).ticket("y", 2, "pc", "", far, 0, 0).ticket("z", 3, "pd", "", mNow, 0, 0), []string{"queue"}},

@@ -1750,6 +1750,7 @@ var simRegressionSeeds = []uint64{
 	260188,  // found with it
 	274404,  // found with it
 	290845,  // found with it
+	4017893, // (the model) a ticket at its deadline's millisecond was taken as lapsed, which the protocol does not
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and

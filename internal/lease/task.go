@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -102,6 +103,11 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			l.startDue(ctx, req.Key, v, a.rules(v))
 			return a.me.id, nil
 		}
+		if a.joined && v.leases[a.me.id] != 0 {
+			// Its join landed and a worker has claimed the ticket since:
+			// no other write makes a lease of its id.
+			return a.me.id, nil
+		}
 		if sent >= 0 && v.freed != sent && v.leases[a.me.id] == 0 {
 			// A join whose outcome was unknown may have landed, and its
 			// ticket gone since (claimed and released, withdrawn): joining
@@ -179,9 +185,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		a.own = v
 		now := a.now()
 		if exp, ok := v.leases[id]; ok {
-			if a.unsure != 0 && exp == a.unsure {
-				// A take of this claim whose answer was lost landed: the
-				// expiry it set, not another worker's of the same start.
+			if slices.Contains(a.unsure, exp) {
+				// A take of this claim whose answer was lost landed: an
+				// expiry one of them set, not another worker's of the same
+				// start.
 				ls, err := a.lease(ctx, exp, v)
 				if ls != nil {
 					ls.task = true

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -72,6 +73,65 @@ func TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost(t *testing.T) {
 		release(t, ls1)
 		if landed := f.release(); len(landed) != 1 || landed[0] {
 			t.Fatalf("the lost take landed late: %v; want it refused", landed)
+		}
+	})
+}
+
+// Invariant 16: a worker whose take is held in the network (its outcome
+// unknown) looks again, finds the ticket still there and takes again,
+// that take's outcome unknown too; then the first lands late and the
+// second is refused. The lease is the worker's own, from its first take:
+// were it taken for another worker's (only the last take's expiry kept),
+// nobody would run the task, its ticket gone into a lease left to lapse.
+func TestAWorkerKnowsEachOfItsTakesWhoseOutcomeWasUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		var st starts
+		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		got := st.list()
+		if len(got) != 1 {
+			t.Fatalf("starts: %+v; want one", got)
+		}
+		w := New(f, "leases", Options{InstanceID: "w"})
+		var landed []bool
+		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold})
+		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold, after: func() { landed = f.release() }})
+		ls, err := w.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		if !slices.Equal(landed, []bool{true, false}) {
+			t.Fatalf("the held takes: landed %v; want the first, not the second", landed)
+		}
+		if err != nil || ls == nil {
+			t.Fatalf("the worker's claim, its first take landed late: %v, %v; want the place (its own take's lease)", ls, err)
+		}
+		release(t, ls)
+	})
+}
+
+// Invariant 16 and the gateway's task: a join whose answer is lost has
+// landed, and its ticket's worker claimed it before Enqueue looked again.
+// The lease at the ticket's id is the task's (no other write makes a
+// lease of that id): the task is in, and running. Enqueue joined again
+// and again (each join refused as the lease is there) and failed, telling
+// its caller the task was not made while it ran.
+func TestEnqueueFindingItsTicketClaimedSucceeds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faultAPI{API: newMemStore()}
+		l := New(f, "leases", Options{InstanceID: "a"})
+		w := New(f, "leases", Options{InstanceID: "w"})
+		id := l.NewTaskID()
+		var ls *Lease
+		var claimErr error
+		f.arm(rule{match: writes("ADD", WaitingAttr("q")), fate: lose, after: func() {
+			ls, claimErr = w.Claim(context.Background(), taskReq("q"), id, 0)
+		}})
+		got, err := l.Enqueue(context.Background(), taskReq("q"), id, "task-1", time.Now().Add(time.Hour))
+		if claimErr != nil || ls == nil {
+			t.Fatalf("the worker's claim of the landed ticket: %v, %v", ls, claimErr)
+		}
+		defer release(t, ls)
+		if err != nil || got != id {
+			t.Fatalf("Enqueue, its join landed and its ticket claimed: %q, %v; want %q (the task is in)", got, err, id)
 		}
 	})
 }

@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// lostJoinAPI passes a limiter's store calls through, but for the first
+// task join: that one lands, then meanwhile runs (what the rest of the
+// fleet does before its answer would have come back), and it and every
+// resend of it answer as a lost answer does (the connection reset).
+type lostJoinAPI struct {
+	lease.API
+	mu        sync.Mutex
+	joined    bool
+	meanwhile func()
+}
+
+func (a *lostJoinAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	names := slices.Collect(func(yield func(string) bool) {
+		for _, v := range in.ExpressionAttributeNames {
+			if !yield(v) {
+				return
+			}
+		}
+	})
+	join := slices.Contains(names, lease.SeqAttr) && slices.Contains(names, lease.TasksAttr) &&
+		strings.Contains(aws.ToString(in.UpdateExpression), "if_not_exists(")
+	if !join {
+		return a.API.UpdateItem(ctx, in, opts...)
+	}
+	a.mu.Lock()
+	first := !a.joined
+	a.joined = true
+	a.mu.Unlock()
+	if first {
+		if _, err := a.API.UpdateItem(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+		a.meanwhile()
+	}
+	return nil, errors.New("read tcp: connection reset by peer")
+}
+
+// A task's join whose answer is lost may have landed; Enqueue then fails
+// (its writes' outcome unknown, or freed moved), and the task's record is
+// settled as failed and the agent told so. Meanwhile the ticket was in
+// the queue: its turn came, a worker claimed it and made its call. The
+// agent must not be told a task failed whose call the upstream ran: either
+// the task is made (its outcome in its record), or its call never runs.
+func TestATaskWhoseJoinWasLostIsNotReportedFailedWhileItRuns(t *testing.T) {
+	st := &reviewStarts{t: t}
+	api := &lostJoinAPI{}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
+		api.API = env.Client
+		d.Limiter = lease.New(api, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	// Meanwhile a synchronous call arrives: it waits behind the task's
+	// ticket, sees the task's turn come and starts its worker, which runs
+	// the task's call; then it gets the place.
+	var syncCall response
+	api.meanwhile = func() {
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/mcp-rest/tools/call", strings.NewReader(`{"server_id":"batch","name":"work","arguments":{}}`))
+		req.Header.Set("Authorization", "Bearer "+h.key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("the synchronous call: %v", err)
+			return
+		}
+		resp.Body.Close()
+		syncCall.status = resp.StatusCode
+		st.wg.Wait()
+	}
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if syncCall.status != http.StatusOK {
+		t.Fatalf("the synchronous call meanwhile: status %d", syncCall.status)
+	}
+	calls := len(up.Stats().Arrivals)
+	t.Logf("joined %v; create: %s; upstream calls %d; starts %d", api.joined, a.raw, calls, len(st.starts()))
+	made := a.err == nil && a.result["taskId"] != nil
+	if !made && calls > 1 {
+		t.Errorf("the agent was told its call failed (%s), yet the upstream ran %d calls: the synchronous one and the task's", a.raw, calls)
+	}
+	if made {
+		p := h.pollTask("/mcp/batch", h.key, a.str(t, "taskId"))
+		if p.err != nil || p.str(t, "status") != "completed" {
+			t.Errorf("the task made although its join's answer was lost: %s; want it completed, as its call ran", p.raw)
+		}
+	}
+}
