@@ -72,6 +72,9 @@ func TestMutantsFailTheSimulation(t *testing.T) {
 	}
 	for _, m := range mutants {
 		t.Run(m.name, func(t *testing.T) {
+			// Each mutant builds and runs apart (its own overlay and
+			// temporary directory): as many at once as go test allows.
+			t.Parallel()
 			src, err := os.ReadFile(filepath.Join(dir, m.file))
 			if err != nil {
 				t.Fatal(err)
