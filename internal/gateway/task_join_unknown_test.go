@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
@@ -113,5 +114,125 @@ func TestATaskWhoseJoinWasLostIsNotReportedFailedWhileItRuns(t *testing.T) {
 		if p.err != nil || p.str(t, "status") != "completed" {
 			t.Errorf("the task made although its join's answer was lost: %s; want it completed, as its call ran", p.raw)
 		}
+	}
+}
+
+// failedMarkAPI passes a task store's calls through, but for the first
+// write of a record marked running: that one fails as a store error does,
+// without landing.
+type failedMarkAPI struct {
+	tasks.API
+	mu     sync.Mutex
+	failed bool
+}
+
+func (a *failedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" {
+		a.mu.Lock()
+		first := !a.failed
+		a.failed = true
+		a.mu.Unlock()
+		if first {
+			return nil, errors.New("tasks store: service unavailable")
+		}
+	}
+	return a.API.PutItem(ctx, in, opts...)
+}
+
+// A worker whose mark of its record as running fails with a store error
+// (not a conflict: the write did not land) must not make the call: the
+// creation whose join's outcome was unknown still sees the record as no
+// worker took it, fails it, and the agent is told it failed. Making the
+// call then runs a task the agent was told failed.
+func TestATaskWhoseRunningMarkFailedMakesNoCall(t *testing.T) {
+	st := &reviewStarts{t: t}
+	api := &lostJoinAPI{}
+	tapi := &failedMarkAPI{}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		api.API = env.Client
+		d.Limiter = lease.New(api, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	api.meanwhile = func() {
+		// The ticket landed; its turn has come: a worker claims it, and
+		// its running mark fails.
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Errorf("sweep: %v", err)
+		}
+		st.wg.Wait()
+	}
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	st.wg.Wait()
+	// Whatever start is due now (a ticket given back) runs.
+	if err := h.gw.SweepTasks(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st.wg.Wait()
+	calls := len(up.Stats().Arrivals)
+	t.Logf("mark failed %v; create: %s; upstream calls %d; starts %d", tapi.failed, a.raw, calls, len(st.starts()))
+	if !tapi.failed {
+		t.Fatal("no worker marked the task running")
+	}
+	made := a.err == nil && a.result["taskId"] != nil
+	if !made && calls > 0 {
+		t.Errorf("the agent was told its call failed (%s), yet the upstream ran the task's call", a.raw)
+	}
+	if made {
+		p := h.pollTask("/mcp/batch", h.key, a.str(t, "taskId"))
+		if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
+			t.Errorf("the task made: %s, upstream calls %d; want it completed by one call", p.raw, calls)
+		}
+	}
+}
+
+// A worker that could not mark its task running gives its place back
+// unused; the task is not lost: its ticket waits again and a later start
+// runs its call, once.
+func TestATaskWhoseRunningMarkFailedRunsLater(t *testing.T) {
+	st := &reviewStarts{t: t}
+	tapi := &failedMarkAPI{}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	id := a.str(t, "taskId")
+	for range 3 {
+		st.wg.Wait()
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.wg.Wait()
+	calls := len(up.Stats().Arrivals)
+	p := h.pollTask("/mcp/batch", h.key, id)
+	t.Logf("mark failed %v; poll: %s; upstream calls %d; starts %d", tapi.failed, p.raw, calls, len(st.starts()))
+	if !tapi.failed {
+		t.Fatal("no worker marked the task running")
+	}
+	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
+		t.Errorf("the task: %s, upstream calls %d; want it completed by one call", p.raw, calls)
 	}
 }

@@ -512,8 +512,8 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	callEnd, short := g.callEnd(ctx, c)
 	// The claim has just read the item: what it says of the calls' length.
 	running, _ := e.queue.Outlook(c.req, ts.Ticket)
-	settled := false
-	if _, err := e.update(ctx, r, func(n *tasks.Record) error {
+	settled, attempt := false, 0
+	_, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			settled = true
 			return errSettled
@@ -521,15 +521,33 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		n.StatusMessage, n.Attempt = "running", n.Attempt+1
 		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch)
 		n.PollInterval = taskPoll(running, true, c.timeout, n.TTL)
+		attempt = n.Attempt
 		return nil
-	}); err != nil {
-		g.log.Warn("task record not updated", "task", r.ID, "error", err.Error())
+	})
+	if err != nil {
+		// Whether the mark landed is unknown: the record says. The call
+		// is made only on a record marked running, so that a creation
+		// that fails the task meanwhile (see refuse) never does so while
+		// its call runs.
+		n, gerr := e.store.Get(ctx, r.ID)
+		switch {
+		case gerr == nil && tasks.Terminal(n.Status):
+			settled = true
+		case gerr == nil && attempt > 0 && n.Attempt == attempt && n.LeaseID == ts.Ticket:
+			err = nil // it landed
+		}
 	}
-	if settled {
+	if settled || err != nil {
 		// It ended before its call was made (its join refused although
-		// it landed, see refuse): the call is not made.
+		// it landed, see refuse), or it could not be marked running: the
+		// call is not made, its place given back unused.
+		released := false
 		for _, ls := range slices.Backward(c.leases) {
-			g.finish(ctx, ls, lease.Unused, c.rec)
+			released = g.finish(ctx, ls, lease.Unused, c.rec)
+		}
+		if !settled {
+			g.log.Warn("task record not marked running; its ticket is queued again", "task", r.ID, "error", err.Error())
+			e.requeue(ctx, c.req, ts, r, released)
 		}
 		return nil, nil, false, false
 	}
@@ -611,6 +629,25 @@ func (e *taskEngine) askInput(ctx context.Context, r *tasks.Record, res *mcp.Cal
 	}
 	if err != nil {
 		e.g.log.Error("task input requests not stored", "task", r.ID, "error", err.Error())
+	}
+}
+
+// requeue puts back in the queue the ticket of task r, whose worker gave
+// its claimed place back unused without making its call: a task whose
+// record it could not mark running waits again for its turn, under the
+// same ticket (the record names it), rather than being lost. released
+// says the ticket's lease was released: a join cannot land beside a lease
+// of the same id. When it cannot be queued again, the task fails, as one
+// that never ran.
+func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.TaskStart, r *tasks.Record, released bool) {
+	ctx = context.WithoutCancel(ctx)
+	err := errors.New("its place could not be given back")
+	if released {
+		_, err = e.queue.Enqueue(ctx, req, ts.Ticket, r.ID, r.CreatedAt.Add(r.TTL))
+	}
+	if err != nil {
+		e.g.log.Warn("task ticket not queued again", "task", r.ID, "lease", ts.Ticket, "error", err.Error())
+		e.settle(ctx, r, nil, fault.Wrap(err, fault.StoreUnavailable, "the task could not be started: its record could not be kept"), false)
 	}
 }
 
