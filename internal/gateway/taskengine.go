@@ -415,8 +415,9 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 	var who taskCaller
 	var params mcp.CallToolParams
 	if err := json.Unmarshal(r.Principal, &who); err != nil || who.Principal == nil {
-		e.withdraw(ctx, ts)
-		e.settle(ctx, r, nil, fault.New(fault.Internal, "the task's record cannot be read"), false)
+		if e.withdraw(ctx, ts) {
+			e.settle(ctx, r, nil, fault.New(fault.Internal, "the task's record cannot be read"), false)
+		}
 		return nil
 	}
 	p, fe := g.currentPrincipal(ctx, who.Principal)
@@ -424,8 +425,9 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 		if fe.Code == fault.StoreUnavailable {
 			return fe // its ticket stays: the start is made again
 		}
-		e.withdraw(ctx, ts)
-		e.settle(ctx, r, nil, fe, false)
+		if e.withdraw(ctx, ts) {
+			e.settle(ctx, r, nil, fe, false)
+		}
 		return nil
 	}
 	var args struct {
@@ -433,8 +435,9 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 	}
 	raw := roundParams(r)
 	if err := errors.Join(json.Unmarshal(raw, &params), json.Unmarshal(raw, &args)); err != nil {
-		e.withdraw(ctx, ts)
-		e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's call cannot be read"), false)
+		if e.withdraw(ctx, ts) {
+			e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's call cannot be read"), false)
+		}
 		return nil
 	}
 	if args.Arguments != nil {
@@ -475,7 +478,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	g := e.g
 	srv, ferr := g.server(ctx, r.ServerID)
 	if ferr != nil {
-		e.withdraw(ctx, ts)
+		if !e.withdraw(ctx, ts) {
+			return nil, nil, false, false // another start runs it
+		}
 		return nil, ferr, true, false
 	}
 	c := g.newCall(ctx, srv, params)
@@ -485,7 +490,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		}
 	}()
 	if ferr := g.checkPolicy(ctx, c); ferr != nil {
-		e.withdraw(ctx, ts)
+		if !e.withdraw(ctx, ts) {
+			return nil, nil, false, false // another start runs it
+		}
 		return nil, ferr, true, false
 	}
 	c.req = g.taskRequest(ctx, srv, c.tool, c.timeout)
@@ -651,14 +658,19 @@ func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.Ta
 	}
 }
 
-// withdraw takes a start's ticket out of the queue, if it has one.
-func (e *taskEngine) withdraw(ctx context.Context, ts lease.TaskStart) {
+// withdraw takes a start's ticket out of the queue, if it has one; out
+// reports whether it did (or there was none), so that no worker runs the
+// task: only then may a start that will not run it end it. Another start
+// of the same ticket may have claimed it and be running its call.
+func (e *taskEngine) withdraw(ctx context.Context, ts lease.TaskStart) (out bool) {
 	if ts.Ticket == "" {
-		return
+		return true
 	}
-	if err := e.queue.Withdraw(ctx, ts.Key, ts.Ticket); err != nil && !errors.Is(err, lease.ErrNoTicket) && !errors.Is(err, lease.ErrClaimed) {
+	err := e.queue.Withdraw(ctx, ts.Key, ts.Ticket)
+	if err != nil && !errors.Is(err, lease.ErrNoTicket) && !errors.Is(err, lease.ErrClaimed) {
 		e.g.log.Warn("task ticket not withdrawn", "server_id", ts.Key, "lease", ts.Ticket, "error", err.Error())
 	}
+	return err == nil
 }
 
 // settle writes a task's outcome into its record: completed with the
