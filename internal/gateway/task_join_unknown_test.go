@@ -321,3 +321,91 @@ func TestATaskWhoseWorkerEndedBeforeItsMarkIsNotLost(t *testing.T) {
 		t.Errorf("the task is still waiting with nothing to run it: %s", p.raw)
 	}
 }
+
+// afterMarkAPI passes a task store's calls through and, once the first
+// write of a record marked running has landed, runs meanwhile (once).
+type afterMarkAPI struct {
+	tasks.API
+	mu        sync.Mutex
+	done      bool
+	meanwhile func()
+}
+
+func (a *afterMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := a.API.PutItem(ctx, in, opts...)
+	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" && err == nil {
+		a.mu.Lock()
+		first := !a.done
+		a.done = true
+		a.mu.Unlock()
+		if first {
+			a.meanwhile()
+		}
+	}
+	return out, err
+}
+
+// The agent cancels a task whose call has just started; the upstream
+// answers at once that it needs input, before the worker's watch reads
+// the cancellation. The task was asked to stop: it must end cancelled,
+// not ask the agent for input.
+func TestATaskCancelledWhileItsCallRunsDoesNotAskForInput(t *testing.T) {
+	tapi := &afterMarkAPI{}
+	var (
+		store *tasks.Store
+		g     *Gateway
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+	)
+	start := func(_ context.Context, ts lease.TaskStart) {
+		mu.Lock()
+		gw := g
+		mu.Unlock()
+		wg.Go(func() {
+			if err := gw.RunTask(context.Background(), ts); err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		})
+	}
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	mu.Lock()
+	g = h.gw
+	mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
+	t.Cleanup(wg.Wait)
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}})
+	var (
+		id        string
+		idMu      sync.Mutex
+		cancelled rpcAnswer
+	)
+	tapi.meanwhile = func() {
+		idMu.Lock()
+		defer idMu.Unlock()
+		cancelled = h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	}
+	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
+		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
+	// The worker's cancel waits until the task is made: its id is set first.
+	idMu.Lock()
+	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "a.txt"}, "_meta": meta}, rpcOpts{declare: true})
+	if a.err != nil || a.str(t, "resultType") != "task" {
+		idMu.Unlock()
+		t.Fatalf("a declared call of confirm_delete: %s, want a CreateTaskResult", a.raw)
+	}
+	id = a.str(t, "taskId")
+	idMu.Unlock()
+	wg.Wait()
+	p := h.pollTask("/mcp/plain", h.key, id)
+	t.Logf("cancel: %s; poll: %s", cancelled.raw, p.raw)
+	if p.err != nil || p.str(t, "status") != "cancelled" {
+		t.Errorf("a task cancelled while its call ran, the upstream asking for input: %s; want cancelled", p.raw)
+	}
+}

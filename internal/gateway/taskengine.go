@@ -626,6 +626,14 @@ func (e *taskEngine) askInput(ctx context.Context, r *tasks.Record, res *mcp.Cal
 		if tasks.Terminal(n.Status) {
 			return errSettled
 		}
+		if n.CancelRequested {
+			// Asked to stop while its call ran: its round ended, it asks
+			// nothing of the agent.
+			n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled while it ran"
+			n.Result, n.Error, n.InputRequests, n.InputResponses, n.RequestState = nil, nil, nil, nil, ""
+			n.LeaseID, n.RunUntil = "", time.Time{}
+			return nil
+		}
 		n.Status, n.StatusMessage = tasks.StatusInputRequired, "the tool asks for input: answer with tasks/update"
 		n.InputRequests, n.RequestState, n.InputResponses, n.LeaseID, n.RunUntil = reqs, res.RequestState, nil, "", time.Time{}
 		return nil
