@@ -484,7 +484,7 @@ func callOutcome(err error, lost, short bool) lease.Outcome {
 // finish gives the slot back even if the client has gone away, reporting
 // the call's outcome to the breaker and any transition in rec. A lease
 // already gone (expired and purged) is logged: its call outlived it.
-func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, outcome lease.Outcome, rec *record) {
+func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, outcome lease.Outcome, rec *record) (released bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	tr, err := ls.Finish(rctx, outcome)
@@ -507,6 +507,7 @@ func (g *Gateway) finish(ctx context.Context, ls *lease.Lease, outcome lease.Out
 		}
 		g.obs.BreakerChanged(ctx, BreakerChange{CallInfo: CallInfo{RequestID: rec.id, ServerID: ls.Key(), Tool: rec.tool, Principal: rec.principal}, From: from, To: to})
 	}
+	return err == nil
 }
 
 func acquireFault(srv *registry.Server, tool string, err error) *fault.Error {

@@ -415,8 +415,9 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 	var who taskCaller
 	var params mcp.CallToolParams
 	if err := json.Unmarshal(r.Principal, &who); err != nil || who.Principal == nil {
-		e.withdraw(ctx, ts)
-		e.settle(ctx, r, nil, fault.New(fault.Internal, "the task's record cannot be read"), false)
+		if e.withdraw(ctx, ts) {
+			e.settle(ctx, r, nil, fault.New(fault.Internal, "the task's record cannot be read"), false)
+		}
 		return nil
 	}
 	p, fe := g.currentPrincipal(ctx, who.Principal)
@@ -424,8 +425,9 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 		if fe.Code == fault.StoreUnavailable {
 			return fe // its ticket stays: the start is made again
 		}
-		e.withdraw(ctx, ts)
-		e.settle(ctx, r, nil, fe, false)
+		if e.withdraw(ctx, ts) {
+			e.settle(ctx, r, nil, fe, false)
+		}
 		return nil
 	}
 	var args struct {
@@ -433,8 +435,9 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 	}
 	raw := roundParams(r)
 	if err := errors.Join(json.Unmarshal(raw, &params), json.Unmarshal(raw, &args)); err != nil {
-		e.withdraw(ctx, ts)
-		e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's call cannot be read"), false)
+		if e.withdraw(ctx, ts) {
+			e.settle(ctx, r, nil, fault.Wrap(err, fault.Internal, "the task's call cannot be read"), false)
+		}
 		return nil
 	}
 	if args.Arguments != nil {
@@ -475,7 +478,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	g := e.g
 	srv, ferr := g.server(ctx, r.ServerID)
 	if ferr != nil {
-		e.withdraw(ctx, ts)
+		if !e.withdraw(ctx, ts) {
+			return nil, nil, false, false // another start runs it
+		}
 		return nil, ferr, true, false
 	}
 	c := g.newCall(ctx, srv, params)
@@ -485,7 +490,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		}
 	}()
 	if ferr := g.checkPolicy(ctx, c); ferr != nil {
-		e.withdraw(ctx, ts)
+		if !e.withdraw(ctx, ts) {
+			return nil, nil, false, false // another start runs it
+		}
 		return nil, ferr, true, false
 	}
 	c.req = g.taskRequest(ctx, srv, c.tool, c.timeout)
@@ -512,8 +519,8 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	callEnd, short := g.callEnd(ctx, c)
 	// The claim has just read the item: what it says of the calls' length.
 	running, _ := e.queue.Outlook(c.req, ts.Ticket)
-	settled := false
-	if _, err := e.update(ctx, r, func(n *tasks.Record) error {
+	settled, attempt := false, 0
+	_, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			settled = true
 			return errSettled
@@ -521,15 +528,33 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		n.StatusMessage, n.Attempt = "running", n.Attempt+1
 		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch)
 		n.PollInterval = taskPoll(running, true, c.timeout, n.TTL)
+		attempt = n.Attempt
 		return nil
-	}); err != nil {
-		g.log.Warn("task record not updated", "task", r.ID, "error", err.Error())
+	})
+	if err != nil {
+		// Whether the mark landed is unknown: the record says. The call
+		// is made only on a record marked running, so that a creation
+		// that fails the task meanwhile (see refuse) never does so while
+		// its call runs.
+		n, gerr := e.store.Get(ctx, r.ID)
+		switch {
+		case gerr == nil && tasks.Terminal(n.Status):
+			settled = true
+		case gerr == nil && attempt > 0 && n.Attempt == attempt && n.LeaseID == ts.Ticket:
+			err = nil // it landed
+		}
 	}
-	if settled {
+	if settled || err != nil {
 		// It ended before its call was made (its join refused although
-		// it landed, see refuse): the call is not made.
+		// it landed, see refuse), or it could not be marked running: the
+		// call is not made, its place given back unused.
+		released := false
 		for _, ls := range slices.Backward(c.leases) {
-			g.finish(ctx, ls, lease.Unused, c.rec)
+			released = g.finish(ctx, ls, lease.Unused, c.rec)
+		}
+		if !settled {
+			g.log.Warn("task record not marked running; its ticket is queued again", "task", r.ID, "error", err.Error())
+			e.requeue(ctx, c.req, ts, r, released)
 		}
 		return nil, nil, false, false
 	}
@@ -601,6 +626,14 @@ func (e *taskEngine) askInput(ctx context.Context, r *tasks.Record, res *mcp.Cal
 		if tasks.Terminal(n.Status) {
 			return errSettled
 		}
+		if n.CancelRequested {
+			// Asked to stop while its call ran: its round ended, it asks
+			// nothing of the agent.
+			n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled while it ran"
+			n.Result, n.Error, n.InputRequests, n.InputResponses, n.RequestState = nil, nil, nil, nil, ""
+			n.LeaseID, n.RunUntil = "", time.Time{}
+			return nil
+		}
 		n.Status, n.StatusMessage = tasks.StatusInputRequired, "the tool asks for input: answer with tasks/update"
 		n.InputRequests, n.RequestState, n.InputResponses, n.LeaseID, n.RunUntil = reqs, res.RequestState, nil, "", time.Time{}
 		return nil
@@ -614,14 +647,38 @@ func (e *taskEngine) askInput(ctx context.Context, r *tasks.Record, res *mcp.Cal
 	}
 }
 
-// withdraw takes a start's ticket out of the queue, if it has one.
-func (e *taskEngine) withdraw(ctx context.Context, ts lease.TaskStart) {
-	if ts.Ticket == "" {
-		return
+// requeue puts back in the queue the ticket of task r, whose worker gave
+// its claimed place back unused without making its call: a task whose
+// record it could not mark running waits again for its turn, under the
+// same ticket (the record names it), rather than being lost. released
+// says the ticket's lease was released: a join cannot land beside a lease
+// of the same id. When it cannot be queued again, the task fails, as one
+// that never ran.
+func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.TaskStart, r *tasks.Record, released bool) {
+	ctx = context.WithoutCancel(ctx)
+	err := errors.New("its place could not be given back")
+	if released {
+		_, err = e.queue.Enqueue(ctx, req, ts.Ticket, r.ID, r.CreatedAt.Add(r.TTL))
 	}
-	if err := e.queue.Withdraw(ctx, ts.Key, ts.Ticket); err != nil && !errors.Is(err, lease.ErrNoTicket) && !errors.Is(err, lease.ErrClaimed) {
+	if err != nil {
+		e.g.log.Warn("task ticket not queued again", "task", r.ID, "lease", ts.Ticket, "error", err.Error())
+		e.settle(ctx, r, nil, fault.Wrap(err, fault.StoreUnavailable, "the task could not be started: its record could not be kept"), false)
+	}
+}
+
+// withdraw takes a start's ticket out of the queue, if it has one; out
+// reports whether it did (or there was none), so that no worker runs the
+// task: only then may a start that will not run it end it. Another start
+// of the same ticket may have claimed it and be running its call.
+func (e *taskEngine) withdraw(ctx context.Context, ts lease.TaskStart) (out bool) {
+	if ts.Ticket == "" {
+		return true
+	}
+	err := e.queue.Withdraw(ctx, ts.Key, ts.Ticket)
+	if err != nil && !errors.Is(err, lease.ErrNoTicket) && !errors.Is(err, lease.ErrClaimed) {
 		e.g.log.Warn("task ticket not withdrawn", "server_id", ts.Key, "lease", ts.Ticket, "error", err.Error())
 	}
+	return err == nil
 }
 
 // settle writes a task's outcome into its record: completed with the

@@ -324,3 +324,48 @@ func TestReviewServerRateLimitDoesNotRefuseATask(t *testing.T) {
 		t.Errorf("a declared call with the server's bucket empty got a task, which ended %s; want the RATE_LIMITED tool error and no task", p.raw)
 	}
 }
+
+// A start delivered twice (Lambda delivers an asynchronous invocation at
+// least once) comes while its first delivery's worker runs the call. The
+// key was revoked meanwhile: the second start's worker cannot run the task
+// and, before it claims anything, takes its ticket out and fails the task.
+// But the ticket was claimed by the first: that worker's call runs, and
+// the agent must not be told the task failed while it does.
+func TestATasksSecondStartDoesNotFailItWhileTheFirstRunsIt(t *testing.T) {
+	h, records, st := reviewHarness(t)
+	up := testkit.StartBatch(t, 10, 2*time.Second)
+	h.server(map[string]any{"server_id": "capped", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	key := testkit.PutKey(t, h.env, "capped")
+	st.mu.Lock()
+	st.hold = true
+	st.mu.Unlock()
+	id := h.createTask("capped", key, "work")
+	held := st.takeHeld()
+	if len(held) != 1 {
+		t.Fatalf("held starts: %+v; want one", held)
+	}
+	var first sync.WaitGroup
+	first.Go(func() {
+		if err := h.gw.RunTask(context.Background(), held[0]); err != nil {
+			t.Errorf("first worker: %v", err)
+		}
+	})
+	waitArrivals(up, 1)
+	if _, err := h.env.Client.DeleteItem(context.Background(), &dynamodb.DeleteItemInput{
+		TableName: aws.String(h.env.Tables.Keys),
+		Key:       map[string]types.AttributeValue{store.KeyHashAttr: &types.AttributeValueMemberS{Value: auth.HashKey(key)}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.gw.RunTask(context.Background(), held[0]); err != nil {
+		t.Errorf("second worker: %v", err)
+	}
+	during, _ := storeGet(records, id)
+	first.Wait()
+	after, _ := storeGet(records, id)
+	t.Logf("while the first ran: %s; after: %s; upstream calls %d", during, after, len(up.Stats().Arrivals))
+	if !strings.HasPrefix(during, "working") || !strings.HasPrefix(after, "completed") {
+		t.Errorf("the task while its call ran: %q, after: %q; want working, then completed", during, after)
+	}
+}
