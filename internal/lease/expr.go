@@ -222,6 +222,10 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 		u.condEntry(v.gates[e.attr], e.key)
 		u.remove(u.path(e.attr, e.key))
+		// A gate entry leaving can change whose turn it is: a caller it
+		// held back goes first again for a taker whose clock, slower
+		// than the purger's, still found it shut.
+		u.count(u.path(FreedAttr), 1)
 	}
 	for _, attr := range empty {
 		if !room(slices.Contains(keep, attr)) {

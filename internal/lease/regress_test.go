@@ -900,3 +900,63 @@ func TestOneTenantCannotFillTheQueue(t *testing.T) {
 		}
 	})
 }
+
+// Invariant 8 (doc.go, "Whose turn") across clocks: a pause that has
+// passed on a fast clock and not yet on a slow one. A's call of tool x
+// pauses A alone; A waits for x behind its pause on the slow instance.
+// The fast instance purges the pause (its time has passed there); then B
+// comes to the slow instance, whose recent view still shows A held back.
+// A purged gate entry moves freed, so B's take, judged from that view,
+// fails its condition; judged anew, the place is A's, and B (who does not
+// wait) is refused. Without it B's take landed, passing A, whose turn it
+// was on the item as it stood (seed 5000581).
+func TestAPausePurgedOnAFastClockIsNotPassedOnASlowOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		const skew = 300 * time.Millisecond
+		fast := New(db, rgTable, Options{InstanceID: "f", Clock: func() time.Time { return time.Now().Add(skew) }})
+		slow := New(db, rgTable, Options{InstanceID: "s", Clock: func() time.Time { return time.Now().Add(-skew) }})
+		base := Request{Key: "srv", Cap: 1, Hold: 10 * time.Second, Tool: "x", MaxQueued: 8}
+		a, b := base, base
+		a.Holder, b.Holder = "A", "B"
+		ls, err := fast.Acquire(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls.PauseFor(time.Second)
+		if _, err := ls.Finish(context.Background(), Overloaded); err != nil {
+			t.Fatal(err)
+		}
+		// The pause ends 1 s after the call, on the fast clock: at true
+		// +1 s there, +1.6 s on the slow one.
+		time.Sleep(1100 * time.Millisecond)
+		got := make(chan error, 1)
+		go func() {
+			aw := a
+			aw.Wait = 5 * time.Second
+			ls, err := slow.Acquire(context.Background(), aw)
+			if err == nil {
+				_, err = ls.Finish(context.Background(), Success)
+			}
+			got <- err
+		}()
+		synctest.Wait() // A joined, and waits for its pause to pass on the slow clock
+		v, err := fast.read(context.Background(), base.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := fast.purgeAll(context.Background(), base.Key, v); err != nil {
+			t.Fatal(err)
+		}
+		if v, err = fast.read(context.Background(), base.Key); err != nil || v.gates[PauseAttr] != nil && len(v.gates[PauseAttr].entries) > 0 || len(v.queue) != 1 {
+			t.Fatalf("after the fast instance's purge: pause %+v, queue %d, %v; want the pause gone and A waiting", v.gates[PauseAttr], len(v.queue), err)
+		}
+		if ls, err := slow.Acquire(context.Background(), b); err == nil {
+			_, _ = ls.Finish(context.Background(), Success)
+			t.Errorf("B, a newcomer on the slow instance, took the place while A waited with its pause passed on the item; want B refused, A served first")
+		}
+		if err := <-got; err != nil {
+			t.Errorf("A's call, waiting behind its pause: %v; want it through", err)
+		}
+	})
+}
