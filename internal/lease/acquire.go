@@ -858,9 +858,10 @@ func (a *attempt) leave(ctx context.Context) {
 			return
 		}
 	}
-	// A take of it may have landed unseen (and removed its ticket).
+	// A take of it may have landed unseen (and removed its ticket). Its
+	// ttl is from now: the write before may have taken its whole budget.
 	u := newUpdate()
-	u.ttl(now)
+	u.ttl(a.now())
 	lp := u.path(LeasesAttr, id)
 	u.remove(lp)
 	u.cond("attribute_exists(" + lp + ")")

@@ -1758,6 +1758,7 @@ var simRegressionSeeds = []uint64{
 // simTaskRegressionSeeds, being listed changes nothing in their schedule.
 var simSeedsAsDrawn = []uint64{
 	5000581, // a pause purged on a fast clock, still shut on a slow one, let a newcomer there pass its waiter (freed did not move)
+	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
