@@ -410,9 +410,11 @@ func (a simAPI) do(ctx context.Context, r *simReq, opts []func(*dynamodb.Options
 		s.mu.Unlock()
 		return ans
 	case <-ctx.Done():
-		// The caller gave up on the answer; the request goes on.
+		// The caller gave up on the answer; the request goes on. For the
+		// caller it was a faulted request all the same.
 		s.mu.Lock()
 		delete(c.inflight, r)
+		c.lat += time.Since(r.sent) + DefaultMaxLook
 		s.mu.Unlock()
 		return simAns{err: ctx.Err()}
 	}
@@ -1758,6 +1760,7 @@ var simRegressionSeeds = []uint64{
 // simTaskRegressionSeeds, being listed changes nothing in their schedule.
 var simSeedsAsDrawn = []uint64{
 	5000581, // a pause purged on a fast clock, still shut on a slow one, let a newcomer there pass its waiter (freed did not move)
+	5013714, // (the checker) a request whose answer its caller stopped waiting for was not counted as the schedule's cost to it
 	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
 }
 
