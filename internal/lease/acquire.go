@@ -793,8 +793,15 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 			ends = append(ends, exp-a.req.Hold.Milliseconds()-a.l.margin.Milliseconds()+(held-spread).Milliseconds())
 		}
 	}
-	for range ahead {
-		ends = append(ends, now+(held-spread).Milliseconds())
+	for _, t := range ahead {
+		// A caller whose turn came takes its place at its next look: its
+		// call ends a call's length from then, or, late to take it (gone,
+		// or slow), it is late as a lease past its end is.
+		from := now
+		if at, ok := a.turnSince[t.id]; ok {
+			from = now - time.Since(at).Milliseconds()
+		}
+		ends = append(ends, from+(held-spread).Milliseconds())
 	}
 	slices.Sort(ends)
 	if pos := max(rank-len(ahead), 0); len(ends) > 0 {

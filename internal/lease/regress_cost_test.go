@@ -378,3 +378,63 @@ func TestWaitersPayWhenAdmitted(t *testing.T) {
 		}
 	})
 }
+
+// Invariant 14 (doc.go, "Whose turn") behind a dead waiter: a caller whose
+// turn came is expected to take its place at its next look and to hold it
+// a call's length from then; once that has passed and it has not taken
+// it, its place is late, and the waiter behind it backs off as behind a
+// late lease (half as long again each look, from 5 ms up to MaxLook)
+// until the dead one's claim window passes. Calls here last 10 ms: a
+// waiter that took "a call's length from now" at every look read every
+// few ms for the whole claim window (hundreds of reads; the simulation's
+// seed 5025479). Within the window, W = ClaimWindow + the dead ticket's
+// announced period (≤ MaxLook), the back-off allows at most
+// log1.5(MaxLook / 5 ms) + 2 ≈ 15 looks to reach MaxLook and W / MaxLook + 1
+// after: fewer than 25.
+func TestWaitersBehindADeadOneBackOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const maxLook = time.Second
+		r := Request{Key: "srv", Cap: 1, MaxQueued: 8, Hold: 30 * time.Second, Wait: time.Minute, Holder: "p"}
+		h := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook})
+		for range 4 { // calls on the key last 10 ms (call_ms)
+			ls, err := h.Acquire(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
+			if _, err := ls.Finish(ctx, Success); err != nil {
+				t.Fatal(err)
+			}
+		}
+		holder, err := h.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buried := []*rgFreezer{rgDeadWaiter(t, ctx, db, "d", r)}
+		defer func() { rgBury(cancel, buried) }()
+		c := &rgCounter{API: db}
+		live := New(c, rgTable, Options{InstanceID: "live", MaxLook: maxLook})
+		got := make(chan error, 1)
+		go func() {
+			ls, err := live.Acquire(ctx, r)
+			if err == nil {
+				_, err = ls.Finish(ctx, Success)
+			}
+			got <- err
+		}()
+		synctest.Wait()
+		if _, err := holder.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+		before := c.now()
+		if err := <-got; err != nil {
+			t.Fatalf("the live waiter behind a dead one: %v; want the place once the dead one's claim window passed", err)
+		}
+		if n := c.now().minus(before); n.reads >= 25 {
+			t.Errorf("the live waiter read the item %d times while the dead waiter before it held its turn (calls last 10 ms; claim window ≤ %v); want fewer than 25: a late place backs off", n.reads, ClaimWindow+maxLook)
+		}
+	})
+}
