@@ -426,7 +426,10 @@ func (s *sim) taskOwns(c *simCaller, id string) bool {
 func (s *sim) taskRest() time.Duration {
 	var rest time.Duration
 	for _, t := range s.tasks {
-		if end := t.arrive + t.wait + simMargin + 2*simSkew + time.Second; end > rest {
+		// Its ticket lives to its deadline and a margin; a worker that
+		// claims it at the last moment holds its lease a hold and a
+		// margin more.
+		if end := t.arrive + t.wait + simMargin + simHold + simMargin + 2*simSkew + time.Second; end > rest {
 			rest = end
 		}
 	}

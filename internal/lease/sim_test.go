@@ -1762,6 +1762,7 @@ var simSeedsAsDrawn = []uint64{
 	5000581, // a pause purged on a fast clock, still shut on a slow one, let a newcomer there pass its waiter (freed did not move)
 	5013714, // (the checker) a request whose answer its caller stopped waiting for was not counted as the schedule's cost to it
 	5025479, // a waiter behind one whose turn came and who never took it expected the place a call's length from every look: it read every 3 ms
+	5025442, // (the checker) the sweep came before the lease of a task's worker that claimed at its ticket's last moment could lapse
 	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
 }
 
