@@ -173,11 +173,13 @@
 // released Unused gives its tokens back. A call with no cap and no gate
 // holds no lease: its take only charges, leaving the tokens of the callers
 // whose turn comes before a newcomer's (conditioned on no more callers
-// and tasks waiting than its view shows); it is sent once, never again
-// after an unknown outcome, as nothing would tell its resend from another
-// call's (a token may be lost to a store error, never counted twice); its
-// refund likewise, which ADDs 1 to freed (a token back can make it a
-// waiter's turn that its bucket held back).
+// and tasks waiting than its view shows and, while one of them needs a
+// token of its buckets, on freed as seen: that caller's turn may have come
+// since); it is sent once, never again after an unknown outcome, as
+// nothing would tell its resend from another call's (a token may be lost
+// to a store error, never counted twice); its refund likewise, which ADDs
+// 1 to freed (a token back can make it a waiter's turn that its bucket
+// held back).
 //
 // # Gates
 //

@@ -139,3 +139,45 @@ func TestABucketPurgedOnAFastClockIsNotPassedOnASlowOne(t *testing.T) {
 		}
 	})
 }
+
+// A call that only charges judges from its process's last view of the
+// key, however old: W waits for tool a, held by X; Z's call on i2 shows
+// i2 W held back by the tool. X's call ends: it is W's turn, and W needs
+// its principal's one token. A call of W's own principal on tool c, sent
+// from i2, must leave that token to W.
+func TestAChargeJudgedBeforeAPlaceFreedLeavesTheWaiterItsToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		i1 := New(db, rgTable, Options{InstanceID: "i1"})
+		i2 := New(db, rgTable, Options{InstanceID: "i2"})
+		i3 := New(db, rgTable, Options{InstanceID: "i3"})
+		ctx := context.Background()
+		x, err := i1.Acquire(ctx, tokenReq("X", "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			r := tokenReq("W", "a")
+			r.Wait = 30 * time.Second
+			ls, err := i3.Acquire(ctx, r)
+			if err == nil {
+				_, err = ls.Finish(ctx, Success)
+			}
+			got <- err
+		}()
+		synctest.Wait() // W waits for tool a
+		if _, err := i2.Acquire(ctx, tokenReq("Z", "c")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := i2.Acquire(ctx, tokenReq("W", "c")); err == nil {
+			t.Errorf("a call of W's on tool c took W's one token after X's call ended and it was W's turn at tool a; want it refused (rate limited), the token left to W")
+		}
+		if err := <-got; err != nil {
+			t.Errorf("W's call of tool a: %v; want it through", err)
+		}
+	})
+}
