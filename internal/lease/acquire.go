@@ -971,6 +971,17 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 				u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
 			}
 		}
+		if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
+			return t.live(now) && slices.ContainsFunc(l.rulesFor(req, v).buckets(t), func(b Rate) bool {
+				return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
+			})
+		}) {
+			// A waiter needing a token of its buckets, held back in the
+			// view, may have had its turn come since (a place freed, a
+			// ticket gone, a gate or bucket purged, a token back): its
+			// token is left to it only if freed is as seen.
+			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
+		}
 		for _, r := range req.Rates {
 			tat := int64(0)
 			if v != nil {

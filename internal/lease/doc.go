@@ -21,7 +21,8 @@
 //	                       most); a task's also x: its task, s: its last start}
 //	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
-//	freed              N   places freed, tickets gone other than by their take, gate entries purged
+//	freed              N   places freed, tickets gone other than by their take, gate entries and
+//	                       buckets purged, tokens given back
 //	call_ms            N   how long calls on the key last (a running mean of answered calls)
 //	breaker:<tool>     M   a tool's circuit breaker: a gate (below)
 //	pause, pause:<tool> M  the upstream's pauses (its Retry-After), for the server or one tool: gates
@@ -86,8 +87,8 @@
 //   - Purge: any write removes up to maxPurge stale entries — expired
 //     leases, tickets past their deadline, half leases or tickets,
 //     principals' full buckets, idle gate entries — whole, each
-//     conditioned on the value seen; a ticket's or a gate entry's purge
-//     ADDs 1 to freed.
+//     conditioned on the value seen; a ticket's, a gate entry's or a
+//     bucket's purge ADDs 1 to freed.
 //     When a write's view shows more stale entries than it can remove that
 //     its own conditions would count (the key's leases, its tool's or
 //     principal's set, the queue), it sends purges first, so lapsed
@@ -119,15 +120,16 @@
 // caller that joins after that look comes after it, as it would had the
 // take landed at once. So a take judged from a view is conditioned on what
 // could change whose turn it is among the callers the view shows: freed as
-// seen (no place was freed, no ticket left and no gate entry was purged —
-// a pause passed on the purger's clock may not have on the taker's — any
-// of which could unblock or promote someone) while callers of other principals or of
-// capped tools wait, or one numbered before it was passed over; its own
-// principal's set as seen while callers of other principals wait (how many
-// places the principal holds ranks it); and in every cap, room left for
-// each caller whose turn comes before it. A newcomer, having no ticket, is
-// the newest caller: its take is also conditioned on seq as seen (nobody
-// joined since it looked).
+// seen (no place was freed, no ticket left, no gate entry or bucket was
+// purged — a pause passed or a bucket full on the purger's clock may not
+// be on the taker's — and no token given back, any of which could unblock
+// or promote someone) while callers of other principals or of capped
+// tools wait, or one numbered before it was passed over; its own
+// principal's set as seen while callers of other principals wait (how
+// many places the principal holds ranks it); and in every cap, room left
+// for each caller whose turn comes before it.
+// A newcomer, having no ticket, is the newest caller: its take is also
+// conditioned on seq as seen (nobody joined since it looked).
 //
 // A waiter looks when its place is expected to free (from the leases'
 // expiries, call_ms and its rank; a caller before it whose turn came is
@@ -174,10 +176,13 @@
 // released Unused gives its tokens back. A call with no cap and no gate
 // holds no lease: its take only charges, leaving the tokens of the callers
 // whose turn comes before a newcomer's (conditioned on no more callers
-// and tasks waiting than its view shows); it is sent once, never again
-// after an unknown outcome, as nothing would tell its resend from another
-// call's (a token may be lost to a store error, never counted twice); its
-// refund likewise.
+// and tasks waiting than its view shows and, while one of them needs a
+// token of its buckets, on freed as seen: that caller's turn may have come
+// since); it is sent once, never again after an unknown outcome, as
+// nothing would tell its resend from another call's (a token may be lost
+// to a store error, never counted twice); its refund likewise, which ADDs
+// 1 to freed (a token back can make it a waiter's turn that its bucket
+// held back).
 //
 // # Gates
 //

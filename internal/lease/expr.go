@@ -214,6 +214,10 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		rp := u.path(attr)
 		u.remove(rp)
 		u.cond(rp + " = " + u.num(v.rates[attr]))
+		// Absent is full: a caller its bucket held back goes first again
+		// for a taker whose clock, slower than the purger's, found it
+		// empty.
+		u.count(u.path(FreedAttr), 1)
 	}
 	entries, empty := v.staleEntries(now)
 	for _, e := range entries {

@@ -130,6 +130,9 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		for _, r := range ls.rates {
 			u.refund(r)
 		}
+		// A token back can let a caller its bucket held back go first:
+		// freed tells the takes judged before.
+		u.count(u.path(FreedAttr), 1)
 		u.ttl(now)
 		_, err := l.write(ctx, ls.key, u, nil)
 		return err

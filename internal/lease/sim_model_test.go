@@ -1018,8 +1018,17 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 			}
 		}
 	}
-	if df := a.freed - b.freed; df < 0 || df > int64(len(v.released)+purgedLeases+gone+entriesGone) {
-		v.fail("freed", "", "freed moved by %d in a write that removed %d leases, %d tickets other than by their take and %d gate entries", df, len(v.released)+purgedLeases, gone, entriesGone)
+	// So can a bucket removed (absent is full: it was full on the
+	// remover's clock, maybe not yet on a slower one's) or given a token
+	// back.
+	bucketsBack := 0
+	for name, tb := range b.rates {
+		if ta, ok := a.rates[name]; !ok || ta < tb {
+			bucketsBack++
+		}
+	}
+	if df := a.freed - b.freed; df < 0 || df > int64(len(v.released)+purgedLeases+gone+entriesGone+bucketsBack) {
+		v.fail("freed", "", "freed moved by %d in a write that removed %d leases, %d tickets other than by their take and %d gate entries, and removed or refilled %d buckets", df, len(v.released)+purgedLeases, gone, entriesGone, bucketsBack)
 	} else if df == 0 && (len(v.released) > 0 || gone > 0) {
 		v.fail("freed", "", "a write that freed %d places and removed %d tickets other than by their take left freed as it was", len(v.released), gone)
 	}

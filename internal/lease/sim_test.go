@@ -411,10 +411,15 @@ func (a simAPI) do(ctx context.Context, r *simReq, opts []func(*dynamodb.Options
 		return ans
 	case <-ctx.Done():
 		// The caller gave up on the answer; the request goes on. For the
-		// caller it was a faulted request all the same.
+		// caller it was a faulted request all the same when the schedule
+		// faulted it (held it, delayed it): one it was not would have been
+		// answered at once, so only the caller's own context ended it, and
+		// that is no fault of the schedule's to allow for.
 		s.mu.Lock()
 		delete(c.inflight, r)
-		c.lat += time.Since(r.sent) + DefaultMaxLook
+		if r.faulted {
+			c.lat += time.Since(r.sent) + DefaultMaxLook
+		}
 		s.mu.Unlock()
 		return simAns{err: ctx.Err()}
 	}
