@@ -10,7 +10,7 @@ import (
 
 // tasksScenarios are the conformance suite's scenarios of the tasks
 // extension (io.modelcontextprotocol/tasks) that the gateway is held to,
-// run one by one. tasks-mrtr-composition is run and reported, not held:
+// each in a run of the CLI of its own. tasks-mrtr-composition is run and reported, not held:
 // it expects a required tool's first round answered synchronously.
 var tasksScenarios = []string{
 	"tasks-lifecycle", "tasks-capability-negotiation", "tasks-wire-fields", "tasks-request-state-removal",
@@ -24,6 +24,7 @@ var tasksScenarios = []string{
 // own, kept in the tasks table: each scenario that passes directly must
 // pass through the gateway.
 func TestConformanceTasksRelay(t *testing.T) {
+	t.Parallel()
 	node22(t)
 	s := suites[1]
 	infraFile(t, s.pkg+"/dist/index.js")
@@ -37,13 +38,17 @@ func TestConformanceTasksRelay(t *testing.T) {
 
 // scenariosAsTheReference runs each tasks scenario of suite s against the
 // reference (a task-capable upstream) and against the gateway: each must
-// pass against both (tasks-mrtr-composition is logged only).
+// pass against both (tasks-mrtr-composition is logged only). The scenarios
+// run in parallel subtests, each against both at once: they spend most of
+// their time waiting on their tasks, and each keeps to tasks it made.
 func scenariosAsTheReference(t *testing.T, s suite, reference, gateway string) {
 	for _, name := range append(tasksScenarios, "tasks-mrtr-composition") {
 		t.Run(name, func(t *testing.T) {
 			one := suite{name: s.name, pkg: s.pkg, args: []string{"--scenario", name}}
-			direct, directOut := runConformance(t, one, reference)
-			via, viaOut := runConformance(t, one, gateway)
+			t.Parallel()
+			directRun, viaRun := startConformance(t, one, reference), startConformance(t, one, gateway)
+			direct, directOut := directRun.wait(t)
+			via, viaOut := viaRun.wait(t)
 			d, g := passed(direct[name]), passed(via[name])
 			switch {
 			case name == "tasks-mrtr-composition":
@@ -67,6 +72,7 @@ func scenariosAsTheReference(t *testing.T, s suite, reference, gateway string) {
 // keeps their outcomes; the scenarios must pass as they do against the
 // task-capable upstream itself.
 func TestConformanceGatewayTasks(t *testing.T) {
+	t.Parallel()
 	node22(t)
 	s := suites[1]
 	infraFile(t, s.pkg+"/dist/index.js")

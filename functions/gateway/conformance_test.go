@@ -183,23 +183,62 @@ var suites = []suite{
 // each scenario's checks, and the CLI's output.
 func runConformance(t *testing.T, s suite, url string) (map[string][]check, string) {
 	t.Helper()
+	return startConformance(t, s, url).wait(t)
+}
+
+// conformanceRun is a run of the conformance CLI, started by
+// startConformance; wait collects its checks. Two runs started one after
+// the other (against the reference and through the gateway) go on at once:
+// the scenarios spend most of their time waiting on tasks and timers.
+type conformanceRun struct {
+	url    string
+	cmd    *exec.Cmd
+	ctx    context.Context
+	cancel context.CancelFunc
+	dir    string
+	output bytes.Buffer
+}
+
+// startConformance starts the suite's server scenarios against url.
+func startConformance(t *testing.T, s suite, url string) *conformanceRun {
+	t.Helper()
 	node := node22(t)
 	cli := infraFile(t, s.pkg+"/dist/index.js")
-	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	args := append([]string{cli, "server", "--url", url, "--output-dir", out}, s.args...)
-	cmd := exec.CommandContext(ctx, node, args...)
-	cmd.Dir = out
-	cmd.WaitDelay = 5 * time.Second
-	storetest.SetParentDeathSignal(cmd)
-	// The CLI exits 1 when any scenario fails; the checks tell which.
-	output, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) || ctx.Err() != nil {
-		t.Fatalf("conformance CLI against %s: %v\n%s", url, err, output)
+	r := &conformanceRun{url: url, dir: t.TempDir()}
+	r.ctx, r.cancel = context.WithTimeout(context.Background(), 5*time.Minute)
+	// A run not waited for (its test failed first) is stopped.
+	t.Cleanup(func() {
+		r.cancel()
+		if r.cmd.Process != nil && r.cmd.ProcessState == nil {
+			_ = r.cmd.Wait()
+		}
+	})
+	args := append([]string{cli, "server", "--url", url, "--output-dir", r.dir}, s.args...)
+	r.cmd = exec.CommandContext(r.ctx, node, args...)
+	r.cmd.Dir = r.dir
+	r.cmd.WaitDelay = 5 * time.Second
+	r.cmd.Stdout, r.cmd.Stderr = &r.output, &r.output
+	storetest.SetParentDeathSignal(r.cmd)
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("conformance CLI against %s: %v", url, err)
 	}
-	entries, err := os.ReadDir(out)
+	return r
+}
+
+// wait waits for the run to end and returns each scenario's checks, and
+// the CLI's output.
+func (r *conformanceRun) wait(t *testing.T) (map[string][]check, string) {
+	t.Helper()
+	// The CLI exits 1 when any scenario fails; the checks tell which.
+	err := r.cmd.Wait()
+	timedOut := r.ctx.Err() != nil
+	r.cancel()
+	output := r.output.String()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) || timedOut {
+		t.Fatalf("conformance CLI against %s: %v\n%s", r.url, err, output)
+	}
+	entries, err := os.ReadDir(r.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +248,7 @@ func runConformance(t *testing.T, s suite, url string) (map[string][]check, stri
 		if m == nil {
 			continue
 		}
-		raw, err := os.ReadFile(filepath.Join(out, e.Name(), "checks.json"))
+		raw, err := os.ReadFile(filepath.Join(r.dir, e.Name(), "checks.json"))
 		if err != nil {
 			t.Fatalf("%v\n%s", err, output)
 		}
@@ -220,9 +259,9 @@ func runConformance(t *testing.T, s suite, url string) (map[string][]check, stri
 		results[m[1]] = checks
 	}
 	if len(results) == 0 {
-		t.Fatalf("conformance CLI against %s wrote no results:\n%s", url, output)
+		t.Fatalf("conformance CLI against %s wrote no results:\n%s", r.url, output)
 	}
-	return results, string(output)
+	return results, output
 }
 
 // passed is the CLI's own verdict on a scenario: no check failed.
