@@ -1822,7 +1822,8 @@ func TestFaultSimulation(t *testing.T) {
 		"refused by a gate", "finished failure", "finished abandoned", "finished unused", "finished overloaded",
 		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
 		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout",
-		"task withdrawn", "task worker died holding its place", "task claim: claimed already"} {
+		"task withdrawn", "task worker died during its call", "task claim: claimed already",
+		"task worker died between its claim and its mark", "task claimed again", "task worker found its record marked by an earlier claim"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}
