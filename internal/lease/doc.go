@@ -266,7 +266,24 @@
 // when its turn has passed meanwhile, it takes its mark back (on condition
 // it is still its own) and leaves the ticket for the next start. A lost
 // start (an instance dying after its mark, an invocation never delivered)
-// is made again by the first to see the turn StartTimeout after it.
+// is made again by the first to see the turn StartTimeout after it. While
+// its last start has gone unclaimed for StartTimeout, callers behind it
+// pass it — it keeps its ticket and number, and such a take is
+// conditioned on that mark as seen — so a task nobody claims cannot hold
+// a free place from everyone. Withdraw removes a task's ticket while it is
+// not claimed (ADD 1 to freed, conditioned on its number and on no lease
+// of its id, or on the lapsed one, which goes with it); a claimed task's
+// lease is released like any other. As a task's ticket is never presumed
+// gone, its join is also conditioned on freed as seen: landing late,
+// after the ticket was claimed and released, withdrawn or lapsed (each of
+// which moves freed), it would bring the ticket back and the task would
+// run again; so after a join whose outcome was unknown, Enqueue succeeds
+// when it finds the ticket or a lease of its id (a worker claimed it),
+// joins again only while freed is as that join saw it, and otherwise
+// fails (the ticket may have come and gone). Two workers of one start
+// share the ticket's id: one whose takes' outcomes were unknown takes the
+// lease it then finds for its own only if it holds the expiry one of them
+// set.
 //
 // A claimed ticket — one whose lease, of the same id, is live — is no
 // waiter: it takes no turn, no start is marked on it (a mark is
@@ -281,31 +298,13 @@
 // anew. Whether the task's call was made is not the item's to know: the
 // task's own record says (the gateway's worker makes its call only once
 // it marked the record running, conditionally, and never on a record an
-// earlier claim marked; see internal/gateway). A task's lease in the
-// normal course costs no write more than before: its claim and its
-// release. While
-// its last start has gone unclaimed for StartTimeout, callers behind it
-// pass it — it keeps its ticket and number, and such a take is
-// conditioned on that mark as seen — so a task nobody claims cannot hold
-// a free place from everyone. Withdraw removes a task's ticket while it is
-// not claimed (ADD 1 to freed, conditioned on its number and on no lease
-// of its id, or on the lapsed one, which goes with it); a claimed task's
-// lease is released like any other. As a task's ticket is never presumed
-// gone, its join is also conditioned on freed as seen: landing late,
-// after the ticket was claimed and released, withdrawn or lapsed (each of
-// which moves freed), it would bring the ticket back and the task would
-// run again; so after a join whose outcome was unknown, Enqueue succeeds
-// when it finds the ticket or a lease of its id (a worker claimed it),
-// joins again only while freed is as that join saw it, and otherwise
-// fails (the ticket may have come and gone). With freed as seen, each
-// ticket the join's view shows claimed is still there: the join's room is
-// the tasks map's size less those (size(tasks) < MaxQueued + purged +
-// claimed), so a running task takes no queue place; a claim lapsing
-// afterwards waits again past the bound (it had its place: at most the
-// cap's claims more are stored). Two workers of one start
-// share the ticket's id: one whose takes' outcomes were unknown takes the
-// lease it then finds for its own only if it holds the expiry one of them
-// set.
+// earlier claim marked; see internal/gateway). With freed as seen
+// (above), each ticket a task's join sees claimed is still there: the
+// join's room is the tasks map's size less those (size(tasks) <
+// MaxQueued + purged + claimed), so a running task takes no queue place;
+// a claim lapsing afterwards waits again past the bound (it had its
+// place: at most the cap's claims more are stored). A task costs no write
+// more than before: its claim and its release.
 //
 // # Answers and views
 //
