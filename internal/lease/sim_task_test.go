@@ -70,6 +70,7 @@ var simTaskRegressionSeeds = []uint64{
 	2537,    // two workers of one start: one's take landed, the other's answer was lost, and it took the lease for its own
 	4016351, // a join whose answer was lost landed, its ticket was claimed and released, and Enqueue joined again: the task ran twice
 	4017160, // the same
+	4139,    // two workers of one start: one's take landed, the other's had an unknown outcome (found again once claims kept their tickets)
 }
 
 // taskPlan draws, from a stream of its own, the tasks of a run (none for
@@ -80,6 +81,7 @@ func (s *sim) taskPlan(instances int) {
 		return
 	}
 	s.trng = tr
+	s.mrng = mrand.New(mrand.NewPCG(s.seed, 0x3a7c))
 	s.mtasks = newMTasks()
 	principals := 2 + tr.IntN(3)
 	for i := range 1 + tr.IntN(4) {
@@ -159,7 +161,7 @@ func (s *sim) taskStarter(limiters []*Limiter) func(context.Context, TaskStart) 
 			w.callFor = t.callFor
 			w.outcome = []Outcome{Success, Success, Failure, Unused}[s.trng.IntN(4)]
 			die := s.trng.IntN(6) == 0
-			dieBeforeMark := s.trng.IntN(6) == 0
+			dieBeforeMark := s.mrng.IntN(6) == 0
 			delay := time.Duration(s.trng.IntN(int(simWorkerDelay/time.Millisecond))) * time.Millisecond
 			t.workers = append(t.workers, w)
 			s.taskWG.Add(1)
@@ -214,6 +216,13 @@ func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration
 	}
 	if ls.ID() != ts.Ticket {
 		s.fail("task-claim", ts.Ticket, "the claim of %s gave lease %s", ts.Ticket, ls.ID())
+	}
+	// One place at a time: a claim is granted again only once the last
+	// one's lease lapsed, which is past its holder's call deadline.
+	for _, x := range t.workers {
+		if x != w && x.state == simHolding && x.leaseID == ls.ID() && time.Now().Before(x.deadline) {
+			s.fail("task-twice", ts.Ticket, "task %s claimed by c%d while c%d holds its place, its call deadline %v away", t.id, w.id, x.id, time.Until(x.deadline))
+		}
 	}
 	w.state, w.leaseID, w.deadline = simHolding, ls.ID(), ls.CallDeadline
 	s.events["task worker holds its place"]++

@@ -289,8 +289,12 @@ type sim struct {
 	tasks       []*simTask
 	taskCallers []*simCaller
 	trng        *mrand.Rand
-	mtasks      *mTasks
-	taskWG      sync.WaitGroup
+	// mrng draws which workers die between their claim and their mark,
+	// from a stream of its own: the schedules trng draws stay as they
+	// were found (simTaskRegressionSeeds).
+	mrng   *mrand.Rand
+	mtasks *mTasks
+	taskWG sync.WaitGroup
 	// events counts, for the whole run of seeds, what happened: evidence
 	// the schedules reach each part of the protocol (and, "max …", the
 	// largest of some measures).
