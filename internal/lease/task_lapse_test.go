@@ -158,7 +158,9 @@ func TestAClaimedTaskIsNoWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := acquire(t, l, Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: "p", MaxQueued: 1})
+	// Of the task's principal: were the task waiting, its ticket would
+	// come first (the lower number, as many places held).
+	held := acquire(t, l, Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: "q", MaxQueued: 1})
 	full := Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: "r", MaxQueued: 1}
 	if _, err := l.Enqueue(context.Background(), full, "", "task-2", time.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("a task joining beside a running one, MaxQueued 1: %v", err)
