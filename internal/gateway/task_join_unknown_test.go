@@ -264,15 +264,10 @@ func (a *endedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o
 // still says queued. Once its lease has lapsed the task must not be lost:
 // it runs, or it ends.
 //
-// It fails today: nothing notices the lapsed lease of a task whose record
-// still says queued, so the task waits, unrun, until its TTL ends. The
-// lease item does not know whether such a lease's call was made (a worker
-// that ends during its call leaves the same lease); the record does (a
-// call is made only once the record is marked running), so the fix reads
-// the record of a task lease that lapses and queues its ticket again when
-// it was never marked.
+// The claim keeps the task's ticket in the lease item; once the lease
+// lapses, the ticket waits again and a new worker is started, which finds
+// the record never marked and runs the call.
 func TestATaskWhoseWorkerEndedBeforeItsMarkIsNotLost(t *testing.T) {
-	t.Skip("open: a task whose worker ended between its claim and its mark is not run again")
 	tapi := &endedMarkAPI{}
 	var (
 		store *tasks.Store
@@ -319,6 +314,95 @@ func TestATaskWhoseWorkerEndedBeforeItsMarkIsNotLost(t *testing.T) {
 	t.Logf("poll: %s; upstream calls %d", p.raw, calls)
 	if p.err != nil || p.str(t, "status") == "working" && calls == 0 {
 		t.Errorf("the task is still waiting with nothing to run it: %s", p.raw)
+	}
+}
+
+// diedMarkedAPI passes a task store's calls through, but ends its worker
+// (a panic, as an instance that ends does) once the first write of a
+// record marked running has landed: after its mark, before its call.
+type diedMarkedAPI struct {
+	tasks.API
+	mu    sync.Mutex
+	ended bool
+}
+
+func (a *diedMarkedAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := a.API.PutItem(ctx, in, opts...)
+	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" && err == nil {
+		a.mu.Lock()
+		first := !a.ended
+		a.ended = true
+		a.mu.Unlock()
+		if first {
+			panic("the worker's instance ended")
+		}
+	}
+	return out, err
+}
+
+// A worker that ends once its record is marked running leaves a lease
+// that lapses, and its ticket waits again; the worker started for it then
+// finds the record marked under that ticket: the call may have been made,
+// so it makes none, and gives the ticket back. The task ends failed past
+// its run_until ("may or may not have run"), its call made at most once.
+func TestATaskMarkedRunningIsNotCalledAgainByTheNextClaim(t *testing.T) {
+	tapi := &diedMarkedAPI{}
+	var (
+		store *tasks.Store
+		g     *Gateway
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		env   *storetest.Env
+	)
+	start := func(_ context.Context, ts lease.TaskStart) {
+		mu.Lock()
+		gw := g
+		mu.Unlock()
+		wg.Go(func() { _ = gw.RunTask(context.Background(), ts) })
+	}
+	h := newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
+		env = e
+		tapi.API = e.Client
+		store = &tasks.Store{DB: tapi, Table: e.Tables.Tasks}
+		d.Limiter = lease.New(e.Client, e.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: start})
+		d.Auth = auth.New(e.Client, e.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	mu.Lock()
+	g = h.gw
+	mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
+	t.Cleanup(wg.Wait)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1, "cancel_grace": 1,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	id := h.createTask("batch", h.key, "work")
+	wg.Wait()
+	if !tapi.ended {
+		t.Fatal("no worker's mark landed")
+	}
+	// Past the lease's end and a start's timeout, and past run_until
+	// (the call's end, cancel_grace, the lease margin and the watch).
+	time.Sleep(3*time.Second + lease.StartTimeout)
+	for range 2 {
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+	}
+	if calls := len(up.Stats().Arrivals); calls != 0 {
+		t.Errorf("the upstream was called %d times; its first worker ended before its call, and no other may call", calls)
+	}
+	out, err := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &env.Tables.Leases,
+		Key: map[string]types.AttributeValue{"limiter_key": &types.AttributeValueMemberS{Value: "batch"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := lease.Describe(out.Item, time.Now(), 1, 0, nil); len(st.Queue) != 0 || len(st.Leases) != 0 {
+		t.Errorf("the lease item still holds the task: %+v", st)
+	}
+	p := h.pollTask("/mcp/batch", h.key, id)
+	if p.err != nil || p.str(t, "status") != "failed" {
+		t.Errorf("a task whose worker ended during its run, past its run_until: %s; want failed", p.raw)
 	}
 }
 

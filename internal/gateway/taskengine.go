@@ -42,6 +42,14 @@ import (
 //     refusal fails the task).
 //   - A worker started twice (a start seen lost) claims once; a worker
 //     whose claim is refused (not its turn, its ticket gone) leaves.
+//   - A worker makes its call only once it marked the record running (a
+//     write conditioned on the record as read), and never on a record an
+//     earlier claim of the same ticket marked. The claim keeps the ticket
+//     in the lease item until the lease's release; a worker that ends
+//     after its claim leaves its lease to lapse and the ticket waiting
+//     again, and the worker started for it then runs the call if the
+//     record was never marked, or gives the ticket back if it was (the
+//     record's run_until tells the end of a call that may have run).
 //   - Cancel withdraws a waiting task's ticket; a running task's worker
 //     sees the request within taskWatch and cuts the call off, its slot
 //     kept until the upstream stopped, as a synchronous call's.
@@ -402,7 +410,13 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 		// Its ticket stays: the start is made again (lease.StartTimeout).
 		return err
 	}
-	if tasks.Terminal(r.Status) || r.CancelRequested || r.Kind != tasks.KindGateway || ts.Ticket != r.LeaseID {
+	// A record marked running under this ticket was marked by an earlier
+	// claim of it, whose worker died or is late (its lease lapsed, and the
+	// ticket waits again): its call may have been made, so it is never
+	// made again; the ticket goes (once no worker holds it), and the
+	// record's run_until tells its end.
+	marked := r.StatusMessage == "running" && r.LeaseID == ts.Ticket
+	if tasks.Terminal(r.Status) || r.CancelRequested || r.Kind != tasks.KindGateway || ts.Ticket != r.LeaseID || marked {
 		e.withdraw(ctx, ts)
 		if r.CancelRequested && !tasks.Terminal(r.Status) && r.Kind == tasks.KindGateway {
 			// Cancelled before it ran, unless another start of it has
@@ -519,12 +533,20 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	callEnd, short := g.callEnd(ctx, c)
 	// The claim has just read the item: what it says of the calls' length.
 	running, _ := e.queue.Outlook(c.req, ts.Ticket)
-	settled, attempt := false, 0
+	settled, taken, attempt := false, false, 0
 	_, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			settled = true
 			return errSettled
 		}
+		if n.StatusMessage == "running" && n.LeaseID == ts.Ticket && n.Attempt != attempt {
+			// Marked by an earlier claim of this ticket (its worker died
+			// or is late, its lease lapsed): its call may have been made,
+			// so this claim makes none.
+			taken = true
+			return errSettled
+		}
+		taken = false
 		n.StatusMessage, n.Attempt = "running", n.Attempt+1
 		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch)
 		n.PollInterval = taskPoll(running, true, c.timeout, n.TTL)
@@ -544,15 +566,25 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 			err = nil // it landed
 		}
 	}
-	if settled || err != nil {
+	// A worker that marked the record past its call's deadline may have
+	// let its lease lapse, and another claim of the ticket take the place
+	// and mark the record as this one read it: it makes no call. Within
+	// it, no other claim can have come (a lease lapses only past its
+	// call's deadline), so the mark it saw was its own.
+	late := err == nil && !settled && !taken && !time.Now().Before(c.ls.CallDeadline)
+	if settled || taken || late || err != nil {
 		// It ended before its call was made (its join refused although
-		// it landed, see refuse), or it could not be marked running: the
-		// call is not made, its place given back unused.
+		// it landed, see refuse), an earlier claim marked it, or it could
+		// not be marked running (or only late): the call is not made, its
+		// place given back unused (with its ticket).
 		released := false
 		for _, ls := range slices.Backward(c.leases) {
 			released = g.finish(ctx, ls, lease.Unused, c.rec)
 		}
-		if !settled {
+		if late {
+			g.log.Warn("task worker marked its record past its call's deadline; no call made", "task", r.ID)
+		}
+		if !settled && !taken && !late {
 			g.log.Warn("task record not marked running; its ticket is queued again", "task", r.ID, "error", err.Error())
 			e.requeue(ctx, c.req, ts, r, released)
 		}

@@ -433,7 +433,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	pp := u.path(PrincipalAttr(a.me.label))
 	u.add(pp, id)
 	mixed := v != nil && (a.req.ToolCap > 0 || slices.ContainsFunc(v.queue, func(t *ticket) bool {
-		return t.id != id && t.live(now) && (t.label != a.me.label || t.toolCap > 0)
+		return t.id != id && v.waits(t, now) && (t.label != a.me.label || t.toolCap > 0)
 	}))
 	if v != nil && (a.req.PrincipalCap > 0 || mixed) {
 		if members := v.sets[PrincipalAttr(a.me.label)]; len(members) == 0 {
@@ -444,9 +444,16 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	} else if v == nil && a.req.PrincipalCap > 0 {
 		u.cond("(attribute_not_exists(" + pp + ") OR size(" + pp + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
 	}
-	if a.n != 0 {
+	switch {
+	case a.n != 0 && a.task:
+		// A task's claim keeps its ticket, claimed by the lease of its id:
+		// the lease's release removes both; its lapse leaves the ticket
+		// waiting again, so that a worker that ends before its call is
+		// made does not lose its task.
+		u.cond(u.path(TasksAttr, id) + " = " + u.num(a.n))
+	case a.n != 0:
 		u.removeTicket(id, a.me.label, a.n, a.task)
-	} else {
+	default:
 		u.cond("attribute_not_exists("+u.path(QueueAttr, id)+")", "attribute_not_exists("+u.path(TicketsAttr, id)+")")
 		if v == nil {
 			u.cond("size("+u.path(QueueAttr)+") = "+u.num(0), "size("+u.path(TasksAttr)+") = "+u.num(0))
@@ -554,6 +561,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 		deadline = a.req.CallBy
 	}
 	ls := a.l.newLease(a.req, a.me.id)
+	ls.task = a.task // its release removes the task's ticket with it
 	ls.exps, ls.Expiry, ls.CallDeadline = []int64{exp}, time.UnixMilli(exp), deadline
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
 	if a.req.ToolCap > 0 {
@@ -643,7 +651,10 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	size := "size(" + u.path(kind) + ")"
 	purged := p.queue
 	if a.task {
-		purged = p.tasks
+		// The tasks running keep their claimed tickets in the map, and
+		// take no place in the queue: with freed as seen (above), each
+		// ticket seen claimed is there still.
+		purged = p.tasks + v.claimedTasks(now)
 	}
 	u.cond(size + " < " + u.num(int64(a.req.MaxQueued+purged)))
 	if r := QueueReserve(a.req.MaxQueued); r > 0 {

@@ -14,7 +14,7 @@
 //	principal:<label>  SS  one principal's leases
 //	tool:<name>        SS  the leases in a place of a capped tool
 //	queue              M   ticket id → its number, issued by seq: the callers waiting
-//	tasks              M   the same for the tasks waiting (see Tasks)
+//	tasks              M   the same for the tasks waiting, and running (claimed: see Tasks)
 //	tickets            M   ticket id → {p: principal, d: deadline (Unix ms), t: tool, c: tool cap,
 //	                       r: the tool's rpm limit, l: a caller's look period (ms; read as 2 s
 //	                       when absent, as tickets written before it, and as MaxLookFar at
@@ -45,7 +45,8 @@
 // A lease is an entry of leases and a member of its principal's set and,
 // for a capped tool, the tool's; a ticket is an entry of queue (a task's:
 // of tasks, see Tasks) and of tickets, and a member of its principal's
-// waiting set. Each is added and removed whole, in one write; a removal
+// waiting set. A task's ticket and its claim's lease share their id: the
+// ticket is claimed while that lease is live, and then waits no more. Each is added and removed whole, in one write; a removal
 // by anyone but its owner is conditioned on the value seen (a lease's
 // expiry, a ticket's number). A count is the size of a map or set, never
 // a number stored apart from what it counts. A lease (or a probe) is live
@@ -55,7 +56,8 @@
 //
 //   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its sets,
 //     take a token from each of the call's buckets and, for a waiter,
-//     remove its ticket whole — on condition that the id holds no lease,
+//     remove its ticket whole (a task's claim keeps it, conditioned on its
+//     number: see Tasks) — on condition that the id holds no lease,
 //     every cap keeps room for the callers whose turn comes first, every
 //     bucket holds a token, no gate refuses the caller, and nothing that
 //     could change whose turn it is changed since the view it was judged
@@ -74,7 +76,8 @@
 //   - Leave: a waiter that gives up removes its ticket whole and ADDs 1 to
 //     freed, conditioned on its number, and the lease a take of it of
 //     unknown outcome may have set, whole, conditioned on that expiry.
-//   - Release: REMOVE the lease whole; ADD 1 to freed; the outcome to its
+//   - Release: REMOVE the lease whole (a task's with its ticket, and on
+//     condition that it holds an expiry this holder wrote); ADD 1 to freed; the outcome to its
 //     gates and the adaptive limit; for a call answered or failed, its
 //     length moved into call_ms (a quarter of the way from the latest
 //     value its process saw); for a call never made, its tokens back — on
@@ -268,7 +271,8 @@
 // whose turn it was not, StartDue — marks its ticket (s: now, on condition
 // that no mark younger than StartTimeout is there) and, having won the
 // mark, starts a worker (Options.OnTaskStart). The worker claims the place
-// (Claim): a waiter's take of its own ticket, judged from a fresh read;
+// (Claim): a waiter's take of its own ticket, judged from a fresh read,
+// which sets its lease and keeps the ticket, conditioned on its number;
 // when its turn has passed meanwhile, it takes its mark back (on condition
 // it is still its own) and leaves the ticket for the next start. A lost
 // start (an instance dying after its mark, an invocation never delivered)
@@ -276,8 +280,9 @@
 // its last start has gone unclaimed for StartTimeout, callers behind it
 // pass it — it keeps its ticket and number, and such a take is
 // conditioned on that mark as seen — so a task nobody claims cannot hold
-// a free place from everyone. Withdraw removes a task's ticket before its
-// claim (ADD 1 to freed, conditioned on its number); a claimed task's
+// a free place from everyone. Withdraw removes a task's ticket while it is
+// not claimed (ADD 1 to freed, conditioned on its number and on no lease
+// of its id, or on the lapsed one, which goes with it); a claimed task's
 // lease is released like any other. As a task's ticket is never presumed
 // gone, its join is also conditioned on freed as seen: landing late,
 // after the ticket was claimed and released, withdrawn or lapsed (each of
@@ -289,6 +294,27 @@
 // share the ticket's id: one whose takes' outcomes were unknown takes the
 // lease it then finds for its own only if it holds the expiry one of them
 // set.
+//
+// A claimed ticket — one whose lease, of the same id, is live — is no
+// waiter: it takes no turn, no start is marked on it (a mark is
+// conditioned on the lease as seen: none, or a lapsed one), it takes no
+// queue place, and Withdraw cannot take it back (ErrClaimed). The
+// lease's release removes the ticket with it, in its one write, on
+// condition that the lease holds an expiry its holder wrote (a later
+// claim's lease has the same id). A lease that lapses unreleased — its
+// worker died or is late — leaves the ticket waiting again, at its
+// number, with no write: its turn comes, a worker is started as for any
+// lost start, and its claim purges the lapsed lease and takes the place
+// anew. Whether the task's call was made is not the item's to know: the
+// task's own record says (the gateway's worker makes its call only once
+// it marked the record running, conditionally, and never on a record an
+// earlier claim marked; see internal/gateway). With freed as seen
+// (above), each ticket a task's join sees claimed is still there: the
+// join's room is the tasks map's size less those (size(tasks) <
+// MaxQueued + purged + claimed), so a running task takes no queue place;
+// a claim lapsing afterwards waits again past the bound (it had its
+// place: at most the cap's claims more are stored). A task costs no write
+// more than before: its claim and its release.
 //
 // # Answers and views
 //
@@ -332,7 +358,8 @@
 //     (TestNewcomerDoesNotPassAQueuedCaller, TestFairBetweenPrincipals,
 //     TestBlockedTicketDoesNotHoldUpAFreePlace,
 //     TestLeavingTicketFailsATakeJudgedBefore).
-//  7. At most MaxQueued callers wait, and as many tasks, and a principal
+//  7. At most MaxQueued callers wait, and as many tasks (a claimed one not
+//     waiting, one whose claim lapsed waiting again past it), and a principal
 //     with callers or tasks waiting cannot take the last QueueReserve
 //     places of either (TestQueueIsBounded,
 //     TestOneTenantCannotFillTheQueue, TestTasksHaveQueuePlacesOfTheirOwn).
@@ -387,9 +414,13 @@
 //     stopped before the lease lapses if it cannot
 //     (TestKeepAliveRenewsALongExchange, TestKeepAliveRetriesAtAFixedPace).
 //  16. Tasks: a task's ticket is never removed before its deadline but by
-//     its claim or its withdrawal; no place goes to a task withdrawn or
-//     past its deadline, and at most one to a task, however many workers
-//     were started for it and whatever became of its writes; tasks are
+//     its withdrawal or its claim's release; no place goes to a task
+//     withdrawn, released or past its deadline, and at most one at a time
+//     to a task, however many workers were started for it and whatever
+//     became of its writes; a claimed ticket takes no turn, no start and no
+//     queue place while its lease is live, and a claim whose lease lapsed
+//     unreleased leaves its ticket waiting again, so that its task gets a
+//     worker as after a lost start; tasks are
 //     served in the callers' turn order, callers passing one only once its
 //     start has gone unclaimed StartTimeout; a start is made again only
 //     StartTimeout after the last; a task whose turn has come gets a
@@ -397,14 +428,20 @@
 //     start was lost (TestTaskRunsWhenItsTurnComes,
 //     TestLostTaskStartIsMadeAgain, TestWithdrawnTaskGetsNoPlace,
 //     TestTaskWorkerClaimsOnce, TestLateTaskJoinDoesNotBringBackItsTicket,
-//     TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost). The fault
-//     simulation judges all of it: its schedules enqueue tasks with
-//     deadlines, start their workers (starts lost, made twice, workers
-//     dying holding the place), withdraw tasks at random times and run
-//     StartDue every 1.5 s, under the same faults; a task whose turn has
-//     come must be started within StartTimeout of its last start plus
-//     that period, twice the skew and MaxLook, and what the faults cost
-//     the StartDue schedule's requests.
+//     TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost,
+//     TestALapsedClaimLeavesItsTaskWaitingAgain,
+//     TestALateWorkersReleaseLeavesTheNewClaim, TestAClaimedTaskIsNoWaiter).
+//     The fault simulation judges all of it: its schedules enqueue tasks
+//     with deadlines, start their workers (starts lost, made twice,
+//     workers dying between their claim and the mark of the task's record
+//     — a fake of it, whose conditional mark the simulation checks lands
+//     at most once, so a call is made at most once — and during their
+//     call), withdraw tasks at random times and run StartDue every 1.5 s,
+//     under the same faults; a task whose turn has come (for a claim that
+//     lapsed unreleased: once every clock within the skew sees the lapse)
+//     must be started within StartTimeout of its last start plus that
+//     period, twice the skew and MaxLook, and what the faults cost the
+//     StartDue schedule's requests.
 //
 // # Guarantee
 //

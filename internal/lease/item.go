@@ -237,22 +237,46 @@ func (v *view) ticketFor(id string) *ticket {
 	return nil
 }
 
-// live reports whether t still waits at now.
+// live reports whether t's deadline has not passed at now.
 func (t *ticket) live(now int64) bool { return t.deadline >= now }
 
-// waiting counts the live tickets of callers (task false) or of tasks.
-func (v *view) waiting(now int64, task bool) int {
+// claimed reports whether task ticket t is claimed at now: a live lease of
+// its id holds its place. A claim keeps the ticket in the item until the
+// lease's release removes both; once the lease lapses (its worker died or
+// is late), the ticket waits again, at its number.
+func (v *view) claimed(t *ticket, now int64) bool {
+	exp, ok := v.leases[t.id]
+	return t.task && ok && exp >= now && t.live(now)
+}
+
+// waits reports whether t waits at now: live, and not claimed.
+func (v *view) waits(t *ticket, now int64) bool { return t.live(now) && !v.claimed(t, now) }
+
+// claimedTasks counts the task tickets claimed at now.
+func (v *view) claimedTasks(now int64) int {
 	n := 0
 	for _, t := range v.queue {
-		if t.live(now) && t.task == task {
+		if v.claimed(t, now) {
 			n++
 		}
 	}
 	return n
 }
 
-// tickets counts the tickets, live or not, of callers (task false) or of
-// tasks.
+// waiting counts the tickets of callers (task false) or of tasks waiting
+// at now (live and not claimed).
+func (v *view) waiting(now int64, task bool) int {
+	n := 0
+	for _, t := range v.queue {
+		if v.waits(t, now) && t.task == task {
+			n++
+		}
+	}
+	return n
+}
+
+// tickets counts the tickets, live, claimed or not, of callers (task
+// false) or of tasks: the size of their map.
 func (v *view) tickets(task bool) int {
 	n := 0
 	for _, t := range v.queue {
@@ -315,11 +339,13 @@ func (v *view) labelOf(id string) string {
 	return ""
 }
 
-// setsOf lists the sets id is a member of.
+// setsOf lists the sets lease id is a member of: its principal's and
+// tool's, not a waiting set (a claimed task's ticket, of the same id, is
+// in its principal's).
 func (v *view) setsOf(id string) []string {
 	var out []string
 	for attr, members := range v.sets {
-		if slices.Contains(members, id) {
+		if !strings.HasPrefix(attr, WaitingAttrPrefix) && slices.Contains(members, id) {
 			out = append(out, attr)
 		}
 	}

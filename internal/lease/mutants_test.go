@@ -56,9 +56,16 @@ var mutants = []mutant{
 	{"a lost start never made again", "task.go",
 		"if !t.task || t.started > now-StartTimeout.Milliseconds() ||", "if !t.task || t.started != 0 ||"},
 	{"a claim that takes another worker's lease for its own", "task.go",
-		"if slices.Contains(a.unsure, exp) {", "if slices.Contains(a.unsure, exp) || len(a.unsure) != 0 {"},
+		"case held && slices.Contains(a.unsure, exp):", "case held && (slices.Contains(a.unsure, exp) || len(a.unsure) != 0):"},
 	{"a task's join that can land late, after its claim", "acquire.go",
 		"		// lapsed: each of those moves freed.\n		u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))\n", "		// lapsed: each of those moves freed.\n"},
+	{"a task's release that leaves its claimed ticket behind", "release.go",
+		"	u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))\n	if ls.task {\n		u.remove(u.path(TasksAttr, ls.id))\n	}\n	u.del(u.path(WaitingAttr(ls.label)), ls.id)\n",
+		"	if !ls.task {\n		u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))\n		u.del(u.path(WaitingAttr(ls.label)), ls.id)\n	}\n"},
+	{"a claim that takes its task's ticket out", "acquire.go",
+		"case a.n != 0 && a.task:", "case a.n != 0 && a.task && a.n < 0:"},
+	{"a lapsed claim that still holds its ticket", "item.go",
+		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in

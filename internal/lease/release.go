@@ -83,7 +83,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
-			case v.leases[ls.id] != 0:
+			case v.leases[ls.id] != 0 && (!ls.task || slices.Contains(ls.exps, v.leases[ls.id])):
 				// What else it carries met another write's change: made
 				// again from the answer, without the probes taken over or
 				// the purge; after maxEager tries, with its outcome to its
@@ -170,7 +170,13 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 	u := newUpdate()
 	lp := u.path(LeasesAttr, ls.id)
 	u.remove(lp)
-	u.cond("attribute_exists(" + lp + ")")
+	if ls.task {
+		// A task's lease id is its ticket's: a later claim of the ticket,
+		// once this lease lapsed, holds one of the same id.
+		u.cond(ls.heldAs(u, lp))
+	} else {
+		u.cond("attribute_exists(" + lp + ")")
+	}
 	if ls.tool != "" {
 		u.del(u.path(ToolAttr(ls.tool)), ls.id)
 	}

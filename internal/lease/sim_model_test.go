@@ -451,6 +451,15 @@ func (it *mItem) limitOf(k mKey) int64 {
 // deadline").
 func mLive(exp, now int64) bool { return exp >= now }
 
+// claimed reports whether task ticket tk is claimed at now (doc.go,
+// Tasks): a live lease of its id holds its place. A claim keeps the
+// ticket, which is then no waiter and takes no turn; the lease's release
+// removes both; a lease that lapses leaves the ticket waiting again.
+func (it *mItem) claimed(tk *mTicket, now int64) bool {
+	exp, ok := it.leases[tk.id]
+	return tk.task && ok && mLive(exp, now) && mLive(tk.d, now)
+}
+
 // liveIn counts the live leases among ids.
 func (it *mItem) liveIn(ids []string, now int64) int {
 	n := 0
@@ -655,6 +664,9 @@ func (it *mItem) handout(k mKey, now int64, extra []mCaller, skip map[string]boo
 		}
 		if mStale(tk, now) {
 			continue // a task whose start went unclaimed: passed
+		}
+		if it.claimed(tk, now) {
+			continue // a task running: its lease holds its place
 		}
 		cands = append(cands, tk.caller())
 	}
@@ -942,6 +954,13 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		}
 		if w.owns(id) {
 			v.released = append(v.released, id)
+			if tk := b.tickets[id]; tk != nil && tk.task && tk.hasN && mLive(b.leases[id], now) {
+				// A task's release: its call ended (or was never made);
+				// its claimed ticket goes with its lease, in one write.
+				if ta := a.tickets[id]; ta != nil && (ta.hasN || ta.hasBody) {
+					v.fail("task-release", id, "a release of task lease %s left its ticket in the item", id)
+				}
+			}
 			continue
 		}
 		if exp := b.leases[id]; mLive(exp, now) {
@@ -1083,6 +1102,18 @@ func (it *mItem) queuedKind(task bool) int {
 	return n
 }
 
+// queuedAt is queuedKind but for the task tickets claimed at now, which
+// wait no more: a task running takes no place in the queue.
+func (it *mItem) queuedAt(task bool, now int64) int {
+	n := 0
+	for _, tk := range it.tickets {
+		if tk.hasN && tk.task == task && !it.claimed(tk, now) {
+			n++
+		}
+	}
+	return n
+}
+
 // judgeJoin judges a ticket added, or (again) numbered anew: a join resent
 // after an unknown outcome moves its ticket to the back.
 func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
@@ -1105,7 +1136,7 @@ func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
 	// lapsed tickets in the same write); its principal's callers waiting
 	// are its other live tickets.
 	others := a.waitingOf(me.p, id, w.now)
-	if q := a.queuedKind(tk.task); again {
+	if q := a.queuedAt(tk.task, w.now); again {
 		v.events = append(v.events, "ticket numbered again")
 	} else if q > k.MaxQueued {
 		v.fail("queue", id, "a join left %d tickets; MaxQueued %d", q, k.MaxQueued)
@@ -1227,7 +1258,11 @@ func mStale(tk *mTicket, now int64) bool {
 }
 
 // judgeClaim judges a place granted to a task: only from its ticket in
-// tasks, live, never withdrawn or lapsed before, once.
+// tasks, live, never withdrawn, released or lapsed before; a claim keeps
+// the ticket. A task is claimed again only once its last claim's lease
+// has gone (lapsed, and purged): the worker that made that claim died or
+// is late, and the task's record tells the new one whether its call was
+// made (at most one mark: see the simulation's workers).
 func (w *mWrite) judgeClaim(v *mVerdict, id string) {
 	b, now := w.before, w.now
 	v.events = append(v.events, "task claimed")
@@ -1243,8 +1278,11 @@ func (w *mWrite) judgeClaim(v *mVerdict, id string) {
 	if w.tasks.goneIDs[id] {
 		v.fail("task-withdrawn", id, "a place went to task %s, whose ticket was withdrawn or lapsed before", id)
 	}
+	if ta := w.after.tickets[id]; ta == nil || !ta.hasN || !ta.hasBody {
+		v.fail("task-claim", id, "the claim of task %s took its ticket out of the item: the claim keeps it", id)
+	}
 	if w.tasks.taken[id]++; w.tasks.taken[id] > 1 {
-		v.fail("task-twice", id, "task %s was granted its %d. place: a task claims once", id, w.tasks.taken[id])
+		v.events = append(v.events, "task claimed again after its lease lapsed")
 	}
 }
 
@@ -1257,6 +1295,8 @@ func (w *mWrite) judgeMark(v *mVerdict, tb, ta *mTicket) {
 	switch {
 	case !tb.task:
 		v.fail("task-mark", id, "a write marked a start on caller's ticket %s", id)
+	case ta.s != 0 && ta.s != tb.s && w.before.claimed(tb, w.now):
+		v.fail("task-mark", id, "a write marked a start of task %s, claimed by its live lease: a claimed ticket takes no turn", id)
 	case ta.s == 0:
 		v.events = append(v.events, "task start given back")
 		if !w.owns(id) {
@@ -1715,8 +1755,12 @@ func mCheckState(k mKey, toolCaps map[string]int, it *mItem, now int64, skew int
 	if q := it.queuedKind(false); q > k.MaxQueued {
 		fail("queue", "", "%d callers' tickets stored; MaxQueued %d", q, k.MaxQueued)
 	}
-	if q := it.queuedKind(true); q > k.MaxQueued {
-		fail("queue", "tasks", "%d tasks' tickets stored; MaxQueued %d", q, k.MaxQueued)
+	// A task's ticket stays, claimed, while its call runs, and a claim
+	// whose lease lapsed waits again over the bound (it had its place):
+	// a join lands only while fewer than MaxQueued wait unclaimed, so at
+	// most MaxQueued + the cap's claims are stored.
+	if q := it.queuedKind(true); k.Cap > 0 && q > k.MaxQueued+k.Cap {
+		fail("queue", "tasks", "%d tasks' tickets stored; MaxQueued %d, cap %d", q, k.MaxQueued, k.Cap)
 	}
 	if k.AdaptiveMin > 0 && it.limit != 0 && (it.limit < int64(k.AdaptiveMin) || it.limit > int64(k.Cap)) {
 		fail("limit", "", "the limit is %d; it lives in [%d, %d]", it.limit, k.AdaptiveMin, k.Cap)

@@ -718,7 +718,8 @@ func TestModelJudgesTasks(t *testing.T) {
 	k2 := k
 	k2.Cap = 2
 	task := mItemOf().taskTicket("i0.T1", 1, "pa", far, mNow-1000).num("seq", 1)
-	claim := func(f *mFix) *mFix { return f.clone().unticket("i0.T1").lease("i0.T1", "pa", "", exp) }
+	claim := func(f *mFix) *mFix { return f.clone().lease("i0.T1", "pa", "", exp) }
+	taken := func(f *mFix) *mFix { return f.clone().unticket("i0.T1").lease("i0.T1", "pa", "", exp) }
 	withdrawn, claimed := newMTasks(), newMTasks()
 	withdrawn.gone("i0.T1")
 	claimed.taken["i0.T1"] = 1
@@ -742,10 +743,20 @@ func TestModelJudgesTasks(t *testing.T) {
 	for _, tc := range []judgeCase{
 		{name: "a worker claims its task's place at its turn", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: newMTasks()},
 		{name: "a claim of a task withdrawn before", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: withdrawn, want: []string{"task-withdrawn"}},
-		{name: "a task's second place", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: claimed, want: []string{"task-twice"}},
+		{name: "a task claimed again once its lapsed lease went", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: claimed},
+		{name: "a claim that takes its ticket out", k: k, before: task, after: taken(task), me: worker, mine: mine, judged: 1, task: true, tasks: newMTasks(), want: []string{"task-claim"}},
 		{name: "a claim past the ticket's deadline", k: k, before: mItemOf().taskTicket("i0.T1", 1, "pa", mNow-1, 0).num("seq", 1),
-			after: mItemOf().num("seq", 1).lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: 1, task: true, want: []string{"task-deadline"}},
+			after: mItemOf().taskTicket("i0.T1", 1, "pa", mNow-1, 0).num("seq", 1).lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: 1, task: true, want: []string{"task-deadline"}},
 		{name: "a claim with no ticket", k: k, before: mItemOf(), after: mItemOf().lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: -1, task: true, want: []string{"task-claim"}},
+		{name: "a task's release takes its claimed ticket out", k: k, before: claim(task), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success},
+		{name: "a task's release that leaves its ticket", k: k, before: claim(task), after: task.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success, want: []string{"task-release"}},
+		{name: "a lapsed claim's lease purged, its ticket left waiting", k: k, before: task.clone().lease("i0.T1", "pa", "", mNow-1), after: task.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true},
+		{name: "a caller takes a place beside a claimed task", k: k2, before: claim(behind(0)), after: passed(claim(behind(0))), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2},
+		{name: "a caller waits behind a task whose claim lapsed", k: k, before: behind(0).lease("i0.T1", "pa", "", mNow-1), after: passed(behind(0).lease("i0.T1", "pa", "", mNow-1)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},
+		{name: "a start marked on a claimed task", k: k, before: claim(unmarked), after: marked(claim(unmarked), mNow), me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},
+		{name: "a start marked on a task whose claim lapsed", k: k, before: unmarked.clone().lease("i0.T1", "pa", "", mNow-1), after: marked(unmarked.clone().lease("i0.T1", "pa", "", mNow-1), mNow), me: mCaller{p: "pb"}, judged: -1},
+		{name: "a task joins beside MaxQueued tickets, one claimed", k: k, before: full.clone().taskTicket("i0.T7", 3, "pb", far, 0).lease("i0.T7", "pb", "", exp).taskTicket("i0.T8", 4, "pc", far, 0).num("seq", 4),
+			after: join(full.clone().taskTicket("i0.T7", 3, "pb", far, 0).lease("i0.T7", "pb", "", exp).taskTicket("i0.T8", 4, "pc", far, 0), 5), me: worker, mine: []string{"i0.T9"}, judged: -1, task: true},
 		{name: "a caller's take removes a live task's ticket", k: k2, before: behind(0), after: passed(behind(0)).unticket("i0.T1"), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"task-gone", "freed"}},
 		{name: "a caller passes a task whose start went unclaimed StartTimeout", k: k, before: behind(mNow - st), after: passed(behind(mNow - st)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2},
 		{name: "a caller passes a task whose start is younger", k: k, before: behind(mNow - st + 1), after: passed(behind(mNow - st + 1)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},

@@ -13,8 +13,9 @@ import (
 // (Enqueue, with deadlines), whose workers are started by whichever
 // instance's request sees a task's turn come (Options.OnTaskStart) and
 // claim its place (Claim) — some starts lost, some made twice (two
-// workers for one start), some workers dying between their claim and
-// their release — while tasks are withdrawn at random times (Withdraw)
+// workers for one start), some workers dying between their claim and the
+// mark of the task's record (a tiny fake of it), some during their call —
+// while tasks are withdrawn at random times (Withdraw)
 // and a schedule of the key starts the tasks due (StartDue), every
 // request under the same faults as the callers'. The model judges every
 // write of theirs as it judges the callers' (mJudgeWrite: judgeClaim,
@@ -44,9 +45,15 @@ type simTask struct {
 	enq       *simCaller // the enqueuer: owner of the ticket's id
 	deadline  time.Time
 	// workers are the workers started for it; claims the places they
-	// were given.
+	// were given. marked is the worker whose mark of the task's record
+	// landed (nil: none), calls the calls its workers made: the record
+	// as the gateway keeps it, cut to its conditional mark (a call is
+	// made only once the record is marked, and never on a record an
+	// earlier claim marked).
 	workers []*simCaller
 	claims  int
+	marked  *simCaller
+	calls   int
 	// Liveness: since when its turn has come (zero: it has not), and
 	// since when its start mark is as it is now.
 	turnSince time.Time
@@ -63,6 +70,7 @@ var simTaskRegressionSeeds = []uint64{
 	2537,    // two workers of one start: one's take landed, the other's answer was lost, and it took the lease for its own
 	4016351, // a join whose answer was lost landed, its ticket was claimed and released, and Enqueue joined again: the task ran twice
 	4017160, // the same
+	4139,    // two workers of one start: one's take landed, the other's had an unknown outcome (found again once claims kept their tickets)
 }
 
 // taskPlan draws, from a stream of its own, the tasks of a run (none for
@@ -73,6 +81,7 @@ func (s *sim) taskPlan(instances int) {
 		return
 	}
 	s.trng = tr
+	s.mrng = mrand.New(mrand.NewPCG(s.seed, 0x3a7c))
 	s.mtasks = newMTasks()
 	principals := 2 + tr.IntN(3)
 	for i := range 1 + tr.IntN(4) {
@@ -152,19 +161,24 @@ func (s *sim) taskStarter(limiters []*Limiter) func(context.Context, TaskStart) 
 			w.callFor = t.callFor
 			w.outcome = []Outcome{Success, Success, Failure, Unused}[s.trng.IntN(4)]
 			die := s.trng.IntN(6) == 0
+			dieBeforeMark := s.mrng.IntN(6) == 0
 			delay := time.Duration(s.trng.IntN(int(simWorkerDelay/time.Millisecond))) * time.Millisecond
 			t.workers = append(t.workers, w)
 			s.taskWG.Add(1)
 			go func() {
 				defer s.taskWG.Done()
-				s.worker(limiters[w.inst], w, ts, delay, die)
+				s.worker(limiters[w.inst], w, ts, delay, die, dieBeforeMark)
 			}()
 		}
 	}
 }
 
-// worker claims its task's place, and runs the call (or dies first).
-func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration, die bool) {
+// worker claims its task's place, marks its record, and runs the call
+// (or dies first, before its mark or during its call). A worker that
+// finds the record marked by an earlier claim of the task (its worker
+// died during its call) gives its place back unused: the call is made at
+// most once.
+func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration, die, dieBeforeMark bool) {
 	time.Sleep(delay)
 	ctx := context.WithValue(context.Background(), simCallerKey{}, w)
 	s.mu.Lock()
@@ -198,16 +212,50 @@ func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration
 	}
 	t := w.task
 	if t.claims++; t.claims > 1 {
-		s.fail("task-twice", ts.Ticket, "task %s claimed %d times", t.id, t.claims)
+		s.events["task claimed again"]++
 	}
 	if ls.ID() != ts.Ticket {
 		s.fail("task-claim", ts.Ticket, "the claim of %s gave lease %s", ts.Ticket, ls.ID())
 	}
-	w.state, w.leaseID, w.running, w.deadline = simHolding, ls.ID(), w.outcome != Unused, ls.CallDeadline
+	// One place at a time: a claim is granted again only once the last
+	// one's lease lapsed, which is past its holder's call deadline.
+	for _, x := range t.workers {
+		if x != w && x.state == simHolding && x.leaseID == ls.ID() && time.Now().Before(x.deadline) {
+			s.fail("task-twice", ts.Ticket, "task %s claimed by c%d while c%d holds its place, its call deadline %v away", t.id, w.id, x.id, time.Until(x.deadline))
+		}
+	}
+	w.state, w.leaseID, w.deadline = simHolding, ls.ID(), ls.CallDeadline
 	s.events["task worker holds its place"]++
 	s.logf("c%d (worker of %s) holds %s", w.id, t.id, ls.ID())
-	if die {
-		s.events["task worker died holding its place"]++
+	if dieBeforeMark && w.outcome != Unused {
+		// Its lease lapses; its ticket, kept by the claim, waits again.
+		s.events["task worker died between its claim and its mark"]++
+		s.kill(w)
+		s.mu.Unlock()
+		return
+	}
+	if w.outcome != Unused {
+		// The mark, conditioned on the record as the worker read it: on
+		// a record an earlier claim marked, it does not land.
+		switch {
+		case t.marked != nil:
+			s.events["task worker found its record marked by an earlier claim"]++
+			s.logf("c%d (worker of %s): its record was marked by c%d", w.id, t.id, t.marked.id)
+			w.outcome = Unused
+		case !time.Now().Before(ls.CallDeadline):
+			s.events["task worker marked its record past its call's deadline"]++
+			t.marked, w.outcome = w, Unused
+		default:
+			t.marked = w
+			if t.calls++; t.calls > 1 {
+				s.fail("task-twice", ts.Ticket, "task %s's call was made %d times", t.id, t.calls)
+			}
+			w.running = true
+			s.events["task worker marked its record"]++
+		}
+	}
+	if die && w.running {
+		s.events["task worker died during its call"]++
 		s.kill(w)
 		s.mu.Unlock()
 		return

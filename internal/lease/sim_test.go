@@ -289,8 +289,12 @@ type sim struct {
 	tasks       []*simTask
 	taskCallers []*simCaller
 	trng        *mrand.Rand
-	mtasks      *mTasks
-	taskWG      sync.WaitGroup
+	// mrng draws which workers die between their claim and their mark,
+	// from a stream of its own: the schedules trng draws stay as they
+	// were found (simTaskRegressionSeeds).
+	mrng   *mrand.Rand
+	mtasks *mTasks
+	taskWG sync.WaitGroup
 	// events counts, for the whole run of seeds, what happened: evidence
 	// the schedules reach each part of the protocol (and, "max …", the
 	// largest of some measures).
@@ -1840,7 +1844,8 @@ func TestFaultSimulation(t *testing.T) {
 		"refused by a gate", "finished failure", "finished abandoned", "finished unused", "finished overloaded",
 		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
 		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout",
-		"task withdrawn", "task worker died holding its place", "task claim: claimed already"} {
+		"task withdrawn", "task worker died during its call", "task claim: claimed already",
+		"task worker died between its claim and its mark", "task claimed again", "task worker found its record marked by an earlier claim"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
 		}

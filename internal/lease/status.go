@@ -143,6 +143,9 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 	slices.SortStableFunc(order, func(a, b *ticket) int { return ranks(a, b, held) })
 	turn := v.walk(ms, nil, rules{cap: cap, principalCap: principalCap}, nil).ahead
 	for _, t := range order {
+		if v.claimed(t, ms) {
+			continue // a task running: its lease shows it
+		}
 		ts := TicketStatus{ID: t.id, Instance: InstanceOf(t.id), Principal: t.label, Tool: t.tool, Number: t.n,
 			Deadline: time.UnixMilli(t.deadline), Lapsed: !t.live(ms),
 			Turn: slices.ContainsFunc(turn, func(x *ticket) bool { return x.id == t.id }), Task: t.task}

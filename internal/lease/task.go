@@ -25,14 +25,15 @@ type TaskStart struct {
 // Errors of Enqueue, Claim and Withdraw.
 var (
 	// ErrNoTicket: the task's ticket is not in the queue (withdrawn,
-	// claimed, or lapsed at its deadline).
+	// released with its lease, or lapsed at its deadline).
 	ErrNoTicket = errors.New("lease: the task's ticket is not in the queue")
 	// ErrNotYourTurn: the task's turn has not come (or has passed to
 	// another caller meanwhile); it keeps its ticket, and a worker is
 	// started again when its turn comes.
 	ErrNotYourTurn = errors.New("lease: not the task's turn")
-	// ErrClaimed: the task's ticket was claimed already: its lease holds
-	// the place (Withdraw cannot take it back: its call must end).
+	// ErrClaimed: the task's ticket is claimed: a live lease of its id
+	// holds the place (Withdraw cannot take it back: its call must end).
+	// Once that lease lapses unreleased, the ticket waits again.
 	ErrClaimed = errors.New("lease: the task's place was claimed")
 	// ErrNoQueue: a request that takes no place cannot wait in a queue.
 	ErrNoQueue = errors.New("lease: the request takes no place, so it has no queue to wait in")
@@ -169,9 +170,14 @@ func (l *Limiter) taskAttempt(req Request, id string) *attempt {
 // as Enqueue was given it, but for Hold and CallBy, which are the
 // worker's. It never waits: when it is not the task's turn it gives back
 // its start (mark, from TaskStart), so that the next to see the turn come
-// starts a worker at once, and fails with ErrNotYourTurn. ErrNoTicket:
-// the ticket is gone (withdrawn, lapsed); ErrClaimed: another worker
-// claimed it.
+// starts a worker at once, and fails with ErrNotYourTurn. The ticket
+// stays in the item, claimed by the lease, which the lease's release
+// removes with it; a claim whose lease lapsed unreleased (its worker died
+// or is late) leaves it waiting again, and the next claim, purging that
+// lease, takes its place anew: whether the task's call was made is for
+// the worker to tell (the gateway's record), never the item. ErrNoTicket:
+// the ticket is gone (withdrawn, released, lapsed); ErrClaimed: another
+// worker's claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
@@ -184,25 +190,29 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		}
 		a.own = v
 		now := a.now()
-		if exp, ok := v.leases[id]; ok {
-			if slices.Contains(a.unsure, exp) {
-				// A take of this claim whose answer was lost landed: an
-				// expiry one of them set, not another worker's of the same
-				// start.
-				ls, err := a.lease(ctx, exp, v)
-				if ls != nil {
-					ls.task = true
-				}
-				return ls, err
+		exp, held := v.leases[id]
+		switch {
+		case held && slices.Contains(a.unsure, exp):
+			// A take of this claim whose answer was lost landed: an
+			// expiry one of them set, not another worker's of the same
+			// start.
+			ls, err := a.lease(ctx, exp, v)
+			if ls != nil {
+				ls.task = true
 			}
+			return ls, err
+		case held && (exp >= now || v.ticketFor(id) == nil):
 			return nil, ErrClaimed
 		}
+		// Held (a lease that lapsed: its worker died or is late, and the
+		// ticket waits again), or not.
 		t := v.ticketFor(id)
 		if t == nil || !t.task || !t.live(now) {
 			return nil, ErrNoTicket
 		}
 		a.n, a.joined = t.n, true
-		if a.mustPurge(v, now) {
+		if held || a.mustPurge(v, now) {
+			// A lapsed claim's lease goes first, purged as any other's.
 			if _, _, err := l.purgeAll(ctx, req.Key, v); err != nil {
 				return nil, err
 			}
@@ -227,9 +237,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 }
 
 // Withdraw takes task ticket id out of key's queue (a task cancelled, or
-// whose call will not be made) before a worker claimed it. ErrNoTicket:
-// it is not there (withdrawn, lapsed); ErrClaimed: a worker holds its
-// place, which only the end of its call gives back.
+// whose call will not be made) while no worker holds its place: before a
+// claim, or once a claim's lease lapsed (the lease goes too). ErrNoTicket:
+// it is not there (withdrawn, lapsed, released); ErrClaimed: a worker
+// holds its place, which only the end of its call gives back.
 func (l *Limiter) Withdraw(ctx context.Context, key, id string) error {
 	v, err := l.read(ctx, key)
 	if err != nil {
@@ -238,7 +249,8 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id string) error {
 	unsure := false
 	for range maxAdminTries {
 		t := v.ticketFor(id)
-		if t == nil || !t.task {
+		now := l.clock().UnixMilli()
+		if exp, held := v.leases[id]; t == nil || !t.task || held && exp >= now {
 			switch {
 			case v.leases[id] != 0:
 				return ErrClaimed
@@ -247,9 +259,15 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id string) error {
 			}
 			return ErrNoTicket
 		}
-		now := l.clock().UnixMilli()
 		u := newUpdate()
 		u.removeTicket(t.id, t.label, t.n, true)
+		if _, held := v.leases[id]; held {
+			// A claim's lease that lapsed (its worker died or is late)
+			// goes with it, as it was.
+			u.removeLease(v, id)
+		} else {
+			u.cond("attribute_not_exists(" + u.path(LeasesAttr, id) + ")")
+		}
 		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
 		u.ttl(now)
 		nv, err := l.write(ctx, key, u, func() { unsure = true })
@@ -296,22 +314,28 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 		if !t.task || t.started > now-StartTimeout.Milliseconds() || !b.mayStart(t.id, time.Now()) && t.started != 0 {
 			continue
 		}
-		if mark, ok := l.markStart(ctx, key, t, now); ok {
+		if mark, ok := l.markStart(ctx, key, v, t, now); ok {
 			l.onStart(ctx, TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: mark})
 		}
 	}
 }
 
 // markStart writes now as ticket t's start, on condition that it is still
-// in the queue, numbered as seen, and that no start younger than
-// StartTimeout is there: true when it landed.
-func (l *Limiter) markStart(ctx context.Context, key string, t *ticket, now int64) (int64, bool) {
+// in the queue, numbered as seen, unclaimed as seen in v (no lease of its
+// id, or the lapsed one), and that no start younger than StartTimeout is
+// there: true when it landed.
+func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket, now int64) (int64, bool) {
 	u := newUpdate()
 	tp := u.path(TicketsAttr, t.id)
 	sp := tp + "." + u.path(ticketStarted)
 	u.set(sp, u.num(now))
 	u.cond(u.path(TasksAttr, t.id)+" = "+u.num(t.n),
 		"(attribute_not_exists("+sp+") OR "+sp+" <= "+u.num(now-StartTimeout.Milliseconds())+")")
+	if exp, held := v.leases[t.id]; held {
+		u.cond(u.path(LeasesAttr, t.id) + " = " + u.num(exp))
+	} else {
+		u.cond("attribute_not_exists(" + u.path(LeasesAttr, t.id) + ")")
+	}
 	u.ttl(t.deadline)
 	_, err := l.write(ctx, key, u, nil)
 	return now, err == nil

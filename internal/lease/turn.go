@@ -50,7 +50,7 @@ type candidate struct {
 }
 
 // walk hands the places free in v at now, one by one, to the waiting
-// callers — the live tickets not in skip, and me (nil: the tickets alone)
+// callers — the tickets waiting (live, not claimed) not in skip, and me (nil: the tickets alone)
 // — as the protocol orders them: each to the caller whose principal holds
 // the fewest places (those handed out counting), the lower number first
 // among equals, passing over callers that cannot use a place now (their
@@ -63,7 +63,7 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 	for _, t := range v.queue {
 		if me != nil && t.id == me.id {
 			cands = append(cands, &candidate{t: &ticket{id: me.id, label: me.label, n: t.n, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM, deadline: t.deadline}, me: true})
-		} else if t.live(now) && !skip[t.id] {
+		} else if v.waits(t, now) && !skip[t.id] {
 			cands = append(cands, &candidate{t: t})
 		}
 	}
@@ -189,7 +189,7 @@ func ranks(a, b *ticket, held map[string]int) int {
 	return cmp.Or(cmp.Compare(held[a.label], held[b.label]), cmp.Compare(a.n, b.n), strings.Compare(a.id, b.id))
 }
 
-// before counts the live tickets that come before me in the order of
+// before counts the tickets waiting that come before me in the order of
 // walk, as the item stands: where me is in the queue.
 func (v *view) before(now int64, me *asker) int {
 	held := v.held(now)
@@ -199,7 +199,7 @@ func (v *view) before(now int64, me *asker) int {
 	}
 	n := 0
 	for _, t := range v.queue {
-		if t.id != me.id && t.live(now) && ranks(t, mine, held) < 0 {
+		if t.id != me.id && v.waits(t, now) && ranks(t, mine, held) < 0 {
 			n++
 		}
 	}
