@@ -1,11 +1,13 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
@@ -54,13 +56,18 @@ type limitTransport struct {
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = addTaskName(addParamHeaders(req))
+	sent, ended := req, func() {}
 	if x := exchangeFrom(req.Context()); x != nil {
 		if err := x.sendingHTTP(req); err != nil {
 			return nil, err
 		}
+		if req.Method == http.MethodPost {
+			sent, ended = x.outlive(req)
+		}
 	}
-	resp, err := t.base.RoundTrip(req)
+	resp, err := t.base.RoundTrip(sent)
 	if err != nil {
+		ended()
 		return nil, err
 	}
 	ex := trafficFrom(req.Context())
@@ -71,9 +78,75 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		resp.Body = &limitedBody{rc: resp.Body, left: t.limit, ex: ex}
 	}
+	if sent != req {
+		resp.Body = &endingBody{ReadCloser: resp.Body, ended: ended}
+	}
 	captureAnswer(req, resp)
 	tapEvents(req, resp)
 	return resp, nil
+}
+
+// streamEndGrace is how long the end of a call's answer stream is waited
+// for once the call has returned: a well-behaved upstream ends the stream
+// right after the answer, and a stream read to its end leaves its
+// connection to the next call instead of a new one dialed.
+const streamEndGrace = time.Second
+
+// outlive gives req, a request of x's call, a context of its own that ends
+// when req's ends, unless the upstream's answer to the call has arrived by
+// then (StopAnswered): all that is left of the response is, normally, the
+// end of its stream, which the SDK reads on after handing the answer over. Then
+// the request is left streamEndGrace to end by itself before it is cut.
+// Cutting it at once would close its connection whenever the end of the
+// stream had not arrived yet, for the next call to dial another. The
+// request's context keeps req's values and ends, with req's cause, only
+// after req's has (its deadline included), so the SDK sees its call's
+// context end before any error of the request's. ended must be called
+// once the response body is closed or no response came.
+func (x *Exchange) outlive(req *http.Request) (*http.Request, func()) {
+	parent := req.Context()
+	ctx, cut := context.WithCancelCause(context.WithoutCancel(parent))
+	var (
+		mu    sync.Mutex
+		done  bool
+		timer *time.Timer
+	)
+	stop := context.AfterFunc(parent, func() {
+		cause := context.Cause(parent)
+		if x.StoppedBy() != StopAnswered {
+			cut(cause)
+			return
+		}
+		mu.Lock()
+		if !done {
+			timer = time.AfterFunc(streamEndGrace, func() { cut(cause) })
+		}
+		mu.Unlock()
+	})
+	ended := func() {
+		stop()
+		mu.Lock()
+		done = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cut(context.Canceled)
+	}
+	return req.WithContext(ctx), ended
+}
+
+// endingBody is a response body that calls ended once closed.
+type endingBody struct {
+	io.ReadCloser
+	once  sync.Once
+	ended func()
+}
+
+func (b *endingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.ended)
+	return err
 }
 
 // ErrResponseTooLarge is returned when an upstream response exceeds the
