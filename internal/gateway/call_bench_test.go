@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -41,7 +42,7 @@ import (
 // which moves less than ns/op when other work shares the machine; p50-ns,
 // the median call; and, for the gateway's calls, own-p50-ns: the median of
 // each call's time less its store round trips (the limiter's requests,
-// timed from their sending to their answer's headers), less the direct
+// timed from their sending until their answer is read), less the direct
 // call's median. That is what the gateway itself adds to a call: its
 // handler and the store client's and the MCP client's work, the demo
 // upstream's and dynalite's excluded (own-p50-ns needs the direct run: it
@@ -135,7 +136,8 @@ func BenchmarkToolCall(b *testing.B) {
 }
 
 // storeTimer is an HTTP client for the store that sums the time its
-// requests take, each from its sending to its answer's headers.
+// requests take, each from its sending until its answer's body is closed
+// (the SDK closes it once it has read and decoded it).
 type storeTimer struct {
 	base  dynamodb.HTTPClient
 	spent atomic.Int64 // nanoseconds
@@ -144,8 +146,25 @@ type storeTimer struct {
 func (t *storeTimer) Do(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := t.base.Do(req)
-	t.spent.Add(int64(time.Since(start)))
-	return resp, err
+	if err != nil {
+		t.spent.Add(int64(time.Since(start)))
+		return resp, err
+	}
+	resp.Body = &timedBody{ReadCloser: resp.Body, t: t, start: start}
+	return resp, nil
+}
+
+type timedBody struct {
+	io.ReadCloser
+	t     *storeTimer
+	start time.Time
+	once  sync.Once
+}
+
+func (b *timedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { b.t.spent.Add(int64(time.Since(b.start))) })
+	return err
 }
 
 // median is the middle of ds, which it sorts.
