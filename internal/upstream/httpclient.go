@@ -1,11 +1,13 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/registry"
@@ -54,13 +56,22 @@ type limitTransport struct {
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = addTaskName(addParamHeaders(req))
+	sent := req
+	var held *heldRequest
 	if x := exchangeFrom(req.Context()); x != nil {
 		if err := x.sendingHTTP(req); err != nil {
 			return nil, err
 		}
+		if req.Method == http.MethodPost {
+			held = x.hold(req)
+			sent = req.WithContext(held.ctx)
+		}
 	}
-	resp, err := t.base.RoundTrip(req)
+	resp, err := t.base.RoundTrip(sent)
 	if err != nil {
+		if held != nil {
+			held.end()
+		}
 		return nil, err
 	}
 	ex := trafficFrom(req.Context())
@@ -71,9 +82,85 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		resp.Body = &limitedBody{rc: resp.Body, left: t.limit, ex: ex}
 	}
+	if held != nil {
+		held.ReadCloser = resp.Body
+		resp.Body = held
+	}
 	captureAnswer(req, resp)
 	tapEvents(req, resp)
 	return resp, nil
+}
+
+// streamEndGrace is how long the end of a call's answer stream is waited
+// for once the upstream has answered: a well-behaved upstream ends the
+// stream right after the answer, and a stream read to its end leaves its
+// connection to the next call instead of a new one dialed.
+const streamEndGrace = time.Second
+
+// A heldRequest is a request of an exchange's call sent with a context of
+// its own (ctx), which ends when the call's ends, unless the upstream's
+// answer to the call has arrived by then (StopAnswered): all that is left
+// of the response is, normally, the end of its stream, which the SDK reads
+// on after handing the answer over. Then the request is left
+// streamEndGrace to end by itself before it is cut. Cutting it at once
+// would close its connection whenever the end of the stream had not
+// arrived yet, for the next call to dial another. ctx keeps the call's
+// values and ends, with the call's cause, only after the call's context
+// has (its deadline included), so the SDK sees its call's context end
+// before any error of the request's.
+//
+// Once the response comes, the heldRequest is its body: closing it ends
+// the request's context.
+type heldRequest struct {
+	io.ReadCloser
+	x      *Exchange
+	parent context.Context
+	ctx    context.Context
+	cut    context.CancelCauseFunc
+	stop   func() bool
+
+	mu    sync.Mutex
+	ended bool
+	timer *time.Timer
+}
+
+// hold makes req's heldRequest; end (which may be called again) must be
+// called once its response body is closed, or when no response came.
+func (x *Exchange) hold(req *http.Request) *heldRequest {
+	h := &heldRequest{x: x, parent: req.Context()}
+	h.ctx, h.cut = context.WithCancelCause(context.WithoutCancel(h.parent))
+	h.stop = context.AfterFunc(h.parent, h.parentEnded)
+	return h
+}
+
+func (h *heldRequest) parentEnded() {
+	cause := context.Cause(h.parent)
+	if h.x.StoppedBy() != StopAnswered {
+		h.cut(cause)
+		return
+	}
+	h.mu.Lock()
+	if !h.ended {
+		h.timer = time.AfterFunc(streamEndGrace, func() { h.cut(cause) })
+	}
+	h.mu.Unlock()
+}
+
+func (h *heldRequest) end() {
+	h.stop()
+	h.mu.Lock()
+	h.ended = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Unlock()
+	h.cut(context.Canceled)
+}
+
+func (h *heldRequest) Close() error {
+	err := h.ReadCloser.Close()
+	h.end()
+	return err
 }
 
 // ErrResponseTooLarge is returned when an upstream response exceeds the

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +96,38 @@ func TestSessionsAreReused(t *testing.T) {
 	}
 	if n := p.Connects(); n != 1 {
 		t.Errorf("%d sessions for 5 sequential calls, want 1", n)
+	}
+}
+
+// An answered call's connection is kept for the next one: the gateway
+// closes each exchange as soon as it has the answer, while the SDK may not
+// have read the end of the answer's event stream yet; cutting the request
+// then would close the connection, and the next call would dial another.
+func TestAnsweredCallsKeepTheirConnection(t *testing.T) {
+	var conns atomic.Int32
+	hs := httptest.NewUnstartedServer(demoupstream.New().Handler())
+	hs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	srv := &registry.Server{ID: "demo", URL: hs.URL + "/mcp", Transport: registry.TransportHTTP, Timeout: 10 * time.Second}
+	p := New(Options{AllowLocal: true})
+	defer p.Close()
+	const calls = 200
+	for range calls {
+		x := p.Start(context.Background(), srv, Caller{}, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}, nil)
+		if _, err := x.Result(); err != nil {
+			t.Fatal(err)
+		}
+		x.Close()
+	}
+	// The session's handshake and its stream may take a connection or
+	// two; the calls need one between them.
+	if n := conns.Load(); n > 4 {
+		t.Errorf("%d connections for %d sequential calls, want at most 4", n, calls)
 	}
 }
 
