@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// lostMarkAPI passes a task store's calls through, but for the first
+// write of a record marked running: that one lands, and its answer is
+// lost (the connection reset); the read that follows it fails as well.
+type lostMarkAPI struct {
+	tasks.API
+	mu      sync.Mutex
+	lost    bool
+	getFail bool
+}
+
+func (a *lostMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := a.API.PutItem(ctx, in, opts...)
+	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" && err == nil {
+		a.mu.Lock()
+		first := !a.lost
+		a.lost, a.getFail = true, first || a.getFail
+		a.mu.Unlock()
+		if first {
+			return nil, errors.New("read tcp: connection reset by peer")
+		}
+	}
+	return out, err
+}
+
+func (a *lostMarkAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	a.mu.Lock()
+	fail := a.getFail
+	a.getFail = false
+	a.mu.Unlock()
+	if fail {
+		return nil, errors.New("tasks store: service unavailable")
+	}
+	return a.API.GetItem(ctx, in, opts...)
+}
+
+// A worker whose mark of its record as running landed unseen (its answer
+// lost, the record unreadable just then) makes no call and gives its
+// place back, its ticket queued again: the task must not be lost. It
+// made no call, and its worker, alive, knows it: the next start runs the
+// call, once.
+func TestATaskWhoseRunningMarkLandedUnseenRunsLater(t *testing.T) {
+	st := &reviewStarts{t: t}
+	tapi := &lostMarkAPI{}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	id := a.str(t, "taskId")
+	for range 3 {
+		st.wg.Wait()
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.wg.Wait()
+	calls := len(up.Stats().Arrivals)
+	p := h.pollTask("/mcp/batch", h.key, id)
+	t.Logf("mark lost %v; poll: %s; upstream calls %d; starts %d", tapi.lost, p.raw, calls, len(st.starts()))
+	if !tapi.lost {
+		t.Fatal("no worker marked the task running")
+	}
+	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
+		t.Errorf("the task: %s, upstream calls %d; want it completed by one call", p.raw, calls)
+	}
+}
