@@ -94,3 +94,69 @@ func TestATaskWhoseRunningMarkLandedUnseenRunsLater(t *testing.T) {
 		t.Errorf("the task: %s, upstream calls %d; want it completed by one call", p.raw, calls)
 	}
 }
+
+// slowMarkAPI passes a task store's calls through, but holds the first
+// write of a record marked running for slow before sending it: its worker
+// is late (a paused instance, a slow network), its mark landing past its
+// call's deadline.
+type slowMarkAPI struct {
+	tasks.API
+	slow time.Duration
+	mu   sync.Mutex
+	held bool
+}
+
+func (a *slowMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" {
+		a.mu.Lock()
+		first := !a.held
+		a.held = true
+		a.mu.Unlock()
+		if first {
+			time.Sleep(a.slow)
+		}
+	}
+	return a.API.PutItem(ctx, in, opts...)
+}
+
+// A worker whose mark lands past its call's deadline makes no call. Where
+// no other claim came meanwhile (its own lease still held the place, and
+// its release removed lease and ticket), nothing else will run the task
+// either: it must not be lost, but run later, once.
+func TestATaskWhoseWorkerMarkedItLateRunsLater(t *testing.T) {
+	st := &reviewStarts{t: t}
+	// Past the lease's end: the tool's 1 s timeout and the margin.
+	tapi := &slowMarkAPI{slow: 3 * time.Second}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	id := h.createTask("batch", h.key, "work")
+	for range 3 {
+		st.wg.Wait()
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.wg.Wait()
+	calls := len(up.Stats().Arrivals)
+	p := h.pollTask("/mcp/batch", h.key, id)
+	t.Logf("mark held %v; poll: %s; upstream calls %d; starts %d", tapi.held, p.raw, calls, len(st.starts()))
+	if !tapi.held {
+		t.Fatal("no worker marked the task running")
+	}
+	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
+		t.Errorf("the task: %s, upstream calls %d; want it completed by one call", p.raw, calls)
+	}
+}
