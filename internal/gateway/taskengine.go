@@ -584,8 +584,19 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		if late {
 			g.log.Warn("task worker marked its record past its call's deadline; no call made", "task", r.ID)
 		}
-		if !settled && !taken && !late {
-			g.log.Warn("task record not marked running; its ticket is queued again", "task", r.ID, "error", err.Error())
+		if !settled && !taken && (!late || released) {
+			// Its release removed lease and ticket on the expiry this
+			// claim wrote: no other claim of the ticket came since, so a
+			// mark of this attempt's on the record is its own, and no
+			// call was made under it. It is taken back before the ticket
+			// waits again, or the next start would take it for a call
+			// that may have run.
+			if released && attempt > 0 && !e.unmark(ctx, r, ts, attempt) {
+				released = false
+			}
+			if !late {
+				g.log.Warn("task record not marked running; its ticket is queued again", "task", r.ID, "error", err.Error())
+			}
 			e.requeue(ctx, c.req, ts, r, released)
 		}
 		return nil, nil, false, false
@@ -696,6 +707,29 @@ func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.Ta
 		e.g.log.Warn("task ticket not queued again", "task", r.ID, "lease", ts.Ticket, "error", err.Error())
 		e.settle(ctx, r, nil, fault.Wrap(err, fault.StoreUnavailable, "the task could not be started: its record could not be kept"), false)
 	}
+}
+
+// unmark takes back the running mark attempt wrote on task r's record,
+// if it landed, for a worker that made no call under it and whose claim
+// was the ticket's last (see run); false when the record could not be
+// written.
+func (e *taskEngine) unmark(ctx context.Context, r *tasks.Record, ts lease.TaskStart, attempt int) bool {
+	ctx = context.WithoutCancel(ctx)
+	// As stored: the record read before the mark shows none.
+	cur, err := e.store.Get(ctx, r.ID)
+	if err == nil {
+		_, err = e.update(ctx, cur, func(n *tasks.Record) error {
+			if tasks.Terminal(n.Status) || n.StatusMessage != "running" || n.LeaseID != ts.Ticket || n.Attempt != attempt {
+				return errSettled // not its mark: nothing to take back
+			}
+			n.StatusMessage, n.RunUntil = "queued", time.Time{}
+			return nil
+		})
+	}
+	if err != nil {
+		e.g.log.Warn("task record's running mark not taken back", "task", r.ID, "error", err.Error())
+	}
+	return err == nil
 }
 
 // withdraw takes a start's ticket out of the queue, if it has one; out
