@@ -49,7 +49,10 @@ import (
 //     after its claim leaves its lease to lapse and the ticket waiting
 //     again, and the worker started for it then runs the call if the
 //     record was never marked, or gives the ticket back if it was (the
-//     record's run_until tells the end of a call that may have run).
+//     record's run_until tells the end of a call that may have run). A
+//     worker that makes no call after its mark (its outcome unknown, or
+//     late) takes its mark back before its ticket waits again, once its
+//     release showed that no other claim came since.
 //   - Cancel withdraws a waiting task's ticket; a running task's worker
 //     sees the request within taskWatch and cuts the call off, its slot
 //     kept until the upstream stopped, as a synchronous call's.
