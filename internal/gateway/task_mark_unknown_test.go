@@ -160,3 +160,91 @@ func TestATaskWhoseWorkerMarkedItLateRunsLater(t *testing.T) {
 		t.Errorf("the task: %s, upstream calls %d; want it completed by one call", p.raw, calls)
 	}
 }
+
+// racedMarkAPI passes a task store's calls through, but holds the first
+// write of a record marked running (its worker late) until its lease has
+// lapsed and a start made meanwhile (meanwhile) has claimed the place anew
+// and sent its own mark; the late mark lands first.
+type racedMarkAPI struct {
+	tasks.API
+	late      time.Duration
+	meanwhile func()
+	mu        sync.Mutex
+	marks     int
+	second    chan struct{} // the second worker is at its mark
+	first     chan struct{} // the first worker's mark has landed
+}
+
+func (a *racedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	m, ok := in.Item["status_message"].(*types.AttributeValueMemberS)
+	if !ok || m.Value != "running" {
+		return a.API.PutItem(ctx, in, opts...)
+	}
+	a.mu.Lock()
+	a.marks++
+	n := a.marks
+	a.mu.Unlock()
+	switch n {
+	case 1:
+		time.Sleep(a.late)
+		a.meanwhile()
+		select {
+		case <-a.second:
+		case <-time.After(10 * time.Second):
+		}
+		out, err := a.API.PutItem(ctx, in, opts...)
+		close(a.first)
+		return out, err
+	case 2:
+		close(a.second)
+		<-a.first
+	}
+	return a.API.PutItem(ctx, in, opts...)
+}
+
+// A late worker (its lease lapsed) and the worker of the claim made anew
+// meanwhile: the late one's mark lands first, past its call's deadline,
+// so it makes no call; the new one finds the record marked by an earlier
+// claim and makes none either, giving the ticket back. Neither worker
+// died, and no call was made: the task must still run, once.
+func TestATaskMarkedByALateWorkerAndClaimedAnewRuns(t *testing.T) {
+	st := &reviewStarts{t: t}
+	tapi := &racedMarkAPI{late: lease.StartTimeout + time.Second, second: make(chan struct{}), first: make(chan struct{})}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	tapi.meanwhile = func() {
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Errorf("sweep: %v", err)
+		}
+	}
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	id := h.createTask("batch", h.key, "work")
+	for range 3 {
+		st.wg.Wait()
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.wg.Wait()
+	calls := len(up.Stats().Arrivals)
+	p := h.pollTask("/mcp/batch", h.key, id)
+	t.Logf("marks %d; poll: %s; upstream calls %d; starts %d", tapi.marks, p.raw, calls, len(st.starts()))
+	if tapi.marks < 2 {
+		t.Fatal("no second worker reached its mark")
+	}
+	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
+		t.Errorf("the task: %s, upstream calls %d; want it completed by one call", p.raw, calls)
+	}
+}
