@@ -537,12 +537,20 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	// The claim has just read the item: what it says of the calls' length.
 	running, _ := e.queue.Outlook(c.req, ts.Ticket)
 	settled, taken, attempt := false, false, 0
+	// Its own mark is told by the attempt and the run_until it wrote: a
+	// later claim's call ends later than this one's lease, an earlier
+	// claim's may carry the same attempt (written on the record as this
+	// worker read it before its claim).
+	var until time.Time
+	mine := func(n *tasks.Record) bool {
+		return attempt > 0 && n.Attempt == attempt && n.LeaseID == ts.Ticket && n.RunUntil.Equal(until)
+	}
 	_, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			settled = true
 			return errSettled
 		}
-		if n.StatusMessage == "running" && n.LeaseID == ts.Ticket && n.Attempt != attempt {
+		if n.StatusMessage == "running" && n.LeaseID == ts.Ticket && !mine(n) {
 			// Marked by an earlier claim of this ticket (its worker died
 			// or is late, its lease lapsed): its call may have been made,
 			// so this claim makes none.
@@ -551,9 +559,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		}
 		taken = false
 		n.StatusMessage, n.Attempt = "running", n.Attempt+1
-		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch)
+		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch).Truncate(time.Millisecond)
 		n.PollInterval = taskPoll(running, true, c.timeout, n.TTL)
-		attempt = n.Attempt
+		attempt, until = n.Attempt, n.RunUntil
 		return nil
 	})
 	if err != nil {
@@ -565,7 +573,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		switch {
 		case gerr == nil && tasks.Terminal(n.Status):
 			settled = true
-		case gerr == nil && attempt > 0 && n.Attempt == attempt && n.LeaseID == ts.Ticket:
+		case gerr == nil && mine(n):
 			err = nil // it landed
 		}
 	}
@@ -594,7 +602,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 			// call was made under it. It is taken back before the ticket
 			// waits again, or the next start would take it for a call
 			// that may have run.
-			if released && attempt > 0 && !e.unmark(ctx, r, ts, attempt) {
+			if released && attempt > 0 && !e.unmark(ctx, r, mine) {
 				released = false
 			}
 			if !late {
@@ -712,17 +720,17 @@ func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.Ta
 	}
 }
 
-// unmark takes back the running mark attempt wrote on task r's record,
-// if it landed, for a worker that made no call under it and whose claim
+// unmark takes back the running mark of a worker's (mine) on task r's
+// record, if it landed, for a worker that made no call under it and whose claim
 // was the ticket's last (see run); false when the record could not be
 // written.
-func (e *taskEngine) unmark(ctx context.Context, r *tasks.Record, ts lease.TaskStart, attempt int) bool {
+func (e *taskEngine) unmark(ctx context.Context, r *tasks.Record, mine func(*tasks.Record) bool) bool {
 	ctx = context.WithoutCancel(ctx)
 	// As stored: the record read before the mark shows none.
 	cur, err := e.store.Get(ctx, r.ID)
 	if err == nil {
 		_, err = e.update(ctx, cur, func(n *tasks.Record) error {
-			if tasks.Terminal(n.Status) || n.StatusMessage != "running" || n.LeaseID != ts.Ticket || n.Attempt != attempt {
+			if tasks.Terminal(n.Status) || n.StatusMessage != "running" || !mine(n) {
 				return errSettled // not its mark: nothing to take back
 			}
 			n.StatusMessage, n.RunUntil = "queued", time.Time{}
