@@ -49,7 +49,10 @@ import (
 //     after its claim leaves its lease to lapse and the ticket waiting
 //     again, and the worker started for it then runs the call if the
 //     record was never marked, or gives the ticket back if it was (the
-//     record's run_until tells the end of a call that may have run).
+//     record's run_until tells the end of a call that may have run). A
+//     worker that makes no call after its mark (its outcome unknown, or
+//     late) takes its mark back before its ticket waits again, once its
+//     release showed that no other claim came since.
 //   - Cancel withdraws a waiting task's ticket; a running task's worker
 //     sees the request within taskWatch and cuts the call off, its slot
 //     kept until the upstream stopped, as a synchronous call's.
@@ -534,12 +537,20 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	// The claim has just read the item: what it says of the calls' length.
 	running, _ := e.queue.Outlook(c.req, ts.Ticket)
 	settled, taken, attempt := false, false, 0
+	// Its own mark is told by the attempt and the run_until it wrote: a
+	// later claim's call ends later than this one's lease, an earlier
+	// claim's may carry the same attempt (written on the record as this
+	// worker read it before its claim).
+	var until time.Time
+	mine := func(n *tasks.Record) bool {
+		return attempt > 0 && n.Attempt == attempt && n.LeaseID == ts.Ticket && n.RunUntil.Equal(until)
+	}
 	_, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			settled = true
 			return errSettled
 		}
-		if n.StatusMessage == "running" && n.LeaseID == ts.Ticket && n.Attempt != attempt {
+		if n.StatusMessage == "running" && n.LeaseID == ts.Ticket && !mine(n) {
 			// Marked by an earlier claim of this ticket (its worker died
 			// or is late, its lease lapsed): its call may have been made,
 			// so this claim makes none.
@@ -548,9 +559,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		}
 		taken = false
 		n.StatusMessage, n.Attempt = "running", n.Attempt+1
-		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch)
+		n.RunUntil = callEnd.Add(srv.CancelGrace + lease.DefaultMargin + taskWatch).Truncate(time.Millisecond)
 		n.PollInterval = taskPoll(running, true, c.timeout, n.TTL)
-		attempt = n.Attempt
+		attempt, until = n.Attempt, n.RunUntil
 		return nil
 	})
 	if err != nil {
@@ -562,7 +573,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		switch {
 		case gerr == nil && tasks.Terminal(n.Status):
 			settled = true
-		case gerr == nil && attempt > 0 && n.Attempt == attempt && n.LeaseID == ts.Ticket:
+		case gerr == nil && mine(n):
 			err = nil // it landed
 		}
 	}
@@ -584,8 +595,19 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		if late {
 			g.log.Warn("task worker marked its record past its call's deadline; no call made", "task", r.ID)
 		}
-		if !settled && !taken && !late {
-			g.log.Warn("task record not marked running; its ticket is queued again", "task", r.ID, "error", err.Error())
+		if !settled && !taken && (!late || released) {
+			// Its release removed lease and ticket on the expiry this
+			// claim wrote: no other claim of the ticket came since, so a
+			// mark of this attempt's on the record is its own, and no
+			// call was made under it. It is taken back before the ticket
+			// waits again, or the next start would take it for a call
+			// that may have run.
+			if released && attempt > 0 && !e.unmark(ctx, r, mine) {
+				released = false
+			}
+			if !late {
+				g.log.Warn("task record not marked running; its ticket is queued again", "task", r.ID, "error", err.Error())
+			}
 			e.requeue(ctx, c.req, ts, r, released)
 		}
 		return nil, nil, false, false
@@ -696,6 +718,29 @@ func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.Ta
 		e.g.log.Warn("task ticket not queued again", "task", r.ID, "lease", ts.Ticket, "error", err.Error())
 		e.settle(ctx, r, nil, fault.Wrap(err, fault.StoreUnavailable, "the task could not be started: its record could not be kept"), false)
 	}
+}
+
+// unmark takes back the running mark of a worker's (mine) on task r's
+// record, if it landed, for a worker that made no call under it and whose claim
+// was the ticket's last (see run); false when the record could not be
+// written.
+func (e *taskEngine) unmark(ctx context.Context, r *tasks.Record, mine func(*tasks.Record) bool) bool {
+	ctx = context.WithoutCancel(ctx)
+	// As stored: the record read before the mark shows none.
+	cur, err := e.store.Get(ctx, r.ID)
+	if err == nil {
+		_, err = e.update(ctx, cur, func(n *tasks.Record) error {
+			if tasks.Terminal(n.Status) || n.StatusMessage != "running" || !mine(n) {
+				return errSettled // not its mark: nothing to take back
+			}
+			n.StatusMessage, n.RunUntil = "queued", time.Time{}
+			return nil
+		})
+	}
+	if err != nil {
+		e.g.log.Warn("task record's running mark not taken back", "task", r.ID, "error", err.Error())
+	}
+	return err == nil
 }
 
 // withdraw takes a start's ticket out of the queue, if it has one; out

@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// lostMarkAPI passes a task store's calls through, but for the first
+// write of a record marked running: that one lands, and its answer is
+// lost (the connection reset); the read that follows it fails as well.
+type lostMarkAPI struct {
+	tasks.API
+	mu      sync.Mutex
+	lost    bool
+	getFail bool
+}
+
+func (a *lostMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := a.API.PutItem(ctx, in, opts...)
+	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" && err == nil {
+		a.mu.Lock()
+		first := !a.lost
+		a.lost, a.getFail = true, first || a.getFail
+		a.mu.Unlock()
+		if first {
+			return nil, errors.New("read tcp: connection reset by peer")
+		}
+	}
+	return out, err
+}
+
+func (a *lostMarkAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	a.mu.Lock()
+	fail := a.getFail
+	a.getFail = false
+	a.mu.Unlock()
+	if fail {
+		return nil, errors.New("tasks store: service unavailable")
+	}
+	return a.API.GetItem(ctx, in, opts...)
+}
+
+// A worker whose mark of its record as running landed unseen (its answer
+// lost, the record unreadable just then) makes no call and gives its
+// place back, its ticket queued again: the task must not be lost. It
+// made no call, and its worker, alive, knows it: the next start runs the
+// call, once.
+func TestATaskWhoseRunningMarkLandedUnseenRunsLater(t *testing.T) {
+	st := &reviewStarts{t: t}
+	tapi := &lostMarkAPI{}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	id := a.str(t, "taskId")
+	for range 3 {
+		st.wg.Wait()
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.wg.Wait()
+	calls := len(up.Stats().Arrivals)
+	p := h.pollTask("/mcp/batch", h.key, id)
+	t.Logf("mark lost %v; poll: %s; upstream calls %d; starts %d", tapi.lost, p.raw, calls, len(st.starts()))
+	if !tapi.lost {
+		t.Fatal("no worker marked the task running")
+	}
+	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
+		t.Errorf("the task: %s, upstream calls %d; want it completed by one call", p.raw, calls)
+	}
+}
+
+// slowMarkAPI passes a task store's calls through, but holds the first
+// write of a record marked running for slow before sending it: its worker
+// is late (a paused instance, a slow network), its mark landing past its
+// call's deadline.
+type slowMarkAPI struct {
+	tasks.API
+	slow time.Duration
+	mu   sync.Mutex
+	held bool
+}
+
+func (a *slowMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" {
+		a.mu.Lock()
+		first := !a.held
+		a.held = true
+		a.mu.Unlock()
+		if first {
+			time.Sleep(a.slow)
+		}
+	}
+	return a.API.PutItem(ctx, in, opts...)
+}
+
+// A worker whose mark lands past its call's deadline makes no call. Where
+// no other claim came meanwhile (its own lease still held the place, and
+// its release removed lease and ticket), nothing else will run the task
+// either: it must not be lost, but run later, once.
+func TestATaskWhoseWorkerMarkedItLateRunsLater(t *testing.T) {
+	st := &reviewStarts{t: t}
+	// Past the lease's end: the tool's 1 s timeout and the margin.
+	tapi := &slowMarkAPI{slow: 3 * time.Second}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	id := h.createTask("batch", h.key, "work")
+	for range 3 {
+		st.wg.Wait()
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.wg.Wait()
+	calls := len(up.Stats().Arrivals)
+	p := h.pollTask("/mcp/batch", h.key, id)
+	t.Logf("mark held %v; poll: %s; upstream calls %d; starts %d", tapi.held, p.raw, calls, len(st.starts()))
+	if !tapi.held {
+		t.Fatal("no worker marked the task running")
+	}
+	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
+		t.Errorf("the task: %s, upstream calls %d; want it completed by one call", p.raw, calls)
+	}
+}
+
+// racedMarkAPI passes a task store's calls through, but holds the first
+// write of a record marked running (its worker late) until its lease has
+// lapsed and a start made meanwhile (meanwhile) has claimed the place anew
+// and sent its own mark; the late mark lands first.
+type racedMarkAPI struct {
+	tasks.API
+	late      time.Duration
+	meanwhile func()
+	mu        sync.Mutex
+	marks     int
+	second    chan struct{} // the second worker is at its mark
+	first     chan struct{} // the first worker's mark has landed
+}
+
+func (a *racedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	m, ok := in.Item["status_message"].(*types.AttributeValueMemberS)
+	if !ok || m.Value != "running" {
+		return a.API.PutItem(ctx, in, opts...)
+	}
+	a.mu.Lock()
+	a.marks++
+	n := a.marks
+	a.mu.Unlock()
+	switch n {
+	case 1:
+		time.Sleep(a.late)
+		a.meanwhile()
+		select {
+		case <-a.second:
+		case <-time.After(10 * time.Second):
+		}
+		out, err := a.API.PutItem(ctx, in, opts...)
+		close(a.first)
+		return out, err
+	case 2:
+		close(a.second)
+		<-a.first
+	}
+	return a.API.PutItem(ctx, in, opts...)
+}
+
+// A late worker (its lease lapsed) and the worker of the claim made anew
+// meanwhile: the late one's mark lands first, past its call's deadline,
+// so it makes no call; the new one finds the record marked by an earlier
+// claim, which it cannot tell from one whose call was made, and makes
+// none either, giving the ticket back. The call is made at most once;
+// none made, the record keeps its run_until, past which the task reads
+// failed ("may or may not have run"): it is not left working.
+func TestATaskMarkedByALateWorkerAndClaimedAnewRunsAtMostOnce(t *testing.T) {
+	st := &reviewStarts{t: t}
+	tapi := &racedMarkAPI{late: lease.StartTimeout + time.Second, second: make(chan struct{}), first: make(chan struct{})}
+	var store *tasks.Store
+	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
+	})
+	st.mu.Lock()
+	st.g = h.gw
+	st.mu.Unlock()
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
+	t.Cleanup(st.wg.Wait)
+	tapi.meanwhile = func() {
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Errorf("sweep: %v", err)
+		}
+	}
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	id := h.createTask("batch", h.key, "work")
+	for range 3 {
+		st.wg.Wait()
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.wg.Wait()
+	calls := len(up.Stats().Arrivals)
+	p := h.pollTask("/mcp/batch", h.key, id)
+	t.Logf("marks %d; poll: %s; upstream calls %d; starts %d", tapi.marks, p.raw, calls, len(st.starts()))
+	if tapi.marks < 2 {
+		t.Fatal("no second worker reached its mark")
+	}
+	if calls > 1 {
+		t.Errorf("the upstream was called %d times", calls)
+	}
+	if calls == 1 && (p.err != nil || p.str(t, "status") != "completed") {
+		t.Errorf("the task, its call made: %s; want it completed", p.raw)
+	}
+	if r, err := store.Get(context.Background(), id); calls == 0 && (err != nil || r.StatusMessage != "running" || r.RunUntil.IsZero()) {
+		t.Errorf("no call made: the record %+v, %v; want it marked running with a run_until", r, err)
+	}
+}
