@@ -145,7 +145,16 @@ func TestQueuedTasksHoldNoFunctionConcurrency(t *testing.T) {
 				var status string
 				_ = json.Unmarshal(res["status"], &status)
 				if status != "working" {
-					note(status, raw)
+					// When it ended, as its record says: the poll that
+					// finds it comes up to a poll interval later.
+					var updated time.Time
+					if err := json.Unmarshal(res["lastUpdatedAt"], &updated); err != nil {
+						note("tasks/get: no lastUpdatedAt", raw)
+						return
+					}
+					mu.Lock()
+					outcomes = append(outcomes, outcome{who, status, raw, updated})
+					mu.Unlock()
 					return
 				}
 			}
