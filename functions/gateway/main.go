@@ -199,7 +199,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 		} else if !cfg.Lambda {
 			local = &workers{gw: gw, log: log, ctx: ctx}
 			startTask = local.start
-			go sweepEvery(ctx, time.Minute, gw, log)
+			go sweepEvery(ctx, cfg.TaskSweepInterval, gw, log)
 		}
 		if startTask != nil {
 			gw.EnableTasks(taskStore, limiter, startTask)

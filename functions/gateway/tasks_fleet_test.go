@@ -231,7 +231,12 @@ func TestKilledWorkersTaskEndsAndItsPlaceComesBack(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	a.Kill()
-	b := rig.StartGateway()
+	// The killed task's ticket waits again once its lease lapses, ahead
+	// of the next task; a start for it is made again by the sweep (or the
+	// next request that sees it) once its last is 10 s old. The surviving
+	// process sweeps every second, not every minute, so the test does not
+	// wait a minute for it.
+	b := rig.StartGateway("TASK_SWEEP_INTERVAL=1s")
 	var status string
 	for deadline := time.Now().Add(time.Minute); ; {
 		_, res, raw = taskRPC(b.URL, "/mcp/slow", key, "tasks/get", id, map[string]any{"taskId": id})

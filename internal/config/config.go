@@ -35,6 +35,10 @@ type Config struct {
 	// (AWS_LAMBDA_FUNCTION_NAME). Outside Lambda the worker runs in the
 	// process.
 	TaskWorkerFunction string
+	// TaskSweepInterval is TASK_SWEEP_INTERVAL: outside Lambda, how often
+	// the process sweeps for tasks whose start was lost (under Lambda the
+	// template's schedule does).
+	TaskSweepInterval time.Duration
 	// Lambda is set when running under the Lambda runtime API.
 	Lambda bool
 	// Addr is GATEWAY_ADDR, the local listen address (outside Lambda).
@@ -336,6 +340,15 @@ func (c *Config) loadTasks(getenv func(string) string, errs *[]error) {
 			c.MaxTaskResultBytes = n
 		}
 	}
+	c.TaskSweepInterval = DefaultTaskSweepInterval
+	if v := getenv("TASK_SWEEP_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < MinTaskSweepInterval || d > MaxTaskSweepInterval {
+			*errs = append(*errs, fmt.Errorf("TASK_SWEEP_INTERVAL=%q: use a duration from %v to %v (e.g. 1m)", v, MinTaskSweepInterval, MaxTaskSweepInterval))
+		} else {
+			c.TaskSweepInterval = d
+		}
+	}
 	c.TaskWorkerFunction = getenv("TASK_WORKER_FUNCTION")
 	if c.TaskWorkerFunction != "" && !functionName.MatchString(c.TaskWorkerFunction) {
 		*errs = append(*errs, fmt.Errorf("TASK_WORKER_FUNCTION=%q is not a Lambda function's name or ARN", c.TaskWorkerFunction))
@@ -344,13 +357,22 @@ func (c *Config) loadTasks(getenv func(string) string, errs *[]error) {
 		c.TaskWorkerFunction = getenv("AWS_LAMBDA_FUNCTION_NAME")
 	}
 	if c.Tables.Tasks == "" {
-		for _, name := range []string{"MAX_TASK_RESULT_BYTES", "TASK_WORKER_FUNCTION"} {
+		for _, name := range []string{"MAX_TASK_RESULT_BYTES", "TASK_WORKER_FUNCTION", "TASK_SWEEP_INTERVAL"} {
 			if getenv(name) != "" {
 				*errs = append(*errs, fmt.Errorf("%s is set but %s is not: set the tasks table to run MCP tasks", name, store.EnvTasksTable))
 			}
 		}
 	}
 }
+
+// TASK_SWEEP_INTERVAL's default and bounds: a sweep reads every server
+// item that has waiting tasks, so it is not run more often than once a
+// second.
+const (
+	DefaultTaskSweepInterval = time.Minute
+	MinTaskSweepInterval     = time.Second
+	MaxTaskSweepInterval     = time.Hour
+)
 
 // maxClaimName bounds OAUTH_TEAM_CLAIM.
 const maxClaimName = 256

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpgate/mcpgate/internal/config"
 	"github.com/mcpgate/mcpgate/internal/tasks"
@@ -65,8 +66,22 @@ func TestConfigTasks(t *testing.T) {
 		}
 	}
 
-	for _, name := range []string{"MAX_TASK_RESULT_BYTES", "TASK_WORKER_FUNCTION"} {
-		v := map[string]string{"MAX_TASK_RESULT_BYTES": "2048", "TASK_WORKER_FUNCTION": "worker"}[name]
+	if c, err := load(map[string]string{"TASKS_TABLE": "t"}); err != nil || c.TaskSweepInterval != time.Minute {
+		t.Errorf("TASK_SWEEP_INTERVAL unset: %v, %v; want the documented 1m", c.TaskSweepInterval, err)
+	}
+	for v, want := range map[string]time.Duration{"1s": time.Second, "1m": time.Minute, "1h": time.Hour, "2500ms": 2500 * time.Millisecond} {
+		if c, err := load(map[string]string{"TASKS_TABLE": "t", "TASK_SWEEP_INTERVAL": v}); err != nil || c.TaskSweepInterval != want {
+			t.Errorf("TASK_SWEEP_INTERVAL=%s: %v, %v", v, c.TaskSweepInterval, err)
+		}
+	}
+	for _, v := range []string{"999ms", "0", "-1m", "61m", "60", "soon"} {
+		if _, err := load(map[string]string{"TASKS_TABLE": "t", "TASK_SWEEP_INTERVAL": v}); err == nil || !strings.Contains(err.Error(), "TASK_SWEEP_INTERVAL=") || !strings.Contains(err.Error(), "from 1s to 1h0m0s") {
+			t.Errorf("TASK_SWEEP_INTERVAL=%q: error %v, want one naming it and its range", v, err)
+		}
+	}
+
+	for _, name := range []string{"MAX_TASK_RESULT_BYTES", "TASK_WORKER_FUNCTION", "TASK_SWEEP_INTERVAL"} {
+		v := map[string]string{"MAX_TASK_RESULT_BYTES": "2048", "TASK_WORKER_FUNCTION": "worker", "TASK_SWEEP_INTERVAL": "5s"}[name]
 		if _, err := load(map[string]string{name: v}); err == nil || !strings.Contains(err.Error(), name+" is set but TASKS_TABLE is not") {
 			t.Errorf("%s without TASKS_TABLE: error %v", name, err)
 		}
