@@ -1870,7 +1870,7 @@ func TestFaultSimulation(t *testing.T) {
 	for _, k := range []string{"take by a waiter landed", "take past a waiter presumed gone",
 		"late attempt landed", "late attempt refused", "renewal landed", "lapsed lease purged", "lapsed ticket purged",
 		"probe elected", "probe for one principal", "gate closed for one principal", "gate closed for everyone", "pause for one principal",
-		"queue reserve refused a join", "refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out",
+		"queue reserve refused a join", "queue full judged", "refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out",
 		"refused by a gate", "finished failure", "finished abandoned", "finished unused", "finished overloaded",
 		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
 		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout",
