@@ -595,7 +595,8 @@ func (l *Limiter) newLease(req Request, id string) *Lease {
 // join puts this caller's ticket in the queue: its number from seq, its
 // deadline, and the tool, cap and rate it waits for, on condition that the
 // queue has room (leaving its reserve to other principals when this one
-// already has callers waiting), and that the caller neither waits nor
+// already has callers or tasks waiting: claimed tickets, tasks running,
+// and lapsed ones wait no more), and that the caller neither waits nor
 // holds a place already. It charges nothing. A join refused for room is
 // that one failed write: nothing of it is left to take back.
 func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
@@ -658,7 +659,9 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	}
 	u.cond(size + " < " + u.num(int64(a.req.MaxQueued+purged)))
 	if r := QueueReserve(a.req.MaxQueued); r > 0 {
-		u.cond("(attribute_not_exists(" + u.path(wp) + ") OR " + size + " < " + u.num(int64(a.req.MaxQueued-r+purged)) + ")")
+		// A principal whose tickets are all claimed (its tasks running)
+		// or lapsed has nothing waiting.
+		u.cond("(attribute_not_exists(" + u.path(wp) + ") OR " + size + " < " + u.num(int64(a.req.MaxQueued-r+purged)) + u.stillNotWaiting(wp, v, a.me.label, now) + ")")
 	}
 	u.ttl(deadline)
 	a.asked = time.Now()
@@ -679,8 +682,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		return nil, a.l.create(ctx, a.req.Key)
 	}
 	now = a.now()
-	if w := nv.waiting(now, a.task); w >= a.req.MaxQueued || slices.ContainsFunc(nv.queue, func(t *ticket) bool { return t.label == a.me.label && t.live(now) }) &&
-		w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
+	if w := nv.waiting(now, a.task); w >= a.req.MaxQueued || nv.holdsReserve(a.me.label, now) && w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
 		a.l.stats.shed.Add(1)
 		return nil, a.full(nv, now, false, QueueFull)
 	}

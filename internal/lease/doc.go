@@ -71,8 +71,13 @@
 //     on condition that size(queue) < MaxQueued and, when its principal
 //     has callers waiting already, size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so
-//     another's lone caller finds a place. A join charges nothing; one
-//     refused for room is one failed write that changes nothing.
+//     another's lone caller finds a place. Its principal has none waiting
+//     when its waiting set is absent, or holds only the tickets the view
+//     shows waiting no more — claimed (see Tasks) or lapsed — at most
+//     maxNamed (8), each named in the condition as still so: a claimed
+//     one's lease live at the writer's now, a lapsed one's deadline past.
+//     A join charges nothing; one refused for room is one failed write
+//     that changes nothing.
 //   - Leave: a waiter that gives up removes its ticket whole and ADDs 1 to
 //     freed, conditioned on its number, and the lease a take of it of
 //     unknown outcome may have set, whole, conditioned on that expiry.
@@ -313,8 +318,17 @@
 // join's room is the tasks map's size less those (size(tasks) <
 // MaxQueued + purged + claimed), so a running task takes no queue place;
 // a claim lapsing afterwards waits again past the bound (it had its
-// place: at most the cap's claims more are stored). A task costs no write
-// more than before: its claim and its release.
+// place: at most the cap's claims more are stored). Nor is a principal
+// whose tasks run, with nothing waiting, held to the reserve: a join's
+// condition names its claimed tickets and requires each one's lease live
+// at the writer's now (the item carries the expiry), so a claim that
+// lapsed counts as waiting again with no write, as in the turn order. The
+// judgement is the writer's clock's: a join landing late, or from a clock
+// behind, may still read a claim lapsed meanwhile as running, letting its
+// principal take one reserve place it would not have — the queue's bound
+// holds whatever. A principal with more than maxNamed tickets in its set
+// is held to the reserve as one with a ticket waiting. A task costs no
+// write more than before: its claim and its release.
 //
 // # Answers and views
 //
@@ -332,7 +346,8 @@
 // schedules (thousands in make soak) — lost, delayed, duplicated and
 // late-landing writes, callers and instances dying, clocks skewed within
 // the margin, purges cut short, tasks enqueued, started, claimed and
-// withdrawn — against a model of the protocol written apart from its code
+// withdrawn — and every QueueFull refusal, by the item that refused its
+// join, against a model of the protocol written apart from its code
 // (sim_model_test.go), with its own reading of the item, turn order,
 // buckets, gates, limit and tasks.
 //
@@ -361,8 +376,11 @@
 //  7. At most MaxQueued callers wait, and as many tasks (a claimed one not
 //     waiting, one whose claim lapsed waiting again past it), and a principal
 //     with callers or tasks waiting cannot take the last QueueReserve
-//     places of either (TestQueueIsBounded,
-//     TestOneTenantCannotFillTheQueue, TestTasksHaveQueuePlacesOfTheirOwn).
+//     places of either, while one whose tickets are all claimed (its tasks
+//     running) or lapsed may (TestQueueIsBounded,
+//     TestOneTenantCannotFillTheQueue, TestTasksHaveQueuePlacesOfTheirOwn,
+//     TestARunningTaskDoesNotHoldItsPrincipalToTheReserve,
+//     TestALapsedClaimHoldsItsPrincipalToTheReserveAgain).
 //  8. A free place goes to a live waiter within the claim windows of the
 //     D dead waiters before it — ClaimWindow past the look period each
 //     one's ticket announces, D × (ClaimWindow + MaxLookFar) at most — of

@@ -61,6 +61,8 @@ var mutants = []mutant{
 		"	if !ls.task {\n		u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))\n		u.del(u.path(WaitingAttr(ls.label)), ls.id)\n	}\n"},
 	{"a claim that takes its task's ticket out", "acquire.go",
 		"case a.n != 0 && a.task:", "case a.n != 0 && a.task && a.n < 0:"},
+	{"a running task that holds its principal to the reserve", "task.go",
+		"case v.claimed(t, now) || !t.live(now):", "case !t.live(now):"},
 	{"a lapsed claim that still holds its ticket", "item.go",
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 }

@@ -1066,16 +1066,45 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	return v
 }
 
-// waitingOf counts the live tickets of principal p other than id (by
-// the tickets' own p: the waiting sets are checked apart).
+// waitingOf counts the tickets of principal p other than id that wait at
+// now: live, and not claimed — a task running waits no more (doc.go,
+// Tasks), and a claim whose lease lapsed waits again (by the tickets' own
+// p: the waiting sets are checked apart).
 func (it *mItem) waitingOf(p, id string, now int64) int {
 	n := 0
 	for x, tk := range it.tickets {
-		if x != id && tk.hasN && tk.p == p && mLive(tk.d, now) {
+		if x != id && tk.hasN && tk.p == p && mLive(tk.d, now) && !it.claimed(tk, now) {
 			n++
 		}
 	}
 	return n
+}
+
+// modelMaxNamed is how many tickets a principal may have in its waiting
+// set, all claimed (tasks running) or lapsed, while the reserve still
+// counts it as having nothing waiting (doc.go: a join's condition names
+// them, up to 8; past them, the principal is held to the reserve as if
+// one waited).
+const modelMaxNamed = 8
+
+// refusesJoin reports whether the item refuses, at now, principal p's
+// join to the callers' queue (task false) or the tasks' for room: as many
+// tickets of that kind wait (live, not claimed) as MaxQueued, or p has a
+// ticket waiting (or more than modelMaxNamed in its waiting set) and the
+// last reserve places are taken. A caller told QueueFull from it was
+// refused rightly only then.
+func (it *mItem) refusesJoin(k mKey, p string, task bool, now int64) bool {
+	w := 0
+	for _, tk := range it.tickets {
+		if tk.hasN && tk.task == task && mLive(tk.d, now) && !it.claimed(tk, now) {
+			w++
+		}
+	}
+	if w >= k.MaxQueued {
+		return true
+	}
+	r := modelQueueReserve(k.MaxQueued)
+	return r > 0 && w >= k.MaxQueued-r && (it.waitingOf(p, "", now) > 0 || len(it.waiting[p]) > modelMaxNamed)
 }
 
 // queued is the number of tickets stored, live or not.
@@ -1134,7 +1163,7 @@ func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
 	}
 	// Its place is the queue's size after the join (a join may purge
 	// lapsed tickets in the same write); its principal's callers waiting
-	// are its other live tickets.
+	// are its other live tickets not claimed.
 	others := a.waitingOf(me.p, id, w.now)
 	if q := a.queuedAt(tk.task, w.now); again {
 		v.events = append(v.events, "ticket numbered again")
@@ -1142,6 +1171,8 @@ func (w *mWrite) judgeJoin(v *mVerdict, tk *mTicket, again bool) {
 		v.fail("queue", id, "a join left %d tickets; MaxQueued %d", q, k.MaxQueued)
 	} else if r := modelQueueReserve(k.MaxQueued); others > 0 && q > k.MaxQueued-r {
 		v.fail("reserve", id, "a join of %s, whose principal has %d other tickets, took place %d of %d (the last %d are reserved)", id, others, q, k.MaxQueued, r)
+	} else if r > 0 && q > k.MaxQueued-r && slices.ContainsFunc(slices.Collect(maps.Values(a.tickets)), func(x *mTicket) bool { return x.p == me.p && a.claimed(x, w.now) }) {
+		v.events = append(v.events, "reserve place taken by a principal whose task runs")
 	}
 	v.events = append(v.events, "joined")
 }

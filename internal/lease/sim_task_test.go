@@ -299,6 +299,7 @@ func (s *sim) task(limiters []*Limiter, t *simTask) {
 		switch {
 		case errors.As(err, &full):
 			s.events["task refused: "+full.Reason]++
+			s.judgeFull(c, full, true)
 		default:
 			s.events["task enqueue failed otherwise"]++
 		}

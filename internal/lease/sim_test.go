@@ -131,9 +131,15 @@ type simCaller struct {
 	// while it waited with a ticket.
 	writes, reads int
 	joinedAt      time.Time
-	joins         int // times it joined the queue
-	waitReads     int
-	waited        time.Duration
+	// refusedJoin is the item that refused its latest join (nil: none),
+	// refusedReq that join, refusedAt when its answer reached the caller
+	// on its clock (Unix ms; 0: not yet, or never).
+	refusedJoin map[string]types.AttributeValue
+	refusedReq  *simReq
+	refusedAt   int64
+	joins       int // times it joined the queue
+	waitReads   int
+	waited      time.Duration
 	// Liveness: since when a place it could use has been free, the most
 	// dead waiters seen before it meanwhile and the longest claim window
 	// any of them announced, and the time its own requests lost to the
@@ -398,6 +404,9 @@ func (a simAPI) do(ctx context.Context, r *simReq, opts []func(*dynamodb.Options
 		delete(c.inflight, r)
 		if r.faulted {
 			c.lat += time.Since(r.sent) + DefaultMaxLook
+		}
+		if c.refusedReq == r && ans.err != nil {
+			c.refusedAt = s.clock(c, time.Now()).UnixMilli()
 		}
 		if item := ans.item(); item != nil {
 			it := mRead(item)
@@ -891,7 +900,9 @@ func (s *sim) charged(name string, b mBucket, to time.Time) {
 }
 
 // refused looks at what a write whose condition failed meant to do, for
-// the evidence that a join was refused by the queue's reserve.
+// the evidence that a join was refused by the queue's reserve, and keeps
+// the item that refused a join for judging a QueueFull its caller reports
+// (judgeFull).
 func (s *sim) refused(r *simReq, pre map[string]types.AttributeValue) {
 	next := cloneItem(pre)
 	if next == nil {
@@ -906,11 +917,29 @@ func (s *sim) refused(r *simReq, pre map[string]types.AttributeValue) {
 		if !tk.hasN || s.owners[id] != r.c || b.tickets[id] != nil && b.tickets[id].hasN {
 			continue
 		}
+		// The item its caller judges the refusal from, when the answer
+		// reaches it (refusedAt).
+		r.c.refusedJoin, r.c.refusedReq, r.c.refusedAt = pre, r.orig, 0
 		q, n := a.queued(), s.key.MaxQueued
 		if q <= n && b.waitingOf(r.c.principal, id, s.clock(r.c, r.sent).UnixMilli()) > 0 && q > n-modelQueueReserve(n) {
 			s.events["queue reserve refused a join"]++
 		}
 	}
+}
+
+// judgeFull judges a QueueFull refusal of c, a caller (task false) or a
+// task's enqueuer, by the model: from the item that refused its latest
+// join, at its clock when that answer reached it, the queue must have had
+// no room for it.
+func (s *sim) judgeFull(c *simCaller, full *FullError, task bool) {
+	if full.Reason != QueueFull || c.refusedJoin == nil || c.refusedAt == 0 {
+		return
+	}
+	now := c.refusedAt
+	if !mRead(c.refusedJoin).refusesJoin(s.key, c.principal, task, now) {
+		s.fail("reserve-refused", "", "c%d (%s) was refused QueueFull, but the item that refused its join had room for it at %d: a principal whose tickets are all claimed (its tasks running) has nothing waiting", c.id, c.principal, now)
+	}
+	s.events["queue full judged"]++
 }
 
 func shortExpr(in *dynamodb.UpdateItemInput) string {
@@ -1562,6 +1591,7 @@ func (s *sim) call(l *Limiter, c *simCaller) {
 			s.events["refused: rate limited"]++
 		case errors.As(err, &full):
 			s.events["refused: "+full.Reason]++
+			s.judgeFull(c, full, false)
 		case errors.As(err, &wt):
 			s.events["wait timed out"]++
 		case errors.As(err, &open):
@@ -1840,7 +1870,7 @@ func TestFaultSimulation(t *testing.T) {
 	for _, k := range []string{"take by a waiter landed", "take past a waiter presumed gone",
 		"late attempt landed", "late attempt refused", "renewal landed", "lapsed lease purged", "lapsed ticket purged",
 		"probe elected", "probe for one principal", "gate closed for one principal", "gate closed for everyone", "pause for one principal",
-		"queue reserve refused a join", "refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out",
+		"queue reserve refused a join", "queue full judged", "refused: queue_full", "refused: at_capacity", "refused: queued_ahead", "wait timed out",
 		"refused by a gate", "finished failure", "finished abandoned", "finished unused", "finished overloaded",
 		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
 		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout",

@@ -354,3 +354,63 @@ func (l *Limiter) clearStart(ctx context.Context, key string, t *ticket, mark in
 	_, _ = l.write(ctx, key, u, nil)
 	l.board(key).started(t.id, time.Time{})
 }
+
+// maxNamed bounds the tickets a join's reserve condition names as waiting
+// no more: a principal with more in its waiting set is held to the
+// reserve as if one of them waited.
+const maxNamed = 8
+
+// notWaiting returns label's tickets in v that wait no more at now —
+// claimed (its task running) or lapsed — when they are all its waiting
+// set's members, at most maxNamed; ok false otherwise (one of them waits,
+// or the set holds what v does not show as its ticket).
+func (v *view) notWaiting(label string, now int64) (ts []*ticket, ok bool) {
+	members := v.sets[WaitingAttr(label)]
+	if len(members) > maxNamed {
+		return nil, false
+	}
+	for _, id := range members {
+		t := v.ticketFor(id)
+		switch {
+		case t == nil || t.label != label:
+			return nil, false
+		case v.claimed(t, now) || !t.live(now):
+			ts = append(ts, t)
+		default:
+			return nil, false
+		}
+	}
+	return ts, true
+}
+
+// holdsReserve reports whether label has something waiting in v at now,
+// for the queue's reserve: what a join's condition (stillNotWaiting)
+// cannot name as waiting no more.
+func (v *view) holdsReserve(label string, now int64) bool {
+	_, ok := v.notWaiting(label, now)
+	return !ok
+}
+
+// stillNotWaiting is the alternative, in a join's reserve condition, that
+// label's waiting set wp holds only the tickets v shows waiting no more
+// at now (notWaiting), and that each still does not: a claimed one's
+// lease is live at now (a claim's lease lapsing makes its ticket wait
+// again with no write, and so fails it: the item carries the expiry), a
+// lapsed one's deadline past. "" when there are none, or when one waits.
+func (u *update) stillNotWaiting(wp string, v *view, label string, now int64) string {
+	ts, ok := v.notWaiting(label, now)
+	if !ok || len(ts) == 0 {
+		return ""
+	}
+	set, at := u.path(wp), u.num(now)
+	c := " OR (size(" + set + ") = " + u.num(int64(len(ts)))
+	for _, t := range ts {
+		c += " AND contains(" + set + ", " + u.str(t.id) + ")"
+		if t.live(now) {
+			c += " AND " + u.path(LeasesAttr, t.id) + " >= " + at
+		} else {
+			c += " AND " + u.path(TicketsAttr, t.id, ticketDeadline) + " < " + at
+		}
+	}
+	return c + ")"
+}
