@@ -82,6 +82,10 @@ type attempt struct {
 	// caller's at its looks, when it first saw so: past its claim window,
 	// still there with its turn come, its caller is presumed gone.
 	turnSince map[string]time.Time
+	// leaseEnds is, for each lease live at its last look, the end it
+	// expected of that lease when it first saw it (ms): a renewal moves a
+	// lease's expiry, never the end this caller expects of it.
+	leaseEnds map[string]int64
 	// failures counts the store errors in a row while it waits; takeErrs
 	// the takes in a row that met one.
 	failures int
@@ -801,11 +805,23 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		return late()
 	}
 	var ends []int64
-	for _, exp := range v.leases {
+	seen := make(map[string]int64, len(v.leases))
+	for id, exp := range v.leases {
 		if exp >= now {
-			ends = append(ends, exp-a.req.Hold.Milliseconds()-a.l.margin.Milliseconds()+(held-spread).Milliseconds())
+			// A lease's expiry is its last renewal's: the call is expected
+			// to end a call's length from then, or from when this caller
+			// first saw the lease if earlier — a holder that renews past
+			// its expected end (a slow call, a cut-off one whose upstream
+			// has not stopped) does not start its waiters' back-off again.
+			end := exp - a.req.Hold.Milliseconds() - a.l.margin.Milliseconds() + (held - spread).Milliseconds()
+			if first, ok := a.leaseEnds[id]; ok {
+				end = min(end, first)
+			}
+			seen[id] = end
+			ends = append(ends, end)
 		}
 	}
+	a.leaseEnds = seen
 	for _, t := range ahead {
 		// A caller whose turn came takes its place at its next look: its
 		// call ends a call's length from then, or, late to take it (gone,

@@ -140,11 +140,14 @@
 // conditioned on seq as seen (nobody joined since it looked).
 //
 // A waiter looks when its place is expected to free (from the leases'
-// expiries, call_ms and its rank; a caller before it whose turn came is
-// expected to hold a place a call's length from when its turn came, so
-// one that never takes it makes the place late, not ever about to
-// free), at least every MaxLook while fewer than
-// Places (the cap) callers come before it, and every rank/Places ×
+// expiries, call_ms and its rank: a lease is expected to end a call's
+// length after the renewal its expiry showed when the waiter first saw
+// it, so a holder renewing past that end leaves the place late, not
+// about to free again after each renewal; a caller before it whose turn
+// came is expected to hold a place a call's length from when its turn
+// came, so one that never takes it makes the place late, not ever about
+// to free), at least every MaxLook while fewer than Places (the cap)
+// callers come before it, and every rank/Places ×
 // MaxLook, at most MaxLookFar, behind more; a look that finds its place
 // late waits half as long again as the last (up to that period, jittered
 // upwards). Its ticket announces its look period (l) at the rank it

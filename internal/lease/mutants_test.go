@@ -63,6 +63,8 @@ var mutants = []mutant{
 		"case a.n != 0 && a.task:", "case a.n != 0 && a.task && a.n < 0:"},
 	{"a running task that holds its principal to the reserve", "task.go",
 		"case v.claimed(t, now) || !t.live(now):", "case !t.live(now):"},
+	{"a renewal that starts its waiters' back-off again", "acquire.go",
+		"end = min(end, first)", "end = max(end, first)"},
 	{"a lapsed claim that still holds its ticket", "item.go",
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 }

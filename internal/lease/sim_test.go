@@ -1802,6 +1802,7 @@ var simSeedsAsDrawn = []uint64{
 	5013714, // (the checker) a request whose answer its caller stopped waiting for was not counted as the schedule's cost to it
 	5025479, // a waiter behind one whose turn came and who never took it expected the place a call's length from every look: it read every 3 ms
 	5025442, // (the checker) the sweep came before the lease of a task's worker that claimed at its ticket's last moment could lapse
+	5066301, // a waiter behind a holder renewing past its expected end started its back-off from 5 ms again at each renewal: 18 reads in 1 s
 	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
 }
 
