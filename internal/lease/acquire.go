@@ -405,6 +405,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	id := a.me.id
 	u := newUpdate()
 	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.gateAttrs()...)...)...)
+	rs := a.l.rulesFor(a.req, v)
 	for _, r := range a.req.Rates {
 		tat := int64(0)
 		if v != nil {
@@ -413,7 +414,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 			tat = lv.rates[RateAttr(r.Name)] // only chooses the form of the charge, which its condition checks
 		}
 		u.charge(r, tat, now, a.reserved(func(t *ticket) bool {
-			return slices.ContainsFunc(a.l.rulesFor(a.req, v).buckets(t), func(b Rate) bool { return b.Name == r.Name })
+			return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool { return b.Name == r.Name })
 		}, h.ahead))
 	}
 	lp := u.path(LeasesAttr, id)
@@ -953,7 +954,8 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		// came first: it leaves them their buckets' tokens, as a take
 		// does, conditioned on no more callers waiting than the view
 		// shows.
-		waiting := aheadIn(v, req, l.rulesFor(req, v), now)
+		rs := l.rulesFor(req, v)
+		waiting := aheadIn(v, req, rs, now)
 		if v != nil && own {
 			if err := refusal(v.gatesOf(req.Tool, ""), req.Holder, now, v.hold); err != nil {
 				l.stats.refused(err)
@@ -983,7 +985,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			}
 		}
 		if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
-			return t.live(now) && slices.ContainsFunc(l.rulesFor(req, v).buckets(t), func(b Rate) bool {
+			return t.live(now) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
 				return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
 			})
 		}) {
