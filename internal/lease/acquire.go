@@ -445,6 +445,17 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	} else if v == nil && a.req.PrincipalCap > 0 {
 		u.cond("(attribute_not_exists(" + pp + ") OR size(" + pp + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
 	}
+	if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
+		return t.id != id && t.label == a.me.label && v.waits(t, now)
+	}) && slices.ContainsFunc(v.queue, func(t *ticket) bool {
+		return t.label != a.me.label && v.waits(t, now)
+	}) {
+		// The place it takes ranks its principal's other callers waiting
+		// after those of other principals who held as many: whose turn
+		// it is changes for the callers behind them, as when a place is
+		// freed, and freed tells the takes judged before.
+		u.count(u.path(FreedAttr), 1)
+	}
 	switch {
 	case a.n != 0 && a.task:
 		// A task's claim keeps its ticket, claimed by the lease of its id:

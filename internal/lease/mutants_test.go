@@ -61,6 +61,9 @@ var mutants = []mutant{
 		"	if !ls.task {\n		u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))\n		u.del(u.path(WaitingAttr(ls.label)), ls.id)\n	}\n"},
 	{"a claim that takes its task's ticket out", "acquire.go",
 		"case a.n != 0 && a.task:", "case a.n != 0 && a.task && a.n < 0:"},
+	{"a take that reranks waiters without moving freed", "acquire.go",
+		"		// freed, and freed tells the takes judged before.\n		u.count(u.path(FreedAttr), 1)\n",
+		"		// freed, and freed tells the takes judged before.\n"},
 	{"a lapsed claim that still holds its ticket", "item.go",
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 }

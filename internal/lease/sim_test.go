@@ -1773,6 +1773,7 @@ var simSeedsAsDrawn = []uint64{
 	5025479, // a waiter behind one whose turn came and who never took it expected the place a call's length from every look: it read every 3 ms
 	5025442, // (the checker) the sweep came before the lease of a task's worker that claimed at its ticket's last moment could lapse
 	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
+	5008403, // a newcomer's take raised its principal's count, ranking its tasks after another's waiter: a take judged before passed that waiter (freed did not move)
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
