@@ -409,6 +409,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	id := a.me.id
 	u := newUpdate()
 	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.gateAttrs()...)...)...)
+	rs := a.l.rulesFor(a.req, v)
 	for _, r := range a.req.Rates {
 		tat := int64(0)
 		if v != nil {
@@ -417,7 +418,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 			tat = lv.rates[RateAttr(r.Name)] // only chooses the form of the charge, which its condition checks
 		}
 		u.charge(r, tat, now, a.reserved(func(t *ticket) bool {
-			return slices.ContainsFunc(a.l.rulesFor(a.req, v).buckets(t), func(b Rate) bool { return b.Name == r.Name })
+			return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool { return b.Name == r.Name })
 		}, h.ahead))
 	}
 	lp := u.path(LeasesAttr, id)
@@ -447,6 +448,17 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		}
 	} else if v == nil && a.req.PrincipalCap > 0 {
 		u.cond("(attribute_not_exists(" + pp + ") OR size(" + pp + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
+	}
+	if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
+		return t.id != id && t.label == a.me.label && v.waits(t, now)
+	}) && slices.ContainsFunc(v.queue, func(t *ticket) bool {
+		return t.label != a.me.label && v.waits(t, now)
+	}) {
+		// The place it takes ranks its principal's other callers waiting
+		// after those of other principals who held as many: whose turn
+		// it is changes for the callers behind them, as when a place is
+		// freed, and freed tells the takes judged before.
+		u.count(u.path(FreedAttr), 1)
 	}
 	switch {
 	case a.n != 0 && a.task:
@@ -971,7 +983,8 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		// came first: it leaves them their buckets' tokens, as a take
 		// does, conditioned on no more callers waiting than the view
 		// shows.
-		waiting := aheadIn(v, req, l.rulesFor(req, v), now)
+		rs := l.rulesFor(req, v)
+		waiting := aheadIn(v, req, rs, now)
 		if v != nil && own {
 			if err := refusal(v.gatesOf(req.Tool, ""), req.Holder, now, v.hold); err != nil {
 				l.stats.refused(err)
@@ -1001,7 +1014,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			}
 		}
 		if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
-			return t.live(now) && slices.ContainsFunc(l.rulesFor(req, v).buckets(t), func(b Rate) bool {
+			return t.live(now) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
 				return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
 			})
 		}) {

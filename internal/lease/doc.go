@@ -22,7 +22,8 @@
 //	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
 //	freed              N   places freed, tickets gone other than by their take, gate entries and
-//	                       buckets purged, tokens given back
+//	                       buckets purged, tokens given back, places taken that rank waiters anew
+//	                       (see Whose turn)
 //	call_ms            N   how long calls on the key last (a running mean of answered calls)
 //	breaker:<tool>     M   a tool's circuit breaker: a gate (below)
 //	pause, pause:<tool> M  the upstream's pauses (its Retry-After), for the server or one tool: gates
@@ -57,7 +58,9 @@
 //   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its sets,
 //     take a token from each of the call's buckets and, for a waiter,
 //     remove its ticket whole (a task's claim keeps it, conditioned on its
-//     number: see Tasks) — on condition that the id holds no lease,
+//     number: see Tasks), and ADD 1 to freed when its principal has other
+//     callers waiting while another principal's wait (see Whose turn) —
+//     on condition that the id holds no lease,
 //     every cap keeps room for the callers whose turn comes first, every
 //     bucket holds a token, no gate refuses the caller, and nothing that
 //     could change whose turn it is changed since the view it was judged
@@ -135,7 +138,15 @@
 // tools wait, or one numbered before it was passed over; its own
 // principal's set as seen while callers of other principals wait (how
 // many places the principal holds ranks it); and in every cap, room left
-// for each caller whose turn comes before it.
+// for each caller whose turn comes before it. Another principal's count
+// ranks its callers waiting too: a take raising it may put them after a
+// caller it had come before, whose turn, and what that caller's place
+// uses (a tool's place, its principal's, a token), may then be what the
+// take judged before needs. So a take by a principal that has other
+// callers waiting, while another principal's wait (as its view shows),
+// ADDs 1 to freed, as a place freed does: one ADD, whatever the queue
+// holds, and none while one principal alone waits or nobody does, so an
+// uncontended take stays as it was.
 // A newcomer, having no ticket, is the newest caller: its take is also
 // conditioned on seq as seen (nobody joined since it looked).
 //
@@ -375,7 +386,8 @@
 //     among the callers that had joined when a waiter looked
 //     (TestNewcomerDoesNotPassAQueuedCaller, TestFairBetweenPrincipals,
 //     TestBlockedTicketDoesNotHoldUpAFreePlace,
-//     TestLeavingTicketFailsATakeJudgedBefore).
+//     TestLeavingTicketFailsATakeJudgedBefore,
+//     TestTakeThatReranksWaitersFailsATakeJudgedBefore).
 //  7. At most MaxQueued callers wait, and as many tasks (a claimed one not
 //     waiting, one whose claim lapsed waiting again past it), and a principal
 //     with callers or tasks waiting cannot take the last QueueReserve

@@ -65,6 +65,9 @@ var mutants = []mutant{
 		"case v.claimed(t, now) || !t.live(now):", "case !t.live(now):"},
 	{"a renewal that starts its waiters' back-off again", "acquire.go",
 		"end = min(end, first)", "end = max(end, first)"},
+	{"a take that reranks waiters without moving freed", "acquire.go",
+		"		// freed, and freed tells the takes judged before.\n		u.count(u.path(FreedAttr), 1)\n",
+		"		// freed, and freed tells the takes judged before.\n"},
 	{"a lapsed claim that still holds its ticket", "item.go",
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 }

@@ -1804,6 +1804,7 @@ var simSeedsAsDrawn = []uint64{
 	5025442, // (the checker) the sweep came before the lease of a task's worker that claimed at its ticket's last moment could lapse
 	5066301, // a waiter behind a holder renewing past its expected end started its back-off from 5 ms again at each renewal: 18 reads in 1 s
 	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
+	5008403, // a newcomer's take raised its principal's count, ranking its tasks after another's waiter: a take judged before passed that waiter (freed did not move)
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
