@@ -24,7 +24,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if !req.holds() {
 		return l.charge(ctx, req)
 	}
-	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook}
+	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, lookRank: -1}
 	a.me = asker{id: l.newLeaseID(), label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
 	if req.Breaker != nil {
 		a.me.breaker = req.Breaker.Name
@@ -82,6 +82,9 @@ type attempt struct {
 	// caller's at its looks, when it first saw so: past its claim window,
 	// still there with its turn come, its caller is presumed gone.
 	turnSince map[string]time.Time
+	// lookRank is its rank at its last look (-1: none yet): a place
+	// expected anew starts its back-off again only once it moved up.
+	lookRank int
 	// leaseEnds is, for each lease live at its last look, the end it
 	// expected of that lease when it first saw it (ms): a renewal moves a
 	// lease's expiry, never the end this caller expects of it.
@@ -779,6 +782,8 @@ func (a *attempt) lookPeriod(rank, places int) time.Duration {
 // rather than with it.
 func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	rank := v.before(now, &a.me)
+	moved := a.lookRank < 0 || rank < a.lookRank
+	a.lookRank = rank
 	period := a.lookPeriod(rank, max(a.req.capIn(v), 1))
 	if t := v.ticketFor(a.me.id); t != nil {
 		// Never longer than its ticket announces; never shorter than its
@@ -818,8 +823,17 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	}
 	var ends []int64
 	seen := make(map[string]int64, len(v.leases))
+	var toolFull map[string]bool
+	if set := v.sets[ToolAttr(a.req.Tool)]; a.req.ToolCap > 0 && v.liveIn(now, set) >= a.req.ToolCap {
+		// Its tool is full: its place frees when one of the tool's
+		// leases ends, not another tool's.
+		toolFull = make(map[string]bool, len(set))
+		for _, id := range set {
+			toolFull[id] = true
+		}
+	}
 	for id, exp := range v.leases {
-		if exp >= now {
+		if exp >= now && (toolFull == nil || toolFull[id]) {
 			// A lease's expiry is its last renewal's: the call is expected
 			// to end a call's length from then, or from when this caller
 			// first saw the lease if earlier — a holder that renews past
@@ -848,7 +862,13 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	if pos := max(rank-len(ahead), 0); len(ends) > 0 {
 		eta := ends[pos%len(ends)] + int64(pos/len(ends))*held.Milliseconds()
 		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
-			a.look = overdueLook
+			if moved {
+				// Found late, it backs off until it moves up: a new
+				// estimate of the same place (call_ms moved, a renewal,
+				// another tool's lease) does not make it look again
+				// from 5 ms.
+				a.look = overdueLook
+			}
 			return min(d, most)
 		}
 	}

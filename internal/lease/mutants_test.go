@@ -63,6 +63,8 @@ var mutants = []mutant{
 		"case a.n != 0 && a.task:", "case a.n != 0 && a.task && a.n < 0:"},
 	{"a running task that holds its principal to the reserve", "task.go",
 		"case v.claimed(t, now) || !t.live(now):", "case !t.live(now):"},
+	{"a new estimate that starts a late waiter's back-off again", "acquire.go",
+		"moved := a.lookRank < 0 || rank < a.lookRank", "moved := true"},
 	{"a renewal that starts its waiters' back-off again", "acquire.go",
 		"end = min(end, first)", "end = max(end, first)"},
 	{"a take that reranks waiters without moving freed", "acquire.go",

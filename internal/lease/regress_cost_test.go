@@ -177,6 +177,72 @@ func TestLateWaitersBackOffBehindARenewingHolder(t *testing.T) {
 	})
 }
 
+// Invariant 14 (doc.go, "Whose turn"), with calls of another tool beside
+// a stuck one: a waiter whose tool is full expects its place from that
+// tool's leases alone, and once found late backs off until it moves up in
+// the queue. Calls of another tool end beside the stuck one and move
+// call_ms; neither their ends nor a new estimate of the same place start
+// the waiter's back-off again from 5 ms. Ten waiters for tool
+// a (its cap 1, held by a stuck call) while calls of tool b, 100 ms and
+// 1.5 s in turn, go on beside it, send once their back-off has grown at
+// most one look per MaxLook each, and no write.
+func TestLateWaitersBackOffWhileOtherCallsMoveCallMS(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		const maxLook = time.Second
+		ra := Request{Key: "srv", Cap: 3, Tool: "a", ToolCap: 1, MaxQueued: 16, Hold: 10 * time.Minute, Wait: 5 * time.Minute, Holder: "p"}
+		rb := ra
+		rb.Tool, rb.ToolCap, rb.Holder = "b", 0, "q"
+		h := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook})
+		stuck, err := h.Acquire(ctx, ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		others := make(chan struct{})
+		go func() {
+			defer close(others)
+			for i := 0; ctx.Err() == nil; i++ {
+				ls, err := h.Acquire(ctx, rb)
+				if err != nil {
+					return
+				}
+				time.Sleep([]time.Duration{100 * time.Millisecond, 1500 * time.Millisecond}[i%2])
+				_, _ = ls.Finish(context.Background(), Success)
+			}
+		}()
+		c := &rgCounter{API: db}
+		const waiters = 10
+		var wg sync.WaitGroup
+		for i := range waiters {
+			l := New(c, rgTable, Options{InstanceID: fmt.Sprintf("w%d", i), MaxLook: maxLook})
+			wg.Go(func() {
+				if ls, err := l.Acquire(ctx, ra); err == nil {
+					_, _ = ls.Finish(context.Background(), Success)
+				}
+			})
+		}
+		time.Sleep(10 * time.Second) // the back-off grows to MaxLook
+		if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != waiters {
+			t.Fatalf("%d tickets; want the %d waiters'", n, waiters)
+		}
+		before := c.now()
+		const window = 30 * time.Second
+		time.Sleep(window)
+		spent := c.now().minus(before)
+		if bound := int64(waiters) * int64(window/maxLook+1); spent.reads+spent.writes > bound || spent.writes > 0 {
+			t.Errorf("%d waiters behind a stuck call, calls of another tool ending beside it, sent %d reads and %d writes in %v; want at most %d requests (one look per MaxLook %v each) and no write",
+				waiters, spent.reads, spent.writes, window, bound, maxLook)
+		}
+		cancel()
+		wg.Wait()
+		<-others
+		if _, err := stuck.Finish(context.Background(), Success); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // Invariant 14 (doc.go, "Whose turn"): a waiter's reads fall with its
 // rank. A waiter far back looks every rank/Places × MaxLook, up to
 // MaxLookFar (not every MaxLook, nor every 2 s: N waiters then read N/2

@@ -148,8 +148,9 @@ type simCaller struct {
 	usableD     int
 	usableCW    time.Duration
 	// releaseTries counts the attempts of its release sent;
-	// faultedWrites its write attempts the schedule faulted.
-	releaseTries, faultedWrites int
+	// faultedWrites its write attempts the schedule faulted;
+	// faultedWaitReads its reads while it had a ticket that it faulted.
+	releaseTries, faultedWrites, faultedWaitReads int
 	// aheadSeen are the tickets seen before it during a streak;
 	// streakLook its look bound when the streak began.
 	aheadSeen  map[string]bool
@@ -639,8 +640,11 @@ func (s *sim) serve(r *simReq) {
 	}
 	if fate != simPass {
 		r.orig.faulted = true
-		if r.upd != nil {
+		switch {
+		case r.upd != nil:
 			c.faultedWrites++ // the schedule's doing: not counted in the cost
+		case !c.joinedAt.IsZero():
+			c.faultedWaitReads++ // likewise
 		}
 	}
 	what := "read"
@@ -1713,7 +1717,7 @@ func (s *sim) cost() {
 		}
 		calls++
 		writes += c.writes - c.faultedWrites
-		reads += c.waitReads
+		reads += c.waitReads - c.faultedWaitReads
 		joins += c.joins
 		waited += c.waited
 		if c.waitReads > 0 {
@@ -1802,6 +1806,8 @@ var simSeedsAsDrawn = []uint64{
 	5013714, // (the checker) a request whose answer its caller stopped waiting for was not counted as the schedule's cost to it
 	5025479, // a waiter behind one whose turn came and who never took it expected the place a call's length from every look: it read every 3 ms
 	5025442, // (the checker) the sweep came before the lease of a task's worker that claimed at its ticket's last moment could lapse
+	5047131, // (the checker) reads the schedule faulted counted in the cost of waiting; and a waiter for a full tool expected its place at another tool's lease's end
+	5055565, // a waiter found late started its back-off from 5 ms again whenever call_ms moved its place's expected end
 	5066301, // a waiter behind a holder renewing past its expected end started its back-off from 5 ms again at each renewal: 18 reads in 1 s
 	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
 	5008403, // a newcomer's take raised its principal's count, ranking its tasks after another's waiter: a take judged before passed that waiter (freed did not move)
