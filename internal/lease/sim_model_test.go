@@ -848,14 +848,15 @@ type mWriter struct {
 }
 
 // mWrite is one landed write: the item before and after it, when it was
-// made on its writer's clock (now) and in true time (sent), and the seq of
-// the view a take was judged from (-1: none).
+// made on its writer's clock (now) and in true time (sent), when it landed
+// in true time (landed; zero: unknown, taken as sent), and the seq of the
+// view a take was judged from (-1: none).
 type mWrite struct {
 	k             mKey
 	before, after *mItem
 	now           int64
 	skew          int64 // how far clocks may be apart, ms
-	sent          time.Time
+	sent, landed  time.Time
 	judged        int64
 	w             mWriter
 	// turnCame: see noteTurns.
@@ -895,6 +896,15 @@ type mVerdict struct {
 
 func (v *mVerdict) fail(kind, subject, format string, args ...any) {
 	v.findings = append(v.findings, mFinding{kind, subject, fmt.Sprintf(format, args...)})
+}
+
+// landedOnWritersClock is when the write landed, read on its writer's
+// clock (ms).
+func (w *mWrite) landedOnWritersClock() int64 {
+	if w.landed.IsZero() {
+		return w.now
+	}
+	return w.now + w.landed.Sub(w.sent).Milliseconds()
 }
 
 func (w *mWrite) owns(id string) bool { return !w.w.operator && w.w.owns(id) }
@@ -1636,7 +1646,10 @@ func (w *mWrite) judgeGates(v *mVerdict) {
 				}
 			}
 		}
-		if attr == myPause && w.w.pausedAt > 0 && pauseUntil > now && ea.u < min(pauseUntil, max(eb.u, pauseUntil)) {
+		// A release landing once the pause it asks has ended on every
+		// clock (a later pause stood when it was sent, since purged) need
+		// not leave one.
+		if attr == myPause && w.w.pausedAt > 0 && pauseUntil > now && pauseUntil+w.skew > w.landedOnWritersClock() && ea.u < min(pauseUntil, max(eb.u, pauseUntil)) {
 			v.fail("pause", attr+"."+me.p, "a release asking for a pause until %+d left %s.%s at %+d", pauseUntil-now, attr, me.p, ea.u-now)
 		}
 		// When its own entry closes while another principal's is closed,

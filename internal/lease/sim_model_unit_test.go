@@ -397,6 +397,7 @@ type judgeCase struct {
 	came          map[string]time.Duration // ticket → its turn came this long before the write
 	task          bool                     // the writer acts for a task
 	tasks         *mTasks                  // what earlier writes did to tasks' tickets
+	landed        time.Duration            // how long after it was sent the write landed
 	want          []string
 }
 
@@ -413,7 +414,7 @@ func (tc judgeCase) run(t *testing.T) {
 			after.ttl = max(after.ttl, tk.d/1000+modelTTL)
 		}
 	}
-	w := &mWrite{k: tc.k, before: tc.before.item(), after: after, now: mNow, skew: 400, sent: time.UnixMilli(mNow),
+	w := &mWrite{k: tc.k, before: tc.before.item(), after: after, now: mNow, skew: 400, sent: time.UnixMilli(mNow), landed: time.UnixMilli(mNow).Add(tc.landed),
 		judged: tc.judged, turnCame: map[string]time.Time{}, tasks: tc.tasks,
 		w: mWriter{me: tc.me, owns: func(id string) bool { return slices.Contains(tc.mine, id) }, outcome: tc.outcome, pause: tc.pause, grant: tc.grant,
 			deadline: mNow + 10000, task: tc.task}}
@@ -601,6 +602,10 @@ func TestModelJudgesGates(t *testing.T) {
 			after: released().entry("breaker:b", "pb", mEntry{f: 2, t: mNow - 5}), me: me, mine: []string{"me"}, outcome: Success, want: []string{"gate"}},
 		{name: "a pause for one principal", k: k, before: held(), after: released().entry("pause", "pa", mEntry{u: mNow + 1500}), me: me, mine: []string{"me"}, outcome: Overloaded, pause: 1500 * time.Millisecond},
 		{name: "a pause not written", k: k, before: held(), after: released(), me: me, mine: []string{"me"}, outcome: Overloaded, pause: 1500 * time.Millisecond, want: []string{"pause"}},
+		{name: "a pause not written by a release landing before it ends on every clock", k: k, before: held(), after: released(), me: me, mine: []string{"me"}, outcome: Overloaded, pause: 1500 * time.Millisecond,
+			landed: 1800 * time.Millisecond, want: []string{"pause"}},
+		{name: "no pause left by a release landing once it ended on every clock", k: k, before: held(), after: released(), me: me, mine: []string{"me"}, outcome: Overloaded, pause: 1500 * time.Millisecond,
+			landed: 1901 * time.Millisecond},
 		{name: "a pause past what was asked", k: k, before: held(), after: released().entry("pause", "pa", mEntry{u: mNow + 1501}), me: me, mine: []string{"me"}, outcome: Overloaded, pause: 1500 * time.Millisecond, want: []string{"pause"}},
 		{name: "a pause past MaxPause", k: k, before: held(), after: released().entry("pause", "pa", mEntry{u: mNow + 6000}), me: me, mine: []string{"me"}, outcome: Overloaded, pause: 9 * time.Second, want: []string{"pause"}},
 		{name: "a pause shortened", k: k, before: held().entry("pause", "pa", mEntry{u: mNow + 4000}), after: released().entry("pause", "pa", mEntry{u: mNow + 1500}),

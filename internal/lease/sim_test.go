@@ -828,7 +828,7 @@ func (s *sim) writer(c *simCaller) mWriter {
 // judge has the model judge a landed write, and records what it did.
 func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 	c := r.c
-	w := &mWrite{k: s.key, before: mRead(pre), after: mRead(post), now: s.clock(c, r.sent).UnixMilli(), skew: simSkew.Milliseconds(), sent: r.sent,
+	w := &mWrite{k: s.key, before: mRead(pre), after: mRead(post), now: s.clock(c, r.sent).UnixMilli(), skew: simSkew.Milliseconds(), sent: r.sent, landed: time.Now(),
 		judged: r.judged, w: s.writer(c), turnCame: s.turnCame, tasks: s.mtasks}
 	s.cur = w.after
 	v := mJudgeWrite(w)
@@ -1808,6 +1808,7 @@ var simSeedsAsDrawn = []uint64{
 	5025442, // (the checker) the sweep came before the lease of a task's worker that claimed at its ticket's last moment could lapse
 	5047131, // (the checker) reads the schedule faulted counted in the cost of waiting; and a waiter for a full tool expected its place at another tool's lease's end
 	5055565, // a waiter found late started its back-off from 5 ms again whenever call_ms moved its place's expected end
+	5053567, // (the checker) a release that landed after the pause it asked had ended everywhere (a later one stood when it was sent, since purged) was held to leave it
 	5066301, // a waiter behind a holder renewing past its expected end started its back-off from 5 ms again at each renewal: 18 reads in 1 s
 	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
 	5008403, // a newcomer's take raised its principal's count, ranking its tasks after another's waiter: a take judged before passed that waiter (freed did not move)
