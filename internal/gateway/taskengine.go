@@ -471,19 +471,42 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 			CallInfo{RequestID: rec.id, ServerID: r.ServerID, Tool: rec.tool, Principal: p})
 		defer func() { end(rec.traceEnd(0)) }()
 	}
-	res, ferr, ran, cancelled := e.run(ctx, ts, r, &params)
+	res, ferr, ran, cancelled, closing := e.run(ctx, ts, r, &params)
 	if !ran {
 		return nil
 	}
 	if cancelled {
 		rec.outcome = "cancelled"
 	}
+	// An answered call's slot is given back (closing: the lease's release,
+	// and the start of the task whose turn that makes) while the outcome
+	// is written, and the worker ends once both are done. Neither's outcome
+	// conditions the other, and either order is safe: an outcome written
+	// before its release (or with the release lost) leaves the lease to
+	// lapse, and the worker started for the ticket then finds the record
+	// ended (or no longer naming the ticket) and makes no call; a release
+	// landed before the outcome (or with it lost) leaves the record marked
+	// running, and past its run_until it reads as failed, as for a worker
+	// that died during its call. The slot is still held until the upstream
+	// stopped: closing gives it back only then.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		defer func() {
+			if p := recover(); p != nil {
+				g.log.Error("panic", "task", ts.Task, "panic", p, "stack", string(debug.Stack()))
+			}
+		}()
+		if closing != nil {
+			closing()
+		}
+	}()
 	if ferr == nil && res != nil && res.NeedsInput() {
 		e.askInput(context.WithoutCancel(ctx), r, res)
-		g.logTask(rec, r, start)
-		return nil
+	} else {
+		e.settle(context.WithoutCancel(ctx), r, res, ferr, cancelled)
 	}
-	e.settle(context.WithoutCancel(ctx), r, res, ferr, cancelled)
+	<-closed
 	g.logTask(rec, r, start)
 	return nil
 }
@@ -491,14 +514,14 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 // run claims the task's places and makes its call; ran is false when the
 // claim found it was not this start's to run, cancelled true when the
 // task's cancellation cut the call off.
-func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Record, params *mcp.CallToolParams) (res *mcp.CallToolResult, ferr *fault.Error, ran, cancelled bool) {
+func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Record, params *mcp.CallToolParams) (res *mcp.CallToolResult, ferr *fault.Error, ran, cancelled bool, closing func()) {
 	g := e.g
 	srv, ferr := g.server(ctx, r.ServerID)
 	if ferr != nil {
 		if !e.withdraw(ctx, ts) {
-			return nil, nil, false, false // another start runs it
+			return nil, nil, false, false, nil // another start runs it
 		}
-		return nil, ferr, true, false
+		return nil, ferr, true, false, nil
 	}
 	c := g.newCall(ctx, srv, params)
 	defer func() {
@@ -508,9 +531,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	}()
 	if ferr := g.checkPolicy(ctx, c); ferr != nil {
 		if !e.withdraw(ctx, ts) {
-			return nil, nil, false, false // another start runs it
+			return nil, nil, false, false, nil // another start runs it
 		}
-		return nil, ferr, true, false
+		return nil, ferr, true, false, nil
 	}
 	c.req = g.taskRequest(ctx, srv, c.tool, c.timeout)
 	{
@@ -518,9 +541,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		switch {
 		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket):
 			c.counted = false // not this start's to run: no call was made
-			return nil, nil, false, false
+			return nil, nil, false, false, nil
 		case err != nil:
-			return nil, acquireFault(srv, c.tool, err), true, false
+			return nil, acquireFault(srv, c.tool, err), true, false, nil
 		}
 		c.leases, c.ls = []*lease.Lease{ls}, ls
 		c.rec.leaseID, c.rec.waited = ls.ID(), time.Since(r.CreatedAt)
@@ -528,7 +551,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 			kl, err := g.deps.Limiter.Acquire(ctx, kr)
 			if err != nil {
 				g.finish(ctx, ls, lease.Unused, c.rec)
-				return nil, principalFault(err), true, false
+				return nil, principalFault(err), true, false, nil
 			}
 			c.leases = append(c.leases, kl)
 		}
@@ -610,7 +633,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 			}
 			e.requeue(ctx, c.req, ts, r, released)
 		}
-		return nil, nil, false, false
+		return nil, nil, false, false, nil
 	}
 	g.obs.Acquired(ctx, c.info(), c.ls)
 	g.obs.Waited(ctx, c.info(), c.rec.waited)
@@ -621,10 +644,12 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	go e.watch(cctx, cancel, r.ID)
 	f := g.startFlight(cctx, srv, params, nil, c.leases, c.req.Hold, callEnd)
 	if cut := g.await(cctx, f, callEnd); cut != nil {
-		return nil, g.cutOff(f, cut, short), true, ctx.Err() == nil && errors.Is(cut, context.Canceled)
+		return nil, g.cutOff(f, cut, short), true, ctx.Err() == nil && errors.Is(cut, context.Canceled), nil
 	}
-	res, ferr = g.settle(f, c.rec, short)
-	return res, ferr, true, false
+	// The upstream has answered: the slot is given back (closing) while
+	// the worker writes the outcome (see RunTask).
+	res, ferr, closing = g.answer(f, c.rec, short)
+	return res, ferr, true, false, closing
 }
 
 // watch cancels a running task's call once its record asks so.
