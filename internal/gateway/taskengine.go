@@ -162,9 +162,9 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 	}
 	// The join's answer shows the task's place in line. Where the estimate
 	// above (this process's earlier view of the item, or none) told under
-	// half the wait it shows, the record is told that wait, in one more
-	// write: a burst of tasks on processes that have not seen each other's
-	// would otherwise all be told to poll as if first in line.
+	// half the interval it shows, the record is told that interval, in one
+	// more write: a burst of tasks on processes that have not seen each
+	// other's would otherwise all be told to poll as if first in line.
 	if p := e.pollWaiting(req, r.LeaseID, timeout, srv.TaskTTL); p > 2*r.PollInterval {
 		if n, err := e.update(ctx, r, func(n *tasks.Record) error {
 			if n.Status != tasks.StatusWorking || n.StatusMessage != "queued" {
@@ -217,15 +217,17 @@ const (
 	maxTaskPoll = 30 * time.Second
 )
 
-// taskPoll is how often an agent is told to poll a task: half the time
-// its status is expected to take to change, within [minTaskPoll,
-// maxTaskPoll] and its TTL. A call on the server is expected to last the
-// lease item's running mean (Outlook.CallLength), or, before one was
-// seen, a thirtieth of the tool's timeout. A running task's status
-// changes when its call ends: in one call length. A waiting task's turn
-// comes once the places ahead of it are free: with ahead tickets before
-// it and places places, in (ahead/places + 1) call lengths (its first
-// place frees within one).
+// taskPoll is how often an agent is told to poll a task: the time by which
+// it is expected to have moved on, within [minTaskPoll, maxTaskPoll] and
+// its TTL. A call on the server is expected to last the lease item's
+// running mean (Outlook.CallLength), or, before one was seen, a thirtieth
+// of the tool's timeout. A running task's call ends within one call
+// length. A waiting task's turn comes once the places ahead of it are
+// free: with ahead tickets before it and places places, within
+// (ahead/places + 1) call lengths (its first place frees within one). A
+// poll then finds a waiting task running or ended, and a running one
+// ended, or told to come back once its call has ended: an agent polls
+// about once near its task's end, or twice, not at fractions of the wait.
 func taskPoll(o lease.Outlook, running bool, timeout, ttl time.Duration) time.Duration {
 	call := o.CallLength
 	if call <= 0 {
@@ -237,7 +239,7 @@ func taskPoll(o lease.Outlook, running bool, timeout, ttl time.Duration) time.Du
 		expect += expect * float64(max(o.Ahead, 0)) / float64(places)
 	}
 	// Bounded before it is a Duration: a wait too long for one is long.
-	return min(max(time.Duration(min(expect/2, float64(maxTaskPoll))), minTaskPoll), ttl)
+	return min(max(time.Duration(min(expect, float64(maxTaskPoll))), minTaskPoll), ttl)
 }
 
 // pollWaiting is the pollIntervalMs of a task about to wait as ticket
