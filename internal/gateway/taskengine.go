@@ -570,7 +570,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	mine := func(n *tasks.Record) bool {
 		return attempt > 0 && n.Attempt == attempt && n.LeaseID == ts.Ticket && n.RunUntil.Equal(until)
 	}
-	_, err := e.update(ctx, r, func(n *tasks.Record) error {
+	marked, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			settled = true
 			return errSettled
@@ -599,7 +599,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		case gerr == nil && tasks.Terminal(n.Status):
 			settled = true
 		case gerr == nil && mine(n):
-			err = nil // it landed
+			marked, err = n, nil // it landed
 		}
 	}
 	// A worker that marked the record past its call's deadline may have
@@ -637,6 +637,10 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		}
 		return nil, nil, false, false, nil
 	}
+	// From here r is the record as marked: the outcome's write is
+	// conditioned on it, not on the read before the mark, which the mark
+	// made stale (a write refused, and a read, for nothing).
+	*r = *marked
 	g.obs.Acquired(ctx, c.info(), c.ls)
 	g.obs.Waited(ctx, c.info(), c.rec.waited)
 	// The call is cut off when the task is cancelled, as a synchronous
