@@ -38,6 +38,8 @@ import (
 //     record ("task"), which times the worker from its start to its end
 //     — over the upstream's own call-seconds (the sum of the calls'
 //     lengths, from its entry and exit times);
+//   - where the agents' share goes: a create's and a poll's own time in
+//     the gateway (the mean duration_ms of their request records);
 //   - store requests per call, lease and tasks tables, polls included;
 //   - the cap's utilisation: upstream busy time / (cap × makespan), the
 //     makespan from the first request sent to the last call's exit;
@@ -101,6 +103,8 @@ func (b *bench) tasks() {
 	b.add(sc, "of which the agents' requests (creates, polls), tasks", tk.held.Seconds()/tk.callSeconds, "", 0, "", "")
 	b.add(sc, "of which the workers' runs, tasks", tk.workerTime.Seconds()/tk.callSeconds, "", 0, "", "")
 	b.add(sc, "worker runs logged, tasks", float64(tk.workers), "runs", float64(n), "tasks", "")
+	b.add(sc, "a create's time in the gateway (mean), tasks", ms(tk.createTime), "ms", 0, "", "")
+	b.add(sc, "a poll's time in the gateway (mean), tasks", ms(tk.pollTime), "ms", 0, "", "")
 	b.add(sc, "requests the front admitted, synchronous", float64(sy.admitted), "", 0, "", "")
 	b.add(sc, "requests the front admitted, tasks", float64(tk.admitted), "", float64(sy.admitted), "synchronous", "")
 	b.add(sc, "requests the front throttled (429), synchronous", float64(sy.throttled), "", 0, "", "")
@@ -142,6 +146,8 @@ type tasksResult struct {
 	held                time.Duration // the admitted requests' time, from admission to answer
 	workers             int           // worker runs logged
 	workerTime          time.Duration // their summed duration_ms
+	createTime          time.Duration // the creates' mean duration_ms in the gateway's request records
+	pollTime            time.Duration // the polls' mean, likewise
 	callSeconds         float64       // the upstream's calls' summed lengths
 	makespan            time.Duration
 	utilisation         float64
@@ -216,6 +222,21 @@ func (b *bench) tasksRun(gws []*testkit.Gateway, id string, n, capacity int, cal
 				break
 			}
 		}
+		// Where the agents' share goes: each create's and each poll's own
+		// time in the gateway, from its request record.
+		sum, count := map[string]float64{}, map[string]int{}
+		for _, g := range gws {
+			for _, rec := range g.Records(testkit.Match{"msg": "request", "path": "/mcp/" + id}) {
+				m, _ := rec["mcp_method"].(string)
+				d, _ := rec["duration_ms"].(float64)
+				sum[m] += d
+				count[m]++
+			}
+		}
+		mean := func(m string) time.Duration {
+			return time.Duration(sum[m] / float64(max(count[m], 1)) * float64(time.Millisecond))
+		}
+		r.createTime, r.pollTime = mean("tools/call"), mean("tasks/get")
 	}
 	r.callSeconds, r.handoffs = upstreamCalls(events)
 	if len(events) > 0 {

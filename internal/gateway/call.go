@@ -217,6 +217,17 @@ func (g *Gateway) await(ctx context.Context, f *flight, callEnd time.Time) error
 // settle classifies an answered call's result, and closes its exchange
 // (or leaves it in the background when its connection broke).
 func (g *Gateway) settle(f *flight, rec *record, short bool) (*mcp.CallToolResult, *fault.Error) {
+	res, ferr, closing := g.answer(f, rec, short)
+	closing()
+	return res, ferr
+}
+
+// answer classifies an answered call's result; closing closes its
+// exchange, giving its slot back (a no-op when the exchange was left in the
+// background, its connection broken). The upstream has answered, so it has
+// stopped working on the call: what the caller does with the result may go
+// on while closing runs.
+func (g *Gateway) answer(f *flight, rec *record, short bool) (res *mcp.CallToolResult, ferr *fault.Error, closing func()) {
 	srv := f.srv
 	res, err := f.up.Result()
 	var ue *upstream.Error
@@ -224,7 +235,6 @@ func (g *Gateway) settle(f *flight, rec *record, short bool) (*mcp.CallToolResul
 		g.pause(f.ctx, srv, f.tool, f.leases, ue.RetryAfter, rec)
 	}
 	lost := errors.Is(context.Cause(f.ctx), lease.ErrLeaseLost)
-	var ferr *fault.Error
 	if err != nil {
 		ferr = upstreamFault(srv, err)
 		if lost {
@@ -242,21 +252,23 @@ func (g *Gateway) settle(f *flight, rec *record, short bool) (*mcp.CallToolResul
 		// the server's cancel_grace from now.
 		f.graceFrom(time.Now())
 		g.background(f, outcome)
-		return nil, ferr
+		return nil, ferr, func() {}
 	}
-	if how := f.close(outcome); how == "" {
-		// The exchange ended without the upstream known to stop (its
-		// lease lost, or the gateway draining) while it had the call.
-		g.closed(f, how, 0)
+	closing = func() {
+		if how := f.close(outcome); how == "" {
+			// The exchange ended without the upstream known to stop (its
+			// lease lost, or the gateway draining) while it had the call.
+			g.closed(f, how, 0)
+		}
 	}
 	if ferr != nil {
-		return nil, ferr
+		return nil, ferr, closing
 	}
 	rec.outcome = "ok"
 	if res.IsError {
 		rec.outcome = "tool_error"
 	}
-	return res, nil
+	return res, nil, closing
 }
 
 // admit takes the places a call needs before it is sent: one under its

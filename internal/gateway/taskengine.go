@@ -162,9 +162,9 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 	}
 	// The join's answer shows the task's place in line. Where the estimate
 	// above (this process's earlier view of the item, or none) told under
-	// half the wait it shows, the record is told that wait, in one more
-	// write: a burst of tasks on processes that have not seen each other's
-	// would otherwise all be told to poll as if first in line.
+	// half the interval it shows, the record is told that interval, in one
+	// more write: a burst of tasks on processes that have not seen each
+	// other's would otherwise all be told to poll as if first in line.
 	if p := e.pollWaiting(req, r.LeaseID, timeout, srv.TaskTTL); p > 2*r.PollInterval {
 		if n, err := e.update(ctx, r, func(n *tasks.Record) error {
 			if n.Status != tasks.StatusWorking || n.StatusMessage != "queued" {
@@ -217,15 +217,17 @@ const (
 	maxTaskPoll = 30 * time.Second
 )
 
-// taskPoll is how often an agent is told to poll a task: half the time
-// its status is expected to take to change, within [minTaskPoll,
-// maxTaskPoll] and its TTL. A call on the server is expected to last the
-// lease item's running mean (Outlook.CallLength), or, before one was
-// seen, a thirtieth of the tool's timeout. A running task's status
-// changes when its call ends: in one call length. A waiting task's turn
-// comes once the places ahead of it are free: with ahead tickets before
-// it and places places, in (ahead/places + 1) call lengths (its first
-// place frees within one).
+// taskPoll is how often an agent is told to poll a task: the time by which
+// it is expected to have moved on, within [minTaskPoll, maxTaskPoll] and
+// its TTL. A call on the server is expected to last the lease item's
+// running mean (Outlook.CallLength), or, before one was seen, a thirtieth
+// of the tool's timeout. A running task's call ends within one call
+// length. A waiting task's turn comes once the places ahead of it are
+// free: with ahead tickets before it and places places, within
+// (ahead/places + 1) call lengths (its first place frees within one). A
+// poll then finds a waiting task running or ended, and a running one
+// ended, or told to come back once its call has ended: an agent polls
+// about once near its task's end, or twice, not at fractions of the wait.
 func taskPoll(o lease.Outlook, running bool, timeout, ttl time.Duration) time.Duration {
 	call := o.CallLength
 	if call <= 0 {
@@ -237,7 +239,7 @@ func taskPoll(o lease.Outlook, running bool, timeout, ttl time.Duration) time.Du
 		expect += expect * float64(max(o.Ahead, 0)) / float64(places)
 	}
 	// Bounded before it is a Duration: a wait too long for one is long.
-	return min(max(time.Duration(min(expect/2, float64(maxTaskPoll))), minTaskPoll), ttl)
+	return min(max(time.Duration(min(expect, float64(maxTaskPoll))), minTaskPoll), ttl)
 }
 
 // pollWaiting is the pollIntervalMs of a task about to wait as ticket
@@ -471,19 +473,42 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 			CallInfo{RequestID: rec.id, ServerID: r.ServerID, Tool: rec.tool, Principal: p})
 		defer func() { end(rec.traceEnd(0)) }()
 	}
-	res, ferr, ran, cancelled := e.run(ctx, ts, r, &params)
+	res, ferr, ran, cancelled, closing := e.run(ctx, ts, r, &params)
 	if !ran {
 		return nil
 	}
 	if cancelled {
 		rec.outcome = "cancelled"
 	}
+	// An answered call's slot is given back (closing: the lease's release,
+	// and the start of the task whose turn that makes) while the outcome
+	// is written, and the worker ends once both are done. Neither's outcome
+	// conditions the other, and either order is safe: an outcome written
+	// before its release (or with the release lost) leaves the lease to
+	// lapse, and the worker started for the ticket then finds the record
+	// ended (or no longer naming the ticket) and makes no call; a release
+	// landed before the outcome (or with it lost) leaves the record marked
+	// running, and past its run_until it reads as failed, as for a worker
+	// that died during its call. The slot is still held until the upstream
+	// stopped: closing gives it back only then.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		defer func() {
+			if p := recover(); p != nil {
+				g.log.Error("panic", "task", ts.Task, "panic", p, "stack", string(debug.Stack()))
+			}
+		}()
+		if closing != nil {
+			closing()
+		}
+	}()
 	if ferr == nil && res != nil && res.NeedsInput() {
 		e.askInput(context.WithoutCancel(ctx), r, res)
-		g.logTask(rec, r, start)
-		return nil
+	} else {
+		e.settle(context.WithoutCancel(ctx), r, res, ferr, cancelled)
 	}
-	e.settle(context.WithoutCancel(ctx), r, res, ferr, cancelled)
+	<-closed
 	g.logTask(rec, r, start)
 	return nil
 }
@@ -491,14 +516,14 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 // run claims the task's places and makes its call; ran is false when the
 // claim found it was not this start's to run, cancelled true when the
 // task's cancellation cut the call off.
-func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Record, params *mcp.CallToolParams) (res *mcp.CallToolResult, ferr *fault.Error, ran, cancelled bool) {
+func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Record, params *mcp.CallToolParams) (res *mcp.CallToolResult, ferr *fault.Error, ran, cancelled bool, closing func()) {
 	g := e.g
 	srv, ferr := g.server(ctx, r.ServerID)
 	if ferr != nil {
 		if !e.withdraw(ctx, ts) {
-			return nil, nil, false, false // another start runs it
+			return nil, nil, false, false, nil // another start runs it
 		}
-		return nil, ferr, true, false
+		return nil, ferr, true, false, nil
 	}
 	c := g.newCall(ctx, srv, params)
 	defer func() {
@@ -508,9 +533,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	}()
 	if ferr := g.checkPolicy(ctx, c); ferr != nil {
 		if !e.withdraw(ctx, ts) {
-			return nil, nil, false, false // another start runs it
+			return nil, nil, false, false, nil // another start runs it
 		}
-		return nil, ferr, true, false
+		return nil, ferr, true, false, nil
 	}
 	c.req = g.taskRequest(ctx, srv, c.tool, c.timeout)
 	{
@@ -518,9 +543,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		switch {
 		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket):
 			c.counted = false // not this start's to run: no call was made
-			return nil, nil, false, false
+			return nil, nil, false, false, nil
 		case err != nil:
-			return nil, acquireFault(srv, c.tool, err), true, false
+			return nil, acquireFault(srv, c.tool, err), true, false, nil
 		}
 		c.leases, c.ls = []*lease.Lease{ls}, ls
 		c.rec.leaseID, c.rec.waited = ls.ID(), time.Since(r.CreatedAt)
@@ -528,7 +553,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 			kl, err := g.deps.Limiter.Acquire(ctx, kr)
 			if err != nil {
 				g.finish(ctx, ls, lease.Unused, c.rec)
-				return nil, principalFault(err), true, false
+				return nil, principalFault(err), true, false, nil
 			}
 			c.leases = append(c.leases, kl)
 		}
@@ -545,7 +570,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	mine := func(n *tasks.Record) bool {
 		return attempt > 0 && n.Attempt == attempt && n.LeaseID == ts.Ticket && n.RunUntil.Equal(until)
 	}
-	_, err := e.update(ctx, r, func(n *tasks.Record) error {
+	marked, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			settled = true
 			return errSettled
@@ -574,7 +599,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		case gerr == nil && tasks.Terminal(n.Status):
 			settled = true
 		case gerr == nil && mine(n):
-			err = nil // it landed
+			marked, err = n, nil // it landed
 		}
 	}
 	// A worker that marked the record past its call's deadline may have
@@ -610,8 +635,12 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 			}
 			e.requeue(ctx, c.req, ts, r, released)
 		}
-		return nil, nil, false, false
+		return nil, nil, false, false, nil
 	}
+	// From here r is the record as marked: the outcome's write is
+	// conditioned on it, not on the read before the mark, which the mark
+	// made stale (a write refused, and a read, for nothing).
+	*r = *marked
 	g.obs.Acquired(ctx, c.info(), c.ls)
 	g.obs.Waited(ctx, c.info(), c.rec.waited)
 	// The call is cut off when the task is cancelled, as a synchronous
@@ -621,10 +650,12 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	go e.watch(cctx, cancel, r.ID)
 	f := g.startFlight(cctx, srv, params, nil, c.leases, c.req.Hold, callEnd)
 	if cut := g.await(cctx, f, callEnd); cut != nil {
-		return nil, g.cutOff(f, cut, short), true, ctx.Err() == nil && errors.Is(cut, context.Canceled)
+		return nil, g.cutOff(f, cut, short), true, ctx.Err() == nil && errors.Is(cut, context.Canceled), nil
 	}
-	res, ferr = g.settle(f, c.rec, short)
-	return res, ferr, true, false
+	// The upstream has answered: the slot is given back (closing) while
+	// the worker writes the outcome (see RunTask).
+	res, ferr, closing = g.answer(f, c.rec, short)
+	return res, ferr, true, false, closing
 }
 
 // watch cancels a running task's call once its record asks so.

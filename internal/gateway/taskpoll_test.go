@@ -37,10 +37,10 @@ func callLength(t *testing.T, h *harness, key string) time.Duration {
 
 // TestTaskPollFollowsExpectedWait: on a server with a cap of 1 whose calls
 // are known to last L (the lease item's running mean), tasks queued
-// behind a held place are told to poll at half their expected wait — the
-// k-th in line (k ahead of it) at (k+1)·L/2, so each later one at a longer
-// interval than the one before — and a task, once running, at half its
-// call's expected length, L/2; the record keeps what it was told.
+// behind a held place are told to poll when their turn has come at the
+// latest — the k-th in line (k ahead of it) at (k+1)·L, so each later one
+// at a longer interval than the one before — and a task, once running,
+// when its call has ended, L; the record keeps what it was told.
 func TestTaskPollFollowsExpectedWait(t *testing.T) {
 	h, store, _, limiter, _ := engineHarnessOf(t)
 	up := testkit.StartBatch(t, 10, 1200*time.Millisecond)
@@ -73,7 +73,7 @@ func TestTaskPollFollowsExpectedWait(t *testing.T) {
 		ids, told = append(ids, a.str(t, "taskId")), append(told, time.Duration(ms)*time.Millisecond)
 	}
 	for k, got := range told {
-		want := (time.Duration(k+1) * L / 2).Truncate(time.Millisecond)
+		want := (time.Duration(k+1) * L).Truncate(time.Millisecond)
 		if got != want {
 			t.Errorf("task %d in line (L %v): pollIntervalMs %v, want %v", k, L, got, want)
 		}
@@ -92,10 +92,10 @@ func TestTaskPollFollowsExpectedWait(t *testing.T) {
 	if first.str(t, "status") != "completed" {
 		t.Fatalf("first task: %s", first.raw)
 	}
-	// It ran: its record says what a running task is told, half the call
+	// It ran: its record says what a running task is told, the call
 	// length the item showed when it was claimed (L: no call had ended).
-	if r, err := store.Get(context.Background(), ids[0]); err != nil || r.PollInterval != (L/2).Truncate(time.Millisecond) {
-		t.Errorf("the run task's record: %+v, %v; want pollIntervalMs %v", r, err, (L / 2).Truncate(time.Millisecond))
+	if r, err := store.Get(context.Background(), ids[0]); err != nil || r.PollInterval != L.Truncate(time.Millisecond) {
+		t.Errorf("the run task's record: %+v, %v; want pollIntervalMs %v", r, err, L.Truncate(time.Millisecond))
 	}
 	for _, id := range ids[1:] {
 		if a := h.pollTask("/mcp/batch", h.key, id); a.str(t, "status") != "completed" {
@@ -109,7 +109,7 @@ func TestTaskPollFollowsExpectedWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	if last.PollInterval >= told[3] || last.PollInterval < minTaskPoll {
-		t.Errorf("the last task's running interval %v, want about half a call (%v), less than it was told waiting (%v)", last.PollInterval, L/2, told[3])
+		t.Errorf("the last task's running interval %v, want about a call (%v), less than it was told waiting (%v)", last.PollInterval, L, told[3])
 	}
 }
 
@@ -306,8 +306,8 @@ func TestTaskPollCountsTheLineItJoined(t *testing.T) {
 		t.Fatalf("pollIntervalMs %s: %v", a.result["pollIntervalMs"], err)
 	}
 	// No call has ended: a call is taken to last a thirtieth of the
-	// timeout (1 s); seven calls to wait for, half of it told.
-	want := 7 * time.Second / 2
+	// timeout (1 s); its turn comes within seven of them.
+	want := 7 * time.Second
 	if got := time.Duration(ms) * time.Millisecond; got != want {
 		t.Errorf("a task behind six told pollIntervalMs %v, want %v", got, want)
 	}

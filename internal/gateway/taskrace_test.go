@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -389,5 +393,52 @@ func TestTaskRefusedTheKeysPlaceEndsAsASynchronousCallWould(t *testing.T) {
 	a = h.pollTask("/mcp/fast", key, a.str(t, "taskId"))
 	if a.str(t, "status") != "completed" || !bytes.Contains(a.result["result"], []byte("AT_CAPACITY")) || !bytes.Contains(a.result["result"], []byte(`"isError":true`)) {
 		t.Errorf("a task refused its key's place: %s, want completed with the AT_CAPACITY tool error", a.raw)
+	}
+}
+
+// TestTaskWorkerEndsOnceOutcomeAndReleaseAreDone: a worker gives its
+// answered call's place back while it writes the task's outcome; when it
+// returns, both have been done — the record says completed, and the lease
+// item holds neither its lease nor its ticket — so that a worker's end
+// (under Lambda, its invocation's) never cuts off either.
+func TestTaskWorkerEndsOnceOutcomeAndReleaseAreDone(t *testing.T) {
+	starts := make(chan lease.TaskStart, 8)
+	var store *tasks.Store
+	var limiter *lease.Limiter
+	var env *storetest.Env
+	h := newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
+		env = e
+		store = &tasks.Store{DB: e.Client, Table: e.Tables.Tasks}
+		limiter = lease.New(e.Client, e.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond,
+			OnTaskStart: func(_ context.Context, ts lease.TaskStart) { starts <- ts }})
+		d.Limiter = limiter
+	})
+	h.gw.EnableTasks(store, limiter, func(_ context.Context, ts lease.TaskStart) { starts <- ts })
+	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	for round := range 3 {
+		a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+		if a.err != nil || a.str(t, "resultType") != "task" {
+			t.Fatalf("a declared call of work: %s", a.raw)
+		}
+		id := a.str(t, "taskId")
+		if err := h.gw.RunTask(t.Context(), <-starts); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := store.Get(t.Context(), id); err != nil || r.Status != tasks.StatusCompleted {
+			t.Fatalf("round %d: the record once its worker returned: %+v, %v; want completed", round, r, err)
+		}
+		out, err := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &env.Tables.Leases, ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"limiter_key": &types.AttributeValueMemberS{Value: "batch"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := lease.Describe(out.Item, time.Now(), 1, 0, nil); len(st.Queue) != 0 || len(st.Leases) != 0 {
+			t.Fatalf("round %d: the lease item once its worker returned: %+v; want neither lease nor ticket", round, st)
+		}
+	}
+	if n := len(up.Stats().Arrivals); n != 3 {
+		t.Errorf("the upstream was called %d times for 3 tasks", n)
 	}
 }
