@@ -85,10 +85,6 @@ type attempt struct {
 	// lookRank is its rank at its last look (-1: none yet): a place
 	// expected anew starts its back-off again only once it moved up.
 	lookRank int
-	// leaseEnds is, for each lease live at its last look, the end it
-	// expected of that lease when it first saw it (ms): a renewal moves a
-	// lease's expiry, never the end this caller expects of it.
-	leaseEnds map[string]int64
 	// failures counts the store errors in a row while it waits; takeErrs
 	// the takes in a row that met one.
 	failures int
@@ -822,7 +818,6 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		return late()
 	}
 	var ends []int64
-	seen := make(map[string]int64, len(v.leases))
 	var toolFull map[string]bool
 	if set := v.sets[ToolAttr(a.req.Tool)]; a.req.ToolCap > 0 && v.liveIn(now, set) >= a.req.ToolCap {
 		// Its tool is full: its place frees when one of the tool's
@@ -834,20 +829,9 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	}
 	for id, exp := range v.leases {
 		if exp >= now && (toolFull == nil || toolFull[id]) {
-			// A lease's expiry is its last renewal's: the call is expected
-			// to end a call's length from then, or from when this caller
-			// first saw the lease if earlier — a holder that renews past
-			// its expected end (a slow call, a cut-off one whose upstream
-			// has not stopped) does not start its waiters' back-off again.
-			end := exp - a.req.Hold.Milliseconds() - a.l.margin.Milliseconds() + (held - spread).Milliseconds()
-			if first, ok := a.leaseEnds[id]; ok {
-				end = min(end, first)
-			}
-			seen[id] = end
-			ends = append(ends, end)
+			ends = append(ends, exp-a.req.Hold.Milliseconds()-a.l.margin.Milliseconds()+(held-spread).Milliseconds())
 		}
 	}
-	a.leaseEnds = seen
 	for _, t := range ahead {
 		// A caller whose turn came takes its place at its next look: its
 		// call ends a call's length from then, or, late to take it (gone,
@@ -864,9 +848,9 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
 			if moved {
 				// Found late, it backs off until it moves up: a new
-				// estimate of the same place (call_ms moved, a renewal,
-				// another tool's lease) does not make it look again
-				// from 5 ms.
+				// estimate of the same place (call_ms moved, a holder
+				// renewing past its expected end) does not make it look
+				// again from 5 ms.
 				a.look = overdueLook
 			}
 			return min(d, most)

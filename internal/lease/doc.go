@@ -151,11 +151,8 @@
 // conditioned on seq as seen (nobody joined since it looked).
 //
 // A waiter looks when its place is expected to free (from the leases'
-// expiries, call_ms and its rank: a lease is expected to end a call's
-// length after the renewal its expiry showed when the waiter first saw
-// it, so a holder renewing past that end leaves the place late, not
-// about to free again after each renewal; when its tool is full, only that
-// tool's leases; a caller before it whose turn
+// expiries — when its tool is full, only that tool's leases — call_ms
+// and its rank; a caller before it whose turn
 // came is expected to hold a place a call's length from when its turn
 // came, so one that never takes it makes the place late, not ever about
 // to free), at least every MaxLook while fewer than Places (the cap)
@@ -163,7 +160,8 @@
 // MaxLook, at most MaxLookFar, behind more; a look that finds its place
 // late waits half as long again as the last (up to that period, jittered
 // upwards), and only a move up the queue starts that back-off again from
-// 5 ms, not a new estimate of the same place. Its ticket announces its look period (l) at the rank it
+// 5 ms, not a new estimate of the same place (call_ms moved, a holder
+// renewing past its expected end). Its ticket announces its look period (l) at the rank it
 // joined at, and it never waits longer than that between looks, whatever
 // its rank later. A waiter's reads per second are so bounded by its rank:
 // the queue's sum grows with the logarithm of its length over its first

@@ -65,8 +65,6 @@ var mutants = []mutant{
 		"case v.claimed(t, now) || !t.live(now):", "case !t.live(now):"},
 	{"a new estimate that starts a late waiter's back-off again", "acquire.go",
 		"moved := a.lookRank < 0 || rank < a.lookRank", "moved := true"},
-	{"a renewal that starts its waiters' back-off again", "acquire.go",
-		"end = min(end, first)", "end = max(end, first)"},
 	{"a take that reranks waiters without moving freed", "acquire.go",
 		"		// freed, and freed tells the takes judged before.\n		u.count(u.path(FreedAttr), 1)\n",
 		"		// freed, and freed tells the takes judged before.\n"},

@@ -106,13 +106,12 @@ func TestLateWaitersBackOff(t *testing.T) {
 // Invariant 14 (doc.go, "Whose turn"), with a holder that renews: a
 // holder whose call goes on past its expected end (a cut-off call whose
 // upstream has not stopped, a slow one) renews its lease every second or
-// so, and each renewal moves its lease's expiry. A waiter expects that
-// lease's end from when it first saw it: a renewal does not make the place
-// expected later, so the waiter's back-off keeps growing instead of
-// starting again from 5 ms after every renewal. Ten waiters behind such a
-// call (cap 1; calls on the key last 100 ms; the holder renews every
-// second) send, once their back-off has grown, at most one look per
-// MaxLook each, and no write.
+// so, and each renewal moves its lease's expiry, and with it when its
+// waiters expect the place. Found late, a waiter backs off until it moves
+// up: a renewal does not start its back-off again from 5 ms. Ten waiters
+// behind such a call (cap 1; calls on the key last 100 ms; the holder
+// renews every second) send, once their back-off has grown, at most one
+// look per MaxLook each, and no write.
 func TestLateWaitersBackOffBehindARenewingHolder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
