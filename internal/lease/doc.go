@@ -391,11 +391,13 @@
 //  7. At most MaxQueued callers wait, and as many tasks (a claimed one not
 //     waiting, one whose claim lapsed waiting again past it), and a principal
 //     with callers or tasks waiting cannot take the last QueueReserve
-//     places of either, while one whose tickets are all claimed (its tasks
-//     running) or lapsed may (TestQueueIsBounded,
+//     places of either, while one whose tickets, maxNamed at most, are
+//     all claimed (its tasks running) or lapsed may (TestQueueIsBounded,
 //     TestOneTenantCannotFillTheQueue, TestTasksHaveQueuePlacesOfTheirOwn,
 //     TestARunningTaskDoesNotHoldItsPrincipalToTheReserve,
-//     TestALapsedClaimHoldsItsPrincipalToTheReserveAgain).
+//     TestALapsedClaimHoldsItsPrincipalToTheReserveAgain,
+//     TestAReserveJoinFromAStaleViewOfRunningTasks,
+//     TestAPrincipalWithMoreRunningTasksThanNamedIsHeldToTheReserve).
 //  8. A free place goes to a live waiter within the claim windows of the
 //     D dead waiters before it — ClaimWindow past the look period each
 //     one's ticket announces, D × (ClaimWindow + MaxLookFar) at most — of
