@@ -65,9 +65,6 @@ var mutants = []mutant{
 		"case v.claimed(t, now) || !t.live(now):", "case !t.live(now):"},
 	{"a new estimate that starts a late waiter's back-off again", "acquire.go",
 		"moved := a.lookRank < 0 || rank < a.lookRank", "moved := true"},
-	{"a take that reranks waiters without moving freed", "acquire.go",
-		"		// freed, and freed tells the takes judged before.\n		u.count(u.path(FreedAttr), 1)\n",
-		"		// freed, and freed tells the takes judged before.\n"},
 	{"a lapsed claim that still holds its ticket", "item.go",
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 }
