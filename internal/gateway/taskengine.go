@@ -503,6 +503,10 @@ func (g *Gateway) RunTask(ctx context.Context, ts lease.TaskStart) (err error) {
 			closing()
 		}
 	}()
+	// Even when the outcome's write panics (recovered below, the worker
+	// failing): the release in flight is never left to a process that
+	// may be frozen once the worker has returned.
+	defer func() { <-closed }()
 	if ferr == nil && res != nil && res.NeedsInput() {
 		e.askInput(context.WithoutCancel(ctx), r, res)
 	} else {
