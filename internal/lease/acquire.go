@@ -817,7 +817,6 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	if held <= 0 {
 		return late()
 	}
-	var ends []int64
 	var toolFull map[string]bool
 	if set := v.sets[ToolAttr(a.req.Tool)]; a.req.ToolCap > 0 && v.liveIn(now, set) >= a.req.ToolCap {
 		// Its tool is full: its place frees when one of the tool's
@@ -827,11 +826,17 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 			toolFull[id] = true
 		}
 	}
+	var ends, toolEnds []int64
 	for id, exp := range v.leases {
-		if exp >= now && (toolFull == nil || toolFull[id]) {
-			ends = append(ends, exp-a.req.Hold.Milliseconds()-a.l.margin.Milliseconds()+(held-spread).Milliseconds())
+		if exp >= now {
+			end := exp - a.req.Hold.Milliseconds() - a.l.margin.Milliseconds() + (held - spread).Milliseconds()
+			ends = append(ends, end)
+			if toolFull[id] {
+				toolEnds = append(toolEnds, end)
+			}
 		}
 	}
+	toolAhead := 0
 	for _, t := range ahead {
 		// A caller whose turn came takes its place at its next look: its
 		// call ends a call's length from then, or, late to take it (gone,
@@ -841,10 +846,35 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 			from = now - time.Since(at).Milliseconds()
 		}
 		ends = append(ends, from+(held-spread).Milliseconds())
+		if t.tool == a.req.Tool {
+			toolEnds = append(toolEnds, from+(held-spread).Milliseconds())
+			toolAhead++
+		}
 	}
-	slices.Sort(ends)
-	if pos := max(rank-len(ahead), 0); len(ends) > 0 {
-		eta := ends[pos%len(ends)] + int64(pos/len(ends))*held.Milliseconds()
+	// The callers before it take the places in the order they free, a
+	// round of calls per place.
+	frees := func(ends []int64, pos int) (int64, bool) {
+		if len(ends) == 0 {
+			return 0, false
+		}
+		slices.Sort(ends)
+		return ends[pos%len(ends)] + int64(pos/len(ends))*held.Milliseconds(), true
+	}
+	eta, ok := frees(ends, max(rank-len(ahead), 0))
+	if toolFull != nil {
+		// Its tool full, its place frees with one of the tool's leases,
+		// after the tool's own callers before it: callers of other tools
+		// take other tools' places. A server full as well frees it no
+		// sooner than the server's place either.
+		sameTool := func(t *ticket) bool { return t.tool == a.req.Tool }
+		toolETA, toolOK := frees(toolEnds, max(v.beforeIf(now, &a.me, sameTool)-toolAhead, 0))
+		if c := a.req.capIn(v); !ok || c <= 0 || v.liveLeases(now) < c {
+			eta, ok = toolETA, toolOK
+		} else if toolOK {
+			eta = max(eta, toolETA)
+		}
+	}
+	if ok {
 		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
 			if moved {
 				// Found late, it backs off until it moves up: a new

@@ -191,7 +191,10 @@ func ranks(a, b *ticket, held map[string]int) int {
 
 // before counts the tickets waiting that come before me in the order of
 // walk, as the item stands: where me is in the queue.
-func (v *view) before(now int64, me *asker) int {
+func (v *view) before(now int64, me *asker) int { return v.beforeIf(now, me, nil) }
+
+// beforeIf is before, counting only the tickets keep holds of (nil: all).
+func (v *view) beforeIf(now int64, me *asker, keep func(*ticket) bool) int {
 	held := v.held(now)
 	mine := &ticket{id: me.id, label: me.label, n: math.MaxInt64}
 	if t := v.ticketFor(me.id); t != nil {
@@ -199,7 +202,7 @@ func (v *view) before(now int64, me *asker) int {
 	}
 	n := 0
 	for _, t := range v.queue {
-		if t.id != me.id && v.waits(t, now) && ranks(t, mine, held) < 0 {
+		if t.id != me.id && v.waits(t, now) && ranks(t, mine, held) < 0 && (keep == nil || keep(t)) {
 			n++
 		}
 	}
