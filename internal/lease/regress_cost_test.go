@@ -577,3 +577,74 @@ func TestWaitersBehindADeadOneBackOff(t *testing.T) {
 		}
 	})
 }
+
+// Invariant 14 (doc.go, "Whose turn"), with a holder that renews more
+// often than a waiter's look period: a waiter expects a lease's end from
+// when it first saw it, so each renewal (every 250 ms here, a 1 s hold)
+// leaves its place late rather than about to free again, and its look
+// follows its back-off, not every renewal. Ten waiters behind such a call
+// send, once their back-off has grown, at most one look per MaxLook each.
+func TestLateWaitersBackOffBehindAFastRenewingHolder(t *testing.T) {
+	t.Skip("open: with no per-lease memory of a lease's first expected end, each renewal moves a late waiter's place into the future and it looks once per renewal: 667 reads in 30 s against 310")
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		const maxLook = time.Second
+		r := Request{Key: "srv", Cap: 1, MaxQueued: 16, Hold: time.Second, Wait: 5 * time.Minute, Holder: "p"}
+		h := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook})
+		for range 4 { // calls on the key last 100 ms (call_ms)
+			ls, err := h.Acquire(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if _, err := ls.Finish(ctx, Success); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stuck, err := h.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		renewing := make(chan struct{})
+		go func() {
+			defer close(renewing)
+			for ctx.Err() == nil {
+				time.Sleep(250 * time.Millisecond)
+				if err := stuck.Renew(ctx, r.Hold); err != nil && ctx.Err() == nil {
+					t.Errorf("renewing the holder's lease: %v", err)
+					return
+				}
+			}
+		}()
+		c := &rgCounter{API: db}
+		const waiters = 10
+		var wg sync.WaitGroup
+		for i := range waiters {
+			l := New(c, rgTable, Options{InstanceID: fmt.Sprintf("w%d", i), MaxLook: maxLook})
+			wg.Go(func() {
+				if ls, err := l.Acquire(ctx, r); err == nil {
+					_, _ = ls.Finish(context.Background(), Success)
+				}
+			})
+		}
+		time.Sleep(10 * time.Second) // the back-off grows to MaxLook
+		if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != waiters {
+			t.Fatalf("%d tickets; want the %d waiters'", n, waiters)
+		}
+		before := c.now()
+		const window = 30 * time.Second
+		time.Sleep(window)
+		spent := c.now().minus(before)
+		if bound := int64(waiters) * int64(window/maxLook+1); spent.reads+spent.writes > bound || spent.writes > 0 {
+			t.Errorf("%d waiters behind a call whose holder renews every 250 ms sent %d reads and %d writes in %v; want at most %d requests (one look per MaxLook %v each) and no write",
+				waiters, spent.reads, spent.writes, window, bound, maxLook)
+		}
+		cancel()
+		wg.Wait()
+		<-renewing
+		if _, err := stuck.Finish(context.Background(), Success); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
