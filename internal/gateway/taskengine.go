@@ -74,7 +74,7 @@ type TaskQueue interface {
 	NewTaskID() string
 	Enqueue(ctx context.Context, req lease.Request, ticket, taskID string, deadline time.Time) (string, error)
 	Claim(ctx context.Context, req lease.Request, id string, mark int64) (*lease.Lease, error)
-	Withdraw(ctx context.Context, key, id string) error
+	Withdraw(ctx context.Context, key, id, taskID string) error
 	StartDue(ctx context.Context, req lease.Request) error
 	Outlook(req lease.Request, id string) (lease.Outlook, bool)
 }
@@ -262,7 +262,7 @@ func (e *taskEngine) Cancel(ctx context.Context, r *tasks.Record) (*tasks.Record
 	}
 	withdrawn := false
 	if r.LeaseID != "" {
-		err := e.queue.Withdraw(ctx, r.ServerID, r.LeaseID)
+		err := e.queue.Withdraw(ctx, r.ServerID, r.LeaseID, r.ID)
 		switch {
 		case err == nil, errors.Is(err, lease.ErrNoTicket):
 			// Withdrawn, or gone: with its deadline, or claimed and given
@@ -786,7 +786,7 @@ func (e *taskEngine) withdraw(ctx context.Context, ts lease.TaskStart) (out bool
 	if ts.Ticket == "" {
 		return true
 	}
-	err := e.queue.Withdraw(ctx, ts.Key, ts.Ticket)
+	err := e.queue.Withdraw(ctx, ts.Key, ts.Ticket, ts.Task)
 	if err != nil && !errors.Is(err, lease.ErrNoTicket) && !errors.Is(err, lease.ErrClaimed) {
 		e.g.log.Warn("task ticket not withdrawn", "server_id", ts.Key, "lease", ts.Ticket, "error", err.Error())
 	}

@@ -293,7 +293,7 @@ func TestTaskPollCountsTheLineItJoined(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, id := range queued {
-			_ = other.Withdraw(ctx, "batch", id)
+			_ = other.Withdraw(ctx, "batch", id, "elsewhere")
 		}
 		_, _ = hold.Finish(ctx, lease.Unused)
 	})

@@ -52,6 +52,47 @@ func TestCancelOfTaskAskingForInput(t *testing.T) {
 	}
 }
 
+// TestAWorkerStartNamingAnotherTasksTicketWithdrawsNothing: a worker's
+// start names its task and its ticket; one whose ticket is another task's
+// (a forged event, or one of a record since rewritten) — for an unknown
+// task, or for a task whose record has another ticket — withdraws nothing:
+// the other task's ticket waits on, and that task runs when its turn comes.
+func TestAWorkerStartNamingAnotherTasksTicketWithdrawsNothing(t *testing.T) {
+	h, store, _, limiter, _ := engineHarnessOf(t)
+	up := testkit.StartBatch(t, 10, 10*time.Millisecond)
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	hold, err := limiter.Acquire(context.Background(), lease.Request{Key: "batch", Cap: 1, MaxQueued: 10, Hold: time.Minute, Holder: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 2 {
+		a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+		if a.err != nil || a.str(t, "resultType") != "task" {
+			t.Fatalf("a declared call of work: %s", a.raw)
+		}
+		ids = append(ids, a.str(t, "taskId"))
+	}
+	victim, err := store.Get(t.Context(), ids[0])
+	if err != nil || victim.LeaseID == "" {
+		t.Fatalf("the first task's record: %+v, %v; want it queued with a ticket", victim, err)
+	}
+	for _, task := range []string{"tsk_AAAAAAAAAAAAAAAAAAAAAAAA", ids[1]} {
+		if err := h.gw.RunTask(t.Context(), lease.TaskStart{Key: "batch", Ticket: victim.LeaseID, Task: task}); err != nil {
+			t.Fatalf("a start of %s naming the first task's ticket: %v", task, err)
+		}
+	}
+	if _, err := hold.Finish(context.Background(), lease.Unused); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if a := h.pollTask("/mcp/batch", h.key, id); a.str(t, "status") != "completed" {
+			t.Errorf("task %s after starts naming the first task's ticket for other tasks: %s; want completed", id, a.raw)
+		}
+	}
+}
+
 // TestCancelOnAStaleQueuedReadOfARunTask: tasks/cancel reads the record
 // (queued), and before its withdrawal the worker — another instance's —
 // claims the place, writes "running", runs the call and gives the place
@@ -81,7 +122,7 @@ func TestCancelOnAStaleQueuedReadOfARunTask(t *testing.T) {
 	}
 	// Elsewhere: claimed, running, its place given back, its outcome not
 	// yet written.
-	if err := limiter.Withdraw(t.Context(), "batch", stale.LeaseID); err != nil {
+	if err := limiter.Withdraw(t.Context(), "batch", stale.LeaseID, stale.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Update(t.Context(), stale, func(n *tasks.Record) error { n.StatusMessage, n.Attempt = "running", 1; return nil }); err != nil {

@@ -302,7 +302,9 @@
 // conditioned on that mark as seen — so a task nobody claims cannot hold
 // a free place from everyone. Withdraw removes a task's ticket while it is
 // not claimed (ADD 1 to freed, conditioned on its number and on no lease
-// of its id, or on the lapsed one, which goes with it); a claimed task's
+// of its id, or on the lapsed one, which goes with it), and only for the
+// task the ticket was joined for (the ticket keeps its task's id; a
+// withdrawal naming another task finds no ticket); a claimed task's
 // lease is released like any other. As a task's ticket is never presumed
 // gone, its join is also conditioned on freed as seen: landing late,
 // after the ticket was claimed and released, withdrawn or lapsed (each of
@@ -463,6 +465,7 @@
 //     worker within StartTimeout of the first request that sees it after a
 //     start was lost (TestTaskRunsWhenItsTurnComes,
 //     TestLostTaskStartIsMadeAgain, TestWithdrawnTaskGetsNoPlace,
+//     TestAWithdrawalNamingAnotherTaskTakesNothing,
 //     TestTaskWorkerClaimsOnce, TestLateTaskJoinDoesNotBringBackItsTicket,
 //     TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost,
 //     TestALapsedClaimLeavesItsTaskWaitingAgain,

@@ -112,7 +112,7 @@ func TestFreshTTLDoesNotOutliveALongHoldOrATasksDeadline(t *testing.T) {
 		if expireByTTL(t, db, "srv", time.Now()) {
 			t.Errorf("the item's ttl passed a day after the last write, with the operator's hold two days from ending and a task's ticket two days from its deadline")
 		}
-		if err := l.Withdraw(ctx, "srv", long); errors.Is(err, ErrNoTicket) {
+		if err := l.Withdraw(ctx, "srv", long, "task-1"); errors.Is(err, ErrNoTicket) {
 			t.Errorf("the task's ticket is gone before its deadline: %v", err)
 		}
 		n := New(db, "leases", Options{InstanceID: "n"})

@@ -321,7 +321,7 @@ func (s *sim) task(limiters []*Limiter, t *simTask) {
 	wc := s.taskCaller(t, s.trng.IntN(len(limiters)))
 	wc.state, wc.arrivedAt = simAcquiring, time.Now()
 	s.mu.Unlock()
-	err = limiters[wc.inst].Withdraw(context.WithValue(context.Background(), simCallerKey{}, wc), "srv", id)
+	err = limiters[wc.inst].Withdraw(context.WithValue(context.Background(), simCallerKey{}, wc), "srv", id, t.id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	wc.settle(simDone)

@@ -236,12 +236,15 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 	}
 }
 
-// Withdraw takes task ticket id out of key's queue (a task cancelled, or
-// whose call will not be made) while no worker holds its place: before a
-// claim, or once a claim's lease lapsed (the lease goes too). ErrNoTicket:
-// it is not there (withdrawn, lapsed, released); ErrClaimed: a worker
-// holds its place, which only the end of its call gives back.
-func (l *Limiter) Withdraw(ctx context.Context, key, id string) error {
+// Withdraw takes task taskID's ticket id out of key's queue (a task
+// cancelled, or whose call will not be made) while no worker holds its
+// place: before a claim, or once a claim's lease lapsed (the lease goes
+// too). ErrNoTicket: it is not there (withdrawn, lapsed, released), or it
+// is another task's — a start naming a ticket its task never had (forged,
+// or a record and a ticket that do not match) withdraws nothing;
+// ErrClaimed: a worker holds its place, which only the end of its call
+// gives back.
+func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 	v, err := l.read(ctx, key)
 	if err != nil {
 		return err
@@ -249,6 +252,9 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id string) error {
 	unsure := false
 	for range maxAdminTries {
 		t := v.ticketFor(id)
+		if t != nil && t.task && t.taskID != taskID {
+			return ErrNoTicket
+		}
 		now := l.clock().UnixMilli()
 		if exp, held := v.leases[id]; t == nil || !t.task || held && exp >= now {
 			switch {

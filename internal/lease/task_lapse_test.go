@@ -50,7 +50,7 @@ func TestALapsedClaimLeavesItsTaskWaitingAgain(t *testing.T) {
 		if got := st.list(); len(got) != 1 {
 			t.Fatalf("a start made for a task whose claim's lease is live: %+v", got)
 		}
-		if err := l.Withdraw(context.Background(), "srv", id); !errors.Is(err, ErrClaimed) {
+		if err := l.Withdraw(context.Background(), "srv", id, "task-1"); !errors.Is(err, ErrClaimed) {
 			t.Fatalf("withdraw while its claim's lease is live: %v; want ErrClaimed", err)
 		}
 		w2 := New(db, "leases", Options{InstanceID: "w2"})
@@ -107,7 +107,7 @@ func TestALateWorkersReleaseLeavesTheNewClaim(t *testing.T) {
 		if s := Describe(rawItem(t, db, "srv"), time.Now(), 1, 0, nil); len(s.Leases) != 1 || s.Leases[0].Lapsed {
 			t.Fatalf("after the late release: %+v; want the new claim's lease", s)
 		}
-		if err := l.Withdraw(context.Background(), "srv", id); !errors.Is(err, ErrClaimed) {
+		if err := l.Withdraw(context.Background(), "srv", id, "task-1"); !errors.Is(err, ErrClaimed) {
 			t.Fatalf("withdraw: %v; want ErrClaimed", err)
 		}
 		release(t, now)
@@ -124,7 +124,7 @@ func TestATaskWhoseClaimLapsedCanBeWithdrawn(t *testing.T) {
 		id := enqueue(t, l, taskReq("q"), "task-1")
 		claimOf(t, db, "w1", &st, id)
 		time.Sleep(past)
-		if err := l.Withdraw(context.Background(), "srv", id); err != nil {
+		if err := l.Withdraw(context.Background(), "srv", id, "task-1"); err != nil {
 			t.Fatalf("withdraw of a task whose claim lapsed: %v", err)
 		}
 		item := rawItem(t, db, "srv")

@@ -143,6 +143,29 @@ func TestLostTaskStartIsMadeAgain(t *testing.T) {
 	})
 }
 
+// Invariant 16: a withdrawal names the task whose ticket it takes out; one
+// naming another task (a start whose ticket and task do not match) takes
+// nothing out, and the ticket waits on.
+func TestAWithdrawalNamingAnotherTaskTakesNothing(t *testing.T) {
+	db := newMemStore()
+	var st starts
+	l := New(db, "leases", Options{OnTaskStart: st.hook})
+	held := acquire(t, l, taskReq("p"))
+	id := enqueue(t, l, taskReq("q"), "task-1")
+	for _, other := range []string{"task-2", ""} {
+		if err := l.Withdraw(context.Background(), "srv", id, other); !errors.Is(err, ErrNoTicket) {
+			t.Fatalf("a withdrawal of task-1's ticket naming %q: %v; want ErrNoTicket", other, err)
+		}
+	}
+	if s := Describe(rawItem(t, db, "srv"), time.Now(), 1, 0, nil); len(s.Queue) != 1 {
+		t.Fatalf("after withdrawals naming another task: %+v; want task-1's ticket waiting", s)
+	}
+	if err := l.Withdraw(context.Background(), "srv", id, "task-1"); err != nil {
+		t.Fatalf("the withdrawal naming its task: %v", err)
+	}
+	release(t, held)
+}
+
 // Invariant 16: a withdrawn task gets no place; its worker, started
 // before, finds no ticket; a caller gets the place.
 func TestWithdrawnTaskGetsNoPlace(t *testing.T) {
@@ -151,10 +174,10 @@ func TestWithdrawnTaskGetsNoPlace(t *testing.T) {
 	l := New(db, "leases", Options{OnTaskStart: st.hook})
 	held := acquire(t, l, taskReq("p"))
 	id := enqueue(t, l, taskReq("q"), "task-1")
-	if err := l.Withdraw(context.Background(), "srv", id); err != nil {
+	if err := l.Withdraw(context.Background(), "srv", id, "task-1"); err != nil {
 		t.Fatalf("withdraw: %v", err)
 	}
-	if err := l.Withdraw(context.Background(), "srv", id); !errors.Is(err, ErrNoTicket) {
+	if err := l.Withdraw(context.Background(), "srv", id, "task-1"); !errors.Is(err, ErrNoTicket) {
 		t.Fatalf("a second withdraw: %v; want ErrNoTicket", err)
 	}
 	release(t, held)
@@ -183,7 +206,7 @@ func TestTaskWorkerClaimsOnce(t *testing.T) {
 	if _, err := w2.Claim(context.Background(), taskReq("q"), id, mark); !errors.Is(err, ErrClaimed) {
 		t.Fatalf("a second worker's claim: %v; want ErrClaimed", err)
 	}
-	if err := l.Withdraw(context.Background(), "srv", id); !errors.Is(err, ErrClaimed) {
+	if err := l.Withdraw(context.Background(), "srv", id, "task-1"); !errors.Is(err, ErrClaimed) {
 		t.Fatalf("withdraw of a claimed task: %v; want ErrClaimed", err)
 	}
 	release(t, ls)
