@@ -144,31 +144,7 @@ func TestLateWaitersBackOffBehindARenewingHolder(t *testing.T) {
 				}
 			}
 		}()
-		c := &rgCounter{API: db}
-		const waiters = 10
-		var wg sync.WaitGroup
-		for i := range waiters {
-			l := New(c, rgTable, Options{InstanceID: fmt.Sprintf("w%d", i), MaxLook: maxLook})
-			wg.Go(func() {
-				if ls, err := l.Acquire(ctx, r); err == nil {
-					_, _ = ls.Finish(context.Background(), Success)
-				}
-			})
-		}
-		time.Sleep(10 * time.Second) // the back-off grows to MaxLook
-		if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != waiters {
-			t.Fatalf("%d tickets; want the %d waiters'", n, waiters)
-		}
-		before := c.now()
-		const window = 30 * time.Second
-		time.Sleep(window)
-		spent := c.now().minus(before)
-		if bound := int64(waiters) * int64(window/maxLook+1); spent.reads+spent.writes > bound || spent.writes > 0 {
-			t.Errorf("%d waiters behind a call whose holder renews every second sent %d reads and %d writes in %v; want at most %d requests (one look per MaxLook %v each) and no write",
-				waiters, spent.reads, spent.writes, window, bound, maxLook)
-		}
-		cancel()
-		wg.Wait()
+		lateWaitersLook(t, ctx, cancel, db, r, maxLook, "behind a call whose holder renews every second")
 		<-renewing
 		if _, err := stuck.Finish(context.Background(), Success); err != nil {
 			t.Fatal(err)
@@ -210,31 +186,7 @@ func TestLateWaitersBackOffWhileOtherCallsMoveCallMS(t *testing.T) {
 				_, _ = ls.Finish(context.Background(), Success)
 			}
 		}()
-		c := &rgCounter{API: db}
-		const waiters = 10
-		var wg sync.WaitGroup
-		for i := range waiters {
-			l := New(c, rgTable, Options{InstanceID: fmt.Sprintf("w%d", i), MaxLook: maxLook})
-			wg.Go(func() {
-				if ls, err := l.Acquire(ctx, ra); err == nil {
-					_, _ = ls.Finish(context.Background(), Success)
-				}
-			})
-		}
-		time.Sleep(10 * time.Second) // the back-off grows to MaxLook
-		if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != waiters {
-			t.Fatalf("%d tickets; want the %d waiters'", n, waiters)
-		}
-		before := c.now()
-		const window = 30 * time.Second
-		time.Sleep(window)
-		spent := c.now().minus(before)
-		if bound := int64(waiters) * int64(window/maxLook+1); spent.reads+spent.writes > bound || spent.writes > 0 {
-			t.Errorf("%d waiters behind a stuck call, calls of another tool ending beside it, sent %d reads and %d writes in %v; want at most %d requests (one look per MaxLook %v each) and no write",
-				waiters, spent.reads, spent.writes, window, bound, maxLook)
-		}
-		cancel()
-		wg.Wait()
+		lateWaitersLook(t, ctx, cancel, db, ra, maxLook, "behind a stuck call, calls of another tool ending beside it")
 		<-others
 		if _, err := stuck.Finish(context.Background(), Success); err != nil {
 			t.Fatal(err)
@@ -617,34 +569,44 @@ func TestLateWaitersBackOffBehindAFastRenewingHolder(t *testing.T) {
 				}
 			}
 		}()
-		c := &rgCounter{API: db}
-		const waiters = 10
-		var wg sync.WaitGroup
-		for i := range waiters {
-			l := New(c, rgTable, Options{InstanceID: fmt.Sprintf("w%d", i), MaxLook: maxLook})
-			wg.Go(func() {
-				if ls, err := l.Acquire(ctx, r); err == nil {
-					_, _ = ls.Finish(context.Background(), Success)
-				}
-			})
-		}
-		time.Sleep(10 * time.Second) // the back-off grows to MaxLook
-		if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != waiters {
-			t.Fatalf("%d tickets; want the %d waiters'", n, waiters)
-		}
-		before := c.now()
-		const window = 30 * time.Second
-		time.Sleep(window)
-		spent := c.now().minus(before)
-		if bound := int64(waiters) * int64(window/maxLook+1); spent.reads+spent.writes > bound || spent.writes > 0 {
-			t.Errorf("%d waiters behind a call whose holder renews every 250 ms sent %d reads and %d writes in %v; want at most %d requests (one look per MaxLook %v each) and no write",
-				waiters, spent.reads, spent.writes, window, bound, maxLook)
-		}
-		cancel()
-		wg.Wait()
+		lateWaitersLook(t, ctx, cancel, db, r, maxLook, "behind a call whose holder renews every 250 ms")
 		<-renewing
 		if _, err := stuck.Finish(context.Background(), Success); err != nil {
 			t.Fatal(err)
 		}
 	})
+}
+
+// lateWaitersLook has ten callers of r wait, each on an instance of its
+// own reading db through a counter, lets their back-off grow (10 s), and
+// fails t if in the next 30 s they send a write or more than one look per
+// maxLook each; then it cancels ctx and waits for them. behind says what
+// they wait behind.
+func lateWaitersLook(t *testing.T, ctx context.Context, cancel context.CancelFunc, db API, r Request, maxLook time.Duration, behind string) {
+	t.Helper()
+	c := &rgCounter{API: db}
+	const waiters = 10
+	var wg sync.WaitGroup
+	for i := range waiters {
+		l := New(c, rgTable, Options{InstanceID: fmt.Sprintf("w%d", i), MaxLook: maxLook})
+		wg.Go(func() {
+			if ls, err := l.Acquire(ctx, r); err == nil {
+				_, _ = ls.Finish(context.Background(), Success)
+			}
+		})
+	}
+	time.Sleep(10 * time.Second) // the back-off grows to MaxLook
+	if n := rgMapLen(rgItem(t, db, rgTable, "srv"), rgQueue); n != waiters {
+		t.Fatalf("%d tickets; want the %d waiters'", n, waiters)
+	}
+	before := c.now()
+	const window = 30 * time.Second
+	time.Sleep(window)
+	spent := c.now().minus(before)
+	if bound := int64(waiters) * int64(window/maxLook+1); spent.reads+spent.writes > bound || spent.writes > 0 {
+		t.Errorf("%d waiters %s sent %d reads and %d writes in %v; want at most %d requests (one look per MaxLook %v each) and no write",
+			waiters, behind, spent.reads, spent.writes, window, bound, maxLook)
+	}
+	cancel()
+	wg.Wait()
 }
