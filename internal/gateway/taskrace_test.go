@@ -54,9 +54,11 @@ func TestCancelOfTaskAskingForInput(t *testing.T) {
 
 // TestAWorkerStartNamingAnotherTasksTicketWithdrawsNothing: a worker's
 // start names its task and its ticket; one whose ticket is another task's
-// (a forged event, or one of a record since rewritten) — for an unknown
-// task, or for a task whose record has another ticket — withdraws nothing:
-// the other task's ticket waits on, and that task runs when its turn comes.
+// (a forged event: the limiter's starts name the task each ticket was
+// joined for) — for an unknown task, or for a task whose record has
+// another ticket — withdraws nothing: the other task's ticket waits on, and
+// that task runs when its turn comes. (A late start of a task's earlier
+// ticket names its own task, and withdraws that ticket.)
 func TestAWorkerStartNamingAnotherTasksTicketWithdrawsNothing(t *testing.T) {
 	h, store, _, limiter, _ := engineHarnessOf(t)
 	up := testkit.StartBatch(t, 10, 10*time.Millisecond)
