@@ -100,6 +100,7 @@ func floodBehindFront(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, 
 
 // tenantsResult is what the two tenants' run did.
 type tenantsResult struct {
+	keyA, keyB string
 	a, b       []agentCall          // key A's and key B's calls
 	aLat, bLat []time.Duration      // their latencies, sent to answered, sorted
 	events     []demoupstream.Event // the upstream's entries and exits
@@ -122,7 +123,7 @@ func twoTenants(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, id str
 	demo.Reset()
 	demo.RecordEvents(true)
 	defer demo.RecordEvents(false)
-	r := tenantsResult{start: time.Now()}
+	r := tenantsResult{keyA: keyA, keyB: keyB, start: time.Now()}
 	r.end = r.start.Add(run)
 	var mu sync.Mutex
 	var wg sync.WaitGroup

@@ -206,16 +206,32 @@ func requestCodes(gws []*testkit.Gateway, id string) []fault.Code {
 	return out
 }
 
-// logRecord finds the first record with message msg about request reqID in
-// g's logs.
-func logRecord(g *testkit.Gateway, msg, reqID string) (map[string]any, bool) {
-	return testkit.Record(g.Logs(), testkit.Match{"msg": msg, "request_id": reqID})
-}
-
 const (
 	msgStopped  = "upstream stopped a cut-off call; its slot is freed"
 	msgExceeded = "upstream not known to have stopped a cut-off call; its slot is freed and the cap may be exceeded"
 )
+
+// closeRecord waits for the record of how request reqID's exchange closed
+// (msgStopped or msgExceeded) in g's logs, and returns it. The exchange
+// writes it once its slot is given back, so it may come after the lease is
+// seen gone.
+func closeRecord(ctx context.Context, t *testing.T, g *testkit.Gateway, reqID string) map[string]any {
+	t.Helper()
+	var rec map[string]any
+	err := g.WaitLogs(ctx, func(logs string) bool {
+		for _, msg := range []string{msgStopped, msgExceeded} {
+			if r, ok := testkit.Record(logs, testkit.Match{"msg": msg, "request_id": reqID}); ok {
+				rec = r
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("no record of how request %s's exchange closed: %v", reqID, err)
+	}
+	return rec
+}
 
 // TestUpstreamStopOrder: an upstream that honours cancellation gets its
 // slot back as soon as it stops, not after its late answer or the grace;
@@ -262,9 +278,9 @@ func TestUpstreamStopOrder(t *testing.T) {
 			if s.Cancelled != 1 || s.Completed != 0 {
 				t.Errorf("upstream stats %+v, want the call cancelled", s)
 			}
-			rec, ok := logRecord(g, msgStopped, reqID)
-			if !ok {
-				t.Fatalf("no %q record for request %s", msgStopped, reqID)
+			rec := closeRecord(ctx, t, g, reqID)
+			if rec["msg"] != msgStopped {
+				t.Fatalf("close record %v, want %q", rec, msgStopped)
 			}
 			t.Logf("slot freed %vms after the answer, stopped by %v", rec["held_ms"], rec["stopped_by"])
 		})
@@ -294,7 +310,7 @@ func TestUpstreamStopOrder(t *testing.T) {
 		if s, _ := u.Stats(ctx); s.Completed != 1 || s.InFlight != 0 {
 			t.Errorf("upstream stats %+v, want the call completed", s)
 		}
-		if rec, ok := logRecord(g, msgStopped, reqID); !ok || rec["stopped_by"] != "answered" {
+		if rec := closeRecord(ctx, t, g, reqID); rec["msg"] != msgStopped || rec["stopped_by"] != "answered" {
 			t.Errorf("close record %v, want stopped by answered", rec)
 		}
 	})
@@ -315,9 +331,9 @@ func TestUpstreamStopOrder(t *testing.T) {
 		if s.InFlight != 1 {
 			t.Errorf("upstream stats %+v, want the call still running when its slot was freed", s)
 		}
-		rec, ok := logRecord(g, msgExceeded, reqID)
-		if !ok {
-			t.Fatalf("no %q record for request %s", msgExceeded, reqID)
+		rec := closeRecord(ctx, t, g, reqID)
+		if rec["msg"] != msgExceeded {
+			t.Fatalf("close record %v, want %q", rec, msgExceeded)
 		}
 		if rec["cause"] != "cancel grace over" {
 			t.Errorf("cause %v, want the grace over", rec["cause"])
