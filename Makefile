@@ -128,7 +128,9 @@ mutants:
 # bulkhead, tenants, tasks (100 waiting tasks against 100 synchronous
 # waiters behind a Lambda-like front: invocation-seconds per call-second,
 # store requests per call, hand-overs), ratelimits, adaptive (which also draws
-# results/adaptive.svg). BENCH_PROFILE=dir (relative to the repository's root,
+# results/adaptive.svg), queuecost (10, 100 and 1,000 callers queued on one
+# item in fake time, in internal/lease: reads, read units, writes and write
+# units per waiter-second, the item's size). BENCH_PROFILE=dir (relative to the repository's root,
 # e.g. results/profile) writes a CPU and an allocation profile of the
 # uncontended path there: cpu.pprof, and allocs.pprof with its base
 # allocs.base.pprof (go tool pprof -base); see docs/performance.md.
@@ -139,6 +141,7 @@ mutants:
 ## BENCH_PROFILE=results/profile also writes CPU and allocation profiles of the uncontended path
 bench: $(NODE_TEST)
 	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestBench$$' -v ./functions/gateway | grep -v '^        {'
+	MCPGATE_BENCH=1 $(GO) test -count=1 -timeout 30m -run '^TestQueueCostGrowsLinearly$$' -v ./internal/lease
 
 # The console's screens, as the browser tests drive them (internal/console),
 # into results/console/ (git-ignored).
