@@ -416,9 +416,9 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		} else if lv, _, _ := a.b.latest(); lv != nil {
 			tat = lv.rates[RateAttr(r.Name)] // only chooses the form of the charge, which its condition checks
 		}
-		u.charge(r, tat, now, a.reserved(func(t *ticket) bool {
+		u.charge(r, tat, now, countIf(h.ahead, func(t *ticket) bool {
 			return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool { return b.Name == r.Name })
-		}, h.ahead))
+		}))
 	}
 	lp := u.path(LeasesAttr, id)
 	u.set(lp, u.num(exp))
@@ -427,7 +427,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if tc := a.req.ToolCap; tc > 0 {
 		tp := u.path(ToolAttr(a.req.Tool))
 		u.add(tp, id)
-		u.cond("(attribute_not_exists(" + tp + ") OR size(" + tp + ") < " + u.num(int64(tc-a.reserved(func(t *ticket) bool { return t.tool == a.req.Tool && t.toolCap > 0 }, h.ahead))) + ")")
+		u.cond("(attribute_not_exists(" + tp + ") OR size(" + tp + ") < " + u.num(int64(tc-countIf(h.ahead, func(t *ticket) bool { return t.tool == a.req.Tool && t.toolCap > 0 }))) + ")")
 	}
 	// Its principal's set: where it stands in the queue depends on how
 	// many places its principal holds, so with other principals waiting,
@@ -549,21 +549,8 @@ func (l *Limiter) rulesFor(req Request, v *view) rules {
 	return rulesOf(req.capIn(v), req.PrincipalCap, req.Rates)
 }
 
-// reserved counts the tickets of ahead that uses says need what this
-// caller's take leaves room for.
-func (a *attempt) reserved(uses func(*ticket) bool, ahead []*ticket) int {
-	n := 0
-	for _, t := range ahead {
-		if uses(t) {
-			n++
-		}
-	}
-	return n
-}
-
-// judgedKey carries, in the context of a take judged from a view, that
-// view's seq: the fault simulation checks the order of places against the
-// callers the taker could see.
+// judgedKey carries in a take's context the seq of the view it was judged
+// from (which the fault simulation checks).
 type judgedKey struct{}
 
 // lease completes the acquire with the lease the item shows this attempt
@@ -670,7 +657,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		// The tasks running keep their claimed tickets in the map, and
 		// take no place in the queue: with freed as seen (above), each
 		// ticket seen claimed is there still.
-		purged = p.tasks + v.claimedTasks(now)
+		purged = p.tasks + countIf(v.queue, func(t *ticket) bool { return v.claimed(t, now) })
 	}
 	u.cond(size + " < " + u.num(int64(a.req.MaxQueued+purged)))
 	if r := QueueReserve(a.req.MaxQueued); r > 0 {

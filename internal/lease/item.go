@@ -252,11 +252,11 @@ func (v *view) claimed(t *ticket, now int64) bool {
 // waits reports whether t waits at now: live, and not claimed.
 func (v *view) waits(t *ticket, now int64) bool { return t.live(now) && !v.claimed(t, now) }
 
-// claimedTasks counts the task tickets claimed at now.
-func (v *view) claimedTasks(now int64) int {
+// countIf counts the elements of s that f holds of.
+func countIf[T any](s []T, f func(T) bool) int {
 	n := 0
-	for _, t := range v.queue {
-		if v.claimed(t, now) {
+	for _, x := range s {
+		if f(x) {
 			n++
 		}
 	}
@@ -266,25 +266,13 @@ func (v *view) claimedTasks(now int64) int {
 // waiting counts the tickets of callers (task false) or of tasks waiting
 // at now (live and not claimed).
 func (v *view) waiting(now int64, task bool) int {
-	n := 0
-	for _, t := range v.queue {
-		if v.waits(t, now) && t.task == task {
-			n++
-		}
-	}
-	return n
+	return countIf(v.queue, func(t *ticket) bool { return v.waits(t, now) && t.task == task })
 }
 
 // tickets counts the tickets, live, claimed or not, of callers (task
 // false) or of tasks: the size of their map.
 func (v *view) tickets(task bool) int {
-	n := 0
-	for _, t := range v.queue {
-		if t.task == task {
-			n++
-		}
-	}
-	return n
+	return countIf(v.queue, func(t *ticket) bool { return t.task == task })
 }
 
 // kindAttr is the map holding the numbers of tickets of callers (task
@@ -381,13 +369,7 @@ func (v *view) staleLeases(now int64) []string {
 // staleTickets lists the tickets whose deadline passed at now, oldest
 // first.
 func (v *view) staleTickets(now int64) []*ticket {
-	var out []*ticket
-	for _, t := range v.queue {
-		if !t.live(now) {
-			out = append(out, t)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(v.queue), func(t *ticket) bool { return t.live(now) })
 }
 
 // strayMembers lists set members that are neither a lease nor a ticket of
