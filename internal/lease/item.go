@@ -2,6 +2,8 @@ package lease
 
 import (
 	"cmp"
+	"iter"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -81,8 +83,7 @@ func isSetAttr(attr string) bool {
 func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
 		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
-	queue, tasks, details := map[string]int64{}, map[string]int64{}, map[string]*types.AttributeValueMemberM{}
-	badDetails := map[string]types.AttributeValue{}
+	queue, tasks, details := map[string]int64{}, map[string]int64{}, map[string]types.AttributeValue{}
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
 	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
 	_, hasTasks := item[TasksAttr].(*types.AttributeValueMemberM)
@@ -105,13 +106,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 					tasks[id] = numberOr(n, 0)
 				}
 			case attr == TicketsAttr:
-				for id, d := range x.Value {
-					if m, ok := d.(*types.AttributeValueMemberM); ok {
-						details[id] = m
-					} else {
-						badDetails[id] = d
-					}
-				}
+				maps.Copy(details, x.Value)
 			case isGateAttr(attr):
 				v.gates[attr] = parseGate(attr, x)
 			}
@@ -148,43 +143,27 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 	}
 	ids := map[string]bool{}
-	for id := range queue {
-		ids[id] = true
-	}
-	for id := range tasks {
-		ids[id] = true
-	}
-	for id := range details {
-		ids[id] = true
-	}
-	for id := range waitingOf {
-		ids[id] = true
+	for _, keys := range []iter.Seq[string]{maps.Keys(queue), maps.Keys(tasks), maps.Keys(details), maps.Keys(waitingOf)} {
+		for id := range keys {
+			ids[id] = true
+		}
 	}
 	for id := range ids {
-		if _, bad := badDetails[id]; bad {
-			continue // below
-		}
-		n, d, w := queue[id], details[id], waitingOf[id]
+		n, w := queue[id], waitingOf[id]
 		tn, isTask := tasks[id]
-		if isTask {
+		_, inQueue := queue[id]
+		if isTask && !inQueue {
 			n = tn
 		}
+		d, _ := details[id].(*types.AttributeValueMemberM)
 		var label string
 		if d != nil {
 			if s, ok := d.Value[ticketLabel].(*types.AttributeValueMemberS); ok {
 				label = s.Value
 			}
 		}
-		_, inQueue := queue[id]
 		if n <= 0 || d == nil || w == "" || label != w || isTask && inQueue {
-			h := half{id: id, n: n, waiting: w, task: isTask, both: isTask && inQueue}
-			if d != nil {
-				h.details = d
-			}
-			if h.both {
-				h.n = queue[id]
-			}
-			v.halves = append(v.halves, h)
+			v.halves = append(v.halves, half{id: id, n: n, details: details[id], waiting: w, task: isTask, both: isTask && inQueue})
 			continue
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
@@ -198,15 +177,6 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			t.taskID = s.Value
 		}
 		v.queue = append(v.queue, t)
-	}
-	for id, d := range badDetails {
-		_, isTask := tasks[id]
-		_, inQueue := queue[id]
-		n := queue[id]
-		if isTask && !inQueue {
-			n = tasks[id]
-		}
-		v.halves = append(v.halves, half{id: id, details: d, n: n, waiting: waitingOf[id], task: isTask, both: isTask && inQueue})
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
