@@ -330,9 +330,8 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 }
 
 // mustPurge reports whether v shows stale entries that this caller's next
-// write would count in its conditions and could not remove itself: in its
-// own principal's or tool's set or waiting set (which it adds to), or more
-// than one write removes.
+// write would count and could not remove itself (in a set it adds to), or
+// more than one write removes.
 func (a *attempt) mustPurge(v *view, now int64) bool {
 	own := a.ownSets()
 	for _, s := range own {
@@ -345,7 +344,7 @@ func (a *attempt) mustPurge(v *view, now int64) bool {
 			return true
 		}
 	}
-	return v.stale(now) > maxPurge
+	return newUpdate().purge(v, now, "", "").more
 }
 
 // ownSets are the sets a lease of this attempt is a member of: its

@@ -123,10 +123,12 @@ func (u *update) expression() string {
 }
 
 // purged counts what a purge removes: leases, tickets from the queue and
-// from tasks, and members per set.
+// from tasks, and members per set; more: it left stale entries for want of
+// room.
 type purged struct {
 	leases, queue, tasks int
 	sets                 map[string]int
+	more                 bool
 }
 
 // purge removes up to maxPurge entries v shows stale at now — whole
@@ -142,6 +144,7 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 	}
 	n := 0
 	room := func(skip bool) bool { // counts the entry if it is purged
+		p.more = p.more || !skip && n == maxPurge
 		if skip || n == maxPurge {
 			return false
 		}
@@ -251,21 +254,6 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 	}
 	return p
-}
-
-// stale counts the entries a purge would remove.
-func (v *view) stale(now int64) int {
-	entries, empty := v.staleEntries(now)
-	n := len(v.staleLeases(now)) + len(v.staleTickets(now)) + len(v.halves) + len(entries) + len(empty)
-	for attr, tat := range v.rates {
-		if idleBucket(attr, tat, now) {
-			n++
-		}
-	}
-	for _, ids := range v.strayMembers() {
-		n += len(ids)
-	}
-	return n
 }
 
 // removeLease adds to u the removal of lease id whole, as v shows it,
