@@ -97,14 +97,14 @@ func (a *attempt) rules(v *view) rules {
 	return rulesOf(a.req.capIn(v), a.req.PrincipalCap, a.req.Rates)
 }
 
-// gateAttrs are the gates a take of this caller is conditioned on.
-func (a *attempt) gateAttrs() []string {
+// gateAttrs are the gates an admission of r is conditioned on.
+func (r *Request) gateAttrs() []string {
 	out := []string{PauseAttr}
-	if a.req.Tool != "" {
-		out = append(out, PauseAttrPrefix+a.req.Tool)
+	if r.Tool != "" {
+		out = append(out, PauseAttrPrefix+r.Tool)
 	}
-	if a.req.Breaker != nil {
-		out = append(out, BreakerAttr(a.req.Breaker.Name))
+	if r.Breaker != nil {
+		out = append(out, BreakerAttr(r.Breaker.Name))
 	}
 	return out
 }
@@ -406,7 +406,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.gateAttrs()...)...)...)
+	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.req.gateAttrs()...)...)...)
 	rs := a.l.rulesFor(a.req, v)
 	for _, r := range a.req.Rates {
 		tat := int64(0)
@@ -501,7 +501,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		u.removeTicket(t.id, t.label, t.n, t.task)
 		u.count(u.path(FreedAttr), 1)
 	}
-	u.admit(a.gateAttrs(), a.me.label, id, exp, now, h.probes, v)
+	u.admit(a.req.gateAttrs(), a.me.label, id, exp, now, h.probes, v)
 	u.ttl(exp)
 	// A take is judged from v at now: sent again later, it could land on a
 	// turn that has passed (a lease lapsing meanwhile lets a blocked caller
@@ -568,7 +568,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	if a.req.ToolCap > 0 {
 		ls.tool = a.req.Tool
 	}
-	for _, g := range a.gateAttrs() {
+	for _, g := range a.req.gateAttrs() {
 		for _, key := range []string{gateAll, a.me.label} {
 			if e := v.gates[g].entry(key); e.probe == a.me.id {
 				ls.probes = append(ls.probes, gateRef{g, key})
@@ -993,10 +993,6 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 	// charge, which its conditions check; a refusal is judged from the
 	// answer a charge gets.
 	v, own := l.board(req.Key).recent(time.Hour), false
-	gates := []string{PauseAttr}
-	if req.Tool != "" {
-		gates = append(gates, PauseAttrPrefix+req.Tool)
-	}
 	for range maxEager {
 		now := l.clock().UnixMilli()
 		// Callers waiting whose turn comes before it, as a newcomer's,
@@ -1017,15 +1013,12 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		}
 		u := newUpdate()
 		u.once = true
-		u.admit(gates, req.Holder, "", 0, now, nil, v)
+		u.admit(req.gateAttrs(), req.Holder, "", 0, now, nil, v)
 		// Both maps: a task's ticket waits for a token as a caller's does.
-		for _, m := range []struct {
-			attr string
-			task bool
-		}{{QueueAttr, false}, {TasksAttr, true}} {
-			mp, n := u.path(m.attr), 0
+		for _, task := range []bool{false, true} {
+			mp, n := u.path(kindAttr(task)), 0
 			if v != nil {
-				n = v.tickets(m.task)
+				n = v.tickets(task)
 			}
 			if n > 0 {
 				u.cond("size(" + mp + ") <= " + u.num(int64(n)))
