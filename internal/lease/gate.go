@@ -327,43 +327,27 @@ func (u *update) probeOf(p gateRef, id string) string {
 // unprobe leaves the entry at ep half-open, with no probe.
 func (u *update) unprobe(ep string) { u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp)) }
 
-// shutByAnother is the first entry of g of a principal other than label
-// closed at now.
-func (g *gate) shutByAnother(label string, now int64) (string, bool) {
-	if g == nil {
-		return "", false
-	}
-	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-		if key != gateAll && key != label && g.entries[key].shut(now) {
-			return key, true
-		}
-	}
-	return "", false
+// shutByAnother: an entry of g of a principal other than label is closed
+// at now.
+func (g *gate) shutByAnother(label string, now int64) bool {
+	return g != nil && slices.ContainsFunc(slices.Collect(maps.Keys(g.entries)), func(key string) bool {
+		return key != gateAll && key != label && g.entries[key].shut(now)
+	})
 }
 
-// shutAll closes g's entry for everyone until until, because another
-// principal's entry (other) is closed: conditioned on that entry as seen,
-// never shortening a closing that stands.
-func (u *update) shutAll(g *gate, other string, until int64) {
-	u.condEntry(g, other)
-	e, ok := g.entries[gateAll]
-	switch {
-	case !ok:
-		u.cond("attribute_not_exists(" + u.path(g.attr, gateAll) + ")")
+// shutAll closes g's entry for everyone until until, never shortening a
+// closing that stands: u pins g as seen (pinGate).
+func (u *update) shutAll(g *gate, until int64) {
+	if e, ok := g.entries[gateAll]; !ok {
 		u.set(u.path(g.attr, gateAll), u.value(entryValue(map[string]int64{gateUntil: until})))
-	case e.until < until:
-		u.condEntry(g, gateAll)
+	} else if e.until < until {
 		u.set(u.path(g.attr, gateAll, gateUntil), u.num(until))
 	}
 }
 
 // outcome adds to u what a finished call of principal label (lease id)
-// tells breaker br as v shows it — its probes' verdicts, or its failure
-// counted (closing its principal's entry at Threshold, and everyone's
-// while another principal's is closed), or its success resetting the
-// count — and returns the transition. Every judgement from the gate as
-// seen is conditioned on it: a view that missed a change fails the
-// release, which is made again from its answer.
+// tells breaker br as v shows it (see Breaker in the package doc), each
+// judgement conditioned on the gate as seen, and returns the transition.
 func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRef, o Outcome, now int64) Transition {
 	attr := BreakerAttr(br.Name)
 	g := v.gates[attr]
@@ -430,15 +414,14 @@ func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen,
 		return tr
 	}
 	u.pinGate(g, func(key string) bool { return key == label || slices.Contains(probes, gateRef{attr, key}) })
-	other, ok := g.shutByAnother(label, now)
 	switch {
-	case !ok:
+	case !g.shutByAnother(label, now):
 		return tr
 	case slices.Contains(probes, gateRef{attr, gateAll}):
 		u.set(u.path(attr, gateAll, gateUntil), u.num(reopen))
 		return Reopened
 	}
-	u.shutAll(g, other, reopen)
+	u.shutAll(g, reopen)
 	return Opened
 }
 
@@ -455,8 +438,8 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 		u.pinGate(g, func(key string) bool { return key == label })
 	}
 	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: until}))
-	if other, ok := g.shutByAnother(label, now); ok && g.entry(gateAll).until < until {
-		u.shutAll(g, other, until)
+	if g.shutByAnother(label, now) {
+		u.shutAll(g, until)
 	}
 }
 
