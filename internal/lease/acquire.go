@@ -110,15 +110,12 @@ func (r *Request) gateAttrs() []string {
 }
 
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
-	waitUntil := a.start.Add(max(a.req.Wait, 0))
+	waitUntil := a.waitEnd()
 	if dl, ok := ctx.Deadline(); ok && dl.Before(waitUntil) {
 		waitUntil = dl
 	}
-	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(waitUntil) {
-		waitUntil = a.req.CallBy
-	}
-	// A recent view showing what a first write without one would fail on
-	// (a queue, a gate, stale entries) saves that write.
+	// A recent view showing a queue or a gate saves a first write that
+	// would fail.
 	v := a.b.recent(recentView)
 	if v != nil && len(v.queue) == 0 && len(v.gates) == 0 && v.hold == 0 {
 		v = nil
@@ -691,15 +688,15 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 }
 
 func (a *attempt) waitEnd() time.Time {
-	end := a.start.Add(a.req.Wait)
+	end := a.start.Add(max(a.req.Wait, 0))
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(end) {
 		end = a.req.CallBy
 	}
 	return end
 }
 
-// wait holds a queued caller until there is news of the item from this
-// process, or for look, then looks itself.
+// wait holds a queued caller until news of the item from this process,
+// or for look, then reads the item.
 func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until time.Time) (*view, error) {
 	if !time.Now().Before(until) {
 		a.l.stats.waitTimeouts.Add(1)
