@@ -515,9 +515,6 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if err == nil {
 		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
-		if ls != nil {
-			ls.probes = h.probes
-		}
 		return ls, nil, err
 	}
 	if errors.Is(err, errCondition) {
