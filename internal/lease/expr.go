@@ -131,12 +131,9 @@ type purged struct {
 	more                 bool
 }
 
-// purge removes up to maxPurge entries v shows stale at now — whole
-// leases and tickets, halves of tickets, principals' full buckets, idle
-// gate entries, stray set members — each conditioned on the value seen.
-// It leaves id's entries, those in a set in keep (a write cannot both add
-// to and delete from one set) and, of a gate in keep, self's and
-// everyone's entries, which the write may set itself.
+// purge removes up to maxPurge entries v shows stale at now (see Purge in
+// the package doc), but id's, those in a set in keep and, of a gate in
+// keep, self's and everyone's: the write may change those itself.
 func (u *update) purge(v *view, now int64, id, self string, keep ...string) purged {
 	p := purged{sets: map[string]int{}}
 	if v == nil {
@@ -217,9 +214,6 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		rp := u.path(attr)
 		u.remove(rp)
 		u.cond(rp + " = " + u.num(v.rates[attr]))
-		// Absent is full: a caller its bucket held back goes first again
-		// for a taker whose clock, slower than the purger's, found it
-		// empty.
 		u.count(u.path(FreedAttr), 1)
 	}
 	entries, empty := v.staleEntries(now)
@@ -229,9 +223,6 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 		u.condEntry(v.gates[e.attr], e.key)
 		u.remove(u.path(e.attr, e.key))
-		// A gate entry leaving can change whose turn it is: a caller it
-		// held back goes first again for a taker whose clock, slower
-		// than the purger's, still found it shut.
 		u.count(u.path(FreedAttr), 1)
 	}
 	for _, attr := range empty {

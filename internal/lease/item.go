@@ -20,9 +20,8 @@ type view struct {
 	// sets maps each tool, principal or waiting set attribute to its
 	// members.
 	sets map[string][]string
-	// queue holds the tickets, by number; halves are the tickets that are
-	// not whole (a queue entry, a tickets entry or a waiting member
-	// without the rest: a hand edit, or an item of an older design).
+	// queue holds the tickets, by number; halves the parts of tickets
+	// that are not whole.
 	queue      []*ticket
 	halves     []half
 	hasMaps    bool // leases, queue and tickets exist
@@ -46,17 +45,13 @@ type ticket struct {
 	toolCap     int
 	// toolRPM is its tool's rate limit, a minute (0: none).
 	toolRPM int
-	// task: a task's ticket (in the tasks map), which no caller waits
-	// behind: taskID is its task, started when a worker was last started
-	// for it (Unix ms; 0: never).
+	// task: a task's ticket (in tasks), of task taskID, a worker last
+	// started for it at started (Unix ms; 0: never).
 	task    bool
 	taskID  string
 	started int64
-	// look is the longest its caller goes without looking at the item,
-	// as its ticket announces (legacyLook when it announces none), read
-	// as at most MaxLookFar: the item is anyone's to write, and a longer
-	// period would let a dead waiter hold a free place past invariant 8's
-	// bound.
+	// look is its announced look period (legacyLook if none), read as
+	// MaxLookFar at most.
 	look time.Duration
 }
 
@@ -77,9 +72,8 @@ func isSetAttr(attr string) bool {
 	return strings.HasPrefix(attr, ToolAttrPrefix) || strings.HasPrefix(attr, PrincipalAttrPrefix) || strings.HasPrefix(attr, WaitingAttrPrefix)
 }
 
-// parseItem reads a lease item. An entry that cannot be read counts as the
-// store counts it: a lease whose expiry is not a number (a hand edit)
-// never expires; a ticket without its details is stale.
+// parseItem reads a lease item: a lease whose expiry is not a number
+// never expires; a ticket not whole is a half.
 func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
 		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
@@ -211,9 +205,7 @@ func (v *view) ticketFor(id string) *ticket {
 func (t *ticket) live(now int64) bool { return t.deadline >= now }
 
 // claimed reports whether task ticket t is claimed at now: a live lease of
-// its id holds its place. A claim keeps the ticket in the item until the
-// lease's release removes both; once the lease lapses (its worker died or
-// is late), the ticket waits again, at its number.
+// its id holds its place (see Tasks in the package doc).
 func (v *view) claimed(t *ticket, now int64) bool {
 	exp, ok := v.leases[t.id]
 	return t.task && ok && exp >= now && t.live(now)
@@ -297,9 +289,7 @@ func (v *view) labelOf(id string) string {
 	return ""
 }
 
-// setsOf lists the sets lease id is a member of: its principal's and
-// tool's, not a waiting set (a claimed task's ticket, of the same id, is
-// in its principal's).
+// setsOf lists the sets lease id is a member of, but waiting sets.
 func (v *view) setsOf(id string) []string {
 	var out []string
 	for attr, members := range v.sets {
@@ -314,10 +304,9 @@ func (v *view) setsOf(id string) []string {
 // half is a ticket that is not whole: the parts of it the item holds.
 type half struct {
 	id string
-	// n is its queue number (0: none) — in the tasks map when task, in
-	// the queue when not; both, when it is in both (n is the queue's);
-	// details its tickets entry (nil: none); waiting the label whose
-	// waiting set holds it ("": none).
+	// n is its number (0: none), in tasks when task, else in queue (both:
+	// in both, n the queue's); details its tickets entry; waiting the
+	// label whose waiting set holds it.
 	n          int64
 	task, both bool
 	details    types.AttributeValue
@@ -342,8 +331,8 @@ func (v *view) staleTickets(now int64) []*ticket {
 	return slices.DeleteFunc(slices.Clone(v.queue), func(t *ticket) bool { return t.live(now) })
 }
 
-// strayMembers lists set members that are neither a lease nor a ticket of
-// the item (a hand edit, or an item written by an older design), by set.
+// strayMembers lists, by set, the members of sets other than waiting sets
+// that hold no lease.
 func (v *view) strayMembers() map[string][]string {
 	out := map[string][]string{}
 	for attr, members := range v.sets {
