@@ -57,7 +57,8 @@ func (o Outcome) String() string {
 // Finish gives the place back and tells the call's outcome to its gates
 // and the adaptive limit, in one write (see Release in the package doc),
 // returning the breaker change it made. Finishing twice, or after the
-// lease was purged, returns ErrNotHeld.
+// lease was purged, returns ErrNotHeld; a retry after an unknown outcome
+// that finds the lease gone still Margin from expiring counts as done.
 func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error) {
 	if ls.released.Swap(true) {
 		return NoTransition, ErrNotHeld
