@@ -311,8 +311,8 @@ const renewRetry = 200 * time.Millisecond
 // KeepAlive keeps ls for an exchange that runs until end, renewing it
 // halfway through each term for hold() at a time, retrying a store error
 // every renewRetry; when the lease is lost it calls lost and ends the
-// returned context (cause ErrLeaseLost). The returned function ends the
-// renewals and waits for them.
+// returned context (cause ErrLeaseLost). It stops once the lease covers
+// end. The returned function ends the renewals and waits for them.
 func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.Duration, lost func(error)) (context.Context, func()) {
 	if !ls.CallDeadline.Before(end) {
 		return ctx, func() {}
