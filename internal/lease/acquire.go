@@ -10,13 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Acquire takes a place for req in one conditional write, unless callers
-// waiting on the key come first. When it finds no place it fails with
-// *FullError or, if req.Wait is positive, puts a ticket in the queue and
-// waits until the item shows it is its turn and it takes the place, until
-// req.Wait passes (*WaitTimeoutError), or until ctx ends. A breaker shut
-// for the caller refuses it (*CircuitOpenError); a bucket of its with no
-// token refuses a caller that has not queued (*RateLimitedError).
+// Acquire takes a place for req (see Take in the package doc), waiting in
+// the queue up to req.Wait when it finds none. It fails with *FullError,
+// *WaitTimeoutError, *CircuitOpenError or *RateLimitedError.
 func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
@@ -54,39 +50,31 @@ type attempt struct {
 	b     *board
 	me    asker
 	start time.Time
-	// n is its ticket's number while it waits (0: it has none); joined is
-	// set once a join was sent whose outcome was unknown, or that landed.
+	// n is its ticket's number (0: none); joined: a join of it landed or
+	// may have.
 	n      int64
 	joined bool
-	// task: the attempt is a task's (Enqueue's join, a worker's Claim):
-	// its ticket is in the tasks map, and it never waits.
+	// task: a task's attempt (Enqueue, Claim): its ticket is in tasks.
 	task   bool
 	taskID string
 	// behind is how many callers were ahead of it when it last joined.
 	behind int
-	// unsure are the expiries its takes whose outcome was unknown would
-	// have set, each (a later take, judged while an earlier one was still
-	// in flight, may be refused while the earlier lands late).
+	// unsure are the expiries of its takes whose outcome was unknown.
 	unsure []int64
-	// asked is when the last request of this attempt was sent; look is
-	// the next wait of a waiter whose place is late.
-	asked time.Time
-	look  time.Duration
-	// lookBy is when it reads the item at the latest, whatever news from
-	// its process came meanwhile (zero: after its next wait's look).
+	// asked is when its last request was sent; look the next wait of a
+	// late waiter; lookBy when it reads at the latest (zero: none set).
+	asked  time.Time
+	look   time.Duration
 	lookBy time.Time
-	// own is the last item this attempt's own requests were answered
-	// with: what a refusal is judged from.
+	// own is the last answer to its own requests: refusals are judged
+	// from it.
 	own *view
-	// turnSince is, for each ticket whose turn had come before this
-	// caller's at its looks, when it first saw so: past its claim window,
-	// still there with its turn come, its caller is presumed gone.
+	// turnSince: when it first saw each ticket's turn come before its own.
 	turnSince map[string]time.Time
-	// lookRank is its rank at its last look (-1: none yet): a place
-	// expected anew starts its back-off again only once it moved up.
+	// lookRank is its rank at its last look (-1: none yet).
 	lookRank int
-	// failures counts the store errors in a row while it waits; takeErrs
-	// the takes in a row that met one.
+	// failures: store errors in a row while it waits; takeErrs: takes in
+	// a row that met one.
 	failures int
 	takeErrs int
 }
@@ -97,28 +85,25 @@ func (a *attempt) rules(v *view) rules {
 	return rulesOf(a.req.capIn(v), a.req.PrincipalCap, a.req.Rates)
 }
 
-// gateAttrs are the gates a take of this caller is conditioned on.
-func (a *attempt) gateAttrs() []string {
+// gateAttrs are the gates an admission of r is conditioned on.
+func (r *Request) gateAttrs() []string {
 	out := []string{PauseAttr}
-	if a.req.Tool != "" {
-		out = append(out, PauseAttrPrefix+a.req.Tool)
+	if r.Tool != "" {
+		out = append(out, PauseAttrPrefix+r.Tool)
 	}
-	if a.req.Breaker != nil {
-		out = append(out, BreakerAttr(a.req.Breaker.Name))
+	if r.Breaker != nil {
+		out = append(out, BreakerAttr(r.Breaker.Name))
 	}
 	return out
 }
 
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
-	waitUntil := a.start.Add(max(a.req.Wait, 0))
+	waitUntil := a.waitEnd()
 	if dl, ok := ctx.Deadline(); ok && dl.Before(waitUntil) {
 		waitUntil = dl
 	}
-	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(waitUntil) {
-		waitUntil = a.req.CallBy
-	}
-	// A recent view showing what a first write without one would fail on
-	// (a queue, a gate, stale entries) saves that write.
+	// A recent view showing a queue, a gate or the hold saves a first
+	// write that would fail.
 	v := a.b.recent(recentView)
 	if v != nil && len(v.queue) == 0 && len(v.gates) == 0 && v.hold == 0 {
 		v = nil
@@ -140,17 +125,13 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			if t := v.ticketFor(a.me.id); t != nil {
 				a.n, a.joined = t.n, true
 			} else if a.n != 0 {
-				// Its ticket is gone: presumed gone itself after its turn
-				// came and went, or purged past its deadline.
-				a.n = 0
+				a.n = 0 // its ticket was passed over or purged
 			}
 			err := refusal(v.gatesOf(a.req.Tool, a.me.breaker), a.me.label, now, v.hold)
 			var open *CircuitOpenError
 			refuse := errors.As(err, &open) || err != nil && a.req.Wait <= 0
 			rl := rateLimited(v, a.req.Rates, now)
 			if (refuse || a.n == 0 && rl != nil) && v != a.own {
-				// A refusal is judged from an answer of its own: another
-				// request's, from this process, may be out of date.
 				if v, err = a.l.read(ctx, a.req.Key); err != nil {
 					return nil, err
 				}
@@ -166,8 +147,6 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				return nil, rl
 			}
 			if a.mustPurge(v, now) {
-				// Stale entries its own write would count and could not
-				// all remove: a write of their own first.
 				nv, progress, err := a.l.purgeAll(ctx, a.req.Key, v)
 				if err != nil {
 					return nil, err
@@ -184,8 +163,6 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		}
 		served, h, bypass := a.decide(v, now)
 		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
-			// Tasks whose turn comes before this caller's: their workers
-			// must be started (or started again) for its own to come.
 			a.l.startDue(ctx, a.req.Key, v, a.rules(v))
 		}
 		var err error
@@ -200,9 +177,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			if err == nil {
 				continue
 			}
-			// A store error: a waiter keeps its ticket, as below.
 		case served:
-			// The item keeps changing under it: look again shortly.
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
 		case a.req.Wait <= 0:
 			a.l.stats.shed.Add(1)
@@ -211,8 +186,6 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			a.l.stats.shed.Add(1)
 			return nil, a.full(v, now, false, QueueFull)
 		case a.n == 0 && !time.Now().Before(waitUntil):
-			// Its wait is over before it joined (its last write was slow):
-			// a ticket would be stale at birth.
 			a.l.stats.waitTimeouts.Add(1)
 			return nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 		case a.n == 0 && v != nil:
@@ -226,8 +199,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		}
 		eager = 0
 		if err != nil && a.joined && storeError(err) && time.Now().Before(waitUntil) {
-			// A store error while it waits: look again shortly, rather
-			// than give up its place in the queue.
+			// A store error while it waits: it keeps its ticket and looks again.
 			for err != nil {
 				a.failures++
 				if err := a.pause(ctx, jitter(min(writeMaxBackoff<<min(a.failures, 3), a.l.maxLook)), waitUntil); err != nil {
@@ -274,12 +246,10 @@ func (a *attempt) pause(ctx context.Context, d time.Duration, until time.Time) e
 }
 
 // decide says whether it is this caller's turn in v at now (with no view,
-// an uncontended caller assumes it is) and what the walk handed out; when
-// callers whose turn came before its own have had it at its looks for
-// their claim window (ClaimWindow past the look period their tickets
-// announce) without taking their places, they are presumed gone (bypass)
-// and the places go on as if they were not there — one after another, so
-// D dead waiters before it cost it their D claim windows at most.
+// an uncontended caller assumes it is), what the walk handed out, and the
+// tickets it passes over (bypass): callers presumed gone past their claim
+// window, and tasks whose start went unclaimed for StartTimeout (see Whose
+// turn and Tasks in the package doc).
 func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	if v == nil {
 		return a.n == 0 && !a.joined, handout{}, nil
@@ -292,15 +262,7 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 		more := false
 		for _, t := range h.ahead {
 			if t.task {
-				// A task's ticket is never presumed gone: its task lives
-				// until its deadline, and its worker is started (and
-				// started again, StartTimeout on) by whoever sees its
-				// turn come (see Options.OnTaskStart). But while its last
-				// start has gone unclaimed for StartTimeout (no worker can
-				// come: invocations throttled, the worker failing before
-				// it claims), the callers behind it pass it: it keeps its
-				// ticket and number, and the take is conditioned on that
-				// start (a worker's claim, or a new start, fails it).
+				// Never presumed gone: passed over, keeping its ticket.
 				if t.started > 0 && now-t.started >= StartTimeout.Milliseconds() {
 					skip[t.id] = true
 					bypass = append(bypass, t)
@@ -330,9 +292,8 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 }
 
 // mustPurge reports whether v shows stale entries that this caller's next
-// write would count in its conditions and could not remove itself: in its
-// own principal's or tool's set or waiting set (which it adds to), or more
-// than one write removes.
+// write would count and could not remove itself (in a set it adds to), or
+// more than one write removes.
 func (a *attempt) mustPurge(v *view, now int64) bool {
 	own := a.ownSets()
 	for _, s := range own {
@@ -345,7 +306,7 @@ func (a *attempt) mustPurge(v *view, now int64) bool {
 			return true
 		}
 	}
-	return v.stale(now) > maxPurge
+	return newUpdate().purge(v, now, "", "").more
 }
 
 // ownSets are the sets a lease of this attempt is a member of: its
@@ -385,29 +346,21 @@ func (l *Limiter) purgeAll(ctx context.Context, key string, v *view) (*view, boo
 	return nv, err == nil, err
 }
 
-// take makes the conditional write that gives this caller a place: its
-// lease in leases and its sets, its tokens, its ticket (if any) out, and
-// the tickets of bypass — callers presumed gone — out, purging what v
-// shows stale. It leaves room in every cap and bucket for the callers
-// whose turn comes before it (h.ahead), which may not have taken their
-// places yet: two callers that each see themselves next after those never
-// take the same one. It returns the lease, or the item as it is now when
-// the write found it was not this caller's turn after all.
+// take makes the write that gives this caller a place (see Take and Whose
+// turn in the package doc), leaving room in every cap and bucket for
+// h.ahead and passing over bypass. It returns the lease, or the item as it
+// is now when the write found it was not this caller's turn after all.
 func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket, now int64) (*Lease, *view, error) {
 	hold := a.req.hold(time.Now())
 	if hold <= 0 {
 		return nil, nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
-	// The write is made for now, the instant its turn was judged at (its
-	// purge, gates, buckets and expiry alike): judged at one instant and
-	// made for a later one, a caller unblocked by time alone in between (a
-	// gate's time passing, a lease lapsing, a token coming) could be
-	// passed with no condition to catch it. The expiry may be a little
-	// early by the time the write lands: only safer.
+	// Made for now, the instant its turn was judged at: a caller unblocked
+	// by time alone since would be passed with no condition to catch it.
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.gateAttrs()...)...)...)
+	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.req.gateAttrs()...)...)...)
 	rs := a.l.rulesFor(a.req, v)
 	for _, r := range a.req.Rates {
 		tat := int64(0)
@@ -416,9 +369,9 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		} else if lv, _, _ := a.b.latest(); lv != nil {
 			tat = lv.rates[RateAttr(r.Name)] // only chooses the form of the charge, which its condition checks
 		}
-		u.charge(r, tat, now, a.reserved(func(t *ticket) bool {
+		u.charge(r, tat, now, countIf(h.ahead, func(t *ticket) bool {
 			return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool { return b.Name == r.Name })
-		}, h.ahead))
+		}))
 	}
 	lp := u.path(LeasesAttr, id)
 	u.set(lp, u.num(exp))
@@ -427,13 +380,10 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if tc := a.req.ToolCap; tc > 0 {
 		tp := u.path(ToolAttr(a.req.Tool))
 		u.add(tp, id)
-		u.cond("(attribute_not_exists(" + tp + ") OR size(" + tp + ") < " + u.num(int64(tc-a.reserved(func(t *ticket) bool { return t.tool == a.req.Tool && t.toolCap > 0 }, h.ahead))) + ")")
+		u.cond("(attribute_not_exists(" + tp + ") OR size(" + tp + ") < " + u.num(int64(tc-countIf(h.ahead, func(t *ticket) bool { return t.tool == a.req.Tool && t.toolCap > 0 }))) + ")")
 	}
-	// Its principal's set: where it stands in the queue depends on how
-	// many places its principal holds, so with other principals waiting,
-	// that must be as it saw; so must it be for the principal's cap. With
-	// no view, it knows of no queue (and checks there is none), and its
-	// principal must have room.
+	// Its principal's set as seen when it ranks the caller (mixed) or is
+	// capped; with no view, room under the principal's cap.
 	pp := u.path(PrincipalAttr(a.me.label))
 	u.add(pp, id)
 	mixed := v != nil && (a.req.ToolCap > 0 || slices.ContainsFunc(v.queue, func(t *ticket) bool {
@@ -453,18 +403,12 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	}) && slices.ContainsFunc(v.queue, func(t *ticket) bool {
 		return t.label != a.me.label && v.waits(t, now)
 	}) {
-		// The place it takes ranks its principal's other callers waiting
-		// after those of other principals who held as many: whose turn
-		// it is changes for the callers behind them, as when a place is
-		// freed, and freed tells the takes judged before.
+		// Its place ranks its principal's other waiters anew.
 		u.count(u.path(FreedAttr), 1)
 	}
 	switch {
 	case a.n != 0 && a.task:
-		// A task's claim keeps its ticket, claimed by the lease of its id:
-		// the lease's release removes both; its lapse leaves the ticket
-		// waiting again, so that a worker that ends before its call is
-		// made does not lose its task.
+		// A task's claim keeps its ticket (see Tasks in the package doc).
 		u.cond(u.path(TasksAttr, id) + " = " + u.num(a.n))
 	case a.n != 0:
 		u.removeTicket(id, a.me.label, a.n, a.task)
@@ -476,21 +420,12 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	}
 	if v != nil {
 		if a.n == 0 {
-			// A newcomer, the newest caller: nobody joined since it
-			// looked who might come before it (a newer ticket may: its
-			// principal may hold fewer places). A waiter's turn is judged
-			// at its look, which is after its own join: callers that
-			// joined since then come after it, as they would had its
-			// take landed at once.
+			// A newcomer: nobody joined since it looked.
 			u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 		}
 		if mixed || a.req.PrincipalCap > 0 || h.passed {
-			// No place was freed and no ticket left that might change
-			// whose turn it is. When every caller waiting is of its own
-			// principal and none waits for a capped tool, they are served
-			// by ticket number alone, and a place freed only makes more
-			// room — unless one before it was passed over (a bucket or a
-			// gate held it back), which a release may unblock.
+			// Nothing changed whose turn it is; one principal alone waiting
+			// for no capped tool, nobody passed over, is served by number.
 			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 		}
 	}
@@ -502,13 +437,9 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		u.removeTicket(t.id, t.label, t.n, t.task)
 		u.count(u.path(FreedAttr), 1)
 	}
-	u.admit(a.gateAttrs(), a.me.label, id, exp, now, h.probes, v)
+	u.admit(a.req.gateAttrs(), a.me.label, id, exp, now, h.probes, v)
 	u.ttl(exp)
-	// A take is judged from v at now: sent again later, it could land on a
-	// turn that has passed (a lease lapsing meanwhile lets a blocked caller
-	// go first). It is sent once; after a store error the caller looks
-	// again and judges anew, finding its lease if the take landed after
-	// all.
+	// Judged for its moment: sent once (see Take in the package doc).
 	u.judged = true
 	a.asked = time.Now()
 	wctx := ctx
@@ -519,17 +450,13 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if err == nil {
 		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
-		if ls != nil {
-			ls.probes = h.probes
-		}
 		return ls, nil, err
 	}
 	if errors.Is(err, errCondition) {
 		a.takeErrs = 0
 		return nil, nv, nil // not landed, unless the item shows it did (the caller's loop looks)
 	}
-	// Look again, until an answer or the budget of errors in a row is
-	// spent.
+	// Read again, until an answer or its budget of errors in a row is spent.
 	for {
 		if a.takeErrs++; a.takeErrs >= writeAttempts || !storeError(err) || ctx.Err() != nil {
 			return nil, nil, err
@@ -549,21 +476,8 @@ func (l *Limiter) rulesFor(req Request, v *view) rules {
 	return rulesOf(req.capIn(v), req.PrincipalCap, req.Rates)
 }
 
-// reserved counts the tickets of ahead that uses says need what this
-// caller's take leaves room for.
-func (a *attempt) reserved(uses func(*ticket) bool, ahead []*ticket) int {
-	n := 0
-	for _, t := range ahead {
-		if uses(t) {
-			n++
-		}
-	}
-	return n
-}
-
-// judgedKey carries, in the context of a take judged from a view, that
-// view's seq: the fault simulation checks the order of places against the
-// callers the taker could see.
+// judgedKey carries in a take's context the seq of the view it was judged
+// from (which the fault simulation checks).
 type judgedKey struct{}
 
 // lease completes the acquire with the lease the item shows this attempt
@@ -582,7 +496,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	if a.req.ToolCap > 0 {
 		ls.tool = a.req.Tool
 	}
-	for _, g := range a.gateAttrs() {
+	for _, g := range a.req.gateAttrs() {
 		for _, key := range []string{gateAll, a.me.label} {
 			if e := v.gates[g].entry(key); e.probe == a.me.id {
 				ls.probes = append(ls.probes, gateRef{g, key})
@@ -607,19 +521,12 @@ func (l *Limiter) newLease(req Request, id string) *Lease {
 	return ls
 }
 
-// join puts this caller's ticket in the queue: its number from seq, its
-// deadline, and the tool, cap and rate it waits for, on condition that the
-// queue has room (leaving its reserve to other principals when this one
-// already has callers or tasks waiting: claimed tickets, tasks running,
-// and lapsed ones wait no more), and that the caller neither waits nor
-// holds a place already. It charges nothing. A join refused for room is
-// that one failed write: nothing of it is left to take back.
+// join puts this caller's ticket in the queue (see Join in the package
+// doc).
 func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	now := a.now()
 	id := a.me.id
-	// Others' clocks may be ahead of this one by up to Margin: the ticket
-	// lives that much past its caller's own deadline, so that nobody takes
-	// it for gone while its caller still waits.
+	// Margin past its caller's deadline: others' clocks may be ahead.
 	deadline := now + time.Until(a.waitEnd()).Milliseconds() + a.l.margin.Milliseconds()
 	wp := WaitingAttr(a.me.label)
 	u := newUpdate()
@@ -631,9 +538,6 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	u.set(qp, next)
 	info := map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: a.me.label}, ticketDeadline: number(deadline)}
 	if !a.task {
-		// Its look period at the rank it joins at (the newest): it looks
-		// at least that often while it waits, and is presumed gone only
-		// ClaimWindow past it.
 		info[ticketLook] = number(a.lookPeriod(v.before(now, &a.me), max(a.req.capIn(v), 1)).Milliseconds())
 	}
 	if a.req.Tool != "" {
@@ -656,26 +560,19 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	}
 	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+u.path(other, id)+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
 	if a.task {
-		// A task's ticket is never presumed gone, so a join landing late
-		// must not bring it back once claimed and released, withdrawn or
-		// lapsed: each of those moves freed.
+		// A late join must not bring back a task claimed and released,
+		// withdrawn or lapsed: each of those moves freed.
 		u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 	}
-	// Callers and tasks each have MaxQueued places (a task's holds no
-	// invocation: what bounds the callers, a bulkhead's share of the
-	// function's concurrency, does not bound them).
+	// Callers and tasks each have MaxQueued places.
 	size := "size(" + u.path(kind) + ")"
 	purged := p.queue
 	if a.task {
-		// The tasks running keep their claimed tickets in the map, and
-		// take no place in the queue: with freed as seen (above), each
-		// ticket seen claimed is there still.
-		purged = p.tasks + v.claimedTasks(now)
+		// Claimed tickets take no place (freed as seen: each is there still).
+		purged = p.tasks + countIf(v.queue, func(t *ticket) bool { return v.claimed(t, now) })
 	}
 	u.cond(size + " < " + u.num(int64(a.req.MaxQueued+purged)))
 	if r := QueueReserve(a.req.MaxQueued); r > 0 {
-		// A principal whose tickets are all claimed (its tasks running)
-		// or lapsed has nothing waiting.
 		u.cond("(attribute_not_exists(" + u.path(wp) + ") OR " + size + " < " + u.num(int64(a.req.MaxQueued-r+purged)) + u.stillNotWaiting(wp, v, a.me.label, now) + ")")
 	}
 	u.ttl(deadline)
@@ -683,7 +580,6 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	a.l.stats.tickets.Add(1)
 	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.joined = true })
 	if nv != nil && nv.ticketFor(id) != nil {
-		// The item as its join left it (or as an earlier send of it did).
 		a.joined = true
 		a.behind = nv.before(a.now(), &a.me)
 	}
@@ -704,16 +600,17 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	return nv, nil
 }
 
+// waitEnd is when its wait is over: after req.Wait, or by req.CallBy.
 func (a *attempt) waitEnd() time.Time {
-	end := a.start.Add(a.req.Wait)
+	end := a.start.Add(max(a.req.Wait, 0))
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(end) {
 		end = a.req.CallBy
 	}
 	return end
 }
 
-// wait holds a queued caller until there is news of the item from this
-// process, or for look, then looks itself.
+// wait holds a queued caller until news of the item from this process,
+// or for look, then reads the item.
 func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until time.Time) (*view, error) {
 	if !time.Now().Before(until) {
 		a.l.stats.waitTimeouts.Add(1)
@@ -723,8 +620,7 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 	if latest != nil && latest != v && at.After(a.asked) {
 		return latest, nil // news from another request here
 	}
-	// News from this process does not put its own look off: it looks
-	// by the earliest time any of its waits asked for since its last.
+	// News does not put its look off: it reads by the earliest time asked.
 	by := time.Now().Add(look)
 	if !a.lookBy.IsZero() && a.lookBy.Before(by) {
 		by = a.lookBy
@@ -746,15 +642,12 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 	return v, err
 }
 
-// claimWindow is how long t's turn may stand untaken at another caller's
-// looks before t's caller is presumed gone: ClaimWindow past the look
-// period its ticket announces, its longest sleep between looks.
+// claimWindow is how long t's turn may stand untaken before t's caller is
+// presumed gone: ClaimWindow past the look period its ticket announces.
 func claimWindow(t *ticket) time.Duration { return ClaimWindow + max(t.look, 0) }
 
 // lookPeriod is the longest a waiter with rank callers before it goes
-// without looking, places places on the key: MaxLook while fewer than
-// places come before it, rank/places × MaxLook (at most MaxLookFar)
-// behind more. Its ticket announces the period of its rank at its join.
+// without looking, places places on the key (see Whose turn).
 func (a *attempt) lookPeriod(rank, places int) time.Duration {
 	if rank < places {
 		return a.l.maxLook
@@ -762,29 +655,16 @@ func (a *attempt) lookPeriod(rank, places int) time.Duration {
 	return min(time.Duration(rank/places)*a.l.maxLook, MaxLookFar)
 }
 
-// nextLook is how long a waiter waits before it looks at the item again:
-// until its place may first free. Each place frees when its call should
-// end — a lease's from its expiry, less its margin and this caller's hold,
-// plus how long calls here last (from the item, or this process), less
-// their spread; a place whose turn came to a caller that has not taken it
-// yet, a call's length from now — and the callers before it take the
-// places in the order they free, a round of calls per place. A pause, the
-// hold or an empty bucket of its own end when they say. A look that finds
-// its place late waits half as long again as the last, from 5 ms up to
-// its look period. It never waits longer than its look period at its rank
-// now (lookPeriod), nor than the one its ticket announced: so that, its
-// turn come, it takes its place within its claim window, while the reads
-// of a long queue grow with the logarithm of its length up to MaxLookFar
-// rather than with it.
+// nextLook is how long a waiter waits before it reads the item again:
+// until its place is expected to free (see Whose turn in the package
+// doc), never longer than its look period now nor than its ticket's.
 func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	rank := v.before(now, &a.me)
 	moved := a.lookRank < 0 || rank < a.lookRank
 	a.lookRank = rank
 	period := a.lookPeriod(rank, max(a.req.capIn(v), 1))
 	if t := v.ticketFor(a.me.id); t != nil {
-		// Never longer than its ticket announces; never shorter than its
-		// MaxLook, the least it announces (a shorter period is an edit of
-		// the item, and would have it poll).
+		// Its ticket's, read as MaxLook at least (shorter is a hand edit).
 		period = min(period, max(t.look, a.l.maxLook))
 	}
 	most := period
@@ -792,9 +672,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		a.look = overdueLook
 		return min(d+jitter(overdueLook), most)
 	}
-	// Callers whose turn came before its own take their places at their
-	// next look; one that has not within its claim window is presumed gone
-	// at this caller's first look after: it looks then.
+	// It looks when a caller whose turn came is presumed gone.
 	for _, t := range ahead {
 		if at, ok := a.turnSince[t.id]; ok {
 			most = min(most, max(time.Until(at.Add(claimWindow(t))), 0)+jitter(overdueLook))
@@ -808,8 +686,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		spread = held / 2
 	}
 	late := func() time.Duration {
-		// Jittered upwards (never below the schedule, so a late waiter
-		// looks at most once a look period), and never past most.
+		// Half as long again each time, jittered upwards.
 		d := a.look
 		a.look = min(a.look*3/2, period)
 		return min(d+jitter(d/4), most)
@@ -819,8 +696,6 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	}
 	var toolFull map[string]bool
 	if set := v.sets[ToolAttr(a.req.Tool)]; a.req.ToolCap > 0 && v.liveIn(now, set) >= a.req.ToolCap {
-		// Its tool is full: its place frees when one of the tool's
-		// leases ends, not another tool's.
 		toolFull = make(map[string]bool, len(set))
 		for _, id := range set {
 			toolFull[id] = true
@@ -838,9 +713,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	}
 	toolAhead := 0
 	for _, t := range ahead {
-		// A caller whose turn came takes its place at its next look: its
-		// call ends a call's length from then, or, late to take it (gone,
-		// or slow), it is late as a lease past its end is.
+		// Its call ends a call's length from when its turn came.
 		from := now
 		if at, ok := a.turnSince[t.id]; ok {
 			from = now - time.Since(at).Milliseconds()
@@ -851,8 +724,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 			toolAhead++
 		}
 	}
-	// The callers before it take the places in the order they free, a
-	// round of calls per place.
+	// The callers before it take the places in the order they free.
 	frees := func(ends []int64, pos int) (int64, bool) {
 		if len(ends) == 0 {
 			return 0, false
@@ -862,10 +734,8 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	}
 	eta, ok := frees(ends, max(rank-len(ahead), 0))
 	if toolFull != nil {
-		// Its tool full, its place frees with one of the tool's leases,
-		// after the tool's own callers before it: callers of other tools
-		// take other tools' places. A server full as well frees it no
-		// sooner than the server's place either.
+		// Its tool full: after the tool's own callers, no sooner than the
+		// server's place when that is full too.
 		sameTool := func(t *ticket) bool { return t.tool == a.req.Tool }
 		toolETA, toolOK := frees(toolEnds, max(v.beforeIf(now, &a.me, sameTool)-toolAhead, 0))
 		if c := a.req.capIn(v); !ok || c <= 0 || v.liveLeases(now) < c {
@@ -877,10 +747,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	if ok {
 		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
 			if moved {
-				// Found late, it backs off until it moves up: a new
-				// estimate of the same place (call_ms moved, a holder
-				// renewing past its expected end) does not make it look
-				// again from 5 ms.
+				// Its back-off starts again only once it moved up.
 				a.look = overdueLook
 			}
 			return min(d, most)
@@ -907,11 +774,8 @@ func (a *attempt) blockedFor(v *view, now int64) time.Duration {
 // withdrawBudget bounds each write of a withdrawal.
 const withdrawBudget = 2 * time.Second
 
-// leave takes back what this failed attempt may have left in the item: its
-// ticket, conditioned on its number, and (when no ticket was there) a
-// lease a take of it whose outcome was unknown may have made. Best
-// effort: a ticket left behind is passed over once its turn has come for
-// ClaimWindow, or purged past its deadline; a lease expires.
+// leave takes back what this failed attempt may have left in the item
+// (see Leave in the package doc), best effort.
 func (a *attempt) leave(ctx context.Context) {
 	if !a.joined && len(a.unsure) == 0 {
 		return
@@ -940,8 +804,7 @@ func (a *attempt) leave(ctx context.Context) {
 			return
 		}
 	}
-	// A take of it may have landed unseen (and removed its ticket). Its
-	// ttl is from now: the write before may have taken its whole budget.
+	// A take of it may have landed unseen.
 	u := newUpdate()
 	u.ttl(a.now())
 	lp := u.path(LeasesAttr, id)
@@ -957,8 +820,7 @@ func (a *attempt) leave(ctx context.Context) {
 }
 
 // full is the refusal of a caller that does not wait, or may not: why, and
-// when to try again — when the calls held are expected to have made room
-// for the callers waiting and this one, from how long calls here last.
+// when the calls held are expected to have made room for it.
 func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *FullError {
 	e := &FullError{Reason: reason, What: "server", Cap: a.req.capIn(v)}
 	held, _ := a.b.meanHeld()
@@ -997,26 +859,15 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 }
 
 // charge admits a call that holds nothing in the item, only pays its
-// buckets: one conditional write, made again on the item it gets back
-// while the buckets hold tokens. Nothing in the item tells its resend
-// from another call's, so it is never sent again after an attempt whose
-// outcome was unknown: a token may be lost to a store error, never taken
-// twice.
+// buckets: one write, made again from each failed answer, never resent
+// after an unknown outcome (a token may be lost, never taken twice).
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
-	// The process's last view of the key only chooses the form of the
-	// charge, which its conditions check; a refusal is judged from the
-	// answer a charge gets.
+	// The process's view only chooses the charge's form; a refusal is
+	// judged from a charge's answer.
 	v, own := l.board(req.Key).recent(time.Hour), false
-	gates := []string{PauseAttr}
-	if req.Tool != "" {
-		gates = append(gates, PauseAttrPrefix+req.Tool)
-	}
 	for range maxEager {
 		now := l.clock().UnixMilli()
-		// Callers waiting whose turn comes before it, as a newcomer's,
-		// came first: it leaves them their buckets' tokens, as a take
-		// does, conditioned on no more callers waiting than the view
-		// shows.
+		// It leaves the callers before it their tokens, as a take does.
 		rs := l.rulesFor(req, v)
 		waiting := aheadIn(v, req, rs, now)
 		if v != nil && own {
@@ -1031,15 +882,12 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		}
 		u := newUpdate()
 		u.once = true
-		u.admit(gates, req.Holder, "", 0, now, nil, v)
+		u.admit(req.gateAttrs(), req.Holder, "", 0, now, nil, v)
 		// Both maps: a task's ticket waits for a token as a caller's does.
-		for _, m := range []struct {
-			attr string
-			task bool
-		}{{QueueAttr, false}, {TasksAttr, true}} {
-			mp, n := u.path(m.attr), 0
+		for _, task := range []bool{false, true} {
+			mp, n := u.path(kindAttr(task)), 0
 			if v != nil {
-				n = v.tickets(m.task)
+				n = v.tickets(task)
 			}
 			if n > 0 {
 				u.cond("size(" + mp + ") <= " + u.num(int64(n)))
@@ -1052,10 +900,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 				return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
 			})
 		}) {
-			// A waiter needing a token of its buckets, held back in the
-			// view, may have had its turn come since (a place freed, a
-			// ticket gone, a gate or bucket purged, a token back): its
-			// token is left to it only if freed is as seen.
+			// A waiter needing its buckets' tokens: freed as seen.
 			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 		}
 		for _, r := range req.Rates {

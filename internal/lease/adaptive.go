@@ -109,9 +109,8 @@ func capIn(ceiling int, ad *Adaptive, v *view) int {
 // floor is the lowest the limit goes under ceiling.
 func (ad *Adaptive) floor(ceiling int) int { return min(max(ad.Min, 1), ceiling) }
 
-// capConds conditions a take on the key's cap: with a view, room for the
-// callers ahead under the cap it shows (adaptive: the limit as seen);
-// without, room under the ceiling and the stored limit.
+// capConds conditions a take on room under the key's cap for it and the
+// callers ahead: the cap (or limit) as seen, or with no view as stored.
 func (a *attempt) capConds(u *update, v *view, purgedLeases, ahead int) {
 	if a.req.Cap <= 0 {
 		return

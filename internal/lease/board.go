@@ -6,19 +6,17 @@ import (
 )
 
 // board is what this process last saw of one key's item: every answer
-// about it goes on it, and the waiters here wake to look, so they share
-// their reads and a place freed here reaches them at once.
+// goes on it, and wakes the waiters here.
 type board struct {
 	mu sync.Mutex
 	v  *view
 	// at is when the request v answers was sent.
 	at      time.Time
 	changed chan struct{} // closed when v is replaced
-	// starts: the task tickets this process lately started a worker for,
-	// with when (not again within StartTimeout).
-	starts map[string]time.Time
-	// held and spread: running means of how long leases here were held,
-	// and of the distance from that mean.
+	// starts: when this process lately started a worker for each task
+	// ticket; held and spread: running means of how long leases here were
+	// held, and of the distance from that mean.
+	starts       map[string]time.Time
 	held, spread time.Duration
 }
 

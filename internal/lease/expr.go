@@ -123,18 +123,17 @@ func (u *update) expression() string {
 }
 
 // purged counts what a purge removes: leases, tickets from the queue and
-// from tasks, and members per set.
+// from tasks, and members per set; more: it left stale entries for want of
+// room.
 type purged struct {
 	leases, queue, tasks int
 	sets                 map[string]int
+	more                 bool
 }
 
-// purge removes up to maxPurge entries v shows stale at now — whole
-// leases and tickets, halves of tickets, principals' full buckets, idle
-// gate entries, stray set members — each conditioned on the value seen.
-// It leaves id's entries, those in a set in keep (a write cannot both add
-// to and delete from one set) and, of a gate in keep, self's and
-// everyone's entries, which the write may set itself.
+// purge removes up to maxPurge entries v shows stale at now (see Purge in
+// the package doc), but id's, those in a set in keep and, of a gate in
+// keep, self's and everyone's: the write may change those itself.
 func (u *update) purge(v *view, now int64, id, self string, keep ...string) purged {
 	p := purged{sets: map[string]int{}}
 	if v == nil {
@@ -142,6 +141,7 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 	}
 	n := 0
 	room := func(skip bool) bool { // counts the entry if it is purged
+		p.more = p.more || !skip && n == maxPurge
 		if skip || n == maxPurge {
 			return false
 		}
@@ -214,9 +214,6 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		rp := u.path(attr)
 		u.remove(rp)
 		u.cond(rp + " = " + u.num(v.rates[attr]))
-		// Absent is full: a caller its bucket held back goes first again
-		// for a taker whose clock, slower than the purger's, found it
-		// empty.
 		u.count(u.path(FreedAttr), 1)
 	}
 	entries, empty := v.staleEntries(now)
@@ -226,9 +223,6 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 		u.condEntry(v.gates[e.attr], e.key)
 		u.remove(u.path(e.attr, e.key))
-		// A gate entry leaving can change whose turn it is: a caller it
-		// held back goes first again for a taker whose clock, slower
-		// than the purger's, still found it shut.
 		u.count(u.path(FreedAttr), 1)
 	}
 	for _, attr := range empty {
@@ -251,21 +245,6 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 	}
 	return p
-}
-
-// stale counts the entries a purge would remove.
-func (v *view) stale(now int64) int {
-	entries, empty := v.staleEntries(now)
-	n := len(v.staleLeases(now)) + len(v.staleTickets(now)) + len(v.halves) + len(entries) + len(empty)
-	for attr, tat := range v.rates {
-		if idleBucket(attr, tat, now) {
-			n++
-		}
-	}
-	for _, ids := range v.strayMembers() {
-		n += len(ids)
-	}
-	return n
 }
 
 // removeLease adds to u the removal of lease id whole, as v shows it,

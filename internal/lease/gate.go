@@ -10,8 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// A gate is one map attribute (see Gates in the package doc): gateAll →
-// the entry for everyone, a principal's label → its own.
+// Gates (see Gates in the package doc): gateAll keys everyone's entry.
 const (
 	// BreakerAttrPrefix starts a breaker's gate: "breaker:<tool>".
 	BreakerAttrPrefix = "breaker:"
@@ -180,10 +179,9 @@ func (e *CircuitOpenError) Error() string {
 	return fmt.Sprintf("lease: circuit %q is open for %v", e.Name, e.RetryAfter.Round(time.Millisecond))
 }
 
-// refusal is why the gates gs refuse a caller of principal label at now:
-// its breaker (*CircuitOpenError, failing the call at once), else the
-// latest pause or the hold (*FullError Paused or Held, which a waiter
-// waits out); nil when they let it pass.
+// refusal is why the gates gs or the hold refuse a caller of principal
+// label at now: *CircuitOpenError, else *FullError Paused or Held; nil
+// when they let it pass.
 func refusal(gs []*gate, label string, now, hold int64) error {
 	var pause int64
 	ms := func(t int64) time.Duration { return time.Duration(t-now) * time.Millisecond }
@@ -215,12 +213,8 @@ func refusal(gs []*gate, label string, now, hold int64) error {
 }
 
 // admit conditions a take made at now on the caller of principal label
-// still passing the gates gs, and names it the probe of probes. Each
-// entry is conditioned on what makes it pass, never on what another
-// release moves (a failure count): a breaker entry never closed (or
-// opened again), or half-open with no live probe when it probes; a pause
-// entry passed or absent; the hold passed. With no view, the take needs
-// entries that never closed.
+// still passing the gates gs and the hold, each entry on what makes it
+// pass (never on a failure count), and names it the probe of probes.
 func (u *update) admit(gs []string, label string, id string, exp, now int64, probes []gateRef, v *view) {
 	for _, attr := range gs {
 		var g *gate
@@ -265,8 +259,7 @@ func (u *update) condGate(g *gate, attr, key string) {
 		u.cond("attribute_not_exists(" + u.path(attr) + ")")
 		return
 	}
-	// A nested write needs its map: conditioned on it, a map removed
-	// meanwhile fails the condition rather than the request.
+	// A map removed meanwhile fails the condition, not the request.
 	u.cond("attribute_exists(" + u.path(attr) + ")")
 	u.condEntry(g, key)
 }
@@ -304,9 +297,8 @@ func (u *update) condEntry(g *gate, key string) {
 	}
 }
 
-// pinGate conditions u on g holding the entries seen, as seen, but those
-// skip names (conditioned otherwise): with the size, one purged and
-// another added meanwhile cannot pass for the gate as seen.
+// pinGate conditions u on g holding the entries seen, as seen, and no
+// other (its size), but those skip names (conditioned otherwise).
 func (u *update) pinGate(g *gate, skip func(key string) bool) {
 	u.cond("size(" + u.path(g.attr) + ") = " + u.num(int64(len(g.entries))))
 	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
@@ -327,43 +319,27 @@ func (u *update) probeOf(p gateRef, id string) string {
 // unprobe leaves the entry at ep half-open, with no probe.
 func (u *update) unprobe(ep string) { u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp)) }
 
-// shutByAnother is the first entry of g of a principal other than label
-// closed at now.
-func (g *gate) shutByAnother(label string, now int64) (string, bool) {
-	if g == nil {
-		return "", false
-	}
-	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-		if key != gateAll && key != label && g.entries[key].shut(now) {
-			return key, true
-		}
-	}
-	return "", false
+// shutByAnother: an entry of g of a principal other than label is closed
+// at now.
+func (g *gate) shutByAnother(label string, now int64) bool {
+	return g != nil && slices.ContainsFunc(slices.Collect(maps.Keys(g.entries)), func(key string) bool {
+		return key != gateAll && key != label && g.entries[key].shut(now)
+	})
 }
 
-// shutAll closes g's entry for everyone until until, because another
-// principal's entry (other) is closed: conditioned on that entry as seen,
-// never shortening a closing that stands.
-func (u *update) shutAll(g *gate, other string, until int64) {
-	u.condEntry(g, other)
-	e, ok := g.entries[gateAll]
-	switch {
-	case !ok:
-		u.cond("attribute_not_exists(" + u.path(g.attr, gateAll) + ")")
+// shutAll closes g's entry for everyone until until, never shortening a
+// closing that stands: u pins g as seen (pinGate).
+func (u *update) shutAll(g *gate, until int64) {
+	if e, ok := g.entries[gateAll]; !ok {
 		u.set(u.path(g.attr, gateAll), u.value(entryValue(map[string]int64{gateUntil: until})))
-	case e.until < until:
-		u.condEntry(g, gateAll)
+	} else if e.until < until {
 		u.set(u.path(g.attr, gateAll, gateUntil), u.num(until))
 	}
 }
 
 // outcome adds to u what a finished call of principal label (lease id)
-// tells breaker br as v shows it — its probes' verdicts, or its failure
-// counted (closing its principal's entry at Threshold, and everyone's
-// while another principal's is closed), or its success resetting the
-// count — and returns the transition. Every judgement from the gate as
-// seen is conditioned on it: a view that missed a change fails the
-// release, which is made again from its answer.
+// tells breaker br as v shows it (see Breaker in the package doc), each
+// judgement conditioned on the gate as seen, and returns the transition.
 func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRef, o Outcome, now int64) Transition {
 	attr := BreakerAttr(br.Name)
 	g := v.gates[attr]
@@ -379,12 +355,9 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 			u.set(ep, u.value(entryValue(map[string]int64{gateUntil: reopen, gateLast: now})))
 			tr = Reopened
 		case o == Failure:
-			// Everyone's probe failed: half-open again (shut again below
-			// only with another principal's entry shut).
-			u.unprobe(ep)
+			u.unprobe(ep) // everyone's: shut below only with another's shut
 		default:
-			// No verdict: half-open again, and its principal may not
-			// probe it for Recovery.
+			// No verdict: its principal may not probe it for Recovery.
 			u.unprobe(ep)
 			u.set(ep+"."+u.path(gateBarred), u.str(label))
 			u.set(ep+"."+u.path(gateBarUntil), u.num(reopen))
@@ -420,31 +393,27 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 	return u.shutWith(g, attr, label, probes, reopen, now, tr)
 }
 
-// shutWith closes, as principal label's entry of gate attr closes until
-// reopen, everyone's entry too if another principal's is closed — judged
-// from g as seen, every entry pinned (those of probes by their probe) —
-// and returns the transition: tr, or Opened (Reopened for everyone's
-// failed probe) when everyone's closes.
+// shutWith closes, as label's entry of gate attr closes until reopen,
+// everyone's too while another principal's is closed, judged from g as
+// seen and pinned, and returns the transition.
 func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen, now int64, tr Transition) Transition {
 	if g == nil {
 		return tr
 	}
 	u.pinGate(g, func(key string) bool { return key == label || slices.Contains(probes, gateRef{attr, key}) })
-	other, ok := g.shutByAnother(label, now)
 	switch {
-	case !ok:
+	case !g.shutByAnother(label, now):
 		return tr
 	case slices.Contains(probes, gateRef{attr, gateAll}):
 		u.set(u.path(attr, gateAll, gateUntil), u.num(reopen))
 		return Reopened
 	}
-	u.shutAll(g, other, reopen)
+	u.shutAll(g, reopen)
 	return Opened
 }
 
 // pause closes pause gate attr for principal label until until, as v
-// shows the gate: never shortening a closing that stands, and closing it
-// for everyone while another principal's entry is closed.
+// shows the gate (see Pause in the package doc).
 func (u *update) pause(v *view, attr, label string, until, now int64) {
 	g := v.gates[attr]
 	if e := g.entry(label); e.until >= until || until <= now {
@@ -455,15 +424,14 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 		u.pinGate(g, func(key string) bool { return key == label })
 	}
 	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: until}))
-	if other, ok := g.shutByAnother(label, now); ok && g.entry(gateAll).until < until {
-		u.shutAll(g, other, until)
+	if g.shutByAnother(label, now) {
+		u.shutAll(g, until)
 	}
 }
 
-// staleEntries lists the gate entries stale at now, and the gate maps
-// left empty: a breaker entry with no probe whose last failure is
-// IdleGate old, open (a principal's: or closed IdleGate ago); a pause
-// entry whose time passed.
+// staleEntries lists the gate entries stale at now (see Gates in the
+// package doc; a pause entry whose time passed), and the gate maps left
+// empty.
 func (v *view) staleEntries(now int64) (entries []gateRef, empty []string) {
 	idle := IdleGate.Milliseconds()
 	for _, attr := range slices.Sorted(maps.Keys(v.gates)) {

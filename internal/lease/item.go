@@ -2,6 +2,8 @@ package lease
 
 import (
 	"cmp"
+	"iter"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -18,9 +20,8 @@ type view struct {
 	// sets maps each tool, principal or waiting set attribute to its
 	// members.
 	sets map[string][]string
-	// queue holds the tickets, by number; halves are the tickets that are
-	// not whole (a queue entry, a tickets entry or a waiting member
-	// without the rest: a hand edit, or an item of an older design).
+	// queue holds the tickets, by number; halves the parts of tickets
+	// that are not whole.
 	queue      []*ticket
 	halves     []half
 	hasMaps    bool // leases, queue and tickets exist
@@ -44,17 +45,13 @@ type ticket struct {
 	toolCap     int
 	// toolRPM is its tool's rate limit, a minute (0: none).
 	toolRPM int
-	// task: a task's ticket (in the tasks map), which no caller waits
-	// behind: taskID is its task, started when a worker was last started
-	// for it (Unix ms; 0: never).
+	// task: a task's ticket (in tasks), of task taskID, a worker last
+	// started for it at started (Unix ms; 0: never).
 	task    bool
 	taskID  string
 	started int64
-	// look is the longest its caller goes without looking at the item,
-	// as its ticket announces (legacyLook when it announces none), read
-	// as at most MaxLookFar: the item is anyone's to write, and a longer
-	// period would let a dead waiter hold a free place past invariant 8's
-	// bound.
+	// look is its announced look period (legacyLook if none), read as
+	// MaxLookFar at most.
 	look time.Duration
 }
 
@@ -75,14 +72,12 @@ func isSetAttr(attr string) bool {
 	return strings.HasPrefix(attr, ToolAttrPrefix) || strings.HasPrefix(attr, PrincipalAttrPrefix) || strings.HasPrefix(attr, WaitingAttrPrefix)
 }
 
-// parseItem reads a lease item. An entry that cannot be read counts as the
-// store counts it: a lease whose expiry is not a number (a hand edit)
-// never expires; a ticket without its details is stale.
+// parseItem reads a lease item: a lease whose expiry is not a number
+// never expires; a ticket not whole is a half.
 func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
 		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
-	queue, tasks, details := map[string]int64{}, map[string]int64{}, map[string]*types.AttributeValueMemberM{}
-	badDetails := map[string]types.AttributeValue{}
+	queue, tasks, details := map[string]int64{}, map[string]int64{}, map[string]types.AttributeValue{}
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
 	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
 	_, hasTasks := item[TasksAttr].(*types.AttributeValueMemberM)
@@ -105,13 +100,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 					tasks[id] = numberOr(n, 0)
 				}
 			case attr == TicketsAttr:
-				for id, d := range x.Value {
-					if m, ok := d.(*types.AttributeValueMemberM); ok {
-						details[id] = m
-					} else {
-						badDetails[id] = d
-					}
-				}
+				maps.Copy(details, x.Value)
 			case isGateAttr(attr):
 				v.gates[attr] = parseGate(attr, x)
 			}
@@ -148,43 +137,27 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 	}
 	ids := map[string]bool{}
-	for id := range queue {
-		ids[id] = true
-	}
-	for id := range tasks {
-		ids[id] = true
-	}
-	for id := range details {
-		ids[id] = true
-	}
-	for id := range waitingOf {
-		ids[id] = true
+	for _, keys := range []iter.Seq[string]{maps.Keys(queue), maps.Keys(tasks), maps.Keys(details), maps.Keys(waitingOf)} {
+		for id := range keys {
+			ids[id] = true
+		}
 	}
 	for id := range ids {
-		if _, bad := badDetails[id]; bad {
-			continue // below
-		}
-		n, d, w := queue[id], details[id], waitingOf[id]
+		n, w := queue[id], waitingOf[id]
 		tn, isTask := tasks[id]
-		if isTask {
+		_, inQueue := queue[id]
+		if isTask && !inQueue {
 			n = tn
 		}
+		d, _ := details[id].(*types.AttributeValueMemberM)
 		var label string
 		if d != nil {
 			if s, ok := d.Value[ticketLabel].(*types.AttributeValueMemberS); ok {
 				label = s.Value
 			}
 		}
-		_, inQueue := queue[id]
 		if n <= 0 || d == nil || w == "" || label != w || isTask && inQueue {
-			h := half{id: id, n: n, waiting: w, task: isTask, both: isTask && inQueue}
-			if d != nil {
-				h.details = d
-			}
-			if h.both {
-				h.n = queue[id]
-			}
-			v.halves = append(v.halves, h)
+			v.halves = append(v.halves, half{id: id, n: n, details: details[id], waiting: w, task: isTask, both: isTask && inQueue})
 			continue
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
@@ -198,15 +171,6 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			t.taskID = s.Value
 		}
 		v.queue = append(v.queue, t)
-	}
-	for id, d := range badDetails {
-		_, isTask := tasks[id]
-		_, inQueue := queue[id]
-		n := queue[id]
-		if isTask && !inQueue {
-			n = tasks[id]
-		}
-		v.halves = append(v.halves, half{id: id, details: d, n: n, waiting: waitingOf[id], task: isTask, both: isTask && inQueue})
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
@@ -241,9 +205,7 @@ func (v *view) ticketFor(id string) *ticket {
 func (t *ticket) live(now int64) bool { return t.deadline >= now }
 
 // claimed reports whether task ticket t is claimed at now: a live lease of
-// its id holds its place. A claim keeps the ticket in the item until the
-// lease's release removes both; once the lease lapses (its worker died or
-// is late), the ticket waits again, at its number.
+// its id holds its place (see Tasks in the package doc).
 func (v *view) claimed(t *ticket, now int64) bool {
 	exp, ok := v.leases[t.id]
 	return t.task && ok && exp >= now && t.live(now)
@@ -252,11 +214,11 @@ func (v *view) claimed(t *ticket, now int64) bool {
 // waits reports whether t waits at now: live, and not claimed.
 func (v *view) waits(t *ticket, now int64) bool { return t.live(now) && !v.claimed(t, now) }
 
-// claimedTasks counts the task tickets claimed at now.
-func (v *view) claimedTasks(now int64) int {
+// countIf counts the elements of s that f holds of.
+func countIf[T any](s []T, f func(T) bool) int {
 	n := 0
-	for _, t := range v.queue {
-		if v.claimed(t, now) {
+	for _, x := range s {
+		if f(x) {
 			n++
 		}
 	}
@@ -266,25 +228,13 @@ func (v *view) claimedTasks(now int64) int {
 // waiting counts the tickets of callers (task false) or of tasks waiting
 // at now (live and not claimed).
 func (v *view) waiting(now int64, task bool) int {
-	n := 0
-	for _, t := range v.queue {
-		if v.waits(t, now) && t.task == task {
-			n++
-		}
-	}
-	return n
+	return countIf(v.queue, func(t *ticket) bool { return v.waits(t, now) && t.task == task })
 }
 
 // tickets counts the tickets, live, claimed or not, of callers (task
 // false) or of tasks: the size of their map.
 func (v *view) tickets(task bool) int {
-	n := 0
-	for _, t := range v.queue {
-		if t.task == task {
-			n++
-		}
-	}
-	return n
+	return countIf(v.queue, func(t *ticket) bool { return t.task == task })
 }
 
 // kindAttr is the map holding the numbers of tickets of callers (task
@@ -339,9 +289,7 @@ func (v *view) labelOf(id string) string {
 	return ""
 }
 
-// setsOf lists the sets lease id is a member of: its principal's and
-// tool's, not a waiting set (a claimed task's ticket, of the same id, is
-// in its principal's).
+// setsOf lists the sets lease id is a member of, but waiting sets.
 func (v *view) setsOf(id string) []string {
 	var out []string
 	for attr, members := range v.sets {
@@ -356,10 +304,9 @@ func (v *view) setsOf(id string) []string {
 // half is a ticket that is not whole: the parts of it the item holds.
 type half struct {
 	id string
-	// n is its queue number (0: none) — in the tasks map when task, in
-	// the queue when not; both, when it is in both (n is the queue's);
-	// details its tickets entry (nil: none); waiting the label whose
-	// waiting set holds it ("": none).
+	// n is its number (0: none), in tasks when task, else in queue (both:
+	// in both, n the queue's); details its tickets entry; waiting the
+	// label whose waiting set holds it.
 	n          int64
 	task, both bool
 	details    types.AttributeValue
@@ -381,17 +328,11 @@ func (v *view) staleLeases(now int64) []string {
 // staleTickets lists the tickets whose deadline passed at now, oldest
 // first.
 func (v *view) staleTickets(now int64) []*ticket {
-	var out []*ticket
-	for _, t := range v.queue {
-		if !t.live(now) {
-			out = append(out, t)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(v.queue), func(t *ticket) bool { return t.live(now) })
 }
 
-// strayMembers lists set members that are neither a lease nor a ticket of
-// the item (a hand edit, or an item written by an older design), by set.
+// strayMembers lists, by set, the members of sets other than waiting sets
+// that hold no lease.
 func (v *view) strayMembers() map[string][]string {
 	out := map[string][]string{}
 	for attr, members := range v.sets {

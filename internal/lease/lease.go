@@ -89,34 +89,24 @@ const (
 	// item.
 	DefaultMaxLook = time.Second
 	// ClaimWindow is how long, beyond the look period its ticket announces,
-	// a waiter whose turn came may leave its place untaken, the item
-	// unchanged, before the next caller presumes it gone and takes the
-	// place.
+	// a waiter whose turn came may leave its place untaken (see Whose turn).
 	ClaimWindow = 3 * time.Second
 	// MaxHolder is the longest Request.Holder, in bytes.
 	MaxHolder = 40
 	// abandonedAfter is added to the latest expiry a write knows of to form
-	// the item's TTL: DynamoDB may delete an item nobody wrote for that long.
+	// the item's TTL.
 	abandonedAfter = 24 * time.Hour
-	// maxEager bounds the takes an acquire makes back to back while the
-	// item keeps changing under it; then it looks again.
+	// maxEager bounds the writes made back to back from failed answers.
 	maxEager = 8
-	// recentView is how old a view of the item may be to stand in for a
-	// first write that would fail (a queue is there).
+	// recentView is how old a view may be to stand in for a first write.
 	recentView = time.Second
 	// overdueLook is the first wait of a waiter whose place was expected to
 	// free already.
 	overdueLook = 5 * time.Millisecond
-	// MaxLookFar is the longest a waiter far back in the queue goes
-	// without looking at the item: the longest look period a ticket
-	// announces. A caller presumes a waiter gone only ClaimWindow past its
-	// ticket's period, so a waiter whose turn comes while it sleeps (the
-	// callers before it all left at once) takes its place before anyone
-	// may, however long it sleeps.
+	// MaxLookFar is the longest look period a ticket announces: the
+	// longest a waiter far back in the queue goes without looking.
 	MaxLookFar = 30 * time.Second
-	// legacyLook is the look period of a ticket that announces none
-	// (written before tickets did): the longest its writer went without
-	// looking.
+	// legacyLook is the look period of a ticket that announces none.
 	legacyLook = 2 * time.Second
 )
 
@@ -360,8 +350,8 @@ type Lease struct {
 	key  string
 	id   string
 	tool string // the tool set it is in, if any
-	// exps are the expiries the store may hold for it: the one last known
-	// written, then those unknown renewals may have set.
+	// exps are the expiries the store may hold for it: the one known
+	// written, then those of unknown renewals.
 	exps     []int64
 	since    time.Time // when the holder got it (local clock)
 	released atomic.Bool

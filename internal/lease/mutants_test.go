@@ -55,7 +55,7 @@ var mutants = []mutant{
 	{"a claim that takes another worker's lease for its own", "task.go",
 		"case held && slices.Contains(a.unsure, exp):", "case held && (slices.Contains(a.unsure, exp) || len(a.unsure) != 0):"},
 	{"a task's join that can land late, after its claim", "acquire.go",
-		"		// lapsed: each of those moves freed.\n		u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))\n", "		// lapsed: each of those moves freed.\n"},
+		"		// withdrawn or lapsed: each of those moves freed.\n		u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))\n", "		// withdrawn or lapsed: each of those moves freed.\n"},
 	{"a task's release that leaves its claimed ticket behind", "release.go",
 		"	u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))\n	if ls.task {\n		u.remove(u.path(TasksAttr, ls.id))\n	}\n	u.del(u.path(WaitingAttr(ls.label)), ls.id)\n",
 		"	if !ls.task {\n		u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))\n		u.del(u.path(WaitingAttr(ls.label)), ls.id)\n	}\n"},

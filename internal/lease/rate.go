@@ -27,9 +27,8 @@ func RateAttr(name string) string { return RateAttrPrefix + name }
 
 // interval is the time one token stands for: 60 000/PerMinute ms rounded
 // up to a whole ms, so a bucket never admits more than PerMinute a minute
-// beyond its burst; a limit that does not divide 60,000 sustains
-// 60,000/interval a minute (under 2 % less up to 1,000 a minute, under
-// 10 % up to 6,000; 30,000 for any limit from 30,000 to 60,000). One an
+// beyond its burst: one that does not divide 60 000 sustains
+// 60 000/interval a minute (under 2 % less up to 1,000 a minute). One an
 // older gateway wrote with the interval rounded down reads, once, up to
 // (PerMinute-1) × (1 - ⌊60 000/PerMinute⌋/interval) tokens fuller.
 func (r Rate) interval() int64 {
@@ -62,11 +61,8 @@ func (r Rate) Tokens(tat, now int64) int {
 }
 
 // charge takes one token from r at now, leaving keep more for the callers
-// whose turn comes first: an arrival time seen ahead of now moves one
-// interval on, on condition that it still is ahead with the tokens left;
-// else it is set to now plus one interval, on condition that it is behind
-// now or absent. Conditions compare with now only, never with what
-// another write just changed.
+// whose turn comes first, conditioned on now only (see Buckets in the
+// package doc).
 func (u *update) charge(r Rate, tat, now int64, keep int) {
 	p := u.path(RateAttr(r.Name))
 	if tat >= now {

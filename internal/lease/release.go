@@ -56,13 +56,9 @@ func (o Outcome) String() string {
 
 // Finish gives the place back and tells the call's outcome to its gates
 // and the adaptive limit, in one write (see Release in the package doc),
-// returning the breaker change it made.
-//
-// It is idempotent: finishing twice, or after the lease was purged, frees
-// nobody else's place and returns ErrNotHeld. A retried release whose
-// earlier attempt's outcome was unknown and that finds its lease gone
-// while still Margin from expiring — which nobody else can have removed —
-// counts as done.
+// returning the breaker change it made. Finishing twice, or after the
+// lease was purged, returns ErrNotHeld; a retry after an unknown outcome
+// that finds the lease gone still Margin from expiring counts as done.
 func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error) {
 	if ls.released.Swap(true) {
 		return NoTransition, ErrNotHeld
@@ -84,17 +80,14 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		if errors.Is(err, errCondition) {
 			switch {
 			case v.leases[ls.id] != 0 && (!ls.task || slices.Contains(ls.exps, v.leases[ls.id])):
-				// What else it carries met another write's change: made
-				// again from the answer, without the probes taken over or
-				// the purge; after maxEager tries, with its outcome to its
-				// probes alone, so the loop ends.
+				// Made again from the answer: no purge, and after maxEager
+				// tries only its probes' verdicts.
 				probes = v.stillProbes(probes, ls.id)
 				purge = false
 				extras = extras && tries < maxEager
 				continue
 			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds():
-				// Gone before anyone, whatever their skew, could take it
-				// for expired: an unknown attempt landed.
+				// Gone while nobody could take it for expired: it landed.
 				err = nil
 			default:
 				return NoTransition, ErrNotHeld
@@ -116,10 +109,8 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 }
 
 // finishTokens ends a call that holds nothing in the item: a call never
-// made gives its tokens back (sent once: a refund that landed cannot be
-// told from one to make); a pause its upstream asked for is written
-// (conditioned, so safe to send again, and made again from each failed
-// answer a few times).
+// made gives its tokens back (sent once), else a pause its upstream asked
+// for is written.
 func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	l := ls.l
 	now := l.clock().UnixMilli()
@@ -130,8 +121,6 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		for _, r := range ls.rates {
 			u.refund(r)
 		}
-		// A token back can let a caller its bucket held back go first:
-		// freed tells the takes judged before.
 		u.count(u.path(FreedAttr), 1)
 		u.ttl(now)
 		_, err := l.write(ctx, ls.key, u, nil)
@@ -161,18 +150,15 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 }
 
 // release is the write that gives the place back after a call that took
-// took (0: not measured). With purge, it purges what its process's recent
-// view shows stale (but the sets and gates it writes itself); it tells the
-// outcome to the probes it holds and, with extras, to its breaker, the
-// pause gate and the adaptive limit.
+// took (0: not measured), purging with purge, and telling the outcome to
+// its probes and, with extras, to its breaker, pause gate and limit.
 func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, b *board, took time.Duration) (*update, Transition) {
 	ms := ls.l.clock().UnixMilli()
 	u := newUpdate()
 	lp := u.path(LeasesAttr, ls.id)
 	u.remove(lp)
 	if ls.task {
-		// A task's lease id is its ticket's: a later claim of the ticket,
-		// once this lease lapsed, holds one of the same id.
+		// A later claim of the task holds a lease of the same id.
 		u.cond(ls.heldAs(u, lp))
 	} else {
 		u.cond("attribute_exists(" + lp + ")")
@@ -205,8 +191,6 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 		u.purge(v, ms, ls.id, ls.label, keep...)
 	}
 	if took > 0 {
-		// From the latest value this process saw, however old: starting
-		// again from this call alone would make it the last call's length.
 		u.set(u.path(CallAttr), u.num(callMean(latest.callMS, took)))
 	}
 	if outcome == Unused {
@@ -238,9 +222,7 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 }
 
 // callMean moves mean (ms, 0: unknown) a quarter of the way towards took:
-// a running arithmetic mean, as a queue's wait is the sum of the calls
-// before it (a geometric mean, far lower for skewed lengths, told callers
-// to come back too early).
+// a running arithmetic mean, as a queue's wait is the sum of its calls.
 func callMean(mean int64, took time.Duration) int64 {
 	t := max(took.Milliseconds(), 1)
 	if mean <= 0 {
@@ -249,10 +231,9 @@ func callMean(mean int64, took time.Duration) int64 {
 	return max(mean+(t-mean)/4, 1)
 }
 
-// Renew extends the lease to expire hold + Margin from now, only if it
-// still holds an expiry this holder wrote: a renewal never brings back a
-// lease released or purged (ErrNotHeld). A probe's lease extends its probe
-// too. A retry that finds the new expiry in place counts as done.
+// Renew extends the lease (and its probes) to expire hold + Margin from
+// now, only if it still holds an expiry this holder wrote (else
+// ErrNotHeld).
 func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	if ls.released.Load() {
 		return ErrNotHeld
@@ -278,17 +259,14 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	case errors.Is(err, errCondition) && v.leases[ls.id] == exp:
 		// an earlier attempt landed
 	case errors.Is(err, errCondition) && slices.Contains(ls.exps, v.leases[ls.id]) && len(ls.probes) > 0:
-		// Held as it was, but no longer the probe of each entry: renewed
-		// without them.
+		// No longer the probe of each entry: renewed without them.
 		ls.probes = v.stillProbes(ls.probes, ls.id)
 		return ls.Renew(ctx, hold)
 	case errors.Is(err, errCondition):
 		return ErrNotHeld
 	case err != nil:
 		if unsure {
-			// It may have landed: the next renewal accepts the stored
-			// expiry or the latest few it may have set (an older one that
-			// landed fails it: never a lease kept unknowingly).
+			// It may have landed: the next renewal accepts its expiry too.
 			ls.exps = append(ls.exps, exp)
 			if len(ls.exps) > maxUnsureExps+1 {
 				ls.exps = append(ls.exps[:1], ls.exps[len(ls.exps)-maxUnsureExps:]...)
@@ -330,13 +308,11 @@ var ErrLeaseLost = errors.New("lease lost")
 // renewRetry is the wait before a failed renewal is tried again.
 const renewRetry = 200 * time.Millisecond
 
-// KeepAlive keeps ls for an exchange that runs until end: when it may
-// outlast the lease, it renews halfway through each term, for hold() at a
-// time (at most until end), retrying a store error every renewRetry
-// (jittered) while the lease holds; if the lease is gone or cannot be
-// renewed before it lapses, it calls lost and ends the returned context
-// (cause ErrLeaseLost). Once a renewal covers end, it stops. The returned
-// function ends the renewals and waits for them.
+// KeepAlive keeps ls for an exchange that runs until end, renewing it
+// halfway through each term for hold() at a time, retrying a store error
+// every renewRetry; when the lease is lost it calls lost and ends the
+// returned context (cause ErrLeaseLost). It stops once the lease covers
+// end. The returned function ends the renewals and waits for them.
 func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.Duration, lost func(error)) (context.Context, func()) {
 	if !ls.CallDeadline.Before(end) {
 		return ctx, func() {}
@@ -392,9 +368,8 @@ func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.
 }
 
 // PauseFor asks, its upstream having answered with a Retry-After, that no
-// call of the lease's principal start on its scope (the server, or its
-// tool for a server that pauses per tool) for d, at most the request's
-// MaxPause. The release writes it (see Gates in the package doc).
+// call of the lease's principal start on its scope for d, at most the
+// request's MaxPause: the release writes it (see Pause in the package doc).
 func (ls *Lease) PauseFor(d time.Duration) {
 	if d <= 0 {
 		return

@@ -49,15 +49,9 @@ type candidate struct {
 	done bool
 }
 
-// walk hands the places free in v at now, one by one, to the waiting
-// callers — the tickets waiting (live, not claimed) not in skip, and me (nil: the tickets alone)
-// — as the protocol orders them: each to the caller whose principal holds
-// the fewest places (those handed out counting), the lower number first
-// among equals, passing over callers that cannot use a place now (their
-// tool full, their principal at its cap, a bucket of theirs empty, a gate
-// shut to them; a half-open breaker entry lets its first caller through
-// as its probe). While the hold or the server's pause for everyone stands,
-// no place is free.
+// walk hands the places free in v at now, one by one, to the tickets
+// waiting not in skip and me (nil: none), in the order of Whose turn in
+// the package doc.
 func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout {
 	var cands []*candidate
 	for _, t := range v.queue {
