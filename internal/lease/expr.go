@@ -48,46 +48,23 @@ func newUpdate() *update {
 		adds: map[string][]string{}, dels: map[string][]string{}, counts: map[string]int64{}}
 }
 
-// The first placeholders, named once: a write uses a few of each.
-var namePlaceholders, valuePlaceholders = placeholders("#n"), placeholders(":v")
-
-func placeholders(prefix string) [32]string {
-	var ps [32]string
-	for i := range ps {
-		ps[i] = prefix + strconv.Itoa(i)
-	}
-	return ps
-}
-
-// placeholder is the placeholder numbered i of ps' prefix.
-func placeholder(ps *[32]string, i int) string {
-	if i < len(ps) {
-		return ps[i]
-	}
-	return ps[0][:2] + strconv.Itoa(i)
-}
-
 // path is the placeholder path of nested attribute names: "#n0.#n1".
 func (u *update) path(parts ...string) string {
-	path := ""
+	out := make([]string, len(parts))
 	for i, n := range parts {
 		p, ok := u.byName[n]
 		if !ok {
-			p = placeholder(&namePlaceholders, len(u.names))
+			p = "#n" + strconv.Itoa(len(u.names))
 			u.names[p], u.byName[n] = n, p
 		}
-		if i == 0 {
-			path = p
-		} else {
-			path += "." + p
-		}
+		out[i] = p
 	}
-	return path
+	return strings.Join(out, ".")
 }
 
 // value returns a new placeholder for v.
 func (u *update) value(v types.AttributeValue) string {
-	p := placeholder(&valuePlaceholders, len(u.values))
+	p := ":v" + strconv.Itoa(len(u.values))
 	u.values[p] = v
 	return p
 }
@@ -118,64 +95,31 @@ func (u *update) eqOrAbsent(path string, n int64) string {
 
 // expression renders the update expression.
 func (u *update) expression() string {
-	var b strings.Builder
-	clause := func(kw string, n int, item func(i int)) {
-		if n == 0 {
-			return
+	var adds, dels []string
+	for _, p := range slices.Sorted(maps.Keys(u.adds)) {
+		if _, both := u.dels[p]; both {
+			panic("lease: one write both adds to and deletes from " + u.names[p])
 		}
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(kw)
-		for i := range n {
-			if i == 0 {
-				b.WriteByte(' ')
-			} else {
-				b.WriteString(", ")
-			}
-			item(i)
+		adds = append(adds, p+" "+u.value(&types.AttributeValueMemberSS{Value: u.adds[p]}))
+	}
+	for _, p := range slices.Sorted(maps.Keys(u.counts)) {
+		if u.counts[p] != 0 {
+			adds = append(adds, p+" "+u.num(u.counts[p]))
 		}
 	}
-	clause("SET", len(u.sets), func(i int) { b.WriteString(u.sets[i]) })
-	clause("REMOVE", len(u.removes), func(i int) { b.WriteString(u.removes[i]) })
-	adds, counts := sortedKeys(u.adds), sortedKeys(u.counts)
-	counts = slices.DeleteFunc(counts, func(p string) bool { return u.counts[p] == 0 })
-	clause("ADD", len(adds)+len(counts), func(i int) {
-		if i < len(adds) {
-			p := adds[i]
-			if _, both := u.dels[p]; both {
-				panic("lease: one write both adds to and deletes from " + u.names[p])
-			}
-			b.WriteString(p)
-			b.WriteByte(' ')
-			b.WriteString(u.value(&types.AttributeValueMemberSS{Value: u.adds[p]}))
-			return
-		}
-		p := counts[i-len(adds)]
-		b.WriteString(p)
-		b.WriteByte(' ')
-		b.WriteString(u.num(u.counts[p]))
-	})
-	dels := sortedKeys(u.dels)
-	clause("DELETE", len(dels), func(i int) {
-		b.WriteString(dels[i])
-		b.WriteByte(' ')
-		b.WriteString(u.value(&types.AttributeValueMemberSS{Value: u.dels[dels[i]]}))
-	})
-	return b.String()
-}
-
-// sortedKeys is m's keys in order (nil when m is empty).
-func sortedKeys[V any](m map[string]V) []string {
-	switch len(m) {
-	case 0:
-		return nil
-	case 1:
-		for k := range m {
-			return []string{k}
+	for _, p := range slices.Sorted(maps.Keys(u.dels)) {
+		dels = append(dels, p+" "+u.value(&types.AttributeValueMemberSS{Value: u.dels[p]}))
+	}
+	expr := ""
+	for _, part := range []struct {
+		kw   string
+		list []string
+	}{{"SET", u.sets}, {"REMOVE", u.removes}, {"ADD", adds}, {"DELETE", dels}} {
+		if len(part.list) > 0 {
+			expr += " " + part.kw + " " + strings.Join(part.list, ", ")
 		}
 	}
-	return slices.Sorted(maps.Keys(m))
+	return strings.TrimSpace(expr)
 }
 
 // purged counts what a purge removes: leases, tickets from the queue and
