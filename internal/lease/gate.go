@@ -328,10 +328,14 @@ func (g *gate) shutByAnother(label string, now int64) bool {
 }
 
 // shutAll closes g's entry for everyone until until, never shortening a
-// closing that stands: u pins g as seen (pinGate).
+// closing that stands: u pins g as seen (pinGate) and, as pinGate cannot
+// tell an entry seen with no field from an absent one, everyone's absent
+// when it was.
 func (u *update) shutAll(g *gate, until int64) {
 	if e, ok := g.entries[gateAll]; !ok {
-		u.set(u.path(g.attr, gateAll), u.value(entryValue(map[string]int64{gateUntil: until})))
+		ep := u.path(g.attr, gateAll)
+		u.cond("attribute_not_exists(" + ep + ")")
+		u.set(ep, u.value(entryValue(map[string]int64{gateUntil: until})))
 	} else if e.until < until {
 		u.set(u.path(g.attr, gateAll, gateUntil), u.num(until))
 	}
