@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testkit.CleanupBinaries()
 	removeLambdaBinaries()
+	removeOtelcol()
 	storetest.StopShared()
 	secrettest.StopShared()
 	os.Exit(code)

@@ -40,23 +40,53 @@ type exportedSpan struct {
 	} `json:"links"`
 }
 
-// startCollector builds infra/otelcol (the Collector's OTLP receiver, a
-// module of its own) and runs it on loopback; it returns its endpoint and
-// the file it writes the spans to.
-func startCollector(t *testing.T) (endpoint, out string) {
+var (
+	otelcolOnce sync.Once
+	otelcolDir  string
+	otelcolErr  error
+)
+
+// removeOtelcol removes what otelcolBinary built.
+func removeOtelcol() {
+	if otelcolDir != "" {
+		os.RemoveAll(otelcolDir)
+	}
+}
+
+// otelcolBinary builds infra/otelcol (the Collector's OTLP receiver, a
+// module of its own) once per test binary, as every test that starts a
+// receiver runs the same one, and returns the executable's path.
+func otelcolBinary(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		missing.Skip(t, "go is not on PATH, to build the OTLP receiver (infra/otelcol)")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "otelcol")
-	start := time.Now()
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = filepath.Join("..", "..", "infra", "otelcol")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the OTLP receiver: %v\n%s", err, b)
+	otelcolOnce.Do(func() {
+		// Removed by TestMain: every test of the binary uses the build.
+		if otelcolDir, otelcolErr = os.MkdirTemp("", "mcpgate-otelcol-"); otelcolErr != nil {
+			return
+		}
+		start := time.Now()
+		build := exec.Command("go", "build", "-o", filepath.Join(otelcolDir, "otelcol"), ".")
+		build.Dir = filepath.Join("..", "..", "infra", "otelcol")
+		if b, err := build.CombinedOutput(); err != nil {
+			otelcolErr = fmt.Errorf("build the OTLP receiver: %v\n%s", err, b)
+			return
+		}
+		t.Logf("OTLP receiver built in %v", time.Since(start).Round(time.Millisecond))
+	})
+	if otelcolErr != nil {
+		t.Fatal(otelcolErr)
 	}
-	t.Logf("OTLP receiver built in %v", time.Since(start).Round(time.Millisecond))
+	return filepath.Join(otelcolDir, "otelcol")
+}
+
+// startCollector runs infra/otelcol on loopback; it returns its endpoint
+// and the file it writes the spans to.
+func startCollector(t *testing.T) (endpoint, out string) {
+	t.Helper()
+	bin := otelcolBinary(t)
+	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
