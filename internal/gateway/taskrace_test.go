@@ -31,19 +31,7 @@ import (
 // with a cancellation no worker will ever read.
 func TestCancelOfTaskAskingForInput(t *testing.T) {
 	h, _, _ := engineHarness(t)
-	_, url := startTaskServer(t, false, nil)
-	h.server(map[string]any{"server_id": "plain", "url": url, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}})
-	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
-		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
-	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "a.txt"}, "_meta": meta}, rpcOpts{declare: true})
-	if a.err != nil || a.str(t, "resultType") != "task" {
-		t.Fatalf("a declared call of confirm_delete: %s, want a CreateTaskResult", a.raw)
-	}
-	id := a.str(t, "taskId")
-	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "input_required" {
-		t.Fatalf("the task: %s, want input_required", a.raw)
-	}
+	id, a := h.inputTask(map[string]any{"max_concurrent_requests": 1})
 	if c := h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true}); c.err != nil {
 		t.Fatalf("tasks/cancel: %s", c.raw)
 	}
@@ -311,22 +299,13 @@ func TestTaskTooLargeToKeepIsRefusedForGood(t *testing.T) {
 // for its input.
 func TestTaskUpdateTooLargeIsInvalidParams(t *testing.T) {
 	h, _, _, _, _ := engineHarnessWith(t, Options{MaxBodyBytes: 1 << 20})
-	_, url := startTaskServer(t, false, nil)
-	h.server(map[string]any{"server_id": "plain", "url": url, "task_ttl": 120,
-		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}})
-	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
-		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
-	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "a.txt"}, "_meta": meta}, rpcOpts{declare: true})
-	id := a.str(t, "taskId")
-	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "input_required" {
-		t.Fatalf("the task: %s, want input_required", a.raw)
-	}
+	id, _ := h.inputTask(nil)
 	u := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{
 		"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true, "note": strings.Repeat("n", tasks.MaxInputResponsesBytes)}}}}, rpcOpts{declare: true})
 	if u.code() != -32602 {
 		t.Errorf("tasks/update with responses over %d bytes: %s, want -32602", tasks.MaxInputResponsesBytes, u.raw)
 	}
-	if a = h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.str(t, "status") != "input_required" {
+	if a := h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.str(t, "status") != "input_required" {
 		t.Errorf("after a refused update: %s, want input_required", a.raw)
 	}
 }

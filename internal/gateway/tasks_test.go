@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -617,6 +618,31 @@ func (h *harness) pollTask(path, key, id string) rpcAnswer {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// inputTask registers server "plain" over a task server, its
+// confirm_delete tool task-supporting (item's extra attributes merged in),
+// makes a declared task of confirm_delete, and polls it until the tool asks
+// for input; it returns the task's id and that answer.
+func (h *harness) inputTask(extra map[string]any) (string, rpcAnswer) {
+	h.t.Helper()
+	_, url := startTaskServer(h.t, false, nil)
+	item := map[string]any{"server_id": "plain", "url": url, "task_ttl": 120,
+		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}}
+	maps.Copy(item, extra)
+	h.server(item)
+	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
+		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
+	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "a.txt"}, "_meta": meta}, rpcOpts{declare: true})
+	if a.err != nil || a.str(h.t, "resultType") != "task" {
+		h.t.Fatalf("a declared call of confirm_delete: %s, want a CreateTaskResult", a.raw)
+	}
+	id := a.str(h.t, "taskId")
+	a = h.pollTask("/mcp/plain", h.key, id)
+	if a.err != nil || a.str(h.t, "status") != "input_required" || !strings.Contains(string(a.result["inputRequests"]), "confirm") {
+		h.t.Fatalf("the task: %s, want input_required asking to confirm", a.raw)
+	}
+	return id, a
 }
 
 // TestTaskRelay: a task-capable upstream whose item sets no task_support

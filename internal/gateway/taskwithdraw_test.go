@@ -16,19 +16,7 @@ import (
 // again.
 func TestCancelOfATaskQueuedAgainWithItsInput(t *testing.T) {
 	h, store, _, limiter, env := engineHarnessOf(t)
-	_, url := startTaskServer(t, false, nil)
-	h.server(map[string]any{"server_id": "plain", "url": url, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}})
-	meta := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{
-		"extensions": map[string]any{tasksExtension: map[string]any{}}, "elicitation": map[string]any{}}}
-	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "a.txt"}, "_meta": meta}, rpcOpts{declare: true})
-	if a.err != nil || a.str(t, "resultType") != "task" {
-		t.Fatalf("a declared call of confirm_delete: %s, want a CreateTaskResult", a.raw)
-	}
-	id := a.str(t, "taskId")
-	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "input_required" {
-		t.Fatalf("the task: %s, want input_required", a.raw)
-	}
+	id, a := h.inputTask(map[string]any{"max_concurrent_requests": 1})
 	first, err := store.Get(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
