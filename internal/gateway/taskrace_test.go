@@ -31,11 +31,11 @@ import (
 // with a cancellation no worker will ever read.
 func TestCancelOfTaskAskingForInput(t *testing.T) {
 	h, _, _ := engineHarness(t)
-	id, a := h.inputTask(map[string]any{"max_concurrent_requests": 1})
+	id, _ := h.inputTask(map[string]any{"max_concurrent_requests": 1})
 	if c := h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true}); c.err != nil {
 		t.Fatalf("tasks/cancel: %s", c.raw)
 	}
-	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "cancelled" {
+	if a := h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "cancelled" {
 		t.Errorf("a task cancelled while it asked for input: %s, want cancelled", a.raw)
 	}
 }

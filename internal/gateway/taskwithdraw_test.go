@@ -16,7 +16,7 @@ import (
 // again.
 func TestCancelOfATaskQueuedAgainWithItsInput(t *testing.T) {
 	h, store, _, limiter, env := engineHarnessOf(t)
-	id, a := h.inputTask(map[string]any{"max_concurrent_requests": 1})
+	id, _ := h.inputTask(map[string]any{"max_concurrent_requests": 1})
 	first, err := store.Get(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestCancelOfATaskQueuedAgainWithItsInput(t *testing.T) {
 	if _, err := hold.Finish(context.Background(), lease.Unused); err != nil {
 		t.Fatal(err)
 	}
-	if a = h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "cancelled" {
+	if a := h.pollTask("/mcp/plain", h.key, id); a.str(t, "status") != "cancelled" {
 		t.Errorf("the answered task cancelled while it waited: %s, want cancelled", a.raw)
 	}
 }
