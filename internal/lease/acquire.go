@@ -59,8 +59,10 @@ type attempt struct {
 	taskID string
 	// behind is how many callers were ahead of it when it last joined.
 	behind int
-	// unsure are the expiries of its takes whose outcome was unknown.
-	unsure []int64
+	// unsure: one of its takes' outcome was unknown.
+	unsure bool
+	// claim names a task's claim in its ticket (Claim).
+	claim string
 	// asked is when its last request was sent; look the next wait of a
 	// late waiter; lookBy when it reads at the latest (zero: none set).
 	asked  time.Time
@@ -408,8 +410,10 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	}
 	switch {
 	case a.n != 0 && a.task:
-		// A task's claim keeps its ticket (see Tasks in the package doc).
+		// A task's claim keeps its ticket and names itself in it (see
+		// Tasks in the package doc).
 		u.cond(u.path(TasksAttr, id) + " = " + u.num(a.n))
+		u.set(u.path(TicketsAttr, id, ticketClaim), u.str(a.claim))
 	case a.n != 0:
 		u.removeTicket(id, a.me.label, a.n, a.task)
 	default:
@@ -446,7 +450,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if v != nil {
 		wctx = context.WithValue(ctx, judgedKey{}, v.seq)
 	}
-	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = append(a.unsure, exp) })
+	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = true })
 	if err == nil {
 		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
@@ -777,7 +781,7 @@ const withdrawBudget = 2 * time.Second
 // leave takes back what this failed attempt may have left in the item
 // (see Leave in the package doc), best effort.
 func (a *attempt) leave(ctx context.Context) {
-	if !a.joined && len(a.unsure) == 0 {
+	if !a.joined && !a.unsure {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -800,7 +804,7 @@ func (a *attempt) leave(ctx context.Context) {
 		wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
 		_, err := a.l.write(wctx, a.req.Key, u, nil)
 		cancel()
-		if err == nil || len(a.unsure) == 0 {
+		if err == nil || !a.unsure {
 			return
 		}
 	}

@@ -18,7 +18,8 @@
 //	tickets            M   ticket id → {p: principal, d: deadline (Unix ms), t: tool, c: tool cap,
 //	                       r: the tool's rpm limit, l: a caller's look period (ms; read as 2 s
 //	                       when absent, as tickets written before it, and as MaxLookFar at
-//	                       most); a task's also x: its task, s: its last start}
+//	                       most); a task's also x: its task, s: its last start, w: the claim
+//	                       that last took its place}
 //	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
 //	freed              N   places freed, tickets gone other than by their take, gate entries and
@@ -313,9 +314,10 @@
 // when it finds the ticket or a lease of its id (a worker claimed it),
 // joins again only while freed is as that join saw it, and otherwise
 // fails (the ticket may have come and gone). Two workers of one start
-// share the ticket's id: one whose takes' outcomes were unknown takes the
-// lease it then finds for its own only if it holds the expiry one of them
-// set.
+// share the ticket's id, and may set the same expiry: a claim's take also
+// names the claim in the ticket (w: 60 random bits), and a worker whose
+// takes' outcomes were unknown takes the lease it then finds for its own
+// only if the ticket names its claim.
 //
 // A claimed ticket — one whose lease, of the same id, is live — is no
 // waiter: it takes no turn, no start is marked on it (a mark is

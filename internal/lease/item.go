@@ -50,6 +50,9 @@ type ticket struct {
 	task    bool
 	taskID  string
 	started int64
+	// claim names the worker's claim that last took its place (see
+	// Tasks in the package doc).
+	claim string
 	// look is its announced look period (legacyLook if none), read as
 	// MaxLookFar at most.
 	look time.Duration
@@ -64,6 +67,7 @@ const (
 	ticketToolRPM  = "r"
 	ticketTaskID   = "x"
 	ticketStarted  = "s"
+	ticketClaim    = "w"
 	ticketLook     = "l"
 )
 
@@ -169,6 +173,9 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 		if s, ok := d.Value[ticketTaskID].(*types.AttributeValueMemberS); ok {
 			t.taskID = s.Value
+		}
+		if s, ok := d.Value[ticketClaim].(*types.AttributeValueMemberS); ok {
+			t.claim = s.Value
 		}
 		v.queue = append(v.queue, t)
 	}

@@ -62,10 +62,11 @@ type mTicket struct {
 	hasBody bool   // tickets.<id> is there
 	hasN    bool   // queue.<id> (tasks.<id>: task) is there
 	// A task's: in tasks, not queue; x its task, s its last start (Unix
-	// ms; 0: none).
+	// ms; 0: none), w the claim that last took its place ("": none).
 	task bool
 	x    string
 	s    int64
+	w    string
 }
 
 // mEntry is one entry of a gate: "*" or a principal's.
@@ -211,7 +212,7 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 				tk.hasBody = true
 				for f, fv := range body.Value {
 					switch f {
-					case "p", "t", "x":
+					case "p", "t", "x", "w":
 						s, ok := fv.(*types.AttributeValueMemberS)
 						if !ok {
 							it.problem("tickets.%s.%s is not a string", id, f)
@@ -222,6 +223,8 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 							tk.p = s.Value
 						case "t":
 							tk.t = s.Value
+						case "w":
+							tk.w = s.Value
 						default:
 							tk.x = s.Value
 						}
@@ -1020,6 +1023,9 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 			if tb.hasBody && ta.hasBody {
 				ub, ua := *tb, *ta
 				ub.s, ua.s = 0, 0
+				if ua.task && slices.Contains(v.takes, id) {
+					ub.w, ua.w = "", "" // a claim names itself in its ticket
+				}
 				if ub != ua {
 					v.fail("join", id, "a write changed ticket %s", id)
 				}

@@ -1812,6 +1812,7 @@ var simSeedsAsDrawn = []uint64{
 	5066301, // a waiter behind a holder renewing past its expected end started its back-off from 5 ms again at each renewal: 18 reads in 1 s
 	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
 	5008403, // a newcomer's take raised its principal's count, ranking its tasks after another's waiter: a take judged before passed that waiter (freed did not move)
+	5401286, // two workers of one start set the same expiry: one's take was lost, the other's landed, and the first took that lease for its own and released it under the other's running call
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and

@@ -2,9 +2,9 @@ package lease
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -183,6 +183,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		return nil, err
 	}
 	a := l.taskAttempt(req, id)
+	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
 	for tries := 0; ; tries++ {
 		v, err := l.read(ctx, req.Key)
 		if err != nil {
@@ -191,22 +192,22 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		a.own = v
 		now := a.now()
 		exp, held := v.leases[id]
+		t := v.ticketFor(id)
 		switch {
-		case held && slices.Contains(a.unsure, exp):
-			// A take of this claim whose answer was lost landed: an
-			// expiry one of them set, not another worker's of the same
-			// start.
+		case held && a.unsure && t != nil && t.claim == a.claim:
+			// A take of this claim whose answer was lost landed: the
+			// ticket names this claim, not another worker's of the same
+			// start (two may set the same expiry).
 			ls, err := a.lease(ctx, exp, v)
 			if ls != nil {
 				ls.task = true
 			}
 			return ls, err
-		case held && (exp >= now || v.ticketFor(id) == nil):
+		case held && (exp >= now || t == nil):
 			return nil, ErrClaimed
 		}
 		// Held (a lease that lapsed: its worker died or is late, and the
 		// ticket waits again), or not.
-		t := v.ticketFor(id)
 		if t == nil || !t.task || !t.live(now) {
 			return nil, ErrNoTicket
 		}

@@ -40,11 +40,19 @@ func TestLateTaskJoinDoesNotBringBackItsTicket(t *testing.T) {
 	})
 }
 
-// Invariant 16, as the fault simulation found it broken (seed 2537): two
-// workers of one start claim; one's take is lost in the network (its
-// outcome unknown) while the other's lands. The first finds the
-// task's lease on its next look and must not take it for its own.
+// Invariant 16, as the fault simulation found it broken (seeds 2537 and
+// 5401286): two workers of one start claim; one's take is lost in the
+// network (its outcome unknown) while the other's lands. The first finds
+// the task's lease on its next look and must not take it for its own —
+// nor release it — even when both set the same expiry (started at the
+// same millisecond with the same hold): a claim names itself in the
+// ticket.
 func TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost(t *testing.T) {
+	t.Run("own expiry", func(t *testing.T) { twoWorkersClaimOnce(t, time.Millisecond) })
+	t.Run("same expiry", func(t *testing.T) { twoWorkersClaimOnce(t, 0) })
+}
+
+func twoWorkersClaimOnce(t *testing.T, apart time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faultAPI{API: newMemStore()}
 		var st starts
@@ -57,7 +65,7 @@ func TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost(t *testing.T) {
 		w1 := New(f, "leases", Options{InstanceID: "w1"})
 		w2 := New(f, "leases", Options{InstanceID: "w2"})
 		req1 := taskReq("q")
-		req1.Hold += time.Millisecond // its own expiry, as a worker's clock would give it
+		req1.Hold += apart // its own expiry, as a worker's clock would give it, or the same
 		var ls1 *Lease
 		var err1 error
 		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold, after: func() {
