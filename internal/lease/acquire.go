@@ -59,8 +59,8 @@ type attempt struct {
 	taskID string
 	// behind is how many callers were ahead of it when it last joined.
 	behind int
-	// unsure: one of its takes' outcome was unknown.
-	unsure bool
+	// unsure are the expiries of its takes whose outcome was unknown.
+	unsure []int64
 	// claim names a task's claim in its ticket (Claim).
 	claim string
 	// asked is when its last request was sent; look the next wait of a
@@ -450,7 +450,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if v != nil {
 		wctx = context.WithValue(ctx, judgedKey{}, v.seq)
 	}
-	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = true })
+	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = append(a.unsure, exp) })
 	if err == nil {
 		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
@@ -781,7 +781,7 @@ const withdrawBudget = 2 * time.Second
 // leave takes back what this failed attempt may have left in the item
 // (see Leave in the package doc), best effort.
 func (a *attempt) leave(ctx context.Context) {
-	if !a.joined && !a.unsure {
+	if !a.joined && len(a.unsure) == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -804,7 +804,7 @@ func (a *attempt) leave(ctx context.Context) {
 		wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
 		_, err := a.l.write(wctx, a.req.Key, u, nil)
 		cancel()
-		if err == nil || !a.unsure {
+		if err == nil || len(a.unsure) == 0 {
 			return
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -194,10 +195,11 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		exp, held := v.leases[id]
 		t := v.ticketFor(id)
 		switch {
-		case held && a.unsure && t != nil && t.claim == a.claim:
-			// A take of this claim whose answer was lost landed: the
-			// ticket names this claim, not another worker's of the same
-			// start (two may set the same expiry).
+		case held && slices.Contains(a.unsure, exp) && t != nil && t.claim == a.claim:
+			// A take of this claim whose answer was lost landed: an
+			// expiry one of them set (a later claim, after a lapse, sets
+			// a later one), in a ticket that names this claim (another
+			// worker of the same start may set the same expiry).
 			ls, err := a.lease(ctx, exp, v)
 			if ls != nil {
 				ls.task = true
