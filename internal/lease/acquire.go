@@ -427,9 +427,15 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 			// A newcomer: nobody joined since it looked.
 			u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 		}
-		if mixed || a.req.PrincipalCap > 0 || h.passed {
+		// A claimed ticket ahead waits again when its claim lapses and is
+		// purged, which moves freed.
+		claimedAhead := slices.ContainsFunc(v.queue, func(t *ticket) bool {
+			return t.id != id && (a.n == 0 || t.n < a.n) && v.claimed(t, now)
+		})
+		if mixed || a.req.PrincipalCap > 0 || h.passed || claimedAhead {
 			// Nothing changed whose turn it is; one principal alone waiting
-			// for no capped tool, nobody passed over, is served by number.
+			// for no capped tool, nobody passed over, no claim ahead, is
+			// served by number.
 			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 		}
 	}

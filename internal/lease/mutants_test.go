@@ -42,7 +42,7 @@ var mutants = []mutant{
 	{"a release retry without its margin", "release.go",
 		"l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds()", "l.clock().UnixMilli() < ls.firstExp()"},
 	{"a take without its passed-over check", "acquire.go",
-		"if mixed || a.req.PrincipalCap > 0 || h.passed {", "if mixed || a.req.PrincipalCap > 0 {"},
+		"if mixed || a.req.PrincipalCap > 0 || h.passed || claimedAhead {", "if mixed || a.req.PrincipalCap > 0 || claimedAhead {"},
 	{"a withdrawal that does not move freed", "task.go",
 		"		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is\n", ""},
 	{"a task started again before StartTimeout", "task.go",
