@@ -427,10 +427,11 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 			// A newcomer: nobody joined since it looked.
 			u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 		}
-		// A claimed ticket ahead waits again when its claim lapses and is
-		// purged, which moves freed.
+		// A claimed ticket that could rank before it — numbered before it,
+		// or of another principal (ranked by places held) — waits again
+		// when its claim lapses and is purged, which moves freed.
 		claimedAhead := slices.ContainsFunc(v.queue, func(t *ticket) bool {
-			return t.id != id && (a.n == 0 || t.n < a.n) && v.claimed(t, now)
+			return t.id != id && (a.n == 0 || t.n < a.n || t.label != a.me.label) && v.claimed(t, now)
 		})
 		if mixed || a.req.PrincipalCap > 0 || h.passed || claimedAhead {
 			// Nothing changed whose turn it is; one principal alone waiting

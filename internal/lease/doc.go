@@ -136,9 +136,12 @@
 // purged — a pause passed or a bucket full on the purger's clock may not
 // be on the taker's — and no token given back, any of which could unblock
 // or promote someone) while callers of other principals or of capped
-// tools wait, a task's claimed ticket is numbered before it (its claim
-// lapsing and purged, moving freed, makes it a waiter again), or one
-// numbered before it was passed over; its own
+// tools wait, a task's claimed ticket is numbered before it or is of
+// another principal (its claim lapsing and purged, moving freed, makes it
+// a waiter again, and one of another principal may rank first by the
+// places held; a claim lapsing unpurged changes nothing the take was
+// judged from, at its look the ticket was claimed), or one numbered
+// before it was passed over; its own
 // principal's set as seen while callers of other principals wait (how
 // many places the principal holds ranks it); and in every cap, room left
 // for each caller whose turn comes before it. Another principal's count
