@@ -53,7 +53,7 @@ var mutants = []mutant{
 	{"a lost start never made again", "task.go",
 		"if !t.task || t.started > now-StartTimeout.Milliseconds() ||", "if !t.task || t.started != 0 ||"},
 	{"a claim that takes another worker's lease for its own", "task.go",
-		"case held && slices.Contains(a.unsure, exp) && t != nil && t.claim == a.claim:", "case held && len(a.unsure) != 0:"},
+		"case held && slices.Contains(a.unsure, exp) && t != nil && t.claim == a.claim:", "case held && (slices.Contains(a.unsure, exp) || len(a.unsure) != 0):"},
 	{"a task's join that can land late, after its claim", "acquire.go",
 		"		// withdrawn or lapsed: each of those moves freed.\n		u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))\n", "		// withdrawn or lapsed: each of those moves freed.\n"},
 	{"a task's release that leaves its claimed ticket behind", "release.go",
