@@ -58,7 +58,7 @@ func TestAWaiterDoesNotTakeTheTurnOfAClaimBehindItThatLapsed(t *testing.T) {
 		// the token after (30 s on).
 		var landed []bool
 		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold, after: func() {
-			time.Sleep(claimed.Add(task.Hold + DefaultMargin + time.Second).Sub(time.Now()))
+			time.Sleep(time.Until(claimed.Add(task.Hold + DefaultMargin + time.Second)))
 			v, err := l.read(ctx, "srv")
 			if err != nil {
 				t.Error(err)
