@@ -154,7 +154,10 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 					return nil, err
 				}
 				a.own = nv
-				if !progress {
+				// A purge refused returns the item as it is now: a look,
+				// judged at once, its next look a period from it. Only a
+				// purge with nothing to send waits before judging again.
+				if !progress && nv == v {
 					if err := a.pause(ctx, jitter(writeMinBackoff), waitUntil); err != nil {
 						return nil, err
 					}

@@ -2,7 +2,9 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -124,5 +126,99 @@ func TestAZeroLookPeriodDoesNotMakeAWaiterPoll(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-done
+	})
+}
+
+// lookRecorder passes a waiter's requests to the store and records when
+// each was sent and whether it was a purge the store refused; before the
+// waiter's first purge, it has a rival's purge of the same entries land.
+type lookRecorder struct {
+	API
+	rival func()
+	mu    sync.Mutex
+	sent  []time.Time
+	lost  int // the index in sent of the refused purge (-1: none yet)
+}
+
+func (r *lookRecorder) note(refused bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if refused && r.lost < 0 {
+		r.lost = len(r.sent)
+	}
+	r.sent = append(r.sent, time.Now())
+}
+
+func (r *lookRecorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	purge := writes("REMOVE", LeasesAttr)(in) && !writes("SET", LeasesAttr)(in)
+	if rival := r.rival; purge && rival != nil {
+		r.rival = nil
+		rival()
+	}
+	out, err := r.API.UpdateItem(ctx, in, opts...)
+	var ccf *types.ConditionalCheckFailedException
+	r.note(purge && errors.As(err, &ccf))
+	return out, err
+}
+
+func (r *lookRecorder) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	r.note(false)
+	return r.API.GetItem(ctx, in, opts...)
+}
+
+// Whose turn (doc.go): a waiter never waits longer than its look period
+// between looks. The item a refused write returns is a look: a waiter
+// whose purge of a lapsed lease lost to another's, and whose turn that
+// item shows has not come, looks again within its period of that answer,
+// not a back-off later. (A place freeing for it in between would
+// otherwise stay free longer than a look.)
+func TestAWaiterWhosePurgeLostLooksWithinItsPeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const maxLook = time.Second
+		r := Request{Key: "srv", Cap: 1, MaxQueued: 8, Hold: 30 * time.Second, Wait: 2 * time.Minute, Holder: "p"}
+		// The holder's process dies holding the place: its lease lapses.
+		if _, err := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook}).Acquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		// A dead waiter before the live one: its turn comes when the
+		// lease is purged, so the live one's does not.
+		dead := rgDeadWaiter(t, ctx, db, "d", r)
+		defer rgBury(cancel, []*rgFreezer{dead})
+		rival := New(db, rgTable, Options{InstanceID: "r", MaxLook: maxLook})
+		rec := &lookRecorder{API: db, lost: -1}
+		rec.rival = func() {
+			v, err := rival.read(ctx, "srv")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, purged, err := rival.purgeAll(ctx, "srv", v); err != nil || !purged {
+				t.Errorf("the rival's purge of the lapsed lease: %v, %v", purged, err)
+			}
+		}
+		got := make(chan *Lease, 1)
+		go func() {
+			ls, err := New(rec, rgTable, Options{InstanceID: "w", MaxLook: maxLook}).Acquire(ctx, r)
+			if err != nil {
+				t.Errorf("the live waiter: %v", err)
+			}
+			got <- ls
+		}()
+		if ls := <-got; ls != nil {
+			if _, err := ls.Finish(ctx, Success); err != nil {
+				t.Error(err)
+			}
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if rec.lost < 0 || rec.lost+1 >= len(rec.sent) {
+			t.Fatalf("the live waiter's requests: %d, its refused purge at %d; want a purge refused, then a look", len(rec.sent), rec.lost)
+		}
+		if gap := rec.sent[rec.lost+1].Sub(rec.sent[rec.lost]); gap > maxLook {
+			t.Errorf("the live waiter looked again %v after its purge was refused, the item it returned showing the dead waiter's turn; want within its look period, %v", gap, maxLook)
+		}
 	})
 }

@@ -1814,6 +1814,7 @@ var simSeedsAsDrawn = []uint64{
 	5008403, // a newcomer's take raised its principal's count, ranking its tasks after another's waiter: a take judged before passed that waiter (freed did not move)
 	5401286, // two workers of one start set the same expiry: one's take was lost, the other's landed, and the first took that lease for its own and released it under the other's running call
 	5410536, // a newcomer's take judged while a task's claim ahead of it was live landed after that claim lapsed and was purged: it took the task's turn (freed was not in its condition)
+	6004549, // a waiter whose purge lost to another's paused a back-off before judging the item returned, then waited a whole look period: 1.022 s between looks
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
