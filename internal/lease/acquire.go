@@ -73,6 +73,9 @@ type attempt struct {
 	own *view
 	// turnSince: when it first saw each ticket's turn come before its own.
 	turnSince map[string]time.Time
+	// firstExp: each live lease's expiry when it first saw it, which it
+	// expects the lease's end from (a renewal does not move it).
+	firstExp map[string]int64
 	// lookRank is its rank at its last look (-1: none yet).
 	lookRank int
 	// failures: store errors in a row while it waits; takeErrs: takes in
@@ -682,6 +685,16 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		period = min(period, max(t.look, a.l.maxLook))
 	}
 	most := period
+	// It expects a lease's end from its expiry when it first saw it: a
+	// renewal leaves its place late, not about to free again.
+	seen := make(map[string]int64, len(v.leases))
+	for id, exp := range v.leases {
+		if first, ok := a.firstExp[id]; ok {
+			exp = min(exp, first)
+		}
+		seen[id] = exp
+	}
+	a.firstExp = seen
 	if d := a.blockedFor(v, now); d > 0 {
 		a.look = overdueLook
 		return min(d+jitter(overdueLook), most)
@@ -718,7 +731,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	var ends, toolEnds []int64
 	for id, exp := range v.leases {
 		if exp >= now {
-			end := exp - a.req.Hold.Milliseconds() - a.l.margin.Milliseconds() + (held - spread).Milliseconds()
+			end := a.firstExp[id] - a.req.Hold.Milliseconds() - a.l.margin.Milliseconds() + (held - spread).Milliseconds()
 			ends = append(ends, end)
 			if toolFull[id] {
 				toolEnds = append(toolEnds, end)

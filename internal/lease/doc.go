@@ -157,9 +157,11 @@
 // conditioned on seq as seen (nobody joined since it looked).
 //
 // A waiter looks when its place is expected to free (from the leases'
-// expiries — when its tool is full, only that tool's leases, and its
-// rank among that tool's callers, no sooner than the server's place when
-// that is full too — call_ms and its rank; a caller before it whose turn
+// expiries, each as it first saw it, so that a renewal since leaves its
+// place late rather than about to free again — when its tool is full,
+// only that tool's leases, and its rank among that tool's callers, no
+// sooner than the server's place when that is full too — call_ms and its
+// rank; a caller before it whose turn
 // came is expected to hold a place a call's length from when its turn
 // came, so one that never takes it makes the place late, not ever about
 // to free), at least every MaxLook while fewer than Places (the cap)

@@ -537,7 +537,6 @@ func TestWaitersBehindADeadOneBackOff(t *testing.T) {
 // follows its back-off, not every renewal. Ten waiters behind such a call
 // send, once their back-off has grown, at most one look per MaxLook each.
 func TestLateWaitersBackOffBehindAFastRenewingHolder(t *testing.T) {
-	t.Skip("open: with no per-lease memory of a lease's first expected end, each renewal moves a late waiter's place into the future and it looks once per renewal: 667 reads in 30 s against 310")
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
