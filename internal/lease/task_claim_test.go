@@ -22,13 +22,7 @@ import (
 func TestALostTakeDoesNotTakeALaterClaimOfItsPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faultAPI{API: newMemStore()}
-		var st starts
-		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id := enqueue(t, l, taskReq("q"), "task-1")
-		got := st.list()
-		if len(got) != 1 {
-			t.Fatalf("starts: %+v; want one", got)
-		}
+		id, start := startedTask(t, f)
 		w1 := New(f, "leases", Options{InstanceID: "w1"})
 		w2 := New(f, "leases", Options{InstanceID: "w2"})
 		var ls2 *Lease
@@ -37,7 +31,7 @@ func TestALostTakeDoesNotTakeALaterClaimOfItsPlace(t *testing.T) {
 			time.Sleep(taskReq("q").Hold + time.Minute) // w1's lease lapses
 			ls2, err2 = w2.Claim(context.Background(), taskReq("q"), id, 0)
 		}})
-		ls1, err1 := w1.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		ls1, err1 := w1.Claim(context.Background(), taskReq("q"), id, start.Mark)
 		if err2 != nil || ls2 == nil {
 			t.Fatalf("the later worker's claim of the lapsed place: %v, %v; want the place", ls2, err2)
 		}
@@ -114,13 +108,7 @@ func TestALostTakeDoesNotTakeAnOldInstancesLaterClaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := newMemStore()
 		f := &faultAPI{API: mem}
-		var st starts
-		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id := enqueue(t, l, taskReq("q"), "task-1")
-		got := st.list()
-		if len(got) != 1 {
-			t.Fatalf("starts: %+v; want one", got)
-		}
+		id, start := startedTask(t, f)
 		w1 := New(f, "leases", Options{InstanceID: "w1"})
 		old := New(oldTakes{mem}, "leases", Options{InstanceID: "old"})
 		var ls2 *Lease
@@ -129,7 +117,7 @@ func TestALostTakeDoesNotTakeAnOldInstancesLaterClaim(t *testing.T) {
 			time.Sleep(taskReq("q").Hold + time.Minute) // w1's lease lapses
 			ls2, err2 = old.Claim(context.Background(), taskReq("q"), id, 0)
 		}})
-		ls1, err1 := w1.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		ls1, err1 := w1.Claim(context.Background(), taskReq("q"), id, start.Mark)
 		if err2 != nil || ls2 == nil {
 			t.Fatalf("the old instance's claim of the lapsed place: %v, %v; want the place", ls2, err2)
 		}
@@ -152,16 +140,10 @@ func TestALostTakeDoesNotTakeAnOldInstancesLaterClaim(t *testing.T) {
 func laterClaimAtUnsureRenewal(t *testing.T) (f *faultAPI, ls1, ls2 *Lease) {
 	t.Helper()
 	f = &faultAPI{API: newMemStore()}
-	var st starts
-	l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-	id := enqueue(t, l, taskReq("q"), "task-1")
-	got := st.list()
-	if len(got) != 1 {
-		t.Fatalf("starts: %+v; want one", got)
-	}
+	id, start := startedTask(t, f)
 	w1 := New(f, "leases", Options{InstanceID: "w1"})
 	w2 := New(f, "leases", Options{InstanceID: "w2"})
-	ls1, err := w1.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+	ls1, err := w1.Claim(context.Background(), taskReq("q"), id, start.Mark)
 	if err != nil {
 		t.Fatal(err)
 	}
