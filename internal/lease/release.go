@@ -292,7 +292,10 @@ func (ls *Lease) heldAs(u *update, path string) string {
 		c = "(" + strings.Join(conds, " OR ") + ")"
 	}
 	if ls.claim != "" {
-		c += " AND " + u.path(TicketsAttr, ls.id, ticketClaim) + " = " + u.str(ls.claim)
+		// A ticket gone (lapsed and purged while the call ran on) names
+		// no other claim: a claim needs the ticket.
+		tp := u.path(TicketsAttr, ls.id)
+		c += " AND (attribute_not_exists(" + tp + ") OR " + tp + "." + u.path(ticketClaim) + " = " + u.str(ls.claim) + ")"
 	}
 	return c
 }
@@ -302,14 +305,14 @@ func (ls *Lease) heldIn(v *view) bool {
 	return slices.Contains(ls.exps, v.leases[ls.id]) && ls.claimIn(v)
 }
 
-// claimIn reports whether v's ticket of a task's lease names its claim
-// (true for a lease that is no task's).
+// claimIn reports whether v's ticket of a task's lease names its claim,
+// or is gone (true for a lease that is no task's).
 func (ls *Lease) claimIn(v *view) bool {
 	if ls.claim == "" {
 		return true
 	}
 	t := v.ticketFor(ls.id)
-	return t != nil && t.claim == ls.claim
+	return t == nil || t.claim == ls.claim
 }
 
 func (ls *Lease) setExpiry(exp int64, deadline time.Time) {

@@ -53,7 +53,7 @@ func (o oldTakes) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 			continue
 		}
 		if c := aws.ToString(in.ConditionExpression); strings.Contains(c, "."+p+" = ") {
-			re := regexp.MustCompile(`( AND )?#n\d+\.#n\d+\.` + p + ` = (:\w+)`)
+			re := regexp.MustCompile(`( AND )?\(attribute_not_exists\(#n\d+\.#n\d+\) OR #n\d+\.#n\d+\.` + p + ` = (:\w+)\)`)
 			if m := re.FindStringSubmatch(c); m != nil {
 				delete(in.ExpressionAttributeValues, m[2])
 				in.ConditionExpression = aws.String(strings.TrimPrefix(strings.Replace(c, m[0], "", 1), " AND "))
@@ -201,6 +201,52 @@ func TestALateRenewalLeavesALaterClaimWithItsUnsureRenewalsExpiry(t *testing.T) 
 		}
 		if _, err := ls2.Finish(context.Background(), Success); err != nil {
 			t.Errorf("the later claim's release: %v; want its place given back by it", err)
+		}
+	})
+}
+
+// A task claimed near its deadline runs past it (its call's end is the
+// tool's timeout, not the task's deadline): its ticket, lapsed, is purged
+// while the claim's lease is live. A ticket gone names no other claim, and
+// a later claim needs one: the claim still renews and gives back its place.
+func TestAClaimOutlivingItsTicketRenewsAndReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := &faultAPI{API: newMemStore()}
+		var st starts
+		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		id, err := l.Enqueue(ctx, taskReq("q"), "", "task-1", time.Now().Add(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := st.list()
+		if len(got) != 1 {
+			t.Fatalf("starts: %+v; want one", got)
+		}
+		w := New(f, "leases", Options{InstanceID: "w"})
+		ls, err := w.Claim(ctx, taskReq("q"), id, got[0].Mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2*time.Second + l.Margin() + time.Second) // past the ticket's deadline (and margin), the lease live
+		v, err := l.read(ctx, "srv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, purged, err := l.purgeAll(ctx, "srv", v); err != nil || !purged {
+			t.Fatalf("the purge of the lapsed ticket: %v, %v", purged, err)
+		}
+		if s := Describe(rawItem(t, f.API, "srv"), time.Now(), 1, 0, nil); len(s.Queue) != 0 || len(s.Leases) != 1 {
+			t.Fatalf("after the purge: %+v; want the claim's lease alone", s)
+		}
+		if err := ls.Renew(ctx, taskReq("q").Hold); err != nil {
+			t.Errorf("the claim's renewal, its ticket purged: %v; want its place kept", err)
+		}
+		if _, err := ls.Finish(ctx, Success); err != nil {
+			t.Errorf("the claim's release, its ticket purged: %v; want its place given back", err)
+		}
+		if s := Describe(rawItem(t, f.API, "srv"), time.Now(), 1, 0, nil); len(s.Leases) != 0 {
+			t.Errorf("after the release: %+v; want no lease", s)
 		}
 	})
 }
