@@ -19,7 +19,8 @@
 //	                       r: the tool's rpm limit, l: a caller's look period (ms; read as 2 s
 //	                       when absent, as tickets written before it, and as MaxLookFar at
 //	                       most); a task's also x: its task, s: its last start, w: the claim
-//	                       that last took its place}
+//	                       that last took its place, which that claim's release and renewals
+//	                       are conditioned on}
 //	waiting:<label>    SS  one principal's tickets
 //	seq                N   tickets issued
 //	freed              N   places freed, tickets gone other than by their take, gate entries and
@@ -86,7 +87,8 @@
 //     freed, conditioned on its number, and the lease a take of it of
 //     unknown outcome may have set, whole, conditioned on that expiry.
 //   - Release: REMOVE the lease whole (a task's with its ticket, and on
-//     condition that it holds an expiry this holder wrote); ADD 1 to freed; the outcome to its
+//     condition that it holds an expiry this holder wrote and that the
+//     ticket names its claim: see Tasks); ADD 1 to freed; the outcome to its
 //     gates and the adaptive limit; for a call answered or failed, its
 //     length moved into call_ms (a quarter of the way from the latest
 //     value its process saw); for a call never made, its tokens back — on
@@ -95,7 +97,8 @@
 //     the lease is there, the release is made again from the answer, and
 //     after maxEager tries with its outcome and probe verdicts alone.
 //   - Renew: SET leases.<id> to a later expiry, on condition that it holds
-//     an expiry this holder wrote.
+//     an expiry this holder wrote (a task's: and that its ticket names its
+//     claim).
 //   - Purge: any write removes up to maxPurge stale entries — expired
 //     leases, tickets past their deadline, half leases or tickets,
 //     principals' full buckets, idle gate entries — whole, each
@@ -330,32 +333,43 @@
 // A claimed ticket — one whose lease, of the same id, is live — is no
 // waiter: it takes no turn, no start is marked on it (a mark is
 // conditioned on the lease as seen: none, or a lapsed one), it takes no
-// queue place, and Withdraw cannot take it back (ErrClaimed). The
-// lease's release removes the ticket with it, in its one write, on
-// condition that the lease holds an expiry its holder wrote (a later
-// claim's lease has the same id). A lease that lapses unreleased — its
-// worker died or is late — leaves the ticket waiting again, at its
-// number, with no write: its turn comes, a worker is started as for any
-// lost start, and its claim purges the lapsed lease and takes the place
-// anew. Whether the task's call was made is not the item's to know: the
-// task's own record says (the gateway's worker makes its call only once
-// it marked the record running, conditionally, and never on a record an
-// earlier claim marked; see internal/gateway). With freed as seen
-// (above), each ticket a task's join sees claimed is still there: the
-// join's room is the tasks map's size less those (size(tasks) <
-// MaxQueued + purged + claimed), so a running task takes no queue place;
-// a claim lapsing afterwards waits again past the bound (it had its
-// place: at most the cap's claims more are stored). Nor is a principal
-// whose tasks run, with nothing waiting, held to the reserve: a join's
-// condition names its claimed tickets and requires each one's lease live
-// at the writer's now (the item carries the expiry), so a claim that
-// lapsed counts as waiting again with no write, as in the turn order. The
-// judgement is the writer's clock's: a join landing late, or from a clock
-// behind, may still read a claim lapsed meanwhile as running, letting its
-// principal take one reserve place it would not have — the queue's bound
-// holds whatever. A principal with more than maxNamed tickets in its set
-// is held to the reserve as one with a ticket waiting. A task costs no
-// write more than before: its claim and its release.
+// queue place, and Withdraw cannot take it back (ErrClaimed). The lease's
+// release removes the ticket with it, in its one write, on condition that
+// the lease holds an expiry its holder wrote and that the ticket names
+// its claim or is gone (past its deadline and purged while the call ran
+// on: a claim needs the ticket); its renewal has the same condition. A
+// later claim's lease has the same id, and may hold the expiry of a
+// renewal of the earlier one whose outcome was unknown (a renewal's term
+// bounded by the call's end, a claim's hold by its deadline: the same
+// millisecond), so the expiry alone would let a late holder give back or
+// extend it; the ticket names the later claim. The expiry stays in the
+// condition for claims made by an instance built before claims named
+// themselves, which leave the ticket naming the claim before them. A
+// holder that must judge from an answer whether the lease is still its
+// own (a release made again, a renewal whose condition failed) asks the
+// same of the view. A lease that lapses unreleased — its worker died or
+// is late — leaves the ticket waiting again, at its number, with no
+// write: its turn comes, a worker is started as for any lost start, and
+// its claim purges the lapsed lease and takes the place anew. Whether the
+// task's call was made is not the item's to know: the task's own record
+// says (the gateway's worker makes its call only once it marked the
+// record running, conditionally, and never on a record an earlier claim
+// marked; see internal/gateway). With freed as seen (above), each ticket
+// a task's join sees claimed is still there: the join's room is the tasks
+// map's size less those (size(tasks) < MaxQueued + purged + claimed), so
+// a running task takes no queue place; a claim lapsing afterwards waits
+// again past the bound (it had its place: at most the cap's claims more
+// are stored). Nor is a principal whose tasks run, with nothing waiting,
+// held to the reserve: a join's condition names its claimed tickets and
+// requires each one's lease live at the writer's now (the item carries
+// the expiry), so a claim that lapsed counts as waiting again with no
+// write, as in the turn order. The judgement is the writer's clock's: a
+// join landing late, or from a clock behind, may still read a claim
+// lapsed meanwhile as running, letting its principal take one reserve
+// place it would not have — the queue's bound holds whatever. A principal
+// with more than maxNamed tickets in its set is held to the reserve as
+// one with a ticket waiting. A task costs no write more than before: its
+// claim and its release.
 //
 // # Answers and views
 //

@@ -387,7 +387,10 @@ type Lease struct {
 	pauseGate  string
 	maxPause   time.Duration
 	task       bool // claimed from a task's ticket
-	noPlace    bool // holds nothing in the item: its take only charged
+	// claim is what a task's claim named itself in the ticket (Claim):
+	// its release and renewals are conditioned on the ticket naming it.
+	claim   string
+	noPlace bool // holds nothing in the item: its take only charged
 }
 
 // TakesPlace reports whether the lease holds an entry in the item.

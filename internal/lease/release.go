@@ -79,7 +79,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
-			case v.leases[ls.id] != 0 && (!ls.task || slices.Contains(ls.exps, v.leases[ls.id])):
+			case v.leases[ls.id] != 0 && (!ls.task || ls.heldIn(v)):
 				// Made again from the answer: no purge, and after maxEager
 				// tries only its probes' verdicts.
 				probes = v.stillProbes(probes, ls.id)
@@ -256,9 +256,9 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	unsure := false
 	v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 	switch {
-	case errors.Is(err, errCondition) && v.leases[ls.id] == exp:
+	case errors.Is(err, errCondition) && v.leases[ls.id] == exp && ls.claimIn(v):
 		// an earlier attempt landed
-	case errors.Is(err, errCondition) && slices.Contains(ls.exps, v.leases[ls.id]) && len(ls.probes) > 0:
+	case errors.Is(err, errCondition) && ls.heldIn(v) && len(ls.probes) > 0:
 		// No longer the probe of each entry: renewed without them.
 		ls.probes = v.stillProbes(ls.probes, ls.id)
 		return ls.Renew(ctx, hold)
@@ -279,16 +279,40 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 }
 
 // heldAs is the condition that the lease at path holds one of the
-// expiries this holder may have written.
+// expiries this holder may have written and, a task's, that its ticket
+// names its claim: a later claim of the task holds a lease of the same
+// id, and may set the expiry of a renewal of this one that never landed.
 func (ls *Lease) heldAs(u *update, path string) string {
 	conds := make([]string, len(ls.exps))
 	for i, e := range ls.exps {
 		conds[i] = path + " = " + u.num(e)
 	}
-	if len(conds) == 1 {
-		return conds[0]
+	c := conds[0]
+	if len(conds) > 1 {
+		c = "(" + strings.Join(conds, " OR ") + ")"
 	}
-	return "(" + strings.Join(conds, " OR ") + ")"
+	if ls.claim != "" {
+		// A ticket gone (lapsed and purged while the call ran on) names
+		// no other claim: a claim needs the ticket.
+		tp := u.path(TicketsAttr, ls.id)
+		c += " AND (attribute_not_exists(" + tp + ") OR " + tp + "." + u.path(ticketClaim) + " = " + u.str(ls.claim) + ")"
+	}
+	return c
+}
+
+// heldIn reports whether v shows the lease as heldAs requires it.
+func (ls *Lease) heldIn(v *view) bool {
+	return slices.Contains(ls.exps, v.leases[ls.id]) && ls.claimIn(v)
+}
+
+// claimIn reports whether v's ticket of a task's lease names its claim,
+// or is gone (true for a lease that is no task's).
+func (ls *Lease) claimIn(v *view) bool {
+	if ls.claim == "" {
+		return true
+	}
+	t := v.ticketFor(ls.id)
+	return t == nil || t.claim == ls.claim
 }
 
 func (ls *Lease) setExpiry(exp int64, deadline time.Time) {

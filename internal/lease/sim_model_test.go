@@ -848,6 +848,9 @@ type mWriter struct {
 	// task: it writes for a task (its Enqueue, a worker's Claim and
 	// release, its Withdraw): the ids it owns are the task's.
 	task bool
+	// claims are what its takes of a task's place named in the ticket
+	// (w), as the items they landed in show.
+	claims []string
 }
 
 // mWrite is one landed write: the item before and after it, when it was
@@ -912,6 +915,15 @@ func (w *mWrite) landedOnWritersClock() int64 {
 
 func (w *mWrite) owns(id string) bool { return !w.w.operator && w.w.owns(id) }
 
+// otherClaim reports whether the ticket of task lease id names, in b, a
+// claim none of the writer's takes named (doc.go, Tasks: a task's lease
+// is its claim's, whose release and renewals are conditioned on the
+// ticket naming it). A ticket that names no claim tells nothing.
+func (w *mWrite) otherClaim(b *mItem, id string) bool {
+	tk := b.tickets[id]
+	return w.w.task && tk != nil && tk.task && tk.w != "" && !slices.Contains(w.w.claims, tk.w)
+}
+
 // judgeWrite judges one landed write against doc.go.
 func mJudgeWrite(w *mWrite) *mVerdict {
 	v := &mVerdict{}
@@ -952,6 +964,8 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		case exp == old:
 		case !w.owns(id):
 			v.fail("renew", id, "a write changed the expiry of %s, which its writer does not own", id)
+		case w.otherClaim(b, id):
+			v.fail("renew", id, "a worker's renewal of task lease %s landed while its ticket named another claim (%s): a later claim's place", id, b.tickets[id].w)
 		case exp < old:
 			v.fail("renew", id, "a renewal of %s brought its expiry %d ms earlier", id, old-exp)
 		case exp > longest:
@@ -967,6 +981,9 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		}
 		if w.owns(id) {
 			v.released = append(v.released, id)
+			if w.w.outcome != mNoOutcome && w.otherClaim(b, id) {
+				v.fail("task-release", id, "a worker's release removed task lease %s while its ticket named another claim (%s): it gave back a later claim's place", id, b.tickets[id].w)
+			}
 			if tk := b.tickets[id]; tk != nil && tk.task && tk.hasN && mLive(b.leases[id], now) {
 				// A task's release: its call ended (or was never made);
 				// its claimed ticket goes with its lease, in one write.

@@ -396,6 +396,7 @@ type judgeCase struct {
 	judged        int64
 	came          map[string]time.Duration // ticket → its turn came this long before the write
 	task          bool                     // the writer acts for a task
+	claims        []string                 // what its takes named in the task's ticket
 	tasks         *mTasks                  // what earlier writes did to tasks' tickets
 	landed        time.Duration            // how long after it was sent the write landed
 	want          []string
@@ -417,7 +418,7 @@ func (tc judgeCase) run(t *testing.T) {
 	w := &mWrite{k: tc.k, before: tc.before.item(), after: after, now: mNow, skew: 400, sent: time.UnixMilli(mNow), landed: time.UnixMilli(mNow).Add(tc.landed),
 		judged: tc.judged, turnCame: map[string]time.Time{}, tasks: tc.tasks,
 		w: mWriter{me: tc.me, owns: func(id string) bool { return slices.Contains(tc.mine, id) }, outcome: tc.outcome, pause: tc.pause, grant: tc.grant,
-			deadline: mNow + 10000, task: tc.task}}
+			deadline: mNow + 10000, task: tc.task, claims: tc.claims}}
 	if tc.pause > 0 {
 		w.w.pausedAt = mNow // the upstream asked as the release was sent
 	}
@@ -739,6 +740,11 @@ func TestModelJudgesTasks(t *testing.T) {
 		g.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value["s"] = mNum(s)
 		return g
 	}
+	named := func(f *mFix, w string) *mFix {
+		g := f.clone()
+		g.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value["w"] = mStr(w)
+		return g
+	}
 	unmarked := task.clone()
 	delete(unmarked.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value, "s")
 	full := mItemOf().ticket("c1", 1, "pb", "", far, 0, 0).ticket("c2", 2, "pc", "", far, 0, 0).num("seq", 2)
@@ -755,6 +761,10 @@ func TestModelJudgesTasks(t *testing.T) {
 		{name: "a claim with no ticket", k: k, before: mItemOf(), after: mItemOf().lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: -1, task: true, want: []string{"task-claim"}},
 		{name: "a task's release takes its claimed ticket out", k: k, before: claim(task), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success},
 		{name: "a task's release that leaves its ticket", k: k, before: claim(task), after: task.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success, want: []string{"task-release"}},
+		{name: "a task's release, its ticket naming its claim", k: k, before: named(claim(task), "w1"), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Success},
+		{name: "a task's release, its ticket naming a later claim", k: k, before: named(claim(task), "w2"), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Success, want: []string{"task-release"}},
+		{name: "a task's renewal, its ticket naming its claim", k: k, before: named(task.clone().lease("i0.T1", "pa", "", exp-1000), "w1"), after: named(claim(task), "w1"), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}},
+		{name: "a task's renewal, its ticket naming a later claim", k: k, before: named(task.clone().lease("i0.T1", "pa", "", exp-1000), "w2"), after: named(claim(task), "w2"), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, want: []string{"renew"}},
 		{name: "a lapsed claim's lease purged, its ticket left waiting", k: k, before: task.clone().lease("i0.T1", "pa", "", mNow-1), after: task.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true},
 		{name: "a caller takes a place beside a claimed task", k: k2, before: claim(behind(0)), after: passed(claim(behind(0))), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2},
 		{name: "a caller waits behind a task whose claim lapsed", k: k, before: behind(0).lease("i0.T1", "pa", "", mNow-1), after: passed(behind(0).lease("i0.T1", "pa", "", mNow-1)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},

@@ -165,6 +165,8 @@ type simCaller struct {
 	// its worker, withdraws; sweeper: it runs the key's StartDue.
 	task    *simTask
 	sweeper bool
+	// claims: a worker's claims as its landed takes named them.
+	claims []string
 }
 
 // settle marks c done or dead, under sim.mu.
@@ -813,7 +815,7 @@ func (s *sim) clock(c *simCaller, t time.Time) time.Time {
 func (s *sim) writer(c *simCaller) mWriter {
 	w := mWriter{operator: c.operator, outcome: c.final, pause: c.pause, pausedAt: c.pausedAt, grant: c.grant,
 		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap)},
-		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil}
+		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims}
 	for _, r := range c.req.Rates {
 		if r.Name == "tool:"+c.tool {
 			w.me.rpm = int64(r.PerMinute)
@@ -844,6 +846,9 @@ func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 	}
 	for _, id := range v.takes {
 		s.took[id] = true
+		if tk := w.after.tickets[id]; c.task != nil && tk != nil && tk.w != "" {
+			c.claims = append(c.claims, tk.w) // its claim, named in the ticket
+		}
 	}
 	if len(v.takes) > 0 {
 		s.events["take landed"]++

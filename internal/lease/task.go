@@ -202,7 +202,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			// worker of the same start may set the same expiry).
 			ls, err := a.lease(ctx, exp, v)
 			if ls != nil {
-				ls.task = true
+				ls.claim = a.claim
 			}
 			return ls, err
 		case held && (exp >= now || t == nil):
@@ -229,7 +229,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		}
 		ls, _, err := a.take(ctx, v, h, nil, now)
 		if ls != nil {
-			ls.task = true
+			ls.claim = a.claim
 			l.stats.acquired.Add(1)
 			return ls, err
 		}

@@ -17,16 +17,10 @@ import (
 func TestLateTaskJoinDoesNotBringBackItsTicket(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faultAPI{API: newMemStore()}
-		var st starts
-		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 		f.arm(rule{match: writes("ADD", WaitingAttr("q")), fate: hold}) // its join
-		id := enqueue(t, l, taskReq("q"), "task-1")
-		got := st.list()
-		if len(got) != 1 {
-			t.Fatalf("starts: %+v; want one", got)
-		}
+		id, start := startedTask(t, f)
 		w := New(f, "leases", Options{InstanceID: "w"})
-		ls, err := w.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		ls, err := w.Claim(context.Background(), taskReq("q"), id, start.Mark)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +28,7 @@ func TestLateTaskJoinDoesNotBringBackItsTicket(t *testing.T) {
 		if landed := f.release(); len(landed) != 1 || landed[0] {
 			t.Fatalf("the join held in the network landed late: %v; want it refused", landed)
 		}
-		if _, err := w.Claim(context.Background(), taskReq("q"), id, got[0].Mark); !errors.Is(err, ErrNoTicket) {
+		if _, err := w.Claim(context.Background(), taskReq("q"), id, start.Mark); !errors.Is(err, ErrNoTicket) {
 			t.Fatalf("a claim after the task ran: %v; want ErrNoTicket", err)
 		}
 	})
@@ -55,13 +49,7 @@ func TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost(t *testing.T) {
 func twoWorkersClaimOnce(t *testing.T, apart time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faultAPI{API: newMemStore()}
-		var st starts
-		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id := enqueue(t, l, taskReq("q"), "task-1")
-		got := st.list()
-		if len(got) != 1 {
-			t.Fatalf("starts: %+v; want one", got)
-		}
+		id, start := startedTask(t, f)
 		w1 := New(f, "leases", Options{InstanceID: "w1"})
 		w2 := New(f, "leases", Options{InstanceID: "w2"})
 		req1 := taskReq("q")
@@ -69,9 +57,9 @@ func twoWorkersClaimOnce(t *testing.T, apart time.Duration) {
 		var ls1 *Lease
 		var err1 error
 		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold, after: func() {
-			ls1, err1 = w1.Claim(context.Background(), req1, id, got[0].Mark)
+			ls1, err1 = w1.Claim(context.Background(), req1, id, start.Mark)
 		}})
-		ls2, err2 := w2.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		ls2, err2 := w2.Claim(context.Background(), taskReq("q"), id, start.Mark)
 		if err1 != nil || ls1 == nil {
 			t.Fatalf("the first worker's claim: %v, %v; want the place", ls1, err1)
 		}
@@ -94,18 +82,12 @@ func twoWorkersClaimOnce(t *testing.T, apart time.Duration) {
 func TestAWorkerKnowsEachOfItsTakesWhoseOutcomeWasUnknown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faultAPI{API: newMemStore()}
-		var st starts
-		l := New(f, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id := enqueue(t, l, taskReq("q"), "task-1")
-		got := st.list()
-		if len(got) != 1 {
-			t.Fatalf("starts: %+v; want one", got)
-		}
+		id, start := startedTask(t, f)
 		w := New(f, "leases", Options{InstanceID: "w"})
 		var landed []bool
 		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold})
 		f.arm(rule{match: writes("SET", LeasesAttr), fate: hold, after: func() { landed = f.release() }})
-		ls, err := w.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		ls, err := w.Claim(context.Background(), taskReq("q"), id, start.Mark)
 		if !slices.Equal(landed, []bool{true, false}) {
 			t.Fatalf("the held takes: landed %v; want the first, not the second", landed)
 		}

@@ -31,6 +31,21 @@ func taskReq(holder string) Request {
 	return Request{Key: "srv", Cap: 1, Hold: 10 * time.Second, Holder: holder, MaxQueued: 4}
 }
 
+// startedTask enqueues taskReq("q")'s task-1 through a limiter on api,
+// its turn come at once, and returns its ticket's id and the one start
+// the enqueue made.
+func startedTask(t *testing.T, api API) (string, TaskStart) {
+	t.Helper()
+	var st starts
+	l := New(api, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+	id := enqueue(t, l, taskReq("q"), "task-1")
+	got := st.list()
+	if len(got) != 1 {
+		t.Fatalf("starts: %+v; want one", got)
+	}
+	return id, got[0]
+}
+
 func enqueue(t *testing.T, l *Limiter, req Request, task string) string {
 	t.Helper()
 	id, err := l.Enqueue(context.Background(), req, "", task, time.Now().Add(time.Hour))
