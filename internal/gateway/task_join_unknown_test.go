@@ -14,11 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/tasks"
-	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 // lostJoinAPI passes a limiter's store calls through, but for the first
@@ -65,23 +62,9 @@ func (a *lostJoinAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInp
 // agent must not be told a task failed whose call the upstream ran: either
 // the task is made (its outcome in its record), or its call never runs.
 func TestATaskWhoseJoinWasLostIsNotReportedFailedWhileItRuns(t *testing.T) {
-	st := &reviewStarts{t: t}
 	api := &lostJoinAPI{}
-	var store *tasks.Store
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
-		api.API = env.Client
-		d.Limiter = lease.New(api, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
-		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	st.mu.Lock()
-	st.g = h.gw
-	st.mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
-	t.Cleanup(st.wg.Wait)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	h, _, st := reviewHarnessOver(t, nil, func(c lease.API) lease.API { api.API = c; return api })
+	up := h.batchTasks(nil)
 	// Meanwhile a synchronous call arrives: it waits behind the task's
 	// ticket, sees the task's turn come and starts its worker, which runs
 	// the task's call; then it gets the place.
@@ -117,26 +100,12 @@ func TestATaskWhoseJoinWasLostIsNotReportedFailedWhileItRuns(t *testing.T) {
 	}
 }
 
-// failedMarkAPI passes a task store's calls through, but for the first
-// write of a record marked running: that one fails as a store error does,
+// failedMark is a markAPI whose first mark fails as a store error does,
 // without landing.
-type failedMarkAPI struct {
-	tasks.API
-	mu     sync.Mutex
-	failed bool
-}
-
-func (a *failedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" {
-		a.mu.Lock()
-		first := !a.failed
-		a.failed = true
-		a.mu.Unlock()
-		if first {
-			return nil, errors.New("tasks store: service unavailable")
-		}
-	}
-	return a.API.PutItem(ctx, in, opts...)
+func failedMark() *markAPI {
+	return &markAPI{first: func(func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		return nil, errors.New("tasks store: service unavailable")
+	}}
 }
 
 // A worker whose mark of its record as running fails with a store error
@@ -145,25 +114,11 @@ func (a *failedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, 
 // worker took it, fails it, and the agent is told it failed. Making the
 // call then runs a task the agent was told failed.
 func TestATaskWhoseRunningMarkFailedMakesNoCall(t *testing.T) {
-	st := &reviewStarts{t: t}
 	api := &lostJoinAPI{}
-	tapi := &failedMarkAPI{}
-	var store *tasks.Store
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		tapi.API = env.Client
-		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
-		api.API = env.Client
-		d.Limiter = lease.New(api, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
-		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	st.mu.Lock()
-	st.g = h.gw
-	st.mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
-	t.Cleanup(st.wg.Wait)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	tapi := failedMark()
+	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi },
+		func(c lease.API) lease.API { api.API = c; return api })
+	up := h.batchTasks(nil)
 	api.meanwhile = func() {
 		// The ticket landed; its turn has come: a worker claims it, and
 		// its running mark fails.
@@ -180,8 +135,8 @@ func TestATaskWhoseRunningMarkFailedMakesNoCall(t *testing.T) {
 	}
 	st.wg.Wait()
 	calls := len(up.Stats().Arrivals)
-	t.Logf("mark failed %v; create: %s; upstream calls %d; starts %d", tapi.failed, a.raw, calls, len(st.starts()))
-	if !tapi.failed {
+	t.Logf("mark failed %v; create: %s; upstream calls %d; starts %d", tapi.marked(), a.raw, calls, len(st.starts()))
+	if !tapi.marked() {
 		t.Fatal("no worker marked the task running")
 	}
 	made := a.err == nil && a.result["taskId"] != nil
@@ -200,36 +155,16 @@ func TestATaskWhoseRunningMarkFailedMakesNoCall(t *testing.T) {
 // unused; the task is not lost: its ticket waits again and a later start
 // runs its call, once.
 func TestATaskWhoseRunningMarkFailedRunsLater(t *testing.T) {
-	st := &reviewStarts{t: t}
-	tapi := &failedMarkAPI{}
-	var store *tasks.Store
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		tapi.API = env.Client
-		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
-		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
-		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	st.mu.Lock()
-	st.g = h.gw
-	st.mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
-	t.Cleanup(st.wg.Wait)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	tapi := failedMark()
+	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	up := h.batchTasks(nil)
 	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
 	id := a.str(t, "taskId")
-	for range 3 {
-		st.wg.Wait()
-		if err := h.gw.SweepTasks(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.wg.Wait()
+	h.sweep(st, 3)
 	calls := len(up.Stats().Arrivals)
 	p := h.pollTask("/mcp/batch", h.key, id)
-	t.Logf("mark failed %v; poll: %s; upstream calls %d; starts %d", tapi.failed, p.raw, calls, len(st.starts()))
-	if !tapi.failed {
+	t.Logf("mark failed %v; poll: %s; upstream calls %d; starts %d", tapi.marked(), p.raw, calls, len(st.starts()))
+	if !tapi.marked() {
 		t.Fatal("no worker marked the task running")
 	}
 	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
@@ -237,26 +172,10 @@ func TestATaskWhoseRunningMarkFailedRunsLater(t *testing.T) {
 	}
 }
 
-// endedMarkAPI passes a task store's calls through, but ends its worker
-// (a panic, as an instance that ends does) at the first write of a record
-// marked running: after its claim, before its mark.
-type endedMarkAPI struct {
-	tasks.API
-	mu    sync.Mutex
-	ended bool
-}
-
-func (a *endedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" {
-		a.mu.Lock()
-		first := !a.ended
-		a.ended = true
-		a.mu.Unlock()
-		if first {
-			panic("the worker's instance ended")
-		}
-	}
-	return a.API.PutItem(ctx, in, opts...)
+// endMark ends a worker (a panic, as an instance that ends does) at its
+// first mark, as markAPI's first: after its claim, before its mark.
+func endMark(func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+	panic("the worker's instance ended")
 }
 
 // A worker that ends after it claimed its task's place and before it
@@ -268,47 +187,19 @@ func (a *endedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o
 // lapses, the ticket waits again and a new worker is started, which finds
 // the record never marked and runs the call.
 func TestATaskWhoseWorkerEndedBeforeItsMarkIsNotLost(t *testing.T) {
-	tapi := &endedMarkAPI{}
-	var (
-		store *tasks.Store
-		g     *Gateway
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-	)
-	start := func(_ context.Context, ts lease.TaskStart) {
-		mu.Lock()
-		gw := g
-		mu.Unlock()
-		wg.Go(func() { _ = gw.RunTask(context.Background(), ts) })
-	}
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		tapi.API = env.Client
-		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
-		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: start})
-		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	mu.Lock()
-	g = h.gw
-	mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
-	t.Cleanup(wg.Wait)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	tapi := &markAPI{first: endMark}
+	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	st.quiet = true
+	up := h.batchTasks(map[string]any{"timeout": 1})
 	id := h.createTask("batch", h.key, "work")
-	wg.Wait()
-	if !tapi.ended {
+	st.wg.Wait()
+	if !tapi.marked() {
 		t.Fatal("no worker reached its mark")
 	}
 	// Past the lease's end (its hold, the tool's 1 s timeout, and the
 	// margin), and past a start's timeout: whatever could run it has.
 	time.Sleep(2*time.Second + lease.StartTimeout)
-	for range 2 {
-		if err := h.gw.SweepTasks(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		wg.Wait()
-	}
+	h.sweep(st, 2)
 	p := h.pollTask("/mcp/batch", h.key, id)
 	calls := len(up.Stats().Arrivals)
 	t.Logf("poll: %s; upstream calls %d", p.raw, calls)
@@ -317,78 +208,33 @@ func TestATaskWhoseWorkerEndedBeforeItsMarkIsNotLost(t *testing.T) {
 	}
 }
 
-// diedMarkedAPI passes a task store's calls through, but ends its worker
-// (a panic, as an instance that ends does) once the first write of a
-// record marked running has landed: after its mark, before its call.
-type diedMarkedAPI struct {
-	tasks.API
-	mu    sync.Mutex
-	ended bool
-}
-
-func (a *diedMarkedAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	out, err := a.API.PutItem(ctx, in, opts...)
-	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" && err == nil {
-		a.mu.Lock()
-		first := !a.ended
-		a.ended = true
-		a.mu.Unlock()
-		if first {
-			panic("the worker's instance ended")
-		}
-	}
-	return out, err
-}
-
 // A worker that ends once its record is marked running leaves a lease
 // that lapses, and its ticket waits again; the worker started for it then
 // finds the record marked under that ticket: the call may have been made,
 // so it makes none, and gives the ticket back. The task ends failed past
 // its run_until ("may or may not have run"), its call made at most once.
 func TestATaskMarkedRunningIsNotCalledAgainByTheNextClaim(t *testing.T) {
-	tapi := &diedMarkedAPI{}
-	var (
-		store *tasks.Store
-		g     *Gateway
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		env   *storetest.Env
-	)
-	start := func(_ context.Context, ts lease.TaskStart) {
-		mu.Lock()
-		gw := g
-		mu.Unlock()
-		wg.Go(func() { _ = gw.RunTask(context.Background(), ts) })
-	}
-	h := newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
-		env = e
-		tapi.API = e.Client
-		store = &tasks.Store{DB: tapi, Table: e.Tables.Tasks}
-		d.Limiter = lease.New(e.Client, e.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: start})
-		d.Auth = auth.New(e.Client, e.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	mu.Lock()
-	g = h.gw
-	mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
-	t.Cleanup(wg.Wait)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1, "cancel_grace": 1,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	// The first mark lands, then its worker ends (a panic, as an instance
+	// that ends does): after its mark, before its call.
+	tapi := &markAPI{first: func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		if _, err := put(); err != nil {
+			return nil, err
+		}
+		return endMark(nil)
+	}}
+	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	st.quiet = true
+	env := h.env
+	up := h.batchTasks(map[string]any{"timeout": 1, "cancel_grace": 1})
 	id := h.createTask("batch", h.key, "work")
-	wg.Wait()
-	if !tapi.ended {
+	st.wg.Wait()
+	if !tapi.marked() {
 		t.Fatal("no worker's mark landed")
 	}
 	// Past the lease's end and a start's timeout, and past run_until
 	// (the call's end, cancel_grace, the lease margin and the watch).
 	time.Sleep(3*time.Second + lease.StartTimeout)
-	for range 2 {
-		if err := h.gw.SweepTasks(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		wg.Wait()
-	}
+	h.sweep(st, 2)
 	if calls := len(up.Stats().Arrivals); calls != 0 {
 		t.Errorf("the upstream was called %d times; its first worker ended before its call, and no other may call", calls)
 	}
@@ -406,62 +252,21 @@ func TestATaskMarkedRunningIsNotCalledAgainByTheNextClaim(t *testing.T) {
 	}
 }
 
-// afterMarkAPI passes a task store's calls through and, once the first
-// write of a record marked running has landed, runs meanwhile (once).
-type afterMarkAPI struct {
-	tasks.API
-	mu        sync.Mutex
-	done      bool
-	meanwhile func()
-}
-
-func (a *afterMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	out, err := a.API.PutItem(ctx, in, opts...)
-	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" && err == nil {
-		a.mu.Lock()
-		first := !a.done
-		a.done = true
-		a.mu.Unlock()
-		if first {
-			a.meanwhile()
-		}
-	}
-	return out, err
-}
-
 // The agent cancels a task whose call has just started; the upstream
 // answers at once that it needs input, before the worker's watch reads
 // the cancellation. The task was asked to stop: it must end cancelled,
 // not ask the agent for input.
 func TestATaskCancelledWhileItsCallRunsDoesNotAskForInput(t *testing.T) {
-	tapi := &afterMarkAPI{}
-	var (
-		store *tasks.Store
-		g     *Gateway
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-	)
-	start := func(_ context.Context, ts lease.TaskStart) {
-		mu.Lock()
-		gw := g
-		mu.Unlock()
-		wg.Go(func() {
-			if err := gw.RunTask(context.Background(), ts); err != nil {
-				t.Errorf("worker: %v", err)
-			}
-		})
-	}
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		tapi.API = env.Client
-		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
-		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: start})
-		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	mu.Lock()
-	g = h.gw
-	mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
-	t.Cleanup(wg.Wait)
+	var meanwhile func()
+	// Once the first mark has landed, meanwhile runs.
+	tapi := &markAPI{first: func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		out, err := put()
+		if err == nil {
+			meanwhile()
+		}
+		return out, err
+	}}
+	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	_, url := startTaskServer(t, false, nil)
 	h.server(map[string]any{"server_id": "plain", "url": url, "max_concurrent_requests": 1, "task_ttl": 120,
 		"tools": map[string]any{"confirm_delete": map[string]any{"task_support": "optional"}}})
@@ -470,7 +275,7 @@ func TestATaskCancelledWhileItsCallRunsDoesNotAskForInput(t *testing.T) {
 		idMu      sync.Mutex
 		cancelled rpcAnswer
 	)
-	tapi.meanwhile = func() {
+	meanwhile = func() {
 		idMu.Lock()
 		defer idMu.Unlock()
 		cancelled = h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
@@ -486,7 +291,7 @@ func TestATaskCancelledWhileItsCallRunsDoesNotAskForInput(t *testing.T) {
 	}
 	id = a.str(t, "taskId")
 	idMu.Unlock()
-	wg.Wait()
+	st.wg.Wait()
 	p := h.pollTask("/mcp/plain", h.key, id)
 	t.Logf("cancel: %s; poll: %s", cancelled.raw, p.raw)
 	if p.err != nil || p.str(t, "status") != "cancelled" {

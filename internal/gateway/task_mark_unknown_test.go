@@ -4,53 +4,16 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/tasks"
-	"github.com/mcpgate/mcpgate/internal/testkit"
 )
-
-// lostMarkAPI passes a task store's calls through, but for the first
-// write of a record marked running: that one lands, and its answer is
-// lost (the connection reset); the read that follows it fails as well.
-type lostMarkAPI struct {
-	tasks.API
-	mu      sync.Mutex
-	lost    bool
-	getFail bool
-}
-
-func (a *lostMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	out, err := a.API.PutItem(ctx, in, opts...)
-	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" && err == nil {
-		a.mu.Lock()
-		first := !a.lost
-		a.lost, a.getFail = true, first || a.getFail
-		a.mu.Unlock()
-		if first {
-			return nil, errors.New("read tcp: connection reset by peer")
-		}
-	}
-	return out, err
-}
-
-func (a *lostMarkAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	a.mu.Lock()
-	fail := a.getFail
-	a.getFail = false
-	a.mu.Unlock()
-	if fail {
-		return nil, errors.New("tasks store: service unavailable")
-	}
-	return a.API.GetItem(ctx, in, opts...)
-}
 
 // A worker whose mark of its record as running landed unseen (its answer
 // lost, the record unreadable just then) makes no call and gives its
@@ -58,36 +21,26 @@ func (a *lostMarkAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, op
 // made no call, and its worker, alive, knows it: the next start runs the
 // call, once.
 func TestATaskWhoseRunningMarkLandedUnseenRunsLater(t *testing.T) {
-	st := &reviewStarts{t: t}
-	tapi := &lostMarkAPI{}
-	var store *tasks.Store
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		tapi.API = env.Client
-		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
-		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
-		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	st.mu.Lock()
-	st.g = h.gw
-	st.mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
-	t.Cleanup(st.wg.Wait)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	// The first mark lands, and its answer is lost (the connection
+	// reset); the read that follows it fails as well.
+	var getFail atomic.Bool
+	tapi := &readFailAPI{fail: &getFail}
+	tapi.first = func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		if _, err := put(); err != nil {
+			return nil, err
+		}
+		getFail.Store(true)
+		return nil, errors.New("read tcp: connection reset by peer")
+	}
+	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	up := h.batchTasks(nil)
 	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
 	id := a.str(t, "taskId")
-	for range 3 {
-		st.wg.Wait()
-		if err := h.gw.SweepTasks(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.wg.Wait()
+	h.sweep(st, 3)
 	calls := len(up.Stats().Arrivals)
 	p := h.pollTask("/mcp/batch", h.key, id)
-	t.Logf("mark lost %v; poll: %s; upstream calls %d; starts %d", tapi.lost, p.raw, calls, len(st.starts()))
-	if !tapi.lost {
+	t.Logf("mark lost %v; poll: %s; upstream calls %d; starts %d", tapi.marked(), p.raw, calls, len(st.starts()))
+	if !tapi.marked() {
 		t.Fatal("no worker marked the task running")
 	}
 	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
@@ -95,28 +48,17 @@ func TestATaskWhoseRunningMarkLandedUnseenRunsLater(t *testing.T) {
 	}
 }
 
-// slowMarkAPI passes a task store's calls through, but holds the first
-// write of a record marked running for slow before sending it: its worker
-// is late (a paused instance, a slow network), its mark landing past its
-// call's deadline.
-type slowMarkAPI struct {
-	tasks.API
-	slow time.Duration
-	mu   sync.Mutex
-	held bool
+// readFailAPI is a markAPI whose next read fails once fail is set.
+type readFailAPI struct {
+	markAPI
+	fail *atomic.Bool
 }
 
-func (a *slowMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); ok && m.Value == "running" {
-		a.mu.Lock()
-		first := !a.held
-		a.held = true
-		a.mu.Unlock()
-		if first {
-			time.Sleep(a.slow)
-		}
+func (a *readFailAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if a.fail.Swap(false) {
+		return nil, errors.New("tasks store: service unavailable")
 	}
-	return a.API.PutItem(ctx, in, opts...)
+	return a.API.GetItem(ctx, in, opts...)
 }
 
 // A worker whose mark lands past its call's deadline makes no call. Where
@@ -124,36 +66,20 @@ func (a *slowMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, op
 // its release removed lease and ticket), nothing else will run the task
 // either: it must not be lost, but run later, once.
 func TestATaskWhoseWorkerMarkedItLateRunsLater(t *testing.T) {
-	st := &reviewStarts{t: t}
-	// Past the lease's end: the tool's 1 s timeout and the margin.
-	tapi := &slowMarkAPI{slow: 3 * time.Second}
-	var store *tasks.Store
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		tapi.API = env.Client
-		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
-		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
-		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	st.mu.Lock()
-	st.g = h.gw
-	st.mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
-	t.Cleanup(st.wg.Wait)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	// The first mark is held before it is sent (a paused instance, a slow
+	// network) past the lease's end: the tool's 1 s timeout and the margin.
+	tapi := &markAPI{first: func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		time.Sleep(3 * time.Second)
+		return put()
+	}}
+	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	up := h.batchTasks(map[string]any{"timeout": 1})
 	id := h.createTask("batch", h.key, "work")
-	for range 3 {
-		st.wg.Wait()
-		if err := h.gw.SweepTasks(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.wg.Wait()
+	h.sweep(st, 3)
 	calls := len(up.Stats().Arrivals)
 	p := h.pollTask("/mcp/batch", h.key, id)
-	t.Logf("mark held %v; poll: %s; upstream calls %d; starts %d", tapi.held, p.raw, calls, len(st.starts()))
-	if !tapi.held {
+	t.Logf("mark held %v; poll: %s; upstream calls %d; starts %d", tapi.marked(), p.raw, calls, len(st.starts()))
+	if !tapi.marked() {
 		t.Fatal("no worker marked the task running")
 	}
 	if p.err != nil || p.str(t, "status") != "completed" || calls != 1 {
@@ -210,36 +136,16 @@ func (a *racedMarkAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o
 // none made, the record keeps its run_until, past which the task reads
 // failed ("may or may not have run"): it is not left working.
 func TestATaskMarkedByALateWorkerAndClaimedAnewRunsAtMostOnce(t *testing.T) {
-	st := &reviewStarts{t: t}
 	tapi := &racedMarkAPI{late: lease.StartTimeout + time.Second, second: make(chan struct{}), first: make(chan struct{})}
-	var store *tasks.Store
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		tapi.API = env.Client
-		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
-		d.Limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
-		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
-	})
-	st.mu.Lock()
-	st.g = h.gw
-	st.mu.Unlock()
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), st.start)
-	t.Cleanup(st.wg.Wait)
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	tapi.meanwhile = func() {
 		if err := h.gw.SweepTasks(context.Background()); err != nil {
 			t.Errorf("sweep: %v", err)
 		}
 	}
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	up := h.batchTasks(map[string]any{"timeout": 1})
 	id := h.createTask("batch", h.key, "work")
-	for range 3 {
-		st.wg.Wait()
-		if err := h.gw.SweepTasks(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.wg.Wait()
+	h.sweep(st, 3)
 	calls := len(up.Stats().Arrivals)
 	p := h.pollTask("/mcp/batch", h.key, id)
 	t.Logf("marks %d; poll: %s; upstream calls %d; starts %d", tapi.marks, p.raw, calls, len(st.starts()))

@@ -13,7 +13,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/tasks"
-	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 // workerKey names, in a worker's context, which worker a store call is
@@ -82,9 +81,7 @@ func TestASecondWorkerMakesNoCallOnARecordAnEarlierClaimMarked(t *testing.T) {
 		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
 	})
 	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120, "timeout": 1,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	up := h.batchTasks(map[string]any{"timeout": 1})
 	h.createTask("batch", h.key, "work")
 	mu.Lock()
 	if len(got) != 1 {

@@ -92,9 +92,7 @@ func TestAWorkerStartNamingAnotherTasksTicketWithdrawsNothing(t *testing.T) {
 // worker to stop, as for a running task.
 func TestCancelOnAStaleQueuedReadOfARunTask(t *testing.T) {
 	h, store, _, limiter, _ := engineHarnessOf(t)
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	h.batchTasks(nil)
 	// Another holder has the one place: the task waits.
 	hold, err := limiter.Acquire(context.Background(), lease.Request{Key: "batch", Cap: 1, MaxQueued: 10, Hold: time.Minute, Holder: "other"})
 	if err != nil {
@@ -190,9 +188,7 @@ func TestDuplicateStartOfACancelledRunningTask(t *testing.T) {
 		d.Limiter = limiter
 	})
 	h.gw.EnableTasks(store, limiter, func(_ context.Context, ts lease.TaskStart) { starts <- ts })
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	h.batchTasks(nil)
 	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
 	if a.err != nil || a.str(t, "resultType") != "task" {
 		t.Fatalf("a declared call of work: %s", a.raw)
@@ -328,9 +324,7 @@ func TestLosingTaskStartCountsNoCall(t *testing.T) {
 		d.Metrics = metrics.New(out, metrics.Options{})
 	})
 	h.gw.EnableTasks(store, limiter, func(_ context.Context, ts lease.TaskStart) { starts <- ts })
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	h.batchTasks(nil)
 	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
 	if a.err != nil || a.str(t, "resultType") != "task" {
 		t.Fatalf("a declared call of work: %s", a.raw)
@@ -436,9 +430,7 @@ func TestTaskWorkerEndsOnceOutcomeAndReleaseAreDone(t *testing.T) {
 		d.Limiter = limiter
 	})
 	h.gw.EnableTasks(store, limiter, func(_ context.Context, ts lease.TaskStart) { starts <- ts })
-	up := testkit.StartBatch(t, 10, 100*time.Millisecond)
-	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
-		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}})
+	up := h.batchTasks(nil)
 	for round := range 3 {
 		a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
 		if a.err != nil || a.str(t, "resultType") != "task" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -37,6 +38,8 @@ type reviewStarts struct {
 	// starts back.
 	drop int
 	hold bool
+	// quiet leaves a worker's error unreported: the test's subject.
+	quiet bool
 }
 
 func (s *reviewStarts) start(_ context.Context, ts lease.TaskStart) {
@@ -51,9 +54,9 @@ func (s *reviewStarts) start(_ context.Context, ts lease.TaskStart) {
 		s.held = append(s.held, ts)
 		return
 	}
-	g := s.g
+	g, quiet := s.g, s.quiet
 	s.wg.Go(func() {
-		if err := g.RunTask(context.Background(), ts); err != nil {
+		if err := g.RunTask(context.Background(), ts); err != nil && !quiet {
 			s.t.Errorf("worker of %s: %v", ts.Task, err)
 		}
 	})
@@ -77,14 +80,30 @@ func (s *reviewStarts) takeHeld() []lease.TaskStart {
 // never cached (a revoked key is gone at once).
 func reviewHarness(t *testing.T) (*harness, *tasks.Store, *reviewStarts) {
 	t.Helper()
+	return reviewHarnessOver(t, nil, nil)
+}
+
+// reviewHarnessOver is reviewHarness whose task store calls the store
+// through overTasks and whose limiter through overLease, where set: each
+// is given the store's client and returns what to call instead.
+func reviewHarnessOver(t *testing.T, overTasks func(tasks.API) tasks.API, overLease func(lease.API) lease.API) (*harness, *tasks.Store, *reviewStarts) {
+	t.Helper()
 	st := &reviewStarts{t: t}
 	var (
 		store   *tasks.Store
 		limiter *lease.Limiter
 	)
 	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
-		limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
+		var tapi tasks.API = env.Client
+		if overTasks != nil {
+			tapi = overTasks(env.Client)
+		}
+		var lapi lease.API = env.Client
+		if overLease != nil {
+			lapi = overLease(env.Client)
+		}
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		limiter = lease.New(lapi, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond, OnTaskStart: st.start})
 		d.Limiter = limiter
 		d.Auth = auth.New(env.Client, env.Tables.Keys, auth.Options{CacheTTL: -1})
 	})
@@ -94,6 +113,63 @@ func reviewHarness(t *testing.T) (*harness, *tasks.Store, *reviewStarts) {
 	h.gw.EnableTasks(store, limiter, st.start)
 	t.Cleanup(st.wg.Wait)
 	return h, store, st
+}
+
+// batchTasks starts a batch upstream (10 places, 100 ms calls) and
+// registers it as server "batch" (cap 1, task_ttl 120 s) whose tool "work"
+// runs as a task, with attrs added to its item.
+func (h *harness) batchTasks(attrs map[string]any) *testkit.Batch {
+	h.t.Helper()
+	up := testkit.StartBatch(h.t, 10, 100*time.Millisecond)
+	item := map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "optional"}}}
+	maps.Copy(item, attrs)
+	h.server(item)
+	return up
+}
+
+// sweep sweeps the tasks n times, each once the workers started before it
+// have ended, and waits for the workers of the last.
+func (h *harness) sweep(st *reviewStarts, n int) {
+	h.t.Helper()
+	for range n {
+		st.wg.Wait()
+		if err := h.gw.SweepTasks(context.Background()); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	st.wg.Wait()
+}
+
+// markAPI passes a task store's calls through, but hands the first write
+// of a record marked running to first, with put, which sends it.
+type markAPI struct {
+	tasks.API
+	first func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error)
+	mu    sync.Mutex
+	seen  bool
+}
+
+func (a *markAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	put := func() (*dynamodb.PutItemOutput, error) { return a.API.PutItem(ctx, in, opts...) }
+	if m, ok := in.Item["status_message"].(*types.AttributeValueMemberS); !ok || m.Value != "running" {
+		return put()
+	}
+	a.mu.Lock()
+	first := !a.seen
+	a.seen = true
+	a.mu.Unlock()
+	if !first {
+		return put()
+	}
+	return a.first(put)
+}
+
+// marked tells whether a worker has reached its mark.
+func (a *markAPI) marked() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.seen
 }
 
 // createTask makes a gateway task of tool on server with key, and returns
