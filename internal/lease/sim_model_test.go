@@ -69,6 +69,14 @@ type mTicket struct {
 	w    string
 }
 
+// claimName is the claim t names ("": none, or no ticket).
+func (t *mTicket) claimName() string {
+	if t == nil {
+		return ""
+	}
+	return t.w
+}
+
 // mEntry is one entry of a gate: "*" or a principal's.
 type mEntry struct {
 	u, e, f, t int64 // closed until; probe expiry; failures; last failure (0: absent)
@@ -851,6 +859,10 @@ type mWriter struct {
 	// claims are what its takes of a task's place named in the ticket
 	// (w), as the items they landed in show.
 	claims []string
+	// superseded reports whether another worker's take of task lease id
+	// landed after the writer's own last one (the harness's record of
+	// landed takes, whatever the item shows; nil: nothing known).
+	superseded func(id string) bool
 }
 
 // mWrite is one landed write: the item before and after it, when it was
@@ -924,6 +936,14 @@ func (w *mWrite) otherClaim(b *mItem, id string) bool {
 	return w.w.task && tk != nil && tk.task && tk.w != "" && !slices.Contains(w.w.claims, tk.w)
 }
 
+// laterClaim reports whether task lease id is, as the harness saw the
+// takes land, another worker's claim of the task (a later one): its
+// ticket names another claim, or the harness saw a later take land
+// whatever the ticket shows (a ticket lapsed and purged names none).
+func (w *mWrite) laterClaim(b *mItem, id string) bool {
+	return w.otherClaim(b, id) || w.w.task && w.w.superseded != nil && w.w.superseded(id)
+}
+
 // judgeWrite judges one landed write against doc.go.
 func mJudgeWrite(w *mWrite) *mVerdict {
 	v := &mVerdict{}
@@ -964,8 +984,8 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		case exp == old:
 		case !w.owns(id):
 			v.fail("renew", id, "a write changed the expiry of %s, which its writer does not own", id)
-		case w.otherClaim(b, id):
-			v.fail("renew", id, "a worker's renewal of task lease %s landed while its ticket named another claim (%s): a later claim's place", id, b.tickets[id].w)
+		case w.laterClaim(b, id):
+			v.fail("renew", id, "a worker's renewal of task lease %s landed while it was a later claim's place (its ticket naming %q)", id, b.tickets[id].claimName())
 		case exp < old:
 			v.fail("renew", id, "a renewal of %s brought its expiry %d ms earlier", id, old-exp)
 		case exp > longest:
@@ -981,8 +1001,8 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		}
 		if w.owns(id) {
 			v.released = append(v.released, id)
-			if w.w.outcome != mNoOutcome && w.otherClaim(b, id) {
-				v.fail("task-release", id, "a worker's release removed task lease %s while its ticket named another claim (%s): it gave back a later claim's place", id, b.tickets[id].w)
+			if w.w.outcome != mNoOutcome && w.laterClaim(b, id) {
+				v.fail("task-release", id, "a worker's release removed task lease %s while it was a later claim's place (its ticket naming %q): it gave back a later claim's place", id, b.tickets[id].claimName())
 			}
 			if tk := b.tickets[id]; tk != nil && tk.task && tk.hasN && mLive(b.leases[id], now) {
 				// A task's release: its call ended (or was never made);

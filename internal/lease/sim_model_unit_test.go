@@ -397,6 +397,7 @@ type judgeCase struct {
 	came          map[string]time.Duration // ticket → its turn came this long before the write
 	task          bool                     // the writer acts for a task
 	claims        []string                 // what its takes named in the task's ticket
+	superseded    bool                     // another worker's take of the task's lease landed after the writer's
 	tasks         *mTasks                  // what earlier writes did to tasks' tickets
 	landed        time.Duration            // how long after it was sent the write landed
 	want          []string
@@ -418,7 +419,7 @@ func (tc judgeCase) run(t *testing.T) {
 	w := &mWrite{k: tc.k, before: tc.before.item(), after: after, now: mNow, skew: 400, sent: time.UnixMilli(mNow), landed: time.UnixMilli(mNow).Add(tc.landed),
 		judged: tc.judged, turnCame: map[string]time.Time{}, tasks: tc.tasks,
 		w: mWriter{me: tc.me, owns: func(id string) bool { return slices.Contains(tc.mine, id) }, outcome: tc.outcome, pause: tc.pause, grant: tc.grant,
-			deadline: mNow + 10000, task: tc.task, claims: tc.claims}}
+			deadline: mNow + 10000, task: tc.task, claims: tc.claims, superseded: func(string) bool { return tc.superseded }}}
 	if tc.pause > 0 {
 		w.w.pausedAt = mNow // the upstream asked as the release was sent
 	}
@@ -765,6 +766,9 @@ func TestModelJudgesTasks(t *testing.T) {
 		{name: "a task's release, its ticket naming a later claim", k: k, before: named(claim(task), "w2"), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Success, want: []string{"task-release"}},
 		{name: "a task's renewal, its ticket naming its claim", k: k, before: named(task.clone().lease("i0.T1", "pa", "", exp-1000), "w1"), after: named(claim(task), "w1"), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}},
 		{name: "a task's renewal, its ticket naming a later claim", k: k, before: named(task.clone().lease("i0.T1", "pa", "", exp-1000), "w2"), after: named(claim(task), "w2"), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, want: []string{"renew"}},
+		{name: "a task's release, its ticket purged under a later claim", k: k, before: mItemOf().lease("i0.T1", "pa", "", exp).num("seq", 1), after: mItemOf().num("seq", 1).num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, superseded: true, outcome: Success, want: []string{"task-release"}},
+		{name: "a task's release, its ticket purged under its own claim", k: k, before: mItemOf().lease("i0.T1", "pa", "", exp).num("seq", 1), after: mItemOf().num("seq", 1).num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Success},
+		{name: "a task's renewal, its ticket purged under a later claim", k: k, before: mItemOf().lease("i0.T1", "pa", "", exp-1000).num("seq", 1), after: mItemOf().lease("i0.T1", "pa", "", exp).num("seq", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, superseded: true, want: []string{"renew"}},
 		{name: "a lapsed claim's lease purged, its ticket left waiting", k: k, before: task.clone().lease("i0.T1", "pa", "", mNow-1), after: task.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true},
 		{name: "a caller takes a place beside a claimed task", k: k2, before: claim(behind(0)), after: passed(claim(behind(0))), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2},
 		{name: "a caller waits behind a task whose claim lapsed", k: k, before: behind(0).lease("i0.T1", "pa", "", mNow-1), after: passed(behind(0).lease("i0.T1", "pa", "", mNow-1)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},

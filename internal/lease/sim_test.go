@@ -285,6 +285,8 @@ type sim struct {
 	turnCame map[string]time.Time
 	// took are the ids whose take landed.
 	took map[string]bool
+	// lastTake is, of each id, the caller whose take of it landed last.
+	lastTake map[string]*simCaller
 	// releaseFocus, in some runs, draws the faults of releases, and
 	// slowTakes the delays of takes (nil: none).
 	releaseFocus, slowTakes *mrand.Rand
@@ -815,7 +817,8 @@ func (s *sim) clock(c *simCaller, t time.Time) time.Time {
 func (s *sim) writer(c *simCaller) mWriter {
 	w := mWriter{operator: c.operator, outcome: c.final, pause: c.pause, pausedAt: c.pausedAt, grant: c.grant,
 		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap)},
-		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims}
+		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims,
+		superseded: func(id string) bool { t := s.lastTake[id]; return t != nil && t != c }}
 	for _, r := range c.req.Rates {
 		if r.Name == "tool:"+c.tool {
 			w.me.rpm = int64(r.PerMinute)
@@ -846,6 +849,7 @@ func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 	}
 	for _, id := range v.takes {
 		s.took[id] = true
+		s.lastTake[id] = c
 		if tk := w.after.tickets[id]; c.task != nil && tk != nil && tk.w != "" {
 			c.claims = append(c.claims, tk.w) // its claim, named in the ticket
 		}
@@ -1834,7 +1838,7 @@ func runSim(t *testing.T, seed uint64, events map[string]int) (failures, log []s
 	synctest.Test(t, func(t *testing.T) {
 		s := &sim{t: t, seed: seed, rng: mrand.New(mrand.NewPCG(seed, 0x1ea5e)), store: newMemStore(),
 			kick: make(chan struct{}, 1), seen: map[string]bool{}, owners: map[string]*simCaller{}, released: map[string]bool{}, events: events,
-			shown: map[int]int64{}, turnCame: map[string]time.Time{}, took: map[string]bool{}, tokens: map[string][]simToken{}, probes: map[string][]*simCaller{}, cur: mRead(nil)}
+			shown: map[int]int64{}, turnCame: map[string]time.Time{}, took: map[string]bool{}, lastTake: map[string]*simCaller{}, tokens: map[string][]simToken{}, probes: map[string][]*simCaller{}, cur: mRead(nil)}
 		s.run()
 		failures, log, trace = s.failures, s.log, s.trace
 	})
