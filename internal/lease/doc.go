@@ -336,9 +336,14 @@
 // queue place, and Withdraw cannot take it back (ErrClaimed). The lease's
 // release removes the ticket with it, in its one write, on condition that
 // the lease holds an expiry its holder wrote and that the ticket names
-// its claim or is gone (past its deadline and purged while the call ran
-// on: a claim needs the ticket); its renewal has the same condition. A
-// later claim's lease has the same id, and may hold the expiry of a
+// its claim, or that the ticket is gone (past its deadline and purged
+// while the call ran on) and the lease holds the expiry its holder knows
+// it wrote (a later claim, made while the ticket was there, sets one past
+// a lapse of it); its renewal has the same condition. So a claim
+// outliving its ticket whose renewal's outcome was unknown cannot tell
+// that renewal's expiry from a later claim's: its next renewal is refused
+// (its call is cut off, as any call whose lease was lost) and its place
+// comes back when the lease lapses. A later claim's lease has the same id, and may hold the expiry of a
 // renewal of the earlier one whose outcome was unknown (a renewal's term
 // bounded by the call's end, a claim's hold by its deadline: the same
 // millisecond), so the expiry alone would let a late holder give back or

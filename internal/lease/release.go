@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // Outcome is what a finished call tells its gates and adaptive limit.
@@ -256,7 +258,7 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	unsure := false
 	v, err := l.write(ctx, ls.key, u, func() { unsure = true })
 	switch {
-	case errors.Is(err, errCondition) && v.leases[ls.id] == exp && ls.claimIn(v):
+	case errors.Is(err, errCondition) && v.leases[ls.id] == exp && ls.claimIn(v, exp):
 		// an earlier attempt landed
 	case errors.Is(err, errCondition) && ls.heldIn(v) && len(ls.probes) > 0:
 		// No longer the probe of each entry: renewed without them.
@@ -282,6 +284,9 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 // expiries this holder may have written and, a task's, that its ticket
 // names its claim: a later claim of the task holds a lease of the same
 // id, and may set the expiry of a renewal of this one that never landed.
+// A ticket gone (lapsed and purged while a call ran on) names no claim:
+// then only the expiry it knows it wrote is its own, which no later
+// claim sets (one sets an expiry past a lapse of it).
 func (ls *Lease) heldAs(u *update, path string) string {
 	conds := make([]string, len(ls.exps))
 	for i, e := range ls.exps {
@@ -292,27 +297,43 @@ func (ls *Lease) heldAs(u *update, path string) string {
 		c = "(" + strings.Join(conds, " OR ") + ")"
 	}
 	if ls.claim != "" {
-		// A ticket gone (lapsed and purged while the call ran on) names
-		// no other claim: a claim needs the ticket.
 		tp := u.path(TicketsAttr, ls.id)
-		c += " AND (attribute_not_exists(" + tp + ") OR " + tp + "." + u.path(ticketClaim) + " = " + u.str(ls.claim) + ")"
+		c += " AND (" + tp + "." + u.path(ticketClaim) + " = " + u.str(ls.claim) +
+			" OR (attribute_not_exists(" + tp + ") AND " + conds[0] + "))"
 	}
 	return c
 }
 
 // heldIn reports whether v shows the lease as heldAs requires it.
 func (ls *Lease) heldIn(v *view) bool {
-	return slices.Contains(ls.exps, v.leases[ls.id]) && ls.claimIn(v)
+	exp := v.leases[ls.id]
+	return slices.Contains(ls.exps, exp) && ls.claimIn(v, exp)
 }
 
-// claimIn reports whether v's ticket of a task's lease names its claim,
-// or is gone (true for a lease that is no task's).
-func (ls *Lease) claimIn(v *view) bool {
+// claimIn reports whether v, showing the lease at exp, shows it as a
+// task's claim holds it (heldAs): its ticket names the claim, or is gone
+// and exp is the expiry it knows it wrote. True for a lease that is no
+// task's.
+func (ls *Lease) claimIn(v *view, exp int64) bool {
 	if ls.claim == "" {
 		return true
 	}
-	t := v.ticketFor(ls.id)
-	return t == nil || t.claim == ls.claim
+	if t := v.ticketFor(ls.id); t != nil {
+		return t.claim == ls.claim
+	}
+	for _, h := range v.halves {
+		if h.id == ls.id && h.details != nil {
+			// A part of a ticket (a hand edit, an older version): the
+			// condition reads its entry as the ticket's.
+			d, ok := h.details.(*types.AttributeValueMemberM)
+			if !ok {
+				return false
+			}
+			w, ok := d.Value[ticketClaim].(*types.AttributeValueMemberS)
+			return ok && w.Value == ls.claim
+		}
+	}
+	return exp == ls.exps[0]
 }
 
 func (ls *Lease) setExpiry(exp int64, deadline time.Time) {

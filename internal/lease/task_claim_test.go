@@ -53,7 +53,7 @@ func (o oldTakes) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 			continue
 		}
 		if c := aws.ToString(in.ConditionExpression); strings.Contains(c, "."+p+" = ") {
-			re := regexp.MustCompile(`( AND )?\(attribute_not_exists\(#n\d+\.#n\d+\) OR #n\d+\.#n\d+\.` + p + ` = (:\w+)\)`)
+			re := regexp.MustCompile(`( AND )?\(#n\d+\.#n\d+\.` + p + ` = (:\w+) OR \(attribute_not_exists\(#n\d+\.#n\d+\) AND [^()]*\)\)`)
 			if m := re.FindStringSubmatch(c); m != nil {
 				delete(in.ExpressionAttributeValues, m[2])
 				in.ConditionExpression = aws.String(strings.TrimPrefix(strings.Replace(c, m[0], "", 1), " AND "))
