@@ -1,0 +1,162 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// purgeCounter passes a waiter's requests to the store and records when
+// each purge the store refused was sent; once ctx ends (or at the 200th
+// refused purge, when it ends it) it refuses every request, so a waiter
+// that never blocks still ends.
+type purgeCounter struct {
+	API
+	ctx     context.Context
+	stop    context.CancelFunc
+	mu      sync.Mutex
+	refused []time.Time
+}
+
+func (p *purgeCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if err := p.ctx.Err(); err != nil {
+		return nil, err
+	}
+	purge := writes("REMOVE", LeasesAttr)(in) && !writes("SET", LeasesAttr)(in)
+	out, err := p.API.UpdateItem(ctx, in, opts...)
+	var ccf *types.ConditionalCheckFailedException
+	if purge && errors.As(err, &ccf) {
+		p.mu.Lock()
+		p.refused = append(p.refused, time.Now())
+		if len(p.refused) >= 200 {
+			p.stop()
+		}
+		p.mu.Unlock()
+	}
+	return out, err
+}
+
+func (p *purgeCounter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if err := p.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return p.API.GetItem(ctx, in, opts...)
+}
+
+// burst is the most refused purges sent at one instant.
+func (p *purgeCounter) burst() (most, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	run := 0
+	for i, at := range p.refused {
+		if i > 0 && at.Equal(p.refused[i-1]) {
+			run++
+		} else {
+			run = 1
+		}
+		most = max(most, run)
+	}
+	return most, len(p.refused)
+}
+
+// A refused write's retry waits a back-off (doc.go, Whose turn: "a refused
+// write ... waits"): a waiter whose purge the store refuses, and whose
+// item shows the same stale entries again, must not send the same purge
+// at once, again and again, each costing a write unit. The item is
+// anyone's to write (an operator's edit, an older writer): a queue entry
+// numbered 0 is a half ticket the purge conditions on being absent, so
+// every purge of it is refused and the item it returns shows it again.
+// The waiter's own principal has a lapsed lease, so it must purge before
+// it takes.
+func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const maxLook = time.Second
+		r := Request{Key: "srv", Cap: 1, MaxQueued: 8, Hold: 2 * time.Second, Wait: time.Minute, Holder: "p"}
+		// The principal's holder dies holding the place: its lease lapses.
+		if _, err := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook}).Acquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(rgTable),
+			Key:                       rgItemKey("srv"),
+			UpdateExpression:          aws.String("SET #q.#id = :n"),
+			ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "0"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		// Two seconds of the waiter's time, or 200 refused purges.
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer wcancel()
+		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel}
+		ls, _ := New(pc, rgTable, Options{InstanceID: "w", MaxLook: maxLook}).Acquire(wctx, r)
+		if ls != nil {
+			t.Fatal("the waiter took a place the item's half ticket holds no one from")
+		}
+		most, total := pc.burst()
+		t.Logf("refused purges: %d, at most %d at one instant", total, most)
+		if total == 0 {
+			t.Fatal("the waiter sent no purge the store refused; want some (the half ticket)")
+		}
+		if most > 2 {
+			t.Errorf("the waiter sent %d refused purges at one instant (%d in all): a purge refused is resent at once, each a write unit", most, total)
+		}
+	})
+}
+
+// Invariant 4 (doc.go): stale entries never wedge a key. The item is
+// anyone's to write: a queue entry numbered 0 (or not a whole number) is
+// half a ticket, which every write purges — conditioned on the entry
+// being absent, so that every write, takes included, is refused while it
+// stands, and no caller ever gets a place on a free key.
+func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
+	for name, n := range map[string]types.AttributeValue{
+		"0":   &types.AttributeValueMemberN{Value: "0"},
+		"1.5": &types.AttributeValueMemberN{Value: "1.5"},
+		"S 7": &types.AttributeValueMemberS{Value: "7"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				db := newMemStore()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				r := Request{Key: "srv", Cap: 1, MaxQueued: 8, Hold: 2 * time.Second, Wait: 10 * time.Second, Holder: "p"}
+				l := New(db, rgTable, Options{InstanceID: "a", MaxLook: time.Second})
+				ls, err := l.Acquire(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ls.Finish(ctx, Success); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+					TableName:                 aws.String(rgTable),
+					Key:                       rgItemKey("srv"),
+					UpdateExpression:          aws.String("SET #q.#id = :n"),
+					ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
+					ExpressionAttributeValues: map[string]types.AttributeValue{":n": n},
+				}); err != nil {
+					t.Fatal(err)
+				}
+				ls, err = New(db, rgTable, Options{InstanceID: "b", MaxLook: time.Second}).Acquire(ctx, r)
+				if err != nil {
+					t.Fatalf("a caller on a free key: %v", err)
+				}
+				if _, err := ls.Finish(ctx, Success); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
