@@ -76,6 +76,8 @@ type attempt struct {
 	// firstExp: each live lease's expiry when it first saw it, which it
 	// expects the lease's end from (a renewal does not move it).
 	firstExp map[string]int64
+	// purgeRefused: its last purge was refused.
+	purgeRefused bool
 	// lookRank is its rank at its last look (-1: none yet).
 	lookRank int
 	// failures: store errors in a row while it waits; takeErrs: takes in
@@ -152,14 +154,21 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				return nil, rl
 			}
 			if a.mustPurge(v, now) {
+				if a.purgeRefused {
+					// A purge again after one refused: a back-off first.
+					if err := a.pause(ctx, jitter(writeMinBackoff), waitUntil); err != nil {
+						return nil, err
+					}
+				}
 				nv, progress, err := a.l.purgeAll(ctx, a.req.Key, v)
 				if err != nil {
 					return nil, err
 				}
 				a.own = nv
 				// A purge refused returns the item as it is now: a look,
-				// judged at once, its next look a period from it. Only a
-				// purge with nothing to send waits before judging again.
+				// judged at once, its next look a period from it. A purge
+				// with nothing to send waits before judging again.
+				a.purgeRefused = !progress && nv != v
 				if !progress && nv == v {
 					if err := a.pause(ctx, jitter(writeMinBackoff), waitUntil); err != nil {
 						return nil, err
@@ -168,6 +177,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				v = nv
 				continue
 			}
+			a.purgeRefused = false
 		}
 		served, h, bypass := a.decide(v, now)
 		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {

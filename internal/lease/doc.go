@@ -176,7 +176,8 @@
 // renewing past its expected end). Its ticket announces its look period (l) at the rank it
 // joined at, and it never waits longer than that between looks, whatever
 // its rank later; the item a refused write of its returns is a look,
-// judged at once. A waiter's reads per second are so bounded by its rank:
+// judged at once (a purge sent again after a refused one waits a
+// back-off first, 12–25 ms). A waiter's reads per second are so bounded by its rank:
 // the queue's sum grows with the logarithm of its length over its first
 // MaxLookFar/MaxLook × Places, and by one read every MaxLookFar per
 // waiter behind them.
