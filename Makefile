@@ -6,7 +6,7 @@ NPM     ?= npm
 ARTIFACTS_DIR ?= $(CURDIR)/bin/gateway
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: help dev dev-fresh check test soak mutants lint validate deps chromium tables build build-GatewayFunction cli vet fmt fuzz bench screenshots clean
+.PHONY: help dev dev-fresh check test test-proc test-race soak mutants lint validate deps chromium tables build build-GatewayFunction cli vet fmt fuzz bench screenshots clean
 
 # make help prints the "## " lines just above each target: the first after
 # "make <target>", the others indented under it.
@@ -66,8 +66,18 @@ PROC_PKGS = $(shell $(GO) list ./... | grep -v -e /internal/ -e /cmd/)
 ## those of internal/ and cmd/ under the race detector
 test: $(NODE_TEST)
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-proc test-race
+
+# make test's two halves, run at once, each target's output shown when it
+# ends. test-proc's packages spend most of their time waiting on their
+# processes (timeouts, leases, pauses, tasks), so they start with the
+# race-detected packages, which keep the cores busy meanwhile, instead of
+# after them.
+test-proc: $(NODE_TEST)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PROC_PKGS)
+
+test-race: $(NODE_TEST)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 	# The limiter again on a store that returns no item with a failed
 	# conditional write: its fallback read. Only the tests on dynalite:
 	# those skipped run on the in-memory store (the fault simulation, the
