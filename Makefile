@@ -65,18 +65,17 @@ PROC_PKGS = $(shell $(GO) list ./... | grep -v -e /internal/ -e /cmd/)
 ## run every test (starts and stops its own dynalite and gateways),
 ## those of internal/ and cmd/ under the race detector
 test: $(NODE_TEST)
-	$(GO) vet ./...
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-proc test-race
+	$(MAKE) --no-print-directory -k -j2 --output-sync=target test-proc test-race
 
 # make test's two halves, run at once, each target's output shown when it
-# ends. test-proc's packages spend most of their time waiting on their
-# processes (timeouts, leases, pauses, tasks), so they start with the
-# race-detected packages, which keep the cores busy meanwhile, instead of
-# after them.
+# ends; one failing does not stop the other (-k). test-proc's packages
+# spend most of their time waiting on their processes (timeouts, leases,
+# pauses, tasks), so they start at once, beside go vet and then the
+# race-detected packages, which keep the cores busy meanwhile.
 test-proc: $(NODE_TEST)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PROC_PKGS)
 
-test-race: $(NODE_TEST)
+test-race: $(NODE_TEST) vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 	# The limiter again on a store that returns no item with a failed
 	# conditional write: its fallback read. Only the tests on dynalite:
