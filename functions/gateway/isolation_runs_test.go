@@ -24,6 +24,7 @@ const floodFront = 12
 // floodResult is what the slow-server flood did.
 type floodResult struct {
 	fastOK, fastAll      int
+	fast                 []agentCall    // the fast server's calls
 	fastCodes, slowCodes map[string]int // "<status> <code>[ <reason>]" → count
 	throttled            int64          // requests the front answered 429 itself
 	util                 float64        // share of the run the slow server's cap was full
@@ -81,6 +82,7 @@ func floodBehindFront(t testing.TB, env *storetest.Env, gws []*testkit.Gateway, 
 			for time.Now().Before(end) {
 				c := callVia(front.URL, key, fastID, "echo", map[string]any{"text": "x"})
 				mu.Lock()
+				res.fast = append(res.fast, c)
 				res.fastAll++
 				if c.Status == http.StatusOK {
 					res.fastOK++

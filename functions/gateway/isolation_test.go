@@ -97,29 +97,112 @@ func utilisation(events []demoupstream.Event, cap int, from, to time.Time) float
 // take 6: calls in flight and callers waiting). A slow server (cap 2, calls
 // of 2 s) is flooded by 16 agents that retry when refused, after the delay
 // the refusal advises; 3 agents call a fast, uncapped server through the
-// same front. The slow server's waiters cannot fill the function: the fast
-// server's calls succeed, and the slow server's cap stays busy. (Without
-// the bulkhead, make bench measures, the slow server's waiters hold the
-// front and the fast server's calls are throttled.)
+// same front. The slow server's waiters cannot fill the function: its lease
+// item, read throughout the run, never holds more than 6 live leases and
+// waiting callers together, fleet-wide; the slow callers past that are
+// refused for a full queue; the gateways answer every fast call they get
+// with success, and fast calls succeed while the slow server's callers
+// wait. (Without the bulkhead, make bench measures, the slow server's
+// waiters hold the front and the fast server's calls are throttled.)
+//
+// The front may still throttle a fast call now and then: a slow caller
+// being refused holds a place at the front until its refusal comes back,
+// as it holds an invocation under Lambda, and on a loaded machine a
+// refusal (one conditional write) takes hundreds of milliseconds while the
+// other refused callers come back. How many are throttled so follows from
+// the machine's speed, not from the bulkhead, so it is reported with the
+// share of the run the slow server's cap was busy, not judged.
 func TestBulkheadKeepsTheFunctionForOthers(t *testing.T) {
+	const share = floodFront / 2 // SERVER_CONCURRENCY_SHARE 0.5
 	rig := testkit.NewRig(t, testkit.RigOptions{Env: isolationEnv})
 	gws := rig.Start(4, "FUNCTION_CONCURRENCY="+strconv.Itoa(floodFront))
+	stop := watchItem(t, rig.Env, "slow")
 	r := floodBehindFront(t, rig.Env, gws, "", 8*time.Second, 2*time.Second)
-	t.Logf("fast server: %d of %d calls succeeded %v; slow server: %v; front throttled %d; slow cap busy %.0f%% of the run",
-		r.fastOK, r.fastAll, r.fastCodes, r.slowCodes, r.throttled, 100*r.util)
-	if r.fastAll == 0 || float64(r.fastOK) < 0.99*float64(r.fastAll) {
-		t.Errorf("the fast server's calls succeeded %d of %d times; want at least 99%%", r.fastOK, r.fastAll)
+	items := stop()
+	frontThrottled := 0
+	for _, c := range r.fast {
+		if c.Status == http.StatusTooManyRequests && c.Fault.Code == "" {
+			frontThrottled++
+		}
 	}
+	t.Logf("fast server: %d of %d calls succeeded %v (%d throttled by the front); slow server: %v; front throttled %d; slow cap busy %.0f%% of the run; %d reads of the slow server's item",
+		r.fastOK, r.fastAll, r.fastCodes, frontThrottled, r.slowCodes, r.throttled, 100*r.util, len(items))
 	if r.peak > 2 {
 		t.Errorf("the slow server saw %d calls at once; cap 2", r.peak)
 	}
 	if r.slowCodes["429 AT_CAPACITY queue_full"] == 0 {
 		t.Errorf("no slow caller was refused for a full queue: %v", r.slowCodes)
 	}
-	// The cap stays busy: refused callers come back when places are due.
-	if r.util < 0.5 {
-		t.Errorf("the slow server's cap was busy %.0f%% of the run", 100*r.util)
+	// The bulkhead: the slow server's calls in flight and callers waiting
+	// never take more than its share of the function, fleet-wide.
+	waited := []itemRead{} // reads showing slow callers waiting
+	over := 0
+	for _, rd := range items {
+		held, waiting := liveLeases(rd), queued(rd)
+		if held+waiting > share {
+			if over == 0 {
+				t.Errorf("at %s the slow server's item held %d live leases and %d waiting callers; its share of the function is %d",
+					rd.at.Format("15:04:05.000"), held, waiting, share)
+			}
+			over++
+		}
+		if waiting > 0 {
+			waited = append(waited, rd)
+		}
 	}
+	if over > 1 {
+		t.Errorf("%d of %d reads of the slow server's item held more than its share", over, len(items))
+	}
+	if len(waited) == 0 {
+		t.Fatalf("none of %d reads of the slow server's item showed a caller waiting: the run did not fill its share", len(items))
+	}
+	// Every fast call the front passed on succeeded, and some did while
+	// the slow server's callers waited.
+	okWhileWaiting := 0
+	for _, c := range r.fast {
+		if c.Status != http.StatusOK {
+			if c.Status != http.StatusTooManyRequests || c.Fault.Code != "" {
+				t.Errorf("a fast call the front passed on failed: %d %s %s", c.Status, c.Fault.Code, c.Body)
+			}
+			continue
+		}
+		for _, rd := range waited {
+			if !rd.at.Before(c.sent) && !rd.at.After(c.done) {
+				okWhileWaiting++
+				break
+			}
+		}
+	}
+	if okWhileWaiting == 0 {
+		t.Errorf("no fast call succeeded while the slow server's callers waited (%d of %d succeeded)", r.fastOK, r.fastAll)
+	}
+}
+
+// liveLeases is how many leases a read of a lease item shows live: in its
+// leases map and not past their expiry at the read.
+func liveLeases(rd itemRead) int {
+	m, _ := rd.item[lease.LeasesAttr].(*types.AttributeValueMemberM)
+	if m == nil {
+		return 0
+	}
+	n := 0
+	for _, v := range m.Value {
+		if exp, ok := v.(*types.AttributeValueMemberN); ok {
+			if ms, err := strconv.ParseInt(exp.Value, 10, 64); err == nil && ms >= rd.at.UnixMilli() {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// queued is how many callers a read of a lease item shows waiting: the
+// size of its queue.
+func queued(rd itemRead) int {
+	if m, ok := rd.item[lease.QueueAttr].(*types.AttributeValueMemberM); ok {
+		return len(m.Value)
+	}
+	return 0
 }
 
 // TestFairSharesBetweenTenants: cap 2, calls of 500 ms; key A runs 8
