@@ -1,0 +1,66 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// As TestARefusedPurgeIsNotResentAtOnce, for a task's worker: Claim
+// purges a lapsed claim's lease before it takes the place, and a purge
+// the store refuses (a queue entry numbered 0, written by hand, which the
+// purge conditions on being absent) returns an item that shows the same
+// lapsed lease again. The worker must not send the same purge at once,
+// again and again, each a read and a write unit.
+func TestAClaimDoesNotResendARefusedPurgeAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var st starts
+		l := New(db, rgTable, Options{InstanceID: "a", OnTaskStart: st.hook})
+		id, err := l.Enqueue(ctx, taskReq("q"), "", "task-1", time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := st.list()
+		if len(got) != 1 {
+			t.Fatalf("starts: %+v; want one", got)
+		}
+		// The first worker dies holding the place: its lease lapses.
+		if _, err := New(db, rgTable, Options{InstanceID: "w1"}).Claim(ctx, taskReq("q"), id, got[0].Mark); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(rgTable),
+			Key:                       rgItemKey("srv"),
+			UpdateExpression:          aws.String("SET #q.#id = :n"),
+			ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "0"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		// Two seconds of the worker's time, or 200 refused purges.
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer wcancel()
+		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel}
+		ls, err := New(pc, rgTable, Options{InstanceID: "w2"}).Claim(wctx, taskReq("q"), id, 0)
+		if ls != nil {
+			t.Fatal("the later worker took a place the item's half ticket holds no one from")
+		}
+		most, total := pc.burst()
+		t.Logf("claim: %v; refused purges: %d, at most %d at one instant", err, total, most)
+		if total == 0 {
+			t.Fatal("the worker sent no purge the store refused; want some (the half ticket)")
+		}
+		if most > 2 {
+			t.Errorf("the worker sent %d refused purges at one instant (%d in all): a purge refused is resent at once, each a write unit", most, total)
+		}
+	})
+}
