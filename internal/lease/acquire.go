@@ -253,11 +253,16 @@ func (a *attempt) pause(ctx context.Context, d time.Duration, until time.Time) e
 		a.l.stats.waitTimeouts.Add(1)
 		return &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
+	return sleep(ctx, d, a.req.Key)
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration, key string) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("lease: waiting for %s: %w", a.req.Key, ctx.Err())
+		return fmt.Errorf("lease: waiting for %s: %w", key, ctx.Err())
 	case <-t.C:
 		return nil
 	}

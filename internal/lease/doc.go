@@ -96,7 +96,8 @@
 //     move of the limit) has conditions of its own; when one fails while
 //     the lease is there, the release is made again from the answer, and
 //     after maxEager tries with its outcome and probe verdicts alone.
-//   - Renew: SET leases.<id> to a later expiry, on condition that it holds
+//   - Renew: SET leases.<id> to a later expiry (never one before the
+//     expiry its holder knows it wrote), on condition that it holds
 //     an expiry this holder wrote (a task's: and that its ticket names its
 //     claim).
 //   - Purge: any write removes up to maxPurge stale entries — expired

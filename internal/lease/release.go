@@ -242,7 +242,9 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	}
 	l := ls.l
 	localNow := time.Now()
-	exp := l.clock().Add(hold + l.margin).UnixMilli()
+	// Never earlier than the expiry it knows it wrote: a later claim of a
+	// task's lease sets one past a lapse of that (see heldAs).
+	exp := max(l.clock().Add(hold+l.margin).UnixMilli(), ls.exps[0])
 	if ls.noPlace {
 		ls.setExpiry(exp, localNow.Add(hold))
 		return nil
