@@ -284,6 +284,12 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 		h := v.walk(now, &a.me, a.rules(v), skip)
 		more := false
 		for _, t := range h.ahead {
+			// A task's turn too: its call is expected from then.
+			at, ok := a.turnSince[t.id]
+			if !ok {
+				at = time.Now()
+			}
+			since[t.id] = at
 			if t.task {
 				// Never presumed gone: passed over, keeping its ticket.
 				if t.started > 0 && now-t.started >= StartTimeout.Milliseconds() {
@@ -293,11 +299,6 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 				}
 				continue
 			}
-			at, ok := a.turnSince[t.id]
-			if !ok {
-				at = time.Now()
-			}
-			since[t.id] = at
 			if time.Since(at) >= claimWindow(t) {
 				skip[t.id] = true
 				bypass = append(bypass, t)
@@ -714,9 +715,10 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		a.look = overdueLook
 		return min(d+jitter(overdueLook), most)
 	}
-	// It looks when a caller whose turn came is presumed gone.
+	// It looks when a caller whose turn came is presumed gone (a task
+	// never is).
 	for _, t := range ahead {
-		if at, ok := a.turnSince[t.id]; ok {
+		if at, ok := a.turnSince[t.id]; ok && !t.task {
 			most = min(most, max(time.Until(at.Add(claimWindow(t))), 0)+jitter(overdueLook))
 		}
 	}

@@ -166,8 +166,8 @@
 // only that tool's leases, and its rank among that tool's callers, no
 // sooner than the server's place when that is full too — call_ms and its
 // rank; a caller before it whose turn
-// came is expected to hold a place a call's length from when its turn
-// came, so one that never takes it makes the place late, not ever about
+// came, a task's too, is expected to hold a place a call's length from
+// when its turn came, so one that never takes it makes the place late, not ever about
 // to free), at least every MaxLook while fewer than Places (the cap)
 // callers come before it, and every rank/Places ×
 // MaxLook, at most MaxLookFar, behind more; a look that finds its place
@@ -477,7 +477,7 @@
 //     and by 1/MaxLookFar a waiter past them; the item's size grows with
 //     the callers holding and waiting only (TestEveryWriteRefreshesTTL,
 //     TestWaitersCostNoRenewals, TestLateWaitersBackOff,
-//     TestFarWaitersReadByTheirRank,
+//     TestFarWaitersReadByTheirRank, TestAWaiterBehindAnUnclaimedTaskBacksOff,
 //     TestBreakerEntriesOfPrincipalsGoneDoNotPileUp).
 //  15. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot

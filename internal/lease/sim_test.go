@@ -1824,6 +1824,7 @@ var simSeedsAsDrawn = []uint64{
 	5401286, // two workers of one start set the same expiry: one's take was lost, the other's landed, and the first took that lease for its own and released it under the other's running call
 	5410536, // a newcomer's take judged while a task's claim ahead of it was live landed after that claim lapsed and was purged: it took the task's turn (freed was not in its condition)
 	6004549, // a waiter whose purge lost to another's paused a back-off before judging the item returned, then waited a whole look period: 1.022 s between looks
+	7303502, // a waiter behind a task whose start went unclaimed expected the place half a call from every look: 106 reads in 4.7 s
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
