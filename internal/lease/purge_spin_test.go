@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -16,11 +17,13 @@ import (
 // purgeCounter passes a waiter's requests to the store and records when
 // each purge the store refused was sent; once ctx ends (or at the 200th
 // refused purge, when it ends it) it refuses every request, so a waiter
-// that never blocks still ends.
+// that never blocks still ends. edit, when set, runs before each purge
+// reaches the store: another writer's change landing first.
 type purgeCounter struct {
 	API
 	ctx     context.Context
 	stop    context.CancelFunc
+	edit    func(context.Context) error
 	mu      sync.Mutex
 	refused []time.Time
 }
@@ -30,6 +33,11 @@ func (p *purgeCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 		return nil, err
 	}
 	purge := writes("REMOVE", LeasesAttr)(in) && !writes("SET", LeasesAttr)(in)
+	if purge && p.edit != nil {
+		if err := p.edit(ctx); err != nil {
+			return nil, err
+		}
+	}
 	out, err := p.API.UpdateItem(ctx, in, opts...)
 	var ccf *types.ConditionalCheckFailedException
 	if purge && errors.As(err, &ccf) {
@@ -71,7 +79,8 @@ func (p *purgeCounter) burst() (most, total int) {
 // item shows the same stale entries again, must not send the same purge
 // at once, again and again, each costing a write unit. The item is
 // anyone's to write (an operator's edit, an older writer): a queue entry
-// numbered 0 is a half ticket the purge conditions on being absent, so
+// not a whole number is a half ticket, purged on condition of the value
+// seen, and an editor changes that value before each purge lands, so
 // every purge of it is refused and the item it returns shows it again.
 // The waiter's own principal has a lapsed lease, so it must purge before
 // it takes.
@@ -86,20 +95,26 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 		if _, err := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook}).Acquire(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(rgTable),
-			Key:                       rgItemKey("srv"),
-			UpdateExpression:          aws.String("SET #q.#id = :n"),
-			ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "0"}},
-		}); err != nil {
+		edits := 0
+		edit := func(ctx context.Context) error {
+			edits++
+			_, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName:                 aws.String(rgTable),
+				Key:                       rgItemKey("srv"),
+				UpdateExpression:          aws.String("SET #q.#id = :n"),
+				ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "0." + strconv.Itoa(edits)}},
+			})
+			return err
+		}
+		if err := edit(ctx); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Minute)
 		// Two seconds of the waiter's time, or 200 refused purges.
 		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer wcancel()
-		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel}
+		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel, edit: edit}
 		ls, _ := New(pc, rgTable, Options{InstanceID: "w", MaxLook: maxLook}).Acquire(wctx, r)
 		if ls != nil {
 			t.Fatal("the waiter took a place the item's half ticket holds no one from")
@@ -116,15 +131,27 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 }
 
 // Invariant 4 (doc.go): stale entries never wedge a key. The item is
-// anyone's to write: a queue entry numbered 0 (or not a whole number) is
-// half a ticket, which every write purges — conditioned on the entry
-// being absent, so that every write, takes included, is refused while it
-// stands, and no caller ever gets a place on a free key.
+// anyone's to write: a queue or tasks entry numbered 0 (or not a whole
+// number) is half a ticket, which every write purges. Were that purge
+// conditioned on the entry being absent, every write, takes included,
+// would be refused while it stands, and no caller would ever get a place
+// on a free key; it goes on the value seen, and the caller finds the key
+// free of it.
 func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
-	for name, n := range map[string]types.AttributeValue{
-		"0":   &types.AttributeValueMemberN{Value: "0"},
-		"1.5": &types.AttributeValueMemberN{Value: "1.5"},
-		"S 7": &types.AttributeValueMemberS{Value: "7"},
+	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	type entry struct {
+		attr string
+		v    types.AttributeValue
+	}
+	for name, edits := range map[string][]entry{
+		"0":            {{rgQueue, n("0")}},
+		"1.5":          {{rgQueue, n("1.5")}},
+		"S 7":          {{rgQueue, &types.AttributeValueMemberS{Value: "7"}}},
+		"task 0":       {{"tasks", n("0")}},
+		"task S 7":     {{"tasks", &types.AttributeValueMemberS{Value: "7"}}},
+		"both, 0":      {{rgQueue, n("0")}, {"tasks", n("3")}},
+		"both, task 0": {{rgQueue, n("3")}, {"tasks", n("0")}},
+		"ticket S":     {{rgQueue, n("-2")}, {rgTickets, &types.AttributeValueMemberS{Value: "p"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -140,14 +167,16 @@ func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
 				if _, err := ls.Finish(ctx, Success); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-					TableName:                 aws.String(rgTable),
-					Key:                       rgItemKey("srv"),
-					UpdateExpression:          aws.String("SET #q.#id = :n"),
-					ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
-					ExpressionAttributeValues: map[string]types.AttributeValue{":n": n},
-				}); err != nil {
-					t.Fatal(err)
+				for _, e := range edits {
+					if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+						TableName:                 aws.String(rgTable),
+						Key:                       rgItemKey("srv"),
+						UpdateExpression:          aws.String("SET #m.#id = :n"),
+						ExpressionAttributeNames:  map[string]string{"#m": e.attr, "#id": "x"},
+						ExpressionAttributeValues: map[string]types.AttributeValue{":n": e.v},
+					}); err != nil {
+						t.Fatal(err)
+					}
 				}
 				ls, err = New(db, rgTable, Options{InstanceID: "b", MaxLook: time.Second}).Acquire(ctx, r)
 				if err != nil {
@@ -155,6 +184,14 @@ func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
 				}
 				if _, err := ls.Finish(ctx, Success); err != nil {
 					t.Fatal(err)
+				}
+				item := rgItem(t, db, rgTable, "srv")
+				for _, attr := range []string{rgQueue, "tasks", rgTickets} {
+					if m, ok := item[attr].(*types.AttributeValueMemberM); ok {
+						if v, ok := m.Value["x"]; ok {
+							t.Errorf("%s.x is still %v after a caller took and released a place", attr, v)
+						}
+					}
 				}
 			})
 		})
