@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -17,13 +16,11 @@ import (
 // purgeCounter passes a waiter's requests to the store and records when
 // each purge the store refused was sent; once ctx ends (or at the 200th
 // refused purge, when it ends it) it refuses every request, so a waiter
-// that never blocks still ends. edit, when set, runs before each purge
-// reaches the store: another writer's change landing first.
+// that never blocks still ends.
 type purgeCounter struct {
 	API
 	ctx     context.Context
 	stop    context.CancelFunc
-	edit    func(context.Context) error
 	mu      sync.Mutex
 	refused []time.Time
 }
@@ -33,11 +30,6 @@ func (p *purgeCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 		return nil, err
 	}
 	purge := writes("REMOVE", LeasesAttr)(in) && !writes("SET", LeasesAttr)(in)
-	if purge && p.edit != nil {
-		if err := p.edit(ctx); err != nil {
-			return nil, err
-		}
-	}
 	out, err := p.API.UpdateItem(ctx, in, opts...)
 	var ccf *types.ConditionalCheckFailedException
 	if purge && errors.As(err, &ccf) {
@@ -78,12 +70,11 @@ func (p *purgeCounter) burst() (most, total int) {
 // write ... waits"): a waiter whose purge the store refuses, and whose
 // item shows the same stale entries again, must not send the same purge
 // at once, again and again, each costing a write unit. The item is
-// anyone's to write (an operator's edit, an older writer): a queue entry
-// not a whole number is a half ticket, purged on condition of the value
-// seen, and an editor changes that value before each purge lands, so
-// every purge of it is refused and the item it returns shows it again.
-// The waiter's own principal has a lapsed lease, so it must purge before
-// it takes.
+// anyone's to write (an operator's edit, an older writer): another
+// principal's bucket whose time is not a whole number reads as idle since
+// time 0, and its purge, conditioned on 0, is refused every time, the item
+// it returns showing it again. The waiter's own principal has a lapsed
+// lease, so it must purge before it takes.
 func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -95,26 +86,20 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 		if _, err := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook}).Acquire(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		edits := 0
-		edit := func(ctx context.Context) error {
-			edits++
-			_, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName:                 aws.String(rgTable),
-				Key:                       rgItemKey("srv"),
-				UpdateExpression:          aws.String("SET #q.#id = :n"),
-				ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "0." + strconv.Itoa(edits)}},
-			})
-			return err
-		}
-		if err := edit(ctx); err != nil {
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(rgTable),
+			Key:                       rgItemKey("srv"),
+			UpdateExpression:          aws.String("SET #b = :n"),
+			ExpressionAttributeNames:  map[string]string{"#b": "rate:principal:q"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "1.5"}},
+		}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Minute)
 		// Two seconds of the waiter's time, or 200 refused purges.
 		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer wcancel()
-		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel, edit: edit}
+		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel}
 		ls, _ := New(pc, rgTable, Options{InstanceID: "w", MaxLook: maxLook}).Acquire(wctx, r)
 		if ls != nil {
 			t.Fatal("the waiter took a place the item's half ticket holds no one from")
