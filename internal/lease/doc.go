@@ -103,8 +103,10 @@
 //   - Purge: any write removes up to maxPurge stale entries — expired
 //     leases, tickets past their deadline, half leases or tickets,
 //     principals' full buckets, idle gate entries — whole, each
-//     conditioned on the value seen; a ticket's, a gate entry's or a
-//     bucket's purge ADDs 1 to freed.
+//     conditioned on the value seen (a half ticket's queue or tasks
+//     entry on its value as stored, a number not whole or not a number
+//     alike, on its absence only when it has none); a ticket's, a gate
+//     entry's or a bucket's purge ADDs 1 to freed.
 //     When a write's view shows more stale entries than it can remove that
 //     its own conditions would count (the key's leases, its tool's or
 //     principal's set, the queue), it sends purges first, so lapsed
@@ -411,7 +413,8 @@
 //  4. An entry is purged only if it still holds the value seen, which had
 //     lapsed (TestRenewedLeaseIsNotPurged); lapsed entries never wedge a
 //     key (TestLapsedLeasesDoNotWedgeALoweredCap,
-//     TestLapsedTicketsDoNotWedgeALoweredQueue).
+//     TestLapsedTicketsDoNotWedgeALoweredQueue,
+//     TestAQueueEntryNumberedZeroDoesNotWedgeAKey).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

@@ -178,16 +178,18 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 			continue
 		}
 		qp, tp := u.path(kindAttr(h.task && !h.both), h.id), u.path(TicketsAttr, h.id)
-		switch {
-		case h.n > 0:
+		if h.seen != nil {
+			// Conditioned on its value as stored, whatever it is (0, a
+			// fraction, a string): a number read as none would fail an
+			// absence condition at every write, wedging the key.
 			u.remove(qp)
-			u.cond(qp + " = " + u.num(h.n))
+			u.cond(qp + " = " + u.value(h.seen))
 			if h.task && !h.both {
 				p.tasks++
 			} else {
 				p.queue++
 			}
-		default:
+		} else {
 			u.cond("attribute_not_exists(" + qp + ")")
 		}
 		if h.both {

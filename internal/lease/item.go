@@ -82,6 +82,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
 		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
 	queue, tasks, details := map[string]int64{}, map[string]int64{}, map[string]types.AttributeValue{}
+	raw := map[string]map[string]types.AttributeValue{} // the queue's and tasks' entries as stored
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
 	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
 	_, hasTasks := item[TasksAttr].(*types.AttributeValueMemberM)
@@ -96,10 +97,12 @@ func parseItem(item map[string]types.AttributeValue) *view {
 					v.leases[id] = numberOr(e, math.MaxInt64)
 				}
 			case attr == QueueAttr:
+				raw[attr] = x.Value
 				for id, n := range x.Value {
 					queue[id] = numberOr(n, 0)
 				}
 			case attr == TasksAttr:
+				raw[attr] = x.Value
 				for id, n := range x.Value {
 					tasks[id] = numberOr(n, 0)
 				}
@@ -161,7 +164,8 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			}
 		}
 		if n <= 0 || d == nil || w == "" || label != w || isTask && inQueue {
-			v.halves = append(v.halves, half{id: id, n: n, details: details[id], waiting: w, task: isTask, both: isTask && inQueue})
+			seen := raw[kindAttr(isTask && !inQueue)][id]
+			v.halves = append(v.halves, half{id: id, n: n, seen: seen, details: details[id], waiting: w, task: isTask, both: isTask && inQueue})
 			continue
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
@@ -311,10 +315,13 @@ func (v *view) setsOf(id string) []string {
 // half is a ticket that is not whole: the parts of it the item holds.
 type half struct {
 	id string
-	// n is its number (0: none), in tasks when task, else in queue (both:
-	// in both, n the queue's); details its tickets entry; waiting the
-	// label whose waiting set holds it.
+	// n is its number (0: none, or not a whole number), in tasks when
+	// task, else in queue (both: in both, n the queue's); seen that
+	// entry's value as stored, nil if it has none (it may be any value:
+	// the item is anyone's to write); details its tickets entry; waiting
+	// the label whose waiting set holds it.
 	n          int64
+	seen       types.AttributeValue
 	task, both bool
 	details    types.AttributeValue
 	waiting    string

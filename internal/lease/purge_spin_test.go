@@ -70,11 +70,11 @@ func (p *purgeCounter) burst() (most, total int) {
 // write ... waits"): a waiter whose purge the store refuses, and whose
 // item shows the same stale entries again, must not send the same purge
 // at once, again and again, each costing a write unit. The item is
-// anyone's to write (an operator's edit, an older writer): a queue entry
-// numbered 0 is a half ticket the purge conditions on being absent, so
-// every purge of it is refused and the item it returns shows it again.
-// The waiter's own principal has a lapsed lease, so it must purge before
-// it takes.
+// anyone's to write (an operator's edit, an older writer): another
+// principal's bucket whose time is not a whole number reads as idle since
+// time 0, and its purge, conditioned on 0, is refused every time, the item
+// it returns showing it again. The waiter's own principal has a lapsed
+// lease, so it must purge before it takes.
 func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -89,9 +89,9 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(rgTable),
 			Key:                       rgItemKey("srv"),
-			UpdateExpression:          aws.String("SET #q.#id = :n"),
-			ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "0"}},
+			UpdateExpression:          aws.String("SET #b = :n"),
+			ExpressionAttributeNames:  map[string]string{"#b": "rate:principal:q"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "1.5"}},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -116,15 +116,27 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 }
 
 // Invariant 4 (doc.go): stale entries never wedge a key. The item is
-// anyone's to write: a queue entry numbered 0 (or not a whole number) is
-// half a ticket, which every write purges — conditioned on the entry
-// being absent, so that every write, takes included, is refused while it
-// stands, and no caller ever gets a place on a free key.
+// anyone's to write: a queue or tasks entry numbered 0 (or not a whole
+// number) is half a ticket, which every write purges. Were that purge
+// conditioned on the entry being absent, every write, takes included,
+// would be refused while it stands, and no caller would ever get a place
+// on a free key; it goes on the value seen, and the caller finds the key
+// free of it.
 func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
-	for name, n := range map[string]types.AttributeValue{
-		"0":   &types.AttributeValueMemberN{Value: "0"},
-		"1.5": &types.AttributeValueMemberN{Value: "1.5"},
-		"S 7": &types.AttributeValueMemberS{Value: "7"},
+	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	type entry struct {
+		attr string
+		v    types.AttributeValue
+	}
+	for name, edits := range map[string][]entry{
+		"0":            {{rgQueue, n("0")}},
+		"1.5":          {{rgQueue, n("1.5")}},
+		"S 7":          {{rgQueue, &types.AttributeValueMemberS{Value: "7"}}},
+		"task 0":       {{"tasks", n("0")}},
+		"task S 7":     {{"tasks", &types.AttributeValueMemberS{Value: "7"}}},
+		"both, 0":      {{rgQueue, n("0")}, {"tasks", n("3")}},
+		"both, task 0": {{rgQueue, n("3")}, {"tasks", n("0")}},
+		"ticket S":     {{rgQueue, n("-2")}, {rgTickets, &types.AttributeValueMemberS{Value: "p"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -140,14 +152,16 @@ func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
 				if _, err := ls.Finish(ctx, Success); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-					TableName:                 aws.String(rgTable),
-					Key:                       rgItemKey("srv"),
-					UpdateExpression:          aws.String("SET #q.#id = :n"),
-					ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
-					ExpressionAttributeValues: map[string]types.AttributeValue{":n": n},
-				}); err != nil {
-					t.Fatal(err)
+				for _, e := range edits {
+					if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+						TableName:                 aws.String(rgTable),
+						Key:                       rgItemKey("srv"),
+						UpdateExpression:          aws.String("SET #m.#id = :n"),
+						ExpressionAttributeNames:  map[string]string{"#m": e.attr, "#id": "x"},
+						ExpressionAttributeValues: map[string]types.AttributeValue{":n": e.v},
+					}); err != nil {
+						t.Fatal(err)
+					}
 				}
 				ls, err = New(db, rgTable, Options{InstanceID: "b", MaxLook: time.Second}).Acquire(ctx, r)
 				if err != nil {
@@ -155,6 +169,14 @@ func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
 				}
 				if _, err := ls.Finish(ctx, Success); err != nil {
 					t.Fatal(err)
+				}
+				item := rgItem(t, db, rgTable, "srv")
+				for _, attr := range []string{rgQueue, "tasks", rgTickets} {
+					if m, ok := item[attr].(*types.AttributeValueMemberM); ok {
+						if v, ok := m.Value["x"]; ok {
+							t.Errorf("%s.x is still %v after a caller took and released a place", attr, v)
+						}
+					}
 				}
 			})
 		})
