@@ -13,9 +13,10 @@ import (
 
 // As TestARefusedPurgeIsNotResentAtOnce, for a task's worker: Claim
 // purges a lapsed claim's lease before it takes the place, and a purge
-// the store refuses (a queue entry numbered 0, written by hand, which the
-// purge conditions on being absent) returns an item that shows the same
-// lapsed lease again. The worker must not send the same purge at once,
+// the store refuses (another principal's bucket whose time is not a whole
+// number, written by hand, which reads as idle since time 0 and whose
+// purge is conditioned on 0) returns an item that shows the same entries
+// again. The worker must not send the same purge at once,
 // again and again, each a read and a write unit.
 func TestAClaimDoesNotResendARefusedPurgeAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -39,9 +40,9 @@ func TestAClaimDoesNotResendARefusedPurgeAtOnce(t *testing.T) {
 		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(rgTable),
 			Key:                       rgItemKey("srv"),
-			UpdateExpression:          aws.String("SET #q.#id = :n"),
-			ExpressionAttributeNames:  map[string]string{"#q": rgQueue, "#id": "x"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "0"}},
+			UpdateExpression:          aws.String("SET #b = :n"),
+			ExpressionAttributeNames:  map[string]string{"#b": "rate:principal:z"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "1.5"}},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -52,12 +53,12 @@ func TestAClaimDoesNotResendARefusedPurgeAtOnce(t *testing.T) {
 		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel}
 		ls, err := New(pc, rgTable, Options{InstanceID: "w2"}).Claim(wctx, taskReq("q"), id, 0)
 		if ls != nil {
-			t.Fatal("the later worker took a place the item's half ticket holds no one from")
+			t.Fatal("the later worker took the place, its purges refused")
 		}
 		most, total := pc.burst()
 		t.Logf("claim: %v; refused purges: %d, at most %d at one instant", err, total, most)
 		if total == 0 {
-			t.Fatal("the worker sent no purge the store refused; want some (the half ticket)")
+			t.Fatal("the worker sent no purge the store refused; want some (the bucket)")
 		}
 		if most > 2 {
 			t.Errorf("the worker sent %d refused purges at one instant (%d in all): a purge refused is resent at once, each a write unit", most, total)
