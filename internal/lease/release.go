@@ -234,8 +234,9 @@ func callMean(mean int64, took time.Duration) int64 {
 }
 
 // Renew extends the lease (and its probes) to expire hold + Margin from
-// now, only if it still holds an expiry this holder wrote (else
-// ErrNotHeld).
+// now, or at the expiry its holder knows it wrote if that is later (a
+// renewal never shortens a lease), only if it still holds an expiry this
+// holder wrote (else ErrNotHeld). CallDeadline is set hold from now.
 func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	if ls.released.Load() {
 		return ErrNotHeld
