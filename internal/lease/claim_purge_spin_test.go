@@ -5,10 +5,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // As TestARefusedPurgeIsNotResentAtOnce, for a task's worker: Claim
@@ -37,15 +33,7 @@ func TestAClaimDoesNotResendARefusedPurgeAtOnce(t *testing.T) {
 		if _, err := New(db, rgTable, Options{InstanceID: "w1"}).Claim(ctx, taskReq("q"), id, got[0].Mark); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(rgTable),
-			Key:                       rgItemKey("srv"),
-			UpdateExpression:          aws.String("SET #b = :n"),
-			ExpressionAttributeNames:  map[string]string{"#b": "rate:principal:z"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "1.5"}},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		malformBucket(t, db, "z")
 		time.Sleep(time.Minute)
 		// Two seconds of the worker's time, or 200 refused purges.
 		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)

@@ -86,15 +86,7 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 		if _, err := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook}).Acquire(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(rgTable),
-			Key:                       rgItemKey("srv"),
-			UpdateExpression:          aws.String("SET #b = :n"),
-			ExpressionAttributeNames:  map[string]string{"#b": "rate:principal:q"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "1.5"}},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		malformBucket(t, db, "q")
 		time.Sleep(time.Minute)
 		// Two seconds of the waiter's time, or 200 refused purges.
 		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
@@ -180,5 +172,21 @@ func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// malformBucket writes principal label's rate bucket on key srv with a
+// time that is not a whole number (as a hand edit may): it reads as idle
+// since time 0, and its purge, conditioned on 0, is refused every time.
+func malformBucket(t *testing.T, db API, label string) {
+	t.Helper()
+	if _, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(rgTable),
+		Key:                       rgItemKey("srv"),
+		UpdateExpression:          aws.String("SET #b = :n"),
+		ExpressionAttributeNames:  map[string]string{"#b": "rate:principal:" + label},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "1.5"}},
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -139,8 +139,15 @@ func TestALostTakeDoesNotTakeAnOldInstancesLaterClaim(t *testing.T) {
 // millisecond). It returns the first worker's lease and the later one's.
 func laterClaimAtUnsureRenewal(t *testing.T) (f *faultAPI, ls1, ls2 *Lease) {
 	t.Helper()
+	return laterClaimAtUnsureRenewalUntil(t, time.Now().Add(time.Hour))
+}
+
+// laterClaimAtUnsureRenewalUntil is laterClaimAtUnsureRenewal with the
+// task's deadline.
+func laterClaimAtUnsureRenewalUntil(t *testing.T, deadline time.Time) (f *faultAPI, ls1, ls2 *Lease) {
+	t.Helper()
 	f = &faultAPI{API: newMemStore()}
-	id, start := startedTask(t, f)
+	id, start := startedTaskUntil(t, f, deadline)
 	w1 := New(f, "leases", Options{InstanceID: "w1"})
 	w2 := New(f, "leases", Options{InstanceID: "w2"})
 	ls1, err := w1.Claim(context.Background(), taskReq("q"), id, start.Mark)
@@ -172,8 +179,21 @@ func laterClaimAtUnsureRenewal(t *testing.T) (f *faultAPI, ls1, ls2 *Lease) {
 // its call: its release must not give back the later claim's place, nor
 // take the task's ticket away under that claim's running call.
 func TestALateReleaseLeavesALaterClaimWithItsUnsureRenewalsExpiry(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f, ls1, ls2 := laterClaimAtUnsureRenewal(t)
+	synctest.Test(t, func(t *testing.T) { lateReleaseLeavesTheLaterClaim(t)(laterClaimAtUnsureRenewal(t)) })
+}
+
+// Invariant 16: as above, but the first worker renews again: the renewal
+// must not extend the later claim's lease as its own (its call would run
+// on, unbounded by that lease, which the later worker gives back).
+func TestALateRenewalLeavesALaterClaimWithItsUnsureRenewalsExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { lateRenewalLeavesTheLaterClaim(t)(laterClaimAtUnsureRenewal(t)) })
+}
+
+// lateReleaseLeavesTheLaterClaim fails t unless ls1's late release is
+// refused and leaves ls2's lease, which ls2 then gives back.
+func lateReleaseLeavesTheLaterClaim(t *testing.T) func(f *faultAPI, ls1, ls2 *Lease) {
+	return func(f *faultAPI, ls1, ls2 *Lease) {
+		t.Helper()
 		if _, err := ls1.Finish(context.Background(), Success); !errors.Is(err, ErrNotHeld) {
 			t.Errorf("the first worker's late release: %v; want ErrNotHeld (the place is the later claim's)", err)
 		}
@@ -183,15 +203,14 @@ func TestALateReleaseLeavesALaterClaimWithItsUnsureRenewalsExpiry(t *testing.T) 
 		if _, err := ls2.Finish(context.Background(), Success); err != nil {
 			t.Errorf("the later claim's release: %v; want its place given back by it", err)
 		}
-	})
+	}
 }
 
-// Invariant 16: as above, but the first worker renews again: the renewal
-// must not extend the later claim's lease as its own (its call would run
-// on, unbounded by that lease, which the later worker gives back).
-func TestALateRenewalLeavesALaterClaimWithItsUnsureRenewalsExpiry(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f, ls1, ls2 := laterClaimAtUnsureRenewal(t)
+// lateRenewalLeavesTheLaterClaim fails t unless ls1's late renewal is
+// refused and leaves ls2's lease as it was, which ls2 then gives back.
+func lateRenewalLeavesTheLaterClaim(t *testing.T) func(f *faultAPI, ls1, ls2 *Lease) {
+	return func(f *faultAPI, ls1, ls2 *Lease) {
+		t.Helper()
 		if err := ls1.Renew(context.Background(), taskReq("q").Hold); !errors.Is(err, ErrNotHeld) {
 			t.Errorf("the first worker's late renewal: %v; want ErrNotHeld (the place is the later claim's)", err)
 		}
@@ -202,7 +221,7 @@ func TestALateRenewalLeavesALaterClaimWithItsUnsureRenewalsExpiry(t *testing.T) 
 		if _, err := ls2.Finish(context.Background(), Success); err != nil {
 			t.Errorf("the later claim's release: %v; want its place given back by it", err)
 		}
-	})
+	}
 }
 
 // A task claimed near its deadline runs past it (its call's end is the

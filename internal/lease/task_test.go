@@ -36,9 +36,18 @@ func taskReq(holder string) Request {
 // the enqueue made.
 func startedTask(t *testing.T, api API) (string, TaskStart) {
 	t.Helper()
+	return startedTaskUntil(t, api, time.Now().Add(time.Hour))
+}
+
+// startedTaskUntil is startedTask with the task's deadline.
+func startedTaskUntil(t *testing.T, api API, deadline time.Time) (string, TaskStart) {
+	t.Helper()
 	var st starts
 	l := New(api, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-	id := enqueue(t, l, taskReq("q"), "task-1")
+	id, err := l.Enqueue(context.Background(), taskReq("q"), "", "task-1", deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := st.list()
 	if len(got) != 1 {
 		t.Fatalf("starts: %+v; want one", got)
