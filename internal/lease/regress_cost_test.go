@@ -57,20 +57,7 @@ func TestLateWaitersBackOff(t *testing.T) {
 		const maxLook = time.Second
 		r := Request{Key: "srv", Cap: 1, MaxQueued: 16, Hold: 10 * time.Minute, Wait: 5 * time.Minute, Holder: "p"}
 		h := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook})
-		for range 4 { // calls on the key last 100 ms (call_ms)
-			ls, err := h.Acquire(ctx, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			if _, err := ls.Finish(ctx, Success); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stuck, err := h.Acquire(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
+		stuck := holdAfterShortCalls(t, ctx, h, r)
 		c := &rgCounter{API: db}
 		const waiters = 10
 		var wg sync.WaitGroup
@@ -119,20 +106,7 @@ func TestLateWaitersBackOffBehindARenewingHolder(t *testing.T) {
 		const maxLook = time.Second
 		r := Request{Key: "srv", Cap: 1, MaxQueued: 16, Hold: 2 * time.Second, Wait: 5 * time.Minute, Holder: "p"}
 		h := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook})
-		for range 4 { // calls on the key last 100 ms (call_ms)
-			ls, err := h.Acquire(ctx, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			if _, err := ls.Finish(ctx, Success); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stuck, err := h.Acquire(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
+		stuck := holdAfterShortCalls(t, ctx, h, r)
 		renewing := make(chan struct{})
 		go func() {
 			defer close(renewing)
@@ -543,20 +517,7 @@ func TestLateWaitersBackOffBehindAFastRenewingHolder(t *testing.T) {
 		const maxLook = time.Second
 		r := Request{Key: "srv", Cap: 1, MaxQueued: 16, Hold: time.Second, Wait: 5 * time.Minute, Holder: "p"}
 		h := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook})
-		for range 4 { // calls on the key last 100 ms (call_ms)
-			ls, err := h.Acquire(ctx, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			if _, err := ls.Finish(ctx, Success); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stuck, err := h.Acquire(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
+		stuck := holdAfterShortCalls(t, ctx, h, r)
 		renewing := make(chan struct{})
 		go func() {
 			defer close(renewing)
@@ -608,4 +569,25 @@ func lateWaitersLook(t *testing.T, ctx context.Context, cancel context.CancelFun
 	}
 	cancel()
 	wg.Wait()
+}
+
+// holdAfterShortCalls has h make four calls of r lasting 100 ms each (the
+// key's call_ms), then take a place and keep it: the lease it returns.
+func holdAfterShortCalls(t *testing.T, ctx context.Context, h *Limiter, r Request) *Lease {
+	t.Helper()
+	for range 4 {
+		ls, err := h.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if _, err := ls.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := h.Acquire(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls
 }

@@ -25,20 +25,7 @@ func TestAWaiterBehindAFastRenewingHolderTakesItsPlaceWithinItsPeriod(t *testing
 				r := Request{Key: "srv", Cap: 1, MaxQueued: 16, Hold: time.Second, Wait: 5 * time.Minute, Holder: "p"}
 				h := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook,
 					Clock: func() time.Time { return time.Now().Add(skew) }})
-				for range 4 { // calls on the key last 100 ms (call_ms)
-					ls, err := h.Acquire(ctx, r)
-					if err != nil {
-						t.Fatal(err)
-					}
-					time.Sleep(100 * time.Millisecond)
-					if _, err := ls.Finish(ctx, Success); err != nil {
-						t.Fatal(err)
-					}
-				}
-				stuck, err := h.Acquire(ctx, r)
-				if err != nil {
-					t.Fatal(err)
-				}
+				stuck := holdAfterShortCalls(t, ctx, h, r)
 				got := make(chan time.Time, 1)
 				go func() {
 					ls, err := New(db, rgTable, Options{InstanceID: "w", MaxLook: maxLook}).Acquire(ctx, r)
