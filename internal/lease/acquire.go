@@ -154,21 +154,12 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				return nil, rl
 			}
 			if a.mustPurge(v, now) {
-				if a.purgeRefused {
-					// A purge again after one refused: a back-off first.
-					if err := a.pause(ctx, jitter(writeMinBackoff), waitUntil); err != nil {
-						return nil, err
-					}
-				}
-				nv, progress, err := a.l.purgeAll(ctx, a.req.Key, v)
+				nv, progress, err := a.purge(ctx, v, func(d time.Duration) error { return a.pause(ctx, d, waitUntil) })
 				if err != nil {
 					return nil, err
 				}
 				a.own = nv
-				// A purge refused returns the item as it is now: a look,
-				// judged at once, its next look a period from it. A purge
-				// with nothing to send waits before judging again.
-				a.purgeRefused = !progress && nv != v
+				// A purge with nothing to send waits before judging again.
 				if !progress && nv == v {
 					if err := a.pause(ctx, jitter(writeMinBackoff), waitUntil); err != nil {
 						return nil, err
@@ -254,6 +245,21 @@ func (a *attempt) pause(ctx context.Context, d time.Duration, until time.Time) e
 		return &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
 	return sleep(ctx, d, a.req.Key)
+}
+
+// purge sends the purge of v's stale entries (purgeAll). A purge refused
+// returns the item as it is now: a look, judged at once, its next look a
+// period from it; only a purge sent again after it waits a back-off
+// first, with pause.
+func (a *attempt) purge(ctx context.Context, v *view, pause func(time.Duration) error) (*view, bool, error) {
+	if a.purgeRefused {
+		if err := pause(jitter(writeMinBackoff)); err != nil {
+			return nil, false, err
+		}
+	}
+	nv, progress, err := a.l.purgeAll(ctx, a.req.Key, v)
+	a.purgeRefused = err == nil && !progress && nv != v
+	return nv, progress, err
 }
 
 // sleep waits d, or until ctx ends.

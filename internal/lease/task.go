@@ -215,18 +215,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		}
 		a.n, a.joined = t.n, true
 		if held || a.mustPurge(v, now) {
-			// A lapsed claim's lease goes first, purged as any other's;
-			// a purge again after one refused waits a back-off first.
-			if a.purgeRefused {
-				if err := sleep(ctx, jitter(writeMinBackoff), req.Key); err != nil {
-					return nil, err
-				}
-			}
-			nv, progress, err := l.purgeAll(ctx, req.Key, v)
-			if err != nil {
+			// A lapsed claim's lease goes first, purged as any other's.
+			if _, _, err := a.purge(ctx, v, func(d time.Duration) error { return sleep(ctx, d, req.Key) }); err != nil {
 				return nil, err
 			}
-			a.purgeRefused = !progress && nv != v
 			continue
 		}
 		served, h, _ := a.decide(v, now)
