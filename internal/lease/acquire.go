@@ -392,14 +392,12 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	u := newUpdate()
 	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.req.gateAttrs()...)...)...)
 	rs := a.l.rulesFor(a.req, v)
+	bv := v
+	if bv == nil {
+		bv, _, _ = a.b.latest() // only chooses the form of the charge, which its condition checks
+	}
 	for _, r := range a.req.Rates {
-		tat := int64(0)
-		if v != nil {
-			tat = v.rates[RateAttr(r.Name)]
-		} else if lv, _, _ := a.b.latest(); lv != nil {
-			tat = lv.rates[RateAttr(r.Name)] // only chooses the form of the charge, which its condition checks
-		}
-		u.charge(r, tat, now, countIf(h.ahead, func(t *ticket) bool {
+		u.charge(r, bv, now, countIf(h.ahead, func(t *ticket) bool {
 			return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool { return b.Name == r.Name })
 		}))
 	}
@@ -453,7 +451,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if v != nil {
 		if a.n == 0 {
 			// A newcomer: nobody joined since it looked.
-			u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
+			u.cond(u.isSeen(u.path(SeqAttr), v.seqSeen))
 		}
 		// A claimed ticket that could rank before it — numbered before it,
 		// or of another principal (ranked by places held) — waits again
@@ -572,7 +570,15 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	p := u.purge(v, now, id, a.me.label, wp)
 	kind := kindAttr(a.task)
 	sp, qp, tp := u.path(SeqAttr), u.path(kind, id), u.path(TicketsAttr, id)
-	next := "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
+	var next string
+	if v != nil && v.badSeq {
+		// Not a whole number at least 0 (the item is anyone's to write):
+		// a whole one past every ticket seen, on the value seen.
+		u.cond(u.isSeen(sp, v.seqSeen))
+		next = u.num(v.lastNumber() + 1)
+	} else {
+		next = "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
+	}
 	u.set(sp, next)
 	u.set(qp, next)
 	info := map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: a.me.label}, ticketDeadline: number(deadline)}
@@ -954,11 +960,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 		}
 		for _, r := range req.Rates {
-			tat := int64(0)
-			if v != nil {
-				tat = v.rates[RateAttr(r.Name)]
-			}
-			u.charge(r, tat, now, waiting[r.Name])
+			u.charge(r, v, now, waiting[r.Name])
 		}
 		u.ttl(now + 60_000)
 		nv, err := l.write(ctx, req.Key, u, nil)

@@ -9,10 +9,10 @@ import (
 
 // As TestARefusedPurgeIsNotResentAtOnce, for a task's worker: Claim
 // purges a lapsed claim's lease before it takes the place, and a purge
-// the store refuses (another principal's bucket whose time is not a whole
-// number, written by hand, which reads as idle since time 0 and whose
-// purge is conditioned on 0) returns an item that shows the same entries
-// again. The worker must not send the same purge at once,
+// the store refuses (another principal's full bucket, which another writer
+// sets to a new full time before each of the worker's writes, so its
+// purge, conditioned on the time seen, fails) returns an item that shows
+// the same entries again. The worker must not send the same purge at once,
 // again and again, each a read and a write unit.
 func TestAClaimDoesNotResendARefusedPurgeAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -33,12 +33,13 @@ func TestAClaimDoesNotResendARefusedPurgeAtOnce(t *testing.T) {
 		if _, err := New(db, rgTable, Options{InstanceID: "w1"}).Claim(ctx, taskReq("q"), id, got[0].Mark); err != nil {
 			t.Fatal(err)
 		}
-		malformBucket(t, db, "z")
+		other := rewriteBucket(t, db, "z")
+		other()
 		time.Sleep(time.Minute)
 		// Two seconds of the worker's time, or 200 refused purges.
 		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer wcancel()
-		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel}
+		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel, other: other}
 		ls, err := New(pc, rgTable, Options{InstanceID: "w2"}).Claim(wctx, taskReq("q"), id, 0)
 		if ls != nil {
 			t.Fatal("the later worker took the place, its purges refused")

@@ -93,6 +93,44 @@ func (u *update) eqOrAbsent(path string, n int64) string {
 	return path + " = " + u.num(n)
 }
 
+// isSeen is the condition that path holds seen, the value a view showed
+// there (nil: none). A map, a list or a set is conditioned on its type: a
+// store may compare those by reference, so no value would ever equal it.
+func (u *update) isSeen(path string, seen types.AttributeValue) string {
+	switch seen.(type) {
+	case nil:
+		return "attribute_not_exists(" + path + ")"
+	case *types.AttributeValueMemberN, *types.AttributeValueMemberS, *types.AttributeValueMemberB:
+		return path + " = " + u.value(seen)
+	}
+	return "attribute_type(" + path + ", " + u.str(typeOf(seen)) + ")"
+}
+
+// typeOf is the type name of v, as attribute_type takes it.
+func typeOf(v types.AttributeValue) string {
+	switch v.(type) {
+	case *types.AttributeValueMemberM:
+		return "M"
+	case *types.AttributeValueMemberL:
+		return "L"
+	case *types.AttributeValueMemberSS:
+		return "SS"
+	case *types.AttributeValueMemberNS:
+		return "NS"
+	case *types.AttributeValueMemberBS:
+		return "BS"
+	case *types.AttributeValueMemberBOOL:
+		return "BOOL"
+	case *types.AttributeValueMemberNULL:
+		return "NULL"
+	case *types.AttributeValueMemberB:
+		return "B"
+	case *types.AttributeValueMemberN:
+		return "N"
+	}
+	return "S"
+}
+
 // expression renders the update expression.
 func (u *update) expression() string {
 	var adds, dels []string
@@ -178,19 +216,17 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 			continue
 		}
 		qp, tp := u.path(kindAttr(h.task && !h.both), h.id), u.path(TicketsAttr, h.id)
+		// Conditioned on its value as stored, whatever it is (0, a fraction,
+		// a string, a map): a number read as none would fail an absence
+		// condition at every write, wedging the key.
+		u.cond(u.isSeen(qp, h.seen))
 		if h.seen != nil {
-			// Conditioned on its value as stored, whatever it is (0, a
-			// fraction, a string): a number read as none would fail an
-			// absence condition at every write, wedging the key.
 			u.remove(qp)
-			u.cond(qp + " = " + u.value(h.seen))
 			if h.task && !h.both {
 				p.tasks++
 			} else {
 				p.queue++
 			}
-		} else {
-			u.cond("attribute_not_exists(" + qp + ")")
 		}
 		if h.both {
 			// In both maps (a hand edit): its tasks entry goes too.
@@ -210,12 +246,15 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 	}
 	for _, attr := range slices.Sorted(maps.Keys(v.rates)) {
-		if !room(slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now)) {
+		seen := v.rateSeen[attr]
+		if !room(slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now) && whole(seen)) {
 			continue
 		}
+		// A bucket whose time is not a whole number reads as full, as an
+		// absent one: any write may purge it, on its value as stored.
 		rp := u.path(attr)
 		u.remove(rp)
-		u.cond(rp + " = " + u.num(v.rates[attr]))
+		u.cond(u.isSeen(rp, seen))
 		u.count(u.path(FreedAttr), 1)
 	}
 	entries, empty := v.staleEntries(now)

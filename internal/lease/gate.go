@@ -65,6 +65,18 @@ type gate struct {
 type gateEntry struct {
 	until, probeExp, fails, last, barUntil int64
 	probe, barred                          string
+	// seen is the entry as stored: a field not a whole number (or not a
+	// string) reads as 0 (""), and writes judged from it are conditioned
+	// on seen, whatever it is (the item is anyone's to write).
+	seen types.AttributeValue
+}
+
+// field is field k of the entry as stored (nil: none).
+func (e gateEntry) field(k string) types.AttributeValue {
+	if m, ok := e.seen.(*types.AttributeValueMemberM); ok {
+		return m.Value[k]
+	}
+	return nil
 }
 
 // gateRef names one entry of one gate.
@@ -75,7 +87,7 @@ func parseGate(attr string, m *types.AttributeValueMemberM) *gate {
 	for key, v := range m.Value {
 		f, _ := v.(*types.AttributeValueMemberM)
 		if f == nil {
-			g.entries[key] = gateEntry{}
+			g.entries[key] = gateEntry{seen: v}
 			continue
 		}
 		str := func(k string) string {
@@ -87,7 +99,7 @@ func parseGate(attr string, m *types.AttributeValueMemberM) *gate {
 		}
 		g.entries[key] = gateEntry{until: numberOr(f.Value[gateUntil], 0), probeExp: numberOr(f.Value[gateProbeExp], 0),
 			fails: numberOr(f.Value[gateFails], 0), last: numberOr(f.Value[gateLast], 0), barUntil: numberOr(f.Value[gateBarUntil], 0),
-			probe: str(gateProbe), barred: str(gateBarred)}
+			probe: str(gateProbe), barred: str(gateBarred), seen: v}
 	}
 	return g
 }
@@ -232,6 +244,9 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 					orAbsent(bp, bp+" <> "+u.str(label)+" OR "+ep+"."+u.path(gateBarUntil)+" <= "+u.num(now)))
 				u.set(pp, u.str(id))
 				u.set(ep+"."+u.path(gateProbeExp), u.num(exp))
+			case g != nil && !whole(g.entry(key).field(gateUntil)) && g.entry(key).field(gateUntil) != nil:
+				// Not a whole number: read as never closed, on its value.
+				u.cond(u.isSeen(up, g.entry(key).field(gateUntil)))
 			case strings.HasPrefix(attr, BreakerAttrPrefix):
 				u.cond("attribute_not_exists(" + up + ")")
 			default:
@@ -275,25 +290,17 @@ func (u *update) setEntry(g *gate, attr, key string, val types.AttributeValue) {
 }
 
 // condEntry conditions u on entry key of g being as seen: absent, or
-// with the same closing time, failures, last failure and probe.
+// with the same closing time, failures, last failure and probe, each as
+// stored (an entry not a map: on its value).
 func (u *update) condEntry(g *gate, key string) {
 	ep := u.path(g.attr, key)
 	e, ok := g.entries[key]
-	if !ok {
-		u.cond("attribute_not_exists(" + ep + ")")
+	if _, isMap := e.seen.(*types.AttributeValueMemberM); !ok || !isMap {
+		u.cond(u.isSeen(ep, e.seen))
 		return
 	}
-	for i, n := range []int64{e.until, e.fails, e.last} {
-		if fp := ep + "." + u.path([]string{gateUntil, gateFails, gateLast}[i]); n == 0 {
-			u.cond("attribute_not_exists(" + fp + ")")
-		} else {
-			u.cond(fp + " = " + u.num(n))
-		}
-	}
-	if pp := ep + "." + u.path(gateProbe); e.probe == "" {
-		u.cond("attribute_not_exists(" + pp + ")")
-	} else {
-		u.cond(pp + " = " + u.str(e.probe))
+	for _, f := range []string{gateUntil, gateFails, gateLast, gateProbe} {
+		u.cond(u.isSeen(ep+"."+u.path(f), e.field(f)))
 	}
 }
 

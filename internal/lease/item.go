@@ -26,11 +26,17 @@ type view struct {
 	halves     []half
 	hasMaps    bool // leases, queue and tickets exist
 	seq, freed int64
-	callMS     int64
-	hold       int64
-	gates      map[string]*gate
-	// rates maps each bucket attribute to its arrival time.
-	rates map[string]int64
+	// seqSeen is seq as stored (nil: none); badSeq: it is not a whole
+	// number, or is below 0, and reads as 0 (see Join in the package doc).
+	seqSeen types.AttributeValue
+	badSeq  bool
+	callMS  int64
+	hold    int64
+	gates   map[string]*gate
+	// rates maps each bucket attribute to its arrival time (0: none, or
+	// not a whole number); rateSeen to its value as stored.
+	rates    map[string]int64
+	rateSeen map[string]types.AttributeValue
 	// limitState is the adaptive limit.
 	limitState
 }
@@ -80,7 +86,7 @@ func isSetAttr(attr string) bool {
 // never expires; a ticket not whole is a half.
 func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
-		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
+		rates: map[string]int64{}, rateSeen: map[string]types.AttributeValue{}, limitState: limitState{bases: map[string]int64{}}}
 	queue, tasks, details := map[string]int64{}, map[string]int64{}, map[string]types.AttributeValue{}
 	raw := map[string]map[string]types.AttributeValue{} // the queue's and tasks' entries as stored
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
@@ -89,6 +95,18 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	_, hasTickets := item[TicketsAttr].(*types.AttributeValueMemberM)
 	v.hasMaps = hasLeases && hasQueue && hasTasks && hasTickets
 	for attr, a := range item {
+		switch {
+		case attr == SeqAttr:
+			v.seq, v.seqSeen = numberOr(a, 0), a
+			if v.badSeq = !whole(a) || v.seq < 0; v.badSeq {
+				v.seq = 0
+			}
+			continue
+		case strings.HasPrefix(attr, RateAttrPrefix):
+			// Whatever its type: the item is anyone's to write.
+			v.rates[attr], v.rateSeen[attr] = numberOr(a, 0), a
+			continue
+		}
 		switch x := a.(type) {
 		case *types.AttributeValueMemberM:
 			switch {
@@ -118,16 +136,12 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		case *types.AttributeValueMemberN:
 			n := numberOr(x, 0)
 			switch {
-			case attr == SeqAttr:
-				v.seq = n
 			case attr == FreedAttr:
 				v.freed = n
 			case attr == CallAttr:
 				v.callMS = n
 			case attr == HoldAttr:
 				v.hold = n
-			case strings.HasPrefix(attr, RateAttrPrefix):
-				v.rates[attr] = n
 			default:
 				v.limitState.read(attr, n, "")
 			}
@@ -198,8 +212,30 @@ func numberOr(v types.AttributeValue, def int64) int64 {
 	return def
 }
 
+// whole reports whether v is an N attribute holding a whole number.
+func whole(v types.AttributeValue) bool {
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return false
+	}
+	_, err := strconv.ParseInt(n.Value, 10, 64)
+	return err == nil
+}
+
 func number(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+// lastNumber is the highest ticket number v shows (0: none).
+func (v *view) lastNumber() int64 {
+	n := int64(0)
+	for _, t := range v.queue {
+		n = max(n, t.n)
+	}
+	for _, h := range v.halves {
+		n = max(n, h.n)
+	}
+	return n
 }
 
 // ticketFor returns the ticket of id, if it waits.

@@ -26,7 +26,7 @@ import (
 // of DynamoDB's update and condition expressions the limiter writes: SET
 // (with +, -, if_not_exists), REMOVE, ADD (numbers and string sets),
 // DELETE (string sets); conditions with AND, OR, NOT, parentheses,
-// comparisons, attribute_exists, attribute_not_exists, contains and size. It lets the
+// comparisons, attribute_exists, attribute_not_exists, attribute_type, contains and size. It lets the
 // fault simulation run thousands of schedules in fake time; TestMemStoreMatchesDynalite
 // replays what the simulation sent against dynalite and requires the same
 // answers, so it stands in for the real store only where it was shown to
@@ -486,6 +486,55 @@ func (p *parser) atom(item map[string]types.AttributeValue) (bool, error) {
 		}
 		exists := lookup(item, path) != nil
 		return exists == (t == "attribute_exists"), nil
+	case "attribute_type":
+		p.next()
+		if err := p.expect("("); err != nil {
+			return false, err
+		}
+		path, err := p.path()
+		if err != nil {
+			return false, err
+		}
+		if err := p.expect(","); err != nil {
+			return false, err
+		}
+		want, err := p.operand(item)
+		if err != nil {
+			return false, err
+		}
+		if err := p.expect(")"); err != nil {
+			return false, err
+		}
+		w, ok := want.(*types.AttributeValueMemberS)
+		if !ok {
+			return false, &errValidation{"attribute_type: the type must be a string"}
+		}
+		var got string
+		switch lookup(item, path).(type) {
+		case nil:
+			return false, nil
+		case *types.AttributeValueMemberS:
+			got = "S"
+		case *types.AttributeValueMemberN:
+			got = "N"
+		case *types.AttributeValueMemberB:
+			got = "B"
+		case *types.AttributeValueMemberBOOL:
+			got = "BOOL"
+		case *types.AttributeValueMemberNULL:
+			got = "NULL"
+		case *types.AttributeValueMemberM:
+			got = "M"
+		case *types.AttributeValueMemberL:
+			got = "L"
+		case *types.AttributeValueMemberSS:
+			got = "SS"
+		case *types.AttributeValueMemberNS:
+			got = "NS"
+		case *types.AttributeValueMemberBS:
+			got = "BS"
+		}
+		return got == w.Value, nil
 	}
 	a, err := p.operand(item)
 	if err != nil {

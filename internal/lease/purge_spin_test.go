@@ -16,11 +16,13 @@ import (
 // purgeCounter passes a waiter's requests to the store and records when
 // each purge the store refused was sent; once ctx ends (or at the 200th
 // refused purge, when it ends it) it refuses every request, so a waiter
-// that never blocks still ends.
+// that never blocks still ends. Before each of the waiter's writes, other
+// (when set) writes the item as another writer does.
 type purgeCounter struct {
 	API
 	ctx     context.Context
 	stop    context.CancelFunc
+	other   func()
 	mu      sync.Mutex
 	refused []time.Time
 }
@@ -30,6 +32,9 @@ func (p *purgeCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 		return nil, err
 	}
 	purge := writes("REMOVE", LeasesAttr)(in) && !writes("SET", LeasesAttr)(in)
+	if p.other != nil {
+		p.other()
+	}
 	out, err := p.API.UpdateItem(ctx, in, opts...)
 	var ccf *types.ConditionalCheckFailedException
 	if purge && errors.As(err, &ccf) {
@@ -70,11 +75,11 @@ func (p *purgeCounter) burst() (most, total int) {
 // write ... waits"): a waiter whose purge the store refuses, and whose
 // item shows the same stale entries again, must not send the same purge
 // at once, again and again, each costing a write unit. The item is
-// anyone's to write (an operator's edit, an older writer): another
-// principal's bucket whose time is not a whole number reads as idle since
-// time 0, and its purge, conditioned on 0, is refused every time, the item
-// it returns showing it again. The waiter's own principal has a lapsed
-// lease, so it must purge before it takes.
+// anyone's to write: another principal's bucket is full, and another
+// writer sets it to a new full time before each of the waiter's writes, so
+// its purge, conditioned on the time seen, is refused every time, the item
+// it returns showing it full again. The waiter's own principal has a
+// lapsed lease, so it must purge before it takes.
 func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -86,20 +91,21 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 		if _, err := New(db, rgTable, Options{InstanceID: "h", MaxLook: maxLook}).Acquire(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		malformBucket(t, db, "q")
+		other := rewriteBucket(t, db, "q")
+		other()
 		time.Sleep(time.Minute)
 		// Two seconds of the waiter's time, or 200 refused purges.
 		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer wcancel()
-		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel}
+		pc := &purgeCounter{API: db, ctx: wctx, stop: wcancel, other: other}
 		ls, _ := New(pc, rgTable, Options{InstanceID: "w", MaxLook: maxLook}).Acquire(wctx, r)
 		if ls != nil {
-			t.Fatal("the waiter took a place the item's half ticket holds no one from")
+			t.Fatal("the waiter took a place, its purges refused")
 		}
 		most, total := pc.burst()
 		t.Logf("refused purges: %d, at most %d at one instant", total, most)
 		if total == 0 {
-			t.Fatal("the waiter sent no purge the store refused; want some (the half ticket)")
+			t.Fatal("the waiter sent no purge the store refused; want some (the bucket)")
 		}
 		if most > 2 {
 			t.Errorf("the waiter sent %d refused purges at one instant (%d in all): a purge refused is resent at once, each a write unit", most, total)
@@ -175,18 +181,23 @@ func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
 	}
 }
 
-// malformBucket writes principal label's rate bucket on key srv with a
-// time that is not a whole number (as a hand edit may): it reads as idle
-// since time 0, and its purge, conditioned on 0, is refused every time.
-func malformBucket(t *testing.T, db API, label string) {
+// rewriteBucket is another writer of principal label's rate bucket on key
+// srv: each call sets it, through the store, to a new time a minute or
+// more past, full, so a purge judged from the time before is refused and
+// the item it returns shows the bucket full again.
+func rewriteBucket(t *testing.T, db API, label string) func() {
 	t.Helper()
-	if _, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(rgTable),
-		Key:                       rgItemKey("srv"),
-		UpdateExpression:          aws.String("SET #b = :n"),
-		ExpressionAttributeNames:  map[string]string{"#b": "rate:principal:" + label},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "1.5"}},
-	}); err != nil {
-		t.Fatal(err)
+	n := int64(0)
+	return func() {
+		n++
+		if _, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(rgTable),
+			Key:                       rgItemKey("srv"),
+			UpdateExpression:          aws.String("SET #b = :n"),
+			ExpressionAttributeNames:  map[string]string{"#b": RateAttr("principal:" + label)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": number(time.Now().Add(-time.Minute).UnixMilli() - n)},
+		}); err != nil {
+			t.Error(err)
+		}
 	}
 }
