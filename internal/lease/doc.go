@@ -73,6 +73,9 @@
 //     its lease if the take landed).
 //   - Join: a caller that will wait ADDs 1 to seq and sets queue.<id> to
 //     the new value in one write (both operands read the item as it was),
+//     (a seq not a whole number at least 0, as a hand edit may leave it,
+//     reads as none: the join sets it and its ticket to one past every
+//     ticket it sees, conditioned on seq as seen, so it joins once),
 //     on condition that size(queue) < MaxQueued and, when its principal
 //     has callers waiting already, size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so
@@ -106,7 +109,12 @@
 //     conditioned on the value seen (a half ticket's queue or tasks
 //     entry on its value as stored, a number not whole or not a number
 //     alike, on its absence only when it has none); a ticket's, a gate
-//     entry's or a bucket's purge ADDs 1 to freed.
+//     entry's or a bucket's purge ADDs 1 to freed. The item is anyone's
+//     to write: a bucket's time or a gate entry's field that is not a
+//     whole number reads as 0 (a bucket so is full, and stale whoever's
+//     it is; a charge overwrites it), and every write judged from it is
+//     conditioned on it as stored; a map, list or set on its type alone
+//     (attribute_type), as the store compares those by reference.
 //     When a write's view shows more stale entries than it can remove that
 //     its own conditions would count (the key's leases, its tool's or
 //     principal's set, the queue), it sends purges first, so lapsed
@@ -414,7 +422,10 @@
 //     lapsed (TestRenewedLeaseIsNotPurged); lapsed entries never wedge a
 //     key (TestLapsedLeasesDoNotWedgeALoweredCap,
 //     TestLapsedTicketsDoNotWedgeALoweredQueue,
-//     TestAQueueEntryNumberedZeroDoesNotWedgeAKey).
+//     TestAQueueEntryNumberedZeroDoesNotWedgeAKey), nor do malformed
+//     ones (TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
+//     TestAMalformedSeqIsJoinedOnceAndMadeWhole,
+//     TestMapsAndListsWrittenByHandDoNotWedgeAKey).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

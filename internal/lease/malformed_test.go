@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
 // writeCounter passes requests to the store and records when each write
@@ -53,6 +55,11 @@ func (w *writeCounter) burst() (most, total int) {
 // operator's edit may.
 func handEdit(t *testing.T, db API, v types.AttributeValue, names ...string) {
 	t.Helper()
+	handEditIn(t, db, rgTable, v, names...)
+}
+
+func handEditIn(t *testing.T, db API, table string, v types.AttributeValue, names ...string) {
+	t.Helper()
 	ph := map[string]string{}
 	path := ""
 	for i, n := range names {
@@ -64,7 +71,7 @@ func handEdit(t *testing.T, db API, v types.AttributeValue, names ...string) {
 		path += p
 	}
 	if _, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(rgTable),
+		TableName:                 aws.String(table),
 		Key:                       rgItemKey("srv"),
 		UpdateExpression:          aws.String("SET " + path + " = :v"),
 		ExpressionAttributeNames:  ph,
@@ -209,6 +216,61 @@ func TestAMalformedSeqIsJoinedOnceAndMadeWhole(t *testing.T) {
 					t.Errorf("seq is %v after a waiter joined; want a whole number", got)
 				}
 			})
+		})
+	}
+}
+
+// The real store compares maps and lists by reference in an "="
+// condition: no value written equals the one stored. A half ticket, a
+// bucket, a gate entry field or seq written by hand as a map or a list is
+// conditioned on its type instead, so a caller on a free key gets its
+// place on dynalite as on the simulation's store, and what is stale goes.
+func TestMapsAndListsWrittenByHandDoNotWedgeAKey(t *testing.T) {
+	env := storetest.NewEnv(t)
+	stores := map[string]struct {
+		db    API
+		table string
+	}{"dynalite": {env.Client, env.Tables.Leases}, "memStore": {newMemStore(), rgTable}}
+	m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a": &types.AttributeValueMemberN{Value: "1"}}}
+	l := &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: "x"}}}
+	for name, s := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			r := Request{Key: "srv", Cap: 1, MaxQueued: 8, Hold: 5 * time.Second, Wait: 5 * time.Second, Holder: "p",
+				Tool: "t", Breaker: &Breaker{Name: "t", Threshold: 3, Recovery: time.Second},
+				Rates: []Rate{{Name: "server", PerMinute: 600}}}
+			ls, err := New(s.db, s.table, Options{InstanceID: "a"}).Acquire(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ls.Finish(ctx, Success); err != nil {
+				t.Fatal(err)
+			}
+			handEditIn(t, s.db, s.table, m, rgQueue, "x")
+			handEditIn(t, s.db, s.table, l, "tasks", "y")
+			handEditIn(t, s.db, s.table, m, RateAttr("principal:q"))
+			handEditIn(t, s.db, s.table, l, RateAttr("server"))
+			handEditIn(t, s.db, s.table, m, SeqAttr)
+			handEditIn(t, s.db, s.table, &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+				gateAll: &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{gateUntil: l}},
+				"q":     &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{gateLast: m}},
+			}}, BreakerAttr("t"))
+			ls, err = New(s.db, s.table, Options{InstanceID: "b"}).Acquire(ctx, r)
+			if err != nil {
+				t.Fatalf("a caller on a free key: %v", err)
+			}
+			if _, err := ls.Finish(ctx, Success); err != nil {
+				t.Fatal(err)
+			}
+			item := rgItem(t, s.db, s.table, "srv")
+			for _, p := range [][]string{{rgQueue, "x"}, {"tasks", "y"}, {RateAttr("principal:q")}, {BreakerAttr("t"), "q"}} {
+				if got := lookup(item, p); got != nil {
+					t.Errorf("%v is still %v after a caller took and released a place", p, got)
+				}
+			}
+			if got := item[RateAttr("server")]; numberOr(got, 0) <= 0 {
+				t.Errorf("the caller's bucket is %v after it took a token; want a time", got)
+			}
 		})
 	}
 }
