@@ -236,6 +236,7 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 		for _, key := range []string{gateAll, label} {
 			ep := u.path(attr, key)
 			up := ep + "." + u.path(gateUntil)
+			seen := g.entry(key).field(gateUntil)
 			switch {
 			case slices.Contains(probes, gateRef{attr, key}):
 				pp := ep + "." + u.path(gateProbe)
@@ -244,9 +245,9 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 					orAbsent(bp, bp+" <> "+u.str(label)+" OR "+ep+"."+u.path(gateBarUntil)+" <= "+u.num(now)))
 				u.set(pp, u.str(id))
 				u.set(ep+"."+u.path(gateProbeExp), u.num(exp))
-			case g != nil && !whole(g.entry(key).field(gateUntil)) && g.entry(key).field(gateUntil) != nil:
+			case seen != nil && !whole(seen):
 				// Not a whole number: read as never closed, on its value.
-				u.cond(u.isSeen(up, g.entry(key).field(gateUntil)))
+				u.cond(u.isSeen(up, seen))
 			case strings.HasPrefix(attr, BreakerAttrPrefix):
 				u.cond("attribute_not_exists(" + up + ")")
 			default:
@@ -337,11 +338,15 @@ func (g *gate) shutByAnother(label string, now int64) bool {
 // shutAll closes g's entry for everyone until until, never shortening a
 // closing that stands: u pins g as seen (pinGate) and, as pinGate cannot
 // tell an entry seen with no field from an absent one, everyone's absent
-// when it was.
+// when it was. One seen that is not a map (pinned as seen) is written
+// whole: no field can be set inside it.
 func (u *update) shutAll(g *gate, until int64) {
-	if e, ok := g.entries[gateAll]; !ok {
+	e, ok := g.entries[gateAll]
+	if _, isMap := e.seen.(*types.AttributeValueMemberM); !ok || !isMap {
 		ep := u.path(g.attr, gateAll)
-		u.cond("attribute_not_exists(" + ep + ")")
+		if !ok {
+			u.cond("attribute_not_exists(" + ep + ")")
+		}
 		u.set(ep, u.value(entryValue(map[string]int64{gateUntil: until})))
 	} else if e.until < until {
 		u.set(u.path(g.attr, gateAll, gateUntil), u.num(until))

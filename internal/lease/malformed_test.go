@@ -274,3 +274,32 @@ func TestMapsAndListsWrittenByHandDoNotWedgeAKey(t *testing.T) {
 		})
 	}
 }
+
+// Everyone's breaker entry written by hand as something other than a map
+// reads as no entry; a second principal's entry closing closes everyone's
+// as ever, writing the entry whole (a field cannot be set inside a
+// string), conditioned on it as seen.
+func TestABreakerOpensOverEveryonesEntryWrittenByHand(t *testing.T) {
+	env := storetest.NewEnv(t)
+	l := New(env.Client, env.Tables.Leases, Options{})
+	br := &Breaker{Name: "t", Threshold: 2, Recovery: time.Minute}
+	var trs []Transition
+	for i, who := range []string{"A", "A", "B", "B"} {
+		if i == 2 {
+			handEditIn(t, env.Client, env.Tables.Leases, &types.AttributeValueMemberS{Value: "open"}, BreakerAttr("t"), gateAll)
+		}
+		tr, err := call(t, l, br, 2, who, Failure)
+		if err != nil {
+			t.Fatalf("%s's call %d: %v", who, i, err)
+		}
+		trs = append(trs, tr)
+	}
+	if trs[1] != OpenedForPrincipal || trs[3] != Opened {
+		t.Errorf("transitions %q; want A's second to open it for A, B's second for everyone", trs)
+	}
+	_, err := call(t, l, br, 2, "C", Success)
+	var open *CircuitOpenError
+	if !errors.As(err, &open) || open.Principal {
+		t.Errorf("C's call: %v; want refused, open for everyone", err)
+	}
+}
