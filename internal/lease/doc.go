@@ -425,7 +425,8 @@
 //     TestAQueueEntryNumberedZeroDoesNotWedgeAKey), nor do malformed
 //     ones (TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
 //     TestAMalformedSeqIsJoinedOnceAndMadeWhole,
-//     TestMapsAndListsWrittenByHandDoNotWedgeAKey).
+//     TestMapsAndListsWrittenByHandDoNotWedgeAKey,
+//     TestABreakerOpensOverEveryonesEntryWrittenByHand).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

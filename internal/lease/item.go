@@ -83,7 +83,9 @@ func isSetAttr(attr string) bool {
 }
 
 // parseItem reads a lease item: a lease whose expiry is not a number
-// never expires; a ticket not whole is a half.
+// never expires; a ticket not whole is a half; seq, a bucket's time or a
+// gate entry's field that is not a whole number reads as 0, its value as
+// stored kept for the conditions of the writes judged from it.
 func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
 		rates: map[string]int64{}, rateSeen: map[string]types.AttributeValue{}, limitState: limitState{bases: map[string]int64{}}}
