@@ -479,12 +479,14 @@
 //     TestShorterPauseDoesNotShortenALongerOne).
 //  14. Cost: every write refreshes the item's ttl; waiting costs no write
 //     while nothing changes; a waiter's reads per second fall with its
-//     rank, to one every MaxLookFar far back, so the queue's grow with the
-//     logarithm of its length up to MaxLookFar/MaxLook × Places waiters
-//     and by 1/MaxLookFar a waiter past them; the item's size grows with
-//     the callers holding and waiting only (TestEveryWriteRefreshesTTL,
+//     rank, to one every MaxLookFar far back, and not with the callers
+//     before it that leave, so the queue's grow with the logarithm of its
+//     length up to MaxLookFar/MaxLook × Places waiters and by
+//     1/MaxLookFar a waiter past them; the item's size grows with the
+//     callers holding and waiting only (TestEveryWriteRefreshesTTL,
 //     TestWaitersCostNoRenewals, TestLateWaitersBackOff,
 //     TestFarWaitersReadByTheirRank, TestAWaiterBehindAnUnclaimedTaskBacksOff,
+//     TestAWaiterMovingUpKeepsItsBackOff,
 //     TestBreakerEntriesOfPrincipalsGoneDoNotPileUp).
 //  15. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot
