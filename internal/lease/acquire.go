@@ -20,7 +20,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if !req.holds() {
 		return l.charge(ctx, req)
 	}
-	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, lookRank: -1}
+	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook}
 	a.me = asker{id: l.newLeaseID(), label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
 	if req.Breaker != nil {
 		a.me.breaker = req.Breaker.Name
@@ -78,8 +78,6 @@ type attempt struct {
 	firstExp map[string]int64
 	// purgeRefused: its last purge was refused.
 	purgeRefused bool
-	// lookRank is its rank at its last look (-1: none yet).
-	lookRank int
 	// failures: store errors in a row while it waits; takeErrs: takes in
 	// a row that met one.
 	failures int
@@ -705,8 +703,6 @@ func (a *attempt) lookPeriod(rank, places int) time.Duration {
 // doc), never longer than its look period now nor than its ticket's.
 func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	rank := v.before(now, &a.me)
-	moved := a.lookRank < 0 || rank < a.lookRank
-	a.lookRank = rank
 	period := a.lookPeriod(rank, max(a.req.capIn(v), 1))
 	if t := v.ticketFor(a.me.id); t != nil {
 		// Its ticket's, read as MaxLook at least (shorter is a hand edit).
@@ -802,10 +798,8 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	}
 	if ok {
 		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
-			if moved {
-				// Its back-off starts again only once it moved up.
-				a.look = overdueLook
-			}
+			// Its back-off goes on from where it was: a new estimate of
+			// its place, or a move up the queue, does not start it again.
 			return min(d, most)
 		}
 	}

@@ -182,9 +182,13 @@
 // callers come before it, and every rank/Places ×
 // MaxLook, at most MaxLookFar, behind more; a look that finds its place
 // late waits half as long again as the last (up to that period, jittered
-// upwards), and only a move up the queue starts that back-off again from
-// 5 ms, not a new estimate of the same place (call_ms moved, a holder
-// renewing past its expected end). Its ticket announces its look period (l) at the rank it
+// upwards), the first 5 ms after its join; neither a move up the queue
+// (every caller leaving before it would have each waiter behind start
+// again from 5 ms, reads growing with the waiters times the departures)
+// nor a new estimate of the same place (call_ms moved, a holder renewing
+// past its expected end) starts that back-off again, only the end of a
+// stretch in which the hold, a pause or an empty bucket of its own held
+// every place back. Its ticket announces its look period (l) at the rank it
 // joined at, and it never waits longer than that between looks, whatever
 // its rank later; the item a refused write of its returns is a look,
 // judged at once (a purge sent again after a refused one waits a
@@ -487,12 +491,14 @@
 //     TestShorterPauseDoesNotShortenALongerOne).
 //  14. Cost: every write refreshes the item's ttl; waiting costs no write
 //     while nothing changes; a waiter's reads per second fall with its
-//     rank, to one every MaxLookFar far back, so the queue's grow with the
-//     logarithm of its length up to MaxLookFar/MaxLook × Places waiters
-//     and by 1/MaxLookFar a waiter past them; the item's size grows with
-//     the callers holding and waiting only (TestEveryWriteRefreshesTTL,
+//     rank, to one every MaxLookFar far back, and not with the callers
+//     before it that leave, so the queue's grow with the logarithm of its
+//     length up to MaxLookFar/MaxLook × Places waiters and by
+//     1/MaxLookFar a waiter past them; the item's size grows with the
+//     callers holding and waiting only (TestEveryWriteRefreshesTTL,
 //     TestWaitersCostNoRenewals, TestLateWaitersBackOff,
 //     TestFarWaitersReadByTheirRank, TestAWaiterBehindAnUnclaimedTaskBacksOff,
+//     TestAWaiterMovingUpKeepsItsBackOff,
 //     TestBreakerEntriesOfPrincipalsGoneDoNotPileUp).
 //  15. A long exchange keeps its lease, renewing it at a steady pace, and is
 //     stopped before the lease lapses if it cannot

@@ -94,8 +94,8 @@ func TestLateWaitersBackOff(t *testing.T) {
 // holder whose call goes on past its expected end (a cut-off call whose
 // upstream has not stopped, a slow one) renews its lease every second or
 // so, and each renewal moves its lease's expiry, and with it when its
-// waiters expect the place. Found late, a waiter backs off until it moves
-// up: a renewal does not start its back-off again from 5 ms. Ten waiters
+// waiters expect the place. Found late, a waiter backs off: a renewal
+// does not start its back-off again from 5 ms. Ten waiters
 // behind such a call (cap 1; calls on the key last 100 ms; the holder
 // renews every second) send, once their back-off has grown, at most one
 // look per MaxLook each, and no write.
@@ -128,8 +128,8 @@ func TestLateWaitersBackOffBehindARenewingHolder(t *testing.T) {
 
 // Invariant 14 (doc.go, "Whose turn"), with calls of another tool beside
 // a stuck one: a waiter whose tool is full expects its place from that
-// tool's leases alone, and once found late backs off until it moves up in
-// the queue. Calls of another tool end beside the stuck one and move
+// tool's leases alone, and once found late backs off. Calls of another
+// tool end beside the stuck one and move
 // call_ms; neither their ends nor a new estimate of the same place start
 // the waiter's back-off again from 5 ms. Ten waiters for tool
 // a (its cap 1, held by a stuck call) while calls of tool b, 100 ms and

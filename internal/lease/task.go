@@ -152,7 +152,7 @@ const MaxTaskID = 64
 // taskAttempt is the attempt of a task's ticket id under req: Enqueue's
 // join, a worker's Claim.
 func (l *Limiter) taskAttempt(req Request, id string) *attempt {
-	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, lookRank: -1, task: true}
+	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, task: true}
 	a.me = asker{id: id, label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
 	if req.Breaker != nil {
 		a.me.breaker = req.Breaker.Name
