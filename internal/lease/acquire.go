@@ -20,16 +20,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if !req.holds() {
 		return l.charge(ctx, req)
 	}
-	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, lookRank: -1}
-	a.me = asker{id: l.newLeaseID(), label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
-	if req.Breaker != nil {
-		a.me.breaker = req.Breaker.Name
-	}
-	for _, r := range req.Rates {
-		if r.Name == "tool:"+req.Tool {
-			a.me.toolRPM = r.PerMinute
-		}
-	}
+	a := l.newAttempt(req, l.newLeaseID(), false)
 	ls, err := a.run(ctx)
 	if err != nil {
 		a.leave(ctx)

@@ -79,7 +79,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 	} else if !IsTaskID(ticket) || InstanceOf(ticket) == "" || len(ticket) > MaxTaskID {
 		return "", fmt.Errorf("lease: %q is not a task's ticket id (NewTaskID)", ticket)
 	}
-	a := l.taskAttempt(req, ticket)
+	a := l.newAttempt(req, ticket, true)
 	a.taskID = taskID
 	var v *view
 	sent := int64(-1) // freed as the last join whose outcome was unknown saw it
@@ -149,10 +149,10 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 // MaxTaskID bounds the task id a ticket carries, in bytes.
 const MaxTaskID = 64
 
-// taskAttempt is the attempt of a task's ticket id under req: Enqueue's
-// join, a worker's Claim.
-func (l *Limiter) taskAttempt(req Request, id string) *attempt {
-	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, lookRank: -1, task: true}
+// newAttempt is the attempt of lease (or ticket) id under req; task: a
+// task's (Enqueue's join, a worker's Claim).
+func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
+	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, lookRank: -1, task: task}
 	a.me = asker{id: id, label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
 	if req.Breaker != nil {
 		a.me.breaker = req.Breaker.Name
@@ -183,7 +183,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	a := l.taskAttempt(req, id)
+	a := l.newAttempt(req, id, true)
 	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
 	for tries := 0; ; tries++ {
 		v, err := l.read(ctx, req.Key)
