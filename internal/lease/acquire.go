@@ -523,9 +523,6 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	ls.task = a.task // its release removes the task's ticket with it
 	ls.exps, ls.Expiry, ls.CallDeadline = []int64{exp}, time.UnixMilli(exp), deadline
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
-	if a.req.ToolCap > 0 {
-		ls.tool = a.req.Tool
-	}
 	for _, g := range a.req.gateAttrs() {
 		for _, key := range []string{gateAll, a.me.label} {
 			if e := v.gates[g].entry(key); e.probe == a.me.id {
@@ -542,13 +539,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 
 // newLease is a lease of req with id, before its place is known.
 func (l *Limiter) newLease(req Request, id string) *Lease {
-	ls := &Lease{l: l, key: req.Key, id: id, breaker: req.Breaker, label: req.Holder, rates: req.Rates,
-		ceiling: req.Cap, adaptive: req.Adaptive, principalCap: req.PrincipalCap, toolName: req.Tool, maxPause: req.MaxPause,
-		pauseGate: pauseAttr(req.Tool, req.PauseTool), noPlace: !req.holds()}
-	if ls.maxPause <= 0 {
-		ls.maxPause = MaxPause
-	}
-	return ls
+	return &Lease{l: l, req: req, id: id}
 }
 
 // join puts this caller's ticket in the queue (see Join in the package

@@ -177,7 +177,7 @@ func TestDoubleReleaseIsHarmless(t *testing.T) {
 	if _, err := ls.Finish(context.Background(), Success); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("second release: %v; want ErrNotHeld", err)
 	}
-	copied := &Lease{l: ls.l, key: ls.key, id: ls.id, label: ls.label, exps: ls.exps}
+	copied := &Lease{l: ls.l, req: ls.req, id: ls.id, exps: ls.exps}
 	if _, err := copied.Finish(context.Background(), Success); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("a copy's release: %v; want ErrNotHeld", err)
 	}
