@@ -221,12 +221,12 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 // storeError reports whether err is the store failing (rather than the
 // protocol refusing, or the caller's own context ending).
 func storeError(err error) bool {
-	var full *FullError
-	var wt *WaitTimeoutError
-	var open *CircuitOpenError
-	var rl *RateLimitedError
-	return !errors.As(err, &full) && !errors.As(err, &wt) && !errors.As(err, &open) && !errors.As(err, &rl) &&
-		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	for _, target := range []any{new(*FullError), new(*WaitTimeoutError), new(*CircuitOpenError), new(*RateLimitedError)} {
+		if errors.As(err, target) {
+			return false
+		}
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // pause waits d, or until the wait's end or ctx's.
@@ -340,10 +340,10 @@ func (a *attempt) ownSets() []string {
 	return out
 }
 
-// rateAttrs are the attributes of the buckets the caller takes tokens from.
-func (a *attempt) rateAttrs() []string {
+// rateAttrs are the attributes of the buckets rs.
+func rateAttrs(rs []Rate) []string {
 	var out []string
-	for _, r := range a.req.Rates {
+	for _, r := range rs {
 		out = append(out, RateAttr(r.Name))
 	}
 	return out
@@ -381,7 +381,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.req.gateAttrs()...)...)...)
+	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), a.req.gateAttrs()...)...)...)
 	rs := a.l.rulesFor(a.req, v)
 	for _, r := range a.req.Rates {
 		tat := int64(0)
@@ -575,11 +575,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	}
 	u.set(tp, u.value(&types.AttributeValueMemberM{Value: info}))
 	u.add(u.path(wp), id)
-	other := QueueAttr
-	if !a.task {
-		other = TasksAttr
-	}
-	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+u.path(other, id)+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
+	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+u.path(kindAttr(!a.task), id)+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
 	if a.task {
 		// A late join must not bring back a task claimed and released,
 		// withdrawn or lapsed: each of those moves freed.
@@ -812,7 +808,12 @@ func (a *attempt) leave(ctx context.Context) {
 	if !a.joined && len(a.unsure) == 0 {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
+	send := func(u *update) error {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
+		defer cancel()
+		_, err := a.l.write(wctx, a.req.Key, u, nil)
+		return err
+	}
 	now := a.now()
 	id := a.me.id
 	if a.joined {
@@ -829,10 +830,7 @@ func (a *attempt) leave(ctx context.Context) {
 		// A ticket leaving, like a place freed, can change whose turn it is
 		// for the callers behind it: freed tells the takes judged before.
 		u.count(u.path(FreedAttr), 1)
-		wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
-		_, err := a.l.write(wctx, a.req.Key, u, nil)
-		cancel()
-		if err == nil || len(a.unsure) == 0 {
+		if err := send(u); err == nil || len(a.unsure) == 0 {
 			return
 		}
 	}
@@ -846,9 +844,7 @@ func (a *attempt) leave(ctx context.Context) {
 		u.del(u.path(set), id)
 	}
 	u.count(u.path(FreedAttr), 1)
-	wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
-	defer cancel()
-	_, _ = a.l.write(wctx, a.req.Key, u, nil)
+	_ = send(u)
 }
 
 // full is the refusal of a caller that does not wait, or may not: why, and

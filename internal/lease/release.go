@@ -181,10 +181,7 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 		latest = parseItem(nil)
 	}
 	if v := b.recent(recentView); v != nil && purge {
-		keep := []string{ls.pauseGate(), WaitingAttr(ls.req.Holder)}
-		for _, r := range ls.req.Rates {
-			keep = append(keep, RateAttr(r.Name))
-		}
+		keep := append(rateAttrs(ls.req.Rates), ls.pauseGate(), WaitingAttr(ls.req.Holder))
 		if ls.req.Breaker != nil {
 			keep = append(keep, BreakerAttr(ls.req.Breaker.Name))
 		}
