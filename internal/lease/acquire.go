@@ -521,7 +521,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	}
 	ls := a.l.newLease(a.req, a.me.id)
 	ls.task = a.task // its release removes the task's ticket with it
-	ls.exps, ls.Expiry, ls.CallDeadline = []int64{exp}, time.UnixMilli(exp), deadline
+	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
 	for _, g := range a.req.gateAttrs() {
 		for _, key := range []string{gateAll, a.me.label} {
@@ -943,7 +943,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		if err == nil {
 			l.stats.acquired.Add(1)
 			ls := l.newLease(req, l.newLeaseID())
-			ls.exps, ls.Expiry, ls.CallDeadline = []int64{now}, time.UnixMilli(now), time.Now().Add(req.Hold)
+			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nil
 		}
 		if !errors.Is(err, errCondition) {
