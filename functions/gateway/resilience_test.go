@@ -33,7 +33,7 @@ func breakerOpenUntil(f *testkit.Rig, tool string) time.Time {
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	for _, b := range lease.Breakers(out.Item, time.Now()) {
+	for _, b := range lease.Describe(out.Item, time.Now(), 0, 0, nil).Breakers {
 		if b.Name == tool && b.OpenUntil != nil {
 			return *b.OpenUntil
 		}

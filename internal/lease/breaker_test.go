@@ -25,7 +25,7 @@ func call(t *testing.T, l *Limiter, br *Breaker, cap int, label string, o Outcom
 
 func breakerOf(t *testing.T, env *storetest.Env, name string) BreakerStatus {
 	t.Helper()
-	for _, b := range Breakers(item(t, env, "srv"), time.Now()) {
+	for _, b := range Describe(item(t, env, "srv"), time.Now(), 0, 0, nil).Breakers {
 		if b.Name == name {
 			return b
 		}

@@ -571,9 +571,3 @@ const (
 	// Reopened: a probe failed, and its entry is closed again.
 	Reopened Transition = "reopened"
 )
-
-// Breakers reads every breaker of a lease item as of now.
-func Breakers(item map[string]types.AttributeValue, now time.Time) []BreakerStatus {
-	b, _ := parseItem(item).gateStatus(now.UnixMilli())
-	return b
-}
