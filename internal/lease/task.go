@@ -40,22 +40,16 @@ var (
 	ErrNoQueue = errors.New("lease: the request takes no place, so it has no queue to wait in")
 )
 
-// Enqueue puts a task in req.Key's queue until deadline: a ticket like a
-// waiting caller's (numbered from seq, served in the same order, passed
-// over for the same reasons), kept in the tasks map, with no caller
-// behind it. Its turn comes as a caller's would; then whoever sees so —
-// this limiter's requests and every other's on the key, StartDue — marks
-// its ticket and starts a worker (Options.OnTaskStart), which claims the
-// place (Claim) and runs the call. A task's ticket is never presumed gone
-// before its deadline: a worker that does not claim its place within
-// StartTimeout is started again. It is refused, as a caller that would
-// wait is, when a breaker is shut to req's principal (*CircuitOpenError),
-// when a bucket of its has no token (*RateLimitedError), or when MaxQueued
-// tasks wait (*FullError, QueueFull: the tasks have MaxQueued places of
-// their own, apart from the callers'). The ticket's id, which its lease
-// will have, is ticket (from NewTaskID, so that the task's record can name
-// it before the task waits), or a new one when ticket is empty; Enqueue
-// returns it.
+// Enqueue puts a task in req.Key's queue until deadline (see Tasks in the
+// package doc): a ticket served as a waiting caller's, with no caller
+// behind it; when its turn comes, whoever sees so starts a worker
+// (Options.OnTaskStart), which claims the place (Claim). It is refused as
+// a caller that would wait is: a breaker shut to req's principal
+// (*CircuitOpenError), a bucket with no token (*RateLimitedError), or
+// MaxQueued tasks waiting (*FullError QueueFull: tasks have MaxQueued
+// places of their own). It returns the ticket's id, which its lease will
+// have: ticket (from NewTaskID, so that the task's record can name it
+// before the task waits), or a new one when ticket is empty.
 func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID string, deadline time.Time) (string, error) {
 	if err := req.validate(); err != nil {
 		return "", err
@@ -165,20 +159,16 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 	return a
 }
 
-// Claim takes the place of task ticket id for its worker, if the task's
-// turn has come: the ticket becomes a lease (of the same id), charged and
-// conditioned as a waiting caller's take is. req is the task's request
-// as Enqueue was given it, but for Hold and CallBy, which are the
-// worker's. It never waits: when it is not the task's turn it gives back
-// its start (mark, from TaskStart), so that the next to see the turn come
-// starts a worker at once, and fails with ErrNotYourTurn. The ticket
-// stays in the item, claimed by the lease, which the lease's release
-// removes with it; a claim whose lease lapsed unreleased (its worker died
-// or is late) leaves it waiting again, and the next claim, purging that
-// lease, takes its place anew: whether the task's call was made is for
-// the worker to tell (the gateway's record), never the item. ErrNoTicket:
-// the ticket is gone (withdrawn, released, lapsed); ErrClaimed: another
-// worker's claim holds it.
+// Claim takes the place of task ticket id for its worker if the task's
+// turn has come (see Tasks in the package doc): the ticket becomes a lease
+// of the same id, charged and conditioned as a waiting caller's take is,
+// and stays in the item, claimed, until the lease's release. req is the
+// task's request as Enqueue was given it, but for the worker's Hold and
+// CallBy. It never waits: when it is not the task's turn it gives back its
+// start (mark, from TaskStart), so that the next to see the turn starts a
+// worker at once, and fails with ErrNotYourTurn. ErrNoTicket: the ticket
+// is gone (withdrawn, released, lapsed); ErrClaimed: another worker's
+// claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
