@@ -858,11 +858,8 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 		}
 		e.Waiting = v.waiting(now, a.task)
 		e.InUse = v.liveLeases(now)
-		if err := refusal(v.gatesOf(a.req.Tool, ""), a.me.label, now, v.hold); err != nil && e.Reason == "" {
-			var f *FullError
-			if errors.As(err, &f) {
-				return f
-			}
+		if f, ok := refusal(v.gatesOf(a.req.Tool, ""), a.me.label, now, v.hold).(*FullError); ok && e.Reason == "" {
+			return f // no breaker's: a pause or the hold
 		}
 		switch {
 		case e.Cap > 0 && e.InUse >= e.Cap:

@@ -214,13 +214,10 @@ func refusal(gs []*gate, label string, now, hold int64) error {
 
 // admit conditions a take made at now on the caller of principal label
 // still passing the gates gs and the hold, each entry on what makes it
-// pass (never on a failure count), and names it the probe of probes.
+// pass (never on a failure count), and names it the probe of probes (v
+// shows them).
 func (u *update) admit(gs []string, label string, id string, exp, now int64, probes []gateRef, v *view) {
 	for _, attr := range gs {
-		var g *gate
-		if v != nil {
-			g = v.gates[attr]
-		}
 		for _, key := range []string{gateAll, label} {
 			ep := u.path(attr, key)
 			up := ep + "." + u.path(gateUntil)
@@ -228,7 +225,7 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 			case slices.Contains(probes, gateRef{attr, key}):
 				pp := ep + "." + u.path(gateProbe)
 				bp := ep + "." + u.path(gateBarred)
-				u.cond(up+" = "+u.num(g.entry(key).until), "(attribute_not_exists("+pp+") OR "+ep+"."+u.path(gateProbeExp)+" < "+u.num(now)+")",
+				u.cond(up+" = "+u.num(v.gates[attr].entry(key).until), "(attribute_not_exists("+pp+") OR "+ep+"."+u.path(gateProbeExp)+" < "+u.num(now)+")",
 					orAbsent(bp, bp+" <> "+u.str(label)+" OR "+ep+"."+u.path(gateBarUntil)+" <= "+u.num(now)))
 				u.set(pp, u.str(id))
 				u.set(ep+"."+u.path(gateProbeExp), u.num(exp))
