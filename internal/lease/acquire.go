@@ -519,7 +519,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
 		deadline = a.req.CallBy
 	}
-	ls := a.l.newLease(a.req, a.me.id)
+	ls := &Lease{l: a.l, req: a.req, id: a.me.id}
 	ls.task = a.task // its release removes the task's ticket with it
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
@@ -535,11 +535,6 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 		return nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
 	return ls, nil
-}
-
-// newLease is a lease of req with id, before its place is known.
-func (l *Limiter) newLease(req Request, id string) *Lease {
-	return &Lease{l: l, req: req, id: id}
 }
 
 // join puts this caller's ticket in the queue (see Join in the package
@@ -939,7 +934,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		nv, err := l.write(ctx, req.Key, u, nil)
 		if err == nil {
 			l.stats.acquired.Add(1)
-			ls := l.newLease(req, l.newLeaseID())
+			ls := &Lease{l: l, req: req, id: l.newLeaseID()}
 			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nil
 		}

@@ -351,7 +351,7 @@ func (l *Limiter) clearStart(ctx context.Context, key string, t *ticket, mark in
 	u.cond(sp + " = " + u.num(mark))
 	u.ttl(t.deadline)
 	_, _ = l.write(ctx, key, u, nil)
-	l.board(key).started(t.id, time.Time{})
+	l.board(key).forgetStart(t.id)
 }
 
 // maxNamed bounds the tickets a join's reserve condition names as waiting
