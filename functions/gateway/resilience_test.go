@@ -233,7 +233,7 @@ func TestFleetClockSkew(t *testing.T) {
 func waitNoLease(t *testing.T, env *storetest.Env, id string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for testkit.LeaseCount(t, env, id, lease.ServerAttr) != 0 {
+	for testkit.LeaseCount(t, env, id, lease.LeasesAttr) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("a lease of %s is still held after a minute", id)
 		}

@@ -57,9 +57,6 @@ const (
 	CallAttr = "call_ms"
 )
 
-// ServerAttr is LeasesAttr under the name the item's first design gave it.
-const ServerAttr = LeasesAttr
-
 // IsItemAttr reports whether the limiter keeps attr in a lease item.
 func IsItemAttr(attr string) bool {
 	switch attr {
