@@ -605,7 +605,10 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		return nil, a.l.create(ctx, a.req.Key)
 	}
 	now = a.now()
-	if w := nv.waiting(now, a.task); w >= a.req.MaxQueued || nv.holdsReserve(a.me.label, now) && w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
+	// Held to the reserve unless its condition could name all it has there
+	// as waiting no more (stillNotWaiting).
+	_, named := nv.notWaiting(a.me.label, now)
+	if w := nv.waiting(now, a.task); w >= a.req.MaxQueued || !named && w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
 		a.l.stats.shed.Add(1)
 		return nil, a.full(nv, now, false, QueueFull)
 	}

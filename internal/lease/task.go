@@ -313,8 +313,8 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 		if !t.task || t.started > now-StartTimeout.Milliseconds() || !b.mayStart(t.id, time.Now()) && t.started != 0 {
 			continue
 		}
-		if mark, ok := l.markStart(ctx, key, v, t, now); ok {
-			l.onStart(ctx, TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: mark})
+		if l.markStart(ctx, key, v, t, now) {
+			l.onStart(ctx, TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: now})
 		}
 	}
 }
@@ -323,7 +323,7 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 // in the queue, numbered as seen, unclaimed as seen in v (no lease of its
 // id, or the lapsed one), and that no start younger than StartTimeout is
 // there: true when it landed.
-func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket, now int64) (int64, bool) {
+func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket, now int64) bool {
 	u := newUpdate()
 	tp := u.path(TicketsAttr, t.id)
 	sp := tp + "." + u.path(ticketStarted)
@@ -337,7 +337,7 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 	}
 	u.ttl(t.deadline)
 	_, err := l.write(ctx, key, u, nil)
-	return now, err == nil
+	return err == nil
 }
 
 // clearStart takes back start mark of ticket t, if it is still there.
@@ -380,14 +380,6 @@ func (v *view) notWaiting(label string, now int64) (ts []*ticket, ok bool) {
 		}
 	}
 	return ts, true
-}
-
-// holdsReserve reports whether label has something waiting in v at now,
-// for the queue's reserve: what a join's condition (stillNotWaiting)
-// cannot name as waiting no more.
-func (v *view) holdsReserve(label string, now int64) bool {
-	_, ok := v.notWaiting(label, now)
-	return !ok
 }
 
 // stillNotWaiting is the alternative, in a join's reserve condition, that
