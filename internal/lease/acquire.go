@@ -519,8 +519,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
 		deadline = a.req.CallBy
 	}
-	ls := &Lease{l: a.l, req: a.req, id: a.me.id}
-	ls.task = a.task // its release removes the task's ticket with it
+	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task}
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
 	for _, g := range a.req.gateAttrs() {

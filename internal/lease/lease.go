@@ -370,7 +370,7 @@ type Lease struct {
 	round      int64     // the adaptive round it was granted in
 	probes     []gateRef // the entries it is the probe of
 	pauseUntil int64     // the pause its release asks for (PauseFor)
-	task       bool      // claimed from a task's ticket
+	task       bool      // claimed from a task's ticket, which its release removes
 	// claim is what a task's claim named itself in the ticket (Claim):
 	// its release and renewals are conditioned on the ticket naming it.
 	claim string
@@ -382,7 +382,7 @@ func (ls *Lease) TakesPlace() bool { return ls.req.holds() }
 // Probe reports whether this lease is its breaker's half-open probe.
 func (ls *Lease) Probe() bool { return len(ls.probes) > 0 }
 
-// ID is the lease id (see ParseLeaseID).
+// ID is the lease id, "<instance>.<sequence>" (see InstanceOf).
 func (ls *Lease) ID() string { return ls.id }
 
 // Key is the limiter key the lease was taken on.
