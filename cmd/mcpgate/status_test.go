@@ -113,7 +113,7 @@ func TestStatus(t *testing.T) {
 	if !gh.Server.Found || gh.Server.Cap != 3 || gh.Other != nil {
 		t.Errorf("github: server %+v, other %v", gh.Server, gh.Other)
 	}
-	if len(gh.Slots) != 3 || gh.Slots[0].Attr != lease.ServerAttr || gh.Slots[0].Cap != 3 || gh.Slots[1].Attr != "tool:fetch" || gh.Slots[1].Cap != 1 ||
+	if len(gh.Slots) != 3 || gh.Slots[0].Attr != lease.LeasesAttr || gh.Slots[0].Cap != 3 || gh.Slots[1].Attr != "tool:fetch" || gh.Slots[1].Cap != 1 ||
 		gh.Slots[2].Attr != "tool:search" || gh.Slots[2].Cap != 2 {
 		t.Fatalf("github slots: %+v", gh.Slots)
 	}

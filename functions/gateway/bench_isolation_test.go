@@ -56,7 +56,7 @@ func (b *bench) waiters() {
 		// Steady state: every caller holds or waits (but for one between
 		// its answer and its next call).
 		ready := time.Now().Add(time.Minute + time.Duration(w)*200*time.Millisecond)
-		for n := 0; n < w-1; n = b.waiting(id) + testkit.LeaseCount(t, b.rig.Env, id, lease.ServerAttr) {
+		for n := 0; n < w-1; n = b.waiting(id) + testkit.LeaseCount(t, b.rig.Env, id, lease.LeasesAttr) {
 			if time.Now().After(ready) {
 				// The store cannot take them all in: measured as it
 				// stands (the mean waiting is reported).
@@ -123,7 +123,7 @@ func (b *bench) waiting(key string) int {
 // its callers left.
 func (b *bench) drained(key string) {
 	deadline := time.Now().Add(time.Minute)
-	for testkit.LeaseCount(b.t, b.rig.Env, key, lease.ServerAttr)+b.waiting(key) > 0 {
+	for testkit.LeaseCount(b.t, b.rig.Env, key, lease.LeasesAttr)+b.waiting(key) > 0 {
 		if time.Now().After(deadline) {
 			b.t.Errorf("%s: leases or tickets left a minute after every caller left", key)
 			return

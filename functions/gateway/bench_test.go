@@ -577,7 +577,7 @@ func (b *bench) saturation(design string, c int, w workload) satResult {
 		if r.peak > c {
 			t.Errorf("cap %d: the upstream saw %d calls in flight", c, r.peak)
 		}
-		if n := testkit.LeaseCount(t, b.rig.Env, id, lease.ServerAttr); n != 0 {
+		if n := testkit.LeaseCount(t, b.rig.Env, id, lease.LeasesAttr); n != 0 {
 			t.Errorf("cap %d: %d leases left after the run", c, n)
 		}
 	}
@@ -716,7 +716,7 @@ func (b *bench) hotKey() {
 	if pairs == 0 {
 		t.Error("hot key: no acquire+release pair completed")
 	}
-	if n := testkit.LeaseCount(t, b.rig.Env, "hot", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, b.rig.Env, "hot", lease.LeasesAttr); n != 0 {
 		t.Errorf("hot key: %d leases left", n)
 	}
 }
@@ -748,7 +748,7 @@ func (b *bench) itemSizes() {
 			})
 		}
 		wg.Wait()
-		if got := testkit.LeaseCount(t, b.rig.Env, key, lease.ServerAttr); got != n {
+		if got := testkit.LeaseCount(t, b.rig.Env, key, lease.LeasesAttr); got != n {
 			t.Errorf("item holds %d leases, want %d", got, n)
 		}
 		size := b.itemBytes(key)
@@ -769,7 +769,7 @@ func (b *bench) itemSizes() {
 				}
 			}
 		}
-		if left := testkit.LeaseCount(t, b.rig.Env, key, lease.ServerAttr); left != 0 {
+		if left := testkit.LeaseCount(t, b.rig.Env, key, lease.LeasesAttr); left != 0 {
 			t.Errorf("%d leases left after releasing all", left)
 		}
 	}

@@ -110,7 +110,7 @@ func slowBurst(r *testkit.Rig, n int, args map[string]any) []outcome {
 
 // demoLeases is how many leases the item of server "demo" holds.
 func demoLeases(r *testkit.Rig) int {
-	return testkit.LeaseCount(r.T, r.Env, "demo", lease.ServerAttr)
+	return testkit.LeaseCount(r.T, r.Env, "demo", lease.LeasesAttr)
 }
 
 func allOK(t *testing.T, outs []outcome) (peak int) {
@@ -227,7 +227,7 @@ func leaseExpiries(f *testkit.Rig) map[string]time.Time {
 		f.T.Fatal(err)
 	}
 	exps := map[string]time.Time{}
-	if m, ok := out.Item[lease.ServerAttr].(*types.AttributeValueMemberM); ok {
+	if m, ok := out.Item[lease.LeasesAttr].(*types.AttributeValueMemberM); ok {
 		for id, v := range m.Value {
 			ms, _ := strconv.ParseInt(v.(*types.AttributeValueMemberN).Value, 10, 64)
 			exps[id] = time.UnixMilli(ms)
@@ -418,7 +418,7 @@ func TestFleetCapOpenAPI(t *testing.T) {
 	if peak != 2 || f.Demo.Stats().Peak != 2 {
 		t.Errorf("OpenAPI upstream peak = %d (stats %d), want exactly the cap, 2", peak, f.Demo.Stats().Peak)
 	}
-	if n := testkit.LeaseCount(t, f.Env, "api", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, f.Env, "api", lease.LeasesAttr); n != 0 {
 		t.Errorf("%d leases left", n)
 	}
 }

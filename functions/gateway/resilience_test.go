@@ -33,7 +33,7 @@ func breakerOpenUntil(f *testkit.Rig, tool string) time.Time {
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	for _, b := range lease.Breakers(out.Item, time.Now()) {
+	for _, b := range lease.Describe(out.Item, time.Now(), 0, 0, nil).Breakers {
 		if b.Name == tool && b.OpenUntil != nil {
 			return *b.OpenUntil
 		}
@@ -233,7 +233,7 @@ func TestFleetClockSkew(t *testing.T) {
 func waitNoLease(t *testing.T, env *storetest.Env, id string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for testkit.LeaseCount(t, env, id, lease.ServerAttr) != 0 {
+	for testkit.LeaseCount(t, env, id, lease.LeasesAttr) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("a lease of %s is still held after a minute", id)
 		}

@@ -184,7 +184,7 @@ func soak(t *testing.T, upstream demoupstream.HandlerOptions) {
 			t.Errorf("call after the soak via process %d: %v %d %s", i, err, resp.Status, resp.Body)
 		}
 	}
-	left := testkit.LeaseCount(t, r.Env, "demo", lease.ServerAttr)
+	left := testkit.LeaseCount(t, r.Env, "demo", lease.LeasesAttr)
 
 	var lines []string
 	for k, v := range counts {

@@ -299,7 +299,7 @@ func TestUpstreamStopOrder(t *testing.T) {
 		if s.InFlight != 1 {
 			t.Fatalf("upstream stats %+v, want the call still running", s)
 		}
-		if n := testkit.LeaseCount(t, rig.Env, id, lease.ServerAttr); n != 1 {
+		if n := testkit.LeaseCount(t, rig.Env, id, lease.LeasesAttr); n != 1 {
 			t.Fatalf("%d leases while the upstream runs the cut-off call, want 1", n)
 		}
 		// The upstream answers: only now is the slot given back.
@@ -318,7 +318,7 @@ func TestUpstreamStopOrder(t *testing.T) {
 	t.Run("ignores/grace_ends", func(t *testing.T) {
 		id, u := server(t, ignoring, 2)
 		reqID := call(t, id, ignoring)
-		if n := testkit.LeaseCount(t, rig.Env, id, lease.ServerAttr); n != 1 {
+		if n := testkit.LeaseCount(t, rig.Env, id, lease.LeasesAttr); n != 1 {
 			t.Fatalf("%d leases right after the answer, want 1", n)
 		}
 		// The grace ends: the slot is freed with the call still running,

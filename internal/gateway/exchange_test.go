@@ -73,7 +73,7 @@ func TestCutOffCallKeepsItsSlot(t *testing.T) {
 	}
 	h.demo.OpenGate("g")
 	h.drain()
-	if n := testkit.LeaseCount(t, h.env, "demo", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, h.env, "demo", lease.LeasesAttr); n != 0 {
 		t.Errorf("%d leases after the late answer", n)
 	}
 	if r := h.call(h.key, `{"server_id":"demo","name":"echo","arguments":{"text":"x"}}`); r.status != http.StatusOK {
@@ -99,7 +99,7 @@ func TestGraceEndFreesTheSlot(t *testing.T) {
 	h.server(map[string]any{"server_id": "demo", "url": h.demo.URL, "max_concurrent_requests": 1, "timeout": 0.3, "cancel_grace": 0.5})
 	h.expectFault(h.call(h.key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":60000,"gate":"g"}}`), 504, fault.UpstreamTimeout)
 	h.drain()
-	if n := testkit.LeaseCount(t, h.env, "demo", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, h.env, "demo", lease.LeasesAttr); n != 0 {
 		t.Errorf("%d leases after the grace", n)
 	}
 	if s := h.demo.Stats(); s.InFlight != 1 {
@@ -138,7 +138,7 @@ func TestShutdownCutsOffAndDrains(t *testing.T) {
 	if !strings.Contains(d.Message, "shutting down") {
 		t.Errorf("message %q does not say the gateway is shutting down", d.Message)
 	}
-	if n := testkit.LeaseCount(t, h.env, "demo", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, h.env, "demo", lease.LeasesAttr); n != 0 {
 		t.Errorf("%d leases after shutdown", n)
 	}
 	// Later calls are not sent.

@@ -362,7 +362,7 @@ func TestShedAnswersAtCapacity(t *testing.T) {
 	if r := <-held; r.status != 200 {
 		t.Fatalf("held call: %d %s", r.status, r.body)
 	}
-	if n := testkit.LeaseCount(t, h.env, "demo", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, h.env, "demo", lease.LeasesAttr); n != 0 {
 		t.Errorf("%d leases left", n)
 	}
 }
@@ -394,7 +394,7 @@ func TestUpstreamTimeoutReleasesTheSlot(t *testing.T) {
 	h.expectFault(h.call(h.key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":30000}}`), 504, fault.UpstreamTimeout)
 	// The slot is given back once the upstream has stopped the call.
 	h.drain()
-	if n := testkit.LeaseCount(t, h.env, "demo", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, h.env, "demo", lease.LeasesAttr); n != 0 {
 		t.Errorf("%d leases left after the timeout", n)
 	}
 	// The slot is free again.

@@ -185,7 +185,7 @@ func TestLongCallRenewsItsLease(t *testing.T) {
 	if r := <-done; r.status != 200 {
 		t.Fatalf("long call: %d %s", r.status, r.body)
 	}
-	if n := testkit.LeaseCount(t, h.env, "demo", lease.ServerAttr); n != 0 {
+	if n := testkit.LeaseCount(t, h.env, "demo", lease.LeasesAttr); n != 0 {
 		t.Errorf("%d leases left", n)
 	}
 }
@@ -205,7 +205,7 @@ func TestLostLeaseStopsTheCall(t *testing.T) {
 		TableName:                aws.String(h.env.Tables.Leases),
 		Key:                      map[string]types.AttributeValue{store.LimiterKeyAttr: &types.AttributeValueMemberS{Value: "demo"}},
 		UpdateExpression:         aws.String("SET #l = :empty"),
-		ExpressionAttributeNames: map[string]string{"#l": lease.ServerAttr},
+		ExpressionAttributeNames: map[string]string{"#l": lease.LeasesAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":empty": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}},
 		},
@@ -231,9 +231,9 @@ func leaseExpiry(t *testing.T, h *harness) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := out.Item[lease.ServerAttr].(*types.AttributeValueMemberM)
+	m, _ := out.Item[lease.LeasesAttr].(*types.AttributeValueMemberM)
 	if m == nil || len(m.Value) != 1 {
-		t.Fatalf("leases = %v, want one", out.Item[lease.ServerAttr])
+		t.Fatalf("leases = %v, want one", out.Item[lease.LeasesAttr])
 	}
 	for _, v := range m.Value {
 		b, _ := json.Marshal(v)

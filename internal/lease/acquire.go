@@ -20,16 +20,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if !req.holds() {
 		return l.charge(ctx, req)
 	}
-	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook}
-	a.me = asker{id: l.newLeaseID(), label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
-	if req.Breaker != nil {
-		a.me.breaker = req.Breaker.Name
-	}
-	for _, r := range req.Rates {
-		if r.Name == "tool:"+req.Tool {
-			a.me.toolRPM = r.PerMinute
-		}
-	}
+	a := l.newAttempt(req, l.newLeaseID(), false)
 	ls, err := a.run(ctx)
 	if err != nil {
 		a.leave(ctx)
@@ -228,12 +219,12 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 // storeError reports whether err is the store failing (rather than the
 // protocol refusing, or the caller's own context ending).
 func storeError(err error) bool {
-	var full *FullError
-	var wt *WaitTimeoutError
-	var open *CircuitOpenError
-	var rl *RateLimitedError
-	return !errors.As(err, &full) && !errors.As(err, &wt) && !errors.As(err, &open) && !errors.As(err, &rl) &&
-		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	for _, target := range []any{new(*FullError), new(*WaitTimeoutError), new(*CircuitOpenError), new(*RateLimitedError)} {
+		if errors.As(err, target) {
+			return false
+		}
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // pause waits d, or until the wait's end or ctx's.
@@ -347,10 +338,10 @@ func (a *attempt) ownSets() []string {
 	return out
 }
 
-// rateAttrs are the attributes of the buckets the caller takes tokens from.
-func (a *attempt) rateAttrs() []string {
+// rateAttrs are the attributes of the buckets rs.
+func rateAttrs(rs []Rate) []string {
 	var out []string
-	for _, r := range a.req.Rates {
+	for _, r := range rs {
 		out = append(out, RateAttr(r.Name))
 	}
 	return out
@@ -388,7 +379,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(a.rateAttrs(), a.req.gateAttrs()...)...)...)
+	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), a.req.gateAttrs()...)...)...)
 	rs := a.l.rulesFor(a.req, v)
 	bv := v
 	if bv == nil {
@@ -524,13 +515,9 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
 		deadline = a.req.CallBy
 	}
-	ls := a.l.newLease(a.req, a.me.id)
-	ls.task = a.task // its release removes the task's ticket with it
-	ls.exps, ls.Expiry, ls.CallDeadline = []int64{exp}, time.UnixMilli(exp), deadline
+	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task}
+	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
-	if a.req.ToolCap > 0 {
-		ls.tool = a.req.Tool
-	}
 	for _, g := range a.req.gateAttrs() {
 		for _, key := range []string{gateAll, a.me.label} {
 			if e := v.gates[g].entry(key); e.probe == a.me.id {
@@ -543,17 +530,6 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 		return nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
 	return ls, nil
-}
-
-// newLease is a lease of req with id, before its place is known.
-func (l *Limiter) newLease(req Request, id string) *Lease {
-	ls := &Lease{l: l, key: req.Key, id: id, breaker: req.Breaker, label: req.Holder, rates: req.Rates,
-		ceiling: req.Cap, adaptive: req.Adaptive, principalCap: req.PrincipalCap, toolName: req.Tool, maxPause: req.MaxPause,
-		pauseGate: pauseAttr(req.Tool, req.PauseTool), noPlace: !req.holds()}
-	if ls.maxPause <= 0 {
-		ls.maxPause = MaxPause
-	}
-	return ls
 }
 
 // join puts this caller's ticket in the queue (see Join in the package
@@ -597,11 +573,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	}
 	u.set(tp, u.value(&types.AttributeValueMemberM{Value: info}))
 	u.add(u.path(wp), id)
-	other := QueueAttr
-	if !a.task {
-		other = TasksAttr
-	}
-	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+u.path(other, id)+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
+	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+u.path(kindAttr(!a.task), id)+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")
 	if a.task {
 		// A late join must not bring back a task claimed and released,
 		// withdrawn or lapsed: each of those moves freed.
@@ -636,7 +608,10 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		return nil, a.l.create(ctx, a.req.Key)
 	}
 	now = a.now()
-	if w := nv.waiting(now, a.task); w >= a.req.MaxQueued || nv.holdsReserve(a.me.label, now) && w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
+	// Held to the reserve unless its condition could name all it has there
+	// as waiting no more (stillNotWaiting).
+	_, named := nv.notWaiting(a.me.label, now)
+	if w := nv.waiting(now, a.task); w >= a.req.MaxQueued || !named && w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
 		a.l.stats.shed.Add(1)
 		return nil, a.full(nv, now, false, QueueFull)
 	}
@@ -830,7 +805,12 @@ func (a *attempt) leave(ctx context.Context) {
 	if !a.joined && len(a.unsure) == 0 {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
+	send := func(u *update) error {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
+		defer cancel()
+		_, err := a.l.write(wctx, a.req.Key, u, nil)
+		return err
+	}
 	now := a.now()
 	id := a.me.id
 	if a.joined {
@@ -847,10 +827,7 @@ func (a *attempt) leave(ctx context.Context) {
 		// A ticket leaving, like a place freed, can change whose turn it is
 		// for the callers behind it: freed tells the takes judged before.
 		u.count(u.path(FreedAttr), 1)
-		wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
-		_, err := a.l.write(wctx, a.req.Key, u, nil)
-		cancel()
-		if err == nil || len(a.unsure) == 0 {
+		if err := send(u); err == nil || len(a.unsure) == 0 {
 			return
 		}
 	}
@@ -864,9 +841,7 @@ func (a *attempt) leave(ctx context.Context) {
 		u.del(u.path(set), id)
 	}
 	u.count(u.path(FreedAttr), 1)
-	wctx, cancel := context.WithTimeout(ctx, withdrawBudget)
-	defer cancel()
-	_, _ = a.l.write(wctx, a.req.Key, u, nil)
+	_ = send(u)
 }
 
 // full is the refusal of a caller that does not wait, or may not: why, and
@@ -880,11 +855,8 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 		}
 		e.Waiting = v.waiting(now, a.task)
 		e.InUse = v.liveLeases(now)
-		if err := refusal(v.gatesOf(a.req.Tool, ""), a.me.label, now, v.hold); err != nil && e.Reason == "" {
-			var f *FullError
-			if errors.As(err, &f) {
-				return f
-			}
+		if f, ok := refusal(v.gatesOf(a.req.Tool, ""), a.me.label, now, v.hold).(*FullError); ok && e.Reason == "" {
+			return f // no breaker's: a pause or the hold
 		}
 		switch {
 		case e.Cap > 0 && e.InUse >= e.Cap:
@@ -960,8 +932,8 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		nv, err := l.write(ctx, req.Key, u, nil)
 		if err == nil {
 			l.stats.acquired.Add(1)
-			ls := l.newLease(req, l.newLeaseID())
-			ls.exps, ls.Expiry, ls.CallDeadline = []int64{now}, time.UnixMilli(now), time.Now().Add(req.Hold)
+			ls := &Lease{l: l, req: req, id: l.newLeaseID()}
+			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nil
 		}
 		if !errors.Is(err, errCondition) {

@@ -131,13 +131,13 @@ func (a *attempt) capConds(u *update, v *view, purgedLeases, ahead int) {
 // as v shows it: its baseline and the ratio moved, the round's up or down
 // evidence counted, or the limit moved (conditioned on the round).
 func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now int64) (moved bool) {
-	ad := ls.adaptive
+	ad := ls.req.Adaptive
 	if ad == nil || v == nil {
 		return false
 	}
 	fresh := ls.round == v.round // else: no evidence of the limit as it is now
-	lim := int64(capIn(ls.ceiling, ad, v))
-	floor := int64(ad.floor(ls.ceiling))
+	lim := int64(capIn(ls.req.Cap, ad, v))
+	floor := int64(ad.floor(ls.req.Cap))
 	round := func() string { return u.eqOrAbsent(u.path(LimitRoundAttr), v.round) }
 	move := func(to int64, why string) bool {
 		u.cond(round(), u.eqOrAbsent(u.path(LimitAttr), v.limit))
@@ -154,7 +154,7 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 		return true
 	}
 	ms := took.Milliseconds()
-	baseKey := ls.label + "/" + ls.toolName
+	baseKey := ls.req.Holder + "/" + ls.req.Tool
 	base, known := v.bases[baseKey]
 	ratio := v.ratio
 	if ratio <= 0 {
@@ -171,12 +171,12 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 	case o == Overloaded:
 		what = "back-pressure (429, 503 or a rate-limit error)"
 	case slow:
-		what = fmt.Sprintf("a call took %.1f × its baseline (%s: %d ms)", float64(ms)/float64(base), ls.toolName, base)
+		what = fmt.Sprintf("a call took %.1f × its baseline (%s: %d ms)", float64(ms)/float64(base), ls.req.Tool, base)
 	}
 	if o == Success && ms > 0 {
 		quiet := int64(max(ls.InFlight, v.liveLeases(now))) <= max(1, lim/2)
 		first := ms
-		if others := v.basesOf(ls.toolName); len(others) > 0 {
+		if others := v.basesOf(ls.req.Tool); len(others) > 0 {
 			first = others[len(others)/2] // the tool's baseline among the others
 		}
 		switch {
@@ -209,13 +209,13 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 			// The round's first down evidence: recorded for the next to act on.
 			sp := u.path(LimitSigAttr)
 			u.cond(round(), "attribute_not_exists("+sp+")")
-			u.set(sp, u.str(ls.label))
+			u.set(sp, u.str(ls.req.Holder))
 			return false
-		case v.sig == ls.label && !v.alone(ls.label):
+		case v.sig == ls.req.Holder && !v.alone(ls.req.Holder):
 			return false // one principal's evidence alone
-		case v.sig == ls.label:
+		case v.sig == ls.req.Holder:
 			// Alone on the key, and conditioned so.
-			u.aloneConds(v, ls.label)
+			u.aloneConds(v, ls.req.Holder)
 		}
 		// limit × ½, or for latency limit × max(½, Tolerance / ratio).
 		to := lim / 2
@@ -226,7 +226,7 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 		u.cond(u.path(LimitSigAttr) + " = " + u.str(v.sig))
 		return move(to, fmt.Sprintf("down %d→%d: %s", lim, to, what))
 	}
-	if o != Success || !known || ls.InFlight < int(lim) || lim >= int64(ls.ceiling) || float64(ms) > Tolerance*float64(base) {
+	if o != Success || !known || ls.InFlight < int(lim) || lim >= int64(ls.req.Cap) || float64(ms) > Tolerance*float64(base) {
 		return false
 	}
 	need := 2 * lim

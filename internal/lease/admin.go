@@ -21,7 +21,8 @@ func NewAdmin(db API, table string) *Admin {
 	return &Admin{l: New(db, table, Options{InstanceID: "admin"})}
 }
 
-// maxAdminTries bounds Release's tries against renewals.
+// maxAdminTries bounds the tries of Release and Withdraw against
+// others' writes.
 const maxAdminTries = 4
 
 // Pause holds admission on key until until (calls in flight go on,

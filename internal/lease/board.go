@@ -96,14 +96,10 @@ func (b *board) mayStart(id string, now time.Time) bool {
 	return true
 }
 
-// started notes when this process last started a worker for task ticket
-// id (zero: forget it, so it may start one at once).
-func (b *board) started(id string, at time.Time) {
+// forgetStart forgets this process's start of a worker for task ticket
+// id, so that it may start one at once.
+func (b *board) forgetStart(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if at.IsZero() {
-		delete(b.starts, id)
-		return
-	}
-	put(&b.starts, id, at)
+	delete(b.starts, id)
 }

@@ -25,7 +25,7 @@ func call(t *testing.T, l *Limiter, br *Breaker, cap int, label string, o Outcom
 
 func breakerOf(t *testing.T, env *storetest.Env, name string) BreakerStatus {
 	t.Helper()
-	for _, b := range Breakers(item(t, env, "srv"), time.Now()) {
+	for _, b := range Describe(item(t, env, "srv"), time.Now(), 0, 0, nil).Breakers {
 		if b.Name == name {
 			return b
 		}
@@ -177,7 +177,7 @@ func TestDoubleReleaseIsHarmless(t *testing.T) {
 	if _, err := ls.Finish(context.Background(), Success); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("second release: %v; want ErrNotHeld", err)
 	}
-	copied := &Lease{l: ls.l, key: ls.key, id: ls.id, label: ls.label, exps: ls.exps}
+	copied := &Lease{l: ls.l, req: ls.req, id: ls.id, exps: ls.exps}
 	if _, err := copied.Finish(context.Background(), Success); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("a copy's release: %v; want ErrNotHeld", err)
 	}

@@ -226,7 +226,8 @@ func refusal(gs []*gate, label string, now, hold int64) error {
 
 // admit conditions a take made at now on the caller of principal label
 // still passing the gates gs and the hold, each entry on what makes it
-// pass (never on a failure count), and names it the probe of probes.
+// pass (never on a failure count), and names it the probe of probes (v
+// shows them).
 func (u *update) admit(gs []string, label string, id string, exp, now int64, probes []gateRef, v *view) {
 	for _, attr := range gs {
 		var g *gate
@@ -583,9 +584,3 @@ const (
 	// Reopened: a probe failed, and its entry is closed again.
 	Reopened Transition = "reopened"
 )
-
-// Breakers reads every breaker of a lease item as of now.
-func Breakers(item map[string]types.AttributeValue, now time.Time) []BreakerStatus {
-	b, _ := parseItem(item).gateStatus(now.UnixMilli())
-	return b
-}

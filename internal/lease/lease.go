@@ -57,9 +57,6 @@ const (
 	CallAttr = "call_ms"
 )
 
-// ServerAttr is LeasesAttr under the name the item's first design gave it.
-const ServerAttr = LeasesAttr
-
 // IsItemAttr reports whether the limiter keeps attr in a lease item.
 func IsItemAttr(attr string) bool {
 	switch attr {
@@ -346,10 +343,9 @@ var ErrNotHeld = errors.New("lease: not held")
 
 // Lease is a held place.
 type Lease struct {
-	l    *Limiter
-	key  string
-	id   string
-	tool string // the tool set it is in, if any
+	l   *Limiter
+	req Request // as granted: a task's with its worker's Hold and CallBy
+	id  string
 	// exps are the expiries the store may hold for it: the one known
 	// written, then those of unknown renewals.
 	exps     []int64
@@ -371,39 +367,26 @@ type Lease struct {
 	InFlight int
 	Limit    int
 
-	// From the request: Cap, Adaptive, Tool, Holder, Breaker, Rates,
-	// PrincipalCap; round is the adaptive round it was granted in.
-	ceiling      int
-	adaptive     *Adaptive
-	round        int64
-	toolName     string
-	label        string
-	breaker      *Breaker
-	rates        []Rate
-	principalCap int
-	probes       []gateRef // the entries it is the probe of
-	// pauseUntil is the pause its release asks for, in gate pauseGate.
-	pauseUntil int64
-	pauseGate  string
-	maxPause   time.Duration
-	task       bool // claimed from a task's ticket
+	round      int64     // the adaptive round it was granted in
+	probes     []gateRef // the entries it is the probe of
+	pauseUntil int64     // the pause its release asks for (PauseFor)
+	task       bool      // claimed from a task's ticket, which its release removes
 	// claim is what a task's claim named itself in the ticket (Claim):
 	// its release and renewals are conditioned on the ticket naming it.
-	claim   string
-	noPlace bool // holds nothing in the item: its take only charged
+	claim string
 }
 
 // TakesPlace reports whether the lease holds an entry in the item.
-func (ls *Lease) TakesPlace() bool { return !ls.noPlace }
+func (ls *Lease) TakesPlace() bool { return ls.req.holds() }
 
 // Probe reports whether this lease is its breaker's half-open probe.
 func (ls *Lease) Probe() bool { return len(ls.probes) > 0 }
 
-// ID is the lease id (see ParseLeaseID).
+// ID is the lease id, "<instance>.<sequence>" (see InstanceOf).
 func (ls *Lease) ID() string { return ls.id }
 
 // Key is the limiter key the lease was taken on.
-func (ls *Lease) Key() string { return ls.key }
+func (ls *Lease) Key() string { return ls.req.Key }
 
 // firstExp is the earliest expiry the store may hold for the lease.
 func (ls *Lease) firstExp() int64 { return slices.Min(ls.exps) }

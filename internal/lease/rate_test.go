@@ -193,7 +193,7 @@ func TestAdaptiveRiseSaysTheCallsItTook(t *testing.T) {
 		{cut: 0, ok: 7, want: "up 4→5: 8 calls at the limit"},
 		{cut: 5, ok: 31, want: "up 4→5: 32 calls at the limit"},
 	} {
-		ls := &Lease{adaptive: &Adaptive{Min: 1}, ceiling: 8, round: 3, InFlight: 4, toolName: "t", label: "p"}
+		ls := &Lease{req: Request{Adaptive: &Adaptive{Min: 1}, Cap: 8, Tool: "t", Holder: "p"}, round: 3, InFlight: 4}
 		v := parseItem(nil)
 		v.limit, v.round, v.cut, v.ok = 4, 3, c.cut, c.ok
 		v.bases["p/t"] = 100

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,10 +67,10 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		return NoTransition, ErrNotHeld
 	}
 	l := ls.l
-	if ls.noPlace {
+	if !ls.req.holds() {
 		return NoTransition, ls.finishTokens(ctx, outcome)
 	}
-	b := l.board(ls.key)
+	b := l.board(ls.req.Key)
 	var took time.Duration
 	if !ls.since.IsZero() && outcome.timed() {
 		took = time.Since(ls.since)
@@ -78,7 +79,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 	probes, purge, extras, unsure := ls.probes, true, true, false
 	for tries := 1; ; tries++ {
 		u, tr := ls.release(outcome, probes, purge, extras, b, took)
-		v, err := l.write(ctx, ls.key, u, func() { unsure = true })
+		v, err := l.write(ctx, ls.req.Key, u, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
 			case v.leases[ls.id] != 0 && (!ls.task || ls.heldIn(v)):
@@ -104,7 +105,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		}
 		if v != nil {
 			// The place it gave back may be a task's turn.
-			l.startDue(ctx, ls.key, v, rulesOf(capIn(ls.ceiling, ls.adaptive, v), ls.principalCap, ls.rates))
+			l.startDue(ctx, ls.req.Key, v, l.rulesFor(ls.req, v))
 		}
 		return tr, nil
 	}
@@ -117,32 +118,32 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	l := ls.l
 	now := l.clock().UnixMilli()
 	l.stats.released.Add(1)
-	if outcome == Unused && len(ls.rates) > 0 {
+	if outcome == Unused && len(ls.req.Rates) > 0 {
 		u := newUpdate()
 		u.once = true
-		for _, r := range ls.rates {
+		for _, r := range ls.req.Rates {
 			u.refund(r)
 		}
 		u.count(u.path(FreedAttr), 1)
 		u.ttl(now)
-		_, err := l.write(ctx, ls.key, u, nil)
+		_, err := l.write(ctx, ls.req.Key, u, nil)
 		return err
 	}
 	if ls.pauseUntil == 0 {
 		return nil
 	}
-	v, _, _ := l.board(ls.key).latest()
+	v, _, _ := l.board(ls.req.Key).latest()
 	if v == nil {
 		v = parseItem(nil)
 	}
 	for range maxEager {
 		u := newUpdate()
-		u.pause(v, ls.pauseGate, ls.label, ls.pauseUntil, now)
+		u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now)
 		if len(u.sets) == 0 {
 			return nil // a later pause stands
 		}
 		u.ttl(now)
-		nv, err := l.write(ctx, ls.key, u, nil)
+		nv, err := l.write(ctx, ls.req.Key, u, nil)
 		if !errors.Is(err, errCondition) {
 			return err
 		}
@@ -165,48 +166,45 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 	} else {
 		u.cond("attribute_exists(" + lp + ")")
 	}
-	if ls.tool != "" {
-		u.del(u.path(ToolAttr(ls.tool)), ls.id)
+	if ls.req.ToolCap > 0 {
+		u.del(u.path(ToolAttr(ls.req.Tool)), ls.id)
 	}
-	u.del(u.path(PrincipalAttr(ls.label)), ls.id)
+	u.del(u.path(PrincipalAttr(ls.req.Holder)), ls.id)
 	u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))
 	if ls.task {
 		u.remove(u.path(TasksAttr, ls.id))
 	}
-	u.del(u.path(WaitingAttr(ls.label)), ls.id)
+	u.del(u.path(WaitingAttr(ls.req.Holder)), ls.id)
 	u.count(u.path(FreedAttr), 1)
 	latest, _, _ := b.latest()
 	if latest == nil {
 		latest = parseItem(nil)
 	}
 	if v := b.recent(recentView); v != nil && purge {
-		keep := []string{ls.pauseGate, WaitingAttr(ls.label)}
-		for _, r := range ls.rates {
-			keep = append(keep, RateAttr(r.Name))
-		}
-		if ls.breaker != nil {
-			keep = append(keep, BreakerAttr(ls.breaker.Name))
+		keep := append(rateAttrs(ls.req.Rates), ls.pauseGate(), WaitingAttr(ls.req.Holder))
+		if ls.req.Breaker != nil {
+			keep = append(keep, BreakerAttr(ls.req.Breaker.Name))
 		}
 		for _, p := range probes {
 			keep = append(keep, p.attr)
 		}
-		u.purge(v, ms, ls.id, ls.label, keep...)
+		u.purge(v, ms, ls.id, ls.req.Holder, keep...)
 	}
 	if took > 0 {
 		u.set(u.path(CallAttr), u.num(callMean(latest.callMS, took)))
 	}
 	if outcome == Unused {
-		for _, r := range ls.rates {
+		for _, r := range ls.req.Rates {
 			u.refund(r)
 		}
 	}
 	tr := NoTransition
 	bo := outcome.forBreaker()
 	switch {
-	case ls.breaker != nil && len(probes) > 0:
-		tr = u.outcome(ls.breaker, latest, ls.id, ls.label, probes, bo, ms)
-	case ls.breaker != nil && extras && bo != Abandoned:
-		tr = u.outcome(ls.breaker, latest, ls.id, ls.label, nil, bo, ms)
+	case ls.req.Breaker != nil && len(probes) > 0:
+		tr = u.outcome(ls.req.Breaker, latest, ls.id, ls.req.Holder, probes, bo, ms)
+	case ls.req.Breaker != nil && extras && bo != Abandoned:
+		tr = u.outcome(ls.req.Breaker, latest, ls.id, ls.req.Holder, nil, bo, ms)
 	case len(probes) > 0:
 		// A probe of a breaker its request no longer names gives it up.
 		for _, p := range probes {
@@ -215,7 +213,7 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 	}
 	if extras {
 		if ls.pauseUntil > 0 {
-			u.pause(latest, ls.pauseGate, ls.label, ls.pauseUntil, ms)
+			u.pause(latest, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, ms)
 		}
 		ls.adapt(u, latest, outcome, took, ms)
 	}
@@ -246,7 +244,7 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	// Never earlier than the expiry it knows it wrote: a later claim of a
 	// task's lease sets one past a lapse of that (see heldAs).
 	exp := max(l.clock().Add(hold+l.margin).UnixMilli(), ls.exps[0])
-	if ls.noPlace {
+	if !ls.req.holds() {
 		ls.setExpiry(exp, localNow.Add(hold))
 		return nil
 	}
@@ -259,7 +257,7 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	}
 	u.ttl(exp)
 	unsure := false
-	v, err := l.write(ctx, ls.key, u, func() { unsure = true })
+	v, err := l.write(ctx, ls.req.Key, u, func() { unsure = true })
 	switch {
 	case errors.Is(err, errCondition) && v.leases[ls.id] == exp && ls.claimIn(v, exp):
 		// an earlier attempt landed
@@ -338,6 +336,9 @@ func (ls *Lease) claimIn(v *view, exp int64) bool {
 	}
 	return exp == ls.exps[0]
 }
+
+// pauseGate is the gate its upstream's pause closes.
+func (ls *Lease) pauseGate() string { return pauseAttr(ls.req.Tool, ls.req.PauseTool) }
 
 func (ls *Lease) setExpiry(exp int64, deadline time.Time) {
 	ls.exps = []int64{exp}
@@ -422,5 +423,5 @@ func (ls *Lease) PauseFor(d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	ls.pauseUntil = ls.l.clock().Add(min(d, ls.maxPause)).UnixMilli()
+	ls.pauseUntil = ls.l.clock().Add(min(d, cmp.Or(ls.req.MaxPause, MaxPause))).UnixMilli()
 }

@@ -22,32 +22,20 @@ type Stats struct {
 	CircuitOpen, Probes, Transitions int64
 }
 
+// counters are Stats' fields, in their order, as they are counted.
 type counters struct {
-	writes, failedWrites, reads      atomic.Int64
-	acquired, released, purged       atomic.Int64
-	tickets                          atomic.Int64
-	shed, waitTimeouts, rateLimited  atomic.Int64
-	circuitOpen, probes, transitions atomic.Int64
+	writes, failedWrites, reads                      atomic.Int64
+	acquired, released                               atomic.Int64
+	tickets, purged, shed, waitTimeouts, rateLimited atomic.Int64
+	circuitOpen, probes, transitions                 atomic.Int64
 }
 
 // Stats returns the limiter's counters.
 func (l *Limiter) Stats() Stats {
 	c := &l.stats
-	return Stats{
-		Writes:       c.writes.Load(),
-		FailedWrites: c.failedWrites.Load(),
-		Reads:        c.reads.Load(),
-		Acquired:     c.acquired.Load(),
-		Released:     c.released.Load(),
-		Tickets:      c.tickets.Load(),
-		Purged:       c.purged.Load(),
-		Shed:         c.shed.Load(),
-		WaitTimeouts: c.waitTimeouts.Load(),
-		RateLimited:  c.rateLimited.Load(),
-		CircuitOpen:  c.circuitOpen.Load(),
-		Probes:       c.probes.Load(),
-		Transitions:  c.transitions.Load(),
-	}
+	return Stats{c.writes.Load(), c.failedWrites.Load(), c.reads.Load(), c.acquired.Load(), c.released.Load(),
+		c.tickets.Load(), c.purged.Load(), c.shed.Load(), c.waitTimeouts.Load(), c.rateLimited.Load(),
+		c.circuitOpen.Load(), c.probes.Load(), c.transitions.Load()}
 }
 
 // refused counts a refusal by the key's gates.

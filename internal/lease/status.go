@@ -95,7 +95,7 @@ type PrincipalStatus struct {
 func Describe(item map[string]types.AttributeValue, now time.Time, cap, principalCap int, ad *Adaptive) Status {
 	v := parseItem(item)
 	ms := now.UnixMilli()
-	st := Status{CallLength: time.Duration(v.callMS) * time.Millisecond}
+	st := Status{Leases: []LeaseStatus{}, Queue: []TicketStatus{}, CallLength: time.Duration(v.callMS) * time.Millisecond}
 	st.Breakers, st.Pauses = v.gateStatus(ms)
 	if ad != nil && cap > 0 {
 		st.Limit = &LimitStatus{Current: capIn(cap, ad, v), Min: ad.floor(cap), Ceiling: cap, Why: v.why}
@@ -162,12 +162,6 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 	}
 	for _, label := range slices.Sorted(maps.Keys(per)) {
 		st.Principals = append(st.Principals, *per[label])
-	}
-	if st.Leases == nil {
-		st.Leases = []LeaseStatus{}
-	}
-	if st.Queue == nil {
-		st.Queue = []TicketStatus{}
 	}
 	return st
 }

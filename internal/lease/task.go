@@ -40,22 +40,16 @@ var (
 	ErrNoQueue = errors.New("lease: the request takes no place, so it has no queue to wait in")
 )
 
-// Enqueue puts a task in req.Key's queue until deadline: a ticket like a
-// waiting caller's (numbered from seq, served in the same order, passed
-// over for the same reasons), kept in the tasks map, with no caller
-// behind it. Its turn comes as a caller's would; then whoever sees so —
-// this limiter's requests and every other's on the key, StartDue — marks
-// its ticket and starts a worker (Options.OnTaskStart), which claims the
-// place (Claim) and runs the call. A task's ticket is never presumed gone
-// before its deadline: a worker that does not claim its place within
-// StartTimeout is started again. It is refused, as a caller that would
-// wait is, when a breaker is shut to req's principal (*CircuitOpenError),
-// when a bucket of its has no token (*RateLimitedError), or when MaxQueued
-// tasks wait (*FullError, QueueFull: the tasks have MaxQueued places of
-// their own, apart from the callers'). The ticket's id, which its lease
-// will have, is ticket (from NewTaskID, so that the task's record can name
-// it before the task waits), or a new one when ticket is empty; Enqueue
-// returns it.
+// Enqueue puts a task in req.Key's queue until deadline (see Tasks in the
+// package doc): a ticket served as a waiting caller's, with no caller
+// behind it; when its turn comes, whoever sees so starts a worker
+// (Options.OnTaskStart), which claims the place (Claim). It is refused as
+// a caller that would wait is: a breaker shut to req's principal
+// (*CircuitOpenError), a bucket with no token (*RateLimitedError), or
+// MaxQueued tasks waiting (*FullError QueueFull: tasks have MaxQueued
+// places of their own). It returns the ticket's id, which its lease will
+// have: ticket (from NewTaskID, so that the task's record can name it
+// before the task waits), or a new one when ticket is empty.
 func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID string, deadline time.Time) (string, error) {
 	if err := req.validate(); err != nil {
 		return "", err
@@ -79,7 +73,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 	} else if !IsTaskID(ticket) || InstanceOf(ticket) == "" || len(ticket) > MaxTaskID {
 		return "", fmt.Errorf("lease: %q is not a task's ticket id (NewTaskID)", ticket)
 	}
-	a := l.taskAttempt(req, ticket)
+	a := l.newAttempt(req, ticket, true)
 	a.taskID = taskID
 	var v *view
 	sent := int64(-1) // freed as the last join whose outcome was unknown saw it
@@ -149,10 +143,10 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 // MaxTaskID bounds the task id a ticket carries, in bytes.
 const MaxTaskID = 64
 
-// taskAttempt is the attempt of a task's ticket id under req: Enqueue's
-// join, a worker's Claim.
-func (l *Limiter) taskAttempt(req Request, id string) *attempt {
-	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, task: true}
+// newAttempt is the attempt of lease (or ticket) id under req; task: a
+// task's (Enqueue's join, a worker's Claim).
+func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
+	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, task: task}
 	a.me = asker{id: id, label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
 	if req.Breaker != nil {
 		a.me.breaker = req.Breaker.Name
@@ -165,25 +159,21 @@ func (l *Limiter) taskAttempt(req Request, id string) *attempt {
 	return a
 }
 
-// Claim takes the place of task ticket id for its worker, if the task's
-// turn has come: the ticket becomes a lease (of the same id), charged and
-// conditioned as a waiting caller's take is. req is the task's request
-// as Enqueue was given it, but for Hold and CallBy, which are the
-// worker's. It never waits: when it is not the task's turn it gives back
-// its start (mark, from TaskStart), so that the next to see the turn come
-// starts a worker at once, and fails with ErrNotYourTurn. The ticket
-// stays in the item, claimed by the lease, which the lease's release
-// removes with it; a claim whose lease lapsed unreleased (its worker died
-// or is late) leaves it waiting again, and the next claim, purging that
-// lease, takes its place anew: whether the task's call was made is for
-// the worker to tell (the gateway's record), never the item. ErrNoTicket:
-// the ticket is gone (withdrawn, released, lapsed); ErrClaimed: another
-// worker's claim holds it.
+// Claim takes the place of task ticket id for its worker if the task's
+// turn has come (see Tasks in the package doc): the ticket becomes a lease
+// of the same id, charged and conditioned as a waiting caller's take is,
+// and stays in the item, claimed, until the lease's release. req is the
+// task's request as Enqueue was given it, but for the worker's Hold and
+// CallBy. It never waits: when it is not the task's turn it gives back its
+// start (mark, from TaskStart), so that the next to see the turn starts a
+// worker at once, and fails with ErrNotYourTurn. ErrNoTicket: the ticket
+// is gone (withdrawn, released, lapsed); ErrClaimed: another worker's
+// claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	a := l.taskAttempt(req, id)
+	a := l.newAttempt(req, id, true)
 	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
 	for tries := 0; ; tries++ {
 		v, err := l.read(ctx, req.Key)
@@ -323,8 +313,8 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 		if !t.task || t.started > now-StartTimeout.Milliseconds() || !b.mayStart(t.id, time.Now()) && t.started != 0 {
 			continue
 		}
-		if mark, ok := l.markStart(ctx, key, v, t, now); ok {
-			l.onStart(ctx, TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: mark})
+		if l.markStart(ctx, key, v, t, now) {
+			l.onStart(ctx, TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: now})
 		}
 	}
 }
@@ -333,7 +323,7 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 // in the queue, numbered as seen, unclaimed as seen in v (no lease of its
 // id, or the lapsed one), and that no start younger than StartTimeout is
 // there: true when it landed.
-func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket, now int64) (int64, bool) {
+func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket, now int64) bool {
 	u := newUpdate()
 	tp := u.path(TicketsAttr, t.id)
 	sp := tp + "." + u.path(ticketStarted)
@@ -347,7 +337,7 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 	}
 	u.ttl(t.deadline)
 	_, err := l.write(ctx, key, u, nil)
-	return now, err == nil
+	return err == nil
 }
 
 // clearStart takes back start mark of ticket t, if it is still there.
@@ -361,7 +351,7 @@ func (l *Limiter) clearStart(ctx context.Context, key string, t *ticket, mark in
 	u.cond(sp + " = " + u.num(mark))
 	u.ttl(t.deadline)
 	_, _ = l.write(ctx, key, u, nil)
-	l.board(key).started(t.id, time.Time{})
+	l.board(key).forgetStart(t.id)
 }
 
 // maxNamed bounds the tickets a join's reserve condition names as waiting
@@ -390,14 +380,6 @@ func (v *view) notWaiting(label string, now int64) (ts []*ticket, ok bool) {
 		}
 	}
 	return ts, true
-}
-
-// holdsReserve reports whether label has something waiting in v at now,
-// for the queue's reserve: what a join's condition (stillNotWaiting)
-// cannot name as waiting no more.
-func (v *view) holdsReserve(label string, now int64) bool {
-	_, ok := v.notWaiting(label, now)
-	return !ok
 }
 
 // stillNotWaiting is the alternative, in a join's reserve condition, that
