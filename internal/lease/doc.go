@@ -73,9 +73,11 @@
 //     its lease if the take landed).
 //   - Join: a caller that will wait ADDs 1 to seq and sets queue.<id> to
 //     the new value in one write (both operands read the item as it was),
-//     (a seq not a whole number at least 0, as a hand edit may leave it,
-//     reads as none: the join sets it and its ticket to one past every
-//     ticket it sees, conditioned on seq as seen, so it joins once),
+//     (a seq not a whole number at least 0, or below a ticket's number,
+//     as a hand edit may leave it, reads as none: the join sets it and
+//     its ticket to one past every ticket it sees, conditioned on seq as
+//     seen, so it joins once, numbered after every caller waiting,
+//     TestASeqLoweredByHandNumbersNoTicketBeforeOthers),
 //     on condition that size(queue) < MaxQueued and, when its principal
 //     has callers waiting already, size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so

@@ -27,7 +27,8 @@ type view struct {
 	hasMaps    bool // leases, queue and tickets exist
 	seq, freed int64
 	// seqSeen is seq as stored (nil: none); badSeq: it is not a whole
-	// number, or is below 0, and reads as 0 (see Join in the package doc).
+	// number, or is below 0 (then it reads as 0) or below a ticket's
+	// number (see Join in the package doc).
 	seqSeen types.AttributeValue
 	badSeq  bool
 	callMS  int64
@@ -201,6 +202,11 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
+	if !v.badSeq && v.seq < v.lastNumber() {
+		// Below a ticket's number (absent, or lowered by hand): a join
+		// adding 1 would number a newcomer before callers waiting.
+		v.badSeq = true
+	}
 	return v
 }
 
