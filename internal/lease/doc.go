@@ -432,7 +432,8 @@
 //     ones (TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
 //     TestAMalformedSeqIsJoinedOnceAndMadeWhole,
 //     TestMapsAndListsWrittenByHandDoNotWedgeAKey,
-//     TestABreakerOpensOverEveryonesEntryWrittenByHand).
+//     TestABreakerOpensOverEveryonesEntryWrittenByHand,
+//     TestMalformedProbeFieldsDoNotWedgeAHalfOpenBreaker).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).
