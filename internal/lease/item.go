@@ -22,9 +22,13 @@ type view struct {
 	sets map[string][]string
 	// queue holds the tickets, by number; halves the parts of tickets
 	// that are not whole.
-	queue      []*ticket
-	halves     []half
-	hasMaps    bool // leases, queue and tickets exist
+	queue   []*ticket
+	halves  []half
+	hasMaps bool // leases, queue and tickets exist
+	// malformed holds, as stored, the attributes of the protocol of a
+	// type it never writes them as (see repair): a map, a set or a gate
+	// not one, freed, the hold or the limit's numbers not whole numbers.
+	malformed  map[string]types.AttributeValue
 	seq, freed int64
 	// seqSeen is seq as stored (nil: none); badSeq: it is not a whole
 	// number, or is below 0 (then it reads as 0) or below a ticket's
@@ -98,6 +102,12 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	_, hasTickets := item[TicketsAttr].(*types.AttributeValueMemberM)
 	v.hasMaps = hasLeases && hasQueue && hasTasks && hasTickets
 	for attr, a := range item {
+		if isMalformed(attr, a) {
+			if v.malformed == nil {
+				v.malformed = map[string]types.AttributeValue{}
+			}
+			v.malformed[attr] = a
+		}
 		switch {
 		case attr == SeqAttr:
 			v.seq, v.seqSeen = numberOr(a, 0), a
@@ -209,6 +219,25 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	}
 	return v
 }
+
+// isMalformed: attribute attr holds a of a type the protocol never
+// writes there, which reads as none (see repair).
+func isMalformed(attr string, a types.AttributeValue) bool {
+	switch {
+	case attr == LeasesAttr || attr == QueueAttr || attr == TasksAttr || attr == TicketsAttr || isGateAttr(attr):
+		_, ok := a.(*types.AttributeValueMemberM)
+		return !ok
+	case isSetAttr(attr):
+		_, ok := a.(*types.AttributeValueMemberSS)
+		return !ok
+	case attr == FreedAttr || attr == HoldAttr || attr == LimitAttr || attr == LimitRoundAttr || attr == LimitOKAttr:
+		return !whole(a)
+	}
+	return false
+}
+
+// needsRepair: v lacks its maps or shows attributes malformed.
+func (v *view) needsRepair() bool { return !v.hasMaps || len(v.malformed) > 0 }
 
 // numberOr reads an N attribute, or returns def.
 func numberOr(v types.AttributeValue, def int64) int64 {

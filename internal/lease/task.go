@@ -92,8 +92,8 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			a.own = v
 		}
 		now := a.now()
-		if !v.hasMaps {
-			if err := l.create(ctx, req.Key); err != nil {
+		if v.needsRepair() {
+			if _, err := l.repair(ctx, req.Key, v); err != nil {
 				return "", err
 			}
 			v = nil
