@@ -66,3 +66,26 @@ func TestAMalformedHoldOrLimitDoesNotWedgeAKey(t *testing.T) {
 		})
 	}
 }
+
+// An operator's Pause over a hold written by hand as something other than
+// a whole number (which reads as none) sets the hold, rather than failing
+// its condition that no longer hold stands.
+func TestAPauseOverAMalformedHoldSetsIt(t *testing.T) {
+	for name, v := range map[string]types.AttributeValue{
+		"S": &types.AttributeValueMemberS{Value: "soon"},
+		"M": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := newMemStore()
+			ctx := context.Background()
+			handEdit(t, db, v, HoldAttr)
+			until := time.Now().Add(time.Minute)
+			if err := NewAdmin(db, rgTable).Pause(ctx, "srv", until); err != nil {
+				t.Fatalf("pause: %v", err)
+			}
+			if got := numberOr(rgItem(t, db, rgTable, "srv")[HoldAttr], 0); got != until.UnixMilli() {
+				t.Errorf("hold %d after the pause; want %d", got, until.UnixMilli())
+			}
+		})
+	}
+}
