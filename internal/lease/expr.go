@@ -441,15 +441,14 @@ func (l *Limiter) read(ctx context.Context, key string) (*view, error) {
 	return l.board(key).see(parseItem(out.Item), sent), nil
 }
 
-// create makes the item of key with its maps, leaving what exists.
 // repair makes the item's maps (if_not_exists: one there is kept) and
 // puts right what v shows malformed, each conditioned on its value as
 // stored (see Purge in the package doc): a map, as an empty one; a
 // set, a gate, the hold, the limit or its evidence, removed, as each
 // reads as none; freed and the limit's round, set to now, a number no
 // count reaches, so no write judged from a view before is taken as
-// judged from this one.
-// It returns the item as written (nil: as it was not, it changed).
+// judged from this one. It returns the item as written (nil: it was
+// not, the item having changed).
 func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error) {
 	u := newUpdate()
 	now := l.clock().UnixMilli()
