@@ -118,7 +118,7 @@
 //     conditioned on it as stored; a map, list or set on its type alone
 //     (attribute_type), as the store compares those by reference. So are
 //     a probe's or a bar's fields (one not whole reads as none running,
-//     or past). A map (leases, queue, tasks, tickets), a set or a gate
+//     or past) and a task's start mark (read as none). A map (leases, queue, tasks, tickets), a set or a gate
 //     that is not one, or freed, the hold or the adaptive limit's
 //     numbers not whole, read as none, and a caller that reads such an
 //     item first repairs it, in one write conditioned on each as stored:
@@ -445,7 +445,8 @@
 //     TestAMalformedFreedDoesNotWedgeAKey,
 //     TestAMalformedHoldOrLimitDoesNotWedgeAKey,
 //     TestSetsWrittenByHandAsOtherTypesDoNotWedgeAKey,
-//     TestMapsReplacedByHandDoNotSpinACaller).
+//     TestMapsReplacedByHandDoNotSpinACaller,
+//     TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

@@ -57,10 +57,12 @@ type ticket struct {
 	// toolRPM is its tool's rate limit, a minute (0: none).
 	toolRPM int
 	// task: a task's ticket (in tasks), of task taskID, a worker last
-	// started for it at started (Unix ms; 0: never).
-	task    bool
-	taskID  string
-	started int64
+	// started for it at started (Unix ms; 0: never, or not a whole
+	// number), startSeen as stored.
+	task      bool
+	taskID    string
+	started   int64
+	startSeen types.AttributeValue
 	// claim names the worker's claim that last took its place (see
 	// Tasks in the package doc).
 	claim string
@@ -197,7 +199,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
 			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
-			task: isTask, started: numberOr(d.Value[ticketStarted], 0),
+			task: isTask, started: numberOr(d.Value[ticketStarted], 0), startSeen: d.Value[ticketStarted],
 			look: time.Duration(min(max(numberOr(d.Value[ticketLook], legacyLook.Milliseconds()), 0), MaxLookFar.Milliseconds())) * time.Millisecond}
 		if s, ok := d.Value[ticketTool].(*types.AttributeValueMemberS); ok {
 			t.tool = s.Value
