@@ -118,13 +118,14 @@
 //     conditioned on it as stored; a map, list or set on its type alone
 //     (attribute_type), as the store compares those by reference. So are
 //     a probe's or a bar's fields (one not whole reads as none running,
-//     or past) and a task's start mark (read as none). A map (leases, queue, tasks, tickets), a set or a gate
-//     that is not one, or freed, the hold or the adaptive limit's
-//     numbers not whole, read as none, and a caller that reads such an
-//     item first repairs it, in one write conditioned on each as stored:
-//     a map made empty; a set, a gate, the hold or the limit removed;
-//     freed and the limit's round set to now, a number no count reaches,
-//     so no write judged from a view before the edit lands.
+//     or past) and a task's start mark (read as none). A map (leases,
+//     queue, tasks, tickets), a set or a gate that is not one, or freed,
+//     the hold or the adaptive limit's numbers not whole, read as none,
+//     and a caller that reads such an item first repairs it, in one
+//     write conditioned on each as stored: a map made empty; a set, a
+//     gate, the hold or the limit removed; freed and the limit's round
+//     set to now, a number no count reaches, so no write judged from a
+//     view before the edit lands.
 //     When a write's view shows more stale entries than it can remove that
 //     its own conditions would count (the key's leases, its tool's or
 //     principal's set, the queue), it sends purges first, so lapsed
