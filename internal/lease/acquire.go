@@ -111,11 +111,12 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			if exp, ok := v.leases[a.me.id]; ok {
 				return a.lease(ctx, exp, v)
 			}
-			if !v.hasMaps {
-				if err := a.l.create(ctx, a.req.Key); err != nil {
+			if v.needsRepair() {
+				nv, err := a.l.repair(ctx, a.req.Key, v)
+				if err != nil {
 					return nil, err
 				}
-				v = nil
+				v, a.own = nv, nv
 				continue
 			}
 			if t := v.ticketFor(a.me.id); t != nil {
@@ -604,8 +605,8 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	if nv.ticketFor(id) != nil || nv.leases[id] != 0 {
 		return nv, nil // an earlier attempt of it landed
 	}
-	if !nv.hasMaps {
-		return nil, a.l.create(ctx, a.req.Key)
+	if nv.needsRepair() {
+		return a.l.repair(ctx, a.req.Key, nv)
 	}
 	now = a.now()
 	// Held to the reserve unless its condition could name all it has there

@@ -33,12 +33,22 @@ func (a *Admin) Pause(ctx context.Context, key string, until time.Time) error {
 	if ms <= a.l.clock().UnixMilli() {
 		return errors.New("lease: pause until a time already past")
 	}
-	u := newUpdate()
-	hp := u.path(HoldAttr)
-	u.cond(orAbsent(hp, hp+" < "+u.num(ms)))
-	u.set(hp, u.num(ms))
-	u.ttl(ms)
-	v, err := a.l.write(ctx, key, u, nil)
+	pause := func() (*view, error) {
+		u := newUpdate()
+		hp := u.path(HoldAttr)
+		u.cond(orAbsent(hp, hp+" < "+u.num(ms)))
+		u.set(hp, u.num(ms))
+		u.ttl(ms)
+		return a.l.write(ctx, key, u, nil)
+	}
+	v, err := pause()
+	if errors.Is(err, errCondition) && v != nil && v.malformed[HoldAttr] != nil {
+		// A hold not a whole number reads as none: put right, then set.
+		if _, err := a.l.repair(ctx, key, v); err != nil {
+			return fmt.Errorf("lease: pause %s: %w", key, err)
+		}
+		v, err = pause()
+	}
 	if errors.Is(err, errCondition) && v != nil && v.hold >= ms {
 		return nil // a hold as long or longer stands (or an earlier attempt landed)
 	}

@@ -73,9 +73,11 @@
 //     its lease if the take landed).
 //   - Join: a caller that will wait ADDs 1 to seq and sets queue.<id> to
 //     the new value in one write (both operands read the item as it was),
-//     (a seq not a whole number at least 0, as a hand edit may leave it,
-//     reads as none: the join sets it and its ticket to one past every
-//     ticket it sees, conditioned on seq as seen, so it joins once),
+//     (a seq not a whole number at least 0, or below a ticket's number,
+//     as a hand edit may leave it, reads as none: the join sets it and
+//     its ticket to one past every ticket it sees, conditioned on seq as
+//     seen, so it joins once, numbered after every caller waiting,
+//     TestASeqLoweredByHandNumbersNoTicketBeforeOthers),
 //     on condition that size(queue) < MaxQueued and, when its principal
 //     has callers waiting already, size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so
@@ -114,7 +116,16 @@
 //     whole number reads as 0 (a bucket so is full, and stale whoever's
 //     it is; a charge overwrites it), and every write judged from it is
 //     conditioned on it as stored; a map, list or set on its type alone
-//     (attribute_type), as the store compares those by reference.
+//     (attribute_type), as the store compares those by reference. So are
+//     a probe's or a bar's fields (one not whole reads as none running,
+//     or past) and a task's start mark (read as none). A map (leases,
+//     queue, tasks, tickets), a set or a gate that is not one, or freed,
+//     the hold or the adaptive limit's numbers not whole, read as none,
+//     and a caller that reads such an item first repairs it, in one
+//     write conditioned on each as stored: a map made empty; a set, a
+//     gate, the hold or the limit removed; freed and the limit's round
+//     set to now, a number no count reaches, so no write judged from a
+//     view before the edit lands.
 //     When a write's view shows more stale entries than it can remove that
 //     its own conditions would count (the key's leases, its tool's or
 //     principal's set, the queue), it sends purges first, so lapsed
@@ -430,7 +441,13 @@
 //     ones (TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
 //     TestAMalformedSeqIsJoinedOnceAndMadeWhole,
 //     TestMapsAndListsWrittenByHandDoNotWedgeAKey,
-//     TestABreakerOpensOverEveryonesEntryWrittenByHand).
+//     TestABreakerOpensOverEveryonesEntryWrittenByHand,
+//     TestMalformedProbeFieldsDoNotWedgeAHalfOpenBreaker,
+//     TestAMalformedFreedDoesNotWedgeAKey,
+//     TestAMalformedHoldOrLimitDoesNotWedgeAKey,
+//     TestSetsWrittenByHandAsOtherTypesDoNotWedgeAKey,
+//     TestMapsReplacedByHandDoNotSpinACaller,
+//     TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

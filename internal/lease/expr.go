@@ -441,17 +441,45 @@ func (l *Limiter) read(ctx context.Context, key string) (*view, error) {
 	return l.board(key).see(parseItem(out.Item), sent), nil
 }
 
-// create makes the item of key with its maps, leaving what exists.
-func (l *Limiter) create(ctx context.Context, key string) error {
+// repair makes the item's maps (if_not_exists: one there is kept) and
+// puts right what v shows malformed, each conditioned on its value as
+// stored (see Purge in the package doc): a map, as an empty one; a
+// set, a gate, the hold, the limit or its evidence, removed, as each
+// reads as none; freed and the limit's round, set to now, a number no
+// count reaches, so no write judged from a view before is taken as
+// judged from this one. It returns the item as written (nil: it was
+// not, the item having changed).
+func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error) {
 	u := newUpdate()
+	now := l.clock().UnixMilli()
 	empty := u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}})
 	for _, attr := range []string{LeasesAttr, QueueAttr, TasksAttr, TicketsAttr} {
 		n := u.path(attr)
+		if seen := v.malformed[attr]; seen != nil {
+			u.cond(u.isSeen(n, seen))
+			u.set(n, empty)
+			continue
+		}
 		u.set(n, "if_not_exists("+n+", "+empty+")")
 	}
-	u.ttl(l.clock().UnixMilli())
-	_, err := l.write(ctx, key, u, nil)
-	return err
+	for _, attr := range slices.Sorted(maps.Keys(v.malformed)) {
+		n := u.path(attr)
+		switch attr {
+		case LeasesAttr, QueueAttr, TasksAttr, TicketsAttr:
+			continue
+		case FreedAttr, LimitRoundAttr:
+			u.set(n, u.num(now))
+		default:
+			u.remove(n)
+		}
+		u.cond(u.isSeen(n, v.malformed[attr]))
+	}
+	u.ttl(now)
+	nv, err := l.write(ctx, key, u, nil)
+	if errors.Is(err, errCondition) {
+		return nil, nil // changed meanwhile: judged again from the item as it is
+	}
+	return nv, err
 }
 
 func itemKey(key string) map[string]types.AttributeValue {

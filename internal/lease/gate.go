@@ -240,10 +240,25 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 			seen := g.entry(key).field(gateUntil)
 			switch {
 			case slices.Contains(probes, gateRef{attr, key}):
-				pp := ep + "." + u.path(gateProbe)
-				bp := ep + "." + u.path(gateBarred)
-				u.cond(up+" = "+u.num(g.entry(key).until), "(attribute_not_exists("+pp+") OR "+ep+"."+u.path(gateProbeExp)+" < "+u.num(now)+")",
-					orAbsent(bp, bp+" <> "+u.str(label)+" OR "+ep+"."+u.path(gateBarUntil)+" <= "+u.num(now)))
+				e := g.entry(key)
+				pp, pe := ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp)
+				bp, bu := ep+"."+u.path(gateBarred), ep+"."+u.path(gateBarUntil)
+				var free, unbarred string
+				if e.field(gateProbe) != nil && !whole(e.field(gateProbeExp)) {
+					// A probe with an expiry not a whole number (or none)
+					// reads as none running: on both as stored.
+					free = "(" + u.isSeen(pp, e.field(gateProbe)) + " AND " + u.isSeen(pe, e.field(gateProbeExp)) + ")"
+				} else {
+					free = "(attribute_not_exists(" + pp + ") OR " + pe + " < " + u.num(now) + ")"
+				}
+				if e.barred == label && !whole(e.field(gateBarUntil)) {
+					// Its bar's time not a whole number (or none) reads as
+					// past: on both as stored.
+					unbarred = "(" + u.isSeen(bp, e.field(gateBarred)) + " AND " + u.isSeen(bu, e.field(gateBarUntil)) + ")"
+				} else {
+					unbarred = orAbsent(bp, bp+" <> "+u.str(label)+" OR "+bu+" <= "+u.num(now))
+				}
+				u.cond(up+" = "+u.num(e.until), free, unbarred)
 				u.set(pp, u.str(id))
 				u.set(ep+"."+u.path(gateProbeExp), u.num(exp))
 			case seen != nil && !whole(seen):

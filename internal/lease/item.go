@@ -22,12 +22,17 @@ type view struct {
 	sets map[string][]string
 	// queue holds the tickets, by number; halves the parts of tickets
 	// that are not whole.
-	queue      []*ticket
-	halves     []half
-	hasMaps    bool // leases, queue and tickets exist
+	queue   []*ticket
+	halves  []half
+	hasMaps bool // leases, queue and tickets exist
+	// malformed holds, as stored, the attributes of the protocol of a
+	// type it never writes them as (see repair): a map, a set or a gate
+	// not one, freed, the hold or the limit's numbers not whole numbers.
+	malformed  map[string]types.AttributeValue
 	seq, freed int64
 	// seqSeen is seq as stored (nil: none); badSeq: it is not a whole
-	// number, or is below 0, and reads as 0 (see Join in the package doc).
+	// number, or is below 0 (then it reads as 0) or below a ticket's
+	// number (see Join in the package doc).
 	seqSeen types.AttributeValue
 	badSeq  bool
 	callMS  int64
@@ -52,10 +57,12 @@ type ticket struct {
 	// toolRPM is its tool's rate limit, a minute (0: none).
 	toolRPM int
 	// task: a task's ticket (in tasks), of task taskID, a worker last
-	// started for it at started (Unix ms; 0: never).
-	task    bool
-	taskID  string
-	started int64
+	// started for it at started (Unix ms; 0: never, or not a whole
+	// number), startSeen as stored.
+	task      bool
+	taskID    string
+	started   int64
+	startSeen types.AttributeValue
 	// claim names the worker's claim that last took its place (see
 	// Tasks in the package doc).
 	claim string
@@ -97,6 +104,12 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	_, hasTickets := item[TicketsAttr].(*types.AttributeValueMemberM)
 	v.hasMaps = hasLeases && hasQueue && hasTasks && hasTickets
 	for attr, a := range item {
+		if isMalformed(attr, a) {
+			if v.malformed == nil {
+				v.malformed = map[string]types.AttributeValue{}
+			}
+			v.malformed[attr] = a
+		}
 		switch {
 		case attr == SeqAttr:
 			v.seq, v.seqSeen = numberOr(a, 0), a
@@ -186,7 +199,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
 			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
-			task: isTask, started: numberOr(d.Value[ticketStarted], 0),
+			task: isTask, started: numberOr(d.Value[ticketStarted], 0), startSeen: d.Value[ticketStarted],
 			look: time.Duration(min(max(numberOr(d.Value[ticketLook], legacyLook.Milliseconds()), 0), MaxLookFar.Milliseconds())) * time.Millisecond}
 		if s, ok := d.Value[ticketTool].(*types.AttributeValueMemberS); ok {
 			t.tool = s.Value
@@ -201,8 +214,32 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
+	if !v.badSeq && v.seq < v.lastNumber() {
+		// Below a ticket's number (absent, or lowered by hand): a join
+		// adding 1 would number a newcomer before callers waiting.
+		v.badSeq = true
+	}
 	return v
 }
+
+// isMalformed: attribute attr holds a of a type the protocol never
+// writes there, which reads as none (see repair).
+func isMalformed(attr string, a types.AttributeValue) bool {
+	switch {
+	case attr == LeasesAttr || attr == QueueAttr || attr == TasksAttr || attr == TicketsAttr || isGateAttr(attr):
+		_, ok := a.(*types.AttributeValueMemberM)
+		return !ok
+	case isSetAttr(attr):
+		_, ok := a.(*types.AttributeValueMemberSS)
+		return !ok
+	case attr == FreedAttr || attr == HoldAttr || attr == LimitAttr || attr == LimitRoundAttr || attr == LimitOKAttr:
+		return !whole(a)
+	}
+	return false
+}
+
+// needsRepair: v lacks its maps or shows attributes malformed.
+func (v *view) needsRepair() bool { return !v.hasMaps || len(v.malformed) > 0 }
 
 // numberOr reads an N attribute, or returns def.
 func numberOr(v types.AttributeValue, def int64) int64 {

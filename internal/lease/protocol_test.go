@@ -69,7 +69,7 @@ func TestReleaseSurvivesARacingPurge(t *testing.T) {
 			return New(db, "leases", Options{InstanceID: id, Clock: clk.now})
 		}
 		lc, ld, la := mk("c"), mk("d"), mk("a")
-		if err := lc.create(ctx, "srv"); err != nil {
+		if _, err := lc.repair(ctx, "srv", parseItem(nil)); err != nil {
 			t.Fatal(err)
 		}
 		br := &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}
@@ -212,7 +212,7 @@ func TestLateRenewalCannotReviveAFinishedLease(t *testing.T) {
 		ctx := context.Background()
 		l := New(f, "leases", Options{InstanceID: "i", Clock: clk.now})
 		other := New(f, "leases", Options{InstanceID: "o", Clock: clk.now})
-		if err := l.create(ctx, "srv"); err != nil {
+		if _, err := l.repair(ctx, "srv", parseItem(nil)); err != nil {
 			t.Fatal(err)
 		}
 		// The take's first attempt is held in the network; its retry lands.
@@ -658,7 +658,7 @@ func TestLimitMoveSurvivesARacingPurge(t *testing.T) {
 		ctx := context.Background()
 		mk := func(id string) *Limiter { return New(db, "leases", Options{InstanceID: id, Clock: clk.now}) }
 		lc, ld, la := mk("c"), mk("d"), mk("a")
-		if err := lc.create(ctx, "srv"); err != nil {
+		if _, err := lc.repair(ctx, "srv", parseItem(nil)); err != nil {
 			t.Fatal(err)
 		}
 		// The fleet's limit stands at 4 of a ceiling of 8.
@@ -992,7 +992,7 @@ func TestReleaseLosingPurgeRacesCostsFewWrites(t *testing.T) {
 		ctx := context.Background()
 		li := New(db, "leases", Options{InstanceID: "i"})
 		lo := New(mem, "leases", Options{InstanceID: "o"})
-		if err := lo.create(ctx, "srv"); err != nil {
+		if _, err := lo.repair(ctx, "srv", parseItem(nil)); err != nil {
 			t.Fatal(err)
 		}
 		var others []*Lease

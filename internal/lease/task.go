@@ -86,8 +86,8 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			a.own = v
 		}
 		now := a.now()
-		if !v.hasMaps {
-			if err := l.create(ctx, req.Key); err != nil {
+		if v.needsRepair() {
+			if _, err := l.repair(ctx, req.Key, v); err != nil {
 				return "", err
 			}
 			v = nil
@@ -328,8 +328,13 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 	tp := u.path(TicketsAttr, t.id)
 	sp := tp + "." + u.path(ticketStarted)
 	u.set(sp, u.num(now))
-	u.cond(u.path(TasksAttr, t.id)+" = "+u.num(t.n),
-		"(attribute_not_exists("+sp+") OR "+sp+" <= "+u.num(now-StartTimeout.Milliseconds())+")")
+	u.cond(u.path(TasksAttr, t.id) + " = " + u.num(t.n))
+	if t.startSeen != nil && !whole(t.startSeen) {
+		// Not a whole number (a hand edit): read as none, on its value.
+		u.cond(u.isSeen(sp, t.startSeen))
+	} else {
+		u.cond("(attribute_not_exists(" + sp + ") OR " + sp + " <= " + u.num(now-StartTimeout.Milliseconds()) + ")")
+	}
 	if exp, held := v.leases[t.id]; held {
 		u.cond(u.path(LeasesAttr, t.id) + " = " + u.num(exp))
 	} else {
