@@ -436,6 +436,27 @@ func (p *parser) not(item map[string]types.AttributeValue) (bool, error) {
 	return p.atom(item)
 }
 
+// pathAndOperand parses the arguments of a function f(path, operand),
+// f itself next.
+func (p *parser) pathAndOperand(item map[string]types.AttributeValue) ([]string, types.AttributeValue, error) {
+	p.next()
+	if err := p.expect("("); err != nil {
+		return nil, nil, err
+	}
+	path, err := p.path()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := p.expect(","); err != nil {
+		return nil, nil, err
+	}
+	want, err := p.operand(item)
+	if err != nil {
+		return nil, nil, err
+	}
+	return path, want, p.expect(")")
+}
+
 func (p *parser) atom(item map[string]types.AttributeValue) (bool, error) {
 	switch t := p.peek(); t {
 	case "(":
@@ -446,22 +467,8 @@ func (p *parser) atom(item map[string]types.AttributeValue) (bool, error) {
 		}
 		return v, p.expect(")")
 	case "contains":
-		p.next()
-		if err := p.expect("("); err != nil {
-			return false, err
-		}
-		path, err := p.path()
+		path, want, err := p.pathAndOperand(item)
 		if err != nil {
-			return false, err
-		}
-		if err := p.expect(","); err != nil {
-			return false, err
-		}
-		want, err := p.operand(item)
-		if err != nil {
-			return false, err
-		}
-		if err := p.expect(")"); err != nil {
 			return false, err
 		}
 		w, _ := want.(*types.AttributeValueMemberS)
@@ -487,53 +494,20 @@ func (p *parser) atom(item map[string]types.AttributeValue) (bool, error) {
 		exists := lookup(item, path) != nil
 		return exists == (t == "attribute_exists"), nil
 	case "attribute_type":
-		p.next()
-		if err := p.expect("("); err != nil {
-			return false, err
-		}
-		path, err := p.path()
+		path, want, err := p.pathAndOperand(item)
 		if err != nil {
-			return false, err
-		}
-		if err := p.expect(","); err != nil {
-			return false, err
-		}
-		want, err := p.operand(item)
-		if err != nil {
-			return false, err
-		}
-		if err := p.expect(")"); err != nil {
 			return false, err
 		}
 		w, ok := want.(*types.AttributeValueMemberS)
 		if !ok {
 			return false, &errValidation{"attribute_type: the type must be a string"}
 		}
-		var got string
-		switch lookup(item, path).(type) {
-		case nil:
+		v := lookup(item, path)
+		if v == nil {
 			return false, nil
-		case *types.AttributeValueMemberS:
-			got = "S"
-		case *types.AttributeValueMemberN:
-			got = "N"
-		case *types.AttributeValueMemberB:
-			got = "B"
-		case *types.AttributeValueMemberBOOL:
-			got = "BOOL"
-		case *types.AttributeValueMemberNULL:
-			got = "NULL"
-		case *types.AttributeValueMemberM:
-			got = "M"
-		case *types.AttributeValueMemberL:
-			got = "L"
-		case *types.AttributeValueMemberSS:
-			got = "SS"
-		case *types.AttributeValueMemberNS:
-			got = "NS"
-		case *types.AttributeValueMemberBS:
-			got = "BS"
 		}
+		// Each type's name is its member's: AttributeValueMemberBOOL is BOOL.
+		got := strings.TrimPrefix(fmt.Sprintf("%T", v), "*types.AttributeValueMember")
 		return got == w.Value, nil
 	}
 	a, err := p.operand(item)
