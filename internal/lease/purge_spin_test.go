@@ -55,20 +55,11 @@ func (p *purgeCounter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o
 	return p.API.GetItem(ctx, in, opts...)
 }
 
-// burst is the most refused purges sent at one instant.
+// burst is the most refused purges sent at one instant, and all of them.
 func (p *purgeCounter) burst() (most, total int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	run := 0
-	for i, at := range p.refused {
-		if i > 0 && at.Equal(p.refused[i-1]) {
-			run++
-		} else {
-			run = 1
-		}
-		most = max(most, run)
-	}
-	return most, len(p.refused)
+	return burstOf(p.refused)
 }
 
 // A refused write's retry waits a back-off (doc.go, Whose turn: "a refused
@@ -151,15 +142,7 @@ func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, e := range edits {
-					if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-						TableName:                 aws.String(rgTable),
-						Key:                       rgItemKey("srv"),
-						UpdateExpression:          aws.String("SET #m.#id = :n"),
-						ExpressionAttributeNames:  map[string]string{"#m": e.attr, "#id": "x"},
-						ExpressionAttributeValues: map[string]types.AttributeValue{":n": e.v},
-					}); err != nil {
-						t.Fatal(err)
-					}
+					handEdit(t, db, e.v, e.attr, "x")
 				}
 				ls, err = New(db, rgTable, Options{InstanceID: "b", MaxLook: time.Second}).Acquire(ctx, r)
 				if err != nil {
