@@ -61,7 +61,10 @@ func (p *Pool) renewTools(ctx context.Context, srv *registry.Server, who Caller,
 			return fetchErr
 		}
 		if ctx.Err() != nil {
-			return err
+			// The call's time ran out while the catalog was read: it is
+			// the call's timeout (or its caller's leaving), not the
+			// upstream's failure.
+			return p.classify(ctx, srv, err)
 		}
 		// The catalog cannot be read: a store outage must not stop tool
 		// calls. Keep this instance's copy a little longer, or list the

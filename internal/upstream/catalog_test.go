@@ -2,10 +2,13 @@ package upstream
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,6 +99,51 @@ func TestToolsWhenTheCatalogIsDown(t *testing.T) {
 	tool, err := p.Tool(t.Context(), srv, Caller{}, "region")
 	if err != nil || tool.Name != "region" || lists.Load() != 1 {
 		t.Fatalf("Tool = %v, %v after %d lists; want the tool, listed directly", tool, err, lists.Load())
+	}
+}
+
+// A store that does not answer within the call's time makes the call
+// time out, as an upstream that does not answer would: the call's
+// timeout, never the upstream's failure.
+func TestAStalledCatalogIsTheCallsTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	srv, lists := headerUpstream(t)
+	stalled := storetest.Client(t, "http://"+ln.Addr().String())
+	p := New(Options{AllowLocal: true, Catalog: catalog.New(stalled, "leases", catalog.Options{})})
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = p.Tool(ctx, srv, Caller{}, "region")
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Kind != KindTimeout {
+		t.Fatalf("Tool = %v (%T); want an upstream error of kind timeout", err, err)
+	}
+	if n := lists.Load(); n != 0 {
+		t.Errorf("the upstream was listed %d times; want none (the call's time ran out on the store)", n)
 	}
 }
 
