@@ -17,9 +17,15 @@ import (
 // lapses, and the caller after waits the holder's whole term.
 func TestAReleaseOverAnItemWrittenByHandGivesThePlaceBack(t *testing.T) {
 	edits := map[string]func(r Request) (string, types.AttributeValue){
-		"freed S":         func(Request) (string, types.AttributeValue) { return FreedAttr, &types.AttributeValueMemberS{Value: "3"} },
-		"freed M":         func(Request) (string, types.AttributeValue) { return FreedAttr, &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}} },
-		"principal set S": func(r Request) (string, types.AttributeValue) { return PrincipalAttr(r.Holder), &types.AttributeValueMemberS{Value: "x"} },
+		"freed S": func(Request) (string, types.AttributeValue) {
+			return FreedAttr, &types.AttributeValueMemberS{Value: "3"}
+		},
+		"freed M": func(Request) (string, types.AttributeValue) {
+			return FreedAttr, &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+		},
+		"principal set S": func(r Request) (string, types.AttributeValue) {
+			return PrincipalAttr(r.Holder), &types.AttributeValueMemberS{Value: "x"}
+		},
 		"tool set L": func(r Request) (string, types.AttributeValue) {
 			return ToolAttr(r.Tool), &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: "x"}}}
 		},
