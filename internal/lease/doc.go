@@ -127,7 +127,8 @@
 //     set to now, a number no count reaches, so no write judged from a
 //     view before the edit lands. A release the store refuses as invalid
 //     (its ADD to freed, its DELETE from a set, over such a value) reads
-//     the item, repairs it so, and is made again.
+//     the item, repairs it so, and is made again; a task's withdrawal
+//     repairs what it reads so before it writes.
 //     When a write's view shows more stale entries than it can remove that
 //     its own conditions would count (the key's leases, its tool's or
 //     principal's set, the queue), it sends purges first, so lapsed
@@ -450,7 +451,8 @@
 //     TestSetsWrittenByHandAsOtherTypesDoNotWedgeAKey,
 //     TestMapsReplacedByHandDoNotSpinACaller,
 //     TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind,
-//     TestAReleaseOverAnItemWrittenByHandGivesThePlaceBack).
+//     TestAReleaseOverAnItemWrittenByHandGivesThePlaceBack,
+//     TestAWithdrawalOverAFreedWrittenByHandTakesTheTicket).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).
