@@ -125,7 +125,10 @@
 //     write conditioned on each as stored: a map made empty; a set, a
 //     gate, the hold or the limit removed; freed and the limit's round
 //     set to now, a number no count reaches, so no write judged from a
-//     view before the edit lands.
+//     view before the edit lands. A release the store refuses as invalid
+//     (its ADD to freed, its DELETE from a set, over such a value) reads
+//     the item, repairs it so, and is made again; a task's withdrawal
+//     repairs what it reads so before it writes.
 //     When a write's view shows more stale entries than it can remove that
 //     its own conditions would count (the key's leases, its tool's or
 //     principal's set, the queue), it sends purges first, so lapsed
@@ -447,7 +450,9 @@
 //     TestAMalformedHoldOrLimitDoesNotWedgeAKey,
 //     TestSetsWrittenByHandAsOtherTypesDoNotWedgeAKey,
 //     TestMapsReplacedByHandDoNotSpinACaller,
-//     TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind).
+//     TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind,
+//     TestAReleaseOverAnItemWrittenByHandGivesThePlaceBack,
+//     TestAWithdrawalOverAFreedWrittenByHandTakesTheTicket).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

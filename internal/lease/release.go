@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 )
 
 // Outcome is what a finished call tells its gates and adaptive limit.
@@ -94,6 +95,17 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 				err = nil
 			default:
 				return NoTransition, ErrNotHeld
+			}
+		}
+		if err != nil && tries <= maxEager && refusedAsInvalid(err) {
+			// freed or a set written by hand as another type refuses the
+			// release's ADD or DELETE (no condition fails, so no item comes
+			// back): read it, put it right (see repair), and make the
+			// release again.
+			if rv, rerr := l.read(ctx, ls.req.Key); rerr == nil && rv.needsRepair() {
+				if _, rerr := l.repair(ctx, ls.req.Key, rv); rerr == nil {
+					continue
+				}
 			}
 		}
 		if err != nil {
@@ -424,4 +436,11 @@ func (ls *Lease) PauseFor(d time.Duration) {
 		return
 	}
 	ls.pauseUntil = ls.l.clock().Add(min(d, cmp.Or(ls.req.MaxPause, MaxPause))).UnixMilli()
+}
+
+// refusedAsInvalid: the store refused a write as invalid (an operand of
+// another type than the item holds), without applying it.
+func refusedAsInvalid(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
 }

@@ -258,6 +258,17 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 			}
 			return ErrNoTicket
 		}
+		if len(v.malformed) > 0 {
+			// freed or a set written by hand as another type would refuse
+			// the withdrawal's ADD or DELETE: put right first.
+			if _, err := l.repair(ctx, key, v); err != nil {
+				return err
+			}
+			if v, err = l.read(ctx, key); err != nil {
+				return err
+			}
+			continue
+		}
 		u := newUpdate()
 		u.removeTicket(t.id, t.label, t.n, true)
 		if _, held := v.leases[id]; held {
