@@ -34,7 +34,7 @@
 //	limit, limit_*     an adaptive limit, its round and its evidence; latency_ratio,
 //	                       base:<label>/<tool> a principal's calls' latency (see Adaptive)
 //	ttl                N   Unix seconds: a day after the latest expiry or deadline a write sets
-//	                       (its writer's now if none), or after the hold or a task's deadline
+//	                       (never before its writer's now), or after the hold or a task's deadline
 //	                       its process last saw, if later; lets DynamoDB delete an abandoned item
 //
 // A lease id is "<instance>.<sequence>" (InstanceOf), "<instance>.T<sequence>"

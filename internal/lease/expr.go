@@ -340,8 +340,9 @@ func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 // its moment (judged) never.
 func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func()) (*view, error) {
 	if u.ttlAt > 0 {
-		// Never a day before a hold or a task's deadline it last saw.
-		exp := u.ttlAt
+		// Never a day before now (a write may land past the deadline it
+		// carries), a hold or a task's deadline it last saw.
+		exp := max(u.ttlAt, l.clock().UnixMilli())
 		if v, _, _ := l.board(key).latest(); v != nil {
 			exp = max(exp, v.due())
 		}

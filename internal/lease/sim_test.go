@@ -1826,6 +1826,7 @@ var simSeedsAsDrawn = []uint64{
 	6004549, // a waiter whose purge lost to another's paused a back-off before judging the item returned, then waited a whole look period: 1.022 s between looks
 	7303502, // a waiter behind a task whose start went unclaimed expected the place half a call from every look: 106 reads in 4.7 s
 	7316914, // a waiter that moved up the queue (a task before it claimed its place) started its back-off from 5 ms again: 17 reads in 1.1 s
+	8404592, // a task's join that landed past its task's deadline set a ttl a day after that deadline, 4 s before its writer's now
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
