@@ -77,10 +77,6 @@ type attempt struct {
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
 
-func (a *attempt) rules(v *view) rules {
-	return rulesOf(a.req.capIn(v), a.req.PrincipalCap, a.req.Rates)
-}
-
 // gateAttrs are the gates an admission of r is conditioned on.
 func (r *Request) gateAttrs() []string {
 	out := []string{PauseAttr}
@@ -162,7 +158,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		}
 		served, h, bypass := a.decide(v, now)
 		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
-			a.l.startDue(ctx, a.req.Key, v, a.rules(v))
+			a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
 		}
 		var err error
 		switch {
@@ -277,7 +273,7 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	since := map[string]time.Time{}
 	var bypass []*ticket
 	for {
-		h := v.walk(now, &a.me, a.rules(v), skip)
+		h := v.walk(now, &a.me, a.req.rules(v), skip)
 		more := false
 		for _, t := range h.ahead {
 			// A task's turn too: its call is expected from then.
@@ -381,7 +377,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	id := a.me.id
 	u := newUpdate()
 	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), a.req.gateAttrs()...)...)...)
-	rs := a.l.rulesFor(a.req, v)
+	rs := a.req.rules(v)
 	bv := v
 	if bv == nil {
 		bv, _, _ = a.b.latest() // only chooses the form of the charge, which its condition checks
@@ -496,11 +492,6 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 			return nil, rv, nil
 		}
 	}
-}
-
-// rulesFor is rulesOf for req as v shows the key.
-func (l *Limiter) rulesFor(req Request, v *view) rules {
-	return rulesOf(req.capIn(v), req.PrincipalCap, req.Rates)
 }
 
 // judgedKey carries in a take's context the seq of the view it was judged
@@ -891,7 +882,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 	for range maxEager {
 		now := l.clock().UnixMilli()
 		// It leaves the callers before it their tokens, as a take does.
-		rs := l.rulesFor(req, v)
+		rs := req.rules(v)
 		waiting := aheadIn(v, req, rs, now)
 		if v != nil && own {
 			if err := refusal(v.gatesOf(req.Tool, ""), req.Holder, now, v.hold); err != nil {

@@ -96,7 +96,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		if t := v.ticketFor(a.me.id); t != nil {
 			// Its join landed (an attempt whose answer was lost, or this
 			// one).
-			l.startDue(ctx, req.Key, v, a.rules(v))
+			l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return a.me.id, nil
 		}
 		if a.joined && v.leases[a.me.id] != 0 {
@@ -214,7 +214,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		served, h, _ := a.decide(v, now)
 		if !served || tries >= maxEager {
 			l.clearStart(ctx, req.Key, t, mark)
-			l.startDue(ctx, req.Key, v, a.rules(v))
+			l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
 		}
 		ls, _, err := a.take(ctx, v, h, nil, now)
@@ -302,7 +302,7 @@ func (l *Limiter) StartDue(ctx context.Context, req Request) error {
 	if err != nil {
 		return err
 	}
-	l.startDue(ctx, req.Key, v, l.rulesFor(req, v))
+	l.startDue(ctx, req.Key, v, req.rules(v))
 	return nil
 }
 

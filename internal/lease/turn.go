@@ -162,19 +162,19 @@ func (r rules) buckets(t *ticket) []Rate {
 	return out
 }
 
-// rulesOf reads the rules every caller of the key shares from a request's
-// rates: the server's bucket and the per-principal one.
-func rulesOf(cap, principalCap int, rates []Rate) rules {
-	r := rules{cap: cap, principalCap: principalCap}
-	for _, rt := range rates {
+// rules are the rules every caller of the key shares, as r and v give
+// them: the cap, and the server's and the per-principal bucket.
+func (r *Request) rules(v *view) rules {
+	out := rules{cap: r.capIn(v), principalCap: r.PrincipalCap}
+	for _, rt := range r.Rates {
 		switch {
 		case rt.Name == "server":
-			r.serverRPM = rt.PerMinute
+			out.serverRPM = rt.PerMinute
 		case strings.HasPrefix(rt.Name, "principal:"):
-			r.principalRPM = rt.PerMinute
+			out.principalRPM = rt.PerMinute
 		}
 	}
-	return r
+	return out
 }
 
 // ranks orders two waiting callers: the one whose principal holds fewer
