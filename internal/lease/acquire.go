@@ -120,7 +120,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			} else if a.n != 0 {
 				a.n = 0 // its ticket was passed over or purged
 			}
-			err := refusal(v.gatesOf(a.req.Tool, a.me.breaker), a.me.label, now, v.hold)
+			_, err := v.admits(a.req.Tool, a.me.breaker, a.me.label, now, nil)
 			var open *CircuitOpenError
 			refuse := errors.As(err, &open) || err != nil && a.req.Wait <= 0
 			rl := rateLimited(v, a.req.Rates, now)
@@ -847,7 +847,8 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 		}
 		e.Waiting = v.waiting(now, a.task)
 		e.InUse = v.liveLeases(now)
-		if f, ok := refusal(v.gatesOf(a.req.Tool, ""), a.me.label, now, v.hold).(*FullError); ok && e.Reason == "" {
+		_, err := v.admits(a.req.Tool, "", a.me.label, now, nil)
+		if f, ok := err.(*FullError); ok && e.Reason == "" {
 			return f // no breaker's: a pause or the hold
 		}
 		switch {
@@ -885,7 +886,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		rs := req.rules(v)
 		waiting := aheadIn(v, req, rs, now)
 		if v != nil && own {
-			if err := refusal(v.gatesOf(req.Tool, ""), req.Holder, now, v.hold); err != nil {
+			if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
 				l.stats.refused(err)
 				return nil, err
 			}

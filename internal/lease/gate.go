@@ -148,29 +148,6 @@ func (v *view) stillProbes(probes []gateRef, id string) []gateRef {
 	return slices.DeleteFunc(probes, func(p gateRef) bool { return v.gates[p.attr].entry(p.key).probe != id })
 }
 
-// passes says whether a caller of principal label passes the gates gs at
-// now, and which breaker entries it would probe; probing lists the entries
-// whose probe was already handed out.
-func passes(gs []*gate, label string, now int64, probing map[gateRef]bool) (ok bool, probes []gateRef) {
-	for _, g := range gs {
-		for _, key := range []string{gateAll, label} {
-			e, ok := g.entries[key]
-			switch {
-			case !ok:
-			case e.shut(now) || e.probing(now):
-				return false, nil
-			case g.breaker() && e.halfOpen(now):
-				ref := gateRef{g.attr, key}
-				if probing[ref] || e.barredFor(label, now) {
-					return false, nil
-				}
-				probes = append(probes, ref)
-			}
-		}
-	}
-	return true, probes
-}
-
 // CircuitOpenError means a breaker refused the call.
 type CircuitOpenError struct {
 	Name string
@@ -191,15 +168,19 @@ func (e *CircuitOpenError) Error() string {
 	return fmt.Sprintf("lease: circuit %q is open for %v", e.Name, e.RetryAfter.Round(time.Millisecond))
 }
 
-// refusal is why the gates gs or the hold refuse a caller of principal
-// label at now: *CircuitOpenError, else *FullError Paused or Held; nil
-// when they let it pass.
-func refusal(gs []*gate, label string, now, hold int64) error {
+// admits judges a caller of principal label, tool and breaker ("" if
+// none) at now against the gates v shows and the hold: the breaker entries
+// it would probe (probing lists those whose probe was already handed out),
+// or why it may not pass: *CircuitOpenError, else *FullError Paused or
+// Held.
+func (v *view) admits(tool, breaker, label string, now int64, probing map[gateRef]bool) ([]gateRef, error) {
 	var pause int64
+	var probes []gateRef
 	ms := func(t int64) time.Duration { return time.Duration(t-now) * time.Millisecond }
-	for _, g := range gs {
+	for _, g := range v.gatesOf(tool, breaker) {
 		for _, key := range []string{gateAll, label} {
 			e, ok := g.entries[key]
+			ref := gateRef{g.attr, key}
 			switch name := strings.TrimPrefix(g.attr, BreakerAttrPrefix); {
 			case !ok:
 			case !g.breaker():
@@ -207,21 +188,25 @@ func refusal(gs []*gate, label string, now, hold int64) error {
 					pause = max(pause, e.until)
 				}
 			case e.shut(now):
-				return &CircuitOpenError{Name: name, Principal: key != gateAll, RetryAfter: ms(e.until)}
+				return nil, &CircuitOpenError{Name: name, Principal: key != gateAll, RetryAfter: ms(e.until)}
 			case e.probing(now):
-				return &CircuitOpenError{Name: name, HalfOpen: true, RetryAfter: max(ms(e.probeExp), 50*time.Millisecond)}
+				return nil, &CircuitOpenError{Name: name, HalfOpen: true, RetryAfter: max(ms(e.probeExp), 50*time.Millisecond)}
 			case e.halfOpen(now) && e.barredFor(label, now):
-				return &CircuitOpenError{Name: name, HalfOpen: true, Principal: true, RetryAfter: ms(e.barUntil)}
+				return nil, &CircuitOpenError{Name: name, HalfOpen: true, Principal: true, RetryAfter: ms(e.barUntil)}
+			case e.halfOpen(now) && probing[ref]:
+				return nil, &CircuitOpenError{Name: name, HalfOpen: true}
+			case e.halfOpen(now):
+				probes = append(probes, ref)
 			}
 		}
 	}
 	switch {
-	case hold > now && hold >= pause:
-		return &FullError{Reason: Held, What: "server", RetryAfter: ms(hold)}
+	case v.hold > now && v.hold >= pause:
+		return nil, &FullError{Reason: Held, What: "server", RetryAfter: ms(v.hold)}
 	case pause > now:
-		return &FullError{Reason: Paused, What: "server", RetryAfter: ms(pause)}
+		return nil, &FullError{Reason: Paused, What: "server", RetryAfter: ms(pause)}
 	}
-	return nil
+	return probes, nil
 }
 
 // admit conditions a take made at now on the caller of principal label

@@ -114,7 +114,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			return "", fmt.Errorf("lease: enqueue on %s: the item kept changing; try again", req.Key)
 		}
 		var open *CircuitOpenError
-		if err := refusal(v.gatesOf(req.Tool, a.me.breaker), a.me.label, now, v.hold); errors.As(err, &open) {
+		if _, err := v.admits(req.Tool, a.me.breaker, a.me.label, now, nil); errors.As(err, &open) {
 			l.stats.refused(err)
 			return "", err
 		}

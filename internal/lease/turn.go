@@ -68,9 +68,6 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 	if r.cap > 0 {
 		room = r.cap - v.liveLeases(now)
 	}
-	if v.hold > now || v.gates[PauseAttr].entry(gateAll).shut(now) {
-		room = 0
-	}
 	held := v.held(now)
 	toolUsed, principalUsed, tokensUsed := map[string]int{}, map[string]int{}, map[string]int{}
 	probing := map[gateRef]bool{}
@@ -91,7 +88,8 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		if c.me {
 			breaker = me.breaker
 		}
-		return passes(v.gatesOf(t.tool, breaker), t.label, now, probing)
+		probes, err := v.admits(t.tool, breaker, t.label, now, probing)
+		return err == nil, probes
 	}
 	var h handout
 	for room > 0 {
