@@ -54,15 +54,15 @@ type candidate struct {
 // the package doc.
 func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout {
 	var cands []*candidate
+	mine := int64(math.MaxInt64)
+	if me != nil {
+		c := &candidate{t: v.mine(me), me: true}
+		cands, mine = append(cands, c), c.t.n
+	}
 	for _, t := range v.queue {
-		if me != nil && t.id == me.id {
-			cands = append(cands, &candidate{t: &ticket{id: me.id, label: me.label, n: t.n, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM, deadline: t.deadline}, me: true})
-		} else if v.waits(t, now) && !skip[t.id] {
+		if (me == nil || t.id != me.id) && v.waits(t, now) && !skip[t.id] {
 			cands = append(cands, &candidate{t: t})
 		}
-	}
-	if me != nil && !slices.ContainsFunc(cands, func(c *candidate) bool { return c.me }) {
-		cands = append(cands, &candidate{t: &ticket{id: me.id, label: me.label, n: math.MaxInt64, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM}, me: true})
 	}
 	room := math.MaxInt
 	if r.cap > 0 {
@@ -127,10 +127,6 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		h.ahead = append(h.ahead, t)
 	}
 	if me != nil {
-		mine := int64(math.MaxInt64)
-		if t := v.ticketFor(me.id); t != nil {
-			mine = t.n
-		}
 		h.passed = slices.ContainsFunc(cands, func(c *candidate) bool { return !c.me && !c.done && c.t.n < mine })
 	}
 	return h
@@ -181,17 +177,23 @@ func ranks(a, b *ticket, held map[string]int) int {
 	return cmp.Or(cmp.Compare(held[a.label], held[b.label]), cmp.Compare(a.n, b.n), strings.Compare(a.id, b.id))
 }
 
+// mine is me's ticket as a walk counts it: its number in v (+∞ for a
+// newcomer), with what me needs of a place.
+func (v *view) mine(me *asker) *ticket {
+	t := &ticket{id: me.id, label: me.label, n: math.MaxInt64, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM}
+	if q := v.ticketFor(me.id); q != nil {
+		t.n, t.deadline = q.n, q.deadline
+	}
+	return t
+}
+
 // before counts the tickets waiting that come before me in the order of
 // walk, as the item stands: where me is in the queue.
 func (v *view) before(now int64, me *asker) int { return v.beforeIf(now, me, nil) }
 
 // beforeIf is before, counting only the tickets keep holds of (nil: all).
 func (v *view) beforeIf(now int64, me *asker, keep func(*ticket) bool) int {
-	held := v.held(now)
-	mine := &ticket{id: me.id, label: me.label, n: math.MaxInt64}
-	if t := v.ticketFor(me.id); t != nil {
-		mine.n = t.n
-	}
+	held, mine := v.held(now), v.mine(me)
 	n := 0
 	for _, t := range v.queue {
 		if t.id != me.id && v.waits(t, now) && ranks(t, mine, held) < 0 && (keep == nil || keep(t)) {
