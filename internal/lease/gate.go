@@ -10,17 +10,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Gates (see Gates in the package doc): gateAll keys everyone's entry.
+// Gates' attributes (see Item and Gates in the package doc); gateAll keys
+// everyone's entry.
 const (
-	// BreakerAttrPrefix starts a breaker's gate: "breaker:<tool>".
 	BreakerAttrPrefix = "breaker:"
-	// PauseAttr is the server's pause gate; PauseAttrPrefix starts a
-	// tool's: "pause:<tool>".
-	PauseAttr       = "pause"
-	PauseAttrPrefix = "pause:"
-	// HoldAttr is an operator's hold: no place is taken before it (Unix ms).
-	HoldAttr = "hold"
-	gateAll  = "*"
+	PauseAttr         = "pause"
+	PauseAttrPrefix   = "pause:"
+	HoldAttr          = "hold"
+	gateAll           = "*"
 )
 
 // Fields of a gate entry.
