@@ -385,12 +385,8 @@ func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.
 		deadline := ls.CallDeadline
 		term := hold()
 		for {
-			t := time.NewTimer(time.Until(deadline.Add(-term / 2)))
-			select {
-			case <-callCtx.Done():
-				t.Stop()
+			if sleep(callCtx, time.Until(deadline.Add(-term/2)), ls.req.Key) != nil {
 				return
-			case <-t.C:
 			}
 			for {
 				left := time.Until(end)
@@ -413,10 +409,8 @@ func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.
 					cancel(ErrLeaseLost)
 					return
 				}
-				select {
-				case <-callCtx.Done():
+				if sleep(callCtx, wait, ls.req.Key) != nil {
 					return
-				case <-time.After(wait):
 				}
 			}
 			if term >= time.Until(end) {
