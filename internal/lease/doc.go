@@ -400,14 +400,10 @@
 // # Invariants
 //
 // Each is a test, named after it. The fault simulation
-// (TestFaultSimulation) judges every store answer of hundreds of seeded
-// schedules (thousands in make soak) — lost, delayed, duplicated and
-// late-landing writes, callers and instances dying, clocks skewed within
-// the margin, purges cut short, tasks enqueued, started, claimed and
-// withdrawn — and every QueueFull refusal, by the item that refused its
-// join, against a model of the protocol written apart from its code
-// (sim_model_test.go), with its own reading of the item, turn order,
-// buckets, gates, limit and tasks.
+// (TestFaultSimulation; its faults in docs/tests.md) judges every store
+// answer of its seeded schedules, and every QueueFull refusal by the item
+// that refused its join, against a model of the protocol written apart
+// from its code (sim_model_test.go), with its own reading of the item.
 //
 //  1. No cap is exceeded: leases holds at most Cap (or the limit) live
 //     entries, each tool set at most its ToolCap, each principal set at
@@ -526,17 +522,12 @@
 //     TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost,
 //     TestALapsedClaimLeavesItsTaskWaitingAgain,
 //     TestALateWorkersReleaseLeavesTheNewClaim, TestAClaimedTaskIsNoWaiter).
-//     The fault simulation judges all of it: its schedules enqueue tasks
-//     with deadlines, start their workers (starts lost, made twice,
-//     workers dying between their claim and the mark of the task's record
-//     — a fake of it, whose conditional mark the simulation checks lands
-//     at most once, so a call is made at most once — and during their
-//     call), withdraw tasks at random times and run StartDue every 1.5 s,
-//     under the same faults; a task whose turn has come (for a claim that
-//     lapsed unreleased: once every clock within the skew sees the lapse)
-//     must be started within StartTimeout of its last start plus that
-//     period, twice the skew and MaxLook, and what the faults cost the
-//     StartDue schedule's requests.
+//     The fault simulation judges all of it: a task whose turn has come
+//     (for a claim that lapsed unreleased: once every clock within the
+//     skew sees the lapse) must be started within StartTimeout of its
+//     last start plus StartDue's period (1.5 s), twice the skew and
+//     MaxLook, and what the faults cost StartDue's requests; its call is
+//     made at most once.
 //
 // # Guarantee
 //
