@@ -77,18 +77,6 @@ type attempt struct {
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
 
-// gateAttrs are the gates an admission of r is conditioned on.
-func (r *Request) gateAttrs() []string {
-	out := []string{PauseAttr}
-	if r.Tool != "" {
-		out = append(out, PauseAttrPrefix+r.Tool)
-	}
-	if r.Breaker != nil {
-		out = append(out, BreakerAttr(r.Breaker.Name))
-	}
-	return out
-}
-
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	waitUntil := a.waitEnd()
 	if dl, ok := ctx.Deadline(); ok && dl.Before(waitUntil) {
@@ -376,7 +364,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), a.req.gateAttrs()...)...)...)
+	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), gateAttrs(a.req.Tool, a.me.breaker)...)...)...)
 	rs := a.req.rules(v)
 	bv := v
 	if bv == nil {
@@ -460,7 +448,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		u.removeTicket(t.id, t.label, t.n, t.task)
 		u.count(u.path(FreedAttr), 1)
 	}
-	u.admit(a.req.gateAttrs(), a.me.label, id, exp, now, h.probes, v)
+	u.admit(gateAttrs(a.req.Tool, a.me.breaker), a.me.label, id, exp, now, h.probes, v)
 	u.ttl(exp)
 	// Judged for its moment: sent once (see Take in the package doc).
 	u.judged = true
@@ -510,7 +498,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task}
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
-	for _, g := range a.req.gateAttrs() {
+	for _, g := range gateAttrs(a.req.Tool, a.me.breaker) {
 		for _, key := range []string{gateAll, a.me.label} {
 			if e := v.gates[g].entry(key); e.probe == a.me.id {
 				ls.probes = append(ls.probes, gateRef{g, key})
@@ -897,7 +885,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		}
 		u := newUpdate()
 		u.once = true
-		u.admit(req.gateAttrs(), req.Holder, "", 0, now, nil, v)
+		u.admit(gateAttrs(req.Tool, ""), req.Holder, "", 0, now, nil, v)
 		// Both maps: a task's ticket waits for a token as a caller's does.
 		for _, task := range []bool{false, true} {
 			mp, n := u.path(kindAttr(task)), 0

@@ -128,12 +128,24 @@ func (e gateEntry) barredFor(label string, now int64) bool {
 	return e.barred == label && e.barUntil > now
 }
 
-// gatesOf lists the gates v shows for a caller of tool with breaker
-// ("" if none): its breaker's, the server's pause and its tool's.
+// gateAttrs are the gates of a caller of tool with breaker ("" if none):
+// the server's pause, its tool's and its breaker's.
+func gateAttrs(tool, breaker string) []string {
+	out := []string{PauseAttr}
+	if tool != "" {
+		out = append(out, PauseAttrPrefix+tool)
+	}
+	if breaker != "" {
+		out = append(out, BreakerAttr(breaker))
+	}
+	return out
+}
+
+// gatesOf lists the gates of gateAttrs that v shows.
 func (v *view) gatesOf(tool, breaker string) []*gate {
 	var out []*gate
-	for _, attr := range []string{BreakerAttr(breaker), PauseAttr, PauseAttrPrefix + tool} {
-		if g := v.gates[attr]; g != nil && (attr != BreakerAttr("") || breaker != "") && attr != PauseAttrPrefix {
+	for _, attr := range gateAttrs(tool, breaker) {
+		if g := v.gates[attr]; g != nil {
 			out = append(out, g)
 		}
 	}
