@@ -365,15 +365,13 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	id := a.me.id
 	u := newUpdate()
 	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), gateAttrs(a.req.Tool, a.me.breaker)...)...)...)
-	rs := a.req.rules(v)
 	bv := v
 	if bv == nil {
 		bv, _, _ = a.b.latest() // only chooses the form of the charge, which its condition checks
 	}
+	keep := a.req.rules(v).tokens(h.ahead)
 	for _, r := range a.req.Rates {
-		u.charge(r, bv, now, countIf(h.ahead, func(t *ticket) bool {
-			return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool { return b.Name == r.Name })
-		}))
+		u.charge(r, bv, now, keep[r.Name])
 	}
 	lp := u.path(LeasesAttr, id)
 	u.set(lp, u.num(exp))
@@ -872,7 +870,11 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		now := l.clock().UnixMilli()
 		// It leaves the callers before it their tokens, as a take does.
 		rs := req.rules(v)
-		waiting := aheadIn(v, req, rs, now)
+		var ahead []*ticket
+		if v != nil {
+			ahead = v.walk(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, nil).ahead
+		}
+		waiting := rs.tokens(ahead)
 		if v != nil && own {
 			if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
 				l.stats.refused(err)
@@ -923,20 +925,4 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		v, own = nv, true
 	}
 	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
-}
-
-// aheadIn counts, for each bucket, the callers waiting in v whose turn
-// comes before a newcomer's making req at now and who take a token from it.
-func aheadIn(v *view, req Request, r rules, now int64) map[string]int {
-	n := map[string]int{}
-	if v == nil {
-		return n
-	}
-	me := &asker{id: "", label: req.Holder, tool: req.Tool, rates: req.Rates}
-	for _, t := range v.walk(now, me, r, nil).ahead {
-		for _, b := range r.buckets(t) {
-			n[b.Name]++
-		}
-	}
-	return n
 }

@@ -156,6 +156,18 @@ func (r rules) buckets(t *ticket) []Rate {
 	return out
 }
 
+// tokens counts, for each bucket, the tickets of ahead that take a token
+// from it.
+func (r rules) tokens(ahead []*ticket) map[string]int {
+	n := map[string]int{}
+	for _, t := range ahead {
+		for _, b := range r.buckets(t) {
+			n[b.Name]++
+		}
+	}
+	return n
+}
+
 // rules are the rules every caller of the key shares, as r and v give
 // them: the cap, and the server's and the per-principal bucket.
 func (r *Request) rules(v *view) rules {
