@@ -244,17 +244,15 @@ func callMean(mean int64, took time.Duration) int64 {
 }
 
 // Renew extends the lease (and its probes) to expire hold + Margin from
-// now, or at the expiry its holder knows it wrote if that is later (a
-// renewal never shortens a lease), only if it still holds an expiry this
-// holder wrote (else ErrNotHeld). CallDeadline is set hold from now.
+// now, never before the expiry its holder knows it wrote (see Renew in
+// the package doc; ErrNotHeld if it is not held). CallDeadline is set
+// hold from now.
 func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	if ls.released.Load() {
 		return ErrNotHeld
 	}
 	l := ls.l
 	localNow := time.Now()
-	// Never earlier than the expiry it knows it wrote: a later claim of a
-	// task's lease sets one past a lapse of that (see heldAs).
 	exp := max(l.clock().Add(hold+l.margin).UnixMilli(), ls.exps[0])
 	if !ls.req.holds() {
 		ls.setExpiry(exp, localNow.Add(hold))
@@ -295,11 +293,8 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 
 // heldAs is the condition that the lease at path holds one of the
 // expiries this holder may have written and, a task's, that its ticket
-// names its claim: a later claim of the task holds a lease of the same
-// id, and may set the expiry of a renewal of this one that never landed.
-// A ticket gone (lapsed and purged while a call ran on) names no claim:
-// then only the expiry it knows it wrote is its own, which no later
-// claim sets (one sets an expiry past a lapse of it).
+// names its claim, or is gone and the lease holds the expiry it knows it
+// wrote (see Tasks in the package doc).
 func (ls *Lease) heldAs(u *update, path string) string {
 	conds := make([]string, len(ls.exps))
 	for i, e := range ls.exps {
@@ -323,10 +318,8 @@ func (ls *Lease) heldIn(v *view) bool {
 	return slices.Contains(ls.exps, exp) && ls.claimIn(v, exp)
 }
 
-// claimIn reports whether v, showing the lease at exp, shows it as a
-// task's claim holds it (heldAs): its ticket names the claim, or is gone
-// and exp is the expiry it knows it wrote. True for a lease that is no
-// task's.
+// claimIn reports whether v, showing the lease at exp, shows the ticket
+// as heldAs requires it (true for a lease that is no task's).
 func (ls *Lease) claimIn(v *view, exp int64) bool {
 	if ls.claim == "" {
 		return true
