@@ -270,16 +270,10 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 				at = time.Now()
 			}
 			since[t.id] = at
-			if t.task {
-				// Never presumed gone: passed over, keeping its ticket.
-				if t.started > 0 && now-t.started >= StartTimeout.Milliseconds() {
-					skip[t.id] = true
-					bypass = append(bypass, t)
-					more = true
-				}
-				continue
-			}
-			if time.Since(at) >= claimWindow(t) {
+			// A caller past its claim window is presumed gone; a task never
+			// is, but is passed over, keeping its ticket, once its start
+			// went unclaimed for StartTimeout.
+			if t.task && t.started > 0 && now-t.started >= StartTimeout.Milliseconds() || !t.task && time.Since(at) >= claimWindow(t) {
 				skip[t.id] = true
 				bypass = append(bypass, t)
 				more = true
