@@ -69,9 +69,7 @@ type attempt struct {
 	firstExp map[string]int64
 	// purgeRefused: its last purge was refused.
 	purgeRefused bool
-	// failures: store errors in a row while it waits; takeErrs: takes in
-	// a row that met one.
-	failures int
+	// takeErrs: takes in a row that met a store error.
 	takeErrs int
 }
 
@@ -183,21 +181,18 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		eager = 0
 		if err != nil && a.joined && storeError(err) && time.Now().Before(waitUntil) {
 			// A store error while it waits: it keeps its ticket and looks again.
-			for err != nil {
-				a.failures++
-				if err := a.pause(ctx, jitter(min(writeMaxBackoff<<min(a.failures, 3), a.l.maxLook)), waitUntil); err != nil {
+			for failures := 1; err != nil; failures++ {
+				if err := a.pause(ctx, jitter(min(writeMaxBackoff<<min(failures, 3), a.l.maxLook)), waitUntil); err != nil {
 					return nil, err
 				}
 				v, err = a.l.read(ctx, a.req.Key)
 				a.own = v
 			}
-			a.failures = 0
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		a.failures = 0
 	}
 }
 
