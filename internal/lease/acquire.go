@@ -288,7 +288,7 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 // write would count and could not remove itself (in a set it adds to), or
 // more than one write removes.
 func (a *attempt) mustPurge(v *view, now int64) bool {
-	own := a.ownSets()
+	own := a.req.ownSets()
 	for _, s := range own {
 		if members := v.sets[s]; len(members) > v.liveIn(now, members) {
 			return true
@@ -302,12 +302,12 @@ func (a *attempt) mustPurge(v *view, now int64) bool {
 	return newUpdate().purge(v, now, "", "").more
 }
 
-// ownSets are the sets a lease of this attempt is a member of: its
-// principal's, and its tool's when the tool is capped.
-func (a *attempt) ownSets() []string {
-	out := []string{PrincipalAttr(a.me.label)}
-	if a.req.ToolCap > 0 {
-		out = append(out, ToolAttr(a.req.Tool))
+// ownSets are the sets a lease of r is a member of: its principal's, and
+// its tool's when the tool is capped.
+func (r *Request) ownSets() []string {
+	out := []string{PrincipalAttr(r.Holder)}
+	if r.ToolCap > 0 {
+		out = append(out, ToolAttr(r.Tool))
 	}
 	return out
 }
@@ -353,7 +353,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), gateAttrs(a.req.Tool, a.me.breaker)...)...)...)
+	p := u.purge(v, now, id, a.me.label, append(append(a.req.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), gateAttrs(a.req.Tool, a.me.breaker)...)...)...)
 	bv := v
 	if bv == nil {
 		bv, _, _ = a.b.latest() // only chooses the form of the charge, which its condition checks
@@ -804,7 +804,7 @@ func (a *attempt) leave(ctx context.Context) {
 	lp := u.path(LeasesAttr, id)
 	u.remove(lp)
 	u.cond("attribute_exists(" + lp + ")")
-	for _, set := range a.ownSets() {
+	for _, set := range a.req.ownSets() {
 		u.del(u.path(set), id)
 	}
 	u.count(u.path(FreedAttr), 1)

@@ -178,10 +178,9 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 	} else {
 		u.cond("attribute_exists(" + lp + ")")
 	}
-	if ls.req.ToolCap > 0 {
-		u.del(u.path(ToolAttr(ls.req.Tool)), ls.id)
+	for _, set := range ls.req.ownSets() {
+		u.del(u.path(set), ls.id)
 	}
-	u.del(u.path(PrincipalAttr(ls.req.Holder)), ls.id)
 	u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))
 	if ls.task {
 		u.remove(u.path(TasksAttr, ls.id))
