@@ -45,15 +45,6 @@ func isGateAttr(attr string) bool {
 // BreakerAttr is the gate of the breaker named name.
 func BreakerAttr(name string) string { return BreakerAttrPrefix + name }
 
-// pauseAttr is the gate a pause of tool's upstream closes: the tool's when
-// its server pauses per tool, else the server's.
-func pauseAttr(tool string, perTool bool) string {
-	if perTool && tool != "" {
-		return PauseAttrPrefix + tool
-	}
-	return PauseAttr
-}
-
 type gate struct {
 	attr    string
 	entries map[string]gateEntry

@@ -341,8 +341,14 @@ func (ls *Lease) claimIn(v *view, exp int64) bool {
 	return exp == ls.exps[0]
 }
 
-// pauseGate is the gate its upstream's pause closes.
-func (ls *Lease) pauseGate() string { return pauseAttr(ls.req.Tool, ls.req.PauseTool) }
+// pauseGate is the gate its upstream's pause closes: its tool's when its
+// server pauses per tool, else the server's.
+func (ls *Lease) pauseGate() string {
+	if ls.req.PauseTool && ls.req.Tool != "" {
+		return PauseAttrPrefix + ls.req.Tool
+	}
+	return PauseAttr
+}
 
 func (ls *Lease) setExpiry(exp int64, deadline time.Time) {
 	ls.exps = []int64{exp}
