@@ -48,8 +48,7 @@
 // A lease is an entry of leases and a member of its principal's set and,
 // for a capped tool, the tool's; a ticket is an entry of queue (a task's:
 // of tasks, see Tasks) and of tickets, and a member of its principal's
-// waiting set. A task's ticket and its claim's lease share their id: the
-// ticket is claimed while that lease is live, and then waits no more. Each is added and removed whole, in one write; a removal
+// waiting set. Each is added and removed whole, in one write; a removal
 // by anyone but its owner is conditioned on the value seen (a lease's
 // expiry, a ticket's number). A count is the size of a map or set, never
 // a number stored apart from what it counts. A lease (or a probe) is live
