@@ -69,29 +69,11 @@ type attempt struct {
 	firstExp map[string]int64
 	// purgeRefused: its last purge was refused.
 	purgeRefused bool
-	// failures: store errors in a row while it waits; takeErrs: takes in
-	// a row that met one.
-	failures int
+	// takeErrs: takes in a row that met a store error.
 	takeErrs int
 }
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
-
-func (a *attempt) rules(v *view) rules {
-	return rulesOf(a.req.capIn(v), a.req.PrincipalCap, a.req.Rates)
-}
-
-// gateAttrs are the gates an admission of r is conditioned on.
-func (r *Request) gateAttrs() []string {
-	out := []string{PauseAttr}
-	if r.Tool != "" {
-		out = append(out, PauseAttrPrefix+r.Tool)
-	}
-	if r.Breaker != nil {
-		out = append(out, BreakerAttr(r.Breaker.Name))
-	}
-	return out
-}
 
 func (a *attempt) run(ctx context.Context) (*Lease, error) {
 	waitUntil := a.waitEnd()
@@ -124,7 +106,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			} else if a.n != 0 {
 				a.n = 0 // its ticket was passed over or purged
 			}
-			err := refusal(v.gatesOf(a.req.Tool, a.me.breaker), a.me.label, now, v.hold)
+			_, err := v.admits(a.req.Tool, a.me.breaker, a.me.label, now, nil)
 			var open *CircuitOpenError
 			refuse := errors.As(err, &open) || err != nil && a.req.Wait <= 0
 			rl := rateLimited(v, a.req.Rates, now)
@@ -162,7 +144,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		}
 		served, h, bypass := a.decide(v, now)
 		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
-			a.l.startDue(ctx, a.req.Key, v, a.rules(v))
+			a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
 		}
 		var err error
 		switch {
@@ -199,21 +181,18 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		eager = 0
 		if err != nil && a.joined && storeError(err) && time.Now().Before(waitUntil) {
 			// A store error while it waits: it keeps its ticket and looks again.
-			for err != nil {
-				a.failures++
-				if err := a.pause(ctx, jitter(min(writeMaxBackoff<<min(a.failures, 3), a.l.maxLook)), waitUntil); err != nil {
+			for failures := 1; err != nil; failures++ {
+				if err := a.pause(ctx, jitter(min(writeMaxBackoff<<min(failures, 3), a.l.maxLook)), waitUntil); err != nil {
 					return nil, err
 				}
 				v, err = a.l.read(ctx, a.req.Key)
 				a.own = v
 			}
-			a.failures = 0
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		a.failures = 0
 	}
 }
 
@@ -277,7 +256,7 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	since := map[string]time.Time{}
 	var bypass []*ticket
 	for {
-		h := v.walk(now, &a.me, a.rules(v), skip)
+		h := v.walk(now, &a.me, a.req.rules(v), skip)
 		more := false
 		for _, t := range h.ahead {
 			// A task's turn too: its call is expected from then.
@@ -286,16 +265,10 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 				at = time.Now()
 			}
 			since[t.id] = at
-			if t.task {
-				// Never presumed gone: passed over, keeping its ticket.
-				if t.started > 0 && now-t.started >= StartTimeout.Milliseconds() {
-					skip[t.id] = true
-					bypass = append(bypass, t)
-					more = true
-				}
-				continue
-			}
-			if time.Since(at) >= claimWindow(t) {
+			// A caller past its claim window is presumed gone; a task never
+			// is, but is passed over, keeping its ticket, once its start
+			// went unclaimed for StartTimeout.
+			if t.task && t.started > 0 && now-t.started >= StartTimeout.Milliseconds() || !t.task && time.Since(at) >= claimWindow(t) {
 				skip[t.id] = true
 				bypass = append(bypass, t)
 				more = true
@@ -315,7 +288,7 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 // write would count and could not remove itself (in a set it adds to), or
 // more than one write removes.
 func (a *attempt) mustPurge(v *view, now int64) bool {
-	own := a.ownSets()
+	own := a.req.ownSets()
 	for _, s := range own {
 		if members := v.sets[s]; len(members) > v.liveIn(now, members) {
 			return true
@@ -329,12 +302,12 @@ func (a *attempt) mustPurge(v *view, now int64) bool {
 	return newUpdate().purge(v, now, "", "").more
 }
 
-// ownSets are the sets a lease of this attempt is a member of: its
-// principal's, and its tool's when the tool is capped.
-func (a *attempt) ownSets() []string {
-	out := []string{PrincipalAttr(a.me.label)}
-	if a.req.ToolCap > 0 {
-		out = append(out, ToolAttr(a.req.Tool))
+// ownSets are the sets a lease of r is a member of: its principal's, and
+// its tool's when the tool is capped.
+func (r *Request) ownSets() []string {
+	out := []string{PrincipalAttr(r.Holder)}
+	if r.ToolCap > 0 {
+		out = append(out, ToolAttr(r.Tool))
 	}
 	return out
 }
@@ -380,16 +353,14 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	exp := now + (hold + a.l.margin).Milliseconds()
 	id := a.me.id
 	u := newUpdate()
-	p := u.purge(v, now, id, a.me.label, append(append(a.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), a.req.gateAttrs()...)...)...)
-	rs := a.l.rulesFor(a.req, v)
+	p := u.purge(v, now, id, a.me.label, append(append(a.req.ownSets(), WaitingAttr(a.me.label)), append(rateAttrs(a.req.Rates), gateAttrs(a.req.Tool, a.me.breaker)...)...)...)
 	bv := v
 	if bv == nil {
 		bv, _, _ = a.b.latest() // only chooses the form of the charge, which its condition checks
 	}
+	keep := a.req.rules(v).tokens(h.ahead)
 	for _, r := range a.req.Rates {
-		u.charge(r, bv, now, countIf(h.ahead, func(t *ticket) bool {
-			return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool { return b.Name == r.Name })
-		}))
+		u.charge(r, bv, now, keep[r.Name])
 	}
 	lp := u.path(LeasesAttr, id)
 	u.set(lp, u.num(exp))
@@ -464,7 +435,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		u.removeTicket(t.id, t.label, t.n, t.task)
 		u.count(u.path(FreedAttr), 1)
 	}
-	u.admit(a.req.gateAttrs(), a.me.label, id, exp, now, h.probes, v)
+	u.admit(gateAttrs(a.req.Tool, a.me.breaker), a.me.label, id, exp, now, h.probes, v)
 	u.ttl(exp)
 	// Judged for its moment: sent once (see Take in the package doc).
 	u.judged = true
@@ -498,11 +469,6 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	}
 }
 
-// rulesFor is rulesOf for req as v shows the key.
-func (l *Limiter) rulesFor(req Request, v *view) rules {
-	return rulesOf(req.capIn(v), req.PrincipalCap, req.Rates)
-}
-
 // judgedKey carries in a take's context the seq of the view it was judged
 // from (which the fault simulation checks).
 type judgedKey struct{}
@@ -519,7 +485,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task}
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
-	for _, g := range a.req.gateAttrs() {
+	for _, g := range gateAttrs(a.req.Tool, a.me.breaker) {
 		for _, key := range []string{gateAll, a.me.label} {
 			if e := v.gates[g].entry(key); e.probe == a.me.id {
 				ls.probes = append(ls.probes, gateRef{g, key})
@@ -838,7 +804,7 @@ func (a *attempt) leave(ctx context.Context) {
 	lp := u.path(LeasesAttr, id)
 	u.remove(lp)
 	u.cond("attribute_exists(" + lp + ")")
-	for _, set := range a.ownSets() {
+	for _, set := range a.req.ownSets() {
 		u.del(u.path(set), id)
 	}
 	u.count(u.path(FreedAttr), 1)
@@ -856,7 +822,8 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 		}
 		e.Waiting = v.waiting(now, a.task)
 		e.InUse = v.liveLeases(now)
-		if f, ok := refusal(v.gatesOf(a.req.Tool, ""), a.me.label, now, v.hold).(*FullError); ok && e.Reason == "" {
+		_, err := v.admits(a.req.Tool, "", a.me.label, now, nil)
+		if f, ok := err.(*FullError); ok && e.Reason == "" {
 			return f // no breaker's: a pause or the hold
 		}
 		switch {
@@ -891,10 +858,14 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 	for range maxEager {
 		now := l.clock().UnixMilli()
 		// It leaves the callers before it their tokens, as a take does.
-		rs := l.rulesFor(req, v)
-		waiting := aheadIn(v, req, rs, now)
+		rs := req.rules(v)
+		var ahead []*ticket
+		if v != nil {
+			ahead = v.walk(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, nil).ahead
+		}
+		waiting := rs.tokens(ahead)
 		if v != nil && own {
-			if err := refusal(v.gatesOf(req.Tool, ""), req.Holder, now, v.hold); err != nil {
+			if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
 				l.stats.refused(err)
 				return nil, err
 			}
@@ -905,7 +876,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		}
 		u := newUpdate()
 		u.once = true
-		u.admit(req.gateAttrs(), req.Holder, "", 0, now, nil, v)
+		u.admit(gateAttrs(req.Tool, ""), req.Holder, "", 0, now, nil, v)
 		// Both maps: a task's ticket waits for a token as a caller's does.
 		for _, task := range []bool{false, true} {
 			mp, n := u.path(kindAttr(task)), 0
@@ -943,20 +914,4 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		v, own = nv, true
 	}
 	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
-}
-
-// aheadIn counts, for each bucket, the callers waiting in v whose turn
-// comes before a newcomer's making req at now and who take a token from it.
-func aheadIn(v *view, req Request, r rules, now int64) map[string]int {
-	n := map[string]int{}
-	if v == nil {
-		return n
-	}
-	me := &asker{id: "", label: req.Holder, tool: req.Tool, rates: req.Rates}
-	for _, t := range v.walk(now, me, r, nil).ahead {
-		for _, b := range r.buckets(t) {
-			n[b.Name]++
-		}
-	}
-	return n
 }

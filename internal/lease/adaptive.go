@@ -92,18 +92,16 @@ func isLimitAttr(attr string) bool { return (&limitState{bases: map[string]int64
 
 // capIn is the request's cap as v shows it: its Cap, or with Adaptive the
 // item's limit within [Min, Cap] (Min when there is none).
-func (r *Request) capIn(v *view) int { return capIn(r.Cap, r.Adaptive, v) }
-
-func capIn(ceiling int, ad *Adaptive, v *view) int {
-	if ad == nil || ceiling <= 0 {
-		return ceiling
+func (r *Request) capIn(v *view) int {
+	if r.Adaptive == nil || r.Cap <= 0 {
+		return r.Cap
 	}
-	floor := ad.floor(ceiling)
+	floor := r.Adaptive.floor(r.Cap)
 	lim := int64(floor)
 	if v != nil && v.limit > 0 {
 		lim = v.limit
 	}
-	return int(min(max(lim, int64(floor)), int64(ceiling)))
+	return int(min(max(lim, int64(floor)), int64(r.Cap)))
 }
 
 // floor is the lowest the limit goes under ceiling.
@@ -136,7 +134,7 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 		return false
 	}
 	fresh := ls.round == v.round // else: no evidence of the limit as it is now
-	lim := int64(capIn(ls.req.Cap, ad, v))
+	lim := int64(ls.req.capIn(v))
 	floor := int64(ad.floor(ls.req.Cap))
 	round := func() string { return u.eqOrAbsent(u.path(LimitRoundAttr), v.round) }
 	move := func(to int64, why string) bool {

@@ -111,7 +111,7 @@ func TestAdaptiveLimitFindsTheKnee(t *testing.T) {
 				wg.Go(func() {
 					time.Sleep(15 * time.Second)
 					for time.Now().Before(end) {
-						seen = append(seen, capIn(req.Cap, req.Adaptive, itemLimit(t, db, req.Key)))
+						seen = append(seen, req.capIn(itemLimit(t, db, req.Key)))
 						time.Sleep(250 * time.Millisecond)
 					}
 				})
@@ -174,7 +174,7 @@ func TestAdaptiveLimitDoesNotInflateWhenIdle(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got := capIn(10, req.Adaptive, itemLimit(t, db, "srv")); got > 2 {
+		if got := (&Request{Cap: 10, Adaptive: req.Adaptive}).capIn(itemLimit(t, db, "srv")); got > 2 {
 			t.Errorf("after 50 calls one at a time the limit is %d; want at most 2", got)
 		}
 	})
@@ -360,7 +360,7 @@ func TestAdaptiveLimitToleratesVaryingCalls(t *testing.T) {
 		wg.Wait()
 		v := itemLimit(t, db, "srv")
 		t.Logf("limit %d (%s)", v.limit, v.why)
-		if got := capIn(12, req.Adaptive, v); got < 10 {
+		if got := (&Request{Cap: 12, Adaptive: req.Adaptive}).capIn(v); got < 10 {
 			t.Errorf("the limit is %d after two minutes of calls the upstream had room for; want at least 10", got)
 		}
 	})

@@ -48,8 +48,7 @@
 // A lease is an entry of leases and a member of its principal's set and,
 // for a capped tool, the tool's; a ticket is an entry of queue (a task's:
 // of tasks, see Tasks) and of tickets, and a member of its principal's
-// waiting set. A task's ticket and its claim's lease share their id: the
-// ticket is claimed while that lease is live, and then waits no more. Each is added and removed whole, in one write; a removal
+// waiting set. Each is added and removed whole, in one write; a removal
 // by anyone but its owner is conditioned on the value seen (a lease's
 // expiry, a ticket's number). A count is the size of a map or set, never
 // a number stored apart from what it counts. A lease (or a probe) is live
@@ -323,88 +322,70 @@
 //
 // # Tasks
 //
-// A task (Enqueue) waits with no caller behind it: its ticket is numbered
-// from seq, kept in tasks, served in the same turn order and passed over
-// for the same reasons (a task waits out a shut gate rather than being
-// refused). Tasks have MaxQueued places of their own, with the same
-// reserve: a task holds no invocation, so a bulkhead does not bound them.
-// Its deadline is its task's; before it, it is never presumed gone.
-// Whoever sees its turn come — a release, a waiter behind it, a worker
-// whose turn it was not, StartDue — marks its ticket (s: now, on condition
-// that no mark younger than StartTimeout is there) and, having won the
-// mark, starts a worker (Options.OnTaskStart). The worker claims the place
-// (Claim): a waiter's take of its own ticket, judged from a fresh read,
-// which sets its lease and keeps the ticket, conditioned on its number;
-// when its turn has passed meanwhile, it takes its mark back (on condition
-// it is still its own) and leaves the ticket for the next start. A lost
-// start (an instance dying after its mark, an invocation never delivered)
-// is made again by the first to see the turn StartTimeout after it. While
-// its last start has gone unclaimed for StartTimeout, callers behind it
-// pass it — it keeps its ticket and number, and such a take is
-// conditioned on that mark as seen — so a task nobody claims cannot hold
-// a free place from everyone. Withdraw removes a task's ticket while it is
-// not claimed (ADD 1 to freed, conditioned on its number and on no lease
-// of its id, or on the lapsed one, which goes with it), and only for the
-// task the ticket was joined for (the ticket keeps its task's id; a
-// withdrawal naming another task finds no ticket); a claimed task's
-// lease is released like any other. As a task's ticket is never presumed
-// gone, its join is also conditioned on freed as seen: landing late,
-// after the ticket was claimed and released, withdrawn or lapsed (each of
-// which moves freed), it would bring the ticket back and the task would
-// run again; so after a join whose outcome was unknown, Enqueue succeeds
-// when it finds the ticket or a lease of its id (a worker claimed it),
-// joins again only while freed is as that join saw it, and otherwise
-// fails (the ticket may have come and gone). Two workers of one start
-// share the ticket's id, and may set the same expiry: a claim's take also
-// names the claim in the ticket (w: 60 random bits), and a worker whose
-// takes' outcomes were unknown takes the lease it then finds for its own
-// only if the ticket names its claim.
+// A task (Enqueue) waits with no caller behind it: its ticket, numbered
+// from seq and kept in tasks, is served in the callers' turn order, passed
+// over for the same reasons (it waits out a shut gate rather than being
+// refused), and never presumed gone before its deadline, its task's. Tasks
+// have MaxQueued places of their own, with the same reserve. A task's join
+// is also conditioned on freed as seen: landing late, after its ticket was
+// claimed and released, withdrawn or lapsed (each moves freed), it would
+// run the task again; so after a join of unknown outcome Enqueue succeeds
+// when it finds the ticket or a lease of its id, joins again only while
+// freed is as that join saw it, and otherwise fails.
 //
-// A claimed ticket — one whose lease, of the same id, is live — is no
-// waiter: it takes no turn, no start is marked on it (a mark is
-// conditioned on the lease as seen: none, or a lapsed one), it takes no
-// queue place, and Withdraw cannot take it back (ErrClaimed). The lease's
-// release removes the ticket with it, in its one write, on condition that
-// the lease holds an expiry its holder wrote and that the ticket names
-// its claim, or that the ticket is gone (past its deadline and purged
-// while the call ran on) and the lease holds the expiry its holder knows
-// it wrote (a later claim, made while the ticket was there, sets one past
-// a lapse of it); its renewal has the same condition. So a claim
-// outliving its ticket whose renewal's outcome was unknown cannot tell
-// that renewal's expiry from a later claim's: its next renewal is refused
-// (its call is cut off, as any call whose lease was lost) and its place
-// comes back when the lease lapses. A later claim's lease has the same id, and may hold the expiry of a
-// renewal of the earlier one whose outcome was unknown (a renewal's term
-// bounded by the call's end, a claim's hold by its deadline: the same
-// millisecond), so the expiry alone would let a late holder give back or
-// extend it; the ticket names the later claim. The expiry stays in the
-// condition for claims made by an instance built before claims named
-// themselves, which leave the ticket naming the claim before them. A
-// holder that must judge from an answer whether the lease is still its
-// own (a release made again, a renewal whose condition failed) asks the
-// same of the view. A lease that lapses unreleased — its worker died or
-// is late — leaves the ticket waiting again, at its number, with no
-// write: its turn comes, a worker is started as for any lost start, and
-// its claim purges the lapsed lease and takes the place anew. Whether the
-// task's call was made is not the item's to know: the task's own record
-// says (the gateway's worker makes its call only once it marked the
-// record running, conditionally, and never on a record an earlier claim
-// marked; see internal/gateway). With freed as seen (above), each ticket
-// a task's join sees claimed is still there: the join's room is the tasks
-// map's size less those (size(tasks) < MaxQueued + purged + claimed), so
-// a running task takes no queue place; a claim lapsing afterwards waits
-// again past the bound (it had its place: at most the cap's claims more
-// are stored). Nor is a principal whose tasks run, with nothing waiting,
-// held to the reserve: a join's condition names its claimed tickets and
-// requires each one's lease live at the writer's now (the item carries
-// the expiry), so a claim that lapsed counts as waiting again with no
-// write, as in the turn order. The judgement is the writer's clock's: a
-// join landing late, or from a clock behind, may still read a claim
-// lapsed meanwhile as running, letting its principal take one reserve
-// place it would not have — the queue's bound holds whatever. A principal
-// with more than maxNamed tickets in its set is held to the reserve as
-// one with a ticket waiting. A task costs no write more than before: its
-// claim and its release.
+// Whoever sees a task's turn come — a release, a waiter behind it, a
+// worker whose turn it was not, StartDue — marks its ticket (s: now, on
+// condition of its number, of no mark younger than StartTimeout, and of
+// its lease as seen: none, or a lapsed one) and, having won the mark,
+// starts a worker (Options.OnTaskStart). A lost start is made again by
+// the first to see the turn StartTimeout after it; while a start has gone
+// unclaimed that long, callers behind pass the ticket (it keeps its
+// number), each such take conditioned on the mark as seen.
+//
+// The worker claims the place (Claim): a take of its own ticket, judged
+// from a fresh read and conditioned on its number, that sets the lease,
+// keeps the ticket and names the claim in it (w: 60 random bits). Two
+// workers of one start share the id and may set the same expiry: one
+// whose takes' outcomes were unknown takes the lease it finds for its own
+// only if the ticket names its claim. When its turn has passed, it takes
+// its mark back (on condition it is still its own) and fails.
+//
+// A claimed ticket — its lease, of the same id, live — is no waiter: it
+// takes no turn, no start and no queue place (a join's room is
+// size(tasks) < MaxQueued + purged + claimed, freed as seen keeping each
+// claimed ticket there; a claim lapsing afterwards waits again past the
+// bound, at most the cap's claims more), and Withdraw cannot take it back
+// (ErrClaimed). Nor does it hold its principal to the reserve: a join's
+// condition names its claimed tickets, maxNamed at most (more: held to
+// the reserve), and requires each one's lease live at the writer's now,
+// so a lapsed claim waits again with no write; a join landing late, or
+// from a clock behind, may so take one reserve place it would not have,
+// the queue's bound holding whatever.
+//
+// The lease's release (which removes the ticket in its one write) and
+// renewal are conditioned on an expiry its holder wrote and on the ticket
+// naming its claim, or on the ticket gone (lapsed and purged while the
+// call ran on) and the lease holding the expiry its holder knows it wrote
+// (a later claim sets one past a lapse of it). A later claim's lease has
+// the same id and may hold the expiry of a renewal of the earlier one
+// whose outcome was unknown (a renewal bounded by the call's end, a
+// claim's hold by its deadline: the same millisecond): the ticket naming
+// the later claim tells them apart, and a claim outliving its ticket
+// after such a renewal is refused its next one (its call cut off, its
+// place back when the lease lapses). The expiry stays in the condition
+// for claims of instances built before claims named themselves. A holder
+// judging from an answer whether the lease is still its own asks the same
+// of the view. A lease that lapses unreleased leaves the ticket waiting
+// again, at its number, with no write: a worker is started as for a lost
+// start, and its claim purges the lapsed lease. Whether the task's call
+// was made is its record's to say (internal/gateway marks it running,
+// conditionally, before the call, never over an earlier claim's mark).
+//
+// Withdraw removes a task's ticket while it is not claimed (ADD 1 to
+// freed, conditioned on its number and on no lease of its id, or on the
+// lapsed one, which goes with it), and only for the task it was joined
+// for (x: the ticket keeps its task's id). A task costs no write more
+// than a call: its claim and its release.
 //
 // # Answers and views
 //
@@ -418,14 +399,10 @@
 // # Invariants
 //
 // Each is a test, named after it. The fault simulation
-// (TestFaultSimulation) judges every store answer of hundreds of seeded
-// schedules (thousands in make soak) — lost, delayed, duplicated and
-// late-landing writes, callers and instances dying, clocks skewed within
-// the margin, purges cut short, tasks enqueued, started, claimed and
-// withdrawn — and every QueueFull refusal, by the item that refused its
-// join, against a model of the protocol written apart from its code
-// (sim_model_test.go), with its own reading of the item, turn order,
-// buckets, gates, limit and tasks.
+// (TestFaultSimulation; its faults in docs/tests.md) judges every store
+// answer of its seeded schedules, and every QueueFull refusal by the item
+// that refused its join, against a model of the protocol written apart
+// from its code (sim_model_test.go), with its own reading of the item.
 //
 //  1. No cap is exceeded: leases holds at most Cap (or the limit) live
 //     entries, each tool set at most its ToolCap, each principal set at
@@ -544,17 +521,12 @@
 //     TestTwoWorkersOfOneStartClaimOnceThoughATakeIsLost,
 //     TestALapsedClaimLeavesItsTaskWaitingAgain,
 //     TestALateWorkersReleaseLeavesTheNewClaim, TestAClaimedTaskIsNoWaiter).
-//     The fault simulation judges all of it: its schedules enqueue tasks
-//     with deadlines, start their workers (starts lost, made twice,
-//     workers dying between their claim and the mark of the task's record
-//     — a fake of it, whose conditional mark the simulation checks lands
-//     at most once, so a call is made at most once — and during their
-//     call), withdraw tasks at random times and run StartDue every 1.5 s,
-//     under the same faults; a task whose turn has come (for a claim that
-//     lapsed unreleased: once every clock within the skew sees the lapse)
-//     must be started within StartTimeout of its last start plus that
-//     period, twice the skew and MaxLook, and what the faults cost the
-//     StartDue schedule's requests.
+//     The fault simulation judges all of it: a task whose turn has come
+//     (for a claim that lapsed unreleased: once every clock within the
+//     skew sees the lapse) must be started within StartTimeout of its
+//     last start plus StartDue's period (1.5 s), twice the skew and
+//     MaxLook, and what the faults cost StartDue's requests; its call is
+//     made at most once.
 //
 // # Guarantee
 //

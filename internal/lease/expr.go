@@ -365,14 +365,8 @@ func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func
 	}
 	var err error
 	for attempt := range writeAttempts {
-		if attempt > 0 {
-			t := time.NewTimer(backoff(attempt))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, fmt.Errorf("lease: write %s: %w", key, cmp.Or(err, ctx.Err()))
-			case <-t.C:
-			}
+		if attempt > 0 && sleep(ctx, backoff(attempt), key) != nil {
+			return nil, fmt.Errorf("lease: write %s: %w", key, err)
 		}
 		l.stats.writes.Add(1)
 		sent := time.Now()
@@ -423,8 +417,7 @@ func classify(err error) (retry, unsure bool) {
 
 // backoff is the jittered wait before attempt n (n ≥ 1) of a write.
 func backoff(n int) time.Duration {
-	d := min(writeMinBackoff<<(n-1), writeMaxBackoff)
-	return jitter(d)
+	return jitter(min(writeMinBackoff<<(n-1), writeMaxBackoff))
 }
 
 // read fetches the item of key with a strongly consistent read.

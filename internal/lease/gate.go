@@ -10,17 +10,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Gates (see Gates in the package doc): gateAll keys everyone's entry.
+// Gates' attributes (see Item and Gates in the package doc); gateAll keys
+// everyone's entry.
 const (
-	// BreakerAttrPrefix starts a breaker's gate: "breaker:<tool>".
 	BreakerAttrPrefix = "breaker:"
-	// PauseAttr is the server's pause gate; PauseAttrPrefix starts a
-	// tool's: "pause:<tool>".
-	PauseAttr       = "pause"
-	PauseAttrPrefix = "pause:"
-	// HoldAttr is an operator's hold: no place is taken before it (Unix ms).
-	HoldAttr = "hold"
-	gateAll  = "*"
+	PauseAttr         = "pause"
+	PauseAttrPrefix   = "pause:"
+	HoldAttr          = "hold"
+	gateAll           = "*"
 )
 
 // Fields of a gate entry.
@@ -47,15 +44,6 @@ func isGateAttr(attr string) bool {
 
 // BreakerAttr is the gate of the breaker named name.
 func BreakerAttr(name string) string { return BreakerAttrPrefix + name }
-
-// pauseAttr is the gate a pause of tool's upstream closes: the tool's when
-// its server pauses per tool, else the server's.
-func pauseAttr(tool string, perTool bool) string {
-	if perTool && tool != "" {
-		return PauseAttrPrefix + tool
-	}
-	return PauseAttr
-}
 
 type gate struct {
 	attr    string
@@ -131,12 +119,24 @@ func (e gateEntry) barredFor(label string, now int64) bool {
 	return e.barred == label && e.barUntil > now
 }
 
-// gatesOf lists the gates v shows for a caller of tool with breaker
-// ("" if none): its breaker's, the server's pause and its tool's.
+// gateAttrs are the gates of a caller of tool with breaker ("" if none):
+// the server's pause, its tool's and its breaker's.
+func gateAttrs(tool, breaker string) []string {
+	out := []string{PauseAttr}
+	if tool != "" {
+		out = append(out, PauseAttrPrefix+tool)
+	}
+	if breaker != "" {
+		out = append(out, BreakerAttr(breaker))
+	}
+	return out
+}
+
+// gatesOf lists the gates of gateAttrs that v shows.
 func (v *view) gatesOf(tool, breaker string) []*gate {
 	var out []*gate
-	for _, attr := range []string{BreakerAttr(breaker), PauseAttr, PauseAttrPrefix + tool} {
-		if g := v.gates[attr]; g != nil && (attr != BreakerAttr("") || breaker != "") && attr != PauseAttrPrefix {
+	for _, attr := range gateAttrs(tool, breaker) {
+		if g := v.gates[attr]; g != nil {
 			out = append(out, g)
 		}
 	}
@@ -146,29 +146,6 @@ func (v *view) gatesOf(tool, breaker string) []*gate {
 // stillProbes keeps of probes the entries v shows id the probe of.
 func (v *view) stillProbes(probes []gateRef, id string) []gateRef {
 	return slices.DeleteFunc(probes, func(p gateRef) bool { return v.gates[p.attr].entry(p.key).probe != id })
-}
-
-// passes says whether a caller of principal label passes the gates gs at
-// now, and which breaker entries it would probe; probing lists the entries
-// whose probe was already handed out.
-func passes(gs []*gate, label string, now int64, probing map[gateRef]bool) (ok bool, probes []gateRef) {
-	for _, g := range gs {
-		for _, key := range []string{gateAll, label} {
-			e, ok := g.entries[key]
-			switch {
-			case !ok:
-			case e.shut(now) || e.probing(now):
-				return false, nil
-			case g.breaker() && e.halfOpen(now):
-				ref := gateRef{g.attr, key}
-				if probing[ref] || e.barredFor(label, now) {
-					return false, nil
-				}
-				probes = append(probes, ref)
-			}
-		}
-	}
-	return true, probes
 }
 
 // CircuitOpenError means a breaker refused the call.
@@ -191,15 +168,19 @@ func (e *CircuitOpenError) Error() string {
 	return fmt.Sprintf("lease: circuit %q is open for %v", e.Name, e.RetryAfter.Round(time.Millisecond))
 }
 
-// refusal is why the gates gs or the hold refuse a caller of principal
-// label at now: *CircuitOpenError, else *FullError Paused or Held; nil
-// when they let it pass.
-func refusal(gs []*gate, label string, now, hold int64) error {
+// admits judges a caller of principal label, tool and breaker ("" if
+// none) at now against the gates v shows and the hold: the breaker entries
+// it would probe (probing lists those whose probe was already handed out),
+// or why it may not pass: *CircuitOpenError, else *FullError Paused or
+// Held.
+func (v *view) admits(tool, breaker, label string, now int64, probing map[gateRef]bool) ([]gateRef, error) {
 	var pause int64
+	var probes []gateRef
 	ms := func(t int64) time.Duration { return time.Duration(t-now) * time.Millisecond }
-	for _, g := range gs {
+	for _, g := range v.gatesOf(tool, breaker) {
 		for _, key := range []string{gateAll, label} {
 			e, ok := g.entries[key]
+			ref := gateRef{g.attr, key}
 			switch name := strings.TrimPrefix(g.attr, BreakerAttrPrefix); {
 			case !ok:
 			case !g.breaker():
@@ -207,21 +188,25 @@ func refusal(gs []*gate, label string, now, hold int64) error {
 					pause = max(pause, e.until)
 				}
 			case e.shut(now):
-				return &CircuitOpenError{Name: name, Principal: key != gateAll, RetryAfter: ms(e.until)}
+				return nil, &CircuitOpenError{Name: name, Principal: key != gateAll, RetryAfter: ms(e.until)}
 			case e.probing(now):
-				return &CircuitOpenError{Name: name, HalfOpen: true, RetryAfter: max(ms(e.probeExp), 50*time.Millisecond)}
+				return nil, &CircuitOpenError{Name: name, HalfOpen: true, RetryAfter: max(ms(e.probeExp), 50*time.Millisecond)}
 			case e.halfOpen(now) && e.barredFor(label, now):
-				return &CircuitOpenError{Name: name, HalfOpen: true, Principal: true, RetryAfter: ms(e.barUntil)}
+				return nil, &CircuitOpenError{Name: name, HalfOpen: true, Principal: true, RetryAfter: ms(e.barUntil)}
+			case e.halfOpen(now) && probing[ref]:
+				return nil, &CircuitOpenError{Name: name, HalfOpen: true}
+			case e.halfOpen(now):
+				probes = append(probes, ref)
 			}
 		}
 	}
 	switch {
-	case hold > now && hold >= pause:
-		return &FullError{Reason: Held, What: "server", RetryAfter: ms(hold)}
+	case v.hold > now && v.hold >= pause:
+		return nil, &FullError{Reason: Held, What: "server", RetryAfter: ms(v.hold)}
 	case pause > now:
-		return &FullError{Reason: Paused, What: "server", RetryAfter: ms(pause)}
+		return nil, &FullError{Reason: Paused, What: "server", RetryAfter: ms(pause)}
 	}
-	return nil
+	return probes, nil
 }
 
 // admit conditions a take made at now on the caller of principal label

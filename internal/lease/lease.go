@@ -23,38 +23,19 @@ type API interface {
 
 var _ API = (*dynamodb.Client)(nil)
 
-// Attribute names in a lease item.
+// Attribute names in a lease item (see Item in the package doc); a
+// prefix starts a set's or a gate's name.
 const (
-	// LeasesAttr is the map of lease id → expiry (Unix ms); the key's count
-	// is its size.
-	LeasesAttr = "leases"
-	// ToolAttrPrefix prefixes the string set of the leases in a place of
-	// one capped tool: "tool:<name>".
-	ToolAttrPrefix = "tool:"
-	// PrincipalAttrPrefix prefixes the string set of one principal's
-	// leases: "principal:<label>".
+	LeasesAttr          = "leases"
+	ToolAttrPrefix      = "tool:"
 	PrincipalAttrPrefix = "principal:"
-	// QueueAttr is the map of ticket id → its number, issued by SeqAttr,
-	// of the callers waiting.
-	QueueAttr = "queue"
-	// TasksAttr is the same map for the tasks waiting (Enqueue): their
-	// tickets are numbered and served with the callers', but counted
-	// apart (no caller waits behind them).
-	TasksAttr = "tasks"
-	// TicketsAttr is the map of ticket id → {p: principal label, d:
-	// deadline, t: tool, c: tool cap, r: tool rpm; a task's also x: its
-	// task id, s: when a worker was last started for it}.
-	TicketsAttr = "tickets"
-	// WaitingAttrPrefix prefixes the string set of one principal's
-	// tickets: "waiting:<label>".
-	WaitingAttrPrefix = "waiting:"
-	// SeqAttr counts the tickets issued; FreedAttr the places freed.
-	SeqAttr   = "seq"
-	FreedAttr = "freed"
-	// CallAttr is how long calls on the key last, in ms: a running mean
-	// written by the releases of calls the upstream answered or failed
-	// (see callMean).
-	CallAttr = "call_ms"
+	QueueAttr           = "queue"
+	TasksAttr           = "tasks"
+	TicketsAttr         = "tickets"
+	WaitingAttrPrefix   = "waiting:"
+	SeqAttr             = "seq"
+	FreedAttr           = "freed"
+	CallAttr            = "call_ms"
 )
 
 // IsItemAttr reports whether the limiter keeps attr in a lease item.

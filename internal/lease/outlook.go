@@ -21,9 +21,7 @@ type Outlook struct {
 }
 
 // Outlook returns what this process last saw of req.Key's item about
-// ticket id (or a ticket of req's joining now, when id is not in the
-// queue); ok is false when it has seen nothing of the item. It reads no
-// store and changes nothing.
+// ticket id; ok is false when it has seen nothing of the item.
 func (l *Limiter) Outlook(req Request, id string) (o Outlook, ok bool) {
 	v, _, _ := l.board(req.Key).latest()
 	if v == nil {

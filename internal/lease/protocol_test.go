@@ -478,7 +478,7 @@ func TestLeavingTicketFailsATakeJudgedBefore(t *testing.T) {
 		}
 		y.leave(ctx) // Y gives up
 		before := itemView(t, db, "srv")
-		if ok, _ := before.turn3(m.now(), &m.me, m.rules(before), nil); ok {
+		if ok, _ := before.turn3(m.now(), &m.me, m.req.rules(before), nil); ok {
 			t.Fatal("with Y gone it is still m's turn; the schedule does not test anything")
 		}
 		ls, _, err := m.take3(ctx, v, ahead, bypass, now)
@@ -557,7 +557,7 @@ func TestTakeIsJudgedWhenSent(t *testing.T) {
 		if ls == nil {
 			return
 		}
-		if ok, before := parseItem(pre).turn3(judgedAt, &m.me, m.rules(parseItem(pre)), nil); !ok {
+		if ok, before := parseItem(pre).turn3(judgedAt, &m.me, m.req.rules(parseItem(pre)), nil); !ok {
 			t.Errorf("m's resent take landed on p's last place while, as the item stood when it was sent, it was the turn of %v", ids(before))
 		}
 	})
@@ -1209,7 +1209,7 @@ func TestLaterJoinerDoesNotFailAWaitersTake(t *testing.T) {
 		if _, err := n.join(ctx, itemView(t, db, "srv")); err != nil {
 			t.Fatal(err)
 		}
-		if ok, _ := itemView(t, db, "srv").turn3(w.now(), &w.me, w.rules(look), nil); ok {
+		if ok, _ := itemView(t, db, "srv").turn3(w.now(), &w.me, w.req.rules(look), nil); ok {
 			t.Fatal("in the item as it is now it is still w's turn; the schedule tests nothing")
 		}
 		ls, _, err := w.take3(ctx, look, ahead, bypass, judged)
@@ -1338,7 +1338,7 @@ func TestProbeVerdictFailsATakeThatPassedOverItsCaller(t *testing.T) {
 			t.Fatalf("A2's take: %v, %v", l2, err)
 		}
 		before := itemView(t, db, "srv")
-		ok, turnOf := before.turn3(w.now(), &w.me, w.rules(before), nil)
+		ok, turnOf := before.turn3(w.now(), &w.me, w.req.rules(before), nil)
 		if ok || len(turnOf) != 1 || turnOf[0].id != a3.me.id {
 			t.Fatalf("in the item W's take finds: W served %v, turn of %v; want A3's turn, not W's", ok, ids(turnOf))
 		}
@@ -1408,7 +1408,7 @@ func TestTakeIsMadeForTheInstantItWasJudged(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond) // W's goroutine is descheduled between decide and take
 			before := itemView(t, db, "srv")
-			if ok, turnOf := before.turn3(w.now(), &w.me, w.rules(before), nil); ok || len(turnOf) != 1 || turnOf[0].id != a.me.id {
+			if ok, turnOf := before.turn3(w.now(), &w.me, w.req.rules(before), nil); ok || len(turnOf) != 1 || turnOf[0].id != a.me.id {
 				t.Fatalf("at the take's moment: W served %v, turn of %v; want A's turn", ok, ids(turnOf))
 			}
 			wn := w.n
@@ -1417,7 +1417,7 @@ func TestTakeIsMadeForTheInstantItWasJudged(t *testing.T) {
 				t.Fatal(err)
 			}
 			if at, ok := madeAt(w, ls); ok {
-				if served, turnOf := before.turn3(at, &w.me, w.rules(before), nil); !served {
+				if served, turnOf := before.turn3(at, &w.me, w.req.rules(before), nil); !served {
 					t.Errorf("W (#%d), judged at %d, took the one place with a take made at %d, the turn of %v (A is #%d): its breaker's open period ended at %d",
 						wn, until-1, at, ids(turnOf), a.n, until)
 				}
@@ -1448,7 +1448,7 @@ func TestTakeIsMadeForTheInstantItWasJudged(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 			before := itemView(t, db, "srv")
-			if ok, turnOf := before.turn3(w.now(), &w.me, w.rules(before), nil); ok || len(turnOf) != 1 || turnOf[0].id != z.me.id {
+			if ok, turnOf := before.turn3(w.now(), &w.me, w.req.rules(before), nil); ok || len(turnOf) != 1 || turnOf[0].id != z.me.id {
 				t.Fatalf("at the take's moment: W served %v, turn of %v; want Z's turn", ok, ids(turnOf))
 			}
 			wn := w.n
@@ -1457,7 +1457,7 @@ func TestTakeIsMadeForTheInstantItWasJudged(t *testing.T) {
 				t.Fatal(err)
 			}
 			if at, ok := madeAt(w, ls); ok {
-				if served, turnOf := before.turn3(at, &w.me, w.rules(before), nil); !served {
+				if served, turnOf := before.turn3(at, &w.me, w.req.rules(before), nil); !served {
 					t.Errorf("W (#%d) took p's one place with a take made at %d, the turn of %v (Z is #%d), whose tool's lease lapsed after W's look at %d",
 						wn, at, ids(turnOf), z.n, o.Expiry.UnixMilli())
 				}

@@ -117,7 +117,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		}
 		if v != nil {
 			// The place it gave back may be a task's turn.
-			l.startDue(ctx, ls.req.Key, v, l.rulesFor(ls.req, v))
+			l.startDue(ctx, ls.req.Key, v, ls.req.rules(v))
 		}
 		return tr, nil
 	}
@@ -178,10 +178,9 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 	} else {
 		u.cond("attribute_exists(" + lp + ")")
 	}
-	if ls.req.ToolCap > 0 {
-		u.del(u.path(ToolAttr(ls.req.Tool)), ls.id)
+	for _, set := range ls.req.ownSets() {
+		u.del(u.path(set), ls.id)
 	}
-	u.del(u.path(PrincipalAttr(ls.req.Holder)), ls.id)
 	u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))
 	if ls.task {
 		u.remove(u.path(TasksAttr, ls.id))
@@ -244,17 +243,15 @@ func callMean(mean int64, took time.Duration) int64 {
 }
 
 // Renew extends the lease (and its probes) to expire hold + Margin from
-// now, or at the expiry its holder knows it wrote if that is later (a
-// renewal never shortens a lease), only if it still holds an expiry this
-// holder wrote (else ErrNotHeld). CallDeadline is set hold from now.
+// now, never before the expiry its holder knows it wrote (see Renew in
+// the package doc; ErrNotHeld if it is not held). CallDeadline is set
+// hold from now.
 func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	if ls.released.Load() {
 		return ErrNotHeld
 	}
 	l := ls.l
 	localNow := time.Now()
-	// Never earlier than the expiry it knows it wrote: a later claim of a
-	// task's lease sets one past a lapse of that (see heldAs).
 	exp := max(l.clock().Add(hold+l.margin).UnixMilli(), ls.exps[0])
 	if !ls.req.holds() {
 		ls.setExpiry(exp, localNow.Add(hold))
@@ -295,11 +292,8 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 
 // heldAs is the condition that the lease at path holds one of the
 // expiries this holder may have written and, a task's, that its ticket
-// names its claim: a later claim of the task holds a lease of the same
-// id, and may set the expiry of a renewal of this one that never landed.
-// A ticket gone (lapsed and purged while a call ran on) names no claim:
-// then only the expiry it knows it wrote is its own, which no later
-// claim sets (one sets an expiry past a lapse of it).
+// names its claim, or is gone and the lease holds the expiry it knows it
+// wrote (see Tasks in the package doc).
 func (ls *Lease) heldAs(u *update, path string) string {
 	conds := make([]string, len(ls.exps))
 	for i, e := range ls.exps {
@@ -323,10 +317,8 @@ func (ls *Lease) heldIn(v *view) bool {
 	return slices.Contains(ls.exps, exp) && ls.claimIn(v, exp)
 }
 
-// claimIn reports whether v, showing the lease at exp, shows it as a
-// task's claim holds it (heldAs): its ticket names the claim, or is gone
-// and exp is the expiry it knows it wrote. True for a lease that is no
-// task's.
+// claimIn reports whether v, showing the lease at exp, shows the ticket
+// as heldAs requires it (true for a lease that is no task's).
 func (ls *Lease) claimIn(v *view, exp int64) bool {
 	if ls.claim == "" {
 		return true
@@ -349,8 +341,14 @@ func (ls *Lease) claimIn(v *view, exp int64) bool {
 	return exp == ls.exps[0]
 }
 
-// pauseGate is the gate its upstream's pause closes.
-func (ls *Lease) pauseGate() string { return pauseAttr(ls.req.Tool, ls.req.PauseTool) }
+// pauseGate is the gate its upstream's pause closes: its tool's when its
+// server pauses per tool, else the server's.
+func (ls *Lease) pauseGate() string {
+	if ls.req.PauseTool && ls.req.Tool != "" {
+		return PauseAttrPrefix + ls.req.Tool
+	}
+	return PauseAttr
+}
 
 func (ls *Lease) setExpiry(exp int64, deadline time.Time) {
 	ls.exps = []int64{exp}
@@ -385,12 +383,8 @@ func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.
 		deadline := ls.CallDeadline
 		term := hold()
 		for {
-			t := time.NewTimer(time.Until(deadline.Add(-term / 2)))
-			select {
-			case <-callCtx.Done():
-				t.Stop()
+			if sleep(callCtx, time.Until(deadline.Add(-term/2)), ls.req.Key) != nil {
 				return
-			case <-t.C:
 			}
 			for {
 				left := time.Until(end)
@@ -413,10 +407,8 @@ func (ls *Lease) KeepAlive(ctx context.Context, end time.Time, hold func() time.
 					cancel(ErrLeaseLost)
 					return
 				}
-				select {
-				case <-callCtx.Done():
+				if sleep(callCtx, wait, ls.req.Key) != nil {
 					return
-				case <-time.After(wait):
 				}
 			}
 			if term >= time.Until(end) {

@@ -59,7 +59,7 @@ func TestTakeThatReranksWaitersFailsATakeJudgedBefore(t *testing.T) {
 			t.Fatalf("C's take: lease %v, error %v", ls, err)
 		}
 		before := itemView(t, db, "srv")
-		if ok, _ := before.turn3(n.now(), &n.me, n.rules(before), nil); ok {
+		if ok, _ := before.turn3(n.now(), &n.me, n.req.rules(before), nil); ok {
 			t.Fatal("with C's place taken it is still N's turn; the schedule does not test anything")
 		}
 		ls, _, err := n.take3(ctx, nv, ahead, bypass, nNow)

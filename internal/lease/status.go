@@ -97,15 +97,15 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 	ms := now.UnixMilli()
 	st := Status{Leases: []LeaseStatus{}, Queue: []TicketStatus{}, CallLength: time.Duration(v.callMS) * time.Millisecond}
 	st.Breakers, st.Pauses = v.gateStatus(ms)
+	req := Request{Cap: cap, PrincipalCap: principalCap, Adaptive: ad}
 	if ad != nil && cap > 0 {
-		st.Limit = &LimitStatus{Current: capIn(cap, ad, v), Min: ad.floor(cap), Ceiling: cap, Why: v.why}
+		st.Limit = &LimitStatus{Current: req.capIn(v), Min: ad.floor(cap), Ceiling: cap, Why: v.why}
 		if v.at > 0 {
 			st.Limit.At = time.UnixMilli(v.at)
 		}
 		for tool, b := range v.bases {
 			put(&st.Limit.Baselines, tool, time.Duration(b)*time.Millisecond)
 		}
-		cap = st.Limit.Current
 	}
 	if e := v.gates[PauseAttr].entry(gateAll); e.shut(ms) {
 		st.PausedUntil = msTime(e.until)
@@ -141,7 +141,7 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 	order := slices.Clone(v.queue)
 	held := v.held(ms)
 	slices.SortStableFunc(order, func(a, b *ticket) int { return ranks(a, b, held) })
-	turn := v.walk(ms, nil, rules{cap: cap, principalCap: principalCap}, nil).ahead
+	turn := v.walk(ms, nil, req.rules(v), nil).ahead
 	for _, t := range order {
 		if v.claimed(t, ms) {
 			continue // a task running: its lease shows it

@@ -41,15 +41,12 @@ var (
 )
 
 // Enqueue puts a task in req.Key's queue until deadline (see Tasks in the
-// package doc): a ticket served as a waiting caller's, with no caller
-// behind it; when its turn comes, whoever sees so starts a worker
-// (Options.OnTaskStart), which claims the place (Claim). It is refused as
-// a caller that would wait is: a breaker shut to req's principal
-// (*CircuitOpenError), a bucket with no token (*RateLimitedError), or
-// MaxQueued tasks waiting (*FullError QueueFull: tasks have MaxQueued
-// places of their own). It returns the ticket's id, which its lease will
-// have: ticket (from NewTaskID, so that the task's record can name it
-// before the task waits), or a new one when ticket is empty.
+// package doc); a worker started when its turn comes claims the place
+// (Claim). It is refused as a caller that would wait is
+// (*CircuitOpenError, *RateLimitedError, *FullError QueueFull). It returns
+// the ticket's id, which its lease will have: ticket (from NewTaskID, so
+// that the task's record can name it before the task waits), or a new one
+// when ticket is empty.
 func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID string, deadline time.Time) (string, error) {
 	if err := req.validate(); err != nil {
 		return "", err
@@ -96,7 +93,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		if t := v.ticketFor(a.me.id); t != nil {
 			// Its join landed (an attempt whose answer was lost, or this
 			// one).
-			l.startDue(ctx, req.Key, v, a.rules(v))
+			l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return a.me.id, nil
 		}
 		if a.joined && v.leases[a.me.id] != 0 {
@@ -114,7 +111,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			return "", fmt.Errorf("lease: enqueue on %s: the item kept changing; try again", req.Key)
 		}
 		var open *CircuitOpenError
-		if err := refusal(v.gatesOf(req.Tool, a.me.breaker), a.me.label, now, v.hold); errors.As(err, &open) {
+		if _, err := v.admits(req.Tool, a.me.breaker, a.me.label, now, nil); errors.As(err, &open) {
 			l.stats.refused(err)
 			return "", err
 		}
@@ -160,15 +157,11 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 }
 
 // Claim takes the place of task ticket id for its worker if the task's
-// turn has come (see Tasks in the package doc): the ticket becomes a lease
-// of the same id, charged and conditioned as a waiting caller's take is,
-// and stays in the item, claimed, until the lease's release. req is the
-// task's request as Enqueue was given it, but for the worker's Hold and
-// CallBy. It never waits: when it is not the task's turn it gives back its
-// start (mark, from TaskStart), so that the next to see the turn starts a
-// worker at once, and fails with ErrNotYourTurn. ErrNoTicket: the ticket
-// is gone (withdrawn, released, lapsed); ErrClaimed: another worker's
-// claim holds it.
+// turn has come (see Tasks in the package doc). req is the task's request
+// as Enqueue was given it, but for the worker's Hold and CallBy. It never
+// waits: when it is not the task's turn it gives back its start (mark,
+// from TaskStart) and fails with ErrNotYourTurn; ErrNoTicket: the ticket
+// is gone; ErrClaimed: another worker's claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
@@ -214,7 +207,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		served, h, _ := a.decide(v, now)
 		if !served || tries >= maxEager {
 			l.clearStart(ctx, req.Key, t, mark)
-			l.startDue(ctx, req.Key, v, a.rules(v))
+			l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
 		}
 		ls, _, err := a.take(ctx, v, h, nil, now)
@@ -229,14 +222,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 	}
 }
 
-// Withdraw takes task taskID's ticket id out of key's queue (a task
-// cancelled, or whose call will not be made) while no worker holds its
-// place: before a claim, or once a claim's lease lapsed (the lease goes
-// too). ErrNoTicket: it is not there (withdrawn, lapsed, released), or it
-// is another task's — a start naming a ticket its task never had (forged,
-// or a record and a ticket that do not match) withdraws nothing;
-// ErrClaimed: a worker holds its place, which only the end of its call
-// gives back.
+// Withdraw takes task taskID's ticket id out of key's queue while no
+// worker holds its place (see Tasks in the package doc). ErrNoTicket: it
+// is not there, or is another task's (a start naming a ticket its task
+// never had withdraws nothing); ErrClaimed: a worker holds its place.
 func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 	v, err := l.read(ctx, key)
 	if err != nil {
@@ -302,15 +291,13 @@ func (l *Limiter) StartDue(ctx context.Context, req Request) error {
 	if err != nil {
 		return err
 	}
-	l.startDue(ctx, req.Key, v, l.rulesFor(req, v))
+	l.startDue(ctx, req.Key, v, req.rules(v))
 	return nil
 }
 
-// startDue starts a worker, through the start hook, for each task of v
-// whose turn has come at its clock's now under r, unless a start of it is
-// younger than StartTimeout (in the item, or here). Each start is won by
-// one conditional write (its mark in the ticket); a lost one is left to
-// whoever won it.
+// startDue starts a worker for each task of v whose turn has come under
+// r, unless a start of it is younger than StartTimeout (in the item, or
+// here), each won by its mark (markStart).
 func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 	if l.onStart == nil || v == nil || v.tickets(true) == 0 {
 		return
@@ -330,10 +317,8 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 	}
 }
 
-// markStart writes now as ticket t's start, on condition that it is still
-// in the queue, numbered as seen, unclaimed as seen in v (no lease of its
-// id, or the lapsed one), and that no start younger than StartTimeout is
-// there: true when it landed.
+// markStart writes now as ticket t's start (see Tasks in the package
+// doc): true when it landed.
 func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket, now int64) bool {
 	u := newUpdate()
 	tp := u.path(TicketsAttr, t.id)
@@ -376,9 +361,8 @@ func (l *Limiter) clearStart(ctx context.Context, key string, t *ticket, mark in
 const maxNamed = 8
 
 // notWaiting returns label's tickets in v that wait no more at now —
-// claimed (its task running) or lapsed — when they are all its waiting
-// set's members, at most maxNamed; ok false otherwise (one of them waits,
-// or the set holds what v does not show as its ticket).
+// claimed or lapsed — when they are all its waiting set's members, at
+// most maxNamed; ok false otherwise.
 func (v *view) notWaiting(label string, now int64) (ts []*ticket, ok bool) {
 	members := v.sets[WaitingAttr(label)]
 	if len(members) > maxNamed {
@@ -399,11 +383,9 @@ func (v *view) notWaiting(label string, now int64) (ts []*ticket, ok bool) {
 }
 
 // stillNotWaiting is the alternative, in a join's reserve condition, that
-// label's waiting set wp holds only the tickets v shows waiting no more
-// at now (notWaiting), and that each still does not: a claimed one's
-// lease is live at now (a claim's lease lapsing makes its ticket wait
-// again with no write, and so fails it: the item carries the expiry), a
-// lapsed one's deadline past. "" when there are none, or when one waits.
+// label's waiting set wp holds only the tickets notWaiting returns, each
+// still so at now: a claimed one's lease live, a lapsed one's deadline
+// past. "" when there are none, or when one waits.
 func (u *update) stillNotWaiting(wp string, v *view, label string, now int64) string {
 	ts, ok := v.notWaiting(label, now)
 	if !ok || len(ts) == 0 {

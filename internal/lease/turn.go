@@ -54,22 +54,19 @@ type candidate struct {
 // the package doc.
 func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout {
 	var cands []*candidate
+	mine := int64(math.MaxInt64)
+	if me != nil {
+		c := &candidate{t: v.mine(me), me: true}
+		cands, mine = append(cands, c), c.t.n
+	}
 	for _, t := range v.queue {
-		if me != nil && t.id == me.id {
-			cands = append(cands, &candidate{t: &ticket{id: me.id, label: me.label, n: t.n, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM, deadline: t.deadline}, me: true})
-		} else if v.waits(t, now) && !skip[t.id] {
+		if (me == nil || t.id != me.id) && v.waits(t, now) && !skip[t.id] {
 			cands = append(cands, &candidate{t: t})
 		}
-	}
-	if me != nil && !slices.ContainsFunc(cands, func(c *candidate) bool { return c.me }) {
-		cands = append(cands, &candidate{t: &ticket{id: me.id, label: me.label, n: math.MaxInt64, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM}, me: true})
 	}
 	room := math.MaxInt
 	if r.cap > 0 {
 		room = r.cap - v.liveLeases(now)
-	}
-	if v.hold > now || v.gates[PauseAttr].entry(gateAll).shut(now) {
-		room = 0
 	}
 	held := v.held(now)
 	toolUsed, principalUsed, tokensUsed := map[string]int{}, map[string]int{}, map[string]int{}
@@ -91,7 +88,8 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		if c.me {
 			breaker = me.breaker
 		}
-		return passes(v.gatesOf(t.tool, breaker), t.label, now, probing)
+		probes, err := v.admits(t.tool, breaker, t.label, now, probing)
+		return err == nil, probes
 	}
 	var h handout
 	for room > 0 {
@@ -129,10 +127,6 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		h.ahead = append(h.ahead, t)
 	}
 	if me != nil {
-		mine := int64(math.MaxInt64)
-		if t := v.ticketFor(me.id); t != nil {
-			mine = t.n
-		}
 		h.passed = slices.ContainsFunc(cands, func(c *candidate) bool { return !c.me && !c.done && c.t.n < mine })
 	}
 	return h
@@ -162,19 +156,31 @@ func (r rules) buckets(t *ticket) []Rate {
 	return out
 }
 
-// rulesOf reads the rules every caller of the key shares from a request's
-// rates: the server's bucket and the per-principal one.
-func rulesOf(cap, principalCap int, rates []Rate) rules {
-	r := rules{cap: cap, principalCap: principalCap}
-	for _, rt := range rates {
-		switch {
-		case rt.Name == "server":
-			r.serverRPM = rt.PerMinute
-		case strings.HasPrefix(rt.Name, "principal:"):
-			r.principalRPM = rt.PerMinute
+// tokens counts, for each bucket, the tickets of ahead that take a token
+// from it.
+func (r rules) tokens(ahead []*ticket) map[string]int {
+	n := map[string]int{}
+	for _, t := range ahead {
+		for _, b := range r.buckets(t) {
+			n[b.Name]++
 		}
 	}
-	return r
+	return n
+}
+
+// rules are the rules every caller of the key shares, as r and v give
+// them: the cap, and the server's and the per-principal bucket.
+func (r *Request) rules(v *view) rules {
+	out := rules{cap: r.capIn(v), principalCap: r.PrincipalCap}
+	for _, rt := range r.Rates {
+		switch {
+		case rt.Name == "server":
+			out.serverRPM = rt.PerMinute
+		case strings.HasPrefix(rt.Name, "principal:"):
+			out.principalRPM = rt.PerMinute
+		}
+	}
+	return out
 }
 
 // ranks orders two waiting callers: the one whose principal holds fewer
@@ -183,17 +189,23 @@ func ranks(a, b *ticket, held map[string]int) int {
 	return cmp.Or(cmp.Compare(held[a.label], held[b.label]), cmp.Compare(a.n, b.n), strings.Compare(a.id, b.id))
 }
 
+// mine is me's ticket as a walk counts it: its number in v (+∞ for a
+// newcomer), with what me needs of a place.
+func (v *view) mine(me *asker) *ticket {
+	t := &ticket{id: me.id, label: me.label, n: math.MaxInt64, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM}
+	if q := v.ticketFor(me.id); q != nil {
+		t.n, t.deadline = q.n, q.deadline
+	}
+	return t
+}
+
 // before counts the tickets waiting that come before me in the order of
 // walk, as the item stands: where me is in the queue.
 func (v *view) before(now int64, me *asker) int { return v.beforeIf(now, me, nil) }
 
 // beforeIf is before, counting only the tickets keep holds of (nil: all).
 func (v *view) beforeIf(now int64, me *asker, keep func(*ticket) bool) int {
-	held := v.held(now)
-	mine := &ticket{id: me.id, label: me.label, n: math.MaxInt64}
-	if t := v.ticketFor(me.id); t != nil {
-		mine.n = t.n
-	}
+	held, mine := v.held(now), v.mine(me)
 	n := 0
 	for _, t := range v.queue {
 		if t.id != me.id && v.waits(t, now) && ranks(t, mine, held) < 0 && (keep == nil || keep(t)) {
