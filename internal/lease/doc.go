@@ -89,7 +89,8 @@
 //     that changes nothing.
 //   - Leave: a waiter that gives up removes its ticket whole and ADDs 1 to
 //     freed, conditioned on its number, and the lease a take of it of
-//     unknown outcome may have set, whole, conditioned on that expiry.
+//     unknown outcome may have set, whole, on condition that it exists
+//     (its id is the waiter's own: nobody else writes it).
 //   - Release: REMOVE the lease whole (a task's with its ticket, and on
 //     condition that it holds an expiry this holder wrote and that the
 //     ticket names its claim: see Tasks); ADD 1 to freed; the outcome to its
