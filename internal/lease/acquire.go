@@ -412,7 +412,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if v != nil {
 		if a.n == 0 {
 			// A newcomer: nobody joined since it looked.
-			u.cond(u.isSeen(u.path(SeqAttr), v.seqSeen))
+			u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 		}
 		// A claimed ticket that could rank before it — numbered before it,
 		// or of another principal (ranked by places held) — waits again
@@ -511,15 +511,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	p := u.purge(v, now, id, a.me.label, wp)
 	kind := kindAttr(a.task)
 	sp, qp, tp := u.path(SeqAttr), u.path(kind, id), u.path(TicketsAttr, id)
-	var next string
-	if v != nil && v.badSeq {
-		// Not a whole number at least 0 (the item is anyone's to write):
-		// a whole one past every ticket seen, on the value seen.
-		u.cond(u.isSeen(sp, v.seqSeen))
-		next = u.num(v.lastNumber() + 1)
-	} else {
-		next = "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
-	}
+	next := "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
 	u.set(sp, next)
 	u.set(qp, next)
 	info := map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: a.me.label}, ticketDeadline: number(deadline)}

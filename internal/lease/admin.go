@@ -42,8 +42,8 @@ func (a *Admin) Pause(ctx context.Context, key string, until time.Time) error {
 		return a.l.write(ctx, key, u, nil)
 	}
 	v, err := pause()
-	if errors.Is(err, errCondition) && v != nil && v.malformed[HoldAttr] != nil {
-		// A hold not a whole number reads as none: put right, then set.
+	if errors.Is(err, errCondition) && v != nil && v.needsRepair() {
+		// A hold written by hand reads as none: put right, then set.
 		if _, err := a.l.repair(ctx, key, v); err != nil {
 			return fmt.Errorf("lease: pause %s: %w", key, err)
 		}

@@ -71,12 +71,9 @@
 //     a store error its caller reads the item and judges again (finding
 //     its lease if the take landed).
 //   - Join: a caller that will wait ADDs 1 to seq and sets queue.<id> to
-//     the new value in one write (both operands read the item as it was),
-//     (a seq not a whole number at least 0, or below a ticket's number,
-//     as a hand edit may leave it, reads as none: the join sets it and
-//     its ticket to one past every ticket it sees, conditioned on seq as
-//     seen, so it joins once, numbered after every caller waiting,
-//     TestASeqLoweredByHandNumbersNoTicketBeforeOthers),
+//     the new value in one write (both operands read the item as it was;
+//     a seq a hand edit left below a ticket's number is repaired first,
+//     below, TestASeqLoweredByHandNumbersNoTicketBeforeOthers),
 //     on condition that size(queue) < MaxQueued and, when its principal
 //     has callers waiting already, size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so
@@ -106,33 +103,36 @@
 //     an expiry this holder wrote (a task's: and that its ticket names its
 //     claim).
 //   - Purge: any write removes up to maxPurge stale entries — expired
-//     leases, tickets past their deadline, half leases or tickets,
+//     leases, tickets past their deadline, set members with no lease,
 //     principals' full buckets, idle gate entries — whole, each
-//     conditioned on the value seen (a half ticket's queue or tasks
-//     entry on its value as stored, a number not whole or not a number
-//     alike, on its absence only when it has none); a ticket's, a gate
-//     entry's or a bucket's purge ADDs 1 to freed. The item is anyone's
-//     to write: a bucket's time or a gate entry's field that is not a
-//     whole number reads as 0 (a bucket so is full, and stale whoever's
-//     it is; a charge overwrites it), and every write judged from it is
-//     conditioned on it as stored; a map, list or set on its type alone
-//     (attribute_type), as the store compares those by reference. So are
-//     a probe's or a bar's fields (one not whole reads as none running,
-//     or past) and a task's start mark (read as none). A map (leases,
-//     queue, tasks, tickets), a set or a gate that is not one, or freed,
-//     the hold or the adaptive limit's numbers not whole, read as none,
-//     and a caller that reads such an item first repairs it, in one
-//     write conditioned on each as stored: a map made empty; a set, a
-//     gate, the hold or the limit removed; freed and the limit's round
-//     set to now, a number no count reaches, so no write judged from a
-//     view before the edit lands. A release the store refuses as invalid
-//     (its ADD to freed, its DELETE from a set, over such a value) reads
-//     the item, repairs it so, and is made again; a task's withdrawal
-//     repairs what it reads so before it writes.
-//     When a write's view shows more stale entries than it can remove that
-//     its own conditions would count (the key's leases, its tool's or
-//     principal's set, the queue), it sends purges first, so lapsed
-//     entries never wedge a key whatever its caps are lowered to.
+//     conditioned on the value seen; a ticket's, a gate entry's or a
+//     bucket's purge ADDs 1 to freed. When a write's view shows more stale
+//     entries than it can remove that its own conditions would count (the
+//     key's leases, its tool's or principal's set, the queue), it sends
+//     purges first, so lapsed entries never wedge a key whatever its caps
+//     are lowered to.
+//   - Repair: the item is anyone's to write. A value of a type or shape
+//     the protocol never writes reads as none, and a caller whose view
+//     shows one first puts it right, in one write with the purges its
+//     view shows, conditioned on each value as stored (a map, list or set
+//     on its type alone, attribute_type, as the store compares those by
+//     reference), so every other write judges only values of the
+//     protocol's shapes: a map (leases, queue, tasks, tickets) not one is
+//     made empty; seq not a whole number, below 0 or below a ticket's
+//     number, one past every ticket; freed or the limit's round not
+//     whole, now, a number no count reaches, so no write judged from a
+//     view before the edit lands; the rest is removed — a set or a gate
+//     not one, the hold or the limit's numbers not whole, a bucket's time
+//     not whole (it reads as full), a gate entry not a map, with a field
+//     of another type, or with a probe or a bar and no time to it (whole),
+//     each part of a half ticket (its queue or tasks entry any value, its
+//     tickets entry, its waiting member), a task's start mark not whole.
+//     A repair puts right up to maxRepair (16) values and ADDs 1 to
+//     freed; the next puts right the rest. A release that fails over
+//     such a value, or that the store refuses as invalid (its ADD to
+//     freed, its DELETE from a set), reads the item if need be, repairs
+//     it, and is made again, as is a pause refused over one; a task's
+//     withdrawal and StartDue repair what they read before they write.
 //
 // No write removes what it did not see or relies on another having
 // landed: a write whose outcome is unknown (a timeout, a reset connection,
@@ -419,7 +419,9 @@
 //     key (TestLapsedLeasesDoNotWedgeALoweredCap,
 //     TestLapsedTicketsDoNotWedgeALoweredQueue,
 //     TestAQueueEntryNumberedZeroDoesNotWedgeAKey), nor do malformed
-//     ones (TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
+//     ones, each put right by one repair, conditioned on it as stored,
+//     before a write is judged from it
+//     (TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
 //     TestAMalformedSeqIsJoinedOnceAndMadeWhole,
 //     TestMapsAndListsWrittenByHandDoNotWedgeAKey,
 //     TestABreakerOpensOverEveryonesEntryWrittenByHand,

@@ -62,6 +62,17 @@ func (u *update) path(parts ...string) string {
 	return strings.Join(out, ".")
 }
 
+// named is the placeholder path of parts if u names them all already, ""
+// if not (path would add a name, which must then be used).
+func (u *update) named(parts ...string) string {
+	for _, n := range parts {
+		if _, ok := u.byName[n]; !ok {
+			return ""
+		}
+	}
+	return u.path(parts...)
+}
+
 // value returns a new placeholder for v.
 func (u *update) value(v types.AttributeValue) string {
 	p := ":v" + strconv.Itoa(len(u.values))
@@ -211,50 +222,13 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		}
 		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
 	}
-	for _, h := range v.halves {
-		if !room(h.id == id || h.waiting != "" && kept(WaitingAttr(h.waiting))) {
-			continue
-		}
-		qp, tp := u.path(kindAttr(h.task && !h.both), h.id), u.path(TicketsAttr, h.id)
-		// Conditioned on its value as stored, whatever it is (0, a fraction,
-		// a string, a map): a number read as none would fail an absence
-		// condition at every write, wedging the key.
-		u.cond(u.isSeen(qp, h.seen))
-		if h.seen != nil {
-			u.remove(qp)
-			if h.task && !h.both {
-				p.tasks++
-			} else {
-				p.queue++
-			}
-		}
-		if h.both {
-			// In both maps (a hand edit): its tasks entry goes too.
-			xp := u.path(TasksAttr, h.id)
-			u.remove(xp)
-			u.cond("attribute_exists(" + xp + ")")
-			p.tasks++
-		}
-		if h.details != nil {
-			u.remove(tp)
-			u.cond("attribute_exists(" + tp + ")")
-		} else {
-			u.cond("attribute_not_exists(" + tp + ")")
-		}
-		if h.waiting != "" {
-			u.del(u.path(WaitingAttr(h.waiting)), h.id)
-		}
-	}
 	for _, attr := range slices.Sorted(maps.Keys(v.rates)) {
-		seen := v.rateSeen[attr]
-		if !room(slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now) && whole(seen)) {
+		if !room(slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now)) {
 			continue
 		}
-		// A bucket whose time is not a whole number reads as full, as an
-		// absent one: any write may purge it, on its value as stored.
 		rp := u.path(attr)
 		u.remove(rp)
-		u.cond(u.isSeen(rp, seen))
+		u.cond(rp + " = " + u.num(v.rates[attr]))
 		u.count(u.path(FreedAttr), 1)
 	}
 	entries, empty := v.staleEntries(now)
@@ -435,38 +409,53 @@ func (l *Limiter) read(ctx context.Context, key string) (*view, error) {
 	return l.board(key).see(parseItem(out.Item), sent), nil
 }
 
-// repair makes the item's maps (if_not_exists: one there is kept) and
-// puts right what v shows malformed, each conditioned on its value as
-// stored (see Purge in the package doc): a map, as an empty one; a
-// set, a gate, the hold, the limit or its evidence, removed, as each
-// reads as none; freed and the limit's round, set to now, a number no
-// count reaches, so no write judged from a view before is taken as
-// judged from this one. It returns the item as written (nil: it was
-// not, the item having changed).
+// maxRepair bounds the malformed values one repair puts right: the next
+// puts right the rest.
+const maxRepair = 16
+
+// repair purges what v shows stale, makes the maps missing, and puts
+// right up to maxRepair values v shows malformed, each conditioned on its
+// value as stored, ADDing 1 to freed (see Repair in the package doc). It
+// returns the item as written (nil: it was not, the item having changed).
 func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error) {
 	u := newUpdate()
 	now := l.clock().UnixMilli()
-	empty := u.value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}})
-	for _, attr := range []string{LeasesAttr, QueueAttr, TasksAttr, TicketsAttr} {
-		n := u.path(attr)
-		if seen := v.malformed[attr]; seen != nil {
-			u.cond(u.isSeen(n, seen))
-			u.set(n, empty)
-			continue
+	u.purge(v, now, "", "")
+	fixes, freedSet := v.fixes[:min(len(v.fixes), maxRepair)], false
+	for _, f := range fixes {
+		if len(f.path) > 2 && slices.Contains(u.removes, u.named(f.path[:2]...)) {
+			continue // its ticket is purged whole
 		}
-		u.set(n, "if_not_exists("+n+", "+empty+")")
-	}
-	for _, attr := range slices.Sorted(maps.Keys(v.malformed)) {
-		n := u.path(attr)
-		switch attr {
-		case LeasesAttr, QueueAttr, TasksAttr, TicketsAttr:
-			continue
-		case FreedAttr, LimitRoundAttr:
-			u.set(n, u.num(now))
+		p := u.path(f.path...)
+		u.cond(u.isSeen(p, f.seen))
+		switch attr := f.path[0]; {
+		case f.member != "":
+			u.del(p, f.member)
+		case len(f.path) > 1:
+			u.remove(p)
+		case attr == LeasesAttr || attr == QueueAttr || attr == TasksAttr || attr == TicketsAttr:
+			u.set(p, u.value(emptyMap()))
+		case attr == SeqAttr:
+			u.set(p, u.num(v.lastNumber()+1))
+		case attr == FreedAttr || attr == LimitRoundAttr:
+			u.set(p, u.num(now))
+			freedSet = freedSet || attr == FreedAttr
 		default:
-			u.remove(n)
+			u.remove(p)
 		}
-		u.cond(u.isSeen(n, v.malformed[attr]))
+	}
+	for _, attr := range []string{LeasesAttr, QueueAttr, TasksAttr, TicketsAttr} {
+		// One written or written inside is there (and one write may not
+		// do both).
+		p := u.path(attr)
+		if !slices.ContainsFunc(slices.Concat(u.sets, u.removes), func(w string) bool { return strings.HasPrefix(w, p+" ") || strings.HasPrefix(w, p+".") || w == p }) {
+			u.set(p, "if_not_exists("+p+", "+u.value(emptyMap())+")")
+		}
+	}
+	if freedSet {
+		delete(u.counts, u.path(FreedAttr)) // set to now: past any count
+	} else if len(fixes) > 0 {
+		u.count(u.path(FreedAttr), 1)
 	}
 	u.ttl(now)
 	nv, err := l.write(ctx, key, u, nil)
@@ -474,6 +463,10 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 		return nil, nil // changed meanwhile: judged again from the item as it is
 	}
 	return nv, err
+}
+
+func emptyMap() types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
 }
 
 func itemKey(key string) map[string]types.AttributeValue {

@@ -48,21 +48,21 @@ func BreakerAttr(name string) string { return BreakerAttrPrefix + name }
 type gate struct {
 	attr    string
 	entries map[string]gateEntry
+	// bad counts the entries malformed (not in entries).
+	bad int
 }
 
 type gateEntry struct {
 	until, probeExp, fails, last, barUntil int64
 	probe, barred                          string
-	// seen is the entry as stored: a field not a whole number (or not a
-	// string) reads as 0 (""), and writes judged from it are conditioned
-	// on seen, whatever it is (the item is anyone's to write).
-	seen types.AttributeValue
+	// seen is the entry as stored.
+	seen *types.AttributeValueMemberM
 }
 
 // field is field k of the entry as stored (nil: none).
 func (e gateEntry) field(k string) types.AttributeValue {
-	if m, ok := e.seen.(*types.AttributeValueMemberM); ok {
-		return m.Value[k]
+	if e.seen != nil {
+		return e.seen.Value[k]
 	}
 	return nil
 }
@@ -70,12 +70,16 @@ func (e gateEntry) field(k string) types.AttributeValue {
 // gateRef names one entry of one gate.
 type gateRef struct{ attr, key string }
 
-func parseGate(attr string, m *types.AttributeValueMemberM) *gate {
+// parseGate reads gate attr; an entry not a map, with a field of another
+// type than the protocol writes, or with a probe or a bar and no whole
+// time to it, is malformed (bad): the repair removes it whole.
+func parseGate(attr string, m *types.AttributeValueMemberM, bad func(seen types.AttributeValue, path ...string)) *gate {
 	g := &gate{attr: attr, entries: map[string]gateEntry{}}
 	for key, v := range m.Value {
 		f, _ := v.(*types.AttributeValueMemberM)
-		if f == nil {
-			g.entries[key] = gateEntry{seen: v}
+		if !wellFormed(f) {
+			bad(v, attr, key)
+			g.bad++
 			continue
 		}
 		str := func(k string) string {
@@ -87,9 +91,23 @@ func parseGate(attr string, m *types.AttributeValueMemberM) *gate {
 		}
 		g.entries[key] = gateEntry{until: numberOr(f.Value[gateUntil], 0), probeExp: numberOr(f.Value[gateProbeExp], 0),
 			fails: numberOr(f.Value[gateFails], 0), last: numberOr(f.Value[gateLast], 0), barUntil: numberOr(f.Value[gateBarUntil], 0),
-			probe: str(gateProbe), barred: str(gateBarred), seen: v}
+			probe: str(gateProbe), barred: str(gateBarred), seen: f}
 	}
 	return g
+}
+
+// wellFormed: gate entry f is a map, a probe and a bar strings with
+// their times, its other fields whole numbers.
+func wellFormed(f *types.AttributeValueMemberM) bool {
+	if f == nil || f.Value[gateProbe] != nil && f.Value[gateProbeExp] == nil || f.Value[gateBarred] != nil && f.Value[gateBarUntil] == nil {
+		return false
+	}
+	for k, fv := range f.Value {
+		if _, isS := fv.(*types.AttributeValueMemberS); (k == gateProbe || k == gateBarred) != isS || !isS && !whole(fv) {
+			return false
+		}
+	}
+	return true
 }
 
 func (g *gate) breaker() bool { return strings.HasPrefix(g.attr, BreakerAttrPrefix) }
@@ -222,33 +240,16 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 		for _, key := range []string{gateAll, label} {
 			ep := u.path(attr, key)
 			up := ep + "." + u.path(gateUntil)
-			seen := g.entry(key).field(gateUntil)
 			switch {
 			case slices.Contains(probes, gateRef{attr, key}):
 				e := g.entry(key)
 				pp, pe := ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp)
 				bp, bu := ep+"."+u.path(gateBarred), ep+"."+u.path(gateBarUntil)
-				var free, unbarred string
-				if e.field(gateProbe) != nil && !whole(e.field(gateProbeExp)) {
-					// A probe with an expiry not a whole number (or none)
-					// reads as none running: on both as stored.
-					free = "(" + u.isSeen(pp, e.field(gateProbe)) + " AND " + u.isSeen(pe, e.field(gateProbeExp)) + ")"
-				} else {
-					free = "(attribute_not_exists(" + pp + ") OR " + pe + " < " + u.num(now) + ")"
-				}
-				if e.barred == label && !whole(e.field(gateBarUntil)) {
-					// Its bar's time not a whole number (or none) reads as
-					// past: on both as stored.
-					unbarred = "(" + u.isSeen(bp, e.field(gateBarred)) + " AND " + u.isSeen(bu, e.field(gateBarUntil)) + ")"
-				} else {
-					unbarred = orAbsent(bp, bp+" <> "+u.str(label)+" OR "+bu+" <= "+u.num(now))
-				}
+				free := "(attribute_not_exists(" + pp + ") OR " + pe + " < " + u.num(now) + ")"
+				unbarred := orAbsent(bp, bp+" <> "+u.str(label)+" OR "+bu+" <= "+u.num(now))
 				u.cond(up+" = "+u.num(e.until), free, unbarred)
 				u.set(pp, u.str(id))
-				u.set(ep+"."+u.path(gateProbeExp), u.num(exp))
-			case seen != nil && !whole(seen):
-				// Not a whole number: read as never closed, on its value.
-				u.cond(u.isSeen(up, seen))
+				u.set(pe, u.num(exp))
 			case strings.HasPrefix(attr, BreakerAttrPrefix):
 				u.cond("attribute_not_exists(" + up + ")")
 			default:
@@ -292,13 +293,12 @@ func (u *update) setEntry(g *gate, attr, key string, val types.AttributeValue) {
 }
 
 // condEntry conditions u on entry key of g being as seen: absent, or
-// with the same closing time, failures, last failure and probe, each as
-// stored (an entry not a map: on its value).
+// with the same closing time, failures, last failure and probe.
 func (u *update) condEntry(g *gate, key string) {
 	ep := u.path(g.attr, key)
 	e, ok := g.entries[key]
-	if _, isMap := e.seen.(*types.AttributeValueMemberM); !ok || !isMap {
-		u.cond(u.isSeen(ep, e.seen))
+	if !ok {
+		u.cond("attribute_not_exists(" + ep + ")")
 		return
 	}
 	for _, f := range []string{gateUntil, gateFails, gateLast, gateProbe} {
@@ -339,15 +339,12 @@ func (g *gate) shutByAnother(label string, now int64) bool {
 // shutAll closes g's entry for everyone until until, never shortening a
 // closing that stands: u pins g as seen (pinGate) and, as pinGate cannot
 // tell an entry seen with no field from an absent one, everyone's absent
-// when it was. One seen that is not a map (pinned as seen) is written
-// whole: no field can be set inside it.
+// when it was.
 func (u *update) shutAll(g *gate, until int64) {
 	e, ok := g.entries[gateAll]
-	if _, isMap := e.seen.(*types.AttributeValueMemberM); !ok || !isMap {
+	if !ok {
 		ep := u.path(g.attr, gateAll)
-		if !ok {
-			u.cond("attribute_not_exists(" + ep + ")")
-		}
+		u.cond("attribute_not_exists(" + ep + ")")
 		u.set(ep, u.value(entryValue(map[string]int64{gateUntil: until})))
 	} else if e.until < until {
 		u.set(u.path(g.attr, gateAll, gateUntil), u.num(until))
@@ -453,7 +450,7 @@ func (v *view) staleEntries(now int64) (entries []gateRef, empty []string) {
 	idle := IdleGate.Milliseconds()
 	for _, attr := range slices.Sorted(maps.Keys(v.gates)) {
 		g := v.gates[attr]
-		if len(g.entries) == 0 {
+		if len(g.entries)+g.bad == 0 {
 			empty = append(empty, attr)
 		}
 		for _, key := range slices.Sorted(maps.Keys(g.entries)) {

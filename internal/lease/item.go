@@ -25,23 +25,16 @@ type view struct {
 	queue   []*ticket
 	halves  []half
 	hasMaps bool // leases, queue and tickets exist
-	// malformed holds, as stored, the attributes of the protocol of a
-	// type it never writes them as (see repair): a map, a set or a gate
-	// not one, freed, the hold or the limit's numbers not whole numbers.
-	malformed  map[string]types.AttributeValue
+	// fixes lists, as stored, the values of a type or shape the protocol
+	// never writes, which read as none (see repair); empty when the item
+	// holds none.
+	fixes      []fix
 	seq, freed int64
-	// seqSeen is seq as stored (nil: none); badSeq: it is not a whole
-	// number, or is below 0 (then it reads as 0) or below a ticket's
-	// number (see Join in the package doc).
-	seqSeen types.AttributeValue
-	badSeq  bool
-	callMS  int64
-	hold    int64
-	gates   map[string]*gate
-	// rates maps each bucket attribute to its arrival time (0: none, or
-	// not a whole number); rateSeen to its value as stored.
-	rates    map[string]int64
-	rateSeen map[string]types.AttributeValue
+	callMS     int64
+	hold       int64
+	gates      map[string]*gate
+	// rates maps each bucket attribute to its arrival time.
+	rates map[string]int64
 	// limitState is the adaptive limit.
 	limitState
 }
@@ -57,12 +50,10 @@ type ticket struct {
 	// toolRPM is its tool's rate limit, a minute (0: none).
 	toolRPM int
 	// task: a task's ticket (in tasks), of task taskID, a worker last
-	// started for it at started (Unix ms; 0: never, or not a whole
-	// number), startSeen as stored.
-	task      bool
-	taskID    string
-	started   int64
-	startSeen types.AttributeValue
+	// started for it at started (Unix ms; 0: never).
+	task    bool
+	taskID  string
+	started int64
 	// claim names the worker's claim that last took its place (see
 	// Tasks in the package doc).
 	claim string
@@ -89,60 +80,39 @@ func isSetAttr(attr string) bool {
 	return strings.HasPrefix(attr, ToolAttrPrefix) || strings.HasPrefix(attr, PrincipalAttrPrefix) || strings.HasPrefix(attr, WaitingAttrPrefix)
 }
 
+// fix is one malformed value of an item, as stored, at path; member,
+// when set, names the member of the set at path that goes.
+type fix struct {
+	path   []string
+	seen   types.AttributeValue
+	member string
+}
+
 // parseItem reads a lease item: a lease whose expiry is not a number
-// never expires; a ticket not whole is a half; seq, a bucket's time or a
-// gate entry's field that is not a whole number reads as 0, its value as
-// stored kept for the conditions of the writes judged from it.
+// never expires; a ticket not whole is a half. A malformed value (see
+// repair) reads as none and is listed in fixes.
 func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
-		rates: map[string]int64{}, rateSeen: map[string]types.AttributeValue{}, limitState: limitState{bases: map[string]int64{}}}
-	queue, tasks, details := map[string]int64{}, map[string]int64{}, map[string]types.AttributeValue{}
-	raw := map[string]map[string]types.AttributeValue{} // the queue's and tasks' entries as stored
+		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
+	raw := map[string]map[string]types.AttributeValue{} // each map's entries as stored
 	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
 	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
 	_, hasTasks := item[TasksAttr].(*types.AttributeValueMemberM)
 	_, hasTickets := item[TicketsAttr].(*types.AttributeValueMemberM)
 	v.hasMaps = hasLeases && hasQueue && hasTasks && hasTickets
+	bad := func(seen types.AttributeValue, path ...string) {
+		v.fixes = append(v.fixes, fix{path: path, seen: seen})
+	}
 	for attr, a := range item {
 		if isMalformed(attr, a) {
-			if v.malformed == nil {
-				v.malformed = map[string]types.AttributeValue{}
-			}
-			v.malformed[attr] = a
-		}
-		switch {
-		case attr == SeqAttr:
-			v.seq, v.seqSeen = numberOr(a, 0), a
-			if v.badSeq = !whole(a) || v.seq < 0; v.badSeq {
-				v.seq = 0
-			}
-			continue
-		case strings.HasPrefix(attr, RateAttrPrefix):
-			// Whatever its type: the item is anyone's to write.
-			v.rates[attr], v.rateSeen[attr] = numberOr(a, 0), a
+			bad(a, attr)
 			continue
 		}
 		switch x := a.(type) {
 		case *types.AttributeValueMemberM:
-			switch {
-			case attr == LeasesAttr:
-				for id, e := range x.Value {
-					v.leases[id] = numberOr(e, math.MaxInt64)
-				}
-			case attr == QueueAttr:
-				raw[attr] = x.Value
-				for id, n := range x.Value {
-					queue[id] = numberOr(n, 0)
-				}
-			case attr == TasksAttr:
-				raw[attr] = x.Value
-				for id, n := range x.Value {
-					tasks[id] = numberOr(n, 0)
-				}
-			case attr == TicketsAttr:
-				maps.Copy(details, x.Value)
-			case isGateAttr(attr):
-				v.gates[attr] = parseGate(attr, x)
+			raw[attr] = x.Value
+			if isGateAttr(attr) {
+				v.gates[attr] = parseGate(attr, x, bad)
 			}
 		case *types.AttributeValueMemberSS:
 			if isSetAttr(attr) {
@@ -151,6 +121,10 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		case *types.AttributeValueMemberN:
 			n := numberOr(x, 0)
 			switch {
+			case attr == SeqAttr:
+				v.seq = n
+			case strings.HasPrefix(attr, RateAttrPrefix):
+				v.rates[attr] = n
 			case attr == FreedAttr:
 				v.freed = n
 			case attr == CallAttr:
@@ -172,6 +146,10 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			}
 		}
 	}
+	for id, e := range raw[LeasesAttr] {
+		v.leases[id] = numberOr(e, math.MaxInt64)
+	}
+	queue, tasks, details := raw[QueueAttr], raw[TasksAttr], raw[TicketsAttr]
 	ids := map[string]bool{}
 	for _, keys := range []iter.Seq[string]{maps.Keys(queue), maps.Keys(tasks), maps.Keys(details), maps.Keys(waitingOf)} {
 		for id := range keys {
@@ -179,11 +157,12 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 	}
 	for id := range ids {
-		n, w := queue[id], waitingOf[id]
+		w := waitingOf[id]
+		qn, inQueue := queue[id]
 		tn, isTask := tasks[id]
-		_, inQueue := queue[id]
+		n := numberOr(qn, 0)
 		if isTask && !inQueue {
-			n = tn
+			n = numberOr(tn, 0)
 		}
 		d, _ := details[id].(*types.AttributeValueMemberM)
 		var label string
@@ -193,14 +172,25 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			}
 		}
 		if n <= 0 || d == nil || w == "" || label != w || isTask && inQueue {
-			seen := raw[kindAttr(isTask && !inQueue)][id]
-			v.halves = append(v.halves, half{id: id, n: n, seen: seen, details: details[id], waiting: w, task: isTask, both: isTask && inQueue})
+			// A half: each part of it is malformed.
+			v.halves = append(v.halves, half{id: id, n: n, details: details[id]})
+			for _, attr := range []string{QueueAttr, TasksAttr, TicketsAttr} {
+				if e := raw[attr][id]; e != nil {
+					bad(e, attr, id)
+				}
+			}
+			if w != "" {
+				v.fixes = append(v.fixes, fix{path: []string{WaitingAttr(w)}, seen: item[WaitingAttr(w)], member: id})
+			}
 			continue
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
 			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
-			task: isTask, started: numberOr(d.Value[ticketStarted], 0), startSeen: d.Value[ticketStarted],
+			task: isTask, started: numberOr(d.Value[ticketStarted], 0),
 			look: time.Duration(min(max(numberOr(d.Value[ticketLook], legacyLook.Milliseconds()), 0), MaxLookFar.Milliseconds())) * time.Millisecond}
+		if s := d.Value[ticketStarted]; s != nil && !whole(s) {
+			bad(s, TicketsAttr, id, ticketStarted) // reads as never started
+		}
 		if s, ok := d.Value[ticketTool].(*types.AttributeValueMemberS); ok {
 			t.tool = s.Value
 		}
@@ -214,11 +204,12 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
-	if !v.badSeq && v.seq < v.lastNumber() {
-		// Below a ticket's number (absent, or lowered by hand): a join
-		// adding 1 would number a newcomer before callers waiting.
-		v.badSeq = true
+	if s := item[SeqAttr]; (s == nil || whole(s)) && v.seq < v.lastNumber() {
+		// Below 0 or a ticket's number (absent, or lowered by hand): a
+		// join adding 1 would number a newcomer before callers waiting.
+		bad(s, SeqAttr)
 	}
+	slices.SortFunc(v.fixes, func(a, b fix) int { return slices.Compare(a.path, b.path) })
 	return v
 }
 
@@ -232,14 +223,17 @@ func isMalformed(attr string, a types.AttributeValue) bool {
 	case isSetAttr(attr):
 		_, ok := a.(*types.AttributeValueMemberSS)
 		return !ok
-	case attr == FreedAttr || attr == HoldAttr || attr == LimitAttr || attr == LimitRoundAttr || attr == LimitOKAttr:
+	case attr == FreedAttr || attr == HoldAttr || attr == LimitAttr || attr == LimitRoundAttr || attr == LimitOKAttr ||
+		attr == SeqAttr || strings.HasPrefix(attr, RateAttrPrefix):
 		return !whole(a)
 	}
 	return false
 }
 
-// needsRepair: v lacks its maps or shows attributes malformed.
-func (v *view) needsRepair() bool { return !v.hasMaps || len(v.malformed) > 0 }
+// needsRepair: v lacks its maps or shows values malformed.
+func (v *view) needsRepair() bool {
+	return !v.hasMaps || len(v.fixes) > 0
+}
 
 // numberOr reads an N attribute, or returns def.
 func numberOr(v types.AttributeValue, def int64) int64 {
@@ -387,19 +381,12 @@ func (v *view) setsOf(id string) []string {
 	return out
 }
 
-// half is a ticket that is not whole: the parts of it the item holds.
+// half is a ticket that is not whole (see repair): its id, its number
+// (0: none, or not a whole number) and its tickets entry.
 type half struct {
-	id string
-	// n is its number (0: none, or not a whole number), in tasks when
-	// task, else in queue (both: in both, n the queue's); seen that
-	// entry's value as stored, nil if it has none (it may be any value:
-	// the item is anyone's to write); details its tickets entry; waiting
-	// the label whose waiting set holds it.
-	n          int64
-	seen       types.AttributeValue
-	task, both bool
-	details    types.AttributeValue
-	waiting    string
+	id      string
+	n       int64
+	details types.AttributeValue
 }
 
 // staleLeases lists the leases expired at now, oldest first.

@@ -186,10 +186,10 @@ func onBothStores(t *testing.T, f func(t *testing.T, db API, table string)) {
 
 // Invariant 4 (doc.go): malformed entries never wedge a key, and no retry
 // runs without a pause. A bucket or a gate entry field whose value is not
-// a whole number reads as 0; every write that purges it or relies on it
-// being so conditions it on its value as stored, so a caller on a free key
-// gets its place in a few writes, and the entry is gone or rewritten
-// whole after.
+// a whole number reads as none, and the first caller to see it repairs it
+// (removes it, conditioned on its value as stored) with the purges it
+// sees, in one write, so a caller on a free key gets its place in a few
+// writes, and the entry is gone or rewritten whole after.
 func TestMalformedBucketsAndGateEntriesDoNotWedgeAKey(t *testing.T) {
 	type edit struct {
 		names []string
@@ -245,8 +245,8 @@ func TestMalformedBucketsAndGateEntriesDoNotWedgeAKey(t *testing.T) {
 }
 
 // A hand-written seq that is not a whole number at least 0 reads as none:
-// a waiter's join writes a whole one, past every ticket it sees, on the
-// value seen, so the waiter joins once, not again and again at one
+// the repair writes a whole one, past every ticket it sees, on the value
+// seen, before the waiter joins, so the waiter joins once, not again and again at one
 // instant (each join of 1.5 + 1 would give it a ticket that is not whole,
 // purged by its next write), and gets the place when it frees.
 func TestAMalformedSeqIsJoinedOnceAndMadeWhole(t *testing.T) {
@@ -279,7 +279,7 @@ func TestAMalformedSeqIsJoinedOnceAndMadeWhole(t *testing.T) {
 // The real store compares maps and lists by reference in an "="
 // condition: no value written equals the one stored. A half ticket, a
 // bucket, a gate entry field or seq written by hand as a map or a list is
-// conditioned on its type instead, so a caller on a free key gets its
+// repaired on its type instead, so a caller on a free key gets its
 // place on dynalite as on the simulation's store, and what is stale goes.
 func TestMapsAndListsWrittenByHandDoNotWedgeAKey(t *testing.T) {
 	m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a": &types.AttributeValueMemberN{Value: "1"}}}
@@ -325,9 +325,9 @@ func TestMapsAndListsWrittenByHandDoNotWedgeAKey(t *testing.T) {
 }
 
 // Everyone's breaker entry written by hand as something other than a map
-// reads as no entry; a second principal's entry closing closes everyone's
-// as ever, writing the entry whole (a field cannot be set inside a
-// string), conditioned on it as seen.
+// reads as no entry, and is removed by a repair (conditioned on it as
+// seen) before a write is judged over it; a second principal's entry
+// closing closes everyone's as ever.
 func TestABreakerOpensOverEveryonesEntryWrittenByHand(t *testing.T) {
 	env := storetest.NewEnv(t)
 	l := New(env.Client, env.Tables.Leases, Options{})
@@ -506,10 +506,11 @@ func TestAPauseOverAMalformedHoldSetsIt(t *testing.T) {
 
 // Invariant 4 (doc.go): a half-open breaker entry whose probe fields were
 // written by hand as something other than a whole number does not wedge
-// the key. A probe's expiry that is not a whole number reads as 0 (no
-// probe running), so the caller is made the probe; its take must not be
-// conditioned on that expiry comparing below now (a string never does),
-// nor a bar's time that reads as 0 on comparing at most now.
+// the key. An entry with a probe or a bar whose time is not a whole number
+// (or none) is malformed, and a repair removes it whole before the caller
+// takes: a take conditioned on that expiry comparing below now (a string
+// never does), or on such a bar's time comparing at most now, would
+// never land.
 func TestMalformedProbeFieldsDoNotWedgeAHalfOpenBreaker(t *testing.T) {
 	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
@@ -674,11 +675,11 @@ func TestASeqLoweredByHandNumbersNoTicketBeforeOthers(t *testing.T) {
 }
 
 // Invariant 4 and Tasks (doc.go): a task's start mark written by hand as
-// something other than a whole number reads as none, so its start is
-// due when its turn comes; the mark must not be conditioned on it
-// comparing with now (a string never does), nor a caller's pass of the
-// task on it being 0. Else the task is never started and the caller
-// behind it never gets the free place.
+// something other than a whole number reads as none, and a repair
+// removes it, so its start is due when its turn comes: a mark conditioned
+// on it comparing with now (a string never does) would never land, the
+// task would never be started and the caller behind it never get the
+// free place.
 func TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind(t *testing.T) {
 	for name, v := range map[string]types.AttributeValue{
 		"S":     &types.AttributeValueMemberS{Value: "x"},

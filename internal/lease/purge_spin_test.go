@@ -106,11 +106,11 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 
 // Invariant 4 (doc.go): stale entries never wedge a key. The item is
 // anyone's to write: a queue or tasks entry numbered 0 (or not a whole
-// number) is half a ticket, which every write purges. Were that purge
-// conditioned on the entry being absent, every write, takes included,
-// would be refused while it stands, and no caller would ever get a place
-// on a free key; it goes on the value seen, and the caller finds the key
-// free of it.
+// number) is half a ticket, which the first caller to see it repairs
+// away. Were that removal conditioned on the entry being absent, it
+// would be refused while the entry stands, and no caller would ever get
+// a place on a free key; it goes on the value seen, and the caller finds
+// the key free of it.
 func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
 	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
 	type entry struct {

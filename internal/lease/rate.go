@@ -63,18 +63,12 @@ func (r Rate) Tokens(tat, now int64) int {
 // charge takes one token from r at now, leaving keep more for the callers
 // whose turn comes first, conditioned on now only (see Buckets in the
 // package doc), v the bucket as seen (nil: not seen), which chooses the
-// form of the charge: a time not a whole number reads as full, and is
-// overwritten on the value seen.
+// form of the charge.
 func (u *update) charge(r Rate, v *view, now int64, keep int) {
 	p := u.path(RateAttr(r.Name))
 	var tat int64
 	if v != nil {
 		tat = v.rates[RateAttr(r.Name)]
-		if seen := v.rateSeen[RateAttr(r.Name)]; seen != nil && !whole(seen) {
-			u.cond(u.isSeen(p, seen))
-			u.set(p, u.num(now+r.interval()))
-			return
-		}
 	}
 	if tat >= now {
 		u.cond(p+" >= "+u.num(now), p+" <= "+u.num(now+r.tolerance()-int64(keep)*r.interval()))

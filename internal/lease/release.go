@@ -81,6 +81,20 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 	for tries := 1; ; tries++ {
 		u, tr := ls.release(outcome, probes, purge, extras, b, took)
 		v, err := l.write(ctx, ls.req.Key, u, func() { unsure = true })
+		if err != nil && tries <= maxEager && (refusedAsInvalid(err) || errors.Is(err, errCondition) && v.needsRepair()) {
+			// A value written by hand fails its conditions, or the store
+			// refuses its ADD to freed or DELETE from a set as invalid
+			// (with no item): read it if need be, put it right (see
+			// repair), and make the release again.
+			if v == nil {
+				v, _ = l.read(ctx, ls.req.Key)
+			}
+			if v != nil && v.needsRepair() {
+				if _, rerr := l.repair(ctx, ls.req.Key, v); rerr == nil {
+					continue
+				}
+			}
+		}
 		if errors.Is(err, errCondition) {
 			switch {
 			case v.leases[ls.id] != 0 && (!ls.task || ls.heldIn(v)):
@@ -95,17 +109,6 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 				err = nil
 			default:
 				return NoTransition, ErrNotHeld
-			}
-		}
-		if err != nil && tries <= maxEager && refusedAsInvalid(err) {
-			// freed or a set written by hand as another type refuses the
-			// release's ADD or DELETE (no condition fails, so no item comes
-			// back): read it, put it right (see repair), and make the
-			// release again.
-			if rv, rerr := l.read(ctx, ls.req.Key); rerr == nil && rv.needsRepair() {
-				if _, rerr := l.repair(ctx, ls.req.Key, rv); rerr == nil {
-					continue
-				}
 			}
 		}
 		if err != nil {

@@ -247,7 +247,7 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 			}
 			return ErrNoTicket
 		}
-		if len(v.malformed) > 0 {
+		if v.needsRepair() {
 			// freed or a set written by hand as another type would refuse
 			// the withdrawal's ADD or DELETE: put right first.
 			if _, err := l.repair(ctx, key, v); err != nil {
@@ -288,6 +288,9 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 // request comes to see its turn. req gives the key's caps and buckets.
 func (l *Limiter) StartDue(ctx context.Context, req Request) error {
 	v, err := l.read(ctx, req.Key)
+	if err == nil && v.needsRepair() {
+		v, err = l.repair(ctx, req.Key, v)
+	}
 	if err != nil {
 		return err
 	}
@@ -325,12 +328,7 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 	sp := tp + "." + u.path(ticketStarted)
 	u.set(sp, u.num(now))
 	u.cond(u.path(TasksAttr, t.id) + " = " + u.num(t.n))
-	if t.startSeen != nil && !whole(t.startSeen) {
-		// Not a whole number (a hand edit): read as none, on its value.
-		u.cond(u.isSeen(sp, t.startSeen))
-	} else {
-		u.cond("(attribute_not_exists(" + sp + ") OR " + sp + " <= " + u.num(now-StartTimeout.Milliseconds()) + ")")
-	}
+	u.cond("(attribute_not_exists(" + sp + ") OR " + sp + " <= " + u.num(now-StartTimeout.Milliseconds()) + ")")
 	if exp, held := v.leases[t.id]; held {
 		u.cond(u.path(LeasesAttr, t.id) + " = " + u.num(exp))
 	} else {
