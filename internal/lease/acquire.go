@@ -654,7 +654,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	}
 	a.firstExp = seen
 	if d := a.blockedFor(v, now); d > 0 {
-		a.look = overdueLook
+		// It looks when that ends; its back-off goes on from where it was.
 		return min(d+jitter(overdueLook), most)
 	}
 	// It looks when a caller whose turn came is presumed gone (a task

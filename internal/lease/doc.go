@@ -200,9 +200,9 @@
 // (every caller leaving before it would have each waiter behind start
 // again from 5 ms, reads growing with the waiters times the departures)
 // nor a new estimate of the same place (call_ms moved, a holder renewing
-// past its expected end) starts that back-off again, only the end of a
-// stretch in which the hold, a pause or an empty bucket of its own held
-// every place back. Its ticket announces its look period (l) at the rank it
+// past its expected end) nor the end of a stretch in which the hold, a
+// pause or an empty bucket of its own held every place back (it looks
+// when that ends) starts that back-off again. Its ticket announces its look period (l) at the rank it
 // joined at, and it never waits longer than that between looks, whatever
 // its rank later; the item a refused write of its returns is a look,
 // judged at once (a purge sent again after a refused one waits a
