@@ -114,32 +114,7 @@ func (u *update) isSeen(path string, seen types.AttributeValue) string {
 	case *types.AttributeValueMemberN, *types.AttributeValueMemberS, *types.AttributeValueMemberB:
 		return path + " = " + u.value(seen)
 	}
-	return "attribute_type(" + path + ", " + u.str(typeOf(seen)) + ")"
-}
-
-// typeOf is the type name of v, as attribute_type takes it.
-func typeOf(v types.AttributeValue) string {
-	switch v.(type) {
-	case *types.AttributeValueMemberM:
-		return "M"
-	case *types.AttributeValueMemberL:
-		return "L"
-	case *types.AttributeValueMemberSS:
-		return "SS"
-	case *types.AttributeValueMemberNS:
-		return "NS"
-	case *types.AttributeValueMemberBS:
-		return "BS"
-	case *types.AttributeValueMemberBOOL:
-		return "BOOL"
-	case *types.AttributeValueMemberNULL:
-		return "NULL"
-	case *types.AttributeValueMemberB:
-		return "B"
-	case *types.AttributeValueMemberN:
-		return "N"
-	}
-	return "S"
+	return "attribute_type(" + path + ", " + u.str(store.TypeOf(seen)) + ")"
 }
 
 // expression renders the update expression.

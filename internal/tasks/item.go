@@ -294,7 +294,7 @@ func Parse(item map[string]types.AttributeValue) (*Record, error) {
 			continue
 		}
 		v := item[name]
-		if got := typeOf(v); got != f.typ {
+		if got := store.TypeOf(v); got != f.typ {
 			problems = append(problems, fmt.Sprintf("%s: must be %s, is %s", name, f.typ, got))
 			continue
 		}
@@ -320,33 +320,6 @@ func Parse(item map[string]types.AttributeValue) (*Record, error) {
 		return nil, &ItemError{Problems: problems}
 	}
 	return r, nil
-}
-
-// typeOf names a value's DynamoDB type.
-func typeOf(v types.AttributeValue) string {
-	switch v.(type) {
-	case *types.AttributeValueMemberS:
-		return typeS
-	case *types.AttributeValueMemberN:
-		return typeN
-	case *types.AttributeValueMemberBOOL:
-		return typeBOOL
-	case *types.AttributeValueMemberB:
-		return "B"
-	case *types.AttributeValueMemberM:
-		return "M"
-	case *types.AttributeValueMemberL:
-		return "L"
-	case *types.AttributeValueMemberSS:
-		return "SS"
-	case *types.AttributeValueMemberNS:
-		return "NS"
-	case *types.AttributeValueMemberBS:
-		return "BS"
-	case *types.AttributeValueMemberNULL:
-		return "NULL"
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 // sameItem reports whether two items hold the same attributes with the
