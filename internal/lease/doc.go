@@ -278,7 +278,8 @@
 //     others out.
 //   - Pause: a release whose upstream asked for a pause (a 429 or 503 with
 //     Retry-After, at most the request's MaxPause) closes its principal's
-//     entry until then, never shortening a later one; "*" closes while
+//     entry until then, never shortening a later one (it leaves a later
+//     one on condition that it stands as seen); "*" closes while
 //     another principal's is closed. A pause has no probe.
 //   - Hold: an operator's hold (Admin) stops every take until lifted or
 //     passed; calls in flight go on, and waiters wait.

@@ -430,10 +430,13 @@ func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen,
 // shows the gate (see Pause in the package doc).
 func (u *update) pause(v *view, attr, label string, until, now int64) {
 	g := v.gates[attr]
-	if e := g.entry(label); e.until >= until || until <= now {
-		return // a later pause stands, or this one has passed
+	if until <= now {
+		return // it has passed
 	}
 	u.condGate(g, attr, label)
+	if g.entry(label).until >= until {
+		return // a later pause stands, so long as it does
+	}
 	if g != nil {
 		u.pinGate(g, func(key string) bool { return key == label })
 	}
