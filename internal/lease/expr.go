@@ -268,7 +268,11 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 func (u *update) removeLease(v *view, id string) []string {
 	lp := u.path(LeasesAttr, id)
 	u.remove(lp)
-	u.cond(lp + " = " + u.num(v.leases[id]))
+	if seen, ok := v.oddLeases[id]; ok {
+		u.cond(u.isSeen(lp, seen)) // an expiry not whole, as stored
+	} else {
+		u.cond(lp + " = " + u.num(v.leases[id]))
+	}
 	sets := v.setsOf(id)
 	for _, s := range sets {
 		u.del(u.path(s), id)
@@ -421,7 +425,13 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 	u := newUpdate()
 	now := l.clock().UnixMilli()
 	u.purge(v, now, "", "")
-	fixes, freedSet := v.fixes[:min(len(v.fixes), maxRepair)], false
+	// freed first: a purge's ADD to a freed of another type, left for the
+	// next repair, would fail the whole write.
+	fixes, freedSet := slices.Clone(v.fixes), false
+	if i := slices.IndexFunc(fixes, func(f fix) bool { return len(f.path) == 1 && f.path[0] == FreedAttr }); i > 0 {
+		fixes = slices.Insert(slices.Delete(fixes, i, i+1), 0, v.fixes[i])
+	}
+	fixes = fixes[:min(len(fixes), maxRepair)]
 	for _, f := range fixes {
 		if len(f.path) > 2 && slices.Contains(u.removes, u.named(f.path[:2]...)) {
 			continue // its ticket is purged whole
