@@ -128,7 +128,10 @@
 //     not whole (it reads as full), a gate entry not a map, with a field
 //     of another type, or with a probe or a bar and no time to it (whole),
 //     each part of a half ticket (its queue or tasks entry any value, its
-//     tickets entry, its waiting member), a task's start mark not whole.
+//     tickets entry, its waiting member; conditioned too on the parts it
+//     lacks still lacking, so a join of its id since is left whole,
+//     TestARepairJudgedBeforeAWaitersJoinLeavesItsTicket), a task's start
+//     mark not whole.
 //     A repair puts right up to maxRepair (16) values, freed first if it
 //     is one, and ADDs 1 to freed; the next puts right the rest. A
 //     release that fails over such a value, or that the store refuses as

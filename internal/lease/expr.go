@@ -454,6 +454,7 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 			u.remove(p)
 		}
 	}
+	u.halvesAsSeen(v, fixes)
 	for _, attr := range []string{LeasesAttr, QueueAttr, TasksAttr, TicketsAttr} {
 		// One written or written inside is there (and one write may not
 		// do both).
@@ -473,6 +474,36 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 		return nil, nil // changed meanwhile: judged again from the item as it is
 	}
 	return nv, err
+}
+
+// halvesAsSeen conditions u, which puts right fixes of v, on each half
+// ticket a fix takes a part of still lacking the parts v shows it lacks,
+// so that no join of its id since (its caller joining again) is taken
+// apart: a join writes its tickets entry, and its queue or tasks entry.
+func (u *update) halvesAsSeen(v *view, fixes []fix) {
+	part := func(attr, id string) bool {
+		return slices.ContainsFunc(v.fixes, func(f fix) bool { return len(f.path) == 2 && f.path[0] == attr && f.path[1] == id })
+	}
+	ids := map[string]bool{}
+	for _, f := range fixes {
+		switch {
+		case f.member != "":
+			ids[f.member] = true
+		case len(f.path) == 2 && (f.path[0] == QueueAttr || f.path[0] == TasksAttr || f.path[0] == TicketsAttr):
+			ids[f.path[1]] = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		attrs := []string{TicketsAttr}
+		if part(TicketsAttr, id) {
+			attrs = []string{QueueAttr, TasksAttr}
+		}
+		for _, attr := range attrs {
+			if !part(attr, id) {
+				u.cond("attribute_not_exists(" + u.path(attr, id) + ")")
+			}
+		}
+	}
 }
 
 func emptyMap() types.AttributeValue {

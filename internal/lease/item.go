@@ -277,7 +277,9 @@ func (v *view) lastNumber() int64 {
 		n = max(n, t.n)
 	}
 	for _, h := range v.halves {
-		n = max(n, h.n)
+		if h.n < maxNumber {
+			n = max(n, h.n)
+		}
 	}
 	return n
 }
