@@ -848,6 +848,15 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 	// judged from a charge's answer.
 	v, own := l.board(req.Key).recent(time.Hour), false
 	for range maxEager {
+		if v != nil && len(v.fixes) > 0 {
+			// A bucket written by hand fails its charge: put right first.
+			nv, err := l.repair(ctx, req.Key, v)
+			if err != nil {
+				return nil, err
+			}
+			v, own = nv, nv != nil
+			continue
+		}
 		now := l.clock().UnixMilli()
 		// It leaves the callers before it their tokens, as a take does.
 		rs := req.rules(v)

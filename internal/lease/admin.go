@@ -101,6 +101,12 @@ func (a *Admin) ResetBreaker(ctx context.Context, key, name string) error {
 		return err
 	}
 	attr := BreakerAttr(name)
+	if v.needsRepair() {
+		// A freed written by hand would refuse its ADD: put right first.
+		if v, err = a.repaired(ctx, key, v); err != nil {
+			return fmt.Errorf("lease: reset breaker %s of %s: %w", name, key, err)
+		}
+	}
 	g := v.gates[attr]
 	if g == nil {
 		return nil // nothing to reset
@@ -150,6 +156,13 @@ func (a *Admin) Release(ctx context.Context, key, id string) error {
 		switch {
 		case err == nil:
 			return nil
+		case refusedAsInvalid(err) || errors.Is(err, errCondition) && nv != nil && nv.needsRepair():
+			// Its ADD to freed or DELETE from a set over a value written
+			// by hand: put right, and judge again.
+			if v, err = a.repaired(ctx, key, nv); err != nil {
+				return fmt.Errorf("lease: release %s of %s: %w", id, key, err)
+			}
+			continue
 		case errors.Is(err, errCondition) && nv != nil:
 			v = nv // renewed, or gone: judge again from the answer
 			continue
@@ -160,4 +173,21 @@ func (a *Admin) Release(ctx context.Context, key, id string) error {
 		return fmt.Errorf("lease: release %s of %s: it kept changing; try again", id, key)
 	}
 	return ErrNotHeld
+}
+
+// repaired puts right what v shows malformed (see repair; v nil: read
+// first) and returns the item as it is then.
+func (a *Admin) repaired(ctx context.Context, key string, v *view) (*view, error) {
+	var err error
+	if v == nil {
+		if v, err = a.l.read(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+	if v.needsRepair() {
+		if _, err := a.l.repair(ctx, key, v); err != nil {
+			return nil, err
+		}
+	}
+	return a.l.read(ctx, key)
 }

@@ -118,21 +118,30 @@
 //     on its type alone, attribute_type, as the store compares those by
 //     reference), so every other write judges only values of the
 //     protocol's shapes: a map (leases, queue, tasks, tickets) not one is
-//     made empty; seq not a whole number, below 0 or below a ticket's
-//     number, one past every ticket; freed or the limit's round not
+//     made empty; seq not a whole number, below 0, below a ticket's
+//     number or past 2^62, one past every ticket (a ticket numbered 2^62
+//     or more is a half, so that is a whole number); freed or the limit's
+//     round not
 //     whole, now, a number no count reaches, so no write judged from a
 //     view before the edit lands; the rest is removed — a set or a gate
 //     not one, the hold or the limit's numbers not whole, a bucket's time
 //     not whole (it reads as full), a gate entry not a map, with a field
 //     of another type, or with a probe or a bar and no time to it (whole),
 //     each part of a half ticket (its queue or tasks entry any value, its
-//     tickets entry, its waiting member), a task's start mark not whole.
-//     A repair puts right up to maxRepair (16) values and ADDs 1 to
-//     freed; the next puts right the rest. A release that fails over
-//     such a value, or that the store refuses as invalid (its ADD to
-//     freed, its DELETE from a set), reads the item if need be, repairs
-//     it, and is made again, as is a pause refused over one; a task's
-//     withdrawal and StartDue repair what they read before they write.
+//     tickets entry, its waiting member; conditioned too on the parts it
+//     lacks still lacking, so a join of its id since is left whole,
+//     TestARepairJudgedBeforeAWaitersJoinLeavesItsTicket), a task's start
+//     mark not whole.
+//     A repair puts right up to maxRepair (16) values, freed first if it
+//     is one, and ADDs 1 to freed; the next puts right the rest. A
+//     release that fails over such a value, or that the store refuses as
+//     invalid (its ADD to freed, its DELETE from a set), reads the item if
+//     need be, repairs it, and is made again, as is a pause refused over
+//     one, and Admin's Release; a task's withdrawal, StartDue, Admin's
+//     ResetBreaker and a call that only pays its buckets repair what they
+//     read before they write. A lease whose expiry is not a whole number
+//     never expires, and Admin's Release removes it on its value as
+//     stored.
 //
 // No write removes what it did not see or relies on another having
 // landed: a write whose outcome is unknown (a timeout, a reset connection,
@@ -433,7 +442,12 @@
 //     TestMapsReplacedByHandDoNotSpinACaller,
 //     TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind,
 //     TestAReleaseOverAnItemWrittenByHandGivesThePlaceBack,
-//     TestAWithdrawalOverAFreedWrittenByHandTakesTheTicket).
+//     TestAWithdrawalOverAFreedWrittenByHandTakesTheTicket,
+//     TestMoreThanMaxRepairMalformedValuesWithFreedAmongTheRestAreRepaired,
+//     TestASeqBelowATicketNumberedMaxInt64IsRepairedOnce,
+//     TestACallThatOnlyPaysItsBucketsRepairsTheItem,
+//     TestAdminReleasesALeaseWrittenByHandWithAnExpiryNotWhole,
+//     TestAdminWritesOverAMalformedFreedAreMade).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

@@ -243,7 +243,11 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 func (u *update) removeLease(v *view, id string) []string {
 	lp := u.path(LeasesAttr, id)
 	u.remove(lp)
-	u.cond(lp + " = " + u.num(v.leases[id]))
+	if seen, ok := v.oddLeases[id]; ok {
+		u.cond(u.isSeen(lp, seen)) // an expiry not whole, as stored
+	} else {
+		u.cond(lp + " = " + u.num(v.leases[id]))
+	}
 	sets := v.setsOf(id)
 	for _, s := range sets {
 		u.del(u.path(s), id)
@@ -396,7 +400,13 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 	u := newUpdate()
 	now := l.clock().UnixMilli()
 	u.purge(v, now, "", "")
-	fixes, freedSet := v.fixes[:min(len(v.fixes), maxRepair)], false
+	// freed first: a purge's ADD to a freed of another type, left for the
+	// next repair, would fail the whole write.
+	fixes, freedSet := slices.Clone(v.fixes), false
+	if i := slices.IndexFunc(fixes, func(f fix) bool { return len(f.path) == 1 && f.path[0] == FreedAttr }); i > 0 {
+		fixes = slices.Insert(slices.Delete(fixes, i, i+1), 0, v.fixes[i])
+	}
+	fixes = fixes[:min(len(fixes), maxRepair)]
 	for _, f := range fixes {
 		if len(f.path) > 2 && slices.Contains(u.removes, u.named(f.path[:2]...)) {
 			continue // its ticket is purged whole
@@ -419,6 +429,7 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 			u.remove(p)
 		}
 	}
+	u.halvesAsSeen(v, fixes)
 	for _, attr := range []string{LeasesAttr, QueueAttr, TasksAttr, TicketsAttr} {
 		// One written or written inside is there (and one write may not
 		// do both).
@@ -438,6 +449,36 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 		return nil, nil // changed meanwhile: judged again from the item as it is
 	}
 	return nv, err
+}
+
+// halvesAsSeen conditions u, which puts right fixes of v, on each half
+// ticket a fix takes a part of still lacking the parts v shows it lacks,
+// so that no join of its id since (its caller joining again) is taken
+// apart: a join writes its tickets entry, and its queue or tasks entry.
+func (u *update) halvesAsSeen(v *view, fixes []fix) {
+	part := func(attr, id string) bool {
+		return slices.ContainsFunc(v.fixes, func(f fix) bool { return len(f.path) == 2 && f.path[0] == attr && f.path[1] == id })
+	}
+	ids := map[string]bool{}
+	for _, f := range fixes {
+		switch {
+		case f.member != "":
+			ids[f.member] = true
+		case len(f.path) == 2 && (f.path[0] == QueueAttr || f.path[0] == TasksAttr || f.path[0] == TicketsAttr):
+			ids[f.path[1]] = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		attrs := []string{TicketsAttr}
+		if part(TicketsAttr, id) {
+			attrs = []string{QueueAttr, TasksAttr}
+		}
+		for _, attr := range attrs {
+			if !part(attr, id) {
+				u.cond("attribute_not_exists(" + u.path(attr, id) + ")")
+			}
+		}
+	}
 }
 
 func emptyMap() types.AttributeValue {

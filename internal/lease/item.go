@@ -15,8 +15,10 @@ import (
 
 // view is a lease item as one answer of the store showed it.
 type view struct {
-	// leases maps each lease id to its expiry.
-	leases map[string]int64
+	// leases maps each lease id to its expiry; oddLeases holds, as
+	// stored, those whose expiry is not a whole number (never expiring).
+	leases    map[string]int64
+	oddLeases map[string]types.AttributeValue
 	// sets maps each tool, principal or waiting set attribute to its
 	// members.
 	sets map[string][]string
@@ -148,6 +150,9 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	}
 	for id, e := range raw[LeasesAttr] {
 		v.leases[id] = numberOr(e, math.MaxInt64)
+		if !whole(e) {
+			put(&v.oddLeases, id, e)
+		}
 	}
 	queue, tasks, details := raw[QueueAttr], raw[TasksAttr], raw[TicketsAttr]
 	ids := map[string]bool{}
@@ -171,7 +176,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 				label = s.Value
 			}
 		}
-		if n <= 0 || d == nil || w == "" || label != w || isTask && inQueue {
+		if n <= 0 || n >= maxNumber || d == nil || w == "" || label != w || isTask && inQueue {
 			// A half: each part of it is malformed.
 			v.halves = append(v.halves, half{id: id, n: n, details: details[id]})
 			for _, attr := range []string{QueueAttr, TasksAttr, TicketsAttr} {
@@ -204,14 +209,20 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
-	if s := item[SeqAttr]; (s == nil || whole(s)) && v.seq < v.lastNumber() {
+	if s := item[SeqAttr]; (s == nil || whole(s)) && (v.seq < v.lastNumber() || v.seq > maxNumber) {
 		// Below 0 or a ticket's number (absent, or lowered by hand): a
-		// join adding 1 would number a newcomer before callers waiting.
+		// join adding 1 would number a newcomer before callers waiting;
+		// past maxNumber, it would number it past any whole number.
 		bad(s, SeqAttr)
 	}
 	slices.SortFunc(v.fixes, func(a, b fix) int { return slices.Compare(a.path, b.path) })
 	return v
 }
+
+// maxNumber bounds seq, and a ticket's number is below it: one past
+// every ticket, as the repair sets seq, is a whole number however far a
+// hand edit numbered one, and no count of joins reaches it.
+const maxNumber = 1 << 62
 
 // isMalformed: attribute attr holds a of a type the protocol never
 // writes there, which reads as none (see repair).
@@ -266,7 +277,9 @@ func (v *view) lastNumber() int64 {
 		n = max(n, t.n)
 	}
 	for _, h := range v.halves {
-		n = max(n, h.n)
+		if h.n < maxNumber {
+			n = max(n, h.n)
+		}
 	}
 	return n
 }
