@@ -137,9 +137,9 @@
 //     release that fails over such a value, or that the store refuses as
 //     invalid (its ADD to freed, its DELETE from a set), reads the item if
 //     need be, repairs it, and is made again, as is a pause refused over
-//     one, and Admin's Release; a task's withdrawal, StartDue, Admin's
-//     ResetBreaker and a call that only pays its buckets repair what they
-//     read before they write. A lease whose expiry is not a whole number
+//     one, a call never made giving its tokens back, and Admin's Release;
+//     a task's withdrawal, StartDue, Admin's ResetBreaker and a call that
+//     only pays its buckets repair what they read before they write. A lease whose expiry is not a whole number
 //     never expires, and Admin's Release removes it on its value as
 //     stored.
 //
@@ -447,7 +447,8 @@
 //     TestASeqBelowATicketNumberedMaxInt64IsRepairedOnce,
 //     TestACallThatOnlyPaysItsBucketsRepairsTheItem,
 //     TestAdminReleasesALeaseWrittenByHandWithAnExpiryNotWhole,
-//     TestAdminWritesOverAMalformedFreedAreMade).
+//     TestAdminWritesOverAMalformedFreedAreMade,
+//     TestAnUnusedCallGivesItsTokenBackOverAnItemWrittenByHand).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

@@ -134,14 +134,27 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	now := l.clock().UnixMilli()
 	l.stats.released.Add(1)
 	if outcome == Unused && len(ls.req.Rates) > 0 {
-		u := newUpdate()
-		u.once = true
-		for _, r := range ls.req.Rates {
-			u.refund(r)
+		giveBack := func() error {
+			u := newUpdate()
+			u.once = true
+			for _, r := range ls.req.Rates {
+				u.refund(r)
+			}
+			u.count(u.path(FreedAttr), 1)
+			u.ttl(now)
+			_, err := l.write(ctx, ls.req.Key, u, nil)
+			return err
 		}
-		u.count(u.path(FreedAttr), 1)
-		u.ttl(now)
-		_, err := l.write(ctx, ls.req.Key, u, nil)
+		err := giveBack()
+		if refusedAsInvalid(err) {
+			// A bucket or freed written by hand (the store applied
+			// nothing): put right, and give the tokens back to it.
+			if v, rerr := l.read(ctx, ls.req.Key); rerr == nil && v.needsRepair() {
+				if _, err = l.repair(ctx, ls.req.Key, v); err == nil {
+					err = giveBack()
+				}
+			}
+		}
 		return err
 	}
 	if ls.pauseUntil == 0 {
