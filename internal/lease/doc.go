@@ -448,7 +448,8 @@
 //     TestACallThatOnlyPaysItsBucketsRepairsTheItem,
 //     TestAdminReleasesALeaseWrittenByHandWithAnExpiryNotWhole,
 //     TestAdminWritesOverAMalformedFreedAreMade,
-//     TestAnUnusedCallGivesItsTokenBackOverAnItemWrittenByHand).
+//     TestAnUnusedCallGivesItsTokenBackOverAnItemWrittenByHand,
+//     TestAPauseOfACallHoldingNothingIsWrittenOverAnEntryWrittenByHand).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

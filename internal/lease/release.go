@@ -165,6 +165,19 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		v = parseItem(nil)
 	}
 	for range maxEager {
+		if len(v.fixes) > 0 {
+			// A pause entry written by hand reads as none, and its
+			// condition would fail: put right first.
+			nv, err := l.repair(ctx, ls.req.Key, v)
+			if err == nil && nv == nil {
+				nv, err = l.read(ctx, ls.req.Key)
+			}
+			if err != nil {
+				return err
+			}
+			v = nv
+			continue
+		}
 		u := newUpdate()
 		u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now)
 		if len(u.sets) == 0 {
