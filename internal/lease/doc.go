@@ -128,7 +128,8 @@
 //     not whole (it reads as full), a gate entry not a map, with a field
 //     of another type, or with a probe or a bar and no time to it (whole),
 //     each part of a half ticket (its queue or tasks entry any value, its
-//     tickets entry, its waiting member; conditioned too on the parts it
+//     tickets entry, its waiting members — a ticket in two principals'
+//     waiting sets is a half too; conditioned too on the parts it
 //     lacks still lacking, so a join of its id since is left whole,
 //     TestARepairJudgedBeforeAWaitersJoinLeavesItsTicket), a task's start
 //     mark not whole.

@@ -140,11 +140,11 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			v.limitState.read(attr, 0, x.Value)
 		}
 	}
-	waitingOf := map[string]string{}
-	for attr, members := range v.sets {
+	waitingOf := map[string][]string{} // a ticket's in more than one is a half
+	for _, attr := range slices.Sorted(maps.Keys(v.sets)) {
 		if label, ok := strings.CutPrefix(attr, WaitingAttrPrefix); ok {
-			for _, id := range members {
-				waitingOf[id] = label
+			for _, id := range v.sets[attr] {
+				waitingOf[id] = append(waitingOf[id], label)
 			}
 		}
 	}
@@ -162,7 +162,10 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 	}
 	for id := range ids {
-		w := waitingOf[id]
+		var w string
+		if ws := waitingOf[id]; len(ws) == 1 {
+			w = ws[0]
+		}
 		qn, inQueue := queue[id]
 		tn, isTask := tasks[id]
 		n := numberOr(qn, 0)
@@ -184,7 +187,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 					bad(e, attr, id)
 				}
 			}
-			if w != "" {
+			for _, w := range waitingOf[id] {
 				v.fixes = append(v.fixes, fix{path: []string{WaitingAttr(w)}, seen: item[WaitingAttr(w)], member: id})
 			}
 			continue

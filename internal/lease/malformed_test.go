@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -717,5 +718,34 @@ func TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A ticket id written by hand into two principals' waiting sets reads the
+// same at every read: a half, each membership put right. Read by whichever
+// set a map's order gave first, it was a whole ticket at one read and a
+// half at the next.
+func TestATicketInTwoWaitingSetsReadsAlikeEveryTime(t *testing.T) {
+	item := map[string]types.AttributeValue{
+		LeasesAttr: &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}},
+		QueueAttr:  &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"x.1": number(1)}},
+		TasksAttr:  &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}},
+		TicketsAttr: &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"x.1": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+			ticketLabel: &types.AttributeValueMemberS{Value: "q"}, ticketDeadline: number(math.MaxInt32)}}}},
+		SeqAttr:          number(1),
+		WaitingAttr("p"): &types.AttributeValueMemberSS{Value: []string{"x.1"}},
+		WaitingAttr("q"): &types.AttributeValueMemberSS{Value: []string{"x.1"}},
+	}
+	for range 64 {
+		v := parseItem(item)
+		var members []string
+		for _, f := range v.fixes {
+			if f.member != "" {
+				members = append(members, f.path[0])
+			}
+		}
+		if len(v.queue) != 0 || len(v.halves) != 1 || len(members) != 2 {
+			t.Fatalf("read as %d tickets, %d halves, memberships put right %v; want a half, both memberships", len(v.queue), len(v.halves), members)
+		}
 	}
 }
