@@ -54,8 +54,10 @@ type attempt struct {
 	unsure []int64
 	// claim names a task's claim in its ticket (Claim).
 	claim string
-	// asked is when its last request was sent; look the next wait of a
-	// late waiter; lookBy when it reads at the latest (zero: none set).
+	// asked is when the answer to its last request came: news sent after
+	// it is newer than that answer, news sent before may not be; look the
+	// next wait of a late waiter; lookBy when it reads at the latest
+	// (zero: none set).
 	asked  time.Time
 	look   time.Duration
 	lookBy time.Time
@@ -439,12 +441,12 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	u.ttl(exp)
 	// Judged for its moment: sent once (see Take in the package doc).
 	u.judged = true
-	a.asked = time.Now()
 	wctx := ctx
 	if v != nil {
 		wctx = context.WithValue(ctx, judgedKey{}, v.seq)
 	}
 	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = append(a.unsure, exp) })
+	a.asked = time.Now()
 	if err == nil {
 		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
@@ -550,9 +552,9 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		u.cond("(attribute_not_exists(" + u.path(wp) + ") OR " + size + " < " + u.num(int64(a.req.MaxQueued-r+purged)) + u.stillNotWaiting(wp, v, a.me.label, now) + ")")
 	}
 	u.ttl(deadline)
-	a.asked = time.Now()
 	a.l.stats.tickets.Add(1)
 	nv, err := a.l.write(ctx, a.req.Key, u, func() { a.joined = true })
+	a.asked = time.Now()
 	if nv != nil && nv.ticketFor(id) != nil {
 		a.joined = true
 		a.behind = nv.before(a.now(), &a.me)
@@ -594,8 +596,9 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 		return nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 	}
 	latest, at, changed := a.b.latest()
-	if latest != nil && latest != v && at.After(a.asked) {
-		return latest, nil // news from another request here
+	news := func() bool { return latest != nil && latest != v && at.After(a.asked) }
+	if news() {
+		return latest, nil // from another request here
 	}
 	// News does not put its look off: it reads by the earliest time asked.
 	by := time.Now().Add(look)
@@ -605,17 +608,21 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 	a.lookBy = by
 	t := time.NewTimer(max(min(time.Until(by), time.Until(until)), 0))
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return nil, fmt.Errorf("lease: waiting for %s: %w", a.req.Key, ctx.Err())
-	case <-changed:
-		latest, _, _ := a.b.latest()
-		return latest, nil
-	case <-t.C:
+	for looked := false; !looked; {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lease: waiting for %s: %w", a.req.Key, ctx.Err())
+		case <-changed:
+			if latest, at, changed = a.b.latest(); news() {
+				return latest, nil
+			}
+		case <-t.C:
+			looked = true
+		}
 	}
-	a.asked, a.lookBy = time.Now(), time.Time{}
+	a.lookBy = time.Time{}
 	v, err := a.l.read(ctx, a.req.Key)
-	a.own = v
+	a.asked, a.own = time.Now(), v
 	return v, err
 }
 

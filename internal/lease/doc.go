@@ -405,7 +405,9 @@
 // ReturnValuesOnConditionCheckFailure ALL_OLD; neither costs capacity);
 // where the store does not return a failed write's item, one consistent
 // read stands in. Every answer goes on the process's board, waking its
-// waiters on that key. No loop sends a write again without a pause unless
+// waiters on that key; a waiter takes it for news only when its request
+// was sent after the waiter's own last answer came (so executed after),
+// never an older item in place of its own read. No loop sends a write again without a pause unless
 // the answer showed progress.
 //
 // # Invariants
