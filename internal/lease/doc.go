@@ -137,7 +137,9 @@
 //     release that fails over such a value, or that the store refuses as
 //     invalid (its ADD to freed, its DELETE from a set), reads the item if
 //     need be, repairs it, and is made again, as is a pause refused over
-//     one, and Admin's Release; a task's withdrawal, StartDue, Admin's
+//     one (a call holding nothing's too,
+//     TestAPauseOverAHandEditedEntryIsWrittenByACallHoldingNothing), and
+//     Admin's Release; a task's withdrawal, StartDue, Admin's
 //     ResetBreaker and a call that only pays its buckets repair what they
 //     read before they write. A lease whose expiry is not a whole number
 //     never expires, and Admin's Release removes it on its value as

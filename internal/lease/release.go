@@ -162,6 +162,16 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		if !errors.Is(err, errCondition) {
 			return err
 		}
+		if nv.needsRepair() {
+			// A value written by hand fails its condition at every try:
+			// put right, and judge again from the item as it is then.
+			if _, err := l.repair(ctx, ls.req.Key, nv); err != nil {
+				return err
+			}
+			if nv, err = l.read(ctx, ls.req.Key); err != nil {
+				return err
+			}
+		}
 		v = nv
 	}
 	return nil
