@@ -119,8 +119,9 @@
 //     reference), so every other write judges only values of the
 //     protocol's shapes: a map (leases, queue, tasks, tickets) not one is
 //     made empty; seq not a whole number, below 0, below a ticket's
-//     number or past 2^62, one past every ticket (a ticket numbered 2^62
-//     or more is a half, so that is a whole number); freed or the limit's
+//     number or 2^62 − 1 or more (a join would number a half), one past
+//     every ticket (a ticket numbered 2^62 or more is a half, so that is a
+//     whole number, TestASeqAtMaxNumberNumbersNoHalf); freed or the limit's
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a
 //     view before the edit lands; the rest is removed — a set or a gate
