@@ -125,7 +125,8 @@
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a
 //     view before the edit lands; the rest is removed — a set or a gate
-//     not one, the hold or the limit's numbers not whole, a bucket's time
+//     not one, the hold or the limit's numbers not whole, its limit_sig
+//     not a string (TestALimitSigWrittenByHandLosesNoFailureNorPause), a bucket's time
 //     not whole (it reads as full), a gate entry not a map, with a field
 //     of another type, or with a probe or a bar and no time to it (whole),
 //     each part of a half ticket (its queue or tasks entry any value, its

@@ -235,6 +235,10 @@ func isMalformed(attr string, a types.AttributeValue) bool {
 	case isSetAttr(attr):
 		_, ok := a.(*types.AttributeValueMemberSS)
 		return !ok
+	case attr == LimitSigAttr:
+		// A label, which a release's down evidence is conditioned on.
+		_, ok := a.(*types.AttributeValueMemberS)
+		return !ok
 	case attr == FreedAttr || attr == HoldAttr || attr == LimitAttr || attr == LimitRoundAttr || attr == LimitOKAttr ||
 		attr == SeqAttr || strings.HasPrefix(attr, RateAttrPrefix):
 		return !whole(a)
