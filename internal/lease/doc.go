@@ -138,8 +138,10 @@
 //     is one, and ADDs 1 to freed; the next puts right the rest. A
 //     release that fails over such a value, or that the store refuses as
 //     invalid (its ADD to freed, its DELETE from a set), reads the item if
-//     need be, repairs it, and is made again, as is a pause refused over
-//     one (a call holding nothing's too,
+//     need be, repairs it, and is made again (past maxEager tries, on
+//     while each repair lands,
+//     TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack), as is a pause
+//     refused over one (a call holding nothing's too,
 //     TestAPauseOverAHandEditedEntryIsWrittenByACallHoldingNothing), and
 //     Admin's Release; a task's withdrawal, StartDue, Admin's
 //     ResetBreaker and a call that only pays its buckets repair what they
