@@ -119,12 +119,14 @@
 //     reference), so every other write judges only values of the
 //     protocol's shapes: a map (leases, queue, tasks, tickets) not one is
 //     made empty; seq not a whole number, below 0, below a ticket's
-//     number or past 2^62, one past every ticket (a ticket numbered 2^62
-//     or more is a half, so that is a whole number); freed or the limit's
+//     number or 2^62 − 1 or more (a join would number a half), one past
+//     every ticket (a ticket numbered 2^62 or more is a half, so that is a
+//     whole number, TestASeqAtMaxNumberNumbersNoHalf); freed or the limit's
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a
 //     view before the edit lands; the rest is removed — a set or a gate
-//     not one, the hold or the limit's numbers not whole, a bucket's time
+//     not one, the hold or the limit's numbers not whole, its limit_sig
+//     not a string (TestALimitSigWrittenByHandLosesNoFailureNorPause), a bucket's time
 //     not whole (it reads as full), a gate entry not a map, with a field
 //     of another type, or with a probe or a bar and no time to it (whole),
 //     each part of a half ticket (its queue or tasks entry any value, its
@@ -137,12 +139,15 @@
 //     is one, and ADDs 1 to freed; the next puts right the rest. A
 //     release that fails over such a value, or that the store refuses as
 //     invalid (its ADD to freed, its DELETE from a set), reads the item if
-//     need be, repairs it, and is made again, as is a pause refused over
-//     one, a call never made giving its tokens back, and Admin's Release;
-//     a task's withdrawal, StartDue, Admin's ResetBreaker and a call that
-//     only pays its buckets repair what they read before they write. A lease whose expiry is not a whole number
-//     never expires, and Admin's Release removes it on its value as
-//     stored.
+//     need be, repairs it, and is made again (past maxEager tries, on
+//     while each repair lands,
+//     TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack), as is a pause
+//     refused over one (a call holding nothing's too), a call never made
+//     giving its tokens back, and Admin's Release; a task's withdrawal,
+//     StartDue, Admin's ResetBreaker and a call that only pays its buckets
+//     repair what they read before they write. A lease whose expiry is
+//     not a whole number never expires, and Admin's Release removes it on
+//     its value as stored.
 //
 // No write removes what it did not see or relies on another having
 // landed: a write whose outcome is unknown (a timeout, a reset connection,
@@ -452,7 +457,7 @@
 //     TestAdminReleasesALeaseWrittenByHandWithAnExpiryNotWhole,
 //     TestAdminWritesOverAMalformedFreedAreMade,
 //     TestAnUnusedCallGivesItsTokenBackOverAnItemWrittenByHand,
-//     TestAPauseOfACallHoldingNothingIsWrittenOverAnEntryWrittenByHand).
+//     TestAPauseOverAHandEditedEntryIsWrittenByACallHoldingNothing).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

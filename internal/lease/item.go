@@ -212,10 +212,11 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	}
 	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
-	if s := item[SeqAttr]; (s == nil || whole(s)) && (v.seq < v.lastNumber() || v.seq > maxNumber) {
+	if s := item[SeqAttr]; (s == nil || whole(s)) && (v.seq < v.lastNumber() || v.seq >= maxNumber-1) {
 		// Below 0 or a ticket's number (absent, or lowered by hand): a
 		// join adding 1 would number a newcomer before callers waiting;
-		// past maxNumber, it would number it past any whole number.
+		// from maxNumber − 1, it would number it maxNumber or more, a
+		// half.
 		bad(s, SeqAttr)
 	}
 	slices.SortFunc(v.fixes, func(a, b fix) int { return slices.Compare(a.path, b.path) })
@@ -236,6 +237,10 @@ func isMalformed(attr string, a types.AttributeValue) bool {
 		return !ok
 	case isSetAttr(attr):
 		_, ok := a.(*types.AttributeValueMemberSS)
+		return !ok
+	case attr == LimitSigAttr:
+		// A label, which a release's down evidence is conditioned on.
+		_, ok := a.(*types.AttributeValueMemberS)
 		return !ok
 	case attr == FreedAttr || attr == HoldAttr || attr == LimitAttr || attr == LimitRoundAttr || attr == LimitOKAttr ||
 		attr == SeqAttr || strings.HasPrefix(attr, RateAttrPrefix):

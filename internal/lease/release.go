@@ -78,10 +78,15 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		b.heldFor(took)
 	}
 	probes, purge, extras, unsure := ls.probes, true, true, false
+	// repaired: the last repair landed, putting right up to maxRepair
+	// values: past maxEager tries it repairs on while each lands, so that
+	// more malformed values than maxEager repairs put right never leave
+	// it failing over them for ever.
+	repaired := false
 	for tries := 1; ; tries++ {
 		u, tr := ls.release(outcome, probes, purge, extras, b, took)
 		v, err := l.write(ctx, ls.req.Key, u, func() { unsure = true })
-		if err != nil && tries <= maxEager && (refusedAsInvalid(err) || errors.Is(err, errCondition) && v.needsRepair()) {
+		if err != nil && (tries <= maxEager || repaired) && (refusedAsInvalid(err) || errors.Is(err, errCondition) && v.needsRepair()) {
 			// A value written by hand fails its conditions, or the store
 			// refuses its ADD to freed or DELETE from a set as invalid
 			// (with no item): read it if need be, put it right (see
@@ -90,11 +95,14 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 				v, _ = l.read(ctx, ls.req.Key)
 			}
 			if v != nil && v.needsRepair() {
-				if _, rerr := l.repair(ctx, ls.req.Key, v); rerr == nil {
+				nv, rerr := l.repair(ctx, ls.req.Key, v)
+				if rerr == nil {
+					repaired = nv != nil
 					continue
 				}
 			}
 		}
+		repaired = false
 		if errors.Is(err, errCondition) {
 			switch {
 			case v.leases[ls.id] != 0 && (!ls.task || ls.heldIn(v)):

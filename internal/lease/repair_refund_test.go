@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -43,37 +41,4 @@ func TestAnUnusedCallGivesItsTokenBackOverAnItemWrittenByHand(t *testing.T) {
 			})
 		})
 	}
-}
-
-// Invariant 4 (doc.go): a pause its upstream asked for is written over an
-// item written by hand. A call that holds nothing in the item (its key
-// only limits its rate) writes its pause at Finish; over a pause entry
-// written by hand as a string, read as none, its write conditioned on the
-// entry's absence failed every try, and the pause was dropped.
-func TestAPauseOfACallHoldingNothingIsWrittenOverAnEntryWrittenByHand(t *testing.T) {
-	onBothStores(t, func(t *testing.T, db API, table string) {
-		ctx := context.Background()
-		r := Request{Key: "srv", Holder: "p", Hold: time.Second, Rates: []Rate{{Name: "server", PerMinute: 600}}}
-		ls, err := New(db, table, Options{InstanceID: "a"}).Acquire(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		handEditIn(t, db, table, &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"p": &types.AttributeValueMemberS{Value: "soon"}}}, PauseAttr)
-		ls.PauseFor(time.Minute)
-		if _, err := ls.Finish(ctx, Failure); err != nil {
-			t.Fatal(err)
-		}
-		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: itemKey("srv"), ConsistentRead: aws.Bool(true)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, _ := out.Item[PauseAttr].(*types.AttributeValueMemberM)
-		var e *types.AttributeValueMemberM
-		if g != nil {
-			e, _ = g.Value["p"].(*types.AttributeValueMemberM)
-		}
-		if e == nil || !whole(e.Value[gateUntil]) {
-			t.Fatalf("the pause asked for is not in the item: %v", out.Item[PauseAttr])
-		}
-	})
 }
