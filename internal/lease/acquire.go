@@ -544,8 +544,11 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	size := "size(" + u.path(kind) + ")"
 	purged := p.queue
 	if a.task {
-		// Claimed tickets take no place (freed as seen: each is there still).
-		purged = p.tasks + countIf(v.queue, func(t *ticket) bool { return v.claimed(t, now) })
+		// Claimed tickets take no place (freed as seen: each is there
+		// still), while their claim has Margin left: one lapsing before
+		// the join lands waits again, in a place.
+		soon := now + a.l.margin.Milliseconds()
+		purged = p.tasks + countIf(v.queue, func(t *ticket) bool { return v.claimed(t, soon) })
 	}
 	u.cond(size + " < " + u.num(int64(a.req.MaxQueued+purged)))
 	if r := QueueReserve(a.req.MaxQueued); r > 0 {

@@ -369,8 +369,9 @@
 //
 // A claimed ticket — its lease, of the same id, live — is no waiter: it
 // takes no turn, no start and no queue place (a join's room is
-// size(tasks) < MaxQueued + purged + claimed, freed as seen keeping each
-// claimed ticket there; a claim lapsing afterwards waits again past the
+// size(tasks) < MaxQueued + purged + claimed, claimed counting the claims
+// with Margin left, freed as seen keeping each claimed ticket there; a
+// claim lapsing afterwards waits again past the
 // bound, at most the cap's claims more), and Withdraw cannot take it back
 // (ErrClaimed). Nor does it hold its principal to the reserve: a join's
 // condition names its claimed tickets, maxNamed at most (more: held to

@@ -1827,6 +1827,7 @@ var simSeedsAsDrawn = []uint64{
 	7303502, // a waiter behind a task whose start went unclaimed expected the place half a call from every look: 106 reads in 4.7 s
 	7316914, // a waiter that moved up the queue (a task before it claimed its place) started its back-off from 5 ms again: 17 reads in 1.1 s
 	8404592, // a task's join that landed past its task's deadline set a ttl a day after that deadline, 4 s before its writer's now
+	9702192, // a task's join counted a claim 7 ms from lapsing as taking no queue place, and landed after it lapsed: 2 tasks waiting, MaxQueued 1
 	9503683, // a waiter whose read came 1.6 s late took another request's older item for news, ranked itself fifth rather than first, and left a free place for 1.05 s
 	9202539, // a release that left a later pause as it stood landed after a take on a faster clock had purged that pause: no pause at all
 	9103319, // a waiter held back by its own pause, then by its principal's cap, started its back-off from 5 ms again when the pause ended: 18 reads in 1 s
