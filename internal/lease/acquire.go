@@ -575,7 +575,13 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	// Held to the reserve unless its condition could name all it has there
 	// as waiting no more (stillNotWaiting).
 	_, named := nv.notWaiting(a.me.label, now)
-	if w := nv.waiting(now, a.task); w >= a.req.MaxQueued || !named && w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
+	w := nv.waiting(now, a.task)
+	if a.task {
+		// As its condition counted them: a claim without Margin left waits.
+		soon := now + a.l.margin.Milliseconds()
+		w += countIf(nv.queue, func(t *ticket) bool { return nv.claimed(t, now) && !nv.claimed(t, soon) })
+	}
+	if w >= a.req.MaxQueued || !named && w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
 		a.l.stats.shed.Add(1)
 		return nil, a.full(nv, now, false, QueueFull)
 	}

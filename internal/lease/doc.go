@@ -370,7 +370,7 @@
 // A claimed ticket — its lease, of the same id, live — is no waiter: it
 // takes no turn, no start and no queue place (a join's room is
 // size(tasks) < MaxQueued + purged + claimed, claimed counting the claims
-// with Margin left, freed as seen keeping each claimed ticket there; a
+// with Margin left, as its failure reads the queue full, freed as seen keeping each claimed ticket there; a
 // claim lapsing afterwards waits again past the
 // bound, at most the cap's claims more), and Withdraw cannot take it back
 // (ErrClaimed). Nor does it hold its principal to the reserve: a join's
@@ -478,7 +478,8 @@
 //     TestARunningTaskDoesNotHoldItsPrincipalToTheReserve,
 //     TestALapsedClaimHoldsItsPrincipalToTheReserveAgain,
 //     TestAReserveJoinFromAStaleViewOfRunningTasks,
-//     TestAPrincipalWithMoreRunningTasksThanNamedIsHeldToTheReserve).
+//     TestAPrincipalWithMoreRunningTasksThanNamedIsHeldToTheReserve,
+//     TestAJoinBesideAClaimInItsLastMarginIsAnsweredAtOnce).
 //  8. A free place goes to a live waiter within the claim windows of the
 //     D dead waiters before it — ClaimWindow past the look period each
 //     one's ticket announces, D × (ClaimWindow + MaxLookFar) at most — of
