@@ -294,7 +294,8 @@
 //   - Pause: a release whose upstream asked for a pause (a 429 or 503 with
 //     Retry-After, at most the request's MaxPause) closes its principal's
 //     entry until then, never shortening a later one (it leaves a later
-//     one on condition that it stands as seen); "*" closes while
+//     one on condition that it stands as seen: a call holding nothing
+//     writes that condition alone); "*" closes while
 //     another principal's is closed. A pause has no probe.
 //   - Hold: an operator's hold (Admin) stops every take until lifted or
 //     passed; calls in flight go on, and waiters wait.
@@ -370,8 +371,9 @@
 // A claimed ticket — its lease, of the same id, live — is no waiter: it
 // takes no turn, no start and no queue place (a join's room is
 // size(tasks) < MaxQueued + purged + claimed, claimed counting the claims
-// with Margin left, as its failure reads the queue full, freed as seen keeping each claimed ticket there; a
-// claim lapsing afterwards waits again past the
+// with Margin left, as its failure reads the queue full, freed as seen
+// keeping each claimed ticket there; a claim lapsing afterwards waits
+// again past the
 // bound, at most the cap's claims more), and Withdraw cannot take it back
 // (ErrClaimed). Nor does it hold its principal to the reserve: a join's
 // condition names its claimed tickets, maxNamed at most (more: held to
@@ -517,7 +519,8 @@
 //     TestOneTenantsQuickCallsDoNotMakeOthersSlow).
 //  13. No place is taken while a gate refuses the caller or the hold
 //     stands, and a pause is never shortened (TestPauseHoldsEveryCaller,
-//     TestShorterPauseDoesNotShortenALongerOne).
+//     TestShorterPauseDoesNotShortenALongerOne,
+//     TestAShorterPauseOfACallHoldingNothingOutlivesAPurgeOfTheLongerOne).
 //  14. Cost: every write refreshes the item's ttl; waiting costs no write
 //     while nothing changes; a waiter's reads per second fall with its
 //     rank, to one every MaxLookFar far back, and not with the callers

@@ -188,9 +188,12 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		}
 		u := newUpdate()
 		u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now)
-		if len(u.sets) == 0 {
-			return nil // a later pause stands
+		if len(u.conds) == 0 {
+			return nil // it has passed
 		}
+		// A later pause standing is written over nothing but conditioned
+		// on it as seen: one purged meanwhile (a faster clock's) leaves
+		// this one to write.
 		u.ttl(now)
 		nv, err := l.write(ctx, ls.req.Key, u, nil)
 		if !errors.Is(err, errCondition) {
