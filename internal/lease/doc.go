@@ -142,7 +142,9 @@
 //     need be, repairs it, and is made again (past maxEager tries, on
 //     while each repair lands,
 //     TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack), as is a pause
-//     refused over one (a call holding nothing's too), a call never made
+//     refused over one (a call holding nothing's too, its repairs that
+//     land not counted among its tries,
+//     TestAPauseOfACallHoldingNothingOverManyHandEditsIsWritten), a call never made
 //     giving its tokens back, and Admin's Release; a task's withdrawal,
 //     StartDue, Admin's ResetBreaker and a call that only pays its buckets
 //     repair what they read before they write. A lease whose expiry is

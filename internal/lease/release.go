@@ -172,12 +172,14 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	if v == nil {
 		v = parseItem(nil)
 	}
-	for range maxEager {
+	for tries := 0; tries < maxEager; {
 		if len(v.fixes) > 0 {
 			// A pause entry written by hand reads as none, and its
-			// condition would fail: put right first.
+			// condition would fail: put right first, on while each
+			// repair lands (each puts right up to maxRepair values).
 			nv, err := l.repair(ctx, ls.req.Key, v)
 			if err == nil && nv == nil {
+				tries++
 				nv, err = l.read(ctx, ls.req.Key)
 			}
 			if err != nil {
@@ -186,6 +188,7 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			v = nv
 			continue
 		}
+		tries++
 		u := newUpdate()
 		u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now)
 		if len(u.conds) == 0 {
