@@ -144,8 +144,10 @@
 //     TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack), as is a pause
 //     refused over one (a call holding nothing's too, its repairs that
 //     land not counted among its tries,
-//     TestAPauseOfACallHoldingNothingOverManyHandEditsIsWritten), a call never made
-//     giving its tokens back, and Admin's Release; a task's withdrawal,
+//     TestAPauseOfACallHoldingNothingOverManyHandEditsIsWritten), a call
+//     never made giving its tokens back (on while each repair lands,
+//     TestAnUnusedCallGivesItsTokenBackOverManyHandEdits), and Admin's
+//     Release; a task's withdrawal,
 //     StartDue, Admin's ResetBreaker and a call that only pays its buckets
 //     repair what they read before they write. A lease whose expiry is
 //     not a whole number never expires, and Admin's Release removes it on

@@ -154,14 +154,23 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			return err
 		}
 		err := giveBack()
-		if refusedAsInvalid(err) {
+		for tries := 0; refusedAsInvalid(err) && tries < maxEager; {
 			// A bucket or freed written by hand (the store applied
-			// nothing): put right, and give the tokens back to it.
-			if v, rerr := l.read(ctx, ls.req.Key); rerr == nil && v.needsRepair() {
-				if _, err = l.repair(ctx, ls.req.Key, v); err == nil {
-					err = giveBack()
-				}
+			// nothing): put right, and give the tokens back to it, on
+			// while each repair lands (each puts right up to maxRepair
+			// values).
+			v, rerr := l.read(ctx, ls.req.Key)
+			if rerr != nil || !v.needsRepair() {
+				break
 			}
+			nv, rerr := l.repair(ctx, ls.req.Key, v)
+			if rerr != nil {
+				return rerr
+			}
+			if nv == nil {
+				tries++ // changed meanwhile
+			}
+			err = giveBack()
 		}
 		return err
 	}
