@@ -377,8 +377,8 @@
 // size(tasks) < MaxQueued + purged + claimed, claimed counting the claims
 // with Margin left, as its failure reads the queue full, freed as seen
 // keeping each claimed ticket there; a claim lapsing afterwards waits
-// again past the
-// bound, at most the cap's claims more), and Withdraw cannot take it back
+// again past the bound, at most the cap's claims more), and Withdraw
+// cannot take it back
 // (ErrClaimed). Nor does it hold its principal to the reserve: a join's
 // condition names its claimed tickets, maxNamed at most (more: held to
 // the reserve), and requires each one's lease live at the writer's now,

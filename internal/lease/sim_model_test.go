@@ -1155,14 +1155,15 @@ const modelMaxNamed = 8
 
 // refusesJoin reports whether the item refuses, at now, principal p's
 // join to the callers' queue (task false) or the tasks' for room: as many
-// tickets of that kind wait (live, not claimed) as MaxQueued, or p has a
-// ticket waiting (or more than modelMaxNamed in its waiting set) and the
-// last reserve places are taken. A caller told QueueFull from it was
-// refused rightly only then.
+// tickets of that kind wait (live, and not claimed with Margin left: a
+// claim that may lapse before the join lands waits again, doc.go) as
+// MaxQueued, or p has a ticket waiting (or more than modelMaxNamed in its
+// waiting set) and the last reserve places are taken. A caller told
+// QueueFull from it was refused rightly only then.
 func (it *mItem) refusesJoin(k mKey, p string, task bool, now int64) bool {
 	w := 0
 	for _, tk := range it.tickets {
-		if tk.hasN && tk.task == task && mLive(tk.d, now) && !it.claimed(tk, now) {
+		if tk.hasN && tk.task == task && mLive(tk.d, now) && !it.claimed(tk, now+k.Margin.Milliseconds()) {
 			w++
 		}
 	}
