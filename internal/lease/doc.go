@@ -74,7 +74,10 @@
 //     the new value in one write (both operands read the item as it was;
 //     a seq a hand edit left below a ticket's number is repaired first,
 //     below, TestASeqLoweredByHandNumbersNoTicketBeforeOthers),
-//     on condition that size(queue) < MaxQueued and, when its principal
+//     on condition that seq is not below the value it judged from (one
+//     lowered by hand meanwhile would number it before callers waiting:
+//     TestAJoinAfterSeqLoweredByHandIsNumberedLast), size(queue) <
+//     MaxQueued and, when its principal
 //     has callers waiting already, size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so
 //     another's lone caller finds a place. Its principal has none waiting
