@@ -124,12 +124,14 @@
 //     made empty; seq not a whole number, below 0, below a ticket's
 //     number or 2^62 − 1 or more (a join would number a half), one past
 //     every ticket (a ticket numbered 2^62 or more is a half, so that is a
-//     whole number, TestASeqAtMaxNumberNumbersNoHalf); freed or the limit's
+//     whole number, TestAHandEditDoesNotWedgeTheCallersAfterIt,
+//     "seq at maxNumber numbers no half"); freed or the limit's
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a
 //     view before the edit lands; the rest is removed — a set or a gate
 //     not one, the hold or the limit's numbers not whole, its limit_sig
-//     not a string (TestALimitSigWrittenByHandLosesNoFailureNorPause), a bucket's time
+//     not a string (TestAHandEditDoesNotFailAnOperation,
+//     "a failing release records its failure and pause"), a bucket's time
 //     not whole (it reads as full), a gate entry not a map, with a field
 //     of another type, or with a probe or a bar and no time to it (whole),
 //     each part of a half ticket (its queue or tasks entry any value, its
@@ -144,12 +146,14 @@
 //     invalid (its ADD to freed, its DELETE from a set), reads the item if
 //     need be, repairs it, and is made again (past maxEager tries, on
 //     while each repair lands,
-//     TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack), as is a pause
+//     TestAHandEditDoesNotFailAnOperation, "a probe's release over more
+//     values than maxEager repairs"), as is a pause
 //     refused over one (a call holding nothing's too, its repairs that
 //     land not counted among its tries,
-//     TestAPauseOfACallHoldingNothingOverManyHandEditsIsWritten), a call
+//     TestAHandEditDoesNotFailAnOperation, "a pause of a call holding
+//     nothing lands"), a call
 //     never made giving its tokens back (on while each repair lands,
-//     TestAnUnusedCallGivesItsTokenBackOverManyHandEdits), and Admin's
+//     TestAHandEditDoesNotFailAnOperation, "a give-back lands"), and Admin's
 //     Release; a task's withdrawal,
 //     StartDue, Admin's ResetBreaker and a call that only pays its buckets
 //     repair what they read before they write. A lease whose expiry is
@@ -446,28 +450,14 @@
 //     lapsed (TestRenewedLeaseIsNotPurged); lapsed entries never wedge a
 //     key (TestLapsedLeasesDoNotWedgeALoweredCap,
 //     TestLapsedTicketsDoNotWedgeALoweredQueue,
-//     TestAQueueEntryNumberedZeroDoesNotWedgeAKey), nor do malformed
-//     ones, each put right by one repair, conditioned on it as stored,
-//     before a write is judged from it
-//     (TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
-//     TestAMalformedSeqIsJoinedOnceAndMadeWhole,
-//     TestMapsAndListsWrittenByHandDoNotWedgeAKey,
-//     TestABreakerOpensOverEveryonesEntryWrittenByHand,
-//     TestMalformedProbeFieldsDoNotWedgeAHalfOpenBreaker,
-//     TestAMalformedFreedDoesNotWedgeAKey,
-//     TestAMalformedHoldOrLimitDoesNotWedgeAKey,
-//     TestSetsWrittenByHandAsOtherTypesDoNotWedgeAKey,
-//     TestMapsReplacedByHandDoNotSpinACaller,
-//     TestAMalformedStartMarkDoesNotWedgeATaskOrTheCallersBehind,
-//     TestAReleaseOverAnItemWrittenByHandGivesThePlaceBack,
-//     TestAWithdrawalOverAFreedWrittenByHandTakesTheTicket,
-//     TestMoreThanMaxRepairMalformedValuesWithFreedAmongTheRestAreRepaired,
-//     TestASeqBelowATicketNumberedMaxInt64IsRepairedOnce,
-//     TestACallThatOnlyPaysItsBucketsRepairsTheItem,
-//     TestAdminReleasesALeaseWrittenByHandWithAnExpiryNotWhole,
-//     TestAdminWritesOverAMalformedFreedAreMade,
-//     TestAnUnusedCallGivesItsTokenBackOverAnItemWrittenByHand,
-//     TestAPauseOverAHandEditedEntryIsWrittenByACallHoldingNothing).
+//     TestAHandEditDoesNotWedgeTheCallersAfterIt, "half ticket entry"),
+//     nor do malformed ones, each put right by one repair, conditioned
+//     on it as stored, before a write is judged from it
+//     (TestAHandEditDoesNotWedgeTheCallersAfterIt: each row a value
+//     written by hand and the callers after it;
+//     TestAHandEditDoesNotFailAnOperation: each row a release, a
+//     give-back, a pause, an operator's write or a withdrawal over one;
+//     TestASeqLoweredByHandNumbersNoTicketBeforeOthers).
 //  5. No place goes to a caller that gave up, other than by its own write
 //     landing late, which holds the place no longer than its lease
 //     (TestGaveUpCallerNeverGetsAPlace, TestLateTakeLapsesLikeADeadHolder).

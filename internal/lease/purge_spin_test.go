@@ -104,66 +104,6 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 	})
 }
 
-// Invariant 4 (doc.go): stale entries never wedge a key. The item is
-// anyone's to write: a queue or tasks entry numbered 0 (or not a whole
-// number) is half a ticket, which the first caller to see it repairs
-// away. Were that removal conditioned on the entry being absent, it
-// would be refused while the entry stands, and no caller would ever get
-// a place on a free key; it goes on the value seen, and the caller finds
-// the key free of it.
-func TestAQueueEntryNumberedZeroDoesNotWedgeAKey(t *testing.T) {
-	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
-	type entry struct {
-		attr string
-		v    types.AttributeValue
-	}
-	for name, edits := range map[string][]entry{
-		"0":            {{rgQueue, n("0")}},
-		"1.5":          {{rgQueue, n("1.5")}},
-		"S 7":          {{rgQueue, &types.AttributeValueMemberS{Value: "7"}}},
-		"task 0":       {{"tasks", n("0")}},
-		"task S 7":     {{"tasks", &types.AttributeValueMemberS{Value: "7"}}},
-		"both, 0":      {{rgQueue, n("0")}, {"tasks", n("3")}},
-		"both, task 0": {{rgQueue, n("3")}, {"tasks", n("0")}},
-		"ticket S":     {{rgQueue, n("-2")}, {rgTickets, &types.AttributeValueMemberS{Value: "p"}}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				db := newMemStore()
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				r := Request{Key: "srv", Cap: 1, MaxQueued: 8, Hold: 2 * time.Second, Wait: 10 * time.Second, Holder: "p"}
-				l := New(db, rgTable, Options{InstanceID: "a", MaxLook: time.Second})
-				ls, err := l.Acquire(ctx, r)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := ls.Finish(ctx, Success); err != nil {
-					t.Fatal(err)
-				}
-				for _, e := range edits {
-					handEdit(t, db, e.v, e.attr, "x")
-				}
-				ls, err = New(db, rgTable, Options{InstanceID: "b", MaxLook: time.Second}).Acquire(ctx, r)
-				if err != nil {
-					t.Fatalf("a caller on a free key: %v", err)
-				}
-				if _, err := ls.Finish(ctx, Success); err != nil {
-					t.Fatal(err)
-				}
-				item := rgItem(t, db, rgTable, "srv")
-				for _, attr := range []string{rgQueue, "tasks", rgTickets} {
-					if m, ok := item[attr].(*types.AttributeValueMemberM); ok {
-						if v, ok := m.Value["x"]; ok {
-							t.Errorf("%s.x is still %v after a caller took and released a place", attr, v)
-						}
-					}
-				}
-			})
-		})
-	}
-}
-
 // rewriteBucket is another writer of principal label's rate bucket on key
 // srv: each call sets it, through the store, to a new time a minute or
 // more past, full, so a purge judged from the time before is refused and
