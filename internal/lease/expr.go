@@ -481,7 +481,7 @@ func (l *Limiter) mend(ctx context.Context, key string, v *view) (*view, error) 
 			continue
 		}
 		if failed++; failed > maxEager {
-			return nil, fmt.Errorf("lease: %s still needs repair after %d repairs that put nothing right", key, maxEager)
+			return nil, fmt.Errorf("lease: %s still needs repair after %d repairs that put nothing right", key, failed)
 		}
 		if err := sleep(ctx, backoff(failed), key); err != nil {
 			return nil, err
