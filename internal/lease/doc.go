@@ -97,7 +97,11 @@
 //     condition that the lease is there. The rest (a gate's change, a
 //     move of the limit) has conditions of its own; when one fails while
 //     the lease is there, the release is made again from the answer, and
-//     after maxEager tries with its outcome and probe verdicts alone.
+//     after maxEager tries with its outcome and probe verdicts alone: the
+//     first eagerRetries (3) times at once, each later one after
+//     backoff(n − eagerRetries) (12–25 ms, growing to 125–250 ms). It never
+//     gives up while its lease is there, unless its context ends
+//     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries).
 //   - Renew: SET leases.<id> to a later expiry (never one before the
 //     expiry its holder knows it wrote), on condition that it holds
 //     an expiry this holder wrote (a task's: and that its ticket names its
@@ -136,20 +140,26 @@
 //     TestARepairJudgedBeforeAWaitersJoinLeavesItsTicket), a task's start
 //     mark not whole.
 //     A repair puts right up to maxRepair (16) values, freed first if it
-//     is one, and ADDs 1 to freed; the next puts right the rest. A
-//     release that fails over such a value, or that the store refuses as
-//     invalid (its ADD to freed, its DELETE from a set), reads the item if
-//     need be, repairs it, and is made again (past maxEager tries, on
-//     while each repair lands,
-//     TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack), as is a pause
-//     refused over one (a call holding nothing's too, its repairs that
-//     land not counted among its tries,
-//     TestAPauseOfACallHoldingNothingOverManyHandEditsIsWritten), a call
-//     never made giving its tokens back (on while each repair lands,
-//     TestAnUnusedCallGivesItsTokenBackOverManyHandEdits), and Admin's
-//     Release; a task's withdrawal,
-//     StartDue, Admin's ResetBreaker and a call that only pays its buckets
-//     repair what they read before they write. A lease whose expiry is
+//     is one, and ADDs 1 to freed; the next puts right the rest. Every
+//     writer mends the item one way (mend): it repairs on while each
+//     repair leaves fewer values to put right; after one that does not
+//     (its condition failed, or the item as written needs as much), it
+//     waits backoff(n), n such repairs so far, reads the item and judges
+//     again, and past maxEager of them gives up with an error
+//     (TestARepairFailingItsConditionAgainAndAgainPauses). A caller that
+//     judges the item before it chooses its write — an acquire (a join
+//     refused over a malformed value hands it the answer), a task's
+//     enqueue or withdrawal, StartDue — mends what it reads. A write made
+//     again as it is built (send) — a release, a pause or a give-back of
+//     a call holding nothing, a call that only pays its buckets, Admin's
+//     Pause, Release and ResetBreaker — is built from the item mended when
+//     its view shows a malformed value, and when the store refuses it as
+//     invalid (its ADD to freed, its DELETE from a set: the item is read)
+//     or its failed condition's answer needs repair, the item is mended
+//     and the write built again from it
+//     (TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack,
+//     TestAPauseOfACallHoldingNothingOverManyHandEditsIsWritten,
+//     TestAnUnusedCallGivesItsTokenBackOverManyHandEdits). A lease whose expiry is
 //     not a whole number never expires, and Admin's Release removes it on
 //     its value as stored.
 //
@@ -299,8 +309,9 @@
 //     Retry-After, at most the request's MaxPause) closes its principal's
 //     entry until then, never shortening a later one (it leaves a later
 //     one on condition that it stands as seen: a call holding nothing
-//     writes that condition alone); "*" closes while
-//     another principal's is closed. A pause has no probe.
+//     writes that condition alone, in at most maxEager tries paced as a
+//     release's); "*" closes while another principal's is closed. A pause
+//     has no probe.
 //   - Hold: an operator's hold (Admin) stops every take until lifted or
 //     passed; calls in flight go on, and waiters wait.
 //
@@ -445,8 +456,10 @@
 //     TestLapsedTicketsDoNotWedgeALoweredQueue,
 //     TestAQueueEntryNumberedZeroDoesNotWedgeAKey), nor do malformed
 //     ones, each put right by one repair, conditioned on it as stored,
-//     before a write is judged from it
-//     (TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
+//     before a write is judged from it, a repair that puts nothing right
+//     sent again only after a back-off, at most maxEager times
+//     (TestARepairFailingItsConditionAgainAndAgainPauses,
+//     TestMalformedBucketsAndGateEntriesDoNotWedgeAKey,
 //     TestAMalformedSeqIsJoinedOnceAndMadeWhole,
 //     TestMapsAndListsWrittenByHandDoNotWedgeAKey,
 //     TestABreakerOpensOverEveryonesEntryWrittenByHand,
