@@ -97,10 +97,9 @@
 //     condition that the lease is there. The rest (a gate's change, a
 //     move of the limit) has conditions of its own; when one fails while
 //     the lease is there, the release is made again from the answer, and
-//     after maxEager tries with its outcome and probe verdicts alone: the
-//     first eagerRetries (3) times at once, each later one after
-//     backoff(n − eagerRetries) (12–25 ms, growing to 125–250 ms). It never
-//     gives up while its lease is there, unless its context ends
+//     after maxEager tries with its outcome and probe verdicts alone,
+//     after eagerRetries (3) at once each after backoff, never given up
+//     while the lease is there but for its context's end
 //     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries).
 //   - Renew: SET leases.<id> to a later expiry (never one before the
 //     expiry its holder knows it wrote), on condition that it holds
@@ -141,22 +140,17 @@
 //     mark not whole.
 //     A repair puts right up to maxRepair (16) values, freed first if it
 //     is one, and ADDs 1 to freed; the next puts right the rest. Every
-//     writer mends the item one way (mend): it repairs on while each
-//     repair leaves fewer values to put right; after one that does not
-//     (its condition failed, or the item as written needs as much), it
-//     waits backoff(n), n such repairs so far, reads the item and judges
-//     again, and past maxEager of them gives up with an error
-//     (TestARepairFailingItsConditionAgainAndAgainPauses). A caller that
-//     judges the item before it chooses its write — an acquire (a join
-//     refused over a malformed value hands it the answer), a task's
-//     enqueue or withdrawal, StartDue — mends what it reads. A write made
-//     again as it is built (send) — a release, a pause or a give-back of
-//     a call holding nothing, a call that only pays its buckets, Admin's
-//     Pause, Release and ResetBreaker — is built from the item mended when
-//     its view shows a malformed value, and when the store refuses it as
-//     invalid (its ADD to freed, its DELETE from a set: the item is read)
-//     or its failed condition's answer needs repair, the item is mended
-//     and the write built again from it
+//     writer repairs one way (mend): on while each repair leaves fewer
+//     values to put right; after one that does not (its condition failed,
+//     or the item needs as much), backoff(n) and a read before the next,
+//     and an error past maxEager of them
+//     (TestARepairFailingItsConditionAgainAndAgainPauses). An acquire, a
+//     task's enqueue or withdrawal and StartDue mend what they read; a
+//     release, a pause or give-back of a call holding nothing, a call that
+//     only pays its buckets and Admin's writes (send) are built from the
+//     item mended, and made again from it when the store refuses one as
+//     invalid (its ADD to freed, its DELETE from a set) or its failed
+//     condition's answer needs repair
 //     (TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack,
 //     TestAPauseOfACallHoldingNothingOverManyHandEditsIsWritten,
 //     TestAnUnusedCallGivesItsTokenBackOverManyHandEdits). A lease whose expiry is

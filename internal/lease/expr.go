@@ -513,8 +513,9 @@ func (l *Limiter) send(ctx context.Context, key string, v *view, build func(v *v
 			return v, err
 		}
 		nv, err := l.write(ctx, key, u, unknown)
-		if refusedAsInvalid(err) {
-			// Nothing applied, and no item comes with the refusal.
+		if ae := smithy.APIError(nil); errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" {
+			// Refused as invalid (an operand of another type than the item
+			// holds): nothing applied, and no item comes with it.
 			rv, rerr := l.read(ctx, key)
 			if rerr != nil || !rv.needsRepair() {
 				return nil, cmp.Or(rerr, err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
 )
 
 // Outcome is what a finished call tells its gates and adaptive limit.
@@ -436,11 +435,4 @@ func (ls *Lease) PauseFor(d time.Duration) {
 		return
 	}
 	ls.pauseUntil = ls.l.clock().Add(min(d, cmp.Or(ls.req.MaxPause, MaxPause))).UnixMilli()
-}
-
-// refusedAsInvalid: the store refused a write as invalid (an operand of
-// another type than the item holds), without applying it.
-func refusedAsInvalid(err error) bool {
-	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
 }
