@@ -231,8 +231,10 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 	for range maxAdminTries {
 		// freed or a set written by hand as another type would refuse the
 		// withdrawal's ADD or DELETE: mended first.
-		if v, err = l.mend(ctx, key, v); err != nil {
-			return err
+		if len(v.fixes) > 0 {
+			if v, err = l.mend(ctx, key, v); err != nil {
+				return err
+			}
 		}
 		t := v.ticketFor(id)
 		if t != nil && t.task && t.taskID != taskID {
