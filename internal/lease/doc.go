@@ -96,10 +96,10 @@
 //     value its process saw); for a call never made, its tokens back — on
 //     condition that the lease is there. The rest (a gate's change, a
 //     move of the limit) has conditions of its own; when one fails while
-//     the lease is there, the release is made again from the answer, and
-//     after maxEager tries with its outcome and probe verdicts alone,
-//     after eagerRetries (3) at once each after backoff, never given up
-//     while the lease is there but for its context's end
+//     the lease is there, the release is made again from the answer
+//     (after maxEager tries with its outcome and probe verdicts alone):
+//     eagerRetries (3) times at once, then each time after backoff, never
+//     given up while the lease is there but with its context
 //     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries).
 //   - Renew: SET leases.<id> to a later expiry (never one before the
 //     expiry its holder knows it wrote), on condition that it holds
@@ -147,10 +147,11 @@
 //     (TestARepairFailingItsConditionAgainAndAgainPauses). An acquire, a
 //     task's enqueue or withdrawal and StartDue mend what they read; a
 //     release, a pause or give-back of a call holding nothing, a call that
-//     only pays its buckets and Admin's writes (send) are built from the
-//     item mended, and made again from it when the store refuses one as
-//     invalid (its ADD to freed, its DELETE from a set) or its failed
-//     condition's answer needs repair
+//     only pays its buckets and Admin's Pause, Release and ResetBreaker
+//     (send) are built from the item mended when their view shows a
+//     malformed value, and made again from the item mended when the store
+//     refuses one as invalid (its ADD to freed, its DELETE from a set) or
+//     its failed condition's answer needs repair
 //     (TestAProbesReleaseOverManyHandEditsGivesItsPlaceBack,
 //     TestAPauseOfACallHoldingNothingOverManyHandEditsIsWritten,
 //     TestAnUnusedCallGivesItsTokenBackOverManyHandEdits). A lease whose expiry is
