@@ -96,11 +96,11 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				return a.lease(ctx, exp, v)
 			}
 			if v.needsRepair() {
-				nv, err := a.l.repair(ctx, a.req.Key, v)
-				if err != nil {
+				var err error
+				if v, err = a.l.mend(ctx, a.req.Key, v); err != nil {
 					return nil, err
 				}
-				v, a.own = nv, nv
+				a.own = v
 				continue
 			}
 			if t := v.ticketFor(a.me.id); t != nil {
@@ -572,7 +572,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		return nv, nil // an earlier attempt of it landed
 	}
 	if nv.needsRepair() {
-		return a.l.repair(ctx, a.req.Key, nv)
+		return nv, nil // its caller mends it, and judges again
 	}
 	now = a.now()
 	// Held to the reserve unless its condition could name all it has there
@@ -864,64 +864,59 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 // after an unknown outcome (a token may be lost, never taken twice).
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 	// The process's view only chooses the charge's form; a refusal is
-	// judged from a charge's answer.
-	v, own := l.board(req.Key).recent(time.Hour), false
+	// judged from an answer to this call.
+	seen := l.board(req.Key).recent(time.Hour)
+	v := seen
 	for range maxEager {
-		if v != nil && len(v.fixes) > 0 {
-			// A bucket written by hand fails its charge: put right first.
-			nv, err := l.repair(ctx, req.Key, v)
-			if err != nil {
-				return nil, err
-			}
-			v, own = nv, nv != nil
-			continue
-		}
-		now := l.clock().UnixMilli()
-		// It leaves the callers before it their tokens, as a take does.
-		rs := req.rules(v)
-		var ahead []*ticket
-		if v != nil {
-			ahead = v.walk(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, nil).ahead
-		}
-		waiting := rs.tokens(ahead)
-		if v != nil && own {
-			if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
-				l.stats.refused(err)
-				return nil, err
-			}
-			if err := rateLimitedKeeping(v, req.Rates, now, waiting); err != nil {
-				l.stats.rateLimited.Add(1)
-				return nil, err
-			}
-		}
-		u := newUpdate()
-		u.once = true
-		u.admit(gateAttrs(req.Tool, ""), req.Holder, "", 0, now, nil, v)
-		// Both maps: a task's ticket waits for a token as a caller's does.
-		for _, task := range []bool{false, true} {
-			mp, n := u.path(kindAttr(task)), 0
+		var now int64
+		nv, err := l.send(ctx, req.Key, v, func(v *view) (*update, error) {
+			now = l.clock().UnixMilli()
+			// It leaves the callers before it their tokens, as a take does.
+			rs := req.rules(v)
+			var ahead []*ticket
 			if v != nil {
-				n = v.tickets(task)
+				ahead = v.walk(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, nil).ahead
 			}
-			if n > 0 {
-				u.cond("size(" + mp + ") <= " + u.num(int64(n)))
-			} else {
-				u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
+			waiting := rs.tokens(ahead)
+			if v != nil && v != seen {
+				if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
+					l.stats.refused(err)
+					return nil, err
+				}
+				if err := rateLimitedKeeping(v, req.Rates, now, waiting); err != nil {
+					l.stats.rateLimited.Add(1)
+					return nil, err
+				}
 			}
-		}
-		if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
-			return t.live(now) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
-				return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
-			})
-		}) {
-			// A waiter needing its buckets' tokens: freed as seen.
-			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
-		}
-		for _, r := range req.Rates {
-			u.charge(r, v, now, waiting[r.Name])
-		}
-		u.ttl(now + 60_000)
-		nv, err := l.write(ctx, req.Key, u, nil)
+			u := newUpdate()
+			u.once = true
+			u.admit(gateAttrs(req.Tool, ""), req.Holder, "", 0, now, nil, v)
+			// Both maps: a task's ticket waits for a token as a caller's does.
+			for _, task := range []bool{false, true} {
+				mp, n := u.path(kindAttr(task)), 0
+				if v != nil {
+					n = v.tickets(task)
+				}
+				if n > 0 {
+					u.cond("size(" + mp + ") <= " + u.num(int64(n)))
+				} else {
+					u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
+				}
+			}
+			if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
+				return t.live(now) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
+					return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
+				})
+			}) {
+				// A waiter needing its buckets' tokens: freed as seen.
+				u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
+			}
+			for _, r := range req.Rates {
+				u.charge(r, v, now, waiting[r.Name])
+			}
+			u.ttl(now + 60_000)
+			return u, nil
+		}, nil)
 		if err == nil {
 			l.stats.acquired.Add(1)
 			ls := &Lease{l: l, req: req, id: l.newLeaseID()}
@@ -931,7 +926,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		if !errors.Is(err, errCondition) {
 			return nil, err
 		}
-		v, own = nv, true
+		v = nv
 	}
 	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
 }

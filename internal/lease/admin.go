@@ -33,22 +33,16 @@ func (a *Admin) Pause(ctx context.Context, key string, until time.Time) error {
 	if ms <= a.l.clock().UnixMilli() {
 		return errors.New("lease: pause until a time already past")
 	}
-	pause := func() (*view, error) {
+	// A hold written by hand reads as none, and fails the condition: it
+	// is mended, and the hold set.
+	v, err := a.l.send(ctx, key, nil, func(*view) (*update, error) {
 		u := newUpdate()
 		hp := u.path(HoldAttr)
 		u.cond(orAbsent(hp, hp+" < "+u.num(ms)))
 		u.set(hp, u.num(ms))
 		u.ttl(ms)
-		return a.l.write(ctx, key, u, nil)
-	}
-	v, err := pause()
-	if errors.Is(err, errCondition) && v != nil && v.needsRepair() {
-		// A hold written by hand reads as none: put right, then set.
-		if _, err := a.l.repair(ctx, key, v); err != nil {
-			return fmt.Errorf("lease: pause %s: %w", key, err)
-		}
-		v, err = pause()
-	}
+		return u, nil
+	}, nil)
 	if errors.Is(err, errCondition) && v != nil && v.hold >= ms {
 		return nil // a hold as long or longer stands (or an earlier attempt landed)
 	}
@@ -101,22 +95,19 @@ func (a *Admin) ResetBreaker(ctx context.Context, key, name string) error {
 		return err
 	}
 	attr := BreakerAttr(name)
-	if v.needsRepair() {
-		// A freed written by hand would refuse its ADD: put right first.
-		if v, err = a.repaired(ctx, key, v); err != nil {
-			return fmt.Errorf("lease: reset breaker %s of %s: %w", name, key, err)
+	// A freed written by hand would refuse its ADD: mended first.
+	nv, err := a.l.send(ctx, key, v, func(v *view) (*update, error) {
+		g := v.gates[attr]
+		if g == nil {
+			return nil, nil // nothing to reset
 		}
-	}
-	g := v.gates[attr]
-	if g == nil {
-		return nil // nothing to reset
-	}
-	u := newUpdate()
-	u.remove(u.path(attr))
-	u.pinGate(g, nil)
-	u.count(u.path(FreedAttr), 1)
-	u.ttl(a.l.clock().UnixMilli())
-	nv, err := a.l.write(ctx, key, u, nil)
+		u := newUpdate()
+		u.remove(u.path(attr))
+		u.pinGate(g, nil)
+		u.count(u.path(FreedAttr), 1)
+		u.ttl(a.l.clock().UnixMilli())
+		return u, nil
+	}, nil)
 	switch {
 	case errors.Is(err, errCondition) && nv != nil && nv.gates[attr] == nil:
 		return nil // an earlier attempt landed
@@ -143,26 +134,22 @@ func (a *Admin) Release(ctx context.Context, key, id string) error {
 	}
 	unsure := false
 	for range maxAdminTries {
-		if _, ok := v.leases[id]; !ok {
-			if unsure {
-				return nil // an attempt whose answer was lost landed
+		// Its ADD to freed or DELETE from a set over a value written by
+		// hand: mended, and judged again.
+		nv, err := a.l.send(ctx, key, v, func(v *view) (*update, error) {
+			if _, ok := v.leases[id]; !ok && unsure {
+				return nil, nil // an attempt whose answer was lost landed
+			} else if !ok {
+				return nil, ErrNotHeld
 			}
-			return ErrNotHeld
-		}
-		u := newUpdate()
-		u.removeLease(v, id)
-		u.ttl(a.l.clock().UnixMilli())
-		nv, err := a.l.write(ctx, key, u, func() { unsure = true })
+			u := newUpdate()
+			u.removeLease(v, id)
+			u.ttl(a.l.clock().UnixMilli())
+			return u, nil
+		}, func() { unsure = true })
 		switch {
-		case err == nil:
-			return nil
-		case refusedAsInvalid(err) || errors.Is(err, errCondition) && nv != nil && nv.needsRepair():
-			// Its ADD to freed or DELETE from a set over a value written
-			// by hand: put right, and judge again.
-			if v, err = a.repaired(ctx, key, nv); err != nil {
-				return fmt.Errorf("lease: release %s of %s: %w", id, key, err)
-			}
-			continue
+		case err == nil || errors.Is(err, ErrNotHeld):
+			return err
 		case errors.Is(err, errCondition) && nv != nil:
 			v = nv // renewed, or gone: judge again from the answer
 			continue
@@ -173,21 +160,4 @@ func (a *Admin) Release(ctx context.Context, key, id string) error {
 		return fmt.Errorf("lease: release %s of %s: it kept changing; try again", id, key)
 	}
 	return ErrNotHeld
-}
-
-// repaired puts right what v shows malformed (see repair; v nil: read
-// first) and returns the item as it is then.
-func (a *Admin) repaired(ctx context.Context, key string, v *view) (*view, error) {
-	var err error
-	if v == nil {
-		if v, err = a.l.read(ctx, key); err != nil {
-			return nil, err
-		}
-	}
-	if v.needsRepair() {
-		if _, err := a.l.repair(ctx, key, v); err != nil {
-			return nil, err
-		}
-	}
-	return a.l.read(ctx, key)
 }

@@ -73,12 +73,12 @@
 //   - Join: a caller that will wait ADDs 1 to seq and sets queue.<id> to
 //     the new value in one write (both operands read the item as it was;
 //     a seq a hand edit left below a ticket's number is repaired first,
-//     below, TestASeqLoweredByHandNumbersNoTicketBeforeOthers),
-//     on condition that seq is not below the value it judged from (one
+//     below, TestASeqLoweredByHandNumbersNoTicketBeforeOthers), on
+//     condition that seq is not below the value it judged from (one
 //     lowered by hand meanwhile would number it before callers waiting:
 //     TestAJoinAfterSeqLoweredByHandIsNumberedLast), size(queue) <
-//     MaxQueued and, when its principal
-//     has callers waiting already, size(queue) < MaxQueued − QueueReserve
+//     MaxQueued and, when its principal has callers waiting already,
+//     size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so
 //     another's lone caller finds a place. Its principal has none waiting
 //     when its waiting set is absent, or holds only the tickets the view
@@ -99,8 +99,11 @@
 //     value its process saw); for a call never made, its tokens back — on
 //     condition that the lease is there. The rest (a gate's change, a
 //     move of the limit) has conditions of its own; when one fails while
-//     the lease is there, the release is made again from the answer, and
-//     after maxEager tries with its outcome and probe verdicts alone.
+//     the lease is there, the release is made again from the answer
+//     (after maxEager tries with its outcome and probe verdicts alone):
+//     eagerRetries (3) times at once, then each time after backoff, never
+//     given up while the lease is there but with its context
+//     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries).
 //   - Renew: SET leases.<id> to a later expiry (never one before the
 //     expiry its holder knows it wrote), on condition that it holds
 //     an expiry this holder wrote (a task's: and that its ticket names its
@@ -141,24 +144,24 @@
 //     TestARepairJudgedBeforeAWaitersJoinLeavesItsTicket), a task's start
 //     mark not whole.
 //     A repair puts right up to maxRepair (16) values, freed first if it
-//     is one, and ADDs 1 to freed; the next puts right the rest. A
-//     release that fails over such a value, or that the store refuses as
-//     invalid (its ADD to freed, its DELETE from a set), reads the item if
-//     need be, repairs it, and is made again (past maxEager tries, on
-//     while each repair lands,
-//     TestAHandEditDoesNotFailAnOperation, "a probe's release over more
-//     values than maxEager repairs"), as is a pause
-//     refused over one (a call holding nothing's too, its repairs that
-//     land not counted among its tries,
-//     TestAHandEditDoesNotFailAnOperation, "a pause of a call holding
-//     nothing lands"), a call
-//     never made giving its tokens back (on while each repair lands,
-//     TestAHandEditDoesNotFailAnOperation, "a give-back lands"), and Admin's
-//     Release; a task's withdrawal,
-//     StartDue, Admin's ResetBreaker and a call that only pays its buckets
-//     repair what they read before they write. A lease whose expiry is
-//     not a whole number never expires, and Admin's Release removes it on
-//     its value as stored.
+//     is one, and ADDs 1 to freed; the next puts right the rest. Every
+//     writer repairs one way (mend): on while each repair leaves fewer
+//     values to put right; after one that does not (its condition failed,
+//     or the item needs as much), backoff(n) and a read before the next,
+//     and an error past maxEager of them
+//     (TestARepairFailingItsConditionAgainAndAgainPauses). An acquire, a
+//     task's enqueue or withdrawal and StartDue mend what they read; a
+//     release, a pause or give-back of a call holding nothing, a call that
+//     only pays its buckets and Admin's Pause, Release and ResetBreaker
+//     (send) are built from the item mended when their view shows a
+//     malformed value, and made again from the item mended when the store
+//     refuses one as invalid (its ADD to freed, its DELETE from a set) or
+//     its failed condition's answer needs repair
+//     (TestAHandEditDoesNotFailAnOperation, "a probe's release over more
+//     values than maxEager repairs", "a pause of a call holding nothing
+//     lands", "a give-back lands"). A lease whose expiry is not a whole
+//     number never expires, and Admin's Release removes it on its value
+//     as stored.
 //
 // No write removes what it did not see or relies on another having
 // landed: a write whose outcome is unknown (a timeout, a reset connection,
@@ -306,8 +309,9 @@
 //     Retry-After, at most the request's MaxPause) closes its principal's
 //     entry until then, never shortening a later one (it leaves a later
 //     one on condition that it stands as seen: a call holding nothing
-//     writes that condition alone); "*" closes while
-//     another principal's is closed. A pause has no probe.
+//     writes that condition alone, in at most maxEager tries paced as a
+//     release's); "*" closes while another principal's is closed. A pause
+//     has no probe.
 //   - Hold: an operator's hold (Admin) stops every take until lifted or
 //     passed; calls in flight go on, and waiters wait.
 //
@@ -450,10 +454,12 @@
 //     lapsed (TestRenewedLeaseIsNotPurged); lapsed entries never wedge a
 //     key (TestLapsedLeasesDoNotWedgeALoweredCap,
 //     TestLapsedTicketsDoNotWedgeALoweredQueue,
-//     TestAHandEditDoesNotWedgeTheCallersAfterIt, "half ticket entry"),
-//     nor do malformed ones, each put right by one repair, conditioned
-//     on it as stored, before a write is judged from it
-//     (TestAHandEditDoesNotWedgeTheCallersAfterIt: each row a value
+//     TestAHandEditDoesNotWedgeTheCallersAfterIt, "half ticket entry"), nor do malformed
+//     ones, each put right by one repair, conditioned on it as stored,
+//     before a write is judged from it, a repair that puts nothing right
+//     sent again only after a back-off, at most maxEager times
+//     (TestARepairFailingItsConditionAgainAndAgainPauses,
+//     TestAHandEditDoesNotWedgeTheCallersAfterIt: each row a value
 //     written by hand and the callers after it;
 //     TestAHandEditDoesNotFailAnOperation: each row a release, a
 //     give-back, a pause, an operator's write or a withdrawal over one;

@@ -373,6 +373,20 @@ func backoff(n int) time.Duration {
 	return jitter(min(writeMinBackoff<<(n-1), writeMaxBackoff))
 }
 
+// eagerRetries is how many times a write failing its condition on others'
+// writes is made again at once from the answer.
+const eagerRetries = 3
+
+// contended waits, before try n+1 of a write made again from the answer
+// to its n-th failing its condition, backoff(n−eagerRetries) once the
+// first eagerRetries tries are spent, or until ctx ends.
+func contended(ctx context.Context, key string, n int) error {
+	if n <= eagerRetries {
+		return nil
+	}
+	return sleep(ctx, backoff(n-eagerRetries), key)
+}
+
 // read fetches the item of key with a strongly consistent read.
 func (l *Limiter) read(ctx context.Context, key string) (*view, error) {
 	l.stats.reads.Add(1)
@@ -449,6 +463,71 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 		return nil, nil // changed meanwhile: judged again from the item as it is
 	}
 	return nv, err
+}
+
+// mend returns v, or the item as repaired when v needs repair (see Repair
+// in the package doc): on while each repair leaves fewer values to put
+// right; after one that does not land or leaves as many, it waits
+// backoff(n), n such repairs so far, reads the item and judges again, and
+// past maxEager of them gives up.
+func (l *Limiter) mend(ctx context.Context, key string, v *view) (*view, error) {
+	for failed := 0; v.needsRepair(); {
+		nv, err := l.repair(ctx, key, v)
+		if err != nil {
+			return nil, err
+		}
+		if nv != nil && (!nv.needsRepair() || len(nv.fixes) < len(v.fixes)) {
+			v = nv
+			continue
+		}
+		if failed++; failed > maxEager {
+			return nil, fmt.Errorf("lease: %s still needs repair after %d repairs that put nothing right", key, failed)
+		}
+		if err := sleep(ctx, backoff(failed), key); err != nil {
+			return nil, err
+		}
+		if v, err = l.read(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// send makes the write build makes from the item as v shows it (nil: no
+// view) and returns write's answer. A view showing a malformed value is
+// mended first; when the store refuses the write as invalid (the item is
+// read then) or its failed condition's answer needs repair, the item is
+// mended and the write built again from it. build may return nil, which
+// sends nothing and returns the view it was given, or an error, which
+// sends nothing and is returned.
+func (l *Limiter) send(ctx context.Context, key string, v *view, build func(v *view) (*update, error), unknown func()) (*view, error) {
+	for {
+		var err error
+		if v != nil && len(v.fixes) > 0 {
+			if v, err = l.mend(ctx, key, v); err != nil {
+				return nil, err
+			}
+		}
+		u, err := build(v)
+		if u == nil || err != nil {
+			return v, err
+		}
+		nv, err := l.write(ctx, key, u, unknown)
+		if ae := smithy.APIError(nil); errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" {
+			// Refused as invalid (an operand of another type than the item
+			// holds): nothing applied, and no item comes with it.
+			rv, rerr := l.read(ctx, key)
+			if rerr != nil || !rv.needsRepair() {
+				return nil, cmp.Or(rerr, err)
+			}
+			nv = rv
+		} else if !errors.Is(err, errCondition) || !nv.needsRepair() {
+			return nv, err
+		}
+		if v, err = l.mend(ctx, key, nv); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // halvesAsSeen conditions u, which puts right fixes of v, on each half

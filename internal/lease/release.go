@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
 )
 
 // Outcome is what a finished call tells its gates and adaptive limit.
@@ -78,31 +77,13 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		b.heldFor(took)
 	}
 	probes, purge, extras, unsure := ls.probes, true, true, false
-	// repaired: the last repair landed, putting right up to maxRepair
-	// values: past maxEager tries it repairs on while each lands, so that
-	// more malformed values than maxEager repairs put right never leave
-	// it failing over them for ever.
-	repaired := false
 	for tries := 1; ; tries++ {
-		u, tr := ls.release(outcome, probes, purge, extras, b, took)
-		v, err := l.write(ctx, ls.req.Key, u, func() { unsure = true })
-		if err != nil && (tries <= maxEager || repaired) && (refusedAsInvalid(err) || errors.Is(err, errCondition) && v.needsRepair()) {
-			// A value written by hand fails its conditions, or the store
-			// refuses its ADD to freed or DELETE from a set as invalid
-			// (with no item): read it if need be, put it right (see
-			// repair), and make the release again.
-			if v == nil {
-				v, _ = l.read(ctx, ls.req.Key)
-			}
-			if v != nil && v.needsRepair() {
-				nv, rerr := l.repair(ctx, ls.req.Key, v)
-				if rerr == nil {
-					repaired = nv != nil
-					continue
-				}
-			}
-		}
-		repaired = false
+		var tr Transition
+		v, err := l.send(ctx, ls.req.Key, nil, func(*view) (*update, error) {
+			var u *update
+			u, tr = ls.release(outcome, probes, purge, extras, b, took)
+			return u, nil
+		}, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
 			case v.leases[ls.id] != 0 && (!ls.task || ls.heldIn(v)):
@@ -111,6 +92,9 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 				probes = v.stillProbes(probes, ls.id)
 				purge = false
 				extras = extras && tries < maxEager
+				if err := contended(ctx, ls.req.Key, tries); err != nil {
+					return NoTransition, err
+				}
 				continue
 			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds():
 				// Gone while nobody could take it for expired: it landed.
@@ -142,7 +126,9 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	now := l.clock().UnixMilli()
 	l.stats.released.Add(1)
 	if outcome == Unused && len(ls.req.Rates) > 0 {
-		giveBack := func() error {
+		// Sent once: a bucket or freed written by hand refuses it as
+		// invalid (nothing applied), and it is made again once mended.
+		_, err := l.send(ctx, ls.req.Key, nil, func(*view) (*update, error) {
 			u := newUpdate()
 			u.once = true
 			for _, r := range ls.req.Rates {
@@ -150,65 +136,34 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			}
 			u.count(u.path(FreedAttr), 1)
 			u.ttl(now)
-			_, err := l.write(ctx, ls.req.Key, u, nil)
-			return err
-		}
-		err := giveBack()
-		for tries := 0; refusedAsInvalid(err) && tries < maxEager; {
-			// A bucket or freed written by hand (the store applied
-			// nothing): put right, and give the tokens back to it, on
-			// while each repair lands (each puts right up to maxRepair
-			// values).
-			v, rerr := l.read(ctx, ls.req.Key)
-			if rerr != nil || !v.needsRepair() {
-				break
-			}
-			nv, rerr := l.repair(ctx, ls.req.Key, v)
-			if rerr != nil {
-				return rerr
-			}
-			if nv == nil {
-				tries++ // changed meanwhile
-			}
-			err = giveBack()
-		}
+			return u, nil
+		}, nil)
 		return err
 	}
 	if ls.pauseUntil == 0 {
 		return nil
 	}
 	v, _, _ := l.board(ls.req.Key).latest()
-	if v == nil {
-		v = parseItem(nil)
-	}
-	for tries := 0; tries < maxEager; {
-		if len(v.fixes) > 0 {
-			// A pause entry written by hand reads as none, and its
-			// condition would fail: put right first, on while each
-			// repair lands (each puts right up to maxRepair values).
-			nv, err := l.repair(ctx, ls.req.Key, v)
-			if err == nil && nv == nil {
-				tries++
-				nv, err = l.read(ctx, ls.req.Key)
+	for tries := 1; tries <= maxEager; tries++ {
+		nv, err := l.send(ctx, ls.req.Key, v, func(v *view) (*update, error) {
+			if v == nil {
+				v = parseItem(nil)
 			}
-			if err != nil {
-				return err
+			u := newUpdate()
+			u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now)
+			if len(u.conds) == 0 {
+				return nil, nil // it has passed
 			}
-			v = nv
-			continue
-		}
-		tries++
-		u := newUpdate()
-		u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now)
-		if len(u.conds) == 0 {
-			return nil // it has passed
-		}
-		// A later pause standing is written over nothing but conditioned
-		// on it as seen: one purged meanwhile (a faster clock's) leaves
-		// this one to write.
-		u.ttl(now)
-		nv, err := l.write(ctx, ls.req.Key, u, nil)
+			// A later pause standing is written over nothing but
+			// conditioned on it as seen: one purged meanwhile (a faster
+			// clock's) leaves this one to write.
+			u.ttl(now)
+			return u, nil
+		}, nil)
 		if !errors.Is(err, errCondition) {
+			return err
+		}
+		if err := contended(ctx, ls.req.Key, tries); err != nil {
 			return err
 		}
 		v = nv
@@ -480,11 +435,4 @@ func (ls *Lease) PauseFor(d time.Duration) {
 		return
 	}
 	ls.pauseUntil = ls.l.clock().Add(min(d, cmp.Or(ls.req.MaxPause, MaxPause))).UnixMilli()
-}
-
-// refusedAsInvalid: the store refused a write as invalid (an operand of
-// another type than the item holds), without applying it.
-func refusedAsInvalid(err error) bool {
-	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
 }

@@ -80,16 +80,12 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			if v, err = l.read(ctx, req.Key); err != nil {
 				return "", err
 			}
-			a.own = v
 		}
+		if v, err = l.mend(ctx, req.Key, v); err != nil {
+			return "", err
+		}
+		a.own = v
 		now := a.now()
-		if v.needsRepair() {
-			if _, err := l.repair(ctx, req.Key, v); err != nil {
-				return "", err
-			}
-			v = nil
-			continue
-		}
 		if t := v.ticketFor(a.me.id); t != nil {
 			// Its join landed (an attempt whose answer was lost, or this
 			// one).
@@ -233,6 +229,13 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 	}
 	unsure := false
 	for range maxAdminTries {
+		// freed or a set written by hand as another type would refuse the
+		// withdrawal's ADD or DELETE: mended first.
+		if len(v.fixes) > 0 {
+			if v, err = l.mend(ctx, key, v); err != nil {
+				return err
+			}
+		}
 		t := v.ticketFor(id)
 		if t != nil && t.task && t.taskID != taskID {
 			return ErrNoTicket
@@ -246,17 +249,6 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 				return nil // an attempt whose answer was lost landed
 			}
 			return ErrNoTicket
-		}
-		if v.needsRepair() {
-			// freed or a set written by hand as another type would refuse
-			// the withdrawal's ADD or DELETE: put right first.
-			if _, err := l.repair(ctx, key, v); err != nil {
-				return err
-			}
-			if v, err = l.read(ctx, key); err != nil {
-				return err
-			}
-			continue
 		}
 		u := newUpdate()
 		u.removeTicket(t.id, t.label, t.n, true)
@@ -288,8 +280,8 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 // request comes to see its turn. req gives the key's caps and buckets.
 func (l *Limiter) StartDue(ctx context.Context, req Request) error {
 	v, err := l.read(ctx, req.Key)
-	if err == nil && v.needsRepair() {
-		v, err = l.repair(ctx, req.Key, v)
+	if err == nil {
+		v, err = l.mend(ctx, req.Key, v)
 	}
 	if err != nil {
 		return err
