@@ -867,7 +867,10 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 	// judged from an answer to this call.
 	seen := l.board(req.Key).recent(time.Hour)
 	v := seen
-	for range maxEager {
+	for try := range maxEager {
+		if err := contended(ctx, req.Key, try); err != nil {
+			return nil, err
+		}
 		var now int64
 		nv, err := l.send(ctx, req.Key, v, func(v *view) (*update, error) {
 			now = l.clock().UnixMilli()

@@ -103,7 +103,10 @@
 //     (after maxEager tries with its outcome and probe verdicts alone):
 //     eagerRetries (3) times at once, then each time after backoff, never
 //     given up while the lease is there but with its context
-//     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries).
+//     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries). A charge,
+//     a task's enqueue and a claim are paced alike on others' writes and
+//     stop after maxEager tries (TestAChargeOthersKeepWritingOverPauses);
+//     a withdrawal and Admin's writes stop after maxAdminTries (4).
 //   - Renew: SET leases.<id> to a later expiry (never one before the
 //     expiry its holder knows it wrote), on condition that it holds
 //     an expiry this holder wrote (a task's: and that its ticket names its

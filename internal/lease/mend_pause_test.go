@@ -131,3 +131,41 @@ func TestARepairFailingItsConditionAgainAndAgainPauses(t *testing.T) {
 		}
 	})
 }
+
+// Charge (doc.go Release): a call that only pays its buckets, whose
+// condition fails on others' writes each time, is made again from the
+// answer the first eagerRetries times at once and each later one after a
+// back-off, and stops after maxEager tries. Another writer moves the
+// bucket before each of its writes, across now and back, so that the
+// form each try is built in (a bucket full, or one with tokens taken)
+// never holds when it lands, while a token is always left.
+func TestAChargeOthersKeepWritingOverPauses(t *testing.T) {
+	onBothStores(t, func(t *testing.T, db API, table string) {
+		ctx := context.Background()
+		m := &meddler{API: db}
+		l := New(m, table, Options{InstanceID: "a"})
+		r := Request{Key: "srv", Holder: "p", Hold: time.Second, Rates: []Rate{{Name: "server", PerMinute: 60}}}
+		// A capped call first makes the item's maps.
+		release(t, acquire(t, New(db, table, Options{InstanceID: "b"}), Request{Key: "srv", Cap: 1, Hold: time.Second, Holder: "q"}))
+		writes := 0
+		m.before = func() {
+			writes++
+			tat := time.Now().Add(30 * time.Second) // tokens taken, one left
+			if writes%2 == 0 {
+				tat = time.Now().Add(-100 * time.Second) // full
+			}
+			handEditIn(t, db, table, number(tat.UnixMilli()), RateAttr("server"))
+		}
+		logPauses(t, m)
+		_, err := l.Acquire(ctx, r)
+		got := m.events()
+		t.Logf("the charge: %s (w: a write, p: a pause); %v", got, err)
+		if err == nil {
+			t.Fatalf("a charge landed over a bucket moved before each of its writes")
+		}
+		want := strings.Repeat("w", eagerRetries+1) + strings.Repeat("pw", maxEager-eagerRetries-1)
+		if got != want {
+			t.Errorf("the charge's writes and pauses: %s, want %s", got, want)
+		}
+	})
+}

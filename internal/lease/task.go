@@ -76,6 +76,9 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 	sent := int64(-1) // freed as the last join whose outcome was unknown saw it
 	for tries := 0; ; tries++ {
 		var err error
+		if err = contended(ctx, req.Key, tries); err != nil {
+			return "", err
+		}
 		if v == nil {
 			if v, err = l.read(ctx, req.Key); err != nil {
 				return "", err
@@ -165,6 +168,9 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 	a := l.newAttempt(req, id, true)
 	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
 	for tries := 0; ; tries++ {
+		if err := contended(ctx, req.Key, tries); err != nil {
+			return nil, err
+		}
 		v, err := l.read(ctx, req.Key)
 		if err != nil {
 			return nil, err
