@@ -153,7 +153,9 @@
 //     or the item needs as much), backoff(n) and a read before the next,
 //     and an error past maxEager of them
 //     (TestARepairFailingItsConditionAgainAndAgainPauses). An acquire, a
-//     task's enqueue or withdrawal and StartDue mend what they read; a
+//     task's enqueue or withdrawal and whoever starts a task whose turn
+//     came (its mark's condition fails over a mark written by hand) mend
+//     what they read; a
 //     release, a pause or give-back of a call holding nothing, a call that
 //     only pays its buckets and Admin's Pause, Release and ResetBreaker
 //     (send) are built from the item mended when their view shows a

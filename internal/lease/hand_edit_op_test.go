@@ -365,6 +365,25 @@ func opCases() []opCase {
 				}
 				return nil
 			}})
+		// With nobody else to look, the release that frees its place
+		// starts it.
+		add(opCase{name: "a task's start is made by the release freeing its place/its mark " + name, r: r,
+			setup: func(t *testing.T, k *opRun) {
+				k.l = New(k.wc, k.table, Options{InstanceID: "a", MaxLook: time.Second, OnTaskStart: k.st.hook})
+				holds(t, k)
+				q := r
+				q.Holder = "q"
+				k.ticket = enqueue(t, k.l, q, "task-1")
+			},
+			edits: func(k *opRun) []edit { return []edit{at(v, TicketsAttr, k.ticket, ticketStarted)} },
+			op: func(t *testing.T, k *opRun) error {
+				release(t, k.held)
+				synctest.Wait()
+				if n := len(k.st.list()); n != 1 {
+					t.Errorf("starts of the task after the release: %d; want 1 (its turn came)", n)
+				}
+				return nil
+			}})
 	}
 
 	// Everyone's breaker entry written as something other than a map reads

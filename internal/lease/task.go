@@ -286,9 +286,6 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 // request comes to see its turn. req gives the key's caps and buckets.
 func (l *Limiter) StartDue(ctx context.Context, req Request) error {
 	v, err := l.read(ctx, req.Key)
-	if err == nil {
-		v, err = l.mend(ctx, req.Key, v)
-	}
 	if err != nil {
 		return err
 	}
@@ -302,6 +299,13 @@ func (l *Limiter) StartDue(ctx context.Context, req Request) error {
 func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 	if l.onStart == nil || v == nil || v.tickets(true) == 0 {
 		return
+	}
+	if len(v.fixes) > 0 {
+		// A start mark written by hand would fail its mark's condition.
+		var err error
+		if v, err = l.mend(ctx, key, v); err != nil {
+			return
+		}
 	}
 	now := l.clock().UnixMilli()
 	b := l.board(key)
