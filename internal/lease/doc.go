@@ -76,7 +76,8 @@
 //     below, TestASeqLoweredByHandNumbersNoTicketBeforeOthers), on
 //     condition that seq is not below the value it judged from (one
 //     lowered by hand meanwhile would number it before callers waiting:
-//     TestAJoinAfterSeqLoweredByHandIsNumberedLast), size(queue) <
+//     TestAJoinAfterSeqLoweredByHandIsNumberedLast) nor 2^62 − 1 or more
+//     (one raised by hand meanwhile would number a half), size(queue) <
 //     MaxQueued and, when its principal has callers waiting already,
 //     size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so
@@ -129,9 +130,14 @@
 //     protocol's shapes: a map (leases, queue, tasks, tickets) not one is
 //     made empty; seq not a whole number, below 0, below a ticket's
 //     number or 2^62 − 1 or more (a join would number a half), one past
-//     every ticket (a ticket numbered 2^62 or more is a half, so that is a
-//     whole number, TestAHandEditDoesNotWedgeTheCallersAfterIt,
-//     "seq at maxNumber numbers no half"); freed or the limit's
+//     every ticket (a ticket numbered 2^62 or more is a half,
+//     TestAHandEditDoesNotWedgeTheCallersAfterIt, "seq at maxNumber
+//     numbers no half"), and when that is 2^62 − 1 or more (a ticket
+//     numbered so by hand, or joined from a seq written so) the tickets
+//     it does not purge numbered 1, 2, … in their order, each on
+//     condition of its number as seen, and seq one past them
+//     (TestATicketNumberedAtTheTopByHandDoesNotWedgeTheCallersAfterIt);
+//     freed or the limit's
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a
 //     view before the edit lands; the rest is removed — a set or a gate
