@@ -103,11 +103,14 @@
 //     the lease is there, the release is made again from the answer
 //     (after maxEager tries with its outcome and probe verdicts alone):
 //     eagerRetries (3) times at once, then each time after backoff, never
-//     given up while the lease is there but with its context
+//     given up while the lease is there but with its context, a store
+//     error, or a repair it needs that fails (see Repair: maxEager in a
+//     row that put nothing right)
 //     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries). A charge,
 //     a task's enqueue and a claim are paced alike on others' writes and
 //     stop after maxEager tries (TestAChargeOthersKeepWritingOverPauses);
-//     a withdrawal and Admin's writes stop after maxAdminTries (4).
+//     a withdrawal and Admin's Release stop after maxAdminTries (4), and
+//     Admin's Pause and ResetBreaker after one.
 //   - Renew: SET leases.<id> to a later expiry (never one before the
 //     expiry its holder knows it wrote), on condition that it holds
 //     an expiry this holder wrote (a task's: and that its ticket names its
