@@ -515,8 +515,9 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	sp, qp, tp := u.path(SeqAttr), u.path(kind, id), u.path(TicketsAttr, id)
 	next := "if_not_exists(" + sp + ", " + u.num(0) + ") + " + u.num(1)
 	// Not lowered since it was judged (a hand edit): it would number this
-	// caller before callers waiting.
-	u.cond(orAbsent(sp, sp+" >= "+u.num(v.seq)))
+	// caller before callers waiting; nor raised to the top: it would
+	// number a half.
+	u.cond(orAbsent(sp, "("+sp+" >= "+u.num(v.seq)+" AND "+sp+" < "+u.num(maxNumber-1)+")"))
 	u.set(sp, next)
 	u.set(qp, next)
 	info := map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: a.me.label}, ticketDeadline: number(deadline)}

@@ -76,7 +76,8 @@
 //     below, TestASeqLoweredByHandNumbersNoTicketBeforeOthers), on
 //     condition that seq is not below the value it judged from (one
 //     lowered by hand meanwhile would number it before callers waiting:
-//     TestAJoinAfterSeqLoweredByHandIsNumberedLast), size(queue) <
+//     TestAJoinAfterSeqLoweredByHandIsNumberedLast) nor 2^62 − 1 or more
+//     (one raised by hand meanwhile would number a half), size(queue) <
 //     MaxQueued and, when its principal has callers waiting already,
 //     size(queue) < MaxQueued − QueueReserve
 //     (the last quarter, rounded down): no principal fills the queue, so
@@ -102,11 +103,14 @@
 //     the lease is there, the release is made again from the answer
 //     (after maxEager tries with its outcome and probe verdicts alone):
 //     eagerRetries (3) times at once, then each time after backoff, never
-//     given up while the lease is there but with its context
+//     given up while the lease is there but with its context, a store
+//     error, or a repair it needs that fails (see Repair: maxEager in a
+//     row that put nothing right)
 //     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries). A charge,
 //     a task's enqueue and a claim are paced alike on others' writes and
 //     stop after maxEager tries (TestAChargeOthersKeepWritingOverPauses);
-//     a withdrawal and Admin's writes stop after maxAdminTries (4).
+//     a withdrawal and Admin's Release stop after maxAdminTries (4), and
+//     Admin's Pause and ResetBreaker after one.
 //   - Renew: SET leases.<id> to a later expiry (never one before the
 //     expiry its holder knows it wrote), on condition that it holds
 //     an expiry this holder wrote (a task's: and that its ticket names its
@@ -129,9 +133,14 @@
 //     protocol's shapes: a map (leases, queue, tasks, tickets) not one is
 //     made empty; seq not a whole number, below 0, below a ticket's
 //     number or 2^62 − 1 or more (a join would number a half), one past
-//     every ticket (a ticket numbered 2^62 or more is a half, so that is a
-//     whole number, TestAHandEditDoesNotWedgeTheCallersAfterIt,
-//     "seq at maxNumber numbers no half"); freed or the limit's
+//     every ticket (a ticket numbered 2^62 or more is a half,
+//     TestAHandEditDoesNotWedgeTheCallersAfterIt, "seq at maxNumber
+//     numbers no half"), and when that is 2^62 − 1 or more (a ticket
+//     numbered so by hand, or joined from a seq written so) the tickets
+//     it does not purge numbered 1, 2, … in their order, each on
+//     condition of its number as seen, and seq one past them
+//     (TestATicketNumberedAtTheTopByHandDoesNotWedgeTheCallersAfterIt);
+//     freed or the limit's
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a
 //     view before the edit lands; the rest is removed — a set or a gate

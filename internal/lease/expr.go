@@ -435,7 +435,7 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 		case attr == LeasesAttr || attr == QueueAttr || attr == TasksAttr || attr == TicketsAttr:
 			u.set(p, u.value(emptyMap()))
 		case attr == SeqAttr:
-			u.set(p, u.num(v.lastNumber()+1))
+			u.set(p, u.num(u.renumber(v)))
 		case attr == FreedAttr || attr == LimitRoundAttr:
 			u.set(p, u.num(now))
 			freedSet = freedSet || attr == FreedAttr
@@ -528,6 +528,29 @@ func (l *Limiter) send(ctx context.Context, key string, v *view, build func(v *v
 			return nil, err
 		}
 	}
+}
+
+// renumber returns one past every ticket v shows, the seq a repair sets.
+// When that is maxNumber − 1 or more (a ticket numbered so by hand), from
+// which a join would number a half and which reads as malformed again,
+// it has u number the tickets it does not purge 1, 2, … in their order,
+// each on condition of its number as seen, and returns one past them.
+func (u *update) renumber(v *view) int64 {
+	next := v.lastNumber() + 1
+	if next < maxNumber-1 {
+		return next
+	}
+	next = 1
+	for _, t := range v.queue {
+		qp := u.path(kindAttr(t.task), t.id)
+		if slices.Contains(u.removes, qp) {
+			continue // purged
+		}
+		u.cond(qp + " = " + u.num(t.n))
+		u.set(qp, u.num(next))
+		next++
+	}
+	return next
 }
 
 // halvesAsSeen conditions u, which puts right fixes of v, on each half

@@ -224,8 +224,9 @@ func parseItem(item map[string]types.AttributeValue) *view {
 }
 
 // maxNumber bounds seq, and a ticket's number is below it: one past
-// every ticket, as the repair sets seq, is a whole number however far a
-// hand edit numbered one, and no count of joins reaches it.
+// every ticket, as the repair sets seq (renumbering them when that is
+// maxNumber − 1 or more), is a whole number however far a hand edit
+// numbered one, and no count of joins reaches it.
 const maxNumber = 1 << 62
 
 // isMalformed: attribute attr holds a of a type the protocol never
