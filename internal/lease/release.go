@@ -144,7 +144,10 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		return nil
 	}
 	v, _, _ := l.board(ls.req.Key).latest()
-	for tries := 1; tries <= maxEager; tries++ {
+	for tries := range maxEager {
+		if err := contended(ctx, ls.req.Key, tries); err != nil {
+			return err
+		}
 		nv, err := l.send(ctx, ls.req.Key, v, func(v *view) (*update, error) {
 			if v == nil {
 				v = parseItem(nil)
@@ -161,9 +164,6 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			return u, nil
 		}, nil)
 		if !errors.Is(err, errCondition) {
-			return err
-		}
-		if err := contended(ctx, ls.req.Key, tries); err != nil {
 			return err
 		}
 		v = nv
