@@ -333,15 +333,16 @@ func opCases() []opCase {
 	// never start and the caller behind it never get the free place.
 	for name, v := range map[string]types.AttributeValue{"S": sv("x"), "N 1.5": nv("1.5")} {
 		r := Request{Key: "srv", Cap: 1, Hold: 30 * time.Second, Holder: "p", MaxQueued: 4}
+		queued := func(t *testing.T, k *opRun) {
+			k.l = New(k.wc, k.table, Options{InstanceID: "a", MaxLook: time.Second, OnTaskStart: k.st.hook})
+			holds(t, k)
+			q := r
+			q.Holder = "q"
+			k.ticket = enqueue(t, k.l, q, "task-1")
+		}
+		marked := func(k *opRun) []edit { return []edit{at(v, TicketsAttr, k.ticket, ticketStarted)} }
 		add(opCase{name: "a task's start is made when its turn comes/its mark " + name, r: r,
-			setup: func(t *testing.T, k *opRun) {
-				k.l = New(k.wc, k.table, Options{InstanceID: "a", MaxLook: time.Second, OnTaskStart: k.st.hook})
-				holds(t, k)
-				q := r
-				q.Holder = "q"
-				k.ticket = enqueue(t, k.l, q, "task-1")
-			},
-			edits: func(k *opRun) []edit { return []edit{at(v, TicketsAttr, k.ticket, ticketStarted)} },
+			setup: queued, edits: marked,
 			op: func(t *testing.T, k *opRun) error {
 				got := make(chan *Lease, 1)
 				go func() {
@@ -368,14 +369,7 @@ func opCases() []opCase {
 		// With nobody else to look, the release that frees its place
 		// starts it.
 		add(opCase{name: "a task's start is made by the release freeing its place/its mark " + name, r: r,
-			setup: func(t *testing.T, k *opRun) {
-				k.l = New(k.wc, k.table, Options{InstanceID: "a", MaxLook: time.Second, OnTaskStart: k.st.hook})
-				holds(t, k)
-				q := r
-				q.Holder = "q"
-				k.ticket = enqueue(t, k.l, q, "task-1")
-			},
-			edits: func(k *opRun) []edit { return []edit{at(v, TicketsAttr, k.ticket, ticketStarted)} },
+			setup: queued, edits: marked,
 			op: func(t *testing.T, k *opRun) error {
 				release(t, k.held)
 				synctest.Wait()
