@@ -136,10 +136,15 @@
 //     every ticket (a ticket numbered 2^62 or more is a half,
 //     TestAHandEditDoesNotWedgeTheCallersAfterIt, "seq at maxNumber
 //     numbers no half"), and when that is 2^62 − 1 or more (a ticket
-//     numbered so by hand, or joined from a seq written so) the tickets
-//     it does not purge numbered 1, 2, … in their order, each on
-//     condition of its number as seen, and seq one past them
-//     (TestATicketNumberedAtTheTopByHandDoesNotWedgeTheCallersAfterIt);
+//     numbered so by hand, or joined from a seq written so) the fewest
+//     top tickets it does not purge, at most maxRenumber (16, within
+//     DynamoDB's expression limits), numbered on from the ticket below
+//     them in their order (number, then id), each on condition of its
+//     number as seen, and seq one past them; when no 16 will do, seq is
+//     left so until tickets lapse
+//     (TestATicketNumberedAtTheTopByHandDoesNotWedgeTheCallersAfterIt,
+//     TestARenumberingRepairStaysWithinDynamoDBsExpressionLimits,
+//     TestARenumberingKeepsTheTurnsOfTicketsNumberedAlike);
 //     freed or the limit's
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a

@@ -33,8 +33,8 @@ func (m *exprMeter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput
 
 // topTickets writes by hand tickets ids numbered ns (label "q", all in
 // its waiting set), ticket "x" numbered maxNumber − 2, and seq 5: one past
-// the tickets is maxNumber − 1, so a repair renumbers them.
-func topTickets(t *testing.T, db API, ids []string, ns []int64) {
+// the tickets is maxNumber − 1, so a repair renumbers tickets at the top.
+func topTickets(t *testing.T, db API, table string, ids []string, ns []int64) {
 	t.Helper()
 	deadline := time.Now().Add(time.Hour).UnixMilli()
 	info := mv(map[string]types.AttributeValue{ticketLabel: sv("q"), ticketDeadline: number(deadline)})
@@ -46,7 +46,7 @@ func topTickets(t *testing.T, db API, ids []string, ns []int64) {
 		at(number(maxNumber-2), QueueAttr, "x"), at(info, TicketsAttr, "x"),
 		at(&types.AttributeValueMemberSS{Value: append(slices.Clone(ids), "x")}, WaitingAttr("q")),
 		at(number(5), SeqAttr))
-	applyEdits(t, db, rgTable, edits)
+	applyEdits(t, db, table, edits)
 }
 
 // Invariant 4 (doc.go, Repair) and DynamoDB's limits: an expression
@@ -56,17 +56,23 @@ func topTickets(t *testing.T, db API, ids []string, ns []int64) {
 // SET): past a couple of hundred tickets DynamoDB refuses it as invalid,
 // every time, and every caller on the key fails over the repair.
 func TestARenumberingRepairStaysWithinDynamoDBsExpressionLimits(t *testing.T) {
-	db := &exprMeter{API: newMemStore()}
+	onBothStores(t, func(t *testing.T, api API, table string) {
+		renumberWithinLimits(t, api, table)
+	})
+}
+
+func renumberWithinLimits(t *testing.T, api API, table string) {
+	db := &exprMeter{API: api}
 	var ids []string
 	var ns []int64
 	for i := range 300 {
 		ids, ns = append(ids, fmt.Sprintf("w%04d", i)), append(ns, int64(10+i))
 	}
-	topTickets(t, db, ids, ns)
+	topTickets(t, db, table, ids, ns)
 	db.update.Store(0)
 	db.cond.Store(0)
 	ctx := context.Background()
-	l := New(db, rgTable, Options{InstanceID: "a"})
+	l := New(db, table, Options{InstanceID: "a"})
 	v, err := l.read(ctx, "srv")
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +84,13 @@ func TestARenumberingRepairStaysWithinDynamoDBsExpressionLimits(t *testing.T) {
 	if u, c := db.update.Load(), db.cond.Load(); u > limit || c > limit {
 		t.Errorf("longest update expression %d bytes, condition expression %d bytes, renumbering %d tickets; DynamoDB allows %d", u, c, len(ids)+1, limit)
 	}
-	if seq := numberOr(rgItem(t, db, rgTable, "srv")[SeqAttr], -1); seq < 0 || seq >= maxNumber-1 {
+	item := rgItem(t, db, table, "srv")
+	if seq := numberOr(item[SeqAttr], -1); seq < 0 || seq >= maxNumber-1 {
 		t.Errorf("seq %d after the repair; want it whole", seq)
+	}
+	q := item[QueueAttr].(*types.AttributeValueMemberM).Value
+	if last, x := numberOr(q[ids[len(ids)-1]], -1), numberOr(q["x"], -1); x <= last || x >= maxNumber-2 {
+		t.Errorf("ticket x numbered %d after the repair, the last before it %d; want it after, whole", x, last)
 	}
 }
 
@@ -93,9 +104,9 @@ func TestARenumberingKeepsTheTurnsOfTicketsNumberedAlike(t *testing.T) {
 	var ids []string
 	var ns []int64
 	for i := range 12 {
-		ids, ns = append(ids, fmt.Sprintf("t%02d", i)), append(ns, 7)
+		ids, ns = append(ids, fmt.Sprintf("t%02d", i)), append(ns, maxNumber-3)
 	}
-	topTickets(t, db, ids, ns)
+	topTickets(t, db, rgTable, ids, ns)
 	ctx := context.Background()
 	l := New(db, rgTable, Options{InstanceID: "a"})
 	v, err := l.read(ctx, "srv")
@@ -111,6 +122,6 @@ func TestARenumberingKeepsTheTurnsOfTicketsNumberedAlike(t *testing.T) {
 		got = append(got, numberOr(q[id], -1))
 	}
 	if !slices.IsSorted(got) {
-		t.Errorf("numbers of tickets %v (tied at 7, in turn order) after the renumbering: %v; want them rising", ids, got)
+		t.Errorf("numbers of tickets %v (tied at maxNumber − 3, in turn order) after the renumbering: %v; want them rising", ids, got)
 	}
 }
