@@ -392,7 +392,9 @@
 // starts a worker (Options.OnTaskStart). A lost start is made again by
 // the first to see the turn StartTimeout after it; while a start has gone
 // unclaimed that long, callers behind pass the ticket (it keeps its
-// number), each such take conditioned on the mark as seen.
+// number), each such take conditioned on the mark as seen. StartDue
+// fails when the item it read cannot be mended first (nothing started;
+// TestAStartDueThatCannotMendItsItemReportsIt).
 //
 // The worker claims the place (Claim): a take of its own ticket, judged
 // from a fresh read and conditioned on its number, that sets the lease,
