@@ -146,7 +146,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		}
 		served, h, bypass := a.decide(v, now)
 		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
-			a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
+			_ = a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
 		}
 		var err error
 		switch {

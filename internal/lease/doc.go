@@ -136,10 +136,15 @@
 //     every ticket (a ticket numbered 2^62 or more is a half,
 //     TestAHandEditDoesNotWedgeTheCallersAfterIt, "seq at maxNumber
 //     numbers no half"), and when that is 2^62 − 1 or more (a ticket
-//     numbered so by hand, or joined from a seq written so) the tickets
-//     it does not purge numbered 1, 2, … in their order, each on
-//     condition of its number as seen, and seq one past them
-//     (TestATicketNumberedAtTheTopByHandDoesNotWedgeTheCallersAfterIt);
+//     numbered so by hand, or joined from a seq written so) the fewest
+//     top tickets it does not purge, at most maxRenumber (16, within
+//     DynamoDB's expression limits), numbered on from the ticket below
+//     them in their order (number, then id), each on condition of its
+//     number as seen, and seq one past them; when no 16 will do, seq is
+//     left so until tickets lapse
+//     (TestATicketNumberedAtTheTopByHandDoesNotWedgeTheCallersAfterIt,
+//     TestARenumberingRepairStaysWithinDynamoDBsExpressionLimits,
+//     TestARenumberingKeepsTheTurnsOfTicketsNumberedAlike);
 //     freed or the limit's
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a
@@ -387,7 +392,9 @@
 // starts a worker (Options.OnTaskStart). A lost start is made again by
 // the first to see the turn StartTimeout after it; while a start has gone
 // unclaimed that long, callers behind pass the ticket (it keeps its
-// number), each such take conditioned on the mark as seen.
+// number), each such take conditioned on the mark as seen. StartDue
+// fails when the item it read cannot be mended first (nothing started;
+// TestAStartDueThatCannotMendItsItemReportsIt).
 //
 // The worker claims the place (Claim): a take of its own ticket, judged
 // from a fresh read and conditioned on its number, that sets the lease,

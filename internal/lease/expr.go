@@ -530,25 +530,46 @@ func (l *Limiter) send(ctx context.Context, key string, v *view, build func(v *v
 	}
 }
 
+// maxRenumber bounds the tickets one repair renumbers, well under
+// DynamoDB's expression limits (each is named twice: its condition and
+// its number).
+const maxRenumber = 16
+
 // renumber returns one past every ticket v shows, the seq a repair sets.
 // When that is maxNumber − 1 or more (a ticket numbered so by hand), from
 // which a join would number a half and which reads as malformed again,
-// it has u number the tickets it does not purge 1, 2, … in their order,
-// each on condition of its number as seen, and returns one past them.
+// it has u number the fewest top tickets it does not purge (at most
+// maxRenumber) on from the ticket below them, in their order, each on
+// condition of its number as seen, and returns one past them; when no
+// maxRenumber of them will do (more numbered that near the top), one
+// past every ticket still, the tickets left to lapse.
 func (u *update) renumber(v *view) int64 {
 	next := v.lastNumber() + 1
 	if next < maxNumber-1 {
 		return next
 	}
-	next = 1
+	var kept []*ticket
 	for _, t := range v.queue {
-		qp := u.path(kindAttr(t.task), t.id)
-		if slices.Contains(u.removes, qp) {
-			continue // purged
+		if p := u.named(kindAttr(t.task), t.id); p == "" || !slices.Contains(u.removes, p) {
+			kept = append(kept, t)
 		}
-		u.cond(qp + " = " + u.num(t.n))
-		u.set(qp, u.num(next))
-		next++
+	}
+	for j := len(kept) - 1; j >= max(len(kept)-maxRenumber, 0); j-- {
+		base := int64(0)
+		if j > 0 {
+			base = kept[j-1].n
+		}
+		if base+int64(len(kept)-j) >= maxNumber-2 {
+			continue
+		}
+		n := base + 1
+		for _, t := range kept[j:] {
+			qp := u.path(kindAttr(t.task), t.id)
+			u.cond(qp + " = " + u.num(t.n))
+			u.set(qp, u.num(n))
+			n++
+		}
+		return n
 	}
 	return next
 }

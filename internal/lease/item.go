@@ -210,7 +210,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 		v.queue = append(v.queue, t)
 	}
-	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Compare(a.n, b.n) })
+	slices.SortFunc(v.queue, func(a, b *ticket) int { return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.id, b.id)) })
 	slices.SortFunc(v.halves, func(a, b half) int { return strings.Compare(a.id, b.id) })
 	if s := item[SeqAttr]; (s == nil || whole(s)) && (v.seq < v.lastNumber() || v.seq >= maxNumber-1) {
 		// Below 0 or a ticket's number (absent, or lowered by hand): a

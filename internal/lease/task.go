@@ -92,7 +92,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		if t := v.ticketFor(a.me.id); t != nil {
 			// Its join landed (an attempt whose answer was lost, or this
 			// one).
-			l.startDue(ctx, req.Key, v, a.req.rules(v))
+			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return a.me.id, nil
 		}
 		if a.joined && v.leases[a.me.id] != 0 {
@@ -209,7 +209,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		served, h, _ := a.decide(v, now)
 		if !served || tries >= maxEager {
 			l.clearStart(ctx, req.Key, t, mark)
-			l.startDue(ctx, req.Key, v, a.req.rules(v))
+			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
 		}
 		ls, _, err := a.take(ctx, v, h, nil, now)
@@ -289,22 +289,22 @@ func (l *Limiter) StartDue(ctx context.Context, req Request) error {
 	if err != nil {
 		return err
 	}
-	l.startDue(ctx, req.Key, v, req.rules(v))
-	return nil
+	return l.startDue(ctx, req.Key, v, req.rules(v))
 }
 
 // startDue starts a worker for each task of v whose turn has come under
 // r, unless a start of it is younger than StartTimeout (in the item, or
-// here), each won by its mark (markStart).
-func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
+// here), each won by its mark (markStart). It returns the error of the
+// mend a view showing a malformed value needs first (nothing started).
+func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) error {
 	if l.onStart == nil || v == nil || v.tickets(true) == 0 {
-		return
+		return nil
 	}
 	if len(v.fixes) > 0 {
 		// A start mark written by hand would fail its mark's condition.
 		var err error
 		if v, err = l.mend(ctx, key, v); err != nil {
-			return
+			return err
 		}
 	}
 	now := l.clock().UnixMilli()
@@ -320,6 +320,7 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) {
 			l.onStart(ctx, TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: now})
 		}
 	}
+	return nil
 }
 
 // markStart writes now as ticket t's start (see Tasks in the package
