@@ -106,11 +106,12 @@ func TestARefusedPurgeIsNotResentAtOnce(t *testing.T) {
 
 // rewriteBucket is another writer of principal label's rate bucket on key
 // srv: each call sets it, through the store, to a new time a minute or
-// more past, full, so a purge judged from the time before is refused and
-// the item it returns shows the bucket full again.
+// more past (each before the last), full, so a purge judged from the time
+// before is refused and the item it returns shows the bucket full again.
 func rewriteBucket(t *testing.T, db API, label string) func() {
 	t.Helper()
-	n := int64(0)
+	// Each a millisecond before the last, however little time passed.
+	n, base := int64(0), time.Now().Add(-time.Minute).UnixMilli()
 	return func() {
 		n++
 		if _, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
@@ -118,7 +119,7 @@ func rewriteBucket(t *testing.T, db API, label string) func() {
 			Key:                       rgItemKey("srv"),
 			UpdateExpression:          aws.String("SET #b = :n"),
 			ExpressionAttributeNames:  map[string]string{"#b": RateAttr("principal:" + label)},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":n": number(time.Now().Add(-time.Minute).UnixMilli() - n)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": number(base - n)},
 		}); err != nil {
 			t.Error(err)
 		}
