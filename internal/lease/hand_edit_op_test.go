@@ -418,12 +418,6 @@ func opCases() []opCase {
 // An operation over a hand edit succeeds, and what it was to write lands.
 func TestAHandEditDoesNotFailAnOperation(t *testing.T) {
 	for _, c := range opCases() {
-		t.Run(c.name, func(t *testing.T) {
-			if c.both {
-				onBothStores(t, c.run)
-				return
-			}
-			synctest.Test(t, func(t *testing.T) { c.run(t, newMemStore(), rgTable) })
-		})
+		runRow(t, c.name, c.both, c.run)
 	}
 }

@@ -548,14 +548,20 @@ func takeCases() []takeCase {
 // item after is as each row says.
 func TestAHandEditDoesNotWedgeTheCallersAfterIt(t *testing.T) {
 	for _, c := range takeCases() {
-		t.Run(c.name, func(t *testing.T) {
-			if c.both {
-				onBothStores(t, c.run)
-				return
-			}
-			synctest.Test(t, func(t *testing.T) { c.run(t, newMemStore(), rgTable) })
-		})
+		runRow(t, c.name, c.both, c.run)
 	}
+}
+
+// runRow runs a hand-edit table's row: on dynalite and the in-memory
+// store when both, else on the in-memory store in fake time.
+func runRow(t *testing.T, name string, both bool, run func(t *testing.T, db API, table string)) {
+	t.Run(name, func(t *testing.T) {
+		if both {
+			onBothStores(t, run)
+			return
+		}
+		synctest.Test(t, func(t *testing.T) { run(t, newMemStore(), rgTable) })
+	})
 }
 
 // Invariant 4 and first come, first served (doc.go): a seq written by
