@@ -143,6 +143,9 @@ mutants:
 # e.g. results/profile) writes a CPU and an allocation profile of the
 # uncontended path there: cpu.pprof, and allocs.pprof with its base
 # allocs.base.pprof (go tool pprof -base); see docs/performance.md.
+# BENCH_GATEWAY_ENV (space-separated NAME=value) is given to every gateway
+# process the bench starts: AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256 runs them
+# with the memory limit and threads of the template's function.
 ## measure the limiter (store cost, tracing off/on, saturation, in-process baseline, hot key, cold start, cold fleet,
 ## waiters, bulkhead, two tenants, tasks vs synchronous waiters, rate limits, adaptive) into results/, with results/cap.svg
 ## (the upstream's calls in flight over time) and results/adaptive.svg (the adaptive limit);

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -168,7 +169,7 @@ func (b *bench) uncontendedCost(n int, args map[string]any, direct, directP99 ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw := b.rig.LaunchBinary(t, self, 1, "AWS_ENDPOINT_URL_DYNAMODB="+b.rig.Env.Endpoint, benchChildEnv+"=profile", profileDirEnv+"="+dir)[0]
+	gw := b.rig.LaunchBinary(t, self, 1, append([]string{"AWS_ENDPOINT_URL_DYNAMODB=" + b.rig.Env.Endpoint, benchChildEnv + "=profile", profileDirEnv + "=" + dir}, strings.Fields(os.Getenv("BENCH_GATEWAY_ENV"))...)...)[0]
 	defer gw.Stop()
 	for range 20 {
 		if c := b.call(gw.URL, "solo", "echo", args); c.status != http.StatusOK {

@@ -217,9 +217,12 @@ func newBench(t *testing.T, cfg benchConfig) *bench {
 	return b
 }
 
-// gatewayEnv points a gateway process at the metered store.
+// gatewayEnv points a gateway process at the metered store, with
+// BENCH_GATEWAY_ENV's variables (space-separated NAME=value; for
+// instance AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256, which runs it with the
+// memory limit and threads of the template's function).
 func (b *bench) gatewayEnv() []string {
-	return []string{"AWS_ENDPOINT_URL_DYNAMODB=" + b.meter.URL}
+	return append([]string{"AWS_ENDPOINT_URL_DYNAMODB=" + b.meter.URL}, strings.Fields(os.Getenv("BENCH_GATEWAY_ENV"))...)
 }
 
 // call is one tool call through the REST route, as an agent makes it.

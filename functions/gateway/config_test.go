@@ -41,8 +41,8 @@ func TestConfigLimits(t *testing.T) {
 	if c.Local != want {
 		t.Errorf("default local limits %+v, want %+v", c.Local, want)
 	}
-	if c.MemoryLimit != 0 || c.MaxRequest() != 0 {
-		t.Errorf("memory limit %d, request timeout %v; want neither outside Lambda", c.MemoryLimit, c.MaxRequest())
+	if c.MemoryLimit != 0 || c.MaxRequest() != 0 || c.MaxProcs != 0 {
+		t.Errorf("memory limit %d, request timeout %v, max procs %d; want none outside Lambda", c.MemoryLimit, c.MaxRequest(), c.MaxProcs)
 	}
 
 	c, err = config.Load(env(baseVars(map[string]string{"GATEWAY_READ_TIMEOUT": "5s", "GATEWAY_IDLE_TIMEOUT": "1m",
@@ -90,6 +90,23 @@ func TestConfigUnderLambda(t *testing.T) {
 	if want := int64(256 << 20 * 9 / 10); c.MemoryLimit != want {
 		t.Errorf("memory limit %d, want 90%% of 256 MiB = %d", c.MemoryLimit, want)
 	}
+	// One thread runs Go code: 256 MB buys under one vCPU's worth of time.
+	if c.MaxProcs != 1 {
+		t.Errorf("max procs %d for 256 MB, want 1", c.MaxProcs)
+	}
+	for mib, want := range map[string]int{"1769": 1, "1770": 2, "3008": 2, "10240": 6} {
+		lambda["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = mib
+		if c, err := config.Load(env(lambda)); err != nil || c.MaxProcs != want {
+			t.Errorf("max procs %d, %v for %s MB; want %d", c.MaxProcs, err, mib, want)
+		}
+	}
+	lambda["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = "256"
+	// GOMAXPROCS wins: the runtime has applied it.
+	lambda["GOMAXPROCS"] = "2"
+	if c, err := config.Load(env(lambda)); err != nil || c.MaxProcs != 0 {
+		t.Errorf("with GOMAXPROCS: max procs %d, %v; want 0 (the runtime's)", c.MaxProcs, err)
+	}
+	delete(lambda, "GOMAXPROCS")
 	// GOMEMLIMIT wins: the runtime has applied it, the gateway leaves it.
 	lambda["GOMEMLIMIT"] = "100MiB"
 	if c, err := config.Load(env(lambda)); err != nil || c.MemoryLimit != 0 {

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -66,6 +67,9 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	log := slog.New(clip.NewLogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}), safeurl.RedactText))
 	if cfg.MemoryLimit > 0 {
 		debug.SetMemoryLimit(cfg.MemoryLimit)
+	}
+	if cfg.MaxProcs > 0 && cfg.MaxProcs < runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(cfg.MaxProcs)
 	}
 
 	// One AWS configuration for every client: the tables, and the
@@ -212,7 +216,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	// The values in effect: the limiter's margin (its default when
 	// LEASE_MARGIN is unset), and "none" for no request deadline.
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", limiter.Margin().String(),
-		"request_timeout", config.TimeoutText(cfg.MaxRequest()), "memory_limit", config.MemoryLimitText(debug.SetMemoryLimit(-1)),
+		"request_timeout", config.TimeoutText(cfg.MaxRequest()), "memory_limit", config.MemoryLimitText(debug.SetMemoryLimit(-1)), "gomaxprocs", runtime.GOMAXPROCS(0),
 		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants), "allow_local_upstreams", cfg.AllowLocal,
 		"function_concurrency", cfg.FunctionConcurrency, "server_bulkhead", gateway.Bulkhead(cfg.FunctionConcurrency, cfg.ServerShare))
 

@@ -65,6 +65,11 @@ type Config struct {
 	// harder before the function runs out, rather than after. Zero leaves
 	// the runtime's own: none, or GOMEMLIMIT, which wins when set.
 	MemoryLimit int64
+	// MaxProcs is the most threads to run Go code at once (GOMAXPROCS)
+	// under Lambda: the vCPUs the function's memory buys (one per
+	// lambdaMiBPerCPU, at least one). Zero leaves the runtime's own: its
+	// default, or GOMAXPROCS, which wins when set.
+	MaxProcs int
 	// AllowedOrigins are the browser origins trusted to call cross-origin.
 	AllowedOrigins []string
 	// Metrics turns on the CloudWatch EMF records on stdout (EMF_METRICS;
@@ -129,6 +134,14 @@ const (
 	defaultIdleTimeout   = 2 * time.Minute
 	defaultMaxConns      = 1024
 )
+
+// lambdaMiBPerCPU is the function memory that buys one vCPU's worth of
+// CPU time under Lambda (the share grows with memory: 1,769 MB is one
+// full vCPU). The function's environment may show more CPUs than it has
+// time on: below one vCPU's worth, a second thread running Go code adds
+// no CPU time, only hand-offs between threads and idle threads spinning
+// for work (see A call's own cost in docs/performance.md).
+const lambdaMiBPerCPU = 1769
 
 // memoryShare is the part of the function's memory given to the Go
 // runtime's memory limit; the rest is for what the limit does not count
@@ -260,12 +273,18 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.MaxBodyBytes = n
 	}
-	if v := getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"); v != "" && getenv("GOMEMLIMIT") == "" {
+	if v := getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"); v != "" {
 		mib, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || mib <= 0 || mib > 1<<20 {
 			errs = append(errs, fmt.Errorf("AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%q is not a size in MiB", v))
 		} else {
-			c.MemoryLimit = int64(float64(mib<<20) * memoryShare)
+			// What the runtime was told in its environment wins.
+			if getenv("GOMEMLIMIT") == "" {
+				c.MemoryLimit = int64(float64(mib<<20) * memoryShare)
+			}
+			if getenv("GOMAXPROCS") == "" {
+				c.MaxProcs = int((mib + lambdaMiBPerCPU - 1) / lambdaMiBPerCPU)
+			}
 		}
 	}
 	switch strings.ToLower(getenv("EMF_METRICS")) {
@@ -303,7 +322,6 @@ func Load(getenv func(string) string) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// MemoryLimitText renders a runtime memory limit for the log.
 // TimeoutText renders a timeout for the startup log: "none" for 0.
 func TimeoutText(d time.Duration) string {
 	if d == 0 {
@@ -312,6 +330,7 @@ func TimeoutText(d time.Duration) string {
 	return d.String()
 }
 
+// MemoryLimitText renders a runtime memory limit for the log.
 func MemoryLimitText(limit int64) string {
 	if limit == math.MaxInt64 {
 		return "none"
