@@ -145,7 +145,9 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			a.purgeRefused = false
 		}
 		served, h, bypass := a.decide(v, now)
-		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
+		if slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
+			// A task's turn came before its own, served or not: whoever
+			// sees it starts it.
 			_ = a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
 		}
 		var err error
@@ -399,10 +401,13 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	}
 	switch {
 	case a.n != 0 && a.task:
-		// A task's claim keeps its ticket and names itself in it (see
-		// Tasks in the package doc).
+		// A task's claim keeps its ticket and names itself in it, and
+		// takes the start it claimed away: should the claim lapse, the
+		// ticket waits again with no start, as a task whose turn has not
+		// come (see Tasks in the package doc).
 		u.cond(u.path(TasksAttr, id) + " = " + u.num(a.n))
 		u.set(u.path(TicketsAttr, id, ticketClaim), u.str(a.claim))
+		u.remove(u.path(TicketsAttr, id, ticketStarted))
 	case a.n != 0:
 		u.removeTicket(id, a.me.label, a.n, a.task)
 	default:

@@ -106,9 +106,12 @@
 //     given up while the lease is there but with its context, a store
 //     error, or a repair it needs that fails (see Repair: maxEager in a
 //     row that put nothing right)
-//     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries). A charge,
-//     a task's enqueue and a claim are paced alike on others' writes and
-//     stop after maxEager tries (TestAChargeOthersKeepWritingOverPauses);
+//     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries). A task's
+//     enqueue is paced alike and, as its join is conditioned on freed,
+//     which every release moves, tries again until its context ends
+//     (TestAnotherPrincipalsCallsDoNotFailATasksEnqueue); a charge and
+//     a claim are paced alike and stop after maxEager tries
+//     (TestAChargeOthersKeepWritingOverPauses);
 //     a withdrawal and Admin's Release stop after maxAdminTries (4), and
 //     Admin's Pause and ResetBreaker after one.
 //   - Renew: SET leases.<id> to a later expiry (never one before the
@@ -385,11 +388,13 @@
 // when it finds the ticket or a lease of its id, joins again only while
 // freed is as that join saw it, and otherwise fails.
 //
-// Whoever sees a task's turn come — a release, a waiter behind it, a
-// worker whose turn it was not, StartDue — marks its ticket (s: now, on
-// condition of its number, of no mark younger than StartTimeout, and of
-// its lease as seen: none, or a lapsed one) and, having won the mark,
-// starts a worker (Options.OnTaskStart). A lost start is made again by
+// Whoever sees a task's turn come — a release, a waiter behind it (served
+// in the same look or not), a worker whose turn it was not, StartDue —
+// marks its ticket (s: now, on condition of its number, of no mark
+// younger than StartTimeout, and of its lease as seen: none, or a lapsed
+// one) and, having won the mark, starts a worker (Options.OnTaskStart). A
+// mark whose answer was lost, retried and refused, is won when the
+// refusal's answer shows it (the ticket's number and s as it wrote them). A lost start is made again by
 // the first to see the turn StartTimeout after it; while a start has gone
 // unclaimed that long, callers behind pass the ticket (it keeps its
 // number), each such take conditioned on the mark as seen. StartDue
@@ -397,8 +402,13 @@
 // TestAStartDueThatCannotMendItsItemReportsIt).
 //
 // The worker claims the place (Claim): a take of its own ticket, judged
-// from a fresh read and conditioned on its number, that sets the lease,
-// keeps the ticket and names the claim in it (w: 60 random bits). Two
+// from a fresh read (or its last refused take's answer) and conditioned
+// on its number and, as any take, on the marks of the tasks it passes,
+// that sets the lease, keeps the ticket, names the claim in it (w: 60
+// random bits) and takes its start mark away, so that a claim lapsing
+// leaves a ticket with no start, started at once by the next to see its
+// turn. A task past its deadline (on the worker's clock: its ticket lives
+// Margin longer) gets no claim. Two
 // workers of one start share the id and may set the same expiry: one
 // whose takes' outcomes were unknown takes the lease it finds for its own
 // only if the ticket names its claim. When its turn has passed, it takes
@@ -565,8 +575,9 @@
 //     to a task, however many workers were started for it and whatever
 //     became of its writes; a claimed ticket takes no turn, no start and no
 //     queue place while its lease is live, and a claim whose lease lapsed
-//     unreleased leaves its ticket waiting again, so that its task gets a
-//     worker as after a lost start; tasks are
+//     unreleased leaves its ticket waiting again with no start, so that
+//     its task gets a worker at once
+//     (TestACallerBehindALapsedClaimWaitsForItsNewStart); tasks are
 //     served in the callers' turn order, callers passing one only once its
 //     start has gone unclaimed StartTimeout; a start is made again only
 //     StartTimeout after the last; a task whose turn has come gets a

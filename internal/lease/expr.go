@@ -368,10 +368,16 @@ func classify(err error) (retry, unsure bool) {
 	return true, true // the connection failed, or the answer was lost
 }
 
-// backoff is the jittered wait before attempt n (n ≥ 1) of a write.
+// backoff is the jittered wait before attempt n (n ≥ 1) of a write. The
+// shift is bounded before it is made: past a few doublings the wait is
+// writeMaxBackoff's, and a shift of 40 or more would overflow.
 func backoff(n int) time.Duration {
-	return jitter(min(writeMinBackoff<<(n-1), writeMaxBackoff))
+	return jitter(min(writeMinBackoff<<min(max(n-1, 0), backoffDoublings), writeMaxBackoff))
 }
+
+// backoffDoublings is enough doublings of writeMinBackoff to pass
+// writeMaxBackoff.
+const backoffDoublings = 4
 
 // eagerRetries is how many times a write failing its condition on others'
 // writes is made again at once from the answer.

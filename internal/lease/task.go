@@ -106,9 +106,6 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			// again could run the task twice.
 			return "", fmt.Errorf("lease: enqueue on %s: the outcome of its join is unknown; its ticket may have been claimed", req.Key)
 		}
-		if tries >= maxEager {
-			return "", fmt.Errorf("lease: enqueue on %s: the item kept changing; try again", req.Key)
-		}
 		var open *CircuitOpenError
 		if _, err := v.admits(req.Tool, a.me.breaker, a.me.label, now, nil); errors.As(err, &open) {
 			l.stats.refused(err)
@@ -160,20 +157,24 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 // as Enqueue was given it, but for the worker's Hold and CallBy. It never
 // waits: when it is not the task's turn it gives back its start (mark,
 // from TaskStart) and fails with ErrNotYourTurn; ErrNoTicket: the ticket
-// is gone; ErrClaimed: another worker's claim holds it.
+// is gone, or its task past its deadline; ErrClaimed: another worker's
+// claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
 	a := l.newAttempt(req, id, true)
 	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
+	var v *view                // a refused take's answer: the next try's look
 	for tries := 0; ; tries++ {
 		if err := contended(ctx, req.Key, tries); err != nil {
 			return nil, err
 		}
-		v, err := l.read(ctx, req.Key)
-		if err != nil {
-			return nil, err
+		if v == nil {
+			var err error
+			if v, err = l.read(ctx, req.Key); err != nil {
+				return nil, err
+			}
 		}
 		a.own = v
 		now := a.now()
@@ -195,7 +196,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		}
 		// Held (a lease that lapsed: its worker died or is late, and the
 		// ticket waits again), or not.
-		if t == nil || !t.task || !t.live(now) {
+		// Its ticket lives Margin past the task's deadline (no clock
+		// within the margin purges it early); no place goes to a task
+		// past that deadline.
+		if t == nil || !t.task || !t.live(now+l.margin.Milliseconds()) {
 			return nil, ErrNoTicket
 		}
 		a.n, a.joined = t.n, true
@@ -204,15 +208,18 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			if _, _, err := a.purge(ctx, v, func(d time.Duration) error { return sleep(ctx, d, req.Key) }); err != nil {
 				return nil, err
 			}
+			v = nil
 			continue
 		}
-		served, h, _ := a.decide(v, now)
+		served, h, bypass := a.decide(v, now)
 		if !served || tries >= maxEager {
 			l.clearStart(ctx, req.Key, t, mark)
 			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
 		}
-		ls, _, err := a.take(ctx, v, h, nil, now)
+		// Conditioned on the start marks of the tasks it passes, as any
+		// take is (see Tasks in the package doc).
+		ls, nv, err := a.take(ctx, v, h, bypass, now)
 		if ls != nil {
 			ls.claim = a.claim
 			l.stats.acquired.Add(1)
@@ -221,6 +228,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		if err != nil {
 			return nil, err
 		}
+		v = nv
 	}
 }
 
@@ -338,7 +346,17 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 		u.cond("attribute_not_exists(" + u.path(LeasesAttr, t.id) + ")")
 	}
 	u.ttl(t.deadline)
-	_, err := l.write(ctx, key, u, nil)
+	unsure := false
+	nv, err := l.write(ctx, key, u, func() { unsure = true })
+	if unsure && errors.Is(err, errCondition) && nv != nil {
+		// An attempt whose answer was lost may have landed, and the
+		// next failed on it: the mark is its own when the ticket shows
+		// it (another's made the same millisecond starts a second
+		// worker, which claims nothing).
+		if nt := nv.ticketFor(t.id); nt != nil && nt.n == t.n && nt.started == now {
+			return true
+		}
+	}
 	return err == nil
 }
 
