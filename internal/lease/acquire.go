@@ -149,6 +149,13 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			// A task's turn came before its own, served or not: whoever
 			// sees it starts it.
 			_ = a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
+			if served {
+				// Its take is made for the instant it is judged at (its
+				// buckets' charge among the rest), which the start's
+				// write has moved on.
+				now = a.now()
+				served, h, bypass = a.decide(v, now)
+			}
 		}
 		var err error
 		switch {

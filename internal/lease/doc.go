@@ -389,17 +389,18 @@
 // freed is as that join saw it, and otherwise fails.
 //
 // Whoever sees a task's turn come — a release, a waiter behind it (served
-// in the same look or not), a worker whose turn it was not, StartDue —
-// marks its ticket (s: now, on condition of its number, of no mark
+// in the same look or not: one served judges its take again at the instant
+// the start's write has brought), a worker whose turn it was not, StartDue
+// — marks its ticket (s: now, on condition of its number, of no mark
 // younger than StartTimeout, and of its lease as seen: none, or a lapsed
 // one) and, having won the mark, starts a worker (Options.OnTaskStart). A
 // mark whose answer was lost, retried and refused, is won when the
-// refusal's answer shows it (the ticket's number and s as it wrote them). A lost start is made again by
-// the first to see the turn StartTimeout after it; while a start has gone
-// unclaimed that long, callers behind pass the ticket (it keeps its
-// number), each such take conditioned on the mark as seen. StartDue
-// fails when the item it read cannot be mended first (nothing started;
-// TestAStartDueThatCannotMendItsItemReportsIt).
+// refusal's answer shows it (the ticket's number and s as it wrote them).
+// A lost start is made again by the first to see the turn StartTimeout
+// after it; while a start has gone unclaimed that long, callers behind
+// pass the ticket (it keeps its number), each such take conditioned on the
+// mark as seen. StartDue fails when the item it read cannot be mended
+// first (nothing started; TestAStartDueThatCannotMendItsItemReportsIt).
 //
 // The worker claims the place (Claim): a take of its own ticket, judged
 // from a fresh read (or its last refused take's answer) and conditioned
@@ -594,7 +595,7 @@
 //     skew sees the lapse) must be started within StartTimeout of its
 //     last start plus StartDue's period (1.5 s), twice the skew and
 //     MaxLook, and what the faults cost StartDue's requests; its call is
-//     made at most once.
+//     made at most once; a claim leaves no start mark on its ticket.
 //
 // # Guarantee
 //

@@ -50,6 +50,8 @@ var mutants = []mutant{
 		`u.cond("(attribute_not_exists(" + sp + ") OR " + sp + " <= " + u.num(now) + ")")`},
 	{"a claim when it is not the task's turn", "task.go",
 		"if !served || tries >= maxEager {", "if !served && tries < 0 || tries >= maxEager {"},
+	{"a claim that keeps the start it claimed", "acquire.go",
+		"		u.remove(u.path(TicketsAttr, id, ticketStarted))\n", ""},
 	{"a lost start never made again", "task.go",
 		"if !t.task || t.started > now-StartTimeout.Milliseconds() ||", "if !t.task || t.started != 0 ||"},
 	{"a claim that takes another worker's lease for its own", "task.go",

@@ -1378,6 +1378,11 @@ func (w *mWrite) judgeClaim(v *mVerdict, id string) {
 	}
 	if ta := w.after.tickets[id]; ta == nil || !ta.hasN || !ta.hasBody {
 		v.fail("task-claim", id, "the claim of task %s took its ticket out of the item: the claim keeps it", id)
+	} else if ta.s != 0 {
+		// Should the claim lapse, its ticket waits again: a start left
+		// on it would read as one gone unclaimed, and callers behind
+		// would pass the task with no start made.
+		v.fail("task-claim", id, "the claim of task %s left a start mark (%d) on its ticket: the claim takes the start it claimed away", id, ta.s)
 	}
 	if w.tasks.taken[id]++; w.tasks.taken[id] > 1 {
 		v.events = append(v.events, "task claimed again after its lease lapsed")
