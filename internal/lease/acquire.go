@@ -145,24 +145,28 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			a.purgeRefused = false
 		}
 		served, h, bypass := a.decide(v, now)
-		if slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
-			// A task's turn came before its own, served or not: whoever
-			// sees it starts it.
-			_ = a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
-			if served {
-				// Its take is made for the instant it is judged at (its
-				// buckets' charge among the rest), which the start's
-				// write has moved on.
-				now = a.now()
-				served, h, bypass = a.decide(v, now)
+		// A task's turn came before its own, served or not: whoever sees
+		// it starts it, from the view it judged (startTasks). One served
+		// does after its take, which is made for the instant it judged
+		// (its buckets' charge among the rest), and leaves alone the tasks
+		// it passes, its take conditioned on their marks as seen.
+		startTasks := func(seen *view, skip []*ticket) {
+			if slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
+				_ = a.l.startDue(ctx, a.req.Key, seen, a.req.rules(seen), skip)
 			}
+		}
+		if !served {
+			startTasks(v, nil)
 		}
 		var err error
 		switch {
 		case served && eager < maxEager:
 			eager++
 			var ls *Lease
-			if ls, v, err = a.take(ctx, v, h, bypass, now); ls != nil {
+			judged := v
+			ls, v, err = a.take(ctx, v, h, bypass, now)
+			startTasks(judged, bypass)
+			if ls != nil {
 				return ls, err
 			}
 			a.own = v
@@ -170,6 +174,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				continue
 			}
 		case served:
+			startTasks(v, bypass)
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
 		case a.req.Wait <= 0:
 			a.l.stats.shed.Add(1)

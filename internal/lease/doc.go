@@ -109,7 +109,8 @@
 //     (TestAReleaseOthersKeepWritingOverPausesBetweenItsTries). A task's
 //     enqueue is paced alike and, as its join is conditioned on freed,
 //     which every release moves, tries again until its context ends
-//     (TestAnotherPrincipalsCallsDoNotFailATasksEnqueue); a charge and
+//     (TestAnotherPrincipalsCallsDoNotFailATasksEnqueue) or its task's
+//     deadline passes (TestAnEnqueueStopsAtItsTasksDeadline); a charge and
 //     a claim are paced alike and stop after maxEager tries
 //     (TestAChargeOthersKeepWritingOverPauses);
 //     a withdrawal and Admin's Release stop after maxAdminTries (4), and
@@ -389,18 +390,22 @@
 // freed is as that join saw it, and otherwise fails.
 //
 // Whoever sees a task's turn come — a release, a waiter behind it (served
-// in the same look or not: one served judges its take again at the instant
-// the start's write has brought), a worker whose turn it was not, StartDue
-// — marks its ticket (s: now, on condition of its number, of no mark
-// younger than StartTimeout, and of its lease as seen: none, or a lapsed
-// one) and, having won the mark, starts a worker (Options.OnTaskStart). A
-// mark whose answer was lost, retried and refused, is won when the
-// refusal's answer shows it (the ticket's number and s as it wrote them).
-// A lost start is made again by the first to see the turn StartTimeout
-// after it; while a start has gone unclaimed that long, callers behind
-// pass the ticket (it keeps its number), each such take conditioned on the
-// mark as seen. StartDue fails when the item it read cannot be mended
-// first (nothing started; TestAStartDueThatCannotMendItsItemReportsIt).
+// in the same look or not: one served does after its take, made for the
+// instant it judged, and leaves the tasks it passes alone, its take
+// conditioned on their marks as seen), a worker whose turn it was not,
+// StartDue — marks its ticket (s: now, on condition of its number, of no
+// mark younger than StartTimeout, and of its lease as seen: none, or a
+// lapsed one) and, having won the mark, starts a worker
+// (Options.OnTaskStart). A mark whose answer was lost, retried and
+// refused, is won when the refusal's answer shows it (the ticket's number
+// and s as it wrote them; another process's mark made in the same
+// millisecond reads alike, and two workers are started, of which one
+// claims). A lost start is made again by the first to see the turn
+// StartTimeout after it; while a start has gone unclaimed that long,
+// callers behind pass the ticket (it keeps its number), each such take
+// conditioned on the mark as seen. StartDue fails when the item it read
+// cannot be mended first (nothing started;
+// TestAStartDueThatCannotMendItsItemReportsIt).
 //
 // The worker claims the place (Claim): a take of its own ticket, judged
 // from a fresh read (or its last refused take's answer) and conditioned

@@ -725,7 +725,13 @@ func TestModelJudgesTasks(t *testing.T) {
 	k2 := k
 	k2.Cap = 2
 	task := mItemOf().taskTicket("i0.T1", 1, "pa", far, mNow-1000).num("seq", 1)
-	claim := func(f *mFix) *mFix { return f.clone().lease("i0.T1", "pa", "", exp) }
+	// A claim takes the start it claimed away; keptMark leaves it.
+	keptMark := func(f *mFix) *mFix { return f.clone().lease("i0.T1", "pa", "", exp) }
+	claim := func(f *mFix) *mFix {
+		g := keptMark(f)
+		delete(g.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value, "s")
+		return g
+	}
 	taken := func(f *mFix) *mFix { return f.clone().unticket("i0.T1").lease("i0.T1", "pa", "", exp) }
 	withdrawn, claimed := newMTasks(), newMTasks()
 	withdrawn.gone("i0.T1")
@@ -756,12 +762,13 @@ func TestModelJudgesTasks(t *testing.T) {
 		{name: "a worker claims its task's place at its turn", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: newMTasks()},
 		{name: "a claim of a task withdrawn before", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: withdrawn, want: []string{"task-withdrawn"}},
 		{name: "a task claimed again once its lapsed lease went", k: k, before: task, after: claim(task), me: worker, mine: mine, judged: 1, task: true, tasks: claimed},
+		{name: "a claim that leaves its start mark", k: k, before: task, after: keptMark(task), me: worker, mine: mine, judged: 1, task: true, tasks: newMTasks(), want: []string{"task-claim"}},
 		{name: "a claim that takes its ticket out", k: k, before: task, after: taken(task), me: worker, mine: mine, judged: 1, task: true, tasks: newMTasks(), want: []string{"task-claim"}},
 		{name: "a claim past the ticket's deadline", k: k, before: mItemOf().taskTicket("i0.T1", 1, "pa", mNow-1, 0).num("seq", 1),
 			after: mItemOf().taskTicket("i0.T1", 1, "pa", mNow-1, 0).num("seq", 1).lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: 1, task: true, want: []string{"task-deadline"}},
 		{name: "a claim with no ticket", k: k, before: mItemOf(), after: mItemOf().lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: -1, task: true, want: []string{"task-claim"}},
 		{name: "a task's release takes its claimed ticket out", k: k, before: claim(task), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success},
-		{name: "a task's release that leaves its ticket", k: k, before: claim(task), after: task.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success, want: []string{"task-release"}},
+		{name: "a task's release that leaves its ticket", k: k, before: claim(task), after: unmarked.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success, want: []string{"task-release"}},
 		{name: "a task's release, its ticket naming its claim", k: k, before: named(claim(task), "w1"), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Success},
 		{name: "a task's release, its ticket naming a later claim", k: k, before: named(claim(task), "w2"), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Success, want: []string{"task-release"}},
 		{name: "a task's renewal, its ticket naming its claim", k: k, before: named(task.clone().lease("i0.T1", "pa", "", exp-1000), "w1"), after: named(claim(task), "w1"), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}},
