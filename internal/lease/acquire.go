@@ -145,28 +145,15 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			a.purgeRefused = false
 		}
 		served, h, bypass := a.decide(v, now)
-		// A task's turn came before its own, served or not: whoever sees
-		// it starts it, from the view it judged (startTasks). One served
-		// does after its take, which is made for the instant it judged
-		// (its buckets' charge among the rest), and leaves alone the tasks
-		// it passes, its take conditioned on their marks as seen.
-		startTasks := func(seen *view, skip []*ticket) {
-			if slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
-				_ = a.l.startDue(ctx, a.req.Key, seen, a.req.rules(seen), skip)
-			}
-		}
-		if !served {
-			startTasks(v, nil)
+		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
+			_ = a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
 		}
 		var err error
 		switch {
 		case served && eager < maxEager:
 			eager++
 			var ls *Lease
-			judged := v
-			ls, v, err = a.take(ctx, v, h, bypass, now)
-			startTasks(judged, bypass)
-			if ls != nil {
+			if ls, v, err = a.take(ctx, v, h, bypass, now); ls != nil {
 				return ls, err
 			}
 			a.own = v
@@ -174,7 +161,6 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				continue
 			}
 		case served:
-			startTasks(v, bypass)
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
 		case a.req.Wait <= 0:
 			a.l.stats.shed.Add(1)

@@ -389,22 +389,20 @@
 // when it finds the ticket or a lease of its id, joins again only while
 // freed is as that join saw it, and otherwise fails.
 //
-// Whoever sees a task's turn come — a release, a waiter behind it (served
-// in the same look or not: one served does after its take, made for the
-// instant it judged, and leaves the tasks it passes alone, its take
-// conditioned on their marks as seen), a worker whose turn it was not,
-// StartDue — marks its ticket (s: now, on condition of its number, of no
-// mark younger than StartTimeout, and of its lease as seen: none, or a
-// lapsed one) and, having won the mark, starts a worker
-// (Options.OnTaskStart). A mark whose answer was lost, retried and
-// refused, is won when the refusal's answer shows it (the ticket's number
-// and s as it wrote them; another process's mark made in the same
-// millisecond reads alike, and two workers are started, of which one
-// claims). A lost start is made again by the first to see the turn
-// StartTimeout after it; while a start has gone unclaimed that long,
-// callers behind pass the ticket (it keeps its number), each such take
-// conditioned on the mark as seen. StartDue fails when the item it read
-// cannot be mended first (nothing started;
+// Whoever sees a task's turn come — a release, a waiter behind it that is
+// not served in the same look (one served takes its place and leaves the
+// task to the next to see it), a worker whose turn it was not, StartDue —
+// marks its ticket (s: now, on condition of its number, of no mark younger
+// than StartTimeout, and of its lease as seen: none, or a lapsed one) and,
+// having won the mark, starts a worker (Options.OnTaskStart). A mark whose
+// answer was lost, retried and refused, is won when the refusal's answer
+// shows it (the ticket's number and s as it wrote them; another process's
+// mark made in the same millisecond reads alike, and two workers are
+// started, of which one claims). A lost start is made again by the first
+// to see the turn StartTimeout after it; while a start has gone unclaimed
+// that long, callers behind pass the ticket (it keeps its number), each
+// such take conditioned on the mark as seen. StartDue fails when the item
+// it read cannot be mended first (nothing started;
 // TestAStartDueThatCannotMendItsItemReportsIt).
 //
 // The worker claims the place (Claim): a take of its own ticket, judged

@@ -112,7 +112,7 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		}
 		if v != nil {
 			// The place it gave back may be a task's turn.
-			_ = l.startDue(ctx, ls.req.Key, v, ls.req.rules(v), nil)
+			_ = l.startDue(ctx, ls.req.Key, v, ls.req.rules(v))
 		}
 		return tr, nil
 	}

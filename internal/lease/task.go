@@ -92,7 +92,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		if t := v.ticketFor(a.me.id); t != nil {
 			// Its join landed (an attempt whose answer was lost, or this
 			// one).
-			_ = l.startDue(ctx, req.Key, v, a.req.rules(v), nil)
+			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return a.me.id, nil
 		}
 		if a.joined && v.leases[a.me.id] != 0 {
@@ -217,7 +217,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		served, h, bypass := a.decide(v, now)
 		if !served || tries >= maxEager {
 			l.clearStart(ctx, req.Key, t, mark)
-			_ = l.startDue(ctx, req.Key, v, a.req.rules(v), nil)
+			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
 		}
 		// Conditioned on the start marks of the tasks it passes, as any
@@ -300,15 +300,14 @@ func (l *Limiter) StartDue(ctx context.Context, req Request) error {
 	if err != nil {
 		return err
 	}
-	return l.startDue(ctx, req.Key, v, req.rules(v), nil)
+	return l.startDue(ctx, req.Key, v, req.rules(v))
 }
 
 // startDue starts a worker for each task of v whose turn has come under
 // r, unless a start of it is younger than StartTimeout (in the item, or
-// here), each won by its mark (markStart); the tickets in skip (those a
-// take passes) are passed over. It returns the error of the mend a view
-// showing a malformed value needs first (nothing started).
-func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules, skip []*ticket) error {
+// here), each won by its mark (markStart). It returns the error of the
+// mend a view showing a malformed value needs first (nothing started).
+func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) error {
 	if l.onStart == nil || v == nil || v.tickets(true) == 0 {
 		return nil
 	}
@@ -321,14 +320,7 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules, sk
 	}
 	now := l.clock().UnixMilli()
 	b := l.board(key)
-	var passed map[string]bool
-	for _, t := range skip {
-		if passed == nil {
-			passed = map[string]bool{}
-		}
-		passed[t.id] = true
-	}
-	for _, t := range v.walk(now, nil, r, passed).ahead {
+	for _, t := range v.walk(now, nil, r, nil).ahead {
 		// This process's own note of a start it made holds only while the
 		// ticket carries a mark: a worker that gave its start back took
 		// the mark away, and the next to see the turn starts one at once.

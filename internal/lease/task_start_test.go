@@ -17,11 +17,9 @@ import (
 // never claim), started 5 s apart, with two places free: a caller behind
 // them is served, each time StartTimeout of one's start has passed, by
 // passing that one while the other takes the other place. A served waiter
-// now calls startDue when a task is in its h.ahead: startDue's walk (no
-// skip) makes the passed task's start again, and the waiter's own take,
-// conditioned on that mark as it saw it, fails. Seen again with both
-// starts fresh it is not served; StartTimeout later the other task's start
-// is the stale one, and the same happens. The caller is never served.
+// that started the tasks ahead of it before its take (a change tried and
+// undone) made the passed task's start again, failed its take on that
+// mark, and was never served.
 func TestAWaiterPassingALostStartIsServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -83,14 +81,12 @@ func (f *freedMover) set(on bool) {
 	f.on = on
 }
 
-// Enqueue now tries again "until its context ends". The gateway gives it
-// contexts that never end (taskEngine.requeue: context.WithoutCancel; a
-// Lambda request's deadline is dropped with it), and Enqueue's loop never
-// looks at the task's deadline: under traffic that keeps moving freed it
-// writes on well past the task's deadline (a write per back-off, ~4 a
-// second, for as long as the traffic lasts), and when the traffic stops it
-// lands a join whose ticket is already past its deadline and reports the
-// task queued.
+// Enqueue tries again, paced, while its joins are refused on others'
+// writes, until its context ends or its task's deadline passes. The
+// gateway gives it contexts that never end (taskEngine.requeue:
+// context.WithoutCancel): under traffic that keeps moving freed, it must
+// stop at the task's deadline rather than write on (~4 a second) and
+// land, once the traffic stops, a ticket already past its deadline.
 func TestAnEnqueueStopsAtItsTasksDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := &freedMover{API: newMemStore()}
@@ -120,12 +116,11 @@ func TestAnEnqueueStopsAtItsTasksDeadline(t *testing.T) {
 }
 
 // Take in doc.go: a take is made for the instant its turn was judged at,
-// and sent at once. A served waiter now runs startDue between its
-// judgement and its take: a task's start mark, retried after a lost
-// answer, delays the take by a back-off, and the take charges its bucket
-// as of the judgement, leaving it that much fuller than one token taken
-// when the take lands allows (the fault simulation's rate violation,
-// LEASE_SIM_SEED=10954327, is this: a mark retried 22 ms).
+// and sent at once. A served waiter that started the tasks ahead of it
+// between its judgement and its take (a change tried and undone) charged
+// its bucket as of the judgement, a retried mark's back-off earlier than
+// its take landed (the fault simulation's rate violation at
+// LEASE_SIM_SEED=10954327).
 func TestAServedWaitersTakeChargesItsBucketAsOfItsLanding(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()

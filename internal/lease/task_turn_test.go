@@ -113,54 +113,6 @@ func TestAClaimPassingATaskIsConditionedOnItsStartMark(t *testing.T) {
 	})
 }
 
-// Tasks in doc.go: "Whoever sees a task's turn come — a release, a waiter
-// behind it, a worker whose turn it was not, StartDue — marks its ticket
-// ... and starts a worker." Two holders die; their leases lapse together.
-// The waiter behind a task sees, at its look, two places free: the task's
-// turn and its own. It takes its own place (purging the lapsed leases)
-// and starts nobody: run calls startDue only when it is not served. The
-// task's place stays idle, with a live task waiting, until the waiter's
-// call ends or the sweep (TASK_SWEEP_INTERVAL, a minute by default) runs.
-func TestAServedWaiterStartsTheTaskWhoseTurnCameBeforeIt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		db := newMemStore()
-		var st starts
-		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		r := func(holder string) Request {
-			return Request{Key: "srv", Cap: 2, Hold: 30 * time.Second, Holder: holder, MaxQueued: 8, Wait: 5 * time.Minute}
-		}
-		dead := New(db, "leases", Options{InstanceID: "dead"})
-		acquire(t, dead, r("p"))
-		acquire(t, dead, r("p")) // both holders die here: their leases lapse together
-		id := enqueue(t, l, r("q"), "task-1")
-		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
-		got := make(chan *Lease, 1)
-		go func() {
-			ls, err := w.Acquire(ctx, r("c"))
-			if err != nil {
-				t.Errorf("the waiter: %v", err)
-			}
-			got <- ls
-		}()
-		synctest.Wait()
-		if len(st.list()) != 0 {
-			t.Fatalf("starts while the places are held: %+v", st.list())
-		}
-		ls := <-got // once the leases lapse
-		defer release(t, ls)
-		synctest.Wait()
-		v := parseItem(rawItem(t, db, "srv"))
-		tk := v.ticketFor(id)
-		if tk == nil || v.liveLeases(time.Now().UnixMilli()) != 1 {
-			t.Fatalf("after the waiter's take: ticket %+v, %d live leases; want the task waiting beside one lease", tk, v.liveLeases(time.Now().UnixMilli()))
-		}
-		if s := st.list(); len(s) == 0 || tk.started == 0 {
-			t.Errorf("the waiter took its place beside the task's, whose turn it saw come, and started no worker (starts %+v, mark %d): a place idle until the sweep or the waiter's release", s, tk.started)
-		}
-	})
-}
-
 // Release in doc.go: a release failing its condition while its lease is
 // there is "made again from the answer ... eagerRetries (3) times at once,
 // then each time after backoff, never given up while the lease is there"
