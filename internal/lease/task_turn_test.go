@@ -45,8 +45,8 @@ func (b *beforeAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput
 // task B's worker, judging from a read in which task A (before it) has a
 // start StartTimeout old, passes A; a new start of A lands before B's take
 // does. B's take must fail (A's fresh worker has the turn), as a caller's
-// would; today Claim sends its take with no bypass conditions at all, so B
-// takes the place and A's fresh worker finds its turn gone.
+// would; a claim sent with no bypass conditions took the place, and A's
+// fresh worker found its turn gone.
 func TestAClaimPassingATaskIsConditionedOnItsStartMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -116,13 +116,11 @@ func TestAClaimPassingATaskIsConditionedOnItsStartMark(t *testing.T) {
 // Release in doc.go: a release failing its condition while its lease is
 // there is "made again from the answer ... eagerRetries (3) times at once,
 // then each time after backoff, never given up while the lease is there"
-// (Finish loops with no bound on tries, pacing with contended(tries)). But
-// backoff(n) shifts writeMinBackoff left by n−1 unchecked: from n = 40 the
-// shift overflows (negative, or 0 from n = 59), min(…, writeMaxBackoff)
-// keeps the bogus value, jitter returns it, and sleep returns at once. So
-// the 44th try of a contended release goes without a pause, and from the
-// 63rd on none pauses: a loop of back-to-back writes on a hot item for as
-// long as the contention lasts.
+// (Finish loops with no bound on tries, pacing with contended(tries)).
+// backoff(n) shifting writeMinBackoff left by n−1 unchecked overflowed
+// from n = 40 (negative, or 0 from n = 59), and sleep returned at once:
+// from the 44th try a contended release wrote back to back on a hot item
+// for as long as the contention lasted.
 func TestAContendedReleasePausesBeforeEveryTryPastTheEagerOnes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -141,11 +139,11 @@ func TestAContendedReleasePausesBeforeEveryTryPastTheEagerOnes(t *testing.T) {
 // Invariant 16: "a claim whose lease lapsed unreleased leaves its ticket
 // waiting again, so that its task gets a worker as after a lost start;
 // tasks are served in the callers' turn order, callers passing one only
-// once its start has gone unclaimed StartTimeout". A claim keeps the start
-// mark it consumed (s), so once the claim lapses the ticket shows a start
-// older than StartTimeout — one that was claimed — and the caller behind
-// passes it at its first look, before any new start of it has had a
-// moment, let alone StartTimeout.
+// once its start has gone unclaimed StartTimeout". A claim that kept the
+// start mark it consumed (s) left, once it lapsed, a ticket showing a
+// start older than StartTimeout — one that was claimed — and the caller
+// behind passed it at its first look, before any new start of it. The
+// claim takes the mark away.
 func TestACallerBehindALapsedClaimWaitsForItsNewStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -184,10 +182,10 @@ func TestACallerBehindALapsedClaimWaitsForItsNewStart(t *testing.T) {
 
 // A start mark whose answer is lost (it landed) is retried identically by
 // write; the retry fails its condition (a mark younger than StartTimeout:
-// its own), so markStart reports it lost and no worker is started. The
-// task's turn has come and its place stays idle, every caller behind it
-// held back, until StartTimeout later, though the failed answer shows the
-// mark this very write set (the ticket's s is the now it wrote).
+// its own). Reported lost, it started no worker, and the task's place
+// stayed idle, every caller behind it held back, for StartTimeout, though
+// the failed answer shows the mark this very write set (the ticket's s is
+// the now it wrote): that answer makes it won.
 func TestAStartMarkWhoseAnswerWasLostStartsItsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faultAPI{API: newMemStore()}
@@ -220,9 +218,8 @@ func TestAStartMarkWhoseAnswerWasLostStartsItsWorker(t *testing.T) {
 }
 
 // Cost (Answers and views in doc.go): "the item a refused write of its
-// returns is a look, judged at once". Claim ignores its failed take's
-// answer and reads the item again before its next try: a read more per
-// take refused. Here the take of task T's worker fails on freed (another
+// returns is a look, judged at once". A claim that read the item again
+// after its refused take spent a read more per take refused. Here the take of task T's worker fails on freed (another
 // principal's release landed first, which leaves T's turn as it was).
 func TestAClaimJudgesAgainFromItsRefusedTakesAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -282,11 +279,11 @@ func (e *everyAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 // join landing late cannot bring back a ticket claimed and released), and
 // every release on the key moves freed. Another principal's calls ending
 // at a steady pace — one between each of Enqueue's answers and its next
-// join, on a key with places to spare and nobody waiting — refuse every
-// join, and after maxEager of them Enqueue fails ("the item kept
-// changing"): one principal's ordinary traffic keeps another's tasks from
-// being made at all, though no join here had an unknown outcome (the only
-// case the freed condition guards).
+// join, on a key with places to spare and nobody waiting — refuse joins
+// one after another. Enqueue that failed after maxEager of them ("the item
+// kept changing") let one principal's ordinary traffic keep another's
+// tasks from being made at all; it tries again, paced, while the task's
+// deadline allows.
 func TestAnotherPrincipalsCallsDoNotFailATasksEnqueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -316,11 +313,10 @@ func TestAnotherPrincipalsCallsDoNotFailATasksEnqueue(t *testing.T) {
 
 // Invariant 16: "no place goes to a task withdrawn, released or past its
 // deadline". Its ticket lives Margin past the task's deadline (so that no
-// clock within the margin takes it for gone early), and Claim checks the
-// ticket's deadline alone: a worker started when a place frees just after
-// the task's deadline, on the very clock that enqueued it, claims the
-// place and holds it a full Hold more (its lease is not bounded by the
-// task's deadline either).
+// clock within the margin takes it for gone early). A claim that checked
+// the ticket's deadline alone let a worker started when a place frees just
+// after the task's deadline, on the very clock that enqueued it, claim the
+// place and hold it a full Hold more.
 func TestNoPlaceGoesToATaskPastItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
