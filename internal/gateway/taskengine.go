@@ -93,6 +93,10 @@ type taskEngine struct {
 // cancellation.
 const taskWatch = 2 * time.Second
 
+// requeueTimeout bounds a worker's enqueue of its task's ticket again
+// (requeue); past it the task fails, as one that could not be queued.
+const requeueTimeout = 10 * time.Second
+
 // EnableTasks makes g run gateway tasks (tools whose item sets
 // task_support), keeping their records in store and their tickets in
 // queue, and relay upstreams' tasks; start starts their workers (see
@@ -747,7 +751,12 @@ func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.Ta
 	ctx = context.WithoutCancel(ctx)
 	err := errors.New("its place could not be given back")
 	if released {
-		_, err = e.queue.Enqueue(ctx, req, ts.Ticket, r.ID, r.CreatedAt.Add(r.TTL))
+		// Enqueue tries again while others' writes refuse its join, until
+		// its context ends: bounded here, as a release is, so that a
+		// worker never outlives its invocation on a key that keeps moving.
+		qctx, cancel := context.WithTimeout(ctx, requeueTimeout)
+		_, err = e.queue.Enqueue(qctx, req, ts.Ticket, r.ID, r.CreatedAt.Add(r.TTL))
+		cancel()
 	}
 	if err != nil {
 		e.g.log.Warn("task ticket not queued again", "task", r.ID, "lease", ts.Ticket, "error", err.Error())
