@@ -137,7 +137,7 @@ func TestAContendedReleasePausesBeforeEveryTryPastTheEagerOnes(t *testing.T) {
 }
 
 // Invariant 16: "a claim whose lease lapsed unreleased leaves its ticket
-// waiting again, so that its task gets a worker as after a lost start;
+// waiting again with no start, so that its task gets a worker at once;
 // tasks are served in the callers' turn order, callers passing one only
 // once its start has gone unclaimed StartTimeout". A claim that kept the
 // start mark it consumed (s) left, once it lapsed, a ticket showing a
