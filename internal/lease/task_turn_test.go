@@ -261,20 +261,6 @@ func TestAClaimJudgesAgainFromItsRefusedTakesAnswer(t *testing.T) {
 	})
 }
 
-// everyAPI runs before ahead of every write match matches.
-type everyAPI struct {
-	API
-	match  func(*dynamodb.UpdateItemInput) bool
-	before func()
-}
-
-func (e *everyAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if e.match(in) {
-		e.before()
-	}
-	return e.API.UpdateItem(ctx, in, opts...)
-}
-
 // Isolation: a task's join is conditioned on freed as seen (so that a
 // join landing late cannot bring back a ticket claimed and released), and
 // every release on the key moves freed. Another principal's calls ending
@@ -294,13 +280,15 @@ func TestAnotherPrincipalsCallsDoNotFailATasksEnqueue(t *testing.T) {
 		other := New(mem, "leases", Options{InstanceID: "o"})
 		release(t, acquire(t, other, r("p"))) // the item is there
 		calls := 0
-		db := &everyAPI{API: mem, match: func(in *dynamodb.UpdateItemInput) bool {
+		joins := func(in *dynamodb.UpdateItemInput) bool {
 			return writes("SET", TasksAttr)(in) && writes("SET", SeqAttr)(in)
-		}, before: func() {
+		}
+		db := &beforeWrites{API: mem, before: func() {
 			if calls++; calls <= 3*maxEager {
 				release(t, acquire(t, other, r("p"))) // p's call ends meanwhile
 			}
 		}}
+		db.match.Store(&joins)
 		var st starts
 		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 		_, err := l.Enqueue(ctx, r("q"), "", "task-1", time.Now().Add(time.Hour))
