@@ -15,13 +15,15 @@
 //	tool:<name>        SS  the leases in a place of a capped tool
 //	queue              M   ticket id → its number, issued by seq: the callers waiting
 //	tasks              M   the same for the tasks waiting, and running (claimed: see Tasks)
-//	tickets            M   ticket id → {p: principal, d: deadline (Unix ms), t: tool, c: tool cap,
+//	tickets            M   ticket id → {d: deadline (Unix ms), t: tool, c: tool cap,
 //	                       r: the tool's rpm limit, l: a caller's look period (ms; read as 2 s
 //	                       when absent, as tickets written before it, and as MaxLookFar at
 //	                       most); a task's also x: its task, s: its last start, w: the claim
 //	                       that last took its place, which that claim's release and renewals
 //	                       are conditioned on}
-//	waiting:<label>    SS  one principal's tickets
+//	waiting:<label>    SS  one principal's tickets: a ticket's principal is the one whose set holds
+//	                       it (a ticket may also name it, as p, as tickets written before did:
+//	                       then the same)
 //	seq                N   tickets issued
 //	freed              N   places freed, tickets gone other than by their take, gate entries and
 //	                       buckets purged, tokens given back, places taken that rank waiters anew
@@ -160,7 +162,8 @@
 //     of another type, or with a probe or a bar and no time to it (whole),
 //     each part of a half ticket (its queue or tasks entry any value, its
 //     tickets entry, its waiting members — a ticket in two principals'
-//     waiting sets is a half too; conditioned too on the parts it
+//     waiting sets is a half too, as is one whose p names another
+//     principal than its set; conditioned too on the parts it
 //     lacks still lacking, so a join of its id since is left whole,
 //     TestARepairJudgedBeforeAWaitersJoinLeavesItsTicket), a task's start
 //     mark not whole.

@@ -66,7 +66,7 @@ type ticket struct {
 
 // Ticket fields, inside each value of the tickets map.
 const (
-	ticketLabel    = "p"
+	ticketLabel    = "p" // written no more: a ticket's principal is its waiting set's
 	ticketDeadline = "d"
 	ticketTool     = "t"
 	ticketToolCap  = "c"
@@ -173,10 +173,14 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			n = numberOr(tn, 0)
 		}
 		d, _ := details[id].(*types.AttributeValueMemberM)
-		var label string
+		// Its principal is its waiting set's; a ticket written with its
+		// own (p, as tickets were before) must name the same.
+		label := w
 		if d != nil {
-			if s, ok := d.Value[ticketLabel].(*types.AttributeValueMemberS); ok {
-				label = s.Value
+			if p, ok := d.Value[ticketLabel]; ok {
+				if s, ok := p.(*types.AttributeValueMemberS); !ok || s.Value != w {
+					label = ""
+				}
 			}
 		}
 		if n <= 0 || n >= maxNumber || d == nil || w == "" || label != w || isTask && inQueue {

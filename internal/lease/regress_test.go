@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,21 +213,19 @@ func rgMapLen(item map[string]types.AttributeValue, attr string) int {
 	return len(m.Value)
 }
 
-// rgWaiting counts the tickets in the queue by principal (tickets.<id>.p).
+// rgWaiting counts the tickets in the queue by principal: the label of
+// the waiting set that holds each.
 func rgWaiting(item map[string]types.AttributeValue) map[string]int {
 	out := map[string]int{}
 	queue, _ := item[rgQueue].(*types.AttributeValueMemberM)
-	tickets, _ := item[rgTickets].(*types.AttributeValueMemberM)
 	if queue == nil {
 		return out
 	}
 	for id := range queue.Value {
 		label := "?"
-		if tickets != nil {
-			if tk, ok := tickets.Value[id].(*types.AttributeValueMemberM); ok {
-				if p, ok := tk.Value["p"].(*types.AttributeValueMemberS); ok {
-					label = p.Value
-				}
+		for attr, v := range item {
+			if ss, ok := v.(*types.AttributeValueMemberSS); ok && strings.HasPrefix(attr, WaitingAttrPrefix) && slices.Contains(ss.Value, id) {
+				label = strings.TrimPrefix(attr, WaitingAttrPrefix)
 			}
 		}
 		out[label]++

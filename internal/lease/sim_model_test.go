@@ -250,8 +250,8 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 						it.problem("tickets.%s has a field %q the table does not name", id, f)
 					}
 				}
-				if tk.p == "" || tk.d == 0 {
-					it.problem("tickets.%s lacks its principal or deadline", id)
+				if tk.d == 0 {
+					it.problem("tickets.%s lacks its deadline", id)
 				}
 				if tk.l < 0 || tk.l > MaxLookFar.Milliseconds() {
 					it.problem("tickets.%s announces a look period of %d ms; doc.go allows up to MaxLookFar", id, tk.l)
@@ -294,6 +294,25 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 			it.bases++
 		default:
 			it.problem("attribute %s is not in doc.go's item table", name)
+		}
+	}
+	// A ticket's principal is the one whose waiting set holds it (doc.go);
+	// one that carries its own (p, as tickets once did) must agree. One
+	// in no set, or in two, has none: the item is not whole.
+	for id, tk := range it.tickets {
+		var in []string
+		for label, ids := range it.waiting {
+			if slices.Contains(ids, id) {
+				in = append(in, label)
+			}
+		}
+		switch {
+		case len(in) != 1:
+			tk.p = ""
+		case tk.p != "" && tk.p != in[0]:
+			it.problem("tickets.%s names principal %s; waiting:%s holds it", id, tk.p, in[0])
+		default:
+			tk.p = in[0]
 		}
 	}
 	return it
