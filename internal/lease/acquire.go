@@ -523,8 +523,10 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	u.cond(orAbsent(sp, "("+sp+" >= "+u.num(v.seq)+" AND "+sp+" < "+u.num(maxNumber-1)+")"))
 	u.set(sp, next)
 	u.set(qp, next)
-	// Its principal is told by its waiting set alone.
-	info := map[string]types.AttributeValue{ticketDeadline: number(deadline)}
+	// Its principal is told by its waiting set; p names it again only
+	// for instances built before tickets were read so, which take a
+	// ticket without it for a half (see Upgrading in docs/admission.md).
+	info := map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: a.me.label}, ticketDeadline: number(deadline)}
 	if !a.task {
 		info[ticketLook] = number(a.lookPeriod(v.before(now, &a.me), max(a.req.capIn(v), 1)).Milliseconds())
 	}

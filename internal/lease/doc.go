@@ -22,8 +22,8 @@
 //	                       that last took its place, which that claim's release and renewals
 //	                       are conditioned on}
 //	waiting:<label>    SS  one principal's tickets: a ticket's principal is the one whose set holds
-//	                       it (a ticket may also name it, as p, as tickets written before did:
-//	                       then the same)
+//	                       it (its body may name it again, as p, as joins still write it for
+//	                       older instances: then the same)
 //	seq                N   tickets issued
 //	freed              N   places freed, tickets gone other than by their take, gate entries and
 //	                       buckets purged, tokens given back, places taken that rank waiters anew

@@ -66,7 +66,7 @@ type ticket struct {
 
 // Ticket fields, inside each value of the tickets map.
 const (
-	ticketLabel    = "p" // written no more: a ticket's principal is its waiting set's
+	ticketLabel    = "p" // read from its waiting set; written for older instances
 	ticketDeadline = "d"
 	ticketTool     = "t"
 	ticketToolCap  = "c"

@@ -1153,8 +1153,8 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 
 // waitingOf counts the tickets of principal p other than id that wait at
 // now: live, and not claimed — a task running waits no more (doc.go,
-// Tasks), and a claim whose lease lapsed waits again (by the tickets' own
-// p: the waiting sets are checked apart).
+// Tasks), and a claim whose lease lapsed waits again (by each ticket's
+// principal, the one whose waiting set holds it).
 func (it *mItem) waitingOf(p, id string, now int64) int {
 	n := 0
 	for x, tk := range it.tickets {
