@@ -40,6 +40,9 @@ import (
 //     lengths, from its entry and exit times);
 //   - where the agents' share goes: a create's and a poll's own time in
 //     the gateway (the mean duration_ms of their request records);
+//   - where the workers' share goes: a worker's run beyond its upstream
+//     call (the workers' summed duration_ms less the upstream's
+//     call-seconds, per run);
 //   - store requests per call, lease and tasks tables, polls included;
 //   - the cap's utilisation: upstream busy time / (cap × makespan), the
 //     makespan from the first request sent to the last call's exit;
@@ -103,6 +106,12 @@ func (b *bench) tasks() {
 	b.add(sc, "of which the agents' requests (creates, polls), tasks", tk.held.Seconds()/tk.callSeconds, "", 0, "", "")
 	b.add(sc, "of which the workers' runs, tasks", tk.workerTime.Seconds()/tk.callSeconds, "", 0, "", "")
 	b.add(sc, "worker runs logged, tasks", float64(tk.workers), "runs", float64(n), "tasks", "")
+	if tk.workers > 0 {
+		// What a worker spends around its call: its claim, its record's
+		// marks, its outcome, its release and the next task's start.
+		beyond := (tk.workerTime.Seconds() - tk.callSeconds) / float64(tk.workers)
+		b.add(sc, "a worker's run beyond its upstream call (mean), tasks", beyond*1000, "ms", 0, "", "")
+	}
 	b.add(sc, "a create's time in the gateway (mean), tasks", ms(tk.createTime), "ms", 0, "", "")
 	b.add(sc, "a poll's time in the gateway (mean), tasks", ms(tk.pollTime), "ms", 0, "", "")
 	b.add(sc, "requests the front admitted, synchronous", float64(sy.admitted), "", 0, "", "")
