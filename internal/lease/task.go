@@ -72,17 +72,26 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 	}
 	a := l.newAttempt(req, ticket, true)
 	a.taskID = taskID
-	var v *view
+	// A view this process saw within recentView stands in for the first
+	// read, to make the first join only: what would end the enqueue (its
+	// ticket or a lease of its id found, a refusal) or take another write
+	// first (a repair, a purge) is judged from the store's own answer.
+	v := a.b.recent(recentView)
+	seen := v != nil
 	sent := int64(-1) // freed as the last join whose outcome was unknown saw it
 	for tries := 0; ; tries++ {
 		var err error
 		if err = contended(ctx, req.Key, tries); err != nil {
 			return "", err
 		}
+		if v != nil && seen && !v.plainJoin(a, req, l.clock().UnixMilli()) {
+			v = nil
+		}
 		if v == nil {
 			if v, err = l.read(ctx, req.Key); err != nil {
 				return "", err
 			}
+			seen = false
 		}
 		if v, err = l.mend(ctx, req.Key, v); err != nil {
 			return "", err
@@ -126,14 +135,29 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		if !time.Now().Before(deadline) {
 			return "", fmt.Errorf("lease: enqueue on %s: the task's deadline passed while its joins were refused", req.Key)
 		}
-		seen := v.freed
-		if v, err = a.join(ctx, v); a.joined && sent < 0 {
-			sent = seen
+		was := v.freed
+		v, err = a.join(ctx, v)
+		if seen = false; a.joined && sent < 0 {
+			sent = was
 		}
 		if err != nil {
 			return "", err
 		}
 	}
+}
+
+// plainJoin reports whether a's task, judged from v at now, would simply
+// join: v shows no ticket or lease of its id and nothing to repair or
+// purge first, and no gate or bucket refuses it.
+func (v *view) plainJoin(a *attempt, req Request, now int64) bool {
+	if v.needsRepair() || v.ticketFor(a.me.id) != nil || v.leases[a.me.id] != 0 || a.mustPurge(v, now) {
+		return false
+	}
+	var open *CircuitOpenError
+	if _, err := v.admits(req.Tool, a.me.breaker, a.me.label, now, nil); errors.As(err, &open) {
+		return false
+	}
+	return rateLimited(v, req.Rates, now) == nil
 }
 
 // MaxTaskID bounds the task id a ticket carries, in bytes.
@@ -168,10 +192,21 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 	}
 	a := l.newAttempt(req, id, true)
 	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
-	var v *view                // a refused take's answer: the next try's look
+	// A view this process saw since the start this worker runs was marked
+	// (its ticket carrying that mark) stands in for the first read, to
+	// make a take only: whatever else it shows (the ticket claimed or
+	// gone, a purge first, not the task's turn) is judged again from the
+	// store's own answer. Then a refused take's answer is the next look.
+	v := l.board(req.Key).recent(recentView)
+	seen := v != nil
 	for tries := 0; ; tries++ {
 		if err := contended(ctx, req.Key, tries); err != nil {
 			return nil, err
+		}
+		if seen {
+			if t := v.ticketFor(id); t == nil || mark == 0 || t.started != mark || v.needsRepair() {
+				v, seen = nil, false
+			}
 		}
 		if v == nil {
 			var err error
@@ -183,6 +218,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		now := a.now()
 		exp, held := v.leases[id]
 		t := v.ticketFor(id)
+		if seen && (held || a.mustPurge(v, now) || !t.task || !t.live(now+l.margin.Milliseconds())) {
+			v, seen = nil, false
+			continue
+		}
 		switch {
 		case held && slices.Contains(a.unsure, exp) && t != nil && t.claim == a.claim:
 			// A take of this claim whose answer was lost landed: an
@@ -215,6 +254,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			continue
 		}
 		served, h, bypass := a.decide(v, now)
+		if !served && seen {
+			v, seen = nil, false
+			continue
+		}
 		if !served || tries >= maxEager {
 			l.clearStart(ctx, req.Key, t, mark)
 			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
@@ -222,6 +265,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		}
 		// Conditioned on the start marks of the tasks it passes, as any
 		// take is (see Tasks in the package doc).
+		seen = false
 		ls, nv, err := a.take(ctx, v, h, bypass, now)
 		if ls != nil {
 			ls.claim = a.claim
