@@ -390,13 +390,7 @@
 // claimed and released, withdrawn or lapsed (each moves freed), it would
 // run the task again; so after a join of unknown outcome Enqueue succeeds
 // when it finds the ticket or a lease of its id, joins again only while
-// freed is as that join saw it, and otherwise fails. Its first join may be judged
-// from a view this process saw within a second rather than a read (as a
-// caller's first take is), when that view shows a plain join: no ticket
-// or lease of its id, nothing to repair or purge, no gate or bucket that
-// refuses it; anything else, and every later try, is judged from the
-// store's own answer. A join from a view behind the item is refused on
-// its conditions, and its refusal's answer is the next look.
+// freed is as that join saw it, and otherwise fails.
 //
 // Whoever sees a task's turn come — a release, a waiter behind it that is
 // not served in the same look (one served takes its place and leaves the
@@ -417,10 +411,12 @@
 // The worker claims the place (Claim): a take of its own ticket, judged
 // from a fresh read (or its last refused take's answer; or, for its first
 // take only, a view this process saw within a second that shows its
-// ticket carrying its start's mark: the start was made here, and the
-// item is as the starter saw it or later; whatever else such a view
-// shows — the ticket claimed or gone, a purge due, not its turn — is
-// judged again from a read) and conditioned
+// ticket carrying its start's mark, so seen since that mark: a take is
+// conditioned on all it judged from, buckets and gates included, so a
+// view behind the item costs a refused take whose answer is the next
+// look; whatever else such a view shows — the ticket claimed or gone, a
+// purge due, not its turn — is judged again from a read; a join is not
+// so conditioned, and is always judged from a read) and conditioned
 // on its number and, as any take, on the marks of the tasks it passes,
 // that sets the lease, keeps the ticket, names the claim in it (w: 60
 // random bits) and takes its start mark away, so that a claim lapsing

@@ -72,26 +72,17 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 	}
 	a := l.newAttempt(req, ticket, true)
 	a.taskID = taskID
-	// A view this process saw within recentView stands in for the first
-	// read, to make the first join only: what would end the enqueue (its
-	// ticket or a lease of its id found, a refusal) or take another write
-	// first (a repair, a purge) is judged from the store's own answer.
-	v := a.b.recent(recentView)
-	seen := v != nil
+	var v *view
 	sent := int64(-1) // freed as the last join whose outcome was unknown saw it
 	for tries := 0; ; tries++ {
 		var err error
 		if err = contended(ctx, req.Key, tries); err != nil {
 			return "", err
 		}
-		if v != nil && seen && !v.plainJoin(a, req, l.clock().UnixMilli()) {
-			v = nil
-		}
 		if v == nil {
 			if v, err = l.read(ctx, req.Key); err != nil {
 				return "", err
 			}
-			seen = false
 		}
 		if v, err = l.mend(ctx, req.Key, v); err != nil {
 			return "", err
@@ -135,29 +126,14 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		if !time.Now().Before(deadline) {
 			return "", fmt.Errorf("lease: enqueue on %s: the task's deadline passed while its joins were refused", req.Key)
 		}
-		was := v.freed
-		v, err = a.join(ctx, v)
-		if seen = false; a.joined && sent < 0 {
-			sent = was
+		seen := v.freed
+		if v, err = a.join(ctx, v); a.joined && sent < 0 {
+			sent = seen
 		}
 		if err != nil {
 			return "", err
 		}
 	}
-}
-
-// plainJoin reports whether a's task, judged from v at now, would simply
-// join: v shows no ticket or lease of its id and nothing to repair or
-// purge first, and no gate or bucket refuses it.
-func (v *view) plainJoin(a *attempt, req Request, now int64) bool {
-	if v.needsRepair() || v.ticketFor(a.me.id) != nil || v.leases[a.me.id] != 0 || a.mustPurge(v, now) {
-		return false
-	}
-	var open *CircuitOpenError
-	if _, err := v.admits(req.Tool, a.me.breaker, a.me.label, now, nil); errors.As(err, &open) {
-		return false
-	}
-	return rateLimited(v, req.Rates, now) == nil
 }
 
 // MaxTaskID bounds the task id a ticket carries, in bytes.

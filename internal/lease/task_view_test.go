@@ -4,36 +4,7 @@ import (
 	"context"
 	"testing"
 	"testing/synctest"
-	"time"
 )
-
-// Cost: a task made on a key this process saw within a second joins from
-// that view, with no read first, as a caller's first take may; a view
-// older than that is read again. A join judged from a view behind the
-// item would be refused on its conditions and judged again from the
-// refusal's answer.
-func TestAnEnqueueJoinsFromARecentViewWithoutARead(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var st starts
-		l := New(newMemStore(), "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		held := acquire(t, l, taskReq("h")) // cap 1: tasks wait; its answer is on the board
-		defer release(t, held)
-		for _, c := range []struct {
-			after time.Duration
-			reads int64
-		}{{0, 0}, {2 * recentView, 1}} {
-			time.Sleep(c.after)
-			before := l.Stats().Reads
-			id := enqueue(t, l, taskReq("q"), "task-"+c.after.String())
-			if got := l.Stats().Reads - before; got != c.reads {
-				t.Errorf("an enqueue %v after the item was last seen here read it %d times; want %d", c.after, got, c.reads)
-			}
-			if tk := l.board("srv").recent(time.Hour).ticketFor(id); tk == nil || !tk.task {
-				t.Errorf("the task's ticket is not in the queue: %+v", tk)
-			}
-		}
-	})
-}
 
 // Cost: a worker started here — the release that made its task's turn
 // marked its start, and that answer is on the board — claims from that
