@@ -184,11 +184,16 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 				v, seen = nil, false
 			}
 		}
+		var err error
 		if v == nil {
-			var err error
 			if v, err = l.read(ctx, req.Key); err != nil {
 				return nil, err
 			}
+		}
+		// A value written by hand is put right before the take that
+		// would be refused on it, as before any other write.
+		if v, err = l.mend(ctx, req.Key, v); err != nil {
+			return nil, err
 		}
 		a.own = v
 		now := a.now()

@@ -44,3 +44,34 @@ func TestAWorkerStartedHereClaimsWithoutARead(t *testing.T) {
 		}
 	})
 }
+
+// A value written by hand since a task's start (its principal's set, as
+// a string) is put right before the worker's take, as before any other
+// write: the take built on it was refused as invalid, and the claim
+// failed with the store's error until a later start mended the item.
+func TestAClaimMendsAHandEditBeforeItsTake(t *testing.T) {
+	for _, board := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			db := newMemStore()
+			var st starts
+			l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+			held := acquire(t, l, taskReq("h"))
+			id := enqueue(t, l, taskReq("q"), "task-1")
+			release(t, held) // the task's turn: its start is marked, the answer on the board
+			s := st.list()
+			if len(s) != 1 {
+				t.Fatalf("starts: %+v", s)
+			}
+			handEditIn(t, db, "leases", sv("by hand"), PrincipalAttr("q"))
+			w := l
+			if !board {
+				w = New(db, "leases", Options{InstanceID: "w"}) // a worker elsewhere: it reads
+			}
+			ls, err := w.Claim(context.Background(), taskReq("q"), id, s[0].Mark)
+			if err != nil {
+				t.Fatalf("a claim (view seen here: %v) over a value written by hand since its start: %v; want the place", board, err)
+			}
+			release(t, ls)
+		})
+	}
+}
