@@ -173,8 +173,9 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			n = numberOr(tn, 0)
 		}
 		d, _ := details[id].(*types.AttributeValueMemberM)
-		// Its principal is its waiting set's; a ticket written with its
-		// own (p, as tickets were before) must name the same.
+		// Its principal is its waiting set's; a body that names it too
+		// (p, which joins still write for older instances) must name the
+		// same.
 		label := w
 		if d != nil {
 			if p, ok := d.Value[ticketLabel]; ok {
