@@ -255,11 +255,13 @@ func (g *Gateway) answer(f *flight, rec *record, short bool) (res *mcp.CallToolR
 		return nil, ferr, func() {}
 	}
 	closing = func() {
-		if how := f.close(outcome); how == "" {
-			// The exchange ended without the upstream known to stop (its
-			// lease lost, or the gateway draining) while it had the call.
-			g.closed(f, how, 0)
-		}
+		f.close(outcome, func(how upstream.Stop) {
+			if how == "" {
+				// The exchange ended without the upstream known to stop (its
+				// lease lost, or the gateway draining) while it had the call.
+				g.closed(f, how, 0)
+			}
+		})
 	}
 	if ferr != nil {
 		return nil, ferr, closing

@@ -115,9 +115,12 @@ func (f *flight) renewHold() time.Duration {
 // close waits until the upstream is known to have stopped working on the
 // call, or the exchange's context ends (its grace ran out, its lease was
 // lost, the gateway shuts down); then it closes the exchange and gives the
-// slot back, telling the breaker outcome. It returns how the upstream was
-// known to stop, "" if it was not.
-func (f *flight) close(outcome lease.Outcome) upstream.Stop {
+// slot back, telling the breaker outcome, and runs then (if any) with how
+// the upstream was known to stop, "" if it was not, which it returns. The
+// exchange counts as open (Drain waits for it) until then has run, so
+// that what then logs and counts is written before a draining process
+// goes.
+func (f *flight) close(outcome lease.Outcome, then func(upstream.Stop)) upstream.Stop {
 	var how upstream.Stop
 	f.closeOnce.Do(func() {
 		select {
@@ -136,6 +139,9 @@ func (f *flight) close(outcome lease.Outcome) upstream.Stop {
 			}
 			f.g.finish(f.ctx, ls, o, &f.rec)
 		}
+		if then != nil {
+			then(how)
+		}
 		f.g.flights.remove(f)
 	})
 	return how
@@ -145,7 +151,7 @@ func (f *flight) close(outcome lease.Outcome) upstream.Stop {
 // cause.
 func (f *flight) closeNow(outcome lease.Outcome, cause error) upstream.Stop {
 	f.abort(cause)
-	return f.close(outcome)
+	return f.close(outcome, nil)
 }
 
 // background lets f go on after the agent was answered: the upstream is
@@ -155,10 +161,7 @@ func (g *Gateway) background(f *flight, outcome lease.Outcome) {
 	f.cut.Store(true)
 	f.answered = time.Now()
 	f.up.Stop()
-	go func() {
-		how := f.close(outcome)
-		g.closed(f, how, time.Since(f.answered))
-	}()
+	go f.close(outcome, func(how upstream.Stop) { g.closed(f, how, time.Since(f.answered)) })
 }
 
 // closed logs and counts a flight closed after its agent was answered.
@@ -246,7 +249,8 @@ func (g *Gateway) Open() int {
 }
 
 // Drain waits until every call's exchange is closed: answered, or, for one
-// that outlived its answer, its upstream stopped or its grace ran out. When
+// that outlived its answer, its upstream stopped or its grace ran out, and
+// its slot given back and its end logged and counted. When
 // ctx ends first, it closes those left at once, each freeing its slot,
 // logged and counted as possibly exceeding the cap, waits (briefly) for
 // their slots to be given back, and returns how many it closed. Calls still

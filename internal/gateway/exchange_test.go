@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,5 +217,48 @@ func TestBrokenConnectionKeepsItsSlot(t *testing.T) {
 	}
 	if _, v, ok := recs[0].Metric(metrics.MetricCapMayBeExceeded); !ok || len(v) != 1 || v[0] != 1 {
 		t.Errorf("CapMayBeExceeded = %v, want 1", v)
+	}
+}
+
+// heldWriter is an EMF output that holds the write of an exchange's
+// record (HeldAfterAnswer) until release is closed, telling entered when
+// it starts.
+type heldWriter struct {
+	syncBuffer
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (w *heldWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(metrics.MetricHeldAfterAnswer)) {
+		w.once.Do(func() { close(w.entered) })
+		<-w.release
+	}
+	return w.syncBuffer.Write(p)
+}
+
+// TestDrainWaitsForAnExchangesRecord: an exchange that outlived its
+// answer counts as open until its log line and EMF record are written, so
+// that a process draining before it exits (Shutdown) loses neither. Drain
+// told none was open while the record of one was still being written.
+func TestDrainWaitsForAnExchangesRecord(t *testing.T) {
+	h := newHarness(t)
+	h.demo = testkit.StartDemoWith(t, demoupstream.HandlerOptions{Stateless: true, JSONResponse: true})
+	out := &heldWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	h.url = h.newGatewayWith(lease.New(h.env.Client, h.env.Tables.Leases, lease.Options{Margin: 200 * time.Millisecond}),
+		metrics.New(out, metrics.Options{}), Options{})
+	h.server(map[string]any{"server_id": "demo", "url": h.demo.URL, "max_concurrent_requests": 1, "timeout": 0.3, "cancel_grace": 0.5})
+	h.expectFault(h.call(h.key, `{"server_id":"demo","name":"slow_tool","arguments":{"ms":60000,"gate":"g"}}`), 504, fault.UpstreamTimeout)
+	defer h.demo.OpenGate("g")
+	<-out.entered // the grace is over: the exchange is writing its record
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no waiting: what is open now
+	if n := h.gw.Drain(ctx); n != 1 {
+		t.Errorf("Drain, while the exchange's record was being written: %d exchanges open; want 1", n)
+	}
+	close(out.release)
+	h.drain()
+	if recs := exchangeRecords(t, &out.syncBuffer, nil); len(recs) != 1 {
+		t.Errorf("%d exchange records after the drain, want 1", len(recs))
 	}
 }
