@@ -251,15 +251,15 @@ type simToken struct {
 }
 
 type sim struct {
+	t     *testing.T
+	seed  uint64
+	rng   *mrand.Rand
+	store *memStore
+	caps  simCaps
+	key   mKey
 	// withoutP: tickets are written without p, as a later version writes
 	// them (see the schedule's setup).
 	withoutP bool
-	t        *testing.T
-	seed     uint64
-	rng      *mrand.Rand
-	store    *memStore
-	caps     simCaps
-	key      mKey
 
 	mu       sync.Mutex
 	pending  []*simReq

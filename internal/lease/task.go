@@ -180,7 +180,13 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			return nil, err
 		}
 		if seen {
-			if t := v.ticketFor(id); t == nil || mark == 0 || t.started != mark || v.needsRepair() {
+			// Its own start's view, and nothing in it for a read to judge
+			// first: no lease of its id, nothing to mend or purge, its
+			// ticket a task's within its deadline.
+			now := a.now()
+			_, held := v.leases[id]
+			if t := v.ticketFor(id); t == nil || mark == 0 || t.started != mark || held || !t.task ||
+				!t.live(now+l.margin.Milliseconds()) || v.needsRepair() || a.mustPurge(v, now) {
 				v, seen = nil, false
 			}
 		}
@@ -199,10 +205,6 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		now := a.now()
 		exp, held := v.leases[id]
 		t := v.ticketFor(id)
-		if seen && (held || a.mustPurge(v, now) || !t.task || !t.live(now+l.margin.Milliseconds())) {
-			v, seen = nil, false
-			continue
-		}
 		switch {
 		case held && slices.Contains(a.unsure, exp) && t != nil && t.claim == a.claim:
 			// A take of this claim whose answer was lost landed: an
