@@ -166,7 +166,7 @@
 //     principal than its set; conditioned too on the parts it
 //     lacks still lacking, so a join of its id since is left whole,
 //     TestARepairJudgedBeforeAWaitersJoinLeavesItsTicket), a task's start
-//     mark not whole.
+//     mark not whole, a ticket's p not a string (the ticket kept).
 //     A repair puts right up to maxRepair (16) values, freed first if it
 //     is one, and ADDs 1 to freed; the next puts right the rest. Every
 //     writer repairs one way (mend): on while each repair leaves fewer
@@ -415,8 +415,9 @@
 // conditioned on all it judged from, buckets and gates included, so a
 // view behind the item costs a refused take whose answer is the next
 // look; whatever else such a view shows — the ticket claimed or gone, a
-// purge due, not its turn — is judged again from a read; a join is not
-// so conditioned, and is always judged from a read) and conditioned
+// purge due, not its turn — is judged again from a read; a task's join
+// is not so conditioned, and Enqueue always judges it from a read) and
+// conditioned
 // on its number and, as any take, on the marks of the tasks it passes,
 // that sets the lease, keeps the ticket, names the claim in it (w: 60
 // random bits) and takes its start mark away, so that a claim lapsing

@@ -178,10 +178,16 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		// same.
 		label := w
 		if d != nil {
-			if p, ok := d.Value[ticketLabel]; ok {
-				if s, ok := p.(*types.AttributeValueMemberS); !ok || s.Value != w {
+			switch p := d.Value[ticketLabel].(type) {
+			case nil:
+			case *types.AttributeValueMemberS:
+				if p.Value != w {
 					label = ""
 				}
+			default:
+				// Of another type: it names no principal, and reads as
+				// none (put right alone).
+				bad(p, TicketsAttr, id, ticketLabel)
 			}
 		}
 		if n <= 0 || n >= maxNumber || d == nil || w == "" || label != w || isTask && inQueue {

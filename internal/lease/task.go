@@ -230,10 +230,15 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		a.n, a.joined = t.n, true
 		if held || a.mustPurge(v, now) {
 			// A lapsed claim's lease goes first, purged as any other's.
-			if _, _, err := a.purge(ctx, v, func(d time.Duration) error { return sleep(ctx, d, req.Key) }); err != nil {
+			// Its answer is the next look (nothing sent: read again).
+			nv, _, err := a.purge(ctx, v, func(d time.Duration) error { return sleep(ctx, d, req.Key) })
+			if err != nil {
 				return nil, err
 			}
-			v = nil
+			if nv == v {
+				nv = nil
+			}
+			v = nv
 			continue
 		}
 		served, h, bypass := a.decide(v, now)
