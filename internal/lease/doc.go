@@ -112,9 +112,10 @@
 //     enqueue is paced alike and, as its join is conditioned on freed,
 //     which every release moves, tries again until its context ends
 //     (TestAnotherPrincipalsCallsDoNotFailATasksEnqueue) or its task's
-//     deadline passes (TestAnEnqueueStopsAtItsTasksDeadline); a charge and
-//     a claim are paced alike and stop after maxEager tries
-//     (TestAChargeOthersKeepWritingOverPauses);
+//     deadline passes (TestAnEnqueueStopsAtItsTasksDeadline); a claim
+//     likewise, while the turn is its task's
+//     (TestAClaimOverOthersReleasesKeepsItsTurn); a charge is paced alike
+//     and stops after maxEager tries (TestAChargeOthersKeepWritingOverPauses);
 //     a withdrawal and Admin's Release stop after maxAdminTries (4), and
 //     Admin's Pause and ResetBreaker after one.
 //   - Renew: SET leases.<id> to a later expiry (never one before the

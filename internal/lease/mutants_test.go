@@ -49,7 +49,7 @@ var mutants = []mutant{
 		`u.cond("(attribute_not_exists(" + sp + ") OR " + sp + " <= " + u.num(now-StartTimeout.Milliseconds()) + ")")`,
 		`u.cond("(attribute_not_exists(" + sp + ") OR " + sp + " <= " + u.num(now) + ")")`},
 	{"a claim when it is not the task's turn", "task.go",
-		"if !served || tries >= maxEager {", "if !served && tries < 0 || tries >= maxEager {"},
+		"if !served {", "if !served && tries < 0 {"},
 	{"a claim that keeps the start it claimed", "acquire.go",
 		"		u.remove(u.path(TicketsAttr, id, ticketStarted))\n", ""},
 	{"a lost start never made again", "task.go",

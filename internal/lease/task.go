@@ -157,11 +157,13 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 
 // Claim takes the place of task ticket id for its worker if the task's
 // turn has come (see Tasks in the package doc). req is the task's request
-// as Enqueue was given it, but for the worker's Hold and CallBy. It never
-// waits: when it is not the task's turn it gives back its start (mark,
-// from TaskStart) and fails with ErrNotYourTurn; ErrNoTicket: the ticket
-// is gone, or its task past its deadline; ErrClaimed: another worker's
-// claim holds it.
+// as Enqueue was given it, but for the worker's Hold and CallBy. It waits
+// for nothing but its own writes: when it is not the task's turn it gives
+// back its start (mark, from TaskStart) and fails with ErrNotYourTurn;
+// while it is, a take refused on others' writes is made again from its
+// answer, paced as any write is (see Release in the package doc), until
+// ctx ends. ErrNoTicket: the ticket is gone, or its task past its
+// deadline; ErrClaimed: another worker's claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
@@ -246,7 +248,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			v, seen = nil, false
 			continue
 		}
-		if !served || tries >= maxEager {
+		if !served {
 			l.clearStart(ctx, req.Key, t, mark)
 			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn

@@ -1,0 +1,109 @@
+package lease
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Claim (doc.go Release, Tasks): a worker whose task's turn it is keeps
+// its turn while others' releases refuse its takes, however many: its
+// takes are made again from their answers, paced, and it takes the place
+// once freed stops moving. It neither fails with ErrNotYourTurn (the turn
+// was its own) nor gives its start back (which would start a second
+// worker for the same turn at once).
+func TestAClaimOverOthersReleasesKeepsItsTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		const refused = maxEager + 4
+		b := &releaseChurn{memStore: newMemStore(), left: refused}
+		var st starts
+		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		held := acquire(t, l, taskReq("h"))
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		enqueue(t, l, taskReq("r"), "task-2") // another principal waits: the take is conditioned on freed
+		release(t, held)                      // task-1's turn: its start is marked
+		mine := func() (marks []int64) {
+			for _, s := range st.list() {
+				if s.Ticket == id {
+					marks = append(marks, s.Mark)
+				}
+			}
+			return marks
+		}
+		marks := mine()
+		if len(marks) != 1 {
+			t.Fatalf("task-1's starts: %v; want one", marks)
+		}
+		b.watch(id)
+		ls, err := l.Claim(ctx, taskReq("q"), id, marks[0])
+		takes := b.count()
+		t.Logf("claim: %v after %d takes; task-1's starts %v", err, takes, mine())
+		if err != nil {
+			t.Fatalf("a claim whose takes were refused %d times on others' releases, its turn its own: %v", refused, err)
+		}
+		if takes != refused+1 {
+			t.Errorf("%d takes; want %d refused and one that lands", takes, refused)
+		}
+		if got := mine(); len(got) != 1 {
+			t.Errorf("task-1 started %d times (%v); want once", len(got), got)
+		}
+		release(t, ls)
+	})
+}
+
+// releaseChurn moves freed, as another principal's release does, just
+// before each of the first left takes of ticket id reaches the store.
+type releaseChurn struct {
+	*memStore
+	mu    sync.Mutex
+	id    string
+	left  int
+	takes int
+}
+
+func (b *releaseChurn) watch(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.id = id
+}
+
+func (b *releaseChurn) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.takes
+}
+
+func (b *releaseChurn) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	names := make([]string, 0, len(in.ExpressionAttributeNames))
+	for _, n := range in.ExpressionAttributeNames {
+		names = append(names, n)
+	}
+	b.mu.Lock()
+	take := b.id != "" && slices.Contains(names, b.id) && slices.Contains(names, ticketClaim) && strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET")
+	move := take && b.left > 0
+	if take {
+		b.takes++
+	}
+	if move {
+		b.left--
+	}
+	b.mu.Unlock()
+	if move {
+		if _, err := b.memStore.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: in.TableName, Key: in.Key, UpdateExpression: aws.String("ADD #f :one"),
+			ExpressionAttributeNames:  map[string]string{"#f": FreedAttr},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return b.memStore.UpdateItem(ctx, in, opts...)
+}
