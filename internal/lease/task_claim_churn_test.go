@@ -2,11 +2,13 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -106,4 +108,42 @@ func (b *releaseChurn) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 		}
 	}
 	return b.memStore.UpdateItem(ctx, in, opts...)
+}
+
+// Claim (doc.go Release): a claim whose takes others' releases refuse
+// without end stops when its context ends, each take after the eager ones
+// paced, and leaves its start's mark: the task is started again
+// StartTimeout after it, not at once.
+func TestAClaimOverEndlessReleasesStopsWithItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &releaseChurn{memStore: newMemStore(), left: 1 << 30}
+		var st starts
+		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		held := acquire(t, l, taskReq("h"))
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		enqueue(t, l, taskReq("r"), "task-2")
+		release(t, held)
+		got := st.list()
+		if len(got) != 1 || got[0].Ticket != id {
+			t.Fatalf("starts: %+v; want one of %s", got, id)
+		}
+		b.watch(id)
+		const budget = 10 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		_, err := l.Claim(ctx, taskReq("q"), id, got[0].Mark)
+		takes := b.count()
+		t.Logf("claim: %v after %d takes in %v", err, takes, budget)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a claim refused until its context ended: %v; want its context's error", err)
+		}
+		// At most eagerRetries+1 at once, then one a writeMinBackoff/2 (the
+		// least a jittered back-off is) at the most.
+		if most := eagerRetries + 1 + int(budget/(writeMinBackoff/2)); takes > most {
+			t.Errorf("%d takes in %v; want at most %d (paced)", takes, budget, most)
+		}
+		if tk := mRead(rawItem(t, b.memStore, "srv")).tickets[id]; tk == nil || tk.s != got[0].Mark {
+			t.Errorf("the ticket after the claim stopped: %+v; want it kept with its start's mark %d", tk, got[0].Mark)
+		}
+	})
 }
