@@ -549,7 +549,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	{
 		ls, err := e.queue.Claim(ctx, c.req, ts.Ticket, ts.Mark)
 		switch {
-		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket):
+		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrStartLapsed), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket):
 			c.counted = false // not this start's to run: no call was made
 			return nil, nil, false, false, nil
 		case err != nil:

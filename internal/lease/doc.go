@@ -113,8 +113,9 @@
 //     which every release moves, tries again until its context ends
 //     (TestAnotherPrincipalsCallsDoNotFailATasksEnqueue) or its task's
 //     deadline passes (TestAnEnqueueStopsAtItsTasksDeadline); a claim
-//     likewise, while the turn is its task's
-//     (TestAClaimOverOthersReleasesKeepsItsTurn); a charge is paced alike
+//     likewise while the turn is its task's, each try past the eager ones
+//     from a new read, until StartTimeout after its start (see Tasks;
+//     TestAClaimOverOthersReleasesKeepsItsTurn); a charge is paced alike
 //     and stops after maxEager tries (TestAChargeOthersKeepWritingOverPauses);
 //     a withdrawal and Admin's Release stop after maxAdminTries (4), and
 //     Admin's Pause and ResetBreaker after one.
@@ -314,7 +315,10 @@
 // not probe} for everyone, and <label> → {u, p, e, a, w, f: consecutive
 // failures, t: last failure} for one principal. A caller passes when
 // neither entry that applies to it is closed (u ahead) or half-open with a
-// live probe; when one is half-open (a breaker's, u passed, no live
+// live probe, and its take is conditioned on that as it reads it (a
+// breaker's entry with no u, or one of 0 or less, which the protocol
+// never writes, is not closed:
+// TestAClaimOverABreakerEntryItsWalkPassesLands); when one is half-open (a breaker's, u passed, no live
 // probe), its take names it the probe (p, e: its lease's expiry), on
 // condition that the entry is as seen. A dead probe lapses with its lease.
 // One principal's signal closes a gate for it alone; two principals'
@@ -396,8 +400,9 @@
 // Whoever sees a task's turn come — a release, a waiter behind it (one
 // served in the same look from its take's answer:
 // TestACallerServedWithATaskStartsIt), a worker whose turn it was not or
-// whose claim's answer shows it, StartDue — marks its ticket (s: now, on condition of its number, of no mark younger
-// than StartTimeout, and of its lease as seen: none, or a lapsed one) and,
+// whose claim's answer shows it, StartDue — marks its ticket (s: now, on
+// condition of its number, of no mark younger than StartTimeout, and of
+// its lease as seen: none, or a lapsed one) and,
 // having won the mark, starts a worker (Options.OnTaskStart). A mark whose
 // answer was lost, retried and refused, is won when the refusal's answer
 // shows it (the ticket's number and s as it wrote them; another process's
@@ -428,7 +433,16 @@
 // workers of one start share the id and may set the same expiry: one
 // whose takes' outcomes were unknown takes the lease it finds for its own
 // only if the ticket names its claim. When its turn has passed, it takes
-// its mark back (on condition it is still its own) and fails.
+// its mark back (on condition it is still its own) and fails. While the
+// turn is its own, a take refused on others' writes is made again:
+// eagerRetries times from the refusal's answer, then after each back-off
+// from a new read (an answer older than the back-off would be refused
+// again while releases come faster:
+// TestAClaimUnderSteadyReleasesLandsBeforeASecondStart), until
+// StartTimeout after its mark, when it leaves the turn, mark kept, to the
+// next start (ErrStartLapsed), so that no two workers of live starts
+// claim at once (TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout,
+// TestWorkersDoNotPileUpOverAClaimThatCannotLand).
 //
 // A claimed ticket — its lease, of the same id, live — is no waiter: it
 // takes no turn, no start and no queue place (a join's room is

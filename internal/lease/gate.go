@@ -251,7 +251,9 @@ func (u *update) admit(gs []string, label string, id string, exp, now int64, pro
 				u.set(pp, u.str(id))
 				u.set(pe, u.num(exp))
 			case strings.HasPrefix(attr, BreakerAttrPrefix):
-				u.cond("attribute_not_exists(" + up + ")")
+				// Not closed, as admits reads it: no time, or none after
+				// 0 (which the protocol never writes).
+				u.cond(orAbsent(up, up+" <= "+u.num(0)))
 			default:
 				u.cond(orAbsent(up, up+" <= "+u.num(now)))
 			}

@@ -32,6 +32,11 @@ var (
 	// another caller meanwhile); it keeps its ticket, and a worker is
 	// started again when its turn comes.
 	ErrNotYourTurn = errors.New("lease: not the task's turn")
+	// ErrStartLapsed: the task's turn had come, but others' writes
+	// refused the claim's takes until StartTimeout passed since its start:
+	// it keeps its ticket and its start's mark, from which the next to see
+	// its turn starts another worker.
+	ErrStartLapsed = errors.New("lease: the task's start lapsed before its claim landed")
 	// ErrClaimed: the task's ticket is claimed: a live lease of its id
 	// holds the place (Withdraw cannot take it back: its call must end).
 	// Once that lease lapses unreleased, the ticket waits again.
@@ -157,13 +162,14 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 
 // Claim takes the place of task ticket id for its worker if the task's
 // turn has come (see Tasks in the package doc). req is the task's request
-// as Enqueue was given it, but for the worker's Hold and CallBy. It waits
-// for nothing but its own writes: when it is not the task's turn it gives
-// back its start (mark, from TaskStart) and fails with ErrNotYourTurn;
-// while it is, a take refused on others' writes is made again from its
-// answer, paced as any write is (see Release in the package doc), until
-// ctx ends. ErrNoTicket: the ticket is gone, or its task past its
-// deadline; ErrClaimed: another worker's claim holds it.
+// as Enqueue was given it, but for the worker's Hold and CallBy. When it
+// is not the task's turn it gives back its start (mark, from TaskStart)
+// and fails with ErrNotYourTurn. While it is, a take refused on others'
+// writes is made again: eagerRetries times from its answer, then each
+// after a back-off from a new read, until StartTimeout after mark
+// (ErrStartLapsed: no second worker is started before then). ErrNoTicket:
+// the ticket is gone, or its task past its deadline; ErrClaimed: another
+// worker's claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
@@ -180,6 +186,12 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 	for tries := 0; ; tries++ {
 		if err := contended(ctx, req.Key, tries); err != nil {
 			return nil, err
+		}
+		if tries > eagerRetries {
+			// After a back-off the answer before it is out of date: a
+			// take judged from it would be refused as long as others'
+			// releases come faster than the back-off.
+			v, seen = nil, false
 		}
 		if seen {
 			// Its own start's view, and nothing in it for a read to judge
@@ -252,6 +264,11 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			l.clearStart(ctx, req.Key, t, mark)
 			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
+		}
+		if tries >= eagerRetries && l.clock().UnixMilli()-mark >= StartTimeout.Milliseconds() {
+			// Past its start's time another worker may be started from
+			// the mark: this one leaves the turn to it.
+			return nil, ErrStartLapsed
 		}
 		// Conditioned on the start marks of the tasks it passes, as any
 		// take is (see Tasks in the package doc).
