@@ -453,11 +453,6 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if err == nil {
 		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
-		if ls != nil {
-			// A task served in the same look (more than one place free)
-			// is started by whoever sees its turn, this taker too.
-			_ = a.l.startDue(ctx, a.req.Key, nv, a.req.rules(nv))
-		}
 		return ls, nil, err
 	}
 	if errors.Is(err, errCondition) {

@@ -397,12 +397,11 @@
 // when it finds the ticket or a lease of its id, joins again only while
 // freed is as that join saw it, and otherwise fails.
 //
-// Whoever sees a task's turn come — a release, a waiter behind it (one
-// served in the same look from its take's answer:
-// TestACallerServedWithATaskStartsIt), a worker whose turn it was not or
-// whose claim's answer shows it, StartDue — marks its ticket (s: now, on
-// condition of its number, of no mark younger than StartTimeout, and of
-// its lease as seen: none, or a lapsed one) and,
+// Whoever sees a task's turn come — a release, a waiter behind it that is
+// not served in the same look (one served takes its place and leaves the
+// task to the next to see it), a worker whose turn it was not, StartDue —
+// marks its ticket (s: now, on condition of its number, of no mark younger
+// than StartTimeout, and of its lease as seen: none, or a lapsed one) and,
 // having won the mark, starts a worker (Options.OnTaskStart). A mark whose
 // answer was lost, retried and refused, is won when the refusal's answer
 // shows it (the ticket's number and s as it wrote them; another process's
