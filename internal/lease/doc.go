@@ -437,11 +437,14 @@
 // eagerRetries times from the refusal's answer, then after each back-off
 // from a new read (an answer older than the back-off would be refused
 // again while releases come faster:
-// TestAClaimUnderSteadyReleasesLandsBeforeASecondStart), until
-// StartTimeout after its mark, when it leaves the turn, mark kept, to the
-// next start (ErrStartLapsed), so that no two workers of live starts
-// claim at once (TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout,
-// TestWorkersDoNotPileUpOverAClaimThatCannotLand).
+// TestAClaimUnderSteadyReleasesLandsBeforeASecondStart), while the
+// ticket carries its start's mark and until StartTimeout after it, when
+// it leaves the turn to the next start (ErrStartLapsed), so that no two
+// workers of live starts claim at once but within one back-off
+// (TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout,
+// TestWorkersDoNotPileUpOverAClaimThatCannotLand,
+// TestAClaimStopsOnceItsStartIsNoLongerTheTicketsMark,
+// TestAClaimWhoseMarkWasGivenBackStopsBesideTheNextStart).
 //
 // A claimed ticket — its lease, of the same id, live — is no waiter: it
 // takes no turn, no start and no queue place (a join's room is

@@ -33,9 +33,10 @@ var (
 	// started again when its turn comes.
 	ErrNotYourTurn = errors.New("lease: not the task's turn")
 	// ErrStartLapsed: the task's turn had come, but others' writes
-	// refused the claim's takes until StartTimeout passed since its start:
-	// it keeps its ticket and its start's mark, from which the next to see
-	// its turn starts another worker.
+	// refused the claim's takes until its start was no longer the one to
+	// run it (StartTimeout past its mark, or the ticket marked by another
+	// start, or its mark given back): it keeps its ticket, and a worker is
+	// started again from the ticket's mark.
 	ErrStartLapsed = errors.New("lease: the task's start lapsed before its claim landed")
 	// ErrClaimed: the task's ticket is claimed: a live lease of its id
 	// holds the place (Withdraw cannot take it back: its call must end).
@@ -166,8 +167,9 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 // is not the task's turn it gives back its start (mark, from TaskStart)
 // and fails with ErrNotYourTurn. While it is, a take refused on others'
 // writes is made again: eagerRetries times from its answer, then each
-// after a back-off from a new read, until StartTimeout after mark
-// (ErrStartLapsed: no second worker is started before then). ErrNoTicket:
+// after a back-off from a new read, while its start is the ticket's and
+// until StartTimeout after mark (ErrStartLapsed: no second worker is
+// started before then). ErrNoTicket:
 // the ticket is gone, or its task past its deadline; ErrClaimed: another
 // worker's claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
@@ -265,9 +267,11 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
 		}
-		if tries >= eagerRetries && l.clock().UnixMilli()-mark >= StartTimeout.Milliseconds() {
-			// Past its start's time another worker may be started from
-			// the mark: this one leaves the turn to it.
+		if tries >= eagerRetries && (t.started != mark || l.clock().UnixMilli()-mark >= StartTimeout.Milliseconds()) {
+			// Its start is no longer the ticket's (another was made, or
+			// the mark given back by another worker of it), or another
+			// worker may be started from the mark: this one leaves the
+			// turn to it.
 			return nil, ErrStartLapsed
 		}
 		// Conditioned on the start marks of the tasks it passes, as any
