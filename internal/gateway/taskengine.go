@@ -550,7 +550,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 		ls, err := e.queue.Claim(ctx, c.req, ts.Ticket, ts.Mark)
 		switch {
 		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrStartLapsed), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket),
-			ctx.Err() != nil: // the worker ends (its invocation's time, a shutdown): the ticket and its start's mark stay, and a worker is started again
+			err != nil && ctx.Err() != nil: // the worker ends (its invocation's time, a shutdown): the ticket and its start's mark stay, and a worker is started again
 			c.counted = false // not this start's to run: no call was made
 			return nil, nil, false, false, nil
 		case err != nil:
