@@ -41,7 +41,9 @@ import (
 //     a place the worker takes when the task runs, without waiting (a
 //     refusal fails the task).
 //   - A worker started twice (a start seen lost) claims once; a worker
-//     whose claim is refused (not its turn, its ticket gone) leaves.
+//     whose claim is refused (not its turn, its ticket gone, its start
+//     lapsed) leaves, as does one whose claim fails on the store or with
+//     its own end: the task stays queued and a worker is started again.
 //   - A worker makes its call only once it marked the record running (a
 //     write conditioned on the record as read), and never on a record an
 //     earlier claim of the same ticket marked. The claim keeps the ticket
@@ -549,12 +551,20 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	{
 		ls, err := e.queue.Claim(ctx, c.req, ts.Ticket, ts.Mark)
 		switch {
-		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrStartLapsed), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket),
-			err != nil && ctx.Err() != nil: // the worker ends (its invocation's time, a shutdown): the ticket and its start's mark stay, and a worker is started again
+		case errors.Is(err, lease.ErrNotYourTurn), errors.Is(err, lease.ErrStartLapsed), errors.Is(err, lease.ErrClaimed), errors.Is(err, lease.ErrNoTicket):
 			c.counted = false // not this start's to run: no call was made
 			return nil, nil, false, false, nil
 		case err != nil:
-			return nil, acquireFault(srv, c.tool, err), true, false, nil
+			fe := acquireFault(srv, c.tool, err)
+			if ctx.Err() != nil || fe.Code == fault.StoreUnavailable {
+				// The worker ends (its invocation's time, a shutdown) or
+				// the store fails: no call was made, the task stays queued
+				// (its ticket kept), and a worker is started again.
+				c.counted = false
+				g.log.Warn("task worker's claim failed; its task waits to be started again", "task", ts.Task, "server_id", r.ServerID, "error", err.Error())
+				return nil, nil, false, false, nil
+			}
+			return nil, fe, true, false, nil
 		}
 		c.leases, c.ls = []*lease.Lease{ls}, ls
 		c.rec.leaseID, c.rec.waited = ls.ID(), time.Since(r.CreatedAt)

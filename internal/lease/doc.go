@@ -439,7 +439,9 @@
 // again while releases come faster:
 // TestAClaimUnderSteadyReleasesLandsBeforeASecondStart), while the
 // ticket carries its start's mark and until StartTimeout after it, when
-// it leaves the turn to the next start (ErrStartLapsed), so that no two
+// it leaves the turn to the next start, making it when nobody has
+// (ErrStartLapsed; TestAClaimThatLeavesItsTurnStartsTheNextWorker), so
+// that no two
 // workers of live starts claim at once but within one back-off
 // (TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout,
 // TestWorkersDoNotPileUpOverAClaimThatCannotLand,

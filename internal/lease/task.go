@@ -35,8 +35,8 @@ var (
 	// ErrStartLapsed: the task's turn had come, but others' writes
 	// refused the claim's takes until its start was no longer the one to
 	// run it (StartTimeout past its mark, or the ticket marked by another
-	// start, or its mark given back): it keeps its ticket, and a worker is
-	// started again from the ticket's mark.
+	// start, or its mark given back): it keeps its ticket, and the claim
+	// started the next worker unless another start had.
 	ErrStartLapsed = errors.New("lease: the task's start lapsed before its claim landed")
 	// ErrClaimed: the task's ticket is claimed: a live lease of its id
 	// holds the place (Withdraw cannot take it back: its call must end).
@@ -271,7 +271,8 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			// Its start is no longer the ticket's (another was made, or
 			// the mark given back by another worker of it), or another
 			// worker may be started from the mark: this one leaves the
-			// turn to it.
+			// turn to it, starting it when nobody has.
+			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrStartLapsed
 		}
 		// Conditioned on the start marks of the tasks it passes, as any

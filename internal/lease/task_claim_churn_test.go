@@ -112,8 +112,9 @@ func (b *releaseChurn) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 
 // Claim (doc.go Tasks): a claim whose takes others' releases refuse
 // without end stops StartTimeout after its start's mark, each take after
-// the eager ones paced, with ErrStartLapsed, and leaves the mark: the
-// next worker is started from it, never two at once for one start.
+// the eager ones paced, with ErrStartLapsed, and starts the next worker
+// (its mark on the ticket) as it leaves: never two claiming at once, and
+// never none.
 func TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &releaseChurn{memStore: newMemStore(), left: 1 << 30}
@@ -145,8 +146,12 @@ func TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout(t *testing.T) {
 		if most := eagerRetries + 1 + int(time.Duration(took)*time.Millisecond/(writeMinBackoff/2)); takes > most {
 			t.Errorf("%d takes in %d ms; want at most %d (paced)", takes, took, most)
 		}
-		if tk := mRead(rawItem(t, b.memStore, "srv")).tickets[id]; tk == nil || tk.s != got[0].Mark {
-			t.Errorf("the ticket after the claim stopped: %+v; want it kept with its start's mark %d", tk, got[0].Mark)
+		after := st.list()
+		if len(after) != 2 || after[1].Ticket != id || after[1].Mark < got[0].Mark+StartTimeout.Milliseconds() {
+			t.Fatalf("starts after the claim stopped: %+v; want a second of %s, StartTimeout after the first", after, id)
+		}
+		if tk := mRead(rawItem(t, b.memStore, "srv")).tickets[id]; tk == nil || tk.s != after[1].Mark {
+			t.Errorf("the ticket after the claim stopped: %+v; want it kept with the next start's mark %d", tk, after[1].Mark)
 		}
 	})
 }

@@ -1,0 +1,217 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/tasks"
+)
+
+// lateEnd passes the lease table's calls through, but ends the
+// context of a worker marked "late" just as its claim's take (a SET
+// naming the ticket and its claim field) has landed: its invocation's
+// time runs out in the same instant. lost: the take's answer is lost too
+// (the worker sees its context's error: an outcome unknown to it).
+type lateEnd struct {
+	lease.API
+	mu     sync.Mutex
+	ticket string
+	lost   bool
+	cancel context.CancelFunc
+}
+
+func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := e.API.UpdateItem(ctx, in, opts...)
+	if ctx.Value(workerKey{}) != "late" || err != nil {
+		return out, err
+	}
+	names := make([]string, 0, len(in.ExpressionAttributeNames))
+	for _, n := range in.ExpressionAttributeNames {
+		names = append(names, n)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancel == nil || !slices.Contains(names, e.ticket) || !slices.Contains(names, "w") || !strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET") {
+		return out, err
+	}
+	e.cancel()
+	e.cancel = nil
+	if e.lost {
+		return nil, context.Canceled
+	}
+	return out, err
+}
+
+// Claim in run: a worker whose context ends just as its claim's take
+// lands, the answer in hand, is no worker whose claim failed: it goes on
+// with the lease it holds and, making no call, gives it back, so that the
+// ticket is not left claimed (no turn, no start) until the lease lapses,
+// the task's whole timeout and the margin later. (The same with the
+// answer lost is a take of unknown outcome: its lease lapses, as doc.go
+// says of a claim whose worker ended.)
+func TestAWorkerEndingAsItsClaimLandsReleasesItsLease(t *testing.T) {
+	for _, c := range []string{"answered"} {
+		t.Run(c, func(t *testing.T) {
+			leases := &lateEnd{lost: c == "answer lost"}
+			var (
+				store *tasks.Store
+				mu    sync.Mutex
+				got   []lease.TaskStart
+				env   *storetest.Env
+			)
+			start := func(_ context.Context, ts lease.TaskStart) {
+				mu.Lock()
+				got = append(got, ts)
+				mu.Unlock()
+			}
+			h := newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
+				env = e
+				leases.API = e.Client
+				store = &tasks.Store{DB: e.Client, Table: e.Tables.Tasks}
+				d.Limiter = lease.New(leases, e.Tables.Leases, lease.Options{OnTaskStart: start})
+			})
+			h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
+			up := h.batchTasks(nil)
+			id := h.createTask("batch", h.key, "work")
+			mu.Lock()
+			if len(got) != 1 {
+				mu.Unlock()
+				t.Fatalf("starts: %+v; want one", got)
+			}
+			ts := got[0]
+			mu.Unlock()
+			ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "late"))
+			defer cancel()
+			leases.mu.Lock()
+			leases.ticket, leases.cancel = ts.Ticket, cancel
+			leases.mu.Unlock()
+			err := h.gw.RunTask(ctx, ts)
+			r, gerr := store.Get(context.Background(), id)
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			out, gerr := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+				TableName: aws.String(env.Tables.Leases), Key: map[string]types.AttributeValue{"limiter_key": &types.AttributeValueMemberS{Value: ts.Key}},
+				ConsistentRead: aws.Bool(true),
+			})
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			var exp string
+			if m, ok := out.Item["leases"].(*types.AttributeValueMemberM); ok {
+				if n, ok := m.Value[ts.Ticket].(*types.AttributeValueMemberN); ok {
+					exp = n.Value
+				}
+			}
+			t.Logf("the late worker: %v; the task: %s (%s), %d calls; the claim's lease in the item: %q (now %d)", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp, time.Now().UnixMilli())
+			if exp != "" && r.Status == tasks.StatusWorking && r.StatusMessage == "queued" && len(up.Stats().Arrivals) == 0 {
+				t.Errorf("the worker left its claim's lease (expiry %s, %v from now) with its task queued and no call made: the ticket is claimed, so no turn and no start, until it lapses", exp, func() time.Duration {
+					var ms int64
+					for _, ch := range exp {
+						ms = ms*10 + int64(ch-'0')
+					}
+					return time.Until(time.UnixMilli(ms)).Round(time.Second)
+				}())
+				// A worker started again (the invocation retried) leaves too.
+				if err := h.gw.RunTask(context.Background(), ts); err != nil {
+					t.Fatal(err)
+				}
+				if r, gerr = store.Get(context.Background(), id); gerr == nil {
+					t.Logf("the same start run again: the task %s (%s), %d calls", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
+				}
+			}
+		})
+	}
+}
+
+// flakyReads stands for others' releases and a store error in a
+// worker marked "flaky": each of its claim's takes (a SET naming its
+// ticket and claim field) is refused by the store, as others' releases
+// refuse it, the item as it is in the answer; its reads fail (a 500, or
+// throttling, past the SDK's retries). The claim now reads the item
+// after each back-off past its eager tries, where it made its takes from
+// the refusals' answers before.
+type flakyReads struct {
+	lease.API
+	ticket string
+	key    string
+}
+
+func (f *flakyReads) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if ctx.Value(workerKey{}) == "flaky" {
+		return nil, errors.New("InternalServerError: the store is unavailable right now")
+	}
+	return f.API.GetItem(ctx, in, opts...)
+}
+
+func (f *flakyReads) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	names := make([]string, 0, len(in.ExpressionAttributeNames))
+	for _, n := range in.ExpressionAttributeNames {
+		names = append(names, n)
+	}
+	if ctx.Value(workerKey{}) == "flaky" && slices.Contains(names, f.ticket) && slices.Contains(names, "w") && strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET") {
+		// Refused by the store as a take is after others' writes (its
+		// answer the item as it is).
+		c := *in
+		c.ExpressionAttributeNames = maps.Clone(in.ExpressionAttributeNames)
+		c.ExpressionAttributeNames["#absentK"] = "limiter_key"
+		c.ConditionExpression = aws.String("(" + aws.ToString(in.ConditionExpression) + ") AND attribute_not_exists(#absentK)")
+		return f.API.UpdateItem(ctx, &c, opts...)
+	}
+	return f.API.UpdateItem(ctx, in, opts...)
+}
+
+// A store error in a worker's claim (here its reads failing after
+// others' writes refused its takes) makes no call and leaves the task
+// queued, its ticket waiting for the start made again: RunTask's rule for
+// any store error before the call. It is no outcome of the task's.
+func TestAStoreErrorInAClaimLeavesTheTaskQueued(t *testing.T) {
+	var (
+		store *tasks.Store
+		mu    sync.Mutex
+		got   []lease.TaskStart
+	)
+	start := func(_ context.Context, ts lease.TaskStart) {
+		mu.Lock()
+		got = append(got, ts)
+		mu.Unlock()
+	}
+	flaky := &flakyReads{}
+	h := newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
+		store = &tasks.Store{DB: e.Client, Table: e.Tables.Tasks}
+		flaky.API = e.Client
+		d.Limiter = lease.New(flaky, e.Tables.Leases, lease.Options{OnTaskStart: start})
+	})
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
+	up := h.batchTasks(nil)
+	id := h.createTask("batch", h.key, "work")
+	mu.Lock()
+	if len(got) != 1 {
+		mu.Unlock()
+		t.Fatalf("starts: %+v; want one", got)
+	}
+	ts := got[0]
+	mu.Unlock()
+	flaky.ticket = ts.Ticket
+	err := h.gw.RunTask(context.WithValue(context.Background(), workerKey{}, "flaky"), ts)
+	r, gerr := store.Get(context.Background(), id)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	t.Logf("the worker: %v; the task: %s (%s), %d calls; result %s", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), r.Result)
+	if tasks.Terminal(r.Status) {
+		t.Errorf("a store error in the claim settled the task %s (%s) with no call made; want it left queued, its ticket waiting for the start made again", r.Status, r.StatusMessage)
+	}
+}
