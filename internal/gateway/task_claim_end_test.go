@@ -11,6 +11,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 // endingLeases passes the lease table's calls through, but ends the
@@ -49,31 +50,7 @@ func (e *endingLeases) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // the task's call (none was made).
 func TestAWorkerEndingInItsClaimLeavesItsTaskQueued(t *testing.T) {
 	leases := &endingLeases{}
-	var (
-		store *tasks.Store
-		mu    sync.Mutex
-		got   []lease.TaskStart
-	)
-	start := func(_ context.Context, ts lease.TaskStart) {
-		mu.Lock()
-		got = append(got, ts)
-		mu.Unlock()
-	}
-	h := newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
-		leases.API = env.Client
-		store = &tasks.Store{DB: env.Client, Table: env.Tables.Tasks}
-		d.Limiter = lease.New(leases, env.Tables.Leases, lease.Options{OnTaskStart: start})
-	})
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
-	up := h.batchTasks(nil)
-	id := h.createTask("batch", h.key, "work")
-	mu.Lock()
-	if len(got) != 1 {
-		mu.Unlock()
-		t.Fatalf("starts: %+v; want one", got)
-	}
-	ts := got[0]
-	mu.Unlock()
+	h, store, _, up, id, ts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "ending"))
 	defer cancel()
 	leases.mu.Lock()
@@ -108,4 +85,35 @@ func TestAWorkerEndingInItsClaimLeavesItsTaskQueued(t *testing.T) {
 	if r.Status != tasks.StatusCompleted {
 		t.Fatalf("the task run again: %s (%s); want completed", r.Status, r.StatusMessage)
 	}
+}
+
+// newTaskHarness is a harness running gateway tasks with its limiter's
+// requests going through leases (given the store's client), and a task of
+// the batch server's work tool made, its one start recorded, not run. It
+// returns the task's id and start, and the upstream.
+func newTaskHarness(t *testing.T, leases func(lease.API) lease.API) (h *harness, store *tasks.Store, env *storetest.Env, up *testkit.Batch, id string, ts lease.TaskStart) {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		got []lease.TaskStart
+	)
+	start := func(_ context.Context, ts lease.TaskStart) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, ts)
+	}
+	h = newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
+		env = e
+		store = &tasks.Store{DB: e.Client, Table: e.Tables.Tasks}
+		d.Limiter = lease.New(leases(e.Client), e.Tables.Leases, lease.Options{OnTaskStart: start})
+	})
+	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
+	up = h.batchTasks(nil)
+	id = h.createTask("batch", h.key, "work")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 {
+		t.Fatalf("starts: %+v; want one", got)
+	}
+	return h, store, env, up, id, got[0]
 }

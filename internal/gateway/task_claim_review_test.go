@@ -15,20 +15,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
-	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/tasks"
 )
 
 // lateEnd passes the lease table's calls through, but ends the
 // context of a worker marked "late" just as its claim's take (a SET
 // naming the ticket and its claim field) has landed: its invocation's
-// time runs out in the same instant. lost: the take's answer is lost too
-// (the worker sees its context's error: an outcome unknown to it).
+// time runs out in the same instant, the take's answer in hand.
 type lateEnd struct {
 	lease.API
 	mu     sync.Mutex
 	ticket string
-	lost   bool
 	cancel context.CancelFunc
 }
 
@@ -48,9 +45,6 @@ func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 	}
 	e.cancel()
 	e.cancel = nil
-	if e.lost {
-		return nil, context.Canceled
-	}
 	return out, err
 }
 
@@ -62,77 +56,47 @@ func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 // answer lost is a take of unknown outcome: its lease lapses, as doc.go
 // says of a claim whose worker ended.)
 func TestAWorkerEndingAsItsClaimLandsReleasesItsLease(t *testing.T) {
-	for _, c := range []string{"answered"} {
-		t.Run(c, func(t *testing.T) {
-			leases := &lateEnd{lost: c == "answer lost"}
-			var (
-				store *tasks.Store
-				mu    sync.Mutex
-				got   []lease.TaskStart
-				env   *storetest.Env
-			)
-			start := func(_ context.Context, ts lease.TaskStart) {
-				mu.Lock()
-				got = append(got, ts)
-				mu.Unlock()
+	leases := &lateEnd{}
+	h, store, env, up, id, ts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "late"))
+	defer cancel()
+	leases.mu.Lock()
+	leases.ticket, leases.cancel = ts.Ticket, cancel
+	leases.mu.Unlock()
+	err := h.gw.RunTask(ctx, ts)
+	r, gerr := store.Get(context.Background(), id)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	out, gerr := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(env.Tables.Leases), Key: map[string]types.AttributeValue{"limiter_key": &types.AttributeValueMemberS{Value: ts.Key}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	var exp string
+	if m, ok := out.Item["leases"].(*types.AttributeValueMemberM); ok {
+		if n, ok := m.Value[ts.Ticket].(*types.AttributeValueMemberN); ok {
+			exp = n.Value
+		}
+	}
+	t.Logf("the late worker: %v; the task: %s (%s), %d calls; the claim's lease in the item: %q (now %d)", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp, time.Now().UnixMilli())
+	if exp != "" && r.Status == tasks.StatusWorking && r.StatusMessage == "queued" && len(up.Stats().Arrivals) == 0 {
+		t.Errorf("the worker left its claim's lease (expiry %s, %v from now) with its task queued and no call made: the ticket is claimed, so no turn and no start, until it lapses", exp, func() time.Duration {
+			var ms int64
+			for _, ch := range exp {
+				ms = ms*10 + int64(ch-'0')
 			}
-			h := newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
-				env = e
-				leases.API = e.Client
-				store = &tasks.Store{DB: e.Client, Table: e.Tables.Tasks}
-				d.Limiter = lease.New(leases, e.Tables.Leases, lease.Options{OnTaskStart: start})
-			})
-			h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
-			up := h.batchTasks(nil)
-			id := h.createTask("batch", h.key, "work")
-			mu.Lock()
-			if len(got) != 1 {
-				mu.Unlock()
-				t.Fatalf("starts: %+v; want one", got)
-			}
-			ts := got[0]
-			mu.Unlock()
-			ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "late"))
-			defer cancel()
-			leases.mu.Lock()
-			leases.ticket, leases.cancel = ts.Ticket, cancel
-			leases.mu.Unlock()
-			err := h.gw.RunTask(ctx, ts)
-			r, gerr := store.Get(context.Background(), id)
-			if gerr != nil {
-				t.Fatal(gerr)
-			}
-			out, gerr := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
-				TableName: aws.String(env.Tables.Leases), Key: map[string]types.AttributeValue{"limiter_key": &types.AttributeValueMemberS{Value: ts.Key}},
-				ConsistentRead: aws.Bool(true),
-			})
-			if gerr != nil {
-				t.Fatal(gerr)
-			}
-			var exp string
-			if m, ok := out.Item["leases"].(*types.AttributeValueMemberM); ok {
-				if n, ok := m.Value[ts.Ticket].(*types.AttributeValueMemberN); ok {
-					exp = n.Value
-				}
-			}
-			t.Logf("the late worker: %v; the task: %s (%s), %d calls; the claim's lease in the item: %q (now %d)", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp, time.Now().UnixMilli())
-			if exp != "" && r.Status == tasks.StatusWorking && r.StatusMessage == "queued" && len(up.Stats().Arrivals) == 0 {
-				t.Errorf("the worker left its claim's lease (expiry %s, %v from now) with its task queued and no call made: the ticket is claimed, so no turn and no start, until it lapses", exp, func() time.Duration {
-					var ms int64
-					for _, ch := range exp {
-						ms = ms*10 + int64(ch-'0')
-					}
-					return time.Until(time.UnixMilli(ms)).Round(time.Second)
-				}())
-				// A worker started again (the invocation retried) leaves too.
-				if err := h.gw.RunTask(context.Background(), ts); err != nil {
-					t.Fatal(err)
-				}
-				if r, gerr = store.Get(context.Background(), id); gerr == nil {
-					t.Logf("the same start run again: the task %s (%s), %d calls", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
-				}
-			}
-		})
+			return time.Until(time.UnixMilli(ms)).Round(time.Second)
+		}())
+		// A worker started again (the invocation retried) leaves too.
+		if err := h.gw.RunTask(context.Background(), ts); err != nil {
+			t.Fatal(err)
+		}
+		if r, gerr = store.Get(context.Background(), id); gerr == nil {
+			t.Logf("the same start run again: the task %s (%s), %d calls", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
+		}
 	}
 }
 
@@ -178,32 +142,8 @@ func (f *flakyReads) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 // queued, its ticket waiting for the start made again: RunTask's rule for
 // any store error before the call. It is no outcome of the task's.
 func TestAStoreErrorInAClaimLeavesTheTaskQueued(t *testing.T) {
-	var (
-		store *tasks.Store
-		mu    sync.Mutex
-		got   []lease.TaskStart
-	)
-	start := func(_ context.Context, ts lease.TaskStart) {
-		mu.Lock()
-		got = append(got, ts)
-		mu.Unlock()
-	}
 	flaky := &flakyReads{}
-	h := newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
-		store = &tasks.Store{DB: e.Client, Table: e.Tables.Tasks}
-		flaky.API = e.Client
-		d.Limiter = lease.New(flaky, e.Tables.Leases, lease.Options{OnTaskStart: start})
-	})
-	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
-	up := h.batchTasks(nil)
-	id := h.createTask("batch", h.key, "work")
-	mu.Lock()
-	if len(got) != 1 {
-		mu.Unlock()
-		t.Fatalf("starts: %+v; want one", got)
-	}
-	ts := got[0]
-	mu.Unlock()
+	h, store, _, up, id, ts := newTaskHarness(t, func(api lease.API) lease.API { flaky.API = api; return flaky })
 	flaky.ticket = ts.Ticket
 	err := h.gw.RunTask(context.WithValue(context.Background(), workerKey{}, "flaky"), ts)
 	r, gerr := store.Get(context.Background(), id)

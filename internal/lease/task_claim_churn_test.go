@@ -3,16 +3,9 @@ package lease
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // Claim (doc.go Release, Tasks): a worker whose task's turn it is keeps
@@ -25,7 +18,7 @@ func TestAClaimOverOthersReleasesKeepsItsTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		const refused = maxEager + 4
-		b := &releaseChurn{memStore: newMemStore(), left: refused}
+		b := newTakeStore(newMemStore(), refused)
 		var st starts
 		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 		held := acquire(t, l, taskReq("h"))
@@ -44,9 +37,9 @@ func TestAClaimOverOthersReleasesKeepsItsTurn(t *testing.T) {
 		if len(marks) != 1 {
 			t.Fatalf("task-1's starts: %v; want one", marks)
 		}
-		b.watch(id)
+		b.id.Store(id)
 		ls, err := l.Claim(ctx, taskReq("q"), id, marks[0])
-		takes := b.count()
+		takes := int(b.takes.Load())
 		t.Logf("claim: %v after %d takes; task-1's starts %v", err, takes, mine())
 		if err != nil {
 			t.Fatalf("a claim whose takes were refused %d times on others' releases, its turn its own: %v", refused, err)
@@ -61,55 +54,6 @@ func TestAClaimOverOthersReleasesKeepsItsTurn(t *testing.T) {
 	})
 }
 
-// releaseChurn moves freed, as another principal's release does, just
-// before each of the first left takes of ticket id reaches the store.
-type releaseChurn struct {
-	*memStore
-	mu    sync.Mutex
-	id    string
-	left  int
-	takes int
-}
-
-func (b *releaseChurn) watch(id string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.id = id
-}
-
-func (b *releaseChurn) count() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.takes
-}
-
-func (b *releaseChurn) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	names := make([]string, 0, len(in.ExpressionAttributeNames))
-	for _, n := range in.ExpressionAttributeNames {
-		names = append(names, n)
-	}
-	b.mu.Lock()
-	take := b.id != "" && slices.Contains(names, b.id) && slices.Contains(names, ticketClaim) && strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET")
-	move := take && b.left > 0
-	if take {
-		b.takes++
-	}
-	if move {
-		b.left--
-	}
-	b.mu.Unlock()
-	if move {
-		if _, err := b.memStore.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: in.TableName, Key: in.Key, UpdateExpression: aws.String("ADD #f :one"),
-			ExpressionAttributeNames:  map[string]string{"#f": FreedAttr},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
-		}); err != nil {
-			return nil, err
-		}
-	}
-	return b.memStore.UpdateItem(ctx, in, opts...)
-}
-
 // Claim (doc.go Tasks): a claim whose takes others' releases refuse
 // without end stops StartTimeout after its start's mark, each take after
 // the eager ones paced, with ErrStartLapsed, and starts the next worker
@@ -117,7 +61,7 @@ func (b *releaseChurn) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // never none.
 func TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &releaseChurn{memStore: newMemStore(), left: 1 << 30}
+		b := newTakeStore(newMemStore(), -1)
 		var st starts
 		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 		held := acquire(t, l, taskReq("h"))
@@ -128,12 +72,12 @@ func TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout(t *testing.T) {
 		if len(got) != 1 || got[0].Ticket != id {
 			t.Fatalf("starts: %+v; want one of %s", got, id)
 		}
-		b.watch(id)
+		b.id.Store(id)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, err := l.Claim(ctx, taskReq("q"), id, got[0].Mark)
 		took := time.Now().UnixMilli() - got[0].Mark
-		takes := b.count()
+		takes := int(b.takes.Load())
 		t.Logf("claim: %v after %d takes, %d ms after its start", err, takes, took)
 		if !errors.Is(err, ErrStartLapsed) {
 			t.Errorf("a claim refused without end: %v; want ErrStartLapsed", err)
@@ -150,7 +94,7 @@ func TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout(t *testing.T) {
 		if len(after) != 2 || after[1].Ticket != id || after[1].Mark < got[0].Mark+StartTimeout.Milliseconds() {
 			t.Fatalf("starts after the claim stopped: %+v; want a second of %s, StartTimeout after the first", after, id)
 		}
-		if tk := mRead(rawItem(t, b.memStore, "srv")).tickets[id]; tk == nil || tk.s != after[1].Mark {
+		if tk := mRead(rawItem(t, b, "srv")).tickets[id]; tk == nil || tk.s != after[1].Mark {
 			t.Errorf("the ticket after the claim stopped: %+v; want it kept with the next start's mark %d", tk, after[1].Mark)
 		}
 	})

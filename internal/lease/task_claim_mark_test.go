@@ -21,7 +21,7 @@ import (
 // the worker's), in every read the claim makes past its eager takes.
 func TestAClaimStopsOnceItsStartIsNoLongerTheTicketsMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := &countingStore{API: newMemStore(), churn: true}
+		db := newTakeStore(newMemStore(), -1)
 		var st starts
 		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 		id, start := churnedStart(t, db, l, &st, time.Now().Add(time.Hour))
@@ -75,7 +75,7 @@ func handHold(t *testing.T, db API, until int64) {
 // worker until StartTimeout after a mark no longer there.
 func TestAClaimWhoseMarkWasGivenBackStopsBesideTheNextStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := &countingStore{API: newMemStore(), churn: true}
+		db := newTakeStore(newMemStore(), -1)
 		var st starts
 		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 		id, start := churnedStart(t, db, l, &st, time.Now().Add(time.Hour))

@@ -39,14 +39,22 @@ func handSet(t *testing.T, db API, attr string, value types.AttributeValue) {
 	}
 }
 
-// countingStore counts the writes (UpdateItem) that name ticket id and
-// its claim field: a claim's takes; with churn, it moves freed before
-// each, as another principal's release would, so that none lands.
-type countingStore struct {
+// takeStore counts a claim's takes of ticket id (writes naming it and
+// its claim field) and, while refuse is not 0, moves freed before each, as
+// another principal's release would, so that it is refused: refuse takes
+// in all, or every one while it is negative.
+type takeStore struct {
 	API
-	churn bool
-	id    atomic.Value
-	takes atomic.Int64
+	id     atomic.Value
+	takes  atomic.Int64
+	refuse atomic.Int64
+}
+
+// newTakeStore is a takeStore over api refusing refuse takes (-1: all).
+func newTakeStore(api API, refuse int64) *takeStore {
+	s := &takeStore{API: api}
+	s.refuse.Store(refuse)
+	return s
 }
 
 func isTakeOf(in *dynamodb.UpdateItemInput, id string) bool {
@@ -57,20 +65,26 @@ func isTakeOf(in *dynamodb.UpdateItemInput, id string) bool {
 	return id != "" && slices.Contains(names, id) && slices.Contains(names, ticketClaim) && strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET")
 }
 
-func (c *countingStore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+func (c *takeStore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	if id, _ := c.id.Load().(string); isTakeOf(in, id) {
 		c.takes.Add(1)
-		if c.churn {
-			if _, err := c.API.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName: in.TableName, Key: in.Key, UpdateExpression: aws.String("ADD #f :one"),
-				ExpressionAttributeNames:  map[string]string{"#f": FreedAttr},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
-			}); err != nil {
+		if n := c.refuse.Load(); n < 0 || n > 0 && c.refuse.CompareAndSwap(n, n-1) {
+			if err := moveFreed(ctx, c.API, in.TableName, in.Key); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return c.API.UpdateItem(ctx, in, opts...)
+}
+
+// moveFreed adds one to freed in the item of key, as a release does.
+func moveFreed(ctx context.Context, api API, table *string, key map[string]types.AttributeValue) error {
+	_, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: table, Key: key, UpdateExpression: aws.String("ADD #f :one"),
+		ExpressionAttributeNames:  map[string]string{"#f": FreedAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
+	})
+	return err
 }
 
 // Gates (doc.go): a take is conditioned on each entry being as the walk
@@ -89,7 +103,7 @@ func TestAClaimOverABreakerEntryItsWalkPassesLands(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				db := &countingStore{API: newMemStore()}
+				db := newTakeStore(newMemStore(), 0)
 				var st starts
 				l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 				id, err := l.Enqueue(context.Background(), breakerTaskReq(), "", "task-1", time.Now().Add(time.Hour))
@@ -134,12 +148,7 @@ type steadyChurn struct {
 }
 
 func (b *steadyChurn) move(ctx context.Context) error {
-	_, err := b.memStore.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String("leases"), Key: itemKey("srv"), UpdateExpression: aws.String("ADD #f :one"),
-		ExpressionAttributeNames:  map[string]string{"#f": FreedAttr},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
-	})
-	return err
+	return moveFreed(ctx, b.memStore, aws.String("leases"), itemKey("srv"))
 }
 
 func (b *steadyChurn) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
@@ -339,7 +348,7 @@ func TestAWaiterUnderSteadyReleasesLands(t *testing.T) {
 // take of task-1's ticket refused on others' releases (db.churn); the
 // place's release marks task-1's start. It returns task-1's ticket and
 // its start.
-func churnedStart(t *testing.T, db *countingStore, l *Limiter, st *starts, deadline time.Time) (string, TaskStart) {
+func churnedStart(t *testing.T, db *takeStore, l *Limiter, st *starts, deadline time.Time) (string, TaskStart) {
 	t.Helper()
 	held := acquire(t, l, taskReq("h"))
 	id, err := l.Enqueue(context.Background(), taskReq("q"), "", "task-1", deadline)
@@ -363,7 +372,7 @@ func TestAClaimMakingItsTakeAgainEndsAtWithdrawalAndDeadline(t *testing.T) {
 	for _, c := range []string{"withdrawn", "deadline"} {
 		t.Run(c, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				db := &countingStore{API: newMemStore(), churn: true}
+				db := newTakeStore(newMemStore(), -1)
 				var st starts
 				l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 				deadline := time.Now().Add(time.Hour)
@@ -416,7 +425,7 @@ func TestAClaimMakingItsTakeAgainEndsAtWithdrawalAndDeadline(t *testing.T) {
 func TestWorkersDoNotPileUpOverAClaimThatCannotLand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		db := &countingStore{API: newMemStore(), churn: true}
+		db := newTakeStore(newMemStore(), -1)
 		var inFlight, most atomic.Int64
 		var wg sync.WaitGroup
 		var mu sync.Mutex

@@ -3,41 +3,10 @@ package lease
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
-
-// turnChurn moves freed, as another principal's release would, just
-// before each take of ticket id while on reports true: the releases of a
-// burst that ends.
-type turnChurn struct {
-	*memStore
-	id    atomic.Value
-	on    atomic.Bool
-	takes atomic.Int64
-}
-
-func (b *turnChurn) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if id, _ := b.id.Load().(string); isTakeOf(in, id) {
-		b.takes.Add(1)
-		if b.on.Load() {
-			if _, err := b.memStore.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName: in.TableName, Key: in.Key, UpdateExpression: aws.String("ADD #f :one"),
-				ExpressionAttributeNames:  map[string]string{"#f": FreedAttr},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
-			}); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return b.memStore.UpdateItem(ctx, in, opts...)
-}
 
 // Tasks (doc.go): a claim that leaves the turn (ErrStartLapsed) makes the
 // next start when nobody has. Refused by a burst of others' releases that
@@ -52,14 +21,14 @@ func TestAClaimThatLeavesItsTurnStartsTheNextWorker(t *testing.T) {
 	for _, c := range []string{"timeout", "mark given back"} {
 		t.Run(c, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				db := &turnChurn{memStore: newMemStore()}
+				db := newTakeStore(newMemStore(), 0)
 				var st starts
 				l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 				held := acquire(t, l, taskReq("h"))
 				id := enqueue(t, l, taskReq("q"), "task-1")
 				enqueue(t, l, taskReq("r"), "task-2")
 				db.id.Store(id)
-				db.on.Store(true)
+				db.refuse.Store(-1)
 				release(t, held)
 				got := st.list()
 				if len(got) != 1 || got[0].Ticket != id {
@@ -80,7 +49,7 @@ func TestAClaimThatLeavesItsTurnStartsTheNextWorker(t *testing.T) {
 				case "timeout":
 					// The burst lasts until the start's StartTimeout.
 					time.Sleep(time.Until(time.UnixMilli(mark + StartTimeout.Milliseconds())))
-					db.on.Store(false)
+					db.refuse.Store(0)
 				case "mark given back":
 					time.Sleep(2*time.Second + 3*time.Millisecond)
 					handHold(t, db, time.Now().Add(time.Hour).UnixMilli())
@@ -89,7 +58,7 @@ func TestAClaimThatLeavesItsTurnStartsTheNextWorker(t *testing.T) {
 						t.Fatalf("the duplicate's claim under the hold: %v; want ErrNotYourTurn", err)
 					}
 					handHold(t, db, 0)
-					db.on.Store(false) // the burst ends with the hold
+					db.refuse.Store(0) // the burst ends with the hold
 				}
 				<-done
 				took := time.Now().UnixMilli() - mark
@@ -100,7 +69,7 @@ func TestAClaimThatLeavesItsTurnStartsTheNextWorker(t *testing.T) {
 				}
 				// Nobody else writes for a minute (StartDue's sweep's period).
 				time.Sleep(time.Minute)
-				tk := mRead(rawItem(t, db.memStore, "srv")).tickets[id]
+				tk := mRead(rawItem(t, db, "srv")).tickets[id]
 				t.Logf("claim: %v after %d ms, %d takes; a minute later: starts %d, ticket %+v", cerr, took, db.takes.Load(), len(st.list()), tk)
 				if n := len(st.list()); n < 2 {
 					t.Errorf("the claim stopped (%v) seeing its task's turn come with no worker claiming, made no take and no start; a minute later still no start (%d)", cerr, n)
@@ -124,7 +93,7 @@ func TestAClaimThatLeavesItsTurnStartsTheNextWorker(t *testing.T) {
 func TestAClaimOnASlowClockStopsAtTheNextStartsMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const skew = time.Second // < DefaultMargin (2 s)
-		db := &turnChurn{memStore: newMemStore()}
+		db := newTakeStore(newMemStore(), 0)
 		var st starts
 		ahead := func() time.Time { return time.Now().Add(skew) }
 		behind := func() time.Time { return time.Now().Add(-skew) }
@@ -133,7 +102,7 @@ func TestAClaimOnASlowClockStopsAtTheNextStartsMark(t *testing.T) {
 		id := enqueue(t, l, taskReq("q"), "task-1")
 		enqueue(t, l, taskReq("r"), "task-2")
 		db.id.Store(id)
-		db.on.Store(true) // others' releases refuse every take
+		db.refuse.Store(-1) // others' releases refuse every take
 		release(t, held)
 		got := st.list()
 		if len(got) != 1 || got[0].Ticket != id {
