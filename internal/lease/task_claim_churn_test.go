@@ -21,33 +21,18 @@ func TestAClaimOverOthersReleasesKeepsItsTurn(t *testing.T) {
 		b := newTakeStore(newMemStore(), refused)
 		var st starts
 		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		held := acquire(t, l, taskReq("h"))
-		id := enqueue(t, l, taskReq("q"), "task-1")
-		enqueue(t, l, taskReq("r"), "task-2") // another principal waits: the take is conditioned on freed
-		release(t, held)                      // task-1's turn: its start is marked
-		mine := func() (marks []int64) {
-			for _, s := range st.list() {
-				if s.Ticket == id {
-					marks = append(marks, s.Mark)
-				}
-			}
-			return marks
-		}
-		marks := mine()
-		if len(marks) != 1 {
-			t.Fatalf("task-1's starts: %v; want one", marks)
-		}
+		id, start := startedBehind(t, l, &st, time.Now().Add(time.Hour))
 		b.id.Store(id)
-		ls, err := l.Claim(ctx, taskReq("q"), id, marks[0])
+		ls, err := l.Claim(ctx, taskReq("q"), id, start.Mark)
 		takes := int(b.takes.Load())
-		t.Logf("claim: %v after %d takes; task-1's starts %v", err, takes, mine())
+		t.Logf("claim: %v after %d takes; task-1's starts %v", err, takes, st.marksOf(id))
 		if err != nil {
 			t.Fatalf("a claim whose takes were refused %d times on others' releases, its turn its own: %v", refused, err)
 		}
 		if takes != refused+1 {
 			t.Errorf("%d takes; want %d refused and one that lands", takes, refused)
 		}
-		if got := mine(); len(got) != 1 {
+		if got := st.marksOf(id); len(got) != 1 {
 			t.Errorf("task-1 started %d times (%v); want once", len(got), got)
 		}
 		release(t, ls)
@@ -64,19 +49,12 @@ func TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout(t *testing.T) {
 		b := newTakeStore(newMemStore(), -1)
 		var st starts
 		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		held := acquire(t, l, taskReq("h"))
-		id := enqueue(t, l, taskReq("q"), "task-1")
-		enqueue(t, l, taskReq("r"), "task-2")
-		release(t, held)
-		got := st.list()
-		if len(got) != 1 || got[0].Ticket != id {
-			t.Fatalf("starts: %+v; want one of %s", got, id)
-		}
+		id, first := startedBehind(t, l, &st, time.Now().Add(time.Hour))
 		b.id.Store(id)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, err := l.Claim(ctx, taskReq("q"), id, got[0].Mark)
-		took := time.Now().UnixMilli() - got[0].Mark
+		_, err := l.Claim(ctx, taskReq("q"), id, first.Mark)
+		took := time.Now().UnixMilli() - first.Mark
 		takes := int(b.takes.Load())
 		t.Logf("claim: %v after %d takes, %d ms after its start", err, takes, took)
 		if !errors.Is(err, ErrStartLapsed) {
@@ -91,7 +69,7 @@ func TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout(t *testing.T) {
 			t.Errorf("%d takes in %d ms; want at most %d (paced)", takes, took, most)
 		}
 		after := st.list()
-		if len(after) != 2 || after[1].Ticket != id || after[1].Mark < got[0].Mark+StartTimeout.Milliseconds() {
+		if len(after) != 2 || after[1].Ticket != id || after[1].Mark < first.Mark+StartTimeout.Milliseconds() {
 			t.Fatalf("starts after the claim stopped: %+v; want a second of %s, StartTimeout after the first", after, id)
 		}
 		if tk := mRead(rawItem(t, b, "srv")).tickets[id]; tk == nil || tk.s != after[1].Mark {

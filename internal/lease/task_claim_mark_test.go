@@ -24,7 +24,8 @@ func TestAClaimStopsOnceItsStartIsNoLongerTheTicketsMark(t *testing.T) {
 		db := newTakeStore(newMemStore(), -1)
 		var st starts
 		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id, start := churnedStart(t, db, l, &st, time.Now().Add(time.Hour))
+		id, start := startedBehind(t, l, &st, time.Now().Add(time.Hour))
+		db.id.Store(id)
 		const behind = time.Second // less than DefaultMargin
 		w := New(db, "leases", Options{InstanceID: "w", Clock: func() time.Time { return time.Now().Add(-behind) }})
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -78,7 +79,8 @@ func TestAClaimWhoseMarkWasGivenBackStopsBesideTheNextStart(t *testing.T) {
 		db := newTakeStore(newMemStore(), -1)
 		var st starts
 		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id, start := churnedStart(t, db, l, &st, time.Now().Add(time.Hour))
+		id, start := startedBehind(t, l, &st, time.Now().Add(time.Hour))
+		db.id.Store(id)
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
 		w1 := New(db, "leases", Options{InstanceID: "w1"})

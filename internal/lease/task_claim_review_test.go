@@ -206,22 +206,7 @@ func TestAClaimUnderSteadyReleasesLandsBeforeASecondStart(t *testing.T) {
 		b := &steadyChurn{memStore: newMemStore(), left: eagerRetries + 1}
 		var st starts
 		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		held := acquire(t, l, taskReq("h"))
-		id := enqueue(t, l, taskReq("q"), "task-1")
-		enqueue(t, l, taskReq("r"), "task-2") // another principal waits: the take is conditioned on freed
-		release(t, held)                      // task-1's turn: its start is marked
-		mine := func() (marks []int64) {
-			for _, s := range st.list() {
-				if s.Ticket == id {
-					marks = append(marks, s.Mark)
-				}
-			}
-			return marks
-		}
-		marks := mine()
-		if len(marks) != 1 {
-			t.Fatalf("task-1's starts: %v; want one", marks)
-		}
+		id, start := startedBehind(t, l, &st, time.Now().Add(time.Hour))
 		const churnFor = time.Minute
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -253,7 +238,7 @@ func TestAClaimUnderSteadyReleasesLandsBeforeASecondStart(t *testing.T) {
 		begin := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 		defer cancel()
-		ls, err := w.Claim(cctx, taskReq("q"), id, marks[0])
+		ls, err := w.Claim(cctx, taskReq("q"), id, start.Mark)
 		took := time.Since(begin)
 		if err == nil {
 			release(t, ls)
@@ -270,14 +255,14 @@ func TestAClaimUnderSteadyReleasesLandsBeforeASecondStart(t *testing.T) {
 		b.mu.Unlock()
 		s := w.Stats()
 		t.Logf("claim: %v after %v; %d takes (%d while the releases went on: %.1f a second), %d writes, %d reads; task-1's starts %v",
-			err, took, takes, during, float64(during)/min(took, churnFor).Seconds(), s.Writes, s.Reads, mine())
+			err, took, takes, during, float64(during)/min(took, churnFor).Seconds(), s.Writes, s.Reads, st.marksOf(id))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if took >= churnFor {
 			t.Errorf("the claim took its place only once others' releases stopped (%v): %d takes refused on freed, a waiter in its place lands at once", took, during)
 		}
-		if got := mine(); len(got) != 1 {
+		if got := st.marksOf(id); len(got) != 1 {
 			t.Errorf("task-1 started %d times (%v) while its first worker's claim was still making takes", len(got), got)
 		}
 	})
@@ -343,12 +328,11 @@ func TestAWaiterUnderSteadyReleasesLands(t *testing.T) {
 	})
 }
 
-// churnedStart: a held place, task-1 (q) and task-2 (r, another principal:
-// the claim's take is conditioned on freed) queued behind it, and every
-// take of task-1's ticket refused on others' releases (db.churn); the
+// startedBehind: a held place, task-1 (q) and task-2 (r, another
+// principal: a claim's take is conditioned on freed) queued behind it; the
 // place's release marks task-1's start. It returns task-1's ticket and
-// its start.
-func churnedStart(t *testing.T, db *takeStore, l *Limiter, st *starts, deadline time.Time) (string, TaskStart) {
+// that start.
+func startedBehind(t *testing.T, l *Limiter, st *starts, deadline time.Time) (string, TaskStart) {
 	t.Helper()
 	held := acquire(t, l, taskReq("h"))
 	id, err := l.Enqueue(context.Background(), taskReq("q"), "", "task-1", deadline)
@@ -356,13 +340,22 @@ func churnedStart(t *testing.T, db *takeStore, l *Limiter, st *starts, deadline 
 		t.Fatal(err)
 	}
 	enqueue(t, l, taskReq("r"), "task-2")
-	db.id.Store(id)
 	release(t, held)
 	got := st.list()
 	if len(got) != 1 || got[0].Ticket != id {
 		t.Fatalf("starts %+v; want one of %s", got, id)
 	}
 	return id, got[0]
+}
+
+// marksOf is the marks of ticket id's starts so far.
+func (s *starts) marksOf(id string) (marks []int64) {
+	for _, ts := range s.list() {
+		if ts.Ticket == id {
+			marks = append(marks, ts.Mark)
+		}
+	}
+	return marks
 }
 
 // A claim making its take again ends at the task's withdrawal (the
@@ -379,7 +372,8 @@ func TestAClaimMakingItsTakeAgainEndsAtWithdrawalAndDeadline(t *testing.T) {
 				if c == "deadline" {
 					deadline = time.Now().Add(8 * time.Second) // within StartTimeout of its start
 				}
-				id, start := churnedStart(t, db, l, &st, deadline)
+				id, start := startedBehind(t, l, &st, deadline)
+				db.id.Store(id)
 				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 				defer cancel()
 				w := New(db, "leases", Options{InstanceID: "w"})
@@ -449,7 +443,8 @@ func TestWorkersDoNotPileUpOverAClaimThatCannotLand(t *testing.T) {
 			})
 		}
 		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: run})
-		churnedStart(t, db, l, &st, time.Now().Add(time.Hour))
+		id, _ := startedBehind(t, l, &st, time.Now().Add(time.Hour))
+		db.id.Store(id)
 		const span = 5 * time.Minute
 		for end := time.Now().Add(span); time.Now().Before(end); {
 			time.Sleep(1500 * time.Millisecond)
