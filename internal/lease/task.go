@@ -169,9 +169,8 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 // writes is made again: eagerRetries times from its answer, then each
 // after a back-off from a new read, while its start is the ticket's and
 // until StartTimeout after mark (ErrStartLapsed: no second worker is
-// started before then). ErrNoTicket:
-// the ticket is gone, or its task past its deadline; ErrClaimed: another
-// worker's claim holds it.
+// started before then). ErrNoTicket: the ticket is gone, or its task past
+// its deadline; ErrClaimed: another worker's claim holds it.
 func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
