@@ -110,7 +110,6 @@ func TestAWorkerEndingAsItsClaimLandsReleasesItsLease(t *testing.T) {
 type flakyReads struct {
 	lease.API
 	ticket string
-	key    string
 }
 
 func (f *flakyReads) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
