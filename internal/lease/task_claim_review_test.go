@@ -290,10 +290,16 @@ func TestAWaiterUnderSteadyReleasesLands(t *testing.T) {
 		b.mu.Unlock()
 		r := taskReq("q")
 		r.Wait = 5 * time.Minute
-		var ls *Lease
-		var err error
+		type acquired struct {
+			ls  *Lease
+			err error
+		}
+		got := make(chan acquired, 1)
 		var wg sync.WaitGroup
-		wg.Go(func() { ls, err = w.Acquire(ctx, r) })
+		wg.Go(func() {
+			ls, err := w.Acquire(ctx, r)
+			got <- acquired{ls, err}
+		})
 		time.Sleep(time.Second) // it joins (the store 5 ms away: not synctest.Wait, which its requests' way would end)
 		if itemView(t, b, "srv").ticketFor("w.1") == nil {
 			t.Fatal("the waiter did not join")
@@ -312,11 +318,15 @@ func TestAWaiterUnderSteadyReleasesLands(t *testing.T) {
 		})
 		begin := time.Now()
 		release(t, held)
-		for ls == nil && err == nil && time.Since(begin) < time.Minute {
-			time.Sleep(10 * time.Millisecond)
+		var a acquired
+		select {
+		case a = <-got:
+		case <-time.After(time.Minute):
+			a.err = errors.New("still waiting a minute after the release")
 		}
 		close(stop)
 		wg.Wait()
+		ls, err := a.ls, a.err
 		b.mu.Lock()
 		takes := len(b.takes)
 		b.mu.Unlock()
