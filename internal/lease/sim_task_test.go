@@ -202,6 +202,8 @@ func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration
 			s.events["task claim: claimed already"]++
 		case errors.Is(err, ErrNotYourTurn):
 			s.events["task claim: not its turn"]++
+		case errors.Is(err, ErrStartLapsed):
+			s.events["task claim: its start lapsed"]++
 		case errors.Is(err, ErrNoTicket):
 			s.events["task claim: no ticket"]++
 		default:
