@@ -10,15 +10,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Tasks (doc.go): a claim keeps making its take "until StartTimeout after
-// its mark, when it leaves the turn, mark kept, to the next start ..., so
-// that no two workers of live starts claim at once". The mark is the
-// starter's clock; the claim judges its age on its own. A worker whose
-// clock is behind by less than the margin (the skew every guarantee
-// allows) goes on claiming after the sweep, on a clock on time, made the
-// next start from the mark: two workers of live starts claim at once, for
-// as long as the skew. The ticket already shows it (its mark is no longer
-// the worker's), in every read the claim makes past its eager takes.
+// Tasks (doc.go): a claim makes its take again only while the ticket
+// carries its start's mark, so that no two workers of live starts claim
+// at once. The mark is the starter's clock; the claim judges its age on
+// its own. A worker whose clock is behind by less than the margin (the
+// skew every guarantee allows) would go on claiming after the sweep, on a
+// clock on time, made the next start from the mark, for as long as the
+// skew; the ticket shows the next start's mark in the claim's next read,
+// and the claim stops there.
 func TestAClaimStopsOnceItsStartIsNoLongerTheTicketsMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newTakeStore(newMemStore(), -1)
@@ -71,8 +70,8 @@ func handHold(t *testing.T, db API, until int64) {
 // share its mark. One of them, looking while the turn is not its task's
 // (an operator's hold, lifted at once), gives the mark back, so that the
 // next to see the turn starts a worker at once. The other, still making
-// its takes again from its own reads, sees its start's mark gone: it must
-// leave the turn too rather than go on claiming beside the new start's
+// its takes again from its own reads, sees its start's mark gone and
+// leaves the turn too, rather than go on claiming beside the new start's
 // worker until StartTimeout after a mark no longer there.
 func TestAClaimWhoseMarkWasGivenBackStopsBesideTheNextStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -129,7 +128,7 @@ func TestAClaimWhoseMarkWasGivenBackStopsBesideTheNextStart(t *testing.T) {
 // the entry, before the take lands, is closed (u ahead), half-open with a
 // live probe (u passed, p and e), or half-open with the caller's
 // principal barred from probing it (a, w): for everyone's entry and the
-// principal's. (Held: every form the protocol writes has u > 0.)
+// principal's. Every form the protocol writes has u > 0.
 func TestATakeJudgedBeforeABreakerClosedIsRefused(t *testing.T) {
 	req := Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: "q", Tool: "t",
 		Breaker: &Breaker{Name: "t", Threshold: 3, Recovery: time.Second}}
