@@ -100,13 +100,11 @@ func TestAWorkerEndingAsItsClaimLandsReleasesItsLease(t *testing.T) {
 	}
 }
 
-// flakyReads stands for others' releases and a store error in a
-// worker marked "flaky": each of its claim's takes (a SET naming its
-// ticket and claim field) is refused by the store, as others' releases
-// refuse it, the item as it is in the answer; its reads fail (a 500, or
-// throttling, past the SDK's retries). The claim now reads the item
-// after each back-off past its eager tries, where it made its takes from
-// the refusals' answers before.
+// flakyReads stands for others' releases and a store error in a worker
+// marked "flaky": each of its claim's takes (a SET naming its ticket and
+// claim field) is refused by the store, as others' releases refuse it, the
+// item as it is in the answer; its reads fail (a 500, or throttling, past
+// the SDK's retries), the first of which comes after its eager takes.
 type flakyReads struct {
 	lease.API
 	ticket string
