@@ -318,8 +318,8 @@
 // live probe, and its take is conditioned on that as it reads it (a
 // breaker's entry with no u, or one of 0 or less, which the protocol
 // never writes, is not closed:
-// TestAClaimOverABreakerEntryItsWalkPassesLands); when one is half-open (a breaker's, u passed, no live
-// probe), its take names it the probe (p, e: its lease's expiry), on
+// TestAClaimOverABreakerEntryItsWalkPassesLands); when one is half-open
+// (a breaker's, u passed, no live probe), its take names it the probe (p, e: its lease's expiry), on
 // condition that the entry is as seen. A dead probe lapses with its lease.
 // One principal's signal closes a gate for it alone; two principals'
 // close it for everyone:
@@ -422,14 +422,13 @@
 // look; whatever else such a view shows — the ticket claimed or gone, a
 // purge due, not its turn — is judged again from a read; a task's join
 // is not so conditioned, and Enqueue always judges it from a read) and
-// conditioned
-// on its number and, as any take, on the marks of the tasks it passes,
-// that sets the lease, keeps the ticket, names the claim in it (w: 60
-// random bits) and takes its start mark away, so that a claim lapsing
-// leaves a ticket with no start, started at once by the next to see its
-// turn. A task past its deadline (on the worker's clock: its ticket lives
-// Margin longer) gets no claim. Two
-// workers of one start share the id and may set the same expiry: one
+// conditioned on its number and, as any take, on the marks of the tasks
+// it passes, that sets the lease, keeps the ticket, names the claim in it
+// (w: 60 random bits) and takes its start mark away, so that a claim
+// lapsing leaves a ticket with no start, started at once by the next to
+// see its turn. A task past its deadline (on the worker's clock: its
+// ticket lives Margin longer) gets no claim. Two workers of one start
+// share the id and may set the same expiry: one
 // whose takes' outcomes were unknown takes the lease it finds for its own
 // only if the ticket names its claim. When its turn has passed, it takes
 // its mark back (on condition it is still its own) and fails. While the
@@ -441,8 +440,7 @@
 // ticket carries its start's mark and until StartTimeout after it, when
 // it leaves the turn to the next start, making it when nobody has
 // (ErrStartLapsed; TestAClaimThatLeavesItsTurnStartsTheNextWorker), so
-// that no two
-// workers of live starts claim at once but within one back-off
+// that no two workers of live starts claim at once but within one back-off
 // (TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout,
 // TestWorkersDoNotPileUpOverAClaimThatCannotLand,
 // TestAClaimStopsOnceItsStartIsNoLongerTheTicketsMark,

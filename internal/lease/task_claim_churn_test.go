@@ -18,11 +18,7 @@ func TestAClaimOverOthersReleasesKeepsItsTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		const refused = maxEager + 4
-		b := newTakeStore(newMemStore(), refused)
-		var st starts
-		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id, start := startedBehind(t, l, &st, time.Now().Add(time.Hour))
-		b.id.Store(id)
+		b, l, st, id, start := churnedTask(t, refused, time.Now().Add(time.Hour))
 		ls, err := l.Claim(ctx, taskReq("q"), id, start.Mark)
 		takes := int(b.takes.Load())
 		t.Logf("claim: %v after %d takes; task-1's starts %v", err, takes, st.marksOf(id))
@@ -46,11 +42,7 @@ func TestAClaimOverOthersReleasesKeepsItsTurn(t *testing.T) {
 // never none.
 func TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newTakeStore(newMemStore(), -1)
-		var st starts
-		l := New(b, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id, first := startedBehind(t, l, &st, time.Now().Add(time.Hour))
-		b.id.Store(id)
+		b, l, st, id, first := churnedTask(t, -1, time.Now().Add(time.Hour))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, err := l.Claim(ctx, taskReq("q"), id, first.Mark)

@@ -20,11 +20,7 @@ import (
 // and the claim stops there.
 func TestAClaimStopsOnceItsStartIsNoLongerTheTicketsMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := newTakeStore(newMemStore(), -1)
-		var st starts
-		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id, start := startedBehind(t, l, &st, time.Now().Add(time.Hour))
-		db.id.Store(id)
+		db, l, st, id, start := churnedTask(t, -1, time.Now().Add(time.Hour))
 		const behind = time.Second // less than DefaultMargin
 		w := New(db, "leases", Options{InstanceID: "w", Clock: func() time.Time { return time.Now().Add(-behind) }})
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -75,11 +71,7 @@ func handHold(t *testing.T, db API, until int64) {
 // worker until StartTimeout after a mark no longer there.
 func TestAClaimWhoseMarkWasGivenBackStopsBesideTheNextStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := newTakeStore(newMemStore(), -1)
-		var st starts
-		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
-		id, start := startedBehind(t, l, &st, time.Now().Add(time.Hour))
-		db.id.Store(id)
+		db, l, st, id, start := churnedTask(t, -1, time.Now().Add(time.Hour))
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
 		w1 := New(db, "leases", Options{InstanceID: "w1"})

@@ -358,6 +358,19 @@ func startedBehind(t *testing.T, l *Limiter, st *starts, deadline time.Time) (st
 	return id, got[0]
 }
 
+// churnedTask is startedBehind on limiter "a" over a takeStore refusing
+// refuse of the task's takes (-1: all): the store, the limiter, its
+// starts, and task-1's ticket and start.
+func churnedTask(t *testing.T, refuse int64, deadline time.Time) (*takeStore, *Limiter, *starts, string, TaskStart) {
+	t.Helper()
+	db := newTakeStore(newMemStore(), refuse)
+	st := &starts{}
+	l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+	id, start := startedBehind(t, l, st, deadline)
+	db.id.Store(id)
+	return db, l, st, id, start
+}
+
 // marksOf is the marks of ticket id's starts so far.
 func (s *starts) marksOf(id string) (marks []int64) {
 	for _, ts := range s.list() {
@@ -375,15 +388,11 @@ func TestAClaimMakingItsTakeAgainEndsAtWithdrawalAndDeadline(t *testing.T) {
 	for _, c := range []string{"withdrawn", "deadline"} {
 		t.Run(c, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				db := newTakeStore(newMemStore(), -1)
-				var st starts
-				l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
 				deadline := time.Now().Add(time.Hour)
 				if c == "deadline" {
 					deadline = time.Now().Add(8 * time.Second) // within StartTimeout of its start
 				}
-				id, start := startedBehind(t, l, &st, deadline)
-				db.id.Store(id)
+				db, l, _, id, start := churnedTask(t, -1, deadline)
 				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 				defer cancel()
 				w := New(db, "leases", Options{InstanceID: "w"})
