@@ -439,7 +439,9 @@
 // TestAClaimUnderSteadyReleasesLandsBeforeASecondStart), while the
 // ticket carries its start's mark and until StartTimeout after it, when
 // it leaves the turn to the next start, making it when nobody has
-// (ErrStartLapsed; TestAClaimThatLeavesItsTurnStartsTheNextWorker), so
+// (ErrStartLapsed; its own process's note of the start forgotten:
+// TestAClaimThatLeavesItsTurnStartsTheNextWorker,
+// TestAClaimLeavingItsTurnBehindASlowStartHookStartsTheNext), so
 // that no two workers of live starts claim at once but within one back-off
 // (TestAClaimOverEndlessReleasesStopsAtItsStartsTimeout,
 // TestWorkersDoNotPileUpOverAClaimThatCannotLand,

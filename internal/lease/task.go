@@ -270,7 +270,13 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			// Its start is no longer the ticket's (another was made, or
 			// the mark given back by another worker of it), or another
 			// worker may be started from the mark: this one leaves the
-			// turn to it, starting it when nobody has.
+			// turn to it, starting it when nobody has. Its start, still
+			// the ticket's, is no longer one this process made: its note
+			// (younger than the mark, which was taken first) would keep
+			// startDue from the next.
+			if t.started == mark {
+				l.board(req.Key).forgetStart(id)
+			}
 			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrStartLapsed
 		}
