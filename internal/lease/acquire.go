@@ -480,14 +480,15 @@ type judgedKey struct{}
 
 // lease completes the acquire with the lease the item shows this attempt
 // holding, expiring at exp. A place with no time left for the call is
-// given back.
+// given back: a task's keeping its ticket for the next worker
+// (ErrStartLapsed).
 func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error) {
 	localNow := time.Now()
 	deadline := localNow.Add(time.UnixMilli(exp).Sub(a.l.clock()) - a.l.margin)
 	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
 		deadline = a.req.CallBy
 	}
-	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task}
+	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim}
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
 	for _, g := range gateAttrs(a.req.Tool, a.me.breaker) {
@@ -498,6 +499,10 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 		}
 	}
 	if !deadline.After(localNow) {
+		if a.task {
+			_ = ls.Unclaim(ctx)
+			return nil, ErrStartLapsed
+		}
 		_, _ = ls.Finish(ctx, Unused)
 		return nil, &WaitTimeoutError{Waited: time.Since(a.start)}
 	}

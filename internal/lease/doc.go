@@ -481,6 +481,17 @@
 // was made is its record's to say (internal/gateway marks it running,
 // conditionally, before the call, never over an earlier claim's mark).
 //
+// A worker that holds the place and makes no call may give it back
+// keeping the ticket (Unclaim): the release's one write, conditioned as
+// it is and on the ticket there, removes the lease and the claim named in
+// the ticket but not the ticket, which waits again at its number as the
+// claim found it, and the next worker is started as after any release (a
+// ticket gone meanwhile leaves a plain release). A claim whose take
+// lands past its worker's CallBy, no time left for the call, gives its
+// place back so and fails with ErrStartLapsed
+// (TestAClaimOutOfItsWorkersTimeKeepsTheTasksTicket,
+// TestUnclaimLeavesTheTicketWaitingAtItsNumber).
+//
 // Withdraw removes a task's ticket while it is not claimed (ADD 1 to
 // freed, conditioned on its number and on no lease of its id, or on the
 // lapsed one, which goes with it), and only for the task it was joined
@@ -609,9 +620,12 @@
 //     to a task, however many workers were started for it and whatever
 //     became of its writes; a claimed ticket takes no turn, no start and no
 //     queue place while its lease is live, and a claim whose lease lapsed
-//     unreleased leaves its ticket waiting again with no start, so that
+//     unreleased, or that gave its place back before its call (Unclaim),
+//     leaves its ticket waiting again at its number with no start, so that
 //     its task gets a worker at once
-//     (TestACallerBehindALapsedClaimWaitsForItsNewStart); tasks are
+//     (TestACallerBehindALapsedClaimWaitsForItsNewStart,
+//     TestUnclaimLeavesTheTicketWaitingAtItsNumber), while a release after
+//     its call takes the ticket with the lease; tasks are
 //     served in the callers' turn order, callers passing one only once its
 //     start has gone unclaimed StartTimeout; a start is made again only
 //     StartTimeout after the last; a task whose turn has come gets a
@@ -628,7 +642,9 @@
 //     skew sees the lapse) must be started within StartTimeout of its
 //     last start plus StartDue's period (1.5 s), twice the skew and
 //     MaxLook, and what the faults cost StartDue's requests; its call is
-//     made at most once; a claim leaves no start mark on its ticket.
+//     made at most once; a claim leaves no start mark on its ticket; a
+//     place given back keeping its ticket leaves it as before its claim,
+//     and only by a worker that made no call.
 //
 // # Guarantee
 //

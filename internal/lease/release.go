@@ -63,6 +63,26 @@ func (o Outcome) String() string {
 // lease was purged, returns ErrNotHeld; a retry after an unknown outcome
 // that finds the lease gone still Margin from expiring counts as done.
 func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error) {
+	return ls.finish(ctx, outcome, false)
+}
+
+// Unclaim gives a task's place back unused, as Finish(Unused) does, but
+// leaves its ticket waiting again at its number, with no start, and
+// starts the next worker when its turn has come (see Tasks in the
+// package doc): for a worker that claimed the place and made no call (its
+// invocation's time too short, its record not marked). A ticket gone
+// meanwhile (past its deadline) leaves it a plain release. ErrNotHeld as
+// Finish; a lease that is no task's is refused.
+func (ls *Lease) Unclaim(ctx context.Context) error {
+	if !ls.task {
+		return errors.New("lease: only a task's lease is unclaimed")
+	}
+	_, err := ls.finish(ctx, Unused, true)
+	return err
+}
+
+// finish is Finish, keeping a task's ticket with keep (Unclaim).
+func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transition, error) {
 	if ls.released.Swap(true) {
 		return NoTransition, ErrNotHeld
 	}
@@ -81,11 +101,15 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 		var tr Transition
 		v, err := l.send(ctx, ls.req.Key, nil, func(*view) (*update, error) {
 			var u *update
-			u, tr = ls.release(outcome, probes, purge, extras, b, took)
+			u, tr = ls.release(outcome, probes, purge, extras, keep, b, took)
 			return u, nil
 		}, func() { unsure = true })
 		if errors.Is(err, errCondition) {
 			switch {
+			case keep && v.leases[ls.id] != 0 && v.ticketFor(ls.id) == nil:
+				// No ticket left to keep: released as any other.
+				keep = false
+				continue
 			case v.leases[ls.id] != 0 && (!ls.task || ls.heldIn(v)):
 				// Made again from the answer: no purge, and after maxEager
 				// tries only its probes' verdicts.
@@ -172,9 +196,10 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 }
 
 // release is the write that gives the place back after a call that took
-// took (0: not measured), purging with purge, and telling the outcome to
-// its probes and, with extras, to its breaker, pause gate and limit.
-func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, b *board, took time.Duration) (*update, Transition) {
+// took (0: not measured), purging with purge, telling the outcome to its
+// probes and, with extras, to its breaker, pause gate and limit, and
+// removing its ticket, or with keep leaving a task's waiting again.
+func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras, keep bool, b *board, took time.Duration) (*update, Transition) {
 	ms := ls.l.clock().UnixMilli()
 	u := newUpdate()
 	lp := u.path(LeasesAttr, ls.id)
@@ -188,11 +213,19 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras bool, 
 	for _, set := range ls.req.ownSets() {
 		u.del(u.path(set), ls.id)
 	}
-	u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))
-	if ls.task {
-		u.remove(u.path(TasksAttr, ls.id))
+	if keep {
+		// As it was before its claim: no claim named in it (its start
+		// mark the take removed).
+		tp := u.path(TicketsAttr, ls.id)
+		u.cond("attribute_exists(" + tp + ")")
+		u.remove(tp + "." + u.path(ticketClaim))
+	} else {
+		u.remove(u.path(QueueAttr, ls.id), u.path(TicketsAttr, ls.id))
+		if ls.task {
+			u.remove(u.path(TasksAttr, ls.id))
+		}
+		u.del(u.path(WaitingAttr(ls.req.Holder)), ls.id)
 	}
-	u.del(u.path(WaitingAttr(ls.req.Holder)), ls.id)
 	u.count(u.path(FreedAttr), 1)
 	latest, _, _ := b.latest()
 	if latest == nil {

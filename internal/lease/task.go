@@ -35,8 +35,10 @@ var (
 	// ErrStartLapsed: the task's turn had come, but others' writes
 	// refused the claim's takes until its start was no longer the one to
 	// run it (StartTimeout past its mark, or the ticket marked by another
-	// start, or its mark given back): it keeps its ticket, and the claim
-	// started the next worker unless another start had.
+	// start, or its mark given back), or its take landed past the
+	// worker's CallBy (the place given back at once, as Unclaim gives
+	// it): it keeps its ticket, and the claim started the next worker
+	// unless another start had.
 	ErrStartLapsed = errors.New("lease: the task's start lapsed before its claim landed")
 	// ErrClaimed: the task's ticket is claimed: a live lease of its id
 	// holds the place (Withdraw cannot take it back: its call must end).
@@ -226,11 +228,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			// expiry one of them set (a later claim, after a lapse, sets
 			// a later one), in a ticket that names this claim (another
 			// worker of the same start may set the same expiry).
-			ls, err := a.lease(ctx, exp, v)
-			if ls != nil {
-				ls.claim = a.claim
-			}
-			return ls, err
+			return a.lease(ctx, exp, v)
 		case held && (exp >= now || t == nil):
 			return nil, ErrClaimed
 		}
@@ -285,7 +283,6 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		seen = false
 		ls, nv, err := a.take(ctx, v, h, bypass, now)
 		if ls != nil {
-			ls.claim = a.claim
 			l.stats.acquired.Add(1)
 			return ls, err
 		}

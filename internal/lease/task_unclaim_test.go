@@ -1,0 +1,194 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// slowTakeStore answers a claim's take of ticket id late: the write
+// lands at once, its answer comes after delay.
+type slowTakeStore struct {
+	API
+	id    string
+	delay time.Duration
+}
+
+func (s *slowTakeStore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := s.API.UpdateItem(ctx, in, opts...)
+	if isTakeOf(in, s.id) {
+		time.Sleep(s.delay)
+	}
+	return out, err
+}
+
+// waitsUnclaimed fails t unless ticket id waits in db's item as it did
+// before its claim: at number n, no lease of its id, no claim named in it
+// (its start mark, if any, the next start's).
+func waitsUnclaimed(t *testing.T, db API, id string, n int64) {
+	t.Helper()
+	it := mRead(rawItem(t, db, "srv"))
+	tk := it.tickets[id]
+	switch {
+	case tk == nil || !tk.hasN || !tk.hasBody:
+		t.Fatalf("ticket %s is gone (%+v): its task would never run", id, tk)
+	case tk.n != n:
+		t.Errorf("ticket %s numbered %d, was %d: it lost its place", id, tk.n, n)
+	case tk.w != "":
+		t.Errorf("ticket %s still names claim %q", id, tk.w)
+	}
+	if exp, held := it.leases[id]; held {
+		t.Errorf("the lease of %s is still there (expiry %d)", id, exp)
+	}
+}
+
+// Tasks (doc.go) and Claim's errors: a worker's own time (CallBy) is not
+// its task's. A claim whose take lands after its worker's CallBy gives the
+// place back keeping the ticket at its number (ErrStartLapsed), and the
+// next worker is started and claims it.
+func TestAClaimOutOfItsWorkersTimeKeepsTheTasksTicket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		id, start := startedTask(t, mem)
+		n := mRead(rawItem(t, mem, "srv")).tickets[id].n
+		db := &slowTakeStore{API: mem, id: id, delay: 50 * time.Millisecond}
+		var st starts
+		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
+		req := taskReq("q")
+		req.CallBy = time.Now().Add(20 * time.Millisecond) // the worker's invocation is nearly over
+		ls, err := w.Claim(context.Background(), req, id, start.Mark)
+		if ls != nil || !errors.Is(err, ErrStartLapsed) {
+			t.Fatalf("claim: %v, %v; want ErrStartLapsed (no time left for its call)", ls, err)
+		}
+		waitsUnclaimed(t, mem, id, n)
+		got := st.list()
+		if len(got) != 1 || got[0].Ticket != id {
+			t.Fatalf("starts after the claim gave its place back: %+v; want the next one of %s", got, id)
+		}
+		ls, err = w.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		if err != nil {
+			t.Fatalf("the next worker's claim: %v", err)
+		}
+		release(t, ls)
+	})
+}
+
+// Unclaim: a worker that claimed its place and made no call gives it back
+// with its tokens, and its ticket waits again at its number, before a
+// caller who joined after it; the next start is made at once, and a
+// second Unclaim, like a Finish after it, finds nothing held.
+func TestUnclaimLeavesTheTicketWaitingAtItsNumber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		var st starts
+		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		req := taskReq("q")
+		req.Rates = []Rate{{Name: "server", PerMinute: 2}}
+		id, err := l.Enqueue(context.Background(), req, "", "task-1", time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := mRead(rawItem(t, db, "srv")).tickets[id].n
+		first := st.list()
+		if len(first) != 1 {
+			t.Fatalf("starts: %+v; want one", first)
+		}
+		ls, err := l.Claim(context.Background(), req, id, first[0].Mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		charged := mRead(rawItem(t, db, "srv")).rates
+		freed := mRead(rawItem(t, db, "srv")).freed
+		if err := ls.Unclaim(context.Background()); err != nil {
+			t.Fatalf("unclaim: %v", err)
+		}
+		after := mRead(rawItem(t, db, "srv"))
+		waitsUnclaimed(t, db, id, n)
+		if after.freed == freed {
+			t.Errorf("freed stayed %d: takes judged before the place came back are not refused", freed)
+		}
+		for name, tat := range charged {
+			if after.rates[name] >= tat {
+				t.Errorf("bucket %s at %d, as charged (%d): the call never made kept its token", name, after.rates[name], tat)
+			}
+		}
+		if err := ls.Unclaim(context.Background()); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("a second unclaim: %v; want ErrNotHeld", err)
+		}
+		if _, err := ls.Finish(context.Background(), Unused); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("a finish after the unclaim: %v; want ErrNotHeld", err)
+		}
+		got := st.list()
+		if len(got) != 2 || got[1].Ticket != id || got[1].Mark == 0 {
+			t.Fatalf("starts %+v; want a second of %s, made by the unclaim", got, id)
+		}
+		// The caller joins behind it; the task's next worker is served
+		// first.
+		cctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		caller := make(chan error, 1)
+		go func() {
+			ls, err := l.Acquire(cctx, Request{Key: "srv", Cap: 1, Hold: 10 * time.Second, Holder: "r", MaxQueued: 4, Wait: time.Minute})
+			if ls != nil {
+				_, _ = ls.Finish(context.Background(), Success)
+			}
+			caller <- err
+		}()
+		synctest.Wait()
+		again, err := l.Claim(context.Background(), req, id, got[1].Mark)
+		if err != nil {
+			t.Fatalf("the next worker's claim, the caller behind it: %v", err)
+		}
+		release(t, again)
+		if err := <-caller; err != nil {
+			t.Errorf("the caller behind the task: %v", err)
+		}
+	})
+}
+
+// Unclaim of a lease whose ticket is gone (lapsed at its deadline and
+// purged while the claim held its place) has nothing to keep: the place
+// is given back as Finish gives it.
+func TestUnclaimOfALeaseWhoseTicketIsGoneReleasesIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		id, start := startedTask(t, db)
+		l := New(db, "leases", Options{InstanceID: "w"})
+		ls, err := l.Claim(context.Background(), taskReq("q"), id, start.Mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The ticket goes, as a purge of it past its deadline removes it.
+		u := newUpdate()
+		u.removeTicket(id, "q", mRead(rawItem(t, db, "srv")).tickets[id].n, true)
+		u.ttl(time.Now().UnixMilli())
+		if _, err := l.write(context.Background(), "srv", u, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Unclaim(context.Background()); err != nil {
+			t.Fatalf("unclaim: %v", err)
+		}
+		it := mRead(rawItem(t, db, "srv"))
+		if _, held := it.leases[id]; held || it.tickets[id] != nil {
+			t.Errorf("lease %v, ticket %+v left", it.leases[id], it.tickets[id])
+		}
+	})
+}
+
+// Unclaim is a task's: a caller's lease is refused it and stays held.
+func TestUnclaimIsATasks(t *testing.T) {
+	db := newMemStore()
+	l := New(db, "leases", Options{InstanceID: "a"})
+	ls := acquire(t, l, taskReq("p"))
+	if err := ls.Unclaim(context.Background()); err == nil {
+		t.Fatal("a caller's lease was unclaimed")
+	}
+	if _, held := mRead(rawItem(t, db, "srv")).leases[ls.ID()]; !held {
+		t.Fatal("the refused unclaim gave the place back")
+	}
+	release(t, ls)
+}
