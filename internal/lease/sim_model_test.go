@@ -878,6 +878,9 @@ type mWriter struct {
 	// claims are what its takes of a task's place named in the ticket
 	// (w), as the items they landed in show.
 	claims []string
+	// called: a task's worker that made its call (whatever its release
+	// says).
+	called bool
 	// superseded reports whether another worker's take of task lease id
 	// landed after the writer's own last one (the harness's record of
 	// landed takes, whatever the item shows; nil: nothing known).
@@ -1024,10 +1027,18 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 				v.fail("task-release", id, "a worker's release removed task lease %s while it was a later claim's place (its ticket naming %q): it gave back a later claim's place", id, b.tickets[id].claimName())
 			}
 			if tk := b.tickets[id]; tk != nil && tk.task && tk.hasN && mLive(b.leases[id], now) {
-				// A task's release: its call ended (or was never made);
-				// its claimed ticket goes with its lease, in one write.
-				if ta := a.tickets[id]; ta != nil && (ta.hasN || ta.hasBody) {
-					v.fail("task-release", id, "a release of task lease %s left its ticket in the item", id)
+				// A task's release: its call ended, and its claimed ticket
+				// goes with its lease, in one write; or its call was never
+				// made, and it goes, or waits again at its number as it was
+				// before its claim.
+				switch ta := a.tickets[id]; {
+				case ta == nil || !ta.hasN && !ta.hasBody:
+				case w.w.called || w.w.outcome != Unused && w.w.outcome != mNoOutcome:
+					v.fail("task-release", id, "a release of task lease %s after its call left its ticket in the item", id)
+				case !ta.hasN || !ta.hasBody || ta.n != tk.n || ta.w != "":
+					v.fail("task-release", id, "a task's place given back before its call left ticket %s changed: %+v, was %+v", id, *ta, *tk)
+				default:
+					v.events = append(v.events, "task place given back, its ticket waiting again")
 				}
 			}
 			continue
@@ -1079,8 +1090,10 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 			if tb.hasBody && ta.hasBody {
 				ub, ua := *tb, *ta
 				ub.s, ua.s = 0, 0
-				if ua.task && slices.Contains(v.takes, id) {
-					ub.w, ua.w = "", "" // a claim names itself in its ticket
+				if ua.task && (slices.Contains(v.takes, id) || slices.Contains(v.released, id) && ua.w == "") {
+					// A claim names itself in its ticket; a place given
+					// back before its call, the ticket kept, no more.
+					ub.w, ua.w = "", ""
 				}
 				if ub != ua {
 					v.fail("join", id, "a write changed ticket %s", id)

@@ -398,6 +398,7 @@ type judgeCase struct {
 	task          bool                     // the writer acts for a task
 	claims        []string                 // what its takes named in the task's ticket
 	superseded    bool                     // another worker's take of the task's lease landed after the writer's
+	called        bool                     // the writer, a task's worker, made its call
 	tasks         *mTasks                  // what earlier writes did to tasks' tickets
 	landed        time.Duration            // how long after it was sent the write landed
 	want          []string
@@ -419,7 +420,7 @@ func (tc judgeCase) run(t *testing.T) {
 	w := &mWrite{k: tc.k, before: tc.before.item(), after: after, now: mNow, skew: 400, sent: time.UnixMilli(mNow), landed: time.UnixMilli(mNow).Add(tc.landed),
 		judged: tc.judged, turnCame: map[string]time.Time{}, tasks: tc.tasks,
 		w: mWriter{me: tc.me, owns: func(id string) bool { return slices.Contains(tc.mine, id) }, outcome: tc.outcome, pause: tc.pause, grant: tc.grant,
-			deadline: mNow + 10000, task: tc.task, claims: tc.claims, superseded: func(string) bool { return tc.superseded }}}
+			deadline: mNow + 10000, task: tc.task, claims: tc.claims, called: tc.called, superseded: func(string) bool { return tc.superseded }}}
 	if tc.pause > 0 {
 		w.w.pausedAt = mNow // the upstream asked as the release was sent
 	}
@@ -769,6 +770,12 @@ func TestModelJudgesTasks(t *testing.T) {
 		{name: "a claim with no ticket", k: k, before: mItemOf(), after: mItemOf().lease("i0.T1", "pa", "", exp), me: worker, mine: mine, judged: -1, task: true, want: []string{"task-claim"}},
 		{name: "a task's release takes its claimed ticket out", k: k, before: claim(task), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success},
 		{name: "a task's release that leaves its ticket", k: k, before: claim(task), after: unmarked.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true, outcome: Success, want: []string{"task-release"}},
+		{name: "a task's place given back before its call, its ticket waiting again", k: k, before: named(claim(task), "w1"), after: unmarked.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Unused},
+		{name: "a task's place given back before its claim was made", k: k, before: named(claim(task), "w1"), after: unmarked.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: mNoOutcome},
+		{name: "a task's place given back after its call, its ticket kept", k: k, before: named(claim(task), "w1"), after: unmarked.clone().num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Unused, called: true, want: []string{"task-release"}},
+		{name: "a task's place given back, its ticket still naming the claim", k: k, before: named(claim(task), "w1"), after: named(unmarked, "w1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Unused, want: []string{"task-release"}},
+		{name: "a task's place given back, its ticket numbered anew", k: k, before: named(claim(task), "w1"), after: mItemOf().taskTicket("i0.T1", 2, "pa", far, 0).num("seq", 2).num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Unused, want: []string{"task-release", "join"}},
+		{name: "a task's place given back, its ticket kept, freed as it was", k: k, before: named(claim(task), "w1"), after: unmarked, me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Unused, want: []string{"freed"}},
 		{name: "a task's release, its ticket naming its claim", k: k, before: named(claim(task), "w1"), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Success},
 		{name: "a task's release, its ticket naming a later claim", k: k, before: named(claim(task), "w2"), after: task.clone().unticket("i0.T1").num("freed", 1), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}, outcome: Success, want: []string{"task-release"}},
 		{name: "a task's renewal, its ticket naming its claim", k: k, before: named(task.clone().lease("i0.T1", "pa", "", exp-1000), "w1"), after: named(claim(task), "w1"), me: worker, mine: mine, judged: -1, task: true, claims: []string{"w1"}},

@@ -162,12 +162,20 @@ func (s *sim) taskStarter(limiters []*Limiter) func(context.Context, TaskStart) 
 			w.outcome = []Outcome{Success, Success, Failure, Unused}[s.trng.IntN(4)]
 			die := s.trng.IntN(6) == 0
 			dieBeforeMark := s.mrng.IntN(6) == 0
+			// Some workers' invocations are nearly over (their claim's take
+			// may land past CallBy), and some workers that make no call
+			// give their place back keeping the ticket (Unclaim).
+			var short time.Duration
+			if s.mrng.IntN(6) == 0 {
+				short = time.Duration(s.mrng.IntN(300)) * time.Millisecond
+			}
+			unclaim := w.outcome == Unused && s.mrng.IntN(2) == 0
 			delay := time.Duration(s.trng.IntN(int(simWorkerDelay/time.Millisecond))) * time.Millisecond
 			t.workers = append(t.workers, w)
 			s.taskWG.Add(1)
 			go func() {
 				defer s.taskWG.Done()
-				s.worker(limiters[w.inst], w, ts, delay, die, dieBeforeMark)
+				s.worker(limiters[w.inst], w, ts, delay, short, die, dieBeforeMark, unclaim)
 			}()
 		}
 	}
@@ -177,8 +185,10 @@ func (s *sim) taskStarter(limiters []*Limiter) func(context.Context, TaskStart) 
 // (or dies first, before its mark or during its call). A worker that
 // finds the record marked by an earlier claim of the task (its worker
 // died during its call) gives its place back unused: the call is made at
-// most once.
-func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration, die, dieBeforeMark bool) {
+// most once. short (0: none) is the time its invocation has left for
+// its claim (CallBy); with unclaim, a worker that makes no call gives its
+// place back keeping the ticket.
+func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay, short time.Duration, die, dieBeforeMark, unclaim bool) {
 	time.Sleep(delay)
 	ctx := context.WithValue(context.Background(), simCallerKey{}, w)
 	s.mu.Lock()
@@ -187,8 +197,13 @@ func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration
 		return
 	}
 	w.state, w.arrivedAt = simAcquiring, time.Now()
+	req := w.req
+	if short > 0 {
+		req.CallBy = time.Now().Add(short)
+		s.events["task worker with little time left"]++
+	}
 	s.mu.Unlock()
-	ls, err := l.Claim(ctx, w.req, ts.Ticket, ts.Mark)
+	ls, err := l.Claim(ctx, req, ts.Ticket, ts.Mark)
 	s.mu.Lock()
 	if w.state == simDead {
 		s.mu.Unlock()
@@ -252,7 +267,7 @@ func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration
 			if t.calls++; t.calls > 1 {
 				s.fail("task-twice", ts.Ticket, "task %s's call was made %d times", t.id, t.calls)
 			}
-			w.running = true
+			w.running, w.called = true, true
 			s.events["task worker marked its record"]++
 		}
 	}
@@ -272,15 +287,23 @@ func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay time.Duration
 		return
 	}
 	w.state, w.running, w.final = simFinishing, false, w.outcome
+	unclaim = unclaim && w.outcome == Unused
 	s.mu.Unlock()
-	_, err = ls.Finish(ctx, w.outcome)
+	if unclaim {
+		err = ls.Unclaim(ctx)
+	} else {
+		_, err = ls.Finish(ctx, w.outcome)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w.state == simDead {
 		return
 	}
 	w.settle(simDone)
-	s.logf("c%d (worker of %s) finished %v: %v", w.id, t.id, w.outcome, err)
+	if unclaim && err == nil {
+		s.events["task worker gave its place back keeping its ticket"]++
+	}
+	s.logf("c%d (worker of %s) finished %v (unclaim %v): %v", w.id, t.id, w.outcome, unclaim, err)
 }
 
 // task is one task's life: its enqueue and, for some, its withdrawal.

@@ -120,6 +120,7 @@ type simCaller struct {
 	stoppedAt time.Time // when it stopped being there (gave up, finished, died)
 	leaseID   string
 	running   bool // its call is running upstream, until deadline
+	called    bool // a task's worker: it made its call
 	deadline  time.Time
 	reqs      int
 	settled   chan struct{} // closed once it is done or dead
@@ -823,7 +824,7 @@ func (s *sim) clock(c *simCaller, t time.Time) time.Time {
 func (s *sim) writer(c *simCaller) mWriter {
 	w := mWriter{operator: c.operator, outcome: c.final, pause: c.pause, pausedAt: c.pausedAt, grant: c.grant,
 		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap)},
-		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims,
+		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims, called: c.called,
 		superseded: func(id string) bool { t := s.lastTake[id]; return t != nil && t != c }}
 	for _, r := range c.req.Rates {
 		if r.Name == "tool:"+c.tool {
