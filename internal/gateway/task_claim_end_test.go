@@ -50,7 +50,8 @@ func (e *endingLeases) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // the task's call (none was made).
 func TestAWorkerEndingInItsClaimLeavesItsTaskQueued(t *testing.T) {
 	leases := &endingLeases{}
-	h, store, _, up, id, ts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+	h, store, _, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+	ts := starts()[0]
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "ending"))
 	defer cancel()
 	leases.mu.Lock()
@@ -72,26 +73,74 @@ func TestAWorkerEndingInItsClaimLeavesItsTaskQueued(t *testing.T) {
 	if err := h.gw.RunTask(context.Background(), ts); err != nil {
 		t.Fatal(err)
 	}
+	if r := awaitSettled(t, store, id); r.Status != tasks.StatusCompleted {
+		t.Fatalf("the task run again: %s (%s); want completed", r.Status, r.StatusMessage)
+	}
+}
+
+// A worker whose invocation has too little time left once its claim's
+// take lands (the answer past its CallBy: its deadline less the answer's
+// reserve) makes no call and gives the place back keeping the task's
+// ticket, at its place in the queue: the task stays queued, and the next
+// worker, started at once, runs it with one call. (Before, the task
+// failed with QUEUE_TIMEOUT, its ticket removed, no call made.)
+func TestAWorkerOutOfTimeAtItsClaimLeavesTheTaskToTheNext(t *testing.T) {
+	leases := &lateEnd{}
+	h, store, _, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+	ts := starts()[0]
+	deadline := time.Now().Add(DefaultAnswerReserve + 2*time.Second)
+	ctx, cancel := context.WithDeadline(context.WithValue(context.Background(), workerKey{}, "late"), deadline)
+	defer cancel()
+	leases.mu.Lock()
+	// The answer comes just past CallBy, the invocation's time not yet
+	// over: the place is given back in it.
+	callBy := deadline.Add(-DefaultAnswerReserve)
+	leases.ticket, leases.landed = ts.Ticket, func() { time.Sleep(time.Until(callBy) + 100*time.Millisecond) }
+	leases.mu.Unlock()
+	err := h.gw.RunTask(ctx, ts)
+	r, gerr := store.Get(context.Background(), id)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	t.Logf("the worker out of time: %v; the task: %s (%s), %d calls", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals))
+	if r.Status != tasks.StatusWorking || r.StatusMessage != "queued" || len(up.Stats().Arrivals) != 0 {
+		t.Fatalf("a worker out of time at its claim left its task %s (%s) after %d calls; want it queued, no call made", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
+	}
+	got := starts()
+	if len(got) != 2 || got[1].Ticket != ts.Ticket || got[1].Mark == ts.Mark {
+		t.Fatalf("starts %+v; want the next one of %s, made as the place came back", got, ts.Ticket)
+	}
+	if err := h.gw.RunTask(context.Background(), got[1]); err != nil {
+		t.Fatal(err)
+	}
+	if r := awaitSettled(t, store, id); r.Status != tasks.StatusCompleted || len(up.Stats().Arrivals) != 1 {
+		t.Fatalf("the next worker left the task %s (%s) after %d calls; want it completed by one", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
+	}
+}
+
+// awaitSettled returns task id's record once it is no longer working, or
+// as it is after 10 s.
+func awaitSettled(t *testing.T, store *tasks.Store, id string) *tasks.Record {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if r, gerr = store.Get(context.Background(), id); gerr != nil {
-			t.Fatal(gerr)
+		r, err := store.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
 		}
 		if r.Status != tasks.StatusWorking || time.Now().After(deadline) {
-			break
+			return r
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	if r.Status != tasks.StatusCompleted {
-		t.Fatalf("the task run again: %s (%s); want completed", r.Status, r.StatusMessage)
 	}
 }
 
 // newTaskHarness is a harness running gateway tasks with its limiter's
 // requests going through leases (given the store's client), and a task of
 // the batch server's work tool made, its one start recorded, not run. It
-// returns the task's id and start, and the upstream.
-func newTaskHarness(t *testing.T, leases func(lease.API) lease.API) (h *harness, store *tasks.Store, env *storetest.Env, up *testkit.Batch, id string, ts lease.TaskStart) {
+// returns the task's id, the upstream, and the starts recorded so far (the
+// first of them the task's).
+func newTaskHarness(t *testing.T, leases func(lease.API) lease.API) (h *harness, store *tasks.Store, env *storetest.Env, up *testkit.Batch, id string, starts func() []lease.TaskStart) {
 	t.Helper()
 	var (
 		mu  sync.Mutex
@@ -110,10 +159,13 @@ func newTaskHarness(t *testing.T, leases func(lease.API) lease.API) (h *harness,
 	h.gw.EnableTasks(store, h.gw.deps.Limiter.(*lease.Limiter), start)
 	up = h.batchTasks(nil)
 	id = h.createTask("batch", h.key, "work")
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 1 {
+	starts = func() []lease.TaskStart {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]lease.TaskStart(nil), got...)
+	}
+	if got := starts(); len(got) != 1 {
 		t.Fatalf("starts: %+v; want one", got)
 	}
-	return h, store, env, up, id, got[0]
+	return h, store, env, up, id, starts
 }

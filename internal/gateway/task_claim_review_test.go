@@ -18,15 +18,16 @@ import (
 	"github.com/mcpgate/mcpgate/internal/tasks"
 )
 
-// lateEnd passes the lease table's calls through, but ends the
-// context of a worker marked "late" just as its claim's take (a SET
-// naming the ticket and its claim field) has landed: its invocation's
-// time runs out in the same instant, the take's answer in hand.
+// lateEnd passes the lease table's calls through, but runs landed once
+// in a worker marked "late" just as its claim's take (a SET naming the
+// ticket and its claim field) has landed, before its answer goes back: its
+// invocation's time runs out in that instant (the worker's context
+// cancelled), or the answer comes late (a sleep).
 type lateEnd struct {
 	lease.API
 	mu     sync.Mutex
 	ticket string
-	cancel context.CancelFunc
+	landed func()
 }
 
 func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
@@ -40,11 +41,11 @@ func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.cancel == nil || !slices.Contains(names, e.ticket) || !slices.Contains(names, "w") || !strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET") {
+	if e.landed == nil || !slices.Contains(names, e.ticket) || !slices.Contains(names, "w") || !strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET") {
 		return out, err
 	}
-	e.cancel()
-	e.cancel = nil
+	e.landed()
+	e.landed = nil
 	return out, err
 }
 
@@ -57,11 +58,12 @@ func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 // says of a claim whose worker ended.)
 func TestAWorkerEndingAsItsClaimLandsReleasesItsLease(t *testing.T) {
 	leases := &lateEnd{}
-	h, store, env, up, id, ts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+	h, store, env, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+	ts := starts()[0]
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "late"))
 	defer cancel()
 	leases.mu.Lock()
-	leases.ticket, leases.cancel = ts.Ticket, cancel
+	leases.ticket, leases.landed = ts.Ticket, cancel
 	leases.mu.Unlock()
 	err := h.gw.RunTask(ctx, ts)
 	r, gerr := store.Get(context.Background(), id)
@@ -140,7 +142,8 @@ func (f *flakyReads) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 // any store error before the call. It is no outcome of the task's.
 func TestAStoreErrorInAClaimLeavesTheTaskQueued(t *testing.T) {
 	flaky := &flakyReads{}
-	h, store, _, up, id, ts := newTaskHarness(t, func(api lease.API) lease.API { flaky.API = api; return flaky })
+	h, store, _, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { flaky.API = api; return flaky })
+	ts := starts()[0]
 	flaky.ticket = ts.Ticket
 	err := h.gw.RunTask(context.WithValue(context.Background(), workerKey{}, "flaky"), ts)
 	r, gerr := store.Get(context.Background(), id)
