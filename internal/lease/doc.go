@@ -490,7 +490,15 @@
 // lands past its worker's CallBy, no time left for the call, gives its
 // place back so and fails with ErrStartLapsed
 // (TestAClaimOutOfItsWorkersTimeKeepsTheTasksTicket,
-// TestUnclaimLeavesTheTicketWaitingAtItsNumber).
+// TestUnclaimLeavesTheTicketWaitingAtItsNumber). A claim failing
+// otherwise than on what it read of the ticket (a store error, its
+// context ended) after a take of unknown outcome reads the item once,
+// with a context of its own bounded as a waiter's leave is, and gives
+// back so the place that take holds when the item shows it (one of its
+// expiries, the ticket naming its claim), rather than leave the ticket
+// claimed until the lease lapses
+// (TestAClaimEndingOnATakeOfUnknownOutcomeGivesItsPlaceBack,
+// TestAClaimEndingOnALostTakeLeavesAnothersClaim).
 //
 // Withdraw removes a task's ticket while it is not claimed (ADD 1 to
 // freed, conditioned on its number and on no lease of its id, or on the

@@ -173,12 +173,21 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 // until StartTimeout after mark (ErrStartLapsed: no second worker is
 // started before then). ErrNoTicket: the ticket is gone, or its task past
 // its deadline; ErrClaimed: another worker's claim holds it.
-func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (*Lease, error) {
+func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64) (ls *Lease, err error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
 	a := l.newAttempt(req, id, true)
 	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
+	defer func() {
+		// Failed otherwise than on what a view showed of the ticket (a
+		// store error, its context ended): a take of it whose answer was
+		// lost may hold the place, claimed until its lease lapses.
+		if err != nil && len(a.unsure) > 0 && !errors.Is(err, ErrNotYourTurn) && !errors.Is(err, ErrStartLapsed) &&
+			!errors.Is(err, ErrClaimed) && !errors.Is(err, ErrNoTicket) {
+			a.unclaimUnsure(ctx)
+		}
+	}()
 	// A view this process saw since the start this worker runs was marked
 	// (its ticket carrying that mark) stands in for the first read, to
 	// make a take only: whatever else it shows (the ticket claimed or
@@ -290,6 +299,27 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			return nil, err
 		}
 		v = nv
+	}
+}
+
+// unclaimUnsure gives back, keeping the ticket, the place a take of this
+// claim whose answer was lost holds, if a read shows it there (the lease
+// at an expiry one of them set, the ticket naming this claim), as
+// Unclaim: within withdrawBudget, the claim's own context ended or not.
+func (a *attempt) unclaimUnsure(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
+	defer cancel()
+	v, err := a.l.read(ctx, a.req.Key)
+	if err != nil {
+		return
+	}
+	exp := v.leases[a.me.id]
+	if t := v.ticketFor(a.me.id); t == nil || t.claim != a.claim || !slices.Contains(a.unsure, exp) {
+		return
+	}
+	// Given back by lease itself when its worker's time is out.
+	if ls, _ := a.lease(ctx, exp, v); ls != nil {
+		_ = ls.Unclaim(ctx)
 	}
 }
 
