@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -95,7 +97,7 @@ func TestAWorkerOutOfTimeAtItsClaimLeavesTheTaskToTheNext(t *testing.T) {
 	// The answer comes just past CallBy, the invocation's time not yet
 	// over: the place is given back in it.
 	callBy := deadline.Add(-DefaultAnswerReserve)
-	leases.ticket, leases.landed = ts.Ticket, func() { time.Sleep(time.Until(callBy) + 100*time.Millisecond) }
+	leases.ticket, leases.landed = ts.Ticket, func() error { time.Sleep(time.Until(callBy) + 100*time.Millisecond); return nil }
 	leases.mu.Unlock()
 	err := h.gw.RunTask(ctx, ts)
 	r, gerr := store.Get(context.Background(), id)
@@ -116,6 +118,60 @@ func TestAWorkerOutOfTimeAtItsClaimLeavesTheTaskToTheNext(t *testing.T) {
 	if r := awaitSettled(t, store, id); r.Status != tasks.StatusCompleted || len(up.Stats().Arrivals) != 1 {
 		t.Fatalf("the next worker left the task %s (%s) after %d calls; want it completed by one", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
 	}
+}
+
+// A worker whose context ends as its claim's take lands, the answer lost
+// with it (an outcome unknown to the worker), makes no call, and the place
+// the take holds is given back with the ticket kept: the task is queued,
+// not claimed until the lease lapses (its timeout and the margin later),
+// and the next worker, started at once, runs it with one call.
+func TestAWorkerEndingOnItsClaimsLostAnswerLeavesTheTaskToTheNext(t *testing.T) {
+	leases := &lateEnd{}
+	h, store, env, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+	ts := starts()[0]
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "late"))
+	defer cancel()
+	leases.mu.Lock()
+	leases.ticket, leases.landed = ts.Ticket, func() error { cancel(); return context.Canceled }
+	leases.mu.Unlock()
+	err := h.gw.RunTask(ctx, ts)
+	r, gerr := store.Get(context.Background(), id)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	exp := claimExpiry(t, env, ts)
+	t.Logf("the worker: %v; the task: %s (%s), %d calls; the claim's lease: %q", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp)
+	if exp != "" || r.Status != tasks.StatusWorking || r.StatusMessage != "queued" || len(up.Stats().Arrivals) != 0 {
+		t.Fatalf("the worker left its task %s (%s), %d calls, the claim's lease %q; want it queued, no call, no lease", r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp)
+	}
+	got := starts()
+	if len(got) != 2 || got[1].Ticket != ts.Ticket {
+		t.Fatalf("starts %+v; want the next one of %s, made as the place came back", got, ts.Ticket)
+	}
+	if err := h.gw.RunTask(context.Background(), got[1]); err != nil {
+		t.Fatal(err)
+	}
+	if r := awaitSettled(t, store, id); r.Status != tasks.StatusCompleted || len(up.Stats().Arrivals) != 1 {
+		t.Fatalf("the next worker left the task %s (%s) after %d calls; want it completed by one", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
+	}
+}
+
+// claimExpiry is the expiry of start ts's lease in its item ("": none).
+func claimExpiry(t *testing.T, env *storetest.Env, ts lease.TaskStart) string {
+	t.Helper()
+	out, err := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(env.Tables.Leases), Key: map[string]types.AttributeValue{"limiter_key": &types.AttributeValueMemberS{Value: ts.Key}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := out.Item["leases"].(*types.AttributeValueMemberM); ok {
+		if n, ok := m.Value[ts.Ticket].(*types.AttributeValueMemberN); ok {
+			return n.Value
+		}
+	}
+	return ""
 }
 
 // awaitSettled returns task id's record once it is no longer working, or

@@ -12,7 +12,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/tasks"
@@ -22,12 +21,13 @@ import (
 // in a worker marked "late" just as its claim's take (a SET naming the
 // ticket and its claim field) has landed, before its answer goes back: its
 // invocation's time runs out in that instant (the worker's context
-// cancelled), or the answer comes late (a sleep).
+// cancelled), or the answer comes late (a sleep). An error landed returns
+// is the answer instead (the answer lost).
 type lateEnd struct {
 	lease.API
 	mu     sync.Mutex
 	ticket string
-	landed func()
+	landed func() error
 }
 
 func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
@@ -44,8 +44,11 @@ func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 	if e.landed == nil || !slices.Contains(names, e.ticket) || !slices.Contains(names, "w") || !strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET") {
 		return out, err
 	}
-	e.landed()
+	lerr := e.landed()
 	e.landed = nil
+	if lerr != nil {
+		return nil, lerr
+	}
 	return out, err
 }
 
@@ -53,9 +56,8 @@ func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 // lands, the answer in hand, is no worker whose claim failed: it goes on
 // with the lease it holds and, making no call, gives it back, so that the
 // ticket is not left claimed (no turn, no start) until the lease lapses,
-// the task's whole timeout and the margin later. (The same with the
-// answer lost is a take of unknown outcome: its lease lapses, as doc.go
-// says of a claim whose worker ended.)
+// the task's whole timeout and the margin later. (With the answer lost:
+// TestAWorkerEndingOnItsClaimsLostAnswerLeavesTheTaskToTheNext.)
 func TestAWorkerEndingAsItsClaimLandsReleasesItsLease(t *testing.T) {
 	leases := &lateEnd{}
 	h, store, env, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
@@ -63,26 +65,14 @@ func TestAWorkerEndingAsItsClaimLandsReleasesItsLease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "late"))
 	defer cancel()
 	leases.mu.Lock()
-	leases.ticket, leases.landed = ts.Ticket, cancel
+	leases.ticket, leases.landed = ts.Ticket, func() error { cancel(); return nil }
 	leases.mu.Unlock()
 	err := h.gw.RunTask(ctx, ts)
 	r, gerr := store.Get(context.Background(), id)
 	if gerr != nil {
 		t.Fatal(gerr)
 	}
-	out, gerr := env.Client.GetItem(context.Background(), &dynamodb.GetItemInput{
-		TableName: aws.String(env.Tables.Leases), Key: map[string]types.AttributeValue{"limiter_key": &types.AttributeValueMemberS{Value: ts.Key}},
-		ConsistentRead: aws.Bool(true),
-	})
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	var exp string
-	if m, ok := out.Item["leases"].(*types.AttributeValueMemberM); ok {
-		if n, ok := m.Value[ts.Ticket].(*types.AttributeValueMemberN); ok {
-			exp = n.Value
-		}
-	}
+	exp := claimExpiry(t, env, ts)
 	t.Logf("the late worker: %v; the task: %s (%s), %d calls; the claim's lease in the item: %q (now %d)", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp, time.Now().UnixMilli())
 	if exp != "" && r.Status == tasks.StatusWorking && r.StatusMessage == "queued" && len(up.Stats().Arrivals) == 0 {
 		t.Errorf("the worker left its claim's lease (expiry %s, %v from now) with its task queued and no call made: the ticket is claimed, so no turn and no start, until it lapses", exp, func() time.Duration {
