@@ -80,79 +80,58 @@ func TestAWorkerEndingInItsClaimLeavesItsTaskQueued(t *testing.T) {
 	}
 }
 
-// A worker whose invocation has too little time left once its claim's
-// take lands (the answer past its CallBy: its deadline less the answer's
-// reserve) makes no call and gives the place back keeping the task's
-// ticket, at its place in the queue: the task stays queued, and the next
-// worker, started at once, runs it with one call. (Before, the task
-// failed with QUEUE_TIMEOUT, its ticket removed, no call made.)
-func TestAWorkerOutOfTimeAtItsClaimLeavesTheTaskToTheNext(t *testing.T) {
-	leases := &lateEnd{}
-	h, store, _, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
-	ts := starts()[0]
-	deadline := time.Now().Add(DefaultAnswerReserve + 2*time.Second)
-	ctx, cancel := context.WithDeadline(context.WithValue(context.Background(), workerKey{}, "late"), deadline)
-	defer cancel()
-	leases.mu.Lock()
-	// The answer comes just past CallBy, the invocation's time not yet
-	// over: the place is given back in it.
-	callBy := deadline.Add(-DefaultAnswerReserve)
-	leases.ticket, leases.landed = ts.Ticket, func() error { time.Sleep(time.Until(callBy) + 100*time.Millisecond); return nil }
-	leases.mu.Unlock()
-	err := h.gw.RunTask(ctx, ts)
-	r, gerr := store.Get(context.Background(), id)
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	t.Logf("the worker out of time: %v; the task: %s (%s), %d calls", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals))
-	if r.Status != tasks.StatusWorking || r.StatusMessage != "queued" || len(up.Stats().Arrivals) != 0 {
-		t.Fatalf("a worker out of time at its claim left its task %s (%s) after %d calls; want it queued, no call made", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
-	}
-	got := starts()
-	if len(got) != 2 || got[1].Ticket != ts.Ticket || got[1].Mark == ts.Mark {
-		t.Fatalf("starts %+v; want the next one of %s, made as the place came back", got, ts.Ticket)
-	}
-	if err := h.gw.RunTask(context.Background(), got[1]); err != nil {
-		t.Fatal(err)
-	}
-	if r := awaitSettled(t, store, id); r.Status != tasks.StatusCompleted || len(up.Stats().Arrivals) != 1 {
-		t.Fatalf("the next worker left the task %s (%s) after %d calls; want it completed by one", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
-	}
-}
-
-// A worker whose context ends as its claim's take lands, the answer lost
-// with it (an outcome unknown to the worker), makes no call, and the place
-// the take holds is given back with the ticket kept: the task is queued,
-// not claimed until the lease lapses (its timeout and the margin later),
-// and the next worker, started at once, runs it with one call.
-func TestAWorkerEndingOnItsClaimsLostAnswerLeavesTheTaskToTheNext(t *testing.T) {
-	leases := &lateEnd{}
-	h, store, env, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
-	ts := starts()[0]
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "late"))
-	defer cancel()
-	leases.mu.Lock()
-	leases.ticket, leases.landed = ts.Ticket, func() error { cancel(); return context.Canceled }
-	leases.mu.Unlock()
-	err := h.gw.RunTask(ctx, ts)
-	r, gerr := store.Get(context.Background(), id)
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	exp := claimExpiry(t, env, ts)
-	t.Logf("the worker: %v; the task: %s (%s), %d calls; the claim's lease: %q", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp)
-	if exp != "" || r.Status != tasks.StatusWorking || r.StatusMessage != "queued" || len(up.Stats().Arrivals) != 0 {
-		t.Fatalf("the worker left its task %s (%s), %d calls, the claim's lease %q; want it queued, no call, no lease", r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp)
-	}
-	got := starts()
-	if len(got) != 2 || got[1].Ticket != ts.Ticket {
-		t.Fatalf("starts %+v; want the next one of %s, made as the place came back", got, ts.Ticket)
-	}
-	if err := h.gw.RunTask(context.Background(), got[1]); err != nil {
-		t.Fatal(err)
-	}
-	if r := awaitSettled(t, store, id); r.Status != tasks.StatusCompleted || len(up.Stats().Arrivals) != 1 {
-		t.Fatalf("the next worker left the task %s (%s) after %d calls; want it completed by one", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
+// Claim in run: a worker whose claim's take lands as its time ends — its
+// context ended, the answer in hand or lost with it (an outcome unknown to
+// the worker), or the answer come past its CallBy (its deadline less the
+// answer's reserve), no time left for the call — makes no call and gives
+// the place back, so that the ticket is not left claimed (no turn, no
+// start) until the lease lapses, the task's whole timeout and the margin
+// later: the task stays queued, and the next worker, started at once,
+// runs it with one call. (Before, the answer past CallBy completed the
+// task with a QUEUE_TIMEOUT error, no call made.)
+func TestAWorkerWhoseClaimLandsAsItsTimeEndsGivesItsPlaceBack(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		landed func(cancel context.CancelFunc, callBy time.Time) error
+	}{
+		{"context ended", func(cancel context.CancelFunc, _ time.Time) error { cancel(); return nil }},
+		{"context ended, answer lost", func(cancel context.CancelFunc, _ time.Time) error { cancel(); return context.Canceled }},
+		{"answer past CallBy", func(_ context.CancelFunc, callBy time.Time) error {
+			time.Sleep(time.Until(callBy) + 100*time.Millisecond) // the invocation's time not yet over
+			return nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			leases := &lateEnd{}
+			h, store, env, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+			ts := starts()[0]
+			deadline := time.Now().Add(DefaultAnswerReserve + 2*time.Second)
+			ctx, cancel := context.WithDeadline(context.WithValue(context.Background(), workerKey{}, "late"), deadline)
+			defer cancel()
+			leases.mu.Lock()
+			leases.ticket, leases.landed = ts.Ticket, func() error { return c.landed(cancel, deadline.Add(-DefaultAnswerReserve)) }
+			leases.mu.Unlock()
+			err := h.gw.RunTask(ctx, ts)
+			r, gerr := store.Get(context.Background(), id)
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			exp := claimExpiry(t, env, ts)
+			t.Logf("the worker: %v; the task: %s (%s), %d calls; the claim's lease: %q", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp)
+			if exp != "" || r.Status != tasks.StatusWorking || r.StatusMessage != "queued" || len(up.Stats().Arrivals) != 0 {
+				t.Fatalf("the worker left its task %s (%s), %d calls, the claim's lease %q; want it queued, no call, no lease", r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp)
+			}
+			got := starts()
+			if len(got) != 2 || got[1].Ticket != ts.Ticket {
+				t.Fatalf("starts %+v; want the next one of %s, made as the place came back", got, ts.Ticket)
+			}
+			if err := h.gw.RunTask(context.Background(), got[1]); err != nil {
+				t.Fatal(err)
+			}
+			if r := awaitSettled(t, store, id); r.Status != tasks.StatusCompleted || len(up.Stats().Arrivals) != 1 {
+				t.Fatalf("the next worker left the task %s (%s) after %d calls; want it completed by one", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
+			}
+		})
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -50,46 +49,6 @@ func (e *lateEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 		return nil, lerr
 	}
 	return out, err
-}
-
-// Claim in run: a worker whose context ends just as its claim's take
-// lands, the answer in hand, is no worker whose claim failed: it goes on
-// with the lease it holds and, making no call, gives it back, so that the
-// ticket is not left claimed (no turn, no start) until the lease lapses,
-// the task's whole timeout and the margin later. (With the answer lost:
-// TestAWorkerEndingOnItsClaimsLostAnswerLeavesTheTaskToTheNext.)
-func TestAWorkerEndingAsItsClaimLandsReleasesItsLease(t *testing.T) {
-	leases := &lateEnd{}
-	h, store, env, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
-	ts := starts()[0]
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "late"))
-	defer cancel()
-	leases.mu.Lock()
-	leases.ticket, leases.landed = ts.Ticket, func() error { cancel(); return nil }
-	leases.mu.Unlock()
-	err := h.gw.RunTask(ctx, ts)
-	r, gerr := store.Get(context.Background(), id)
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	exp := claimExpiry(t, env, ts)
-	t.Logf("the late worker: %v; the task: %s (%s), %d calls; the claim's lease in the item: %q (now %d)", err, r.Status, r.StatusMessage, len(up.Stats().Arrivals), exp, time.Now().UnixMilli())
-	if exp != "" && r.Status == tasks.StatusWorking && r.StatusMessage == "queued" && len(up.Stats().Arrivals) == 0 {
-		t.Errorf("the worker left its claim's lease (expiry %s, %v from now) with its task queued and no call made: the ticket is claimed, so no turn and no start, until it lapses", exp, func() time.Duration {
-			var ms int64
-			for _, ch := range exp {
-				ms = ms*10 + int64(ch-'0')
-			}
-			return time.Until(time.UnixMilli(ms)).Round(time.Second)
-		}())
-		// A worker started again (the invocation retried) leaves too.
-		if err := h.gw.RunTask(context.Background(), ts); err != nil {
-			t.Fatal(err)
-		}
-		if r, gerr = store.Get(context.Background(), id); gerr == nil {
-			t.Logf("the same start run again: the task %s (%s), %d calls", r.Status, r.StatusMessage, len(up.Stats().Arrivals))
-		}
-	}
 }
 
 // flakyReads stands for others' releases and a store error in a worker

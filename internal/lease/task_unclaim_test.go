@@ -10,18 +10,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
-// slowTakeStore answers a claim's take of ticket id late: the write
-// lands at once, its answer comes after delay.
-type slowTakeStore struct {
+// landedTakeStore runs landed once as a claim's take of ticket id has
+// landed, before its answer goes back: a sleep (the answer late), or an
+// error that is the answer instead (the answer lost).
+type landedTakeStore struct {
 	API
-	id    string
-	delay time.Duration
+	id     string
+	landed func() error
 }
 
-func (s *slowTakeStore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+func (s *landedTakeStore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := s.API.UpdateItem(ctx, in, opts...)
-	if isTakeOf(in, s.id) {
-		time.Sleep(s.delay)
+	if err == nil && s.landed != nil && isTakeOf(in, s.id) {
+		lerr := s.landed()
+		s.landed = nil
+		if lerr != nil {
+			return nil, lerr
+		}
 	}
 	return out, err
 }
@@ -55,7 +60,7 @@ func TestAClaimOutOfItsWorkersTimeKeepsTheTasksTicket(t *testing.T) {
 		mem := newMemStore()
 		id, start := startedTask(t, mem)
 		n := mRead(rawItem(t, mem, "srv")).tickets[id].n
-		db := &slowTakeStore{API: mem, id: id, delay: 50 * time.Millisecond}
+		db := &landedTakeStore{API: mem, id: id, landed: func() error { time.Sleep(50 * time.Millisecond); return nil }}
 		var st starts
 		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
 		req := taskReq("q")
@@ -191,4 +196,88 @@ func TestUnclaimIsATasks(t *testing.T) {
 		t.Fatal("the refused unclaim gave the place back")
 	}
 	release(t, ls)
+}
+
+// Claim's failure: a worker whose context ends as its claim's take lands
+// unseen gives the place back keeping the ticket (Unclaim, with a context
+// of its own), so that the task does not wait, claimed, until the lease
+// lapses, its whole hold and the margin later; the next worker is
+// started, and claims it.
+func TestAClaimEndingOnATakeOfUnknownOutcomeGivesItsPlaceBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		id, start := startedTask(t, mem)
+		n := mRead(rawItem(t, mem, "srv")).tickets[id].n
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var st starts
+		lost := func() error { cancel(); return context.Canceled }
+		w := New(&landedTakeStore{API: mem, id: id, landed: lost}, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
+		ls, err := w.Claim(ctx, taskReq("q"), id, start.Mark)
+		if ls != nil || err == nil || errors.Is(err, ErrClaimed) || errors.Is(err, ErrStartLapsed) {
+			t.Fatalf("claim: %v, %v; want its context's error", ls, err)
+		}
+		waitsUnclaimed(t, mem, id, n)
+		got := st.list()
+		if len(got) != 1 || got[0].Ticket != id {
+			t.Fatalf("starts after the place came back: %+v; want the next one of %s", got, id)
+		}
+		if ls, err = w.Claim(context.Background(), taskReq("q"), id, got[0].Mark); err != nil {
+			t.Fatalf("the next worker's claim: %v", err)
+		}
+		release(t, ls)
+	})
+}
+
+// A claim whose take's answer was lost, and that found the place taken
+// by another worker's claim since (the lease of the same id, the ticket
+// naming the other claim), gives nothing back.
+func TestAClaimEndingOnALostTakeLeavesAnothersClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		id, start := startedTask(t, mem)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		// The store loses the first worker's take before it lands: the
+		// second worker of the same start claims the place meanwhile (in
+		// the same instant: the same expiry).
+		other := New(mem, "leases", Options{InstanceID: "o"})
+		var held *Lease
+		lost := &lostBeforeStore{API: mem, id: id, before: func() {
+			ls, err := other.Claim(context.Background(), taskReq("q"), id, start.Mark)
+			if err != nil {
+				t.Errorf("the other worker's claim: %v", err)
+				return
+			}
+			held = ls
+		}, cancel: cancel}
+		w := New(lost, "leases", Options{InstanceID: "w"})
+		if _, err := w.Claim(ctx, taskReq("q"), id, start.Mark); err == nil {
+			t.Fatal("the worker whose take was lost claimed the place")
+		}
+		it := mRead(rawItem(t, mem, "srv"))
+		if held == nil || it.leases[id] == 0 || it.tickets[id] == nil || it.tickets[id].w == "" {
+			t.Fatalf("the other worker's claim was given back: lease %v, ticket %+v", it.leases[id], it.tickets[id])
+		}
+		release(t, held)
+	})
+}
+
+// lostBeforeStore runs before, then ends the worker's context and fails a
+// claim's take of ticket id without sending it.
+type lostBeforeStore struct {
+	API
+	id     string
+	before func()
+	cancel context.CancelFunc
+}
+
+func (s *lostBeforeStore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if s.before != nil && isTakeOf(in, s.id) {
+		s.before()
+		s.before = nil
+		s.cancel()
+		return nil, context.Canceled
+	}
+	return s.API.UpdateItem(ctx, in, opts...)
 }
