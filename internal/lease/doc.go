@@ -335,7 +335,10 @@
 //     probe at a time. A probe that ends without a verdict leaves its
 //     entry half-open, and its principal may not probe it again for
 //     Recovery (a, w): one principal's abandoned probes cannot keep the
-//     others out.
+//     others out. A task's worker that gives its place back before its
+//     call keeping its ticket (Unclaim: see Tasks) gives the probe up
+//     with no bar, for its task's next worker to probe
+//     (TestAnUnclaimedProbeLeavesTheTaskItsProbe).
 //   - Pause: a release whose upstream asked for a pause (a 429 or 503 with
 //     Retry-After, at most the request's MaxPause) closes its principal's
 //     entry until then, never shortening a later one (it leaves a later
@@ -481,22 +484,28 @@
 // was made is its record's to say (internal/gateway marks it running,
 // conditionally, before the call, never over an earlier claim's mark).
 //
-// A worker that holds the place and makes no call may give it back
-// keeping the ticket (Unclaim): the release's one write, conditioned as
-// it is and on the ticket there, removes the lease and the claim named in
-// the ticket but not the ticket, which waits again at its number as the
-// claim found it, and the next worker is started as after any release (a
-// ticket gone meanwhile leaves a plain release). A claim whose take
-// lands past its worker's CallBy, no time left for the call, gives its
-// place back so and fails with ErrStartLapsed
-// (TestAClaimOutOfItsWorkersTimeKeepsTheTasksTicket,
-// TestUnclaimLeavesTheTicketWaitingAtItsNumber). A claim failing
-// otherwise than on what it read of the ticket (a store error, its
-// context ended) after a take of unknown outcome reads the item once,
-// with a context of its own bounded as a waiter's leave is, and gives
-// back so the place that take holds when the item shows it (one of its
-// expiries, the ticket naming its claim), rather than leave the ticket
-// claimed until the lease lapses
+// A worker that holds the place and makes no call may give it back keeping
+// the ticket (Unclaim): the release's one write, conditioned as it is and
+// on the ticket there, removes the lease and the claim named in the ticket
+// but not the ticket, which waits again at its number as the claim found
+// it, and the next worker is started as after any release (a ticket gone
+// meanwhile leaves a plain release). A claim whose take lands past its
+// worker's CallBy, no time left for the call, gives its place back so and
+// fails with ErrStartLapsed, as does one whose worker's CallBy passes
+// before its take is made, giving its start's mark back and starting the
+// next worker (TestAClaimOutOfItsWorkersTimeKeepsTheTasksTicket,
+// TestAClaimOutOfTimeBeforeItsTakeKeepsTheTasksTurn,
+// TestAClaimRunningOutOfTimeBetweenTakesKeepsTheTasksTurn,
+// TestUnclaimLeavesTheTicketWaitingAtItsNumber). An Unclaim retried after
+// an unknown outcome that finds the lease gone, or its ticket claimed
+// again, before Margin from its expiry has landed
+// (TestAnUnclaimWhoseAnswerIsLostIsDoneThoughTheNextClaimHolds). A claim
+// failing otherwise than on what it read of the ticket (a store error, its
+// context ended) after a take of unknown outcome reads the item once, with
+// a context of its own bounded as a waiter's leave is, and gives back so
+// the place that take holds when the item shows it (one of its expiries,
+// the ticket naming its claim), rather than leave the ticket claimed until
+// the lease lapses
 // (TestAClaimEndingOnATakeOfUnknownOutcomeGivesItsPlaceBack,
 // TestAClaimEndingOnALostTakeLeavesAnothersClaim).
 //

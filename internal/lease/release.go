@@ -61,7 +61,8 @@ func (o Outcome) String() string {
 // and the adaptive limit, in one write (see Release in the package doc),
 // returning the breaker change it made. Finishing twice, or after the
 // lease was purged, returns ErrNotHeld; a retry after an unknown outcome
-// that finds the lease gone still Margin from expiring counts as done.
+// that finds the lease gone (a task's: or claimed again) still Margin
+// from expiring counts as done.
 func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error) {
 	return ls.finish(ctx, outcome, false)
 }
@@ -120,8 +121,9 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 					return NoTransition, err
 				}
 				continue
-			case unsure && v.leases[ls.id] == 0 && l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds():
-				// Gone while nobody could take it for expired: it landed.
+			case unsure && (v.leases[ls.id] == 0 || ls.task && !ls.heldIn(v)) && l.clock().UnixMilli() < ls.firstExp()-l.margin.Milliseconds():
+				// Gone while nobody could take it for expired (a task's
+				// place since claimed again, its ticket kept): it landed.
 				err = nil
 			default:
 				return NoTransition, ErrNotHeld
@@ -252,15 +254,17 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras, keep 
 	tr := NoTransition
 	bo := outcome.forBreaker()
 	switch {
+	case len(probes) > 0 && (keep || ls.req.Breaker == nil):
+		// A probe of a breaker its request no longer names gives it up,
+		// as does one that made no call and keeps its ticket: its task's
+		// next worker probes (no bar on its principal).
+		for _, p := range probes {
+			u.unprobe(u.probeOf(p, ls.id))
+		}
 	case ls.req.Breaker != nil && len(probes) > 0:
 		tr = u.outcome(ls.req.Breaker, latest, ls.id, ls.req.Holder, probes, bo, ms)
 	case ls.req.Breaker != nil && extras && bo != Abandoned:
 		tr = u.outcome(ls.req.Breaker, latest, ls.id, ls.req.Holder, nil, bo, ms)
-	case len(probes) > 0:
-		// A probe of a breaker its request no longer names gives it up.
-		for _, p := range probes {
-			u.unprobe(u.probeOf(p, ls.id))
-		}
 	}
 	if extras {
 		if ls.pauseUntil > 0 {

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -35,10 +36,10 @@ var (
 	// ErrStartLapsed: the task's turn had come, but others' writes
 	// refused the claim's takes until its start was no longer the one to
 	// run it (StartTimeout past its mark, or the ticket marked by another
-	// start, or its mark given back), or its take landed past the
-	// worker's CallBy (the place given back at once, as Unclaim gives
-	// it): it keeps its ticket, and the claim started the next worker
-	// unless another start had.
+	// start, or its mark given back), or the worker's CallBy passed
+	// before its take was made (its mark given back) or landed (the place
+	// given back at once, as Unclaim gives it): it keeps its ticket, and
+	// the claim started the next worker unless another start had.
 	ErrStartLapsed = errors.New("lease: the task's start lapsed before its claim landed")
 	// ErrClaimed: the task's ticket is claimed: a live lease of its id
 	// holds the place (Withdraw cannot take it back: its call must end).
@@ -269,9 +270,17 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			continue
 		}
 		if !served {
-			l.clearStart(ctx, req.Key, t, mark)
+			v = l.clearStart(ctx, req.Key, v, t, mark)
 			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
+		}
+		if a.req.hold(time.Now()) <= 0 {
+			// No time left for the call (its worker's CallBy passed): the
+			// turn goes to the next start at once, as from a take landing
+			// past it.
+			v = l.clearStart(ctx, req.Key, v, t, mark)
+			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
+			return nil, ErrStartLapsed
 		}
 		if tries >= eagerRetries && (t.started != mark || l.clock().UnixMilli()-mark >= StartTimeout.Milliseconds()) {
 			// Its start is no longer the ticket's (another was made, or
@@ -451,18 +460,20 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 	return err == nil
 }
 
-// clearStart takes back start mark of ticket t, if it is still there.
-func (l *Limiter) clearStart(ctx context.Context, key string, t *ticket, mark int64) {
+// clearStart takes back start mark of ticket t, if it is still there,
+// and returns the item as its answer shows it (v without one).
+func (l *Limiter) clearStart(ctx context.Context, key string, v *view, t *ticket, mark int64) *view {
 	if mark == 0 || t.started != mark {
-		return
+		return v
 	}
 	u := newUpdate()
 	sp := u.path(TicketsAttr, t.id) + "." + u.path(ticketStarted)
 	u.remove(sp)
 	u.cond(sp + " = " + u.num(mark))
 	u.ttl(t.deadline)
-	_, _ = l.write(ctx, key, u, nil)
+	nv, _ := l.write(ctx, key, u, nil)
 	l.board(key).forgetStart(t.id)
+	return cmp.Or(nv, v)
 }
 
 // maxNamed bounds the tickets a join's reserve condition names as waiting

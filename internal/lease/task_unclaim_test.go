@@ -281,3 +281,173 @@ func (s *lostBeforeStore) UpdateItem(ctx context.Context, in *dynamodb.UpdateIte
 	}
 	return s.API.UpdateItem(ctx, in, opts...)
 }
+
+// A worker whose CallBy passes before its claim's take is made (its
+// policy checks, or back-offs over others' releases, spent its time) has
+// no time for the call, as one whose take lands past it: its task keeps
+// its ticket and its turn, and the next worker is started (ErrStartLapsed,
+// which the gateway reads as "not this start's to run"). A WaitTimeoutError
+// here is settled by the gateway as the task's failed call, its ticket
+// left marked by a start that will never claim.
+func TestAClaimOutOfTimeBeforeItsTakeKeepsTheTasksTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		var st starts
+		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		first := st.list()
+		if len(first) != 1 {
+			t.Fatalf("starts: %+v; want one", first)
+		}
+		r := taskReq("q")
+		r.CallBy = time.Now().Add(-time.Millisecond)
+		ls, err := l.Claim(context.Background(), r, id, first[0].Mark)
+		if ls != nil {
+			t.Fatalf("a claim with no time left holds %s", ls.ID())
+		}
+		if !errors.Is(err, ErrStartLapsed) {
+			t.Errorf("claim with its CallBy passed: %v; want ErrStartLapsed (no call, the task keeps its turn)", err)
+		}
+		v := itemView(t, db, "srv")
+		tk := v.ticketFor(id)
+		if tk == nil {
+			t.Fatal("the task's ticket is gone")
+		}
+		if _, held := v.leases[id]; held {
+			t.Fatal("a lease of the task's id is left")
+		}
+		// Its turn stands: the next worker is started now, not StartTimeout
+		// after the start that gave up.
+		if got := st.list(); len(got) < 2 && tk.started == first[0].Mark {
+			t.Errorf("the ticket keeps the mark %d of a start that gave up, and no next worker was started (starts %+v)", tk.started, got)
+		}
+	})
+}
+
+// An Unclaim whose answer is lost lands; its task's next worker, started
+// by anyone who sees its turn, claims the ticket before the retry; the
+// retry, refused, must still report the place given back (it was: the
+// lease the item shows is the next claim's), as Finish counts a retry
+// whose earlier attempt landed as done.
+func TestAnUnclaimWhoseAnswerIsLostIsDoneThoughTheNextClaimHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := &faultAPI{API: newMemStore()}
+		ctx := context.Background()
+		var st starts
+		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		first := st.list()
+		ls, err := l.Claim(ctx, taskReq("q"), id, first[0].Mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var other starts
+		l2 := New(db, "leases", Options{InstanceID: "b", OnTaskStart: other.hook})
+		var next *Lease
+		db.arm(rule{match: writes("REMOVE", ticketClaim), fate: lose, after: func() {
+			time.Sleep(50 * time.Millisecond)
+			if err := l2.StartDue(ctx, taskReq("q")); err != nil {
+				t.Error(err)
+				return
+			}
+			got := other.list()
+			if len(got) != 1 {
+				t.Errorf("starts after the unclaim landed: %+v; want one", got)
+				return
+			}
+			var err error
+			if next, err = l2.Claim(ctx, taskReq("q"), id, got[0].Mark); err != nil {
+				t.Errorf("the next worker's claim: %v", err)
+			}
+		}})
+		if err := ls.Unclaim(ctx); err != nil {
+			t.Errorf("Unclaim whose first attempt landed: %v; want nil", err)
+		}
+		if next == nil {
+			t.Fatal("no next claim")
+		}
+		v := itemView(t, db, "srv")
+		if tk := v.ticketFor(id); tk == nil || tk.claim != next.claim || v.leases[id] != next.exps[0] {
+			t.Fatalf("the next claim's lease or ticket was touched: %+v, lease %d", tk, v.leases[id])
+		}
+	})
+}
+
+// A task's worker that claimed its place as the probe of its principal's
+// half-open breaker entry and gives it back before its call (Unclaim)
+// told the upstream nothing: its ticket waits again, and its task gets a
+// worker at once (invariant 16), which probes. The release's bar on an
+// abandoned probe (its principal may not probe for Recovery) would pass
+// the task over for Recovery, though no call was made, and with it every
+// call of the principal, whose own entry only it can probe.
+func TestAnUnclaimedProbeLeavesTheTaskItsProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		var st starts
+		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		br := &Breaker{Name: "t", Threshold: 1, Recovery: time.Minute}
+		r := taskReq("q")
+		r.Tool, r.Breaker = "t", br
+		ls, err := l.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ls.Finish(ctx, Failure); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(br.Recovery + time.Second) // half-open: q's next call probes
+		id := enqueue(t, l, r, "task-1")
+		first := st.list()
+		if len(first) != 1 {
+			t.Fatalf("starts: %+v; want one (the task is the probe)", first)
+		}
+		claim, err := l.Claim(ctx, r, id, first[0].Mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(claim.probes) == 0 {
+			t.Fatal("the claim is not the breaker's probe")
+		}
+		if err := claim.Unclaim(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := st.list()
+		if len(got) != 2 {
+			t.Fatalf("starts after the unclaim: %+v; want the next worker's at once", got)
+		}
+		next, err := l.Claim(ctx, r, id, got[1].Mark)
+		if err != nil {
+			t.Fatalf("the next worker's claim: %v; want the place, as the probe", err)
+		}
+		_, _ = next.Finish(ctx, Success)
+	})
+}
+
+// The same out of time along the way: the worker's first take fails on
+// the store (a reset connection, the write not applied) and CallBy passes
+// while it reads again. Its next take is never made: the claim must leave
+// the task its turn (ErrStartLapsed, the next worker started), not fail it
+// with a WaitTimeoutError its start's mark outlives.
+func TestAClaimRunningOutOfTimeBetweenTakesKeepsTheTasksTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := &faultAPI{API: newMemStore()}
+		var st starts
+		l := New(db, "leases", Options{InstanceID: "a", OnTaskStart: st.hook})
+		id := enqueue(t, l, taskReq("q"), "task-1")
+		first := st.list()
+		r := taskReq("q")
+		r.CallBy = time.Now().Add(time.Second)
+		db.arm(rule{match: writes("SET", ticketClaim), fate: hold, after: func() { time.Sleep(2 * time.Second) }})
+		ls, err := l.Claim(context.Background(), r, id, first[0].Mark)
+		if ls != nil {
+			t.Fatalf("a claim with no time left holds %s", ls.ID())
+		}
+		if !errors.Is(err, ErrStartLapsed) {
+			t.Errorf("claim whose CallBy passed between its takes: %v; want ErrStartLapsed", err)
+		}
+		if got := st.list(); len(got) < 2 {
+			t.Errorf("no next worker started (starts %+v)", got)
+		}
+	})
+}
