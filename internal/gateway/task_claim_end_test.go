@@ -80,36 +80,41 @@ func TestAWorkerEndingInItsClaimLeavesItsTaskQueued(t *testing.T) {
 	}
 }
 
-// Claim in run: a worker whose claim's take lands as its time ends — its
-// context ended, the answer in hand or lost with it (an outcome unknown to
-// the worker), or the answer come past its CallBy (its deadline less the
-// answer's reserve), no time left for the call — makes no call and gives
-// the place back, so that the ticket is not left claimed (no turn, no
+// Claim in run: a worker whose time ends as it claims — its context ended
+// as its take lands, the answer in hand or lost with it (an outcome
+// unknown to the worker), or its CallBy (its deadline less the answer's
+// reserve) passed as the take's answer came or before its take was made,
+// no time left for the call — makes no call and gives the place back (or
+// its start's mark), so that the ticket is not left claimed (no turn, no
 // start) until the lease lapses, the task's whole timeout and the margin
 // later: the task stays queued, and the next worker, started at once,
-// runs it with one call. (Before, the answer past CallBy completed the
-// task with a QUEUE_TIMEOUT error, no call made.)
-func TestAWorkerWhoseClaimLandsAsItsTimeEndsGivesItsPlaceBack(t *testing.T) {
+// runs it with one call. (Before, CallBy passed completed the task with a
+// QUEUE_TIMEOUT error, no call made.)
+func TestAWorkerWhoseTimeEndsAsItClaimsLeavesTheTaskToTheNext(t *testing.T) {
 	for _, c := range []struct {
 		name   string
+		left   time.Duration // the worker's time, from its start
 		landed func(cancel context.CancelFunc, callBy time.Time) error
 	}{
-		{"context ended", func(cancel context.CancelFunc, _ time.Time) error { cancel(); return nil }},
-		{"context ended, answer lost", func(cancel context.CancelFunc, _ time.Time) error { cancel(); return context.Canceled }},
-		{"answer past CallBy", func(_ context.CancelFunc, callBy time.Time) error {
+		{"context ended", DefaultAnswerReserve + 2*time.Second, func(cancel context.CancelFunc, _ time.Time) error { cancel(); return nil }},
+		{"context ended, answer lost", DefaultAnswerReserve + 2*time.Second, func(cancel context.CancelFunc, _ time.Time) error { cancel(); return context.Canceled }},
+		{"answer past CallBy", DefaultAnswerReserve + 2*time.Second, func(_ context.CancelFunc, callBy time.Time) error {
 			time.Sleep(time.Until(callBy) + 100*time.Millisecond) // the invocation's time not yet over
 			return nil
 		}},
+		{"CallBy past before its take", DefaultAnswerReserve - 50*time.Millisecond, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			leases := &lateEnd{}
 			h, store, env, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
 			ts := starts()[0]
-			deadline := time.Now().Add(DefaultAnswerReserve + 2*time.Second)
+			deadline := time.Now().Add(c.left)
 			ctx, cancel := context.WithDeadline(context.WithValue(context.Background(), workerKey{}, "late"), deadline)
 			defer cancel()
 			leases.mu.Lock()
-			leases.ticket, leases.landed = ts.Ticket, func() error { return c.landed(cancel, deadline.Add(-DefaultAnswerReserve)) }
+			if c.landed != nil {
+				leases.ticket, leases.landed = ts.Ticket, func() error { return c.landed(cancel, deadline.Add(-DefaultAnswerReserve)) }
+			}
 			leases.mu.Unlock()
 			err := h.gw.RunTask(ctx, ts)
 			r, gerr := store.Get(context.Background(), id)
