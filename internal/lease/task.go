@@ -274,14 +274,6 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrNotYourTurn
 		}
-		if a.req.hold(time.Now()) <= 0 {
-			// No time left for the call (its worker's CallBy passed): the
-			// turn goes to the next start at once, as from a take landing
-			// past it.
-			v = l.clearStart(ctx, req.Key, v, t, mark)
-			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
-			return nil, ErrStartLapsed
-		}
 		if tries >= eagerRetries && (t.started != mark || l.clock().UnixMilli()-mark >= StartTimeout.Milliseconds()) {
 			// Its start is no longer the ticket's (another was made, or
 			// the mark given back by another worker of it), or another
@@ -303,6 +295,14 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		if ls != nil {
 			l.stats.acquired.Add(1)
 			return ls, err
+		}
+		if _, late := errors.AsType[*WaitTimeoutError](err); late {
+			// No time left for the call (its worker's CallBy passed before
+			// the take was made): the turn goes to the next start at once,
+			// as from a take landing past it.
+			v = l.clearStart(ctx, req.Key, v, t, mark)
+			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
+			return nil, ErrStartLapsed
 		}
 		if err != nil {
 			return nil, err
