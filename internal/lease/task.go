@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -184,8 +183,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		// Failed otherwise than on what a view showed of the ticket (a
 		// store error, its context ended): a take of it whose answer was
 		// lost may hold the place, claimed until its lease lapses.
-		if err != nil && len(a.unsure) > 0 && !errors.Is(err, ErrNotYourTurn) && !errors.Is(err, ErrStartLapsed) &&
-			!errors.Is(err, ErrClaimed) && !errors.Is(err, ErrNoTicket) {
+		if err != nil && len(a.unsure) > 0 && !slices.ContainsFunc(claimVerdicts, func(e error) bool { return errors.Is(err, e) }) {
 			a.unclaimUnsure(ctx)
 		}
 	}()
@@ -270,8 +268,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			continue
 		}
 		if !served {
-			v = l.clearStart(ctx, req.Key, v, t, mark)
-			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
+			l.passTurn(ctx, req.Key, v, t, mark, a.req)
 			return nil, ErrNotYourTurn
 		}
 		if tries >= eagerRetries && (t.started != mark || l.clock().UnixMilli()-mark >= StartTimeout.Milliseconds()) {
@@ -300,8 +297,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			// No time left for the call (its worker's CallBy passed before
 			// the take was made): the turn goes to the next start at once,
 			// as from a take landing past it.
-			v = l.clearStart(ctx, req.Key, v, t, mark)
-			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
+			l.passTurn(ctx, req.Key, v, t, mark, a.req)
 			return nil, ErrStartLapsed
 		}
 		if err != nil {
@@ -309,6 +305,28 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		}
 		v = nv
 	}
+}
+
+// claimVerdicts are Claim's failures on what it read of the ticket.
+var claimVerdicts = []error{ErrNotYourTurn, ErrStartLapsed, ErrClaimed, ErrNoTicket}
+
+// passTurn takes back start mark of ticket t, if it is still there, and
+// starts from the answer (v without one) the tasks whose turn has come
+// under req's rules: for a worker that leaves its task's turn, or finds
+// it not come.
+func (l *Limiter) passTurn(ctx context.Context, key string, v *view, t *ticket, mark int64, req Request) {
+	if mark != 0 && t.started == mark {
+		u := newUpdate()
+		sp := u.path(TicketsAttr, t.id) + "." + u.path(ticketStarted)
+		u.remove(sp)
+		u.cond(sp + " = " + u.num(mark))
+		u.ttl(t.deadline)
+		if nv, _ := l.write(ctx, key, u, nil); nv != nil {
+			v = nv
+		}
+		l.board(key).forgetStart(t.id)
+	}
+	_ = l.startDue(ctx, key, v, req.rules(v))
 }
 
 // unclaimUnsure gives back, keeping the ticket, the place a take of this
@@ -458,22 +476,6 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 		}
 	}
 	return err == nil
-}
-
-// clearStart takes back start mark of ticket t, if it is still there,
-// and returns the item as its answer shows it (v without one).
-func (l *Limiter) clearStart(ctx context.Context, key string, v *view, t *ticket, mark int64) *view {
-	if mark == 0 || t.started != mark {
-		return v
-	}
-	u := newUpdate()
-	sp := u.path(TicketsAttr, t.id) + "." + u.path(ticketStarted)
-	u.remove(sp)
-	u.cond(sp + " = " + u.num(mark))
-	u.ttl(t.deadline)
-	nv, _ := l.write(ctx, key, u, nil)
-	l.board(key).forgetStart(t.id)
-	return cmp.Or(nv, v)
 }
 
 // maxNamed bounds the tickets a join's reserve condition names as waiting
