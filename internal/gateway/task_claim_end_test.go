@@ -52,7 +52,7 @@ func (e *endingLeases) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // the task's call (none was made).
 func TestAWorkerEndingInItsClaimLeavesItsTaskQueued(t *testing.T) {
 	leases := &endingLeases{}
-	h, store, _, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+	h, store, _, up, id, starts := newTaskHarness(t, Options{}, func(api lease.API) lease.API { leases.API = api; return leases })
 	ts := starts()[0]
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "ending"))
 	defer cancel()
@@ -91,29 +91,32 @@ func TestAWorkerEndingInItsClaimLeavesItsTaskQueued(t *testing.T) {
 // runs it with one call. (Before, CallBy passed completed the task with a
 // QUEUE_TIMEOUT error, no call made.)
 func TestAWorkerWhoseTimeEndsAsItClaimsLeavesTheTaskToTheNext(t *testing.T) {
+	// The answer's reserve: what is left of the worker's time once CallBy
+	// has passed, for its give-back (seconds: the race detector is slow).
+	const reserve = 3 * time.Second
 	for _, c := range []struct {
 		name   string
 		left   time.Duration // the worker's time, from its start
 		landed func(cancel context.CancelFunc, callBy time.Time) error
 	}{
-		{"context ended", DefaultAnswerReserve + 2*time.Second, func(cancel context.CancelFunc, _ time.Time) error { cancel(); return nil }},
-		{"context ended, answer lost", DefaultAnswerReserve + 2*time.Second, func(cancel context.CancelFunc, _ time.Time) error { cancel(); return context.Canceled }},
-		{"answer past CallBy", DefaultAnswerReserve + 2*time.Second, func(_ context.CancelFunc, callBy time.Time) error {
+		{"context ended", reserve + 2*time.Second, func(cancel context.CancelFunc, _ time.Time) error { cancel(); return nil }},
+		{"context ended, answer lost", reserve + 2*time.Second, func(cancel context.CancelFunc, _ time.Time) error { cancel(); return context.Canceled }},
+		{"answer past CallBy", reserve + 2*time.Second, func(_ context.CancelFunc, callBy time.Time) error {
 			time.Sleep(time.Until(callBy) + 100*time.Millisecond) // the invocation's time not yet over
 			return nil
 		}},
-		{"CallBy past before its take", DefaultAnswerReserve - 50*time.Millisecond, nil},
+		{"CallBy past before its take", reserve - 50*time.Millisecond, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			leases := &lateEnd{}
-			h, store, env, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { leases.API = api; return leases })
+			h, store, env, up, id, starts := newTaskHarness(t, Options{AnswerReserve: reserve}, func(api lease.API) lease.API { leases.API = api; return leases })
 			ts := starts()[0]
 			deadline := time.Now().Add(c.left)
 			ctx, cancel := context.WithDeadline(context.WithValue(context.Background(), workerKey{}, "late"), deadline)
 			defer cancel()
 			leases.mu.Lock()
 			if c.landed != nil {
-				leases.ticket, leases.landed = ts.Ticket, func() error { return c.landed(cancel, deadline.Add(-DefaultAnswerReserve)) }
+				leases.ticket, leases.landed = ts.Ticket, func() error { return c.landed(cancel, deadline.Add(-reserve)) }
 			}
 			leases.mu.Unlock()
 			err := h.gw.RunTask(ctx, ts)
@@ -175,12 +178,12 @@ func awaitSettled(t *testing.T, store *tasks.Store, id string) *tasks.Record {
 	}
 }
 
-// newTaskHarness is a harness running gateway tasks with its limiter's
+// newTaskHarness is a harness (opts) running gateway tasks with its limiter's
 // requests going through leases (given the store's client), and a task of
 // the batch server's work tool made, its one start recorded, not run. It
 // returns the task's id, the upstream, and the starts recorded so far (the
 // first of them the task's).
-func newTaskHarness(t *testing.T, leases func(lease.API) lease.API) (h *harness, store *tasks.Store, env *storetest.Env, up *testkit.Batch, id string, starts func() []lease.TaskStart) {
+func newTaskHarness(t *testing.T, opts Options, leases func(lease.API) lease.API) (h *harness, store *tasks.Store, env *storetest.Env, up *testkit.Batch, id string, starts func() []lease.TaskStart) {
 	t.Helper()
 	var (
 		mu  sync.Mutex
@@ -191,7 +194,7 @@ func newTaskHarness(t *testing.T, leases func(lease.API) lease.API) (h *harness,
 		defer mu.Unlock()
 		got = append(got, ts)
 	}
-	h = newHarnessDeps(t, Options{}, func(d *Deps, e *storetest.Env) {
+	h = newHarnessDeps(t, opts, func(d *Deps, e *storetest.Env) {
 		env = e
 		store = &tasks.Store{DB: e.Client, Table: e.Tables.Tasks}
 		d.Limiter = lease.New(leases(e.Client), e.Tables.Leases, lease.Options{OnTaskStart: start})

@@ -91,7 +91,7 @@ func (f *flakyReads) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 // any store error before the call. It is no outcome of the task's.
 func TestAStoreErrorInAClaimLeavesTheTaskQueued(t *testing.T) {
 	flaky := &flakyReads{}
-	h, store, _, up, id, starts := newTaskHarness(t, func(api lease.API) lease.API { flaky.API = api; return flaky })
+	h, store, _, up, id, starts := newTaskHarness(t, Options{}, func(api lease.API) lease.API { flaky.API = api; return flaky })
 	ts := starts()[0]
 	flaky.ticket = ts.Ticket
 	err := h.gw.RunTask(context.WithValue(context.Background(), workerKey{}, "flaky"), ts)
