@@ -499,7 +499,12 @@
 // TestUnclaimLeavesTheTicketWaitingAtItsNumber). An Unclaim retried after
 // an unknown outcome that finds the lease gone, or its ticket claimed
 // again, before Margin from its expiry has landed
-// (TestAnUnclaimWhoseAnswerIsLostIsDoneThoughTheNextClaimHolds). A claim
+// (TestAnUnclaimWhoseAnswerIsLostIsDoneThoughTheNextClaimHolds); one that
+// finds the ticket gone leaves the lease, which may be a later claim's of
+// the same expiry (TestALostUnclaimsPlainRetryDoesNotReleaseTheNextClaim).
+// A release or Unclaim refused as not its own starts the tasks whose turn
+// its answer shows come: its write may have landed unseen
+// (TestAGiveBackOfALateTakeWhoseAnswerIsLostStartsTheNextWorker). A claim
 // failing otherwise than on what it read of the ticket (a store error, its
 // context ended) after a take of unknown outcome reads the item once, with
 // a context of its own bounded as a waiter's leave is, and gives back so

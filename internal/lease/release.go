@@ -72,7 +72,9 @@ func (ls *Lease) Finish(ctx context.Context, outcome Outcome) (Transition, error
 // starts the next worker when its turn has come (see Tasks in the
 // package doc): for a worker that claimed the place and made no call (its
 // invocation's time too short, its record not marked). A ticket gone
-// meanwhile (past its deadline) leaves it a plain release. ErrNotHeld as
+// meanwhile (past its deadline) leaves it a plain release, unless an
+// attempt of its own had an unknown outcome: then the lease, which may be
+// a later claim's of the same expiry, is left (ErrNotHeld). ErrNotHeld as
 // Finish; a lease that is no task's is refused.
 func (ls *Lease) Unclaim(ctx context.Context) error {
 	if !ls.task {
@@ -106,12 +108,16 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 			return u, nil
 		}, func() { unsure = true })
 		if errors.Is(err, errCondition) {
+			// No ticket left to keep: after an unknown outcome the lease
+			// may be a later claim's of the same expiry, which only the
+			// ticket told apart.
+			lost := keep && v.ticketFor(ls.id) == nil
 			switch {
-			case keep && v.leases[ls.id] != 0 && v.ticketFor(ls.id) == nil:
-				// No ticket left to keep: released as any other.
+			case lost && v.leases[ls.id] != 0 && !unsure:
+				// Released as any other.
 				keep = false
 				continue
-			case v.leases[ls.id] != 0 && (!ls.task || ls.heldIn(v)):
+			case v.leases[ls.id] != 0 && (!ls.task || ls.heldIn(v)) && !lost:
 				// Made again from the answer: no purge, and after maxEager
 				// tries only its probes' verdicts.
 				probes = v.stillProbes(probes, ls.id)
@@ -126,6 +132,10 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 				// place since claimed again, its ticket kept): it landed.
 				err = nil
 			default:
+				// Not its own (or, lost, maybe not): its write may have
+				// landed unseen all the same, and the place it gave back be
+				// a task's turn.
+				_ = l.startDue(ctx, ls.req.Key, v, ls.req.rules(v))
 				return NoTransition, ErrNotHeld
 			}
 		}

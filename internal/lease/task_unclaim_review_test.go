@@ -331,3 +331,128 @@ func TestAProbeOutOfTimeAtItsClaimDoesNotBarItsTask(t *testing.T) {
 		}
 	})
 }
+
+// Tasks (doc.go) and invariant 16: a place given back before its call
+// leaves the ticket waiting with no start, so that its task gets a worker
+// at once. A give-back of a take landing past CallBy whose answer is lost
+// after it landed is retried and refused; as its lease's expiry was made
+// from the little time that was left, the retry cannot count as done (it
+// is within Margin of the expiry), but the next worker is started from
+// the refusal's answer all the same.
+func TestAGiveBackOfALateTakeWhoseAnswerIsLostStartsTheNextWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		id, start := startedTask(t, mem)
+		n := mRead(rawItem(t, mem, "srv")).tickets[id].n
+		late := &landedTakeStore{API: mem, id: id, landed: func() error { time.Sleep(50 * time.Millisecond); return nil }}
+		db := &faultAPI{API: late}
+		db.arm(rule{match: writes("REMOVE", ticketClaim), fate: lose})
+		var st starts
+		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
+		req := taskReq("q")
+		req.CallBy = time.Now().Add(20 * time.Millisecond)
+		ls, err := w.Claim(context.Background(), req, id, start.Mark)
+		if ls != nil || !errors.Is(err, ErrStartLapsed) {
+			t.Fatalf("claim: %v, %v; want ErrStartLapsed", ls, err)
+		}
+		waitsUnclaimed(t, mem, id, n)
+		if tk := mRead(rawItem(t, mem, "srv")).tickets[id]; tk != nil && tk.s != 0 {
+			return // marked: a worker was started
+		}
+		if got := st.list(); len(got) != 1 || got[0].Ticket != id {
+			t.Fatalf("starts after the place came back: %+v; want the next one of %s (the ticket waits with no start)", got, id)
+		}
+	})
+}
+
+// The same for a worker's own Unclaim made once its call deadline has
+// passed (the lease within Margin of its expiry): the retry after the lost
+// answer may report ErrNotHeld, and the next worker is started from the
+// item it is answered with.
+func TestALateUnclaimWhoseAnswerIsLostStartsTheNextWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		id, start := startedTask(t, mem)
+		n := mRead(rawItem(t, mem, "srv")).tickets[id].n
+		db := &faultAPI{API: mem}
+		var st starts
+		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
+		ls, err := w.Claim(context.Background(), taskReq("q"), id, start.Mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(ls.CallDeadline)) // its call deadline reached: no call made
+		db.arm(rule{match: writes("REMOVE", ticketClaim), fate: lose})
+		_ = ls.Unclaim(context.Background())
+		waitsUnclaimed(t, mem, id, n)
+		if tk := mRead(rawItem(t, mem, "srv")).tickets[id]; tk != nil && tk.s != 0 {
+			return
+		}
+		if got := st.list(); len(got) != 1 || got[0].Ticket != id {
+			t.Fatalf("starts after the place came back: %+v; want the next one of %s (the ticket waits with no start)", got, id)
+		}
+	})
+}
+
+// Unclaim (doc.go, Tasks) and invariant 16, at most one place at a time
+// to a task: a give-back lands and its answer is lost; before its retry
+// the next worker claims the ticket with the same expiry (the same clock
+// millisecond, the same hold), and the ticket then lapses at its task's
+// deadline and is purged while the next worker's call runs. The retry,
+// refused, finds no ticket to keep, and with it nothing to tell its own
+// lease from the next worker's: it leaves the lease (ErrNotHeld), where a
+// plain release would remove the place of a call still running.
+func TestALostUnclaimsPlainRetryDoesNotReleaseTheNextClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMemStore()
+		deadline := time.Now().Add(2 * time.Second)
+		id, start := startedTaskUntil(t, mem, deadline)
+		db := &faultAPI{API: mem}
+		w := New(db, "leases", Options{InstanceID: "w"})
+		ls, err := w.Claim(context.Background(), taskReq("q"), id, start.Mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st starts
+		other := New(mem, "leases", Options{InstanceID: "o", OnTaskStart: st.hook})
+		var next *Lease
+		db.arm(rule{match: writes("REMOVE", ticketClaim), fate: lose, after: func() {
+			if err := other.StartDue(context.Background(), taskReq("q")); err != nil {
+				t.Error(err)
+				return
+			}
+			got := st.list()
+			if len(got) != 1 {
+				t.Errorf("starts after the give-back landed: %+v; want one", got)
+				return
+			}
+			var err error
+			if next, err = other.Claim(context.Background(), taskReq("q"), id, got[0].Mark); err != nil {
+				t.Errorf("the next worker's claim: %v", err)
+				return
+			}
+			// The task's deadline passes while the next call runs; its
+			// ticket lapses and is purged (here by hand, as a purge does).
+			time.Sleep(time.Until(deadline.Add(DefaultMargin + time.Millisecond)))
+			u := newUpdate()
+			u.removeTicket(id, "q", mRead(rawItem(t, mem, "srv")).tickets[id].n, true)
+			u.ttl(time.Now().UnixMilli())
+			if _, err := other.write(context.Background(), "srv", u, nil); err != nil {
+				t.Error(err)
+			}
+		}})
+		_ = ls.Unclaim(context.Background())
+		if next == nil {
+			t.Fatal("no next claim")
+		}
+		if next.exps[0] != ls.exps[0] {
+			t.Fatalf("the claims' expiries differ (%d, %d): the case is not made", next.exps[0], ls.exps[0])
+		}
+		if exp, held := mRead(rawItem(t, mem, "srv")).leases[id]; !held || exp != next.exps[0] {
+			t.Errorf("the next worker's place, its call running, was released by the first worker's retried give-back (lease %d, held %v)", exp, held)
+		}
+		if _, err := next.Finish(context.Background(), Success); err != nil {
+			t.Errorf("the next worker's release: %v", err)
+		}
+	})
+}
