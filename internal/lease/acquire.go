@@ -27,10 +27,6 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		return nil, err
 	}
 	ls.Waited, ls.since, ls.QueuedBehind = time.Since(a.start), time.Now(), a.behind
-	l.stats.acquired.Add(1)
-	if ls.Probe() {
-		l.stats.probes.Add(1)
-	}
 	return ls, nil
 }
 
@@ -479,9 +475,9 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 type judgedKey struct{}
 
 // lease completes the acquire with the lease the item shows this attempt
-// holding, expiring at exp. A place with no time left for the call is
-// given back: a task's keeping its ticket for the next worker
-// (ErrStartLapsed).
+// holding, expiring at exp, counted as granted. A place with no time left
+// for the call is given back, within withdrawBudget whatever ctx's end: a
+// task's keeping its ticket for the next worker (ErrStartLapsed).
 func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error) {
 	localNow := time.Now()
 	deadline := localNow.Add(time.UnixMilli(exp).Sub(a.l.clock()) - a.l.margin)
@@ -498,7 +494,13 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error)
 			}
 		}
 	}
+	a.l.stats.acquired.Add(1)
+	if ls.Probe() {
+		a.l.stats.probes.Add(1)
+	}
 	if !deadline.After(localNow) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
+		defer cancel()
 		if a.task {
 			_ = ls.Unclaim(ctx)
 			return nil, ErrStartLapsed

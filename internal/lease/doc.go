@@ -496,9 +496,13 @@
 // next worker (TestAClaimOutOfItsWorkersTimeKeepsTheTasksTicket,
 // TestAClaimOutOfTimeBeforeItsTakeKeepsTheTasksTurn,
 // TestAClaimRunningOutOfTimeBetweenTakesKeepsTheTasksTurn,
-// TestUnclaimLeavesTheTicketWaitingAtItsNumber). An Unclaim retried after
-// an unknown outcome that finds the lease gone, or its ticket claimed
-// again, before Margin from its expiry has landed
+// TestUnclaimLeavesTheTicketWaitingAtItsNumber); both are made with a
+// context of their own bounded by withdrawBudget, the worker's having
+// often ended with its CallBy
+// (TestAClaimLandingPastCallByWithItsContextEndedGivesItsPlaceBack,
+// TestAClaimOutOfTimeBeforeItsTakeWithItsContextEndedPassesTheTurn). An
+// Unclaim retried after an unknown outcome that finds the lease gone, or
+// its ticket claimed again, before Margin from its expiry has landed
 // (TestAnUnclaimWhoseAnswerIsLostIsDoneThoughTheNextClaimHolds); one that
 // finds the ticket gone leaves the lease, which may be a later claim's of
 // the same expiry (TestALostUnclaimsPlainRetryDoesNotReleaseTheNextClaim).

@@ -10,7 +10,9 @@ type Stats struct {
 	// Writes and Reads count every UpdateItem attempt and GetItem sent;
 	// FailedWrites the writes whose condition failed (still billed).
 	Writes, FailedWrites, Reads int64
-	// Acquired and Released count granted and given-back leases.
+	// Acquired and Released count granted and given-back leases (a place
+	// granted with no time left, given back inside Acquire or Claim,
+	// counts as both).
 	Acquired, Released int64
 	// Tickets counts callers that joined the queue; Purged the writes made
 	// only to purge; Shed the requests refused at once (a cap or the queue
@@ -18,7 +20,8 @@ type Stats struct {
 	// their whole budget; RateLimited those a bucket refused.
 	Tickets, Purged, Shed, WaitTimeouts, RateLimited int64
 	// CircuitOpen counts acquires refused by an open breaker; Probes the
-	// half-open probes granted; Transitions the breaker changes made.
+	// half-open probes granted (claims' too); Transitions the breaker
+	// changes made.
 	CircuitOpen, Probes, Transitions int64
 }
 

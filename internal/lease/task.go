@@ -290,7 +290,6 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		seen = false
 		ls, nv, err := a.take(ctx, v, h, bypass, now)
 		if ls != nil {
-			l.stats.acquired.Add(1)
 			return ls, err
 		}
 		if _, late := errors.AsType[*WaitTimeoutError](err); late {
@@ -313,8 +312,11 @@ var claimVerdicts = []error{ErrNotYourTurn, ErrStartLapsed, ErrClaimed, ErrNoTic
 // passTurn takes back start mark of ticket t, if it is still there, and
 // starts from the answer (v without one) the tasks whose turn has come
 // under req's rules: for a worker that leaves its task's turn, or finds
-// it not come.
+// it not come, within withdrawBudget whatever ctx's end (its invocation's
+// time may be what ends the claim).
 func (l *Limiter) passTurn(ctx context.Context, key string, v *view, t *ticket, mark int64, req Request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
+	defer cancel()
 	if mark != 0 && t.started == mark {
 		u := newUpdate()
 		sp := u.path(TicketsAttr, t.id) + "." + u.path(ticketStarted)
