@@ -99,14 +99,7 @@ func TestAClaimLandingPastCallByWithItsContextEndedGivesItsPlaceBack(t *testing.
 func TestAnUnclaimLostBeforeTheNextClaimIsDoneAndLeavesIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := newMemStore()
-		id, start := startedTask(t, mem)
-		db := &endedCtxStore{API: mem}
-		var st starts
-		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
-		ls, err := w.Claim(context.Background(), taskReq("q"), id, start.Mark)
-		if err != nil {
-			t.Fatal(err)
-		}
+		db, st, id, ls := claimedThrough(t, mem)
 		var bst starts
 		b := New(mem, "leases", Options{InstanceID: "b", OnTaskStart: bst.hook})
 		var next *Lease
@@ -250,14 +243,7 @@ func TestAClaimFoundLandedAfterALostAnswerCountsAsAcquired(t *testing.T) {
 func TestAnUnclaimLostBeforeAWithdrawalIsDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := newMemStore()
-		id, start := startedTask(t, mem)
-		db := &endedCtxStore{API: mem}
-		var st starts
-		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
-		ls, err := w.Claim(context.Background(), taskReq("q"), id, start.Mark)
-		if err != nil {
-			t.Fatal(err)
-		}
+		db, st, id, ls := claimedThrough(t, mem)
 		b := New(mem, "leases", Options{InstanceID: "b"})
 		db.mu.Lock()
 		db.match = func(in *dynamodb.UpdateItemInput) bool { return isUnclaimOf(in, id) }
@@ -279,4 +265,19 @@ func TestAnUnclaimLostBeforeAWithdrawalIsDone(t *testing.T) {
 			t.Errorf("starts %+v for a withdrawn task", got)
 		}
 	})
+}
+
+// claimedThrough starts a task on mem and has a worker claim it through
+// an endedCtxStore over mem, the worker's limiter recording its starts in
+// st: it returns the store, st, the ticket and the claim's lease.
+func claimedThrough(t *testing.T, mem *memStore) (db *endedCtxStore, st *starts, id string, ls *Lease) {
+	t.Helper()
+	id, start := startedTask(t, mem)
+	db, st = &endedCtxStore{API: mem}, &starts{}
+	w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
+	ls, err := w.Claim(context.Background(), taskReq("q"), id, start.Mark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, st, id, ls
 }
