@@ -509,14 +509,19 @@
 // A release or Unclaim refused as not its own starts the tasks whose turn
 // its answer shows come: its write may have landed unseen
 // (TestAGiveBackOfALateTakeWhoseAnswerIsLostStartsTheNextWorker). A claim
-// failing otherwise than on what it read of the ticket (a store error, its
-// context ended) after a take of unknown outcome reads the item once, with
-// a context of its own bounded as a waiter's leave is, and gives back so
-// the place that take holds when the item shows it (one of its expiries,
-// the ticket naming its claim), rather than leave the ticket claimed until
-// the lease lapses
+// failing after a take of unknown outcome, unless on finding the place
+// another claim's (ErrClaimed), reads the item once, with a context of its
+// own bounded as a waiter's leave is, and gives back so the place that
+// take holds when the item shows it (one of its expiries, the ticket
+// naming its claim), whether it landed before or after what the claim last
+// read, rather than leave the ticket claimed until the lease lapses
 // (TestAClaimEndingOnATakeOfUnknownOutcomeGivesItsPlaceBack,
-// TestAClaimEndingOnALostTakeLeavesAnothersClaim).
+// TestAClaimOutOfTimeAfterALateLandingTakeGivesItsPlaceBack,
+// TestAClaimEndingOnALostTakeLeavesAnothersClaim). One whose context ended
+// before a take could be made gives its start's mark back and starts the
+// next worker, as for a take refused for want of time
+// (TestAClaimOutOfTimeInABackOffPassesTheTurn); a store error leaves the
+// mark, the next start StartTimeout on being its pause.
 //
 // Withdraw removes a task's ticket while it is not claimed (ADD 1 to
 // freed, conditioned on its number and on no lease of its id, or on the

@@ -179,12 +179,26 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 	}
 	a := l.newAttempt(req, id, true)
 	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
+	var (
+		last  *ticket // the ticket as last judged, in lastV
+		lastV *view
+	)
 	defer func() {
-		// Failed otherwise than on what a view showed of the ticket (a
-		// store error, its context ended): a take of it whose answer was
-		// lost may hold the place, claimed until its lease lapses.
-		if err != nil && len(a.unsure) > 0 && !slices.ContainsFunc(claimVerdicts, func(e error) bool { return errors.Is(err, e) }) {
-			a.unclaimUnsure(ctx)
+		if err == nil || errors.Is(err, ErrClaimed) {
+			return
+		}
+		// A take of it whose answer was lost may hold the place (landed
+		// before or after what the claim last read), claimed until its
+		// lease lapses: given back, which starts the next worker.
+		if len(a.unsure) > 0 && a.unclaimUnsure(ctx) {
+			return
+		}
+		// Its context ended (its invocation's time, with its CallBy)
+		// before a take could be made: the turn goes to the next start at
+		// once, as for a take refused for want of time. (A store error
+		// leaves the mark: the next start, StartTimeout on, is its pause.)
+		if ctx.Err() != nil && last != nil && !slices.ContainsFunc(claimVerdicts, func(e error) bool { return errors.Is(err, e) }) {
+			l.passTurn(ctx, req.Key, lastV, last, mark, a.req)
 		}
 	}()
 	// A view this process saw since the start this worker runs was marked
@@ -249,6 +263,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			return nil, ErrNoTicket
 		}
 		a.n, a.joined = t.n, true
+		last, lastV = t, v
 		if held || a.mustPurge(v, now) {
 			// A lapsed claim's lease goes first, purged as any other's.
 			// Its answer is the next look (nothing sent: read again).
@@ -335,21 +350,23 @@ func (l *Limiter) passTurn(ctx context.Context, key string, v *view, t *ticket, 
 // claim whose answer was lost holds, if a read shows it there (the lease
 // at an expiry one of them set, the ticket naming this claim), as
 // Unclaim: within withdrawBudget, the claim's own context ended or not.
-func (a *attempt) unclaimUnsure(ctx context.Context) {
+// It reports whether it found that place.
+func (a *attempt) unclaimUnsure(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
 	defer cancel()
 	v, err := a.l.read(ctx, a.req.Key)
 	if err != nil {
-		return
+		return false
 	}
 	exp := v.leases[a.me.id]
 	if t := v.ticketFor(a.me.id); t == nil || t.claim != a.claim || !slices.Contains(a.unsure, exp) {
-		return
+		return false
 	}
 	// Given back by lease itself when its worker's time is out.
 	if ls, _ := a.lease(ctx, exp, v); ls != nil {
 		_ = ls.Unclaim(ctx)
 	}
+	return true
 }
 
 // Withdraw takes task taskID's ticket id out of key's queue while no
