@@ -75,20 +75,9 @@ func TestAClaimLandingPastCallByWithItsContextEndedGivesItsPlaceBack(t *testing.
 		id, start := startedTask(t, mem)
 		n := mRead(rawItem(t, mem, "srv")).tickets[id].n
 		db := &endedCtxStore{API: mem, match: isClaimTake, hook: func() error { time.Sleep(50 * time.Millisecond); return nil }}
-		var st starts
-		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
-		req := taskReq("q")
-		req.CallBy = time.Now().Add(20 * time.Millisecond)
-		ctx, cancel := context.WithDeadline(context.Background(), req.CallBy)
-		defer cancel()
-		ls, err := w.Claim(ctx, req, id, start.Mark)
-		if ls != nil || err == nil {
-			t.Fatalf("claim: %v, %v; want a failure (no time left for its call)", ls, err)
-		}
+		_, st, _ := claimShortOfTime(t, db, id, start.Mark, 20*time.Millisecond, true)
 		waitsUnclaimed(t, mem, id, n)
-		if got := st.list(); len(got) != 1 || got[0].Ticket != id {
-			t.Errorf("starts after the claim gave its place back: %+v; want the next one of %s", got, id)
-		}
+		nextStart(t, st, id)
 	})
 }
 
@@ -172,24 +161,11 @@ func TestAClaimOutOfTimeBeforeItsTakeWithItsContextEndedPassesTheTurn(t *testing
 		mem := newMemStore()
 		id, start := startedTask(t, mem)
 		db := &slowReadStore{endedCtxStore: endedCtxStore{API: mem}, slow: 50 * time.Millisecond}
-		var st starts
-		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
-		req := taskReq("q")
-		req.CallBy = time.Now().Add(20 * time.Millisecond)
-		ctx, cancel := context.WithDeadline(context.Background(), req.CallBy)
-		defer cancel()
-		ls, err := w.Claim(ctx, req, id, start.Mark)
-		if ls != nil || err == nil {
-			t.Fatalf("claim: %v, %v; want a failure (no time left for its call)", ls, err)
-		}
-		tk := mRead(rawItem(t, mem, "srv")).tickets[id]
-		got := st.list()
-		if tk.s == start.Mark {
+		_, st, err := claimShortOfTime(t, db, id, start.Mark, 20*time.Millisecond, true)
+		if tk := mRead(rawItem(t, mem, "srv")).tickets[id]; tk.s == start.Mark {
 			t.Errorf("claim failed with %v, the ticket still carries its start's mark %d: no worker before StartTimeout", err, tk.s)
 		}
-		if len(got) != 1 || got[0].Ticket != id {
-			t.Errorf("starts after the claim left its turn: %+v; want the next one of %s", got, id)
-		}
+		nextStart(t, st, id)
 	})
 }
 
@@ -202,12 +178,7 @@ func TestAPlaceGivenBackInsideClaimIsCountedOnBothSides(t *testing.T) {
 		mem := newMemStore()
 		id, start := startedTask(t, mem)
 		db := &landedTakeStore{API: mem, id: id, landed: func() error { time.Sleep(50 * time.Millisecond); return nil }}
-		w := New(db, "leases", Options{InstanceID: "w"})
-		req := taskReq("q")
-		req.CallBy = time.Now().Add(20 * time.Millisecond)
-		if _, err := w.Claim(context.Background(), req, id, start.Mark); err == nil {
-			t.Fatal("claim landed with no time left; want ErrStartLapsed")
-		}
+		w, _, _ := claimShortOfTime(t, db, id, start.Mark, 20*time.Millisecond, false)
 		if s := w.Stats(); s.Released > s.Acquired {
 			t.Errorf("stats: acquired %d, released %d: the leases held read %d", s.Acquired, s.Released, s.Acquired-s.Released)
 		}

@@ -77,17 +77,7 @@ func TestAClaimOutOfTimeAfterALateLandingTakeGivesItsPlaceBack(t *testing.T) {
 func TestAClaimOutOfTimeInABackOffPassesTheTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts, _, _, id, start := churnedTask(t, -1, time.Now().Add(time.Hour))
-		db := &endedCtxStore{API: ts}
-		var st starts
-		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
-		req := taskReq("q")
-		req.CallBy = time.Now().Add(300 * time.Millisecond)
-		ctx, cancel := context.WithDeadline(context.Background(), req.CallBy)
-		defer cancel()
-		ls, err := w.Claim(ctx, req, id, start.Mark)
-		if ls != nil || err == nil {
-			t.Fatalf("claim: %v, %v; want a failure (no time left for its call)", ls, err)
-		}
+		_, st, err := claimShortOfTime(t, &endedCtxStore{API: ts}, id, start.Mark, 300*time.Millisecond, true)
 		if ts.takes.Load() <= eagerRetries {
 			t.Fatalf("%d takes: the claim did not reach its back-offs", ts.takes.Load())
 		}
@@ -98,8 +88,6 @@ func TestAClaimOutOfTimeInABackOffPassesTheTurn(t *testing.T) {
 		if tk.s == start.Mark {
 			t.Errorf("claim failed with %v; the ticket still carries its start's mark %d: no worker before StartTimeout", err, tk.s)
 		}
-		if got := st.list(); len(got) != 1 || got[0].Ticket != id {
-			t.Errorf("starts after the claim ran out of time: %+v; want the next one of %s", got, id)
-		}
+		nextStart(t, st, id)
 	})
 }

@@ -61,20 +61,13 @@ func TestAClaimOutOfItsWorkersTimeKeepsTheTasksTicket(t *testing.T) {
 		id, start := startedTask(t, mem)
 		n := mRead(rawItem(t, mem, "srv")).tickets[id].n
 		db := &landedTakeStore{API: mem, id: id, landed: func() error { time.Sleep(50 * time.Millisecond); return nil }}
-		var st starts
-		w := New(db, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
-		req := taskReq("q")
-		req.CallBy = time.Now().Add(20 * time.Millisecond) // the worker's invocation is nearly over
-		ls, err := w.Claim(context.Background(), req, id, start.Mark)
-		if ls != nil || !errors.Is(err, ErrStartLapsed) {
-			t.Fatalf("claim: %v, %v; want ErrStartLapsed (no time left for its call)", ls, err)
+		// The worker's invocation is nearly over.
+		w, st, err := claimShortOfTime(t, db, id, start.Mark, 20*time.Millisecond, false)
+		if !errors.Is(err, ErrStartLapsed) {
+			t.Fatalf("claim: %v; want ErrStartLapsed (no time left for its call)", err)
 		}
 		waitsUnclaimed(t, mem, id, n)
-		got := st.list()
-		if len(got) != 1 || got[0].Ticket != id {
-			t.Fatalf("starts after the claim gave its place back: %+v; want the next one of %s", got, id)
-		}
-		ls, err = w.Claim(context.Background(), taskReq("q"), id, got[0].Mark)
+		ls, err := w.Claim(context.Background(), taskReq("q"), id, nextStart(t, st, id).Mark)
 		if err != nil {
 			t.Fatalf("the next worker's claim: %v", err)
 		}
@@ -450,4 +443,38 @@ func TestAClaimRunningOutOfTimeBetweenTakesKeepsTheTasksTurn(t *testing.T) {
 			t.Errorf("no next worker started (starts %+v)", got)
 		}
 	})
+}
+
+// claimShortOfTime has a worker over api, its starts recorded in the
+// starts returned, claim ticket id of start mark with left of its
+// invocation: its CallBy, and with ctxEnds its context's deadline, left
+// from now. The claim must fail: no time is left for its call.
+func claimShortOfTime(t *testing.T, api API, id string, mark int64, left time.Duration, ctxEnds bool) (*Limiter, *starts, error) {
+	t.Helper()
+	st := &starts{}
+	w := New(api, "leases", Options{InstanceID: "w", OnTaskStart: st.hook})
+	req := taskReq("q")
+	req.CallBy = time.Now().Add(left)
+	ctx := context.Background()
+	if ctxEnds {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.CallBy)
+		defer cancel()
+	}
+	ls, err := w.Claim(ctx, req, id, mark)
+	if ls != nil || err == nil {
+		t.Fatalf("claim with %v left: %v, %v; want a failure (no time left for its call)", left, ls, err)
+	}
+	return w, st, err
+}
+
+// nextStart returns the one start st recorded, failing t unless it is of
+// ticket id.
+func nextStart(t *testing.T, st *starts, id string) TaskStart {
+	t.Helper()
+	got := st.list()
+	if len(got) != 1 || got[0].Ticket != id {
+		t.Fatalf("starts after the claim left its place or turn: %+v; want the next one of %s", got, id)
+	}
+	return got[0]
 }
