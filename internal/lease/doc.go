@@ -398,7 +398,14 @@
 // claimed and released, withdrawn or lapsed (each moves freed), it would
 // run the task again; so after a join of unknown outcome Enqueue succeeds
 // when it finds the ticket or a lease of its id, joins again only while
-// freed is as that join saw it, and otherwise fails.
+// freed is as that join saw it, and otherwise fails. Its first join is
+// judged from a view this process saw within a second, when that view
+// shows nothing else to do (no ticket or lease of its id, nothing to mend
+// or purge, no gate or bucket refusing it), and otherwise from a read: a
+// join from a view behind the item is refused on freed, seq or its room,
+// and its answer is the next look. A join is not conditioned on the gates
+// and buckets it judged, so a task joining as one comes to refuse waits
+// it out, as a task that joined just before (TestAnEnqueueJoinsFromARecentView).
 //
 // Whoever sees a task's turn come — a release, a waiter behind it that is
 // not served in the same look (one served takes its place and leaves the
@@ -424,7 +431,7 @@
 // view behind the item costs a refused take whose answer is the next
 // look; whatever else such a view shows — the ticket claimed or gone, a
 // purge due, not its turn — is judged again from a read; a task's join
-// is not so conditioned, and Enqueue always judges it from a read) and
+// is not so conditioned: see above) and
 // conditioned on its number and, as any take, on the marks of the tasks
 // it passes, that sets the lease, keeps the ticket, names the claim in it
 // (w: 60 random bits) and takes its start mark away, so that a claim

@@ -331,6 +331,9 @@ func (s *sim) task(limiters []*Limiter, t *simTask) {
 	} else {
 		t.ticket = id
 		s.events["task enqueued"]++
+		if c.reads == 0 {
+			s.events["task enqueued with no read"]++
+		}
 	}
 	c.settle(simDone)
 	s.mu.Unlock()

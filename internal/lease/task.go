@@ -80,7 +80,16 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 	}
 	a := l.newAttempt(req, ticket, true)
 	a.taskID = taskID
-	var v *view
+	// A view this process saw within recentView stands in for the first
+	// read, to make a join only: one that shows anything else (the ticket
+	// or a lease of its id, a value to mend, a purge first, a refusal) is
+	// judged again from a read. A join from a view behind the item is
+	// refused on its freed, its numbering or its room, and its answer is
+	// the next look.
+	v := l.board(req.Key).recent(recentView)
+	if v != nil && !a.joinsFrom(v, deadline) {
+		v = nil
+	}
 	sent := int64(-1) // freed as the last join whose outcome was unknown saw it
 	for tries := 0; ; tries++ {
 		var err error
@@ -142,6 +151,16 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			return "", err
 		}
 	}
+}
+
+// joinsFrom reports whether v shows an enqueue nothing to do but join
+// before deadline: no ticket or lease of its id, nothing to mend or
+// purge, no gate or bucket refusing it.
+func (a *attempt) joinsFrom(v *view, deadline time.Time) bool {
+	now := a.now()
+	_, err := v.admits(a.req.Tool, a.me.breaker, a.me.label, now, nil)
+	return err == nil && v.ticketFor(a.me.id) == nil && v.leases[a.me.id] == 0 && !v.needsRepair() &&
+		rateLimited(v, a.req.Rates, now) == nil && !a.mustPurge(v, now) && time.Now().Before(deadline)
 }
 
 // MaxTaskID bounds the task id a ticket carries, in bytes.
