@@ -401,11 +401,21 @@
 // freed is as that join saw it, and otherwise fails. Its first join is
 // judged from a view this process saw within a second, when that view
 // shows nothing else to do (no ticket or lease of its id, nothing to mend
-// or purge, no gate or bucket refusing it), and otherwise from a read: a
-// join from a view behind the item is refused on freed, seq or its room,
-// and its answer is the next look. A join is not conditioned on the gates
-// and buckets it judged, so a task joining as one comes to refuse waits
-// it out, as a task that joined just before (TestAnEnqueueJoinsFromARecentView).
+// or purge, no gate or bucket refusing it), and otherwise from a read
+// (TestAnEnqueueJoinsFromARecentView). A join from a view behind the item
+// is refused on freed or its room, and its answer is the next look; one
+// refused as invalid (a value written by hand since) reads, mends and
+// judges again, once (TestAHandEditSinceTheRecentViewDoesNotFailAnEnqueue).
+// The store numbers it, so joins since the view cost it nothing, but a seq
+// lowered by hand since, not below the view's, is not seen (as for a
+// waiter's join from its recent view): the task may be numbered with or
+// before tasks that joined since, an order only. A join is not
+// conditioned on the gates and buckets it judged, so a task joining as
+// one comes to refuse waits it out, as a task that joined just before. A
+// join whose outcome is unknown fails its enqueue when freed has moved
+// since its view, whether or not it landed; from a view behind the item
+// freed is likelier to have moved (internal/gateway refuses the create,
+// which the agent may retry, and fails a task's requeue or its input's).
 //
 // Whoever sees a task's turn come — a release, a waiter behind it that is
 // not served in the same look (one served takes its place and leaves the

@@ -519,7 +519,7 @@ func (l *Limiter) send(ctx context.Context, key string, v *view, build func(v *v
 			return v, err
 		}
 		nv, err := l.write(ctx, key, u, unknown)
-		if ae := smithy.APIError(nil); errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" {
+		if invalid(err) {
 			// Refused as invalid (an operand of another type than the item
 			// holds): nothing applied, and no item comes with it.
 			rv, rerr := l.read(ctx, key)
@@ -534,6 +534,14 @@ func (l *Limiter) send(ctx context.Context, key string, v *view, build func(v *v
 			return nil, err
 		}
 	}
+}
+
+// invalid reports whether the store refused a write as invalid: an
+// operand of another type than the item holds (a value written by hand).
+// Nothing applied, and no item comes with it.
+func invalid(err error) bool {
+	ae := smithy.APIError(nil)
+	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
 }
 
 // maxRenumber bounds the tickets one repair renumbers, well under

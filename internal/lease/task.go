@@ -91,6 +91,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		v = nil
 	}
 	sent := int64(-1) // freed as the last join whose outcome was unknown saw it
+	mended := false   // a join refused as invalid read the item again
 	for tries := 0; ; tries++ {
 		var err error
 		if err = contended(ctx, req.Key, tries); err != nil {
@@ -146,6 +147,12 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		seen := v.freed
 		if v, err = a.join(ctx, v); a.joined && sent < 0 {
 			sent = seen
+		}
+		if invalid(err) && !mended {
+			// A value written by hand since its view: read, mended, and
+			// judged again, once.
+			v, mended = nil, true
+			continue
 		}
 		if err != nil {
 			return "", err
