@@ -449,6 +449,13 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if err == nil {
 		a.n = 0
 		ls, err := a.lease(ctx, exp, nv)
+		if ls != nil {
+			// Its answer is a look: a task served with it (places freed
+			// with no write, by leases lapsing) may have been seen by
+			// nobody else. A place given back instead (lease) started
+			// them from its own answer.
+			_ = a.l.startDue(ctx, a.req.Key, nv, a.req.rules(nv))
+		}
 		return ls, nil, err
 	}
 	if errors.Is(err, errCondition) {

@@ -417,9 +417,11 @@
 // freed is likelier to have moved (internal/gateway refuses the create,
 // which the agent may retry, and fails a task's requeue or its input's).
 //
-// Whoever sees a task's turn come — a release, a waiter behind it that is
-// not served in the same look (one served takes its place and leaves the
-// task to the next to see it), a worker whose turn it was not, StartDue —
+// Whoever sees a task's turn come — a release, a waiter behind it, a take
+// (a caller's or a claim's: its answer shows the tasks served in the same
+// look, which places freed by leases lapsing may have shown nobody else;
+// TestATaskServedInTheSameLookAsATakeIsStartedByIt), a worker whose turn
+// it was not, StartDue —
 // marks its ticket (s: now, on condition of its number, of no mark younger
 // than StartTimeout, and of its lease as seen: none, or a lapsed one) and,
 // having won the mark, starts a worker (Options.OnTaskStart). A mark whose
