@@ -448,14 +448,17 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	a.asked = time.Now()
 	if err == nil {
 		a.n = 0
-		ls, err := a.lease(ctx, exp, nv)
-		if ls != nil {
-			// Its answer is a look: a task served with it (places freed
-			// with no write, by leases lapsing) may have been seen by
-			// nobody else. A place given back instead (lease) started
-			// them from its own answer.
-			_ = a.l.startDue(ctx, a.req.Key, nv, a.req.rules(nv))
+		// Its answer is a look: a task served with it (places freed with
+		// no write, by leases lapsing) may have been seen by nobody else.
+		// Started before the lease is judged and within its CallBy, so
+		// that a place the starts left no time for is given back.
+		sctx, cancel := ctx, context.CancelFunc(func() {})
+		if !a.req.CallBy.IsZero() {
+			sctx, cancel = context.WithDeadline(ctx, a.req.CallBy)
 		}
+		_ = a.l.startDue(sctx, a.req.Key, nv, a.req.rules(nv))
+		cancel()
+		ls, err := a.lease(ctx, exp, nv)
 		return ls, nil, err
 	}
 	if errors.Is(err, errCondition) {

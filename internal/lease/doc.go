@@ -420,8 +420,11 @@
 // Whoever sees a task's turn come — a release, a waiter behind it, a take
 // (a caller's or a claim's: its answer shows the tasks served in the same
 // look, which places freed by leases lapsing may have shown nobody else;
-// TestATaskServedInTheSameLookAsATakeIsStartedByIt), a worker whose turn
-// it was not, StartDue —
+// they are started before its lease is judged, within its CallBy, so a
+// place the starts left no time for is given back;
+// TestATaskServedInTheSameLookAsATakeIsStartedByIt,
+// TestATakesStartsDoNotKeepItsCallerPastCallBy), a worker whose turn it
+// was not, StartDue —
 // marks its ticket (s: now, on condition of its number, of no mark younger
 // than StartTimeout, and of its lease as seen: none, or a lapsed one) and,
 // having won the mark, starts a worker (Options.OnTaskStart). A mark whose
