@@ -450,14 +450,16 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		a.n = 0
 		// Its answer is a look: a task served with it (places freed with
 		// no write, by leases lapsing) may have been seen by nobody else.
-		// Started before the lease is judged and within its CallBy, so
-		// that a place the starts left no time for is given back.
-		sctx, cancel := ctx, context.CancelFunc(func() {})
-		if !a.req.CallBy.IsZero() {
-			sctx, cancel = context.WithDeadline(ctx, a.req.CallBy)
+		// Started before the lease is judged, so that a place the starts
+		// left no time for is given back, and with a context of their own,
+		// bounded as a give-back is: a start whose mark was won is made
+		// whatever the caller's end. Past its CallBy the give-back's own
+		// starts make them.
+		if a.req.CallBy.IsZero() || time.Now().Before(a.req.CallBy) {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
+			_ = a.l.startDue(sctx, a.req.Key, nv, a.req.rules(nv))
+			cancel()
 		}
-		_ = a.l.startDue(sctx, a.req.Key, nv, a.req.rules(nv))
-		cancel()
 		ls, err := a.lease(ctx, exp, nv)
 		return ls, nil, err
 	}

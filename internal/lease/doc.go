@@ -420,18 +420,21 @@
 // Whoever sees a task's turn come — a release, a waiter behind it, a take
 // (a caller's or a claim's: its answer shows the tasks served in the same
 // look, which places freed by leases lapsing may have shown nobody else;
-// they are started before its lease is judged, within its CallBy, so a
-// place the starts left no time for is given back;
-// TestATaskServedInTheSameLookAsATakeIsStartedByIt,
-// TestATakesStartsDoNotKeepItsCallerPastCallBy), a worker whose turn it
-// was not, StartDue —
+// they are started before its lease is judged, so a place the starts left
+// no time for is given back, with a context of their own bounded by
+// withdrawBudget, and by the give-back when the take landed past its
+// CallBy; TestATaskServedInTheSameLookAsATakeIsStartedByIt,
+// TestATakesStartsDoNotKeepItsCallerPastCallBy,
+// TestATakesStartIsNotCutByItsCallersCallBy), a worker whose turn it was
+// not, StartDue —
 // marks its ticket (s: now, on condition of its number, of no mark younger
 // than StartTimeout, and of its lease as seen: none, or a lapsed one) and,
 // having won the mark, starts a worker (Options.OnTaskStart). A mark whose
-// answer was lost, retried and refused, is won when the refusal's answer
-// shows it (the ticket's number and s as it wrote them; another process's
-// mark made in the same millisecond reads alike, and two workers are
-// started, of which one claims). A lost start is made again by the first
+// answer was lost, retried and refused, or left out when its context
+// ended (the item then read within withdrawBudget), is won when the
+// answer shows it (the ticket's number and s as it wrote them; another
+// process's mark made in the same millisecond reads alike, and two
+// workers are started, of which one claims). A lost start is made again by the first
 // to see the turn StartTimeout after it; while a start has gone unclaimed
 // that long, callers behind pass the ticket (it keeps its number), each
 // such take conditioned on the mark as seen. StartDue fails when the item

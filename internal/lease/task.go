@@ -520,6 +520,17 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 			return true
 		}
 	}
+	if unsure && err != nil && ctx.Err() != nil {
+		// Its context ended with an attempt's answer out: the item tells
+		// whether the mark landed, read within a budget of its own.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
+		defer cancel()
+		if nv, rerr := l.read(rctx, key); rerr == nil {
+			if nt := nv.ticketFor(t.id); nt != nil && nt.n == t.n && nt.started == now {
+				return true
+			}
+		}
+	}
 	return err == nil
 }
 
