@@ -1127,7 +1127,11 @@ func (s *sim) check() {
 // each request in flight: its time so far). (Checks come after every
 // store answer and every simTick; a streak is seen to start at the first
 // check that finds it, no earlier than it did: never a false alarm.) A place is
-// free when the slowest clock within the skew sees it so; the dead are the
+// free when the slowest clock within the skew sees it so, and a waiter is
+// served when the fastest sees it served too: a lease lapsing on one
+// clock and not on another changes the places its principal holds, and
+// with them whose turn each waiter judges it is (each may judge it the
+// other's until both clocks agree); the dead are the
 // tickets of callers not waiting (dead, gone, or holding: a stray ticket),
 // counted whatever their place (the most seen during the waiter's whole
 // wait).
@@ -1135,7 +1139,7 @@ func (s *sim) liveness(it *mItem, now time.Time) {
 	if s.ending {
 		return
 	}
-	slow := now.Add(-simSkew).UnixMilli()
+	slow, fast := now.Add(-simSkew).UnixMilli(), now.Add(simSkew).UnixMilli()
 	waiting := func(c *simCaller) bool {
 		return c != nil && !c.operator && c.task == nil && c.state == simAcquiring && now.Before(c.arrivedAt.Add(c.wait))
 	}
@@ -1151,7 +1155,7 @@ func (s *sim) liveness(it *mItem, now time.Time) {
 			}
 		}
 	}
-	var turn []mCaller
+	var turn, fastTurn []mCaller
 	computed := false
 	for _, c := range s.callers {
 		if !waiting(c) {
@@ -1167,8 +1171,9 @@ func (s *sim) liveness(it *mItem, now time.Time) {
 		}
 		if id != "" && !computed {
 			turn, computed = it.handout(s.key, slow, nil, skip), true
+			fastTurn = it.handout(s.key, fast, nil, skip)
 		}
-		if id == "" || !mServed(turn, id) {
+		if id == "" || !mServed(turn, id) || !mServed(fastTurn, id) {
 			c.usableSince = time.Time{}
 			continue
 		}
@@ -1804,19 +1809,20 @@ func simSeeds(t *testing.T) []uint64 {
 // simRegressionSeeds are seeds that once found a defect; every run of the
 // simulation replays them.
 var simRegressionSeeds = []uint64{
-	3002566, // a pause closed for one principal while another's was: its own entry purged and another's added kept the gate's size
-	7402,    // a release left no tombstone for a take landing late whose lease had lapsed on the releaser's clock only
-	42933,   // a ticket that left promoted another past a take judged before (freed did not change)
-	136540,  // the same
-	133846,  // a take resent after an unknown outcome landed on a turn judged for an earlier moment
-	136859,  // the same
-	49336,   // (the checker) a caller whose withdrawal was still in flight when it ended was taken as sealed
-	227318,  // a caller giving up after an unknown take left no tombstone when making the maps got no answer
-	249019,  // found with it
-	260188,  // found with it
-	274404,  // found with it
-	290845,  // found with it
-	4017893, // (the model) a ticket at its deadline's millisecond was taken as lapsed, which the protocol does not
+	3002566,  // a pause closed for one principal while another's was: its own entry purged and another's added kept the gate's size
+	7402,     // a release left no tombstone for a take landing late whose lease had lapsed on the releaser's clock only
+	42933,    // a ticket that left promoted another past a take judged before (freed did not change)
+	136540,   // the same
+	133846,   // a take resent after an unknown outcome landed on a turn judged for an earlier moment
+	136859,   // the same
+	49336,    // (the checker) a caller whose withdrawal was still in flight when it ended was taken as sealed
+	227318,   // a caller giving up after an unknown take left no tombstone when making the maps got no answer
+	249019,   // found with it
+	260188,   // found with it
+	274404,   // found with it
+	290845,   // found with it
+	4017893,  // (the model) a ticket at its deadline's millisecond was taken as lapsed, which the protocol does not
+	10930875, // (the model) a lease lapsed on one clock, not another: two waiters each judged it the other's turn
 }
 
 // simRareSeeds are seeds whose schedules reach a part of the protocol that
