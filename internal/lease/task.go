@@ -84,8 +84,8 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 	// read, to make a join only: one that shows anything else (the ticket
 	// or a lease of its id, a value to mend, a purge first, a refusal) is
 	// judged again from a read. A join from a view behind the item is
-	// refused on its freed, its numbering or its room, and its answer is
-	// the next look.
+	// refused on freed or its room (the store numbers it), and its answer
+	// is the next look.
 	v := l.board(req.Key).recent(recentView)
 	if v != nil && !a.joinsFrom(v, deadline) {
 		v = nil
