@@ -187,36 +187,13 @@ func TestATakesMarkLeftOutByItsContextStillStartsTheTask(t *testing.T) {
 func TestAClaimsStartIsNotCutByItsCallBy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		mem := newMemStore()
-		var sched starts
-		dead := New(mem, "leases", Options{InstanceID: "d"})
-		s := New(mem, "leases", Options{InstanceID: "s", OnTaskStart: sched.hook})
-		req := func(p string) Request {
-			return Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: p, MaxQueued: 4}
-		}
-		short := req("p")
-		short.Hold = time.Second
-		long := req("p")
-		long.Hold = 5 * time.Second
-		acquire(t, dead, short) // lapses 3 s on
-		acquire(t, dead, long)  // lapses 7 s on
-		t1 := enqueue(t, s, req("q"), "task-1")
-		t2 := enqueue(t, s, req("r"), "task-2")
-		time.Sleep(3500 * time.Millisecond) // the first place has lapsed: task-1's turn
-		if err := s.StartDue(ctx, req("q")); err != nil {
-			t.Fatal(err)
-		}
-		first := sched.list()
-		if len(first) != 1 || first[0].Ticket != t1 {
-			t.Fatalf("starts %+v; want task-1's", first)
-		}
-		time.Sleep(4 * time.Second) // the second has lapsed too: task-2's turn, seen by no write
+		mem, req, t1, t2, first := claimBesideADueTask(t)
 
 		hook := &ctxStarts{d: time.Second}
 		w := New(mem, "leases", Options{InstanceID: "w", OnTaskStart: hook.hook})
 		wr := req("q")
 		wr.CallBy = time.Now().Add(500 * time.Millisecond)
-		ls, err := w.Claim(ctx, wr, t1, first[0].Mark)
+		ls, err := w.Claim(ctx, wr, t1, first.Mark)
 		if ls != nil {
 			defer release(t, ls)
 		}

@@ -82,37 +82,14 @@ func TestATakesStartsDoNotKeepItsCallerPastCallBy(t *testing.T) {
 func TestATakesStartsDoNotKeepAClaimPastCallBy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		mem := newMemStore()
-		var sched starts
-		dead := New(mem, "leases", Options{InstanceID: "d"})
-		s := New(mem, "leases", Options{InstanceID: "s", OnTaskStart: sched.hook})
-		req := func(p string) Request {
-			return Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: p, MaxQueued: 4}
-		}
-		short := req("p")
-		short.Hold = time.Second
-		long := req("p")
-		long.Hold = 5 * time.Second
-		acquire(t, dead, short) // lapses 3 s on
-		acquire(t, dead, long)  // lapses 7 s on
-		t1 := enqueue(t, s, req("q"), "task-1")
-		t2 := enqueue(t, s, req("r"), "task-2")
-		time.Sleep(3500 * time.Millisecond) // the first place has lapsed: task-1's turn
-		if err := s.StartDue(ctx, req("q")); err != nil {
-			t.Fatal(err)
-		}
-		first := sched.list()
-		if len(first) != 1 || first[0].Ticket != t1 {
-			t.Fatalf("starts %+v; want task-1's", first)
-		}
-		time.Sleep(4 * time.Second) // the second has lapsed too: task-2's turn, seen by no write
+		mem, req, t1, t2, first := claimBesideADueTask(t)
 
 		slow := &slowStarts{d: 5 * time.Second}
 		defer time.Sleep(slow.d) // a start made beside the call ends
 		w := New(mem, "leases", Options{InstanceID: "w", OnTaskStart: slow.hook})
 		wr := req("q")
 		wr.CallBy = time.Now().Add(2 * time.Second)
-		ls, err := w.Claim(ctx, wr, t1, first[0].Mark)
+		ls, err := w.Claim(ctx, wr, t1, first.Mark)
 		// Its take's start of task-2 first; a place given back then starts
 		// task-1's next worker.
 		if s := slow.list(); len(s) == 0 || s[0].Ticket != t2 {
@@ -132,6 +109,39 @@ func TestATakesStartsDoNotKeepAClaimPastCallBy(t *testing.T) {
 				now.Sub(ls.CallDeadline), now.Sub(wr.CallBy))
 		}
 	})
+}
+
+// claimBesideADueTask sets two places (cap 2) held by a dead process to
+// lapse 3 s and 7 s on, and tasks task-1 (t1) and task-2 (t2) behind them;
+// once the first place lapsed, StartDue starts task-1 (first), and once
+// the second lapsed too, task-2's turn has come, seen by no write: a claim
+// of task-1's place now finds task-2 served beside it. In a synctest
+// bubble; req makes the key's requests for a principal.
+func claimBesideADueTask(t *testing.T) (mem *memStore, req func(string) Request, t1, t2 string, first TaskStart) {
+	t.Helper()
+	mem = newMemStore()
+	var sched starts
+	dead := New(mem, "leases", Options{InstanceID: "d"})
+	s := New(mem, "leases", Options{InstanceID: "s", OnTaskStart: sched.hook})
+	req = func(p string) Request {
+		return Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: p, MaxQueued: 4}
+	}
+	short, long := req("p"), req("p")
+	short.Hold, long.Hold = time.Second, 5*time.Second
+	acquire(t, dead, short) // lapses 3 s on
+	acquire(t, dead, long)  // lapses 7 s on
+	t1 = enqueue(t, s, req("q"), "task-1")
+	t2 = enqueue(t, s, req("r"), "task-2")
+	time.Sleep(3500 * time.Millisecond) // the first place has lapsed: task-1's turn
+	if err := s.StartDue(context.Background(), req("q")); err != nil {
+		t.Fatal(err)
+	}
+	got := sched.list()
+	if len(got) != 1 || got[0].Ticket != t1 {
+		t.Fatalf("starts %+v; want task-1's", got)
+	}
+	time.Sleep(4 * time.Second) // the second has lapsed too: task-2's turn, seen by no write
+	return mem, req, t1, t2, got[0]
 }
 
 // invalidJoins refuses as invalid (ValidationException) every task join
