@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/mcpgate/mcpgate/internal/tasks"
+)
+
+// An adversarial reading of the gateway's side of MCP tasks (revt).
+
+// A tasks/cancel that arrives once the worker has claimed the task's place
+// but before it marked the record running finds the ticket claimed
+// (ErrClaimed) and sets cancel_requested. The worker's mark does not look
+// at cancel_requested: it marks the record running and makes the call,
+// which the watch cuts off only at its first tick (2 s later). So a call
+// the agent cancelled, and was told so, starts at the upstream after the
+// acknowledgement; a call shorter than the watch's tick runs to its end.
+func TestRevtCancelBetweenClaimAndMarkStillCalls(t *testing.T) {
+	var (
+		h    *harness
+		id   string
+		ack  rpcAnswer
+		once sync.Once
+	)
+	tapi := &markAPI{}
+	tapi.first = func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		// The worker has claimed its place and is about to mark its
+		// record: the agent cancels now.
+		once.Do(func() {
+			ack = h.rpc("/mcp/batch", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+		})
+		return put()
+	}
+	var st *reviewStarts
+	h, _, st = reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	up := h.batchTasks(nil)
+	st.mu.Lock()
+	st.hold = true
+	st.mu.Unlock()
+	id = h.createTask("batch", h.key, "work")
+	for _, ts := range st.takeHeld() {
+		st.wg.Go(func() {
+			if err := h.gw.RunTask(context.Background(), ts); err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		})
+	}
+	st.wg.Wait()
+	if ack.err != nil || ack.result["resultType"] == nil {
+		t.Fatalf("tasks/cancel: %s, want an ack", ack.raw)
+	}
+	p := h.pollTask("/mcp/batch", h.key, id)
+	calls := len(up.Stats().Arrivals)
+	t.Logf("cancel acked before the mark; upstream calls %d; task %s", calls, p.raw)
+	if calls > 0 {
+		t.Errorf("the task's call reached the upstream %d time(s) after its tasks/cancel was acknowledged (the worker had claimed but not yet marked it); its record: %s", calls, p.raw)
+	}
+}
+
+// failPutAPI passes a task store's calls through, but fails (without
+// landing) the first PutItem whose item's status is status.
+type failPutAPI struct {
+	tasks.API
+	status string
+	mu     sync.Mutex
+	failed bool
+}
+
+func (a *failPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if s, ok := in.Item["status"].(*types.AttributeValueMemberS); ok && s.Value == a.status {
+		a.mu.Lock()
+		first := !a.failed
+		a.failed = true
+		a.mu.Unlock()
+		if first {
+			return nil, errors.New("tasks store: service unavailable")
+		}
+	}
+	return a.API.PutItem(ctx, in, opts...)
+}
+
+// Cancel of a waiting task withdraws its ticket first, then writes the
+// record cancelled. When that write fails (one store error), the agent
+// gets an error, and the task has no ticket, no worker and no run_until:
+// its record says working ("queued") until its TTL ends, while nothing
+// will ever run or end it. Its start, if any was in flight, finds no
+// ticket to claim; the sweep finds nothing due.
+func TestRevtCancelWhoseRecordWriteFailsLeavesTheTaskWorkingForEver(t *testing.T) {
+	tapi := &failPutAPI{status: string(tasks.StatusCancelled)}
+	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	up := h.batchTasks(nil)
+	st.mu.Lock()
+	st.hold = true
+	st.mu.Unlock()
+	id := h.createTask("batch", h.key, "work")
+	a := h.rpc("/mcp/batch", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	t.Logf("tasks/cancel whose record write failed: %s", a.raw)
+	// Whatever was started runs now; then the sweep, twice.
+	for _, ts := range st.takeHeld() {
+		st.wg.Go(func() { _ = h.gw.RunTask(context.Background(), ts) })
+	}
+	h.sweep(st, 2)
+	p := h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	calls := len(up.Stats().Arrivals)
+	if p.err == nil && p.str(t, "status") == "working" && calls == 0 {
+		t.Errorf("after a tasks/cancel whose record write failed (%s), the task says %s while no worker can run it (no ticket left; upstream calls %d): it stays working until its TTL", a.raw, p.raw, calls)
+	}
+}
+
+// relayUp registers server "up" over a task-capable upstream whose answers
+// change makes hostile by the mode a test stores, and returns the mode and
+// the upstream's stats.
+func relayUp(t *testing.T, h *harness, change func(mode, method, id string, res map[string]any)) (*atomic.Value, func() map[string]int) {
+	t.Helper()
+	var mode atomic.Value
+	mode.Store("")
+	up, url := startTaskServer(t, true, rewriteAnswers(func(method string, res map[string]any) {
+		id, _ := res["taskId"].(string)
+		change(mode.Load().(string), method, id, res)
+	}))
+	h.server(map[string]any{"server_id": "up", "url": url})
+	return &mode, func() map[string]int { return up.Stats().Requests }
+}
+
+func (h *harness) relayCall() rpcAnswer {
+	return h.rpc("/mcp/up", h.key, "tools/call", map[string]any{"name": "slow_compute", "arguments": map[string]any{"seconds": 30}}, rpcOpts{declare: true})
+}
+
+// An upstream's CreateTaskResult that the gateway cannot use (here an
+// unknown status) is answered with a tool error, but the upstream's task,
+// which it made, is never cancelled: it runs on at the upstream, outside
+// the server's cap, with no handle to poll or cancel it; the agent, told
+// the call failed, calls again and the work runs twice. (When the record
+// cannot be stored, relayCreated does cancel it.)
+func TestRevtRelayUnusableCreateLeavesUpstreamTaskRunning(t *testing.T) {
+	h, _ := taskHarness(t, nil)
+	mode, reqs := relayUp(t, h, func(mode, method, _ string, res map[string]any) {
+		if method == "tools/call" && mode == "bad" {
+			res["status"] = "exploded"
+		}
+	})
+	mode.Store("bad")
+	a := h.relayCall()
+	if a.err == nil && a.result["taskId"] != nil {
+		t.Fatalf("a CreateTaskResult with an unknown status was passed on: %s", a.raw)
+	}
+	mode.Store("")
+	deadline := time.Now().Add(5 * time.Second)
+	for reqs()["tasks/cancel"] == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := reqs()["tasks/cancel"]; n == 0 {
+		t.Errorf("the call was answered %s, but the upstream's task it made was never cancelled (tasks/cancel sent %d times): it runs on, orphaned", a.raw, n)
+	}
+}
+
+// The upstream's task id is rewritten in every string value of its answer,
+// but not in object keys: an answer that keys anything by its id (input
+// requests, structured content) shows it to the agent, which docs/tasks.md
+// says never happens.
+func TestRevtRelayUpstreamIDLeaksThroughKeys(t *testing.T) {
+	h, ts := taskHarness(t, nil)
+	mode, _ := relayUp(t, h, func(mode, method, id string, res map[string]any) {
+		if method == "tasks/get" && mode == "keys" {
+			res["status"] = "input_required"
+			res["inputRequests"] = map[string]any{id: map[string]any{"method": "elicitation/create", "params": map[string]any{"message": "ok?"}}}
+		}
+	})
+	id := h.relayCall().str(t, "taskId")
+	rec, err := ts.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode.Store("keys")
+	a := h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	mode.Store("")
+	if bytes.Contains(a.raw, []byte(rec.UpstreamID)) {
+		t.Errorf("tasks/get shows the upstream's own task id %q (as an object key): %s", rec.UpstreamID, a.raw)
+	}
+	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+}
+
+// docs/tasks.md: "No requestState is ever shown: the gateway keeps the
+// upstream's." A relayed tasks/get passes the upstream's requestState on.
+func TestRevtRelayShowsRequestState(t *testing.T) {
+	h, _ := taskHarness(t, nil)
+	mode, _ := relayUp(t, h, func(mode, method, _ string, res map[string]any) {
+		if method == "tasks/get" && mode == "state" {
+			res["status"] = "input_required"
+			res["inputRequests"] = map[string]any{"confirm": map[string]any{"method": "elicitation/create", "params": map[string]any{"message": "ok?"}}}
+			res["requestState"] = "upstream-private-state"
+		}
+	})
+	id := h.relayCall().str(t, "taskId")
+	mode.Store("state")
+	a := h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	mode.Store("")
+	if _, shown := a.result["requestState"]; shown {
+		t.Errorf("a relayed tasks/get shows the upstream's requestState: %s", a.raw)
+	}
+	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+}
+
+// A statusMessage is cut to 1 KiB only when it is a string: one that is an
+// object (or array, or number) goes out as the upstream wrote it, up to
+// the 16 MiB bound on the whole answer; so do createdAt and lastUpdatedAt
+// of any type.
+func TestRevtRelayNonStringStatusMessageIsUnbounded(t *testing.T) {
+	h, _ := taskHarness(t, nil)
+	mode, _ := relayUp(t, h, func(mode, method, _ string, res map[string]any) {
+		if method == "tasks/get" && mode == "object" {
+			res["statusMessage"] = map[string]any{"text": strings.Repeat("z", 200<<10)}
+			res["createdAt"] = []any{strings.Repeat("c", 100<<10)}
+		}
+	})
+	id := h.relayCall().str(t, "taskId")
+	mode.Store("object")
+	a := h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	mode.Store("")
+	if m := a.result["statusMessage"]; len(m) > tasks.MaxStatusMessageBytes+16 || (len(m) > 0 && m[0] != '"') {
+		t.Errorf("a relayed statusMessage of %d bytes, not a string (%.40s…), went out; want a string of at most %d bytes", len(m), m, tasks.MaxStatusMessageBytes)
+	}
+	if c := a.result["createdAt"]; len(c) > 0 && c[0] != '"' {
+		t.Errorf("a relayed createdAt that is no timestamp (%d bytes, %.20s…) went out", len(c), c)
+	}
+	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+}
+
+// docs/tasks.md (errors): inputResponses "more than a task keeps
+// (32 KiB)" is -32602. For a relayed task the bound is not applied: any
+// object up to the request body's bound (1 MiB) is sent to the upstream.
+func TestRevtRelayUpdateInputResponsesUnbounded(t *testing.T) {
+	h, _ := taskHarnessWith(t, Options{MaxBodyBytes: 1 << 20}, nil)
+	_, reqs := relayUp(t, h, func(string, string, string, map[string]any) {})
+	id := h.relayCall().str(t, "taskId")
+	before := reqs()["tasks/update"]
+	big := map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"note": strings.Repeat("n", 200<<10)}}}
+	a := h.rpc("/mcp/up", h.key, "tasks/update", map[string]any{"taskId": id, "inputResponses": big}, rpcOpts{declare: true})
+	if after := reqs()["tasks/update"]; a.code() != -32602 || after != before {
+		t.Errorf("tasks/update of a relayed task with 200 KiB of inputResponses: %.200s (upstream got %d tasks/update); want -32602, nothing sent", a.raw, after-before)
+	}
+	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+}
