@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/tasks"
 )
 
@@ -250,4 +251,34 @@ func TestRevtRelayUpdateInputResponsesUnbounded(t *testing.T) {
 		t.Errorf("tasks/update of a relayed task with 200 KiB of inputResponses: %.200s (upstream got %d tasks/update); want -32602, nothing sent", a.raw, after-before)
 	}
 	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+}
+
+// A create whose join's outcome is unknown (the lease store's answer lost;
+// the ticket landed) is failed by refuse, "unless a worker took it". When
+// that write fails too (the same store incident), refuse reads the record,
+// finds no worker has taken it yet, and reports the task as not made: the
+// agent is told its call failed (a retryable error), and the record is
+// left working, "queued", under a ticket that is in the queue. Its turn
+// comes (here the sweep's start) and the call runs: the agent, told to
+// retry, runs it twice.
+func TestRevtCreateWhoseJoinAndFailWriteAreLostRunsUntold(t *testing.T) {
+	join := &lostJoinAPI{meanwhile: func() {}}
+	tapi := &failPutAPI{status: string(tasks.StatusCompleted)} // refuse writes a tool error as completed
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi },
+		func(c lease.API) lease.API { join.API = c; return join })
+	up := h.batchTasks(nil)
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	made := a.err == nil && a.result["taskId"] != nil
+	h.sweep(st, 2)
+	calls := len(up.Stats().Arrivals)
+	t.Logf("create: %s; upstream calls %d; starts %+v", a.raw, calls, st.starts())
+	for _, s := range st.starts() {
+		r, err := store.Get(t.Context(), s.Task)
+		if err == nil {
+			t.Logf("record: %s %q lease %s attempt %d", r.Status, r.StatusMessage, r.LeaseID, r.Attempt)
+		}
+	}
+	if !made && calls > 0 {
+		t.Errorf("the agent was told its call failed (%s), yet the upstream ran it %d time(s)", a.raw, calls)
+	}
 }
