@@ -282,3 +282,62 @@ func TestRevtCreateWhoseJoinAndFailWriteAreLostRunsUntold(t *testing.T) {
 		t.Errorf("the agent was told its call failed (%s), yet the upstream ran it %d time(s)", a.raw, calls)
 	}
 }
+
+// landFailAPI passes a task store's calls through, but the first PutItem
+// that match holds lands and then answers with an error (its answer lost:
+// the outcome unknown to the writer).
+type landFailAPI struct {
+	tasks.API
+	match  func(item map[string]types.AttributeValue) bool
+	mu     sync.Mutex
+	failed bool
+}
+
+func (a *landFailAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := a.API.PutItem(ctx, in, opts...)
+	if err != nil || !a.match(in.Item) {
+		return out, err
+	}
+	a.mu.Lock()
+	first := !a.failed
+	a.failed = true
+	a.mu.Unlock()
+	if first {
+		return nil, errors.New("read tcp: connection reset by peer")
+	}
+	return out, err
+}
+
+// tasks/update writes the record back in the queue (working, "queued",
+// under a new ticket) and then joins that ticket. When the write lands but
+// its answer is lost, Update returns the error before the join: the agent
+// gets -32603, and the record says working under a ticket that is in no
+// queue. The agent's retry finds the task working, which asks for nothing,
+// and is acknowledged without effect; nothing ever starts the task: it
+// says working until its TTL.
+func TestRevtUpdateWhoseWriteLandedUnseenLeavesTheTaskWorkingForEver(t *testing.T) {
+	tapi := &landFailAPI{match: func(item map[string]types.AttributeValue) bool {
+		m, _ := item["status_message"].(*types.AttributeValueMemberS)
+		_, answered := item["input_responses"]
+		return answered && m != nil && m.Value == "queued"
+	}}
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	id, _ := h.inputTask(nil)
+	answer := map[string]any{"taskId": id, "inputResponses": map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}}
+	u := h.rpc("/mcp/plain", h.key, "tasks/update", answer, rpcOpts{declare: true})
+	t.Logf("tasks/update whose write's answer was lost: %s", u.raw)
+	h.sweep(st, 1)
+	// The agent retries its answer, then waits.
+	u2 := h.rpc("/mcp/plain", h.key, "tasks/update", answer, rpcOpts{declare: true})
+	h.sweep(st, 2)
+	time.Sleep(time.Second)
+	h.sweep(st, 1)
+	p := h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	r, _ := store.Get(t.Context(), id)
+	if r != nil {
+		t.Logf("record: %s %q lease %s attempt %d", r.Status, r.StatusMessage, r.LeaseID, r.Attempt)
+	}
+	if p.err == nil && p.str(t, "status") == "working" {
+		t.Errorf("after a tasks/update whose write landed unseen (%s) and its retry (%s), the task says %s, and nothing will run it", u.raw, u2.raw, p.raw)
+	}
+}
