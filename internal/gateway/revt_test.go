@@ -341,3 +341,27 @@ func TestRevtUpdateWhoseWriteLandedUnseenLeavesTheTaskWorkingForEver(t *testing.
 		t.Errorf("after a tasks/update whose write landed unseen (%s) and its retry (%s), the task says %s, and nothing will run it", u.raw, u2.raw, p.raw)
 	}
 }
+
+// The sweep starts again the lost starts of servers whose item sets
+// task_support (runsTasks) only. A server whose item stopped setting it
+// (an operator turned tasks off for its tool) while tasks wait there has
+// them no longer swept: a task whose start was lost then reads working
+// ("queued") until its TTL, unless some other request happens to pass
+// through that server's lease item.
+func TestRevtTasksOfAServerNoLongerRunningTasksAreNotSwept(t *testing.T) {
+	h, _, st := reviewHarness(t)
+	up := h.batchTasks(nil)
+	st.mu.Lock()
+	st.drop = 1
+	st.mu.Unlock()
+	id := h.createTask("batch", h.key, "work")
+	// The operator turns the tool's tasks off; the task was made already.
+	h.server(map[string]any{"server_id": "batch", "url": up.URL, "max_concurrent_requests": 1, "task_ttl": 120,
+		"tools": map[string]any{"work": map[string]any{"task_support": "forbidden"}}})
+	time.Sleep(lease.StartTimeout + time.Second)
+	h.sweep(st, 1)
+	a := h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if a.err == nil && a.str(t, "status") == "working" {
+		t.Errorf("a task made before its tool's tasks were turned off, its start lost, after the sweep: %s (%d starts); it stays working until its TTL", a.raw, len(st.starts()))
+	}
+}
