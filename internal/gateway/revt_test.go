@@ -365,3 +365,69 @@ func TestRevtTasksOfAServerNoLongerRunningTasksAreNotSwept(t *testing.T) {
 		t.Errorf("a task made before its tool's tasks were turned off, its start lost, after the sweep: %s (%d starts); it stays working until its TTL", a.raw, len(st.starts()))
 	}
 }
+
+// slowPutAPI passes a task store's calls through, but hands the first
+// PutItem whose item's status is status to first, with put, which sends
+// it.
+type slowPutAPI struct {
+	tasks.API
+	status string
+	first  func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error)
+	mu     sync.Mutex
+	seen   bool
+}
+
+func (a *slowPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	put := func() (*dynamodb.PutItemOutput, error) { return a.API.PutItem(ctx, in, opts...) }
+	if s, ok := in.Item["status"].(*types.AttributeValueMemberS); ok && s.Value == a.status {
+		a.mu.Lock()
+		first := !a.seen
+		a.seen = true
+		a.mu.Unlock()
+		if first {
+			return a.first(put)
+		}
+	}
+	return put()
+}
+
+// A running task whose outcome's write lands only past its run_until (a
+// store slow or throttled; the SDK's retries back off for seconds) reads
+// "failed" (its worker presumed stopped) until then, and "completed" after:
+// a terminal status the agent was shown changes. An agent that stopped at
+// "failed … may or may not have run" and called again runs the call twice;
+// one that polls on sees a failed task complete. The outcome's write is
+// not conditioned on run_until.
+func TestRevtTaskShownFailedThenCompleted(t *testing.T) {
+	var (
+		h     *harness
+		id    string
+		first rpcAnswer
+	)
+	tapi := &slowPutAPI{status: string(tasks.StatusCompleted)}
+	tapi.first = func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			first = h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+			if first.err != nil || first.str(t, "status") != "working" {
+				break
+			}
+		}
+		return put()
+	}
+	var st *reviewStarts
+	h, _, st = reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	h.batchTasks(map[string]any{"timeout": 1, "cancel_grace": 0.1})
+	st.mu.Lock()
+	st.hold = true
+	st.mu.Unlock()
+	id = h.createTask("batch", h.key, "work")
+	for _, ts := range st.takeHeld() {
+		st.wg.Go(func() { _ = h.gw.RunTask(context.Background(), ts) })
+	}
+	st.wg.Wait()
+	then := h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	t.Logf("before the outcome's write: %s\nafter: %s", first.raw, then.raw)
+	if first.err == nil && then.err == nil && first.str(t, "status") != then.str(t, "status") && first.str(t, "status") != "working" {
+		t.Errorf("the task read %q, then %q: a terminal status changed", first.str(t, "status"), then.str(t, "status"))
+	}
+}
