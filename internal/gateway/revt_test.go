@@ -431,3 +431,22 @@ func TestRevtTaskShownFailedThenCompleted(t *testing.T) {
 		t.Errorf("the task read %q, then %q: a terminal status changed", first.str(t, "status"), then.str(t, "status"))
 	}
 }
+
+// Held: a gateway task's result over MAX_TASK_RESULT_BYTES fails the task,
+// saying so; it is never cut.
+func TestRevtOversizedResultFailsNotCut(t *testing.T) {
+	h, store, _, _, _ := engineHarnessWith(t, Options{MaxBodyBytes: 1 << 20})
+	store.MaxResultBytes = 2048
+	_, url := startTaskServer(t, false, nil)
+	h.server(map[string]any{"server_id": "plain", "url": url, "task_ttl": 120,
+		"tools": map[string]any{"slow_compute": map[string]any{"task_support": "optional"}}})
+	label := strings.Repeat("L", 4000)
+	a := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "slow_compute", "arguments": map[string]any{"seconds": 0, "label": label}}, rpcOpts{declare: true})
+	if a.err != nil || a.result["taskId"] == nil {
+		t.Fatalf("create: %s", a.raw)
+	}
+	p := h.pollTask("/mcp/plain", h.key, a.str(t, "taskId"))
+	if p.err != nil || p.str(t, "status") != "failed" || !strings.Contains(p.str(t, "statusMessage"), "MAX_TASK_RESULT_BYTES") || p.result["result"] != nil {
+		t.Errorf("a result of over 4000 bytes under a bound of 2048: %.600s; want failed, saying so", p.raw)
+	}
+}
