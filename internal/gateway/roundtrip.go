@@ -113,6 +113,13 @@ func (g *Gateway) roundTrip(ctx context.Context, srv *registry.Server, params *m
 	relay := c.tasks && mode.relay
 	res, task, ferr := g.exchangeRound(ctx, srv, params, c, l, relay)
 	if task != nil && !relay {
+		// Nobody holds a handle to it: it is told to stop.
+		var up struct {
+			TaskID string `json:"taskId"`
+		}
+		if json.Unmarshal(task.Raw, &up) == nil && validUpstreamTaskID(up.TaskID) {
+			g.cancelUpstreamTask(ctx, srv, callerFrom(ctx).upstream(srv), up.TaskID, recordFrom(ctx).id)
+		}
 		return nil, nil, fault.New(fault.UpstreamError, "server %q answered tool %q with a task, which this call did not ask for", srv.ID, clip.String(params.Name, clip.Name))
 	}
 	return res, task, ferr

@@ -142,6 +142,11 @@ func (sc *mcpScope) taskRequest(ctx context.Context, method string, req mcp.Requ
 		if responses = p.InputResponses; !isObject(responses) {
 			return nil, sc.refuseRPC(&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "params.inputResponses must be an object"}, fault.BadRequest)
 		}
+		if len(responses) > tasks.MaxInputResponsesBytes {
+			// More than a task keeps, whoever runs it: nothing is read or
+			// sent for it.
+			return nil, sc.tooMuchInput()
+		}
 	}
 	r, srv, err := sc.findTask(ctx, id, method == "tasks/get")
 	if err != nil {
@@ -151,6 +156,13 @@ func (sc *mcpScope) taskRequest(ctx context.Context, method string, req mcp.Requ
 		return sc.relayTaskRequest(ctx, method, r, srv, responses)
 	}
 	return sc.gatewayTaskRequest(ctx, method, r, responses)
+}
+
+// tooMuchInput refuses a tasks/update whose inputResponses are more than a
+// task keeps.
+func (sc *mcpScope) tooMuchInput() error {
+	return sc.refuseRPC(&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+		Message: fmt.Sprintf("params.inputResponses are larger than a task keeps (%d bytes in all)", tasks.MaxInputResponsesBytes)}, fault.BadRequest)
 }
 
 // refuseRPC notes a protocol refusal in the request's record and returns
@@ -359,9 +371,9 @@ func (sc *mcpScope) gatewayTaskRequest(ctx context.Context, method string, r *ta
 			_, err := sc.g.deps.Tasks.Update(ctx, r, outstanding, r.RequestState)
 			switch {
 			case errors.Is(err, tasks.ErrTooLarge):
-				// The agent's answers are more than a task keeps.
-				return nil, sc.refuseRPC(&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
-					Message: fmt.Sprintf("params.inputResponses are larger than a task keeps (%d bytes in all)", tasks.MaxInputResponsesBytes)}, fault.BadRequest)
+				// The agent's answers, with the round's earlier ones, are
+				// more than a task keeps.
+				return nil, sc.tooMuchInput()
 			case err != nil:
 				return nil, internal(err, "cannot update the task right now")
 			}
@@ -463,9 +475,20 @@ func relayedTask(raw json.RawMessage, r *tasks.Record, resultType string, limit 
 			res["resultType"] = resultTypeComplete
 		}
 	}
+	// The upstream keeps its own state: never shown (docs/tasks.md).
+	delete(obj, "requestState")
+	// A message meant for people: a string, cut to a task record's bound.
+	// Timestamps: strings of a timestamp's length. Anything else is left
+	// out, as an upstream that sent none.
 	if msg, ok := obj["statusMessage"].(string); ok {
-		// Meant for people: a task record's bound is enough.
 		obj["statusMessage"] = clip.String(strings.ToValidUTF8(msg, "\uFFFD"), tasks.MaxStatusMessageBytes-len("…"))
+	} else {
+		delete(obj, "statusMessage")
+	}
+	for _, k := range []string{"createdAt", "lastUpdatedAt"} {
+		if t, ok := obj[k].(string); !ok || len(t) > maxRelayedTime {
+			delete(obj, k)
+		}
 	}
 	res := &objectResult{fields: map[string]json.RawMessage{}}
 	if m, ok := obj["_meta"].(map[string]any); ok {
@@ -481,6 +504,10 @@ func relayedTask(raw json.RawMessage, r *tasks.Record, resultType string, limit 
 	}
 	return res, nil
 }
+
+// maxRelayedTime bounds an upstream task's createdAt and lastUpdatedAt
+// (ISO 8601 timestamps, some 30 bytes): longer ones are left out.
+const maxRelayedTime = 64
 
 // relayedPoll is the pollIntervalMs an agent is told for a relayed task
 // whose upstream said v: a whole number of milliseconds from minTaskPoll
@@ -513,15 +540,17 @@ func replaceID(s, from, to string) string {
 }
 
 // rewriteIDs returns v (decoded JSON) with the upstream id from replaced
-// by to in every string (replaceID).
+// by to in every string (replaceID), object keys included.
 func rewriteIDs(v any, from, to string) any {
 	switch x := v.(type) {
 	case string:
 		return replaceID(x, from, to)
 	case map[string]any:
+		out := make(map[string]any, len(x))
 		for k, e := range x {
-			x[k] = rewriteIDs(e, from, to)
+			out[replaceID(k, from, to)] = rewriteIDs(e, from, to)
 		}
+		return out
 	case []any:
 		for i, e := range x {
 			x[i] = rewriteIDs(e, from, to)

@@ -127,6 +127,7 @@ func (sc *mcpScope) relayCreated(ctx context.Context, srv *registry.Server, tool
 	}
 	id, err := tasks.NewID()
 	if err != nil {
+		sc.g.cancelUpstreamTask(ctx, srv, sc.caller.upstream(srv), up.TaskID, sc.rec.id)
 		return toolError(sc.rec, fault.Wrap(err, fault.Internal, "cannot make a task handle")), nil
 	}
 	// The handle lives no longer than the upstream keeps its task, nor
@@ -148,7 +149,9 @@ func (sc *mcpScope) relayCreated(ctx context.Context, srv *registry.Server, tool
 	}
 	res, err := relayedTask(t.Raw, r, "task", maxUpstreamTaskAnswer)
 	if err != nil {
-		return toolError(sc.rec, fault.Wrap(err, fault.UpstreamError, "server %q answered with a task the gateway cannot use", srv.ID)), nil
+		// The upstream's task has no handle: it is told to stop.
+		sc.g.cancelUpstreamTask(ctx, srv, sc.caller.upstream(srv), up.TaskID, sc.rec.id)
+		return toolError(sc.rec, fault.Wrap(err, fault.UpstreamError, "server %q answered with a task the gateway cannot use; it was cancelled", srv.ID)), nil
 	}
 	// A CreateTaskResult carries the task, not its outcome.
 	for _, k := range []string{"result", "error", "inputRequests", "requestState"} {
@@ -156,12 +159,7 @@ func (sc *mcpScope) relayCreated(ctx context.Context, srv *registry.Server, tool
 	}
 	if err := sc.g.deps.TaskStore.Create(ctx, r); err != nil {
 		// The upstream's task has no handle: it is told to stop.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		_, cerr := sc.g.deps.Upstream.TaskRequest(cctx, srv, sc.caller.upstream(srv), "tasks/cancel", up.TaskID, nil)
-		cancel()
-		if cerr != nil {
-			sc.g.log.Warn("an upstream task the gateway could not record was not cancelled", "request_id", sc.rec.id, "server_id", srv.ID, "error", cerr.Error())
-		}
+		sc.g.cancelUpstreamTask(ctx, srv, sc.caller.upstream(srv), up.TaskID, sc.rec.id)
 		fe := fault.Wrap(err, fault.StoreUnavailable, "cannot record the task of server %q right now; it was cancelled", srv.ID).WithRetryAfter(storeRetryAfter)
 		if errors.Is(err, tasks.ErrInvalid) || errors.Is(err, tasks.ErrTooLarge) {
 			fe = fault.Wrap(err, fault.UpstreamError, "server %q answered with a task the gateway cannot record; it was cancelled", srv.ID)
@@ -170,6 +168,17 @@ func (sc *mcpScope) relayCreated(ctx context.Context, srv *registry.Server, tool
 	}
 	sc.rec.outcome = "task"
 	return res, nil
+}
+
+// cancelUpstreamTask tells the upstream of srv to stop its task id, which
+// no agent holds a handle to (the gateway could not use or record it), as
+// caller c; a failure is logged, for request requestID.
+func (g *Gateway) cancelUpstreamTask(ctx context.Context, srv *registry.Server, c upstream.Caller, id, requestID string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if _, err := g.deps.Upstream.TaskRequest(cctx, srv, c, "tasks/cancel", id, nil); err != nil {
+		g.log.Warn("an upstream task no agent holds a handle to was not cancelled", "request_id", requestID, "server_id", srv.ID, "error", err.Error())
+	}
 }
 
 // maxUpstreamTaskAnswer bounds an upstream's CreateTaskResult (as the pool
