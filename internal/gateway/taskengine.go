@@ -55,9 +55,14 @@ import (
 //     worker that makes no call after its mark (its outcome unknown, or
 //     late) takes its mark back before its ticket waits again, once its
 //     release showed that no other claim came since.
-//   - Cancel withdraws a waiting task's ticket; a running task's worker
-//     sees the request within taskWatch and cuts the call off, its slot
-//     kept until the upstream stopped, as a synchronous call's.
+//   - Cancel marks the record first (cancel_requested), on which a
+//     worker's mark is refused, so no call is made once it landed; then
+//     withdraws a waiting task's ticket and ends it. A running task's
+//     worker sees the request within taskWatch and cuts the call off, its
+//     slot kept until the upstream stopped, as a synchronous call's.
+//   - A worker's outcome is written before the record's run_until less
+//     the lease margin, or as failed: past run_until a poll reads the
+//     task failed, and a terminal status once read never changes.
 //
 //   - Input: an upstream that answers the call input_required (MCP
 //     2026-07-28's multi-round trip: input requests and its requestState)
@@ -257,44 +262,74 @@ func (e *taskEngine) pollWaiting(req lease.Request, ticket string, timeout, ttl 
 }
 
 // Cancel asks a task to stop (TaskEngine). What it writes is decided on
-// the record as stored, not as r was read: a task waiting for input
-// (no ticket, no worker) ends cancelled at once; one whose ticket was
-// withdrawn while the record still shows that ticket queued ends
-// "cancelled before it ran"; any other (claimed, running, or run since r
-// was read) has its worker asked to stop.
+// the record as stored, not as r was read: a task waiting for input (no
+// ticket, no worker) ends cancelled at once; any other is first asked to
+// stop in its record (cancel_requested). Once that has landed no worker
+// makes its call — a worker's mark refuses such a record, and a start
+// that finds it ends the task — and a poll reads a waiting one cancelled
+// (waitsCancelled): what follows may fail and lose nothing. A waiting
+// task's ticket is then withdrawn and the task ends "cancelled before it
+// ran"; a claimed or running one's worker stops it.
 func (e *taskEngine) Cancel(ctx context.Context, r *tasks.Record) (*tasks.Record, error) {
 	if tasks.Terminal(r.Status) {
 		return r, nil
 	}
-	withdrawn := false
-	if r.LeaseID != "" {
-		err := e.queue.Withdraw(ctx, r.ServerID, r.LeaseID, r.ID)
+	n, err := e.update(ctx, r, func(n *tasks.Record) error {
 		switch {
-		case err == nil, errors.Is(err, lease.ErrNoTicket):
-			// Withdrawn, or gone: with its deadline, or claimed and given
-			// back since r was read (the record then no longer says queued).
-			withdrawn = true
-		case !errors.Is(err, lease.ErrClaimed):
-			return nil, err
-		}
-	}
-	return e.update(ctx, r, func(n *tasks.Record) error {
-		switch {
-		case tasks.Terminal(n.Status):
-			return errSettled
+		case tasks.Terminal(n.Status), n.CancelRequested:
+			return errSettled // ended, or asked already
 		case n.Status == tasks.StatusInputRequired:
 			n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled while it asked for input"
 			n.InputRequests, n.InputResponses, n.RequestState = nil, nil, ""
-		case withdrawn && n.LeaseID == r.LeaseID && n.StatusMessage == "queued":
-			n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
-		case n.CancelRequested:
-			return errSettled // asked already
 		default:
-			// Running (or about to): its worker cuts the call off.
 			n.CancelRequested = true
 		}
 		return nil
 	})
+	if err != nil || !waitsCancelled(n) {
+		return n, err
+	}
+	switch err := e.queue.Withdraw(ctx, n.ServerID, n.LeaseID, n.ID); {
+	case err == nil, errors.Is(err, lease.ErrNoTicket):
+		// Withdrawn, or gone (past its deadline, or claimed and given
+		// back since the record was read).
+	case errors.Is(err, lease.ErrClaimed):
+		return n, nil // its worker ends it
+	default:
+		// The ask stands: the ticket's start, when its turn comes, ends
+		// the task.
+		e.g.log.Warn("cancelled task's ticket not withdrawn; its start ends it", "task", n.ID, "error", err.Error())
+		return n, nil
+	}
+	c, err := e.cancelWaiting(ctx, n)
+	if err != nil {
+		// It reads cancelled, and no worker runs it: a later cancel
+		// writes its end.
+		e.g.log.Warn("cancelled task's end not written; it reads cancelled", "task", n.ID, "error", err.Error())
+		return n, nil
+	}
+	return c, nil
+}
+
+// cancelWaiting ends task r, asked to stop while it waited with no call
+// made, "cancelled before it ran" — unless its record has moved on since
+// (ended, running, or waiting under another ticket).
+func (e *taskEngine) cancelWaiting(ctx context.Context, r *tasks.Record) (*tasks.Record, error) {
+	ticket := r.LeaseID
+	return e.update(ctx, r, func(n *tasks.Record) error {
+		if !waitsCancelled(n) || n.LeaseID != ticket {
+			return errSettled
+		}
+		n.Status, n.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
+		return nil
+	})
+}
+
+// waitsCancelled reports whether gateway task r waits for its turn (or a
+// claim that made no call) and was asked to stop: no worker makes its
+// call, and it reads cancelled.
+func waitsCancelled(r *tasks.Record) bool {
+	return r.Kind == tasks.KindGateway && r.Status == tasks.StatusWorking && r.CancelRequested && r.StatusMessage == "queued" && r.LeaseID != ""
 }
 
 // Update brings input responses to a task in input_required (TaskEngine):
@@ -344,6 +379,14 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 		n.PollInterval = e.pollWaiting(req, ticket, srv.TimeoutFor(r.Tool), n.TTL)
 		return nil
 	})
+	if err != nil {
+		// Its write may have landed unseen (its answer lost): the record
+		// says, and a task queued under this ticket joins it, or it would
+		// read working with nothing to run it.
+		if got, gerr := e.store.Get(ctx, r.ID); gerr == nil && got.Status == tasks.StatusWorking && got.LeaseID == ticket {
+			n, err = got, nil
+		}
+	}
 	if err != nil || n.Status != tasks.StatusWorking || n.LeaseID != ticket {
 		return n, err
 	}
@@ -580,7 +623,7 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	callEnd, short := g.callEnd(ctx, c)
 	// The claim has just read the item: what it says of the calls' length.
 	running, _ := e.queue.Outlook(c.req, ts.Ticket)
-	settled, taken, attempt := false, false, 0
+	settled, taken, stop, attempt := false, false, false, 0
 	// Its own mark is told by the attempt and the run_until it wrote: a
 	// later claim's call ends later than this one's lease, an earlier
 	// claim's may carry the same attempt (written on the record as this
@@ -592,6 +635,10 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	marked, err := e.update(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			settled = true
+			return errSettled
+		}
+		if stop = waitsCancelled(n); stop {
+			// Cancelled since its start read it: no call.
 			return errSettled
 		}
 		if n.StatusMessage == "running" && n.LeaseID == ts.Ticket && !mine(n) {
@@ -626,7 +673,18 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	// and mark the record as this one read it: it makes no call. Within
 	// it, no other claim can have come (a lease lapses only past its
 	// call's deadline), so the mark it saw was its own.
-	late := err == nil && !settled && !taken && !time.Now().Before(c.ls.CallDeadline)
+	late := err == nil && !settled && !taken && !stop && !time.Now().Before(c.ls.CallDeadline)
+	if stop && err == nil {
+		// Its place and ticket are given back unused, and the task ends
+		// cancelled, as one withdrawn (Cancel).
+		for _, ls := range slices.Backward(c.leases) {
+			g.finish(ctx, ls, lease.Unused, c.rec)
+		}
+		if _, err := e.cancelWaiting(context.WithoutCancel(ctx), marked); err != nil {
+			g.log.Warn("task cancelled before its call not written so; its record reads cancelled", "task", r.ID, "error", err.Error())
+		}
+		return nil, nil, false, false, nil
+	}
 	if settled || taken || late || err != nil {
 		// It ended before its call was made (its join refused although
 		// it landed, see refuse), an earlier claim marked it, or it could
@@ -726,7 +784,7 @@ func (e *taskEngine) askInput(ctx context.Context, r *tasks.Record, res *mcp.Cal
 		e.settle(ctx, r, nil, fault.Wrap(err, fault.UpstreamError, "the tool's input requests cannot be encoded"), false)
 		return
 	}
-	_, err = e.update(ctx, r, func(n *tasks.Record) error {
+	_, err = e.outcome(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) {
 			return errSettled
 		}
@@ -877,7 +935,7 @@ func (e *taskEngine) settleUnless(ctx context.Context, r *tasks.Record, res *mcp
 		result = b
 	}
 	skipped := false
-	_, err := e.update(ctx, r, func(n *tasks.Record) error {
+	_, err := e.outcome(ctx, r, func(n *tasks.Record) error {
 		if tasks.Terminal(n.Status) || skip != nil && skip(n) {
 			skipped = true
 			return errSettled
@@ -890,7 +948,7 @@ func (e *taskEngine) settleUnless(ctx context.Context, r *tasks.Record, res *mcp
 		return nil
 	})
 	if errors.Is(err, tasks.ErrTooLarge) {
-		_, err = e.update(ctx, r, func(n *tasks.Record) error {
+		_, err = e.outcome(ctx, r, func(n *tasks.Record) error {
 			if tasks.Terminal(n.Status) {
 				return errSettled
 			}
@@ -904,6 +962,54 @@ func (e *taskEngine) settleUnless(ctx context.Context, r *tasks.Record, res *mcp
 		e.g.log.Error("task outcome not stored", "task", r.ID, "error", err.Error())
 	}
 	return err == nil && !skipped
+}
+
+// outcome writes change, a worker's outcome of task r, into its record.
+// A running task's (r marked running: its run_until set) is written while
+// polls still read it running: before its run_until less
+// lease.DefaultMargin (their clocks may be ahead, and the write is in
+// flight), the write's context ending then. Past that, a poll may have
+// read the task stopped, failed (detailedTask): it is written failed so,
+// and a terminal status once read never changes.
+func (e *taskEngine) outcome(ctx context.Context, r *tasks.Record, change func(*tasks.Record) error) (*tasks.Record, error) {
+	if r.RunUntil.IsZero() {
+		return e.update(ctx, r, change)
+	}
+	by := r.RunUntil.Add(-lease.DefaultMargin)
+	if time.Now().Before(by) {
+		wctx, cancel := context.WithDeadline(ctx, by)
+		n, err := e.update(wctx, r, func(n *tasks.Record) error {
+			if !time.Now().Before(by) {
+				return context.DeadlineExceeded
+			}
+			return change(n)
+		})
+		late := wctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)
+		cancel()
+		if !late {
+			return n, err
+		}
+		e.g.log.Warn("task outcome came past its run_until; written failed, as polls may have read it", "task", r.ID)
+	}
+	return e.update(ctx, r, func(n *tasks.Record) error {
+		if tasks.Terminal(n.Status) {
+			return errSettled
+		}
+		stopped(n)
+		return nil
+	})
+}
+
+// stoppedMessage is the status message of a task whose worker stopped
+// before it wrote its call's outcome.
+const stoppedMessage = "the task's worker stopped before it wrote the call's outcome; the call may or may not have run"
+
+// stopped makes r what a poll reads of a task whose worker stopped before
+// it wrote its call's outcome: failed, saying so.
+func stopped(r *tasks.Record) {
+	r.Status, r.StatusMessage = tasks.StatusFailed, stoppedMessage
+	r.Result, r.InputRequests, r.InputResponses, r.RequestState = nil, nil, nil, ""
+	r.Error, _ = marshalPlain(rpcErrorObject{Code: jsonrpc.CodeInternalError, Message: stoppedMessage})
 }
 
 // taskProtocolError reports whether a synchronous call would have answered

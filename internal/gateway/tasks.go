@@ -277,12 +277,18 @@ func createTaskResult(r *tasks.Record) *objectResult {
 // detailedTask is tasks/get's answer for a gateway task: its members and,
 // by status, its result, its error or its input requests.
 func detailedTask(r *tasks.Record) (*objectResult, error) {
+	if waitsCancelled(r) {
+		// Asked to stop before its call: no worker makes it, whether or
+		// not its end was written yet (Cancel).
+		c := r.Clone()
+		c.Status, c.StatusMessage = tasks.StatusCancelled, "cancelled before it ran"
+		r = c
+	}
 	if r.Stopped(time.Now()) {
 		// Its worker ended without an outcome (its instance died): the
 		// call may or may not have run, so the agent is told so.
 		c := r.Clone()
-		c.Status, c.StatusMessage = tasks.StatusFailed, "the task's worker stopped before it wrote the call's outcome; the call may or may not have run"
-		c.Error, _ = marshalPlain(rpcErrorObject{Code: jsonrpc.CodeInternalError, Message: c.StatusMessage})
+		stopped(c)
 		r = c
 	}
 	f := taskFields(r)
@@ -338,6 +344,15 @@ func (sc *mcpScope) gatewayTaskRequest(ctx context.Context, method string, r *ta
 	internal := func(err error, what string) error {
 		return sc.rpcError(fault.Wrap(err, fault.Internal, "%s", what), err)
 	}
+	// A request the store failed (its fault, or the server's) may be
+	// made again: each step of it is.
+	failed := func(err error, what string) error {
+		var fe *fault.Error
+		if !errors.As(err, &fe) {
+			fe = fault.Wrap(err, fault.StoreUnavailable, "%s", what).WithRetryAfter(storeRetryAfter)
+		}
+		return sc.rpcError(fe, err)
+	}
 	switch method {
 	case "tasks/get":
 		res, err := detailedTask(r)
@@ -352,7 +367,7 @@ func (sc *mcpScope) gatewayTaskRequest(ctx context.Context, method string, r *ta
 				return nil, internal(errors.New("a gateway task with no engine to cancel it"), "this gateway runs no tasks now")
 			}
 			if _, err := sc.g.deps.Tasks.Cancel(ctx, r); err != nil {
-				return nil, internal(err, "cannot cancel the task right now")
+				return nil, failed(err, "cannot cancel the task right now")
 			}
 		}
 		sc.g.polls.forget(r.Owner, r.ID)
@@ -375,7 +390,7 @@ func (sc *mcpScope) gatewayTaskRequest(ctx context.Context, method string, r *ta
 				// more than a task keeps.
 				return nil, sc.tooMuchInput()
 			case err != nil:
-				return nil, internal(err, "cannot update the task right now")
+				return nil, failed(err, "cannot update the task right now")
 			}
 			sc.g.polls.forget(r.Owner, r.ID)
 		}
