@@ -1033,10 +1033,11 @@ func (g *Gateway) logTask(rec *record, r *tasks.Record, start time.Time) {
 
 // SweepTasks starts again the tasks whose turn came but whose worker never
 // claimed their place (a start lost with its instance, an invocation never
-// delivered): for each server with a tool the gateway runs as a task, one
-// read of its lease item, and a start for each task due (lease.StartDue);
-// then the tasks waiting there, an EMF record (TasksWaiting). A schedule
-// runs it.
+// delivered): for each server, one read of its lease item, and a start for
+// each task due (lease.StartDue) — every server, as tasks made while a
+// tool ran as a task wait on once its item no longer says so; then, for a
+// server running tasks or with tasks waiting, how many wait, an EMF
+// record (TasksWaiting). A schedule runs it.
 func (g *Gateway) SweepTasks(ctx context.Context) error {
 	e, ok := g.deps.Tasks.(*taskEngine)
 	if !ok {
@@ -1048,16 +1049,13 @@ func (g *Gateway) SweepTasks(ctx context.Context) error {
 	}
 	var errs []error
 	for _, srv := range servers {
-		if !runsTasks(srv) {
-			continue
-		}
 		req := g.taskRequest(ctx, srv, "", srv.Timeout)
 		if err := e.queue.StartDue(ctx, req); err != nil {
 			errs = append(errs, fmt.Errorf("server %s: %w", srv.ID, err))
 			continue
 		}
 		// The item StartDue read: how many tasks wait there.
-		if o, ok := e.queue.Outlook(req, ""); ok {
+		if o, ok := e.queue.Outlook(req, ""); ok && (o.Tasks > 0 || runsTasks(srv)) {
 			_ = g.deps.Metrics.TasksWaiting(srv.ID, o.Tasks)
 		}
 	}
