@@ -35,7 +35,8 @@ import (
 //     ticket joins, so that a worker started at once finds it. A refusal
 //     a synchronous call would get at once (queue full, breaker open,
 //     paused, rate limited) is answered as one, and the record, which
-//     nobody was told of, is failed.
+//     nobody was told of, is failed; a join of unknown outcome whose
+//     failure cannot be written is answered as a task made.
 //   - The key's own limits: its rpm_limit is charged when the task is
 //     made (a refusal is RATE_LIMITED then); its max_parallel_requests is
 //     a place the worker takes when the task runs, without waiting (a
@@ -165,11 +166,18 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 	if _, err := e.queue.Enqueue(ctx, req, r.LeaseID, id, r.CreatedAt.Add(r.TTL)); err != nil {
 		fe := acquireFault(srv, tool, err)
 		// Nobody was told of this task: it is no task that failed.
-		n := e.refuse(context.WithValue(context.WithoutCancel(ctx), untoldKey{}, true), r, fe)
-		if n == nil {
+		n, ended := e.refuse(context.WithValue(context.WithoutCancel(ctx), untoldKey{}, true), r, fe)
+		switch {
+		case n != nil:
+			r = n // a worker took it: the agent's task, whose call was made
+		case ended || refusal(err):
 			return nil, fe
+		default:
+			// Its join may have landed and its end was not written: a
+			// worker may yet run it, so the agent is told of the task
+			// rather than told to call again, which could run it twice.
+			g.log.Warn("task's join and end both failed on the store; the task is answered as made", "task", r.ID, "error", err.Error())
 		}
-		r = n // a worker took it: the agent's task, whose call was made
 	}
 	// The join's answer shows the task's place in line. Where the estimate
 	// above (this process's earlier view of the item, or none) told under
@@ -885,17 +893,28 @@ func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallT
 // Enqueue looked again), and the ticket's worker made its call. A worker
 // marks the record running (Attempt) before its call and makes no call on
 // a record settled before that mark: so either the task fails here or its
-// call is made, never both. taken is the record a worker took (nil: the
-// task failed here).
-func (e *taskEngine) refuse(ctx context.Context, r *tasks.Record, fe *fault.Error) (taken *tasks.Record) {
+// call is made, never both. taken is the record a worker took; ended
+// reports that the task failed here (neither: its end could not be
+// written, and a worker may yet run it).
+func (e *taskEngine) refuse(ctx context.Context, r *tasks.Record, fe *fault.Error) (taken *tasks.Record, ended bool) {
 	took := func(n *tasks.Record) bool { return n.Attempt > r.Attempt }
 	if e.settleUnless(ctx, r, nil, fe, false, took) {
-		return nil
+		return nil, true
 	}
 	if n, err := e.store.Get(ctx, r.ID); err == nil && took(n) {
-		return n
+		return n, false
 	}
-	return nil
+	return nil, false
+}
+
+// refusal reports whether Enqueue's err is the queue's refusal of the
+// join (full, an open breaker or pause, a rate), which no join landed
+// before.
+func refusal(err error) bool {
+	var full *lease.FullError
+	var open *lease.CircuitOpenError
+	var rl *lease.RateLimitedError
+	return errors.As(err, &full) || errors.As(err, &open) || errors.As(err, &rl)
 }
 
 // settleUnless is settle, but for a record that has ended or of which
