@@ -17,16 +17,16 @@ import (
 	"github.com/mcpgate/mcpgate/internal/tasks"
 )
 
-// An adversarial reading of the gateway's side of MCP tasks (revt).
+// Regression tests from an adversarial reading of the gateway's side of
+// MCP tasks: cancels, lost writes, late outcomes, the sweep, and relayed
+// tasks' answers.
 
 // A tasks/cancel that arrives once the worker has claimed the task's place
-// but before it marked the record running finds the ticket claimed
-// (ErrClaimed) and sets cancel_requested. The worker's mark does not look
-// at cancel_requested: it marks the record running and makes the call,
-// which the watch cuts off only at its first tick (2 s later). So a call
-// the agent cancelled, and was told so, starts at the upstream after the
-// acknowledgement; a call shorter than the watch's tick runs to its end.
-func TestRevtCancelBetweenClaimAndMarkStillCalls(t *testing.T) {
+// but before it marked the record running finds the ticket claimed and
+// marks the record cancel_requested: the worker's mark is refused on it,
+// and no call reaches the upstream after the acknowledgement (the watch,
+// which looks every 2 s, would let a short call run to its end).
+func TestACancelBetweenAClaimAndItsMarkMakesNoCall(t *testing.T) {
 	var (
 		h    *harness
 		id   string
@@ -90,13 +90,11 @@ func (a *failPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opt
 	return a.API.PutItem(ctx, in, opts...)
 }
 
-// Cancel of a waiting task withdraws its ticket first, then writes the
-// record cancelled. When that write fails (one store error), the agent
-// gets an error, and the task has no ticket, no worker and no run_until:
-// its record says working ("queued") until its TTL ends, while nothing
-// will ever run or end it. Its start, if any was in flight, finds no
-// ticket to claim; the sweep finds nothing due.
-func TestRevtCancelWhoseRecordWriteFailsLeavesTheTaskWorkingForEver(t *testing.T) {
+// A cancel of a waiting task whose last write (the record cancelled) fails
+// on the store, its ticket withdrawn: the task has no ticket and no worker,
+// and must not read working until its TTL. It reads cancelled, from the
+// mark its cancel made first.
+func TestACancelWhoseLastWriteFailsStillEndsTheTask(t *testing.T) {
 	tapi := &failPutAPI{status: string(tasks.StatusCancelled)}
 	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	up := h.batchTasks(nil)
@@ -138,12 +136,10 @@ func (h *harness) relayCall() rpcAnswer {
 }
 
 // An upstream's CreateTaskResult that the gateway cannot use (here an
-// unknown status) is answered with a tool error, but the upstream's task,
-// which it made, is never cancelled: it runs on at the upstream, outside
-// the server's cap, with no handle to poll or cancel it; the agent, told
-// the call failed, calls again and the work runs twice. (When the record
-// cannot be stored, relayCreated does cancel it.)
-func TestRevtRelayUnusableCreateLeavesUpstreamTaskRunning(t *testing.T) {
+// unknown status) is answered with a tool error, and the upstream's task
+// is cancelled: no agent holds a handle to it, and left to run it would run
+// outside the server's cap, and again when the agent calls again.
+func TestAnUnusableRelayedTaskIsCancelledUpstream(t *testing.T) {
 	h, _ := taskHarness(t, nil)
 	mode, reqs := relayUp(t, h, func(mode, method, _ string, res map[string]any) {
 		if method == "tools/call" && mode == "bad" {
@@ -165,11 +161,10 @@ func TestRevtRelayUnusableCreateLeavesUpstreamTaskRunning(t *testing.T) {
 	}
 }
 
-// The upstream's task id is rewritten in every string value of its answer,
-// but not in object keys: an answer that keys anything by its id (input
-// requests, structured content) shows it to the agent, which docs/tasks.md
-// says never happens.
-func TestRevtRelayUpstreamIDLeaksThroughKeys(t *testing.T) {
+// The upstream's task id is rewritten in object keys as in values: an
+// answer that keys anything by its id (input requests, structured content)
+// must not show it to the agent (docs/tasks.md).
+func TestTheUpstreamsTaskIDIsRewrittenInKeys(t *testing.T) {
 	h, ts := taskHarness(t, nil)
 	mode, _ := relayUp(t, h, func(mode, method, id string, res map[string]any) {
 		if method == "tasks/get" && mode == "keys" {
@@ -191,9 +186,9 @@ func TestRevtRelayUpstreamIDLeaksThroughKeys(t *testing.T) {
 	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
 }
 
-// docs/tasks.md: "No requestState is ever shown: the gateway keeps the
-// upstream's." A relayed tasks/get passes the upstream's requestState on.
-func TestRevtRelayShowsRequestState(t *testing.T) {
+// docs/tasks.md: no requestState is ever shown, a relayed task's
+// included.
+func TestARelayedPollShowsNoRequestState(t *testing.T) {
 	h, _ := taskHarness(t, nil)
 	mode, _ := relayUp(t, h, func(mode, method, _ string, res map[string]any) {
 		if method == "tasks/get" && mode == "state" {
@@ -212,11 +207,11 @@ func TestRevtRelayShowsRequestState(t *testing.T) {
 	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
 }
 
-// A statusMessage is cut to 1 KiB only when it is a string: one that is an
-// object (or array, or number) goes out as the upstream wrote it, up to
-// the 16 MiB bound on the whole answer; so do createdAt and lastUpdatedAt
-// of any type.
-func TestRevtRelayNonStringStatusMessageIsUnbounded(t *testing.T) {
+// A relayed statusMessage is a string cut to 1 KiB, and createdAt and
+// lastUpdatedAt strings of a timestamp's length: of another type (here a
+// 200 KiB object, a 100 KiB array) they are left out, not passed on up to
+// the 16 MiB bound on the whole answer.
+func TestARelayedMessageOrTimeOfAnotherTypeIsLeftOut(t *testing.T) {
 	h, _ := taskHarness(t, nil)
 	mode, _ := relayUp(t, h, func(mode, method, _ string, res map[string]any) {
 		if method == "tasks/get" && mode == "object" {
@@ -237,10 +232,9 @@ func TestRevtRelayNonStringStatusMessageIsUnbounded(t *testing.T) {
 	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
 }
 
-// docs/tasks.md (errors): inputResponses "more than a task keeps
-// (32 KiB)" is -32602. For a relayed task the bound is not applied: any
-// object up to the request body's bound (1 MiB) is sent to the upstream.
-func TestRevtRelayUpdateInputResponsesUnbounded(t *testing.T) {
+// docs/tasks.md (errors): inputResponses more than a task keeps (32 KiB)
+// are -32602, for a relayed task too: nothing is sent to the upstream.
+func TestARelayedUpdatesInputResponsesAreBounded(t *testing.T) {
 	h, _ := taskHarnessWith(t, Options{MaxBodyBytes: 1 << 20}, nil)
 	_, reqs := relayUp(t, h, func(string, string, string, map[string]any) {})
 	id := h.relayCall().str(t, "taskId")
@@ -254,14 +248,11 @@ func TestRevtRelayUpdateInputResponsesUnbounded(t *testing.T) {
 }
 
 // A create whose join's outcome is unknown (the lease store's answer lost;
-// the ticket landed) is failed by refuse, "unless a worker took it". When
-// that write fails too (the same store incident), refuse reads the record,
-// finds no worker has taken it yet, and reports the task as not made: the
-// agent is told its call failed (a retryable error), and the record is
-// left working, "queued", under a ticket that is in the queue. Its turn
-// comes (here the sweep's start) and the call runs: the agent, told to
-// retry, runs it twice.
-func TestRevtCreateWhoseJoinAndFailWriteAreLostRunsUntold(t *testing.T) {
+// the ticket landed) and whose failure's write fails too (the same store
+// incident) leaves a ticket in the queue whose call runs when its turn
+// comes (here the sweep's start): the agent must be told of the task, not
+// told its call failed, which would have it call again and run it twice.
+func TestACreateWhoseJoinAndFailureAreLostIsAnsweredAsMade(t *testing.T) {
 	join := &lostJoinAPI{meanwhile: func() {}}
 	tapi := &failPutAPI{status: string(tasks.StatusCompleted)} // refuse writes a tool error as completed
 	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi },
@@ -310,12 +301,11 @@ func (a *landFailAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, op
 
 // tasks/update writes the record back in the queue (working, "queued",
 // under a new ticket) and then joins that ticket. When the write lands but
-// its answer is lost, Update returns the error before the join: the agent
-// gets -32603, and the record says working under a ticket that is in no
-// queue. The agent's retry finds the task working, which asks for nothing,
-// and is acknowledged without effect; nothing ever starts the task: it
-// says working until its TTL.
-func TestRevtUpdateWhoseWriteLandedUnseenLeavesTheTaskWorkingForEver(t *testing.T) {
+// its answer is lost, the update must still join the ticket the record
+// names: otherwise the task reads working under a ticket in no queue, and
+// nothing ever runs it (the agent's retry finds it working, asking for
+// nothing).
+func TestAnUpdateWhoseWriteLandedUnseenJoinsItsTicket(t *testing.T) {
 	tapi := &landFailAPI{match: func(item map[string]types.AttributeValue) bool {
 		m, _ := item["status_message"].(*types.AttributeValueMemberS)
 		_, answered := item["input_responses"]
@@ -342,13 +332,11 @@ func TestRevtUpdateWhoseWriteLandedUnseenLeavesTheTaskWorkingForEver(t *testing.
 	}
 }
 
-// The sweep starts again the lost starts of servers whose item sets
-// task_support (runsTasks) only. A server whose item stopped setting it
-// (an operator turned tasks off for its tool) while tasks wait there has
-// them no longer swept: a task whose start was lost then reads working
-// ("queued") until its TTL, unless some other request happens to pass
-// through that server's lease item.
-func TestRevtTasksOfAServerNoLongerRunningTasksAreNotSwept(t *testing.T) {
+// A server whose item stopped running a tool as a task (an operator set
+// it forbidden) while tasks of it wait: the sweep still starts a task
+// whose start was lost, which would otherwise read working ("queued")
+// until its TTL.
+func TestTasksOfAServerNoLongerRunningTasksAreSwept(t *testing.T) {
 	h, _, st := reviewHarness(t)
 	up := h.batchTasks(nil)
 	st.mu.Lock()
@@ -391,14 +379,12 @@ func (a *slowPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opt
 	return put()
 }
 
-// A running task whose outcome's write lands only past its run_until (a
-// store slow or throttled; the SDK's retries back off for seconds) reads
-// "failed" (its worker presumed stopped) until then, and "completed" after:
-// a terminal status the agent was shown changes. An agent that stopped at
-// "failed … may or may not have run" and called again runs the call twice;
-// one that polls on sees a failed task complete. The outcome's write is
-// not conditioned on run_until.
-func TestRevtTaskShownFailedThenCompleted(t *testing.T) {
+// A running task whose outcome's write comes only past its run_until (a
+// store slow or throttled) reads failed (its worker presumed stopped) by
+// then: the outcome must not turn it completed after, or an agent that
+// stopped at "failed … may or may not have run" and called again runs the
+// call twice.
+func TestATaskReadFailedNeverReadsCompleted(t *testing.T) {
 	var (
 		h     *harness
 		id    string
@@ -432,9 +418,9 @@ func TestRevtTaskShownFailedThenCompleted(t *testing.T) {
 	}
 }
 
-// Held: a gateway task's result over MAX_TASK_RESULT_BYTES fails the task,
+// A gateway task's result over MAX_TASK_RESULT_BYTES fails the task,
 // saying so; it is never cut.
-func TestRevtOversizedResultFailsNotCut(t *testing.T) {
+func TestAnOversizedTaskResultFailsTheTask(t *testing.T) {
 	h, store, _, _, _ := engineHarnessWith(t, Options{MaxBodyBytes: 1 << 20})
 	store.MaxResultBytes = 2048
 	_, url := startTaskServer(t, false, nil)
