@@ -894,17 +894,23 @@ func (e *taskEngine) settle(ctx context.Context, r *tasks.Record, res *mcp.CallT
 // marks the record running (Attempt) before its call and makes no call on
 // a record settled before that mark: so either the task fails here or its
 // call is made, never both. taken is the record a worker took; ended
-// reports that the task failed here (neither: its end could not be
-// written, and a worker may yet run it).
+// reports that the task ended with no call made, here or by a worker that
+// gave it up (neither: its end could not be written, and a worker may yet
+// run it).
 func (e *taskEngine) refuse(ctx context.Context, r *tasks.Record, fe *fault.Error) (taken *tasks.Record, ended bool) {
 	took := func(n *tasks.Record) bool { return n.Attempt > r.Attempt }
 	if e.settleUnless(ctx, r, nil, fe, false, took) {
 		return nil, true
 	}
-	if n, err := e.store.Get(ctx, r.ID); err == nil && took(n) {
+	n, err := e.store.Get(ctx, r.ID)
+	switch {
+	case err != nil:
+		return nil, false
+	case took(n):
 		return n, false
 	}
-	return nil, false
+	// Ended otherwise with no mark (a worker that gave it up), or not.
+	return nil, tasks.Terminal(n.Status)
 }
 
 // refusal reports whether Enqueue's err is the queue's refusal of the
