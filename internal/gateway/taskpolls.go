@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"container/list"
+	"maps"
 	"sync"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/tasks"
 )
@@ -14,8 +17,11 @@ import (
 // record's pollIntervalMs after that read is answered from it, without
 // reading the store (the answer is then at most one interval old, which
 // the extension allows). So an agent that polls faster than it is told
-// costs no more than one that does not. A status change made here
-// (tasks/update, tasks/cancel, a worker's write) forgets the task's entry.
+// costs no more than one that does not. A relayed task's is its handle's
+// record with the upstream's answer, kept for the pollIntervalMs that
+// answer tells: a faster poll sends the upstream nothing. A status change
+// made here (tasks/update, tasks/cancel, a worker's write) forgets the
+// task's entry.
 //
 // It is bounded: at most maxEntries records of at most maxBytes in all,
 // the least recently used dropped first; a record larger than a
@@ -46,6 +52,10 @@ type pollEntry struct {
 	r    *tasks.Record
 	at   time.Time
 	size int
+	// A relayed task's: the upstream's answer as the agent got it, and
+	// the interval it told.
+	answer *objectResult
+	every  time.Duration
 }
 
 func newTaskPolls(maxEntries, maxBytes int) *taskPolls {
@@ -64,6 +74,28 @@ func pollOf(r *tasks.Record) time.Duration {
 // than its poll interval before now and has not expired; nil otherwise.
 // The record returned is shared: it must not be changed.
 func (p *taskPolls) get(owner, id string, now time.Time) *tasks.Record {
+	if e := p.fresh(owner, id, now); e != nil {
+		return e.r
+	}
+	return nil
+}
+
+// relayed returns the answer owner's last tasks/get of relayed task id
+// got, if it came less than the interval it told before now; nil
+// otherwise.
+func (p *taskPolls) relayed(owner, id string, now time.Time) *objectResult {
+	e := p.fresh(owner, id, now)
+	if e == nil || e.answer == nil {
+		return nil
+	}
+	// Each request gets its own: the members are never changed, the maps
+	// may be.
+	return &objectResult{ResultBase: mcp.ResultBase{Meta: maps.Clone(e.answer.Meta)}, fields: maps.Clone(e.answer.fields)}
+}
+
+// fresh is the entry of owner's polls of task id, if it is younger than
+// its interval at now and its task has not expired.
+func (p *taskPolls) fresh(owner, id string, now time.Time) *pollEntry {
 	if p == nil {
 		return nil
 	}
@@ -74,12 +106,16 @@ func (p *taskPolls) get(owner, id string, now time.Time) *tasks.Record {
 		return nil
 	}
 	e := el.Value.(*pollEntry)
-	if now.Sub(e.at) >= pollOf(e.r) || now.Before(e.at) || e.r.Expired(now) {
+	every := pollOf(e.r)
+	if e.answer != nil {
+		every = e.every
+	}
+	if now.Sub(e.at) >= every || now.Before(e.at) || e.r.Expired(now) {
 		p.drop(el)
 		return nil
 	}
 	p.order.MoveToFront(el)
-	return e.r
+	return e
 }
 
 // begin marks the start of a store read whose record put may keep.
@@ -96,10 +132,29 @@ func (p *taskPolls) begin() uint64 {
 // change was made here since the read began (gen, from begin): the read
 // may then be older than that change.
 func (p *taskPolls) put(r *tasks.Record, at time.Time, gen uint64) {
+	p.keep(&pollEntry{r: r, at: at}, gen)
+}
+
+// putRelayed remembers the answer a tasks/get of relayed task r sent at at
+// got from its upstream, telling the agent to poll every every, unless a
+// change was made here since (gen, from begin).
+func (p *taskPolls) putRelayed(r *tasks.Record, answer *objectResult, every time.Duration, at time.Time, gen uint64) {
+	p.keep(&pollEntry{r: r, at: at, answer: answer, every: every}, gen)
+}
+
+// keep remembers e, as put says.
+func (p *taskPolls) keep(e *pollEntry, gen uint64) {
 	if p == nil {
 		return
 	}
-	size := recordSize(r)
+	r := e.r
+	e.size = recordSize(r)
+	if e.answer != nil {
+		e.answer = &objectResult{ResultBase: mcp.ResultBase{Meta: maps.Clone(e.answer.Meta)}, fields: maps.Clone(e.answer.fields)}
+		for k, v := range e.answer.fields {
+			e.size += len(k) + len(v)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := pollKey{r.Owner, r.ID}
@@ -109,11 +164,12 @@ func (p *taskPolls) put(r *tasks.Record, at time.Time, gen uint64) {
 	if gen != p.gen {
 		return
 	}
-	if size > p.maxBytes/maxEntryShare || p.maxEntries <= 0 {
+	if e.size > p.maxBytes/maxEntryShare || p.maxEntries <= 0 {
 		return
 	}
-	p.byKey[k] = p.order.PushFront(&pollEntry{key: k, r: r.Clone(), at: at, size: size})
-	p.bytes += size
+	e.key, e.r = k, r.Clone()
+	p.byKey[k] = p.order.PushFront(e)
+	p.bytes += e.size
 	for p.order.Len() > p.maxEntries || p.bytes > p.maxBytes {
 		p.drop(p.order.Back())
 	}

@@ -425,8 +425,19 @@ func outstandingResponses(requests, responses json.RawMessage) json.RawMessage {
 // relayTaskRequest sends a tasks/ request for a relayed task to its
 // upstream, with the upstream's own id, and answers with the upstream's
 // answer, its ids rewritten to the handle. It takes no place under the
-// server's cap, and is bounded by the server's timeout.
+// server's cap, and is bounded by the server's timeout. A tasks/get sooner
+// than the interval the caller's last one was told is answered as that
+// one was, without asking the upstream.
 func (sc *mcpScope) relayTaskRequest(ctx context.Context, method string, r *tasks.Record, srv *registry.Server, responses json.RawMessage) (mcp.Result, error) {
+	if method == "tasks/get" {
+		// Sooner than the interval the caller's last poll was told: that
+		// poll's answer, the upstream asked nothing (taskPolls).
+		if res := sc.g.polls.relayed(r.Owner, r.ID, time.Now()); res != nil {
+			sc.rec.outcome = "ok"
+			return res, nil
+		}
+	}
+	gen, sent := sc.g.polls.begin(), time.Now()
 	rctx, cancel := sc.g.boundedCtx(ctx, srv.Timeout)
 	defer cancel()
 	raw, err := sc.g.deps.Upstream.TaskRequest(rctx, srv, sc.caller.upstream(srv), method, r.UpstreamID, responses)
@@ -439,12 +450,18 @@ func (sc *mcpScope) relayTaskRequest(ctx context.Context, method string, r *task
 		return nil, sc.rpcError(upstreamFault(srv, err), err)
 	}
 	if method != "tasks/get" {
+		// Its status may change: the next poll asks the upstream.
+		sc.g.polls.forget(r.Owner, r.ID)
 		sc.rec.outcome = "ok"
 		return ack(), nil
 	}
 	res, err := relayedTask(raw, r, "complete", sc.g.maxResult)
 	if err != nil {
 		return nil, sc.rpcError(fault.Wrap(err, fault.UpstreamError, "server %q answered tasks/get with something other than a task", srv.ID), err)
+	}
+	var every int64
+	if json.Unmarshal(res.fields["pollIntervalMs"], &every) == nil {
+		sc.g.polls.putRelayed(r, res, time.Duration(every)*time.Millisecond, sent, gen)
 	}
 	sc.rec.outcome = "ok"
 	return res, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/tasks"
+	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
 // Regression tests from an adversarial reading of the gateway's side of
@@ -434,5 +435,44 @@ func TestAnOversizedTaskResultFailsTheTask(t *testing.T) {
 	p := h.pollTask("/mcp/plain", h.key, a.str(t, "taskId"))
 	if p.err != nil || p.str(t, "status") != "failed" || !strings.Contains(p.str(t, "statusMessage"), "MAX_TASK_RESULT_BYTES") || p.result["result"] != nil {
 		t.Errorf("a result of over 4000 bytes under a bound of 2048: %.600s; want failed, saying so", p.raw)
+	}
+}
+
+// Polls of a relayed task faster than the interval its upstream told are
+// answered from the last poll's answer: an agent polling in a loop sends
+// the upstream one tasks/get per interval, not one per poll (polls take no
+// place under the cap, so nothing else bounds them). A tasks/cancel sent
+// on forgets it: the next poll asks the upstream.
+func TestFastPollsOfARelayedTaskReachTheUpstreamOncePerInterval(t *testing.T) {
+	h, _ := taskHarness(t, nil)
+	_, reqs := relayUp(t, h, func(_, method, _ string, res map[string]any) {
+		if method == "tasks/get" {
+			res["pollIntervalMs"] = 60000
+		}
+	})
+	id := h.relayCall().str(t, "taskId")
+	var first rpcAnswer
+	for i := range 5 {
+		a := h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+		if a.err != nil || a.str(t, "taskId") != id {
+			t.Fatalf("poll %d: %s", i, a.raw)
+		}
+		if i == 0 {
+			first = a
+		} else if a.str(t, "status") != first.str(t, "status") || a.result["pollIntervalMs"] == nil {
+			t.Errorf("poll %d answered %s; the first %s", i, a.raw, first.raw)
+		}
+	}
+	if n := reqs()["tasks/get"]; n != 1 {
+		t.Errorf("5 polls within the 60 s interval the upstream told sent it %d tasks/get; want 1", n)
+	}
+	// Another principal's poll of the handle is refused, cache or not.
+	if a := h.rpc("/mcp/up", testkit.PutKey(t, h.env, "*"), "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true}); a.code() != -32602 {
+		t.Errorf("another principal's poll: %s; want -32602", a.raw)
+	}
+	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if n := reqs()["tasks/get"]; n != 2 {
+		t.Errorf("a poll after tasks/cancel: the upstream got %d tasks/get in all; want 2 (the cancel forgets the answer)", n)
 	}
 }
