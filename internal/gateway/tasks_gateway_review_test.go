@@ -69,26 +69,12 @@ func TestACancelBetweenAClaimAndItsMarkMakesNoCall(t *testing.T) {
 	}
 }
 
-// failPutAPI passes a task store's calls through, but fails (without
-// landing) the first PutItem whose item's status is status.
-type failPutAPI struct {
-	tasks.API
-	status string
-	mu     sync.Mutex
-	failed bool
-}
-
-func (a *failPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	if s, ok := in.Item["status"].(*types.AttributeValueMemberS); ok && s.Value == a.status {
-		a.mu.Lock()
-		first := !a.failed
-		a.failed = true
-		a.mu.Unlock()
-		if first {
-			return nil, errors.New("tasks store: service unavailable")
-		}
-	}
-	return a.API.PutItem(ctx, in, opts...)
+// failPut is a firstPutAPI whose first PutItem of an item with status
+// fails, without landing.
+func failPut(status string) *firstPutAPI {
+	return &firstPutAPI{status: status, first: func(func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		return nil, errors.New("tasks store: service unavailable")
+	}}
 }
 
 // A cancel of a waiting task whose last write (the record cancelled) fails
@@ -96,7 +82,7 @@ func (a *failPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opt
 // and must not read working until its TTL. It reads cancelled, from the
 // mark its cancel made first.
 func TestACancelWhoseLastWriteFailsStillEndsTheTask(t *testing.T) {
-	tapi := &failPutAPI{status: string(tasks.StatusCancelled)}
+	tapi := failPut(string(tasks.StatusCancelled))
 	h, _, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	up := h.batchTasks(nil)
 	st.mu.Lock()
@@ -255,7 +241,7 @@ func TestARelayedUpdatesInputResponsesAreBounded(t *testing.T) {
 // told its call failed, which would have it call again and run it twice.
 func TestACreateWhoseJoinAndFailureAreLostIsAnsweredAsMade(t *testing.T) {
 	join := &lostJoinAPI{meanwhile: func() {}}
-	tapi := &failPutAPI{status: string(tasks.StatusCompleted)} // refuse writes a tool error as completed
+	tapi := failPut(string(tasks.StatusCompleted)) // refuse writes a tool error as completed
 	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi },
 		func(c lease.API) lease.API { join.API = c; return join })
 	up := h.batchTasks(nil)
@@ -355,10 +341,10 @@ func TestTasksOfAServerNoLongerRunningTasksAreSwept(t *testing.T) {
 	}
 }
 
-// slowPutAPI passes a task store's calls through, but hands the first
+// firstPutAPI passes a task store's calls through, but hands the first
 // PutItem whose item's status is status to first, with put, which sends
 // it.
-type slowPutAPI struct {
+type firstPutAPI struct {
 	tasks.API
 	status string
 	first  func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error)
@@ -366,7 +352,7 @@ type slowPutAPI struct {
 	seen   bool
 }
 
-func (a *slowPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+func (a *firstPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
 	put := func() (*dynamodb.PutItemOutput, error) { return a.API.PutItem(ctx, in, opts...) }
 	if s, ok := in.Item["status"].(*types.AttributeValueMemberS); ok && s.Value == a.status {
 		a.mu.Lock()
@@ -391,7 +377,7 @@ func TestATaskReadFailedNeverReadsCompleted(t *testing.T) {
 		id    string
 		first rpcAnswer
 	)
-	tapi := &slowPutAPI{status: string(tasks.StatusCompleted)}
+	tapi := &firstPutAPI{status: string(tasks.StatusCompleted)}
 	tapi.first = func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 			first = h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
