@@ -1,0 +1,166 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/testkit"
+)
+
+// Adversarial tests of the fixes to the gateway's tasks (revu): cancels
+// that race a worker or a tasks/update, and what a cancelled task leaves.
+
+// hookQueue passes a task queue's calls through, running afterClaim once a
+// claim has landed and beforeEnqueue before a join, where set.
+type hookQueue struct {
+	TaskQueue
+	mu            sync.Mutex
+	afterClaim    func(ticket string)
+	beforeEnqueue func(ticket, taskID string)
+}
+
+func (q *hookQueue) Claim(ctx context.Context, req lease.Request, id string, mark int64) (*lease.Lease, error) {
+	ls, err := q.TaskQueue.Claim(ctx, req, id, mark)
+	q.mu.Lock()
+	f := q.afterClaim
+	q.mu.Unlock()
+	if err == nil && f != nil {
+		f(id)
+	}
+	return ls, err
+}
+
+func (q *hookQueue) Enqueue(ctx context.Context, req lease.Request, ticket, taskID string, deadline time.Time) (string, error) {
+	q.mu.Lock()
+	f := q.beforeEnqueue
+	q.mu.Unlock()
+	if f != nil {
+		f(ticket, taskID)
+	}
+	return q.TaskQueue.Enqueue(ctx, req, ticket, taskID, deadline)
+}
+
+// hookTasks puts a hookQueue between h's task engine and its queue.
+func hookTasks(h *harness) *hookQueue {
+	e := h.gw.deps.Tasks.(*taskEngine)
+	q := &hookQueue{TaskQueue: e.queue}
+	e.queue = q
+	return q
+}
+
+// A tasks/cancel that lands after the worker's claim (its Withdraw finds
+// the ticket claimed) but before its mark leaves a record that reads
+// cancelled (waitsCancelled). The worker then finds its key's
+// max_parallel_requests taken (a synchronous call of the key in flight, a
+// common case) and settles the task with the AT_CAPACITY tool error without
+// looking at cancel_requested: the task read cancelled, then completed. The
+// same holds for every settle a worker makes before its mark (its server
+// gone, its policy refused, a claim refused for a fault) and for requeue's.
+func TestRevuACancelledTaskReadsCompletedAfterItsKeysPlaceIsRefused(t *testing.T) {
+	h, _, st := reviewHarness(t)
+	key := testkit.PutKeyAs(t, h.env, auth.Key{Servers: []string{"*"}, MaxParallel: 1})
+	slow := testkit.StartBatch(t, 10, 4*time.Second)
+	h.server(map[string]any{"server_id": "slow", "url": slow.URL, "timeout": 30})
+	h.batchTasks(nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.rpc("/mcp/slow", key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{})
+	}()
+	defer func() { <-done }()
+	waitArrivals(slow, 1)
+	if len(slow.Stats().Arrivals) == 0 {
+		t.Fatal("the synchronous call holding the key's place never reached its upstream")
+	}
+	var (
+		id            string
+		ack, inWindow rpcAnswer
+		once          sync.Once
+	)
+	q := hookTasks(h)
+	q.afterClaim = func(string) {
+		once.Do(func() {
+			ack = h.rpc("/mcp/batch", key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+			inWindow = h.rpc("/mcp/batch", key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+		})
+	}
+	st.mu.Lock()
+	st.hold = true
+	st.mu.Unlock()
+	id = h.createTask("batch", key, "work")
+	for _, ts := range st.takeHeld() {
+		st.wg.Go(func() { _ = h.gw.RunTask(context.Background(), ts) })
+	}
+	st.wg.Wait()
+	if ack.err != nil || inWindow.err != nil {
+		t.Fatalf("tasks/cancel %s; tasks/get %s", ack.raw, inWindow.raw)
+	}
+	then := h.rpc("/mcp/batch", key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	t.Logf("after the cancel: %s\nonce the worker ended: %.400s", inWindow.raw, then.raw)
+	if s := inWindow.str(t, "status"); s == "cancelled" && then.err == nil && then.str(t, "status") != s {
+		t.Errorf("the task read %q after its tasks/cancel was acknowledged, then %q: a terminal status changed", s, then.str(t, "status"))
+	}
+}
+
+// A tasks/update that completes a round writes the record working under a
+// new ticket, then joins it. A tasks/cancel landing between the two finds
+// no ticket to withdraw (ErrNoTicket), so it writes the task cancelled;
+// the update's join then lands a ticket for a task that has ended. While
+// the server is busy, that ticket takes the server's queue (max_queued): a
+// new task is refused QUEUE_FULL behind a task that no longer exists.
+func TestRevuACancelRacingAnUpdateLeavesATicketThatFillsTheQueue(t *testing.T) {
+	h, _, _ := reviewHarness(t)
+	id, _ := h.inputTask(map[string]any{"max_concurrent_requests": 1, "max_queued": 1})
+	// Wait for the first round's place to be given back.
+	for deadline := time.Now().Add(30 * time.Second); testkit.LeaseCount(t, h.env, "plain", "leases") != 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The server is busy: a synchronous call holds its one place.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "slow_compute", "arguments": map[string]any{"seconds": 6}}, rpcOpts{})
+	}()
+	defer func() { <-done }()
+	for deadline := time.Now().Add(30 * time.Second); testkit.LeaseCount(t, h.env, "plain", "leases") == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	var (
+		cancel rpcAnswer
+		once   sync.Once
+	)
+	q := hookTasks(h)
+	q.beforeEnqueue = func(_, taskID string) {
+		if taskID != id {
+			return
+		}
+		once.Do(func() {
+			cancel = h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+		})
+	}
+	u := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id,
+		"inputResponses": map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}}, rpcOpts{declare: true})
+	q.mu.Lock()
+	q.beforeEnqueue = nil
+	q.mu.Unlock()
+	p := h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	tickets := testkit.LeaseCount(t, h.env, "plain", "tasks")
+	other := h.rpc("/mcp/plain", h.key, "tools/call", map[string]any{"name": "confirm_delete", "arguments": map[string]any{"filename": "b.txt"}}, rpcOpts{declare: true})
+	t.Logf("update %s\ncancel %s\ntask %s\ntickets waiting: %d\nanother task: %.300s", u.raw, cancel.raw, p.raw, tickets, other.raw)
+	if cancel.err != nil || p.err != nil {
+		t.Fatalf("tasks/cancel %s; tasks/get %s", cancel.raw, p.raw)
+	}
+	if p.str(t, "status") != "cancelled" {
+		t.Skipf("the cancel did not end the task (%s): not the race this test makes", p.raw)
+	}
+	if tickets > 0 {
+		t.Errorf("the task reads cancelled, yet %d ticket(s) wait in its server's queue", tickets)
+	}
+	if other.err == nil && other.result["isError"] != nil && other.result["taskId"] == nil {
+		t.Errorf("a new task on the server (max_queued 1) is refused while the only ticket waiting is a cancelled task's: %.300s", other.raw)
+	}
+}
