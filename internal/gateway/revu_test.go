@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/tasks"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
@@ -20,7 +22,7 @@ type hookQueue struct {
 	TaskQueue
 	mu            sync.Mutex
 	afterClaim    func(ticket string)
-	beforeEnqueue func(ticket, taskID string)
+	beforeEnqueue func(ticket, taskID string) error
 }
 
 func (q *hookQueue) Claim(ctx context.Context, req lease.Request, id string, mark int64) (*lease.Lease, error) {
@@ -39,7 +41,9 @@ func (q *hookQueue) Enqueue(ctx context.Context, req lease.Request, ticket, task
 	f := q.beforeEnqueue
 	q.mu.Unlock()
 	if f != nil {
-		f(ticket, taskID)
+		if err := f(ticket, taskID); err != nil {
+			return "", err
+		}
 	}
 	return q.TaskQueue.Enqueue(ctx, req, ticket, taskID, deadline)
 }
@@ -134,13 +138,13 @@ func TestRevuACancelRacingAnUpdateLeavesATicketThatFillsTheQueue(t *testing.T) {
 		once   sync.Once
 	)
 	q := hookTasks(h)
-	q.beforeEnqueue = func(_, taskID string) {
-		if taskID != id {
-			return
+	q.beforeEnqueue = func(_, taskID string) error {
+		if taskID == id {
+			once.Do(func() {
+				cancel = h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+			})
 		}
-		once.Do(func() {
-			cancel = h.rpc("/mcp/plain", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
-		})
+		return nil
 	}
 	u := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id,
 		"inputResponses": map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}}, rpcOpts{declare: true})
@@ -162,5 +166,44 @@ func TestRevuACancelRacingAnUpdateLeavesATicketThatFillsTheQueue(t *testing.T) {
 	}
 	if other.err == nil && other.result["isError"] != nil && other.result["taskId"] == nil {
 		t.Errorf("a new task on the server (max_queued 1) is refused while the only ticket waiting is a cancelled task's: %.300s", other.raw)
+	}
+}
+
+// A create whose join fails on the store without landing (the lease
+// store's write refused: throttled, unavailable), and whose failure's
+// write fails too (the same incident), is now answered as a task made. Its
+// record says working, "queued", under a ticket that is in no queue:
+// nothing ever starts it (the sweep reads the lease items, where it is
+// not), nothing ends it, and the agent polls "working" for the task's whole
+// TTL (up to a day). The join's outcome was unknown, but nothing ever
+// finds it out.
+func TestRevuACreateWhoseJoinNeverLandedReadsWorkingUntilItsTTL(t *testing.T) {
+	tapi := &failPutAPI{status: string(tasks.StatusCompleted)} // refuse writes a tool error as completed
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	up := h.batchTasks(nil)
+	q := hookTasks(h)
+	var once sync.Once
+	q.beforeEnqueue = func(string, string) error {
+		var err error
+		once.Do(func() {
+			err = errors.New("operation error DynamoDB: UpdateItem, exceeded maximum number of attempts, 3, ThrottlingException")
+		})
+		return err
+	}
+	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
+	if a.err != nil || a.result["taskId"] == nil {
+		t.Skipf("the create was not answered as a task made (%s): not the path under test", a.raw)
+	}
+	id := a.str(t, "taskId")
+	time.Sleep(lease.StartTimeout + time.Second)
+	h.sweep(st, 2)
+	p := h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if r, err := store.Get(t.Context(), id); err == nil {
+		t.Logf("record: %s %q ticket %s attempt %d", r.Status, r.StatusMessage, r.LeaseID, r.Attempt)
+	}
+	tickets := testkit.LeaseCount(t, h.env, "batch", "tasks")
+	t.Logf("create %s\npoll %s\ntickets %d, upstream calls %d", a.raw, p.raw, tickets, len(up.Stats().Arrivals))
+	if p.err == nil && p.str(t, "status") == "working" && tickets == 0 && len(up.Stats().Arrivals) == 0 {
+		t.Errorf("a task answered as made after a join that never landed reads working with no ticket in any queue and no worker: nothing ends it before its TTL (%s)", p.raw)
 	}
 }
