@@ -207,3 +207,33 @@ func TestRevuACreateWhoseJoinNeverLandedReadsWorkingUntilItsTTL(t *testing.T) {
 		t.Errorf("a task answered as made after a join that never landed reads working with no ticket in any queue and no worker: nothing ends it before its TTL (%s)", p.raw)
 	}
 }
+
+// An upstream's CreateTaskResult whose statusMessage is no string (here a
+// number) fails relayCreated's decode as a whole, and that branch answers
+// UPSTREAM_ERROR without cancelling the upstream's task, although its
+// taskId is valid: the task runs on outside the server's cap, orphaned,
+// and again when the agent calls again. (relayedTask, since the fix,
+// leaves such a statusMessage out; the create's decode refuses the task
+// for it, and unlike every other path where no handle is given, does not
+// cancel it.)
+func TestRevuARelayedCreateWithANonStringMessageIsNotCancelled(t *testing.T) {
+	h, _ := taskHarness(t, nil)
+	mode, reqs := relayUp(t, h, func(mode, method, _ string, res map[string]any) {
+		if method == "tools/call" && mode == "number" {
+			res["statusMessage"] = 42
+		}
+	})
+	mode.Store("number")
+	a := h.relayCall()
+	mode.Store("")
+	if a.err == nil && a.result["taskId"] != nil {
+		t.Skipf("the task was passed on (%s): its message was left out, as relayedTask does", a.raw)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for reqs()["tasks/cancel"] == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := reqs()["tasks/cancel"]; n == 0 {
+		t.Errorf("the call was answered %.300s, but the upstream's task it made was never cancelled: it runs on, orphaned", a.raw)
+	}
+}
