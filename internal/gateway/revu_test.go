@@ -1,9 +1,15 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,4 +242,46 @@ func TestRevuARelayedCreateWithANonStringMessageIsNotCancelled(t *testing.T) {
 	if n := reqs()["tasks/cancel"]; n == 0 {
 		t.Errorf("the call was answered %.300s, but the upstream's task it made was never cancelled: it runs on, orphaned", a.raw)
 	}
+}
+
+// An upstream's JSON-RPC error about a relayed task is clipped to 512
+// bytes before its id is rewritten (rewriteError): an id the cut runs
+// through is no longer the id, so its head goes to the agent as it is.
+// docs/tasks.md: the upstream's own task id never reaches the agent.
+func TestRevuARelayedErrorCutThroughTheIDShowsPartOfIt(t *testing.T) {
+	h, ts := taskHarness(t, nil)
+	var hostile atomic.Bool
+	_, url := startTaskServer(t, true, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			up := r.Header.Get("Mcp-Name")
+			if !hostile.Load() || r.Header.Get("Mcp-Method") != "tasks/get" || len(up) < 16 {
+				next.ServeHTTP(w, r)
+				return
+			}
+			var req struct {
+				ID json.RawMessage `json:"id"`
+			}
+			body := new(bytes.Buffer)
+			_, _ = body.ReadFrom(r.Body)
+			_ = json.Unmarshal(body.Bytes(), &req)
+			msg := strings.Repeat("x", maxUpstreamMessage-len(up)/2) + up + " is not a task here"
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":%q}}`, req.ID, msg)
+		})
+	})
+	h.server(map[string]any{"server_id": "up", "url": url})
+	id := h.relayCall().str(t, "taskId")
+	rec, err := ts.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile.Store(true)
+	a := h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	hostile.Store(false)
+	head := rec.UpstreamID[:len(rec.UpstreamID)/2]
+	t.Logf("upstream id %s; answer %.120s…%s", rec.UpstreamID, a.raw, a.raw[max(0, len(a.raw)-80):])
+	if bytes.Contains(a.raw, []byte(head)) {
+		t.Errorf("a relayed tasks/get error shows the head of the upstream's own task id (%q of %q)", head, rec.UpstreamID)
+	}
+	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
 }
