@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/tasks"
@@ -284,4 +286,48 @@ func TestRevuARelayedErrorCutThroughTheIDShowsPartOfIt(t *testing.T) {
 		t.Errorf("a relayed tasks/get error shows the head of the upstream's own task id (%q of %q)", head, rec.UpstreamID)
 	}
 	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+}
+
+// A worker whose mark of the record lands, but is answered only late (a
+// slow store, as the outcome's fix has it), past its call's deadline and
+// past the run_until it wrote, gives its place back and, its release
+// finding its own lease, takes its mark back (unmark) and queues its
+// ticket again. Meanwhile a poll past that run_until read the task failed
+// ("the call may or may not have run"): unmark then makes it working, and
+// the next worker runs and completes it. A terminal status read changes,
+// and an agent that called again on "failed" has its call run twice.
+func TestRevuATaskReadFailedIsUnmarkedAndRunsAgain(t *testing.T) {
+	var (
+		h     *harness
+		id    string
+		first rpcAnswer
+	)
+	tapi := &markAPI{}
+	tapi.first = func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		out, err := put() // the mark lands; its answer comes late
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			first = h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+			if first.err != nil || first.str(t, "status") != "working" {
+				break
+			}
+		}
+		return out, err
+	}
+	var st *reviewStarts
+	h, _, st = reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	up := h.batchTasks(map[string]any{"timeout": 1, "cancel_grace": 0.1})
+	st.mu.Lock()
+	st.hold = true
+	st.mu.Unlock()
+	id = h.createTask("batch", h.key, "work")
+	for _, ts := range st.takeHeld() {
+		st.wg.Go(func() { _ = h.gw.RunTask(context.Background(), ts) })
+	}
+	st.wg.Wait()
+	h.sweep(st, 1)
+	then := h.pollTask("/mcp/batch", h.key, id)
+	t.Logf("while the mark's answer was late: %s\nafter: %.300s\nupstream calls %d", first.raw, then.raw, len(up.Stats().Arrivals))
+	if first.err == nil && then.err == nil && first.str(t, "status") != "working" && then.str(t, "status") != first.str(t, "status") {
+		t.Errorf("the task read %q, then %q (upstream calls %d): a terminal status changed", first.str(t, "status"), then.str(t, "status"), len(up.Stats().Arrivals))
+	}
 }
