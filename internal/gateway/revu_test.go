@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
@@ -329,5 +330,85 @@ func TestRevuATaskReadFailedIsUnmarkedAndRunsAgain(t *testing.T) {
 	t.Logf("while the mark's answer was late: %s\nafter: %.300s\nupstream calls %d", first.raw, then.raw, len(up.Stats().Arrivals))
 	if first.err == nil && then.err == nil && first.str(t, "status") != "working" && then.str(t, "status") != first.str(t, "status") {
 		t.Errorf("the task read %q, then %q (upstream calls %d): a terminal status changed", first.str(t, "status"), then.str(t, "status"), len(up.Stats().Arrivals))
+	}
+}
+
+// cancelPutAPI passes a task store's calls through, but for the first
+// PutItem that match holds, lets it land and then ends the request's
+// context (its client gone, its deadline reached) and answers with that.
+type cancelPutAPI struct {
+	tasks.API
+	match  func(item map[string]types.AttributeValue) bool
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	done   bool
+}
+
+func (a *cancelPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := a.API.PutItem(ctx, in, opts...)
+	a.mu.Lock()
+	first := !a.done && a.cancel != nil && err == nil && a.match(in.Item)
+	if first {
+		a.done = true
+	}
+	a.mu.Unlock()
+	if !first {
+		return out, err
+	}
+	a.cancel()
+	return nil, ctx.Err()
+}
+
+// tasks/update's fix reads the record again when its write's outcome is
+// unknown, but with the request's own context: when the write's outcome
+// is unknown because that context ended (the agent's connection dropped,
+// the request's deadline), the read fails at once and the ticket the
+// landed write names is never joined. The task reads working under a
+// ticket in no queue; the agent's retry of tasks/update finds it working
+// and is acknowledged, doing nothing; nothing ever runs or ends it before
+// its TTL.
+func TestRevuAnUpdateWhoseContextEndsAfterItsWriteLeavesTheTaskStuck(t *testing.T) {
+	tapi := &cancelPutAPI{match: func(item map[string]types.AttributeValue) bool {
+		m, _ := item["status_message"].(*types.AttributeValueMemberS)
+		_, answered := item["input_responses"]
+		return answered && m != nil && m.Value == "queued"
+	}}
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	id, _ := h.inputTask(nil)
+	responses := json.RawMessage(`{"confirm":{"action":"accept","content":{"confirm":true}}}`)
+	r, err := store.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent's request, as the gateway's handler has it: its caller
+	// in its context.
+	var who taskCaller
+	if err := json.Unmarshal(r.Principal, &who); err != nil {
+		t.Fatal(err)
+	}
+	pr, fe := h.gw.currentPrincipal(t.Context(), who.Principal)
+	if fe != nil {
+		t.Fatal(fe)
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), callerCtx, &caller{principal: pr}))
+	defer cancel()
+	tapi.mu.Lock()
+	tapi.cancel = cancel
+	tapi.mu.Unlock()
+	_, uerr := h.gw.deps.Tasks.(*taskEngine).Update(ctx, r, responses, "")
+	t.Logf("tasks/update whose context ended after its write landed: %v", uerr)
+	// The agent, told its update failed, sends it again.
+	u2 := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id,
+		"inputResponses": map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}}, rpcOpts{declare: true})
+	time.Sleep(lease.StartTimeout + time.Second)
+	h.sweep(st, 2)
+	p := h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if r, err := store.Get(t.Context(), id); err == nil {
+		t.Logf("record: %s %q ticket %s attempt %d", r.Status, r.StatusMessage, r.LeaseID, r.Attempt)
+	}
+	tickets := testkit.LeaseCount(t, h.env, "plain", "tasks")
+	t.Logf("retry %s\npoll %s\ntickets %d", u2.raw, p.raw, tickets)
+	if p.err == nil && p.str(t, "status") == "working" && tickets == 0 {
+		t.Errorf("after a tasks/update whose context ended once its write landed, and the agent's retry (%s), the task reads %s with no ticket in the queue: nothing runs or ends it before its TTL", u2.raw, p.raw)
 	}
 }
