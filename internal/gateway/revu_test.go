@@ -18,6 +18,8 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/tasks"
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
@@ -410,5 +412,54 @@ func TestRevuAnUpdateWhoseContextEndsAfterItsWriteLeavesTheTaskStuck(t *testing.
 	t.Logf("retry %s\npoll %s\ntickets %d", u2.raw, p.raw, tickets)
 	if p.err == nil && p.str(t, "status") == "working" && tickets == 0 {
 		t.Errorf("after a tasks/update whose context ended once its write landed, and the agent's retry (%s), the task reads %s with no ticket in the queue: nothing runs or ends it before its TTL", u2.raw, p.raw)
+	}
+}
+
+// A worker whose mark is refused on a record asked to stop (the fix's
+// stop path: a cancel landed between its claim and its mark) makes no
+// call, but returns with its call still counted: it writes an EMF call
+// record with outcome "ok" for a call that never happened (as
+// TestLosingTaskStartCountsNoCall says a start making no call must not).
+// The same holds for the requeue path (settled, taken, late, a mark of
+// unknown outcome): a task requeued and then run counts two calls.
+func TestRevuATaskCancelledBeforeItsMarkCountsNoCall(t *testing.T) {
+	var (
+		h    *harness
+		id   string
+		once sync.Once
+	)
+	tapi := &markAPI{}
+	tapi.first = func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		once.Do(func() {
+			h.rpc("/mcp/batch", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+		})
+		return put()
+	}
+	starts := make(chan lease.TaskStart, 8)
+	out := &syncBuffer{}
+	var (
+		store   *tasks.Store
+		limiter *lease.Limiter
+	)
+	h = newHarnessDeps(t, Options{}, func(d *Deps, env *storetest.Env) {
+		tapi.API = env.Client
+		store = &tasks.Store{DB: tapi, Table: env.Tables.Tasks}
+		limiter = lease.New(env.Client, env.Tables.Leases, lease.Options{Margin: 500 * time.Millisecond,
+			OnTaskStart: func(_ context.Context, ts lease.TaskStart) { starts <- ts }})
+		d.Limiter = limiter
+		d.Metrics = metrics.New(out, metrics.Options{})
+	})
+	h.gw.EnableTasks(store, limiter, func(_ context.Context, ts lease.TaskStart) { starts <- ts })
+	up := h.batchTasks(nil)
+	id = h.createTask("batch", h.key, "work")
+	before := callRecords(t, out, "work")
+	if err := h.gw.RunTask(t.Context(), <-starts); err != nil {
+		t.Fatal(err)
+	}
+	p := h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	n := callRecords(t, out, "work") - before
+	t.Logf("task %s; upstream calls %d; call records %d", p.raw, len(up.Stats().Arrivals), n)
+	if len(up.Stats().Arrivals) == 0 && n != 0 {
+		t.Errorf("a task cancelled between its claim and its mark made no call, yet its worker wrote %d call record(s)", n)
 	}
 }
