@@ -189,7 +189,7 @@ func TestRevuACancelRacingAnUpdateLeavesATicketThatFillsTheQueue(t *testing.T) {
 // TTL (up to a day). The join's outcome was unknown, but nothing ever
 // finds it out.
 func TestRevuACreateWhoseJoinNeverLandedReadsWorkingUntilItsTTL(t *testing.T) {
-	tapi := &failPutAPI{status: string(tasks.StatusCompleted)} // refuse writes a tool error as completed
+	tapi := failPut(string(tasks.StatusCompleted)) // refuse writes a tool error as completed
 	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	up := h.batchTasks(nil)
 	q := hookTasks(h)
