@@ -176,7 +176,15 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 			// Its join may have landed and its end was not written: a
 			// worker may yet run it, so the agent is told of the task
 			// rather than told to call again, which could run it twice.
+			// The ticket joins again (its id: once), so that a join that
+			// never landed leaves no task nothing runs; a worker started
+			// for a ticket whose call was made finds the record marked.
 			g.log.Warn("task's join and end both failed on the store; the task is answered as made", "task", r.ID, "error", err.Error())
+			jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requeueTimeout)
+			if _, err := e.queue.Enqueue(jctx, req, r.LeaseID, id, r.CreatedAt.Add(r.TTL)); err != nil {
+				g.log.Warn("task's ticket not joined again; it may read working until its TTL", "task", r.ID, "error", err.Error())
+			}
+			cancel()
 		}
 	}
 	// The join's answer shows the task's place in line. Where the estimate
@@ -387,22 +395,46 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 		n.PollInterval = e.pollWaiting(req, ticket, srv.TimeoutFor(r.Tool), n.TTL)
 		return nil
 	})
+	// Once its write may have landed, the task is queued whether or not
+	// its agent stays: bounded, as a requeue is.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requeueTimeout)
+	defer cancel()
 	if err != nil {
-		// Its write may have landed unseen (its answer lost): the record
-		// says, and a task queued under this ticket joins it, or it would
-		// read working with nothing to run it.
-		if got, gerr := e.store.Get(ctx, r.ID); gerr == nil && got.Status == tasks.StatusWorking && got.LeaseID == ticket {
+		// Its write may have landed unseen (its answer lost, its request
+		// gone): the record says, and a task queued under this ticket
+		// joins it, or it would read working with nothing to run it.
+		if got, gerr := e.store.Get(qctx, r.ID); gerr == nil && got.Status == tasks.StatusWorking && got.LeaseID == ticket {
 			n, err = got, nil
 		}
 	}
 	if err != nil || n.Status != tasks.StatusWorking || n.LeaseID != ticket {
 		return n, err
 	}
-	if _, err := e.queue.Enqueue(ctx, req, ticket, n.ID, n.CreatedAt.Add(n.TTL)); err != nil {
-		e.refuse(context.WithoutCancel(ctx), n, acquireFault(srv, r.Tool, err))
+	if _, err := e.queue.Enqueue(qctx, req, ticket, n.ID, n.CreatedAt.Add(n.TTL)); err != nil {
+		e.refuse(qctx, n, acquireFault(srv, r.Tool, err))
 		return n, nil
 	}
+	e.stillWaits(qctx, n.ServerID, ticket, n.ID)
 	return n, nil
+}
+
+// stillWaits follows the join of ticket for task id, which already had a
+// record (an answered input, a requeue): a cancel that marked the record
+// meanwhile found no ticket to withdraw before the join landed, and may
+// have ended the task. The record is read again, and the ticket taken
+// out unless the task still waits under it; a task asked to stop ends
+// cancelled. (Cancel marks, then withdraws; the join lands, then reads:
+// one of the two sees the other.)
+func (e *taskEngine) stillWaits(ctx context.Context, key, ticket, id string) {
+	n, err := e.store.Get(ctx, id)
+	if err != nil || n.Status == tasks.StatusWorking && n.LeaseID == ticket && !n.CancelRequested {
+		return // unread: a worker started for it reads it
+	}
+	if e.withdraw(ctx, lease.TaskStart{Key: key, Ticket: ticket, Task: id}) && waitsCancelled(n) && n.LeaseID == ticket {
+		if _, err := e.cancelWaiting(ctx, n); err != nil {
+			e.g.log.Warn("cancelled task's end not written; it reads cancelled", "task", id, "error", err.Error())
+		}
+	}
 }
 
 // errSettled stops an update of a record that reached a terminal status
@@ -682,6 +714,9 @@ func (e *taskEngine) run(ctx context.Context, ts lease.TaskStart, r *tasks.Recor
 	// it, no other claim can have come (a lease lapses only past its
 	// call's deadline), so the mark it saw was its own.
 	late := err == nil && !settled && !taken && !stop && !time.Now().Before(c.ls.CallDeadline)
+	if stop || settled || taken || late || err != nil {
+		c.counted = false // no call is made under this claim
+	}
 	if stop && err == nil {
 		// Its place and ticket are given back unused, and the task ends
 		// cancelled, as one withdrawn (Cancel).
@@ -832,7 +867,9 @@ func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.Ta
 		// its context ends: bounded here, as a release is, so that a
 		// worker never outlives its invocation on a key that keeps moving.
 		qctx, cancel := context.WithTimeout(ctx, requeueTimeout)
-		_, err = e.queue.Enqueue(qctx, req, ts.Ticket, r.ID, r.CreatedAt.Add(r.TTL))
+		if _, err = e.queue.Enqueue(qctx, req, ts.Ticket, r.ID, r.CreatedAt.Add(r.TTL)); err == nil {
+			e.stillWaits(qctx, ts.Key, ts.Ticket, r.ID)
+		}
 		cancel()
 	}
 	if err != nil {
@@ -842,15 +879,17 @@ func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.Ta
 }
 
 // unmark takes back the running mark of a worker's (mine) on task r's
-// record, if it landed, for a worker that made no call under it and whose claim
-// was the ticket's last (see run); false when the record could not be
-// written.
+// record, if it landed, for a worker that made no call under it and whose
+// claim was the ticket's last (see run); it reports whether the task may
+// wait again: false when the record could not be written, or has ended.
+// It is written as an outcome is (outcome): past the mark's run_until a
+// poll may have read the task failed, and it ends so.
 func (e *taskEngine) unmark(ctx context.Context, r *tasks.Record, mine func(*tasks.Record) bool) bool {
 	ctx = context.WithoutCancel(ctx)
 	// As stored: the record read before the mark shows none.
-	cur, err := e.store.Get(ctx, r.ID)
+	n, err := e.store.Get(ctx, r.ID)
 	if err == nil {
-		_, err = e.update(ctx, cur, func(n *tasks.Record) error {
+		n, err = e.outcome(ctx, n, func(n *tasks.Record) error {
 			if tasks.Terminal(n.Status) || n.StatusMessage != "running" || !mine(n) {
 				return errSettled // not its mark: nothing to take back
 			}
@@ -861,7 +900,7 @@ func (e *taskEngine) unmark(ctx context.Context, r *tasks.Record, mine func(*tas
 	if err != nil {
 		e.g.log.Warn("task record's running mark not taken back", "task", r.ID, "error", err.Error())
 	}
-	return err == nil
+	return err == nil && !tasks.Terminal(n.Status)
 }
 
 // withdraw takes a start's ticket out of the queue, if it has one; out
@@ -966,6 +1005,12 @@ func (e *taskEngine) settleUnless(ctx context.Context, r *tasks.Record, res *mcp
 			return errSettled
 		}
 		skipped = false
+		if waitsCancelled(n) {
+			// Asked to stop before any call was made: it reads
+			// cancelled already, and ends so, whatever ended its start.
+			n.Status, n.StatusMessage, n.Result, n.Error = tasks.StatusCancelled, "cancelled before it ran", nil, nil
+			return nil
+		}
 		n.Status, n.StatusMessage, n.Result, n.Error = status, clip.String(msg, clip.Message), result, rpcErr
 		if status == tasks.StatusCancelled {
 			n.Result, n.Error = nil, nil
