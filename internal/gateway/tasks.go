@@ -594,7 +594,8 @@ func rewriteIDs(v any, from, to string) any {
 // rewriteError is an upstream's JSON-RPC error about a relayed task as the
 // agent gets it: the upstream's id replaced by the handle.
 func rewriteError(e *jsonrpc.Error, from, to string) *jsonrpc.Error {
-	out := &jsonrpc.Error{Code: e.Code, Message: replaceID(clip.String(e.Message, maxUpstreamMessage), from, to)}
+	// Replaced before it is cut: a cut through the id would leave its head.
+	out := &jsonrpc.Error{Code: e.Code, Message: clip.String(replaceID(e.Message, from, to), maxUpstreamMessage)}
 	if len(e.Data) > 0 {
 		var v any
 		dec := json.NewDecoder(bytes.NewReader(e.Data))

@@ -114,17 +114,23 @@ func requiredTaskFault(srv *registry.Server, tool string) *fault.Error {
 // a task: it stores the record binding a new handle to the upstream's id,
 // and answers the upstream's CreateTaskResult under the handle.
 func (sc *mcpScope) relayCreated(ctx context.Context, srv *registry.Server, tool string, t *upstream.Task) (mcp.Result, error) {
+	// Each member is read apart: one of a wrong type (checked by
+	// relayedTask) leaves the task id known, so that the task can be told
+	// to stop.
+	var members map[string]json.RawMessage
 	var up struct {
-		TaskID        string          `json:"taskId"`
-		Status        tasks.Status    `json:"status"`
-		StatusMessage string          `json:"statusMessage"`
-		TTLMs         json.RawMessage `json:"ttlMs"`
-		PollMs        json.RawMessage `json:"pollIntervalMs"`
+		TaskID        string
+		Status        tasks.Status
+		StatusMessage string
+		TTLMs, PollMs json.RawMessage
 	}
-	if err := json.Unmarshal(t.Raw, &up); err != nil || !validUpstreamTaskID(up.TaskID) {
+	if json.Unmarshal(t.Raw, &members) != nil || json.Unmarshal(members["taskId"], &up.TaskID) != nil || !validUpstreamTaskID(up.TaskID) {
 		fe := fault.New(fault.UpstreamError, "server %q answered with a task the gateway cannot use (its taskId is missing or not a plain string of at most %d characters)", srv.ID, maxUpstreamTaskID)
 		return toolError(sc.rec, fe), nil
 	}
+	_ = json.Unmarshal(members["status"], &up.Status)
+	_ = json.Unmarshal(members["statusMessage"], &up.StatusMessage)
+	up.TTLMs, up.PollMs = members["ttlMs"], members["pollIntervalMs"]
 	id, err := tasks.NewID()
 	if err != nil {
 		sc.g.cancelUpstreamTask(ctx, srv, sc.caller.upstream(srv), up.TaskID, sc.rec.id)
