@@ -67,7 +67,7 @@ started=
 # its ports are seen as taken and free ones used.)
 lock="$state/dev.pid"
 if other=$(cat "$lock" 2>/dev/null) && [ -n "$other" ] && [ "$other" != "$$" ] &&
-  ps -p "$other" -o args= 2>/dev/null | grep -q 'dev\.sh'; then
+  grep -q 'dev\.sh' <<<"$(ps -p "$other" -o args= 2>/dev/null || true)"; then
   echo "dev: another make dev (pid $other) is running with $state; stop it, or set DEV_STATE_DIR to another directory" >&2
   exit 1
 fi
@@ -152,6 +152,16 @@ port_of() {
   grep -o -m 1 'http://[^ ]*' "$1" | sed -E 's#^http://[^/]*:([0-9]+).*#\1#'
 }
 
+# has TEXT PATTERN: a line of TEXT matches PATTERN (a grep regular
+# expression). Never `printf … | grep -q` (nor `cmd | grep -q`) under
+# pipefail: grep -q exits at the first match, and a writer with a line
+# left to write (bash's printf writes a line at a time) is then killed by
+# SIGPIPE, which pipefail reports as the pipeline's failure: a match read
+# as none, now and then, as the scheduler decides.
+has() {
+  grep -q -- "$2" <<<"$1"
+}
+
 # sha256_hex: the lowercase hex SHA-256 of standard input (how the keys
 # table names a key).
 sha256_hex() {
@@ -210,23 +220,31 @@ demo_url="http://127.0.0.1:$demo_port/mcp"
 
 # The demo server: written on a fresh store; on a kept one, pointed at this
 # run's demo upstream if it still points at the last run's, and otherwise
-# left as the developer left it (changed, or deleted).
-last_demo_url=$(grep -o '"url": *"[^"]*"' "$state/demo-server.json" 2>/dev/null | sed -E 's/.*"(http[^"]*)"$/\1/' || true)
-sed "s#http://127.0.0.1:9100/mcp#$demo_url#" infra/seed/demo-server.json >"$state/demo-server.json"
+# left as the developer left it (changed, or deleted). $state/demo-server.json
+# is the demo server as this script last wrote it to the store: it takes this
+# run's url only once the store has it, so that a run stopped before (or one
+# that left the demo as it was) does not make the next run take the store's
+# url, still the last one written, for a developer's.
+demo_json="$state/demo-server.json"
+last_demo_url=$(grep -o '"url": *"[^"]*"' "$demo_json" 2>/dev/null | sed -E 's/.*"(http[^"]*)"$/\1/' || true)
+sed "s#http://127.0.0.1:9100/mcp#$demo_url#" infra/seed/demo-server.json >"$demo_json.new"
 if ! demo_item=$("$state/bin/mcpgate" servers get --reveal demo 2>/dev/null); then
   if [ -z "$store_kept" ]; then
-    "$state/bin/mcpgate" servers put "$state/demo-server.json"
+    "$state/bin/mcpgate" servers put "$demo_json.new"
+    mv -f "$demo_json.new" "$demo_json"
   else
     echo "dev: the store has no server \"demo\" (deleted?); make dev-fresh starts over with it"
   fi
-elif ! printf '%s' "$demo_item" | grep -q "\"url\": *\"$demo_url\""; then
-  if printf '%s' "$demo_item" | grep -q "\"url\": *\"$last_demo_url\""; then
-    "$state/bin/mcpgate" servers set demo "url=$demo_url" >/dev/null
-    echo "dev: server \"demo\" now points at this run's demo upstream ($demo_url)"
-  else
-    echo "dev: server \"demo\" points elsewhere than the demo upstream ($demo_url); left as it is"
-  fi
+elif has "$demo_item" "\"url\": *\"$demo_url\""; then
+  mv -f "$demo_json.new" "$demo_json"
+elif has "$demo_item" "\"url\": *\"$last_demo_url\""; then
+  "$state/bin/mcpgate" servers set demo "url=$demo_url" >/dev/null
+  mv -f "$demo_json.new" "$demo_json"
+  echo "dev: server \"demo\" now points at this run's demo upstream ($demo_url)"
+else
+  echo "dev: server \"demo\" points elsewhere than the demo upstream ($demo_url); left as it is"
 fi
+rm -f "$demo_json.new"
 
 # The demo server's cap as it is now (a developer may have changed it).
 demo_cap_note="not in the store"
@@ -242,7 +260,8 @@ fi
 # The dev key: kept in $state/dev-key between runs, while the store still
 # has it; otherwise a new one.
 key=$(cat "$state/dev-key" 2>/dev/null || true)
-if [ -n "$key" ] && ! "$state/bin/mcpgate" keys list 2>/dev/null | grep -q "^$(printf '%s' "$key" | sha256_hex | cut -c 1-12) "; then
+if [ -n "$key" ] && { ! keys=$("$state/bin/mcpgate" keys list 2>/dev/null) ||
+  ! has "$keys" "^$(printf '%s' "$key" | sha256_hex | cut -c 1-12) "; }; then
   echo "dev: the dev key of the last run is not in the store (revoked?); creating a new one"
   key=
 fi
