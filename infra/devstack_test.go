@@ -251,8 +251,17 @@ func TestDevScript(t *testing.T) {
 	}
 
 	// make dev again, in a terminal: what the first run had is there.
+	// Its demo upstream takes a free port, which the kernel may pick from
+	// the ports just freed: given the first run's, dev.sh would rightly
+	// have nothing to repoint. The first run's port is held until the
+	// second run is up (and no longer, so that a call sent there fails
+	// at once).
+	held, _ := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", portOf(t, demo[1])))
 	again := startMake(t, root, state, "dev")
 	again.waitFor(t, "Gateway ready at ")
+	if held != nil {
+		held.Close()
+	}
 	env2 := sourceEnv(t, filepath.Join(state, "env"))
 	for _, want := range []string{"dev: using the store kept in " + filepath.Join(state, "store"), "Dev key (kept from the last run): " + env["MCPGATE_KEY"],
 		`Demo server "demo": max_concurrent_requests 3`, `dev: server "demo" now points at this run's demo upstream`} {
