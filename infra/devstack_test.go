@@ -636,12 +636,14 @@ func listenerPID(port int) (int, error) {
 
 // dev is a running infra/dev.sh, or make running it in a terminal.
 type dev struct {
-	cmd   *exec.Cmd
-	done  chan error
-	mu    sync.Mutex
-	out   bytes.Buffer
-	line  chan string
-	stdin io.WriteCloser // the terminal's keyboard, for make in a terminal
+	cmd  *exec.Cmd
+	done chan error
+	// waited: the test saw it exit (wait), and checked how.
+	waited atomic.Bool
+	mu     sync.Mutex
+	out    bytes.Buffer
+	line   chan string
+	stdin  io.WriteCloser // the terminal's keyboard, for make in a terminal
 }
 
 // startMake runs `make TARGET` in a terminal of its own (a pseudo-terminal
@@ -667,7 +669,7 @@ func startMake(t *testing.T, root, state, target string) *dev {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := run(t, cmd)
+	d := run(t, cmd, state)
 	d.stdin = stdin
 	return d
 }
@@ -701,12 +703,13 @@ func startDev(t *testing.T, root, state string) *dev {
 	// Its own process group, like a terminal's foreground job, so that
 	// the test can signal it as Ctrl-C does and see what is left.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	return run(t, cmd)
+	return run(t, cmd, state)
 }
 
-// run starts cmd and reads its output line by line (as a terminal shows
-// a line that was redrawn: its last version).
-func run(t *testing.T, cmd *exec.Cmd) *dev {
+// run starts cmd, the leader of a process group of its own, with the
+// state directory state, and reads its output line by line (as a terminal
+// shows a line that was redrawn: its last version).
+func run(t *testing.T, cmd *exec.Cmd, state string) *dev {
 	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
@@ -714,6 +717,7 @@ func run(t *testing.T, cmd *exec.Cmd) *dev {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	pid := cmd.Process.Pid
 	go func() {
 		err := cmd.Wait()
 		pw.Close()
@@ -738,7 +742,32 @@ func run(t *testing.T, cmd *exec.Cmd) *dev {
 	}()
 	t.Cleanup(func() {
 		// Whatever happened, leave nothing running.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	})
+	// On a failure while it ran, what it said and the stack's last log
+	// lines: why a stack went away mid-test reads there (dev.sh says
+	// which of its processes exited, and how; a stack killed whole, dev.sh
+	// with it, says nothing).
+	t.Cleanup(func() {
+		if !t.Failed() || d.waited.Load() {
+			return
+		}
+		alive := "still running"
+		select {
+		case err := <-d.done:
+			alive = fmt.Sprintf("exited: %v", err)
+		default:
+		}
+		t.Logf("%s (pid %d, %s) said:\n%s", strings.Join(cmd.Args, " "), pid, alive, d.output())
+		for _, name := range []string{"store", "demo", "gateway"} {
+			b, err := os.ReadFile(filepath.Join(state, "logs", name+".log"))
+			if err != nil {
+				continue
+			}
+			lines := strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
+			lines = lines[max(0, len(lines)-15):]
+			t.Logf("the end of %s.log:\n%s", name, strings.Join(lines, ""))
+		}
 	})
 	return d
 }
@@ -779,6 +808,7 @@ func (d *dev) wait(t *testing.T) error {
 	}()
 	select {
 	case err := <-d.done:
+		d.waited.Store(true)
 		return err
 	case <-time.After(time.Minute):
 		t.Fatalf("dev.sh did not exit within a minute of SIGINT:\n%s", d.output())
