@@ -717,7 +717,7 @@ func run(t *testing.T, cmd *exec.Cmd, state string) *dev {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pid := cmd.Process.Pid
+	pid, start := cmd.Process.Pid, procStart(cmd.Process.Pid)
 	go func() {
 		err := cmd.Wait()
 		pw.Close()
@@ -741,7 +741,18 @@ func run(t *testing.T, cmd *exec.Cmd, state string) *dev {
 		close(d.line)
 	}()
 	t.Cleanup(func() {
-		// Whatever happened, leave nothing running.
+		// Whatever happened, leave nothing running: kill the process
+		// group, unless its id is now another's. Once the leader has
+		// exited and its group is empty, the kernel hands the number out
+		// again (pid_max is 32768 on many machines, and a busy one goes
+		// through it in minutes), and a kill sent to it then ends a
+		// stranger's group (a shell's job, a CI step, another test's
+		// stack). A process with the leader's pid but not its start time
+		// is such a stranger.
+		if s := procStart(pid); s != "" && s != start {
+			t.Logf("not killing process group %d: pid %d is now another process", pid, pid)
+			return
+		}
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	})
 	// On a failure while it ran, what it said and the stack's last log
@@ -770,6 +781,26 @@ func run(t *testing.T, cmd *exec.Cmd, state string) *dev {
 		}
 	})
 	return d
+}
+
+// procStart returns the start time of process pid (/proc/PID/stat's 22nd
+// field, clock ticks after boot), which with the pid names one process;
+// "" if there is no process pid.
+func procStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The 2nd field, the command's name in parentheses, may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
 }
 
 func (d *dev) output() string {
