@@ -852,6 +852,14 @@ func TestRelayHostileUpstream(t *testing.T) {
 	if msg := a.str(t, "statusMessage"); len(msg) > tasks.MaxStatusMessageBytes {
 		t.Errorf("a statusMessage of %d bytes went out, more than %d", len(msg), tasks.MaxStatusMessageBytes)
 	}
+	// A task of its own: a poll within the interval the last was told is
+	// answered as that one was (taskPolls).
+	mode.Store("")
+	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	id = call().str(t, "taskId")
+	if rec, err = ts.Get(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
 	mode.Store("echo")
 	a = h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
 	if msg := a.str(t, "statusMessage"); msg != "working on "+id+"\x1b[31m" || bytes.Contains(a.raw, []byte(rec.UpstreamID)) {
