@@ -24,8 +24,9 @@ import (
 	"github.com/mcpgate/mcpgate/internal/testkit"
 )
 
-// Adversarial tests of the fixes to the gateway's tasks (revu): cancels
-// that race a worker or a tasks/update, and what a cancelled task leaves.
+// Regression tests from a second adversarial reading of the gateway's
+// tasks: cancels that race a worker or a tasks/update, what a cancelled
+// task leaves, late marks, and relayed answers.
 
 // hookQueue passes a task queue's calls through, running afterClaim once a
 // claim has landed and beforeEnqueue before a join, where set.
@@ -71,11 +72,10 @@ func hookTasks(h *harness) *hookQueue {
 // the ticket claimed) but before its mark leaves a record that reads
 // cancelled (waitsCancelled). The worker then finds its key's
 // max_parallel_requests taken (a synchronous call of the key in flight, a
-// common case) and settles the task with the AT_CAPACITY tool error without
-// looking at cancel_requested: the task read cancelled, then completed. The
-// same holds for every settle a worker makes before its mark (its server
-// gone, its policy refused, a claim refused for a fault) and for requeue's.
-func TestRevuACancelledTaskReadsCompletedAfterItsKeysPlaceIsRefused(t *testing.T) {
+// common case): the task must end cancelled, as it read, not with the
+// AT_CAPACITY tool error. So must every settle a worker makes before its
+// mark (its server gone, its policy refused, a claim refused for a fault).
+func TestACancelledTaskStaysCancelledWhenItsKeysPlaceIsRefused(t *testing.T) {
 	h, _, st := reviewHarness(t)
 	key := testkit.PutKeyAs(t, h.env, auth.Key{Servers: []string{"*"}, MaxParallel: 1})
 	slow := testkit.StartBatch(t, 10, 4*time.Second)
@@ -123,11 +123,12 @@ func TestRevuACancelledTaskReadsCompletedAfterItsKeysPlaceIsRefused(t *testing.T
 
 // A tasks/update that completes a round writes the record working under a
 // new ticket, then joins it. A tasks/cancel landing between the two finds
-// no ticket to withdraw (ErrNoTicket), so it writes the task cancelled;
-// the update's join then lands a ticket for a task that has ended. While
-// the server is busy, that ticket takes the server's queue (max_queued): a
-// new task is refused QUEUE_FULL behind a task that no longer exists.
-func TestRevuACancelRacingAnUpdateLeavesATicketThatFillsTheQueue(t *testing.T) {
+// no ticket to withdraw, so it writes the task cancelled; the update's
+// join then lands a ticket for a task that has ended. That ticket must be
+// taken out again: while the server is busy it would hold a place of the
+// queue (max_queued), and a new task be refused behind a task that no
+// longer exists.
+func TestACancelRacingAnUpdateLeavesNoTicket(t *testing.T) {
 	h, _, _ := reviewHarness(t)
 	id, _ := h.inputTask(map[string]any{"max_concurrent_requests": 1, "max_queued": 1})
 	// Wait for the first round's place to be given back.
@@ -182,13 +183,11 @@ func TestRevuACancelRacingAnUpdateLeavesATicketThatFillsTheQueue(t *testing.T) {
 
 // A create whose join fails on the store without landing (the lease
 // store's write refused: throttled, unavailable), and whose failure's
-// write fails too (the same incident), is now answered as a task made. Its
-// record says working, "queued", under a ticket that is in no queue:
-// nothing ever starts it (the sweep reads the lease items, where it is
-// not), nothing ends it, and the agent polls "working" for the task's whole
-// TTL (up to a day). The join's outcome was unknown, but nothing ever
-// finds it out.
-func TestRevuACreateWhoseJoinNeverLandedReadsWorkingUntilItsTTL(t *testing.T) {
+// write fails too (the same incident), is answered as a task made. Its
+// ticket must be in a queue, or nothing ever starts it (the sweep reads the
+// lease items) nor ends it, and the agent polls "working" for the task's
+// whole TTL (up to a day).
+func TestACreateWhoseJoinNeverLandedIsQueuedStill(t *testing.T) {
 	tapi := failPut(string(tasks.StatusCompleted)) // refuse writes a tool error as completed
 	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	up := h.batchTasks(nil)
@@ -220,14 +219,11 @@ func TestRevuACreateWhoseJoinNeverLandedReadsWorkingUntilItsTTL(t *testing.T) {
 }
 
 // An upstream's CreateTaskResult whose statusMessage is no string (here a
-// number) fails relayCreated's decode as a whole, and that branch answers
-// UPSTREAM_ERROR without cancelling the upstream's task, although its
-// taskId is valid: the task runs on outside the server's cap, orphaned,
-// and again when the agent calls again. (relayedTask, since the fix,
-// leaves such a statusMessage out; the create's decode refuses the task
-// for it, and unlike every other path where no handle is given, does not
-// cancel it.)
-func TestRevuARelayedCreateWithANonStringMessageIsNotCancelled(t *testing.T) {
+// number) is passed on with its message left out, as a poll's is; were it
+// refused, its upstream task (its taskId valid) must be cancelled, or it
+// runs on outside the server's cap, orphaned, and again when the agent
+// calls again.
+func TestARelayedCreateWithANonStringMessageIsPassedOnOrCancelled(t *testing.T) {
 	h, _ := taskHarness(t, nil)
 	mode, reqs := relayUp(t, h, func(mode, method, _ string, res map[string]any) {
 		if method == "tools/call" && mode == "number" {
@@ -255,10 +251,10 @@ func TestRevuARelayedCreateWithANonStringMessageIsNotCancelled(t *testing.T) {
 }
 
 // An upstream's JSON-RPC error about a relayed task is clipped to 512
-// bytes before its id is rewritten (rewriteError): an id the cut runs
-// through is no longer the id, so its head goes to the agent as it is.
-// docs/tasks.md: the upstream's own task id never reaches the agent.
-func TestRevuARelayedErrorCutThroughTheIDShowsPartOfIt(t *testing.T) {
+// bytes: its id must be rewritten first, or an id the cut runs through
+// shows its head to the agent (docs/tasks.md: the upstream's own task id
+// never reaches the agent).
+func TestARelayedErrorCutShowsNoPartOfTheUpstreamsID(t *testing.T) {
 	h, ts := taskHarness(t, nil)
 	var hostile atomic.Bool
 	_, url := startTaskServer(t, true, func(next http.Handler) http.Handler {
@@ -297,14 +293,13 @@ func TestRevuARelayedErrorCutThroughTheIDShowsPartOfIt(t *testing.T) {
 }
 
 // A worker whose mark of the record lands, but is answered only late (a
-// slow store, as the outcome's fix has it), past its call's deadline and
-// past the run_until it wrote, gives its place back and, its release
-// finding its own lease, takes its mark back (unmark) and queues its
-// ticket again. Meanwhile a poll past that run_until read the task failed
-// ("the call may or may not have run"): unmark then makes it working, and
-// the next worker runs and completes it. A terminal status read changes,
-// and an agent that called again on "failed" has its call run twice.
-func TestRevuATaskReadFailedIsUnmarkedAndRunsAgain(t *testing.T) {
+// slow store), past its call's deadline and past the run_until it wrote,
+// gives its place back unused. Meanwhile a poll past that run_until read
+// the task failed ("the call may or may not have run"): the worker must not
+// take its mark back and queue the task again, or it reads working and then
+// completed, and an agent that called again on "failed" has its call run
+// twice.
+func TestATaskReadFailedIsNotTakenBackAndRunAgain(t *testing.T) {
 	var (
 		h     *harness
 		id    string
@@ -366,15 +361,12 @@ func (a *cancelPutAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o
 	return nil, ctx.Err()
 }
 
-// tasks/update's fix reads the record again when its write's outcome is
-// unknown, but with the request's own context: when the write's outcome
-// is unknown because that context ended (the agent's connection dropped,
-// the request's deadline), the read fails at once and the ticket the
-// landed write names is never joined. The task reads working under a
-// ticket in no queue; the agent's retry of tasks/update finds it working
-// and is acknowledged, doing nothing; nothing ever runs or ends it before
-// its TTL.
-func TestRevuAnUpdateWhoseContextEndsAfterItsWriteLeavesTheTaskStuck(t *testing.T) {
+// A tasks/update whose request ends (the agent's connection dropped, the
+// request's deadline) once its write has landed: the ticket that write
+// names must still be joined, or the task reads working under a ticket in
+// no queue (the agent's retry finds it working and does nothing), and
+// nothing runs or ends it before its TTL.
+func TestAnUpdateWhoseRequestEndsAfterItsWriteStillQueuesTheTask(t *testing.T) {
 	tapi := &cancelPutAPI{match: func(item map[string]types.AttributeValue) bool {
 		m, _ := item["status_message"].(*types.AttributeValueMemberS)
 		_, answered := item["input_responses"]
@@ -420,14 +412,13 @@ func TestRevuAnUpdateWhoseContextEndsAfterItsWriteLeavesTheTaskStuck(t *testing.
 	}
 }
 
-// A worker whose mark is refused on a record asked to stop (the fix's
-// stop path: a cancel landed between its claim and its mark) makes no
-// call, but returns with its call still counted: it writes an EMF call
-// record with outcome "ok" for a call that never happened (as
-// TestLosingTaskStartCountsNoCall says a start making no call must not).
-// The same holds for the requeue path (settled, taken, late, a mark of
-// unknown outcome): a task requeued and then run counts two calls.
-func TestRevuATaskCancelledBeforeItsMarkCountsNoCall(t *testing.T) {
+// A worker whose mark is refused on a record asked to stop (a cancel
+// landed between its claim and its mark) makes no call, and must count
+// none: no EMF call record (as TestLosingTaskStartCountsNoCall says of any
+// start that makes no call). Nor must a worker that gives its place back
+// unmarked (settled, taken, late, a mark of unknown outcome): a task
+// requeued and then run counts one call.
+func TestATaskCancelledBeforeItsMarkCountsNoCall(t *testing.T) {
 	var (
 		h    *harness
 		id   string
