@@ -836,10 +836,6 @@ func TestRelayHostileUpstream(t *testing.T) {
 	mode.Store("")
 	a = call()
 	id := a.str(t, "taskId")
-	rec, err := ts.Get(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, m := range []string{"other", "status", "huge"} {
 		mode.Store(m)
 		a := h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
@@ -857,7 +853,8 @@ func TestRelayHostileUpstream(t *testing.T) {
 	mode.Store("")
 	h.rpc("/mcp/up", h.key, "tasks/cancel", map[string]any{"taskId": id}, rpcOpts{declare: true})
 	id = call().str(t, "taskId")
-	if rec, err = ts.Get(t.Context(), id); err != nil {
+	rec, err := ts.Get(t.Context(), id)
+	if err != nil {
 		t.Fatal(err)
 	}
 	mode.Store("echo")
