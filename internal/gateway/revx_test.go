@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/mcpgate/mcpgate/internal/tasks"
+)
+
+// Regression tests from a third adversarial reading of the gateway's side
+// of MCP tasks (revx).
+
+// Two polls of a relayed task in flight at once: the first sent while the
+// upstream's task still worked, its answer slow; the second sent after it
+// completed, answered at once, and kept. The first's answer, arriving
+// last, replaces the second's in the cache, although it was sent earlier:
+// the next poll within the interval reads the task working again, after
+// the agent was told it completed (a terminal status that changes).
+func TestRevxARelayedPollAnsweredLateReplacesANewerAnswer(t *testing.T) {
+	h, _ := taskHarness(t, nil)
+	var gets atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	_, _ = relayUp(t, h, func(_, method, _ string, res map[string]any) {
+		if method != "tasks/get" {
+			return
+		}
+		res["pollIntervalMs"] = 60000
+		if gets.Add(1) == 1 {
+			res["status"] = "working"
+			delete(res, "result")
+			close(entered)
+			<-release
+			return
+		}
+		res["status"] = "completed"
+		res["result"] = map[string]any{"content": []any{map[string]any{"type": "text", "text": "done"}}}
+	})
+	id := h.relayCall().str(t, "taskId")
+	poll := func() rpcAnswer {
+		return h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	}
+	var wg sync.WaitGroup
+	var slow rpcAnswer
+	wg.Go(func() { slow = poll() })
+	<-entered
+	done := poll()
+	close(release)
+	wg.Wait()
+	if done.err != nil || done.str(t, "status") != "completed" {
+		t.Fatalf("the second poll: %s, want completed", done.raw)
+	}
+	t.Logf("the slow poll, sent first: %s", slow.raw)
+	if next := poll(); next.err != nil || next.str(t, "status") != "completed" {
+		t.Errorf("after a poll answered completed, the next poll (within the interval) answers %s: the earlier-sent, later-answered poll's 'working' replaced the newer answer in the cache", next.raw)
+	}
+}
+
+// holdGetAPI passes a task store's calls through, but once armed, hands
+// the next GetItem's answer back only after release closes (a slow read).
+type holdGetAPI struct {
+	tasks.API
+	armed            atomic.Bool
+	entered, release chan struct{}
+}
+
+func (a *holdGetAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	out, err := a.API.GetItem(ctx, in, opts...)
+	if a.armed.CompareAndSwap(true, false) {
+		close(a.entered)
+		<-a.release
+	}
+	return out, err
+}
+
+// The same for a gateway task whose outcome another instance writes (so
+// this one forgets nothing): a poll whose store read is slow and a poll
+// after the task completed. The slower, older read is kept last and the
+// next poll within its interval answers working after completed.
+func TestRevxAGatewayPollReadSlowReplacesANewerRead(t *testing.T) {
+	tapi := &holdGetAPI{entered: make(chan struct{}), release: make(chan struct{})}
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	h.batchTasks(map[string]any{"timeout": 900})
+	st.mu.Lock()
+	st.hold = true
+	st.mu.Unlock()
+	id := h.createTask("batch", h.key, "work")
+	poll := func() rpcAnswer {
+		return h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	}
+	var wg sync.WaitGroup
+	var slow rpcAnswer
+	tapi.armed.Store(true)
+	wg.Go(func() { slow = poll() })
+	<-tapi.entered
+	// Another instance's worker writes the outcome.
+	r, err := store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(context.Background(), r, func(n *tasks.Record) error {
+		n.Status, n.StatusMessage = tasks.StatusCompleted, ""
+		n.Result = json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := poll()
+	close(tapi.release)
+	wg.Wait()
+	if done.err != nil || done.str(t, "status") != "completed" {
+		t.Fatalf("the poll after the outcome: %s, want completed", done.raw)
+	}
+	t.Logf("the slow poll, read first: %s", slow.raw)
+	if next := poll(); next.err != nil || next.str(t, "status") != "completed" {
+		t.Errorf("after a poll answered completed, the next poll (within the interval) answers %s: the slower, older read replaced the newer one in the cache", next.raw)
+	}
+	_ = st.takeHeld()
+}
