@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,4 +122,30 @@ func TestRevxAGatewayPollReadSlowReplacesANewerRead(t *testing.T) {
 		t.Errorf("after a poll answered completed, the next poll (within the interval) answers %s: the slower, older read replaced the newer one in the cache", next.raw)
 	}
 	_ = st.takeHeld()
+}
+
+// The relayed-poll cache bounds what it keeps by each entry's size, but
+// counts only the record and the answer's members, not its _meta, which
+// an upstream fills as it likes (it is forwarded to the agent): an entry
+// holding megabytes is counted as a few hundred bytes, kept although a
+// sixteenth of the bound refuses it, and 4096 of them hold gigabytes.
+func TestRevxARelayedAnswersMetaIsNotCountedInTheCache(t *testing.T) {
+	h, _ := taskHarness(t, nil)
+	big := strings.Repeat("m", 2<<20)
+	_, _ = relayUp(t, h, func(_, method, _ string, res map[string]any) {
+		if method == "tasks/get" {
+			res["pollIntervalMs"] = 60000
+			res["_meta"] = map[string]any{"example.com/blob": big}
+		}
+	})
+	id := h.relayCall().str(t, "taskId")
+	a := h.rpc("/mcp/up", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if a.err != nil || !bytes.Contains(a.raw, []byte(big[:1024])) {
+		t.Fatalf("poll: %.300s, want the upstream's _meta forwarded", a.raw)
+	}
+	n, size := h.gw.polls.len()
+	t.Logf("cache after one poll whose answer carries %d bytes of _meta: %d entries, %d bytes counted", len(big), n, size)
+	if n > 0 && size < len(big) {
+		t.Errorf("the cache keeps a relayed answer carrying %d bytes of _meta counted as %d bytes (its bound: %d in all, %d an entry): what it holds is not bounded", len(big), size, pollBytes, pollBytes/maxEntryShare)
+	}
 }
