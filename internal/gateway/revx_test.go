@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/mcpgate/mcpgate/internal/lease"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -147,5 +149,61 @@ func TestRevxARelayedAnswersMetaIsNotCountedInTheCache(t *testing.T) {
 	t.Logf("cache after one poll whose answer carries %d bytes of _meta: %d entries, %d bytes counted", len(big), n, size)
 	if n > 0 && size < len(big) {
 		t.Errorf("the cache keeps a relayed answer carrying %d bytes of _meta counted as %d bytes (its bound: %d in all, %d an entry): what it holds is not bounded", len(big), size, pollBytes, pollBytes/maxEntryShare)
+	}
+}
+
+// A poll answered from the cache judges the cached record's run_until at
+// the time of the poll, but the record is as it was read: a running task
+// read shortly before its run_until, whose outcome another instance (a
+// Lambda worker is one) writes in time (before run_until less the margin),
+// is answered failed ("may or may not have run") by a poll past run_until
+// within the interval; once the entry expires, the next poll reads the
+// store's completed. The agent sees failed, then completed.
+func TestRevxACachedRunningReadPastItsRunUntilReadsFailedThenCompleted(t *testing.T) {
+	h, store, st := reviewHarnessOver(t, nil, nil)
+	h.batchTasks(nil)
+	st.mu.Lock()
+	st.hold = true
+	st.mu.Unlock()
+	id := h.createTask("batch", h.key, "work")
+	defer st.takeHeld()
+	ctx := context.Background()
+	r, err := store.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another instance's worker marks it running.
+	until := time.Now().Add(lease.DefaultMargin + 2*time.Second).Truncate(time.Millisecond)
+	if r, err = store.Update(ctx, r, func(n *tasks.Record) error {
+		n.StatusMessage, n.Attempt, n.RunUntil, n.PollInterval = "running", n.Attempt+1, until, 60*time.Second
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll := func() rpcAnswer {
+		return h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	}
+	if a := poll(); a.err != nil || a.str(t, "status") != "working" {
+		t.Fatalf("first poll: %s", a.raw)
+	}
+	// Its outcome lands in time.
+	if _, err := store.Update(ctx, r, func(n *tasks.Record) error {
+		n.Status, n.StatusMessage = tasks.StatusCompleted, ""
+		n.Result = json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !time.Now().Before(until.Add(-lease.DefaultMargin)) {
+		t.Skip("the outcome was not written before run_until less the margin: the machine is too slow for this test")
+	}
+	time.Sleep(time.Until(until) + 100*time.Millisecond)
+	past := poll()
+	// The entry expires (60 s): the next poll reads the store.
+	h.gw.polls.forget(r.Owner, id)
+	later := poll()
+	t.Logf("past run_until: %s; once the entry expired: %s", past.raw, later.raw)
+	if past.err == nil && later.err == nil && past.str(t, "status") != later.str(t, "status") {
+		t.Errorf("a poll past run_until answered %q (from the cache), the next once its entry expired %q: a terminal status that changes, though the outcome was written in time", past.str(t, "status"), later.str(t, "status"))
 	}
 }
