@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"github.com/mcpgate/mcpgate/internal/lease"
+	"github.com/mcpgate/mcpgate/internal/testkit"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,5 +207,42 @@ func TestRevxACachedRunningReadPastItsRunUntilReadsFailedThenCompleted(t *testin
 	t.Logf("past run_until: %s; once the entry expired: %s", past.raw, later.raw)
 	if past.err == nil && later.err == nil && past.str(t, "status") != later.str(t, "status") {
 		t.Errorf("a poll past run_until answered %q (from the cache), the next once its entry expired %q: a terminal status that changes, though the outcome was written in time", past.str(t, "status"), later.str(t, "status"))
+	}
+}
+
+// revu's stuck create, on the tasks/update path: an answered input's
+// record is written working under a new ticket, its join fails on the
+// store (it never landed), and refuse's end of the task fails too (the
+// same incident). Update ignores what refuse reports and acknowledges;
+// unlike Create since its fix, it never joins the ticket again. The task
+// reads working under a ticket in no queue: nothing starts or ends it
+// before its TTL.
+func TestRevxAnUpdateWhoseJoinNeverLandedReadsWorkingUntilItsTTL(t *testing.T) {
+	tapi := failPut(string(tasks.StatusCompleted)) // refuse writes a tool error as completed
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	id, _ := h.inputTask(nil)
+	q := hookTasks(h)
+	var once sync.Once
+	q.mu.Lock()
+	q.beforeEnqueue = func(string, string) error {
+		var err error
+		once.Do(func() {
+			err = errors.New("operation error DynamoDB: UpdateItem, exceeded maximum number of attempts, 3, ThrottlingException")
+		})
+		return err
+	}
+	q.mu.Unlock()
+	u := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id,
+		"inputResponses": map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}}, rpcOpts{declare: true})
+	time.Sleep(lease.StartTimeout + time.Second)
+	h.sweep(st, 2)
+	p := h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	if r, err := store.Get(t.Context(), id); err == nil {
+		t.Logf("record: %s %q ticket %s attempt %d", r.Status, r.StatusMessage, r.LeaseID, r.Attempt)
+	}
+	tickets := testkit.LeaseCount(t, h.env, "plain", "tasks")
+	t.Logf("update %s\npoll %s\ntickets %d", u.raw, p.raw, tickets)
+	if p.err == nil && p.str(t, "status") == "working" && tickets == 0 {
+		t.Errorf("after a tasks/update (%s) whose join never landed and whose end could not be written, the task reads %s with no ticket in any queue: nothing runs or ends it before its TTL", u.raw, p.raw)
 	}
 }
