@@ -308,3 +308,61 @@ func TestRevxACreateWhoseRejoinFailsTooReadsWorkingUntilItsTTL(t *testing.T) {
 		t.Errorf("a task answered as made after its join, its end and its second join failed reads working with no ticket in any queue: nothing ends it before its TTL (%s)", p.raw)
 	}
 }
+
+// afterEnqueueQueue passes a task queue's calls through, handing the
+// answer of each join to after (with its count) once the join was made.
+type afterEnqueueQueue struct {
+	TaskQueue
+	n     atomic.Int32
+	after func(n int32, ticket, taskID string, err error) error
+}
+
+func (q *afterEnqueueQueue) Enqueue(ctx context.Context, req lease.Request, ticket, taskID string, deadline time.Time) (string, error) {
+	id, err := q.TaskQueue.Enqueue(ctx, req, ticket, taskID, deadline)
+	return id, q.after(q.n.Add(1), ticket, taskID, err)
+}
+
+// A worker whose mark failed on the store gives its place back and
+// requeues its ticket. Its join lands, a second worker claims the ticket,
+// marks the record and calls the upstream; the join's answer is lost (a
+// store error). requeue then settles the task with a plain settle — not
+// refuse's, which skips a record a worker took — over the running record:
+// the task ends "could not be started" (a tool error) while its call runs,
+// and the call's own outcome is refused as settled. The agent, told its
+// call never started, calls again: the call runs twice.
+func TestRevxARequeueWhoseJoinAnswerIsLostFailsATaskWhoseCallRuns(t *testing.T) {
+	tapi := &markAPI{}
+	tapi.first = func(func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		return nil, errors.New("tasks store: service unavailable")
+	}
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	up := h.batchTasks(nil)
+	e := h.gw.deps.Tasks.(*taskEngine)
+	q := &afterEnqueueQueue{TaskQueue: e.queue}
+	q.after = func(n int32, _, id string, err error) error {
+		if n != 2 || err != nil {
+			return err
+		}
+		// The requeue's join landed: its answer is lost once the ticket's
+		// next worker has marked the record and made its call.
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+			if r, gerr := store.Get(context.Background(), id); gerr == nil && r.StatusMessage == "running" {
+				waitArrivals(up, 1)
+				return errors.New("operation error DynamoDB: UpdateItem, exceeded maximum number of attempts, 3, ThrottlingException")
+			}
+			_ = h.gw.SweepTasks(context.Background())
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Error("no worker marked the requeued task")
+		return nil
+	}
+	e.queue = q
+	id := h.createTask("batch", h.key, "work")
+	st.wg.Wait()
+	p := h.pollTask("/mcp/batch", h.key, id)
+	calls := len(up.Stats().Arrivals)
+	t.Logf("upstream calls %d; task %s", calls, p.raw)
+	if calls > 0 && bytes.Contains(p.raw, []byte("could not be started")) {
+		t.Errorf("the task's call reached the upstream (%d), but the task reads %s: told it never started, the agent calls again and the call runs twice", calls, p.raw)
+	}
+}
