@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/mcpgate/mcpgate/internal/tasks"
 )
@@ -322,6 +323,35 @@ func (q *afterEnqueueQueue) Enqueue(ctx context.Context, req lease.Request, tick
 	return id, q.after(q.n.Add(1), ticket, taskID, err)
 }
 
+// gateAPI passes a task store's calls through, but holds the write of a
+// call's outcome ("done") until the write of requeue's end ("could not be
+// started") has landed, or 5 s: the order a slower call gives.
+type gateAPI struct {
+	tasks.API
+	open chan struct{}
+	once sync.Once
+}
+
+func (a *gateAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	var item string
+	if v, ok := in.Item["result"].(*types.AttributeValueMemberB); ok {
+		item = string(v.Value)
+	} else if v, ok := in.Item["result"].(*types.AttributeValueMemberS); ok {
+		item = v.Value
+	}
+	if strings.Contains(item, "done") {
+		select {
+		case <-a.open:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	out, err := a.API.PutItem(ctx, in, opts...)
+	if err == nil && strings.Contains(item, "could not be started") {
+		a.once.Do(func() { close(a.open) })
+	}
+	return out, err
+}
+
 // A worker whose mark failed on the store gives its place back and
 // requeues its ticket. Its join lands, a second worker claims the ticket,
 // marks the record and calls the upstream; the join's answer is lost (a
@@ -335,7 +365,8 @@ func TestRevxARequeueWhoseJoinAnswerIsLostFailsATaskWhoseCallRuns(t *testing.T) 
 	tapi.first = func(func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
 		return nil, errors.New("tasks store: service unavailable")
 	}
-	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	gate := &gateAPI{open: make(chan struct{})}
+	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { gate.API = c; tapi.API = gate; return tapi }, nil)
 	up := h.batchTasks(nil)
 	e := h.gw.deps.Tasks.(*taskEngine)
 	q := &afterEnqueueQueue{TaskQueue: e.queue}
@@ -344,10 +375,9 @@ func TestRevxARequeueWhoseJoinAnswerIsLostFailsATaskWhoseCallRuns(t *testing.T) 
 			return err
 		}
 		// The requeue's join landed: its answer is lost once the ticket's
-		// next worker has marked the record and made its call.
+		// next worker has marked the record (its call follows).
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 			if r, gerr := store.Get(context.Background(), id); gerr == nil && r.StatusMessage == "running" {
-				waitArrivals(up, 1)
 				return errors.New("operation error DynamoDB: UpdateItem, exceeded maximum number of attempts, 3, ThrottlingException")
 			}
 			_ = h.gw.SweepTasks(context.Background())
@@ -359,6 +389,7 @@ func TestRevxARequeueWhoseJoinAnswerIsLostFailsATaskWhoseCallRuns(t *testing.T) 
 	e.queue = q
 	id := h.createTask("batch", h.key, "work")
 	st.wg.Wait()
+	waitArrivals(up, 1)
 	p := h.pollTask("/mcp/batch", h.key, id)
 	calls := len(up.Stats().Arrivals)
 	t.Logf("upstream calls %d; task %s", calls, p.raw)
