@@ -397,3 +397,34 @@ func TestRevxARequeueWhoseJoinAnswerIsLostFailsATaskWhoseCallRuns(t *testing.T) 
 		t.Errorf("the task's call reached the upstream (%d), but the task reads %s: told it never started, the agent calls again and the call runs twice", calls, p.raw)
 	}
 }
+
+// outcome treats a write answered past its deadline (run_until less the
+// margin) as one that did not land, and writes the task failed over
+// whatever the record says unless it has ended. For an input_required
+// outcome, which is no end, that overwrites the worker's own landed write:
+// polls read input_required (the agent may answer it), then failed,
+// "stopped before it wrote the call's outcome", though it wrote it in time.
+func TestRevxAnInputRoundAnsweredLateAfterItLandedIsFailed(t *testing.T) {
+	tapi := &firstPutAPI{status: string(tasks.StatusInputRequired), first: func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
+		out, err := put()
+		// Landed; its answer comes past the mark's run_until less the
+		// margin (a timeout of 1 s, no cancel grace: some 3 s after the
+		// claim).
+		time.Sleep(4 * time.Second)
+		return out, err
+	}}
+	h, store, _ := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
+	id, first := h.inputTask(map[string]any{"timeout": 1, "cancel_grace": 0.001})
+	var r *tasks.Record
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var err error
+		if r, err = store.Get(t.Context(), id); err == nil && r.Status != tasks.StatusInputRequired {
+			break
+		}
+	}
+	p := h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
+	t.Logf("read first: %.200s\nthen: %.400s", first.raw, p.raw)
+	if p.err == nil && p.str(t, "status") == "failed" {
+		t.Errorf("a task read input_required (its outcome landed in time, its answer late) then reads %s", p.raw)
+	}
+}
