@@ -273,42 +273,6 @@ func TestRevxConcurrentCachedPollsShareNothingWritten(t *testing.T) {
 	wg.Wait()
 }
 
-// revu's fix for a create whose join and end both failed joins the ticket
-// once more, and only logs when that join fails too: within one store
-// incident (two joins and one write refused, a few hundred milliseconds of
-// throttling), the task is answered as made, its ticket in no queue, and it
-// reads working until its TTL (up to a day), with nothing left to find out.
-func TestRevxACreateWhoseRejoinFailsTooReadsWorkingUntilItsTTL(t *testing.T) {
-	tapi := failPut(string(tasks.StatusCompleted))
-	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
-	up := h.batchTasks(nil)
-	q := hookTasks(h)
-	var fails atomic.Int32
-	q.mu.Lock()
-	q.beforeEnqueue = func(string, string) error {
-		if fails.Add(1) <= 2 {
-			return errors.New("operation error DynamoDB: UpdateItem, exceeded maximum number of attempts, 3, ThrottlingException")
-		}
-		return nil
-	}
-	q.mu.Unlock()
-	a := h.rpc("/mcp/batch", h.key, "tools/call", map[string]any{"name": "work", "arguments": map[string]any{}}, rpcOpts{declare: true})
-	if a.err != nil || a.result["taskId"] == nil {
-		t.Skipf("the create was not answered as a task made (%s): not the path under test", a.raw)
-	}
-	id := a.str(t, "taskId")
-	time.Sleep(lease.StartTimeout + time.Second)
-	h.sweep(st, 2)
-	p := h.rpc("/mcp/batch", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
-	if r, err := store.Get(t.Context(), id); err == nil {
-		t.Logf("record: %s %q ticket %s attempt %d", r.Status, r.StatusMessage, r.LeaseID, r.Attempt)
-	}
-	tickets := testkit.LeaseCount(t, h.env, "batch", "tasks")
-	t.Logf("create %s\npoll %s\ntickets %d, upstream calls %d", a.raw, p.raw, tickets, len(up.Stats().Arrivals))
-	if p.err == nil && p.str(t, "status") == "working" && tickets == 0 && len(up.Stats().Arrivals) == 0 {
-		t.Errorf("a task answered as made after its join, its end and its second join failed reads working with no ticket in any queue: nothing ends it before its TTL (%s)", p.raw)
-	}
-}
 
 // afterEnqueueQueue passes a task queue's calls through, handing the
 // answer of each join to after (with its count) once the join was made.

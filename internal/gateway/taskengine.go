@@ -180,11 +180,7 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 			// never landed leaves no task nothing runs; a worker started
 			// for a ticket whose call was made finds the record marked.
 			g.log.Warn("task's join and end both failed on the store; the task is answered as made", "task", r.ID, "error", err.Error())
-			jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requeueTimeout)
-			if _, err := e.queue.Enqueue(jctx, req, r.LeaseID, id, r.CreatedAt.Add(r.TTL)); err != nil {
-				g.log.Warn("task's ticket not joined again; it may read working until its TTL", "task", r.ID, "error", err.Error())
-			}
-			cancel()
+			e.joinAgain(ctx, req, r)
 		}
 	}
 	// The join's answer shows the task's place in line. Where the estimate
@@ -411,11 +407,29 @@ func (e *taskEngine) Update(ctx context.Context, r *tasks.Record, responses json
 		return n, err
 	}
 	if _, err := e.queue.Enqueue(qctx, req, ticket, n.ID, n.CreatedAt.Add(n.TTL)); err != nil {
-		e.refuse(qctx, n, acquireFault(srv, r.Tool, err))
+		if taken, ended := e.refuse(qctx, n, acquireFault(srv, r.Tool, err)); taken == nil && !ended && !refusal(err) {
+			e.joinAgain(qctx, req, n) // as Create
+		}
 		return n, nil
 	}
 	e.stillWaits(qctx, n.ServerID, ticket, n.ID)
 	return n, nil
+}
+
+// joinAgain joins task r's ticket once more, for a join whose outcome was
+// unknown and whose failure could not be written: a join that never
+// landed would leave the task waiting for nothing. Its id lands once; a
+// worker started for a ticket whose call was made finds the record marked
+// or ended and makes none. If this join fails too, the task reads working
+// until its TTL or a cancel.
+func (e *taskEngine) joinAgain(ctx context.Context, req lease.Request, r *tasks.Record) {
+	jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requeueTimeout)
+	defer cancel()
+	if _, err := e.queue.Enqueue(jctx, req, r.LeaseID, r.ID, r.CreatedAt.Add(r.TTL)); err != nil {
+		e.g.log.Warn("task's ticket not joined again; it reads working until its TTL or a cancel", "task", r.ID, "error", err.Error())
+		return
+	}
+	e.stillWaits(jctx, r.ServerID, r.LeaseID, r.ID)
 }
 
 // stillWaits follows the join of ticket for task id, which already had a
@@ -873,8 +887,11 @@ func (e *taskEngine) requeue(ctx context.Context, req lease.Request, ts lease.Ta
 		cancel()
 	}
 	if err != nil {
+		// Its join may have landed (its answer lost) and a worker marked
+		// the record since: that worker runs it, and ends it.
+		taken := func(n *tasks.Record) bool { return n.StatusMessage == "running" && n.LeaseID == ts.Ticket }
 		e.g.log.Warn("task ticket not queued again", "task", r.ID, "lease", ts.Ticket, "error", err.Error())
-		e.settle(ctx, r, nil, fault.Wrap(err, fault.StoreUnavailable, "the task could not be started: its record could not be kept"), false)
+		e.settleUnless(ctx, r, nil, fault.Wrap(err, fault.StoreUnavailable, "the task could not be started: its record could not be kept"), false, taken)
 	}
 }
 
@@ -1062,7 +1079,10 @@ func (e *taskEngine) outcome(ctx context.Context, r *tasks.Record, change func(*
 		e.g.log.Warn("task outcome came past its run_until; written failed, as polls may have read it", "task", r.ID)
 	}
 	return e.update(ctx, r, func(n *tasks.Record) error {
-		if tasks.Terminal(n.Status) {
+		if n.Status != tasks.StatusWorking || n.StatusMessage != "running" || !n.RunUntil.Equal(r.RunUntil) {
+			// No longer the running record polls would read failed: the
+			// late write landed after all (its answer late), or another
+			// change came.
 			return errSettled
 		}
 		stopped(n)

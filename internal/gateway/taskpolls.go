@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/tasks"
 )
 
@@ -110,7 +111,11 @@ func (p *taskPolls) fresh(owner, id string, now time.Time) *pollEntry {
 	if e.answer != nil {
 		every = e.every
 	}
-	if now.Sub(e.at) >= every || now.Before(e.at) || e.r.Expired(now) {
+	// A running task's read is not kept past the time its outcome is
+	// written by (outcome): a poll then reads the store, which may say it
+	// ended, rather than take the read for a worker that stopped.
+	late := !e.r.RunUntil.IsZero() && !now.Before(e.r.RunUntil.Add(-lease.DefaultMargin))
+	if now.Sub(e.at) >= every || now.Before(e.at) || e.r.Expired(now) || late {
 		p.drop(el)
 		return nil
 	}
@@ -154,11 +159,22 @@ func (p *taskPolls) keep(e *pollEntry, gen uint64) {
 		for k, v := range e.answer.fields {
 			e.size += len(k) + len(v)
 		}
+		if len(e.answer.Meta) > 0 {
+			// The upstream's, as big as it made it: counted as encoded.
+			m, err := marshalPlain(e.answer.Meta)
+			if err != nil {
+				return
+			}
+			e.size += len(m)
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := pollKey{r.Owner, r.ID}
 	if el, ok := p.byKey[k]; ok {
+		if el.Value.(*pollEntry).at.After(e.at) && gen == p.gen {
+			return // a poll sent later was answered first: it stays
+		}
 		p.drop(el)
 	}
 	if gen != p.gen {
