@@ -20,15 +20,15 @@ import (
 )
 
 // Regression tests from a third adversarial reading of the gateway's side
-// of MCP tasks (revx).
+// of MCP tasks: the poll cache, late writes, joins lost twice.
 
 // Two polls of a relayed task in flight at once: the first sent while the
 // upstream's task still worked, its answer slow; the second sent after it
 // completed, answered at once, and kept. The first's answer, arriving
-// last, replaces the second's in the cache, although it was sent earlier:
-// the next poll within the interval reads the task working again, after
-// the agent was told it completed (a terminal status that changes).
-func TestRevxARelayedPollAnsweredLateReplacesANewerAnswer(t *testing.T) {
+// last, must not replace the second's in the cache, or the next poll within
+// the interval reads the task working again after the agent was told it
+// completed.
+func TestARelayedPollAnsweredLateKeepsTheNewerAnswer(t *testing.T) {
 	h, _ := taskHarness(t, nil)
 	var gets atomic.Int32
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -86,9 +86,9 @@ func (a *holdGetAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opt
 
 // The same for a gateway task whose outcome another instance writes (so
 // this one forgets nothing): a poll whose store read is slow and a poll
-// after the task completed. The slower, older read is kept last and the
-// next poll within its interval answers working after completed.
-func TestRevxAGatewayPollReadSlowReplacesANewerRead(t *testing.T) {
+// after the task completed; the slower, older read must not be kept over
+// the newer.
+func TestAGatewayPollReadSlowKeepsTheNewerRead(t *testing.T) {
 	tapi := &holdGetAPI{entered: make(chan struct{}), release: make(chan struct{})}
 	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	h.batchTasks(map[string]any{"timeout": 900})
@@ -129,12 +129,11 @@ func TestRevxAGatewayPollReadSlowReplacesANewerRead(t *testing.T) {
 	_ = st.takeHeld()
 }
 
-// The relayed-poll cache bounds what it keeps by each entry's size, but
-// counts only the record and the answer's members, not its _meta, which
-// an upstream fills as it likes (it is forwarded to the agent): an entry
-// holding megabytes is counted as a few hundred bytes, kept although a
-// sixteenth of the bound refuses it, and 4096 of them hold gigabytes.
-func TestRevxARelayedAnswersMetaIsNotCountedInTheCache(t *testing.T) {
+// The relayed-poll cache bounds what it keeps by each entry's size, the
+// answer's _meta included, which an upstream fills as it likes (it is
+// forwarded to the agent): an entry of megabytes is over a sixteenth of
+// the bound and not kept, or 4096 of them would hold gigabytes.
+func TestARelayedAnswersMetaCountsInTheCache(t *testing.T) {
 	h, _ := taskHarness(t, nil)
 	big := strings.Repeat("m", 2<<20)
 	_, _ = relayUp(t, h, func(_, method, _ string, res map[string]any) {
@@ -155,14 +154,12 @@ func TestRevxARelayedAnswersMetaIsNotCountedInTheCache(t *testing.T) {
 	}
 }
 
-// A poll answered from the cache judges the cached record's run_until at
-// the time of the poll, but the record is as it was read: a running task
-// read shortly before its run_until, whose outcome another instance (a
-// Lambda worker is one) writes in time (before run_until less the margin),
-// is answered failed ("may or may not have run") by a poll past run_until
-// within the interval; once the entry expires, the next poll reads the
-// store's completed. The agent sees failed, then completed.
-func TestRevxACachedRunningReadPastItsRunUntilReadsFailedThenCompleted(t *testing.T) {
+// A running task read shortly before its run_until, whose outcome another
+// instance (a Lambda worker is one) writes in time (before run_until less
+// the margin): a poll past run_until within the cache's interval must read
+// the store, not take the cached running read for a stopped worker and
+// answer failed, then completed.
+func TestACachedRunningReadIsNotAnsweredPastItsRunUntil(t *testing.T) {
 	h, store, st := reviewHarnessOver(t, nil, nil)
 	h.batchTasks(nil)
 	st.mu.Lock()
@@ -211,14 +208,12 @@ func TestRevxACachedRunningReadPastItsRunUntilReadsFailedThenCompleted(t *testin
 	}
 }
 
-// revu's stuck create, on the tasks/update path: an answered input's
-// record is written working under a new ticket, its join fails on the
-// store (it never landed), and refuse's end of the task fails too (the
-// same incident). Update ignores what refuse reports and acknowledges;
-// unlike Create since its fix, it never joins the ticket again. The task
-// reads working under a ticket in no queue: nothing starts or ends it
-// before its TTL.
-func TestRevxAnUpdateWhoseJoinNeverLandedReadsWorkingUntilItsTTL(t *testing.T) {
+// An answered input's record is written working under a new ticket, its
+// join fails on the store (it never landed), and refuse's end of the task
+// fails too (the same incident): as a create's, the ticket must be joined
+// once more, or the task reads working under a ticket in no queue until
+// its TTL.
+func TestAnUpdateWhoseJoinNeverLandedJoinsAgain(t *testing.T) {
 	tapi := failPut(string(tasks.StatusCompleted)) // refuse writes a tool error as completed
 	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	id, _ := h.inputTask(nil)
@@ -248,10 +243,10 @@ func TestRevxAnUpdateWhoseJoinNeverLandedReadsWorkingUntilItsTTL(t *testing.T) {
 	}
 }
 
-// Held: concurrent polls answered from the cache (a relayed task's answer
-// with nested _meta, a gateway task's record) share nothing a request
-// writes (run with -race).
-func TestRevxConcurrentCachedPollsShareNothingWritten(t *testing.T) {
+// Concurrent polls answered from the cache (a relayed task's answer with
+// nested _meta, a gateway task's record) share nothing a request writes
+// (run with -race).
+func TestConcurrentCachedPollsShareNothingWritten(t *testing.T) {
 	h, _ := taskHarness(t, nil)
 	_, _ = relayUp(t, h, func(_, method, _ string, res map[string]any) {
 		if method == "tasks/get" {
@@ -272,7 +267,6 @@ func TestRevxConcurrentCachedPollsShareNothingWritten(t *testing.T) {
 	}
 	wg.Wait()
 }
-
 
 // afterEnqueueQueue passes a task queue's calls through, handing the
 // answer of each join to after (with its count) once the join was made.
@@ -319,12 +313,10 @@ func (a *gateAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts .
 // A worker whose mark failed on the store gives its place back and
 // requeues its ticket. Its join lands, a second worker claims the ticket,
 // marks the record and calls the upstream; the join's answer is lost (a
-// store error). requeue then settles the task with a plain settle — not
-// refuse's, which skips a record a worker took — over the running record:
-// the task ends "could not be started" (a tool error) while its call runs,
-// and the call's own outcome is refused as settled. The agent, told its
-// call never started, calls again: the call runs twice.
-func TestRevxARequeueWhoseJoinAnswerIsLostFailsATaskWhoseCallRuns(t *testing.T) {
+// store error). The requeue must not end the task "could not be started"
+// over the running record: the call's own outcome would be refused as
+// settled, and the agent, told its call never started, call again.
+func TestARequeueWhoseJoinAnswerIsLostEndsNoTaskAWorkerRuns(t *testing.T) {
 	tapi := &markAPI{}
 	tapi.first = func(func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
 		return nil, errors.New("tasks store: service unavailable")
@@ -362,13 +354,11 @@ func TestRevxARequeueWhoseJoinAnswerIsLostFailsATaskWhoseCallRuns(t *testing.T) 
 	}
 }
 
-// outcome treats a write answered past its deadline (run_until less the
-// margin) as one that did not land, and writes the task failed over
-// whatever the record says unless it has ended. For an input_required
-// outcome, which is no end, that overwrites the worker's own landed write:
-// polls read input_required (the agent may answer it), then failed,
-// "stopped before it wrote the call's outcome", though it wrote it in time.
-func TestRevxAnInputRoundAnsweredLateAfterItLandedIsFailed(t *testing.T) {
+// An input_required outcome whose write landed but was answered past its
+// deadline (run_until less the margin): the late path must not write the
+// task failed over it, or polls read input_required (the agent may answer
+// it), then failed, "stopped before it wrote the call's outcome".
+func TestAnInputRoundAnsweredLateAfterItLandedStands(t *testing.T) {
 	tapi := &firstPutAPI{status: string(tasks.StatusInputRequired), first: func(put func() (*dynamodb.PutItemOutput, error)) (*dynamodb.PutItemOutput, error) {
 		out, err := put()
 		// Landed; its answer comes past the mark's run_until less the
