@@ -142,3 +142,52 @@ func TestRevyAGatewayPollAnswersWorkingAfterCompleted(t *testing.T) {
 		t.Errorf("after a poll answered completed, a poll answers %s: the slow first read, put once the completed read's entry expired, is answered", next.raw)
 	}
 }
+
+// The same for a relayed task: an upstream's answer to a poll sent before
+// another's, arriving once that one's entry expired (the upstream told
+// 250 ms once its task completed, 30 s while it worked), is kept and
+// answered: completed, then working.
+func TestRevyARelayedSlowAnswerPutAfterANewerEntryExpiredIsKept(t *testing.T) {
+	p := newTaskPolls(pollEntries, pollBytes)
+	t0 := time.Now()
+	r := &tasks.Record{ID: "t1", Owner: "o", Kind: tasks.KindRelay, Status: tasks.StatusWorking, UpstreamID: "u1",
+		CreatedAt: t0.Add(-time.Second), TTL: time.Hour}
+	answer := func(status string) *objectResult {
+		return &objectResult{fields: map[string]json.RawMessage{"taskId": rawString("t1"), "status": rawString(status)}}
+	}
+	slow := p.begin()
+	t1 := t0.Add(10 * time.Millisecond)
+	p.putRelayed(r, answer("completed"), minTaskPoll, t1, p.begin())
+	t3 := t1.Add(minTaskPoll + time.Millisecond)
+	if a := p.relayed("o", "t1", t3); a != nil {
+		t.Fatalf("past the interval: %v, want nothing", a.fields)
+	}
+	p.putRelayed(r, answer("working"), 30*time.Second, t0, slow)
+	if a := p.relayed("o", "t1", t3.Add(time.Millisecond)); a != nil && string(a.fields["status"]) != `"completed"` {
+		t.Errorf("after a poll answered completed, a later poll answers %s from the cache: the upstream's answer to a poll sent before it was kept once that one's entry had expired", a.fields["status"])
+	}
+}
+
+// The same with no time passing: the newer read's entry is pushed out by
+// the bound (other tasks' polls), and the slow, older read is kept.
+func TestRevyASlowReadPutAfterANewerEntryWasEvictedIsKept(t *testing.T) {
+	p := newTaskPolls(2, pollBytes)
+	t0 := time.Now()
+	rec := func(id string, s tasks.Status) *tasks.Record {
+		r := &tasks.Record{ID: id, Owner: "o", Kind: tasks.KindGateway, Status: s, StatusMessage: "queued",
+			CreatedAt: t0.Add(-time.Second), TTL: time.Hour, PollInterval: 30 * time.Second}
+		if s == tasks.StatusCompleted {
+			r.StatusMessage, r.Result = "", json.RawMessage(`{"content":[]}`)
+		}
+		return r
+	}
+	slow := p.begin()
+	t1 := t0.Add(10 * time.Millisecond)
+	p.put(rec("t1", tasks.StatusCompleted), t1, p.begin())
+	p.put(rec("t2", tasks.StatusWorking), t1, p.begin())
+	p.put(rec("t3", tasks.StatusWorking), t1, p.begin()) // t1's entry is pushed out
+	p.put(rec("t1", tasks.StatusWorking), t0, slow)
+	if r := p.get("o", "t1", t1.Add(time.Millisecond)); r != nil && r.Status != tasks.StatusCompleted {
+		t.Errorf("after a poll answered completed, a later poll answers %s from the cache: a read begun before the completed one was kept once that one's entry was pushed out", r.Status)
+	}
+}
