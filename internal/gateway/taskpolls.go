@@ -116,7 +116,7 @@ func (p *taskPolls) fresh(owner, id string, now time.Time) *pollEntry {
 	// ended, rather than take the read for a worker that stopped.
 	late := !e.r.RunUntil.IsZero() && !now.Before(e.r.RunUntil.Add(-lease.DefaultMargin))
 	if now.Sub(e.at) >= every || now.Before(e.at) || e.r.Expired(now) || late {
-		p.drop(el)
+		p.lose(el)
 		return nil
 	}
 	p.order.MoveToFront(el)
@@ -187,8 +187,16 @@ func (p *taskPolls) keep(e *pollEntry, gen uint64) {
 	p.byKey[k] = p.order.PushFront(e)
 	p.bytes += e.size
 	for p.order.Len() > p.maxEntries || p.bytes > p.maxBytes {
-		p.drop(p.order.Back())
+		p.lose(p.order.Back())
 	}
+}
+
+// lose drops an entry no newer read replaces (expired, or pushed out), as
+// forget does: a read in flight meanwhile may be older than it, and is not
+// kept (put), or it would answer a status the dropped entry had moved past.
+func (p *taskPolls) lose(el *list.Element) {
+	p.gen++
+	p.drop(el)
 }
 
 // forget drops what owner's polls of task id remember.

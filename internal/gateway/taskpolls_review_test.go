@@ -13,14 +13,13 @@ import (
 )
 
 // Regression tests from a fourth adversarial reading of the gateway's side
-// of MCP tasks (revy).
+// of MCP tasks: reads in flight while the poll cache drops a newer one.
 
 // A slow read of a task still working, told a long interval, is put in the
 // poll cache after a newer read answered completed and its entry (told a
-// short interval, a running task's) expired: keep compares the slow read
-// only with an entry still there, so it is kept, and a poll within the
-// slow read's interval answers working after one answered completed.
-func TestRevyASlowReadPutAfterANewerEntryExpiredIsKept(t *testing.T) {
+// short interval) expired: it must not be kept, or a poll within the slow
+// read's interval answers working after one answered completed.
+func TestASlowReadPutAfterANewerEntryExpiredIsNotKept(t *testing.T) {
 	p := newTaskPolls(pollEntries, pollBytes)
 	t0 := time.Now()
 	working := &tasks.Record{ID: "t1", Owner: "o", Kind: tasks.KindGateway, Status: tasks.StatusWorking, StatusMessage: "queued",
@@ -84,10 +83,10 @@ func (a *gateGetAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opt
 // The same through tasks/get, an agent polling in parallel: a poll whose
 // read (the task waiting, told 30 s) is slow; the task completes on another
 // instance (told 250 ms); a poll answers completed; a poll past that
-// interval drops its entry and reads (slowly too); the first poll's read is
-// put then. The next poll, sent after one answered completed, answers
-// working.
-func TestRevyAGatewayPollAnswersWorkingAfterCompleted(t *testing.T) {
+// interval drops its entry and reads (slowly too); the first poll's read
+// lands then. The next poll, sent after one answered completed, must not
+// answer working.
+func TestAGatewayPollNeverAnswersWorkingAfterCompleted(t *testing.T) {
 	tapi := &gateGetAPI{}
 	h, store, st := reviewHarnessOver(t, func(c tasks.API) tasks.API { tapi.API = c; return tapi }, nil)
 	h.batchTasks(map[string]any{"timeout": 900})
@@ -145,9 +144,9 @@ func TestRevyAGatewayPollAnswersWorkingAfterCompleted(t *testing.T) {
 
 // The same for a relayed task: an upstream's answer to a poll sent before
 // another's, arriving once that one's entry expired (the upstream told
-// 250 ms once its task completed, 30 s while it worked), is kept and
-// answered: completed, then working.
-func TestRevyARelayedSlowAnswerPutAfterANewerEntryExpiredIsKept(t *testing.T) {
+// 250 ms once its task completed, 30 s while it worked), must not be kept
+// and answered: completed, then working.
+func TestARelayedSlowAnswerPutAfterANewerEntryExpiredIsNotKept(t *testing.T) {
 	p := newTaskPolls(pollEntries, pollBytes)
 	t0 := time.Now()
 	r := &tasks.Record{ID: "t1", Owner: "o", Kind: tasks.KindRelay, Status: tasks.StatusWorking, UpstreamID: "u1",
@@ -169,8 +168,8 @@ func TestRevyARelayedSlowAnswerPutAfterANewerEntryExpiredIsKept(t *testing.T) {
 }
 
 // The same with no time passing: the newer read's entry is pushed out by
-// the bound (other tasks' polls), and the slow, older read is kept.
-func TestRevyASlowReadPutAfterANewerEntryWasEvictedIsKept(t *testing.T) {
+// the bound (other tasks' polls); the slow, older read must not be kept.
+func TestASlowReadPutAfterANewerEntryWasEvictedIsNotKept(t *testing.T) {
 	p := newTaskPolls(2, pollBytes)
 	t0 := time.Now()
 	rec := func(id string, s tasks.Status) *tasks.Record {
