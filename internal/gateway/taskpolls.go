@@ -34,8 +34,9 @@ type taskPolls struct {
 	bytes      int
 	order      *list.List // of *pollEntry, most recently used first
 	byKey      map[pollKey]*list.Element
-	// gen counts the forgets: a read begun before one (begin) may be
-	// older than the change it follows, and is not kept (put).
+	// gen counts the forgets and the entries lost (expired, pushed out):
+	// a read begun before one (begin) may be older than the change or the
+	// entry it follows, and is not kept (put).
 	gen uint64
 }
 
