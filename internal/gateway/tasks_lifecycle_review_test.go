@@ -399,6 +399,14 @@ func TestAnUpdateWhoseRequestEndsAfterItsWriteStillQueuesTheTask(t *testing.T) {
 	// The agent, told its update failed, sends it again.
 	u2 := h.rpc("/mcp/plain", h.key, "tasks/update", map[string]any{"taskId": id,
 		"inputResponses": map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}}, rpcOpts{declare: true})
+	h.notStranded(t, st, store, id, fmt.Sprintf("a tasks/update whose context ended once its write landed, and the agent's retry (%s)", u2.raw))
+}
+
+// notStranded sweeps twice once a lost start would be seen, then fails t
+// if task id of server plain reads working with no ticket in its queue:
+// nothing would run or end it before its TTL. what says what came before.
+func (h *harness) notStranded(t *testing.T, st *reviewStarts, store *tasks.Store, id, what string) {
+	t.Helper()
 	time.Sleep(lease.StartTimeout + time.Second)
 	h.sweep(st, 2)
 	p := h.rpc("/mcp/plain", h.key, "tasks/get", map[string]any{"taskId": id}, rpcOpts{declare: true})
@@ -406,9 +414,9 @@ func TestAnUpdateWhoseRequestEndsAfterItsWriteStillQueuesTheTask(t *testing.T) {
 		t.Logf("record: %s %q ticket %s attempt %d", r.Status, r.StatusMessage, r.LeaseID, r.Attempt)
 	}
 	tickets := testkit.LeaseCount(t, h.env, "plain", "tasks")
-	t.Logf("retry %s\npoll %s\ntickets %d", u2.raw, p.raw, tickets)
+	t.Logf("poll %s\ntickets %d", p.raw, tickets)
 	if p.err == nil && p.str(t, "status") == "working" && tickets == 0 {
-		t.Errorf("after a tasks/update whose context ended once its write landed, and the agent's retry (%s), the task reads %s with no ticket in the queue: nothing runs or ends it before its TTL", u2.raw, p.raw)
+		t.Errorf("after %s, the task reads %s with no ticket in the queue: nothing runs or ends it before its TTL", what, p.raw)
 	}
 }
 
