@@ -176,9 +176,8 @@ func (e *taskEngine) Create(ctx context.Context, srv *registry.Server, p *auth.P
 			// Its join may have landed and its end was not written: a
 			// worker may yet run it, so the agent is told of the task
 			// rather than told to call again, which could run it twice.
-			// The ticket joins again (its id: once), so that a join that
-			// never landed leaves no task nothing runs; a worker started
-			// for a ticket whose call was made finds the record marked.
+			// Its ticket joins again (joinAgain), so that a join that
+			// never landed does not leave the task waiting for nothing.
 			g.log.Warn("task's join and end both failed on the store; the task is answered as made", "task", r.ID, "error", err.Error())
 			e.joinAgain(ctx, req, r)
 		}
