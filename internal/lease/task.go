@@ -511,27 +511,27 @@ func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket,
 	u.ttl(t.deadline)
 	unsure := false
 	nv, err := l.write(ctx, key, u, func() { unsure = true })
-	if unsure && errors.Is(err, errCondition) && nv != nil {
-		// An attempt whose answer was lost may have landed, and the
-		// next failed on it: the mark is its own when the ticket shows
-		// it (another's made the same millisecond starts a second
-		// worker, which claims nothing).
-		if nt := nv.ticketFor(t.id); nt != nil && nt.n == t.n && nt.started == now {
-			return true
-		}
+	if err == nil || !unsure {
+		return err == nil
 	}
-	if unsure && err != nil && ctx.Err() != nil {
+	if !errors.Is(err, errCondition) || nv == nil {
+		if ctx.Err() == nil {
+			return false
+		}
 		// Its context ended with an attempt's answer out: the item tells
 		// whether the mark landed, read within a budget of its own.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
 		defer cancel()
-		if nv, rerr := l.read(rctx, key); rerr == nil {
-			if nt := nv.ticketFor(t.id); nt != nil && nt.n == t.n && nt.started == now {
-				return true
-			}
+		if nv, err = l.read(rctx, key); err != nil {
+			return false
 		}
 	}
-	return err == nil
+	// An attempt whose answer was lost may have landed, and the next
+	// failed on it: the mark is its own when the ticket shows it (another's
+	// made the same millisecond starts a second worker, which claims
+	// nothing).
+	nt := nv.ticketFor(t.id)
+	return nt != nil && nt.n == t.n && nt.started == now
 }
 
 // maxNamed bounds the tickets a join's reserve condition names as waiting

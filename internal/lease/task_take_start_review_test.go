@@ -33,31 +33,16 @@ func (s *slowStarts) hook(ctx context.Context, ts TaskStart) {
 // by the start hook past its CallBy and handed a lease with none.
 func TestATakesStartsDoNotKeepItsCallerPastCallBy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
 		mem := newMemStore()
 		slow := &slowStarts{d: 5 * time.Second}
 		defer time.Sleep(slow.d) // a start made beside the call ends
-		dead := New(mem, "leases", Options{InstanceID: "d"})
 		l := New(mem, "leases", Options{InstanceID: "a", OnTaskStart: slow.hook})
-		held := Request{Key: "srv", Cap: 2, Hold: time.Second, Holder: "p", MaxQueued: 4}
-		acquire(t, dead, held)
-		acquire(t, dead, held) // neither is released: both lapse 3 s on
-
 		callBy := time.Now().Add(6 * time.Second)
-		type result struct {
+		_, ls, err := servedBeside(t, mem, l, callBy)
+		r := struct {
 			ls  *Lease
 			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			ls, err := l.Acquire(ctx, Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: "c", Wait: time.Minute, CallBy: callBy, MaxQueued: 4})
-			got <- result{ls, err}
-		}()
-		synctest.Wait() // the caller's ticket is in line
-		if _, err := New(mem, "leases", Options{InstanceID: "e"}).Enqueue(ctx, Request{Key: "srv", Cap: 2, Hold: 10 * time.Second, Holder: "q", MaxQueued: 4}, "", "task-1", time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
-		r := <-got
+		}{ls, err}
 		if len(slow.list()) != 1 {
 			t.Fatalf("starts %+v; want the task's, from the caller's take", slow.list())
 		}
