@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -82,4 +83,103 @@ func TestRevzAStartWonAfterItsContextEndedIsHandedALiveContext(t *testing.T) {
 	if starts[0] != nil {
 		t.Fatalf("OnTaskStart was handed an ended context (%v): a hook starting its worker with ctx fails, the start lost for StartTimeout", starts[0])
 	}
+}
+
+// revzSlowMark hangs the first start mark until its context ends (its
+// answer lost, not landed) and, as the SDK does, sends no request under a
+// context already ended; it counts the reads made after the hang.
+type revzSlowMark struct {
+	*memStore
+	mu    sync.Mutex
+	armed bool
+	hung  bool
+	after int  // reads after the hang
+	slow  bool // reads after the hang wait for their context's end
+	dead  int  // writes asked under an ended context (never sent)
+}
+
+func (s *revzSlowMark) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if ctx.Err() != nil {
+		s.mu.Lock()
+		s.dead++
+		s.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	s.mu.Lock()
+	hit := s.armed && slices.Contains(mapValues(in.ExpressionAttributeNames), ticketStarted) &&
+		!strings.Contains(*in.UpdateExpression, "REMOVE")
+	if hit {
+		s.armed, s.hung = false, true
+	}
+	s.mu.Unlock()
+	if hit {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.memStore.UpdateItem(ctx, in, o...)
+}
+
+func (s *revzSlowMark) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	s.mu.Lock()
+	if s.hung {
+		s.after++
+	}
+	slow := s.hung && s.slow
+	s.mu.Unlock()
+	if slow {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.memStore.GetItem(ctx, in, o...)
+}
+
+// A take whose answer shows several tasks due starts them under a context
+// of its own (withdrawBudget). When the first mark's answer is out until
+// that context ends, every later mark is asked under the ended context:
+// never sent, yet classified unsure, so each reads the item within a new
+// withdrawBudget (markStart) to learn whether a write that was never sent
+// landed. The synchronous caller pays a read per due task (and, on a slow
+// store, a withdrawBudget per read) where one read of the item answers
+// for all of them; only the mark whose answer was actually out needs one.
+func TestRevzATakesStartsReadOncePerDueTaskAfterTheirContextEnded(t *testing.T) {
+	for _, slow := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reads answered", true: "reads slow"}[slow], func(t *testing.T) {
+			revzTakesStarts(t, slow)
+		})
+	}
+}
+
+func revzTakesStarts(t *testing.T, slow bool) {
+	synctest.Test(t, func(t *testing.T) {
+		db := &revzSlowMark{memStore: newMemStore(), slow: slow}
+		req := Request{Key: "k", Cap: 4, MaxQueued: 8, Hold: time.Minute, Holder: "p"}
+		// Three tasks due, unmarked: enqueued by a limiter that starts none.
+		quiet := New(db, "t", Options{})
+		for i := range 3 {
+			if _, err := quiet.Enqueue(t.Context(), req, "", "task-"+string(rune('a'+i)), time.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var started int
+		l := New(db, "t", Options{OnTaskStart: func(context.Context, TaskStart) { started++ }})
+		db.mu.Lock()
+		db.armed = true
+		db.mu.Unlock()
+		t0 := time.Now()
+		ls, err := l.Acquire(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(t0)
+		db.mu.Lock()
+		defer db.mu.Unlock()
+		if !db.hung {
+			t.Fatal("the take's starts made no mark")
+		}
+		t.Logf("caller's acquire took %v; %d reads after the hang, %d writes never sent, %d started", took, db.after, db.dead, started)
+		if db.after > 1 {
+			t.Fatalf("%d reads after the starts' context ended (%d of them for marks never sent), want at most 1", db.after, db.dead)
+		}
+		_ = ls
+	})
 }
