@@ -429,7 +429,9 @@
 // not, StartDue —
 // marks its ticket (s: now, on condition of its number, of no mark younger
 // than StartTimeout, and of its lease as seen: none, or a lapsed one) and,
-// having won the mark, starts a worker (Options.OnTaskStart). A mark whose
+// having won the mark, starts a worker (Options.OnTaskStart, with a context
+// that does not end with the caller's; a seer whose context ended makes no
+// more marks, leaving those turns to the next to see them). A mark whose
 // answer was lost, retried and refused, or left out when its context
 // ended (the item then read within withdrawBudget), is won when the
 // answer shows it (the ticket's number and s as it wrote them; another

@@ -107,7 +107,9 @@ type Options struct {
 	InstanceID string
 	// OnTaskStart starts a worker for a task whose turn has come (see
 	// Enqueue), called inline by the request that won the start: it should
-	// start the worker, not run it. Nil: this limiter starts none.
+	// start the worker, not run it. Its context carries the request's
+	// values but not its end: a start won is owed. Nil: this limiter
+	// starts none.
 	OnTaskStart func(context.Context, TaskStart)
 }
 

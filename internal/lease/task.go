@@ -487,8 +487,16 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) er
 		if !t.task || t.started > now-StartTimeout.Milliseconds() || !b.mayStart(t.id, time.Now()) && t.started != 0 {
 			continue
 		}
+		if ctx.Err() != nil {
+			// Its context ended: the marks not made leave the turns to
+			// the next to see them, at once (no mark), rather than each
+			// learning nothing from a store it cannot ask.
+			return ctx.Err()
+		}
 		if l.markStart(ctx, key, v, t, now) {
-			l.onStart(ctx, TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: now})
+			// A mark won is a start owed, whatever ended its context
+			// meanwhile (markStart reads past it).
+			l.onStart(context.WithoutCancel(ctx), TaskStart{Key: key, Ticket: t.id, Task: t.taskID, Mark: now})
 		}
 	}
 	return nil

@@ -12,10 +12,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
-// revzMarkLost applies the first start mark (an update naming the ticket's
+// markLostAtEnd applies the first start mark (an update naming the ticket's
 // "s" with no REMOVE) and then loses its answer as the caller's context
 // ends: the mark landed, the writer's context is over.
-type revzMarkLost struct {
+type markLostAtEnd struct {
 	*memStore
 	mu     sync.Mutex
 	armed  bool
@@ -23,7 +23,7 @@ type revzMarkLost struct {
 	hits   int
 }
 
-func (s *revzMarkLost) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+func (s *markLostAtEnd) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	s.mu.Lock()
 	hit := s.armed && slices.Contains(mapValues(in.ExpressionAttributeNames), ticketStarted) &&
 		!strings.Contains(*in.UpdateExpression, "REMOVE")
@@ -49,13 +49,12 @@ func mapValues(m map[string]string) []string {
 }
 
 // A mark whose answer was lost as its context ended is found won by the
-// item read within withdrawBudget (markStart); the worker it wins is then
-// started with that ended context: OnTaskStart, which "should start the
-// worker", is handed a context that is already done, so a hook that starts
-// it with a call under ctx (an invoke, a send) fails at once, and the start
-// is lost for StartTimeout while the ticket carries the mark.
-func TestRevzAStartWonAfterItsContextEndedIsHandedALiveContext(t *testing.T) {
-	db := &revzMarkLost{memStore: newMemStore()}
+// item read within withdrawBudget (markStart): the worker it wins must be
+// started with a context that has not ended, or a hook that starts it with
+// a call under ctx (an invoke, a send) fails at once, and the start is lost
+// for StartTimeout while the ticket carries the mark.
+func TestAStartWonAfterItsContextEndedIsHandedALiveContext(t *testing.T) {
+	db := &markLostAtEnd{memStore: newMemStore()}
 	var (
 		mu     sync.Mutex
 		starts []error
@@ -85,10 +84,10 @@ func TestRevzAStartWonAfterItsContextEndedIsHandedALiveContext(t *testing.T) {
 	}
 }
 
-// revzSlowMark hangs the first start mark until its context ends (its
+// slowFirstMark hangs the first start mark until its context ends (its
 // answer lost, not landed) and, as the SDK does, sends no request under a
 // context already ended; it counts the reads made after the hang.
-type revzSlowMark struct {
+type slowFirstMark struct {
 	*memStore
 	mu    sync.Mutex
 	armed bool
@@ -98,7 +97,7 @@ type revzSlowMark struct {
 	dead  int  // writes asked under an ended context (never sent)
 }
 
-func (s *revzSlowMark) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+func (s *slowFirstMark) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	if ctx.Err() != nil {
 		s.mu.Lock()
 		s.dead++
@@ -119,7 +118,7 @@ func (s *revzSlowMark) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 	return s.memStore.UpdateItem(ctx, in, o...)
 }
 
-func (s *revzSlowMark) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+func (s *slowFirstMark) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	s.mu.Lock()
 	if s.hung {
 		s.after++
@@ -136,22 +135,21 @@ func (s *revzSlowMark) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o
 // A take whose answer shows several tasks due starts them under a context
 // of its own (withdrawBudget). When the first mark's answer is out until
 // that context ends, every later mark is asked under the ended context:
-// never sent, yet classified unsure, so each reads the item within a new
-// withdrawBudget (markStart) to learn whether a write that was never sent
-// landed. The synchronous caller pays a read per due task (and, on a slow
-// store, a withdrawBudget per read) where one read of the item answers
-// for all of them; only the mark whose answer was actually out needs one.
-func TestRevzATakesStartsReadOncePerDueTaskAfterTheirContextEnded(t *testing.T) {
+// never sent, yet classified unsure. They must not each read the item
+// within a new withdrawBudget (markStart): the synchronous caller would pay
+// a read per due task (and, on a slow store, a withdrawBudget per read);
+// only the mark whose answer was actually out needs one.
+func TestATakesStartsStopOnceTheirContextEnded(t *testing.T) {
 	for _, slow := range []bool{false, true} {
 		t.Run(map[bool]string{false: "reads answered", true: "reads slow"}[slow], func(t *testing.T) {
-			revzTakesStarts(t, slow)
+			takesStartsAfterEnd(t, slow)
 		})
 	}
 }
 
-func revzTakesStarts(t *testing.T, slow bool) {
+func takesStartsAfterEnd(t *testing.T, slow bool) {
 	synctest.Test(t, func(t *testing.T) {
-		db := &revzSlowMark{memStore: newMemStore(), slow: slow}
+		db := &slowFirstMark{memStore: newMemStore(), slow: slow}
 		req := Request{Key: "k", Cap: 4, MaxQueued: 8, Hold: time.Minute, Holder: "p"}
 		// Three tasks due, unmarked: enqueued by a limiter that starts none.
 		quiet := New(db, "t", Options{})
