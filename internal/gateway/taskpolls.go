@@ -2,11 +2,8 @@ package gateway
 
 import (
 	"container/list"
-	"maps"
 	"sync"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/lease"
 	"github.com/mcpgate/mcpgate/internal/tasks"
@@ -92,7 +89,7 @@ func (p *taskPolls) relayed(owner, id string, now time.Time) *objectResult {
 	}
 	// Each request gets its own: the members are never changed, the maps
 	// may be.
-	return &objectResult{ResultBase: mcp.ResultBase{Meta: maps.Clone(e.answer.Meta)}, fields: maps.Clone(e.answer.fields)}
+	return e.answer.clone()
 }
 
 // fresh is the entry of owner's polls of task id, if it is younger than
@@ -156,7 +153,7 @@ func (p *taskPolls) keep(e *pollEntry, gen uint64) {
 	r := e.r
 	e.size = recordSize(r)
 	if e.answer != nil {
-		e.answer = &objectResult{ResultBase: mcp.ResultBase{Meta: maps.Clone(e.answer.Meta)}, fields: maps.Clone(e.answer.fields)}
+		e.answer = e.answer.clone()
 		for k, v := range e.answer.fields {
 			e.size += len(k) + len(v)
 		}

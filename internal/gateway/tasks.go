@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -112,6 +113,12 @@ func (r *objectResult) MarshalJSON() ([]byte, error) {
 		out["_meta"] = m
 	}
 	return marshalPlain(out)
+}
+
+// clone returns r with maps of its own (their values shared: never
+// changed), for a result kept and answered more than once.
+func (r *objectResult) clone() *objectResult {
+	return &objectResult{ResultBase: mcp.ResultBase{Meta: maps.Clone(r.Meta)}, fields: maps.Clone(r.fields)}
 }
 
 func rawString(s string) json.RawMessage {
