@@ -69,14 +69,14 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		room = r.cap - v.liveLeases(now)
 	}
 	held := v.held(now)
-	toolUsed, principalUsed, tokensUsed := map[string]int{}, map[string]int{}, map[string]int{}
+	toolUsed, tokensUsed := map[string]int{}, map[string]int{}
 	probing := map[gateRef]bool{}
 	fits := func(c *candidate) (bool, []gateRef) {
 		t := c.t
 		if t.toolCap > 0 && v.liveIn(now, v.sets[ToolAttr(t.tool)])+toolUsed[t.tool] >= t.toolCap {
 			return false, nil
 		}
-		if r.principalCap > 0 && v.liveIn(now, v.sets[PrincipalAttr(t.label)])+principalUsed[t.label] >= r.principalCap {
+		if r.principalCap > 0 && held[t.label] >= r.principalCap {
 			return false, nil
 		}
 		for _, b := range r.bucketsOf(c, me) {
@@ -110,7 +110,6 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		room--
 		t := best.t
 		held[t.label]++
-		principalUsed[t.label]++
 		if t.toolCap > 0 {
 			toolUsed[t.tool]++
 		}
