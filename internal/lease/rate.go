@@ -40,15 +40,6 @@ func (r Rate) interval() int64 {
 // is left: the burst, PerMinute-1 intervals.
 func (r Rate) tolerance() int64 { return int64(r.PerMinute-1) * r.interval() }
 
-// wait is how long until the bucket, at arrival time tat (0: none yet),
-// holds a token at now: zero when it holds one.
-func (r Rate) wait(tat, now int64) time.Duration {
-	if d := tat - r.tolerance() - now; d > 0 {
-		return time.Duration(d) * time.Millisecond
-	}
-	return 0
-}
-
 // Tokens is how many tokens the bucket at arrival time tat holds at now.
 func (r Rate) Tokens(tat, now int64) int {
 	if tat <= now {
@@ -113,7 +104,9 @@ func rateLimitedKeeping(v *view, rates []Rate, now int64, keep map[string]int) *
 		if k := keep[r.Name]; k > 0 {
 			tat = max(tat, now) + int64(k)*r.interval()
 		}
-		if w := r.wait(tat, now); w > 0 && (worst == nil || w > worst.RetryAfter) {
+		// The wait until the bucket, at arrival time tat, holds a token.
+		w := time.Duration(max(tat-r.tolerance()-now, 0)) * time.Millisecond
+		if w > 0 && (worst == nil || w > worst.RetryAfter) {
 			worst = &RateLimitedError{Name: r.Name, PerMinute: r.PerMinute, RetryAfter: w}
 		}
 	}
