@@ -261,7 +261,15 @@ func (r *Request) validate() error {
 	if r.MaxPause < 0 || r.MaxPause > MaxPause {
 		return fmt.Errorf("lease: MaxPause must be from 0 to %v", MaxPause)
 	}
-	return validRates(r.Rates)
+	for i, rt := range r.Rates {
+		if rt.PerMinute <= 0 || rt.Name == "" {
+			return fmt.Errorf("lease: rate %q of %d a minute; want a name and a positive limit", rt.Name, rt.PerMinute)
+		}
+		if slices.ContainsFunc(r.Rates[:i], func(o Rate) bool { return o.Name == rt.Name }) {
+			return fmt.Errorf("lease: rate %q twice", rt.Name)
+		}
+	}
+	return nil
 }
 
 // hold is how long a place taken at localNow may be held.

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -117,17 +116,4 @@ func rateLimitedKeeping(v *view, rates []Rate, now int64, keep map[string]int) *
 // at now, so a purge may remove it (absent is full).
 func idleBucket(attr string, tat, now int64) bool {
 	return strings.HasPrefix(attr, RateAttrPrefix+"principal:") && tat < now
-}
-
-// validRates checks a request's buckets.
-func validRates(rates []Rate) error {
-	for i, r := range rates {
-		if r.PerMinute <= 0 || r.Name == "" {
-			return fmt.Errorf("lease: rate %q of %d a minute; want a name and a positive limit", r.Name, r.PerMinute)
-		}
-		if slices.ContainsFunc(rates[:i], func(o Rate) bool { return o.Name == r.Name }) {
-			return fmt.Errorf("lease: rate %q twice", r.Name)
-		}
-	}
-	return nil
 }
