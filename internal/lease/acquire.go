@@ -709,10 +709,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 			most = min(most, max(time.Until(at.Add(claimWindow(t))), 0)+jitter(overdueLook))
 		}
 	}
-	held, spread := a.b.meanHeld()
-	if v.callMS > 0 {
-		held = time.Duration(v.callMS) * time.Millisecond
-	}
+	held, spread := a.b.meanHeld(v)
 	if spread == 0 {
 		spread = held / 2
 	}
@@ -852,11 +849,8 @@ func (a *attempt) leave(ctx context.Context) {
 // when the calls held are expected to have made room for it.
 func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *FullError {
 	e := &FullError{Reason: reason, What: "server", Cap: a.req.capIn(v)}
-	held, _ := a.b.meanHeld()
+	held, _ := a.b.meanHeld(v)
 	if v != nil {
-		if v.callMS > 0 {
-			held = time.Duration(v.callMS) * time.Millisecond
-		}
 		e.Waiting = v.waiting(now, a.task)
 		e.InUse = v.liveLeases(now)
 		_, err := v.admits(a.req.Tool, "", a.me.label, now, nil)

@@ -73,9 +73,14 @@ func (b *board) heldFor(d time.Duration) {
 	b.held += (d - b.held) / 4
 }
 
-func (b *board) meanHeld() (held, spread time.Duration) {
+// meanHeld is how long a lease on the key is held, and this process's
+// spread: the fleet's call_ms when v shows one, else this process's mean.
+func (b *board) meanHeld(v *view) (held, spread time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if v != nil && v.callMS > 0 {
+		return time.Duration(v.callMS) * time.Millisecond, b.spread
+	}
 	return b.held, b.spread
 }
 
