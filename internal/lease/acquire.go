@@ -492,10 +492,7 @@ type judgedKey struct{}
 // task's keeping its ticket for the next worker (ErrStartLapsed).
 func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error) {
 	localNow := time.Now()
-	deadline := localNow.Add(time.UnixMilli(exp).Sub(a.l.clock()) - a.l.margin)
-	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(deadline) {
-		deadline = a.req.CallBy
-	}
+	deadline := a.req.by(localNow.Add(time.UnixMilli(exp).Sub(a.l.clock()) - a.l.margin))
 	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim}
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
@@ -618,13 +615,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 }
 
 // waitEnd is when its wait is over: after req.Wait, or by req.CallBy.
-func (a *attempt) waitEnd() time.Time {
-	end := a.start.Add(max(a.req.Wait, 0))
-	if !a.req.CallBy.IsZero() && a.req.CallBy.Before(end) {
-		end = a.req.CallBy
-	}
-	return end
-}
+func (a *attempt) waitEnd() time.Time { return a.req.by(a.start.Add(max(a.req.Wait, 0))) }
 
 // wait holds a queued caller until news of the item from this process,
 // or for look, then reads the item.

@@ -274,10 +274,15 @@ func (r *Request) validate() error {
 
 // hold is how long a place taken at localNow may be held.
 func (r *Request) hold(localNow time.Time) time.Duration {
-	if !r.CallBy.IsZero() {
-		return min(r.Hold, r.CallBy.Sub(localNow))
+	return r.by(localNow.Add(r.Hold)).Sub(localNow)
+}
+
+// by is t, or CallBy when it is set and comes before t.
+func (r *Request) by(t time.Time) time.Time {
+	if !r.CallBy.IsZero() && r.CallBy.Before(t) {
+		return r.CallBy
 	}
-	return r.Hold
+	return t
 }
 
 // Reasons a FullError gives: every place the call needs is taken; one is
