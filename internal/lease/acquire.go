@@ -713,19 +713,14 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	if held <= 0 {
 		return late()
 	}
-	var toolFull map[string]bool
-	if set := v.sets[ToolAttr(a.req.Tool)]; a.req.ToolCap > 0 && v.liveIn(now, set) >= a.req.ToolCap {
-		toolFull = make(map[string]bool, len(set))
-		for _, id := range set {
-			toolFull[id] = true
-		}
-	}
+	toolSet := v.sets[ToolAttr(a.req.Tool)]
+	toolFull := a.req.ToolCap > 0 && v.liveIn(now, toolSet) >= a.req.ToolCap
 	var ends, toolEnds []int64
 	for id, exp := range v.leases {
 		if exp >= now {
 			end := a.firstExp[id] - a.req.Hold.Milliseconds() - a.l.margin.Milliseconds() + (held - spread).Milliseconds()
 			ends = append(ends, end)
-			if toolFull[id] {
+			if toolFull && slices.Contains(toolSet, id) {
 				toolEnds = append(toolEnds, end)
 			}
 		}
@@ -752,7 +747,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		return ends[pos%len(ends)] + int64(pos/len(ends))*held.Milliseconds(), true
 	}
 	eta, ok := frees(ends, max(rank-len(ahead), 0))
-	if toolFull != nil {
+	if toolFull {
 		// Its tool full: after the tool's own callers, no sooner than the
 		// server's place when that is full too.
 		sameTool := func(t *ticket) bool { return t.tool == a.req.Tool }
