@@ -286,8 +286,7 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 // write would count and could not remove itself (in a set it adds to), or
 // more than one write removes.
 func (a *attempt) mustPurge(v *view, now int64) bool {
-	own := a.req.ownSets()
-	for _, s := range own {
+	for _, s := range a.req.ownSets() {
 		if members := v.sets[s]; len(members) > v.liveIn(now, members) {
 			return true
 		}
