@@ -88,12 +88,11 @@ func (r *Request) capIn(v *view) int {
 	if r.Adaptive == nil || r.Cap <= 0 {
 		return r.Cap
 	}
-	floor := r.Adaptive.floor(r.Cap)
-	lim := int64(floor)
-	if v != nil && v.limit > 0 {
-		lim = v.limit
+	floor, lim := int64(r.Adaptive.floor(r.Cap)), int64(0)
+	if v != nil {
+		lim = v.limit // none (0) or below the floor: the floor, at least 1
 	}
-	return int(min(max(lim, int64(floor)), int64(r.Cap)))
+	return int(min(max(lim, floor), int64(r.Cap)))
 }
 
 // floor is the lowest the limit goes under ceiling.
