@@ -491,7 +491,7 @@ type judgedKey struct{}
 // task's keeping its ticket for the next worker (ErrStartLapsed).
 func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error) {
 	localNow := time.Now()
-	deadline := a.req.by(localNow.Add(time.UnixMilli(exp).Sub(a.l.clock()) - a.l.margin))
+	deadline := earlier(localNow.Add(time.UnixMilli(exp).Sub(a.l.clock())-a.l.margin), a.req.CallBy)
 	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim}
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
@@ -614,7 +614,7 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 }
 
 // waitEnd is when its wait is over: after req.Wait, or by req.CallBy.
-func (a *attempt) waitEnd() time.Time { return a.req.by(a.start.Add(max(a.req.Wait, 0))) }
+func (a *attempt) waitEnd() time.Time { return earlier(a.start.Add(max(a.req.Wait, 0)), a.req.CallBy) }
 
 // wait holds a queued caller until news of the item from this process,
 // or for look, then reads the item.
@@ -629,12 +629,8 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 		return latest, nil // from another request here
 	}
 	// News does not put its look off: it reads by the earliest time asked.
-	by := time.Now().Add(look)
-	if !a.lookBy.IsZero() && a.lookBy.Before(by) {
-		by = a.lookBy
-	}
-	a.lookBy = by
-	t := time.NewTimer(max(min(time.Until(by), time.Until(until)), 0))
+	a.lookBy = earlier(time.Now().Add(look), a.lookBy)
+	t := time.NewTimer(max(min(time.Until(a.lookBy), time.Until(until)), 0))
 	defer t.Stop()
 	for looked := false; !looked; {
 		select {

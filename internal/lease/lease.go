@@ -274,13 +274,13 @@ func (r *Request) validate() error {
 
 // hold is how long a place taken at localNow may be held.
 func (r *Request) hold(localNow time.Time) time.Duration {
-	return r.by(localNow.Add(r.Hold)).Sub(localNow)
+	return earlier(localNow.Add(r.Hold), r.CallBy).Sub(localNow)
 }
 
-// by is t, or CallBy when it is set and comes before t.
-func (r *Request) by(t time.Time) time.Time {
-	if !r.CallBy.IsZero() && r.CallBy.Before(t) {
-		return r.CallBy
+// earlier is t, or by when by is set and comes before t.
+func earlier(t, by time.Time) time.Time {
+	if !by.IsZero() && by.Before(t) {
+		return by
 	}
 	return t
 }
