@@ -590,11 +590,10 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	if err == nil || !errors.Is(err, errCondition) {
 		return nv, err
 	}
-	if nv.ticketFor(id) != nil || nv.leases[id] != 0 {
-		return nv, nil // an earlier attempt of it landed
-	}
-	if nv.needsRepair() {
-		return nv, nil // its caller mends it, and judges again
+	// An earlier attempt of it landed; or the item needs repair: its
+	// caller mends it, and judges again.
+	if nv.ticketFor(id) != nil || nv.leases[id] != 0 || nv.needsRepair() {
+		return nv, nil
 	}
 	now = a.now()
 	// Held to the reserve unless its condition could name all it has there
