@@ -42,11 +42,13 @@ type handout struct {
 	passed bool
 }
 
-// candidate is one caller in a walk.
+// candidate is one caller in a walk; rates are the buckets it takes a
+// token from: the asker's own, or those a ticket's principal and tool imply.
 type candidate struct {
-	t    *ticket
-	me   bool
-	done bool
+	t     *ticket
+	me    bool
+	done  bool
+	rates []Rate
 }
 
 // walk hands the places free in v at now, one by one, to the tickets
@@ -56,12 +58,12 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 	var cands []*candidate
 	mine := int64(math.MaxInt64)
 	if me != nil {
-		c := &candidate{t: v.mine(me), me: true}
+		c := &candidate{t: v.mine(me), me: true, rates: me.rates}
 		cands, mine = append(cands, c), c.t.n
 	}
 	for _, t := range v.queue {
 		if (me == nil || t.id != me.id) && v.waits(t, now) && !skip[t.id] {
-			cands = append(cands, &candidate{t: t})
+			cands = append(cands, &candidate{t: t, rates: r.buckets(t)})
 		}
 	}
 	room := math.MaxInt
@@ -79,7 +81,7 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		if r.principalCap > 0 && held[t.label] >= r.principalCap {
 			return false, nil
 		}
-		for _, b := range r.bucketsOf(c, me) {
+		for _, b := range c.rates {
 			if b.Tokens(v.rates[RateAttr(b.Name)], now)-tokensUsed[b.Name] < 1 {
 				return false, nil
 			}
@@ -113,7 +115,7 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		if t.toolCap > 0 {
 			toolUsed[t.tool]++
 		}
-		for _, b := range r.bucketsOf(best, me) {
+		for _, b := range best.rates {
 			tokensUsed[b.Name]++
 		}
 		for _, p := range bestProbes {
@@ -129,15 +131,6 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		h.passed = slices.ContainsFunc(cands, func(c *candidate) bool { return !c.me && !c.done && c.t.n < mine })
 	}
 	return h
-}
-
-// bucketsOf are the buckets candidate c takes a token from: the asker's
-// own, or those a ticket's principal and tool imply.
-func (r rules) bucketsOf(c *candidate, me *asker) []Rate {
-	if c.me {
-		return me.rates
-	}
-	return r.buckets(c.t)
 }
 
 // buckets are the buckets a caller of ticket t takes a token from.
