@@ -656,10 +656,8 @@ func claimWindow(t *ticket) time.Duration { return ClaimWindow + max(t.look, 0) 
 // lookPeriod is the longest a waiter with rank callers before it goes
 // without looking, places places on the key (see Whose turn).
 func (a *attempt) lookPeriod(rank, places int) time.Duration {
-	if rank < places {
-		return a.l.maxLook
-	}
-	return min(time.Duration(rank/places)*a.l.maxLook, MaxLookFar)
+	// MaxLook under Places (maxLook is MaxLookFar at most: New).
+	return min(time.Duration(max(rank/places, 1))*a.l.maxLook, MaxLookFar)
 }
 
 // nextLook is how long a waiter waits before it reads the item again:
