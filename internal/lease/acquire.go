@@ -355,10 +355,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if bv == nil {
 		bv, _, _ = a.b.latest() // only chooses the form of the charge, which its condition checks
 	}
-	keep := a.req.rules(v).tokens(h.ahead)
-	for _, r := range a.req.Rates {
-		u.charge(r, bv, now, keep[r.Name])
-	}
+	u.charge(a.req.Rates, bv, now, a.req.rules(v).tokens(h.ahead))
 	lp := u.path(LeasesAttr, id)
 	u.set(lp, u.num(exp))
 	u.cond("attribute_not_exists(" + lp + ")")
@@ -912,9 +909,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 				// A waiter needing its buckets' tokens: freed as seen.
 				u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
 			}
-			for _, r := range req.Rates {
-				u.charge(r, v, now, waiting[r.Name])
-			}
+			u.charge(req.Rates, v, now, waiting)
 			u.ttl(now + 60_000)
 			return u, nil
 		}, nil)

@@ -50,23 +50,25 @@ func (r Rate) Tokens(tat, now int64) int {
 	return 0
 }
 
-// charge takes one token from r at now, leaving keep more for the callers
-// whose turn comes first, conditioned on now only (see Buckets in the
-// package doc), v the bucket as seen (nil: not seen), which chooses the
-// form of the charge.
-func (u *update) charge(r Rate, v *view, now int64, keep int) {
-	p := u.path(RateAttr(r.Name))
-	var tat int64
-	if v != nil {
-		tat = v.rates[RateAttr(r.Name)]
+// charge takes one token from each bucket of rs at now, leaving keep[name]
+// more for the callers whose turn comes first, conditioned on now only
+// (see Buckets in the package doc), v the buckets as seen (nil: not
+// seen), which chooses the form of the charge.
+func (u *update) charge(rs []Rate, v *view, now int64, keep map[string]int) {
+	for _, r := range rs {
+		p := u.path(RateAttr(r.Name))
+		var tat int64
+		if v != nil {
+			tat = v.rates[RateAttr(r.Name)]
+		}
+		if tat >= now {
+			u.cond(p+" >= "+u.num(now), p+" <= "+u.num(now+r.tolerance()-int64(keep[r.Name])*r.interval()))
+			u.set(p, p+" + "+u.num(r.interval()))
+			continue
+		}
+		u.cond(orAbsent(p, p+" < "+u.num(now)))
+		u.set(p, u.num(now+r.interval()))
 	}
-	if tat >= now {
-		u.cond(p+" >= "+u.num(now), p+" <= "+u.num(now+r.tolerance()-int64(keep)*r.interval()))
-		u.set(p, p+" + "+u.num(r.interval()))
-		return
-	}
-	u.cond(orAbsent(p, p+" < "+u.num(now)))
-	u.set(p, u.num(now+r.interval()))
 }
 
 // refund gives back the token r gave a call never made (a bucket purged
