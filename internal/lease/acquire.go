@@ -539,7 +539,9 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	// for instances built before tickets were read so, which take a
 	// ticket without it for a half (see Upgrading in docs/admission.md).
 	info := map[string]types.AttributeValue{ticketLabel: &types.AttributeValueMemberS{Value: a.me.label}, ticketDeadline: number(deadline)}
-	if !a.task {
+	if a.task {
+		info[ticketTaskID] = &types.AttributeValueMemberS{Value: a.taskID}
+	} else {
 		info[ticketLook] = number(a.lookPeriod(v.before(now, &a.me), max(a.req.capIn(v), 1)).Milliseconds())
 	}
 	if a.req.Tool != "" {
@@ -550,9 +552,6 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	}
 	if a.me.toolRPM > 0 {
 		info[ticketToolRPM] = number(int64(a.me.toolRPM))
-	}
-	if a.task {
-		info[ticketTaskID] = &types.AttributeValueMemberS{Value: a.taskID}
 	}
 	u.set(tp, u.value(&types.AttributeValueMemberM{Value: info}))
 	u.add(u.path(wp), id)
