@@ -38,7 +38,7 @@ type handout struct {
 	// ahead are the tickets handed a place before the asker.
 	ahead []*ticket
 	// passed: a live ticket numbered before the asker got no place (it
-	// could not use one).
+	// could not use one); read only by a take, so only with an asker.
 	passed bool
 }
 
@@ -127,9 +127,7 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		}
 		h.ahead = append(h.ahead, t)
 	}
-	if me != nil {
-		h.passed = slices.ContainsFunc(cands, func(c *candidate) bool { return !c.me && !c.done && c.t.n < mine })
-	}
+	h.passed = slices.ContainsFunc(cands, func(c *candidate) bool { return !c.me && !c.done && c.t.n < mine })
 	return h
 }
 
