@@ -746,12 +746,10 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 			eta = max(eta, toolETA)
 		}
 	}
-	if ok {
-		if d := time.Duration(eta-now) * time.Millisecond; d > 0 {
-			// Its back-off goes on from where it was: a new estimate of
-			// its place, or a move up the queue, does not start it again.
-			return min(d, most)
-		}
+	if d := time.Duration(eta-now) * time.Millisecond; ok && d > 0 {
+		// Its back-off goes on from where it was: a new estimate of
+		// its place, or a move up the queue, does not start it again.
+		return min(d, most)
 	}
 	return late()
 }

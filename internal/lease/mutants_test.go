@@ -67,8 +67,8 @@ var mutants = []mutant{
 	{"a running task that holds its principal to the reserve", "task.go",
 		"case v.claimed(t, now) || !t.live(now):", "case !t.live(now):"},
 	{"a new estimate that starts a late waiter's back-off again", "acquire.go",
-		"			// its place, or a move up the queue, does not start it again.\n			return min(d, most)",
-		"			// its place, or a move up the queue, does not start it again.\n			a.look = overdueLook\n			return min(d, most)"},
+		"		// its place, or a move up the queue, does not start it again.\n		return min(d, most)",
+		"		// its place, or a move up the queue, does not start it again.\n		a.look = overdueLook\n		return min(d, most)"},
 	{"a lapsed claim that still holds its ticket", "item.go",
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 }
