@@ -107,7 +107,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			_, err := v.admits(a.req.Tool, a.me.breaker, a.me.label, now, nil)
 			var open *CircuitOpenError
 			refuse := errors.As(err, &open) || err != nil && a.req.Wait <= 0
-			rl := rateLimited(v, a.req.Rates, now)
+			rl := rateLimited(v, a.req.Rates, now, nil)
 			if (refuse || a.n == 0 && rl != nil) && v != a.own {
 				if v, err = a.l.read(ctx, a.req.Key); err != nil {
 					return nil, err
@@ -763,7 +763,7 @@ func (a *attempt) blockedFor(v *view, now int64) time.Duration {
 		until = max(until, g.entry(gateAll).until, g.entry(a.me.label).until)
 	}
 	d := time.Duration(max(until-now, 0)) * time.Millisecond
-	if rl := rateLimited(v, a.req.Rates, now); rl != nil {
+	if rl := rateLimited(v, a.req.Rates, now, nil); rl != nil {
 		d = max(d, rl.RetryAfter)
 	}
 	return d
@@ -878,7 +878,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 					l.stats.refused(err)
 					return nil, err
 				}
-				if err := rateLimitedKeeping(v, req.Rates, now, waiting); err != nil {
+				if err := rateLimited(v, req.Rates, now, waiting); err != nil {
 					l.stats.rateLimited.Add(1)
 					return nil, err
 				}

@@ -91,14 +91,9 @@ func (e *RateLimitedError) Error() string {
 }
 
 // rateLimited is the refusal of a call whose buckets, as v shows them at
-// now, lack a token (the longest wait); nil when each holds one.
-func rateLimited(v *view, rates []Rate, now int64) *RateLimitedError {
-	return rateLimitedKeeping(v, rates, now, nil)
-}
-
-// rateLimitedKeeping is rateLimited leaving keep[name] tokens of a bucket
-// to the callers before it.
-func rateLimitedKeeping(v *view, rates []Rate, now int64, keep map[string]int) *RateLimitedError {
+// now, lack a token (the longest wait), leaving keep[name] tokens of a
+// bucket to the callers before it (nil: none); nil when each holds one.
+func rateLimited(v *view, rates []Rate, now int64, keep map[string]int) *RateLimitedError {
 	var worst *RateLimitedError
 	for _, r := range rates {
 		tat := v.rates[RateAttr(r.Name)]

@@ -129,7 +129,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			l.stats.refused(err)
 			return "", err
 		}
-		if rl := rateLimited(v, req.Rates, now); rl != nil {
+		if rl := rateLimited(v, req.Rates, now, nil); rl != nil {
 			l.stats.rateLimited.Add(1)
 			return "", rl
 		}
@@ -167,7 +167,7 @@ func (a *attempt) joinsFrom(v *view, deadline time.Time) bool {
 	now := a.now()
 	_, err := v.admits(a.req.Tool, a.me.breaker, a.me.label, now, nil)
 	return err == nil && v.ticketFor(a.me.id) == nil && v.leases[a.me.id] == 0 && !v.needsRepair() &&
-		rateLimited(v, a.req.Rates, now) == nil && !a.mustPurge(v, now) && time.Now().Before(deadline)
+		rateLimited(v, a.req.Rates, now, nil) == nil && !a.mustPurge(v, now) && time.Now().Before(deadline)
 }
 
 // MaxTaskID bounds the task id a ticket carries, in bytes.

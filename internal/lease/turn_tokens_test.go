@@ -64,7 +64,7 @@ func TestATokenGivenBackIsNotPassedByATakeJudgedBefore(t *testing.T) {
 		if _, err := w.Finish(ctx, Unused); err != nil { // W's token back
 			t.Fatal(err)
 		}
-		if v, err := i1.read(ctx, "srv"); err != nil || len(v.queue) != 1 || rateLimited(v, tokenReq("W", "a").Rates, i1.clock().UnixMilli()) != nil {
+		if v, err := i1.read(ctx, "srv"); err != nil || len(v.queue) != 1 || rateLimited(v, tokenReq("W", "a").Rates, i1.clock().UnixMilli(), nil) != nil {
 			t.Fatalf("after W's refund: %d waiting, %v; want W waiting with a token", len(v.queue), err)
 		}
 		if ls, err := i2.Acquire(ctx, tokenReq("B", "a")); err == nil {
