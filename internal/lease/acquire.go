@@ -291,12 +291,8 @@ func (a *attempt) mustPurge(v *view, now int64) bool {
 			return true
 		}
 	}
-	for _, t := range v.staleTickets(now) {
-		if t.label == a.me.label {
-			return true
-		}
-	}
-	return newUpdate().purge(v, now, "", "").more
+	return slices.ContainsFunc(v.staleTickets(now), func(t *ticket) bool { return t.label == a.me.label }) ||
+		newUpdate().purge(v, now, "", "").more
 }
 
 // ownSets are the sets a lease of r is a member of: its principal's, and
