@@ -27,8 +27,7 @@ func (l *Limiter) Outlook(req Request, id string) (o Outlook, ok bool) {
 	if v == nil {
 		return Outlook{Places: req.Cap}, false
 	}
-	me := asker{id: id, label: req.Holder}
 	now := l.clock().UnixMilli()
-	return Outlook{Ahead: v.before(now, &me), Places: req.capIn(v),
+	return Outlook{Ahead: v.before(now, &asker{id: id, label: req.Holder}), Places: req.capIn(v),
 		CallLength: time.Duration(v.callMS) * time.Millisecond, Tasks: v.waiting(now, true)}, true
 }
