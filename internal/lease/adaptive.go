@@ -124,7 +124,6 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 	if ad == nil || v == nil {
 		return false
 	}
-	fresh := ls.round == v.round // else: no evidence of the limit as it is now
 	lim := int64(ls.req.capIn(v))
 	floor := int64(ad.floor(ls.req.Cap))
 	round := func() string { return u.eqOrAbsent(u.path(LimitRoundAttr), v.round) }
@@ -187,8 +186,8 @@ func (ls *Lease) adapt(u *update, v *view, o Outcome, took time.Duration, now in
 			}
 		}()
 	}
-	if !fresh {
-		return false
+	if ls.round != v.round {
+		return false // no evidence of the limit as it is now
 	}
 	if what != "" {
 		switch {
