@@ -276,15 +276,9 @@ func numberOr(v types.AttributeValue, def int64) int64 {
 	return def
 }
 
-// whole reports whether v is an N attribute holding a whole number.
-func whole(v types.AttributeValue) bool {
-	n, ok := v.(*types.AttributeValueMemberN)
-	if !ok {
-		return false
-	}
-	_, err := strconv.ParseInt(n.Value, 10, 64)
-	return err == nil
-}
+// whole reports whether v is an N attribute holding a whole number: one
+// numberOr reads whatever its default.
+func whole(v types.AttributeValue) bool { return numberOr(v, 0) == numberOr(v, 1) }
 
 func number(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
