@@ -355,24 +355,12 @@ func kindAttr(task bool) string {
 
 // liveIn counts the leases of ids that have not expired at now.
 func (v *view) liveIn(now int64, ids []string) int {
-	n := 0
-	for _, id := range ids {
-		if exp, ok := v.leases[id]; ok && exp >= now {
-			n++
-		}
-	}
-	return n
+	return countIf(ids, func(id string) bool { exp, ok := v.leases[id]; return ok && exp >= now })
 }
 
 // liveLeases counts the leases that have not expired at now.
 func (v *view) liveLeases(now int64) int {
-	n := 0
-	for _, exp := range v.leases {
-		if exp >= now {
-			n++
-		}
-	}
-	return n
+	return v.liveIn(now, slices.Collect(maps.Keys(v.leases)))
 }
 
 // held counts the live leases of each principal label.
