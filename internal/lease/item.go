@@ -300,10 +300,8 @@ func (v *view) lastNumber() int64 {
 
 // ticketFor returns the ticket of id, if it waits.
 func (v *view) ticketFor(id string) *ticket {
-	for _, t := range v.queue {
-		if t.id == id {
-			return t
-		}
+	if i := slices.IndexFunc(v.queue, func(t *ticket) bool { return t.id == id }); i >= 0 {
+		return v.queue[i]
 	}
 	return nil
 }
