@@ -82,16 +82,9 @@ func parseGate(attr string, m *types.AttributeValueMemberM, bad func(seen types.
 			g.bad++
 			continue
 		}
-		str := func(k string) string {
-			s, _ := f.Value[k].(*types.AttributeValueMemberS)
-			if s == nil {
-				return ""
-			}
-			return s.Value
-		}
 		g.entries[key] = gateEntry{until: numberOr(f.Value[gateUntil], 0), probeExp: numberOr(f.Value[gateProbeExp], 0),
 			fails: numberOr(f.Value[gateFails], 0), last: numberOr(f.Value[gateLast], 0), barUntil: numberOr(f.Value[gateBarUntil], 0),
-			probe: str(gateProbe), barred: str(gateBarred), seen: f}
+			probe: strOr(f.Value[gateProbe]), barred: strOr(f.Value[gateBarred]), seen: f}
 	}
 	return g
 }

@@ -205,19 +205,11 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
 			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
-			task: isTask, started: numberOr(d.Value[ticketStarted], 0),
+			task: isTask, started: numberOr(d.Value[ticketStarted], 0), tool: strOr(d.Value[ticketTool]),
+			taskID: strOr(d.Value[ticketTaskID]), claim: strOr(d.Value[ticketClaim]),
 			look: time.Duration(min(max(numberOr(d.Value[ticketLook], legacyLook.Milliseconds()), 0), MaxLookFar.Milliseconds())) * time.Millisecond}
 		if s := d.Value[ticketStarted]; s != nil && !whole(s) {
 			bad(s, TicketsAttr, id, ticketStarted) // reads as never started
-		}
-		if s, ok := d.Value[ticketTool].(*types.AttributeValueMemberS); ok {
-			t.tool = s.Value
-		}
-		if s, ok := d.Value[ticketTaskID].(*types.AttributeValueMemberS); ok {
-			t.taskID = s.Value
-		}
-		if s, ok := d.Value[ticketClaim].(*types.AttributeValueMemberS); ok {
-			t.claim = s.Value
 		}
 		v.queue = append(v.queue, t)
 	}
@@ -274,6 +266,14 @@ func numberOr(v types.AttributeValue, def int64) int64 {
 		}
 	}
 	return def
+}
+
+// strOr reads an S attribute, or returns "".
+func strOr(v types.AttributeValue) string {
+	if s, ok := v.(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return ""
 }
 
 // whole reports whether v is an N attribute holding a whole number: one
