@@ -384,12 +384,8 @@ func (ls *Lease) claimIn(v *view, exp int64) bool {
 		if h.id == ls.id && h.details != nil {
 			// A part of a ticket (a hand edit, an older version): the
 			// condition reads its entry as the ticket's.
-			d, ok := h.details.(*types.AttributeValueMemberM)
-			if !ok {
-				return false
-			}
-			w, ok := d.Value[ticketClaim].(*types.AttributeValueMemberS)
-			return ok && w.Value == ls.claim
+			d, _ := h.details.(*types.AttributeValueMemberM)
+			return d != nil && strOr(d.Value[ticketClaim]) == ls.claim
 		}
 	}
 	return exp == ls.exps[0]
