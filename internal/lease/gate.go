@@ -226,16 +226,13 @@ func (v *view) admits(tool, breaker, label string, now int64, probing map[gateRe
 // shows them).
 func (u *update) admit(gs []string, label string, id string, exp, now int64, probes []gateRef, v *view) {
 	for _, attr := range gs {
-		var g *gate
-		if v != nil {
-			g = v.gates[attr]
-		}
 		for _, key := range []string{gateAll, label} {
 			ep := u.path(attr, key)
 			up := ep + "." + u.path(gateUntil)
 			switch {
 			case slices.Contains(probes, gateRef{attr, key}):
-				e := g.entry(key)
+				// A probe is one v showed (decide, with no view, hands none).
+				e := v.gates[attr].entry(key)
 				pp, pe := ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp)
 				bp, bu := ep+"."+u.path(gateBarred), ep+"."+u.path(gateBarUntil)
 				free := "(attribute_not_exists(" + pp + ") OR " + pe + " < " + u.num(now) + ")"
