@@ -55,16 +55,8 @@ type gate struct {
 type gateEntry struct {
 	until, probeExp, fails, last, barUntil int64
 	probe, barred                          string
-	// seen is the entry as stored.
+	// seen is the entry as stored (every entry of a gate has it).
 	seen *types.AttributeValueMemberM
-}
-
-// field is field k of the entry as stored (nil: none).
-func (e gateEntry) field(k string) types.AttributeValue {
-	if e.seen != nil {
-		return e.seen.Value[k]
-	}
-	return nil
 }
 
 // gateRef names one entry of one gate.
@@ -294,7 +286,7 @@ func (u *update) condEntry(g *gate, key string) {
 		return
 	}
 	for _, f := range []string{gateUntil, gateFails, gateLast, gateProbe} {
-		u.cond(u.isSeen(ep+"."+u.path(f), e.field(f)))
+		u.cond(u.isSeen(ep+"."+u.path(f), e.seen.Value[f]))
 	}
 }
 
