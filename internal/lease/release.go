@@ -146,10 +146,8 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 		if tr != NoTransition {
 			l.stats.transitions.Add(1)
 		}
-		if v != nil {
-			// The place it gave back may be a task's turn.
-			_ = l.startDue(ctx, ls.req.Key, v, ls.req.rules(v))
-		}
+		// The place it gave back may be a task's turn.
+		_ = l.startDue(ctx, ls.req.Key, v, ls.req.rules(v))
 		return tr, nil
 	}
 }
