@@ -438,7 +438,7 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 			u.del(p, f.member)
 		case len(f.path) > 1:
 			u.remove(p)
-		case attr == LeasesAttr || attr == QueueAttr || attr == TasksAttr || attr == TicketsAttr:
+		case slices.Contains(itemMaps, attr):
 			u.set(p, u.value(emptyMap()))
 		case attr == SeqAttr:
 			u.set(p, u.num(u.renumber(v)))
@@ -450,7 +450,7 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 		}
 	}
 	u.halvesAsSeen(v, fixes)
-	for _, attr := range []string{LeasesAttr, QueueAttr, TasksAttr, TicketsAttr} {
+	for _, attr := range itemMaps {
 		// One written or written inside is there (and one write may not
 		// do both).
 		p := u.path(attr)

@@ -97,11 +97,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	v := &view{leases: map[string]int64{}, sets: map[string][]string{}, gates: map[string]*gate{},
 		rates: map[string]int64{}, limitState: limitState{bases: map[string]int64{}}}
 	raw := map[string]map[string]types.AttributeValue{} // each map's entries as stored
-	_, hasLeases := item[LeasesAttr].(*types.AttributeValueMemberM)
-	_, hasQueue := item[QueueAttr].(*types.AttributeValueMemberM)
-	_, hasTasks := item[TasksAttr].(*types.AttributeValueMemberM)
-	_, hasTickets := item[TicketsAttr].(*types.AttributeValueMemberM)
-	v.hasMaps = hasLeases && hasQueue && hasTasks && hasTickets
+	v.hasMaps = !slices.ContainsFunc(itemMaps, func(attr string) bool { return isMalformed(attr, item[attr]) })
 	bad := func(seen types.AttributeValue, path ...string) {
 		v.fixes = append(v.fixes, fix{path: path, seen: seen})
 	}
@@ -226,6 +222,10 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	return v
 }
 
+// itemMaps are the maps of every item (hasMaps): absent, or of another
+// type (malformed, reading as none), one is made by a repair.
+var itemMaps = []string{LeasesAttr, QueueAttr, TasksAttr, TicketsAttr}
+
 // maxNumber bounds seq, and a ticket's number is below it: one past
 // every ticket, as the repair sets seq (renumbering them when that is
 // maxNumber − 1 or more), is a whole number however far a hand edit
@@ -236,7 +236,7 @@ const maxNumber = 1 << 62
 // writes there, which reads as none (see repair).
 func isMalformed(attr string, a types.AttributeValue) bool {
 	switch {
-	case attr == LeasesAttr || attr == QueueAttr || attr == TasksAttr || attr == TicketsAttr || isGateAttr(attr):
+	case slices.Contains(itemMaps, attr) || isGateAttr(attr):
 		_, ok := a.(*types.AttributeValueMemberM)
 		return !ok
 	case isSetAttr(attr):
