@@ -46,10 +46,7 @@ func (a *Admin) Pause(ctx context.Context, key string, until time.Time) error {
 	if errors.Is(err, errCondition) && v != nil && v.hold >= ms {
 		return nil // a hold as long or longer stands (or an earlier attempt landed)
 	}
-	if err != nil {
-		return fmt.Errorf("lease: pause %s: %w", key, err)
-	}
-	return nil
+	return wrapf(err, "lease: pause %s: %w", key)
 }
 
 // Resume lifts the operator's hold on key if it is still the one read (a
@@ -76,10 +73,8 @@ func (a *Admin) Resume(ctx context.Context, key string) error {
 	case errors.Is(err, errCondition) && nv != nil:
 		return fmt.Errorf("lease: resume %s: the hold changed meanwhile (now until %s); look again",
 			key, time.UnixMilli(nv.hold).UTC().Format(time.RFC3339))
-	case err != nil:
-		return fmt.Errorf("lease: resume %s: %w", key, err)
 	}
-	return nil
+	return wrapf(err, "lease: resume %s: %w", key)
 }
 
 // ResetBreaker closes breaker name on key for everyone: its gate is
@@ -113,10 +108,8 @@ func (a *Admin) ResetBreaker(ctx context.Context, key, name string) error {
 		return nil // an earlier attempt landed
 	case errors.Is(err, errCondition):
 		return fmt.Errorf("lease: reset breaker %s of %s: it changed meanwhile; look again", name, key)
-	case err != nil:
-		return fmt.Errorf("lease: reset breaker %s of %s: %w", name, key, err)
 	}
-	return nil
+	return wrapf(err, "lease: reset breaker %s of %s: %w", name, key)
 }
 
 // Release removes lease id from key whole, as a purge removes a lapsed

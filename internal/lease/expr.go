@@ -349,6 +349,15 @@ func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func
 	return nil, fmt.Errorf("lease: write %s: %w", key, err)
 }
 
+// wrapf is nil for a nil err, else err wrapped by format, whose last verb
+// (%w) is err's, args filling the others.
+func wrapf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format, append(args, err)...)
+}
+
 // classify: may a failed request be retried, and may the store have
 // applied it.
 func classify(err error) (retry, unsure bool) {

@@ -439,14 +439,11 @@ func (l *Limiter) Withdraw(ctx context.Context, key, id, taskID string) error {
 		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
 		u.ttl(now)
 		nv, err := l.write(ctx, key, u, func() { unsure = true })
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, errCondition) && nv != nil:
+		if errors.Is(err, errCondition) && nv != nil {
 			v = nv
 			continue
 		}
-		return fmt.Errorf("lease: withdraw %s from %s: %w", id, key, err)
+		return wrapf(err, "lease: withdraw %s from %s: %w", id, key)
 	}
 	return fmt.Errorf("lease: withdraw %s from %s: the item kept changing; try again", id, key)
 }
