@@ -43,10 +43,9 @@ func (l *Limiter) Stats() Stats {
 
 // refused counts a refusal by the key's gates.
 func (c *counters) refused(err error) {
-	var open *CircuitOpenError
-	if errors.As(err, &open) {
+	if _, open := errors.AsType[*CircuitOpenError](err); open {
 		c.circuitOpen.Add(1)
-		return
+	} else {
+		c.shed.Add(1)
 	}
-	c.shed.Add(1)
 }
