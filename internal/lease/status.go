@@ -115,9 +115,7 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 	}
 	per := map[string]*PrincipalStatus{}
 	share := func(label string) *PrincipalStatus {
-		if per[label] == nil {
-			per[label] = &PrincipalStatus{Principal: label}
-		}
+		per[label] = cmp.Or(per[label], &PrincipalStatus{Principal: label})
 		return per[label]
 	}
 	for id, exp := range v.leases {
