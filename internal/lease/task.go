@@ -503,8 +503,7 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) er
 // doc): true when it landed.
 func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket, now int64) bool {
 	u := newUpdate()
-	tp := u.path(TicketsAttr, t.id)
-	sp := tp + "." + u.path(ticketStarted)
+	sp := u.path(TicketsAttr, t.id, ticketStarted)
 	u.set(sp, u.num(now))
 	u.cond(u.path(TasksAttr, t.id) + " = " + u.num(t.n))
 	u.cond("(attribute_not_exists(" + sp + ") OR " + sp + " <= " + u.num(now-StartTimeout.Milliseconds()) + ")")
