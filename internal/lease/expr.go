@@ -297,7 +297,12 @@ func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func
 		// carries), a hold or a task's deadline it last saw.
 		exp := max(u.ttlAt, l.clock().UnixMilli())
 		if v, _, _ := l.board(key).latest(); v != nil {
-			exp = max(exp, v.due())
+			exp = max(exp, v.hold)
+			for _, t := range v.queue {
+				if t.task {
+					exp = max(exp, t.deadline)
+				}
+			}
 		}
 		u.set(u.path(store.TTLAttr), u.num(exp/1000+int64(abandonedAfter.Seconds())))
 		u.ttlAt = 0
@@ -645,15 +650,3 @@ func jitter(d time.Duration) time.Duration {
 
 // randN draws jitter (a variable the fault simulation seeds).
 var randN = mrand.N[time.Duration]
-
-// due is the latest the item waits for beyond its leases: the hold, or a
-// task's deadline.
-func (v *view) due() int64 {
-	d := v.hold
-	for _, t := range v.queue {
-		if t.task {
-			d = max(d, t.deadline)
-		}
-	}
-	return d
-}
