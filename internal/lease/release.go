@@ -37,14 +37,6 @@ const (
 	Overloaded
 )
 
-// forBreaker is what o tells a breaker.
-func (o Outcome) forBreaker() Outcome {
-	if o == Overloaded || o == Unused {
-		return Abandoned
-	}
-	return o
-}
-
 // timed reports whether the call's length is measured: one the upstream
 // answered or failed (an overloaded one, pushed back at once, would
 // shorten the advised waits just as the upstream asks for fewer calls).
@@ -259,8 +251,10 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras, keep 
 			u.refund(r)
 		}
 	}
-	tr := NoTransition
-	bo := outcome.forBreaker()
+	tr, bo := NoTransition, outcome
+	if bo == Overloaded || bo == Unused {
+		bo = Abandoned // what it tells a breaker
+	}
 	switch {
 	case len(probes) > 0 && (keep || ls.req.Breaker == nil):
 		// A probe of a breaker its request no longer names gives it up,
