@@ -263,10 +263,9 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras, keep 
 		for _, p := range probes {
 			u.unprobe(u.probeOf(p, ls.id))
 		}
-	case ls.req.Breaker != nil && len(probes) > 0:
+	case ls.req.Breaker != nil && (len(probes) > 0 || extras && bo != Abandoned):
+		// Its probes' verdicts, or (none) its outcome, to its breaker.
 		tr = u.outcome(ls.req.Breaker, latest, ls.id, ls.req.Holder, probes, bo, ms)
-	case ls.req.Breaker != nil && extras && bo != Abandoned:
-		tr = u.outcome(ls.req.Breaker, latest, ls.id, ls.req.Holder, nil, bo, ms)
 	}
 	if extras {
 		if ls.pauseUntil > 0 {
