@@ -18,9 +18,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// revsbValue renders an attribute value with no pointer in it (map keys
+// trValue renders an attribute value with no pointer in it (map keys
 // sorted), so that two builds' writes compare as text.
-func revsbValue(v types.AttributeValue) string {
+func trValue(v types.AttributeValue) string {
 	switch x := v.(type) {
 	case nil:
 		return "<nil>"
@@ -41,16 +41,16 @@ func revsbValue(v types.AttributeValue) string {
 	case *types.AttributeValueMemberL:
 		parts := make([]string, len(x.Value))
 		for i, e := range x.Value {
-			parts[i] = revsbValue(e)
+			parts[i] = trValue(e)
 		}
 		return "L[" + strings.Join(parts, ",") + "]"
 	case *types.AttributeValueMemberM:
-		return "M{" + revsbItem(x.Value) + "}"
+		return "M{" + trItem(x.Value) + "}"
 	}
 	return fmt.Sprintf("?%T", v)
 }
 
-func revsbItem(m map[string]types.AttributeValue) string {
+func trItem(m map[string]types.AttributeValue) string {
 	var parts []string
 	for _, k := range slices.Sorted(func(yield func(string) bool) {
 		for k := range m {
@@ -59,24 +59,26 @@ func revsbItem(m map[string]types.AttributeValue) string {
 			}
 		}
 	}) {
-		parts = append(parts, strconv.Quote(k)+"="+revsbValue(m[k]))
+		parts = append(parts, strconv.Quote(k)+"="+trValue(m[k]))
 	}
 	return strings.Join(parts, ",")
 }
 
-// TestRevSBSimTranscript writes, for each simulation seed, a digest of
+// TestSimTranscript writes, for each simulation seed, a digest of
 // every write the limiter sent (update and condition expressions, names,
 // values), the store's answer and the item after it, and the run's log
 // (which names the errors its callers got), to the file named by
-// LEASE_REVSB_TRANSCRIPT: the same seeds run on two builds of the package
+// LEASE_SIM_TRANSCRIPT: the same seeds run on two builds of the package
 // give the same digests when the two send the same writes and return the
-// same errors in the same schedules (the simulation replays a seed
-// exactly). Skipped without the variable. Seeds: LEASE_SIM_FROM /
+// same errors in the same schedules (the simulation replays nearly every
+// seed exactly: run each build more than once before reading a lone
+// difference). It is how a change meant to keep every write is checked
+// write for write. Skipped without the variable. Seeds: LEASE_SIM_FROM /
 // LEASE_SIM_SEEDS as the simulation (default 11,880,000 and 2,000).
-func TestRevSBSimTranscript(t *testing.T) {
-	out := os.Getenv("LEASE_REVSB_TRANSCRIPT")
+func TestSimTranscript(t *testing.T) {
+	out := os.Getenv("LEASE_SIM_TRANSCRIPT")
 	if out == "" {
-		t.Skip("LEASE_REVSB_TRANSCRIPT names the file to write")
+		t.Skip("LEASE_SIM_TRANSCRIPT names the file to write")
 	}
 	from, count := 11880000, 2000
 	if v := os.Getenv("LEASE_SIM_FROM"); v != "" {
@@ -85,7 +87,7 @@ func TestRevSBSimTranscript(t *testing.T) {
 	if v := os.Getenv("LEASE_SIM_SEEDS"); v != "" {
 		count, _ = strconv.Atoi(v)
 	}
-	full := os.Getenv("LEASE_REVSB_FULL") != ""
+	full := os.Getenv("LEASE_SIM_TRANSCRIPT_FULL") != ""
 	var b strings.Builder
 	for i := range count {
 		seed := uint64(from + i)
@@ -106,7 +108,7 @@ func TestRevSBSimTranscript(t *testing.T) {
 					}
 					return strings.Join(p, ",")
 				}())
-			fmt.Fprintf(&s, "V %s\nE %v\nI %s\n", revsbItem(w.in.ExpressionAttributeValues), w.err, revsbItem(w.item))
+			fmt.Fprintf(&s, "V %s\nE %v\nI %s\n", trItem(w.in.ExpressionAttributeValues), w.err, trItem(w.item))
 		}
 		for _, l := range log {
 			s.WriteString("L " + l + "\n")
@@ -115,7 +117,7 @@ func TestRevSBSimTranscript(t *testing.T) {
 			s.WriteString("F " + f + "\n")
 		}
 		// Claims are drawn at random (crypto/rand): named by first sight.
-		text := revsbClaims(s.String())
+		text := trClaims(s.String())
 		if full {
 			fmt.Fprintf(&b, "=== seed %d\n%s", seed, text)
 		} else {
@@ -127,12 +129,12 @@ func TestRevSBSimTranscript(t *testing.T) {
 	}
 }
 
-var revsbClaim = regexp.MustCompile(`\b[A-Z2-7]{12}\b`)
+var trClaim = regexp.MustCompile(`\b[A-Z2-7]{12}\b`)
 
-// revsbClaims names each claim token in s by its first sight.
-func revsbClaims(s string) string {
+// trClaims names each claim token in s by its first sight.
+func trClaims(s string) string {
 	seen := map[string]string{}
-	return revsbClaim.ReplaceAllStringFunc(s, func(c string) string {
+	return trClaim.ReplaceAllStringFunc(s, func(c string) string {
 		if seen[c] == "" {
 			seen[c] = "CLAIM" + strconv.Itoa(len(seen))
 		}
@@ -140,7 +142,7 @@ func revsbClaims(s string) string {
 	})
 }
 
-func revsbM(kv ...any) *types.AttributeValueMemberM {
+func pinM(kv ...any) *types.AttributeValueMemberM {
 	m := map[string]types.AttributeValue{}
 	for i := 0; i < len(kv); i += 2 {
 		m[kv[i].(string)] = kv[i+1].(types.AttributeValue)
@@ -148,13 +150,12 @@ func revsbM(kv ...any) *types.AttributeValueMemberM {
 	return &types.AttributeValueMemberM{Value: m}
 }
 
-func revsbS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+func pinS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 
-// TestRevSBClaimInHalf pins claimIn's reading of a half ticket (claimIn
-// now reads its claim with strOr): a lease of a task whose ticket is a
+// A lease of a task whose ticket is a
 // half (no waiting set names it) is held only when the half's entry is a
 // map whose w is an S equal to the lease's claim.
-func TestRevSBClaimInHalf(t *testing.T) {
+func TestATaskLeaseOfAHalfTicketIsHeldOnlyUnderItsClaim(t *testing.T) {
 	const id, exp = "L1", int64(5000)
 	for _, c := range []struct {
 		name    string
@@ -162,19 +163,19 @@ func TestRevSBClaimInHalf(t *testing.T) {
 		claim   string
 		want    bool
 	}{
-		{"claim matches", revsbM(ticketClaim, revsbS("CLAIMX"), ticketTaskID, revsbS("t")), "CLAIMX", true},
-		{"another claim", revsbM(ticketClaim, revsbS("OTHER"), ticketTaskID, revsbS("t")), "CLAIMX", false},
-		{"no claim", revsbM(ticketTaskID, revsbS("t")), "CLAIMX", false},
-		{"claim of another type", revsbM(ticketClaim, number(7), ticketTaskID, revsbS("t")), "CLAIMX", false},
-		{"claim empty S against a claim", revsbM(ticketClaim, revsbS("")), "CLAIMX", false},
-		{"entry no map", revsbS("CLAIMX"), "CLAIMX", false},
-		{"lease names no claim", revsbS("junk"), "", true},
+		{"claim matches", pinM(ticketClaim, pinS("CLAIMX"), ticketTaskID, pinS("t")), "CLAIMX", true},
+		{"another claim", pinM(ticketClaim, pinS("OTHER"), ticketTaskID, pinS("t")), "CLAIMX", false},
+		{"no claim", pinM(ticketTaskID, pinS("t")), "CLAIMX", false},
+		{"claim of another type", pinM(ticketClaim, number(7), ticketTaskID, pinS("t")), "CLAIMX", false},
+		{"claim empty S against a claim", pinM(ticketClaim, pinS("")), "CLAIMX", false},
+		{"entry no map", pinS("CLAIMX"), "CLAIMX", false},
+		{"lease names no claim", pinS("junk"), "", true},
 	} {
 		v := parseItem(map[string]types.AttributeValue{
-			LeasesAttr:  revsbM(id, number(exp)),
-			QueueAttr:   revsbM(),
-			TasksAttr:   revsbM(id, number(3)),
-			TicketsAttr: revsbM(id, c.details),
+			LeasesAttr:  pinM(id, number(exp)),
+			QueueAttr:   pinM(),
+			TasksAttr:   pinM(id, number(3)),
+			TicketsAttr: pinM(id, c.details),
 		})
 		if len(v.halves) != 1 || v.ticketFor(id) != nil {
 			t.Fatalf("%s: want the ticket a half, got halves %v", c.name, v.halves)
@@ -186,21 +187,21 @@ func TestRevSBClaimInHalf(t *testing.T) {
 	}
 }
 
-// TestRevSBParseEdges pins what parseItem reads of fields of another
+// TestParseItemReadsFieldsOfAnotherTypeAsNone pins what parseItem reads of fields of another
 // type than the protocol writes (strOr, whole, the itemMaps hasMaps test),
 // and liveLeases/liveIn/ticketFor on the result.
-func TestRevSBParseEdges(t *testing.T) {
+func TestParseItemReadsFieldsOfAnotherTypeAsNone(t *testing.T) {
 	for _, c := range []struct {
 		v    types.AttributeValue
 		want bool
 	}{{number(12), true}, {number(-3), true}, {&types.AttributeValueMemberN{Value: "1.5"}, false},
-		{&types.AttributeValueMemberN{Value: "99999999999999999999"}, false}, {revsbS("12"), false}, {nil, false}} {
+		{&types.AttributeValueMemberN{Value: "99999999999999999999"}, false}, {pinS("12"), false}, {nil, false}} {
 		if got := whole(c.v); got != c.want {
-			t.Errorf("whole(%s) = %v, want %v", revsbValue(c.v), got, c.want)
+			t.Errorf("whole(%s) = %v, want %v", trValue(c.v), got, c.want)
 		}
 	}
 	maps4 := func() map[string]types.AttributeValue {
-		return map[string]types.AttributeValue{LeasesAttr: revsbM(), QueueAttr: revsbM(), TasksAttr: revsbM(), TicketsAttr: revsbM()}
+		return map[string]types.AttributeValue{LeasesAttr: pinM(), QueueAttr: pinM(), TasksAttr: pinM(), TicketsAttr: pinM()}
 	}
 	if !parseItem(maps4()).hasMaps {
 		t.Error("all four maps: hasMaps false")
@@ -211,7 +212,7 @@ func TestRevSBParseEdges(t *testing.T) {
 		if parseItem(it).hasMaps {
 			t.Errorf("%s absent: hasMaps true", attr)
 		}
-		it[attr] = revsbS("x")
+		it[attr] = pinS("x")
 		if parseItem(it).hasMaps {
 			t.Errorf("%s an S: hasMaps true", attr)
 		}
@@ -221,13 +222,13 @@ func TestRevSBParseEdges(t *testing.T) {
 	}
 	it := maps4()
 	it[WaitingAttr("p1")] = &types.AttributeValueMemberSS{Value: []string{"A", "B"}}
-	it[QueueAttr] = revsbM("A", number(1), "B", number(2))
-	it[TicketsAttr] = revsbM(
-		"A", revsbM(ticketTool, number(4), ticketTaskID, revsbS("task"), ticketClaim, &types.AttributeValueMemberSS{Value: []string{"c"}}, ticketStarted, revsbS("9")),
-		"B", revsbM(ticketTool, revsbS("tool"), ticketStarted, number(77)))
-	it[LeasesAttr] = revsbM("A", number(100), "B", number(99), "C", number(101))
-	it[BreakerAttr("b")] = revsbM("p1", revsbM(gateProbe, revsbS("A"), gateProbeExp, number(5)), "p2",
-		revsbM(gateBarred, revsbS("p1"), gateBarUntil, number(6)))
+	it[QueueAttr] = pinM("A", number(1), "B", number(2))
+	it[TicketsAttr] = pinM(
+		"A", pinM(ticketTool, number(4), ticketTaskID, pinS("task"), ticketClaim, &types.AttributeValueMemberSS{Value: []string{"c"}}, ticketStarted, pinS("9")),
+		"B", pinM(ticketTool, pinS("tool"), ticketStarted, number(77)))
+	it[LeasesAttr] = pinM("A", number(100), "B", number(99), "C", number(101))
+	it[BreakerAttr("b")] = pinM("p1", pinM(gateProbe, pinS("A"), gateProbeExp, number(5)), "p2",
+		pinM(gateBarred, pinS("p1"), gateBarUntil, number(6)))
 	v := parseItem(it)
 	a, b := v.ticketFor("A"), v.ticketFor("B")
 	if a == nil || b == nil || v.ticketFor("C") != nil {
@@ -254,22 +255,22 @@ func TestRevSBParseEdges(t *testing.T) {
 	}
 }
 
-// TestRevSBReleaseBreakerNoProbes pins what release tells a breaker with
+// TestReleaseTellsABreakerOnlyFailuresAndSuccesses pins what release tells a breaker with
 // no probe of its own: a failure or a success is told (an entry written
 // or conditioned on), overloaded and unused are told as abandoned (no
 // breaker in the write), and without extras nothing; a nil and an empty
 // probes build the same write.
-func TestRevSBReleaseBreakerNoProbes(t *testing.T) {
+func TestReleaseTellsABreakerOnlyFailuresAndSuccesses(t *testing.T) {
 	l := New(newMemStore(), "t", Options{})
 	br := &Breaker{Name: "b", Threshold: 3, Recovery: time.Minute}
 	render := func(u *update) string {
-		return u.expression() + " IF " + strings.Join(u.conds, " AND ") + " N " + revsbItem(func() map[string]types.AttributeValue {
+		return u.expression() + " IF " + strings.Join(u.conds, " AND ") + " N " + trItem(func() map[string]types.AttributeValue {
 			m := map[string]types.AttributeValue{}
 			for k, v := range u.names {
-				m[k] = revsbS(v)
+				m[k] = pinS(v)
 			}
 			return m
-		}()) + " V " + revsbItem(u.values)
+		}()) + " V " + trItem(u.values)
 	}
 	for _, c := range []struct {
 		o      Outcome
@@ -295,23 +296,22 @@ func TestRevSBReleaseBreakerNoProbes(t *testing.T) {
 	}
 }
 
-// revsbRefuse refuses every write as invalid (a client error: no retry).
-type revsbRefuse struct{ *memStore }
+// refuseEveryWrite refuses every write as invalid (a client error: no retry).
+type refuseEveryWrite struct{ *memStore }
 
-func (revsbRefuse) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+func (refuseEveryWrite) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	return nil, &errValidation{"refused"}
 }
 
-// TestRevSBAdminErrors pins Admin's errors for a write the store refuses
-// (now wrapped by wrapf): the message names the operation and the key,
-// and the store's error is still found by errors.As.
-func TestRevSBAdminErrors(t *testing.T) {
+// Admin's errors for a write the store refuses name the operation and the
+// key, and the store's error is still found by errors.As.
+func TestAdminErrorsNameTheOperationAndWrapTheStoresError(t *testing.T) {
 	ctx := context.Background()
 	ms := newMemStore()
 	until := time.Now().Add(time.Hour).UnixMilli()
-	ms.items["k"] = map[string]types.AttributeValue{"limiter_key": revsbS("k"), HoldAttr: number(until),
-		BreakerAttr("b"): revsbM(gateAll, revsbM(gateUntil, number(until)))}
-	a := NewAdmin(revsbRefuse{ms}, "t")
+	ms.items["k"] = map[string]types.AttributeValue{"limiter_key": pinS("k"), HoldAttr: number(until),
+		BreakerAttr("b"): pinM(gateAll, pinM(gateUntil, number(until)))}
+	a := NewAdmin(refuseEveryWrite{ms}, "t")
 	for name, c := range map[string]struct {
 		err    error
 		prefix string
