@@ -885,6 +885,12 @@ type mWriter struct {
 	// landed after the writer's own last one (the harness's record of
 	// landed takes, whatever the item shows; nil: nothing known).
 	superseded func(id string) bool
+	// holdsNothing: its request holds nothing in the item — no Cap,
+	// ToolCap or PrincipalCap, no Breaker — so its admission is a charge
+	// of its buckets alone (doc.go, Buckets); charges and refunds count
+	// its charges and refunds that landed before this write.
+	holdsNothing     bool
+	charges, refunds int
 }
 
 // mWrite is one landed write: the item before and after it, when it was
@@ -932,6 +938,9 @@ type mVerdict struct {
 	probes   []string // "<gate>/<entry>" it named its writer the probe of
 	charged  []string // buckets it took a token from
 	refunded []string // buckets it gave one back to
+	// charge: it is the charge of a call holding nothing; refund: that
+	// call's tokens given back.
+	charge, refund bool
 }
 
 func (v *mVerdict) fail(kind, subject, format string, args ...any) {
@@ -1144,6 +1153,15 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 			}
 		}
 	}
+	// A call holding nothing: its charge, or its refund, which ADDs 1 to
+	// freed whether or not its buckets were purged meanwhile.
+	var judged map[string]bool
+	if w.w.holdsNothing && !w.w.operator {
+		judged = w.judgeCharge(v)
+	}
+	if v.refund {
+		bucketsBack = max(bucketsBack, 1)
+	}
 	if df := a.freed - b.freed; df < 0 || df > int64(len(v.released)+purgedLeases+gone+entriesGone+bucketsBack+reranked) {
 		v.fail("freed", "", "freed moved by %d in a write that removed %d leases, %d tickets other than by their take and %d gate entries, removed or refilled %d buckets and reranked %d principals' tickets", df, len(v.released)+purgedLeases, gone, entriesGone, bucketsBack, reranked)
 	} else if df == 0 && (len(v.released) > 0 || gone > 0) {
@@ -1155,7 +1173,7 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	for _, id := range v.takes {
 		w.judgeTake(v, id)
 	}
-	w.judgeBuckets(v)
+	w.judgeBuckets(v, judged)
 	w.judgeGates(v)
 	w.judgeLimit(v)
 	if a.hold != b.hold && !w.w.operator && !(a.hold == 0 && b.hold <= now) { // a passed hold may go
@@ -1479,9 +1497,12 @@ func (it *mItem) explain(k mKey, now int64, me mCaller, skip map[string]bool) st
 // which must have held one on its writer's clock; only an unused call's
 // release gives tokens back, no more than it took; a purge removes only a
 // full bucket.
-func (w *mWrite) judgeBuckets(v *mVerdict) {
+func (w *mWrite) judgeBuckets(v *mVerdict, judged map[string]bool) {
 	b, a, now, k := w.before, w.after, w.now, w.k
 	charged := map[string]bool{}
+	for name := range judged {
+		charged[name] = true // a charge's or a refund's: judgeCharge's
+	}
 	for _, id := range v.takes {
 		me := w.w.me
 		for name, bk := range k.buckets(me) {
@@ -1530,10 +1551,155 @@ func (w *mWrite) judgeBuckets(v *mVerdict) {
 	}
 }
 
+// judgeCharge judges the writes of a call that holds nothing in the item
+// (doc.go, Buckets: no cap and no gate) that move its buckets, and
+// returns the buckets it judged. Its charge is one write that takes a
+// token from each of its buckets and nothing else (ttl aside): each held
+// one on its writer's clock beyond those the callers whose turn comes
+// before a newcomer's need (the hand-out of whose turn, with it the
+// newest caller: tickets numbered past the latest view its instance was
+// shown, judged, joined after it looked and come after it), no gate
+// refused it (the hold, a closed entry of its gates), and it lands at most
+// once (sent once, never again after an unknown outcome). Its refund, only
+// after an Unused outcome of a charge that landed, and once, gives back
+// exactly the token it took from each bucket and ADDs 1 to freed, and
+// nothing else.
+func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
+	b, a, now, k, me := w.before, w.after, w.now, w.k, w.w.me
+	mine := k.buckets(me)
+	up, down := false, false
+	for name := range mine {
+		tb, hadB := b.rates[name]
+		ta, hasA := a.rates[name]
+		switch {
+		case hasA && (hadB && ta > tb || !hadB && ta > now):
+			up = true
+		case hasA && (hadB && ta < tb || !hadB && ta <= now):
+			down = true // a refund of a bucket purged since (full): if_not_exists(0) less a token
+		}
+	}
+	judged := map[string]bool{}
+	switch {
+	case up:
+		v.charge = true
+		v.events = append(v.events, "charge landed")
+		for _, name := range slices.Sorted(maps.Keys(mine)) {
+			bk := mine[name]
+			judged[name] = true
+			tat := b.rates[name] // absent: full
+			if want := bk.charged(tat, now); a.rates[name] != want {
+				v.fail("rate", name, "the charge of a call holding nothing left bucket %s at %d; one token taken at %d makes it %d", name, a.rates[name], now, want)
+			}
+			v.charged = append(v.charged, name)
+		}
+		if w.w.outcome != mNoOutcome {
+			v.fail("charge", "finish", "a call holding nothing charged its buckets in its finish (%v)", w.w.outcome)
+		}
+		if w.w.charges > 0 {
+			v.fail("charge", "twice", "a call holding nothing charged its buckets again, %d charges of it having landed: a charge is sent once, never again after an unknown outcome", w.w.charges)
+		}
+		refused := false
+		if b.hold > now {
+			v.fail("hold", "charge", "a charge landed %d ms before the hold ends", b.hold-now)
+			refused = true
+		}
+		for _, attr := range mGatesOf(me) {
+			g := b.gates[attr]
+			if g == nil {
+				continue
+			}
+			for _, key := range []string{"*", me.p} {
+				if e, ok := g.entries[key]; ok && e.closed(now) {
+					kind := "gate"
+					if !g.breaker {
+						kind = "pause"
+					}
+					v.fail(kind, attr+"."+key, "a charge of %s passed %s.%s, closed for %d ms more", me.p, attr, key, e.u-now)
+					refused = true
+				}
+			}
+		}
+		c := me
+		c.id, c.n = "(charge)", math.MaxInt64 // a newcomer: the newest
+		skip := map[string]bool{}
+		for id, tk := range b.tickets {
+			if w.judged >= 0 && tk.hasN && tk.n > w.judged {
+				skip[id] = true // joined after any view it could have judged from
+			}
+		}
+		if out := b.handout(k, now, []mCaller{c}, skip); !refused && !mServed(out, c.id) {
+			v.fail("rate", "turn", "a charge of %s took a token its buckets did not hold beyond what the callers whose turn comes first need: %s", me.p, b.explain(k, now, c, skip))
+		}
+		for _, what := range mChanged(b, a, false) {
+			v.fail("charge", what, "a charge of %s changed %s: it takes tokens and changes nothing else", me.p, what)
+		}
+	case down:
+		v.refund = true
+		v.events = append(v.events, "refund landed")
+		for _, name := range slices.Sorted(maps.Keys(mine)) {
+			bk := mine[name]
+			judged[name] = true
+			tb := b.rates[name] // absent: read as 0 by the refund
+			if ta, hasA := a.rates[name]; !hasA || ta != tb-bk.interval() {
+				v.fail("rate", name, "a refund left bucket %s at %d (was %d); one token back makes it %d", name, ta, tb, tb-bk.interval())
+			}
+			v.refunded = append(v.refunded, name)
+		}
+		switch {
+		case w.w.outcome != Unused:
+			v.fail("refund", "", "a call holding nothing gave its tokens back after a %v call; only one never made (Unused) does", w.w.outcome)
+		case w.w.charges == 0:
+			v.fail("refund", "", "a call holding nothing gave back tokens no charge of it took (none landed)")
+		case w.w.refunds > 0:
+			v.fail("refund", "", "a call holding nothing gave its tokens back again, %d refunds of it having landed", w.w.refunds)
+		}
+		if a.freed != b.freed+1 {
+			v.fail("freed", "refund", "a refund moved freed %d → %d; by one", b.freed, a.freed)
+		}
+		for _, what := range mChanged(b, a, true) {
+			v.fail("refund", what, "a refund changed %s: it gives tokens back, ADDs 1 to freed and changes nothing else", what)
+		}
+	}
+	return judged
+}
+
+// mChanged lists what a write changed of the item besides its buckets and
+// ttl and, with freed, freed.
+func mChanged(b, a *mItem, freed bool) []string {
+	var out []string
+	sameSets := func(x, y map[string][]string) bool {
+		return maps.EqualFunc(x, y, func(p, q []string) bool {
+			return slices.Equal(slices.Sorted(slices.Values(p)), slices.Sorted(slices.Values(q)))
+		})
+	}
+	for what, same := range map[string]bool{
+		"leases":     maps.Equal(b.leases, a.leases),
+		"principals": sameSets(b.principals, a.principals),
+		"tools":      sameSets(b.tools, a.tools),
+		"waiting":    sameSets(b.waiting, a.waiting),
+		"tickets":    maps.EqualFunc(b.tickets, a.tickets, func(p, q *mTicket) bool { return *p == *q }),
+		"gates":      maps.EqualFunc(b.gates, a.gates, func(p, q *mGate) bool { return maps.Equal(p.entries, q.entries) }),
+		"seq":        b.seq == a.seq,
+		"freed":      freed || b.freed == a.freed,
+		"call_ms":    b.callMS == a.callMS,
+		"hold":       b.hold == a.hold,
+		"limit":      b.limit == a.limit && b.round == a.round && b.limitOK == a.limitOK && b.limitCut == a.limitCut && b.limitSig == a.limitSig,
+		"baselines":  b.bases == a.bases,
+	} {
+		if !same {
+			out = append(out, what)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // judgeGates: what may close, open, probe, count or purge a gate entry.
 func (w *mWrite) judgeGates(v *mVerdict) {
 	b, a, now, k, me := w.before, w.after, w.now, w.k, w.w.me
-	releasing := len(v.released) > 0 && w.w.outcome != mNoOutcome
+	// A call holding nothing ends with no release: its finish writes
+	// (a pause its upstream asked for, its refund) stand for one.
+	releasing := (len(v.released) > 0 || w.w.holdsNothing && !w.w.operator) && w.w.outcome != mNoOutcome
 	outcome := w.w.outcome
 	myBreaker := ""
 	var br mBreaker

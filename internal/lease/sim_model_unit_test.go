@@ -401,6 +401,9 @@ type judgeCase struct {
 	called        bool                     // the writer, a task's worker, made its call
 	tasks         *mTasks                  // what earlier writes did to tasks' tickets
 	landed        time.Duration            // how long after it was sent the write landed
+	holdsNothing  bool                     // the writer's request holds nothing: its admission is a charge
+	charges       int                      // its charges that landed before
+	refunds       int                      // its refunds that landed before
 	want          []string
 }
 
@@ -420,7 +423,8 @@ func (tc judgeCase) run(t *testing.T) {
 	w := &mWrite{k: tc.k, before: tc.before.item(), after: after, now: mNow, skew: 400, sent: time.UnixMilli(mNow), landed: time.UnixMilli(mNow).Add(tc.landed),
 		judged: tc.judged, turnCame: map[string]time.Time{}, tasks: tc.tasks,
 		w: mWriter{me: tc.me, owns: func(id string) bool { return slices.Contains(tc.mine, id) }, outcome: tc.outcome, pause: tc.pause, grant: tc.grant,
-			deadline: mNow + 10000, task: tc.task, claims: tc.claims, called: tc.called, superseded: func(string) bool { return tc.superseded }}}
+			deadline: mNow + 10000, task: tc.task, claims: tc.claims, called: tc.called, superseded: func(string) bool { return tc.superseded },
+			holdsNothing: tc.holdsNothing, charges: tc.charges, refunds: tc.refunds}}
 	if tc.pause > 0 {
 		w.w.pausedAt = mNow // the upstream asked as the release was sent
 	}
@@ -813,3 +817,72 @@ func TestModelJudgesTasks(t *testing.T) {
 		tc.run(t)
 	}
 }
+
+func TestModelJudgesCharges(t *testing.T) {
+	far := mNow + 60000
+	// An uncapped key with a server bucket of 2 a minute (a token every
+	// 30 s), tool a capped at 1 beside it.
+	k := mKey{MaxQueued: 8, ServerRPM: 2, Hold: 2 * time.Second, Margin: time.Second, MaxPause: 5 * time.Second}
+	me := mCaller{p: "pa"}
+	charge := func(tc judgeCase) judgeCase {
+		tc.k, tc.me, tc.holdsNothing, tc.outcome = k, me, true, mNoOutcome
+		if tc.judged == 0 {
+			tc.judged = -1
+		}
+		return tc
+	}
+	refund := func(tc judgeCase) judgeCase {
+		tc.k, tc.me, tc.holdsNothing, tc.judged = k, me, true, -1
+		return tc
+	}
+	oneLeft := func() *mFix { return mItemOf().num("rate:server", mNow+30000) } // one token left
+	drained := func() *mFix { return mItemOf().num("rate:server", mNow+60000) }
+	// x waits for tool a, which has room: its turn has come, and it needs
+	// the server's token.
+	waiter := func(f *mFix) *mFix { return f.ticket("x", 1, "pb", "a", far, 1, 0).num("seq", 1) }
+	// y waits for tool a, full: its turn has not come.
+	blocked := func(f *mFix) *mFix {
+		return f.lease("l", "pb", "a", far).ticket("y", 1, "pb", "a", far, 1, 0).num("seq", 1)
+	}
+	for _, tc := range []judgeCase{
+		charge(judgeCase{name: "a charge of a full bucket", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000)}),
+		charge(judgeCase{name: "a charge of its last token", before: oneLeft(), after: drained()}),
+		charge(judgeCase{name: "a charge of an empty bucket", before: drained(), after: mItemOf().num("rate:server", mNow+90000), want: []string{"rate"}}),
+		charge(judgeCase{name: "a charge that takes two tokens", before: mItemOf(), after: mItemOf().num("rate:server", mNow+60000), want: []string{"rate"}}),
+		charge(judgeCase{name: "a charge past a waiter whose turn has not come", before: blocked(oneLeft()), after: blocked(drained())}),
+		charge(judgeCase{name: "a charge that takes a waiter's token", before: waiter(oneLeft()), after: waiter(drained()), want: []string{"rate"}}),
+		charge(judgeCase{name: "a charge leaving a waiter its token", before: waiter(mItemOf()), after: waiter(mItemOf().num("rate:server", mNow+30000))}),
+		charge(judgeCase{name: "a charge before a waiter that joined after its view", before: waiter(oneLeft()), after: waiter(drained())}).withJudged(0),
+		charge(judgeCase{name: "a charge before a waiter of a principal holding more", before: waiter(oneLeft()).lease("l", "pb", "", far), after: waiter(drained()).lease("l", "pb", "", far)}),
+		charge(judgeCase{name: "a charge through the hold", before: mItemOf().num("hold", mNow+1), after: mItemOf().num("hold", mNow+1).num("rate:server", mNow+30000), want: []string{"hold"}}),
+		charge(judgeCase{name: "a charge through its principal's pause", before: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1}),
+			after: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1}).num("rate:server", mNow+30000), want: []string{"pause"}}),
+		charge(judgeCase{name: "a charge through the server's pause", before: mItemOf().entry("pause", "*", mEntry{u: mNow + 1}),
+			after: mItemOf().entry("pause", "*", mEntry{u: mNow + 1}).num("rate:server", mNow+30000), want: []string{"pause"}}),
+		charge(judgeCase{name: "a charge past another principal's pause", before: mItemOf().entry("pause", "pb", mEntry{u: mNow + 1}),
+			after: mItemOf().entry("pause", "pb", mEntry{u: mNow + 1}).num("rate:server", mNow+30000)}),
+		charge(judgeCase{name: "a charge once its pause passed", before: mItemOf().entry("pause", "pa", mEntry{u: mNow}),
+			after: mItemOf().entry("pause", "pa", mEntry{u: mNow}).num("rate:server", mNow+30000)}),
+		charge(judgeCase{name: "a charge resent after an unknown outcome", before: oneLeft(), after: drained(), charges: 1, want: []string{"charge"}}),
+		charge(judgeCase{name: "a charge that moves freed", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).num("freed", 1), want: []string{"charge", "freed"}}),
+		charge(judgeCase{name: "a charge that adds a lease", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).lease("me", "pa", "", mNow+3000), mine: []string{"me"}, want: []string{"charge"}}),
+		charge(judgeCase{name: "a charge of another's bucket", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).num("rate:principal:pb", mNow+30000), want: []string{"rate"}}),
+		refund(judgeCase{name: "a refund", before: drained(), after: oneLeft().num("freed", 1), outcome: Unused, charges: 1}),
+		refund(judgeCase{name: "a refund of a bucket purged since", before: mItemOf(), after: mItemOf().num("rate:server", -30000).num("freed", 1), outcome: Unused, charges: 1}),
+		refund(judgeCase{name: "a refund of more than was taken", before: drained(), after: mItemOf().num("rate:server", mNow+29999).num("freed", 1), outcome: Unused, charges: 1, want: []string{"rate"}}),
+		refund(judgeCase{name: "a refund of two tokens", before: drained(), after: mItemOf().num("rate:server", mNow).num("freed", 1), outcome: Unused, charges: 1, want: []string{"rate"}}),
+		refund(judgeCase{name: "a refund after a call made", before: drained(), after: oneLeft().num("freed", 1), outcome: Success, charges: 1, want: []string{"refund"}}),
+		refund(judgeCase{name: "a refund with no charge landed", before: drained(), after: oneLeft().num("freed", 1), outcome: Unused, want: []string{"refund"}}),
+		refund(judgeCase{name: "a refund sent twice", before: drained(), after: oneLeft().num("freed", 1), outcome: Unused, charges: 1, refunds: 1, want: []string{"refund"}}),
+		refund(judgeCase{name: "a refund that leaves freed", before: drained(), after: oneLeft(), outcome: Unused, charges: 1, want: []string{"freed"}}),
+		refund(judgeCase{name: "a refund that changes the queue", before: waiter(drained()), after: oneLeft().num("seq", 1).num("freed", 2), outcome: Unused, charges: 1, want: []string{"bypass", "freed", "refund"}}),
+		refund(judgeCase{name: "a pause of a call holding nothing", before: mItemOf(), after: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1500}), outcome: Overloaded, pause: 1500 * time.Millisecond, charges: 1}),
+		refund(judgeCase{name: "a pause of a call holding nothing, past what was asked", before: mItemOf(), after: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1501}), outcome: Overloaded, pause: 1500 * time.Millisecond, charges: 1, want: []string{"pause"}}),
+		refund(judgeCase{name: "a pause of a call not asking for one", before: mItemOf(), after: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1500}), outcome: Success, charges: 1, want: []string{"pause"}}),
+	} {
+		tc.run(t)
+	}
+}
+
+// withJudged sets the seq of the view a write was judged from.
+func (tc judgeCase) withJudged(seq int64) judgeCase { tc.judged = seq; return tc }

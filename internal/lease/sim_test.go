@@ -168,7 +168,19 @@ type simCaller struct {
 	sweeper bool
 	// claims: a worker's claims as its landed takes named them.
 	claims []string
+	// charges and refunds: a call holding nothing's charges and refunds
+	// that landed.
+	charges, refunds int
 }
+
+// holdsNothing reports whether c's request holds nothing in the item: no
+// cap and no breaker (doc.go, Buckets): its admission is a charge.
+func (c *simCaller) holdsNothing() bool {
+	return !c.operator && c.task == nil && c.req.Cap == 0 && c.req.ToolCap == 0 && c.req.PrincipalCap == 0 && c.req.Breaker == nil
+}
+
+// simChargeID names the tokens c's charge took.
+func simChargeID(c *simCaller) string { return "charge:c" + strconv.Itoa(c.id) }
 
 // settle marks c done or dead, under sim.mu.
 func (c *simCaller) settle(st simState) {
@@ -261,6 +273,10 @@ type sim struct {
 	// withoutP: tickets are written without p, as a later version writes
 	// them (see the schedule's setup).
 	withoutP bool
+	// charging: the run's calls with no cap and no breaker hold nothing,
+	// only charging their buckets (see chargeRun); otherwise they are
+	// given a cap no run reaches.
+	charging bool
 
 	mu       sync.Mutex
 	pending  []*simReq
@@ -401,6 +417,11 @@ func (a simAPI) do(ctx context.Context, r *simReq, opts []func(*dynamodb.Options
 		}
 	}
 	c.inflight[r] = true
+	if r.judged < 0 && r.upd != nil && c.holdsNothing() {
+		// A charge is judged from a view its instance was shown: none
+		// past the latest.
+		r.judged = s.shown[a.inst]
+	}
 	if r.judged > s.shown[a.inst] {
 		s.fail("judged", "", "c%d's take says it was judged from seq %d; its instance was shown no item past seq %d", c.id, r.judged, s.shown[a.inst])
 	}
@@ -825,7 +846,8 @@ func (s *sim) writer(c *simCaller) mWriter {
 	w := mWriter{operator: c.operator, outcome: c.final, pause: c.pause, pausedAt: c.pausedAt, grant: c.grant,
 		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap)},
 		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims, called: c.called,
-		superseded: func(id string) bool { t := s.lastTake[id]; return t != nil && t != c }}
+		superseded:   func(id string) bool { t := s.lastTake[id]; return t != nil && t != c },
+		holdsNothing: c.holdsNothing(), charges: c.charges, refunds: c.refunds}
 	for _, r := range c.req.Rates {
 		if r.Name == "tool:"+c.tool {
 			w.me.rpm = int64(r.PerMinute)
@@ -881,17 +903,29 @@ func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 	for _, p := range v.probes {
 		s.probes[p] = append(s.probes[p], c)
 	}
+	if v.charge {
+		c.charges++
+		s.events["charge of a call holding nothing landed"]++
+	}
+	if v.refund {
+		c.refunds++
+		s.events["refund of a call holding nothing landed"]++
+	}
 	buckets := s.key.buckets(w.w.me)
 	for _, name := range v.charged {
 		s.events["token taken"]++
-		s.tokens[name] = append(s.tokens[name], simToken{at: r.sent, id: v.takes[0]})
+		id := simChargeID(c) // a charge: admitted holding nothing
+		if len(v.takes) > 0 {
+			id = v.takes[0]
+		}
+		s.tokens[name] = append(s.tokens[name], simToken{at: r.sent, id: id})
 		s.charged(name, buckets[name], r.sent)
 	}
 	for _, name := range v.refunded {
 		s.events["token given back"]++
 		ts := s.tokens[name]
 		for i := len(ts) - 1; i >= 0; i-- {
-			if slices.Contains(v.released, ts[i].id) {
+			if slices.Contains(v.released, ts[i].id) || v.refund && ts[i].id == simChargeID(c) {
 				s.tokens[name] = slices.Delete(ts, i, i+1)
 				break
 			}
@@ -1363,6 +1397,13 @@ func (s *sim) run() {
 		c.req = s.request(c)
 		s.callers = append(s.callers, c)
 	}
+	// A sixth of the runs (from a stream of their own, never for the
+	// regression seeds) leave the key uncapped with no breaker: a call
+	// with no tool cap then holds nothing in the item, its admission one
+	// charge of its buckets (see chargeRun).
+	if ch := mrand.New(mrand.NewPCG(s.seed, 0xc4a26e)); !slices.Contains(simRegressionSeeds, s.seed) && !slices.Contains(simTaskRegressionSeeds, s.seed) && ch.IntN(6) == 0 {
+		s.chargeRun(ch)
+	}
 	// A third of the runs with a breaker focus on it (from a stream of
 	// their own): a low threshold, a short recovery, most calls of its
 	// tool, often of one principal, failing half the time — so that
@@ -1546,6 +1587,62 @@ func (s *sim) run() {
 	<-schedDone
 }
 
+// chargeRun makes the run's calls with no tool cap hold nothing (doc.go,
+// Buckets): the key uncapped (no Cap, PrincipalCap, adaptive limit or
+// breaker), each such call admitted by one charge of its buckets — the
+// server's, its principal's, tool b's — (Limiter.charge) and ending with
+// its tokens given back when its call was never made, or the pause its
+// upstream asked for (Lease.finishTokens); beside them, in most runs,
+// callers of tool a, capped, hold places and wait for them, needing the
+// same buckets' tokens when their turn comes. Drawn from ch alone.
+func (s *sim) chargeRun(ch *mrand.Rand) {
+	s.charging = true
+	s.caps.server, s.caps.principal, s.caps.breaker, s.caps.adaptive = 0, 0, nil, false
+	if ch.IntN(4) == 0 {
+		s.caps.toolA = 0
+	} else if s.caps.toolA == 0 {
+		s.caps.toolA = 1 + ch.IntN(2)
+	}
+	// A call of no tool needs a bucket: the server's, each principal's,
+	// or both.
+	switch ch.IntN(3) {
+	case 0:
+		s.caps.rate, s.caps.principalRate = 6+ch.IntN(15), 0
+	case 1:
+		s.caps.rate, s.caps.principalRate = 0, 3+ch.IntN(8)
+	default:
+		s.caps.rate, s.caps.principalRate = 6+ch.IntN(15), 3+ch.IntN(8)
+	}
+	s.caps.toolRate = 0
+	if ch.IntN(2) == 0 {
+		s.caps.toolRate = 3 + ch.IntN(8)
+	}
+	s.caps.queued = max(s.caps.queued, 4)
+	for _, c := range s.callers {
+		c.pause = 0
+		switch x := ch.IntN(10); {
+		case x < 3:
+			c.outcome = Unused // its tokens go back
+		case x < 6:
+			c.outcome = Success
+		case x < 7:
+			c.outcome = Failure
+		case x < 9:
+			c.outcome = Overloaded
+			if ch.IntN(3) > 0 {
+				c.pause = time.Duration(100+ch.IntN(1500)) * time.Millisecond
+			}
+		default:
+			c.outcome = Abandoned
+		}
+		c.req = s.request(c)
+	}
+	s.key = s.caps.modelKey()
+	caps := s.caps
+	s.logf("the run's calls with no tool cap hold nothing: caps %+v", caps)
+	s.events["a run whose calls with no cap hold nothing"]++
+}
+
 // hold is the operator holding the key for d: a write of hold, straight to
 // the store, judged as every write is.
 func (s *sim) hold(d time.Duration) {
@@ -1581,8 +1678,8 @@ func (s *sim) request(c *simCaller) Request {
 	if s.caps.toolRate > 0 && c.tool == "b" {
 		req.Rates = append(req.Rates, Rate{Name: "tool:b", PerMinute: s.caps.toolRate})
 	}
-	if !req.TakesPlace() && req.Breaker == nil {
-		req.Cap = 1000
+	if !req.TakesPlace() && req.Breaker == nil && !(s.charging && c.task == nil && c.principal != "sweep") {
+		req.Cap = 1000 // (a charging run's tasks and sweep take places)
 	}
 	if s.caps.adaptive && req.Cap == s.caps.server {
 		req.Adaptive = &Adaptive{Min: s.key.AdaptiveMin}
