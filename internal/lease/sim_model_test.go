@@ -1780,8 +1780,11 @@ func (w *mWrite) judgeGates(v *mVerdict) {
 				}
 				continue
 			}
-			// Closing, or closing for longer.
-			if ea.u > eb.u {
+			// Closing, or closing for longer. (A pause entry written with a
+			// time already passed on every clock closes nothing: a finish
+			// of a call holding nothing may write its pause late, judged
+			// at its first try's now.)
+			if ea.u > eb.u && (breaker || ea.u > now-2*w.skew) {
 				switch {
 				case breaker && (!releasing || outcome != Failure || attr != myBreaker):
 					v.fail("gate", subj, "%s closed by a write that is no failed call's release of that tool (outcome %v)", subj, outcome)
