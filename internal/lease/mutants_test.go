@@ -71,6 +71,14 @@ var mutants = []mutant{
 		"		// its place, or a move up the queue, does not start it again.\n		a.look = overdueLook\n		return min(d, most)"},
 	{"a lapsed claim that still holds its ticket", "item.go",
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
+	{"a charge that takes the tokens of the callers before it", "acquire.go",
+		"waiting := rs.tokens(ahead)", "waiting := rs.tokens(ahead[:0])"},
+	{"a charge resent after an unknown outcome", "acquire.go",
+		"\t\t\tu := newUpdate()\n\t\t\tu.once = true\n\t\t\tu.admit(gateAttrs", "\t\t\tu := newUpdate()\n\t\t\tu.admit(gateAttrs"},
+	{"a charge through the hold and the pauses", "acquire.go",
+		"\t\t\tu.admit(gateAttrs(req.Tool, \"\"), req.Holder, \"\", 0, now, nil, v)\n", ""},
+	{"a refund resent after an unknown outcome", "release.go",
+		"\t\t\tu.once = true\n\t\t\tfor _, r := range ls.req.Rates {", "\t\t\tfor _, r := range ls.req.Rates {"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in
