@@ -1627,8 +1627,18 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 				skip[id] = true // joined after any view it could have judged from
 			}
 		}
-		if out := b.handout(k, now, []mCaller{c}, skip); !refused && !mServed(out, c.id) {
+		out := b.handout(k, now, []mCaller{c}, skip)
+		if !refused && !mServed(out, c.id) {
 			v.fail("rate", "turn", "a charge of %s took a token its buckets did not hold beyond what the callers whose turn comes first need: %s", me.p, b.explain(k, now, c, skip))
+		}
+		for _, x := range out {
+			if x.id == c.id {
+				break
+			}
+			if slices.ContainsFunc(slices.Collect(maps.Keys(k.buckets(x))), func(n string) bool { _, ok := mine[n]; return ok }) {
+				v.events = append(v.events, "charge leaving a token to a waiter whose turn came")
+				break
+			}
 		}
 		for _, what := range mChanged(b, a, false) {
 			v.fail("charge", what, "a charge of %s changed %s: it takes tokens and changes nothing else", me.p, what)
