@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"os"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -37,13 +36,9 @@ func (s *slowAnswer) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 // principal, passes at 4 s.
 //
 // Found by the fault simulation (seed 11901464, where the entries A's
-// late try wrote had passed too): finishTokens takes its now once, before
-// its first try, and judges every try by it. Known defect, not fixed on
-// this branch: LEASE_REPRO=1 runs it.
+// late try wrote had passed too), when each try was judged at the first
+// try's moment.
 func TestALateTryOfAPauseOfACallHoldingNothingJudgesEveryoneAtItsOwnNow(t *testing.T) {
-	if os.Getenv("LEASE_REPRO") == "" {
-		t.Skip("a known defect (finishTokens judges every try at its first try's now): LEASE_REPRO=1 runs it")
-	}
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx := context.Background()

@@ -149,7 +149,6 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 // for is written.
 func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	l := ls.l
-	now := l.clock().UnixMilli()
 	l.stats.released.Add(1)
 	if outcome == Unused && len(ls.req.Rates) > 0 {
 		// Sent once: a bucket or freed written by hand refuses it as
@@ -161,7 +160,7 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 				u.refund(r)
 			}
 			u.count(u.path(FreedAttr), 1)
-			u.ttl(now)
+			u.ttl(l.clock().UnixMilli())
 			return u, nil
 		}, nil)
 		return err
@@ -178,6 +177,11 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			if v == nil {
 				v = parseItem(nil)
 			}
+			// Each try is judged at its own moment: whether another
+			// principal's entry is closed, and so whether its pause
+			// closes everyone's, is a question of now, and a try made
+			// again after a late answer asks it later.
+			now := l.clock().UnixMilli()
 			u := newUpdate()
 			u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now)
 			if len(u.conds) == 0 {
