@@ -261,7 +261,8 @@ func TestParseItemReadsFieldsOfAnotherTypeAsNone(t *testing.T) {
 // breaker in the write), and without extras nothing; a nil and an empty
 // probes build the same write.
 func TestReleaseTellsABreakerOnlyFailuresAndSuccesses(t *testing.T) {
-	l := New(newMemStore(), "t", Options{})
+	at := time.Now() // one moment for every write compared
+	l := New(newMemStore(), "t", Options{Clock: func() time.Time { return at }})
 	br := &Breaker{Name: "b", Threshold: 3, Recovery: time.Minute}
 	render := func(u *update) string {
 		return u.expression() + " IF " + strings.Join(u.conds, " AND ") + " N " + trItem(func() map[string]types.AttributeValue {
