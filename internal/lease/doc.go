@@ -344,8 +344,13 @@
 //     entry until then, never shortening a later one (it leaves a later
 //     one on condition that it stands as seen: a call holding nothing
 //     writes that condition alone, in at most maxEager tries paced as a
-//     release's); "*" closes while another principal's is closed. A pause
-//     has no probe.
+//     release's); "*" closes while another principal's is closed, judged
+//     at each try's own moment: a write that closes it is never sent again
+//     as built after an unknown outcome, only built anew, so a late try
+//     does not close everyone's entry on a pause that has since passed
+//     (TestAPauseSentAgainAfterAnUnknownOutcomeIsJudgedAtItsOwnMoment,
+//     TestALateTryOfAPauseOfACallHoldingNothingJudgesEveryoneAtItsOwnNow).
+//     A pause has no probe.
 //   - Hold: an operator's hold (Admin) stops every take until lifted or
 //     passed; calls in flight go on, and waiters wait.
 //

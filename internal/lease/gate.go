@@ -427,6 +427,9 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: until}))
 	if g.shutByAnother(label, now) {
 		u.shutAll(g, until)
+		// Another's entry closed at now: a question of this moment, so
+		// the write is not sent again as built (send builds it anew).
+		u.judged = true
 	}
 }
 
