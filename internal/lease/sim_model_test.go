@@ -1708,8 +1708,12 @@ func mChanged(b, a *mItem, freed bool) []string {
 func (w *mWrite) judgeGates(v *mVerdict) {
 	b, a, now, k, me := w.before, w.after, w.now, w.k, w.w.me
 	// A call holding nothing ends with no release: its finish writes
-	// (a pause its upstream asked for, its refund) stand for one.
-	releasing := (len(v.released) > 0 || w.w.holdsNothing && !w.w.operator) && w.w.outcome != mNoOutcome
+	// (a pause its upstream asked for, its refund) stand for one; a write
+	// of its that changes nothing the model reads (a repair made before
+	// its pause: the item's maps made where only charges had written)
+	// is none of them.
+	finishing := w.w.holdsNothing && !w.w.operator && (len(mChanged(b, a, false)) > 0 || !maps.Equal(b.rates, a.rates))
+	releasing := (len(v.released) > 0 || finishing) && w.w.outcome != mNoOutcome
 	outcome := w.w.outcome
 	myBreaker := ""
 	var br mBreaker
