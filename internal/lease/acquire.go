@@ -859,6 +859,15 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		if err := contended(ctx, req.Key, try); err != nil {
 			return nil, err
 		}
+		if try > eagerRetries {
+			// After a back-off the answer before it is out of date: a
+			// charge judged from it would be refused as long as others'
+			// releases come faster than the back-off.
+			var err error
+			if v, err = l.read(ctx, req.Key); err != nil {
+				return nil, err
+			}
+		}
 		var now int64
 		nv, err := l.send(ctx, req.Key, v, func(v *view) (*update, error) {
 			now = l.clock().UnixMilli()

@@ -115,8 +115,10 @@
 //     deadline passes (TestAnEnqueueStopsAtItsTasksDeadline); a claim
 //     likewise while the turn is its task's, each try past the eager ones
 //     from a new read, until StartTimeout after its start (see Tasks;
-//     TestAClaimOverOthersReleasesKeepsItsTurn); a charge is paced alike
-//     and stops after maxEager tries (TestAChargeOthersKeepWritingOverPauses);
+//     TestAClaimOverOthersReleasesKeepsItsTurn); a charge is paced alike,
+//     each try past the eager ones from a new read
+//     (TestAChargeUnderSteadyReleasesLands), and stops after maxEager tries
+//     (TestAChargeOthersKeepWritingOverPauses);
 //     a withdrawal and Admin's Release stop after maxAdminTries (4), and
 //     Admin's Pause and ResetBreaker after one.
 //   - Renew: SET leases.<id> to a later expiry (never one before the
