@@ -755,8 +755,8 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 // lets it through (0: nothing does).
 func (a *attempt) blockedFor(v *view, now int64) time.Duration {
 	until := v.hold
-	for _, g := range v.gatesOf(a.req.Tool, "") {
-		until = max(until, g.entry(gateAll).until, g.entry(a.me.label).until)
+	for _, attr := range gateAttrs(a.req.Tool, "") {
+		until = max(until, v.gates[attr].entry(gateAll).until, v.gates[attr].entry(a.me.label).until)
 	}
 	d := time.Duration(max(until-now, 0)) * time.Millisecond
 	if rl := rateLimited(v, a.req.Rates, now, nil); rl != nil {

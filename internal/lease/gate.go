@@ -135,17 +135,6 @@ func gateAttrs(tool, breaker string) []string {
 	return out
 }
 
-// gatesOf lists the gates of gateAttrs that v shows.
-func (v *view) gatesOf(tool, breaker string) []*gate {
-	var out []*gate
-	for _, attr := range gateAttrs(tool, breaker) {
-		if g := v.gates[attr]; g != nil {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
 // stillProbes keeps of probes the entries v shows id the probe of.
 func (v *view) stillProbes(probes []gateRef, id string) []gateRef {
 	return slices.DeleteFunc(probes, func(p gateRef) bool { return v.gates[p.attr].entry(p.key).probe != id })
@@ -180,13 +169,13 @@ func (v *view) admits(tool, breaker, label string, now int64, probing map[gateRe
 	var pause int64
 	var probes []gateRef
 	ms := func(t int64) time.Duration { return time.Duration(t-now) * time.Millisecond }
-	for _, g := range v.gatesOf(tool, breaker) {
+	for _, attr := range gateAttrs(tool, breaker) {
 		for _, key := range []string{gateAll, label} {
-			e, ok := g.entries[key]
-			ref := gateRef{g.attr, key}
-			switch name := strings.TrimPrefix(g.attr, BreakerAttrPrefix); {
-			case !ok:
-			case !g.breaker():
+			// An entry absent (or of no time) passes: every case below
+			// needs a closed time.
+			e, ref := v.gates[attr].entry(key), gateRef{attr, key}
+			switch name := strings.TrimPrefix(attr, BreakerAttrPrefix); {
+			case name == attr: // a pause
 				if e.shut(now) {
 					pause = max(pause, e.until)
 				}
