@@ -223,12 +223,14 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		u.remove(gp)
 		u.cond("size(" + gp + ") = " + u.num(0))
 	}
-	for _, s := range slices.Sorted(maps.Keys(v.strayMembers())) {
-		if slices.Contains(keep, s) {
+	// Members of sets other than waiting sets that hold no lease (strays
+	// of tickets are found whole, above).
+	for _, s := range slices.Sorted(maps.Keys(v.sets)) {
+		if slices.Contains(keep, s) || strings.HasPrefix(s, WaitingAttrPrefix) {
 			continue
 		}
-		for _, sid := range v.strayMembers()[s] {
-			if room(sid == id) {
+		for _, sid := range v.sets[s] {
+			if _, held := v.leases[sid]; !held && room(sid == id) {
 				u.del(u.path(s), sid)
 				u.cond("attribute_not_exists(" + u.path(LeasesAttr, sid) + ")")
 			}

@@ -419,20 +419,3 @@ func (v *view) staleLeases(now int64) []string {
 func (v *view) staleTickets(now int64) []*ticket {
 	return slices.DeleteFunc(slices.Clone(v.queue), func(t *ticket) bool { return t.live(now) })
 }
-
-// strayMembers lists, by set, the members of sets other than waiting sets
-// that hold no lease.
-func (v *view) strayMembers() map[string][]string {
-	out := map[string][]string{}
-	for attr, members := range v.sets {
-		if strings.HasPrefix(attr, WaitingAttrPrefix) {
-			continue // strays of tickets are found whole, above
-		}
-		for _, id := range members {
-			if _, ok := v.leases[id]; !ok {
-				out[attr] = append(out[attr], id)
-			}
-		}
-	}
-	return out
-}
