@@ -198,7 +198,10 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		u.count(u.path(FreedAttr), 1) // a ticket leaving can change whose turn it is
 	}
 	for _, attr := range slices.Sorted(maps.Keys(v.rates)) {
-		if !room(slices.Contains(keep, attr) || !idleBucket(attr, v.rates[attr], now)) {
+		// A principal's bucket full at now (its arrival time passed) may go:
+		// absent is full.
+		idle := strings.HasPrefix(attr, RateAttrPrefix+"principal:") && v.rates[attr] < now
+		if !room(slices.Contains(keep, attr) || !idle) {
 			continue
 		}
 		rp := u.path(attr)

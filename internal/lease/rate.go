@@ -2,7 +2,6 @@ package lease
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -107,10 +106,4 @@ func rateLimited(v *view, rates []Rate, now int64, keep map[string]int) *RateLim
 		}
 	}
 	return worst
-}
-
-// idleBucket: bucket attr, at arrival time tat, is a principal's and full
-// at now, so a purge may remove it (absent is full).
-func idleBucket(attr string, tat, now int64) bool {
-	return strings.HasPrefix(attr, RateAttrPrefix+"principal:") && tat < now
 }
