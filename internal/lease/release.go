@@ -37,11 +37,6 @@ const (
 	Overloaded
 )
 
-// timed reports whether the call's length is measured: one the upstream
-// answered or failed (an overloaded one, pushed back at once, would
-// shorten the advised waits just as the upstream asks for fewer calls).
-func (o Outcome) timed() bool { return o == Success || o == Failure }
-
 func (o Outcome) String() string {
 	if o >= Success && o <= Overloaded {
 		return [...]string{"success", "failure", "abandoned", "unused", "overloaded"}[o]
@@ -87,7 +82,10 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 	}
 	b := l.board(ls.req.Key)
 	var took time.Duration
-	if !ls.since.IsZero() && outcome.timed() {
+	// The call's length is measured when the upstream answered or failed
+	// (an overloaded one, pushed back at once, would shorten the advised
+	// waits just as the upstream asks for fewer calls).
+	if !ls.since.IsZero() && (outcome == Success || outcome == Failure) {
 		took = time.Since(ls.since)
 		b.heldFor(took)
 	}
