@@ -78,7 +78,7 @@ var mutants = []mutant{
 	{"a charge through the hold and the pauses", "acquire.go",
 		"\t\t\tu.admit(gateAttrs(req.Tool, \"\"), req.Holder, \"\", 0, now, nil, v)\n", ""},
 	{"a refund resent after an unknown outcome", "release.go",
-		"\t\t\tu.once = true\n\t\t\tfor _, r := range ls.req.Rates {", "\t\t\tfor _, r := range ls.req.Rates {"},
+		"\t\t\tu.once = true\n\t\t\tu.refund(ls.req.Rates)", "\t\t\tu.refund(ls.req.Rates)"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in

@@ -70,11 +70,13 @@ func (u *update) charge(rs []Rate, v *view, now int64, keep map[string]int) {
 	}
 }
 
-// refund gives back the token r gave a call never made (a bucket purged
-// meanwhile was full, and stays so).
-func (u *update) refund(r Rate) {
-	p := u.path(RateAttr(r.Name))
-	u.set(p, "if_not_exists("+p+", "+u.num(0)+") - "+u.num(r.interval()))
+// refund gives back the token each of rs gave a call never made (a bucket
+// purged meanwhile was full, and stays so).
+func (u *update) refund(rs []Rate) {
+	for _, r := range rs {
+		p := u.path(RateAttr(r.Name))
+		u.set(p, "if_not_exists("+p+", "+u.num(0)+") - "+u.num(r.interval()))
+	}
 }
 
 // RateLimitedError means the bucket named Name held no token for the

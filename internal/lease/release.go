@@ -154,9 +154,7 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		_, err := l.send(ctx, ls.req.Key, nil, func(*view) (*update, error) {
 			u := newUpdate()
 			u.once = true
-			for _, r := range ls.req.Rates {
-				u.refund(r)
-			}
+			u.refund(ls.req.Rates)
 			u.count(u.path(FreedAttr), 1)
 			u.ttl(l.clock().UnixMilli())
 			return u, nil
@@ -249,9 +247,7 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras, keep 
 		u.set(u.path(CallAttr), u.num(callMean(latest.callMS, took)))
 	}
 	if outcome == Unused {
-		for _, r := range ls.req.Rates {
-			u.refund(r)
-		}
+		u.refund(ls.req.Rates)
 	}
 	tr, bo := NoTransition, outcome
 	if bo == Overloaded || bo == Unused {
