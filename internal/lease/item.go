@@ -372,16 +372,6 @@ func (v *view) held(now int64) map[string]int {
 	return h
 }
 
-// labelOf is the principal of lease id, "" if its set is not known.
-func (v *view) labelOf(id string) string {
-	for attr, members := range v.sets {
-		if label, ok := strings.CutPrefix(attr, PrincipalAttrPrefix); ok && slices.Contains(members, id) {
-			return label
-		}
-	}
-	return ""
-}
-
 // setsOf lists the sets lease id is a member of, but waiting sets.
 func (v *view) setsOf(id string) []string {
 	var out []string

@@ -119,9 +119,12 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 		return per[label]
 	}
 	for id, exp := range v.leases {
-		ls := LeaseStatus{ID: id, Instance: InstanceOf(id), Principal: v.labelOf(id), Expiry: time.UnixMilli(min(exp, math.MaxInt64/2)), Lapsed: exp < ms, Task: IsTaskID(id)}
+		ls := LeaseStatus{ID: id, Instance: InstanceOf(id), Expiry: time.UnixMilli(min(exp, math.MaxInt64/2)), Lapsed: exp < ms, Task: IsTaskID(id)}
+		// Its principal and tool are the sets it is in ("" if none is known).
 		for attr, members := range v.sets {
-			if tool, ok := strings.CutPrefix(attr, ToolAttrPrefix); ok && slices.Contains(members, id) {
+			if label, ok := strings.CutPrefix(attr, PrincipalAttrPrefix); ok && slices.Contains(members, id) {
+				ls.Principal = label
+			} else if tool, ok := strings.CutPrefix(attr, ToolAttrPrefix); ok && slices.Contains(members, id) {
 				ls.Tool = tool
 			}
 		}
