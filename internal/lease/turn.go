@@ -196,11 +196,7 @@ func (v *view) before(now int64, me *asker) int { return v.beforeIf(now, me, nil
 // beforeIf is before, counting only the tickets keep holds of (nil: all).
 func (v *view) beforeIf(now int64, me *asker, keep func(*ticket) bool) int {
 	held, mine := v.held(now), v.mine(me)
-	n := 0
-	for _, t := range v.queue {
-		if t.id != me.id && v.waits(t, now) && ranks(t, mine, held) < 0 && (keep == nil || keep(t)) {
-			n++
-		}
-	}
-	return n
+	return countIf(v.queue, func(t *ticket) bool {
+		return t.id != me.id && v.waits(t, now) && ranks(t, mine, held) < 0 && (keep == nil || keep(t))
+	})
 }
