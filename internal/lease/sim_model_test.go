@@ -1704,15 +1704,40 @@ func mChanged(b, a *mItem, freed bool) []string {
 	return out
 }
 
+// mEntriesSet reports whether a write from b to a set a gate entry: one
+// added or changed, not only removed (a purge).
+func mEntriesSet(b, a *mItem) bool {
+	for attr, ga := range a.gates {
+		for key, e := range ga.entries {
+			if gb := b.gates[attr]; gb == nil || gb.entries[key] != e {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mTokensBack reports whether a write from b to a gave a bucket a token
+// back: its time earlier than it was, or made where it was absent (a
+// charge moves it later; a purge removes it).
+func mTokensBack(b, a *mItem) bool {
+	for name, ta := range a.rates {
+		if tb, had := b.rates[name]; !had || ta < tb {
+			return true
+		}
+	}
+	return false
+}
+
 // judgeGates: what may close, open, probe, count or purge a gate entry.
 func (w *mWrite) judgeGates(v *mVerdict) {
 	b, a, now, k, me := w.before, w.after, w.now, w.k, w.w.me
 	// A call holding nothing ends with no release: its finish writes
-	// (a pause its upstream asked for, its refund) stand for one; a write
-	// of its that changes nothing the model reads (a repair made before
-	// its pause: the item's maps made where only charges had written)
-	// is none of them.
-	finishing := w.w.holdsNothing && !w.w.operator && (len(mChanged(b, a, false)) > 0 || !maps.Equal(b.rates, a.rates))
+	// (a pause its upstream asked for, its refund) stand for one. A write
+	// of its that adds or moves no gate entry and gives no token back (a
+	// repair made before its pause, the item's maps made where only
+	// charges had written, and what that repair purges) is none of them.
+	finishing := w.w.holdsNothing && !w.w.operator && (mEntriesSet(b, a) || mTokensBack(b, a))
 	releasing := (len(v.released) > 0 || finishing) && w.w.outcome != mNoOutcome
 	outcome := w.w.outcome
 	myBreaker := ""
