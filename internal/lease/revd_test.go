@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -111,4 +112,96 @@ func TestRevDAThrottledPauseIsSentNoMoreThanWriteAttempts(t *testing.T) {
 			})
 		})
 	}
+}
+
+// landThenLose applies the first write sent through it once armed, then
+// runs seen (another call of the same process reading the item meanwhile)
+// and answers with a broken connection: the write landed, and its sender
+// cannot tell (an unknown outcome).
+type landThenLose struct {
+	API
+	mu          sync.Mutex
+	armed, done bool
+	seen        func()
+}
+
+func (s *landThenLose) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	s.mu.Lock()
+	lose := s.armed && !s.done
+	s.done = s.done || lose
+	s.mu.Unlock()
+	out, err := s.API.UpdateItem(ctx, in, opts...)
+	if !lose || err != nil {
+		return out, err
+	}
+	if s.seen != nil {
+		s.seen()
+	}
+	return nil, errors.New("read tcp: connection reset by peer")
+}
+
+// Finish returns "the breaker change it made" (release.go). A holder's
+// release whose pause closes everyone's entry (judged) is, after an
+// unknown outcome, built anew by send (f0404ef), and Lease.finish returns
+// the transition of the last build, not of the write that landed: A's
+// release (Failure, threshold 1) lands, opening A's breaker entry, but its
+// answer is lost; meanwhile another call of A's process reads the item;
+// the write built anew from that view sees A's entry already closed and
+// judges NoTransition; its condition refuses it (the lease gone) and the
+// unsure case of Lease.finish counts it landed. Finish reports no breaker
+// change, and the transitions stat misses it, though the one write that
+// landed opened the breaker. Before f0404ef the write was sent again as
+// built, and Finish reported OpenedForPrincipal.
+func TestRevDAReleaseLandedUnseenReportsTheTransitionItMade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		br := &Breaker{Name: "tool", Threshold: 1, Recovery: time.Minute}
+		req := func(holder string) Request {
+			return Request{Key: "srv", Tool: "tool", Cap: 10, Hold: 10 * time.Second, Holder: holder, MaxPause: time.Minute, Breaker: br}
+		}
+		lost := &landThenLose{API: db}
+		la := New(lost, "leases", Options{InstanceID: "a"})
+		lb := New(db, "leases", Options{InstanceID: "b"})
+		lost.seen = func() { _, _ = la.read(ctx, "srv") }
+		a, err := la.Acquire(ctx, req("A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := lb.Acquire(ctx, req("B"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.PauseFor(2 * time.Second)
+		if _, err := b.Finish(ctx, Overloaded); err != nil {
+			t.Fatal(err)
+		}
+		// A's view: B's pause standing.
+		a2, err := la.Acquire(ctx, req("A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a2.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+		a.PauseFor(10 * time.Second)
+		lost.mu.Lock()
+		lost.armed = true
+		lost.mu.Unlock()
+		before := la.stats.transitions.Load()
+		tr, err := a.Finish(ctx, Failure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it := itemView(t, db, "srv")
+		if g := it.gates[BreakerAttr("tool")]; g == nil || !g.entries["A"].shut(time.Now().UnixMilli()) {
+			t.Fatalf("A's failure did not open its breaker entry: %+v", it.gates)
+		}
+		if tr != OpenedForPrincipal {
+			t.Errorf("Finish reported %q; the write that landed opened A's breaker entry (%q)", tr, OpenedForPrincipal)
+		}
+		if got := la.stats.transitions.Load() - before; got != 1 {
+			t.Errorf("transitions counted %d, want 1", got)
+		}
+	})
 }
