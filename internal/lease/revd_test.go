@@ -114,7 +114,8 @@ func TestRevDAThrottledPauseIsSentNoMoreThanWriteAttempts(t *testing.T) {
 	}
 }
 
-// landThenLose applies the first write sent through it once armed, then
+// landThenLose applies the first write sent through it once armed, after
+// delay (a request that hangs, then lands), then
 // runs seen (another call of the same process reading the item meanwhile)
 // and answers with a broken connection: the write landed, and its sender
 // cannot tell (an unknown outcome).
@@ -122,6 +123,7 @@ type landThenLose struct {
 	API
 	mu          sync.Mutex
 	armed, done bool
+	delay       time.Duration
 	seen        func()
 }
 
@@ -130,6 +132,9 @@ func (s *landThenLose) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 	lose := s.armed && !s.done
 	s.done = s.done || lose
 	s.mu.Unlock()
+	if lose {
+		time.Sleep(s.delay)
+	}
 	out, err := s.API.UpdateItem(ctx, in, opts...)
 	if !lose || err != nil {
 		return out, err
@@ -204,4 +209,73 @@ func TestRevDAReleaseLandedUnseenReportsTheTransitionItMade(t *testing.T) {
 			t.Errorf("transitions counted %d, want 1", got)
 		}
 	})
+}
+
+// Invariant 10, and doc.go's "a write whose outcome is unknown ... is safe
+// to land late" beside Pause's "a write that closes it is never sent again
+// as built after an unknown outcome, only built anew, so a late try does
+// not close everyone's entry on a pause that has since passed" (f0404ef).
+// f0404ef's own test has the hung request never reach the store; here it
+// hangs 3 s and then lands (the store applies it as the connection breaks):
+// A's pause, judged at 0 s while B's 2 s pause stood, closes "*" at 3 s,
+// until A's own pause ends at 10 s, on A's say alone; the write built anew
+// at 3 s is refused by its condition, and Lease.finish counts the release
+// landed. C, a third principal, is refused at 4 s. Not a regression of
+// f0404ef (before it the write was sent again as built, to the same end):
+// its rebuild covers only a hung try that never lands.
+func TestRevDAPauseThatLandsLateDoesNotCloseEveryonesEntry(t *testing.T) {
+	for _, capped := range []bool{false, true} {
+		name := "holding nothing"
+		if capped {
+			name = "holding a place"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				db := newMemStore()
+				ctx := context.Background()
+				req := func(holder string) Request {
+					r := Request{Key: "srv", Hold: 10 * time.Second, Holder: holder, MaxPause: time.Minute, Rates: []Rate{{Name: "server", PerMinute: 100}}}
+					if capped {
+						r.Cap = 10
+					}
+					return r
+				}
+				late := &landThenLose{API: db, delay: 3 * time.Second}
+				la := New(late, "leases", Options{InstanceID: "a"})
+				lb := New(db, "leases", Options{InstanceID: "b"})
+				lc := New(db, "leases", Options{InstanceID: "c"})
+				a, err := la.Acquire(ctx, req("A"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := lb.Acquire(ctx, req("B"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.PauseFor(2 * time.Second)
+				if _, err := b.Finish(ctx, Overloaded); err != nil {
+					t.Fatal(err)
+				}
+				a2, err := la.Acquire(ctx, req("A"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := a2.Finish(ctx, Success); err != nil {
+					t.Fatal(err)
+				}
+				a.PauseFor(10 * time.Second)
+				late.mu.Lock()
+				late.armed = true
+				late.mu.Unlock()
+				if _, err := a.Finish(ctx, Overloaded); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+				if _, err := lc.Acquire(ctx, req("C")); err != nil {
+					raw, _ := db.GetItem(ctx, &dynamodb.GetItemInput{Key: itemKey("srv")})
+					t.Errorf("C, at 4 s, with only A's pause standing since 2 s: %v (pause: %+v)", err, mRead(raw.Item).gates[PauseAttr].entries)
+				}
+			})
+		})
+	}
 }
