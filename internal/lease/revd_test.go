@@ -148,20 +148,29 @@ func (s *landThenLose) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // Finish returns "the breaker change it made" (release.go). A holder's
 // release whose pause closes everyone's entry (judged) is, after an
 // unknown outcome, built anew by send (f0404ef), and Lease.finish returns
-// the transition of the last build, not of the write that landed: A's
-// release (Failure, threshold 1) lands, opening A's breaker entry, but its
-// answer is lost; meanwhile another call of A's process reads the item;
-// the write built anew from that view sees A's entry already closed and
-// judges NoTransition; its condition refuses it (the lease gone) and the
-// unsure case of Lease.finish counts it landed. Finish reports no breaker
-// change, and the transitions stat misses it, though the one write that
-// landed opened the breaker. Before f0404ef the write was sent again as
-// built, and Finish reported OpenedForPrincipal.
+// the transition of the last build, not of the write that landed. A's
+// release (Failure) lands, but its answer is lost; meanwhile another call
+// of A's process reads the item; the write built anew from that view
+// judges the breaker from A's failure already counted; its condition
+// refuses it (the lease gone) and the unsure case of Lease.finish counts
+// it landed, with the rebuild's transition. Threshold 1: the landed write
+// opened A's entry, the rebuild sees it shut and Finish reports no change
+// (the transitions stat misses it). Threshold 2: the landed write counted
+// A's first failure (no change), the rebuild sees one failure and judges
+// the entry opened: Finish reports OpenedForPrincipal, a breaker opening
+// that never happened (the gateway logs it and emits its metric). Before
+// f0404ef the write was sent again as built, and Finish reported the
+// landed write's transition.
 func TestRevDAReleaseLandedUnseenReportsTheTransitionItMade(t *testing.T) {
+	t.Run("opened, reported none", func(t *testing.T) { releaseLandedUnseen(t, 1, OpenedForPrincipal) })
+	t.Run("none, reported opened", func(t *testing.T) { releaseLandedUnseen(t, 2, NoTransition) })
+}
+
+func releaseLandedUnseen(t *testing.T, threshold int, want Transition) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx := context.Background()
-		br := &Breaker{Name: "tool", Threshold: 1, Recovery: time.Minute}
+		br := &Breaker{Name: "tool", Threshold: threshold, Recovery: time.Minute}
 		req := func(holder string) Request {
 			return Request{Key: "srv", Tool: "tool", Cap: 10, Hold: 10 * time.Second, Holder: holder, MaxPause: time.Minute, Breaker: br}
 		}
@@ -199,14 +208,22 @@ func TestRevDAReleaseLandedUnseenReportsTheTransitionItMade(t *testing.T) {
 			t.Fatal(err)
 		}
 		it := itemView(t, db, "srv")
-		if g := it.gates[BreakerAttr("tool")]; g == nil || !g.entries["A"].shut(time.Now().UnixMilli()) {
-			t.Fatalf("A's failure did not open its breaker entry: %+v", it.gates)
+		g := it.gates[BreakerAttr("tool")]
+		if g == nil {
+			t.Fatalf("A's failure was not written: %+v", it.gates)
 		}
-		if tr != OpenedForPrincipal {
-			t.Errorf("Finish reported %q; the write that landed opened A's breaker entry (%q)", tr, OpenedForPrincipal)
+		if shut := g.entries["A"].shut(time.Now().UnixMilli()); shut != (want == OpenedForPrincipal) {
+			t.Fatalf("A's breaker entry shut %v after one failure at threshold %d", shut, threshold)
 		}
-		if got := la.stats.transitions.Load() - before; got != 1 {
-			t.Errorf("transitions counted %d, want 1", got)
+		if tr != want {
+			t.Errorf("Finish reported %q; the write that landed made %q", tr, want)
+		}
+		wantCount := int64(0)
+		if want != NoTransition {
+			wantCount = 1
+		}
+		if got := la.stats.transitions.Load() - before; got != wantCount {
+			t.Errorf("transitions counted %d, want %d", got, wantCount)
 		}
 	})
 }
