@@ -295,8 +295,7 @@ func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 // it may still land) calls unknown and is retried identically: writes are
 // built so a retry of one that landed fails its condition and shows it;
 // one that cannot be (once) is not retried after it, and one judged for
-// its moment (judged) never: its caller judges again (send builds it anew
-// for the moment it is sent).
+// its moment (judged) never.
 func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func()) (*view, error) {
 	if u.ttlAt > 0 {
 		// Never a day before now (a write may land past the deadline it
@@ -527,7 +526,7 @@ func (l *Limiter) mend(ctx context.Context, key string, v *view) (*view, error) 
 // sends nothing and returns the view it was given, or an error, which
 // sends nothing and is returned.
 func (l *Limiter) send(ctx context.Context, key string, v *view, build func(v *view) (*update, error), unknown func()) (*view, error) {
-	for again := 0; ; {
+	for {
 		var err error
 		if v != nil && len(v.fixes) > 0 {
 			if v, err = l.mend(ctx, key, v); err != nil {
@@ -539,14 +538,6 @@ func (l *Limiter) send(ctx context.Context, key string, v *view, build func(v *v
 			return v, err
 		}
 		nv, err := l.write(ctx, key, u, unknown)
-		if retry, _ := classify(err); u.judged && err != nil && !errors.Is(err, errCondition) && !invalid(err) && retry {
-			// Judged for its moment (write sends it once): made again as
-			// write would, but built anew, at the moment it is sent.
-			if again++; again < writeAttempts && sleep(ctx, backoff(again), key) == nil {
-				continue
-			}
-			return nil, err
-		}
 		if invalid(err) {
 			// Refused as invalid (an operand of another type than the item
 			// holds): nothing applied, and no item comes with it.

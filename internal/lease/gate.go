@@ -417,8 +417,10 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 	if g.shutByAnother(label, now) {
 		u.shutAll(g, until)
 		// Another's entry closed at now: a question of this moment, so
-		// the write is not sent again as built (send builds it anew).
-		u.judged = true
+		// the write is not sent again as built after an unknown outcome
+		// (it could land later, on a pause passed since); its caller reads
+		// what became of it and builds it anew from that answer.
+		u.once = true
 	}
 }
 

