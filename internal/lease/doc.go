@@ -346,16 +346,15 @@
 //     entry until then, never shortening a later one (it leaves a later
 //     one on condition that it stands as seen: a call holding nothing
 //     writes that condition alone, in at most maxEager tries paced as a
-//     release's); "*" closes while another principal's is closed, judged
-//     at each try's own moment: a write that closes it is not sent again
-//     as built after an unknown outcome (once); what became of it is read
-//     and, not landed, it is built anew from that answer, so a try made
-//     again does not close everyone's entry on a pause that has since
-//     passed (TestAPauseSentAgainAfterAnUnknownOutcomeIsJudgedAtItsOwnMoment,
-//     TestALateTryOfAPauseOfACallHoldingNothingJudgesEveryoneAtItsOwnNow,
-//     TestAReleaseLandedUnseenReportsTheTransitionItMade). One the store
-//     applies late (a connection that hangs, then breaks) lands as judged
-//     when it was built. A pause has no probe.
+//     release's, each try judged at its own moment); "*" closes while
+//     another principal's is closed, and no longer: until the earlier of
+//     its end and the latest of theirs as seen (pinned), so a write that
+//     lands late, or is sent again as built after an unknown outcome,
+//     closes it no later than a pause that stood when it was built
+//     (TestAPauseThatLandsLateDoesNotCloseEveryonesEntry,
+//     TestAPauseSentAgainAfterAnUnknownOutcomeIsJudgedAtItsOwnMoment,
+//     TestALateTryOfAPauseOfACallHoldingNothingJudgesEveryoneAtItsOwnNow).
+//     A pause has no probe.
 //   - Hold: an operator's hold (Admin) stops every take until lifted or
 //     passed; calls in flight go on, and waiters wait.
 //

@@ -414,14 +414,28 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 		u.pinGate(g, func(key string) bool { return key == label })
 	}
 	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: until}))
-	if g.shutByAnother(label, now) {
-		u.shutAll(g, until)
-		// Another's entry closed at now: a question of this moment, so
-		// the write is not sent again as built after an unknown outcome
-		// (it could land later, on a pause passed since); its caller reads
-		// what became of it and builds it anew from that answer.
-		u.once = true
+	// Everyone's closes while another principal's is closed too, and no
+	// longer: until the earlier of the two ends, the others' as seen
+	// (pinned). So a write that lands late, or is sent again as built
+	// after an unknown outcome, closes it no later than a pause that
+	// stood when it was built.
+	if others := g.othersUntil(label); others > now {
+		u.shutAll(g, min(until, others))
 	}
+}
+
+// othersUntil is the latest time an entry of g of a principal other than
+// label is closed until (0: none).
+func (g *gate) othersUntil(label string) int64 {
+	var last int64
+	if g != nil {
+		for key, e := range g.entries {
+			if key != gateAll && key != label {
+				last = max(last, e.until)
+			}
+		}
+	}
+	return last
 }
 
 // staleEntries lists the gate entries stale at now (see Gates in the

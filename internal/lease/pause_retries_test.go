@@ -142,12 +142,11 @@ func (s *landThenLose) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 }
 
 // Finish returns the breaker change its release made. A holder's release
-// whose pause closes everyone's entry is not sent again as built after an
-// unknown outcome: what became of it is read. A's release (Failure) lands,
-// its answer lost, while another call of A's process reads the item; the
-// read shows the lease gone, and Finish reports the transition of the
-// write that landed, not of one built anew from a view that already holds
-// it. Threshold 1: the landed write opened A's entry (reported
+// whose pause closes everyone's entry, sent again after an unknown outcome,
+// is sent as built: A's release (Failure) lands, its answer lost, while
+// another call of A's process reads the item; the write sent again is
+// refused (the lease gone), and Finish reports the transition of the write
+// that landed, not of one built from a view that already holds it. Threshold 1: the landed write opened A's entry (reported
 // OpenedForPrincipal, counted once). Threshold 2: it counted A's first
 // failure (no change reported, none counted).
 func TestAReleaseLandedUnseenReportsTheTransitionItMade(t *testing.T) {
@@ -215,4 +214,67 @@ func releaseLandedUnseen(t *testing.T, threshold int, want Transition) {
 			t.Errorf("transitions counted %d, want %d", got, wantCount)
 		}
 	})
+}
+
+// Invariant 10: a pause closes everyone's entry while another
+// principal's is closed, and no longer. A's pause, built at 0 s while B's
+// 2 s pause stood, hangs 3 s and then lands (the store applies it as the
+// connection breaks): it closes "*" until B's end, passed by then, not
+// until A's own at 10 s, so C, a third principal, passes at 4 s; for a
+// call holding nothing and for a holder's release alike.
+func TestAPauseThatLandsLateDoesNotCloseEveryonesEntry(t *testing.T) {
+	for _, capped := range []bool{false, true} {
+		name := "holding nothing"
+		if capped {
+			name = "holding a place"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				db := newMemStore()
+				ctx := context.Background()
+				req := func(holder string) Request {
+					r := Request{Key: "srv", Hold: 10 * time.Second, Holder: holder, MaxPause: time.Minute, Rates: []Rate{{Name: "server", PerMinute: 100}}}
+					if capped {
+						r.Cap = 10
+					}
+					return r
+				}
+				late := &landThenLose{API: db, delay: 3 * time.Second}
+				la := New(late, "leases", Options{InstanceID: "a"})
+				lb := New(db, "leases", Options{InstanceID: "b"})
+				lc := New(db, "leases", Options{InstanceID: "c"})
+				a, err := la.Acquire(ctx, req("A"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := lb.Acquire(ctx, req("B"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.PauseFor(2 * time.Second)
+				if _, err := b.Finish(ctx, Overloaded); err != nil {
+					t.Fatal(err)
+				}
+				a2, err := la.Acquire(ctx, req("A"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := a2.Finish(ctx, Success); err != nil {
+					t.Fatal(err)
+				}
+				a.PauseFor(10 * time.Second)
+				late.mu.Lock()
+				late.armed = true
+				late.mu.Unlock()
+				if _, err := a.Finish(ctx, Overloaded); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+				if _, err := lc.Acquire(ctx, req("C")); err != nil {
+					raw, _ := db.GetItem(ctx, &dynamodb.GetItemInput{Key: itemKey("srv")})
+					t.Errorf("C, at 4 s, with only A's pause standing since 2 s: %v (pause: %+v)", err, mRead(raw.Item).gates[PauseAttr].entries)
+				}
+			})
+		})
+	}
 }

@@ -34,16 +34,13 @@ func (s *lostFirstWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItem
 	return s.API.UpdateItem(ctx, in, opts...)
 }
 
-// Invariant 10 and Gates (doc.go): "*" closes for everyone only while
-// another principal's entry is closed, judged at the write's moment; each
-// try of a pause is judged at its own now, and a write sent again after an unknown outcome (a store error
-// that may not have been applied) is built anew, not sent as built: A's
-// pause is built while B's 2 s pause stands, its first request hangs 3 s
-// and breaks unseen by the store; sent again as built, judged at 0 s, it
-// would land at 3 s (B's entry, passed but unpurged, as seen) and close
-// the pause for everyone until A's ends, on A's say alone, and C, a third
-// principal, would be refused at 4 s. So for a call holding nothing and
-// for a holder's release alike.
+// Invariant 10 and Gates (doc.go): "*" closes for everyone while another
+// principal's entry is closed, and no longer. A's pause is built while B's
+// 2 s pause stands; its first request hangs 3 s and breaks unseen by the
+// store, and it is sent again as built, landing at 3 s (B's entry, passed
+// but unpurged, as seen): it closes "*" until B's end, passed, not until
+// A's own at 10 s, so C, a third principal, passes at 4 s; for a call
+// holding nothing and for a holder's release alike.
 func TestAPauseSentAgainAfterAnUnknownOutcomeIsJudgedAtItsOwnMoment(t *testing.T) {
 	for _, capped := range []bool{false, true} {
 		name := "holding nothing"

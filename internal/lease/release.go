@@ -92,24 +92,11 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 	probes, purge, extras, unsure := ls.probes, true, true, false
 	for tries := 1; ; tries++ {
 		var tr Transition
-		var once bool
 		v, err := l.send(ctx, ls.req.Key, nil, func(*view) (*update, error) {
 			var u *update
 			u, tr = ls.release(outcome, probes, purge, extras, keep, b, took)
-			once = u.once
 			return u, nil
 		}, func() { unsure = true })
-		if err != nil && once && !errors.Is(err, errCondition) && !invalid(err) {
-			if _, lost := classify(err); lost {
-				// Not sent again as built (its pause closes everyone's
-				// entry, judged at its moment): what became of it is read,
-				// and the release goes on from that answer as from a
-				// refusal's, landed or made again.
-				if rv, rerr := l.read(ctx, ls.req.Key); rerr == nil {
-					v, err = rv, errCondition
-				}
-			}
-		}
 		if errors.Is(err, errCondition) {
 			// No ticket left to keep: after an unknown outcome the lease
 			// may be a later claim's of the same expiry, which only the
@@ -182,7 +169,6 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		if err := contended(ctx, ls.req.Key, tries); err != nil {
 			return err
 		}
-		var once bool
 		nv, err := l.send(ctx, ls.req.Key, v, func(v *view) (*update, error) {
 			if v == nil {
 				v = parseItem(nil)
@@ -201,17 +187,8 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			// conditioned on it as seen: one purged meanwhile (a faster
 			// clock's) leaves this one to write.
 			u.ttl(now)
-			once = u.once
 			return u, nil
 		}, nil)
-		if _, lost := classify(err); err != nil && once && lost && !errors.Is(err, errCondition) && !invalid(err) {
-			// Not sent again as built (it closes everyone's entry, judged
-			// at its moment): built anew from what became of it.
-			if nv, err = l.read(ctx, ls.req.Key); err != nil {
-				return err
-			}
-			err = errCondition
-		}
 		if !errors.Is(err, errCondition) {
 			return err
 		}
