@@ -351,8 +351,7 @@
 //     its end and the latest of theirs as seen (pinned), so a write that
 //     lands late, or is sent again as built after an unknown outcome,
 //     closes it no later than a pause that stood when it was built
-//     (TestAPauseThatLandsLateDoesNotCloseEveryonesEntry,
-//     TestAPauseSentAgainAfterAnUnknownOutcomeIsJudgedAtItsOwnMoment,
+//     (TestAPauseJudgedBeforeItLandsLateDoesNotCloseEveryonesEntry,
 //     TestALateTryOfAPauseOfACallHoldingNothingJudgesEveryoneAtItsOwnNow).
 //     A pause has no probe.
 //   - Hold: an operator's hold (Admin) stops every take until lifted or
