@@ -301,14 +301,6 @@ func (u *update) probeOf(p gateRef, id string) string {
 // unprobe leaves the entry at ep half-open, with no probe.
 func (u *update) unprobe(ep string) { u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp)) }
 
-// shutByAnother: an entry of g of a principal other than label is closed
-// at now.
-func (g *gate) shutByAnother(label string, now int64) bool {
-	return g != nil && slices.ContainsFunc(slices.Collect(maps.Keys(g.entries)), func(key string) bool {
-		return key != gateAll && key != label && g.entries[key].shut(now)
-	})
-}
-
 // shutAll closes g's entry for everyone until until, never shortening a
 // closing that stands: u pins g as seen (pinGate) and, as pinGate cannot
 // tell an entry seen with no field from an absent one, everyone's absent
@@ -389,7 +381,7 @@ func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen,
 	}
 	u.pinGate(g, func(key string) bool { return key == label || slices.Contains(probes, gateRef{attr, key}) })
 	switch {
-	case !g.shutByAnother(label, now):
+	case g.othersUntil(label) <= now: // no other principal's entry closed
 		return tr
 	case slices.Contains(probes, gateRef{attr, gateAll}):
 		u.set(u.path(attr, gateAll, gateUntil), u.num(reopen))

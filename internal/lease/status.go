@@ -115,7 +115,9 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 	}
 	per := map[string]*PrincipalStatus{}
 	share := func(label string) *PrincipalStatus {
-		per[label] = cmp.Or(per[label], &PrincipalStatus{Principal: label})
+		if per[label] == nil {
+			per[label] = &PrincipalStatus{Principal: label}
+		}
 		return per[label]
 	}
 	for id, exp := range v.leases {
