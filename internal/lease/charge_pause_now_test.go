@@ -49,18 +49,7 @@ func TestALateTryOfAPauseOfACallHoldingNothingJudgesEveryoneAtItsOwnNow(t *testi
 		la := New(slow, "leases", Options{InstanceID: "a"})
 		lb := New(db, "leases", Options{InstanceID: "b"})
 		lc := New(db, "leases", Options{InstanceID: "c"})
-		a, err := la.Acquire(ctx, req("A")) // A's view: no pause
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := lb.Acquire(ctx, req("B"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.PauseFor(2 * time.Second)
-		if _, err := b.Finish(ctx, Overloaded); err != nil {
-			t.Fatal(err)
-		}
+		a := pausedBeside(t, la, lb, req, 2*time.Second, false) // A's view: no pause
 		a.PauseFor(10 * time.Second)
 		slow.armed = true
 		if _, err := a.Finish(ctx, Overloaded); err != nil { // its first try refused, answered at 3 s

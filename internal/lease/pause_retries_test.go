@@ -67,27 +67,8 @@ func TestAThrottledPauseIsSentNoMoreThanWriteAttempts(t *testing.T) {
 				th := &throttleArmed{API: db}
 				la := New(th, "leases", Options{InstanceID: "a"})
 				lb := New(db, "leases", Options{InstanceID: "b"})
-				a, err := la.Acquire(ctx, req("A"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := lb.Acquire(ctx, req("B"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.PauseFor(time.Millisecond)
-				if _, err := b.Finish(ctx, Overloaded); err != nil {
-					t.Fatal(err)
-				}
-				// A's view: B's pause standing.
-				a2, err := la.Acquire(ctx, req("A"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := a2.Finish(ctx, Success); err != nil {
-					t.Fatal(err)
-				}
-				if v, _, _ := la.board("srv").latest(); v == nil || !v.gates[PauseAttr].shutByAnother("A", time.Now().UnixMilli()) {
+				a := pausedBeside(t, la, lb, req, time.Millisecond, true)
+				if v, _, _ := la.board("srv").latest(); v == nil || v.gates[PauseAttr].othersUntil("A") <= time.Now().UnixMilli() {
 					t.Fatalf("A's view does not show B's pause standing")
 				}
 				a.PauseFor(10 * time.Second)
@@ -166,26 +147,7 @@ func releaseLandedUnseen(t *testing.T, threshold int, want Transition) {
 		la := New(lost, "leases", Options{InstanceID: "a"})
 		lb := New(db, "leases", Options{InstanceID: "b"})
 		lost.seen = func() { _, _ = la.read(ctx, "srv") }
-		a, err := la.Acquire(ctx, req("A"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := lb.Acquire(ctx, req("B"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.PauseFor(2 * time.Second)
-		if _, err := b.Finish(ctx, Overloaded); err != nil {
-			t.Fatal(err)
-		}
-		// A's view: B's pause standing.
-		a2, err := la.Acquire(ctx, req("A"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a2.Finish(ctx, Success); err != nil {
-			t.Fatal(err)
-		}
+		a := pausedBeside(t, la, lb, req, 2*time.Second, true)
 		a.PauseFor(10 * time.Second)
 		lost.mu.Lock()
 		lost.armed = true

@@ -89,27 +89,7 @@ func pauseLandingLate(t *testing.T, capped, applied bool) {
 		la := New(slow, "leases", Options{InstanceID: "a"})
 		lb := New(db, "leases", Options{InstanceID: "b"})
 		lc := New(db, "leases", Options{InstanceID: "c"})
-		a, err := la.Acquire(ctx, req("A"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := lb.Acquire(ctx, req("B"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.PauseFor(2 * time.Second)
-		if _, err := b.Finish(ctx, Overloaded); err != nil {
-			t.Fatal(err)
-		}
-		// A's view: B's pause standing (another call of A's, which B's
-		// pause does not close).
-		a2, err := la.Acquire(ctx, req("A"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a2.Finish(ctx, Success); err != nil {
-			t.Fatal(err)
-		}
+		a := pausedBeside(t, la, lb, req, 2*time.Second, true)
 		a.PauseFor(10 * time.Second)
 		slow.arm()
 		if _, err := a.Finish(ctx, Overloaded); err != nil {
@@ -125,4 +105,35 @@ func pauseLandingLate(t *testing.T, capped, applied bool) {
 			t.Errorf("C, at 4 s, with only A's pause standing since 2 s: %v (pause: %+v)", err, it.gates[PauseAttr].entries)
 		}
 	})
+}
+
+// pausedBeside has A (on la) take a place and B (on lb) take one and end
+// it Overloaded, its upstream asking for a pause of d; with seen, another
+// call of A's (which B's pause does not close) then leaves A's process a
+// view of B's pause standing. It returns A's lease.
+func pausedBeside(t *testing.T, la, lb *Limiter, req func(holder string) Request, d time.Duration, seen bool) *Lease {
+	t.Helper()
+	ctx := context.Background()
+	a, err := la.Acquire(ctx, req("A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lb.Acquire(ctx, req("B"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.PauseFor(d)
+	if _, err := b.Finish(ctx, Overloaded); err != nil {
+		t.Fatal(err)
+	}
+	if seen {
+		a2, err := la.Acquire(ctx, req("A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a2.Finish(ctx, Success); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
 }
