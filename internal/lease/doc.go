@@ -329,7 +329,9 @@
 //   - Breaker: a failure (timeout, unreachable, 5xx) ADDs to its
 //     principal's f; a success resets it; an abandoned, unused or
 //     pushed-back call tells nothing. At Threshold the entry closes for
-//     Recovery, and "*" with it while another principal's is closed. A
+//     Recovery, and "*" with it while another principal's is closed, and
+//     no longer, as a pause's below
+//     (TestABreakerFailureLandingLateDoesNotCloseEveryonesEntry). A
 //     probe's success opens the entries it probed; its failure closes its
 //     principal's entry again, and "*" only while another principal's is
 //     closed — so one tenant whose calls fail cannot hold the breaker

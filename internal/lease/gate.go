@@ -373,21 +373,26 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 }
 
 // shutWith closes, as label's entry of gate attr closes until reopen,
-// everyone's too while another principal's is closed, judged from g as
-// seen and pinned, and returns the transition.
+// everyone's too while another principal's is closed, and no longer,
+// judged from g as seen and pinned, and returns the transition.
 func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen, now int64, tr Transition) Transition {
 	if g == nil {
 		return tr
 	}
 	u.pinGate(g, func(key string) bool { return key == label || slices.Contains(probes, gateRef{attr, key}) })
+	// Until the earlier of label's end and the others' as seen (pinned), as
+	// a pause: a write that lands late, or is sent again as built, closes
+	// everyone's no later than another's closing that stood when it was
+	// built.
+	until := min(reopen, g.othersUntil(label))
 	switch {
-	case g.othersUntil(label) <= now: // no other principal's entry closed
+	case until <= now: // no other principal's entry closed
 		return tr
 	case slices.Contains(probes, gateRef{attr, gateAll}):
-		u.set(u.path(attr, gateAll, gateUntil), u.num(reopen))
+		u.set(u.path(attr, gateAll, gateUntil), u.num(until))
 		return Reopened
 	}
-	u.shutAll(g, reopen)
+	u.shutAll(g, until)
 	return Opened
 }
 
