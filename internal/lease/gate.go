@@ -180,6 +180,12 @@ func (v *view) admits(tool, breaker, label string, now int64, probing map[gateRe
 					pause = max(pause, e.until)
 				}
 			case e.shut(now):
+				// The later of the closings that refuse the caller: its
+				// own may outlast everyone's.
+				own := v.gates[attr].entry(label)
+				if key == gateAll && own.shut(now) && own.until > e.until {
+					return nil, &CircuitOpenError{Name: name, Principal: true, RetryAfter: ms(own.until)}
+				}
 				return nil, &CircuitOpenError{Name: name, Principal: key != gateAll, RetryAfter: ms(e.until)}
 			case e.probing(now):
 				return nil, &CircuitOpenError{Name: name, HalfOpen: true, RetryAfter: max(ms(e.probeExp), 50*time.Millisecond)}
