@@ -89,7 +89,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		now := a.now()
 		if v != nil {
 			if exp, ok := v.leases[a.me.id]; ok {
-				return a.lease(ctx, exp, v)
+				return a.lease(ctx, exp, v, false)
 			}
 			if v.needsRepair() {
 				var err error
@@ -250,15 +250,28 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	if v == nil {
 		return a.n == 0 && !a.joined, handout{}, nil
 	}
+	h, since, bypass := v.presume(now, &a.me, a.req.rules(v), a.turnSince)
+	a.turnSince = since
+	if !h.served {
+		bypass = nil
+	}
+	return h.served, h, bypass
+}
+
+// presume walks v at now for me, passing over the tickets presumed gone
+// (bypass): callers whose turn, first seen at seen[id] (now if not seen
+// before), came their claim window ago, and tasks whose start went
+// unclaimed for StartTimeout. since is seen as it stands after: the
+// turns of the tickets ahead and passed over.
+func (v *view) presume(now int64, me *asker, rs rules, seen map[string]time.Time) (h handout, since map[string]time.Time, bypass []*ticket) {
 	skip := map[string]bool{}
-	since := map[string]time.Time{}
-	var bypass []*ticket
+	since = map[string]time.Time{}
 	for {
-		h := v.walk(now, &a.me, a.req.rules(v), skip)
+		h = v.walk(now, me, rs, skip)
 		more := false
 		for _, t := range h.ahead {
 			// A task's turn too: its call is expected from then.
-			at, ok := a.turnSince[t.id]
+			at, ok := seen[t.id]
 			if !ok {
 				at = time.Now()
 			}
@@ -273,11 +286,7 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 			}
 		}
 		if !more {
-			a.turnSince = since
-			if !h.served {
-				bypass = nil
-			}
-			return h.served, h, bypass
+			return h, since, bypass
 		}
 	}
 }
@@ -452,7 +461,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 			_ = a.l.startDue(sctx, a.req.Key, nv, a.req.rules(nv))
 			cancel()
 		}
-		ls, err := a.lease(ctx, exp, nv)
+		ls, err := a.lease(ctx, exp, nv, true)
 		return ls, nil, err
 	}
 	if errors.Is(err, errCondition) {
@@ -479,13 +488,17 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 type judgedKey struct{}
 
 // lease completes the acquire with the lease the item shows this attempt
-// holding, expiring at exp, counted as granted. A place with no time left
+// holding, expiring at exp, counted as granted; answer: v is its take's
+// own answer (which tells what its charge left). A place with no time left
 // for the call is given back, within withdrawBudget whatever ctx's end: a
 // task's keeping its ticket for the next worker (ErrStartLapsed).
-func (a *attempt) lease(ctx context.Context, exp int64, v *view) (*Lease, error) {
+func (a *attempt) lease(ctx context.Context, exp int64, v *view, answer bool) (*Lease, error) {
 	localNow := time.Now()
 	deadline := earlier(localNow.Add(time.UnixMilli(exp).Sub(a.l.clock())-a.l.margin), a.req.CallBy)
 	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim}
+	if answer {
+		ls.tats = tatsOf(v, a.req.Rates)
+	}
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
 	for _, g := range gateAttrs(a.req.Tool, a.me.breaker) {
@@ -851,10 +864,9 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 // buckets: one write, made again from each failed answer, never resent
 // after an unknown outcome (a token may be lost, never taken twice).
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
-	// The process's view only chooses the charge's form; a refusal is
-	// judged from an answer to this call.
-	seen := l.board(req.Key).recent(time.Hour)
-	v := seen
+	b := l.board(req.Key)
+	v := b.recent(time.Hour)
+	fresh := false // v is an answer to this call
 	for try := range maxEager {
 		if err := contended(ctx, req.Key, try); err != nil {
 			return nil, err
@@ -867,64 +879,111 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			if v, err = l.read(ctx, req.Key); err != nil {
 				return nil, err
 			}
+			fresh = true
 		}
 		var now int64
 		nv, err := l.send(ctx, req.Key, v, func(v *view) (*update, error) {
 			now = l.clock().UnixMilli()
-			// It leaves the callers before it their tokens, as a take does.
-			rs := req.rules(v)
-			var ahead []*ticket
-			if v != nil {
-				ahead = v.walk(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, nil).ahead
-			}
-			waiting := rs.tokens(ahead)
-			if v != nil && v != seen {
-				if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
-					l.stats.refused(err)
-					return nil, err
-				}
-				if err := rateLimited(v, req.Rates, now, waiting); err != nil {
-					l.stats.rateLimited.Add(1)
-					return nil, err
-				}
-			}
 			u := newUpdate()
 			u.once = true
+			keep, err := l.chargeRoom(u, req, v, now, fresh)
+			if err != nil {
+				return nil, err
+			}
 			u.admit(gateAttrs(req.Tool, ""), req.Holder, "", 0, now, nil, v)
-			// Both maps: a task's ticket waits for a token as a caller's does.
-			for _, task := range []bool{false, true} {
-				mp, n := u.path(kindAttr(task)), 0
-				if v != nil {
-					n = v.tickets(task)
-				}
-				if n > 0 {
-					u.cond("size(" + mp + ") <= " + u.num(int64(n)))
-				} else {
-					u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
-				}
-			}
-			if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
-				return t.live(now) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
-					return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
-				})
-			}) {
-				// A waiter needing its buckets' tokens: freed as seen.
-				u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
-			}
-			u.charge(req.Rates, v, now, waiting)
+			u.charge(req.Rates, v, now, keep)
 			u.ttl(now + 60_000)
 			return u, nil
 		}, nil)
-		if err == nil {
+		switch {
+		case err == nil:
 			l.stats.acquired.Add(1)
-			ls := &Lease{l: l, req: req, id: l.newLeaseID()}
+			ls := &Lease{l: l, req: req, id: l.newLeaseID(), tats: tatsOf(nv, req.Rates)}
 			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nil
-		}
-		if !errors.Is(err, errCondition) {
+		case errors.Is(err, errStale):
+			// Refused on the process's view: judged again on the item.
+			if v, err = l.read(ctx, req.Key); err != nil {
+				return nil, err
+			}
+			fresh = true
+		case errors.Is(err, errCondition):
+			v, fresh = nv, true
+		default:
 			return nil, err
 		}
-		v = nv
 	}
 	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
+}
+
+// errStale is a charge's refusal judged from its process's view, not an
+// answer to it: it is judged again on the item.
+var errStale = errors.New("lease: refused on an old view")
+
+// chargeRoom judges a charge of req from v at now (fresh: v answers it)
+// and adds to u what it is conditioned on besides its gates, returning
+// the tokens of each bucket it leaves to the callers before it (see
+// Buckets in the package doc).
+func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool) (map[string]int, error) {
+	// Both maps: a task's ticket waits for a token as a caller's does.
+	for _, task := range []bool{false, true} {
+		mp, n := u.path(kindAttr(task)), 0
+		if v != nil {
+			n = v.tickets(task)
+		}
+		if n > 0 {
+			u.cond("size(" + mp + ") <= " + u.num(int64(n)))
+		} else {
+			u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
+		}
+	}
+	if v == nil {
+		return nil, nil
+	}
+	if !fresh {
+		// A view of another moment: nobody joined since, not merely as
+		// many waiting (one may have left as another joined).
+		u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
+	}
+	rs := req.rules(v)
+	// It leaves the callers before it their tokens, as a take does,
+	// passing over those it presumes gone as a take would: the turns its
+	// process saw come are kept on the board.
+	b := l.board(req.Key)
+	b.mu.Lock()
+	h, since, gone := v.presume(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, b.turns)
+	b.turns = since
+	b.mu.Unlock()
+	keep := rs.tokens(h.ahead)
+	var needy []*ticket // waiters that need a token of its buckets
+	for _, t := range v.queue {
+		if t.live(now) && !slices.Contains(gone, t) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
+			return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
+		}) {
+			needy = append(needy, t)
+		}
+	}
+	if all := rs.tokens(needy); len(needy) > 0 {
+		if rateLimited(v, req.Rates, now, all) == nil {
+			keep = all // theirs whoever's turn comes: freed may move
+		} else {
+			// A place freed since may make it one's turn: freed as seen.
+			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
+		}
+	}
+	if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
+		if !fresh {
+			return nil, errStale
+		}
+		l.stats.refused(err)
+		return nil, err
+	}
+	if err := rateLimited(v, req.Rates, now, keep); err != nil {
+		if !fresh {
+			return nil, errStale
+		}
+		l.stats.rateLimited.Add(1)
+		return nil, err
+	}
+	return keep, nil
 }

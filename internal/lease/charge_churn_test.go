@@ -21,18 +21,19 @@ func isChargeOf(in *dynamodb.UpdateItemInput, _ string) bool {
 	return slices.Contains(names, RateAttr("server")) && !slices.Contains(names, LeasesAttr) && !strings.Contains(aws.ToString(in.UpdateExpression), " - ")
 }
 
-// A charge is conditioned on freed as seen while a waiter needs a token
-// of its buckets (W, of another
-// principal, waits for tool heavy; the server's bucket is everyone's).
-// Others' releases move freed every 20 ms (50 a second, as on a server of
-// cap 50 with one-second calls), the store 5 ms away, and its first
-// eagerRetries+1 tries are refused as in TestAChargeOthersKeepWritingOverPauses.
-// Each later try is judged from a new read after its back-off, as a
-// waiter's take and a task's claim are (TestAWaiterUnderSteadyReleasesLands,
-// TestAClaimUnderSteadyReleasesLandsBeforeASecondStart): sent from the
-// answer before its back-off, freed would have moved since every time,
-// and the charge would fail after maxEager tries ("kept changing": the
-// gateway's STORE_UNAVAILABLE) with the bucket holding hundreds of tokens.
+// A charge is not conditioned on freed while the bucket holds a token for
+// every waiter that needs one of its buckets and one more (Buckets in the
+// package doc): whoever's turn a release makes, their tokens stay. W, of
+// another principal, waits for tool heavy; the server's bucket is
+// everyone's and holds 6000 tokens. Others' releases move freed every
+// 20 ms (50 a second, as on a server of cap 50 with one-second calls),
+// the store 5 ms away, and the charge's first eagerRetries+1 tries are
+// refused as in TestAChargeOthersKeepWritingOverPauses. Conditioned on
+// freed as seen, each later try, judged from a new read after its
+// back-off, would still fail whenever a release landed between its read
+// and its write (about half of them), and the charge would fail after
+// maxEager tries ("kept changing": the gateway's STORE_UNAVAILABLE) now
+// and then with the bucket holding thousands of tokens.
 func TestAChargeUnderSteadyReleasesLands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())

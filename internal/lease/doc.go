@@ -296,17 +296,31 @@
 // so the upstream sees at most a bucket's burst at once and its rate
 // after, however long callers waited. The charge's condition compares the
 // bucket with now, never with what another write just changed, so
-// callers of a partly drained bucket do not fail each other. A lease
-// released Unused gives its tokens back. A call with no cap and no gate
-// holds no lease: its take only charges, leaving the tokens of the callers
-// whose turn comes before a newcomer's (conditioned on no more callers
-// and tasks waiting than its view shows and, while one of them needs a
-// token of its buckets, on freed as seen: that caller's turn may have come
-// since); it is sent once, never again after an unknown outcome, as
-// nothing would tell its resend from another call's (a token may be lost
-// to a store error, never counted twice); its refund likewise, which ADDs
-// 1 to freed (a token back can make it a waiter's turn that its bucket
-// held back).
+// callers of a partly drained bucket do not fail each other (a bucket
+// seen full is charged conditioned on the time alone only while the
+// callers before it leave it a token). A lease released Unused gives back
+// what of each token is still to come, min(interval, the time its charge
+// left the bucket at, as its own answer showed, less now): nothing once
+// the bucket has regained it with time, nor when that answer was lost
+// (TestARefundAfterItsTokenCameBackGivesNoExtraToken). A call with no cap
+// and no gate holds no lease: its take only charges, leaving the tokens of
+// the callers whose turn comes before a newcomer's, judged on the item
+// (its process's view, refused, is read again), passing over the waiters
+// it presumes gone as a take does, its process keeping when it first saw
+// each turn come (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow).
+// It is conditioned on no more callers and tasks waiting than the view
+// shows, and on seq as seen when built from its process's view rather than
+// an answer to it (one may have left as another joined:
+// TestAChargeFromAnOldViewDoesNotPassAWaiterThatJoinedAsAnotherLeft);
+// while a waiter needs a token of its buckets, it leaves one to every
+// such waiter, whoever's turn comes, when the bucket holds one more than
+// they need (so others' releases do not fail it), else is conditioned on
+// freed as seen (that waiter's turn may have come since). It is sent once,
+// never again after an unknown outcome, as nothing would tell its resend
+// from another call's (a token may be lost to a store error, never counted
+// twice); its refund likewise, which ADDs 1 to freed (a token back can
+// make it a waiter's turn that its bucket held back), and is not sent when
+// it would give nothing back.
 //
 // # Gates
 //
@@ -656,7 +670,8 @@
 //     for clocks skewed by less than an interval
 //     (TestRateLimitAdmitsItsBurstExactly, TestWaitersPayWhenAdmitted);
 //     a call that only charges leaves a waiter's token to it
-//     (TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket).
+//     (TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket); a token given
+//     back is never one the bucket has regained with time.
 //  12. An adaptive limit stays within [Min, Cap], a take leaves at most the
 //     limit it was conditioned on, it moves at most once a round, and one
 //     principal's evidence alone moves it down only while no other

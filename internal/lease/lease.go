@@ -366,7 +366,11 @@ type Lease struct {
 	round      int64     // the adaptive round it was granted in
 	probes     []gateRef // the entries it is the probe of
 	pauseUntil int64     // the pause its release asks for (PauseFor)
-	task       bool      // claimed from a task's ticket, which its release removes
+	// tats are the arrival times its charge left its buckets at, as its
+	// take's own answer showed them (nil: not known), which bound what a
+	// refund gives back.
+	tats map[string]int64
+	task bool // claimed from a task's ticket, which its release removes
 	// claim is what a task's claim named itself in the ticket (Claim):
 	// its release and renewals are conditioned on the ticket naming it.
 	claim string

@@ -72,13 +72,15 @@ var mutants = []mutant{
 	{"a lapsed claim that still holds its ticket", "item.go",
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 	{"a charge that takes the tokens of the callers before it", "acquire.go",
-		"waiting := rs.tokens(ahead)", "waiting := rs.tokens(ahead[:0])"},
+		"keep := rs.tokens(h.ahead)", "keep := rs.tokens(h.ahead[:0])"},
 	{"a charge resent after an unknown outcome", "acquire.go",
-		"\t\t\tu := newUpdate()\n\t\t\tu.once = true\n\t\t\tu.admit(gateAttrs", "\t\t\tu := newUpdate()\n\t\t\tu.admit(gateAttrs"},
+		"\t\t\tu := newUpdate()\n\t\t\tu.once = true\n\t\t\tkeep, err", "\t\t\tu := newUpdate()\n\t\t\tkeep, err"},
 	{"a charge through the hold and the pauses", "acquire.go",
 		"\t\t\tu.admit(gateAttrs(req.Tool, \"\"), req.Holder, \"\", 0, now, nil, v)\n", ""},
 	{"a refund resent after an unknown outcome", "release.go",
-		"\t\t\tu.once = true\n\t\t\tu.refund(ls.req.Rates)", "\t\t\tu.refund(ls.req.Rates)"},
+		"\t\t\tu.once = true\n\t\t\tif !u.refund(", "\t\t\tif !u.refund("},
+	{"a refund of a token its bucket regained with time", "rate.go",
+		"back := min(r.interval(), tats[r.Name]-now)", "back := r.interval()"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in

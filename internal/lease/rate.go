@@ -60,7 +60,9 @@ func (u *update) charge(rs []Rate, v *view, now int64, keep map[string]int) {
 		if v != nil {
 			tat = v.rates[RateAttr(r.Name)]
 		}
-		if tat >= now {
+		// A bucket seen full holds PerMinute tokens: the full form,
+		// conditioned on the time alone, only while keep leaves one.
+		if tat >= now || keep[r.Name] >= r.PerMinute {
 			u.cond(p+" >= "+u.num(now), p+" <= "+u.num(now+r.tolerance()-int64(keep[r.Name])*r.interval()))
 			u.set(p, p+" + "+u.num(r.interval()))
 			continue
@@ -70,13 +72,38 @@ func (u *update) charge(rs []Rate, v *view, now int64, keep map[string]int) {
 	}
 }
 
-// refund gives back the token each of rs gave a call never made (a bucket
+// refund gives back, at now, what is still to come of the token each of
+// rs gave a call never made: its charge left the bucket at arrival time
+// tats[name], so min(interval, tats[name] - now) — none once the bucket
+// has regained that token with time, whatever charges came after, and
+// none where tats does not say (the charge's answer unknown: a token may
+// be lost, never given twice). It reports whether it gave any (a bucket
 // purged meanwhile was full, and stays so).
-func (u *update) refund(rs []Rate) {
+func (u *update) refund(rs []Rate, tats map[string]int64, now int64) bool {
+	gave := false
 	for _, r := range rs {
+		back := min(r.interval(), tats[r.Name]-now)
+		if back <= 0 {
+			continue
+		}
 		p := u.path(RateAttr(r.Name))
-		u.set(p, "if_not_exists("+p+", "+u.num(0)+") - "+u.num(r.interval()))
+		u.set(p, "if_not_exists("+p+", "+u.num(0)+") - "+u.num(back))
+		gave = true
 	}
+	return gave
+}
+
+// tatsOf is what v, the answer to a call's own charge, shows of rs'
+// arrival times.
+func tatsOf(v *view, rs []Rate) map[string]int64 {
+	if v == nil || len(rs) == 0 {
+		return nil
+	}
+	tats := make(map[string]int64, len(rs))
+	for _, r := range rs {
+		tats[r.Name] = v.rates[RateAttr(r.Name)]
+	}
+	return tats
 }
 
 // RateLimitedError means the bucket named Name held no token for the

@@ -152,11 +152,14 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 		// Sent once: a bucket or freed written by hand refuses it as
 		// invalid (nothing applied), and it is made again once mended.
 		_, err := l.send(ctx, ls.req.Key, nil, func(*view) (*update, error) {
+			now := l.clock().UnixMilli()
 			u := newUpdate()
 			u.once = true
-			u.refund(ls.req.Rates)
+			if !u.refund(ls.req.Rates, ls.tats, now) {
+				return nil, nil // its tokens came back with time
+			}
 			u.count(u.path(FreedAttr), 1)
-			u.ttl(l.clock().UnixMilli())
+			u.ttl(now)
 			return u, nil
 		}, nil)
 		return err
@@ -247,7 +250,7 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras, keep 
 		u.set(u.path(CallAttr), u.num(callMean(latest.callMS, took)))
 	}
 	if outcome == Unused {
-		u.refund(ls.req.Rates)
+		u.refund(ls.req.Rates, ls.tats, ms)
 	}
 	tr, bo := NoTransition, outcome
 	if bo == Overloaded || bo == Unused {

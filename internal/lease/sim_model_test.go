@@ -891,6 +891,23 @@ type mWriter struct {
 	// its charges and refunds that landed before this write.
 	holdsNothing     bool
 	charges, refunds int
+	// tats: the arrival times its latest landed take or charge left its
+	// buckets at; finishAt: when it began to finish, on its clock (Unix
+	// ms; 0: unknown). A token given back is no more than what of it was
+	// then still to come (doc.go, Buckets).
+	tats     map[string]int64
+	finishAt int64
+}
+
+// mRefundBound is the most a refund of w may give bucket name back: what
+// of the token its charge took was still to come when it began to finish
+// (-1: unknown, not judged).
+func (w *mWrite) mRefundBound(name string, bk mBucket) int64 {
+	tat, ok := w.w.tats[name]
+	if !ok || w.w.finishAt == 0 {
+		return -1
+	}
+	return min(bk.interval(), max(tat-w.w.finishAt, 0))
 }
 
 // mWrite is one landed write: the item before and after it, when it was
@@ -1544,6 +1561,8 @@ func (w *mWrite) judgeBuckets(v *mVerdict, judged map[string]bool) {
 				v.fail("rate", name, "bucket %s gave back %d ms in a write that is not an unused call's release (or a leave removing a take it never learnt of)", name, tb-ta)
 			case ta < tb-bk.interval():
 				v.fail("rate", name, "an unused call's release gave bucket %s back %d ms, more than one token (%d)", name, tb-ta, bk.interval())
+			case w.mRefundBound(name, bk) >= 0 && tb-ta > w.mRefundBound(name, bk):
+				v.fail("rate", name, "an unused call's release gave bucket %s back %d ms; of its token only %d ms were still to come (its charge left it at %d, its finish began at %d)", name, tb-ta, w.mRefundBound(name, bk), w.w.tats[name], w.w.finishAt)
 			default:
 				v.refunded = append(v.refunded, name)
 			}
@@ -1621,13 +1640,19 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		}
 		c := me
 		c.id, c.n = "(charge)", math.MaxInt64 // a newcomer: the newest
-		skip := map[string]bool{}
+		skip, alive := map[string]bool{}, map[string]bool{}
 		for id, tk := range b.tickets {
 			if w.judged >= 0 && tk.hasN && tk.n > w.judged {
-				skip[id] = true // joined after any view it could have judged from
+				skip[id], alive[id] = true, true // joined after any view it could have judged from
+			}
+			if came, ok := w.turnCame[id]; ok && !tk.task && w.sent.Sub(came) >= ClaimWindow {
+				skip[id] = true // its turn came a claim window ago: presumed gone, as by a take
 			}
 		}
 		out := b.handout(k, now, []mCaller{c}, skip)
+		if mServed(out, c.id) && !mServed(b.handout(k, now, []mCaller{c}, alive), c.id) {
+			v.events = append(v.events, "charge past a waiter presumed gone")
+		}
 		if !refused && !mServed(out, c.id) {
 			v.fail("rate", "turn", "a charge of %s took a token its buckets did not hold beyond what the callers whose turn comes first need: %s", me.p, b.explain(k, now, c, skip))
 		}
@@ -1650,8 +1675,14 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 			bk := mine[name]
 			judged[name] = true
 			tb := b.rates[name] // absent: read as 0 by the refund
-			if ta, hasA := a.rates[name]; !hasA || ta != tb-bk.interval() {
-				v.fail("rate", name, "a refund left bucket %s at %d (was %d); one token back makes it %d", name, ta, tb, tb-bk.interval())
+			ta, hasA := a.rates[name]
+			switch bound := w.mRefundBound(name, bk); {
+			case !hasA || ta > tb || ta < tb-bk.interval():
+				v.fail("rate", name, "a refund left bucket %s at %d (was %d); at most one token back makes it no less than %d", name, ta, tb, tb-bk.interval())
+			case bound >= 0 && tb-ta > bound:
+				v.fail("rate", name, "a refund gave bucket %s back %d ms; of its token only %d ms were still to come (its charge left it at %d, its finish began at %d)", name, tb-ta, bound, w.w.tats[name], w.w.finishAt)
+			case tb-ta < bk.interval():
+				v.events = append(v.events, "refund of part of a token")
 			}
 			v.refunded = append(v.refunded, name)
 		}

@@ -287,6 +287,7 @@ func (s *sim) worker(l *Limiter, w *simCaller, ts TaskStart, delay, short time.D
 		return
 	}
 	w.state, w.running, w.final = simFinishing, false, w.outcome
+	w.finishAt = s.clock(w, time.Now()).UnixMilli()
 	unclaim = unclaim && w.outcome == Unused
 	s.mu.Unlock()
 	if unclaim {

@@ -171,6 +171,9 @@ type simCaller struct {
 	// charges and refunds: a call holding nothing's charges and refunds
 	// that landed.
 	charges, refunds int
+	// tats and finishAt: see mWriter.
+	tats     map[string]int64
+	finishAt int64
 }
 
 // holdsNothing reports whether c's request holds nothing in the item: no
@@ -847,7 +850,7 @@ func (s *sim) writer(c *simCaller) mWriter {
 		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap)},
 		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims, called: c.called,
 		superseded:   func(id string) bool { t := s.lastTake[id]; return t != nil && t != c },
-		holdsNothing: c.holdsNothing(), charges: c.charges, refunds: c.refunds}
+		holdsNothing: c.holdsNothing(), charges: c.charges, refunds: c.refunds, tats: c.tats, finishAt: c.finishAt}
 	for _, r := range c.req.Rates {
 		if r.Name == "tool:"+c.tool {
 			w.me.rpm = int64(r.PerMinute)
@@ -917,6 +920,10 @@ func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 			id = v.takes[0]
 		}
 		s.tokens[name] = append(s.tokens[name], simToken{at: r.sent, id: id})
+		if c.tats == nil {
+			c.tats = map[string]int64{}
+		}
+		c.tats[name] = w.after.rates[name]
 		s.charged(name, buckets[name], r.sent)
 	}
 	for _, name := range v.refunded {
@@ -1767,6 +1774,7 @@ func (s *sim) call(l *Limiter, c *simCaller) {
 		return
 	}
 	c.state, c.running, c.deadline, c.final = simFinishing, false, ls.CallDeadline, outcome
+	c.finishAt = s.clock(c, time.Now()).UnixMilli()
 	s.mu.Unlock()
 	_, err = ls.Finish(ctx, outcome)
 	s.mu.Lock()
@@ -1806,6 +1814,7 @@ func (s *sim) sweep(l *Limiter, c *simCaller) {
 		if err == nil {
 			s.mu.Lock()
 			c.state, c.final = simFinishing, Unused
+			c.finishAt = s.clock(c, time.Now()).UnixMilli()
 			s.mu.Unlock()
 			_, err = ls.Finish(ctx, Unused)
 			s.mu.Lock()

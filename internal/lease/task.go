@@ -276,7 +276,7 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			// expiry one of them set (a later claim, after a lapse, sets
 			// a later one), in a ticket that names this claim (another
 			// worker of the same start may set the same expiry).
-			return a.lease(ctx, exp, v)
+			return a.lease(ctx, exp, v, false)
 		case held && (exp >= now || t == nil):
 			return nil, ErrClaimed
 		}
@@ -389,7 +389,7 @@ func (a *attempt) unclaimUnsure(ctx context.Context) bool {
 		return false
 	}
 	// Given back by lease itself when its worker's time is out.
-	if ls, _ := a.lease(ctx, exp, v); ls != nil {
+	if ls, _ := a.lease(ctx, exp, v, false); ls != nil {
 		_ = ls.Unclaim(ctx)
 	}
 	return true

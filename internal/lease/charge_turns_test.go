@@ -1,16 +1,13 @@
 package lease
 
-// Defects of the calls that hold nothing (Limiter.charge,
-// Lease.finishTokens) found by a reader once the fault simulation ran
-// them, known and not yet fixed: each test but the dead waiter's fails on
-// today's code, and is skipped unless LEASE_OPEN_DEFECTS is set. The dead
-// waiter's test passes today only through the first defect: fixing that
-// one alone makes it fail, so the two go together.
+// Calls that hold nothing (Limiter.charge, Lease.finishTokens): a charge
+// leaves the tokens of the callers whose turn comes first, judged on the
+// item, not merely on its process's view, and passes a dead waiter as a
+// take does; a refund gives back only what of its token is still to come.
 
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -18,15 +15,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
-
-// openDefect skips a test of a known open defect unless
-// LEASE_OPEN_DEFECTS is set.
-func openDefect(t *testing.T) {
-	t.Helper()
-	if os.Getenv("LEASE_OPEN_DEFECTS") == "" {
-		t.Skip("a known open defect (see its comment); LEASE_OPEN_DEFECTS=1 runs it")
-	}
-}
 
 // slowProcessAPI stands for a process that is slow to be heard from (a long
 // pause of its runtime, a slow network): while stopped, its requests wait
@@ -94,13 +82,12 @@ func (s *slowProcessAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItem
 // then (a live waiter is never passed for being slow; any charge in the
 // moment between the token's coming and W's take does as well). B's next
 // charge, judged from the view its last answer left, counts W before it
-// (keep 1; B's refusal a second after H finished left it that view) — but the bucket, full as seen (its time before now), is
-// charged in its "full" form, conditioned on the time being before now
-// alone, which leaves keep out, and the first try is not checked against
-// the view (rateLimited is asked of answers only): B takes W's token, and
-// W waits a minute more.
+// (keep 1; B's refusal a second after H finished left it that view): the
+// bucket, full as seen, holds no token beyond W's. Were the charge sent
+// in its "full" form, conditioned on the time alone, or sent without
+// being judged because its view is not an answer to it, B would take W's
+// token and W wait a minute more.
 func TestAChargeFromAViewOfAFullBucketLeavesTheWaitersToken(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -160,9 +147,6 @@ func TestAChargeFromAViewOfAFullBucketLeavesTheWaitersToken(t *testing.T) {
 	})
 }
 
-// isChargeOf matches a charge of a call holding nothing: a write of bucket
-// rate:server that names no lease and gives no token back.
-
 // The same with a task, and nothing slow but a worker's start: Buckets
 // (doc.go) and invariant 11, "tasks' tickets too". The server's bucket
 // holds 1 token a minute. A task of tool heavy (cap 1, held by H) is
@@ -172,12 +156,12 @@ func TestAChargeFromAViewOfAFullBucketLeavesTheWaitersToken(t *testing.T) {
 // start (an invocation's cold start). Meanwhile P serves a call of tool
 // light (no cap: it only charges) from the view its own last answer left,
 // which shows the task's turn come: the charge counts it before itself
-// (keep 1) and, the bucket full as seen, is sent in the full form, which
-// leaves keep out. It lands; the worker's claim finds the bucket empty, and
-// the task waits a minute more (fault simulation seed 11967001 found it so:
-// three tasks of tool b waiting, a bucket of 3 full, a charge taking one).
+// (keep 1), and the bucket, full as seen, holds no token beyond it. Sent
+// in the full form, which leaves keep out, it would land, the worker's
+// claim find the bucket empty, and the task wait a minute more (fault
+// simulation seed 11967001 found it so: three tasks of tool b waiting, a
+// bucket of 3 full, a charge taking one).
 func TestAChargeBesideATasksStartLeavesItsToken(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -234,11 +218,11 @@ func TestAChargeBesideATasksStartLeavesItsToken(t *testing.T) {
 // heavy would have (it takes W's place past its claim window, removing
 // its ticket).
 //
-// Today B gets one at 122 s only through the defect of
-// TestAChargeFromAViewOfAFullBucketLeavesTheWaitersToken (its try
-// from its view of the full bucket leaves keep out), so this passes; with
-// that fixed alone (rate.go: the full form only when keep < PerMinute), B
-// is refused until W's ticket lapses, ten minutes on, and this fails.
+// A charge presumes W gone as a take would: its process keeps, on the
+// key's board, when it first saw each turn come (W's at 62 s), and passes
+// over a waiter whose turn came its claim window ago. (Before, B got a
+// token at 122 s only because a charge over a full bucket left keep out:
+// TestAChargeFromAViewOfAFullBucketLeavesTheWaitersToken.)
 func TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -295,27 +279,21 @@ func TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow(t *t
 }
 
 // Buckets and "Whose turn" (doc.go): a newcomer is the newest caller, its
-// take conditioned on seq as seen (nobody joined since it looked); a
-// charge instead on "no more callers and tasks waiting than its view
-// shows" (size(queue) at most the view's) and on freed only while the
-// view shows a waiter needing its buckets. A waiter leaving and another
-// joining since leave the size as it was, and the leaver needed none of
-// its buckets: the charge, judged from its process's view of a minute
-// before (board.recent allows an hour), lands ahead of a waiter that had
-// joined since and whose only want was that token — a capped newcomer's
-// take from the same view would have been refused on seq. Principal B's
-// bucket holds 1 token a minute. H (B) holds tool heavy (cap 1) from 0 s;
-// Y waits for heavy from 0 s. Process P, refused a call of tool light for
-// B at 1 s (the bucket empty), keeps a view showing Y waiting. Y gives up
-// at 2 s. At 61 s (the token back) W of B joins for heavy; H finishes at
-// 62 s: only B's bucket could hold W back, and its token is there; W's
-// process is slow to look. P's call of light for B at 63 s takes the
-// token. (The fault simulation's model allows it: it counts a ticket
-// numbered past the latest view the charging instance was shown as
-// joined after the charge. This is a question for the contract as much as
-// a defect: the charge's look may be an hour old.)
+// take conditioned on seq as seen (nobody joined since it looked). A
+// charge built from an answer to it is conditioned on no more callers and
+// tasks waiting than that answer shows; one built from its process's
+// older view on seq too. Else a waiter leaving and another joining since
+// leave the queue's size as it was: the charge, judged from its process's
+// view of a minute before (board.recent allows an hour), would land ahead
+// of a waiter that had joined since and whose only want was that token.
+// Principal B's bucket holds 1 token a minute. H (B) holds tool heavy
+// (cap 1) from 0 s; Y waits for heavy from 0 s. Process P, refused a call
+// of tool light for B at 1 s (the bucket empty), keeps a view showing Y
+// waiting. Y gives up at 2 s. At 61 s (the token back) W of B joins for
+// heavy; H finishes at 62 s: only B's bucket could hold W back, and its
+// token is there; W's process is slow to look. P's call of light for B at
+// 63 s must leave W the token.
 func TestAChargeFromAnOldViewDoesNotPassAWaiterThatJoinedAsAnotherLeft(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -378,17 +356,16 @@ func TestAChargeFromAnOldViewDoesNotPassAWaiterThatJoinedAsAnotherLeft(t *testin
 // Invariant 11 (doc.go): "a bucket admits no more than it gives, at the
 // moment of admission to the upstream" — the upstream sees at most a
 // bucket's burst at once and its rate after. A call never made gives its
-// token back (Unused): the refund takes an interval off the bucket's
-// time, whenever it comes. The gateway gives a key's charge back when the
-// server then refuses the call (Gateway.admit's giveBack), which may be
-// after the server's queue_timeout (10 s to 15 minutes). By then the
-// token that charge took has come back with time; the refund gives one
+// token back (Unused): what of it is still to come, no more. The gateway
+// gives a key's charge back when the server then refuses the call
+// (Gateway.admit's giveBack), which may be after the server's
+// queue_timeout (10 s to 15 minutes). By then the token that charge took
+// has come back with time: a refund of a whole interval would give one
 // more. A key's bucket of 1 a minute: A is charged at 0 s and waits for
 // the server; C is charged at 61 s (the bucket full again: its token); A's
 // call is refused at 62 s and gives its token back; D is charged at 62 s.
 // C and D reach the upstream a second apart on a bucket of 1 a minute.
 func TestARefundAfterItsTokenCameBackGivesNoExtraToken(t *testing.T) {
-	openDefect(t)
 	for _, capped := range []bool{false, true} {
 		name := "holding nothing"
 		if capped {
