@@ -320,7 +320,9 @@
 // from another call's (a token may be lost to a store error, never counted
 // twice); its refund likewise, which ADDs 1 to freed (a token back can
 // make it a waiter's turn that its bucket held back), and is not sent when
-// it would give nothing back.
+// it would give nothing back. Its pause ADDs 1 to freed too: its
+// principal's waiters held back, it may be another's turn, as when a place
+// frees (fault simulation seed 12006764).
 //
 // # Gates
 //

@@ -403,15 +403,16 @@ func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen,
 }
 
 // pause closes pause gate attr for principal label until until, as v
-// shows the gate (see Pause in the package doc).
-func (u *update) pause(v *view, attr, label string, until, now int64) {
+// shows the gate (see Pause in the package doc), and reports whether it
+// closes it (not when a later pause stands, or it has passed).
+func (u *update) pause(v *view, attr, label string, until, now int64) bool {
 	g := v.gates[attr]
 	if until <= now {
-		return // it has passed
+		return false // it has passed
 	}
 	u.condGate(g, attr, label)
 	if g.entry(label).until >= until {
-		return // a later pause stands, so long as it does
+		return false // a later pause stands, so long as it does
 	}
 	if g != nil {
 		u.pinGate(g, func(key string) bool { return key == label })
@@ -425,6 +426,7 @@ func (u *update) pause(v *view, attr, label string, until, now int64) {
 	if others := g.othersUntil(label); others > now {
 		u.shutAll(g, min(until, others))
 	}
+	return true
 }
 
 // othersUntil is the latest time an entry of g of a principal other than

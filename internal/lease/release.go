@@ -182,7 +182,11 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			// again after a late answer asks it later.
 			now := l.clock().UnixMilli()
 			u := newUpdate()
-			u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now)
+			if u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now) {
+				// Its principal's waiters held back, it may be another's
+				// turn, as when a place frees.
+				u.count(u.path(FreedAttr), 1)
+			}
 			if len(u.conds) == 0 {
 				return nil, nil // it has passed
 			}

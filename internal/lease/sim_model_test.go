@@ -1179,8 +1179,13 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	if v.refund {
 		bucketsBack = max(bucketsBack, 1)
 	}
+	// So can a gate entry closed: its principal's waiters held back, the
+	// places may go to others.
+	if mEntriesSet(b, a) {
+		entriesGone++
+	}
 	if df := a.freed - b.freed; df < 0 || df > int64(len(v.released)+purgedLeases+gone+entriesGone+bucketsBack+reranked) {
-		v.fail("freed", "", "freed moved by %d in a write that removed %d leases, %d tickets other than by their take and %d gate entries, removed or refilled %d buckets and reranked %d principals' tickets", df, len(v.released)+purgedLeases, gone, entriesGone, bucketsBack, reranked)
+		v.fail("freed", "", "freed moved by %d in a write that removed %d leases, %d tickets other than by their take, removed or set %d gate entries, removed or refilled %d buckets and reranked %d principals' tickets", df, len(v.released)+purgedLeases, gone, entriesGone, bucketsBack, reranked)
 	} else if df == 0 && (len(v.released) > 0 || gone > 0) {
 		v.fail("freed", "", "a write that freed %d places and removed %d tickets other than by their take left freed as it was", len(v.released), gone)
 	}
