@@ -925,34 +925,40 @@ var errStale = errors.New("lease: refused on an old view")
 // the tokens of each bucket it leaves to the callers before it (see
 // Buckets in the package doc).
 func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool) (map[string]int, error) {
-	// Both maps: a task's ticket waits for a token as a caller's does.
-	for _, task := range []bool{false, true} {
-		mp, n := u.path(kindAttr(task)), 0
-		if v != nil {
-			n = v.tickets(task)
-		}
-		if n > 0 {
-			u.cond("size(" + mp + ") <= " + u.num(int64(n)))
-		} else {
+	if v == nil {
+		// Seen nowhere: nobody waits, callers or tasks, as a key's first
+		// call finds it.
+		for _, task := range []bool{false, true} {
+			mp := u.path(kindAttr(task))
 			u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
 		}
-	}
-	if v == nil {
 		return nil, nil
 	}
-	if !fresh {
-		// A view of another moment: nobody joined since, not merely as
-		// many waiting (one may have left as another joined).
-		u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
-	}
+	// Nobody joined since, not merely as many waiting: one may have left
+	// as another joined.
+	u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 	rs := req.rules(v)
 	// It leaves the callers before it their tokens, as a take does,
-	// passing over those it presumes gone as a take would: the turns its
-	// process saw come are kept on the board.
+	// passing over those it presumes gone as a take would, from the turns
+	// its process saw come, kept on the board: each seen again within
+	// twice its claim window of the last sighting (else it may have gone
+	// and come again), and only in answers to charges (a view of another
+	// moment may show a lapse a renewal undid).
 	b := l.board(req.Key)
 	b.mu.Lock()
-	h, since, gone := v.presume(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, b.turns)
-	b.turns = since
+	seen := map[string]time.Time{}
+	for _, t := range v.queue {
+		if s, ok := b.turns[t.id]; ok && time.Since(s.last) <= 2*claimWindow(t) {
+			seen[t.id] = s.first
+		}
+	}
+	h, since, gone := v.presume(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, seen)
+	if fresh {
+		b.turns = make(map[string]sighting, len(since))
+		for id, first := range since {
+			b.turns[id] = sighting{first: first, last: time.Now()}
+		}
+	}
 	b.mu.Unlock()
 	keep := rs.tokens(h.ahead)
 	var needy []*ticket // waiters that need a token of its buckets
@@ -982,8 +988,21 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 		if !fresh {
 			return nil, errStale
 		}
+		if rateLimited(v, req.Rates, now, nil) == nil {
+			// Held back by the callers before it alone: by the time the
+			// first of them may be presumed gone, at the latest.
+			for _, t := range h.ahead {
+				if at, ok := since[t.id]; ok && !t.task {
+					err.RetryAfter = max(min(err.RetryAfter, time.Until(at.Add(claimWindow(t)))), 50*time.Millisecond)
+				}
+			}
+		}
 		l.stats.rateLimited.Add(1)
 		return nil, err
 	}
 	return keep, nil
 }
+
+// sighting is when a process's charges first and last saw a ticket's turn
+// come before theirs.
+type sighting struct{ first, last time.Time }

@@ -306,11 +306,15 @@
 // and no gate holds no lease: its take only charges, leaving the tokens of
 // the callers whose turn comes before a newcomer's, judged on the item
 // (its process's view, refused, is read again), passing over the waiters
-// it presumes gone as a take does, its process keeping when it first saw
-// each turn come (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow).
-// It is conditioned on no more callers and tasks waiting than the view
-// shows, and on seq as seen when built from its process's view rather than
-// an answer to it (one may have left as another joined:
+// it presumes gone as a take does: its process keeps when answers to its
+// charges first and last showed each turn come, and a turn stands while
+// each sighting is within twice its claim window of the last
+// (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
+// TestATurnThatCameAgainAfterAHoldIsNotPresumedGone,
+// TestATurnSeenInAnOldViewIsNotFirstSeenThen); refused for those callers'
+// tokens alone, it is told to come back when the first may be presumed
+// gone. It is conditioned on seq as seen, nobody having joined since, not
+// merely as many waiting (one may have left as another joined:
 // TestAChargeFromAnOldViewDoesNotPassAWaiterThatJoinedAsAnotherLeft);
 // while a waiter needs a token of its buckets, it leaves one to every
 // such waiter, whoever's turn comes, when the bucket holds one more than

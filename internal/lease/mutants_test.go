@@ -79,8 +79,6 @@ var mutants = []mutant{
 		"\t\t\tu.admit(gateAttrs(req.Tool, \"\"), req.Holder, \"\", 0, now, nil, v)\n", ""},
 	{"a refund resent after an unknown outcome", "release.go",
 		"\t\t\tu.once = true\n\t\t\tif !u.refund(", "\t\t\tif !u.refund("},
-	{"a pause of a call holding nothing that leaves freed as it was", "release.go",
-		"\t\t\t\tu.count(u.path(FreedAttr), 1)\n\t\t\t}\n\t\t\tif len(u.conds) == 0 {", "\t\t\t}\n\t\t\tif len(u.conds) == 0 {"},
 	{"a refund of a token its bucket regained with time", "rate.go",
 		"back := min(r.interval(), tats[r.Name]-now)", "back := r.interval()"},
 }
