@@ -497,7 +497,7 @@ func (a *attempt) lease(ctx context.Context, exp int64, v *view, answer bool) (*
 	deadline := earlier(localNow.Add(time.UnixMilli(exp).Sub(a.l.clock())-a.l.margin), a.req.CallBy)
 	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim}
 	if answer {
-		ls.tats = tatsOf(v, a.req.Rates)
+		ls.charged = chargedIn(v, a.req.Rates)
 	}
 	ls.setExpiry(exp, deadline)
 	ls.InFlight, ls.Limit, ls.round = v.liveLeases(a.now()), a.req.capIn(v), v.round
@@ -898,7 +898,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		switch {
 		case err == nil:
 			l.stats.acquired.Add(1)
-			ls := &Lease{l: l, req: req, id: l.newLeaseID(), tats: tatsOf(nv, req.Rates)}
+			ls := &Lease{l: l, req: req, id: l.newLeaseID(), charged: chargedIn(nv, req.Rates)}
 			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nil
 		case errors.Is(err, errStale):

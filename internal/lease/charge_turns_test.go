@@ -405,3 +405,66 @@ func lateRefund(t *testing.T, capped bool) {
 		_, _ = c.Finish(ctx, Success)
 	})
 }
+
+// Invariant 11 (doc.go): "a token given back is never one the bucket has
+// regained with time", and the upstream sees at most a bucket's burst at
+// once. A refund landing before another's, of a charge made before it,
+// moves the bucket's arrival time back by an interval: the other's token
+// then comes back an interval sooner than its own charge's answer said,
+// and once that moment is past, a refund judged from that answer alone
+// would give back (part of) a token the bucket has regained.
+//
+// A key's bucket of 2 a minute (an interval of 30 s, a burst of 2). A and B
+// are charged at 0 s (arrival times 30 s and 60 s); A's call is refused at
+// once and gives its token back (the bucket at 30 s: B's token comes back
+// at 30 s). At 31 s the bucket is full again; C and D take its burst. B's
+// call is refused then and gives back min(30 s, 60 s − 31 s) = 29 s of a
+// token the bucket regained at 30 s; E is admitted at 32 s: three calls
+// reach the upstream within a second on a burst of 2.
+func TestARefundAfterAnEarlierRefundGivesNoRegainedToken(t *testing.T) {
+	for _, capped := range []bool{false, true} {
+		name := "holding nothing"
+		if capped {
+			name = "holding a place"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				db := newMemStore()
+				ctx := context.Background()
+				l := New(db, rgTable, Options{InstanceID: "g"})
+				key := Request{Key: "key#k", Hold: 2 * time.Minute, Holder: "K", Rates: []Rate{{Name: "key", PerMinute: 2}}}
+				if capped {
+					key.Cap = 10
+				}
+				get := func(who string) *Lease {
+					t.Helper()
+					ls, err := l.Acquire(ctx, key)
+					if err != nil {
+						t.Fatalf("%s at %v: %v", who, time.Now().Unix(), err)
+					}
+					return ls
+				}
+				start := time.Now()
+				a, b := get("A"), get("B")
+				if _, err := a.Finish(ctx, Unused); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(31 * time.Second)
+				c, d := get("C"), get("D")
+				if _, err := b.Finish(ctx, Unused); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+				e, err := l.Acquire(ctx, key)
+				if err == nil {
+					t.Errorf("C and D at 31 s, E at %v on a bucket of 2 a minute: B's refund at 31 s gave back a token the bucket had regained at 30 s", time.Since(start))
+					_, _ = e.Finish(ctx, Success)
+				} else if rl := (*RateLimitedError)(nil); !errors.As(err, &rl) {
+					t.Fatalf("E: %v", err)
+				}
+				_, _ = c.Finish(ctx, Success)
+				_, _ = d.Finish(ctx, Success)
+			})
+		})
+	}
+}

@@ -155,7 +155,7 @@
 //     (TestATicketNumberedAtTheTopByHandDoesNotWedgeTheCallersAfterIt,
 //     TestARenumberingRepairStaysWithinDynamoDBsExpressionLimits,
 //     TestARenumberingKeepsTheTurnsOfTicketsNumberedAlike);
-//     freed or the limit's
+//     freed, refunds or the limit's
 //     round not
 //     whole, now, a number no count reaches, so no write judged from a
 //     view before the edit lands; the rest is removed — a set or a gate
@@ -299,10 +299,14 @@
 // callers of a partly drained bucket do not fail each other (a bucket
 // seen full is charged conditioned on the time alone only while the
 // callers before it leave it a token). A lease released Unused gives back
-// what of each token is still to come, min(interval, the time its charge
-// left the bucket at, as its own answer showed, less now): nothing once
-// the bucket has regained it with time, nor when that answer was lost
-// (TestARefundAfterItsTokenCameBackGivesNoExtraToken). A call with no cap
+// what of each token may still be to come: min(interval, the time its
+// charge left the bucket at, as its own answer showed, less an interval
+// for each refund landed since (refunds counts them; the refund is
+// conditioned on it as seen, and ADDs 1 to it), less now): nothing once
+// the bucket may have regained it with time, nor when that answer was
+// lost (TestARefundAfterItsTokenCameBackGivesNoExtraToken,
+// TestARefundAfterAnEarlierRefundGivesNoRegainedToken). A release's
+// refund is among what it drops after maxEager tries. A call with no cap
 // and no gate holds no lease: its take only charges, leaving the tokens of
 // the callers whose turn comes before a newcomer's, judged on the item
 // (its process's view, refused, is read again), passing over the waiters

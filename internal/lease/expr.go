@@ -461,7 +461,7 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 			u.set(p, u.value(emptyMap()))
 		case attr == SeqAttr:
 			u.set(p, u.num(u.renumber(v)))
-		case attr == FreedAttr || attr == LimitRoundAttr:
+		case attr == FreedAttr || attr == LimitRoundAttr || attr == RefundsAttr:
 			u.set(p, u.num(now))
 			freedSet = freedSet || attr == FreedAttr
 		default:

@@ -32,6 +32,7 @@ type view struct {
 	// holds none.
 	fixes      []fix
 	seq, freed int64
+	refunds    int64 // refunds landed
 	callMS     int64
 	hold       int64
 	gates      map[string]*gate
@@ -125,6 +126,8 @@ func parseItem(item map[string]types.AttributeValue) *view {
 				v.rates[attr] = n
 			case attr == FreedAttr:
 				v.freed = n
+			case attr == RefundsAttr:
+				v.refunds = n
 			case attr == CallAttr:
 				v.callMS = n
 			case attr == HoldAttr:
@@ -246,7 +249,7 @@ func isMalformed(attr string, a types.AttributeValue) bool {
 		// A label, which a release's down evidence is conditioned on.
 		_, ok := a.(*types.AttributeValueMemberS)
 		return !ok
-	case attr == FreedAttr || attr == HoldAttr || attr == LimitAttr || attr == LimitRoundAttr || attr == LimitOKAttr ||
+	case attr == FreedAttr || attr == RefundsAttr || attr == HoldAttr || attr == LimitAttr || attr == LimitRoundAttr || attr == LimitOKAttr ||
 		attr == SeqAttr || strings.HasPrefix(attr, RateAttrPrefix):
 		return !whole(a)
 	}

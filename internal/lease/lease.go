@@ -35,13 +35,14 @@ const (
 	WaitingAttrPrefix   = "waiting:"
 	SeqAttr             = "seq"
 	FreedAttr           = "freed"
+	RefundsAttr         = "refunds"
 	CallAttr            = "call_ms"
 )
 
 // IsItemAttr reports whether the limiter keeps attr in a lease item.
 func IsItemAttr(attr string) bool {
 	switch attr {
-	case LeasesAttr, QueueAttr, TasksAttr, TicketsAttr, SeqAttr, FreedAttr, CallAttr, HoldAttr:
+	case LeasesAttr, QueueAttr, TasksAttr, TicketsAttr, SeqAttr, FreedAttr, RefundsAttr, CallAttr, HoldAttr:
 		return true
 	}
 	return isSetAttr(attr) || isLimitAttr(attr) || isGateAttr(attr) || strings.HasPrefix(attr, RateAttrPrefix)
@@ -366,11 +367,10 @@ type Lease struct {
 	round      int64     // the adaptive round it was granted in
 	probes     []gateRef // the entries it is the probe of
 	pauseUntil int64     // the pause its release asks for (PauseFor)
-	// tats are the arrival times its charge left its buckets at, as its
-	// take's own answer showed them (nil: not known), which bound what a
-	// refund gives back.
-	tats map[string]int64
-	task bool // claimed from a task's ticket, which its release removes
+	// charged is what its take's own answer showed of its buckets (nil:
+	// not known), which bounds what a refund gives back.
+	charged *charged
+	task    bool // claimed from a task's ticket, which its release removes
 	// claim is what a task's claim named itself in the ticket (Claim):
 	// its release and renewals are conditioned on the ticket naming it.
 	claim string

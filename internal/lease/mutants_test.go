@@ -78,7 +78,7 @@ var mutants = []mutant{
 	{"a charge through the hold and the pauses", "acquire.go",
 		"\t\t\tu.admit(gateAttrs(req.Tool, \"\"), req.Holder, \"\", 0, now, nil, v)\n", ""},
 	{"a refund resent after an unknown outcome", "release.go",
-		"\t\t\tu.once = true\n\t\t\tif !u.refund(", "\t\t\tif !u.refund("},
+		"\t\t\tu.once = refund\n", ""},
 	{"a refund of a token its bucket regained with time", "rate.go",
 		"back := min(r.interval(), tats[r.Name]-now)", "back := r.interval()"},
 }

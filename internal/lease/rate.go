@@ -72,17 +72,40 @@ func (u *update) charge(rs []Rate, v *view, now int64, keep map[string]int) {
 	}
 }
 
-// refund gives back, at now, what is still to come of the token each of
-// rs gave a call never made: its charge left the bucket at arrival time
-// tats[name], so min(interval, tats[name] - now) — none once the bucket
-// has regained that token with time, whatever charges came after, and
-// none where tats does not say (the charge's answer unknown: a token may
-// be lost, never given twice). It reports whether it gave any (a bucket
-// purged meanwhile was full, and stays so).
-func (u *update) refund(rs []Rate, tats map[string]int64, now int64) bool {
-	gave := false
+// charged is what the answer to a call's own charge showed: the arrival
+// times it left its buckets at, and the refunds landed until then.
+type charged struct {
+	tats    map[string]int64
+	refunds int64
+}
+
+// chargedIn is what v, the answer to a call's own charge, shows of rs.
+func chargedIn(v *view, rs []Rate) *charged {
+	if v == nil || len(rs) == 0 {
+		return nil
+	}
+	c := &charged{tats: make(map[string]int64, len(rs)), refunds: v.refunds}
 	for _, r := range rs {
-		back := min(r.interval(), tats[r.Name]-now)
+		c.tats[r.Name] = v.rates[RateAttr(r.Name)]
+	}
+	return c
+}
+
+// refund gives back, at now, what may still be to come of the token each
+// of rs gave a call never made, c its charge (nil: not known, nothing
+// given: a token may be lost, never given twice), v the item as seen. Its
+// charge left the bucket at c.tats[name]; each refund landed since may
+// have moved that back by up to an interval (conditioned on the count as
+// seen): so min(interval, that less now), none once the bucket may have
+// regained it with time. It reports whether it gave any, and then counts
+// itself (a bucket purged meanwhile was full, and stays so).
+func (u *update) refund(rs []Rate, c *charged, v *view, now int64) bool {
+	if c == nil {
+		return false
+	}
+	since, gave := max(v.refunds-c.refunds, 0), false
+	for _, r := range rs {
+		back := min(r.interval(), c.tats[r.Name]-since*r.interval()-now)
 		if back <= 0 {
 			continue
 		}
@@ -90,20 +113,12 @@ func (u *update) refund(rs []Rate, tats map[string]int64, now int64) bool {
 		u.set(p, "if_not_exists("+p+", "+u.num(0)+") - "+u.num(back))
 		gave = true
 	}
+	if gave {
+		p := u.path(RefundsAttr)
+		u.cond(u.eqOrAbsent(p, v.refunds))
+		u.count(p, 1)
+	}
 	return gave
-}
-
-// tatsOf is what v, the answer to a call's own charge, shows of rs'
-// arrival times.
-func tatsOf(v *view, rs []Rate) map[string]int64 {
-	if v == nil || len(rs) == 0 {
-		return nil
-	}
-	tats := make(map[string]int64, len(rs))
-	for _, r := range rs {
-		tats[r.Name] = v.rates[RateAttr(r.Name)]
-	}
-	return tats
 }
 
 // RateLimitedError means the bucket named Name held no token for the

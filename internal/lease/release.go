@@ -148,23 +148,8 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 	l := ls.l
 	l.stats.released.Add(1)
-	if outcome == Unused && len(ls.req.Rates) > 0 {
-		// Sent once: a bucket or freed written by hand refuses it as
-		// invalid (nothing applied), and it is made again once mended.
-		_, err := l.send(ctx, ls.req.Key, nil, func(*view) (*update, error) {
-			now := l.clock().UnixMilli()
-			u := newUpdate()
-			u.once = true
-			if !u.refund(ls.req.Rates, ls.tats, now) {
-				return nil, nil // its tokens came back with time
-			}
-			u.count(u.path(FreedAttr), 1)
-			u.ttl(now)
-			return u, nil
-		}, nil)
-		return err
-	}
-	if ls.pauseUntil == 0 {
+	refund := outcome == Unused && len(ls.req.Rates) > 0
+	if !refund && ls.pauseUntil == 0 {
 		return nil
 	}
 	v, _, _ := l.board(ls.req.Key).latest()
@@ -179,16 +164,21 @@ func (ls *Lease) finishTokens(ctx context.Context, outcome Outcome) error {
 			// Each try is judged at its own moment: whether another
 			// principal's entry is closed, and so whether its pause
 			// closes everyone's, is a question of now, and a try made
-			// again after a late answer asks it later.
+			// again after a late answer asks it later; so is what of a
+			// token is still to come.
 			now := l.clock().UnixMilli()
 			u := newUpdate()
-			if u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now) {
-				// Its principal's waiters held back, it may be another's
-				// turn, as when a place frees.
+			// A refund is sent once: a bucket or freed written by hand
+			// refuses it as invalid (nothing applied), and it is made
+			// again once mended.
+			u.once = refund
+			// Either may make it another's turn: a token back, or its
+			// principal's waiters held back, as when a place frees.
+			if refund && u.refund(ls.req.Rates, ls.charged, v, now) || !refund && u.pause(v, ls.pauseGate(), ls.req.Holder, ls.pauseUntil, now) {
 				u.count(u.path(FreedAttr), 1)
 			}
 			if len(u.conds) == 0 {
-				return nil, nil // it has passed
+				return nil, nil // nothing to give back, or the pause has passed
 			}
 			// A later pause standing is written over nothing but
 			// conditioned on it as seen: one purged meanwhile (a faster
@@ -253,8 +243,8 @@ func (ls *Lease) release(outcome Outcome, probes []gateRef, purge, extras, keep 
 	if took > 0 {
 		u.set(u.path(CallAttr), u.num(callMean(latest.callMS, took)))
 	}
-	if outcome == Unused {
-		u.refund(ls.req.Rates, ls.tats, ms)
+	if outcome == Unused && extras {
+		u.refund(ls.req.Rates, ls.charged, latest, ms)
 	}
 	tr, bo := NoTransition, outcome
 	if bo == Overloaded || bo == Unused {

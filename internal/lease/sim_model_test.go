@@ -105,6 +105,7 @@ type mItem struct {
 	tickets    map[string]*mTicket // id → ticket (queue and tickets joined)
 	waiting    map[string][]string // label → its tickets
 	seq, freed int64
+	refunds    int64
 	callMS     int64
 	gates      map[string]*mGate
 	hold       int64
@@ -261,6 +262,8 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 			it.seq = num(name, v)
 		case name == "freed":
 			it.freed = num(name, v)
+		case name == "refunds":
+			it.refunds = num(name, v)
 		case name == "call_ms":
 			it.callMS = num(name, v)
 		case name == "hold":
@@ -892,11 +895,12 @@ type mWriter struct {
 	holdsNothing     bool
 	charges, refunds int
 	// tats: the arrival times its latest landed take or charge left its
-	// buckets at; finishAt: when it began to finish, on its clock (Unix
-	// ms; 0: unknown). A token given back is no more than what of it was
-	// then still to come (doc.go, Buckets).
-	tats     map[string]int64
-	finishAt int64
+	// buckets at; shift: how far refunds of charges landed before it, and
+	// landed since, moved that back; finishAt: when it began to finish, on
+	// its clock (Unix ms; 0: unknown). A token given back is no more than
+	// what of it was then still to come (doc.go, Buckets).
+	tats, shift map[string]int64
+	finishAt    int64
 }
 
 // mRefundBound is the most a refund of w may give bucket name back: what
@@ -907,7 +911,7 @@ func (w *mWrite) mRefundBound(name string, bk mBucket) int64 {
 	if !ok || w.w.finishAt == 0 {
 		return -1
 	}
-	return min(bk.interval(), max(tat-w.w.finishAt, 0))
+	return min(bk.interval(), max(tat-w.w.shift[name]-w.w.finishAt, 0))
 }
 
 // mWrite is one landed write: the item before and after it, when it was
@@ -1196,6 +1200,19 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		w.judgeTake(v, id)
 	}
 	w.judgeBuckets(v, judged)
+	// refunds counts the writes that give tokens back (doc.go, Buckets).
+	back := v.refund || len(v.refunded) > 0
+	for name, tb := range b.rates {
+		if ta, ok := a.rates[name]; ok && ta < tb {
+			back = true
+		}
+	}
+	switch {
+	case back && a.refunds != b.refunds+1:
+		v.fail("refunds", "", "a write that gave tokens back moved refunds %d → %d; by one", b.refunds, a.refunds)
+	case !back && a.refunds != b.refunds:
+		v.fail("refunds", "", "a write that gave no token back moved refunds %d → %d", b.refunds, a.refunds)
+	}
 	w.judgeGates(v)
 	w.judgeLimit(v)
 	if a.hold != b.hold && !w.w.operator && !(a.hold == 0 && b.hold <= now) { // a passed hold may go
@@ -1727,6 +1744,7 @@ func mChanged(b, a *mItem, freed bool) []string {
 		"gates":      maps.EqualFunc(b.gates, a.gates, func(p, q *mGate) bool { return maps.Equal(p.entries, q.entries) }),
 		"seq":        b.seq == a.seq,
 		"freed":      freed || b.freed == a.freed,
+		"refunds":    freed || b.refunds == a.refunds,
 		"call_ms":    b.callMS == a.callMS,
 		"hold":       b.hold == a.hold,
 		"limit":      b.limit == a.limit && b.round == a.round && b.limitOK == a.limitOK && b.limitCut == a.limitCut && b.limitSig == a.limitSig,

@@ -404,6 +404,8 @@ type judgeCase struct {
 	holdsNothing  bool                     // the writer's request holds nothing: its admission is a charge
 	charges       int                      // its charges that landed before
 	refunds       int                      // its refunds that landed before
+	tats, shift   map[string]int64         // what its charge left its buckets at; refunds since moved that
+	finishAt      int64                    // when it began to finish (0: unknown)
 	want          []string
 }
 
@@ -424,7 +426,7 @@ func (tc judgeCase) run(t *testing.T) {
 		judged: tc.judged, turnCame: map[string]time.Time{}, tasks: tc.tasks,
 		w: mWriter{me: tc.me, owns: func(id string) bool { return slices.Contains(tc.mine, id) }, outcome: tc.outcome, pause: tc.pause, grant: tc.grant,
 			deadline: mNow + 10000, task: tc.task, claims: tc.claims, called: tc.called, superseded: func(string) bool { return tc.superseded },
-			holdsNothing: tc.holdsNothing, charges: tc.charges, refunds: tc.refunds}}
+			holdsNothing: tc.holdsNothing, charges: tc.charges, refunds: tc.refunds, tats: tc.tats, shift: tc.shift, finishAt: tc.finishAt}}
 	if tc.pause > 0 {
 		w.w.pausedAt = mNow // the upstream asked as the release was sent
 	}
@@ -549,13 +551,13 @@ func TestModelJudgesJoinsReleasesPurges(t *testing.T) {
 		{name: "a live ticket removed by a write that takes nothing", k: k, before: mItemOf().ticket("x", 1, "pb", "", far, 0, 0), after: mItemOf().num("freed", 1), me: me, want: []string{"bypass"}},
 		{name: "a write that leaves ttl short", k: k, before: mEmpty(), after: mItemOf().num("ttl", mNow/1000+modelTTL-3), me: me, want: []string{"ttl"}},
 		{name: "an unused call's refund", k: mKey{Cap: 1, ServerRPM: 2}, before: mItemOf().lease("me", "pa", "", far).num("rate:server", mNow+50000),
-			after: mItemOf().num("rate:server", mNow+20000).num("freed", 1), me: me, mine: []string{"me"}, outcome: Unused},
+			after: mItemOf().num("rate:server", mNow+20000).num("freed", 1).num("refunds", 1), me: me, mine: []string{"me"}, outcome: Unused},
 		{name: "a leave giving back the tokens of a take it never learnt of", k: mKey{Cap: 1, ServerRPM: 2}, before: mItemOf().lease("me", "pa", "", far).ticket("me", 1, "pa", "", far, 0, 0).num("rate:server", mNow+50000),
-			after: mItemOf().num("rate:server", mNow+20000).num("freed", 1), me: me, mine: []string{"me"}, outcome: mNoOutcome},
+			after: mItemOf().num("rate:server", mNow+20000).num("freed", 1).num("refunds", 1), me: me, mine: []string{"me"}, outcome: mNoOutcome},
 		{name: "a refund of two tokens", k: mKey{Cap: 1, ServerRPM: 2}, before: mItemOf().lease("me", "pa", "", far).num("rate:server", mNow+50000),
-			after: mItemOf().num("rate:server", mNow+19999).num("freed", 1), me: me, mine: []string{"me"}, outcome: Unused, want: []string{"rate"}},
+			after: mItemOf().num("rate:server", mNow+19999).num("freed", 1).num("refunds", 1), me: me, mine: []string{"me"}, outcome: Unused, want: []string{"rate"}},
 		{name: "a refund for a call that was made", k: mKey{Cap: 1, ServerRPM: 2}, before: mItemOf().lease("me", "pa", "", far).num("rate:server", mNow+50000),
-			after: mItemOf().num("rate:server", mNow+20000).num("freed", 1), me: me, mine: []string{"me"}, outcome: Success, want: []string{"rate"}},
+			after: mItemOf().num("rate:server", mNow+20000).num("freed", 1).num("refunds", 1), me: me, mine: []string{"me"}, outcome: Success, want: []string{"rate"}},
 		{name: "a full bucket purged", k: mKey{Cap: 1, PrincipalRPM: 2}, before: mItemOf().num("rate:principal:pb", mNow), after: mItemOf(), me: me},
 		{name: "a bucket purged while not full", k: mKey{Cap: 1, PrincipalRPM: 2}, before: mItemOf().num("rate:principal:pb", mNow+1), after: mItemOf(), me: me, want: []string{"rate"}},
 	} {
@@ -867,15 +869,22 @@ func TestModelJudgesCharges(t *testing.T) {
 		charge(judgeCase{name: "a charge that moves freed", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).num("freed", 1), want: []string{"charge", "freed"}}),
 		charge(judgeCase{name: "a charge that adds a lease", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).lease("me", "pa", "", mNow+3000), mine: []string{"me"}, want: []string{"charge"}}),
 		charge(judgeCase{name: "a charge of another's bucket", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).num("rate:principal:pb", mNow+30000), want: []string{"rate"}}),
-		refund(judgeCase{name: "a refund", before: drained(), after: oneLeft().num("freed", 1), outcome: Unused, charges: 1}),
-		refund(judgeCase{name: "a refund of a bucket purged since", before: mItemOf(), after: mItemOf().num("rate:server", -30000).num("freed", 1), outcome: Unused, charges: 1}),
-		refund(judgeCase{name: "a refund of more than was taken", before: drained(), after: mItemOf().num("rate:server", mNow+29999).num("freed", 1), outcome: Unused, charges: 1, want: []string{"rate"}}),
-		refund(judgeCase{name: "a refund of two tokens", before: drained(), after: mItemOf().num("rate:server", mNow).num("freed", 1), outcome: Unused, charges: 1, want: []string{"rate"}}),
-		refund(judgeCase{name: "a refund after a call made", before: drained(), after: oneLeft().num("freed", 1), outcome: Success, charges: 1, want: []string{"refund"}}),
-		refund(judgeCase{name: "a refund with no charge landed", before: drained(), after: oneLeft().num("freed", 1), outcome: Unused, want: []string{"refund"}}),
-		refund(judgeCase{name: "a refund sent twice", before: drained(), after: oneLeft().num("freed", 1), outcome: Unused, charges: 1, refunds: 1, want: []string{"refund"}}),
-		refund(judgeCase{name: "a refund that leaves freed", before: drained(), after: oneLeft(), outcome: Unused, charges: 1, want: []string{"freed"}}),
-		refund(judgeCase{name: "a refund that changes the queue", before: waiter(drained()), after: oneLeft().num("seq", 1).num("freed", 2), outcome: Unused, charges: 1, want: []string{"bypass", "freed", "refund"}}),
+		refund(judgeCase{name: "a refund", before: drained(), after: oneLeft().num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1}),
+		refund(judgeCase{name: "a refund of a bucket purged since", before: mItemOf(), after: mItemOf().num("rate:server", -30000).num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1}),
+		refund(judgeCase{name: "a refund of more than was taken", before: drained(), after: mItemOf().num("rate:server", mNow+29999).num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1, want: []string{"rate"}}),
+		refund(judgeCase{name: "a refund of two tokens", before: drained(), after: mItemOf().num("rate:server", mNow).num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1, want: []string{"rate"}}),
+		refund(judgeCase{name: "a refund after a call made", before: drained(), after: oneLeft().num("freed", 1).num("refunds", 1), outcome: Success, charges: 1, want: []string{"refund"}}),
+		refund(judgeCase{name: "a refund with no charge landed", before: drained(), after: oneLeft().num("freed", 1).num("refunds", 1), outcome: Unused, want: []string{"refund"}}),
+		refund(judgeCase{name: "a refund sent twice", before: drained(), after: oneLeft().num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1, refunds: 1, want: []string{"refund"}}),
+		refund(judgeCase{name: "a refund that leaves freed", before: drained(), after: oneLeft().num("refunds", 1), outcome: Unused, charges: 1, want: []string{"freed"}}),
+		refund(judgeCase{name: "a refund that changes the queue", before: waiter(drained()), after: oneLeft().num("seq", 1).num("freed", 2).num("refunds", 1), outcome: Unused, charges: 1, want: []string{"bypass", "freed", "refund"}}),
+		refund(judgeCase{name: "a refund that leaves refunds as it was", before: drained(), after: oneLeft().num("freed", 1), outcome: Unused, charges: 1, want: []string{"refunds"}}),
+		refund(judgeCase{name: "a refund of what is still to come of its token", before: drained(), after: mItemOf().num("rate:server", mNow+50000).num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1,
+			tats: map[string]int64{"server": mNow + 10000}, finishAt: mNow}),
+		refund(judgeCase{name: "a refund of more than is still to come of its token", before: drained(), after: mItemOf().num("rate:server", mNow+49999).num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1,
+			tats: map[string]int64{"server": mNow + 10000}, finishAt: mNow, want: []string{"rate"}}),
+		refund(judgeCase{name: "a refund of a token another's refund moved to the past", before: drained(), after: oneLeft().num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1,
+			tats: map[string]int64{"server": mNow + 30000}, shift: map[string]int64{"server": 30000}, finishAt: mNow + 1000, want: []string{"rate"}}),
 		refund(judgeCase{name: "a pause of a call holding nothing", before: mItemOf(), after: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1500}), outcome: Overloaded, pause: 1500 * time.Millisecond, charges: 1}),
 		refund(judgeCase{name: "a pause of a call holding nothing, past what was asked", before: mItemOf(), after: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1501}), outcome: Overloaded, pause: 1500 * time.Millisecond, charges: 1, want: []string{"pause"}}),
 		refund(judgeCase{name: "a pause of a call not asking for one", before: mItemOf(), after: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1500}), outcome: Success, charges: 1, want: []string{"pause"}}),

@@ -171,10 +171,15 @@ type simCaller struct {
 	// charges and refunds: a call holding nothing's charges and refunds
 	// that landed.
 	charges, refunds int
-	// tats and finishAt: see mWriter.
-	tats     map[string]int64
-	finishAt int64
+	// tats and finishAt: see mWriter; chargedAt: the landing (s.lands)
+	// of its latest take or charge of each bucket.
+	tats, chargedAt map[string]int64
+	finishAt        int64
 }
+
+// simRefund is a token given back: the landing of the write that gave
+// it, and of the charge that took it, and how much (ms).
+type simRefund struct{ land, charge, back int64 }
 
 // holdsNothing reports whether c's request holds nothing in the item: no
 // cap and no breaker (doc.go, Buckets): its admission is a charge.
@@ -280,6 +285,11 @@ type sim struct {
 	// only charging their buckets (see chargeRun); otherwise they are
 	// given a cap no run reaches.
 	charging bool
+
+	// lands counts the writes landed; refundLog, per bucket, the tokens
+	// given back, each with its landing and its charge's.
+	lands     int64
+	refundLog map[string][]simRefund
 
 	mu       sync.Mutex
 	pending  []*simReq
@@ -850,7 +860,15 @@ func (s *sim) writer(c *simCaller) mWriter {
 		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap)},
 		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims, called: c.called,
 		superseded:   func(id string) bool { t := s.lastTake[id]; return t != nil && t != c },
-		holdsNothing: c.holdsNothing(), charges: c.charges, refunds: c.refunds, tats: c.tats, finishAt: c.finishAt}
+		holdsNothing: c.holdsNothing(), charges: c.charges, refunds: c.refunds, tats: c.tats, finishAt: c.finishAt,
+		shift: map[string]int64{}}
+	for name, at := range c.chargedAt {
+		for _, r := range s.refundLog[name] {
+			if r.land > at && r.charge < at {
+				w.shift[name] += r.back
+			}
+		}
+	}
 	for _, r := range c.req.Rates {
 		if r.Name == "tool:"+c.tool {
 			w.me.rpm = int64(r.PerMinute)
@@ -865,6 +883,7 @@ func (s *sim) writer(c *simCaller) mWriter {
 // judge has the model judge a landed write, and records what it did.
 func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 	c := r.c
+	s.lands++
 	w := &mWrite{k: s.key, before: mRead(pre), after: mRead(post), now: s.clock(c, r.sent).UnixMilli(), skew: simSkew.Milliseconds(), sent: r.sent, landed: time.Now(),
 		judged: r.judged, w: s.writer(c), turnCame: s.turnCame, tasks: s.mtasks}
 	s.cur = w.after
@@ -921,13 +940,14 @@ func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 		}
 		s.tokens[name] = append(s.tokens[name], simToken{at: r.sent, id: id})
 		if c.tats == nil {
-			c.tats = map[string]int64{}
+			c.tats, c.chargedAt = map[string]int64{}, map[string]int64{}
 		}
-		c.tats[name] = w.after.rates[name]
+		c.tats[name], c.chargedAt[name] = w.after.rates[name], s.lands
 		s.charged(name, buckets[name], r.sent)
 	}
 	for _, name := range v.refunded {
 		s.events["token given back"]++
+		s.refundLog[name] = append(s.refundLog[name], simRefund{land: s.lands, charge: c.chargedAt[name], back: w.before.rates[name] - w.after.rates[name]})
 		ts := s.tokens[name]
 		for i := len(ts) - 1; i >= 0; i-- {
 			if slices.Contains(v.released, ts[i].id) || v.refund && ts[i].id == simChargeID(c) {
@@ -1977,7 +1997,7 @@ func runSim(t *testing.T, seed uint64, events map[string]int) (failures, log []s
 	synctest.Test(t, func(t *testing.T) {
 		s := &sim{t: t, seed: seed, rng: mrand.New(mrand.NewPCG(seed, 0x1ea5e)), store: newMemStore(),
 			kick: make(chan struct{}, 1), seen: map[string]bool{}, owners: map[string]*simCaller{}, released: map[string]bool{}, events: events,
-			shown: map[int]int64{}, turnCame: map[string]time.Time{}, took: map[string]bool{}, lastTake: map[string]*simCaller{}, tokens: map[string][]simToken{}, probes: map[string][]*simCaller{}, cur: mRead(nil)}
+			shown: map[int]int64{}, turnCame: map[string]time.Time{}, took: map[string]bool{}, lastTake: map[string]*simCaller{}, tokens: map[string][]simToken{}, refundLog: map[string][]simRefund{}, probes: map[string][]*simCaller{}, cur: mRead(nil)}
 		s.run()
 		failures, log, trace = s.failures, s.log, s.trace
 	})
