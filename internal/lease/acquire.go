@@ -948,7 +948,8 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	b.mu.Lock()
 	seen := map[string]time.Time{}
 	for _, t := range v.queue {
-		if s, ok := b.turns[t.id]; ok && time.Since(s.last) <= 2*claimWindow(t) {
+		// Of the same ticket: one that joined again under its id is new.
+		if s, ok := b.turns[t.id]; ok && s.n == t.n && time.Since(s.last) <= 2*claimWindow(t) {
 			seen[t.id] = s.first
 		}
 	}
@@ -956,10 +957,18 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	if fresh {
 		b.turns = make(map[string]sighting, len(since))
 		for id, first := range since {
-			b.turns[id] = sighting{first: first, last: time.Now()}
+			if t := v.ticketFor(id); t != nil {
+				b.turns[id] = sighting{n: t.n, first: first, last: time.Now()}
+			}
 		}
 	}
 	b.mu.Unlock()
+	for _, t := range gone {
+		if t.task {
+			// Passed as a take passes it: on its start as seen.
+			u.cond(u.path(TicketsAttr, t.id, ticketStarted) + " = " + u.num(t.started))
+		}
+	}
 	keep := rs.tokens(h.ahead)
 	var needy []*ticket // waiters that need a token of its buckets
 	for _, t := range v.queue {
@@ -1003,6 +1012,9 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	return keep, nil
 }
 
-// sighting is when a process's charges first and last saw a ticket's turn
-// come before theirs.
-type sighting struct{ first, last time.Time }
+// sighting is when a process's charges first and last saw the turn of a
+// ticket numbered n come before theirs.
+type sighting struct {
+	n           int64
+	first, last time.Time
+}

@@ -311,8 +311,10 @@
 // the callers whose turn comes before a newcomer's, judged on the item
 // (its process's view, refused, is read again), passing over the waiters
 // it presumes gone as a take does: its process keeps when answers to its
-// charges first and last showed each turn come, and a turn stands while
-// each sighting is within twice its claim window of the last
+// charges first and last showed each turn come (of a ticket numbered as
+// seen: one joined again under its id is new), and a turn stands while
+// each sighting is within twice its claim window of the last, a task
+// passed on condition of its start as seen
 // (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
 // TestATurnThatCameAgainAfterAHoldIsNotPresumedGone,
 // TestATurnSeenInAnOldViewIsNotFirstSeenThen); refused for those callers'

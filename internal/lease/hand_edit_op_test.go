@@ -222,6 +222,12 @@ func opCases() []opCase {
 		add(opCase{name: "a give-back lands/" + name, both: true, r: rated(1),
 			setup: holds, edits: fixed(at(sv("soon"), path...)), op: finish(Unused), checks: []func(*testing.T, *opRun){nextCallerTakes}})
 	}
+	// Over a count of refunds written by hand it lands too, once the repair
+	// has set the count past any seen (now): what it gives back is then
+	// bounded by refunds it cannot count, so nothing (a token may be lost,
+	// never given twice).
+	add(opCase{name: "a give-back lands/refunds a string", both: true, r: rated(1),
+		setup: holds, edits: fixed(at(sv("soon"), RefundsAttr)), op: finish(Unused)})
 	// Its give-back refused over its bucket, it repairs and gives back once
 	// more, on while each repair lands: more malformed values than one
 	// repair puts right sort before its bucket.
