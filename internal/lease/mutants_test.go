@@ -80,7 +80,7 @@ var mutants = []mutant{
 	{"a refund resent after an unknown outcome", "release.go",
 		"\t\t\tu.once = refund\n", ""},
 	{"a refund of a token its bucket regained with time", "rate.go",
-		"back := min(r.interval(), c.tats[r.Name]-since*r.interval()-now)", "back := r.interval()"},
+		"back := min(r.interval(), c.tats[r.Name]-since*r.interval()-now)", "back := r.interval() + 0*since"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in
