@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -863,11 +864,16 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 // charge admits a call that holds nothing in the item, only pays its
 // buckets: one write, made again from each failed answer, never resent
 // after an unknown outcome (a token may be lost, never taken twice).
+// Held back only by callers before it that it may yet presume gone, it
+// looks again as a waiter does, while it may wait.
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
-	b := l.board(req.Key)
-	v := b.recent(time.Hour)
+	until := earlier(time.Now().Add(max(req.Wait, 0)), req.CallBy)
+	v := l.board(req.Key).recent(time.Hour)
 	fresh := false // v is an answer to this call
-	for try := range maxEager {
+	// turns: when this call's looks first saw each turn come before its
+	// own.
+	turns := map[string]time.Time{}
+	for try := 0; try < maxEager; try++ {
 		if err := contended(ctx, req.Key, try); err != nil {
 			return nil, err
 		}
@@ -886,7 +892,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			now = l.clock().UnixMilli()
 			u := newUpdate()
 			u.once = true
-			keep, err := l.chargeRoom(u, req, v, now, fresh)
+			keep, err := l.chargeRoom(u, req, v, now, fresh, turns)
 			if err != nil {
 				return nil, err
 			}
@@ -895,6 +901,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			u.ttl(now + 60_000)
 			return u, nil
 		}, nil)
+		var held *heldBack
 		switch {
 		case err == nil:
 			l.stats.acquired.Add(1)
@@ -907,6 +914,17 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 				return nil, err
 			}
 			fresh = true
+		case errors.As(err, &held) && held.at.Before(until):
+			// A look, not a contended write: its tries start again.
+			if err := sleep(ctx, min(time.Until(held.at), l.maxLook), req.Key); err != nil {
+				return nil, err
+			}
+			if v, err = l.read(ctx, req.Key); err != nil {
+				return nil, err
+			}
+			try = -1
+		case held != nil:
+			return nil, held.RateLimitedError
 		case errors.Is(err, errCondition):
 			v, fresh = nv, true
 		default:
@@ -920,11 +938,20 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 // answer to it: it is judged again on the item.
 var errStale = errors.New("lease: refused on an old view")
 
+// heldBack is a charge's refusal for the tokens of callers before it
+// alone, the first of whom may be presumed gone at at: its RetryAfter
+// says so.
+type heldBack struct {
+	*RateLimitedError
+	at time.Time
+}
+
 // chargeRoom judges a charge of req from v at now (fresh: v answers it)
 // and adds to u what it is conditioned on besides its gates, returning
 // the tokens of each bucket it leaves to the callers before it (see
-// Buckets in the package doc).
-func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool) (map[string]int, error) {
+// Buckets in the package doc). turns are when its looks first saw each
+// turn come before its own.
+func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool, turns map[string]time.Time) (map[string]int, error) {
 	if v == nil {
 		// Seen nowhere: nobody waits, callers or tasks, as a key's first
 		// call finds it.
@@ -938,36 +965,23 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	// as another joined.
 	u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 	rs := req.rules(v)
-	// It leaves the callers before it their tokens, as a take does,
-	// passing over those it presumes gone as a take would, from the turns
-	// its process saw come, kept on the board: each seen again within
-	// twice its claim window of the last sighting (else it may have gone
-	// and come again), and only in answers to charges (a view of another
-	// moment may show a lapse a renewal undid).
-	b := l.board(req.Key)
-	b.mu.Lock()
-	seen := map[string]time.Time{}
-	for _, t := range v.queue {
-		// Of the same ticket: one that joined again under its id is new.
-		if s, ok := b.turns[t.id]; ok && s.n == t.n && time.Since(s.last) <= 2*claimWindow(t) {
-			seen[t.id] = s.first
-		}
-	}
-	h, since, gone := v.presume(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, seen)
+	// It leaves the callers before it their tokens, as a take does, and
+	// passes over those it presumes gone as a take does: a caller whose
+	// turn its looks (answers to it, not its process's view of another
+	// moment) saw stand for its claim window, whose ticket it removes, and
+	// a task whose start went unclaimed, on its start as seen.
+	h, since, gone := v.presume(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, turns)
 	if fresh {
-		b.turns = make(map[string]sighting, len(since))
-		for id, first := range since {
-			if t := v.ticketFor(id); t != nil {
-				b.turns[id] = sighting{n: t.n, first: first, last: time.Now()}
-			}
-		}
+		clear(turns)
+		maps.Copy(turns, since)
 	}
-	b.mu.Unlock()
 	for _, t := range gone {
 		if t.task {
-			// Passed as a take passes it: on its start as seen.
 			u.cond(u.path(TicketsAttr, t.id, ticketStarted) + " = " + u.num(t.started))
+			continue
 		}
+		u.removeTicket(t.id, t.label, t.n, false)
+		u.count(u.path(FreedAttr), 1)
 	}
 	keep := rs.tokens(h.ahead)
 	var needy []*ticket // waiters that need a token of its buckets
@@ -997,24 +1011,23 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 		if !fresh {
 			return nil, errStale
 		}
-		if rateLimited(v, req.Rates, now, nil) == nil {
-			// Held back by the callers before it alone: by the time the
-			// first of them may be presumed gone, at the latest.
-			for _, t := range h.ahead {
-				if at, ok := since[t.id]; ok && !t.task {
-					err.RetryAfter = max(min(err.RetryAfter, time.Until(at.Add(claimWindow(t)))), 50*time.Millisecond)
-				}
+		l.stats.rateLimited.Add(1)
+		if rateLimited(v, req.Rates, now, nil) != nil {
+			return nil, err
+		}
+		// Held back by the callers before it alone: by the time the first
+		// of them may be presumed gone, at the latest.
+		var at time.Time
+		for _, t := range h.ahead {
+			if first, ok := since[t.id]; ok && !t.task && (at.IsZero() || first.Add(claimWindow(t)).Before(at)) {
+				at = first.Add(claimWindow(t))
 			}
 		}
-		l.stats.rateLimited.Add(1)
-		return nil, err
+		if at.IsZero() {
+			return nil, err
+		}
+		err.RetryAfter = max(min(err.RetryAfter, time.Until(at)), 50*time.Millisecond)
+		return nil, &heldBack{err, at}
 	}
 	return keep, nil
-}
-
-// sighting is when a process's charges first and last saw the turn of a
-// ticket numbered n come before theirs.
-type sighting struct {
-	n           int64
-	first, last time.Time
 }

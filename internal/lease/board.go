@@ -18,9 +18,6 @@ type board struct {
 	// held, and of the distance from that mean.
 	starts       map[string]time.Time
 	held, spread time.Duration
-	// turns: when this process's charges saw each ticket's turn come
-	// before theirs (chargeRoom).
-	turns map[string]sighting
 }
 
 func (l *Limiter) board(key string) *board {

@@ -1,15 +1,15 @@
 package lease
 
-// A fresh reading of the charges' sightings (chargeRoom). Two of its
-// findings are fixed (a ticket that joined again under its id, a task
-// passed on its start mark); five are open, each test skipped unless
-// LEASE_OPEN_DEFECTS is set (docs/admission.md, Rate limits): turns seen
-// by one process's charges are samples, so a turn that went and came back
-// between two reads as one, and a dead waiter is presumed gone only by a
-// process that saw it long enough (each charge looking in-process, as a
-// waiter does, and removing the ticket it passes, as a take does, would
-// close both); a principal holding no place ranks first; and a charge
-// fails over a join before each of its writes.
+// A fresh reading of the charges' sightings of others' turns. Its
+// findings are fixed but two: a charge now looks in-process while it may
+// wait, as a waiter does, keeping the turns its own looks saw, and removes
+// the tickets of the callers it presumes gone, as a take does (a ticket
+// that joined again, a turn that went and came back between two samples of
+// a process, a client spread over instances, a dead waiter held off each
+// later charge); a task it passes is conditioned on its start mark. Open,
+// each test skipped unless LEASE_OPEN_DEFECTS is set (docs/admission.md,
+// Rate limits): a principal holding no place ranks first for a charge's
+// tokens, and a charge fails over a join before each of its writes.
 
 import (
 	"context"
@@ -42,7 +42,6 @@ import (
 // one second into W's turn and 6 s after its last sighting, presumes W
 // gone (first seen at 63 s) and takes its token.
 func TestATurnThatCameAgainWithinTwiceItsClaimWindowIsNotPresumedGone(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -121,14 +120,13 @@ func TestATurnThatCameAgainWithinTwiceItsClaimWindowIsNotPresumedGone(t *testing
 // TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow
 // shows it may not on one instance.
 func TestADeadWaiterDoesNotHoldOffAClientWhoseCallsLandOnSeveralInstances(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		rate := []Rate{{Name: "server", PerMinute: 1}}
 		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 4, Wait: 10 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Holder: "B", Rates: rate}
+		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
 		start := time.Now()
 		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
 		time.Sleep(61 * time.Second)
@@ -549,14 +547,13 @@ func TestAWaiterThatJoinedAgainIsNotPresumedGoneOnItsOldTicketsTurn(t *testing.T
 // light whenever its refusal says): once B has had a token, B must not be
 // refused while the bucket holds one.
 func TestAPassedDeadWaiterDoesNotHoldOffEachLaterCharge(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		rate := []Rate{{Name: "server", PerMinute: 1}}
 		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 4, Wait: 10 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Holder: "B", Rates: rate}
+		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
 		start := time.Now()
 		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
 		time.Sleep(61 * time.Second)

@@ -1,9 +1,9 @@
 package lease
 
-// A charge's sightings of others' turns (chargeRoom): a waiter presumed
-// gone only on answers to charges that saw its turn stand for its claim
-// window, each sighting within twice that of the last; a refusal that
-// tells when the first may be presumed gone; a charge conditioned on seq.
+// A charge and others' turns (chargeRoom): a waiter presumed gone only
+// when the charge's own looks saw its turn stand for its claim window (a
+// charge that may wait looks as a waiter does); a refusal that tells when
+// the first may be presumed gone; a charge conditioned on seq.
 
 import (
 	"context"
@@ -205,7 +205,7 @@ func TestDeadWaitersHoldAChargeOffAClaimWindowEachNotAnInterval(t *testing.T) {
 		const dead = 3
 		rate := []Rate{{Name: "server", PerMinute: 1}}
 		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 8, Wait: 14 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Holder: "B", Rates: rate}
+		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
 		start := time.Now()
 		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
 		time.Sleep(61 * time.Second)

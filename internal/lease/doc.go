@@ -309,17 +309,17 @@
 // refund is among what it drops after maxEager tries. A call with no cap
 // and no gate holds no lease: its take only charges, leaving the tokens of
 // the callers whose turn comes before a newcomer's, judged on the item
-// (its process's view, refused, is read again), passing over the waiters
-// it presumes gone as a take does: its process keeps when answers to its
-// charges first and last showed each turn come (of a ticket numbered as
-// seen: one joined again under its id is new), and a turn stands while
-// each sighting is within twice its claim window of the last, a task
-// passed on condition of its start as seen
+// (its process's view, refused, is read again). Held back by the tokens
+// of callers before it alone, one that may wait (Wait) looks again as a
+// waiter does, at least every MaxLook, and passes over those it presumes
+// gone as a take does — a caller whose turn its own looks saw stand for
+// its claim window, whose ticket it removes (ADDing 1 to freed), a task
+// whose start went unclaimed, on its start as seen
 // (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
-// TestATurnThatCameAgainAfterAHoldIsNotPresumedGone,
-// TestATurnSeenInAnOldViewIsNotFirstSeenThen); refused for those callers'
-// tokens alone, it is told to come back when the first may be presumed
-// gone. It is conditioned on seq as seen, nobody having joined since, not
+// TestADeadWaiterDoesNotHoldOffAClientWhoseCallsLandOnSeveralInstances,
+// TestATurnSeenInAnOldViewIsNotFirstSeenThen); one that may not is
+// refused, told to come back when the first may be presumed gone. It is
+// conditioned on seq as seen, nobody having joined since, not
 // merely as many waiting (one may have left as another joined:
 // TestAChargeFromAnOldViewDoesNotPassAWaiterThatJoinedAsAnotherLeft);
 // while a waiter needs a token of its buckets, it leaves one to every

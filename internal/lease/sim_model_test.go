@@ -1193,7 +1193,7 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	} else if df == 0 && (len(v.released) > 0 || gone > 0) {
 		v.fail("freed", "", "a write that freed %d places and removed %d tickets other than by their take left freed as it was", len(v.released), gone)
 	}
-	if len(v.bypassed) > 0 && len(v.takes) == 0 {
+	if len(v.bypassed) > 0 && len(v.takes) == 0 && !v.charge {
 		v.fail("bypass", v.bypassed[0], "a write that takes no place removed the live tickets %v", v.bypassed)
 	}
 	for _, id := range v.takes {
@@ -1663,6 +1663,14 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		c := me
 		c.id, c.n = "(charge)", math.MaxInt64 // a newcomer: the newest
 		skip, alive := map[string]bool{}, map[string]bool{}
+		// It may pass, removing their tickets, the callers it presumes
+		// gone as a take does: their turn came ClaimWindow before.
+		for _, x := range v.bypassed {
+			skip[x] = true
+			if came, ok := w.turnCame[x]; !ok || w.sent.Sub(came) < ClaimWindow {
+				v.fail("bypass", x, "a charge of %s presumed %s gone %v after its turn first came; ClaimWindow %v", me.p, x, w.sent.Sub(came), ClaimWindow)
+			}
+		}
 		for id, tk := range b.tickets {
 			if w.judged >= 0 && tk.hasN && tk.n > w.judged {
 				skip[id], alive[id] = true, true // joined after any view it could have judged from
@@ -1687,8 +1695,10 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 				break
 			}
 		}
-		for _, what := range mChanged(b, a, false) {
-			v.fail("charge", what, "a charge of %s changed %s: it takes tokens and changes nothing else", me.p, what)
+		// Beside the tickets it passed, each ADDing 1 to freed.
+		passed := b.without(v.bypassed)
+		for _, what := range mChanged(passed, a, false) {
+			v.fail("charge", what, "a charge of %s changed %s: it takes tokens, removes the tickets of callers it presumed gone, and changes nothing else", me.p, what)
 		}
 	case down:
 		v.refund = true
@@ -1724,6 +1734,27 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		}
 	}
 	return judged
+}
+
+// without is it with the tickets ids removed (and from their waiting
+// sets), freed ADDed 1 for each, as a take's or a charge's pass leaves it.
+func (it *mItem) without(ids []string) *mItem {
+	if len(ids) == 0 {
+		return it
+	}
+	c := *it
+	c.tickets, c.waiting = maps.Clone(it.tickets), map[string][]string{}
+	for p, ids2 := range it.waiting {
+		c.waiting[p] = slices.DeleteFunc(slices.Clone(ids2), func(id string) bool { return slices.Contains(ids, id) })
+		if len(c.waiting[p]) == 0 {
+			delete(c.waiting, p)
+		}
+	}
+	for _, id := range ids {
+		delete(c.tickets, id)
+	}
+	c.freed += int64(len(ids))
+	return &c
 }
 
 // mChanged lists what a write changed of the item besides its buckets and
