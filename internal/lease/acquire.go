@@ -867,7 +867,8 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 // Held back only by callers before it that it may yet presume gone, it
 // looks again as a waiter does, while it may wait.
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
-	until := earlier(time.Now().Add(max(req.Wait, 0)), req.CallBy)
+	start := time.Now()
+	until := earlier(start.Add(max(req.Wait, 0)), req.CallBy)
 	v := l.board(req.Key).recent(time.Hour)
 	fresh := false // v is an answer to this call
 	// turns: when this call's looks first saw each turn come before its
@@ -905,7 +906,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		switch {
 		case err == nil:
 			l.stats.acquired.Add(1)
-			ls := &Lease{l: l, req: req, id: l.newLeaseID(), charged: chargedIn(nv, req.Rates)}
+			ls := &Lease{l: l, req: req, id: l.newLeaseID(), charged: chargedIn(nv, req.Rates), Waited: time.Since(start)}
 			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nil
 		case errors.Is(err, errStale):

@@ -260,6 +260,10 @@ func TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow(t *t
 			switch {
 			case err == nil:
 				admitted = time.Since(start)
+				if ls.Waited < ClaimWindow {
+					// Its first call waited W's claim window out, looking.
+					t.Errorf("B's call admitted at %v reports waiting %v", admitted, ls.Waited)
+				}
 				_, _ = ls.Finish(ctx, Success)
 			case errors.As(err, &rl):
 				time.Sleep(rl.RetryAfter)
