@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -871,9 +870,9 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 	until := earlier(start.Add(max(req.Wait, 0)), req.CallBy)
 	v := l.board(req.Key).recent(time.Hour)
 	fresh := false // v is an answer to this call
-	// turns: when this call's looks first saw each turn come before its
-	// own.
-	turns := map[string]time.Time{}
+	// turns: when this call's looks first saw the turn of each ticket, as
+	// numbered, come before its own.
+	turns := map[string]sighting{}
 	for try := 0; try < maxEager; try++ {
 		if err := contended(ctx, req.Key, try); err != nil {
 			return nil, err
@@ -889,11 +888,13 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			fresh = true
 		}
 		var now int64
+		passed := false
 		nv, err := l.send(ctx, req.Key, v, func(v *view) (*update, error) {
 			now = l.clock().UnixMilli()
 			u := newUpdate()
 			u.once = true
-			keep, err := l.chargeRoom(u, req, v, now, fresh, turns)
+			keep, n, err := l.chargeRoom(u, req, v, now, fresh, turns)
+			passed = n > 0
 			if err != nil {
 				return nil, err
 			}
@@ -906,6 +907,13 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 		switch {
 		case err == nil:
 			l.stats.acquired.Add(1)
+			if passed {
+				// It passed a caller presumed gone: the turn that makes
+				// come may be a task's, which whoever sees it starts.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
+				_ = l.startDue(sctx, req.Key, nv, req.rules(nv))
+				cancel()
+			}
 			ls := &Lease{l: l, req: req, id: l.newLeaseID(), charged: chargedIn(nv, req.Rates), Waited: time.Since(start)}
 			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nil
@@ -915,7 +923,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 				return nil, err
 			}
 			fresh = true
-		case errors.As(err, &held) && held.at.Before(until):
+		case errors.As(err, &held) && req.Wait > 0 && held.at.Before(until):
 			// A look, not a contended write: its tries start again.
 			if err := sleep(ctx, min(time.Until(held.at), l.maxLook), req.Key); err != nil {
 				return nil, err
@@ -925,6 +933,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			}
 			try = -1
 		case held != nil:
+			l.stats.rateLimited.Add(1)
 			return nil, held.RateLimitedError
 		case errors.Is(err, errCondition):
 			v, fresh = nv, true
@@ -950,9 +959,9 @@ type heldBack struct {
 // chargeRoom judges a charge of req from v at now (fresh: v answers it)
 // and adds to u what it is conditioned on besides its gates, returning
 // the tokens of each bucket it leaves to the callers before it (see
-// Buckets in the package doc). turns are when its looks first saw each
-// turn come before its own.
-func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool, turns map[string]time.Time) (map[string]int, error) {
+// Buckets in the package doc), and how many callers it passes. turns are
+// when its looks first saw each ticket's turn come before its own.
+func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool, turns map[string]sighting) (keep map[string]int, passed int, err error) {
 	if v == nil {
 		// Seen nowhere: nobody waits, callers or tasks, as a key's first
 		// call finds it.
@@ -960,7 +969,7 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 			mp := u.path(kindAttr(task))
 			u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
 		}
-		return nil, nil
+		return nil, 0, nil
 	}
 	// Nobody joined since, not merely as many waiting: one may have left
 	// as another joined.
@@ -971,10 +980,21 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	// turn its looks (answers to it, not its process's view of another
 	// moment) saw stand for its claim window, whose ticket it removes, and
 	// a task whose start went unclaimed, on its start as seen.
-	h, since, gone := v.presume(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, turns)
+	seen := map[string]time.Time{}
+	for _, t := range v.queue {
+		// Of the same ticket: one that joined again under its id is new.
+		if s, ok := turns[t.id]; ok && s.n == t.n {
+			seen[t.id] = s.first
+		}
+	}
+	h, since, gone := v.presume(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, seen)
 	if fresh {
 		clear(turns)
-		maps.Copy(turns, since)
+		for id, first := range since {
+			if t := v.ticketFor(id); t != nil {
+				turns[id] = sighting{n: t.n, first: first}
+			}
+		}
 	}
 	for _, t := range gone {
 		if t.task {
@@ -983,13 +1003,17 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 		}
 		u.removeTicket(t.id, t.label, t.n, false)
 		u.count(u.path(FreedAttr), 1)
+		passed++
 	}
-	keep := rs.tokens(h.ahead)
+	keep = rs.tokens(h.ahead)
+	needs := func(t *ticket) bool { // a token of its buckets
+		return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
+			return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
+		})
+	}
 	var needy []*ticket // waiters that need a token of its buckets
 	for _, t := range v.queue {
-		if t.live(now) && !slices.Contains(gone, t) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
-			return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
-		}) {
+		if t.live(now) && !slices.Contains(gone, t) && needs(t) {
 			needy = append(needy, t)
 		}
 	}
@@ -1003,32 +1027,41 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	}
 	if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
 		if !fresh {
-			return nil, errStale
+			return nil, 0, errStale
 		}
 		l.stats.refused(err)
-		return nil, err
+		return nil, 0, err
 	}
 	if err := rateLimited(v, req.Rates, now, keep); err != nil {
 		if !fresh {
-			return nil, errStale
+			return nil, 0, errStale
 		}
-		l.stats.rateLimited.Add(1)
-		if rateLimited(v, req.Rates, now, nil) != nil {
-			return nil, err
-		}
-		// Held back by the callers before it alone: by the time the first
-		// of them may be presumed gone, at the latest.
+		// Held back by callers before it whom it may yet pass (not tasks),
+		// and by nothing else: passing them all would leave it a token.
+		// It may look again by the time the first of them may be passed.
 		var at time.Time
-		for _, t := range h.ahead {
-			if first, ok := since[t.id]; ok && !t.task && (at.IsZero() || first.Add(claimWindow(t)).Before(at)) {
-				at = first.Add(claimWindow(t))
+		rest := slices.DeleteFunc(slices.Clone(h.ahead), func(t *ticket) bool { return !t.task })
+		if rateLimited(v, req.Rates, now, rs.tokens(rest)) == nil {
+			for _, t := range h.ahead {
+				first, ok := since[t.id]
+				if ok && !t.task && needs(t) && (at.IsZero() || first.Add(claimWindow(t)).Before(at)) {
+					at = first.Add(claimWindow(t))
+				}
 			}
 		}
-		if at.IsZero() {
-			return nil, err
+		if at.IsZero() || req.Wait <= 0 {
+			l.stats.rateLimited.Add(1)
+			return nil, 0, err
 		}
 		err.RetryAfter = max(min(err.RetryAfter, time.Until(at)), 50*time.Millisecond)
-		return nil, &heldBack{err, at}
+		return nil, 0, &heldBack{err, at}
 	}
-	return keep, nil
+	return keep, passed, nil
+}
+
+// sighting is when a charge's looks first saw the turn of a ticket
+// numbered n come before its own.
+type sighting struct {
+	n     int64
+	first time.Time
 }

@@ -311,15 +311,17 @@
 // the callers whose turn comes before a newcomer's, judged on the item
 // (its process's view, refused, is read again). Held back by the tokens
 // of callers before it alone, one that may wait (Wait) looks again as a
-// waiter does, at least every MaxLook, and passes over those it presumes
-// gone as a take does — a caller whose turn its own looks saw stand for
-// its claim window, whose ticket it removes (ADDing 1 to freed), a task
-// whose start went unclaimed, on its start as seen
-// (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
+// waiter does, at least every MaxLook, while passing them would leave it
+// a token and none is a task, and passes over those it presumes gone as a
+// take does — a caller whose turn its own looks saw stand for its claim
+// window, of its ticket as numbered (one joined again is new), whose
+// ticket it removes (ADDing 1 to freed, and starting a task whose turn
+// that makes come), a task whose start went unclaimed, on its start as
+// seen (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
 // TestADeadWaiterDoesNotHoldOffAClientWhoseCallsLandOnSeveralInstances,
-// TestATurnSeenInAnOldViewIsNotFirstSeenThen); one that may not is
-// refused, told to come back when the first may be presumed gone. It is
-// conditioned on seq as seen, nobody having joined since, not
+// TestAChargeThatWaitsDoesNotPresumeGoneAWaiterThatJoinedAgain,
+// TestATurnSeenInAnOldViewIsNotFirstSeenThen); one that may not wait is
+// refused as its buckets say. It is conditioned on seq as seen, nobody having joined since, not
 // merely as many waiting (one may have left as another joined:
 // TestAChargeFromAnOldViewDoesNotPassAWaiterThatJoinedAsAnotherLeft);
 // while a waiter needs a token of its buckets, it leaves one to every
