@@ -923,7 +923,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 				return nil, err
 			}
 			fresh = true
-		case errors.As(err, &held) && req.Wait > 0 && held.at.Before(until):
+		case errors.As(err, &held) && held.at.Before(until):
 			// A look, not a contended write: its tries start again.
 			if err := sleep(ctx, min(time.Until(held.at), l.maxLook), req.Key); err != nil {
 				return nil, err
@@ -948,9 +948,9 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 // answer to it: it is judged again on the item.
 var errStale = errors.New("lease: refused on an old view")
 
-// heldBack is a charge's refusal for the tokens of callers before it
-// alone, the first of whom may be presumed gone at at: its RetryAfter
-// says so.
+// heldBack is the refusal of a charge that may wait (Wait) for the
+// tokens of callers before it alone, the first of whom may be presumed
+// gone at at: its RetryAfter says so.
 type heldBack struct {
 	*RateLimitedError
 	at time.Time

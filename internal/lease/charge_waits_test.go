@@ -469,6 +469,21 @@ func (h *lookHookAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, op
 // T within T's claim window of its turn coming again.
 func TestAChargeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing.T) {
 	openDefect(t)
+	turnBetweenLooks(t, false)
+}
+
+// The same with P a waiter of heavy (A) behind T in place of the charge
+// (U's hold 20 ms: P's looks are jittered): a take's looks sample a turn
+// alike, so invariant 8 fails for takes wherever a ticket's period exceeds
+// the presumer's look and a turn can go and come back between its looks.
+func TestATakeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing.T) {
+	openDefect(t)
+	turnBetweenLooks(t, true)
+}
+
+// turnBetweenLooks runs the scenario above with P a charge, or with take
+// a waiter.
+func turnBetweenLooks(t *testing.T, take bool) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -478,112 +493,12 @@ func TestAChargeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing
 			return Request{Key: "srv", Tool: tool, ToolCap: 1, MaxQueued: 8, Wait: 5 * time.Minute, Hold: hold, Holder: who, Rates: rate(who)}
 		}
 		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "A", Rates: rate("A")}
-		start := time.Now()
-		o := acquire(t, New(db, rgTable, Options{InstanceID: "o"}), req("other", "A", 10*time.Minute))
-		defer o.Finish(context.Background(), Success)
-		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), req("heavy", "D", 10*time.Minute))
-		lu := New(db, rgTable, Options{InstanceID: "u"})
-		var uAt, backAt time.Duration
-		hook := &lookHookAPI{API: db, from: start.Add(time.Hour)}
-		hook.before = func() {
-			u, err := lu.Acquire(ctx, req("heavy", "C", time.Minute))
-			if err != nil {
-				t.Errorf("U: %v", err)
-				return
-			}
-			uAt = time.Since(start)
-			go func() {
-				time.Sleep(200 * time.Millisecond)
-				if _, err := u.Finish(ctx, Success); err != nil {
-					t.Errorf("U's finish: %v", err)
-				}
-				backAt = time.Since(start)
-			}()
-		}
-		nreads := func() int {
-			hook.mu.Lock()
-			defer hook.mu.Unlock()
-			return len(hook.reads)
-		}
-		type result struct {
-			ls  *Lease
-			err error
-			at  time.Duration
-		}
-		time.Sleep(60 * time.Second) // A's token back
-		gotT := make(chan result, 1)
-		go func() {
-			ls, err := New(hook, rgTable, Options{InstanceID: "t", MaxLook: 10 * time.Second}).Acquire(ctx, req("heavy", "A", 10*time.Minute))
-			gotT <- result{ls, err, time.Since(start)}
-		}()
-		synctest.Wait()
-		q := parseItem(rgItem(t, db, rgTable, "srv")).queue
-		if len(q) != 1 || q[0].label != "A" {
-			t.Fatalf("T is not waiting: %v", q)
-		}
-		look := q[0].look
-		time.Sleep(40 * time.Second) // T's looks a period apart
-		for n := nreads(); nreads() == n; {
-			time.Sleep(10 * time.Millisecond)
-		}
-		r0 := time.Since(start)
-		hook.mu.Lock()
-		hook.from = start.Add(r0 + 9*time.Second)
-		hook.mu.Unlock()
-		time.Sleep(50 * time.Millisecond)
-		if _, err := h.Finish(ctx, Success); err != nil { // T's turn
-			t.Fatal(err)
-		}
-		time.Sleep(450 * time.Millisecond)
-		gotP := make(chan result, 1)
-		go func() {
-			ls, err := New(db, rgTable, Options{InstanceID: "p"}).Acquire(ctx, light)
-			gotP <- result{ls, err, time.Since(start)}
-		}()
-		var p, tr result
-		select {
-		case p = <-gotP:
-			tr = <-gotT
-		case tr = <-gotT:
-			p = <-gotP
-		}
-		hook.mu.Lock()
-		var reads []time.Duration
-		for _, r := range hook.reads {
-			if r.Sub(start) > 90*time.Second {
-				reads = append(reads, r.Sub(start))
-			}
-		}
-		hook.mu.Unlock()
-		t.Logf("T's look period %v; its reads past 90 s at %v; U took heavy at %v, T's turn again at %v; P: %v at %v; T: %v at %v", look, reads, uAt, backAt, p.err, p.at, tr.err, tr.at)
-		if backAt == 0 {
-			t.Fatal("T's turn did not go and come again")
-		}
-		if p.err == nil && p.at < backAt+ClaimWindow+look {
-			t.Errorf("T's turn went at %v and came again at %v, between two looks of P's charge; P presumed T gone at %v, %v into its turn (its claim window %v), counting from its first sighting at %v", uAt, backAt, p.at, p.at-backAt, ClaimWindow+look, r0+500*time.Millisecond)
-		}
-		for _, r := range []result{p, tr} {
-			if r.ls != nil {
-				_, _ = r.ls.Finish(context.Background(), Unused)
-			}
-		}
-	})
-}
-
-// The same with P a waiter of heavy (A) behind T in place of the charge
-// (U's hold 20 ms: P's looks are jittered):
-// a take's looks sample a turn alike (before this change too), so
-// invariant 8 fails for takes wherever a ticket's period exceeds the
-// presumer's look and a turn can go and come back between its looks.
-func TestATakeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing.T) {
-	openDefect(t)
-	synctest.Test(t, func(t *testing.T) {
-		db := newMemStore()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		rate := func(who string) []Rate { return []Rate{{Name: "principal:" + who, PerMinute: 1}} }
-		req := func(tool, who string, hold time.Duration) Request {
-			return Request{Key: "srv", Tool: tool, ToolCap: 1, MaxQueued: 8, Wait: 5 * time.Minute, Hold: hold, Holder: who, Rates: rate(who)}
+		// P: a charge, or a waiter of heavy behind T, whose looks are
+		// jittered (so U's hold is shorter than one of them is likely to
+		// hit).
+		pReq, uHold, what := light, 200*time.Millisecond, "P's charge"
+		if take {
+			pReq, uHold, what = req("heavy", "A", time.Minute), 20*time.Millisecond, "waiter P"
 		}
 		start := time.Now()
 		o := acquire(t, New(db, rgTable, Options{InstanceID: "o"}), req("other", "A", 10*time.Minute))
@@ -600,7 +515,7 @@ func TestATakeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing.T
 			}
 			uAt = time.Since(start)
 			go func() {
-				time.Sleep(20 * time.Millisecond) // shorter than one of its looks is likely to hit
+				time.Sleep(uHold)
 				if _, err := u.Finish(ctx, Success); err != nil {
 					t.Errorf("U's finish: %v", err)
 				}
@@ -631,10 +546,15 @@ func TestATakeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing.T
 		look := q[0].look
 		time.Sleep(40 * time.Second) // T's looks a period apart
 		gotP := make(chan result, 1)
-		go func() {
-			ls, err := New(db, rgTable, Options{InstanceID: "p"}).Acquire(ctx, req("heavy", "A", time.Minute))
-			gotP <- result{ls, err, time.Since(start)}
-		}()
+		startP := func() {
+			go func() {
+				ls, err := New(db, rgTable, Options{InstanceID: "p"}).Acquire(ctx, pReq)
+				gotP <- result{ls, err, time.Since(start)}
+			}()
+		}
+		if take {
+			startP()
+		}
 		for n := nreads(); nreads() == n; {
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -647,7 +567,9 @@ func TestATakeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing.T
 			t.Fatal(err)
 		}
 		time.Sleep(450 * time.Millisecond)
-
+		if !take {
+			startP()
+		}
 		var p, tr result
 		select {
 		case p = <-gotP:
@@ -668,7 +590,7 @@ func TestATakeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing.T
 			t.Fatal("T's turn did not go and come again")
 		}
 		if p.err == nil && p.at < backAt+ClaimWindow+look {
-			t.Errorf("T's turn went at %v and came again at %v, between two looks of waiter P; P presumed T gone at %v, %v into its turn (its claim window %v), counting from its first sighting at %v", uAt, backAt, p.at, p.at-backAt, ClaimWindow+look, r0+500*time.Millisecond)
+			t.Errorf("T's turn went at %v and came again at %v, between two looks of %s; P presumed T gone at %v, %v into its turn (its claim window %v), counting from its first sighting at %v", uAt, backAt, what, p.at, p.at-backAt, ClaimWindow+look, r0+500*time.Millisecond)
 		}
 		for _, r := range []result{p, tr} {
 			if r.ls != nil {
