@@ -17,10 +17,12 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	if !req.holds() {
-		return l.charge(ctx, req)
-	}
 	a := l.newAttempt(req, l.newLeaseID(), false)
+	if !req.holds() {
+		if ls, err := l.charge(ctx, req); !errors.Is(err, errWaiters) {
+			return ls, err
+		}
+	}
 	ls, err := a.run(ctx)
 	if err != nil {
 		a.leave(ctx)
@@ -61,7 +63,7 @@ type attempt struct {
 	// from it.
 	own *view
 	// turnSince: when it first saw each ticket's turn come before its own.
-	turnSince map[string]time.Time
+	turnSince map[turn]time.Time
 	// firstExp: each live lease's expiry when it first saw it, which it
 	// expects the lease's end from (a renewal does not move it).
 	firstExp map[string]int64
@@ -144,6 +146,12 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 		if !served && slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task }) {
 			_ = a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
 		}
+		var held *RateLimitedError
+		if !served && v != nil && !a.req.holds() {
+			// A call that would hold nothing is held back by the tokens of
+			// callers before it; one that does not join is told so.
+			held = rateLimited(v, a.req.Rates, now, a.req.rules(v).tokens(h.ahead))
+		}
 		var err error
 		switch {
 		case served && eager < maxEager:
@@ -158,6 +166,9 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			}
 		case served:
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
+		case held != nil && a.n == 0 && (a.req.Wait <= 0 || a.req.MaxQueued <= 0):
+			a.l.stats.rateLimited.Add(1)
+			return nil, held
 		case a.req.Wait <= 0:
 			a.l.stats.shed.Add(1)
 			return nil, a.full(v, now, len(h.ahead) > 0, "")
@@ -259,23 +270,23 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 }
 
 // presume walks v at now for me, passing over the tickets presumed gone
-// (bypass): callers whose turn, first seen at seen[id] (now if not seen
+// (bypass): callers whose turn, first seen at seen (now if not seen
 // before), came their claim window ago, and tasks whose start went
 // unclaimed for StartTimeout. since is seen as it stands after: the
 // turns of the tickets ahead and passed over.
-func (v *view) presume(now int64, me *asker, rs rules, seen map[string]time.Time) (h handout, since map[string]time.Time, bypass []*ticket) {
+func (v *view) presume(now int64, me *asker, rs rules, seen map[turn]time.Time) (h handout, since map[turn]time.Time, bypass []*ticket) {
 	skip := map[string]bool{}
-	since = map[string]time.Time{}
+	since = map[turn]time.Time{}
 	for {
 		h = v.walk(now, me, rs, skip)
 		more := false
 		for _, t := range h.ahead {
 			// A task's turn too: its call is expected from then.
-			at, ok := seen[t.id]
+			at, ok := seen[turnOf(t)]
 			if !ok {
 				at = time.Now()
 			}
-			since[t.id] = at
+			since[turnOf(t)] = at
 			// A caller past its claim window is presumed gone; a task never
 			// is, but is passed over, keeping its ticket, once its start
 			// went unclaimed for StartTimeout.
@@ -290,6 +301,15 @@ func (v *view) presume(now int64, me *asker, rs rules, seen map[string]time.Time
 		}
 	}
 }
+
+// turn names a ticket's turn: its id and number, for a caller presumed
+// gone who joins again under its id waits a new turn.
+type turn struct {
+	id string
+	n  int64
+}
+
+func turnOf(t *ticket) turn { return turn{t.id, t.n} }
 
 // mustPurge reports whether v shows stale entries that this caller's next
 // write would count and could not remove itself (in a set it adds to), or
@@ -693,7 +713,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	// It looks when a caller whose turn came is presumed gone (a task
 	// never is).
 	for _, t := range ahead {
-		if at, ok := a.turnSince[t.id]; ok && !t.task {
+		if at, ok := a.turnSince[turnOf(t)]; ok && !t.task {
 			most = min(most, max(time.Until(at.Add(claimWindow(t))), 0)+jitter(overdueLook))
 		}
 	}
@@ -726,7 +746,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	for _, t := range ahead {
 		// Its call ends a call's length from when its turn came.
 		from := now
-		if at, ok := a.turnSince[t.id]; ok {
+		if at, ok := a.turnSince[turnOf(t)]; ok {
 			from = now - time.Since(at).Milliseconds()
 		}
 		ends = append(ends, from+(held-spread).Milliseconds())
@@ -860,19 +880,16 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 	return e
 }
 
-// charge admits a call that holds nothing in the item, only pays its
-// buckets: one write, made again from each failed answer, never resent
-// after an unknown outcome (a token may be lost, never taken twice).
-// Held back only by callers before it that it may yet presume gone, it
-// looks again as a waiter does, while it may wait.
+// charge admits a call that holds nothing in the item while no live
+// ticket needs a token of its buckets: one write that only pays them,
+// conditioned on nobody having joined since its view, made again from
+// each failed answer, never resent after an unknown outcome (a token may
+// be lost, never taken twice). A call that finds such a ticket gets
+// errWaiters: it takes a place with no cap instead, and waits its turn as
+// every caller does (see Buckets in the package doc).
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
-	start := time.Now()
-	until := earlier(start.Add(max(req.Wait, 0)), req.CallBy)
 	v := l.board(req.Key).recent(time.Hour)
 	fresh := false // v is an answer to this call
-	// turns: when this call's looks first saw the turn of each ticket, as
-	// numbered, come before its own.
-	turns := map[string]sighting{}
 	for try := 0; try < maxEager; try++ {
 		if err := contended(ctx, req.Key, try); err != nil {
 			return nil, err
@@ -888,33 +905,22 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			fresh = true
 		}
 		var now int64
-		passed := false
 		nv, err := l.send(ctx, req.Key, v, func(v *view) (*update, error) {
 			now = l.clock().UnixMilli()
 			u := newUpdate()
 			u.once = true
-			keep, n, err := l.chargeRoom(u, req, v, now, fresh, turns)
-			passed = n > 0
-			if err != nil {
+			if err := l.chargeRoom(u, req, v, now, fresh); err != nil {
 				return nil, err
 			}
 			u.admit(gateAttrs(req.Tool, ""), req.Holder, "", 0, now, nil, v)
-			u.charge(req.Rates, v, now, keep)
+			u.charge(req.Rates, v, now, nil)
 			u.ttl(now + 60_000)
 			return u, nil
 		}, nil)
-		var held *heldBack
 		switch {
 		case err == nil:
 			l.stats.acquired.Add(1)
-			if passed {
-				// It passed a caller presumed gone: the turn that makes
-				// come may be a task's, which whoever sees it starts.
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
-				_ = l.startDue(sctx, req.Key, nv, req.rules(nv))
-				cancel()
-			}
-			ls := &Lease{l: l, req: req, id: l.newLeaseID(), charged: chargedIn(nv, req.Rates), Waited: time.Since(start)}
+			ls := &Lease{l: l, req: req, id: l.newLeaseID(), tokensOnly: true, charged: chargedIn(nv, req.Rates)}
 			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nil
 		case errors.Is(err, errStale):
@@ -923,18 +929,6 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 				return nil, err
 			}
 			fresh = true
-		case errors.As(err, &held) && held.at.Before(until):
-			// A look, not a contended write: its tries start again.
-			if err := sleep(ctx, min(time.Until(held.at), l.maxLook), req.Key); err != nil {
-				return nil, err
-			}
-			if v, err = l.read(ctx, req.Key); err != nil {
-				return nil, err
-			}
-			try = -1
-		case held != nil:
-			l.stats.rateLimited.Add(1)
-			return nil, held.RateLimitedError
 		case errors.Is(err, errCondition):
 			v, fresh = nv, true
 		default:
@@ -948,20 +942,15 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 // answer to it: it is judged again on the item.
 var errStale = errors.New("lease: refused on an old view")
 
-// heldBack is the refusal of a charge that may wait (Wait) for the
-// tokens of callers before it alone, the first of whom may be presumed
-// gone at at: its RetryAfter says so.
-type heldBack struct {
-	*RateLimitedError
-	at time.Time
-}
+// errWaiters is a charge's finding that a live ticket needs a token of its
+// buckets: its call takes a place instead.
+var errWaiters = errors.New("lease: callers wait for the buckets")
 
 // chargeRoom judges a charge of req from v at now (fresh: v answers it)
-// and adds to u what it is conditioned on besides its gates, returning
-// the tokens of each bucket it leaves to the callers before it (see
-// Buckets in the package doc), and how many callers it passes. turns are
-// when its looks first saw each ticket's turn come before its own.
-func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool, turns map[string]sighting) (keep map[string]int, passed int, err error) {
+// and adds to u what it is conditioned on besides its gates and buckets:
+// nobody joined since v, in which no live ticket needs a token of its
+// buckets (errWaiters otherwise).
+func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool) error {
 	if v == nil {
 		// Seen nowhere: nobody waits, callers or tasks, as a key's first
 		// call finds it.
@@ -969,99 +958,32 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 			mp := u.path(kindAttr(task))
 			u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
 		}
-		return nil, 0, nil
+		return nil
 	}
 	// Nobody joined since, not merely as many waiting: one may have left
 	// as another joined.
 	u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 	rs := req.rules(v)
-	// It leaves the callers before it their tokens, as a take does, and
-	// passes over those it presumes gone as a take does: a caller whose
-	// turn its looks (answers to it, not its process's view of another
-	// moment) saw stand for its claim window, whose ticket it removes, and
-	// a task whose start went unclaimed, on its start as seen.
-	seen := map[string]time.Time{}
-	for _, t := range v.queue {
-		// Of the same ticket: one that joined again under its id is new.
-		if s, ok := turns[t.id]; ok && s.n == t.n {
-			seen[t.id] = s.first
-		}
-	}
-	h, since, gone := v.presume(now, &asker{label: req.Holder, tool: req.Tool, rates: req.Rates}, rs, seen)
-	if fresh {
-		clear(turns)
-		for id, first := range since {
-			if t := v.ticketFor(id); t != nil {
-				turns[id] = sighting{n: t.n, first: first}
-			}
-		}
-	}
-	for _, t := range gone {
-		if t.task {
-			u.cond(u.path(TicketsAttr, t.id, ticketStarted) + " = " + u.num(t.started))
-			continue
-		}
-		u.removeTicket(t.id, t.label, t.n, false)
-		u.count(u.path(FreedAttr), 1)
-		passed++
-	}
-	keep = rs.tokens(h.ahead)
-	needs := func(t *ticket) bool { // a token of its buckets
-		return slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
+	if slices.ContainsFunc(v.queue, func(t *ticket) bool {
+		return t.live(now) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
 			return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
 		})
-	}
-	var needy []*ticket // waiters that need a token of its buckets
-	for _, t := range v.queue {
-		if t.live(now) && !slices.Contains(gone, t) && needs(t) {
-			needy = append(needy, t)
-		}
-	}
-	if all := rs.tokens(needy); len(needy) > 0 {
-		if rateLimited(v, req.Rates, now, all) == nil {
-			keep = all // theirs whoever's turn comes: freed may move
-		} else {
-			// A place freed since may make it one's turn: freed as seen.
-			u.cond(u.eqOrAbsent(u.path(FreedAttr), v.freed))
-		}
+	}) {
+		return errWaiters
 	}
 	if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
 		if !fresh {
-			return nil, 0, errStale
+			return errStale
 		}
 		l.stats.refused(err)
-		return nil, 0, err
+		return err
 	}
-	if err := rateLimited(v, req.Rates, now, keep); err != nil {
+	if err := rateLimited(v, req.Rates, now, nil); err != nil {
 		if !fresh {
-			return nil, 0, errStale
+			return errStale
 		}
-		// Held back by callers before it whom it may yet pass (not tasks),
-		// and by nothing else: passing them all would leave it a token.
-		// It may look again by the time the first of them may be passed.
-		var at time.Time
-		rest := slices.DeleteFunc(slices.Clone(h.ahead), func(t *ticket) bool { return !t.task })
-		if rateLimited(v, req.Rates, now, rs.tokens(rest)) == nil {
-			for _, t := range h.ahead {
-				first, ok := since[t.id]
-				if ok && !t.task && needs(t) && (at.IsZero() || first.Add(claimWindow(t)).Before(at)) {
-					at = first.Add(claimWindow(t))
-				}
-			}
-		}
-		if at.IsZero() || req.Wait <= 0 {
-			l.stats.rateLimited.Add(1)
-			return nil, 0, err
-		}
-		err.RetryAfter = max(min(err.RetryAfter, time.Until(at)), 50*time.Millisecond)
-		return nil, 0, &heldBack{err, at}
+		l.stats.rateLimited.Add(1)
+		return err
 	}
-	return keep, passed, nil
-}
-
-// sighting is when a charge's looks first saw the turn of a ticket
-// numbered n come before its own.
-type sighting struct {
-	n     int64
-	first time.Time
+	return nil
 }

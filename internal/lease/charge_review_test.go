@@ -126,7 +126,7 @@ func TestADeadWaiterDoesNotHoldOffAClientWhoseCallsLandOnSeveralInstances(t *tes
 		defer cancel()
 		rate := []Rate{{Name: "server", PerMinute: 1}}
 		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 4, Wait: 10 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
+		light := Request{Key: "srv", Tool: "light", MaxQueued: 4, Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
 		start := time.Now()
 		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
 		time.Sleep(61 * time.Second)
@@ -210,7 +210,6 @@ func (f farAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, op
 // cap, whenever its refusal says), but A holds one place more, on tool x,
 // throughout, and W's process is 5 ms from the store.
 func TestChargesOfAPrincipalHoldingNoPlaceDoNotStarveAnothersWaiter(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -383,7 +382,6 @@ func (j *joinBefore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 // held by H). B calls light (no cap); before each of its writes another
 // principal's caller joins for heavy (and gives up a second later).
 func TestAChargeWithTokensToSpareLandsOverJoins(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -553,7 +551,7 @@ func TestAPassedDeadWaiterDoesNotHoldOffEachLaterCharge(t *testing.T) {
 		defer cancel()
 		rate := []Rate{{Name: "server", PerMinute: 1}}
 		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 4, Wait: 10 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
+		light := Request{Key: "srv", Tool: "light", MaxQueued: 4, Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
 		start := time.Now()
 		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
 		time.Sleep(61 * time.Second)

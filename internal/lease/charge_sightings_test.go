@@ -205,7 +205,7 @@ func TestDeadWaitersHoldAChargeOffAClaimWindowEachNotAnInterval(t *testing.T) {
 		const dead = 3
 		rate := []Rate{{Name: "server", PerMinute: 1}}
 		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 8, Wait: 14 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
+		light := Request{Key: "srv", Tool: "light", MaxQueued: 4, Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
 		start := time.Now()
 		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
 		time.Sleep(61 * time.Second)

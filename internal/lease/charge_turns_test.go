@@ -230,7 +230,7 @@ func TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow(t *t
 		defer cancel()
 		rate := []Rate{{Name: "server", PerMinute: 1}}
 		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 4, Wait: 10 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := Request{Key: "srv", Tool: "light", Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
+		light := Request{Key: "srv", Tool: "light", MaxQueued: 4, Hold: 30 * time.Second, Wait: 5 * time.Minute, Holder: "B", Rates: rate}
 		start := time.Now()
 		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy) // the bucket's token; the next at 60 s
 		time.Sleep(61 * time.Second)

@@ -278,7 +278,10 @@
 // A live waiter looks within its period of its turn coming, however far
 // back it joined, and has ClaimWindow more to take its place: it is never
 // presumed gone. A caller presumes gone only tickets whose turn came
-// before its own in its looks, and looks again a ticket's claim window
+// before its own in its looks, the turn of a ticket as numbered (one that
+// joined again under its id waits a new turn:
+// TestAWaiterDoesNotPresumeGoneOnItsOldTurnACallerThatJoinedAgain), and
+// looks again a ticket's claim window
 // after it first saw such a turn come: so D dead waiters before a live one
 // delay it by at most the sum of their claim windows, D × (ClaimWindow +
 // MaxLookFar) at most, past the look that first found a place free, plus
@@ -306,35 +309,31 @@
 // the bucket may have regained it with time, nor when that answer was
 // lost (TestARefundAfterItsTokenCameBackGivesNoExtraToken,
 // TestARefundAfterAnEarlierRefundGivesNoRegainedToken). A release's
-// refund is among what it drops after maxEager tries. A call with no cap
-// and no gate holds no lease: its take only charges, leaving the tokens of
-// the callers whose turn comes before a newcomer's, judged on the item
-// (its process's view, refused, is read again). Held back by the tokens
-// of callers before it alone, one that may wait (Wait) looks again as a
-// waiter does, at least every MaxLook, while passing them would leave it
-// a token and none is a task, and passes over those it presumes gone as a
-// take does — a caller whose turn its own looks saw stand for its claim
-// window, of its ticket as numbered (one joined again is new), whose
-// ticket it removes (ADDing 1 to freed, and starting a task whose turn
-// that makes come), a task whose start went unclaimed, on its start as
-// seen (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
-// TestADeadWaiterDoesNotHoldOffAClientWhoseCallsLandOnSeveralInstances,
-// TestAChargeThatWaitsDoesNotPresumeGoneAWaiterThatJoinedAgain,
-// TestATurnSeenInAnOldViewIsNotFirstSeenThen); one that may not wait is
-// refused as its buckets say. It is conditioned on seq as seen, nobody having joined since, not
-// merely as many waiting (one may have left as another joined:
-// TestAChargeFromAnOldViewDoesNotPassAWaiterThatJoinedAsAnotherLeft);
-// while a waiter needs a token of its buckets, it leaves one to every
-// such waiter, whoever's turn comes, when the bucket holds one more than
-// they need (so others' releases do not fail it), else is conditioned on
-// freed as seen (that waiter's turn may have come since). It is sent once,
-// never again after an unknown outcome, as nothing would tell its resend
-// from another call's (a token may be lost to a store error, never counted
-// twice); its refund likewise, which ADDs 1 to freed (a token back can
-// make it a waiter's turn that its bucket held back), and is not sent when
-// it would give nothing back. Its pause ADDs 1 to freed too: its
-// principal's waiters held back, it may be another's turn, as when a place
-// frees (fault simulation seed 12006764).
+// refund is among what it drops after maxEager tries.
+//
+// A call with no cap and no gate needs no place, and takes one only to
+// wait its turn. While no live ticket needs a token of its buckets (a
+// waiter or a task, its turn come or not), it is admitted by a charge: one
+// write that takes a token from each of its buckets and holds nothing in
+// the item, conditioned on seq as seen, so nobody joined since (not merely
+// as many waiting: one may have left as another joined), and judged on
+// the item (refused on its process's view, it reads and is judged again).
+// A charge is sent once, never again after an unknown outcome, as nothing
+// would tell its resend from another call's (a token may be lost to a
+// store error, never counted twice); its refund likewise, which ADDs 1 to
+// freed (a token back can make it a waiter's turn that its bucket held
+// back), and is not sent when it would give nothing back. Its pause ADDs 1
+// to freed too: its principal's waiters held back, it may be another's
+// turn, as when a place frees (fault simulation seed 12006764). A call
+// that finds such a ticket is a take like any other, under no cap: it is
+// served in its turn, joins the queue when its turn has not come (within
+// MaxQueued; refused as its buckets say when it may not wait), passes
+// over callers presumed gone as a waiter does, holds a lease entry, which
+// counts among its principal's places, until it is released, and renews
+// it as any holder (TestChargesOfAPrincipalHoldingNoPlaceDoNotStarveAnothersWaiter,
+// TestChargesThatWaitAreBoundedByMaxQueued,
+// TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
+// TestATokenGivenBackIsNotPassedByATakeJudgedBefore).
 //
 // # Gates
 //
@@ -683,9 +682,10 @@
 //     one an interval, less the tokens given back, give or take one token
 //     for clocks skewed by less than an interval
 //     (TestRateLimitAdmitsItsBurstExactly, TestWaitersPayWhenAdmitted);
-//     a call that only charges leaves a waiter's token to it
-//     (TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket); a token given
-//     back is never one the bucket has regained with time.
+//     a call with no cap is charged only while no live ticket needs a
+//     token of its buckets, and otherwise waits its turn for one as every
+//     caller does (TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket); a
+//     token given back is never one the bucket has regained with time.
 //  12. An adaptive limit stays within [Min, Cap], a take leaves at most the
 //     limit it was conditioned on, it moves at most once a round, and one
 //     principal's evidence alone moves it down only while no other

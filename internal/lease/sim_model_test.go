@@ -821,8 +821,8 @@ func (it *mItem) noteTurns(k mKey, now time.Time, skew time.Duration, came map[s
 	}
 	first := now.Add(-skew).UnixMilli()
 	at := it.instants(k, first)
-	for id := range it.tickets {
-		if c, ok := came[id]; ok {
+	for id, tk := range it.tickets {
+		if c, ok := came[mTurnOf(id, tk.n)]; ok {
 			if ms := c.Add(ClaimWindow + skew).UnixMilli(); ms > first {
 				at = append(at, ms)
 			}
@@ -837,14 +837,14 @@ func (it *mItem) noteTurns(k mKey, now time.Time, skew time.Duration, came map[s
 			t = now
 		}
 		skip := map[string]bool{}
-		for id := range it.tickets {
-			if c, ok := came[id]; ok && !t.Before(c.Add(ClaimWindow)) {
+		for id, tk := range it.tickets {
+			if c, ok := came[mTurnOf(id, tk.n)]; ok && !t.Before(c.Add(ClaimWindow)) {
 				skip[id] = true
 			}
 		}
 		for _, c := range it.handout(k, ms, nil, skip) {
-			if old, ok := came[c.id]; !ok || t.Before(old) {
-				came[c.id] = t
+			if old, ok := came[mTurnOf(c.id, c.n)]; !ok || t.Before(old) {
+				came[mTurnOf(c.id, c.n)] = t
 				next := t.Add(ClaimWindow + skew).UnixMilli()
 				j, _ := slices.BinarySearch(at[i+1:], next)
 				at = slices.Insert(at, i+1+j, next)
@@ -852,6 +852,11 @@ func (it *mItem) noteTurns(k mKey, now time.Time, skew time.Duration, came map[s
 		}
 	}
 }
+
+// mTurnOf names the turn of a ticket (or a caller waiting at one): its id
+// and number. A caller presumed gone that joins again under its id waits
+// a new turn.
+func mTurnOf(id string, n int64) string { return id + "#" + strconv.FormatInt(n, 10) }
 
 // ---------------------------------------------------------------------
 // Judging a write.
@@ -978,6 +983,25 @@ func (w *mWrite) landedOnWritersClock() int64 {
 }
 
 func (w *mWrite) owns(id string) bool { return !w.w.operator && w.w.owns(id) }
+
+// ownEntries reports whether the item holds, before or after the write, a
+// lease or a ticket its writer owns: a call holding nothing that takes a
+// place, waits, renews or leaves, not its charge or its refund.
+func (w *mWrite) ownEntries() bool {
+	for _, it := range []*mItem{w.before, w.after} {
+		for id := range it.leases {
+			if w.owns(id) {
+				return true
+			}
+		}
+		for id := range it.tickets {
+			if w.owns(id) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // otherClaim reports whether the ticket of task lease id names, in b, a
 // claim none of the writer's takes named (doc.go, Tasks: a task's lease
@@ -1177,8 +1201,10 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	// A call holding nothing: its charge, or its refund, which ADDs 1 to
 	// freed whether or not its buckets were purged meanwhile.
 	var judged map[string]bool
-	if w.w.holdsNothing && !w.w.operator {
+	if w.w.holdsNothing && !w.w.operator && len(v.takes) == 0 && len(v.released) == 0 && !w.ownEntries() {
 		judged = w.judgeCharge(v)
+	} else if w.w.holdsNothing && len(v.takes) > 0 {
+		v.events = append(v.events, "place taken by a call with no cap")
 	}
 	if v.refund {
 		bucketsBack = max(bucketsBack, 1)
@@ -1345,7 +1371,7 @@ func (w *mWrite) judgeTake(v *mVerdict, id string) {
 	skip := map[string]bool{}
 	for _, x := range v.bypassed {
 		skip[x] = true
-		came, ok := w.turnCame[x]
+		came, ok := w.turnCame[mTurnOf(x, b.tickets[x].n)]
 		if !ok || w.sent.Sub(came) < ClaimWindow {
 			v.fail("bypass", x, "the take of %s presumed %s gone %v after its turn first came; ClaimWindow %v", id, x, w.sent.Sub(came), ClaimWindow)
 		}
@@ -1639,10 +1665,8 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		if w.w.charges > 0 {
 			v.fail("charge", "twice", "a call holding nothing charged its buckets again, %d charges of it having landed: a charge is sent once, never again after an unknown outcome", w.w.charges)
 		}
-		refused := false
 		if b.hold > now {
 			v.fail("hold", "charge", "a charge landed %d ms before the hold ends", b.hold-now)
-			refused = true
 		}
 		for _, attr := range mGatesOf(me) {
 			g := b.gates[attr]
@@ -1656,49 +1680,29 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 						kind = "pause"
 					}
 					v.fail(kind, attr+"."+key, "a charge of %s passed %s.%s, closed for %d ms more", me.p, attr, key, e.u-now)
-					refused = true
 				}
 			}
 		}
-		c := me
-		c.id, c.n = "(charge)", math.MaxInt64 // a newcomer: the newest
-		skip, alive := map[string]bool{}, map[string]bool{}
-		// It may pass, removing their tickets, the callers it presumes
-		// gone as a take does: their turn came ClaimWindow before.
-		for _, x := range v.bypassed {
-			skip[x] = true
-			if came, ok := w.turnCame[x]; !ok || w.sent.Sub(came) < ClaimWindow {
-				v.fail("bypass", x, "a charge of %s presumed %s gone %v after its turn first came; ClaimWindow %v", me.p, x, w.sent.Sub(came), ClaimWindow)
+		for _, name := range slices.Sorted(maps.Keys(mine)) {
+			if tat, ok := b.rates[name]; ok && mine[name].tokens(tat, now) < 1 {
+				v.fail("rate", name, "a charge of %s took a token of bucket %s, which held none at %d (full again at %d)", me.p, name, now, tat)
 			}
 		}
-		for id, tk := range b.tickets {
-			if w.judged >= 0 && tk.hasN && tk.n > w.judged {
-				skip[id], alive[id] = true, true // joined after any view it could have judged from
+		// Nobody waits for a token of its buckets: a live ticket that
+		// needs one makes the call take a place and wait its turn.
+		for _, id := range slices.Sorted(maps.Keys(b.tickets)) {
+			tk := b.tickets[id]
+			if !tk.hasN || !tk.hasBody || tk.d < now {
+				continue
 			}
-			if came, ok := w.turnCame[id]; ok && !tk.task && w.sent.Sub(came) >= ClaimWindow {
-				skip[id] = true // its turn came a claim window ago: presumed gone, as by a take
-			}
-		}
-		out := b.handout(k, now, []mCaller{c}, skip)
-		if mServed(out, c.id) && !mServed(b.handout(k, now, []mCaller{c}, alive), c.id) {
-			v.events = append(v.events, "charge past a waiter presumed gone")
-		}
-		if !refused && !mServed(out, c.id) {
-			v.fail("rate", "turn", "a charge of %s took a token its buckets did not hold beyond what the callers whose turn comes first need: %s", me.p, b.explain(k, now, c, skip))
-		}
-		for _, x := range out {
-			if x.id == c.id {
-				break
-			}
-			if slices.ContainsFunc(slices.Collect(maps.Keys(k.buckets(x))), func(n string) bool { _, ok := mine[n]; return ok }) {
-				v.events = append(v.events, "charge leaving a token to a waiter whose turn came")
-				break
+			for _, name := range slices.Sorted(maps.Keys(k.buckets(tk.caller()))) {
+				if _, ok := mine[name]; ok {
+					v.fail("rate", "turn", "a charge of %s took a token of bucket %s, which ticket %s, live for %d ms more, needs", me.p, name, id, tk.d-now)
+				}
 			}
 		}
-		// Beside the tickets it passed, each ADDing 1 to freed.
-		passed := b.without(v.bypassed)
-		for _, what := range mChanged(passed, a, false) {
-			v.fail("charge", what, "a charge of %s changed %s: it takes tokens, removes the tickets of callers it presumed gone, and changes nothing else", me.p, what)
+		for _, what := range mChanged(b, a, false) {
+			v.fail("charge", what, "a charge of %s changed %s: it takes tokens and changes nothing else", me.p, what)
 		}
 	case down:
 		v.refund = true
@@ -1734,27 +1738,6 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		}
 	}
 	return judged
-}
-
-// without is it with the tickets ids removed (and from their waiting
-// sets), freed ADDed 1 for each, as a take's or a charge's pass leaves it.
-func (it *mItem) without(ids []string) *mItem {
-	if len(ids) == 0 {
-		return it
-	}
-	c := *it
-	c.tickets, c.waiting = maps.Clone(it.tickets), map[string][]string{}
-	for p, ids2 := range it.waiting {
-		c.waiting[p] = slices.DeleteFunc(slices.Clone(ids2), func(id string) bool { return slices.Contains(ids, id) })
-		if len(c.waiting[p]) == 0 {
-			delete(c.waiting, p)
-		}
-	}
-	for _, id := range ids {
-		delete(c.tickets, id)
-	}
-	c.freed += int64(len(ids))
-	return &c
 }
 
 // mChanged lists what a write changed of the item besides its buckets and

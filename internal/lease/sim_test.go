@@ -2055,7 +2055,7 @@ func TestFaultSimulation(t *testing.T) {
 		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
 		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout",
 		"task withdrawn", "task worker died during its call", "task claim: claimed already",
-		"a run whose calls with no cap hold nothing", "charge landed", "refund landed", "charge leaving a token to a waiter whose turn came",
+		"a run whose calls with no cap hold nothing", "charge landed", "refund landed", "place taken by a call with no cap",
 		"task worker died between its claim and its mark", "task claimed again", "task worker found its record marked by an earlier claim"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
