@@ -1,15 +1,14 @@
 package lease
 
-// A fresh reading of the charges' sightings of others' turns. Its
-// findings are fixed but two: a charge now looks in-process while it may
-// wait, as a waiter does, keeping the turns its own looks saw, and removes
-// the tickets of the callers it presumes gone, as a take does (a ticket
-// that joined again, a turn that went and came back between two samples of
-// a process, a client spread over instances, a dead waiter held off each
-// later charge); a task it passes is conditioned on its start mark. Open,
-// each test skipped unless LEASE_OPEN_DEFECTS is set (docs/admission.md,
-// Rate limits): a principal holding no place ranks first for a charge's
-// tokens, and a charge fails over a join before each of its writes.
+// Calls with no cap beside waiters that need their tokens (doc.go,
+// Buckets): such a call is charged only while no live ticket needs a
+// token of its buckets; beside one it takes a place under no cap and
+// waits its turn as any caller does. Each scenario here was a defect of
+// the calls' own rules for passing waiters, which they no longer have: a
+// live waiter is never presumed gone on a turn it lost and regained, a
+// dead waiter holds them back no longer than its claim window wherever
+// they land, a principal holding no place does not starve another's
+// waiter, and joins do not fail them.
 
 import (
 	"context"
@@ -35,12 +34,11 @@ import (
 //
 // The server's bucket holds 1 token a minute. H holds tool heavy (cap 1)
 // from 0 s; W joins for heavy at 61 s. H finishes at 62 s: W's turn; W's
-// process is slow to look, and B's charge of tool light at 63 s is rightly
-// refused (its turn first seen then). The operator holds the key from
-// 64 s to 68 s (W, live, waits it out). The hold ends: W's turn again,
-// from 68 s. W's process is slow to look for a second; B's charge at 69 s,
-// one second into W's turn and 6 s after its last sighting, presumes W
-// gone (first seen at 63 s) and takes its token.
+// process is slow to look, and B's call of tool light (no cap) at 63 s is
+// rightly refused. The operator holds the key from 64 s to 68 s (W, live,
+// waits it out). The hold ends: W's turn again, from 68 s. W's process is
+// slow to look for a second; B's call at 69 s, one second into W's turn,
+// must not presume W gone on the turn it saw at 63 s.
 func TestATurnThatCameAgainWithinTwiceItsClaimWindowIsNotPresumedGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -95,7 +93,7 @@ func TestATurnThatCameAgainWithinTwiceItsClaimWindowIsNotPresumedGone(t *testing
 		_, err := lb.Acquire(ctx, light)
 		slow.resume()
 		if err == nil {
-			t.Errorf("the hold ended at 68 s: W's turn again, W live and waiting since 61 s; B's charge at 69 s presumed W gone (its turn first seen at 63 s, last 6 s before, within twice its claim window) and took its token")
+			t.Errorf("the hold ended at 68 s: W's turn again, W live and waiting since 61 s; B's call at 69 s presumed W gone (its turn first seen at 63 s) and took its token")
 		}
 		w := <-gotW
 		if w.err != nil {
@@ -107,18 +105,12 @@ func TestATurnThatCameAgainWithinTwiceItsClaimWindowIsNotPresumedGone(t *testing
 	})
 }
 
-// Liveness, and the refusal's Retry-After (doc.go, Buckets: "refused for
-// those callers' tokens alone, it is told to come back when the first may
-// be presumed gone"): the sightings a charge passes a dead waiter on are
-// its own process's. mcpgate is serverless: one client's calls land on
-// whichever instance runs. A client that comes back when told, each time
-// on the next of three instances, meets on each one an instance that saw
-// the turn last twice the claim window ago or never: its first sighting
-// counts from anew, it is refused again and told to come back a claim
-// window later. The dead waiter holds the token from every charge until
-// its ticket lapses (its Wait, 10 minutes here), as
-// TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow
-// shows it may not on one instance.
+// Liveness: mcpgate is serverless, and one client's calls land on
+// whichever instance runs. A client of tool light (no cap, Wait 5 min)
+// whose calls each land on the next of three instances must get W's token
+// once W, dead, has been passed (its claim window), not when its ticket
+// lapses (its Wait, 10 minutes here), as on one instance
+// (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow).
 func TestADeadWaiterDoesNotHoldOffAClientWhoseCallsLandOnSeveralInstances(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -290,13 +282,12 @@ func TestChargesOfAPrincipalHoldingNoPlaceDoNotStarveAnothersWaiter(t *testing.T
 //
 // The server's bucket holds 1 token a minute. A task of tool heavy (cap
 // 1, held by H) is enqueued at 61 s (the token back); H finishes at 62 s:
-// the task's turn, its worker started and lost. P's charge of tool light
-// at 63 s is rightly refused (the task's token), its answer left on P's
-// board. At 73 s, StartTimeout past the lost start, Q's StartDue starts
-// the task's worker again. A moment later, before the worker claims, P's
-// charge, judged from its board's view (the task's start 11 s old),
-// passes the task and takes its token: the worker's claim finds the
-// bucket empty.
+// the task's turn, its worker started and lost. P's call of tool light
+// (no cap) at 63 s is rightly refused (the task's token), its answer left
+// on P's board. At 73 s, StartTimeout past the lost start, Q's StartDue
+// starts the task's worker again. A moment later, before the worker
+// claims, P's call, judged from its board's view (the task's start 11 s
+// old), must not pass the task and take its token.
 func TestAChargePassingATaskWhoseStartLapsedIsConditionedOnItsMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -441,13 +432,12 @@ func TestAChargeWithTokensToSpareLandsOverJoins(t *testing.T) {
 //
 // Each principal's bucket holds 1 token a minute. H (D) holds heavy (cap
 // 1); T (A) and then U (C) wait for it. H finishes at 2 s: T's turn, T's
-// process slow. P's charge of light for A at 2.5 s is rightly refused
-// (T's token). T stays slow past its claim window: U presumes it gone,
-// takes heavy and removes its ticket. T is heard from again, finds its
-// ticket gone and joins again, at the back; U finishes at once: T's turn,
-// and T's process is slow to look for a moment. P's charge for A then
-// presumes T gone (its id's turn "first seen" at 2.5 s) and takes its token
-// half a second into T's new turn.
+// process slow. P's call of light (no cap) for A at 2.5 s is rightly
+// refused (T's token). T stays slow past its claim window: U presumes it
+// gone, takes heavy and removes its ticket. T is heard from again, finds
+// its ticket gone and joins again, at the back; U finishes at once: T's
+// turn, and T's process is slow to look for a moment. P's next call for A
+// must not presume T gone on its old ticket's turn and take its token.
 func TestAWaiterThatJoinedAgainIsNotPresumedGoneOnItsOldTicketsTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()

@@ -1,9 +1,9 @@
 package lease
 
-// A charge and others' turns (chargeRoom): a waiter presumed gone only
-// when the charge's own looks saw its turn stand for its claim window (a
-// charge that may wait looks as a waiter does); a refusal that tells when
-// the first may be presumed gone; a charge conditioned on seq.
+// Calls with no cap and others' turns: beside a waiter that needs its
+// token, such a call is refused (no Wait) or waits its turn, presuming a
+// waiter gone only when its own looks saw its turn stand for its claim
+// window; a charge is conditioned on seq (doc.go, Buckets).
 
 import (
 	"context"
@@ -30,9 +30,9 @@ import (
 // charge of tool light (no cap) at 63 s is rightly refused, leaving W the
 // token. The operator holds the key from 64 s to 184 s (W, live, waits it
 // out: no place is free). The hold ends: W's turn again, from 184 s. W's
-// process is slow to look for a moment; B's charge at 185 s, a second into
-// W's turn, presumes W gone (its turn "first seen" at 63 s) and takes its
-// token: W waits a minute more.
+// process is slow to look for a moment; B's call at 185 s, a second into
+// W's turn, must not presume W gone on the turn it saw at 63 s and take
+// its token, leaving W to wait a minute more.
 func TestATurnThatCameAgainAfterAHoldIsNotPresumedGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()

@@ -1,9 +1,10 @@
 package lease
 
 // Calls that hold nothing (Limiter.charge, Lease.finishTokens): a charge
-// leaves the tokens of the callers whose turn comes first, judged on the
-// item, not merely on its process's view, and passes a dead waiter as a
-// take does; a refund gives back only what of its token is still to come.
+// only while no live ticket needs a token of its buckets, judged on the
+// item, not merely on its process's view; beside such a ticket the call
+// waits its turn and passes a dead waiter as any caller does; a refund
+// gives back only what of its token is still to come.
 
 import (
 	"context"
@@ -218,11 +219,9 @@ func TestAChargeBesideATasksStartLeavesItsToken(t *testing.T) {
 // heavy would have (it takes W's place past its claim window, removing
 // its ticket).
 //
-// A charge presumes W gone as a take would: its process keeps, on the
-// key's board, when it first saw each turn come (W's at 62 s), and passes
-// over a waiter whose turn came its claim window ago. (Before, B got a
-// token at 122 s only because a charge over a full bucket left keep out:
-// TestAChargeFromAViewOfAFullBucketLeavesTheWaitersToken.)
+// B's call of light (no cap, Wait) waits behind W, dead, as any caller
+// does, and passes W once W's turn has stood its claim window in its
+// looks: W's ticket holds the token no longer than that.
 func TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -283,10 +282,8 @@ func TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow(t *t
 }
 
 // Buckets and "Whose turn" (doc.go): a newcomer is the newest caller, its
-// take conditioned on seq as seen (nobody joined since it looked). A
-// charge built from an answer to it is conditioned on no more callers and
-// tasks waiting than that answer shows; one built from its process's
-// older view on seq too. Else a waiter leaving and another joining since
+// take conditioned on seq as seen (nobody joined since it looked), and a
+// charge likewise. Else a waiter leaving and another joining since
 // leave the queue's size as it was: the charge, judged from its process's
 // view of a minute before (board.recent allows an hour), would land ahead
 // of a waiter that had joined since and whose only want was that token.

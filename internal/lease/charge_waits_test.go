@@ -1,15 +1,13 @@
 package lease
 
-// A charge that waits (chargeRoom's heldBack): held back by the tokens of
-// callers before it, it looks again while it may wait, keeping the turns
-// its looks saw of each ticket as numbered, and removes the tickets of
-// those it presumes gone, starting the task whose turn that makes come;
-// held back by a task, it does not wait. Open, each test skipped unless
-// LEASE_OPEN_DEFECTS is set (docs/admission.md, Rate limits): charges that
-// wait are bounded by no MaxQueued; the model keeps a turn by id across a
-// rejoin; a turn that goes and comes back between two looks, a take's or a
-// charge's, reads as one; and a charge that may not wait is passed by no
-// one's looks, so a dead waiter holds it off until its ticket lapses.
+// Calls with no cap that wait: held back by the tokens of callers before
+// them, they join the queue (within MaxQueued) and wait their turn as any
+// caller does, passing those presumed gone and starting the task whose
+// turn that makes come; turns are kept by ticket, in the code and in the
+// model. Open, each test skipped unless LEASE_OPEN_DEFECTS is set
+// (docs/admission.md, Rate limits): a turn that goes and comes back
+// between two looks reads as one; and a caller that may not wait passes
+// no dead waiter, which holds it off until its ticket lapses.
 
 import (
 	"context"
@@ -145,9 +143,9 @@ func (r readCountAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, op
 // The server's bucket holds 1 token a minute. H (A) holds heavy (cap 1)
 // from 0 s, taking the token; W (A) joins for heavy at 61 s and its
 // process dies; H finishes at 62 s: W's turn, and the token is W's. At
-// 62.5 s, eight calls of light (no cap: they only charge; MaxQueued 2,
-// Wait 5 min) arrive, on eight instances. A second later, at most 2 may
-// wait; the rest must have been refused.
+// 62.5 s, eight calls of light (no cap; MaxQueued 2, Wait 5 min) arrive,
+// on eight instances. A second later, at most 2 may wait; the rest must
+// have been refused.
 func TestChargesThatWaitAreBoundedByMaxQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -246,10 +244,10 @@ func TestTheModelFlagsATakePassingAWaiterOnItsOldTicketsTurn(t *testing.T) {
 // Each principal's bucket holds 1 token a minute. H (D) holds heavy (cap
 // 1); X (C) waits for heavy, its process dead, and task K of A behind it.
 // H finishes at 2 s: X's turn (K's comes after it, heavy's one place
-// X's). P's charge of light for C (Wait 5 min), held back by X's token,
-// passes X past its claim window: K's turn comes (heavy free, A's token
-// there). Every live limiter starts tasks (OnTaskStart): K must be started
-// once P's charge lands.
+// X's). P's call of light (no cap) for C (Wait 5 min), held back by X's
+// token, passes X past its claim window: K's turn comes (heavy free, A's
+// token there). Every live limiter starts tasks (OnTaskStart): K must be
+// started once P's take lands.
 func TestAChargeThatPassesADeadWaiterStartsTheTaskWhoseTurnItMakesCome(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -304,10 +302,9 @@ func TestAChargeThatPassesADeadWaiterStartsTheTaskWhoseTurnItMakesCome(t *testin
 	})
 }
 
-// Stats (stats.go): "RateLimited [counts] those a bucket refused". A
-// charge that waits counts one at each of its looks held back, though it
-// is admitted in the end: a charge waiting out a dead waiter's claim
-// window counts as many refusals as it looked, and one grant.
+// Stats (stats.go): "RateLimited [counts] those a bucket refused". A call
+// with no cap that waits out a dead waiter's claim window and is admitted
+// in the end counts one grant and no refusal.
 func TestAChargeThatWaitsAndIsAdmittedCountsNoRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
@@ -387,8 +384,8 @@ func (h *lookHookAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, op
 // none), taking A's token; H (D) holds heavy (cap 1). A's token is back
 // at 60 s: T (A, instance MaxLook 10 s) joins for heavy. At 100 s, its
 // looks a period apart, just after T's next look (r0), H finishes: T's
-// turn. P's charge for A (Wait
-// 5 min) from r0+0.5 s is held back by T's token. Just before T's next
+// turn. P's call of light (no cap) for A (Wait 5 min) from r0+0.5 s is
+// held back by T's token.
 // look (r0+10 s), U (C) takes heavy as a newcomer (it ranks first); T's
 // look finds heavy full; U finishes 200 ms later, T's turn again, between
 // two looks of P. T looks next within its period of that; P must not pass
@@ -398,7 +395,7 @@ func TestAChargeDoesNotPresumeGoneAWaiterWhoseTurnWentBetweenItsLooks(t *testing
 	turnBetweenLooks(t, false)
 }
 
-// The same with P a waiter of heavy (A) behind T in place of the charge
+// The same with P a waiter of heavy (A) behind T in place of the call of light
 // (U's hold 20 ms: P's looks are jittered): a take's looks sample a turn
 // alike, so invariant 8 fails for takes wherever a ticket's period exceeds
 // the presumer's look and a turn can go and come back between its looks.
@@ -526,13 +523,11 @@ func turnBetweenLooks(t *testing.T, take bool) {
 	})
 }
 
-// Buckets (doc.go): a charge that may not wait "is refused, told to come
-// back when the first may be presumed gone". Its turns are now its own
-// call's, so the call that comes back then starts them afresh: it is
-// refused again, told the same, for as long as the dead waiter's ticket
+// A call that may not wait (light, no Wait) beside a dead waiter that
+// needs its token: each call is a newcomer whose looks start the waiter's
+// turn afresh, so it is refused for as long as the dead waiter's ticket
 // lives. (TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow
-// and three others were given Wait to pass; this is the first as it was,
-// light with no Wait.)
+// and three others give their calls Wait; this is the first with none.)
 func TestAChargeThatMayNotWaitIsAdmittedWhenItsRefusalSaid(t *testing.T) {
 	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
