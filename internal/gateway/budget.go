@@ -32,9 +32,10 @@ func (g *Gateway) budgetFault(srv *registry.Server, tool string, timeout time.Du
 }
 
 // slotWait is how long a call with req may wait for a slot: only a call
-// that takes a place can find none free.
+// that takes a place can find none free, or one with buckets, which waits
+// its turn for a token beside waiters that need one.
 func slotWait(req lease.Request, capped bool) time.Duration {
-	if !capped || !req.TakesPlace() {
+	if !capped || !req.TakesPlace() && len(req.Rates) == 0 {
 		return 0
 	}
 	return req.Wait

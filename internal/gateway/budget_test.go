@@ -33,6 +33,8 @@ func TestCallMustFitTheRequestTimeout(t *testing.T) {
 		// Shedding servers and uncapped ones never wait for a slot.
 		{"server_id": "shed", "url": url, "max_concurrent_requests": 1, "timeout": 9, "queue_timeout": 60, "on_limit": "shed"},
 		{"server_id": "uncapped", "url": url, "timeout": 9, "queue_timeout": 60},
+		// One with a rate limit waits its turn for a token beside waiters.
+		{"server_id": "rated", "url": url, "timeout": 9, "queue_timeout": 60, "rpm_limit": 100},
 		// 10 + 0.5 does not, even without a cap.
 		{"server_id": "long", "url": url, "timeout": 10},
 		// A tool's own timeout is what its calls take.
@@ -49,6 +51,7 @@ func TestCallMustFitTheRequestTimeout(t *testing.T) {
 		{"queued", "echo", false},
 		{"shed", "echo", true},
 		{"uncapped", "echo", true},
+		{"rated", "echo", false},
 		{"long", "echo", false},
 		{"tools", "echo", true},
 		{"tools", "slow_tool", false},
