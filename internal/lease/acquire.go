@@ -19,9 +19,11 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	}
 	a := l.newAttempt(req, l.newLeaseID(), false)
 	if !req.holds() {
-		if ls, err := l.charge(ctx, req); !errors.Is(err, errWaiters) {
+		ls, v, err := l.charge(ctx, req)
+		if !errors.Is(err, errWaiters) {
 			return ls, err
 		}
+		a.own = v // the item it was judged on
 	}
 	ls, err := a.run(ctx)
 	if err != nil {
@@ -166,6 +168,10 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			}
 		case served:
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
+		case held != nil && a.n == 0 && (a.req.Wait <= 0 || a.req.MaxQueued <= 0) && v != a.own:
+			// Refused on the item, never on its process's view alone.
+			v, err = a.l.read(ctx, a.req.Key)
+			a.own = v
 		case held != nil && a.n == 0 && (a.req.Wait <= 0 || a.req.MaxQueued <= 0):
 			a.l.stats.rateLimited.Add(1)
 			return nil, held
@@ -381,9 +387,14 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		bv, _, _ = a.b.latest() // only chooses the form of the charge, which its condition checks
 	}
 	u.charge(a.req.Rates, bv, now, a.req.rules(v).tokens(h.ahead))
-	lp := u.path(LeasesAttr, id)
-	u.set(lp, u.num(exp))
-	u.cond("attribute_not_exists(" + lp + ")")
+	// A call that needs no place takes its tokens in its turn and holds
+	// nothing (see Buckets in the package doc).
+	place := a.req.holds()
+	if place {
+		lp := u.path(LeasesAttr, id)
+		u.set(lp, u.num(exp))
+		u.cond("attribute_not_exists(" + lp + ")")
+	}
 	a.capConds(u, v, p.leases, len(h.ahead))
 	if tc := a.req.ToolCap; tc > 0 {
 		tp := u.path(ToolAttr(a.req.Tool))
@@ -392,21 +403,23 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	}
 	// Its principal's set as seen when it ranks the caller (mixed) or is
 	// capped; with no view, room under the principal's cap.
-	pp := u.path(PrincipalAttr(a.me.label))
-	u.add(pp, id)
+	pp := func() string { return u.path(PrincipalAttr(a.me.label)) }
+	if place {
+		u.add(pp(), id)
+	}
 	mixed := v != nil && (a.req.ToolCap > 0 || slices.ContainsFunc(v.queue, func(t *ticket) bool {
 		return t.id != id && v.waits(t, now) && (t.label != a.me.label || t.toolCap > 0)
 	}))
 	if v != nil && (a.req.PrincipalCap > 0 || mixed) {
 		if members := v.sets[PrincipalAttr(a.me.label)]; len(members) == 0 {
-			u.cond("attribute_not_exists(" + pp + ")")
+			u.cond("attribute_not_exists(" + pp() + ")")
 		} else {
-			u.cond("size(" + pp + ") = " + u.num(int64(len(members))))
+			u.cond("size(" + pp() + ") = " + u.num(int64(len(members))))
 		}
 	} else if v == nil && a.req.PrincipalCap > 0 {
-		u.cond("(attribute_not_exists(" + pp + ") OR size(" + pp + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
+		u.cond("(attribute_not_exists(" + pp() + ") OR size(" + pp() + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
 	}
-	if v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
+	if place && v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool {
 		return t.id != id && t.label == a.me.label && v.waits(t, now)
 	}) && slices.ContainsFunc(v.queue, func(t *ticket) bool {
 		return t.label != a.me.label && v.waits(t, now)
@@ -457,7 +470,11 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		u.removeTicket(t.id, t.label, t.n, t.task)
 		u.count(u.path(FreedAttr), 1)
 	}
-	u.admit(gateAttrs(a.req.Tool, a.me.breaker), a.me.label, id, exp, now, h.probes, v)
+	if place {
+		u.admit(gateAttrs(a.req.Tool, a.me.breaker), a.me.label, id, exp, now, h.probes, v)
+	} else {
+		u.admit(gateAttrs(a.req.Tool, ""), a.me.label, "", 0, now, nil, v) // no verdict to give a probe
+	}
 	u.ttl(exp)
 	// Judged for its moment: sent once (see Take in the package doc).
 	u.judged = true
@@ -465,7 +482,11 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if v != nil {
 		wctx = context.WithValue(ctx, judgedKey{}, v.seq)
 	}
-	nv, err := a.l.write(wctx, a.req.Key, u, func() { a.unsure = append(a.unsure, exp) })
+	unsure := false
+	nv, err := a.l.write(wctx, a.req.Key, u, func() { unsure = true })
+	if unsure && place {
+		a.unsure = append(a.unsure, exp)
+	}
 	a.asked = time.Now()
 	if err == nil {
 		a.n = 0
@@ -487,6 +508,10 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if errors.Is(err, errCondition) {
 		a.takeErrs = 0
 		return nil, nv, nil // not landed, unless the item shows it did (the caller's loop looks)
+	}
+	if unsure && !place {
+		// Its tokens may have been taken: never taken twice.
+		return nil, nil, err
 	}
 	// Read again, until an answer or its budget of errors in a row is spent.
 	for {
@@ -515,7 +540,7 @@ type judgedKey struct{}
 func (a *attempt) lease(ctx context.Context, exp int64, v *view, answer bool) (*Lease, error) {
 	localNow := time.Now()
 	deadline := earlier(localNow.Add(time.UnixMilli(exp).Sub(a.l.clock())-a.l.margin), a.req.CallBy)
-	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim}
+	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim, tokensOnly: !a.req.holds()}
 	if answer {
 		ls.charged = chargedIn(v, a.req.Rates)
 	}
@@ -884,15 +909,16 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 // ticket needs a token of its buckets: one write that only pays them,
 // conditioned on nobody having joined since its view, made again from
 // each failed answer, never resent after an unknown outcome (a token may
-// be lost, never taken twice). A call that finds such a ticket gets
-// errWaiters: it takes a place with no cap instead, and waits its turn as
-// every caller does (see Buckets in the package doc).
-func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
+// be lost, never taken twice). A call that finds such a ticket on the
+// item gets errWaiters, with the view it was judged on: it is a take
+// instead, waiting its turn as every caller does, that holds nothing (see
+// Buckets in the package doc).
+func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, *view, error) {
 	v := l.board(req.Key).recent(time.Hour)
 	fresh := false // v is an answer to this call
 	for try := 0; try < maxEager; try++ {
 		if err := contended(ctx, req.Key, try); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if try > eagerRetries {
 			// After a back-off the answer before it is out of date: a
@@ -900,13 +926,14 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			// releases come faster than the back-off.
 			var err error
 			if v, err = l.read(ctx, req.Key); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			fresh = true
 		}
 		var now int64
+		var judged *view
 		nv, err := l.send(ctx, req.Key, v, func(v *view) (*update, error) {
-			now = l.clock().UnixMilli()
+			now, judged = l.clock().UnixMilli(), v
 			u := newUpdate()
 			u.once = true
 			if err := l.chargeRoom(u, req, v, now, fresh); err != nil {
@@ -922,20 +949,20 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, error) {
 			l.stats.acquired.Add(1)
 			ls := &Lease{l: l, req: req, id: l.newLeaseID(), tokensOnly: true, charged: chargedIn(nv, req.Rates)}
 			ls.setExpiry(now, time.Now().Add(req.Hold))
-			return ls, nil
+			return ls, nv, nil
 		case errors.Is(err, errStale):
 			// Refused on the process's view: judged again on the item.
 			if v, err = l.read(ctx, req.Key); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			fresh = true
 		case errors.Is(err, errCondition):
 			v, fresh = nv, true
 		default:
-			return nil, err
+			return nil, judged, err
 		}
 	}
-	return nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
+	return nil, nil, fmt.Errorf("lease: the rate buckets of %s kept changing", req.Key)
 }
 
 // errStale is a charge's refusal judged from its process's view, not an
@@ -964,11 +991,22 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	// as another joined.
 	u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 	rs := req.rules(v)
-	if slices.ContainsFunc(v.queue, func(t *ticket) bool {
-		return t.live(now) && slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
+	soon := now + l.margin.Milliseconds()
+	for _, t := range v.queue {
+		if !t.live(now) || !slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
 			return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
-		})
-	}) {
+		}) {
+			continue
+		}
+		if v.claimed(t, soon) {
+			// A task running needs no token, while its claim stands: one
+			// lapsing would wait again with no write.
+			u.cond(u.path(LeasesAttr, t.id) + " >= " + u.num(soon))
+			continue
+		}
+		if !fresh {
+			return errStale
+		}
 		return errWaiters
 	}
 	if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {

@@ -311,29 +311,36 @@
 // TestARefundAfterAnEarlierRefundGivesNoRegainedToken). A release's
 // refund is among what it drops after maxEager tries.
 //
-// A call with no cap and no gate needs no place, and takes one only to
-// wait its turn. While no live ticket needs a token of its buckets (a
-// waiter or a task, its turn come or not), it is admitted by a charge: one
-// write that takes a token from each of its buckets and holds nothing in
-// the item, conditioned on seq as seen, so nobody joined since (not merely
-// as many waiting: one may have left as another joined), and judged on
-// the item (refused on its process's view, it reads and is judged again).
-// A charge is sent once, never again after an unknown outcome, as nothing
+// A call with no cap and no gate needs no place and holds nothing in the
+// item. While no ticket waiting needs a token of its buckets (a waiter or
+// a task whose turn has come or not; a task running needs none, on
+// condition that its claim stands past Margin), it is admitted by a
+// charge: one write that takes a token from each of its buckets,
+// conditioned on seq as seen, so nobody joined since (not merely as many
+// waiting: one may have left as another joined), and judged on the item
+// (a refusal, or a waiter, on its process's view is read and judged
+// again: TestAChargeIsNotTurnedIntoATakeByAnOldViewOfAWaiterGone). A
+// charge is sent once, never again after an unknown outcome, as nothing
 // would tell its resend from another call's (a token may be lost to a
 // store error, never counted twice); its refund likewise, which ADDs 1 to
 // freed (a token back can make it a waiter's turn that its bucket held
 // back), and is not sent when it would give nothing back. Its pause ADDs 1
 // to freed too: its principal's waiters held back, it may be another's
-// turn, as when a place frees (fault simulation seed 12006764). A call
-// that finds such a ticket is a take like any other, under no cap: it is
-// served in its turn, joins the queue when its turn has not come (within
-// MaxQueued; refused as its buckets say when it may not wait), passes
-// over callers presumed gone as a waiter does, holds a lease entry, which
-// counts among its principal's places, until it is released, and renews
-// it as any holder (TestChargesOfAPrincipalHoldingNoPlaceDoNotStarveAnothersWaiter,
-// TestChargesThatWaitAreBoundedByMaxQueued,
+// turn, as when a place frees (fault simulation seed 12006764). Beside a
+// ticket waiting for its tokens, the call waits its turn as any caller
+// does: served in the order of Whose turn, it joins the queue when its
+// turn has not come (within MaxQueued; one that may not wait is refused as
+// its buckets say, on the item), passes over callers presumed gone, and
+// its take, in its turn, holds nothing: it takes its tokens and removes
+// its ticket, sets no lease and joins no set, is sent once (an unknown
+// outcome ends the call), and its end writes only what a charge's does.
+// So its calls move nothing another's take is conditioned on, and rank
+// its principal's waiters by the places it holds under caps alone
+// (TestChargesThatWaitAreBoundedByMaxQueued,
 // TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
-// TestATokenGivenBackIsNotPassedByATakeJudgedBefore).
+// TestCallsWithNoCapDoNotRefuseAWaitersTake,
+// TestACallWithNoCapDoesNotRankItsPrincipalsWaitersLast,
+// TestAChargeBesideARunningTaskIsOneWrite).
 //
 // # Gates
 //
@@ -682,7 +689,7 @@
 //     one an interval, less the tokens given back, give or take one token
 //     for clocks skewed by less than an interval
 //     (TestRateLimitAdmitsItsBurstExactly, TestWaitersPayWhenAdmitted);
-//     a call with no cap is charged only while no live ticket needs a
+//     a call with no cap is charged only while no ticket waiting needs a
 //     token of its buckets, and otherwise waits its turn for one as every
 //     caller does (TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket); a
 //     token given back is never one the bucket has regained with time.

@@ -1052,6 +1052,8 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		switch {
 		case !had && !w.owns(id):
 			v.fail("take", id, "a write added lease %s, which its writer does not own", id)
+		case !had && w.w.holdsNothing:
+			v.fail("charge", id, "a call holding nothing took lease %s: a call with no cap and no gate holds nothing in the item", id)
 		case !had:
 			v.takes = append(v.takes, id)
 			if exp > longest {
@@ -1105,6 +1107,17 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	}
 	if len(v.takes) > 1 {
 		v.fail("take", "", "one write took %d places", len(v.takes))
+	}
+	// A waiter holding nothing takes its turn as a take does, its ticket
+	// removed and its buckets charged, with no lease (doc.go, Buckets).
+	if w.w.holdsNothing && !w.w.operator && len(v.takes) == 0 {
+		for _, id := range slices.Sorted(maps.Keys(b.tickets)) {
+			tb, ta := b.tickets[id], a.tickets[id]
+			if w.owns(id) && tb.hasN && (ta == nil || !ta.hasN) && slices.ContainsFunc(slices.Collect(maps.Keys(k.buckets(w.w.me))), func(n string) bool { return a.rates[n] > b.rates[n] }) {
+				v.takes, v.charge = append(v.takes, id), true
+				v.events = append(v.events, "take of a waiter holding nothing")
+			}
+		}
 	}
 	// Tickets.
 	gone := 0 // tickets gone other than by their take
@@ -1201,10 +1214,8 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	// A call holding nothing: its charge, or its refund, which ADDs 1 to
 	// freed whether or not its buckets were purged meanwhile.
 	var judged map[string]bool
-	if w.w.holdsNothing && !w.w.operator && len(v.takes) == 0 && len(v.released) == 0 && !w.ownEntries() {
+	if w.w.holdsNothing && !w.w.operator && len(v.takes) == 0 && !w.ownEntries() {
 		judged = w.judgeCharge(v)
-	} else if w.w.holdsNothing && len(v.takes) > 0 {
-		v.events = append(v.events, "place taken by a call with no cap")
 	}
 	if v.refund {
 		bucketsBack = max(bucketsBack, 1)
@@ -1665,8 +1676,10 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		if w.w.charges > 0 {
 			v.fail("charge", "twice", "a call holding nothing charged its buckets again, %d charges of it having landed: a charge is sent once, never again after an unknown outcome", w.w.charges)
 		}
+		refused := false
 		if b.hold > now {
 			v.fail("hold", "charge", "a charge landed %d ms before the hold ends", b.hold-now)
+			refused = true
 		}
 		for _, attr := range mGatesOf(me) {
 			g := b.gates[attr]
@@ -1680,29 +1693,50 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 						kind = "pause"
 					}
 					v.fail(kind, attr+"."+key, "a charge of %s passed %s.%s, closed for %d ms more", me.p, attr, key, e.u-now)
+					refused = true
 				}
 			}
 		}
-		for _, name := range slices.Sorted(maps.Keys(mine)) {
-			if tat, ok := b.rates[name]; ok && mine[name].tokens(tat, now) < 1 {
-				v.fail("rate", name, "a charge of %s took a token of bucket %s, which held none at %d (full again at %d)", me.p, name, now, tat)
+		c := me
+		c.id, c.n = "(charge)", math.MaxInt64 // a newcomer: the newest
+		skip, alive := map[string]bool{}, map[string]bool{}
+		// It may pass, removing their tickets, the callers it presumes
+		// gone as a take does: their turn came ClaimWindow before.
+		for _, x := range v.bypassed {
+			skip[x] = true
+			if came, ok := w.turnCame[mTurnOf(x, b.tickets[x].n)]; !ok || w.sent.Sub(came) < ClaimWindow {
+				v.fail("bypass", x, "a charge of %s presumed %s gone %v after its turn first came; ClaimWindow %v", me.p, x, w.sent.Sub(came), ClaimWindow)
 			}
 		}
-		// Nobody waits for a token of its buckets: a live ticket that
-		// needs one makes the call take a place and wait its turn.
-		for _, id := range slices.Sorted(maps.Keys(b.tickets)) {
-			tk := b.tickets[id]
-			if !tk.hasN || !tk.hasBody || tk.d < now {
-				continue
+		for id, tk := range b.tickets {
+			if w.judged >= 0 && tk.hasN && tk.n > w.judged {
+				skip[id], alive[id] = true, true // joined after any view it could have judged from
 			}
-			for _, name := range slices.Sorted(maps.Keys(k.buckets(tk.caller()))) {
-				if _, ok := mine[name]; ok {
-					v.fail("rate", "turn", "a charge of %s took a token of bucket %s, which ticket %s, live for %d ms more, needs", me.p, name, id, tk.d-now)
-				}
+			if came, ok := w.turnCame[mTurnOf(id, tk.n)]; ok && !tk.task && w.sent.Sub(came) >= ClaimWindow {
+				skip[id] = true // its turn came a claim window ago: presumed gone, as by a take
 			}
 		}
-		for _, what := range mChanged(b, a, false) {
-			v.fail("charge", what, "a charge of %s changed %s: it takes tokens and changes nothing else", me.p, what)
+		out := b.handout(k, now, []mCaller{c}, skip)
+		if mServed(out, c.id) && !mServed(b.handout(k, now, []mCaller{c}, alive), c.id) {
+			v.events = append(v.events, "charge past a waiter presumed gone")
+		}
+		if !refused && !mServed(out, c.id) {
+			v.fail("rate", "turn", "a charge of %s took a token its buckets did not hold beyond what the callers whose turn comes first need: %s", me.p, b.explain(k, now, c, skip))
+		}
+		for _, x := range out {
+			if x.id == c.id {
+				break
+			}
+			if slices.ContainsFunc(slices.Collect(maps.Keys(k.buckets(x))), func(n string) bool { _, ok := mine[n]; return ok }) {
+				v.events = append(v.events, "charge leaving a token to a waiter whose turn came")
+				break
+			}
+		}
+		// Beside the tickets it passed and the stale entries it purged
+		// (which the write's removals and freed are judged for as any
+		// write's), it adds and changes nothing.
+		for _, what := range mAdded(b, a) {
+			v.fail("charge", what, "a charge of %s changed %s: it takes tokens, removes the tickets of callers it presumed gone and stale entries, and changes nothing else", me.p, what)
 		}
 	case down:
 		v.refund = true
@@ -1723,7 +1757,7 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 			v.refunded = append(v.refunded, name)
 		}
 		switch {
-		case w.w.outcome != Unused:
+		case w.w.outcome != Unused && w.w.outcome != mNoOutcome: // (within its Acquire: its place came too late)
 			v.fail("refund", "", "a call holding nothing gave its tokens back after a %v call; only one never made (Unused) does", w.w.outcome)
 		case w.w.charges == 0:
 			v.fail("refund", "", "a call holding nothing gave back tokens no charge of it took (none landed)")
@@ -1759,6 +1793,63 @@ func mChanged(b, a *mItem, freed bool) []string {
 		"seq":        b.seq == a.seq,
 		"freed":      freed || b.freed == a.freed,
 		"refunds":    freed || b.refunds == a.refunds,
+		"call_ms":    b.callMS == a.callMS,
+		"hold":       b.hold == a.hold,
+		"limit":      b.limit == a.limit && b.round == a.round && b.limitOK == a.limitOK && b.limitCut == a.limitCut && b.limitSig == a.limitSig,
+		"baselines":  b.bases == a.bases,
+	} {
+		if !same {
+			out = append(out, what)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// mAdded lists what a write added to or changed in the item, removals
+// aside, besides its buckets, ttl and freed.
+func mAdded(b, a *mItem) []string {
+	subset := func(x, y map[string][]string) bool { // x's members all in y
+		for k, ms := range x {
+			for _, m := range ms {
+				if !slices.Contains(y[k], m) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	within := func(x, y map[string]int64) bool {
+		for k, n := range x {
+			if m, ok := y[k]; !ok || m != n {
+				return false
+			}
+		}
+		return true
+	}
+	tickets, gates := true, true
+	for id, t := range a.tickets {
+		if bt := b.tickets[id]; bt == nil || *bt != *t {
+			tickets = false
+		}
+	}
+	for attr, ga := range a.gates {
+		for key, e := range ga.entries {
+			if gb := b.gates[attr]; gb == nil || gb.entries[key] != e {
+				gates = false
+			}
+		}
+	}
+	var out []string
+	for what, same := range map[string]bool{
+		"leases":     within(a.leases, b.leases),
+		"principals": subset(a.principals, b.principals),
+		"tools":      subset(a.tools, b.tools),
+		"waiting":    subset(a.waiting, b.waiting),
+		"tickets":    tickets,
+		"gates":      gates,
+		"seq":        b.seq == a.seq,
+		"refunds":    b.refunds == a.refunds,
 		"call_ms":    b.callMS == a.callMS,
 		"hold":       b.hold == a.hold,
 		"limit":      b.limit == a.limit && b.round == a.round && b.limitOK == a.limitOK && b.limitCut == a.limitCut && b.limitSig == a.limitSig,

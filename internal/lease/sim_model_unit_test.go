@@ -853,14 +853,17 @@ func TestModelJudgesCharges(t *testing.T) {
 		charge(judgeCase{name: "a charge of its last token", before: oneLeft(), after: drained()}),
 		charge(judgeCase{name: "a charge of an empty bucket", before: drained(), after: mItemOf().num("rate:server", mNow+90000), want: []string{"rate"}}),
 		charge(judgeCase{name: "a charge that takes two tokens", before: mItemOf(), after: mItemOf().num("rate:server", mNow+60000), want: []string{"rate"}}),
-		// A live ticket that needs a token of its buckets, whether or not
-		// its turn has come, makes the call take a place instead.
-		charge(judgeCase{name: "a charge past a waiter whose turn has not come", before: blocked(oneLeft()), after: blocked(drained()), want: []string{"rate"}}),
+		charge(judgeCase{name: "a charge past a waiter whose turn has not come", before: blocked(oneLeft()), after: blocked(drained())}),
 		charge(judgeCase{name: "a charge that takes a waiter's token", before: waiter(oneLeft()), after: waiter(drained()), want: []string{"rate"}}),
-		charge(judgeCase{name: "a charge leaving a waiter its token", before: waiter(mItemOf()), after: waiter(mItemOf().num("rate:server", mNow+30000)), want: []string{"rate"}}),
-		charge(judgeCase{name: "a charge beside a lapsed ticket", before: mItemOf().ticket("x", 1, "pb", "a", mNow-1, 1, 0).num("seq", 1), after: mItemOf().ticket("x", 1, "pb", "a", mNow-1, 1, 0).num("seq", 1).num("rate:server", mNow+30000)}),
-		charge(judgeCase{name: "a charge that removes a waiter's ticket", before: waiter(oneLeft()), after: drained().num("seq", 1).num("freed", 1),
-			came: map[string]time.Duration{"x": ClaimWindow}, want: []string{"rate", "charge"}}),
+		charge(judgeCase{name: "a charge past a waiter presumed gone, removing its ticket", before: waiter(oneLeft()), after: drained().num("seq", 1).num("freed", 1),
+			came: map[string]time.Duration{"x": ClaimWindow}}),
+		charge(judgeCase{name: "a charge past a waiter presumed gone too soon", before: waiter(oneLeft()), after: drained().num("seq", 1).num("freed", 1),
+			came: map[string]time.Duration{"x": ClaimWindow - time.Millisecond}, want: []string{"bypass"}}),
+		charge(judgeCase{name: "a charge removing a waiter's ticket without moving freed", before: waiter(oneLeft()), after: drained().num("seq", 1),
+			came: map[string]time.Duration{"x": ClaimWindow}, want: []string{"freed"}}),
+		charge(judgeCase{name: "a charge leaving a waiter its token", before: waiter(mItemOf()), after: waiter(mItemOf().num("rate:server", mNow+30000))}),
+		charge(judgeCase{name: "a charge before a waiter that joined after its view", before: waiter(oneLeft()), after: waiter(drained())}).withJudged(0),
+		charge(judgeCase{name: "a charge before a waiter of a principal holding more", before: waiter(oneLeft()).lease("l", "pb", "", far), after: waiter(drained()).lease("l", "pb", "", far)}),
 		charge(judgeCase{name: "a charge through the hold", before: mItemOf().num("hold", mNow+1), after: mItemOf().num("hold", mNow+1).num("rate:server", mNow+30000), want: []string{"hold"}}),
 		charge(judgeCase{name: "a charge through its principal's pause", before: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1}),
 			after: mItemOf().entry("pause", "pa", mEntry{u: mNow + 1}).num("rate:server", mNow+30000), want: []string{"pause"}}),
@@ -871,8 +874,8 @@ func TestModelJudgesCharges(t *testing.T) {
 		charge(judgeCase{name: "a charge once its pause passed", before: mItemOf().entry("pause", "pa", mEntry{u: mNow}),
 			after: mItemOf().entry("pause", "pa", mEntry{u: mNow}).num("rate:server", mNow+30000)}),
 		charge(judgeCase{name: "a charge resent after an unknown outcome", before: oneLeft(), after: drained(), charges: 1, want: []string{"charge"}}),
-		charge(judgeCase{name: "a charge that moves freed", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).num("freed", 1), want: []string{"charge", "freed"}}),
-		charge(judgeCase{name: "a call holding nothing that takes a place", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).lease("me", "pa", "", mNow+3000), mine: []string{"me"}}),
+		charge(judgeCase{name: "a charge that moves freed", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).num("freed", 1), want: []string{"freed"}}),
+		charge(judgeCase{name: "a charge that adds a lease", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).lease("me", "pa", "", mNow+3000), mine: []string{"me"}, want: []string{"charge", "rate"}}),
 		charge(judgeCase{name: "a charge of another's bucket", before: mItemOf(), after: mItemOf().num("rate:server", mNow+30000).num("rate:principal:pb", mNow+30000), want: []string{"rate"}}),
 		refund(judgeCase{name: "a refund", before: drained(), after: oneLeft().num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1}),
 		refund(judgeCase{name: "a refund of a bucket purged since", before: mItemOf(), after: mItemOf().num("rate:server", -30000).num("freed", 1).num("refunds", 1), outcome: Unused, charges: 1}),
@@ -897,3 +900,6 @@ func TestModelJudgesCharges(t *testing.T) {
 		tc.run(t)
 	}
 }
+
+// withJudged sets the seq of the view a write was judged from.
+func (tc judgeCase) withJudged(seq int64) judgeCase { tc.judged = seq; return tc }

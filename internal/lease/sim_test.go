@@ -899,6 +899,9 @@ func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 		s.events[e]++
 	}
 	for _, id := range v.takes {
+		if c.holdsNothing() {
+			continue // its turn taken, no lease to release
+		}
 		s.took[id] = true
 		s.lastTake[id] = c
 		if tk := w.after.tickets[id]; c.task != nil && tk != nil && tk.w != "" {
@@ -2055,7 +2058,7 @@ func TestFaultSimulation(t *testing.T) {
 		"token taken", "token given back", "refused: rate limited", "limit moved up", "limit moved down", "operator hold set",
 		"task claimed", "task start lost", "task start made twice", "task started again after StartTimeout",
 		"task withdrawn", "task worker died during its call", "task claim: claimed already",
-		"a run whose calls with no cap hold nothing", "charge landed", "refund landed", "place taken by a call with no cap",
+		"a run whose calls with no cap hold nothing", "charge landed", "refund landed", "take of a waiter holding nothing",
 		"task worker died between its claim and its mark", "task claimed again", "task worker found its record marked by an earlier claim"} {
 		if events[k] == 0 {
 			t.Errorf("no schedule had %q", k)
