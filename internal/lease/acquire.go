@@ -73,6 +73,9 @@ type attempt struct {
 	purgeRefused bool
 	// takeErrs: takes in a row that met a store error.
 	takeErrs int
+	// tokensUnsure: a take of its that holds nothing may have taken its
+	// tokens (an unknown outcome): it takes no more.
+	tokensUnsure bool
 }
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
@@ -194,7 +197,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			v, err = a.wait(ctx, v, a.nextLook(v, now, h.ahead), waitUntil)
 		}
 		eager = 0
-		if err != nil && a.joined && storeError(err) && time.Now().Before(waitUntil) {
+		if err != nil && a.joined && storeError(err) && !a.tokensUnsure && time.Now().Before(waitUntil) {
 			// A store error while it waits: it keeps its ticket and looks again.
 			for failures := 1; err != nil; failures++ {
 				if err := a.pause(ctx, jitter(min(writeMaxBackoff<<min(failures, 3), a.l.maxLook)), waitUntil); err != nil {
@@ -511,6 +514,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	}
 	if unsure && !place {
 		// Its tokens may have been taken: never taken twice.
+		a.tokensUnsure = true
 		return nil, nil, err
 	}
 	// Read again, until an answer or its budget of errors in a row is spent.
