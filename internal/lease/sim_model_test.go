@@ -1840,7 +1840,10 @@ func mAdded(b, a *mItem) []string {
 			}
 		}
 	}
-	var out []string
+	// What mChanged finds changed of the rest.
+	out := slices.DeleteFunc(mChanged(b, a, false), func(what string) bool {
+		return slices.Contains([]string{"leases", "principals", "tools", "waiting", "tickets", "gates", "freed"}, what)
+	})
 	for what, same := range map[string]bool{
 		"leases":     within(a.leases, b.leases),
 		"principals": subset(a.principals, b.principals),
@@ -1848,12 +1851,6 @@ func mAdded(b, a *mItem) []string {
 		"waiting":    subset(a.waiting, b.waiting),
 		"tickets":    tickets,
 		"gates":      gates,
-		"seq":        b.seq == a.seq,
-		"refunds":    b.refunds == a.refunds,
-		"call_ms":    b.callMS == a.callMS,
-		"hold":       b.hold == a.hold,
-		"limit":      b.limit == a.limit && b.round == a.round && b.limitOK == a.limitOK && b.limitCut == a.limitCut && b.limitSig == a.limitSig,
-		"baselines":  b.bases == a.bases,
 	} {
 		if !same {
 			out = append(out, what)
