@@ -17,14 +17,17 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	a := l.newAttempt(req, l.newLeaseID(), false)
+	start := time.Now()
+	var own *view
 	if !req.holds() {
 		ls, v, err := l.charge(ctx, req)
 		if !errors.Is(err, errWaiters) {
 			return ls, err
 		}
-		a.own = v // the item it was judged on
+		own = v // the item it was judged on
 	}
+	a := l.newAttempt(req, l.newLeaseID(), false)
+	a.start, a.own = start, own
 	ls, err := a.run(ctx)
 	if err != nil {
 		a.leave(ctx)
@@ -152,9 +155,9 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			_ = a.l.startDue(ctx, a.req.Key, v, a.req.rules(v))
 		}
 		var held *RateLimitedError
-		if !served && v != nil && !a.req.holds() {
-			// A call that would hold nothing is held back by the tokens of
-			// callers before it; one that does not join is told so.
+		if !served && v != nil && !a.req.holds() && a.n == 0 && (a.req.Wait <= 0 || a.req.MaxQueued <= 0) {
+			// A call that would hold nothing and does not join is held
+			// back by the tokens of callers before it: told so.
 			held = rateLimited(v, a.req.Rates, now, a.req.rules(v).tokens(h.ahead))
 		}
 		var err error
@@ -171,11 +174,11 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			}
 		case served:
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
-		case held != nil && a.n == 0 && (a.req.Wait <= 0 || a.req.MaxQueued <= 0) && v != a.own:
+		case held != nil && v != a.own:
 			// Refused on the item, never on its process's view alone.
 			v, err = a.l.read(ctx, a.req.Key)
 			a.own = v
-		case held != nil && a.n == 0 && (a.req.Wait <= 0 || a.req.MaxQueued <= 0):
+		case held != nil:
 			a.l.stats.rateLimited.Add(1)
 			return nil, held
 		case a.req.Wait <= 0:
@@ -544,7 +547,7 @@ type judgedKey struct{}
 func (a *attempt) lease(ctx context.Context, exp int64, v *view, answer bool) (*Lease, error) {
 	localNow := time.Now()
 	deadline := earlier(localNow.Add(time.UnixMilli(exp).Sub(a.l.clock())-a.l.margin), a.req.CallBy)
-	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim, tokensOnly: !a.req.holds()}
+	ls := &Lease{l: a.l, req: a.req, id: a.me.id, task: a.task, claim: a.claim}
 	if answer {
 		ls.charged = chargedIn(v, a.req.Rates)
 	}
@@ -909,7 +912,7 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 	return e
 }
 
-// charge admits a call that holds nothing in the item while no live
+// charge admits a call that holds nothing in the item while no waiting
 // ticket needs a token of its buckets: one write that only pays them,
 // conditioned on nobody having joined since its view, made again from
 // each failed answer, never resent after an unknown outcome (a token may
@@ -920,7 +923,7 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, *view, error) {
 	v := l.board(req.Key).recent(time.Hour)
 	fresh := false // v is an answer to this call
-	for try := 0; try < maxEager; try++ {
+	for try := range maxEager {
 		if err := contended(ctx, req.Key, try); err != nil {
 			return nil, nil, err
 		}
@@ -951,7 +954,7 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, *view, error
 		switch {
 		case err == nil:
 			l.stats.acquired.Add(1)
-			ls := &Lease{l: l, req: req, id: l.newLeaseID(), tokensOnly: true, charged: chargedIn(nv, req.Rates)}
+			ls := &Lease{l: l, req: req, id: l.newLeaseID(), charged: chargedIn(nv, req.Rates)}
 			ls.setExpiry(now, time.Now().Add(req.Hold))
 			return ls, nv, nil
 		case errors.Is(err, errStale):
@@ -973,14 +976,15 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, *view, error
 // answer to it: it is judged again on the item.
 var errStale = errors.New("lease: refused on an old view")
 
-// errWaiters is a charge's finding that a live ticket needs a token of its
-// buckets: its call takes a place instead.
+// errWaiters is a charge's finding that a waiting ticket needs a token of
+// its buckets: its call waits its turn instead (Acquire).
 var errWaiters = errors.New("lease: callers wait for the buckets")
 
 // chargeRoom judges a charge of req from v at now (fresh: v answers it)
 // and adds to u what it is conditioned on besides its gates and buckets:
-// nobody joined since v, in which no live ticket needs a token of its
-// buckets (errWaiters otherwise).
+// nobody joined since v, in which no waiting ticket needs a token of its
+// buckets (errWaiters otherwise; a running task's, on condition that its
+// claim stands).
 func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool) error {
 	if v == nil {
 		// Seen nowhere: nobody waits, callers or tasks, as a key's first

@@ -371,15 +371,13 @@ type Lease struct {
 	// not known), which bounds what a refund gives back.
 	charged *charged
 	task    bool // claimed from a task's ticket, which its release removes
-	// tokensOnly: admitted by a charge, it holds nothing in the item.
-	tokensOnly bool
 	// claim is what a task's claim named itself in the ticket (Claim):
 	// its release and renewals are conditioned on the ticket naming it.
 	claim string
 }
 
 // TakesPlace reports whether the lease holds an entry in the item.
-func (ls *Lease) TakesPlace() bool { return !ls.tokensOnly }
+func (ls *Lease) TakesPlace() bool { return ls.req.holds() }
 
 // Probe reports whether this lease is its breaker's half-open probe.
 func (ls *Lease) Probe() bool { return len(ls.probes) > 0 }

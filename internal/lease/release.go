@@ -77,7 +77,7 @@ func (ls *Lease) finish(ctx context.Context, outcome Outcome, keep bool) (Transi
 		return NoTransition, ErrNotHeld
 	}
 	l := ls.l
-	if ls.tokensOnly {
+	if !ls.req.holds() {
 		return NoTransition, ls.finishTokens(ctx, outcome)
 	}
 	b := l.board(ls.req.Key)
@@ -293,7 +293,7 @@ func (ls *Lease) Renew(ctx context.Context, hold time.Duration) error {
 	l := ls.l
 	localNow := time.Now()
 	exp := max(l.clock().Add(hold+l.margin).UnixMilli(), ls.exps[0])
-	if ls.tokensOnly {
+	if !ls.req.holds() {
 		ls.setExpiry(exp, localNow.Add(hold))
 		return nil
 	}
