@@ -1430,7 +1430,7 @@ func (s *sim) run() {
 	// key uncapped with no breaker: a call with no tool cap then holds
 	// nothing in the item, its admission one charge of its buckets (see
 	// chargeRun).
-	listed := slices.Concat(simRegressionSeeds, simTaskRegressionSeeds, simSeedsAsDrawn, simRareSeeds)
+	listed := slices.Concat(simRegressionSeeds, simTaskRegressionSeeds, simSeedsBeforeCharges)
 	if ch := mrand.New(mrand.NewPCG(s.seed, 0xc4a26e)); !slices.Contains(listed, s.seed) && ch.IntN(6) == 0 {
 		s.chargeRun(ch)
 	}
@@ -1926,7 +1926,7 @@ func simSeeds(t *testing.T) []uint64 {
 	// The seeds that once found a defect come first: a run that stops at
 	// its first failure (LEASE_SIM_STOP, the mutants') finds a defect one
 	// of them knows at once.
-	seeds := slices.Concat(simRegressionSeeds, simTaskRegressionSeeds, simSeedsAsDrawn, simRareSeeds)
+	seeds := slices.Concat(simRegressionSeeds, simTaskRegressionSeeds, simSeedsBeforeCharges, simSeedsAsDrawn, simRareSeeds)
 	for i := range count {
 		if seed := uint64(first + i); !slices.Contains(seeds, seed) {
 			seeds = append(seeds, seed)
@@ -1962,36 +1962,45 @@ var simRareSeeds = []uint64{
 	10805512, // a take past two waiters presumed gone (one schedule in 8,000 or more)
 }
 
+// simSeedsBeforeCharges are seeds that once found a defect with the
+// schedules drawn as they are now, but before a sixth of the runs were
+// charge runs: listed, they draw no charge run (see chargeRun), and run as
+// they were found.
+var simSeedsBeforeCharges = []uint64{
+	5000581, // a pause purged on a fast clock, still shut on a slow one, let a newcomer there pass its waiter (freed did not move)
+	5013714, // (the checker) a request whose answer its caller stopped waiting for was not counted as the schedule's cost to it
+	5025479, // a waiter behind one whose turn came and who never took it expected the place a call's length from every look: it read every 3 ms
+	5025442, // (the checker) the sweep came before the lease of a task's worker that claimed at its ticket's last moment could lapse
+	5047131, // (the checker) reads the schedule faulted counted in the cost of waiting; and a waiter for a full tool expected its place at another tool's lease's end
+	5055565, // a waiter found late started its back-off from 5 ms again whenever call_ms moved its place's expected end
+	5053567, // (the checker) a release that landed after the pause it asked had ended everywhere (a later one stood when it was sent, since purged) was held to leave it
+	5066301, // a waiter behind a holder renewing past its expected end started its back-off from 5 ms again at each renewal: 18 reads in 1 s
+	5004132, // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
+	5008403, // a newcomer's take raised its principal's count, ranking its tasks after another's waiter: a take judged before passed that waiter (freed did not move)
+	5401286, // two workers of one start set the same expiry: one's take was lost, the other's landed, and the first took that lease for its own and released it under the other's running call
+	5410536, // a newcomer's take judged while a task's claim ahead of it was live landed after that claim lapsed and was purged: it took the task's turn (freed was not in its condition)
+	6004549, // a waiter whose purge lost to another's paused a back-off before judging the item returned, then waited a whole look period: 1.022 s between looks
+	7303502, // a waiter behind a task whose start went unclaimed expected the place half a call from every look: 106 reads in 4.7 s
+	7316914, // a waiter that moved up the queue (a task before it claimed its place) started its back-off from 5 ms again: 17 reads in 1.1 s
+	8404592, // a task's join that landed past its task's deadline set a ttl a day after that deadline, 4 s before its writer's now
+	9702192, // a task's join counted a claim 7 ms from lapsing as taking no queue place, and landed after it lapsed: 2 tasks waiting, MaxQueued 1
+	9503683, // a waiter whose read came 1.6 s late took another request's older item for news, ranked itself fifth rather than first, and left a free place for 1.05 s
+	9202539, // a release that left a later pause as it stood landed after a take on a faster clock had purged that pause: no pause at all
+	9103319, // a waiter held back by its own pause, then by its principal's cap, started its back-off from 5 ms again when the pause ended: 18 reads in 1 s
+}
+
 // simSeedsAsDrawn are seeds that once found a defect with the schedules
-// drawn as they are now; unlike simRegressionSeeds and
-// simTaskRegressionSeeds, being listed changes nothing in their schedule.
+// drawn as they are now; unlike every other list, being listed changes
+// nothing in their schedule.
 var simSeedsAsDrawn = []uint64{
-	5000581,  // a pause purged on a fast clock, still shut on a slow one, let a newcomer there pass its waiter (freed did not move)
-	5013714,  // (the checker) a request whose answer its caller stopped waiting for was not counted as the schedule's cost to it
-	5025479,  // a waiter behind one whose turn came and who never took it expected the place a call's length from every look: it read every 3 ms
-	5025442,  // (the checker) the sweep came before the lease of a task's worker that claimed at its ticket's last moment could lapse
-	5047131,  // (the checker) reads the schedule faulted counted in the cost of waiting; and a waiter for a full tool expected its place at another tool's lease's end
-	5055565,  // a waiter found late started its back-off from 5 ms again whenever call_ms moved its place's expected end
-	5053567,  // (the checker) a release that landed after the pause it asked had ended everywhere (a later one stood when it was sent, since purged) was held to leave it
-	5066301,  // a waiter behind a holder renewing past its expected end started its back-off from 5 ms again at each renewal: 18 reads in 1 s
-	5004132,  // a withdrawal's second write, sent after its first had taken 2 s, set a ttl from before the first
-	5008403,  // a newcomer's take raised its principal's count, ranking its tasks after another's waiter: a take judged before passed that waiter (freed did not move)
-	5401286,  // two workers of one start set the same expiry: one's take was lost, the other's landed, and the first took that lease for its own and released it under the other's running call
-	5410536,  // a newcomer's take judged while a task's claim ahead of it was live landed after that claim lapsed and was purged: it took the task's turn (freed was not in its condition)
-	6004549,  // a waiter whose purge lost to another's paused a back-off before judging the item returned, then waited a whole look period: 1.022 s between looks
-	7303502,  // a waiter behind a task whose start went unclaimed expected the place half a call from every look: 106 reads in 4.7 s
-	7316914,  // a waiter that moved up the queue (a task before it claimed its place) started its back-off from 5 ms again: 17 reads in 1.1 s
-	8404592,  // a task's join that landed past its task's deadline set a ttl a day after that deadline, 4 s before its writer's now
-	9702192,  // a task's join counted a claim 7 ms from lapsing as taking no queue place, and landed after it lapsed: 2 tasks waiting, MaxQueued 1
-	9503683,  // a waiter whose read came 1.6 s late took another request's older item for news, ranked itself fifth rather than first, and left a free place for 1.05 s
-	9202539,  // a release that left a later pause as it stood landed after a take on a faster clock had purged that pause: no pause at all
-	9103319,  // a waiter held back by its own pause, then by its principal's cap, started its back-off from 5 ms again when the pause ended: 18 reads in 1 s
 	4039,     // a waiter holding nothing whose take's answer was lost read, found its ticket gone and took its tokens again
 	4207,     // the same
 	12700512, // the same
 	4741,     // (the checker) a refund of a take holding nothing was not credited: the bucket seemed to give a token more
 	12700549, // the same
 	12700809, // the same
+	12902645, // a capped take reranked its principal's waiter (freed moved) that a take holding nothing had served since its view
+	12905908, // the same
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
