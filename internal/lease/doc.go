@@ -239,7 +239,9 @@
 // callers waiting, while another principal's wait (as its view shows),
 // ADDs 1 to freed, as a place freed does: one ADD, whatever the queue
 // holds, and none while one principal alone waits or nobody does, so an
-// uncontended take stays as it was.
+// uncontended take stays as it was. It is conditioned on one of those
+// callers still waiting: a take holding nothing (see Buckets) may have
+// served it, moving neither the principal's set nor freed.
 // A newcomer, having no ticket, is the newest caller: its take is also
 // conditioned on seq as seen (nobody joined since it looked).
 //
