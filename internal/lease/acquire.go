@@ -425,15 +425,13 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	} else if v == nil && a.req.PrincipalCap > 0 {
 		u.cond("(attribute_not_exists(" + pp() + ") OR size(" + pp() + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
 	}
-	if place && v != nil {
-		mine := slices.IndexFunc(v.queue, func(t *ticket) bool { return t.id != id && t.label == a.me.label && v.waits(t, now) })
-		if mine >= 0 && slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.label != a.me.label && v.waits(t, now) }) {
-			// Its place ranks its principal's other waiters anew, while one
-			// still waits: a take holding nothing serves one moving neither
-			// the principal's set nor freed.
-			u.count(u.path(FreedAttr), 1)
-			u.cond("contains(" + u.path(WaitingAttr(a.me.label)) + ", " + u.str(v.queue[mine].id) + ")")
-		}
+	if place && v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.label != a.me.label && v.waits(t, now) }) {
+		// Its place ranks its principal's other callers waiting anew, after
+		// another principal's: those its view shows and any that joined
+		// since (a waiter's take is not conditioned on seq). One ADD, with
+		// no condition on who they are: one a take holding nothing served
+		// since moved nothing the take could read.
+		u.count(u.path(FreedAttr), 1)
 	}
 	switch {
 	case a.n != 0 && a.task:

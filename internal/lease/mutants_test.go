@@ -75,8 +75,6 @@ var mutants = []mutant{
 		"		return errWaiters\n", "		_ = errWaiters\n"},
 	{"a call with no cap whose take holds a lease", "acquire.go",
 		"place := a.req.holds()", "place := true"},
-	{"a rerank of a waiter a take holding nothing has served", "acquire.go",
-		"			u.cond(\"contains(\" + u.path(WaitingAttr(a.me.label)) + \", \" + u.str(v.queue[mine].id) + \")\")\n", ""},
 	{"a charge resent after an unknown outcome", "acquire.go",
 		"\t\t\tu := newUpdate()\n\t\t\tu.once = true\n\t\t\tif err := l.chargeRoom", "\t\t\tu := newUpdate()\n\t\t\tif err := l.chargeRoom"},
 	{"a charge through the hold and the pauses", "acquire.go",

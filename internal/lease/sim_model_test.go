@@ -935,6 +935,16 @@ type mWrite struct {
 	turnCame map[string]time.Time
 	// tasks is what earlier writes did to tasks' tickets (nil: none).
 	tasks *mTasks
+	// left is every ticket earlier writes removed, by id, with the seq
+	// of the item that removed it (nil: not kept).
+	left map[string]mLeft
+}
+
+// mLeft is a ticket some write removed: its principal and number, and the
+// seq of the item after that write.
+type mLeft struct {
+	p      string
+	n, seq int64
 }
 
 // mTasks is what the writes so far did to tasks' tickets: those gone
@@ -1132,6 +1142,9 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		if tb.task && !slices.Contains(v.takes, id) {
 			w.tasks.gone(id) // withdrawn or lapsed: no place for it after
 		}
+		if w.left != nil {
+			w.left[id] = mLeft{p: tb.p, n: tb.n, seq: a.seq}
+		}
 		switch {
 		case w.owns(id) && slices.Contains(v.takes, id):
 		case w.owns(id):
@@ -1198,15 +1211,23 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 			bucketsBack++
 		}
 	}
-	// So can a take whose principal has other tickets while another
-	// principal's wait: the place it holds ranks them after the others'.
-	// The others are as its view showed them, which may hold tickets
-	// taken since (a take of another principal moves nothing the taker's
-	// conditions read); its own principal's are as the item holds them.
+	// So can a take of a place while another principal's callers wait:
+	// the place ranks its principal's others, whether its view showed them
+	// or they joined since, after those. The others' are as its view
+	// showed them: numbered no later than the view's seq, and there
+	// before the write or removed by one that left seq there or later (a
+	// view has that seq, not the moment it was read: a ticket removed at
+	// that seq may have gone before it).
 	reranked := 0
-	if len(v.takes) == 1 {
-		for id, tk := range b.tickets {
-			if tk.hasN && id != v.takes[0] && tk.p == w.w.me.p {
+	if len(v.takes) == 1 && !v.charge && w.judged >= 0 {
+		inView := func(p string, n int64) bool { return p != w.w.me.p && n <= w.judged }
+		for _, tk := range b.tickets {
+			if tk.hasN && inView(tk.p, tk.n) {
+				reranked = 1
+			}
+		}
+		for _, l := range w.left {
+			if l.seq >= w.judged && inView(l.p, l.n) {
 				reranked = 1
 			}
 		}

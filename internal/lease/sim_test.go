@@ -338,6 +338,8 @@ type sim struct {
 	// were found (simTaskRegressionSeeds).
 	mrng   *mrand.Rand
 	mtasks *mTasks
+	// left is every ticket a landed write removed (see mWrite).
+	left   map[string]mLeft
 	taskWG sync.WaitGroup
 	// events counts, for the whole run of seeds, what happened: evidence
 	// the schedules reach each part of the protocol (and, "max …", the
@@ -885,7 +887,7 @@ func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 	c := r.c
 	s.lands++
 	w := &mWrite{k: s.key, before: mRead(pre), after: mRead(post), now: s.clock(c, r.sent).UnixMilli(), skew: simSkew.Milliseconds(), sent: r.sent, landed: time.Now(),
-		judged: r.judged, w: s.writer(c), turnCame: s.turnCame, tasks: s.mtasks}
+		judged: r.judged, w: s.writer(c), turnCame: s.turnCame, tasks: s.mtasks, left: s.left}
 	s.cur = w.after
 	v := mJudgeWrite(w)
 	who := "c" + strconv.Itoa(c.id)
@@ -2015,7 +2017,7 @@ func runSim(t *testing.T, seed uint64, events map[string]int) (failures, log []s
 	synctest.Test(t, func(t *testing.T) {
 		s := &sim{t: t, seed: seed, rng: mrand.New(mrand.NewPCG(seed, 0x1ea5e)), store: newMemStore(),
 			kick: make(chan struct{}, 1), seen: map[string]bool{}, owners: map[string]*simCaller{}, released: map[string]bool{}, events: events,
-			shown: map[int]int64{}, turnCame: map[string]time.Time{}, took: map[string]bool{}, lastTake: map[string]*simCaller{}, tokens: map[string][]simToken{}, refundLog: map[string][]simRefund{}, probes: map[string][]*simCaller{}, cur: mRead(nil)}
+			shown: map[int]int64{}, turnCame: map[string]time.Time{}, took: map[string]bool{}, lastTake: map[string]*simCaller{}, tokens: map[string][]simToken{}, refundLog: map[string][]simRefund{}, probes: map[string][]*simCaller{}, left: map[string]mLeft{}, cur: mRead(nil)}
 		s.run()
 		failures, log, trace = s.failures, s.log, s.trace
 	})
