@@ -994,18 +994,23 @@ func (w *mWrite) landedOnWritersClock() int64 {
 
 func (w *mWrite) owns(id string) bool { return !w.w.operator && w.w.owns(id) }
 
-// ownEntries reports whether the item holds, before or after the write, a
-// lease or a ticket its writer owns: a call holding nothing that takes a
-// place, waits, renews or leaves, not its charge or its refund.
+// ownEntries reports whether the write adds, changes or removes a lease
+// or a ticket its writer owns: a call holding nothing that takes a place,
+// waits, renews or leaves, not its charge or its refund. A ticket of its
+// that the write leaves as it was — one a join landing late brought back
+// after its take (doc.go: a ticket passed over like a dead waiter's) —
+// makes no write of its other than a charge or a refund.
 func (w *mWrite) ownEntries() bool {
-	for _, it := range []*mItem{w.before, w.after} {
+	b, a := w.before, w.after
+	for _, it := range []*mItem{b, a} {
 		for id := range it.leases {
 			if w.owns(id) {
 				return true
 			}
 		}
 		for id := range it.tickets {
-			if w.owns(id) {
+			tb, ta := b.tickets[id], a.tickets[id]
+			if w.owns(id) && (tb == nil || ta == nil || *tb != *ta) {
 				return true
 			}
 		}
@@ -1743,6 +1748,15 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		}
 		if !refused && !mServed(out, c.id) {
 			v.fail("rate", "turn", "a charge of %s took a token its buckets did not hold beyond what the callers whose turn comes first need: %s", me.p, b.explain(k, now, c, skip))
+		}
+		// Beside a waiter needing a token of its buckets, it is a
+		// newcomer's take holding nothing, not a charge (doc.go, Buckets).
+		for _, id := range slices.Sorted(maps.Keys(b.tickets)) {
+			if tk := b.tickets[id]; !w.owns(id) && tk.hasN && mLive(tk.d, now) && !b.claimed(tk, now) &&
+				slices.ContainsFunc(slices.Collect(maps.Keys(k.buckets(tk.caller()))), func(n string) bool { _, ok := mine[n]; return ok }) {
+				v.events = append(v.events, "charge landed beside a waiter needing its buckets")
+				break
+			}
 		}
 		for _, x := range out {
 			if x.id == c.id {
