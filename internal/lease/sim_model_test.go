@@ -1746,6 +1746,21 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		if mServed(out, c.id) && !mServed(b.handout(k, now, []mCaller{c}, alive), c.id) {
 			v.events = append(v.events, "charge past a waiter presumed gone")
 		}
+		if !mServed(out, c.id) {
+			// Passing over a caller presumed gone can hand its place (a
+			// tool's) to one that needs more of the charge's tokens: a
+			// charge judged with every ticket it did not remove still
+			// waiting — a newcomer has no looks of its own to presume one
+			// gone by — takes no token of the callers whose turn comes
+			// first either.
+			removed := map[string]bool{}
+			for _, x := range v.bypassed {
+				removed[x] = true
+			}
+			if kept := b.handout(k, now, []mCaller{c}, removed); mServed(kept, c.id) {
+				out = kept
+			}
+		}
 		if !refused && !mServed(out, c.id) {
 			v.fail("rate", "turn", "a charge of %s took a token its buckets did not hold beyond what the callers whose turn comes first need: %s", me.p, b.explain(k, now, c, skip))
 		}
