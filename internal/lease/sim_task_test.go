@@ -80,6 +80,11 @@ func (s *sim) taskPlan(instances int) {
 	if slices.Contains(simRegressionSeeds, s.seed) || tr.IntN(3) > 0 && !slices.Contains(simTaskRegressionSeeds, s.seed) {
 		return
 	}
+	s.planTasks(tr, instances)
+}
+
+// planTasks draws the tasks of a run from tr.
+func (s *sim) planTasks(tr *mrand.Rand, instances int) {
 	s.trng = tr
 	s.mrng = mrand.New(mrand.NewPCG(s.seed, 0x3a7c))
 	s.mtasks = newMTasks()

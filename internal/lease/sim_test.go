@@ -110,9 +110,12 @@ type simCaller struct {
 	callFor   time.Duration
 	outcome   Outcome
 	pause     time.Duration // the Retry-After its upstream answers with
-	pausedAt  int64         // when its call asked for it, on its clock (Unix ms)
-	operator  bool          // the operator's hold, not a call
-	req       Request
+	// unusedAfter is how long, its call never made (Unused), it holds
+	// what it was admitted with before it finishes (0: none).
+	unusedAfter time.Duration
+	pausedAt    int64 // when its call asked for it, on its clock (Unix ms)
+	operator    bool  // the operator's hold, not a call
+	req         Request
 
 	// Ground truth, under sim.mu.
 	state     simState
@@ -323,6 +326,9 @@ type sim struct {
 	// releaseFocus, in some runs, draws the faults of releases, and
 	// slowTakes the delays of takes (nil: none).
 	releaseFocus, slowTakes *mrand.Rand
+	// slowNoCap, in a crowded charge run, delays writes of calls holding
+	// nothing (nil: none): judged on a view that changes before they land.
+	slowNoCap *mrand.Rand
 	// tokens are the tokens taken from each bucket, less those given back.
 	tokens map[string][]simToken
 	// probes are the callers each gate entry was given as its probe.
@@ -672,6 +678,11 @@ func (s *sim) serve(r *simReq) {
 		// probe, it stays in the queue a while before it sees so.
 		fate, delayAtLeast = simSlow, time.Duration(200+s.slowTakes.IntN(1300))*time.Millisecond
 	}
+	if s.slowNoCap != nil && !s.ending && r.upd != nil && c.holdsNothing() && s.slowNoCap.IntN(3) == 0 {
+		// A write of a call holding nothing held a while in the network:
+		// joins, charges and others' takes land before it.
+		fate, delayAtLeast = simDelay, time.Duration(100+s.slowNoCap.IntN(1100))*time.Millisecond
+	}
 	if s.releaseFocus != nil && s.isRelease(r) && !s.ending {
 		// The release's first attempt is lost before it is sent, and the
 		// next ones are slow: another caller may find its lease lapsed
@@ -917,6 +928,9 @@ func (s *sim) judge(r *simReq, pre, post map[string]types.AttributeValue) {
 			c.waited += time.Since(c.joinedAt)
 			c.joinedAt = time.Time{}
 		}
+	}
+	if len(v.joined) > 0 && c.holdsNothing() {
+		s.events["join of a call holding nothing"]++
 	}
 	if len(v.joined) > 0 && c.joinedAt.IsZero() && c.state == simAcquiring {
 		c.joinedAt = time.Now()
@@ -1364,7 +1378,24 @@ func (s *sim) run() {
 	}
 	s.logf("seed %d: caps %+v, breaker %s, purges of %d, hold at %v for %v, tickets without p %v", s.seed, caps, breaker, maxPurge, holdAt, holdFor, s.withoutP)
 	limiters := make([]*Limiter, instances)
+	// A sixth of the runs (from a stream of their own, never for the
+	// seeds listed, whose schedules stay as they were found) leave the
+	// key uncapped with no breaker: a call with no tool cap then holds
+	// nothing in the item, its admission one charge of its buckets (see
+	// chargeRun). Two thirds of them (from a stream of their own, never
+	// for any seed listed) crowd the calls with no cap beside tool a's
+	// waiters, with tasks (see crowdBesideWaiters).
+	listed := slices.Concat(simRegressionSeeds, simTaskRegressionSeeds, simSeedsBeforeCharges)
+	ch := mrand.New(mrand.NewPCG(s.seed, 0xc4a26e))
+	charging := !slices.Contains(listed, s.seed) && ch.IntN(6) == 0
+	var crowd *mrand.Rand
+	if cr := mrand.New(mrand.NewPCG(s.seed, 0xc40bd)); charging && !slices.Contains(slices.Concat(listed, simSeedsAsDrawn, simRareSeeds), s.seed) && cr.IntN(3) > 0 {
+		crowd = cr
+	}
 	s.taskPlan(instances)
+	if crowd != nil && len(s.tasks) == 0 {
+		s.planTasks(mrand.New(mrand.NewPCG(s.seed, 0xc40bf)), instances)
+	}
 	var onStart func(context.Context, TaskStart)
 	if len(s.tasks) > 0 {
 		onStart = s.taskStarter(limiters)
@@ -1427,14 +1458,12 @@ func (s *sim) run() {
 		c.req = s.request(c)
 		s.callers = append(s.callers, c)
 	}
-	// A sixth of the runs (from a stream of their own, never for the
-	// seeds listed, whose schedules stay as they were found) leave the
-	// key uncapped with no breaker: a call with no tool cap then holds
-	// nothing in the item, its admission one charge of its buckets (see
-	// chargeRun).
-	listed := slices.Concat(simRegressionSeeds, simTaskRegressionSeeds, simSeedsBeforeCharges)
-	if ch := mrand.New(mrand.NewPCG(s.seed, 0xc4a26e)); !slices.Contains(listed, s.seed) && ch.IntN(6) == 0 {
+	// The charge runs, drawn above (see chargeRun and crowdBesideWaiters).
+	if charging {
 		s.chargeRun(ch)
+		if crowd != nil {
+			s.crowdBesideWaiters(crowd)
+		}
 	}
 	// A third of the runs with a breaker focus on it (from a stream of
 	// their own): a low threshold, a short recovery, most calls of its
@@ -1675,6 +1704,112 @@ func (s *sim) chargeRun(ch *mrand.Rand) {
 	s.events["a run whose calls with no cap hold nothing"]++
 }
 
+// crowdBesideWaiters, in a charge run, puts calls holding nothing beside
+// waiters that need their buckets' tokens, often, so that the path of a
+// call with no cap beside such a waiter (doc.go, Buckets) is raced, not
+// only built by hand: a newcomer's take holding nothing, conditioned on
+// seq and leaving tokens to the waiters ranked before it, and a waiter's
+// take holding nothing after it joined. Tool a is capped at 1, its calls
+// long, so that its callers wait in the queue needing the server's bucket
+// and their principal's; the buckets are small, tokens coming back mostly
+// by refunds of calls ending Unused a while after their charge (a
+// waiter's turn, which newcomers come after meanwhile); two or three
+// principals, so that one holding tool a's place ranks its callers after
+// another's; more callers of no tool or of b, many arriving in clusters,
+// so that joins race charges; tasks, whose joins come between a
+// newcomer's look and its take; a tenth of the waiting callers dying
+// while they may wait, their turn holding tokens from those behind for a
+// claim window; and a third of the writes of calls holding nothing held a
+// while in the network (slowNoCap), landing after others judged since.
+// Drawn from cr alone (slowNoCap and the tasks added from streams of
+// their own).
+func (s *sim) crowdBesideWaiters(cr *mrand.Rand) {
+	s.caps.toolA = 1
+	s.caps.rate, s.caps.principalRate = 6+cr.IntN(10), 0
+	if cr.IntN(2) == 0 {
+		s.caps.principalRate = 3 + cr.IntN(6)
+	}
+	s.caps.toolRate = 0
+	if cr.IntN(3) == 0 {
+		s.caps.toolRate = 2 + cr.IntN(4)
+	}
+	s.caps.queued = 12 + cr.IntN(8)
+	principals := 2 + cr.IntN(2)
+	// Clusters of arrivals: within each, joins race charges.
+	bursts := make([]time.Duration, 2+cr.IntN(4))
+	for i := range bursts {
+		bursts[i] = time.Duration(cr.IntN(6000)) * time.Millisecond
+	}
+	// More callers, of no tool or of b, for a crowd beside a's waiters.
+	for range cr.IntN(7) {
+		s.callers = append(s.callers, &simCaller{id: len(s.callers), settled: make(chan struct{}), inst: cr.IntN(len(s.skews)), final: mNoOutcome, grant: -1, inflight: map[*simReq]bool{}})
+	}
+	for i, c := range s.callers {
+		c.principal = "p" + strconv.Itoa(cr.IntN(principals))
+		c.pause = 0
+		at := bursts[cr.IntN(len(bursts))] + time.Duration(cr.IntN(200))*time.Millisecond
+		if cr.IntN(2) == 0 {
+			at = time.Duration(cr.IntN(7000)) * time.Millisecond
+		}
+		switch {
+		case i < 2 || cr.IntN(10) < 2:
+			// Tool a's callers: long calls, long waits; the first two
+			// early, so that a's waiters wait from the start.
+			c.tool = "a"
+			c.callFor = time.Duration(600+cr.IntN(2000)) * time.Millisecond
+			c.wait = time.Duration(3000+cr.IntN(5000)) * time.Millisecond
+			c.outcome = []Outcome{Success, Success, Unused, Failure}[cr.IntN(4)]
+			if i < 2 {
+				at = time.Duration(cr.IntN(300)) * time.Millisecond
+			}
+		default:
+			c.tool = []string{"", "", "b"}[cr.IntN(3)]
+			c.callFor = time.Duration(100+cr.IntN(700)) * time.Millisecond
+			c.wait = 0
+			if cr.IntN(10) > 0 {
+				c.wait = time.Duration(1500+cr.IntN(6500)) * time.Millisecond
+			}
+			switch x := cr.IntN(20); {
+			case x < 11:
+				// Its tokens go back a while after its charge: a waiter's
+				// turn, which newcomers meanwhile come after.
+				c.outcome, c.unusedAfter = Unused, c.callFor
+			case x < 15:
+				c.outcome = Success
+			case x < 17:
+				c.outcome = Failure
+			case x < 19:
+				c.outcome = Overloaded
+				if cr.IntN(2) == 0 {
+					c.pause = time.Duration(100+cr.IntN(1000)) * time.Millisecond
+				}
+			default:
+				c.outcome = Abandoned
+			}
+		}
+		c.arrive = at + time.Duration(i)*time.Microsecond
+		c.req = s.request(c)
+		if c.wait > 0 && cr.IntN(10) == 0 {
+			// It dies while it may wait: a turn of its that comes holds
+			// its tokens from those behind for a claim window.
+			time.AfterFunc(c.arrive+time.Duration(100+cr.IntN(2500))*time.Millisecond, func() {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if c.state == simAcquiring {
+					s.logf("c%d dies while it may wait", c.id)
+					s.events["a call of a crowded run died while it waited"]++
+					s.kill(c)
+				}
+			})
+		}
+	}
+	s.slowNoCap = mrand.New(mrand.NewPCG(s.seed, 0xc40be))
+	s.key = s.caps.modelKey()
+	caps := s.caps
+	s.logf("the run crowds calls with no cap beside tool a's waiters: caps %+v, %d principals, bursts at %v", caps, principals, bursts)
+	s.events["a run crowding calls with no cap beside waiters"]++
+}
+
 // hold is the operator holding the key for d: a write of hold, straight to
 // the store, judged as every write is.
 func (s *sim) hold(d time.Duration) {
@@ -1786,6 +1921,9 @@ func (s *sim) call(l *Limiter, c *simCaller) {
 			outcome = Abandoned
 		}
 		stop()
+	}
+	if outcome == Unused && c.unusedAfter > 0 {
+		time.Sleep(c.unusedAfter)
 	}
 	if c.pause > 0 && outcome == Overloaded {
 		s.mu.Lock()
