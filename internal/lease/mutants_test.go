@@ -81,6 +81,11 @@ var mutants = []mutant{
 		"\t\t\tu.admit(gateAttrs(req.Tool, \"\"), req.Holder, \"\", 0, now, nil, v)\n", ""},
 	{"a refund resent after an unknown outcome", "release.go",
 		"\t\t\tu.once = refund\n", ""},
+	{"a newcomer's take holding nothing with no seq condition", "acquire.go",
+		"\t\tif a.n == 0 {\n\t\t\t// A newcomer: nobody joined since it looked.\n", "\t\tif a.n == 0 && place {\n\t\t\t// A newcomer: nobody joined since it looked.\n"},
+	{"a take holding nothing that leaves no tokens to the waiters before it", "acquire.go",
+		"\tu.charge(a.req.Rates, bv, now, a.req.rules(v).tokens(h.ahead))\n",
+		"\tif a.req.holds() {\n\t\tu.charge(a.req.Rates, bv, now, a.req.rules(v).tokens(h.ahead))\n\t} else {\n\t\tu.charge(a.req.Rates, bv, now, nil)\n\t}\n"},
 	{"a refund of a token its bucket regained with time", "rate.go",
 		"back := min(r.interval(), c.tats[r.Name]-since*r.interval()-now)", "back := r.interval() + 0*since"},
 }
