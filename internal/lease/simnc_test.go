@@ -1,7 +1,9 @@
 package lease
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -74,4 +76,91 @@ func TestSimNCANewcomerCountsADeadWaiterItDoesNotRemove(t *testing.T) {
 	} {
 		tc.run(t)
 	}
+}
+
+// TestSimNCAWaitersTakeHoldingNothingFailsAnotherPrincipalsTakeJudgedBehindIt:
+// invariant 6 (fault simulation seed 15018671). The key is uncapped; p0
+// holds a place (tool x, capped at 5), p1 none. W (p1, no tool: it holds
+// nothing), A0 (p0) and A1 (p1) wait, A0 and A1 for tool a's one place,
+// held by p2. When that place frees, A0's walk hands W its turn first (p1
+// holds fewer places), counting it as p1's, so p0 and p1 then hold as
+// many and A0's lower number ranks it before A1: tool a's place is A0's.
+// W takes its turn holding nothing: p1 holds no place more, so A1 now
+// ranks before A0 (p0 holds more) and tool a's place is A1's. A0's take,
+// judged before W's, must fail; W's take moved nothing it is conditioned
+// on (freed, p0's set, seq, the buckets as charged: all as A0 saw them).
+func TestSimNCAWaitersTakeHoldingNothingFailsAnotherPrincipalsTakeJudgedBehindIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		r := func(holder, tool string, toolCap int) Request {
+			return Request{Key: "srv", Hold: 30 * time.Second, Holder: holder, MaxQueued: 8, Wait: 20 * time.Second,
+				Tool: tool, ToolCap: toolCap, Rates: []Rate{{Name: "server", PerMinute: 10}}}
+		}
+		if _, err := New(db, "leases", Options{InstanceID: "h"}).Acquire(ctx, r("p0", "x", 5)); err != nil {
+			t.Fatal(err)
+		}
+		la, err := New(db, "leases", Options{InstanceID: "l"}).Acquire(ctx, r("p2", "a", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		caller := func(inst, holder, tool string, toolCap int) (*attempt, *view) {
+			l := New(db, "leases", Options{InstanceID: inst})
+			a := l.newAttempt(r(holder, tool, toolCap), l.newLeaseID(), false)
+			v, err := l.read(ctx, "srv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a, v
+		}
+		w, wv := caller("w", "p1", "", 0)
+		if w.req.holds() {
+			t.Fatal("W's request holds a place; the schedule does not test anything")
+		}
+		// W waits: joined while it was not its turn (its ticket numbered
+		// first); A0 and A1 join for tool a, full.
+		if _, err := w.join(ctx, wv); err != nil {
+			t.Fatal(err)
+		}
+		a0, a0v := caller("a0", "p0", "a", 1)
+		if _, err := a0.join(ctx, a0v); err != nil {
+			t.Fatal(err)
+		}
+		a1, a1v := caller("a1", "p1", "a", 1)
+		if _, err := a1.join(ctx, a1v); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := la.Finish(ctx, Success); err != nil { // tool a's place frees
+			t.Fatal(err)
+		}
+		a0v = itemView(t, db, "srv")
+		a0.n = a0v.ticketFor(a0.me.id).n
+		a0Now := a0.now()
+		served, ahead, bypass := a0.decide3(a0v, a0Now)
+		if !served || len(ahead) != 1 || ahead[0].id != w.me.id {
+			t.Fatalf("A0's view: served %v, ahead %v; want served behind W", served, ahead)
+		}
+		wv = itemView(t, db, "srv")
+		w.n = wv.ticketFor(w.me.id).n
+		wNow := w.now()
+		if ok, wAhead, wBypass := w.decide3(wv, wNow); !ok {
+			t.Fatalf("W's view: not served (ahead %v)", wAhead)
+		} else if ls, _, err := w.take3(ctx, wv, wAhead, wBypass, wNow); err != nil || ls == nil {
+			t.Fatalf("W's take: lease %v, error %v", ls, err)
+		}
+		after := itemView(t, db, "srv")
+		if after.ticketFor(w.me.id) != nil || len(after.leases) != 1 {
+			t.Fatalf("W's take left its ticket or set a lease: %+v", after)
+		}
+		if ok, _ := after.turn3(a0.now(), &a0.me, a0.req.rules(after), nil); ok {
+			t.Fatal("with W's turn taken it is still A0's turn; the schedule does not test anything")
+		}
+		ls, _, err := a0.take3(ctx, a0v, ahead, bypass, a0Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls != nil {
+			t.Errorf("A0 (p0, holding a place) took tool a's place while A1 (p1, holding none), ranked first for it once W's take holding nothing left p1 with no place, waits for it")
+		}
+	})
 }
