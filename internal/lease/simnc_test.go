@@ -164,3 +164,29 @@ func TestSimNCAWaitersTakeHoldingNothingFailsAnotherPrincipalsTakeJudgedBehindIt
 		}
 	})
 }
+
+// TestSimNCATurnComesForACallerThatPassesNobodyOver: the model notes when
+// each ticket's turn first came, for the claim windows of callers that
+// may presume it gone. It walked the item with the tickets whose turn came
+// a claim window ago passed over; a caller that has not looked for that
+// long (a newcomer among them) passes nobody over, and passing one over
+// can hand its place to another that takes the token a third needs. Here
+// x (p2), presumed gone, waits for tool a (capped at 1, free), y (p0) for
+// tool a too, z (p0) for no tool, p0's bucket holding one token. Passing
+// x over, y takes tool a's place and p0's token: z's turn has not come.
+// Counting x, x takes tool a's place, y cannot use one, and p0's token is
+// z's: z's turn came now for a newcomer's look, which then presumed z gone
+// a claim window after it (fault simulation seed 15008730: "presumed i1.4
+// gone 2.98s after its turn first came").
+func TestSimNCATurnComesForACallerThatPassesNobodyOver(t *testing.T) {
+	far := mNow + 60000
+	now := time.UnixMilli(mNow)
+	k := mKey{MaxQueued: 8, PrincipalRPM: 2, Hold: 2 * time.Second, Margin: time.Second}
+	it := mItemOf().num("rate:principal:p0", mNow+30000).
+		ticket("x", 1, "p2", "a", far, 1, 0).ticket("y", 2, "p0", "a", far, 1, 0).ticket("z", 3, "p0", "", far, 0, 0).num("seq", 3).item()
+	came := map[string]time.Time{"x#1": now.Add(-ClaimWindow - time.Second)}
+	it.noteTurns(k, now, 400*time.Millisecond, came)
+	if got, ok := came["z#3"]; !ok || got.After(now) {
+		t.Errorf("z's turn noted at %v (noted: %v); it came now for a caller counting x", got.Sub(now), ok)
+	}
+}
