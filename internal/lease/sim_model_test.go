@@ -842,12 +842,22 @@ func (it *mItem) noteTurns(k mKey, now time.Time, skew time.Duration, came map[s
 				skip[id] = true
 			}
 		}
-		for _, c := range it.handout(k, ms, nil, skip) {
-			if old, ok := came[mTurnOf(c.id, c.n)]; !ok || t.Before(old) {
-				came[mTurnOf(c.id, c.n)] = t
-				next := t.Add(ClaimWindow + skew).UnixMilli()
-				j, _ := slices.BinarySearch(at[i+1:], next)
-				at = slices.Insert(at, i+1+j, next)
+		// A caller that has not looked for a claim window (a newcomer)
+		// passes nobody over; passing one over can hand its place to
+		// another that takes what a third needs: a turn comes in either
+		// walk.
+		walks := []map[string]bool{skip}
+		if len(skip) > 0 {
+			walks = append(walks, nil)
+		}
+		for _, sk := range walks {
+			for _, c := range it.handout(k, ms, nil, sk) {
+				if old, ok := came[mTurnOf(c.id, c.n)]; !ok || t.Before(old) {
+					came[mTurnOf(c.id, c.n)] = t
+					next := t.Add(ClaimWindow + skew).UnixMilli()
+					j, _ := slices.BinarySearch(at[i+1:], next)
+					at = slices.Insert(at, i+1+j, next)
+				}
 			}
 		}
 	}
