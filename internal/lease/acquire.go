@@ -614,6 +614,9 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	if a.me.toolRPM > 0 {
 		info[ticketToolRPM] = number(int64(a.me.toolRPM))
 	}
+	if a.me.nothing {
+		info[ticketNothing] = number(0)
+	}
 	u.set(tp, u.value(&types.AttributeValueMemberM{Value: info}))
 	u.add(u.path(wp), id)
 	u.cond("attribute_not_exists("+qp+")", "attribute_not_exists("+u.path(kindAttr(!a.task), id)+")", "attribute_not_exists("+tp+")", "attribute_not_exists("+u.path(LeasesAttr, id)+")")

@@ -20,7 +20,7 @@
 //	                       when absent, as tickets written before it, and as MaxLookFar at
 //	                       most); a task's also x: its task, s: its last start, w: the claim
 //	                       that last took its place, which that claim's release and renewals
-//	                       are conditioned on}
+//	                       are conditioned on; h: 0, a call holding nothing (see Buckets)}
 //	waiting:<label>    SS  one principal's tickets: a ticket's principal is the one whose set holds
 //	                       it (its body may name it again, as p, as joins still write it for
 //	                       older instances: then the same)
@@ -206,7 +206,8 @@
 // it is its turn. Whose turn it is follows from the item alone: the places
 // free — the cap (with Adaptive, the item's limit) less the live leases —
 // go, one by one, to the waiting principal that holds the fewest places on
-// the key (the places handed out counting), the lower ticket number first
+// the key (the places handed out counting, a call holding nothing's
+// none), the lower ticket number first
 // among equals — so within a principal, first come, first served —
 // passing over callers that cannot use a place now: their tool full,
 // their principal at its cap, a bucket of theirs empty, or a gate closed
@@ -338,7 +339,13 @@
 // its ticket, sets no lease and joins no set, is sent once (an unknown
 // outcome ends the call), and its end writes only what a charge's does.
 // So its calls move nothing another's take is conditioned on, and rank
-// its principal's waiters by the places it holds under caps alone
+// its principal's waiters by the places it holds under caps alone. Its
+// ticket says it holds nothing (h), so that Whose turn, handing it its
+// turn, counts no place of its principal's, as its take holds none: a
+// take judged before it then ranks that principal's next waiter as the
+// item will (TestAWaitersTakeHoldingNothingLeavesAnotherPrincipalsTakeInTurn;
+// a ticket without h, written by an instance built before it, counts as a
+// place)
 // (TestChargesThatWaitAreBoundedByMaxQueued,
 // TestADeadWaitersTicketDoesNotHoldItsTokenFromChargesPastItsClaimWindow,
 // TestCallsWithNoCapDoNotRefuseAWaitersTake,

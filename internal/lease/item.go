@@ -63,6 +63,9 @@ type ticket struct {
 	// look is its announced look period (legacyLook if none), read as
 	// MaxLookFar at most.
 	look time.Duration
+	// nothing: its call holds nothing, so its take gives its principal
+	// no place more.
+	nothing bool
 }
 
 // Ticket fields, inside each value of the tickets map.
@@ -76,6 +79,9 @@ const (
 	ticketStarted  = "s"
 	ticketClaim    = "w"
 	ticketLook     = "l"
+	// ticketNothing is 0 in the ticket of a call that holds nothing (see
+	// Buckets in the package doc); absent, the call holds a place.
+	ticketNothing = "h"
 )
 
 // isSetAttr reports whether attr is a tool, principal or waiting set.
@@ -206,7 +212,8 @@ func parseItem(item map[string]types.AttributeValue) *view {
 			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
 			task: isTask, started: numberOr(d.Value[ticketStarted], 0), tool: strOr(d.Value[ticketTool]),
 			taskID: strOr(d.Value[ticketTaskID]), claim: strOr(d.Value[ticketClaim]),
-			look: time.Duration(min(max(numberOr(d.Value[ticketLook], legacyLook.Milliseconds()), 0), MaxLookFar.Milliseconds())) * time.Millisecond}
+			look:    time.Duration(min(max(numberOr(d.Value[ticketLook], legacyLook.Milliseconds()), 0), MaxLookFar.Milliseconds())) * time.Millisecond,
+			nothing: d.Value[ticketNothing] != nil && numberOr(d.Value[ticketNothing], 1) == 0}
 		if s := d.Value[ticketStarted]; s != nil && !whole(s) {
 			bad(s, TicketsAttr, id, ticketStarted) // reads as never started
 		}

@@ -59,6 +59,7 @@ type mTicket struct {
 	t       string // tool
 	c, r    int64  // the tool's cap and rpm limit (0: none)
 	l       int64  // the look period its caller announces, ms (0: none)
+	h       bool   // h: its call holds nothing
 	hasBody bool   // tickets.<id> is there
 	hasN    bool   // queue.<id> (tasks.<id>: task) is there
 	// A task's: in tasks, not queue; x its task, s its last start (Unix
@@ -247,6 +248,11 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 						tk.r = num("tickets."+id+".r", fv)
 					case "l":
 						tk.l = num("tickets."+id+".l", fv)
+					case "h":
+						if num("tickets."+id+".h", fv) != 0 {
+							it.problem("tickets.%s marks a call holding nothing with %v; doc.go writes 0", id, fv)
+						}
+						tk.h = true
 					default:
 						it.problem("tickets.%s has a field %q the table does not name", id, f)
 					}
@@ -461,10 +467,13 @@ type mCaller struct {
 	id, p, tool  string
 	toolCap, rpm int64
 	n            int64
+	// nothing: its call holds nothing; its place, handed out, is no
+	// place of its principal's.
+	nothing bool
 }
 
 func (tk *mTicket) caller() mCaller {
-	return mCaller{id: tk.id, p: tk.p, tool: tk.t, toolCap: tk.c, rpm: tk.r, n: tk.n}
+	return mCaller{id: tk.id, p: tk.p, tool: tk.t, toolCap: tk.c, rpm: tk.r, n: tk.n, nothing: tk.h}
 }
 
 // limitOf is the key's cap as the item sets it: the limit with Adaptive
@@ -666,7 +675,9 @@ func (it *mItem) give(k mKey, h *mHandout, c mCaller, now int64) {
 	if h.free > 0 {
 		h.free--
 	}
-	h.held[c.p]++
+	if !c.nothing {
+		h.held[c.p]++
+	}
 	if c.toolCap > 0 {
 		h.used[c.tool]++
 	}

@@ -870,7 +870,7 @@ func (s *sim) clock(c *simCaller, t time.Time) time.Time {
 // writer is what the model is told of c.
 func (s *sim) writer(c *simCaller) mWriter {
 	w := mWriter{operator: c.operator, outcome: c.final, pause: c.pause, pausedAt: c.pausedAt, grant: c.grant,
-		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap)},
+		me:   mCaller{p: c.principal, tool: c.tool, toolCap: int64(c.req.ToolCap), nothing: c.holdsNothing()},
 		owns: func(id string) bool { return s.owners[id] == c || s.taskOwns(c, id) }, task: c.task != nil, claims: c.claims, called: c.called,
 		superseded:   func(id string) bool { t := s.lastTake[id]; return t != nil && t != c },
 		holdsNothing: c.holdsNothing(), charges: c.charges, refunds: c.refunds, tats: c.tats, finishAt: c.finishAt,

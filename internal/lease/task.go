@@ -177,7 +177,7 @@ const MaxTaskID = 64
 // task's (Enqueue's join, a worker's Claim).
 func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 	a := &attempt{l: l, req: req, start: time.Now(), b: l.board(req.Key), look: overdueLook, task: task}
-	a.me = asker{id: id, label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates}
+	a.me = asker{id: id, label: req.Holder, tool: req.Tool, toolCap: req.ToolCap, rates: req.Rates, nothing: !req.holds()}
 	if req.Breaker != nil {
 		a.me.breaker = req.Breaker.Name
 	}

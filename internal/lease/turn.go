@@ -16,6 +16,8 @@ type asker struct {
 	breaker string
 	// rates are its own buckets (its request's).
 	rates []Rate
+	// nothing: its call holds nothing.
+	nothing bool
 }
 
 // rules are the key's limits that apply to every caller alike, as the
@@ -111,7 +113,9 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 		best.done = true
 		room--
 		t := best.t
-		held[t.label]++
+		if !t.nothing {
+			held[t.label]++ // a call holding nothing gives its principal no place
+		}
 		if t.toolCap > 0 {
 			toolUsed[t.tool]++
 		}
@@ -182,7 +186,7 @@ func ranks(a, b *ticket, held map[string]int) int {
 // mine is me's ticket as a walk counts it: its number in v (+∞ for a
 // newcomer), with what me needs of a place.
 func (v *view) mine(me *asker) *ticket {
-	t := &ticket{id: me.id, label: me.label, n: math.MaxInt64, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM}
+	t := &ticket{id: me.id, label: me.label, n: math.MaxInt64, tool: me.tool, toolCap: me.toolCap, toolRPM: me.toolRPM, nothing: me.nothing}
 	if q := v.ticketFor(me.id); q != nil {
 		t.n, t.deadline = q.n, q.deadline
 	}
