@@ -73,6 +73,8 @@ var mutants = []mutant{
 		"return t.task && ok && exp >= now && t.live(now)", "return t.task && ok && exp >= 0 && t.live(now)"},
 	{"a charge beside a waiter that needs its token", "acquire.go",
 		"		return errWaiters\n", "		_ = errWaiters\n"},
+	{"whose turn counting a call holding nothing as a place", "turn.go",
+		"		if !t.nothing {\n", "		if true {\n"},
 	{"a call with no cap whose take holds a lease", "acquire.go",
 		"place := a.req.holds()", "place := true"},
 	{"a charge resent after an unknown outcome", "acquire.go",

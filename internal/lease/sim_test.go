@@ -2153,6 +2153,8 @@ var simSeedsAsDrawn = []uint64{
 	658,      // (the model) a refund beside its writer's ticket, which a late first try of its join had put back, was judged as a release
 	3642,     // (the model) passing a dead waiter a newcomer's charge counted handed its tool's place to one needing the charge's token
 	15008730, // (the model) a turn that came for a caller passing nobody over was noted only as one passing those presumed gone saw it
+	15018671, // whose turn counted a call holding nothing, handed its turn, as a place of its principal's: a take of another principal judged before it landed out of turn
+	15042315, // the same
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
