@@ -425,12 +425,14 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	} else if v == nil && a.req.PrincipalCap > 0 {
 		u.cond("(attribute_not_exists(" + pp() + ") OR size(" + pp() + ") < " + u.num(int64(a.req.PrincipalCap)) + ")")
 	}
-	if place && v != nil && slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.label != a.me.label && v.waits(t, now) }) {
+	if place && v != nil && (a.n != 0 || slices.ContainsFunc(v.queue, func(t *ticket) bool { return t.label != a.me.label && v.waits(t, now) })) {
 		// Its place ranks its principal's other callers waiting anew, after
-		// another principal's: those its view shows and any that joined
-		// since (a waiter's take is not conditioned on seq). One ADD, with
-		// no condition on who they are: one a take holding nothing served
-		// since moved nothing the take could read.
+		// another principal's. A newcomer's view shows every caller waiting
+		// (its take is conditioned on seq): so while another principal's
+		// wait. A waiter's take is not: callers of any principal may have
+		// joined since its look, so always. One ADD, with no condition on
+		// who they are: one a take holding nothing served since moved
+		// nothing the take could read.
 		u.count(u.path(FreedAttr), 1)
 	}
 	switch {

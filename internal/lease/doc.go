@@ -236,14 +236,16 @@
 // ranks its callers waiting too: a take raising it may put them after a
 // caller it had come before, whose turn, and what that caller's place
 // uses (a tool's place, its principal's, a token), may then be what the
-// take judged before needs. So a take of a place while another
-// principal's callers wait (as its view shows) ADDs 1 to freed, as a
-// place freed does, whether or not its view shows others of its own
-// principal waiting: one may have joined since (a waiter's take is not
-// conditioned on seq), and one it shows may have been served since by a
-// take holding nothing (see Buckets), which moves nothing the take reads.
-// One ADD, whatever the queue holds, and none while one principal alone
-// waits or nobody does, so an uncontended take stays as it was.
+// take judged before needs. So a waiter's take of a place ADDs 1 to
+// freed, as a place freed does, whatever its view shows: it is not
+// conditioned on seq, and callers of its principal and of others may have
+// joined since its look. A newcomer's (conditioned on seq: its view shows
+// every caller waiting) does while another principal's callers wait as
+// its view shows, whether or not it shows others of its own principal:
+// one it shows may have been served since by a take holding nothing (see
+// Buckets), which moves nothing the take reads. One ADD, whatever the
+// queue holds, and none for a newcomer while one principal alone waits or
+// nobody does, so an uncontended take stays as it was.
 // A newcomer, having no ticket, is the newest caller: its take is also
 // conditioned on seq as seen (nobody joined since it looked).
 //

@@ -1239,13 +1239,18 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 	}
 	// So can a take of a place while another principal's callers wait:
 	// the place ranks its principal's others, whether its view showed them
-	// or they joined since, after those. The others' are as its view
+	// or they joined since, after those. A waiter's take may land after
+	// callers of any principal joined since its look: it may always. A
+	// newcomer's view holds every caller waiting; the others' are as it
 	// showed them: numbered no later than the view's seq, and there
 	// before the write or removed by one that left seq there or later (a
 	// view has that seq, not the moment it was read: a ticket removed at
 	// that seq may have gone before it).
 	reranked := 0
 	if len(v.takes) == 1 && !v.charge && w.judged >= 0 {
+		if tk := b.tickets[v.takes[0]]; tk != nil && tk.hasN {
+			reranked = 1 // a waiter's
+		}
 		inView := func(p string, n int64) bool { return p != w.w.me.p && n <= w.judged }
 		for _, tk := range b.tickets {
 			if tk.hasN && inView(tk.p, tk.n) {

@@ -1,0 +1,157 @@
+package lease
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Whose turn (doc.go): a take of a place ranks its principal's callers
+// waiting anew, those its view shows and any that joined since. A
+// waiter's take is not conditioned on seq: callers of another principal
+// may have joined since its look as well, and be ranked before one of the
+// take's principal's that joined since. So a waiter's take of a place
+// ADDs 1 to freed whatever its view shows; were it to only while its view
+// shows another principal's caller waiting, a take judged before, on an
+// item showing both, would land out of turn.
+//
+// Cap 8, PrincipalCap 2. p0 holds a place (tool c). C (p1, #1, tool b,
+// whose bucket holds 1 a minute) waits alone. The bucket's token comes
+// 250 ms from now; C's clock is 500 ms ahead: C looks, and its turn has
+// come (nobody else waits). Z (p0, #2, tool a: cap 1) and Q (p1, #3, tool
+// a) join. A newcomer N (p0, tool d) looks, on a clock not ahead: C's
+// bucket is empty, so C is passed over; p1 holds no place, so Q comes
+// before Z and takes tool a, Z is passed over, and N may take p0's second
+// and last place. C's take lands: p1 now holds as many places as p0, Z's
+// lower number ranks it before Q, and tool a's place is Z's, with p0's
+// last. N's take, judged before C's, must fail, as it does when C's view
+// showed Z (TestATakeReranksAWaiterOfItsPrincipalThatJoinedAfterItsLook).
+func TestATakeReranksWaitersOfTwoPrincipalsThatJoinedAfterItsLook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		r := func(holder, tool string, toolCap int) Request {
+			req := Request{Key: "srv", Cap: 8, PrincipalCap: 2, Hold: 30 * time.Second, Holder: holder,
+				MaxQueued: 8, Wait: 20 * time.Second, Tool: tool, ToolCap: toolCap}
+			if tool == "b" {
+				req.Rates = []Rate{{Name: "tool:b", PerMinute: 1}}
+			}
+			return req
+		}
+		if _, err := New(db, rgTable, Options{InstanceID: "h"}).Acquire(ctx, r("p0", "c", 0)); err != nil {
+			t.Fatal(err)
+		}
+		read := func(l *Limiter) *view {
+			v, err := l.read(ctx, "srv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		caller := func(inst, holder, tool string, toolCap int, ahead time.Duration) *attempt {
+			l := New(db, rgTable, Options{InstanceID: inst, Clock: func() time.Time { return time.Now().Add(ahead) }})
+			return l.newAttempt(r(holder, tool, toolCap), l.newLeaseID(), false)
+		}
+		joined := func(a *attempt) {
+			if _, err := a.join(ctx, read(a.l)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := caller("c", "p1", "b", 0, 500*time.Millisecond)
+		joined(c)
+		handSet(t, db, RateAttr("tool:b"), num(time.Now().UnixMilli()+250))
+		cv := read(c.l)
+		c.n, c.joined = cv.ticketFor(c.me.id).n, true
+		cNow := c.now()
+		cServed, cAhead, cBypass := c.decide3(cv, cNow)
+		if !cServed || len(cv.queue) != 1 {
+			t.Fatalf("C's view: served %v, ahead %v, queue %v; want C alone, served", cServed, ids(cAhead), ids(cv.queue))
+		}
+		z := caller("z", "p0", "a", 1, 0)
+		joined(z)
+		q := caller("q", "p1", "a", 1, 0)
+		joined(q)
+		n := caller("n", "p0", "d", 0, 0)
+		n.req.Wait = 0
+		nv := read(n.l)
+		nNow := n.now()
+		served, ahead, bypass := n.decide3(nv, nNow)
+		if !served || !slices.ContainsFunc(ahead, func(t *ticket) bool { return t.id == q.me.id }) {
+			t.Fatalf("N's view: served %v, ahead %v; want served behind Q", served, ids(ahead))
+		}
+		ls, _, err := c.take3(ctx, cv, cAhead, cBypass, cNow)
+		if err != nil || ls == nil {
+			t.Fatalf("C's take: lease %v, error %v", ls, err)
+		}
+		after := itemView(t, db, "srv")
+		t.Logf("freed: %d at N's look, %d after C's take", nv.freed, after.freed)
+		if ok, _ := after.turn3(n.now(), &n.me, n.req.rules(after), nil); ok {
+			t.Fatal("with C's place taken it is still N's turn; the schedule does not test anything")
+		}
+		if ls, _, err = n.take3(ctx, nv, ahead, bypass, nNow); err != nil {
+			t.Fatal(err)
+		}
+		if ls != nil {
+			t.Errorf("N took p0's last place while Z, of p0 and ranked first for tool a once C's take ranked Q after it (both joined after C's look), waits for it")
+		}
+	})
+}
+
+// Buckets (doc.go): only a call holding nothing, with no cap and no
+// breaker, says so in its ticket (h: 0). A call of a tool with a breaker
+// and no cap holds a lease in its principal's set, and a task always
+// holds a place: whose turn counts each, handed its turn, as a place of
+// its principal's, so their tickets carry no mark.
+func TestOnlyACallHoldingNothingIsMarkedInItsTicket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		ctx := context.Background()
+		rate := []Rate{{Name: "server", PerMinute: 10}}
+		base := func(holder, tool string) Request {
+			return Request{Key: "srv", Hold: 30 * time.Second, Holder: holder, MaxQueued: 8, Wait: 20 * time.Second, Tool: tool, Rates: rate}
+		}
+		nothing := base("p0", "n")
+		breaker := base("p1", "b")
+		breaker.Breaker = &Breaker{Name: "b", Threshold: 2, Recovery: time.Minute}
+		task := base("p2", "t")
+		task.Cap = 1 << 20
+		held := base("p9", "x")
+		held.ToolCap = 1
+		acquire(t, New(db, rgTable, Options{InstanceID: "h"}), held)
+		want := map[string]bool{}
+		for _, c := range []struct {
+			name string
+			req  Request
+			mark bool
+		}{{"nothing", nothing, true}, {"breaker", breaker, false}} {
+			l := New(db, rgTable, Options{InstanceID: c.name})
+			a := l.newAttempt(c.req, l.newLeaseID(), false)
+			v, err := l.read(ctx, "srv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.join(ctx, v); err != nil {
+				t.Fatal(err)
+			}
+			want[a.me.id] = c.mark
+		}
+		tl := New(db, rgTable, Options{InstanceID: "task"})
+		id, err := tl.Enqueue(ctx, task, tl.NewTaskID(), "t1", time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = false
+		v := itemView(t, db, "srv")
+		for id, mark := range want {
+			tk := v.ticketFor(id)
+			if tk == nil {
+				t.Fatalf("ticket %s is not in the item: %v", id, ids(v.queue))
+			}
+			if tk.nothing != mark {
+				t.Errorf("ticket %s (of %s) marked as holding nothing: %v, want %v", id, tk.label, tk.nothing, mark)
+			}
+		}
+	})
+}
