@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -29,74 +28,7 @@ import (
 // last. N's take, judged before C's, must fail, as it does when C's view
 // showed Z (TestATakeReranksAWaiterOfItsPrincipalThatJoinedAfterItsLook).
 func TestATakeReranksWaitersOfTwoPrincipalsThatJoinedAfterItsLook(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		db := newMemStore()
-		ctx := context.Background()
-		r := func(holder, tool string, toolCap int) Request {
-			req := Request{Key: "srv", Cap: 8, PrincipalCap: 2, Hold: 30 * time.Second, Holder: holder,
-				MaxQueued: 8, Wait: 20 * time.Second, Tool: tool, ToolCap: toolCap}
-			if tool == "b" {
-				req.Rates = []Rate{{Name: "tool:b", PerMinute: 1}}
-			}
-			return req
-		}
-		if _, err := New(db, rgTable, Options{InstanceID: "h"}).Acquire(ctx, r("p0", "c", 0)); err != nil {
-			t.Fatal(err)
-		}
-		read := func(l *Limiter) *view {
-			v, err := l.read(ctx, "srv")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
-		caller := func(inst, holder, tool string, toolCap int, ahead time.Duration) *attempt {
-			l := New(db, rgTable, Options{InstanceID: inst, Clock: func() time.Time { return time.Now().Add(ahead) }})
-			return l.newAttempt(r(holder, tool, toolCap), l.newLeaseID(), false)
-		}
-		joined := func(a *attempt) {
-			if _, err := a.join(ctx, read(a.l)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		c := caller("c", "p1", "b", 0, 500*time.Millisecond)
-		joined(c)
-		handSet(t, db, RateAttr("tool:b"), num(time.Now().UnixMilli()+250))
-		cv := read(c.l)
-		c.n, c.joined = cv.ticketFor(c.me.id).n, true
-		cNow := c.now()
-		cServed, cAhead, cBypass := c.decide3(cv, cNow)
-		if !cServed || len(cv.queue) != 1 {
-			t.Fatalf("C's view: served %v, ahead %v, queue %v; want C alone, served", cServed, ids(cAhead), ids(cv.queue))
-		}
-		z := caller("z", "p0", "a", 1, 0)
-		joined(z)
-		q := caller("q", "p1", "a", 1, 0)
-		joined(q)
-		n := caller("n", "p0", "d", 0, 0)
-		n.req.Wait = 0
-		nv := read(n.l)
-		nNow := n.now()
-		served, ahead, bypass := n.decide3(nv, nNow)
-		if !served || !slices.ContainsFunc(ahead, func(t *ticket) bool { return t.id == q.me.id }) {
-			t.Fatalf("N's view: served %v, ahead %v; want served behind Q", served, ids(ahead))
-		}
-		ls, _, err := c.take3(ctx, cv, cAhead, cBypass, cNow)
-		if err != nil || ls == nil {
-			t.Fatalf("C's take: lease %v, error %v", ls, err)
-		}
-		after := itemView(t, db, "srv")
-		t.Logf("freed: %d at N's look, %d after C's take", nv.freed, after.freed)
-		if ok, _ := after.turn3(n.now(), &n.me, n.req.rules(after), nil); ok {
-			t.Fatal("with C's place taken it is still N's turn; the schedule does not test anything")
-		}
-		if ls, _, err = n.take3(ctx, nv, ahead, bypass, nNow); err != nil {
-			t.Fatal(err)
-		}
-		if ls != nil {
-			t.Errorf("N took p0's last place while Z, of p0 and ranked first for tool a once C's take ranked Q after it (both joined after C's look), waits for it")
-		}
-	})
+	rerankJoinedAfter(t, false)
 }
 
 // Buckets (doc.go): only a call holding nothing, with no cap and no

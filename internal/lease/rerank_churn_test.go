@@ -241,6 +241,12 @@ func TestCallsWithNoCapServedInTheirTurnDoNotRefuseARerankingTake(t *testing.T) 
 // p0's last. N's take, judged before C's, must fail, as it does when C's
 // view showed Q.
 func TestATakeReranksAWaiterOfItsPrincipalThatJoinedAfterItsLook(t *testing.T) {
+	rerankJoinedAfter(t, true)
+}
+
+// rerankJoinedAfter runs the scenario above, with Z joining before C's
+// look (zFirst) or after it, beside Q.
+func rerankJoinedAfter(t *testing.T, zFirst bool) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx := context.Background()
@@ -272,7 +278,9 @@ func TestATakeReranksAWaiterOfItsPrincipalThatJoinedAfterItsLook(t *testing.T) {
 			}
 		}
 		z := caller("z", "p0", "a", 1, 0)
-		joined(z)
+		if zFirst {
+			joined(z)
+		}
 		c := caller("c", "p1", "b", 0, 500*time.Millisecond)
 		joined(c)
 		handSet(t, db, RateAttr("tool:b"), num(time.Now().UnixMilli()+250))
@@ -282,6 +290,9 @@ func TestATakeReranksAWaiterOfItsPrincipalThatJoinedAfterItsLook(t *testing.T) {
 		cServed, cAhead, cBypass := c.decide3(cv, cNow)
 		if !cServed {
 			t.Fatalf("C's view: not its turn (ahead %v)", ids(cAhead))
+		}
+		if !zFirst {
+			joined(z)
 		}
 		q := caller("q", "p1", "a", 1, 0)
 		joined(q)
@@ -314,7 +325,7 @@ func TestATakeReranksAWaiterOfItsPrincipalThatJoinedAfterItsLook(t *testing.T) {
 			t.Fatal(err)
 		}
 		if ls != nil {
-			t.Errorf("N took p0's last place while Z, of p0 and ranked first for tool a once C's take ranked Q (joined after C's look) after it, waits for it")
+			t.Errorf("N took p0's last place while Z, of p0 and ranked first for tool a once C's take ranked Q after it (Q joined after C's look; Z before it: %v), waits for it", zFirst)
 		}
 	})
 }
