@@ -61,9 +61,10 @@
 //   - Take: SET leases.<id> to now + hold + Margin, ADD the id to its sets,
 //     take a token from each of the call's buckets and, for a waiter,
 //     remove its ticket whole (a task's claim keeps it, conditioned on its
-//     number: see Tasks), and ADD 1 to freed when its principal has other
-//     callers waiting while another principal's wait (see Whose turn) —
-//     on condition that the id holds no lease,
+//     number: see Tasks), and ADD 1 to freed when it may rank waiters
+//     anew: a waiter's take of a place always, a newcomer's while another
+//     principal's callers wait (see Whose turn) — on condition that the id
+//     holds no lease,
 //     every cap keeps room for the callers whose turn comes first, every
 //     bucket holds a token, no gate refuses the caller, and nothing that
 //     could change whose turn it is changed since the view it was judged
