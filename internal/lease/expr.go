@@ -146,12 +146,10 @@ func (u *update) expression() string {
 	return strings.TrimSpace(expr)
 }
 
-// purged counts what a purge removes: leases, tickets from the queue and
-// from tasks, and members per set; more: it left stale entries for want of
-// room.
+// purged counts what a purge removes: leases, and tickets from the queue
+// and from tasks; more: it left stale entries for want of room.
 type purged struct {
 	leases, queue, tasks int
-	sets                 map[string]int
 	more                 bool
 }
 
@@ -159,7 +157,7 @@ type purged struct {
 // the package doc), but id's, those in a set in keep and, of a gate in
 // keep, self's and everyone's: the write may change those itself.
 func (u *update) purge(v *view, now int64, id, self string, keep ...string) purged {
-	p := purged{sets: map[string]int{}}
+	var p purged
 	if v == nil {
 		return p
 	}
@@ -176,13 +174,10 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 		return slices.ContainsFunc(sets, func(s string) bool { return slices.Contains(keep, s) })
 	}
 	for _, lid := range v.staleLeases(now) {
-		sets := v.setsOf(lid)
-		if !room(lid == id || kept(sets...)) {
+		if !room(lid == id || kept(v.setsOf(lid)...)) {
 			continue
 		}
-		for _, s := range u.removeLease(v, lid) {
-			p.sets[s]++
-		}
+		u.removeLease(v, lid)
 		p.leases++
 	}
 	for _, t := range v.staleTickets(now) {
@@ -243,9 +238,8 @@ func (u *update) purge(v *view, now int64, id, self string, keep ...string) purg
 }
 
 // removeLease adds to u the removal of lease id whole, as v shows it,
-// conditioned on its expiry, counting the place freed; it returns the
-// lease's sets.
-func (u *update) removeLease(v *view, id string) []string {
+// conditioned on its expiry, counting the place freed.
+func (u *update) removeLease(v *view, id string) {
 	lp := u.path(LeasesAttr, id)
 	u.remove(lp)
 	if seen, ok := v.oddLeases[id]; ok {
@@ -253,12 +247,10 @@ func (u *update) removeLease(v *view, id string) []string {
 	} else {
 		u.cond(lp + " = " + u.num(v.leases[id]))
 	}
-	sets := v.setsOf(id)
-	for _, s := range sets {
+	for _, s := range v.setsOf(id) {
 		u.del(u.path(s), id)
 	}
 	u.count(u.path(FreedAttr), 1)
-	return sets
 }
 
 // removeTicket removes ticket id, numbered n, whole (queue or tasks entry,
