@@ -63,25 +63,16 @@ type limitState struct {
 
 // read reads attr into s, reporting whether it is one of its.
 func (s *limitState) read(attr string, n int64, str string) bool {
+	nums := map[string]*int64{LimitAttr: &s.limit, LimitRoundAttr: &s.round, LimitOKAttr: &s.ok, LimitCutAttr: &s.cut, LimitAtAttr: &s.at, RatioAttr: &s.ratio}
+	strs := map[string]*string{LimitSigAttr: &s.sig, LimitWhyAttr: &s.why}
+	base, isBase := strings.CutPrefix(attr, BaseAttrPrefix)
 	switch {
-	case attr == LimitAttr:
-		s.limit = n
-	case attr == LimitRoundAttr:
-		s.round = n
-	case attr == LimitOKAttr:
-		s.ok = n
-	case attr == LimitCutAttr:
-		s.cut = n
-	case attr == LimitAtAttr:
-		s.at = n
-	case attr == RatioAttr:
-		s.ratio = n
-	case attr == LimitSigAttr:
-		s.sig = str
-	case attr == LimitWhyAttr:
-		s.why = str
-	case strings.HasPrefix(attr, BaseAttrPrefix):
-		s.bases[strings.TrimPrefix(attr, BaseAttrPrefix)] = n
+	case nums[attr] != nil:
+		*nums[attr] = n
+	case strs[attr] != nil:
+		*strs[attr] = str
+	case isBase:
+		s.bases[base] = n
 	default:
 		return false
 	}

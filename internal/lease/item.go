@@ -108,6 +108,7 @@ func parseItem(item map[string]types.AttributeValue) *view {
 	bad := func(seen types.AttributeValue, path ...string) {
 		v.fixes = append(v.fixes, fix{path: path, seen: seen})
 	}
+	nums := map[string]*int64{SeqAttr: &v.seq, FreedAttr: &v.freed, RefundsAttr: &v.refunds, CallAttr: &v.callMS, HoldAttr: &v.hold}
 	for attr, a := range item {
 		if isMalformed(attr, a) {
 			bad(a, attr)
@@ -124,20 +125,11 @@ func parseItem(item map[string]types.AttributeValue) *view {
 				v.sets[attr] = x.Value
 			}
 		case *types.AttributeValueMemberN:
-			n := numberOr(x, 0)
-			switch {
-			case attr == SeqAttr:
-				v.seq = n
+			switch n := numberOr(x, 0); {
+			case nums[attr] != nil:
+				*nums[attr] = n
 			case strings.HasPrefix(attr, RateAttrPrefix):
 				v.rates[attr] = n
-			case attr == FreedAttr:
-				v.freed = n
-			case attr == RefundsAttr:
-				v.refunds = n
-			case attr == CallAttr:
-				v.callMS = n
-			case attr == HoldAttr:
-				v.hold = n
 			default:
 				v.limitState.read(attr, n, "")
 			}
