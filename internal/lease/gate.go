@@ -378,9 +378,10 @@ func (u *update) outcome(br *Breaker, v *view, id, label string, probes []gateRe
 	return u.shutWith(g, attr, label, probes, reopen, now, tr)
 }
 
-// shutWith closes, as label's entry of gate attr closes until reopen,
-// everyone's too while another principal's is closed, and no longer,
-// judged from g as seen and pinned, and returns the transition.
+// shutWith closes, as label's entry of gate attr closes until reopen (a
+// breaker's, or a pause's with no probes), everyone's too while another
+// principal's is closed, and no longer, judged from g as seen and pinned,
+// and returns the transition.
 func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen, now int64, tr Transition) Transition {
 	if g == nil {
 		return tr
@@ -414,18 +415,13 @@ func (u *update) pause(v *view, attr, label string, until, now int64) bool {
 	if g.entry(label).until >= until {
 		return false // a later pause stands, so long as it does
 	}
-	if g != nil {
-		u.pinGate(g, func(key string) bool { return key == label })
-	}
 	u.setEntry(g, attr, label, entryValue(map[string]int64{gateUntil: until}))
 	// Everyone's closes while another principal's is closed too, and no
 	// longer: until the earlier of the two ends, the others' as seen
 	// (pinned). So a write that lands late, or is sent again as built
 	// after an unknown outcome, closes it no later than a pause that
 	// stood when it was built.
-	if others := g.othersUntil(label); others > now {
-		u.shutAll(g, min(until, others))
-	}
+	u.shutWith(g, attr, label, nil, until, now, NoTransition)
 	return true
 }
 
