@@ -135,12 +135,9 @@ func (u *update) expression() string {
 		dels = append(dels, p+" "+u.value(&types.AttributeValueMemberSS{Value: u.dels[p]}))
 	}
 	expr := ""
-	for _, part := range []struct {
-		kw   string
-		list []string
-	}{{"SET", u.sets}, {"REMOVE", u.removes}, {"ADD", adds}, {"DELETE", dels}} {
-		if len(part.list) > 0 {
-			expr += " " + part.kw + " " + strings.Join(part.list, ", ")
+	for i, list := range [][]string{u.sets, u.removes, adds, dels} {
+		if len(list) > 0 {
+			expr += " " + [...]string{"SET", "REMOVE", "ADD", "DELETE"}[i] + " " + strings.Join(list, ", ")
 		}
 	}
 	return strings.TrimSpace(expr)
