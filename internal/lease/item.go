@@ -360,13 +360,7 @@ func (v *view) liveIn(now int64, ids []string) int {
 
 // liveLeases counts the leases that have not expired at now.
 func (v *view) liveLeases(now int64) int {
-	n := 0
-	for _, exp := range v.leases {
-		if exp >= now {
-			n++
-		}
-	}
-	return n
+	return countIf(slices.Collect(maps.Values(v.leases)), func(exp int64) bool { return exp >= now })
 }
 
 // held counts the live leases of each principal label.
