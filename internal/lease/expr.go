@@ -479,12 +479,18 @@ func (l *Limiter) repair(ctx context.Context, key string, v *view) (*view, error
 	return nv, err
 }
 
-// mend returns v, or the item as repaired when v needs repair (see Repair
-// in the package doc): on while each repair leaves fewer values to put
-// right; after one that does not land or leaves as many, it waits
-// backoff(n), n such repairs so far, reads the item and judges again, and
-// past maxEager of them gives up.
+// mend returns v (nil: the item as read), or the item as repaired when v
+// needs repair (see Repair in the package doc): on while each repair
+// leaves fewer values to put right; after one that does not land or
+// leaves as many, it waits backoff(n), n such repairs so far, reads the
+// item and judges again, and past maxEager of them gives up.
 func (l *Limiter) mend(ctx context.Context, key string, v *view) (*view, error) {
+	if v == nil {
+		var err error
+		if v, err = l.read(ctx, key); err != nil {
+			return nil, err
+		}
+	}
 	for failed := 0; v.needsRepair(); {
 		nv, err := l.repair(ctx, key, v)
 		if err != nil {

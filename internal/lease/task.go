@@ -97,11 +97,6 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		if err = contended(ctx, req.Key, tries); err != nil {
 			return "", err
 		}
-		if v == nil {
-			if v, err = l.read(ctx, req.Key); err != nil {
-				return "", err
-			}
-		}
 		if v, err = l.mend(ctx, req.Key, v); err != nil {
 			return "", err
 		}
@@ -255,14 +250,10 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 				v, seen = nil, false
 			}
 		}
+		// Read when there is no view. A value written by hand is put
+		// right before the take that would be refused on it, as before
+		// any other write.
 		var err error
-		if v == nil {
-			if v, err = l.read(ctx, req.Key); err != nil {
-				return nil, err
-			}
-		}
-		// A value written by hand is put right before the take that
-		// would be refused on it, as before any other write.
 		if v, err = l.mend(ctx, req.Key, v); err != nil {
 			return nil, err
 		}
