@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -131,14 +132,9 @@ type Limiter struct {
 
 // New returns a Limiter storing its items in table.
 func New(db API, table string, opts Options) *Limiter {
-	l := &Limiter{db: db, table: table, margin: opts.Margin, maxLook: opts.MaxLook, clock: opts.Clock, instance: opts.InstanceID, onStart: opts.OnTaskStart}
-	if l.margin <= 0 {
-		l.margin = DefaultMargin
-	}
-	if l.maxLook <= 0 {
-		l.maxLook = DefaultMaxLook
-	}
-	l.maxLook = min(l.maxLook, MaxLookFar)
+	// A margin or a look period not positive is the default's.
+	l := &Limiter{db: db, table: table, margin: cmp.Or(max(opts.Margin, 0), DefaultMargin),
+		maxLook: min(cmp.Or(max(opts.MaxLook, 0), DefaultMaxLook), MaxLookFar), clock: opts.Clock, instance: opts.InstanceID, onStart: opts.OnTaskStart}
 	if l.clock == nil {
 		l.clock = time.Now
 	}
