@@ -576,12 +576,10 @@ func (u *update) renumber(v *view) int64 {
 	if next < maxNumber-1 {
 		return next
 	}
-	var kept []*ticket
-	for _, t := range v.queue {
-		if p := u.named(kindAttr(t.task), t.id); p == "" || !slices.Contains(u.removes, p) {
-			kept = append(kept, t)
-		}
-	}
+	kept := slices.DeleteFunc(slices.Clone(v.queue), func(t *ticket) bool {
+		p := u.named(kindAttr(t.task), t.id)
+		return p != "" && slices.Contains(u.removes, p)
+	})
 	for j := len(kept) - 1; j >= max(len(kept)-maxRenumber, 0); j-- {
 		base := int64(0)
 		if j > 0 {
