@@ -65,7 +65,7 @@ var mutants = []mutant{
 	{"a claim that takes its task's ticket out", "acquire.go",
 		"case a.n != 0 && a.task:", "case a.n != 0 && a.task && a.n < 0:"},
 	{"a running task that holds its principal to the reserve", "task.go",
-		"case v.claimed(t, now) || !t.live(now):", "case !t.live(now):"},
+		"if t == nil || t.label != label || v.waits(t, now) {", "if t == nil || t.label != label || t.live(now) {"},
 	{"a new estimate that starts a late waiter's back-off again", "acquire.go",
 		"		// its place, or a move up the queue, does not start it again.\n		return min(d, most)",
 		"		// its place, or a move up the queue, does not start it again.\n		a.look = overdueLook\n		return min(d, most)"},

@@ -544,14 +544,10 @@ func (v *view) notWaiting(label string, now int64) (ts []*ticket, ok bool) {
 	}
 	for _, id := range members {
 		t := v.ticketFor(id)
-		switch {
-		case t == nil || t.label != label:
-			return nil, false
-		case v.claimed(t, now) || !t.live(now):
-			ts = append(ts, t)
-		default:
+		if t == nil || t.label != label || v.waits(t, now) {
 			return nil, false
 		}
+		ts = append(ts, t)
 	}
 	return ts, true
 }
