@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -918,13 +919,13 @@ func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *Ful
 }
 
 // charge admits a call that holds nothing in the item while no waiting
-// ticket needs a token of its buckets: one write that only pays them,
-// conditioned on nobody having joined since its view, made again from
-// each failed answer, never resent after an unknown outcome (a token may
-// be lost, never taken twice). A call that finds such a ticket on the
-// item gets errWaiters, with the view it was judged on: it is a take
-// instead, waiting its turn as every caller does, that holds nothing (see
-// Buckets in the package doc).
+// ticket needs a token of its buckets, or its buckets hold one for every
+// ticket to spare (chargeRoom): one write that only pays them, made again
+// from each failed answer, never resent after an unknown outcome (a token
+// may be lost, never taken twice). A call that finds such a ticket on the
+// item and no tokens to spare gets errWaiters, with the view it was
+// judged on: it is a take instead, waiting its turn as every caller does,
+// that holds nothing (see Buckets in the package doc).
 func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, *view, error) {
 	v := l.board(req.Key).recent(time.Hour)
 	fresh := false // v is an answer to this call
@@ -948,11 +949,12 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, *view, error
 			now, judged = l.clock().UnixMilli(), v
 			u := newUpdate()
 			u.once = true
-			if err := l.chargeRoom(u, req, v, now, fresh); err != nil {
+			keep, err := l.chargeRoom(u, req, v, now, fresh)
+			if err != nil {
 				return nil, err
 			}
 			u.admit(gateAttrs(req.Tool, ""), req.Holder, "", 0, now, nil, v)
-			u.charge(req.Rates, v, now, nil)
+			u.charge(req.Rates, v, now, keep)
 			u.ttl(now + 60_000)
 			return u, nil
 		}, nil)
@@ -986,11 +988,14 @@ var errStale = errors.New("lease: refused on an old view")
 var errWaiters = errors.New("lease: callers wait for the buckets")
 
 // chargeRoom judges a charge of req from v at now (fresh: v answers it)
-// and adds to u what it is conditioned on besides its gates and buckets:
-// nobody joined since v, in which no waiting ticket needs a token of its
-// buckets (errWaiters otherwise; a running task's, on condition that its
-// claim stands).
-func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool) error {
+// and adds to u what it is conditioned on besides its gates and buckets,
+// returning the tokens of each bucket it leaves to others: while no
+// waiting ticket needs a token of its buckets, nobody joined since v (a
+// running task's, on condition that its claim stands), leaving none;
+// beside such a ticket, a token for every ticket and task the item may
+// hold when it lands, the room for joins meanwhile split between the two
+// (errWaiters when its buckets hold fewer than those seen and one more).
+func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool) (map[string]int, error) {
 	if v == nil {
 		// Seen nowhere: nobody waits, callers or tasks, as a key's first
 		// call finds it.
@@ -998,13 +1003,12 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 			mp := u.path(kindAttr(task))
 			u.cond("(attribute_not_exists(" + mp + ") OR size(" + mp + ") = " + u.num(0) + ")")
 		}
-		return nil
+		return nil, nil
 	}
-	// Nobody joined since, not merely as many waiting: one may have left
-	// as another joined.
-	u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
 	rs := req.rules(v)
 	soon := now + l.margin.Milliseconds()
+	var claims []*ticket
+	waiter := false
 	for _, t := range v.queue {
 		if !t.live(now) || !slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
 			return slices.ContainsFunc(req.Rates, func(r Rate) bool { return r.Name == b.Name })
@@ -1014,27 +1018,59 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 		if v.claimed(t, soon) {
 			// A task running needs no token, while its claim stands: one
 			// lapsing would wait again with no write.
-			u.cond(u.path(LeasesAttr, t.id) + " >= " + u.num(soon))
+			claims = append(claims, t)
 			continue
 		}
-		if !fresh {
-			return errStale
-		}
-		return errWaiters
+		waiter = true
 	}
-	if _, err := v.admits(req.Tool, "", req.Holder, now, nil); err != nil {
+	refuse := func(err error) (map[string]int, error) {
 		if !fresh {
-			return errStale
+			return nil, errStale
 		}
+		return nil, err
+	}
+	var keep map[string]int
+	if waiter {
+		spare := math.MaxInt
+		for _, r := range req.Rates {
+			spare = min(spare, r.Tokens(v.rates[RateAttr(r.Name)], now))
+		}
+		spare -= 1 + len(v.queue)
+		if spare < 0 {
+			return refuse(errWaiters)
+		}
+		keep = map[string]int{}
+		for task, more := range []int{spare - spare/2, spare / 2} {
+			most := v.tickets(task == 1) + more
+			u.cond("size(" + u.path(kindAttr(task == 1)) + ") <= " + u.num(int64(most)))
+			for _, r := range req.Rates {
+				keep[r.Name] += most
+			}
+		}
+	} else {
+		// Nobody joined since, not merely as many waiting: one may have
+		// left as another joined.
+		u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
+		for _, t := range claims {
+			u.cond(u.path(LeasesAttr, t.id) + " >= " + u.num(soon))
+		}
+	}
+	_, err := v.admits(req.Tool, "", req.Holder, now, nil)
+	var rl *RateLimitedError
+	if err == nil {
+		rl = rateLimited(v, req.Rates, now, keep)
+	}
+	switch {
+	case err == nil && rl == nil:
+		return keep, nil
+	case waiter:
+		return refuse(errWaiters) // beside waiters it waits its turn instead
+	case !fresh:
+	case err != nil:
 		l.stats.refused(err)
-		return err
-	}
-	if err := rateLimited(v, req.Rates, now, nil); err != nil {
-		if !fresh {
-			return errStale
-		}
+	default:
 		l.stats.rateLimited.Add(1)
-		return err
+		err = rl
 	}
-	return nil
+	return refuse(err)
 }

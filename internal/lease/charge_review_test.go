@@ -7,10 +7,9 @@ package lease
 // calls' own rules for passing waiters, which they no longer have: a live
 // waiter is never presumed gone on a turn it lost and regained, and a dead
 // waiter holds them back no longer than its claim window wherever they
-// land. Open, each test skipped unless LEASE_OPEN_DEFECTS is set
+// land. Open, its test skipped unless LEASE_OPEN_DEFECTS is set
 // (docs/admission.md, Rate limits): a principal holding no place ranks
-// first for such calls' tokens, and one that may not wait fails over a
-// join before each of its writes.
+// first for such calls' tokens.
 
 import (
 	"context"
@@ -360,23 +359,20 @@ func (j *joinBefore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 	return j.memStore.UpdateItem(ctx, in, opts...)
 }
 
-// Liveness (the brief: "a charge refused forever while tokens are
-// there"), beside TestAChargeUnderSteadyReleasesLands: a charge is now
-// conditioned on seq as seen always, even when the bucket holds a token
-// for every waiter needing one of its buckets and thousands more. A
-// caller joining needs at most one token of each bucket, so while the
-// bucket holds more than that to spare, a join since the view takes
-// nothing the charge would; yet every join between a charge's view and
-// its write refuses it, and after maxEager tries it fails ("kept
-// changing": the gateway's STORE_UNAVAILABLE). On a busy key (joins every
-// few ms as callers queue for a capped tool) a call of an uncapped tool
-// so fails now and then with its bucket all but full.
+// Liveness: a charge beside a waiter needing its bucket, when the bucket
+// holds a token for every ticket the item may hold and more, is
+// conditioned on how many wait, not on seq, so joins between its view and
+// its write do not refuse it (doc.go, Buckets). Conditioned on seq, every
+// join meanwhile refused it, and after maxEager tries it failed ("kept
+// changing": the gateway's STORE_UNAVAILABLE) with its bucket all but
+// full: on a busy key (joins every few ms as callers queue for a capped
+// tool), a call of an uncapped tool failed now and then.
 //
 // The server's bucket holds 6000 tokens. W of A waits for heavy (cap 1,
-// held by H). B calls light (no cap); before each of its writes another
-// principal's caller joins for heavy (and gives up a second later).
+// held by H). B calls light (no cap, may not wait); before each of its
+// writes another principal's caller joins for heavy (and gives up a
+// second later).
 func TestAChargeWithTokensToSpareLandsOverJoins(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
