@@ -708,8 +708,11 @@
 //     for clocks skewed by less than an interval
 //     (TestRateLimitAdmitsItsBurstExactly, TestWaitersPayWhenAdmitted);
 //     a call with no cap is charged only while no ticket waiting needs a
-//     token of its buckets, and otherwise waits its turn for one as every
-//     caller does (TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket); a
+//     token of its buckets, or its buckets hold one for every ticket the
+//     item may hold when it lands and one more, and otherwise waits its
+//     turn for one as every caller does
+//     (TestChargeOnlyCallsDoNotStarveAWaiterOfTheirBucket,
+//     TestAChargeWithTokensToSpareIsRefusedByJoinsBeyondItsRoom); a
 //     token given back is never one the bucket has regained with time.
 //  12. An adaptive limit stays within [Min, Cap], a take leaves at most the
 //     limit it was conditioned on, it moves at most once a round, and one
