@@ -1007,7 +1007,7 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	}
 	rs := req.rules(v)
 	soon := now + l.margin.Milliseconds()
-	var claims []*ticket
+	var claims []string
 	waiter := false
 	for _, t := range v.queue {
 		if !t.live(now) || !slices.ContainsFunc(rs.buckets(t), func(b Rate) bool {
@@ -1018,10 +1018,10 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 		if v.claimed(t, soon) {
 			// A task running needs no token, while its claim stands: one
 			// lapsing would wait again with no write.
-			claims = append(claims, t)
-			continue
+			claims = append(claims, t.id)
+		} else {
+			waiter = true
 		}
-		waiter = true
 	}
 	refuse := func(err error) (map[string]int, error) {
 		if !fresh {
@@ -1031,28 +1031,26 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 	}
 	var keep map[string]int
 	if waiter {
-		spare := math.MaxInt
+		least := math.MaxInt // tokens in its emptiest bucket
 		for _, r := range req.Rates {
-			spare = min(spare, r.Tokens(v.rates[RateAttr(r.Name)], now))
+			least = min(least, r.Tokens(v.rates[RateAttr(r.Name)], now))
 		}
-		spare -= 1 + len(v.queue)
+		spare := least - 1 - len(v.queue)
 		if spare < 0 {
 			return refuse(errWaiters)
 		}
 		keep = map[string]int{}
-		for task, more := range []int{spare - spare/2, spare / 2} {
-			most := v.tickets(task == 1) + more
-			u.cond("size(" + u.path(kindAttr(task == 1)) + ") <= " + u.num(int64(most)))
-			for _, r := range req.Rates {
-				keep[r.Name] += most
-			}
+		for _, r := range req.Rates {
+			keep[r.Name] = least - 1
 		}
+		u.cond("size("+u.path(QueueAttr)+") <= "+u.num(int64(v.tickets(false)+spare-spare/2)),
+			"size("+u.path(TasksAttr)+") <= "+u.num(int64(v.tickets(true)+spare/2)))
 	} else {
 		// Nobody joined since, not merely as many waiting: one may have
 		// left as another joined.
 		u.cond(u.eqOrAbsent(u.path(SeqAttr), v.seq))
-		for _, t := range claims {
-			u.cond(u.path(LeasesAttr, t.id) + " >= " + u.num(soon))
+		for _, id := range claims {
+			u.cond(u.path(LeasesAttr, id) + " >= " + u.num(soon))
 		}
 	}
 	_, err := v.admits(req.Tool, "", req.Holder, now, nil)

@@ -74,7 +74,7 @@ var mutants = []mutant{
 	{"a charge beside a waiter that needs its token", "acquire.go",
 		"		waiter = true\n", ""},
 	{"a charge beside waiters not conditioned on how many wait", "acquire.go",
-		"			u.cond(\"size(\" + u.path(kindAttr(task == 1)) + \") <= \" + u.num(int64(most)))\n", ""},
+		"\t\tu.cond(\"size(\"+u.path(QueueAttr)+\") <= \"+u.num(int64(v.tickets(false)+spare-spare/2)),\n\t\t\t\"size(\"+u.path(TasksAttr)+\") <= \"+u.num(int64(v.tickets(true)+spare/2)))\n", ""},
 	{"a charge beside waiters that leaves them no tokens", "acquire.go",
 		"	case err == nil && rl == nil:\n		return keep, nil\n", "	case err == nil && rl == nil:\n		return nil, nil\n"},
 	{"whose turn counting a call holding nothing as a place", "turn.go",
