@@ -945,12 +945,13 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, *view, error
 		}
 		var now int64
 		var judged *view
+		var keep map[string]int
 		nv, err := l.send(ctx, req.Key, v, func(v *view) (*update, error) {
 			now, judged = l.clock().UnixMilli(), v
 			u := newUpdate()
 			u.once = true
-			keep, err := l.chargeRoom(u, req, v, now, fresh)
-			if err != nil {
+			var err error
+			if keep, err = l.chargeRoom(u, req, v, now, fresh); err != nil {
 				return nil, err
 			}
 			u.admit(gateAttrs(req.Tool, ""), req.Holder, "", 0, now, nil, v)
@@ -970,6 +971,10 @@ func (l *Limiter) charge(ctx context.Context, req Request) (*Lease, *view, error
 				return nil, nil, err
 			}
 			fresh = true
+		case errors.Is(err, errCondition) && keep != nil:
+			// Refused beside waiters: it waits its turn instead, as
+			// without tokens to spare.
+			return nil, nv, errWaiters
 		case errors.Is(err, errCondition):
 			v, fresh = nv, true
 		default:
@@ -994,7 +999,8 @@ var errWaiters = errors.New("lease: callers wait for the buckets")
 // running task's, on condition that its claim stands), leaving none;
 // beside such a ticket, a token for every ticket and task the item may
 // hold when it lands, the room for joins meanwhile split between the two
-// (errWaiters when its buckets hold fewer than those seen and one more).
+// (errWaiters when its buckets hold fewer than those seen and one more;
+// charge returns it too for such a charge refused).
 func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh bool) (map[string]int, error) {
 	if v == nil {
 		// Seen nowhere: nobody waits, callers or tasks, as a key's first
@@ -1035,16 +1041,19 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 		for _, r := range req.Rates {
 			least = min(least, r.Tokens(v.rates[RateAttr(r.Name)], now))
 		}
+		// Of the tokens to spare, half is room for joins (the queue's
+		// and tasks'), half for others' tokens taken meanwhile.
 		spare := least - 1 - len(v.queue)
 		if spare < 0 {
 			return refuse(errWaiters)
 		}
+		room := spare / 2
 		keep = map[string]int{}
 		for _, r := range req.Rates {
-			keep[r.Name] = least - 1
+			keep[r.Name] = len(v.queue) + room
 		}
-		u.cond("size("+u.path(QueueAttr)+") <= "+u.num(int64(v.tickets(false)+spare-spare/2)),
-			"size("+u.path(TasksAttr)+") <= "+u.num(int64(v.tickets(true)+spare/2)))
+		u.cond("size("+u.path(QueueAttr)+") <= "+u.num(int64(v.tickets(false)+room-room/2)),
+			"size("+u.path(TasksAttr)+") <= "+u.num(int64(v.tickets(true)+room/2)))
 	} else {
 		// Nobody joined since, not merely as many waiting: one may have
 		// left as another joined.

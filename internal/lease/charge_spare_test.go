@@ -12,32 +12,31 @@ import (
 // Buckets (doc.go): beside waiters needing its bucket, a charge lands
 // while the bucket holds a token for every ticket the item may hold when
 // it lands, and one more, conditioned on size(queue) and size(tasks) —
-// each at most as seen plus its half of the tokens to spare. A join
-// within that room does not refuse it; joins beyond it do, and it is
-// judged again on the answer: it lands only leaving a token to each
-// caller whose turn comes before it (invariant 11), else it waits its
-// turn.
+// together at most as seen plus half the tokens to spare. A join within
+// that room does not refuse it; joins beyond it do, and it then waits its
+// turn: it takes a token only leaving one to each caller whose turn comes
+// before it (invariant 11).
 //
-// The server's bucket holds 6 tokens. H1–H3 hold tool heavy (cap 3),
-// leaving 3; W waits for heavy. B calls light (no cap, may not wait): its
-// view (W waiting, 3 tokens) leaves 1 to spare, so the queue may hold 2
+// The server's bucket holds 8 tokens. H1–H4 hold tool heavy (cap 4),
+// leaving 4; W waits for heavy. B calls light (no cap, may not wait): its
+// view (W waiting, 4 tokens) leaves 2 to spare, so the queue may hold 2
 // and tasks none when its charge lands, and it leaves them 2 tokens.
-// Before its first write, `joins` callers join for heavy; with 2, H1–H3
-// then finish, so W and both joiners' turns have come when the write
-// lands, needing all 3 tokens.
+// Before its first write, `joins` callers join for heavy; with 3, H1–H4
+// then finish, so W's and the joiners' turns have come when the write
+// lands, needing all 4 tokens.
 func TestAChargeWithTokensToSpareIsRefusedByJoinsBeyondItsRoom(t *testing.T) {
-	for _, joins := range []int{1, 2} {
+	for _, joins := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d joins", joins), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				db := newMemStore()
-				rate := []Rate{{Name: "server", PerMinute: 6}}
+				rate := []Rate{{Name: "server", PerMinute: 8}}
 				heavy := func(who string) Request {
-					return Request{Key: "srv", Tool: "heavy", ToolCap: 3, MaxQueued: 64, Wait: time.Minute, Hold: 10 * time.Minute, Holder: who, Rates: rate}
+					return Request{Key: "srv", Tool: "heavy", ToolCap: 4, MaxQueued: 64, Wait: time.Minute, Hold: 10 * time.Minute, Holder: who, Rates: rate}
 				}
 				var hs []*Lease
-				for i := range 3 {
+				for i := range 4 {
 					hs = append(hs, acquire(t, New(db, rgTable, Options{InstanceID: fmt.Sprintf("h%d", i)}), heavy("A")))
 				}
 				var waiting sync.WaitGroup
@@ -51,7 +50,7 @@ func TestAChargeWithTokensToSpareIsRefusedByJoinsBeyondItsRoom(t *testing.T) {
 				}
 				join("W")
 				lb := New(db, rgTable, Options{InstanceID: "b"})
-				if _, err := lb.read(ctx, "srv"); err != nil { // B's view: W waiting, 3 tokens
+				if _, err := lb.read(ctx, "srv"); err != nil { // B's view: W waiting, 4 tokens
 					t.Fatal(err)
 				}
 				j := &joinBefore{memStore: db}
@@ -82,7 +81,7 @@ func TestAChargeWithTokensToSpareIsRefusedByJoinsBeyondItsRoom(t *testing.T) {
 				if joins == 1 && (err != nil || j.charges != 1) {
 					t.Errorf("B's charge, a join within its room before it, got %v after %d writes; want one write that lands", err, j.charges)
 				}
-				if joins == 2 && len(due) != 3 {
+				if joins == 3 && len(due) != 4 {
 					t.Errorf("places are free to %d callers waiting, want W and both joiners", len(due))
 				}
 				if ls != nil {

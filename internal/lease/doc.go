@@ -337,10 +337,12 @@
 // ticket waiting for its tokens, a charge still lands while each of its
 // buckets holds a token for every ticket and task the item may hold when
 // it lands, and one more: it leaves them those tokens and is conditioned
-// on size(queue) and size(tasks), each at most as seen plus its half of
-// the tokens to spare, not on seq, so joins meanwhile do not refuse it
-// (TestAChargeWithTokensToSpareLandsOverJoins). Otherwise the call waits
-// its turn as any caller does: served in the order of Whose turn, it joins the queue when its
+// on size(queue) and size(tasks), together at most as seen plus half the
+// tokens to spare, not on seq, so joins meanwhile do not refuse it
+// (TestAChargeWithTokensToSpareLandsOverJoins); the other half is left to
+// others' tokens taken meanwhile, so their charges do not refuse it either
+// (TestAChargeBesideAWaiterLandsOnABusyKey). Refused all the same, or
+// without tokens to spare, the call waits its turn as any caller does: served in the order of Whose turn, it joins the queue when its
 // turn has not come (within MaxQueued; one that may not wait is refused as
 // its buckets say, on the item), passes over callers presumed gone, and
 // its take, in its turn, holds nothing: it takes its tokens and removes
