@@ -1044,8 +1044,8 @@ func (l *Limiter) chargeRoom(u *update, req Request, v *view, now int64, fresh b
 		// Of the tokens to spare, half is room for joins (the queue's
 		// and tasks'), half for others' tokens taken meanwhile.
 		spare := least - 1 - len(v.queue)
-		if spare < 0 {
-			return refuse(errWaiters)
+		if spare < 0 || !fresh {
+			return refuse(errWaiters) // from its process's view: judged again on the item
 		}
 		room := spare / 2
 		keep = map[string]int{}

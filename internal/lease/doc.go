@@ -341,8 +341,11 @@
 // tokens to spare, not on seq, so joins meanwhile do not refuse it
 // (TestAChargeWithTokensToSpareLandsOverJoins); the other half is left to
 // others' tokens taken meanwhile, so their charges do not refuse it either
-// (TestAChargeBesideAWaiterLandsOnABusyKey). Refused all the same, or
-// without tokens to spare, the call waits its turn as any caller does: served in the order of Whose turn, it joins the queue when its
+// once it has seen the bucket below full
+// (TestAChargeBesideAWaiterLandsOnABusyKey). It is judged on the item, not
+// on its process's view (TestAChargeBesideAWaiterInAnOldViewIsJudgedAgainOnTheItem).
+// Refused all the same, or without tokens to spare, the call waits its
+// turn as any caller does: served in the order of Whose turn, it joins the queue when its
 // turn has not come (within MaxQueued; one that may not wait is refused as
 // its buckets say, on the item), passes over callers presumed gone, and
 // its take, in its turn, holds nothing: it takes its tokens and removes

@@ -1762,7 +1762,7 @@ func (w *mWrite) judgeCharge(v *mVerdict) map[string]bool {
 		}
 		for id, tk := range b.tickets {
 			if w.judged >= 0 && tk.hasN && tk.n > w.judged {
-				alive[id] = true // joined after any view it could have judged from: its seq condition refuses it
+				alive[id] = true // joined after any view it could have judged from: not presumed gone by it
 			}
 			if came, ok := w.turnCame[mTurnOf(id, tk.n)]; ok && !tk.task && w.sent.Sub(came) >= ClaimWindow {
 				skip[id] = true // its turn came a claim window ago: presumed gone, as by a take
