@@ -2155,6 +2155,7 @@ var simSeedsAsDrawn = []uint64{
 	15008730, // (the model) a turn that came for a caller passing nobody over was noted only as one passing those presumed gone saw it
 	15018671, // whose turn counted a call holding nothing, handed its turn, as a place of its principal's: a take of another principal judged before it landed out of turn
 	15042315, // the same
+	17102993, // (a planted bug) a charge beside waiters not conditioned on how many wait took a token the tickets joined since its view needed
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
