@@ -26,6 +26,32 @@ func (c *chargeBefore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 	return c.memStore.UpdateItem(ctx, in, opts...)
 }
 
+// besideAWaiter sets the scene of the tests of charges beside a waiter:
+// the server's bucket of perMinute tokens, H (A) holding tool heavy (cap
+// 1), and W (A) waiting for it, with ctx (its outcome on gotW; the caller
+// waits with synctest.Wait for W to wait). light is a call of a tool with
+// no cap, which may wait a minute, for principal who.
+func besideAWaiter(t *testing.T, ctx context.Context, db *memStore, perMinute int) (rate []Rate, light func(who string) Request, h *Lease, gotW chan error) {
+	rate = []Rate{{Name: "server", PerMinute: perMinute}}
+	heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 64, Wait: 5 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
+	light = func(who string) Request {
+		return Request{Key: "srv", Tool: "light", MaxQueued: 64, Wait: time.Minute, Hold: time.Second, Holder: who, Rates: rate}
+	}
+	h = acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
+	gotW = make(chan error, 1)
+	go func() {
+		ls, err := New(db, rgTable, Options{InstanceID: "w"}).Acquire(ctx, heavy)
+		if err == nil {
+			_, _ = ls.Finish(context.Background(), Unused)
+		}
+		gotW <- err
+	}()
+	for len(itemView(t, db, "srv").queue) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return rate, light, h, gotW
+}
+
 // Buckets (doc.go): "The charge's condition compares the bucket with now,
 // never with what another write just changed, so callers of a partly
 // drained bucket do not fail each other." Beside a waiter needing its
@@ -46,23 +72,7 @@ func TestAChargeBesideAWaiterIsNotFailedByOthersCharges(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		db := newMemStore()
-		rate := []Rate{{Name: "server", PerMinute: 600}}
-		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 64, Wait: 5 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := func(who string) Request {
-			return Request{Key: "srv", Tool: "light", MaxQueued: 64, Wait: time.Minute, Hold: time.Second, Holder: who, Rates: rate}
-		}
-		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
-		gotW := make(chan error, 1)
-		go func() {
-			ls, err := New(db, rgTable, Options{InstanceID: "w"}).Acquire(ctx, heavy)
-			if err == nil {
-				_, _ = ls.Finish(context.Background(), Unused)
-			}
-			gotW <- err
-		}()
-		for len(itemView(t, db, "srv").queue) == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		rate, light, h, gotW := besideAWaiter(t, ctx, db, 600)
 		synctest.Wait() // W waits for heavy
 		others := 0
 		c := &chargeBefore{memStore: db}
@@ -106,23 +116,7 @@ func TestAChargeBesideAWaiterLandsOnABusyKey(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		db := newMemStore()
-		rate := []Rate{{Name: "server", PerMinute: 6000}}
-		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 64, Wait: 5 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := func(who string) Request {
-			return Request{Key: "srv", Tool: "light", MaxQueued: 64, Wait: time.Minute, Hold: time.Second, Holder: who, Rates: rate}
-		}
-		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
-		gotW := make(chan error, 1)
-		go func() {
-			ls, err := New(db, rgTable, Options{InstanceID: "w"}).Acquire(ctx, heavy)
-			if err == nil {
-				_, _ = ls.Finish(context.Background(), Unused)
-			}
-			gotW <- err
-		}()
-		for len(itemView(t, db, "srv").queue) == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		rate, light, h, gotW := besideAWaiter(t, ctx, db, 6000)
 		synctest.Wait() // W waits for heavy
 		stop := make(chan struct{})
 		var landed, failed int

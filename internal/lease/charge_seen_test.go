@@ -25,23 +25,7 @@ func TestAChargeBesideAWaiterRefusedOnAFullBucketPaysOneWrite(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		db := newMemStore()
-		rate := []Rate{{Name: "server", PerMinute: 600}}
-		heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 64, Wait: 5 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-		light := func(who string) Request {
-			return Request{Key: "srv", Tool: "light", MaxQueued: 64, Wait: time.Minute, Hold: time.Second, Holder: who, Rates: rate}
-		}
-		h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
-		gotW := make(chan error, 1)
-		go func() {
-			ls, err := New(db, rgTable, Options{InstanceID: "w"}).Acquire(ctx, heavy)
-			if err == nil {
-				_, _ = ls.Finish(context.Background(), Unused)
-			}
-			gotW <- err
-		}()
-		for len(itemView(t, db, "srv").queue) == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		rate, light, h, gotW := besideAWaiter(t, ctx, db, 600)
 		synctest.Wait()             // W waits for heavy
 		time.Sleep(2 * time.Second) // the bucket is full again
 		c := &chargeBefore{memStore: db}
@@ -115,24 +99,8 @@ func TestAChargeBesideAWaiterInAnOldViewIsJudgedAgainOnTheItem(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				db := newMemStore()
-				rate := []Rate{{Name: "server", PerMinute: c.perMinute}}
-				heavy := Request{Key: "srv", Tool: "heavy", ToolCap: 1, MaxQueued: 64, Wait: 5 * time.Minute, Hold: 10 * time.Minute, Holder: "A", Rates: rate}
-				light := func(who string) Request {
-					return Request{Key: "srv", Tool: "light", MaxQueued: 64, Wait: time.Minute, Hold: time.Second, Holder: who, Rates: rate}
-				}
-				h := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), heavy)
 				wctx, wcancel := context.WithCancel(ctx)
-				gotW := make(chan error, 1)
-				go func() {
-					ls, err := New(db, rgTable, Options{InstanceID: "w"}).Acquire(wctx, heavy)
-					if err == nil {
-						_, _ = ls.Finish(context.Background(), Unused)
-					}
-					gotW <- err
-				}()
-				for len(itemView(t, db, "srv").queue) == 0 {
-					time.Sleep(time.Millisecond)
-				}
+				rate, light, h, gotW := besideAWaiter(t, wctx, db, c.perMinute)
 				synctest.Wait()
 				time.Sleep(c.rest)
 				lb := New(db, rgTable, Options{InstanceID: "b"})
