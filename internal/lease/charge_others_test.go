@@ -11,7 +11,8 @@ import (
 )
 
 // chargeBefore is a store at which, ahead of each write that takes a
-// token of the server's bucket (isChargeOf), other runs first.
+// token of the server's bucket (isChargeOf), other runs first: another
+// caller joins, or charges.
 type chargeBefore struct {
 	*memStore
 	other   func(i int)

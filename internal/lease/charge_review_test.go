@@ -343,22 +343,6 @@ func TestAChargePassingATaskWhoseStartLapsedIsConditionedOnItsMark(t *testing.T)
 	})
 }
 
-// joinBefore is a store at which, ahead of each charge of the server's
-// bucket (isChargeOf), another caller joins the queue.
-type joinBefore struct {
-	*memStore
-	join    func(i int)
-	charges int
-}
-
-func (j *joinBefore) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if isChargeOf(in, "") {
-		j.charges++
-		j.join(j.charges)
-	}
-	return j.memStore.UpdateItem(ctx, in, opts...)
-}
-
 // Liveness: a charge beside a waiter needing its bucket, when the bucket
 // holds a token for every ticket the item may hold and more, is
 // conditioned on how many wait, not on seq, so joins between its view and
@@ -395,8 +379,8 @@ func TestAChargeWithTokensToSpareLandsOverJoins(t *testing.T) {
 		}
 		synctest.Wait() // W waits for heavy
 		var joined sync.WaitGroup
-		j := &joinBefore{memStore: db}
-		j.join = func(i int) {
+		j := &chargeBefore{memStore: db}
+		j.other = func(i int) {
 			who := fmt.Sprintf("J%d", i)
 			joined.Go(func() {
 				_, _ = New(db, rgTable, Options{InstanceID: who}).Acquire(ctx, heavy(who, time.Second))

@@ -53,8 +53,8 @@ func TestAChargeWithTokensToSpareIsRefusedByJoinsBeyondItsRoom(t *testing.T) {
 				if _, err := lb.read(ctx, "srv"); err != nil { // B's view: W waiting, 4 tokens
 					t.Fatal(err)
 				}
-				j := &joinBefore{memStore: db}
-				j.join = func(i int) {
+				j := &chargeBefore{memStore: db}
+				j.other = func(i int) {
 					if i > 1 {
 						return
 					}
