@@ -351,8 +351,12 @@
 // its take, in its turn, holds nothing: it takes its tokens and removes
 // its ticket, sets no lease and joins no set, is sent once (an unknown
 // outcome ends the call), and its end writes only what a charge's does.
-// So its calls move nothing another's take is conditioned on, and rank
-// its principal's waiters by the places it holds under caps alone. Its
+// Its take moves no freed, so the token it takes can leave a caller
+// before it unable to use its place, handing that place to a caller a
+// take judged before it did not keep a token for: an open defect
+// (TestATakeHoldingNothingDoesNotPassOverACallerAheadOfATakeJudgedBefore,
+// docs/admission.md). Its calls rank its principal's waiters by the
+// places it holds under caps alone. Its
 // ticket says it holds nothing (h), so that Whose turn, handing it its
 // turn, counts no place of its principal's, as its take holds none: a
 // take judged before it then ranks that principal's next waiter as the
