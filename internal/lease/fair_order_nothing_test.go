@@ -140,7 +140,7 @@ func TestATakeHoldingNothingDoesNotPassOverACallerAheadOfATakeJudgedBefore(t *te
 			t.Fatalf("%d waiting, want N, P and Q", len(v.queue))
 		}
 
-		time.Sleep(start.Add(2400 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(start.Add(2400 * time.Millisecond)))
 		nGone := func() bool { return itemView(t, db, key).ticketFor("n.1") == nil }
 		st := &slowTake{memStore: db, until: nGone}
 		lw := New(st, rgTable, Options{InstanceID: "w"})
