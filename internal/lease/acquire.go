@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -393,7 +394,24 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	if bv == nil {
 		bv, _, _ = a.b.latest() // only chooses the form of the charge, which its condition checks
 	}
-	u.charge(a.req.Rates, bv, now, a.req.rules(v).tokens(h.ahead))
+	rs := a.req.rules(v)
+	keep := rs.tokens(h.ahead)
+	u.charge(a.req.Rates, bv, now, keep)
+	// The other buckets of the callers handed a place before it still
+	// hold their tokens: one taken since (by a take holding nothing, which
+	// moves no freed) could leave such a caller unable to use its place,
+	// and hand it to one after it (see Buckets in the package doc).
+	others := map[string]Rate{}
+	for _, t := range h.ahead {
+		for _, b := range rs.buckets(t) {
+			others[b.Name] = b
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(others)) {
+		if !slices.ContainsFunc(a.req.Rates, func(r Rate) bool { return r.Name == name }) {
+			u.holds(others[name], now, keep[name])
+		}
+	}
 	// A call that needs no place takes its tokens in its turn and holds
 	// nothing (see Buckets in the package doc).
 	place := a.req.holds()

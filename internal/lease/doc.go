@@ -66,7 +66,7 @@
 //     principal's callers wait (see Whose turn) — on condition that the id
 //     holds no lease,
 //     every cap keeps room for the callers whose turn comes first, every
-//     bucket holds a token, no gate refuses the caller, and nothing that
+//     bucket holds a token (and theirs, one for each: see Buckets), no gate refuses the caller, and nothing that
 //     could change whose turn it is changed since the view it was judged
 //     from (below). With no view it also requires an empty queue: an
 //     uncontended call reads nothing and costs two writes, take and
@@ -351,11 +351,16 @@
 // its take, in its turn, holds nothing: it takes its tokens and removes
 // its ticket, sets no lease and joins no set, is sent once (an unknown
 // outcome ends the call), and its end writes only what a charge's does.
-// Its take moves no freed, so the token it takes can leave a caller
-// before it unable to use its place, handing that place to a caller a
-// take judged before it did not keep a token for: an open defect
-// (TestATakeHoldingNothingDoesNotPassOverACallerAheadOfATakeJudgedBefore,
-// docs/admission.md). Its calls rank its principal's waiters by the
+// Its take moves no freed (moving it would let steady calls with no cap
+// refuse a capped waiter's take for its whole wait:
+// TestCallsWithNoCapServedInTheirTurnDoNotRefuseARerankingTake); so a
+// take judged before it, which counted on the callers handed a place
+// before it taking their tokens, is conditioned on each bucket of theirs
+// (its own are charged keeping them) holding a token for each of them
+// still: the token taken can leave one unable to use its place, which
+// would go to a caller after it
+// (TestATakeHoldingNothingDoesNotPassOverACallerAheadOfATakeJudgedBefore).
+// Its calls rank its principal's waiters by the
 // places it holds under caps alone. Its
 // ticket says it holds nothing (h), so that Whose turn, handing it its
 // turn, counts no place of its principal's, as its take holds none: a

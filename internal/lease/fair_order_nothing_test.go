@@ -46,11 +46,9 @@ func (s *slowTake) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 // was made". A take holding nothing takes a token, and a token taken
 // from one principal's bucket can pass over a caller ranked before a
 // take judged earlier, handing its place to another whose token that
-// take was not keeping. Open, skipped unless LEASE_OPEN_DEFECTS is set
-// (docs/admission.md, Rate limits): a take holding nothing moves no
-// freed, and moving it (as a take of a place does) lets steady calls
-// with no cap refuse a capped waiter's take for its whole wait
-// (TestCallsWithNoCapServedInTheirTurnDoNotRefuseARerankingTake).
+// take was not keeping. A take holding nothing moves no freed (see
+// Buckets): so every take is conditioned on the buckets of the callers
+// it hands a place before itself holding their tokens still.
 //
 // Each principal's bucket holds 2 tokens, refilled at 2 a minute. B's
 // call of tool Z (no cap: it holds nothing) is paused for 2.5 s
@@ -68,7 +66,6 @@ func (s *slowTake) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 // before N's, must not land, taking the token of Q, whose turn
 // comes first, for half a minute.
 func TestATakeHoldingNothingDoesNotPassOverACallerAheadOfATakeJudgedBefore(t *testing.T) {
-	openDefect(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

@@ -72,6 +72,12 @@ func (u *update) charge(rs []Rate, v *view, now int64, keep map[string]int) {
 	}
 }
 
+// holds conditions the write on bucket r holding k tokens or more at now.
+func (u *update) holds(r Rate, now int64, k int) {
+	p := u.path(RateAttr(r.Name))
+	u.cond(orAbsent(p, p+" <= "+u.num(now+r.tolerance()-int64(k-1)*r.interval())))
+}
+
 // charged is what the answer to a call's own charge showed: the arrival
 // times it left its buckets at, and the refunds landed until then.
 type charged struct {
