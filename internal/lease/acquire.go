@@ -1,12 +1,14 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -400,17 +402,20 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	// The other buckets of the callers handed a place before it still
 	// hold their tokens: one taken since (by a take holding nothing, which
 	// moves no freed) could leave such a caller unable to use its place,
-	// and hand it to one after it (see Buckets in the package doc).
+	// and hand it to one after it (see Buckets in the package doc). At
+	// most maxAheadBuckets, those with the fewest tokens to spare.
 	others := map[string]Rate{}
 	for _, t := range h.ahead {
 		for _, b := range rs.buckets(t) {
-			others[b.Name] = b
+			if !slices.ContainsFunc(a.req.Rates, func(r Rate) bool { return r.Name == b.Name }) {
+				others[b.Name] = b
+			}
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(others)) {
-		if !slices.ContainsFunc(a.req.Rates, func(r Rate) bool { return r.Name == name }) {
-			u.holds(others[name], now, keep[name])
-		}
+	spare := func(b Rate) int { return b.Tokens(v.rates[RateAttr(b.Name)], now) - keep[b.Name] }
+	named := slices.SortedFunc(maps.Values(others), func(x, y Rate) int { return cmp.Or(cmp.Compare(spare(x), spare(y)), strings.Compare(x.Name, y.Name)) })
+	for _, b := range named[:min(len(named), maxAheadBuckets)] {
+		u.holds(b, now, keep[b.Name])
 	}
 	// A call that needs no place takes its tokens in its turn and holds
 	// nothing (see Buckets in the package doc).

@@ -360,6 +360,11 @@
 // still: the token taken can leave one unable to use its place, which
 // would go to a caller after it
 // (TestATakeHoldingNothingDoesNotPassOverACallerAheadOfATakeJudgedBefore).
+// It names at most maxAheadBuckets (16) such buckets, those with the
+// fewest tokens to spare, within DynamoDB's expression limits
+// (TestATakeBehindManyPrincipalsStaysWithinDynamoDBsExpressionLimits):
+// behind callers of more buckets, a token taken from one with more to
+// spare than the 16th is not seen.
 // Its calls rank its principal's waiters by the
 // places it holds under caps alone. Its
 // ticket says it holds nothing (h), so that Whose turn, handing it its

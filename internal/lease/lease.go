@@ -94,6 +94,11 @@ const (
 // DynamoDB's expression limits (a variable the fault simulation cuts).
 var maxPurge = 16
 
+// maxAheadBuckets bounds the buckets of other callers a take is
+// conditioned on (see Buckets in the package doc), within DynamoDB's
+// expression limits.
+const maxAheadBuckets = 16
+
 // Options configures a Limiter. The zero value means defaults.
 type Options struct {
 	// Margin is how long a lease outlives its call (see Guarantee in the

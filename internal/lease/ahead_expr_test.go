@@ -1,0 +1,55 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// DynamoDB's limits: an expression string is at most 4 KB. A take is
+// conditioned on the buckets of the callers handed a place before it
+// holding their tokens (see Buckets in the package doc): with a place
+// free for each of 200 callers of 200 principals waiting, each with its
+// own bucket, the newcomer's take behind them must still be a valid
+// write.
+func TestATakeBehindManyPrincipalsStaysWithinDynamoDBsExpressionLimits(t *testing.T) {
+	db := &exprMeter{API: newMemStore()}
+	ctx := context.Background()
+	req := func(who string, c int) Request {
+		return Request{Key: "srv", Cap: c, MaxQueued: 1000, Wait: time.Hour, Hold: time.Minute, Holder: who,
+			Rates: []Rate{{Name: "server", PerMinute: 1000}, {Name: "principal:" + who, PerMinute: 10}}}
+	}
+	holder := acquire(t, New(db, rgTable, Options{InstanceID: "h"}), req("h", 1))
+	defer release(t, holder)
+	for i := range 200 {
+		who := fmt.Sprintf("p%03d", i)
+		l := New(db, rgTable, Options{InstanceID: who})
+		a := l.newAttempt(req(who, 1), l.newLeaseID(), false)
+		v, err := l.read(ctx, "srv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.join(ctx, v); err != nil || !a.joined {
+			t.Fatalf("%s's join: %v", who, err)
+		}
+	}
+	db.update.Store(0)
+	db.cond.Store(0)
+	l := New(db, rgTable, Options{InstanceID: "n"})
+	v, err := l.read(ctx, "srv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := l.newAttempt(req("n", 1000), l.newLeaseID(), false)
+	served, h, bypass := a.decide(v, a.now())
+	if !served || len(h.ahead) != 200 {
+		t.Fatalf("served %v with %d ahead; want served behind all 200", served, len(h.ahead))
+	}
+	_, _, err = a.take(ctx, v, h, bypass, a.now())
+	const limit = 4096
+	t.Logf("take behind 200 callers: %v (%d ahead); longest update expression %d bytes, condition %d", err, len(h.ahead), db.update.Load(), db.cond.Load())
+	if u, c := db.update.Load(), db.cond.Load(); u > limit || c > limit {
+		t.Errorf("longest update expression %d bytes, condition expression %d bytes, behind %d callers of as many principals; DynamoDB allows %d", u, c, len(h.ahead), limit)
+	}
+}
