@@ -178,6 +178,9 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			}
 		case served:
 			v, err = a.wait(ctx, v, jitter(2*writeMinBackoff), waitUntil)
+		case len(bypass) > 0:
+			v, err = a.pass(ctx, v, bypass)
+			a.own = v
 		case held != nil && v != a.own:
 			// Refused on the item, never on its process's view alone.
 			v, err = a.l.read(ctx, a.req.Key)
@@ -279,10 +282,29 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	}
 	h, since, bypass := v.presume(now, &a.me, a.req.rules(v), a.turnSince)
 	a.turnSince = since
-	if !h.served {
-		bypass = nil
+	if !h.served && (len(bypass) < maxPurge || !slices.ContainsFunc(bypass, func(t *ticket) bool { return !t.task })) {
+		bypass = nil // passed over by the take of a caller whose turn it makes
 	}
 	return h.served, h, bypass
+}
+
+// pass removes the tickets of callers presumed gone in bypass, which
+// were more than one write may pass over in its take: so the callers
+// after them come nearer their turn (see Whose turn in the package doc).
+func (a *attempt) pass(ctx context.Context, v *view, bypass []*ticket) (*view, error) {
+	u := newUpdate()
+	for _, t := range bypass {
+		if !t.task {
+			u.removeTicket(t.id, t.label, t.n, false)
+			u.count(u.path(FreedAttr), 1)
+		}
+	}
+	nv, err := a.l.write(ctx, a.req.Key, u, nil)
+	a.asked = time.Now()
+	if errors.Is(err, errCondition) {
+		return nv, nil
+	}
+	return nv, err
 }
 
 // presume walks v at now for me, passing over the tickets presumed gone
@@ -306,7 +328,9 @@ func (v *view) presume(now int64, me *asker, rs rules, seen map[turn]time.Time) 
 			// A caller past its claim window is presumed gone; a task never
 			// is, but is passed over, keeping its ticket, once its start
 			// went unclaimed for StartTimeout.
-			if t.task && t.started > 0 && now-t.started >= StartTimeout.Milliseconds() || !t.task && time.Since(at) >= claimWindow(t) {
+			// At most maxPurge in one write, within DynamoDB's expression
+			// limits: the rest stay ahead of it for now.
+			if len(bypass) < maxPurge && (t.task && t.started > 0 && now-t.started >= StartTimeout.Milliseconds() || !t.task && time.Since(at) >= claimWindow(t)) {
 				skip[t.id] = true
 				bypass = append(bypass, t)
 				more = true

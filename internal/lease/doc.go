@@ -292,7 +292,12 @@
 // after it first saw such a turn come: so D dead waiters before a live one
 // delay it by at most the sum of their claim windows, D × (ClaimWindow +
 // MaxLookFar) at most, past the look that first found a place free, plus
-// that look's wait.
+// that look's wait. One write passes over at most maxPurge of them,
+// within DynamoDB's expression limits: a caller whose turn more presumed
+// gone still hold back removes maxPurge of them in a write that takes
+// nothing, ADDing 1 to freed for each, as a take passing them over does,
+// and judges again on its answer
+// (TestACallerBehindManyGoneStaysWithinDynamoDBsExpressionLimits).
 //
 // # Buckets
 //

@@ -285,13 +285,16 @@ func (u *update) condEntry(g *gate, key string) {
 	}
 }
 
-// pinGate conditions u on g holding the entries seen, as seen, and no
-// other (its size), but those skip names (conditioned otherwise).
+// pinGate conditions u on g holding the entries seen, closing when seen
+// (the one field a judgement of the whole gate reads: othersUntil), and
+// no other (its size), but those skip names (conditioned otherwise). One
+// clause an entry keeps a gate of a couple of hundred principals' entries
+// within DynamoDB's expression limits.
 func (u *update) pinGate(g *gate, skip func(key string) bool) {
 	u.cond("size(" + u.path(g.attr) + ") = " + u.num(int64(len(g.entries))))
 	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
 		if skip == nil || !skip(key) {
-			u.condEntry(g, key)
+			u.cond(u.isSeen(u.path(g.attr, key, gateUntil), g.entries[key].seen.Value[gateUntil]))
 		}
 	}
 }

@@ -97,6 +97,12 @@ func (m *memStore) UpdateItem(_ context.Context, in *dynamodb.UpdateItemInput, _
 	if err := unusedPlaceholders(in); err != nil {
 		return nil, err
 	}
+	// DynamoDB refuses an expression string of more than 4 KB.
+	for _, e := range []*string{in.UpdateExpression, in.ConditionExpression} {
+		if n := len(aws.ToString(e)); n > 4096 {
+			return nil, &errValidation{fmt.Sprintf("Invalid expression: expression size has exceeded the maximum allowed size (%d bytes)", n)}
+		}
+	}
 	if c := aws.ToString(in.ConditionExpression); c != "" {
 		ok, err := ev.condition(c, old)
 		if err != nil {

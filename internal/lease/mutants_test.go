@@ -90,10 +90,12 @@ var mutants = []mutant{
 	{"a newcomer's take holding nothing with no seq condition", "acquire.go",
 		"\t\tif a.n == 0 {\n\t\t\t// A newcomer: nobody joined since it looked.\n", "\t\tif a.n == 0 && place {\n\t\t\t// A newcomer: nobody joined since it looked.\n"},
 	{"a take holding nothing that leaves no tokens to the waiters before it", "acquire.go",
-		"\tu.charge(a.req.Rates, bv, now, a.req.rules(v).tokens(h.ahead))\n",
-		"\tif a.req.holds() {\n\t\tu.charge(a.req.Rates, bv, now, a.req.rules(v).tokens(h.ahead))\n\t} else {\n\t\tu.charge(a.req.Rates, bv, now, nil)\n\t}\n"},
+		"\tu.charge(a.req.Rates, bv, now, keep)\n",
+		"\tif a.req.holds() {\n\t\tu.charge(a.req.Rates, bv, now, keep)\n\t} else {\n\t\tu.charge(a.req.Rates, bv, now, nil)\n\t}\n"},
 	{"a refund of a token its bucket regained with time", "rate.go",
 		"back := min(r.interval(), c.tats[r.Name]-since*r.interval()-now)", "back := r.interval() + 0*since"},
+	{"a pass over callers presumed gone that does not move freed", "acquire.go",
+		"			u.removeTicket(t.id, t.label, t.n, false)\n			u.count(u.path(FreedAttr), 1)\n", "			u.removeTicket(t.id, t.label, t.n, false)\n"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in

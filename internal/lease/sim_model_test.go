@@ -1283,7 +1283,14 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		v.fail("freed", "", "a write that freed %d places and removed %d tickets other than by their take left freed as it was", len(v.released), gone)
 	}
 	if len(v.bypassed) > 0 && len(v.takes) == 0 && !v.charge {
-		v.fail("bypass", v.bypassed[0], "a write that takes no place removed the live tickets %v", v.bypassed)
+		// A write passing over more callers presumed gone than one take
+		// may: each as a take would (doc.go, Whose turn), and nothing else.
+		for _, x := range v.bypassed {
+			if came, ok := w.turnCame[mTurnOf(x, b.tickets[x].n)]; !ok || w.sent.Sub(came) < ClaimWindow {
+				v.fail("bypass", x, "a write that takes no place presumed %s gone %v after its turn first came; ClaimWindow %v", x, w.sent.Sub(came), ClaimWindow)
+			}
+		}
+		v.events = append(v.events, "waiters presumed gone passed by a write that takes no place")
 	}
 	for _, id := range v.takes {
 		w.judgeTake(v, id)
