@@ -78,9 +78,9 @@ func (a *Admin) Resume(ctx context.Context, key string) error {
 }
 
 // ResetBreaker closes breaker name on key for everyone: its gate is
-// removed whole, on condition that every entry is as read, and freed
-// counts it, as a probe's success does (the waiters it held back may rank
-// otherwise). A probe running then releases without a verdict.
+// removed whole, on condition that it holds the entries read, each
+// closing as read (pinGate), and freed counts it, as a probe's success
+// does (the waiters it held back may rank otherwise). A probe running then releases without a verdict.
 func (a *Admin) ResetBreaker(ctx context.Context, key, name string) error {
 	if name == "" {
 		return errors.New("lease: reset breaker: no name")
