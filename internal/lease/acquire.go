@@ -427,19 +427,25 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	// hold their tokens: one taken since (by a take holding nothing, which
 	// moves no freed) could leave such a caller unable to use its place,
 	// and hand it to one after it (see Buckets in the package doc). At
-	// most maxAheadBuckets, those with the fewest tokens to spare.
-	others := map[string]Rate{}
+	// most maxAheadBuckets, those with the fewest tokens to spare; the
+	// bucket of one waiter alone holds its token, or its ticket is gone
+	// (taken with its token, or moving freed).
+	others, needs := map[string]Rate{}, map[string][]*ticket{}
 	for _, t := range h.ahead {
 		for _, b := range rs.buckets(t) {
 			if !slices.ContainsFunc(a.req.Rates, func(r Rate) bool { return r.Name == b.Name }) {
-				others[b.Name] = b
+				others[b.Name], needs[b.Name] = b, append(needs[b.Name], t)
 			}
 		}
 	}
 	spare := func(b Rate) int { return b.Tokens(v.rates[RateAttr(b.Name)], now) - keep[b.Name] }
 	named := slices.SortedFunc(maps.Values(others), func(x, y Rate) int { return cmp.Or(cmp.Compare(spare(x), spare(y)), strings.Compare(x.Name, y.Name)) })
 	for _, b := range named[:min(len(named), maxAheadBuckets)] {
-		u.holds(b, now, keep[b.Name])
+		gone := ""
+		if t := needs[b.Name]; len(t) == 1 && !t[0].task {
+			gone = "attribute_not_exists(" + u.path(QueueAttr, t[0].id) + ")"
+		}
+		u.holds(b, now, keep[b.Name], gone)
 	}
 	// A call that needs no place takes its tokens in its turn and holds
 	// nothing (see Buckets in the package doc).

@@ -364,7 +364,15 @@
 // (its own are charged keeping them) holding a token for each of them
 // still: the token taken can leave one unable to use its place, which
 // would go to a caller after it
-// (TestATakeHoldingNothingDoesNotPassOverACallerAheadOfATakeJudgedBefore).
+// (TestATakeHoldingNothingDoesNotPassOverACallerAheadOfATakeJudgedBefore,
+// TestAChargeWithTokensToSpareFailsATakeJudgedBeforeIt). A bucket that
+// one waiter alone ahead of it needs holds its token or that waiter's
+// ticket is gone (taken with its token, or gone otherwise, moving freed),
+// so calls with no cap ranked before it, each taking its own token in its
+// turn, do not refuse its take
+// (TestCallsWithNoCapRankedFirstDoNotRefuseACappedWaitersTake); behind two
+// or more such callers of one bucket, each taken between its look and its
+// take still refuses it, and it is judged again.
 // It names at most maxAheadBuckets (16) such buckets, those with the
 // fewest tokens to spare, within DynamoDB's expression limits
 // (TestATakeBehindManyPrincipalsStaysWithinDynamoDBsExpressionLimits):

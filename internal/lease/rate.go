@@ -72,10 +72,15 @@ func (u *update) charge(rs []Rate, v *view, now int64, keep map[string]int) {
 	}
 }
 
-// holds conditions the write on bucket r holding k tokens or more at now.
-func (u *update) holds(r Rate, now int64, k int) {
+// holds conditions the write on bucket r holding k tokens or more at now,
+// or on unless (a condition) when that is not "".
+func (u *update) holds(r Rate, now int64, k int, unless string) {
 	p := u.path(RateAttr(r.Name))
-	u.cond(orAbsent(p, p+" <= "+u.num(now+r.tolerance()-int64(k-1)*r.interval())))
+	c := orAbsent(p, p+" <= "+u.num(now+r.tolerance()-int64(k-1)*r.interval()))
+	if unless != "" {
+		c = "(" + c + " OR " + unless + ")"
+	}
+	u.cond(c)
 }
 
 // charged is what the answer to a call's own charge showed: the arrival
