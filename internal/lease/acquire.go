@@ -282,22 +282,28 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	}
 	h, since, bypass := v.presume(now, &a.me, a.req.rules(v), a.turnSince)
 	a.turnSince = since
-	if !h.served && (len(bypass) < maxPurge || !slices.ContainsFunc(bypass, func(t *ticket) bool { return !t.task })) {
+	switch {
+	case !h.served:
 		bypass = nil // passed over by the take of a caller whose turn it makes
+	case len(bypass) > maxPurge:
+		// More than one write may pass over: it removes maxPurge of the
+		// callers first, in a write of their own (pass); tasks keep their
+		// tickets, and are started again.
+		dead := slices.DeleteFunc(slices.Clone(bypass), func(t *ticket) bool { return t.task })
+		return false, h, dead[:min(len(dead), maxPurge)]
 	}
 	return h.served, h, bypass
 }
 
-// pass removes the tickets of callers presumed gone in bypass, which
-// were more than one write may pass over in its take: so the callers
-// after them come nearer their turn (see Whose turn in the package doc).
+// pass removes the tickets of callers presumed gone in bypass, the first
+// maxPurge of more than one take may pass over before its caller's turn:
+// so its caller comes nearer its turn (see Whose turn in the package doc).
 func (a *attempt) pass(ctx context.Context, v *view, bypass []*ticket) (*view, error) {
 	u := newUpdate()
+	u.ttl(a.now())
 	for _, t := range bypass {
-		if !t.task {
-			u.removeTicket(t.id, t.label, t.n, false)
-			u.count(u.path(FreedAttr), 1)
-		}
+		u.removeTicket(t.id, t.label, t.n, false)
+		u.count(u.path(FreedAttr), 1)
 	}
 	nv, err := a.l.write(ctx, a.req.Key, u, nil)
 	a.asked = time.Now()
@@ -328,9 +334,7 @@ func (v *view) presume(now int64, me *asker, rs rules, seen map[turn]time.Time) 
 			// A caller past its claim window is presumed gone; a task never
 			// is, but is passed over, keeping its ticket, once its start
 			// went unclaimed for StartTimeout.
-			// At most maxPurge in one write, within DynamoDB's expression
-			// limits: the rest stay ahead of it for now.
-			if len(bypass) < maxPurge && (t.task && t.started > 0 && now-t.started >= StartTimeout.Milliseconds() || !t.task && time.Since(at) >= claimWindow(t)) {
+			if t.task && t.started > 0 && now-t.started >= StartTimeout.Milliseconds() || !t.task && time.Since(at) >= claimWindow(t) {
 				skip[t.id] = true
 				bypass = append(bypass, t)
 				more = true

@@ -15,16 +15,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// revHook runs before() ahead of each write made through it that names
+// tokenHook runs before() ahead of each write made through it that names
 // every attribute of names (a take of one caller), once armed.
-type revHook struct {
+type tokenHook struct {
 	API
 	armed  *atomic.Bool
 	names  []string
 	before func()
 }
 
-func (h revHook) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+func (h tokenHook) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	got := slices.Collect(maps.Values(in.ExpressionAttributeNames))
 	if h.armed.Load() && !slices.ContainsFunc(h.names, func(n string) bool { return !slices.Contains(got, n) }) {
 		h.before()
@@ -103,7 +103,7 @@ func TestCallsWithNoCapRankedFirstDoNotRefuseACappedWaitersTake(t *testing.T) {
 			waiting = waiting[1:]
 			served++
 		}
-		lt := New(revHook{db, &armed, []string{WaitingAttr("P"), ToolAttr("other")}, func() {
+		lt := New(tokenHook{db, &armed, []string{WaitingAttr("P"), ToolAttr("other")}, func() {
 			tWrites.Add(1)
 			time.Sleep(time.Duration(lightRate.interval()) * time.Millisecond)
 			serveFirst()

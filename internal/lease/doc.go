@@ -292,12 +292,13 @@
 // after it first saw such a turn come: so D dead waiters before a live one
 // delay it by at most the sum of their claim windows, D × (ClaimWindow +
 // MaxLookFar) at most, past the look that first found a place free, plus
-// that look's wait. One write passes over at most maxPurge of them,
-// within DynamoDB's expression limits: a caller whose turn more presumed
-// gone still hold back removes maxPurge of them in a write that takes
-// nothing, ADDing 1 to freed for each, as a take passing them over does,
-// and judges again on its answer
-// (TestACallerBehindManyGoneStaysWithinDynamoDBsExpressionLimits).
+// that look's wait. Only a caller whose turn they hold back passes them
+// (TestACallerNotServedPassesNoLiveWaiterWhoseTurnWentBetweenItsLooks),
+// and one write passes over at most maxPurge of them, within DynamoDB's
+// expression limits: behind more, it first removes maxPurge of them
+// (tasks keep their tickets) in a write that takes nothing, ADDing 1 to
+// freed for each, as a take passing them over does, and judges again on
+// its answer (TestACallerBehindManyGoneStaysWithinDynamoDBsExpressionLimits).
 //
 // # Buckets
 //

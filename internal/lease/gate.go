@@ -285,16 +285,28 @@ func (u *update) condEntry(g *gate, key string) {
 	}
 }
 
-// pinGate conditions u on g holding the entries seen, closing when seen
-// (the one field a judgement of the whole gate reads: othersUntil), and
-// no other (its size), but those skip names (conditioned otherwise). One
-// clause an entry keeps a gate of a couple of hundred principals' entries
-// within DynamoDB's expression limits.
+// pinGate conditions u on g holding the entries seen, each closing as
+// seen (the one field a judgement of the whole gate reads: othersUntil),
+// and no other (its size), but those skip names (conditioned otherwise).
+// An entry seen open is pinned by its failures, which its closing
+// rewrites and its removal takes away, so that neither a closing nor an
+// entry removed and another made meanwhile goes unseen; one with neither
+// field, by being there open. One clause an entry, mostly: the gate of
+// about 150 principals stays within DynamoDB's expression limits.
 func (u *update) pinGate(g *gate, skip func(key string) bool) {
 	u.cond("size(" + u.path(g.attr) + ") = " + u.num(int64(len(g.entries))))
 	for _, key := range slices.Sorted(maps.Keys(g.entries)) {
-		if skip == nil || !skip(key) {
-			u.cond(u.isSeen(u.path(g.attr, key, gateUntil), g.entries[key].seen.Value[gateUntil]))
+		if skip != nil && skip(key) {
+			continue
+		}
+		ep, seen := u.path(g.attr, key), g.entries[key].seen.Value
+		switch {
+		case seen[gateUntil] != nil:
+			u.cond(u.isSeen(ep+"."+u.path(gateUntil), seen[gateUntil]))
+		case seen[gateFails] != nil:
+			u.cond(u.isSeen(ep+"."+u.path(gateFails), seen[gateFails]))
+		default:
+			u.cond("attribute_exists("+ep+")", "attribute_not_exists("+ep+"."+u.path(gateUntil)+")")
 		}
 	}
 }

@@ -95,7 +95,7 @@ var mutants = []mutant{
 	{"a refund of a token its bucket regained with time", "rate.go",
 		"back := min(r.interval(), c.tats[r.Name]-since*r.interval()-now)", "back := r.interval() + 0*since"},
 	{"a pass over callers presumed gone that does not move freed", "acquire.go",
-		"			u.removeTicket(t.id, t.label, t.n, false)\n			u.count(u.path(FreedAttr), 1)\n", "			u.removeTicket(t.id, t.label, t.n, false)\n"},
+		"		u.removeTicket(t.id, t.label, t.n, false)\n		u.count(u.path(FreedAttr), 1)\n", "		u.removeTicket(t.id, t.label, t.n, false)\n"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in
