@@ -68,8 +68,8 @@ type attempt struct {
 	asked  time.Time
 	look   time.Duration
 	lookBy time.Time
-	// own is the last answer to its own requests: refusals are judged
-	// from it.
+	// own is the last answer to its own requests: an Acquire's refusals
+	// are judged from it (run; Enqueue and Claim read no refusal from it).
 	own *view
 	// turnSince: when it first saw each ticket's turn come before its own.
 	turnSince map[turn]time.Time

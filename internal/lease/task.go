@@ -100,7 +100,6 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 		if v, err = l.mend(ctx, req.Key, v); err != nil {
 			return "", err
 		}
-		a.own = v
 		now := a.now()
 		if t := v.ticketFor(a.me.id); t != nil {
 			// Its join landed (an attempt whose answer was lost, or this
@@ -257,7 +256,6 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 		if v, err = l.mend(ctx, req.Key, v); err != nil {
 			return nil, err
 		}
-		a.own = v
 		now := a.now()
 		exp, held := v.leases[id]
 		t := v.ticketFor(id)
