@@ -913,14 +913,7 @@ func (a *attempt) leave(ctx context.Context) {
 	if a.joined {
 		u := newUpdate()
 		u.ttl(now)
-		qp := u.path(kindAttr(a.task), id)
-		if a.n != 0 {
-			u.removeTicket(id, a.me.label, a.n, a.task)
-		} else {
-			u.remove(qp, u.path(TicketsAttr, id))
-			u.del(u.path(WaitingAttr(a.me.label)), id)
-			u.cond("attribute_exists(" + qp + ")")
-		}
+		u.removeTicket(id, a.me.label, a.n, a.task) // a.n 0: its number unknown
 		// A ticket leaving, like a place freed, can change whose turn it is
 		// for the callers behind it: freed tells the takes judged before.
 		u.count(u.path(FreedAttr), 1)

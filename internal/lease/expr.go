@@ -251,12 +251,17 @@ func (u *update) removeLease(v *view, id string) {
 }
 
 // removeTicket removes ticket id, numbered n, whole (queue or tasks entry,
-// details, waiting member), conditioned on its number.
+// details, waiting member), conditioned on its number; n 0 (a number not
+// known: a join whose answer was lost) on its being there.
 func (u *update) removeTicket(id, label string, n int64, task bool) {
 	qp := u.path(kindAttr(task), id)
 	u.remove(qp, u.path(TicketsAttr, id))
 	u.del(u.path(WaitingAttr(label)), id)
-	u.cond(qp + " = " + u.num(n))
+	if n == 0 {
+		u.cond("attribute_exists(" + qp + ")")
+	} else {
+		u.cond(qp + " = " + u.num(n))
+	}
 }
 
 // ttl lets DynamoDB delete the item a day after exp if nobody writes it.
