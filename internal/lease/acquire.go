@@ -189,10 +189,8 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 			a.l.stats.rateLimited.Add(1)
 			return nil, held
 		case a.req.Wait <= 0:
-			a.l.stats.shed.Add(1)
 			return nil, a.full(v, now, len(h.ahead) > 0, "")
 		case a.n == 0 && a.req.MaxQueued <= 0:
-			a.l.stats.shed.Add(1)
 			return nil, a.full(v, now, false, QueueFull)
 		case a.n == 0 && !time.Now().Before(waitUntil):
 			a.l.stats.waitTimeouts.Add(1)
@@ -726,7 +724,6 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 		w += countIf(nv.queue, func(t *ticket) bool { return nv.claimed(t, now) && !nv.claimed(t, soon) })
 	}
 	if w >= a.req.MaxQueued || !named && w >= a.req.MaxQueued-QueueReserve(a.req.MaxQueued) {
-		a.l.stats.shed.Add(1)
 		return nil, a.full(nv, now, false, QueueFull)
 	}
 	return nv, nil
@@ -934,9 +931,11 @@ func (a *attempt) leave(ctx context.Context) {
 	_ = send(u)
 }
 
-// full is the refusal of a caller that does not wait, or may not: why, and
-// when the calls held are expected to have made room for it.
+// full is the refusal of a caller that does not wait, or may not, counted
+// as shed: why, and when the calls held are expected to have made room
+// for it.
 func (a *attempt) full(v *view, now int64, queuedAhead bool, reason string) *FullError {
+	a.l.stats.shed.Add(1)
 	e := &FullError{Reason: reason, What: "server", Cap: a.req.capIn(v)}
 	held, _ := a.b.meanHeld(v)
 	if v != nil {
