@@ -225,12 +225,9 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 // storeError reports whether err is the store failing (rather than the
 // protocol refusing, or the caller's own context ending).
 func storeError(err error) bool {
-	for _, target := range []any{new(*FullError), new(*WaitTimeoutError), new(*CircuitOpenError), new(*RateLimitedError)} {
-		if errors.As(err, target) {
-			return false
-		}
-	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	refusals := []any{new(*FullError), new(*WaitTimeoutError), new(*CircuitOpenError), new(*RateLimitedError)}
+	return !slices.ContainsFunc(refusals, func(target any) bool { return errors.As(err, target) }) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // pause waits d, or until the wait's end or ctx's.

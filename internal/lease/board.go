@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
@@ -89,11 +90,7 @@ func (b *board) meanHeld(v *view) (held, spread time.Duration) {
 func (b *board) mayStart(id string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for tid, at := range b.starts {
-		if now.Sub(at) >= StartTimeout {
-			delete(b.starts, tid)
-		}
-	}
+	maps.DeleteFunc(b.starts, func(_ string, at time.Time) bool { return now.Sub(at) >= StartTimeout })
 	if _, ok := b.starts[id]; ok {
 		return false
 	}

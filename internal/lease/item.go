@@ -376,14 +376,9 @@ func (v *view) held(now int64) map[string]int {
 
 // setsOf lists the sets lease id is a member of, but waiting sets.
 func (v *view) setsOf(id string) []string {
-	var out []string
-	for attr, members := range v.sets {
-		if !strings.HasPrefix(attr, WaitingAttrPrefix) && slices.Contains(members, id) {
-			out = append(out, attr)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return slices.DeleteFunc(slices.Sorted(maps.Keys(v.sets)), func(attr string) bool {
+		return strings.HasPrefix(attr, WaitingAttrPrefix) || !slices.Contains(v.sets[attr], id)
+	})
 }
 
 // half is a ticket that is not whole (see repair): its id, its number
@@ -396,12 +391,7 @@ type half struct {
 
 // staleLeases lists the leases expired at now, oldest first.
 func (v *view) staleLeases(now int64) []string {
-	var ids []string
-	for id, exp := range v.leases {
-		if exp < now {
-			ids = append(ids, id)
-		}
-	}
+	ids := slices.DeleteFunc(slices.Collect(maps.Keys(v.leases)), func(id string) bool { return v.leases[id] >= now })
 	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(v.leases[a], v.leases[b]), strings.Compare(a, b)) })
 	return ids
 }

@@ -175,10 +175,8 @@ func (l *Limiter) newAttempt(req Request, id string, task bool) *attempt {
 	if req.Breaker != nil {
 		a.me.breaker = req.Breaker.Name
 	}
-	for _, r := range req.Rates {
-		if r.Name == "tool:"+req.Tool {
-			a.me.toolRPM = r.PerMinute
-		}
+	if i := slices.IndexFunc(req.Rates, func(r Rate) bool { return r.Name == "tool:"+req.Tool }); i >= 0 {
+		a.me.toolRPM = req.Rates[i].PerMinute // its names are unique (validate)
 	}
 	return a
 }
