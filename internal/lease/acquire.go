@@ -119,8 +119,7 @@ func (a *attempt) run(ctx context.Context) (*Lease, error) {
 				a.n = 0 // its ticket was passed over or purged
 			}
 			_, err := v.admits(a.req.Tool, a.me.breaker, a.me.label, now, nil)
-			var open *CircuitOpenError
-			refuse := errors.As(err, &open) || err != nil && a.req.Wait <= 0
+			refuse := errors.As(err, new(*CircuitOpenError)) || err != nil && a.req.Wait <= 0
 			rl := rateLimited(v, a.req.Rates, now, nil)
 			if (refuse || a.n == 0 && rl != nil) && v != a.own {
 				if v, err = a.l.read(ctx, a.req.Key); err != nil {

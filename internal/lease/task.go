@@ -118,8 +118,7 @@ func (l *Limiter) Enqueue(ctx context.Context, req Request, ticket, taskID strin
 			// again could run the task twice.
 			return "", fmt.Errorf("lease: enqueue on %s: the outcome of its join is unknown; its ticket may have been claimed", req.Key)
 		}
-		var open *CircuitOpenError
-		if _, err := v.admits(req.Tool, a.me.breaker, a.me.label, now, nil); errors.As(err, &open) {
+		if _, err := v.admits(req.Tool, a.me.breaker, a.me.label, now, nil); errors.As(err, new(*CircuitOpenError)) {
 			l.stats.refused(err)
 			return "", err
 		}
