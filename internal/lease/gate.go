@@ -322,21 +322,6 @@ func (u *update) probeOf(p gateRef, id string) string {
 // unprobe leaves the entry at ep half-open, with no probe.
 func (u *update) unprobe(ep string) { u.remove(ep+"."+u.path(gateProbe), ep+"."+u.path(gateProbeExp)) }
 
-// shutAll closes g's entry for everyone until until, never shortening a
-// closing that stands: u pins g as seen (pinGate) and, as pinGate cannot
-// tell an entry seen with no field from an absent one, everyone's absent
-// when it was.
-func (u *update) shutAll(g *gate, until int64) {
-	e, ok := g.entries[gateAll]
-	if !ok {
-		ep := u.path(g.attr, gateAll)
-		u.cond("attribute_not_exists(" + ep + ")")
-		u.set(ep, u.value(entryValue(map[string]int64{gateUntil: until})))
-	} else if e.until < until {
-		u.set(u.path(g.attr, gateAll, gateUntil), u.num(until))
-	}
-}
-
 // outcome adds to u what a finished call of principal label (lease id)
 // tells breaker br as v shows it (see Breaker in the package doc), each
 // judgement conditioned on the gate as seen, and returns the transition.
@@ -407,14 +392,21 @@ func (u *update) shutWith(g *gate, attr, label string, probes []gateRef, reopen,
 	// everyone's no later than another's closing that stood when it was
 	// built.
 	until := min(reopen, g.othersUntil(label))
-	switch {
+	switch all, seen := g.entries[gateAll]; {
 	case until <= now: // no other principal's entry closed
 		return tr
 	case slices.Contains(probes, gateRef{attr, gateAll}):
 		u.set(u.path(attr, gateAll, gateUntil), u.num(until))
 		return Reopened
+	case !seen:
+		// pinGate cannot tell an entry seen with no field from an absent
+		// one: everyone's is conditioned absent too.
+		ep := u.path(g.attr, gateAll)
+		u.cond("attribute_not_exists(" + ep + ")")
+		u.set(ep, u.value(entryValue(map[string]int64{gateUntil: until})))
+	case all.until < until: // never shortening a closing that stands
+		u.set(u.path(g.attr, gateAll, gateUntil), u.num(until))
 	}
-	u.shutAll(g, until)
 	return Opened
 }
 
