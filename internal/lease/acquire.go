@@ -353,12 +353,8 @@ func turnOf(t *ticket) turn { return turn{t.id, t.n} }
 // write would count and could not remove itself (in a set it adds to), or
 // more than one write removes.
 func (a *attempt) mustPurge(v *view, now int64) bool {
-	for _, s := range a.req.ownSets() {
-		if members := v.sets[s]; len(members) > v.liveIn(now, members) {
-			return true
-		}
-	}
-	return slices.ContainsFunc(v.staleTickets(now), func(t *ticket) bool { return t.label == a.me.label }) ||
+	return slices.ContainsFunc(a.req.ownSets(), func(s string) bool { return len(v.sets[s]) > v.liveIn(now, v.sets[s]) }) ||
+		slices.ContainsFunc(v.staleTickets(now), func(t *ticket) bool { return t.label == a.me.label }) ||
 		newUpdate().purge(v, now, "", "").more
 }
 

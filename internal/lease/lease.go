@@ -249,10 +249,8 @@ func (r *Request) validate() error {
 	case r.Holder == "" || len(r.Holder) > MaxHolder:
 		return fmt.Errorf("lease: holder label must be 1 to %d bytes", MaxHolder)
 	}
-	for _, c := range r.Holder {
-		if c <= ' ' || c > '~' || c == '/' || c == '*' {
-			return fmt.Errorf("lease: holder label %q has a character other than printable ASCII but '/' and '*'", r.Holder)
-		}
+	if strings.ContainsFunc(r.Holder, func(c rune) bool { return c <= ' ' || c > '~' || c == '/' || c == '*' }) {
+		return fmt.Errorf("lease: holder label %q has a character other than printable ASCII but '/' and '*'", r.Holder)
 	}
 	if r.Adaptive != nil && (r.Cap <= 0 || r.Adaptive.Min < 1 || r.Adaptive.Min > r.Cap) {
 		return errors.New("lease: an adaptive limit needs a cap as its ceiling and a minimum from 1 to it")
