@@ -278,9 +278,6 @@ const (
 	writeMaxBackoff = 250 * time.Millisecond
 )
 
-// oneAttempt turns the SDK's own retries off for a request.
-func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
-
 // write sends u to the item of key and returns the item after the write
 // or, with errCondition, as the failure found it (returned by the store,
 // else one consistent read). Every item seen goes on the key's board.
@@ -328,7 +325,9 @@ func (l *Limiter) write(ctx context.Context, key string, u *update, unknown func
 		l.stats.writes.Add(1)
 		sent := time.Now()
 		var out *dynamodb.UpdateItemOutput
-		out, err = l.db.UpdateItem(ctx, in, oneAttempt)
+		// The SDK's own retries off: this loop makes them, knowing which
+		// attempts' outcomes are unknown.
+		out, err = l.db.UpdateItem(ctx, in, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
 		var ccf *types.ConditionalCheckFailedException
 		switch {
 		case err == nil:

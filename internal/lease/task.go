@@ -196,10 +196,9 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 	}
 	a := l.newAttempt(req, id, true)
 	a.claim = rand.Text()[:12] // 60 random bits: which of a start's workers claimed
-	var (
-		last  *ticket // the ticket as last judged, in lastV
-		lastV *view
-	)
+	// last is the ticket as last judged, in lastV.
+	var last *ticket
+	var lastV *view
 	defer func() {
 		if err == nil || errors.Is(err, ErrClaimed) {
 			return
