@@ -826,7 +826,6 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 			}
 		}
 	}
-	toolAhead := 0
 	for _, t := range ahead {
 		// Its call ends a call's length from when its turn came.
 		from := now
@@ -836,7 +835,6 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		ends = append(ends, from+(held-spread).Milliseconds())
 		if t.tool == a.req.Tool {
 			toolEnds = append(toolEnds, from+(held-spread).Milliseconds())
-			toolAhead++
 		}
 	}
 	// The callers before it take the places in the order they free.
@@ -852,7 +850,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		// Its tool full: after the tool's own callers, no sooner than the
 		// server's place when that is full too.
 		sameTool := func(t *ticket) bool { return t.tool == a.req.Tool }
-		toolETA, toolOK := frees(toolEnds, max(v.beforeIf(now, &a.me, sameTool)-toolAhead, 0))
+		toolETA, toolOK := frees(toolEnds, max(v.beforeIf(now, &a.me, sameTool)-countIf(ahead, sameTool), 0))
 		if c := a.req.capIn(v); !ok || c <= 0 || v.liveLeases(now) < c {
 			eta, ok = toolETA, toolOK
 		} else if toolOK {
