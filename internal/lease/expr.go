@@ -65,10 +65,8 @@ func (u *update) path(parts ...string) string {
 // named is the placeholder path of parts if u names them all already, ""
 // if not (path would add a name, which must then be used).
 func (u *update) named(parts ...string) string {
-	for _, n := range parts {
-		if _, ok := u.byName[n]; !ok {
-			return ""
-		}
+	if slices.ContainsFunc(parts, func(n string) bool { return u.byName[n] == "" }) {
+		return "" // a placeholder is never ""
 	}
 	return u.path(parts...)
 }

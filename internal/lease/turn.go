@@ -77,16 +77,10 @@ func (v *view) walk(now int64, me *asker, r rules, skip map[string]bool) handout
 	probing := map[gateRef]bool{}
 	fits := func(c *candidate) (bool, []gateRef) {
 		t := c.t
-		if t.toolCap > 0 && v.liveIn(now, v.sets[ToolAttr(t.tool)])+toolUsed[t.tool] >= t.toolCap {
-			return false, nil
-		}
-		if r.principalCap > 0 && held[t.label] >= r.principalCap {
-			return false, nil
-		}
-		for _, b := range c.rates {
-			if b.Tokens(v.rates[RateAttr(b.Name)], now)-tokensUsed[b.Name] < 1 {
-				return false, nil
-			}
+		toolFull := t.toolCap > 0 && v.liveIn(now, v.sets[ToolAttr(t.tool)])+toolUsed[t.tool] >= t.toolCap
+		empty := func(b Rate) bool { return b.Tokens(v.rates[RateAttr(b.Name)], now)-tokensUsed[b.Name] < 1 }
+		if toolFull || r.principalCap > 0 && held[t.label] >= r.principalCap || slices.ContainsFunc(c.rates, empty) {
+			return false, nil // its tool's or its principal's cap, or one of its buckets
 		}
 		breaker := t.tool
 		if c.me {
