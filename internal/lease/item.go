@@ -256,9 +256,7 @@ func isMalformed(attr string, a types.AttributeValue) bool {
 }
 
 // needsRepair: v lacks its maps or shows values malformed.
-func (v *view) needsRepair() bool {
-	return !v.hasMaps || len(v.fixes) > 0
-}
+func (v *view) needsRepair() bool { return !v.hasMaps || len(v.fixes) > 0 }
 
 // numberOr reads an N attribute, or returns def.
 func numberOr(v types.AttributeValue, def int64) int64 {

@@ -159,15 +159,11 @@ func (l *Limiter) Margin() time.Duration { return l.margin }
 func NewInstanceID() string { return rand.Text()[:8] }
 
 // newLeaseID is "<instance>.<sequence>", short as it is written twice.
-func (l *Limiter) newLeaseID() string {
-	return l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36)
-}
+func (l *Limiter) newLeaseID() string { return l.instance + "." + strconv.FormatUint(l.seq.Add(1), 36) }
 
 // NewTaskID is a new id for a task's ticket and lease:
 // "<instance>.T<sequence>" (base 36 is lowercase: IsTaskID).
-func (l *Limiter) NewTaskID() string {
-	return l.instance + ".T" + strconv.FormatUint(l.seq.Add(1), 36)
-}
+func (l *Limiter) NewTaskID() string { return l.instance + ".T" + strconv.FormatUint(l.seq.Add(1), 36) }
 
 // IsTaskID reports whether a ticket or lease id is a task's.
 func IsTaskID(id string) bool {
