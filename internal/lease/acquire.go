@@ -802,9 +802,7 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 		}
 	}
 	held, spread := a.b.meanHeld(v)
-	if spread == 0 {
-		spread = held / 2
-	}
+	spread = cmp.Or(spread, held/2) // none measured: half the mean
 	late := func() time.Duration {
 		// Half as long again each time, jittered upwards.
 		d := a.look

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"maps"
 	"sync"
 	"time"
@@ -67,9 +68,7 @@ func (b *board) heldFor(d time.Duration) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.held == 0 {
-		b.held = d
-	}
+	b.held = cmp.Or(b.held, d) // the first measured starts the mean
 	b.spread += (max(d-b.held, b.held-d) - b.spread) / 4
 	b.held += (d - b.held) / 4
 }
