@@ -658,11 +658,10 @@ func (a *attempt) join(ctx context.Context, v *view) (*view, error) {
 	if a.req.Tool != "" {
 		info[ticketTool] = &types.AttributeValueMemberS{Value: a.req.Tool}
 	}
-	if a.req.ToolCap > 0 {
-		info[ticketToolCap] = number(int64(a.req.ToolCap))
-	}
-	if a.me.toolRPM > 0 {
-		info[ticketToolRPM] = number(int64(a.me.toolRPM))
+	for field, n := range map[string]int{ticketToolCap: a.req.ToolCap, ticketToolRPM: a.me.toolRPM} {
+		if n > 0 { // its tool's cap and rate, when it has them
+			info[field] = number(int64(n))
+		}
 	}
 	if a.me.nothing {
 		info[ticketNothing] = number(0)
