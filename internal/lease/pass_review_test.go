@@ -366,14 +366,14 @@ func TestACallerNotServedPassesNoLiveWaiterWhoseTurnWentBetweenItsLooks(t *testi
 			t.Fatal(err)
 		}
 		for _, at := range []time.Duration{500, 1500, 2500, 3500} {
-			time.Sleep(start.Add(at * time.Millisecond).Sub(time.Now()))
+			time.Sleep(time.Until(start.Add(at * time.Millisecond)))
 			if _, served, _, _ := look(x); served {
 				t.Fatalf("X's look at %v: its turn; want Z's place to hold it back", time.Since(start))
 			}
 		}
-		time.Sleep(start.Add(3900 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(start.Add(3900 * time.Millisecond)))
 		release(t, z)
-		time.Sleep(start.Add(4050 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(start.Add(4050 * time.Millisecond)))
 		v, served, _, bypass := look(c)
 		var passed []string
 		for _, b := range bypass {
@@ -385,7 +385,7 @@ func TestACallerNotServedPassesNoLiveWaiterWhoseTurnWentBetweenItsLooks(t *testi
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(start.Add(4500 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(start.Add(4500 * time.Millisecond)))
 		v, served, _, _ = look(x)
 		if v.ticketFor(x.me.id) == nil {
 			t.Errorf("X, live (it looked every second, its turn back 0.6 s ago at 3.9 s), found its ticket gone at %v: passed by C, which saw X's turn at 0.05 s and 4.05 s only", time.Since(start))
