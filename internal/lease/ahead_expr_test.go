@@ -70,28 +70,7 @@ func TestACallerBehindManyGoneStaysWithinDynamoDBsExpressionLimits(t *testing.T)
 		db := &exprMeter{API: newMemStore()}
 		ctx := context.Background()
 		const places, gone = 150, 300
-		req := func(who string) Request {
-			return Request{Key: "srv", Cap: places, MaxQueued: 1000, Wait: time.Hour, Hold: time.Minute, Holder: who}
-		}
-		var holders []*Lease
-		for i := range places {
-			holders = append(holders, acquire(t, New(db, rgTable, Options{InstanceID: fmt.Sprintf("h%d", i)}), req("h")))
-		}
-		for i := range gone {
-			who := fmt.Sprintf("p%03d", i)
-			l := New(db, rgTable, Options{InstanceID: who})
-			a := l.newAttempt(req(who), l.newLeaseID(), false)
-			v, err := l.read(ctx, "srv")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.join(ctx, v); err != nil || !a.joined {
-				t.Fatalf("%s's join: %v", who, err)
-			}
-		}
-		for _, h := range holders {
-			release(t, h)
-		}
+		req := joinGone(t, db, places, gone)
 		db.update.Store(0)
 		db.cond.Store(0)
 		l := New(db, rgTable, Options{InstanceID: "n"})

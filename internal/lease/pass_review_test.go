@@ -152,10 +152,10 @@ func (m *noTTL) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, op
 	return m.API.UpdateItem(ctx, in, opts...)
 }
 
-// gone joins n callers of key srv (cap places) that never look again,
-// each of a principal of its own, behind places holders, whose places
-// then free at once.
-func revGone(t *testing.T, db API, places, n int) func(who string) Request {
+// joinGone joins n callers of key srv (cap places) that never look
+// again, each of a principal of its own, behind places holders, whose
+// places then free at once; it returns the key's request for a caller.
+func joinGone(t *testing.T, db API, places, n int) func(who string) Request {
 	t.Helper()
 	ctx := context.Background()
 	req := func(who string) Request {
@@ -193,7 +193,7 @@ func revGone(t *testing.T, db API, places, n int) func(who string) Request {
 func TestAPassOverCallersGoneRefreshesTheTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := &noTTL{API: newMemStore()}
-		req := revGone(t, db, 20, 40)
+		req := joinGone(t, db, 20, 40)
 		db.mu.Lock()
 		db.writes, db.missed = 0, nil
 		db.mu.Unlock()
