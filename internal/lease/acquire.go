@@ -289,9 +289,10 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	return h.served, h, bypass
 }
 
-// pass removes the tickets of callers presumed gone in bypass, the first
-// maxPurge of more than one take may pass over before its caller's turn:
-// so its caller comes nearer its turn (see Whose turn in the package doc).
+// pass removes bypass, callers presumed gone whose tickets hold back its
+// caller's turn: the first maxPurge of more than one take may pass over
+// (see Whose turn in the package doc). Its caller judges again on its
+// answer.
 func (a *attempt) pass(ctx context.Context, v *view, bypass []*ticket) (*view, error) {
 	u := newUpdate()
 	u.ttl(a.now())
