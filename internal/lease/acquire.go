@@ -425,11 +425,11 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	// most maxAheadBuckets, those with the fewest tokens to spare; the
 	// bucket of one waiter alone holds its token, or its ticket is gone
 	// (taken with its token, or moving freed).
-	others, needs := map[string]Rate{}, map[string][]*ticket{}
+	others, by := map[string]Rate{}, map[string]*ticket{} // by: a caller needing it (keep counts them)
 	for _, t := range h.ahead {
 		for _, b := range rs.buckets(t) {
 			if !slices.ContainsFunc(a.req.Rates, func(r Rate) bool { return r.Name == b.Name }) {
-				others[b.Name], needs[b.Name] = b, append(needs[b.Name], t)
+				others[b.Name], by[b.Name] = b, t
 			}
 		}
 	}
@@ -437,8 +437,8 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	named := slices.SortedFunc(maps.Values(others), func(x, y Rate) int { return cmp.Or(cmp.Compare(spare(x), spare(y)), strings.Compare(x.Name, y.Name)) })
 	for _, b := range named[:min(len(named), maxAheadBuckets)] {
 		gone := ""
-		if t := needs[b.Name]; len(t) == 1 && !t[0].task {
-			gone = "attribute_not_exists(" + u.path(QueueAttr, t[0].id) + ")"
+		if t := by[b.Name]; keep[b.Name] == 1 && !t.task {
+			gone = "attribute_not_exists(" + u.path(QueueAttr, t.id) + ")"
 		}
 		u.holds(b, now, keep[b.Name], gone)
 	}
