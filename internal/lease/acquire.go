@@ -329,7 +329,7 @@ func (v *view) presume(now int64, me *asker, rs rules, seen map[turn]time.Time) 
 			// A caller past its claim window is presumed gone; a task never
 			// is, but is passed over, keeping its ticket, once its start
 			// went unclaimed for StartTimeout.
-			if t.task && t.started > 0 && now-t.started >= StartTimeout.Milliseconds() || !t.task && time.Since(at) >= claimWindow(t) {
+			if t.passed(now) || !t.task && time.Since(at) >= claimWindow(t) {
 				skip[t.id] = true
 				bypass = append(bypass, t)
 				more = true
@@ -492,7 +492,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 		// come (see Tasks in the package doc).
 		u.cond(u.path(TasksAttr, id) + " = " + u.num(a.n))
 		u.set(u.path(TicketsAttr, id, ticketClaim), u.str(a.claim))
-		u.remove(u.path(TicketsAttr, id, ticketStarted))
+		u.remove(u.path(TicketsAttr, id, ticketStarted), u.path(TicketsAttr, id, ticketFirst))
 	case a.n != 0:
 		u.removeTicket(id, a.me.label, a.n, a.task)
 	default:
@@ -521,7 +521,7 @@ func (a *attempt) take(ctx context.Context, v *view, h handout, bypass []*ticket
 	}
 	for _, t := range bypass {
 		if t.task {
-			u.cond(u.path(TicketsAttr, t.id, ticketStarted) + " = " + u.num(t.started))
+			u.passesTask(t)
 			continue
 		}
 		u.removeTicket(t.id, t.label, t.n, t.task)

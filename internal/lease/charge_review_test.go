@@ -275,22 +275,23 @@ func TestChargesOfAPrincipalHoldingNoPlaceDoNotStarveAnothersWaiter(t *testing.T
 	})
 }
 
-// Invariant 11 (doc.go) and Tasks: "while a start has gone unclaimed
-// that long, callers behind pass the ticket (it keeps its number), each
-// such take conditioned on the mark as seen". A charge passes such a task
-// as a take does (view.presume), but is not conditioned on its mark: a
-// new start made since (its mark written moves neither seq nor freed) is
-// not seen, and the charge takes the token the new worker's claim needs.
+// Invariant 11 (doc.go) and Tasks: "while its starts have gone unclaimed
+// that long since the first, callers behind pass the ticket (it keeps its
+// number), each such take conditioned on the first start as seen". A
+// charge passes such a task as a take does (view.presume), and is
+// conditioned alike: a task started afresh since (its mark written moves
+// neither seq nor freed) is not seen, and a charge not so conditioned
+// takes the token the new worker's claim needs.
 //
 // The server's bucket holds 1 token a minute. A task of tool heavy (cap
 // 1, held by H) is enqueued at 61 s (the token back); H finishes at 62 s:
-// the task's turn, its worker started and lost. P's call of tool light
+// the task's turn, its worker started and late. P's call of tool light
 // (no cap) at 63 s is rightly refused (the task's token), its answer left
-// on P's board. At 73 s, StartTimeout past the lost start, Q's StartDue
-// starts the task's worker again. A moment later, before the worker
-// claims, P's call, judged from its board's view (the task's start 11 s
-// old), must not pass the task and take its token.
-func TestAChargePassingATaskWhoseStartLapsedIsConditionedOnItsMark(t *testing.T) {
+// on P's board. At 73 s the late worker comes with no time left and gives
+// its start back: the task is started afresh. A moment later, before the
+// new worker claims, P's call, judged from its board's view (the task's
+// first start 11 s old), must not pass the task and take its token.
+func TestAChargePassingATaskWhoseStartLapsedIsConditionedOnItsFirstStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -323,12 +324,15 @@ func TestAChargePassingATaskWhoseStartLapsedIsConditionedOnItsMark(t *testing.T)
 		}
 		time.Sleep(10 * time.Second) // the first start unclaimed for StartTimeout
 		q := New(db, rgTable, Options{InstanceID: "q", OnTaskStart: again.hook})
-		if err := q.StartDue(ctx, heavy("T")); err != nil {
+		v, err := q.read(ctx, "srv")
+		if err != nil {
 			t.Fatal(err)
 		}
+		tk := v.ticketFor(id)
+		q.passTurn(ctx, "srv", v, tk, tk.started, heavy("T"))
 		got := again.list()
 		if len(got) != 1 || got[0].Ticket != id {
-			t.Fatalf("StartDue at 73 s started %+v; want one of %s", got, id)
+			t.Fatalf("the start given back at 73 s started %+v; want one of %s", got, id)
 		}
 		time.Sleep(100 * time.Millisecond) // the worker starting
 		_, cerr := p.Acquire(ctx, light)
@@ -338,7 +342,7 @@ func TestAChargePassingATaskWhoseStartLapsedIsConditionedOnItsMark(t *testing.T)
 			_, _ = ls.Finish(ctx, Success)
 		}
 		if cerr == nil {
-			t.Errorf("the task's worker was started again at 73 s, the bucket holding its one token; P's charge 100 ms later, judged from its view of 63 s (the lost start 11 s old), passed the task and took it; the new worker's claim: %v", werr)
+			t.Errorf("the task was started afresh at 73 s, the bucket holding its one token; P's charge 100 ms later, judged from its view of 63 s (the first start 11 s old), passed the task and took it; the new worker's claim: %v", werr)
 		}
 	})
 }

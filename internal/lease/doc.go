@@ -18,9 +18,10 @@
 //	tickets            M   ticket id → {d: deadline (Unix ms), t: tool, c: tool cap,
 //	                       r: the tool's rpm limit, l: a caller's look period (ms; read as 2 s
 //	                       when absent, as tickets written before it, and as MaxLookFar at
-//	                       most); a task's also x: its task, s: its last start, w: the claim
-//	                       that last took its place, which that claim's release and renewals
-//	                       are conditioned on; h: 0, a call holding nothing (see Buckets)}
+//	                       most); a task's also x: its task, s: its last start, f: the first
+//	                       of its starts since its turn came (absent: s), w: the claim that
+//	                       last took its place, which that claim's release and renewals are
+//	                       conditioned on; h: 0, a call holding nothing (see Buckets)}
 //	waiting:<label>    SS  one principal's tickets: a ticket's principal is the one whose set holds
 //	                       it (its body may name it again, as p, as joins still write it for
 //	                       older instances: then the same)
@@ -522,8 +523,10 @@
 // TestATakesStartsDoNotKeepItsCallerPastCallBy,
 // TestATakesStartIsNotCutByItsCallersCallBy), a worker whose turn it was
 // not, StartDue —
-// marks its ticket (s: now, on condition of its number, of no mark younger
-// than StartTimeout, and of its lease as seen: none, or a lapsed one) and,
+// marks its ticket (s: now, and f: the first start's s, kept by a start
+// made again; on condition of its number, of its last mark as seen, none
+// or one StartTimeout old, and of its lease as seen: none, or a lapsed
+// one) and,
 // having won the mark, starts a worker (Options.OnTaskStart, with a context
 // that does not end with the caller's; a seer whose context ended makes no
 // more marks, leaving those turns to the next to see them). A mark whose
@@ -532,9 +535,13 @@
 // answer shows it (the ticket's number and s as it wrote them; another
 // process's mark made in the same millisecond reads alike, and two
 // workers are started, of which one claims). A lost start is made again by the first
-// to see the turn StartTimeout after it; while a start has gone unclaimed
-// that long, callers behind pass the ticket (it keeps its number), each
-// such take conditioned on the mark as seen. StartDue fails when the item
+// to see the turn StartTimeout after it; while its starts have gone
+// unclaimed that long since the first (f), however often made again,
+// callers behind pass the ticket (it keeps its number), each such take
+// conditioned on that first start as seen and on a start still out, and
+// the tasks whose turn that passing brings are started beside it
+// (TestTasksBehindATaskWhoseWorkersNeverClaimAreServed): a task no
+// worker comes for holds back no task behind it. StartDue fails when the item
 // it read cannot be mended first (nothing started;
 // TestAStartDueThatCannotMendItsItemReportsIt).
 //
@@ -563,8 +570,10 @@
 // again while releases come faster:
 // TestAClaimUnderSteadyReleasesLandsBeforeASecondStart), while the
 // ticket carries its start's mark and until StartTimeout after it, when
-// it leaves the turn to the next start, making it when nobody has
-// (ErrStartLapsed; its own process's note of the start forgotten:
+// it leaves the turn to the next start, making it when nobody has; its
+// start, still the ticket's, was not lost, so it gives its mark back
+// first and the next start reads as the first (ErrStartLapsed; its own
+// process's note of the start forgotten:
 // TestAClaimThatLeavesItsTurnStartsTheNextWorker,
 // TestAClaimLeavingItsTurnBehindASlowStartHookStartsTheNext), so
 // that no two workers of live starts claim at once but within one back-off
@@ -785,7 +794,7 @@
 //     TestUnclaimLeavesTheTicketWaitingAtItsNumber), while a release after
 //     its call takes the ticket with the lease; tasks are
 //     served in the callers' turn order, callers passing one only once its
-//     start has gone unclaimed StartTimeout; a start is made again only
+//     starts have gone unclaimed StartTimeout since the first; a start is made again only
 //     StartTimeout after the last; a task whose turn has come gets a
 //     worker within StartTimeout of the first request that sees it after a
 //     start was lost (TestTaskRunsWhenItsTurnComes,

@@ -265,6 +265,17 @@ func (u *update) removeTicket(id, label string, n int64, task bool) {
 // ttl lets DynamoDB delete the item a day after exp if nobody writes it.
 func (u *update) ttl(exp int64) { u.ttlAt = max(u.ttlAt, exp) }
 
+// passesTask conditions a take passing task ticket t on its starts still
+// out unclaimed since the same first, as seen (its mark as seen, for one
+// of an older instance): not claimed, nor given back, since.
+func (u *update) passesTask(t *ticket) {
+	if t.first == 0 {
+		u.cond(u.path(TicketsAttr, t.id, ticketStarted) + " = " + u.num(t.started))
+		return
+	}
+	u.cond(u.path(TicketsAttr, t.id, ticketFirst)+" = "+u.num(t.first), "attribute_exists("+u.path(TicketsAttr, t.id, ticketStarted)+")")
+}
+
 // errCondition means a write's condition failed; the item comes with it.
 var errCondition = errors.New("lease: condition failed")
 

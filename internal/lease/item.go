@@ -53,10 +53,12 @@ type ticket struct {
 	// toolRPM is its tool's rate limit, a minute (0: none).
 	toolRPM int
 	// task: a task's ticket (in tasks), of task taskID, a worker last
-	// started for it at started (Unix ms; 0: never).
-	task    bool
-	taskID  string
-	started int64
+	// started for it at started (Unix ms; 0: never), the first of the
+	// starts since its turn came at first (0: as started, a mark made by
+	// an older instance).
+	task           bool
+	taskID         string
+	started, first int64
 	// claim names the worker's claim that last took its place (see
 	// Tasks in the package doc).
 	claim string
@@ -77,6 +79,7 @@ const (
 	ticketToolRPM  = "r"
 	ticketTaskID   = "x"
 	ticketStarted  = "s"
+	ticketFirst    = "f"
 	ticketClaim    = "w"
 	ticketLook     = "l"
 	// ticketNothing is 0 in the ticket of a call that holds nothing (see
@@ -202,12 +205,14 @@ func parseItem(item map[string]types.AttributeValue) *view {
 		}
 		t := &ticket{id: id, label: label, n: n, deadline: numberOr(d.Value[ticketDeadline], 0),
 			toolCap: int(numberOr(d.Value[ticketToolCap], 0)), toolRPM: int(numberOr(d.Value[ticketToolRPM], 0)),
-			task: isTask, started: numberOr(d.Value[ticketStarted], 0), tool: strOr(d.Value[ticketTool]),
+			task: isTask, started: numberOr(d.Value[ticketStarted], 0), first: numberOr(d.Value[ticketFirst], 0), tool: strOr(d.Value[ticketTool]),
 			taskID: strOr(d.Value[ticketTaskID]), claim: strOr(d.Value[ticketClaim]),
 			look:    time.Duration(min(max(numberOr(d.Value[ticketLook], legacyLook.Milliseconds()), 0), MaxLookFar.Milliseconds())) * time.Millisecond,
 			nothing: d.Value[ticketNothing] != nil && numberOr(d.Value[ticketNothing], 1) == 0}
-		if s := d.Value[ticketStarted]; s != nil && !whole(s) {
-			bad(s, TicketsAttr, id, ticketStarted) // reads as never started
+		for _, f := range []string{ticketStarted, ticketFirst} {
+			if s := d.Value[f]; s != nil && !whole(s) {
+				bad(s, TicketsAttr, id, f) // reads as never started
+			}
 		}
 		v.queue = append(v.queue, t)
 	}
@@ -308,6 +313,23 @@ func (v *view) ticketFor(id string) *ticket {
 
 // live reports whether t's deadline has not passed at now.
 func (t *ticket) live(now int64) bool { return t.deadline >= now }
+
+// unclaimedSince is when task ticket t's starts first went out unclaimed:
+// first, or started for a mark of an older instance; 0 with no start out.
+func (t *ticket) unclaimedSince() int64 {
+	if t.started == 0 {
+		return 0
+	}
+	return cmp.Or(t.first, t.started)
+}
+
+// passed reports whether the callers behind task ticket t pass it at now:
+// its starts have gone unclaimed StartTimeout since the first (see Tasks
+// in the package doc), however often it was started again since.
+func (t *ticket) passed(now int64) bool {
+	s := t.unclaimedSince()
+	return t.task && s > 0 && now-s >= StartTimeout.Milliseconds()
+}
 
 // claimed reports whether task ticket t is claimed at now: a live lease of
 // its id holds its place (see Tasks in the package doc).

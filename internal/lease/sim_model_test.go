@@ -63,11 +63,24 @@ type mTicket struct {
 	hasBody bool   // tickets.<id> is there
 	hasN    bool   // queue.<id> (tasks.<id>: task) is there
 	// A task's: in tasks, not queue; x its task, s its last start (Unix
-	// ms; 0: none), w the claim that last took its place ("": none).
+	// ms; 0: none), f the first of its starts since its turn came (0:
+	// s), w the claim that last took its place ("": none).
 	task bool
 	x    string
-	s    int64
+	s, f int64
 	w    string
+}
+
+// unclaimedSince is when task ticket tk's starts first went out
+// unclaimed (0: no start out).
+func (tk *mTicket) unclaimedSince() int64 {
+	switch {
+	case tk.s == 0:
+		return 0
+	case tk.f != 0:
+		return tk.f
+	}
+	return tk.s
 }
 
 // claimName is the claim t names ("": none, or no ticket).
@@ -240,6 +253,8 @@ func mRead(raw map[string]types.AttributeValue) *mItem {
 						}
 					case "s":
 						tk.s = num("tickets."+id+".s", fv)
+					case "f":
+						tk.f = num("tickets."+id+".f", fv)
 					case "d":
 						tk.d = num("tickets."+id+".d", fv)
 					case "c":
@@ -776,7 +791,7 @@ func (it *mItem) instants(k mKey, from int64) []int64 {
 	for _, tk := range it.tickets {
 		add(tk.d + 1)
 		if tk.task && tk.s > 0 {
-			add(tk.s + StartTimeout.Milliseconds())
+			add(tk.unclaimedSince() + StartTimeout.Milliseconds())
 		}
 	}
 	add(it.hold)
@@ -1195,7 +1210,7 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 		if tb != nil && tb.hasN && tb.n == ta.n {
 			if tb.hasBody && ta.hasBody {
 				ub, ua := *tb, *ta
-				ub.s, ua.s = 0, 0
+				ub.s, ua.s, ub.f, ua.f = 0, 0, 0, 0
 				if ua.task && (slices.Contains(v.takes, id) || slices.Contains(v.released, id) && ua.w == "") {
 					// A claim names itself in its ticket; a place given
 					// back before its call, the ticket kept, no more.
@@ -1204,7 +1219,7 @@ func mJudgeWrite(w *mWrite) *mVerdict {
 				if ub != ua {
 					v.fail("join", id, "a write changed ticket %s", id)
 				}
-				if tb.s != ta.s {
+				if tb.s != ta.s || tb.f != ta.f && ta.s != 0 {
 					w.judgeMark(v, tb, ta)
 				}
 			}
@@ -1534,10 +1549,11 @@ func (w *mWrite) judgeTake(v *mVerdict, id string) {
 	}
 }
 
-// mStale reports whether task ticket tk's last start has gone unclaimed
-// for StartTimeout at now: the callers behind it pass it.
+// mStale reports whether task ticket tk's starts have gone unclaimed for
+// StartTimeout since the first at now, however often it was started
+// again: the callers behind it pass it.
 func mStale(tk *mTicket, now int64) bool {
-	return tk.task && tk.s > 0 && now-tk.s >= StartTimeout.Milliseconds()
+	return tk.task && tk.s > 0 && now-tk.unclaimedSince() >= StartTimeout.Milliseconds()
 }
 
 // judgeClaim judges a place granted to a task: only from its ticket in
@@ -1576,10 +1592,21 @@ func (w *mWrite) judgeClaim(v *mVerdict, id string) {
 
 // judgeMark judges a change of a task ticket's start mark: a start is
 // marked (s: its writer's now) only on a task's ticket, never while the
-// last is younger than StartTimeout; it is taken back (s removed) only by
-// the task's own worker.
+// last is younger than StartTimeout, and keeps when the starts first went
+// out unclaimed (f: the first start's s; a start made again keeps it, so
+// that the callers behind pass a task no worker comes for); it is taken
+// back (s removed) only by the task's own worker.
 func (w *mWrite) judgeMark(v *mVerdict, tb, ta *mTicket) {
 	id := tb.id
+	switch {
+	case ta.s != 0 && ta.s == tb.s:
+		v.fail("task-mark", id, "a write moved the first unclaimed start of task %s (%d → %d) and made no start", id, tb.unclaimedSince(), ta.unclaimedSince())
+		return
+	case ta.s != 0 && tb.s == 0 && ta.unclaimedSince() != ta.s:
+		v.fail("task-mark", id, "the first start of task %s (%d) reads as unclaimed since %d", id, ta.s, ta.unclaimedSince())
+	case ta.s != 0 && tb.s != 0 && ta.unclaimedSince() != tb.unclaimedSince():
+		v.fail("task-mark", id, "task %s started again reads as unclaimed since %d, not since its first start %d: callers behind would stop passing it", id, ta.unclaimedSince(), tb.unclaimedSince())
+	}
 	switch {
 	case !tb.task:
 		v.fail("task-mark", id, "a write marked a start on caller's ticket %s", id)

@@ -756,6 +756,12 @@ func TestModelJudgesTasks(t *testing.T) {
 		g.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value["s"] = mNum(s)
 		return g
 	}
+	// firstAt sets when the task's starts first went out unclaimed.
+	firstAt := func(f *mFix, first int64) *mFix {
+		g := f.clone()
+		g.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value["f"] = mNum(first)
+		return g
+	}
 	named := func(f *mFix, w string) *mFix {
 		g := f.clone()
 		g.sub("tickets")["i0.T1"].(*types.AttributeValueMemberM).Value["w"] = mStr(w)
@@ -803,7 +809,14 @@ func TestModelJudgesTasks(t *testing.T) {
 		{name: "a caller passes a task whose start is younger", k: k, before: behind(mNow - st + 1), after: passed(behind(mNow - st + 1)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},
 		{name: "a caller passes a task never started", k: k, before: behind(0), after: passed(behind(0)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},
 		{name: "a start marked", k: k, before: unmarked, after: marked(unmarked, mNow), me: mCaller{p: "pb"}, judged: -1},
-		{name: "a start made again after StartTimeout", k: k, before: task, after: marked(task, mNow-1000+st), me: mCaller{p: "pb"}, judged: -1},
+		{name: "a start made again after StartTimeout", k: k, before: task, after: firstAt(marked(task, mNow-1000+st), mNow-1000), me: mCaller{p: "pb"}, judged: -1},
+		{name: "a start made again that reads as the first", k: k, before: task, after: marked(task, mNow-1000+st), me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},
+		{name: "a start made again keeping the first", k: k, before: firstAt(task, mNow-20000), after: firstAt(marked(task, mNow-1000+st), mNow-20000), me: mCaller{p: "pb"}, judged: -1},
+		{name: "a start made again moving the first", k: k, before: firstAt(task, mNow-20000), after: firstAt(marked(task, mNow-1000+st), mNow-1000), me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},
+		{name: "a first start reading as unclaimed since before it", k: k, before: unmarked, after: firstAt(marked(unmarked, mNow), mNow-st), me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},
+		{name: "the first start moved with no start made", k: k, before: firstAt(task, mNow-1000), after: firstAt(task, mNow-st-1000), me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},
+		{name: "a caller passes a task started again, its first start StartTimeout old", k: k, before: firstAt(behind(mNow-1000), mNow-st), after: passed(firstAt(behind(mNow-1000), mNow-st)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2},
+		{name: "a caller passes a task whose first start is younger", k: k, before: firstAt(behind(mNow-1000), mNow-st+1), after: passed(firstAt(behind(mNow-1000), mNow-st+1)), me: mCaller{p: "pb"}, mine: []string{"c2"}, judged: 2, want: []string{"order"}},
 		{name: "a start made again before StartTimeout", k: k, before: task, after: marked(task, mNow), me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},
 		{name: "a start given back by its worker", k: k, before: task, after: unmarked, me: worker, mine: mine, judged: -1, task: true},
 		{name: "a start taken back by another", k: k, before: task, after: unmarked, me: mCaller{p: "pb"}, judged: -1, want: []string{"task-mark"}},

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -301,14 +302,17 @@ func (l *Limiter) Claim(ctx context.Context, req Request, id string, mark int64)
 			// Its start is no longer the ticket's (another was made, or
 			// the mark given back by another worker of it), or another
 			// worker may be started from the mark: this one leaves the
-			// turn to it, starting it when nobody has. Its start, still
-			// the ticket's, is no longer one this process made: its note
-			// (younger than the mark, which was taken first) would keep
-			// startDue from the next.
+			// turn to it, starting it when nobody has. A start still the
+			// ticket's was not lost (its worker came): its mark is given
+			// back, so that the next reads as the first, the task not
+			// passed (passTurn, which also forgets this process's note of
+			// the start: younger than the mark, it would keep startDue
+			// from the next).
 			if t.started == mark {
-				l.board(req.Key).forgetStart(id)
+				l.passTurn(ctx, req.Key, v, t, mark, a.req)
+			} else {
+				_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			}
-			_ = l.startDue(ctx, req.Key, v, a.req.rules(v))
 			return nil, ErrStartLapsed
 		}
 		// Conditioned on the start marks of the tasks it passes, as any
@@ -346,7 +350,7 @@ func (l *Limiter) passTurn(ctx context.Context, key string, v *view, t *ticket, 
 	if mark != 0 && t.started == mark {
 		u := newUpdate()
 		sp := u.path(TicketsAttr, t.id) + "." + u.path(ticketStarted)
-		u.remove(sp)
+		u.remove(sp, u.path(TicketsAttr, t.id, ticketFirst))
 		u.cond(sp + " = " + u.num(mark))
 		u.ttl(t.deadline)
 		if nv, _ := l.write(ctx, key, u, nil); nv != nil {
@@ -462,7 +466,12 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) er
 	}
 	now := l.clock().UnixMilli()
 	b := l.board(key)
-	for _, t := range v.walk(now, nil, r, nil).ahead {
+	// The tasks whose turn has come, passing those whose starts went
+	// unclaimed StartTimeout (each started again when its last start is
+	// that old): a task behind one no worker comes for is started too.
+	// Nobody is presumed gone here (no turn seen before).
+	h, _, passed := v.presume(now, nil, r, nil)
+	for _, t := range append(passed, h.ahead...) {
 		// This process's own note of a start it made holds only while the
 		// ticket carries a mark: a worker that gave its start back took
 		// the mark away, and the next to see the turn starts one at once.
@@ -484,14 +493,21 @@ func (l *Limiter) startDue(ctx context.Context, key string, v *view, r rules) er
 	return nil
 }
 
-// markStart writes now as ticket t's start (see Tasks in the package
-// doc): true when it landed.
+// markStart writes now as ticket t's start, keeping when its starts
+// first went out unclaimed (see Tasks in the package doc): true when it
+// landed. Its caller has judged t's last start, if any, StartTimeout old.
 func (l *Limiter) markStart(ctx context.Context, key string, v *view, t *ticket, now int64) bool {
 	u := newUpdate()
 	sp := u.path(TicketsAttr, t.id, ticketStarted)
 	u.set(sp, u.num(now))
+	u.set(u.path(TicketsAttr, t.id, ticketFirst), u.num(cmp.Or(t.unclaimedSince(), now)))
 	u.cond(u.path(TasksAttr, t.id) + " = " + u.num(t.n))
-	u.cond("(attribute_not_exists(" + sp + ") OR " + sp + " <= " + u.num(now-StartTimeout.Milliseconds()) + ")")
+	// The last start as seen: the first is then what it saw.
+	if t.started == 0 {
+		u.cond("attribute_not_exists(" + sp + ")")
+	} else {
+		u.cond(sp + " = " + u.num(t.started))
+	}
 	if exp, held := v.leases[t.id]; held {
 		u.cond(u.path(LeasesAttr, t.id) + " = " + u.num(exp))
 	} else {

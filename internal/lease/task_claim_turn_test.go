@@ -123,8 +123,8 @@ func TestAClaimOnASlowClockStopsAtTheNextStartsMark(t *testing.T) {
 		if err := l.StartDue(context.Background(), taskReq("q")); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(st.list()); n != 2 {
-			t.Fatalf("starts %d; want the next made StartTimeout after the first on its starter's clock", n)
+		if n := len(st.marksOf(id)); n != 2 {
+			t.Fatalf("starts of %s %d; want the next made StartTimeout after the first on its starter's clock", id, n)
 		}
 		at, before := time.Now(), db.takes.Load()
 		<-done

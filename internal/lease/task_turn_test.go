@@ -40,14 +40,15 @@ func (b *beforeAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput
 }
 
 // Invariant 16 (and Tasks in doc.go): callers behind a task pass its
-// ticket only once its start has gone unclaimed StartTimeout, "each such
-// take conditioned on the mark as seen". A task's claim is such a take:
-// task B's worker, judging from a read in which task A (before it) has a
-// start StartTimeout old, passes A; a new start of A lands before B's take
-// does. B's take must fail (A's fresh worker has the turn), as a caller's
-// would; a claim sent with no bypass conditions took the place, and A's
-// fresh worker found its turn gone.
-func TestAClaimPassingATaskIsConditionedOnItsStartMark(t *testing.T) {
+// ticket only once its starts have gone unclaimed StartTimeout since the
+// first, "each such take conditioned on the first start as seen". A
+// task's claim is such a take: task B's worker, judging from a read in
+// which task A (before it) has a start StartTimeout old, passes A; before
+// B's take lands, A's worker gives its start back (its invocation's time
+// ran out) and A is started afresh. B's take must fail (A's fresh worker
+// has the turn), as a caller's would; a claim sent with no bypass
+// conditions took the place, and A's fresh worker found its turn gone.
+func TestAClaimPassingATaskIsConditionedOnItsFirstStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		db := &beforeAPI{API: newMemStore()}
@@ -82,23 +83,27 @@ func TestAClaimPassingATaskIsConditionedOnItsStartMark(t *testing.T) {
 		}
 		time.Sleep(StartTimeout + time.Second)
 		// B's worker claims, from a read showing A's start unclaimed past
-		// StartTimeout; before its take lands, StartDue elsewhere starts A
-		// again.
+		// StartTimeout; before its take lands, A's worker gives its start
+		// back, which starts A afresh.
 		other := New(db.API, "leases", Options{InstanceID: "o", OnTaskStart: st.hook})
 		db.arm(writes("SET", LeasesAttr), func() {
-			if err := other.StartDue(ctx, r("q1")); err != nil {
+			v, err := other.read(ctx, "srv")
+			if err != nil {
 				t.Error(err)
+				return
 			}
+			ta := v.ticketFor(a)
+			other.passTurn(ctx, "srv", v, ta, ta.started, r("q1"))
 		})
 		w := New(db, "leases", Options{InstanceID: "w"})
 		ls, err := w.Claim(ctx, r("q2"), b, startB.Mark)
 		got := st.list()
 		if len(got) != 3 || got[2].Ticket != a {
-			t.Fatalf("starts: %+v; want A started again before B's take", got)
+			t.Fatalf("starts: %+v; want A started afresh before B's take", got)
 		}
 		if err == nil {
 			defer release(t, ls)
-			t.Errorf("B's claim took the place passing A, though A's start made before its take landed was fresh: the take was not conditioned on A's mark as seen")
+			t.Errorf("B's claim took the place passing A, though A was started afresh before its take landed: the take was not conditioned on A's first start as seen")
 		} else if !errors.Is(err, ErrNotYourTurn) {
 			t.Fatalf("B's claim: %v; want ErrNotYourTurn", err)
 		}
