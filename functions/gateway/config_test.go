@@ -41,8 +41,8 @@ func TestConfigLimits(t *testing.T) {
 	if c.Local != want {
 		t.Errorf("default local limits %+v, want %+v", c.Local, want)
 	}
-	if c.MemoryLimit != 0 || c.MaxRequest() != 0 || c.MaxProcs != 0 {
-		t.Errorf("memory limit %d, request timeout %v, max procs %d; want none outside Lambda", c.MemoryLimit, c.MaxRequest(), c.MaxProcs)
+	if c.MemoryLimit != 0 || c.MaxRequest() != 0 || c.MaxProcs != 0 || c.GCPercent != 0 {
+		t.Errorf("memory limit %d, request timeout %v, max procs %d, GC percent %d; want none outside Lambda", c.MemoryLimit, c.MaxRequest(), c.MaxProcs, c.GCPercent)
 	}
 
 	c, err = config.Load(env(baseVars(map[string]string{"GATEWAY_READ_TIMEOUT": "5s", "GATEWAY_IDLE_TIMEOUT": "1m",
@@ -101,6 +101,19 @@ func TestConfigUnderLambda(t *testing.T) {
 		}
 	}
 	lambda["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = "256"
+	// The collector runs less often, the memory limit bounding the heap;
+	// GOGC wins, and so does GOMEMLIMIT (the gateway sets no limit of its
+	// own to bound the heap by).
+	if c.GCPercent != 400 {
+		t.Errorf("GC percent %d for 256 MB, want 400", c.GCPercent)
+	}
+	for name, v := range map[string]string{"GOGC": "100", "GOMEMLIMIT": "100MiB"} {
+		lambda[name] = v
+		if c, err := config.Load(env(lambda)); err != nil || c.GCPercent != 0 {
+			t.Errorf("with %s: GC percent %d, %v; want 0 (the runtime's)", name, c.GCPercent, err)
+		}
+		delete(lambda, name)
+	}
 	// GOMAXPROCS wins: the runtime has applied it.
 	lambda["GOMAXPROCS"] = "2"
 	if c, err := config.Load(env(lambda)); err != nil || c.MaxProcs != 0 {

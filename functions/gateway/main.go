@@ -71,6 +71,13 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	if cfg.MaxProcs > 0 && cfg.MaxProcs < runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(cfg.MaxProcs)
 	}
+	// The collector's percent in effect (GOGC's, or 100; -1: off), read
+	// by setting it, then the one the configuration gives.
+	gcPercent := debug.SetGCPercent(100)
+	if cfg.GCPercent > 0 {
+		gcPercent = cfg.GCPercent
+	}
+	debug.SetGCPercent(gcPercent)
 
 	// One AWS configuration for every client: the tables, and the
 	// upstream credentials (secrets read with the function's own identity,
@@ -216,7 +223,7 @@ func run(ctx context.Context, getenv func(string) string, wrap func(http.Handler
 	// The values in effect: the limiter's margin (its default when
 	// LEASE_MARGIN is unset), and "none" for no request deadline.
 	log.Info("starting", "version", version(), "instance", limiter.InstanceID(), "lease_margin", limiter.Margin().String(),
-		"request_timeout", config.TimeoutText(cfg.MaxRequest()), "memory_limit", config.MemoryLimitText(debug.SetMemoryLimit(-1)), "gomaxprocs", runtime.GOMAXPROCS(0),
+		"request_timeout", config.TimeoutText(cfg.MaxRequest()), "memory_limit", config.MemoryLimitText(debug.SetMemoryLimit(-1)), "gomaxprocs", runtime.GOMAXPROCS(0), "gogc", gcPercent,
 		"oauth_issuer", cfg.OAuth.Issuer, "iam_grants", len(cfg.IAMGrants), "allow_local_upstreams", cfg.AllowLocal,
 		"function_concurrency", cfg.FunctionConcurrency, "server_bulkhead", gateway.Bulkhead(cfg.FunctionConcurrency, cfg.ServerShare))
 
