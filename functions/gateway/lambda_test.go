@@ -274,12 +274,13 @@ func TestLambdaBootstrap(t *testing.T) {
 		t.Errorf("a server that cannot fit the function's timeout: %+v", slow)
 	}
 	// The Go memory limit comes from the function's memory, 90% of 256
-	// MiB, and so does the number of threads running Go code: one.
+	// MiB, and so does the number of threads running Go code: one; the
+	// collector, its heap bounded so, runs at GOGC 400.
 	e.mu.Lock()
-	limited := strings.Contains(e.logs.String(), `"memory_limit":"230 MiB","gomaxprocs":1,`)
+	limited := strings.Contains(e.logs.String(), `"memory_limit":"230 MiB","gomaxprocs":1,"gogc":400,`)
 	e.mu.Unlock()
 	if !limited {
-		t.Error(`the bootstrap did not log "memory_limit":"230 MiB","gomaxprocs":1 for a 256 MiB function`)
+		t.Error(`the bootstrap did not log "memory_limit":"230 MiB","gomaxprocs":1,"gogc":400 for a 256 MiB function`)
 	}
 
 	denied := e.invoke(t, "function-url-tools-call.json", map[string]string{"KEY": "mcpg_not-a-real-key-0000000000"})
