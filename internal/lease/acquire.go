@@ -310,12 +310,14 @@ func (a *attempt) pass(ctx context.Context, v *view, bypass []*ticket) (*view, e
 
 // presume walks v at now for me, passing over the tickets presumed gone
 // (bypass): callers whose turn, first seen at seen (now if not seen
-// before), came their claim window ago, and tasks whose start went
-// unclaimed for StartTimeout. since is seen as it stands after: the
-// turns of the tickets ahead and passed over.
+// before), came their claim window ago, and the first maxPurge tasks
+// whose starts went unclaimed for StartTimeout (see Tasks in the package
+// doc). since is seen as it stands after: the turns of the tickets ahead
+// and passed over.
 func (v *view) presume(now int64, me *asker, rs rules, seen map[turn]time.Time) (h handout, since map[turn]time.Time, bypass []*ticket) {
 	skip := map[string]bool{}
 	since = map[turn]time.Time{}
+	tasks := 0 // tasks passed: at most maxPurge, each a condition of the take
 	for {
 		h = v.walk(now, me, rs, skip)
 		more := false
@@ -329,7 +331,10 @@ func (v *view) presume(now int64, me *asker, rs rules, seen map[turn]time.Time) 
 			// A caller past its claim window is presumed gone; a task never
 			// is, but is passed over, keeping its ticket, once its start
 			// went unclaimed for StartTimeout.
-			if t.passed(now) || !t.task && time.Since(at) >= claimWindow(t) {
+			if t.passed(now) && tasks < maxPurge || !t.task && time.Since(at) >= claimWindow(t) {
+				if t.task {
+					tasks++
+				}
 				skip[t.id] = true
 				bypass = append(bypass, t)
 				more = true

@@ -541,7 +541,22 @@
 // conditioned on that first start as seen and on a start still out, and
 // the tasks whose turn that passing brings are started beside it
 // (TestTasksBehindATaskWhoseWorkersNeverClaimAreServed): a task no
-// worker comes for holds back no task behind it. StartDue fails when the item
+// worker comes for holds back no task behind it. A take passes at most
+// maxPurge such tasks, and the start of due tasks walks alike: a task
+// behind more is not started until one of them is claimed, given back or
+// lapses (TestATaskBehindTasksPassedIsStartedWithinTheBound). A worker
+// that came ends the run: it gives its start back when still the
+// ticket's (below), or, when a start made since in the run is, sets f to
+// that start's mark, on condition of both as seen
+// (TestAClaimRefusedUntilAnotherStartsItsTaskEndsItsUnclaimedStarts). A
+// first after the last start, or either before 1970 (written by hand),
+// reads as none (TestAWholeStartMarkWrittenByHandDoesNotKeepATaskFromBeingPassed).
+// An instance built before f writes and removes s alone: during a
+// rolling deploy, its give-back after a newer instance's start, then its
+// own start, leave that start's f behind, and the task may be passed up
+// to StartTimeout early, its worker then losing the turn to a caller
+// behind (TestAStaleFirstLeftByAnOlderInstancesGiveBackDoesNotPassAFreshStart,
+// run with LEASE_OPEN_DEFECTS=1). StartDue fails when the item
 // it read cannot be mended first (nothing started;
 // TestAStartDueThatCannotMendItsItemReportsIt).
 //

@@ -269,7 +269,7 @@ func (u *update) ttl(exp int64) { u.ttlAt = max(u.ttlAt, exp) }
 // out unclaimed since the same first, as seen (its mark as seen, for one
 // of an older instance): not claimed, nor given back, since.
 func (u *update) passesTask(t *ticket) {
-	if t.first == 0 {
+	if t.first == 0 || t.first != t.unclaimedSince() {
 		u.cond(u.path(TicketsAttr, t.id, ticketStarted) + " = " + u.num(t.started))
 		return
 	}

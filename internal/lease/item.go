@@ -315,12 +315,17 @@ func (v *view) ticketFor(id string) *ticket {
 func (t *ticket) live(now int64) bool { return t.deadline >= now }
 
 // unclaimedSince is when task ticket t's starts first went out unclaimed:
-// first, or started for a mark of an older instance; 0 with no start out.
+// first, or started for a mark of an older instance (or a first no start
+// could have: none before its last); 0 with no start out, or one no start
+// could have made (not after 1970, written by hand).
 func (t *ticket) unclaimedSince() int64 {
-	if t.started == 0 {
+	switch {
+	case t.started <= 0:
 		return 0
+	case t.first > 0 && t.first <= t.started:
+		return t.first
 	}
-	return cmp.Or(t.first, t.started)
+	return t.started
 }
 
 // passed reports whether the callers behind task ticket t pass it at now:

@@ -72,12 +72,13 @@ type mTicket struct {
 }
 
 // unclaimedSince is when task ticket tk's starts first went out
-// unclaimed (0: no start out).
+// unclaimed (0: no start out; a first after the last start, or before
+// 1970, is none).
 func (tk *mTicket) unclaimedSince() int64 {
 	switch {
-	case tk.s == 0:
+	case tk.s <= 0:
 		return 0
-	case tk.f != 0:
+	case tk.f > 0 && tk.f <= tk.s:
 		return tk.f
 	}
 	return tk.s
@@ -1599,6 +1600,11 @@ func (w *mWrite) judgeClaim(v *mVerdict, id string) {
 func (w *mWrite) judgeMark(v *mVerdict, tb, ta *mTicket) {
 	id := tb.id
 	switch {
+	case ta.s != 0 && ta.s == tb.s && ta.unclaimedSince() == ta.s && w.owns(id):
+		// One of its workers came: the run of starts no worker came for
+		// ends at the last.
+		v.events = append(v.events, "task's unclaimed starts ended by a worker that came")
+		return
 	case ta.s != 0 && ta.s == tb.s:
 		v.fail("task-mark", id, "a write moved the first unclaimed start of task %s (%d → %d) and made no start", id, tb.unclaimedSince(), ta.unclaimedSince())
 		return
