@@ -2156,6 +2156,16 @@ var simSeedsAsDrawn = []uint64{
 	15018671, // whose turn counted a call holding nothing, handed its turn, as a place of its principal's: a take of another principal judged before it landed out of turn
 	15042315, // the same
 	17102993, // (a planted bug) a charge beside waiters not conditioned on how many wait took a token the tickets joined since its view needed
+	// Seeds that first caught a planted bug (mutants_test.go) in seeds
+	// 1 to 3,000: listed, a mutant's run, which stops at its first
+	// violation, reaches them at once.
+	309,  // no task started behind a task passed: the task behind waited, its turn come, with no start
+	343,  // a charge through the hold and the pauses
+	565,  // a claim when it is not the task's turn
+	693,  // a take holding nothing that leaves no tokens to the waiters before it
+	974,  // a newcomer's take holding nothing with no seq condition
+	1012, // no one-probe condition
+	1458, // a running task that holds its principal to the reserve
 }
 
 // runSim runs one seed's schedule, adding what happened to events, and
