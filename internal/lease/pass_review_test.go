@@ -228,7 +228,6 @@ func TestAPassOverCallersGoneRefreshesTheTTL(t *testing.T) {
 func TestTasksBehindATaskWhoseWorkersNeverClaimAreServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := newMemStore()
-		ctx := context.Background()
 		var st starts
 		l := New(db, rgTable, Options{InstanceID: "a", OnTaskStart: st.hook})
 		req := func(who string) Request {
@@ -240,15 +239,8 @@ func TestTasksBehindATaskWhoseWorkersNeverClaimAreServed(t *testing.T) {
 		for i := range tasks {
 			ids = append(ids, enqueue(t, l, req("q"), fmt.Sprintf("task-%d", i)))
 		}
-		got := make(chan error, 1)
 		start := time.Now()
-		go func() {
-			ls, err := New(db, rgTable, Options{InstanceID: "c", OnTaskStart: st.hook}).Acquire(ctx, req("c"))
-			if err == nil {
-				release(t, ls)
-			}
-			got <- err
-		}()
+		got := callThrough(t, New(db, rgTable, Options{InstanceID: "c", OnTaskStart: st.hook}), req("c"))
 		synctest.Wait()
 		release(t, h)
 		err := <-got
@@ -390,4 +382,18 @@ func TestACallerNotServedPassesNoLiveWaiterWhoseTurnWentBetweenItsLooks(t *testi
 			t.Errorf("X's look at %v: not served; want its turn", time.Since(start))
 		}
 	})
+}
+
+// callThrough acquires r from l in a goroutine of its own, releasing the
+// place at once, and sends Acquire's error on the channel it returns.
+func callThrough(t *testing.T, l *Limiter, r Request) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), r)
+		if err == nil {
+			release(t, ls)
+		}
+		got <- err
+	}()
+	return got
 }

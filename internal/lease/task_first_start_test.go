@@ -137,7 +137,6 @@ func TestAWholeStartMarkWrittenByHandDoesNotKeepATaskFromBeingPassed(t *testing.
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				db := newMemStore()
-				ctx := context.Background()
 				var st starts
 				l := New(db, rgTable, Options{InstanceID: "a", OnTaskStart: st.hook})
 				req := func(who string) Request {
@@ -151,15 +150,8 @@ func TestAWholeStartMarkWrittenByHandDoesNotKeepATaskFromBeingPassed(t *testing.
 				if e.before {
 					write()
 				}
-				got := make(chan error, 1)
 				start := time.Now()
-				go func() {
-					ls, err := New(db, rgTable, Options{InstanceID: "c", OnTaskStart: st.hook}).Acquire(ctx, req("c"))
-					if err == nil {
-						release(t, ls)
-					}
-					got <- err
-				}()
+				got := callThrough(t, New(db, rgTable, Options{InstanceID: "c", OnTaskStart: st.hook}), req("c"))
 				synctest.Wait()
 				release(t, h)
 				synctest.Wait()
