@@ -409,6 +409,8 @@ func printWaiting(w io.Writer, ts []lease.TicketStatus, now time.Time) error {
 			state = "gone"
 		case t.Turn:
 			state += ", its turn"
+		case t.Passed:
+			state += ", passed: no worker has claimed it in " + lease.StartTimeout.String() + " since its first start"
 		}
 		fmt.Fprintf(tw, "    %s\t%s\t%s\t#%d\t%s\n", who, orDash(t.Instance), orDash(t.Tool), t.Number, state)
 	}

@@ -428,3 +428,24 @@ func TestStatusShowsTasks(t *testing.T) {
 		}
 	}
 }
+
+// A task passed (its starts unclaimed StartTimeout since the first) says
+// so, and why, beside one whose turn it is.
+func TestStatusSaysATaskIsPassed(t *testing.T) {
+	now := time.Now()
+	var b bytes.Buffer
+	err := printWaiting(&b, []lease.TicketStatus{
+		{ID: "a.T1", Instance: "a", Principal: "k:1", Number: 1, Deadline: now.Add(time.Hour), Task: true, Passed: true},
+		{ID: "a.T2", Instance: "a", Principal: "k:2", Number: 2, Deadline: now.Add(time.Hour), Task: true, Turn: true},
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"k:1 (task)  a         -     #1      in 1h0m0s, passed: no worker has claimed it in 10s since its first start",
+		"k:2 (task)  a         -     #2      in 1h0m0s, its turn"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status without %q:\n%s", want, out)
+		}
+	}
+}

@@ -81,6 +81,10 @@ type TicketStatus struct {
 	// Task: a task's ticket; Started is its worker's last start.
 	Task    bool       `json:"task,omitempty"`
 	Started *time.Time `json:"started,omitempty"`
+	// Passed: a task whose starts have gone unclaimed StartTimeout since
+	// the first (no worker came: invocations throttled, a missing
+	// permission); the callers behind pass it, and it keeps its place.
+	Passed bool `json:"passed,omitempty"`
 }
 
 // PrincipalStatus is one principal's share of the key.
@@ -144,14 +148,17 @@ func Describe(item map[string]types.AttributeValue, now time.Time, cap, principa
 	order := slices.Clone(v.queue)
 	held := v.held(ms)
 	slices.SortStableFunc(order, func(a, b *ticket) int { return ranks(a, b, held) })
-	turn := v.walk(ms, nil, req.rules(v), nil).ahead
+	h, _, passed := v.presume(ms, nil, req.rules(v), nil)
+	has := func(ts []*ticket, id string) bool {
+		return slices.ContainsFunc(ts, func(x *ticket) bool { return x.id == id })
+	}
 	for _, t := range order {
 		if v.claimed(t, ms) {
 			continue // a task running: its lease shows it
 		}
 		ts := TicketStatus{ID: t.id, Instance: InstanceOf(t.id), Principal: t.label, Tool: t.tool, Number: t.n,
 			Deadline: time.UnixMilli(t.deadline), Lapsed: !t.live(ms),
-			Turn: slices.ContainsFunc(turn, func(x *ticket) bool { return x.id == t.id }), Task: t.task}
+			Turn: has(h.ahead, t.id), Passed: has(passed, t.id), Task: t.task}
 		if t.started > 0 {
 			ts.Started = msTime(t.started)
 		}

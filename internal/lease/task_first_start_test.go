@@ -331,3 +331,40 @@ func tasksBehindPassed(t *testing.T, n int) (bool, int, int64) {
 	})
 	return served1.Load(), startsX, notYourTurn.Load()
 }
+
+// Describe (mcpgate status, the console) tells whose turn it is as the
+// callers and the start of due tasks judge it: a task whose starts have
+// gone unclaimed StartTimeout since the first is passed, and the task
+// behind it has the turn.
+func TestDescribeShowsATaskPassed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		var st starts
+		l := New(db, rgTable, Options{InstanceID: "a", OnTaskStart: st.hook})
+		req := func(who string) Request {
+			return Request{Key: "srv", Cap: 1, Hold: 10 * time.Second, Holder: who, MaxQueued: 8}
+		}
+		h := acquire(t, l, req("h"))
+		t0 := enqueue(t, l, req("q"), "task-0")
+		t1 := enqueue(t, l, req("r"), "task-1")
+		release(t, h) // task-0 started; its workers never claim
+		state := func() map[string]TicketStatus {
+			out := map[string]TicketStatus{}
+			for _, ts := range Describe(rawItem(t, db, "srv"), time.Now(), 1, 0, nil).Queue {
+				out[ts.ID] = ts
+			}
+			return out
+		}
+		time.Sleep(StartTimeout / 2)
+		if s := state(); !s[t0].Turn || s[t0].Passed || s[t1].Turn || s[t1].Passed {
+			t.Errorf("%v after the start: task-0 %+v, task-1 %+v; want task-0's turn, nobody passed", StartTimeout/2, s[t0], s[t1])
+		}
+		time.Sleep(StartTimeout)
+		if err := l.StartDue(context.Background(), req("s")); err != nil {
+			t.Fatal(err)
+		}
+		if s := state(); s[t0].Turn || !s[t0].Passed || !s[t1].Turn || s[t1].Passed {
+			t.Errorf("task-0's start unclaimed %v, started again: task-0 %+v, task-1 %+v; want task-0 passed, task-1's turn", StartTimeout*3/2, s[t0], s[t1])
+		}
+	})
+}
