@@ -546,9 +546,12 @@
 // behind more is not started until one of them is claimed, given back or
 // lapses (TestATaskBehindTasksPassedIsStartedWithinTheBound). A worker
 // that came ends the run: it gives its start back when still the
-// ticket's (below), or, when a start made since in the run is, sets f to
-// that start's mark, on condition of both as seen
-// (TestAClaimRefusedUntilAnotherStartsItsTaskEndsItsUnclaimedStarts). A
+// ticket's (below), or a start made since in the run that is, on
+// condition of its mark as seen, so that the next start is a first
+// (TestAClaimRefusedUntilAnotherStartsItsTaskEndsItsUnclaimedStarts,
+// TestAWorkerThatCameEndsARunWhoseLastStartIsOld); a start made from a
+// view before is refused on that mark
+// (TestAStartFromAViewBeforeARunEndedDoesNotBringItsFirstBack). A
 // first after the last start, or either before 1970 (written by hand),
 // reads as none (TestAWholeStartMarkWrittenByHandDoesNotKeepATaskFromBeingPassed).
 // An instance built before f writes and removes s alone: during a

@@ -1600,11 +1600,6 @@ func (w *mWrite) judgeClaim(v *mVerdict, id string) {
 func (w *mWrite) judgeMark(v *mVerdict, tb, ta *mTicket) {
 	id := tb.id
 	switch {
-	case ta.s != 0 && ta.s == tb.s && ta.unclaimedSince() == ta.s && w.owns(id):
-		// One of its workers came: the run of starts no worker came for
-		// ends at the last.
-		v.events = append(v.events, "task's unclaimed starts ended by a worker that came")
-		return
 	case ta.s != 0 && ta.s == tb.s:
 		v.fail("task-mark", id, "a write moved the first unclaimed start of task %s (%d → %d) and made no start", id, tb.unclaimedSince(), ta.unclaimedSince())
 		return

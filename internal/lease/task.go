@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // StartTimeout is how long a task's ticket whose turn has come waits for
@@ -340,43 +338,25 @@ var claimVerdicts = []error{ErrNotYourTurn, ErrStartLapsed, ErrClaimed, ErrNoTic
 // starts from the answer (v without one) the tasks whose turn has come
 // under req's rules: for a worker that leaves its task's turn, or finds
 // it not come, within withdrawBudget whatever ctx's end (its invocation's
-// time may be what ends the claim). A worker came: when a start made
-// since in the same run of unclaimed starts is the ticket's, the run ends
-// there instead (f set to that start's mark), so that the task is not
-// passed for starts no worker came for (see Tasks in the package doc).
+// time may be what ends the claim). A worker came: a start made since in
+// the same run of unclaimed starts, the ticket's, is given back alike, so
+// that the next start is a first and the task is not passed for starts
+// no worker came for (see Tasks in the package doc).
 func (l *Limiter) passTurn(ctx context.Context, key string, v *view, t *ticket, mark int64, req Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawBudget)
 	defer cancel()
-	u := newUpdate()
-	sp, fp := u.path(TicketsAttr, t.id, ticketStarted), u.path(TicketsAttr, t.id, ticketFirst)
-	switch {
-	case mark == 0:
-		u = nil
-	case t.started == mark:
-		u.remove(sp, fp)
-		u.cond(sp + " = " + u.num(mark))
-		l.board(key).forgetStart(t.id)
-	case t.started > mark && t.unclaimedSince() <= mark:
-		u.set(fp, u.num(t.started))
-		u.cond(sp+" = "+u.num(t.started), u.isSeen(fp, numberOrNil(t.first)))
-	default:
-		u = nil
-	}
-	if u != nil {
+	if mark != 0 && (t.started == mark || t.started > mark && t.unclaimedSince() <= mark) {
+		u := newUpdate()
+		sp := u.path(TicketsAttr, t.id, ticketStarted)
+		u.remove(sp, u.path(TicketsAttr, t.id, ticketFirst))
+		u.cond(sp + " = " + u.num(t.started))
 		u.ttl(t.deadline)
 		if nv, _ := l.write(ctx, key, u, nil); nv != nil {
 			v = nv
 		}
+		l.board(key).forgetStart(t.id)
 	}
 	_ = l.startDue(ctx, key, v, req.rules(v))
-}
-
-// numberOrNil is n as an attribute value, nil for 0 (absent).
-func numberOrNil(n int64) types.AttributeValue {
-	if n == 0 {
-		return nil
-	}
-	return number(n)
 }
 
 // unclaimUnsure gives back, keeping the ticket, the place a take of this

@@ -32,18 +32,17 @@ func (s *lapseRaceStore) GetItem(ctx context.Context, in *dynamodb.GetItemInput,
 }
 
 // Tasks (doc.go): a worker that came ends its task's run of unclaimed
-// starts: giving its start back when still the ticket's, or, when a
-// start made since in the same run is, setting the run's first (f) to
-// that start (passTurn), so that the task is not passed for starts no
-// worker came for.
+// starts: it gives its start back when still the ticket's, or a start
+// made since in the same run that is (passTurn), so that the next start
+// is a first and the task is not passed for starts no worker came for.
 //
 // The worker looks for its start's lapse only at its own reads, a
 // back-off apart; anyone seeing the turn StartTimeout after the mark
 // makes the next start meanwhile (StartDue's sweep here, as well a
 // release or a take's startDue: the very writes that refuse the claim),
 // keeping f, and starts task-2 behind the task passed. The worker then
-// finds its start no longer the ticket's: it ends the run at that start,
-// and task-2's worker finds it is not its turn.
+// finds its start no longer the ticket's: it gives that start back, the
+// task is started afresh, and task-2's worker finds it is not its turn.
 func TestAClaimRefusedUntilAnotherStartsItsTaskEndsItsUnclaimedStarts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
