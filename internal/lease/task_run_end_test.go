@@ -178,3 +178,58 @@ func TestAWorkerThatCameEndsARunWhoseLastStartIsOld(t *testing.T) {
 		}
 	})
 }
+
+// Tasks (doc.go): a worker that came gives back its own start, or a start
+// made since in the same run of unclaimed starts — never one of a run
+// begun after its start ended (claimed, or given back). A worker of an
+// old start delivered again (an asynchronous invocation retried), coming
+// when its task's turn is taken, leaves the current start to its worker.
+//
+// Task-1 (cap 1) is started at F0; its worker comes while caller d holds
+// the place and gives F0 back. d releases: task-1 is started afresh at S1
+// (a new run), and caller x takes the place before S1's worker claims.
+// F0's worker, delivered again, comes then: not task-1's turn, and S1
+// stays the ticket's start.
+func TestAnOldStartsWorkerDeliveredAgainLeavesTheCurrentRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := newMemStore()
+		var st starts
+		l := New(db, rgTable, Options{InstanceID: "a", OnTaskStart: st.hook})
+		h := acquire(t, l, runReq("h"))
+		id := enqueue(t, l, runReq("q"), "task-1")
+		release(t, h) // task-1 started at F0
+		f0 := st.marksOf(id)
+		if len(f0) != 1 {
+			t.Fatalf("task-1's starts %v; want one", f0)
+		}
+		// d takes the place as a newcomer before task-1's worker claims:
+		// its principal holds none, so it ranks first.
+		time.Sleep(StartTimeout)
+		d := acquire(t, New(db, rgTable, Options{InstanceID: "d", OnTaskStart: st.hook}), runReq("d"))
+		if _, err := New(db, rgTable, Options{InstanceID: "w"}).Claim(ctx, runReq("q"), id, f0[0]); !errors.Is(err, ErrNotYourTurn) {
+			t.Fatalf("F0's worker, d holding the place: %v; want ErrNotYourTurn", err)
+		}
+		if tk := mRead(rawItem(t, db, "srv")).tickets[id]; tk.s != 0 {
+			t.Fatalf("F0's worker came and found its turn taken: the ticket still carries a start (s=%d); want it given back", tk.s)
+		}
+		time.Sleep(time.Second)
+		release(t, d) // task-1 started afresh at S1
+		marks := st.marksOf(id)
+		if len(marks) != 2 {
+			t.Fatalf("task-1's starts %v; want a second once d released", marks)
+		}
+		s1 := marks[1]
+		// Before S1's worker comes, caller x takes the place as a newcomer
+		// of a principal holding none.
+		x := acquire(t, New(db, rgTable, Options{InstanceID: "x", OnTaskStart: st.hook}), runReq("x"))
+		defer release(t, x)
+		// F0's worker, delivered again, comes now: not task-1's turn.
+		if _, err := New(db, rgTable, Options{InstanceID: "w2"}).Claim(ctx, runReq("q"), id, f0[0]); !errors.Is(err, ErrNotYourTurn) {
+			t.Fatalf("F0's worker delivered again, x holding the place: %v; want ErrNotYourTurn", err)
+		}
+		if tk := mRead(rawItem(t, db, "srv")).tickets[id]; tk.s != s1 {
+			t.Errorf("F0's worker, delivered again after task-1 was started afresh at %d, took that start back (s=%d): a worker of an old run ended the current one", s1, tk.s)
+		}
+	})
+}
