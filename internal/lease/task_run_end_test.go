@@ -233,3 +233,53 @@ func TestAnOldStartsWorkerDeliveredAgainLeavesTheCurrentRun(t *testing.T) {
 		}
 	})
 }
+
+// Tasks (doc.go): "a task whose turn has come gets a worker within
+// StartTimeout of the first request that sees it"; Whose turn: a caller
+// presumed gone past its claim window is passed over. Open, skipped
+// unless LEASE_OPEN_DEFECTS is set (docs/tasks.md, known limits): the
+// start of due tasks presumes no caller gone (it has seen no turn come
+// before), and a caller behind passes a dead waiter only when it is
+// served itself, which a task between them keeps it from.
+//
+// Cap 1; H holds the place; D joins and dies; task T joins behind D;
+// caller C joins behind T (an hour's Wait); H releases: D's turn. C
+// presumes D gone a claim window on and sees T's turn come, but is not
+// served (T is ahead) and removes nothing; the start of due tasks walks
+// with D holding the place and starts nothing. T is started only when
+// D's ticket lapses at its deadline (here an hour).
+func TestATaskBehindADeadWaiterIsStarted(t *testing.T) {
+	openDefect(t)
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		var st starts
+		l := New(db, rgTable, Options{InstanceID: "a", OnTaskStart: st.hook})
+		req := func(who string) Request {
+			return Request{Key: "srv", Cap: 1, MaxQueued: 8, Wait: time.Hour, Hold: time.Minute, Holder: who}
+		}
+		h := acquire(t, l, req("h"))
+		dl := New(db, rgTable, Options{InstanceID: "d"})
+		a := dl.newAttempt(req("d"), dl.newLeaseID(), false)
+		v, err := dl.read(context.Background(), "srv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.join(context.Background(), v); err != nil || !a.joined {
+			t.Fatalf("D's join: %v", err)
+		}
+		id := enqueue(t, l, req("q"), "task-1")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			_, _ = New(db, rgTable, Options{InstanceID: "c", OnTaskStart: st.hook}).Acquire(ctx, req("c"))
+		}()
+		synctest.Wait()
+		release(t, h) // D's turn; D is dead
+		time.Sleep(time.Minute)
+		t.Logf("a minute after D's turn came: task-1's starts %v", st.marksOf(id))
+		if len(st.marksOf(id)) == 0 {
+			t.Errorf("task-1, behind a waiter dead since before its turn came, not started in a minute (its claim window is %v)", ClaimWindow)
+		}
+		cancel()
+	})
+}
