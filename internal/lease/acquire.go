@@ -274,9 +274,16 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	if v == nil {
 		return a.n == 0 && !a.joined, handout{}, nil
 	}
-	h, since, bypass := v.presume(now, &a.me, a.req.rules(v), a.turnSince)
+	rs := a.req.rules(v)
+	h, since, bypass := v.presume(now, &a.me, rs, a.turnSince)
 	a.turnSince = since
 	switch {
+	case !h.served && a.actsForTasks(v, now, rs, h, bypass):
+		// The callers presumed gone hold back tasks' turns: it removes
+		// them in a write of its own (pass), and starts the tasks on its
+		// answer.
+		dead := slices.DeleteFunc(slices.Clone(bypass), func(t *ticket) bool { return t.task })
+		return false, h, dead[:min(len(dead), maxPurge)]
 	case !h.served:
 		bypass = nil // passed over by the take of a caller whose turn it makes
 	case len(bypass) > maxPurge:
@@ -287,6 +294,23 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 		return false, h, dead[:min(len(dead), maxPurge)]
 	}
 	return h.served, h, bypass
+}
+
+// actsForTasks reports whether this caller, not served in h, passes the
+// callers presumed gone in bypass for the tasks whose turn they hold
+// back: tasks handed a place in h only because those callers are passed
+// over. A task has nobody to pass them for it (see Tasks in the package
+// doc).
+func (a *attempt) actsForTasks(v *view, now int64, rs rules, h handout, bypass []*ticket) bool {
+	if !slices.ContainsFunc(bypass, func(t *ticket) bool { return !t.task }) {
+		return false
+	}
+	skip := map[string]bool{}
+	for _, t := range bypass {
+		skip[t.id] = t.task
+	}
+	before := v.walk(now, &a.me, rs, skip).ahead
+	return slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task && !slices.Contains(before, t) })
 }
 
 // pass removes bypass, callers presumed gone whose tickets hold back its

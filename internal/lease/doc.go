@@ -295,11 +295,14 @@
 // MaxLookFar) at most, past the look that first found a place free, plus
 // that look's wait. Only a caller whose turn they hold back passes them
 // (TestACallerNotServedPassesNoLiveWaiterWhoseTurnWentBetweenItsLooks),
-// and one write passes over at most maxPurge of them, within DynamoDB's
-// expression limits: behind more, it first removes maxPurge of them
-// (tasks keep their tickets) in a write that takes nothing, ADDing 1 to
-// freed for each, as a take passing them over does, and judges again on
-// its answer (TestACallerBehindManyGoneStaysWithinDynamoDBsExpressionLimits).
+// or, for tasks, which pass nobody, a caller behind tasks whose turn
+// they hold back: tasks that the walk hands a place only past them (see
+// Tasks). One write passes over at most maxPurge of them, within
+// DynamoDB's expression limits: behind more, or for tasks, it first
+// removes maxPurge of them (tasks keep their tickets) in a write that
+// takes nothing, ADDing 1 to freed for each, as a take passing them over
+// does, and judges again on its answer
+// (TestACallerBehindManyGoneStaysWithinDynamoDBsExpressionLimits).
 //
 // # Buckets
 //
@@ -559,7 +562,17 @@
 // own start, leave that start's f behind, and the task may be passed up
 // to StartTimeout early, its worker then losing the turn to a caller
 // behind (TestAStaleFirstLeftByAnOlderInstancesGiveBackDoesNotPassAFreshStart,
-// run with LEASE_OPEN_DEFECTS=1). StartDue fails when the item
+// run with LEASE_OPEN_DEFECTS=1). A caller presumed gone ahead of a task
+// holds back the task's turn, and the start of due tasks presumes no
+// caller gone (it has seen no turn come): a caller behind the task, not
+// served, that would see the task handed a place only past such callers
+// removes them, in a write that takes nothing, and starts the task on its
+// answer (TestATaskBehindADeadWaiterIsStarted,
+// TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItDiedToo); one
+// whose walk hands the task a place with them passes nobody
+// (TestACallerNotServedPassesNoDeadWaiterForATaskThatHasItsPlace). With no
+// caller behind, the task waits for the dead caller's ticket to lapse.
+// StartDue fails when the item
 // it read cannot be mended first (nothing started;
 // TestAStartDueThatCannotMendItsItemReportsIt).
 //
@@ -824,7 +837,10 @@
 //     TestALateWorkersReleaseLeavesTheNewClaim, TestAClaimedTaskIsNoWaiter).
 //     The fault simulation judges all of it: a task whose turn has come
 //     (for a claim that lapsed unreleased: once every clock within the
-//     skew sees the lapse) must be started within StartTimeout of its
+//     skew sees the lapse; while a live caller waits, past the callers
+//     dead ahead of it, adding their claim windows, the live callers'
+//     look periods and what the faults cost them) must be started within
+//     StartTimeout of its
 //     last start plus StartDue's period (1.5 s), twice the skew and
 //     MaxLook, and what the faults cost StartDue's requests; its call is
 //     made at most once; a claim leaves no start mark on its ticket; a

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	mrand "math/rand/v2"
 	"slices"
 	"strconv"
@@ -60,6 +61,15 @@ type simTask struct {
 	mark      int64
 	markSince time.Time
 	latAt     time.Duration
+	// dead: its turn came only past callers dead ahead of it, passed by
+	// the live callers behind: the claim windows of the dead callers seen
+	// ahead of it in the streak (deadCW), the live callers' faulted
+	// requests when each was first seen in it (deadLat), and their
+	// longest look period (deadLook).
+	dead     bool
+	deadCW   map[string]time.Duration
+	deadLat  map[*simCaller]time.Duration
+	deadLook time.Duration
 }
 
 // simTaskRegressionSeeds are seeds that once found a defect with tasks in
@@ -449,6 +459,30 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 	slow := now.Add(-simSkew).UnixMilli()
 	var turn []mCaller // the turn with every task not passed in it
 	computed := false
+	// The callers dead in the queue, which live callers behind a task
+	// pass for it (doc.go Tasks), and what those live callers' faults and
+	// look periods allow them.
+	var deadTurn []mCaller
+	var live []*simCaller
+	dead := map[string]bool{}
+	for id, tk := range it.tickets {
+		if tk.task {
+			continue
+		}
+		c := s.owners[id]
+		if c != nil && !c.operator && c.task == nil && c.state == simAcquiring && now.Before(c.arrivedAt.Add(c.wait)) {
+			live = append(live, c)
+		} else if mLive(tk.d, slow) {
+			dead[id] = true
+		}
+	}
+	latOf := func(c *simCaller) time.Duration {
+		lat := c.lat
+		for r := range c.inflight {
+			lat += now.Sub(r.sent)
+		}
+		return lat
+	}
 	for _, t := range s.tasks {
 		tk := it.tickets[t.ticket]
 		if t.ticket == "" || tk == nil || !tk.hasN || !tk.task || !mLive(tk.d, slow) || !now.Before(t.deadline) {
@@ -466,13 +500,23 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 			// Passed by the callers behind; its own turn counts it.
 			served = mServed(it.handout(s.key, slow, []mCaller{tk.caller()}, nil), t.ticket)
 		}
-		if !served {
-			t.turnSince = time.Time{}
-			continue
+		byDead := false
+		if !served && len(dead) > 0 && len(live) > 0 {
+			if deadTurn == nil {
+				deadTurn = it.handout(s.key, slow, nil, dead)
+			}
+			served, byDead = mServed(deadTurn, t.ticket), true
+		}
+		if !served || t.dead != byDead {
+			t.turnSince, t.dead = time.Time{}, false
+			if !served {
+				continue
+			}
 		}
 		lat := s.taskSweepLat(now)
 		if t.turnSince.IsZero() {
 			t.turnSince, t.latAt = now, lat
+			t.dead, t.deadCW, t.deadLat, t.deadLook = byDead, map[string]time.Duration{}, map[*simCaller]time.Duration{}, 0
 		}
 		from := t.turnSince
 		if t.markSince.After(from) {
@@ -482,11 +526,45 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 		if t.mark != 0 {
 			allow += StartTimeout
 		}
+		if t.dead {
+			// A live caller behind sees the dead callers' turns within its
+			// look period, passes them a claim window on (each), and starts
+			// it: what its faults cost it besides.
+			// The dead tickets before it (fewest held first, then number).
+			held := map[string]int{}
+			for p, ids := range it.principals {
+				held[p] = it.liveIn(ids, slow)
+			}
+			for id := range dead {
+				if d := it.tickets[id]; held[d.p] < held[tk.p] || held[d.p] == held[tk.p] && d.n < tk.n {
+					t.deadCW[id] = d.claimWindow()
+				}
+			}
+			cws := time.Duration(0)
+			for _, cw := range t.deadCW {
+				cws += cw
+			}
+			for _, c := range live {
+				if _, ok := t.deadLat[c]; !ok {
+					t.deadLat[c] = latOf(c)
+				}
+				t.deadLook = max(t.deadLook, c.lookBound)
+			}
+			faults := time.Duration(0)
+			for c, at := range t.deadLat {
+				faults += latOf(c) - at
+			}
+			allow += cws + t.deadLook + faults
+		}
 		waited := now.Sub(from)
 		s.maxEvent("task's wait for a start past StartTimeout (or none), of its slack, ms", int((waited - (allow - simTaskSlack)).Milliseconds()))
 		if waited > allow {
-			s.fail("task-liveness", t.ticket, "task %s (%s) has had its turn for %v, its start (mark %d) unchanged for %v, unclaimed; allowed %v: %s",
-				t.id, t.ticket, now.Sub(t.turnSince), t.mark, now.Sub(t.markSince), allow, it.explain(s.key, slow, tk.caller(), nil))
+			why, skip := "", map[string]bool(nil)
+			if t.dead {
+				why, skip = fmt.Sprintf(" (passing %d callers dead ahead of it)", len(t.deadCW)), dead
+			}
+			s.fail("task-liveness", t.ticket, "task %s (%s) has had its turn for %v%s, its start (mark %d) unchanged for %v, unclaimed; allowed %v: %s",
+				t.id, t.ticket, now.Sub(t.turnSince), why, t.mark, now.Sub(t.markSince), allow, it.explain(s.key, slow, tk.caller(), skip))
 			t.turnSince = now // once per streak
 		}
 	}

@@ -1543,6 +1543,36 @@ func (s *sim) run() {
 		s.releaseFocus = rf
 		s.events["a run made its releases late"]++
 	}
+	// A third of the runs with tasks and a cap put a caller that dies
+	// while it waits just ahead of a task, and a live caller behind it
+	// (from a stream of their own): only that caller can pass the dead
+	// one for the task (doc.go Tasks).
+	if df := mrand.New(mrand.NewPCG(s.seed, 0xdeada)); len(s.tasks) > 0 && len(s.callers) >= 3 && s.caps.server > 0 && s.slowTakes == nil &&
+		!slices.Contains(simRegressionSeeds, s.seed) && !slices.Contains(simTaskRegressionSeeds, s.seed) && df.IntN(3) == 0 {
+		t := s.tasks[0]
+		at := max(t.arrive, 600*time.Millisecond)
+		t.arrive, t.tool, t.enq.tool, t.withdraw = at, "", "", -1
+		t.wait = max(t.wait, 22*time.Second)
+		t.enq.wait = t.wait
+		holder, dead, live := s.callers[0], s.callers[1], s.callers[2]
+		holder.arrive, holder.wait, holder.callFor, holder.outcome = at-500*time.Millisecond, time.Second, 2500*time.Millisecond, Success
+		dead.arrive, dead.wait, dead.outcome = at-250*time.Millisecond, 20*time.Second, Success
+		live.arrive, live.wait, live.outcome = at+250*time.Millisecond, 20*time.Second, Success
+		for _, c := range []*simCaller{holder, dead, live} {
+			c.tool, c.principal = "", t.principal
+			c.req = s.request(c)
+		}
+		time.AfterFunc(dead.arrive+150*time.Millisecond, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if dead.state == simAcquiring {
+				s.logf("c%d dies while it waits ahead of task %s", dead.id, t.id)
+				s.events["a caller died while it waited ahead of a task"]++
+				s.kill(dead)
+			}
+		})
+		s.events["a run put a dead caller ahead of a task"]++
+	}
 	// Instances die at seeded times.
 	for i := range instances {
 		if s.rng.IntN(4) == 0 && s.slowTakes == nil {
@@ -2159,6 +2189,7 @@ var simSeedsAsDrawn = []uint64{
 	// Seeds that first caught a planted bug (mutants_test.go) in seeds
 	// 1 to 3,000: listed, a mutant's run, which stops at its first
 	// violation, reaches them at once.
+	156,  // no caller passing dead callers for the tasks they hold back: the task waited behind a dead caller, a live one behind it
 	309,  // no task started behind a task passed: the task behind waited, its turn come, with no start
 	343,  // a charge through the hold and the pauses
 	565,  // a claim when it is not the task's turn
