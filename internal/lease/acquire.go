@@ -83,7 +83,17 @@ type attempt struct {
 	// tokensUnsure: a take of its that holds nothing may have taken its
 	// tokens (an unknown outcome): it takes no more.
 	tokensUnsure bool
+	// lookedAt is when it last judged a view; steadyFrom, since when it
+	// has judged one at least every steadyGap; timesForTasks, whether its
+	// last judgement found callers presumed gone holding back tasks'
+	// turns (actsForTasks).
+	lookedAt, steadyFrom time.Time
+	timesForTasks        bool
 }
+
+// steadyGap is the longest between two looks of a caller's that keeps its
+// looks steady: MaxLook, and as long again for the read's round trip.
+func steadyGap(maxLook time.Duration) time.Duration { return 2 * maxLook }
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
 
@@ -274,6 +284,11 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	if v == nil {
 		return a.n == 0 && !a.joined, handout{}, nil
 	}
+	if t := time.Now(); a.lookedAt.IsZero() || t.Sub(a.lookedAt) > steadyGap(a.l.maxLook) {
+		a.steadyFrom, a.lookedAt = t, t
+	} else {
+		a.lookedAt = t
+	}
 	rs := a.req.rules(v)
 	h, since, bypass := v.presume(now, &a.me, rs, a.turnSince)
 	a.turnSince = since
@@ -299,10 +314,15 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 // actsForTasks reports whether this caller, not served in h, passes the
 // callers presumed gone in bypass for the tasks whose turn they hold
 // back: tasks handed a place in h only because those callers are passed
-// over. A task has nobody to pass them for it (see Tasks in the package
-// doc).
+// over, which have nobody to pass them for them (see Tasks in the package
+// doc). Presumed gone, they are passed only past a claim window more of
+// steady looks (none more than steadyGap after the one before), which it
+// looks every MaxLook for (timesForTasks): a turn that went and came back
+// between its looks reads then as one that went.
 func (a *attempt) actsForTasks(v *view, now int64, rs rules, h handout, bypass []*ticket) bool {
-	if !slices.ContainsFunc(bypass, func(t *ticket) bool { return !t.task }) {
+	a.timesForTasks = false
+	caller := func(t *ticket) bool { return !t.task }
+	if v.tickets(true) == 0 || !slices.ContainsFunc(bypass, caller) {
 		return false
 	}
 	skip := map[string]bool{}
@@ -310,7 +330,8 @@ func (a *attempt) actsForTasks(v *view, now int64, rs rules, h handout, bypass [
 		skip[t.id] = t.task
 	}
 	before := v.walk(now, &a.me, rs, skip).ahead
-	return slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task && !slices.Contains(before, t) })
+	a.timesForTasks = slices.ContainsFunc(h.ahead, func(t *ticket) bool { return t.task && !slices.Contains(before, t) })
+	return a.timesForTasks && !slices.ContainsFunc(bypass, func(t *ticket) bool { return caller(t) && time.Since(a.steadyFrom) < claimWindow(t) })
 }
 
 // pass removes bypass, callers presumed gone whose tickets hold back its
@@ -822,6 +843,10 @@ func (a *attempt) nextLook(v *view, now int64, ahead []*ticket) time.Duration {
 	if d := a.blockedFor(v, now); d > 0 {
 		// It looks when that ends; its back-off goes on from where it was.
 		return min(d+jitter(overdueLook), most)
+	}
+	if a.timesForTasks {
+		// Steady looks before it passes callers presumed gone for tasks.
+		most = min(most, a.l.maxLook)
 	}
 	// It looks when a caller whose turn came is presumed gone (a task
 	// never is).

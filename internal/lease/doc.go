@@ -568,8 +568,15 @@
 // served, that would see the task handed a place only past such callers
 // removes them, in a write that takes nothing, and starts the task on its
 // answer (TestATaskBehindADeadWaiterIsStarted,
-// TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItDiedToo); one
-// whose walk hands the task a place with them passes nobody
+// TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItDiedToo).
+// Presumed gone, they are passed only after a claim window more of steady
+// looks, none more than steadyGap (2 × MaxLook) after the one before, for
+// which it looks every MaxLook however far back it waits: a turn that
+// went and came back between its looks then reads as one that went, and
+// each dead caller costs the task two claim windows
+// (TestACallerActingForATaskPassesNoLiveWaiterWhoseTurnWentBetweenItsLooks,
+// TestACallerFarBehindATaskLooksSteadilyToPassADeadWaiterForIt). One whose
+// walk hands the task a place with them passes nobody
 // (TestACallerNotServedPassesNoDeadWaiterForATaskThatHasItsPlace). With no
 // caller behind, the task waits for the dead caller's ticket to lapse.
 // StartDue fails when the item

@@ -463,7 +463,7 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 	// pass for it (doc.go Tasks), and what those live callers' faults and
 	// look periods allow them.
 	var deadTurn []mCaller
-	var live []*simCaller
+	live := map[*simCaller]*mTicket{}
 	dead := map[string]bool{}
 	for id, tk := range it.tickets {
 		if tk.task {
@@ -471,11 +471,17 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 		}
 		c := s.owners[id]
 		if c != nil && !c.operator && c.task == nil && c.state == simAcquiring && now.Before(c.arrivedAt.Add(c.wait)) {
-			live = append(live, c)
+			live[c] = tk
 		} else if mLive(tk.d, slow) {
 			dead[id] = true
 		}
 	}
+	// Whose ticket comes first: fewest held by its principal, then number.
+	held := map[string]int{}
+	for p, ids := range it.principals {
+		held[p] = it.liveIn(ids, slow)
+	}
+	first := func(a, b *mTicket) bool { return held[a.p] < held[b.p] || held[a.p] == held[b.p] && a.n < b.n }
 	latOf := func(c *simCaller) time.Duration {
 		lat := c.lat
 		for r := range c.inflight {
@@ -500,8 +506,15 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 			// Passed by the callers behind; its own turn counts it.
 			served = mServed(it.handout(s.key, slow, []mCaller{tk.caller()}, nil), t.ticket)
 		}
+		// The live callers behind it, which pass the dead ones for it.
+		behind := map[*simCaller]bool{}
+		for c, ct := range live {
+			if first(tk, ct) {
+				behind[c] = true
+			}
+		}
 		byDead := false
-		if !served && len(dead) > 0 && len(live) > 0 {
+		if !served && len(dead) > 0 && len(behind) > 0 {
 			if deadTurn == nil {
 				deadTurn = it.handout(s.key, slow, nil, dead)
 			}
@@ -528,15 +541,11 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 		}
 		if t.dead {
 			// A live caller behind sees the dead callers' turns within its
-			// look period, passes them a claim window on (each), and starts
-			// it: what its faults cost it besides.
-			// The dead tickets before it (fewest held first, then number).
-			held := map[string]int{}
-			for p, ids := range it.principals {
-				held[p] = it.liveIn(ids, slow)
-			}
+			// look period, presumes them gone a claim window on (each),
+			// passes them after a claim window more of steady looks, and
+			// starts it: what its faults cost it besides.
 			for id := range dead {
-				if d := it.tickets[id]; held[d.p] < held[tk.p] || held[d.p] == held[tk.p] && d.n < tk.n {
+				if d := it.tickets[id]; first(d, tk) {
 					t.deadCW[id] = d.claimWindow()
 				}
 			}
@@ -544,7 +553,7 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 			for _, cw := range t.deadCW {
 				cws += cw
 			}
-			for _, c := range live {
+			for c := range behind {
 				if _, ok := t.deadLat[c]; !ok {
 					t.deadLat[c] = latOf(c)
 				}
@@ -554,7 +563,7 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 			for c, at := range t.deadLat {
 				faults += latOf(c) - at
 			}
-			allow += cws + t.deadLook + faults
+			allow += 2*cws + t.deadLook + faults
 		}
 		waited := now.Sub(from)
 		s.maxEvent("task's wait for a start past StartTimeout (or none), of its slack, ms", int((waited - (allow - simTaskSlack)).Milliseconds()))

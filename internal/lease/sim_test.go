@@ -2130,7 +2130,7 @@ var simRegressionSeeds = []uint64{
 // TestFaultSimulation) and that few schedules reach; being listed changes
 // nothing in their schedule.
 var simRareSeeds = []uint64{
-	10805512, // a take past two waiters presumed gone (one schedule in 8,000 or more)
+	50002974, // a take past two waiters presumed gone (one schedule in 8,000 or more)
 }
 
 // simSeedsBeforeCharges are seeds that once found a defect with the
@@ -2189,7 +2189,7 @@ var simSeedsAsDrawn = []uint64{
 	// Seeds that first caught a planted bug (mutants_test.go) in seeds
 	// 1 to 3,000: listed, a mutant's run, which stops at its first
 	// violation, reaches them at once.
-	156,  // no caller passing dead callers for the tasks they hold back: the task waited behind a dead caller, a live one behind it
+	581,  // no caller passing dead callers for the tasks they hold back: the task waited behind a dead caller, a live one behind it
 	309,  // no task started behind a task passed: the task behind waited, its turn come, with no start
 	343,  // a charge through the hold and the pauses
 	565,  // a claim when it is not the task's turn

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,7 +16,7 @@ import (
 func deadAhead(t *testing.T, db *memStore, st *starts, ctx context.Context, names ...string) (h *Lease, task string, live <-chan error) {
 	t.Helper()
 	req := func(who string) Request {
-		return Request{Key: "srv", Cap: 1, MaxQueued: 8, Wait: time.Hour, Hold: time.Minute, Holder: who}
+		return Request{Key: "srv", Cap: 1, MaxQueued: 32, Wait: time.Hour, Hold: time.Minute, Holder: who}
 	}
 	h = acquire(t, New(db, rgTable, Options{InstanceID: "h", OnTaskStart: st.hook}), req("h"))
 	for _, n := range names {
@@ -77,7 +78,7 @@ func TestATaskBehindADeadWaiterIsStarted(t *testing.T) {
 			t.Errorf("%d tickets left; want task-1's and C's (D's passed)", n)
 		}
 		w := New(db, rgTable, Options{InstanceID: "w"})
-		ls, err := w.Claim(context.Background(), Request{Key: "srv", Cap: 1, MaxQueued: 8, Wait: time.Hour, Hold: time.Minute, Holder: "q"}, id, marks[len(marks)-1])
+		ls, err := w.Claim(context.Background(), Request{Key: "srv", Cap: 1, MaxQueued: 32, Wait: time.Hour, Hold: time.Minute, Holder: "q"}, id, marks[len(marks)-1])
 		if err != nil {
 			t.Fatalf("task-1's worker: %v", err)
 		}
@@ -110,7 +111,7 @@ func TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItDiedToo(t *testin
 		if len(marks) == 0 {
 			t.Fatalf("task-1, behind dead D, C dead behind it and E live: not started in 10 s")
 		}
-		ls, err := New(db, rgTable, Options{InstanceID: "w"}).Claim(context.Background(), Request{Key: "srv", Cap: 1, MaxQueued: 8, Wait: time.Hour, Hold: time.Minute, Holder: "q"}, id, marks[len(marks)-1])
+		ls, err := New(db, rgTable, Options{InstanceID: "w"}).Claim(context.Background(), Request{Key: "srv", Cap: 1, MaxQueued: 32, Wait: time.Hour, Hold: time.Minute, Holder: "q"}, id, marks[len(marks)-1])
 		if err != nil {
 			t.Fatalf("task-1's worker: %v", err)
 		}
@@ -175,5 +176,41 @@ func TestACallerNotServedPassesNoDeadWaiterForATaskThatHasItsPlace(t *testing.T)
 			t.Errorf("D's ticket passed by E, which is not served and acts for no task (task-1 has its place with D's)")
 		}
 		cancel()
+	})
+}
+
+// Tasks (doc.go): a caller acting for tasks, having presumed the callers
+// ahead of them gone, "looks every MaxLook however far back it waits", so
+// that its looks are steady over the claim window more it passes them
+// after.
+//
+// Cap 1; H holds; D joins and dies; task T joins; sixteen callers join
+// behind T and die; C, live, waits behind them, 50 s (its looks
+// as far apart as its rank allows, 18 s). H releases: D's turn. C sees it
+// at a look of its own, presumes D gone a claim window on, looks every
+// MaxLook from then, and a claim window more on passes D and starts T.
+// Without steady looks it would never pass D, and T would wait for D's
+// ticket to lapse (an hour).
+func TestACallerFarBehindATaskLooksSteadilyToPassADeadWaiterForIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMemStore()
+		var st starts
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		names := []string{"d", "task"}
+		for i := range 16 {
+			names = append(names, fmt.Sprintf("f%d", i))
+		}
+		h, id, _ := deadAhead(t, db, &st, ctx, append(names, "live")...)
+		time.Sleep(50 * time.Second) // C's looks far apart (H holds a minute)
+		release(t, h)
+		start := time.Now()
+		for len(st.marksOf(id)) == 0 && time.Since(start) < 2*MaxLookFar {
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("task-1 started %v after D's turn came (D's claim window %v, MaxLookFar %v)", time.Since(start), ClaimWindow+DefaultMaxLook, MaxLookFar)
+		if len(st.marksOf(id)) == 0 {
+			t.Errorf("task-1, behind dead D, not started in %v by C, live far behind it", 2*MaxLookFar)
+		}
 	})
 }
