@@ -570,10 +570,18 @@
 // answer (TestATaskBehindADeadWaiterIsStarted,
 // TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItDiedToo).
 // Presumed gone, they are passed only after a claim window more of steady
-// looks, none more than steadyGap (2 × MaxLook) after the one before, for
-// which it looks every MaxLook however far back it waits: a turn that
-// went and came back between its looks then reads as one that went, and
-// each dead caller costs the task two claim windows
+// looks, each sent within steadyGap (2 × MaxLook) of the judgement before
+// (a slow answer does not count against it), for which it looks every
+// MaxLook however far back it waits, whatever else holds it back: a turn
+// that went and came back between its looks then reads as one that went,
+// and each dead caller costs the task up to two claim windows
+// (TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItReadsSlowly,
+// TestACallerPausedLooksSteadilyForATaskBehindADeadWaiter). A caller
+// counts the turns it sees for itself: callers behind the task that each
+// wait less than that never pass the dead one (as synchronous callers
+// that each wait less than its claim window never do;
+// TestATaskBehindADeadWaiterIsStartedWhileCallersWaitBehindItInTurn, run
+// with LEASE_OPEN_DEFECTS=1)
 // (TestACallerActingForATaskPassesNoLiveWaiterWhoseTurnWentBetweenItsLooks,
 // TestACallerFarBehindATaskLooksSteadilyToPassADeadWaiterForIt). One whose
 // walk hands the task a place with them passes nobody

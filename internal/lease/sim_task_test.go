@@ -64,11 +64,12 @@ type simTask struct {
 	// dead: its turn came only past callers dead ahead of it, passed by
 	// the live callers behind: the claim windows of the dead callers seen
 	// ahead of it in the streak (deadCW), the live callers' faulted
-	// requests when each was first seen in it (deadLat), and their
-	// longest look period (deadLook).
+	// requests when each was first seen in it (deadLat), when each was
+	// first seen (deadSeen), and their longest look period (deadLook).
 	dead     bool
 	deadCW   map[string]time.Duration
 	deadLat  map[*simCaller]time.Duration
+	deadSeen map[*simCaller]time.Time
 	deadLook time.Duration
 }
 
@@ -529,7 +530,7 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 		lat := s.taskSweepLat(now)
 		if t.turnSince.IsZero() {
 			t.turnSince, t.latAt = now, lat
-			t.dead, t.deadCW, t.deadLat, t.deadLook = byDead, map[string]time.Duration{}, map[*simCaller]time.Duration{}, 0
+			t.dead, t.deadCW, t.deadLat, t.deadSeen, t.deadLook = byDead, map[string]time.Duration{}, map[*simCaller]time.Duration{}, map[*simCaller]time.Time{}, 0
 		}
 		from := t.turnSince
 		if t.markSince.After(from) {
@@ -555,7 +556,7 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 			}
 			for c := range behind {
 				if _, ok := t.deadLat[c]; !ok {
-					t.deadLat[c] = latOf(c)
+					t.deadLat[c], t.deadSeen[c] = latOf(c), now
 				}
 				t.deadLook = max(t.deadLook, c.lookBound)
 			}
@@ -564,6 +565,18 @@ func (s *sim) taskLiveness(it *mItem, now time.Time) {
 				faults += latOf(c) - at
 			}
 			allow += 2*cws + t.deadLook + faults
+			// Each caller sees the turns for itself: the count starts with
+			// the one behind the longest (callers that each wait less than
+			// the claim windows never pass the dead ones: doc.go Tasks).
+			earliest := now
+			for c := range behind {
+				if t.deadSeen[c].Before(earliest) {
+					earliest = t.deadSeen[c]
+				}
+			}
+			if earliest.After(from) {
+				from = earliest
+			}
 		}
 		waited := now.Sub(from)
 		s.maxEvent("task's wait for a start past StartTimeout (or none), of its slack, ms", int((waited - (allow - simTaskSlack)).Milliseconds()))
