@@ -83,19 +83,19 @@ type attempt struct {
 	// tokensUnsure: a take of its that holds nothing may have taken its
 	// tokens (an unknown outcome): it takes no more.
 	tokensUnsure bool
-	// lookedAt is when it last judged a view; readSent, when it sent its
-	// last look's read; steadyFrom, since when each of its looks was sent
-	// within steadyGap of the judgement before; timesForTasks, whether its
+	// lookedAt is when it last judged a view; steadyFrom, since when it
+	// has judged one at least every steadyGap; timesForTasks, whether its
 	// last judgement found callers presumed gone holding back tasks'
 	// turns (actsForTasks).
-	lookedAt, readSent, steadyFrom time.Time
-	timesForTasks                  bool
+	lookedAt, steadyFrom time.Time
+	timesForTasks        bool
 }
 
-// steadyGap is the longest from a caller's judgement to the sending of
-// its next look that keeps its looks steady: MaxLook, and as long again
-// for its jitter and what else delays it.
-func steadyGap(maxLook time.Duration) time.Duration { return 2 * maxLook }
+// steadyGap is the longest between two judgements of a caller's that
+// keeps its looks steady: MaxLook, and twice as long again for the read's
+// answer to come (a read answered later, or failed and sent again, leaves
+// a stretch it saw nothing of).
+func steadyGap(maxLook time.Duration) time.Duration { return 3 * maxLook }
 
 func (a *attempt) now() int64 { return a.l.clock().UnixMilli() }
 
@@ -286,16 +286,13 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	if v == nil {
 		return a.n == 0 && !a.joined, handout{}, nil
 	}
-	// Its looks are steady while each is sent within steadyGap of the
-	// judgement before (a slow answer does not count against it).
-	t, sent := time.Now(), time.Now()
-	if a.readSent.After(a.lookedAt) {
-		sent = a.readSent
+	// Its looks are steady while each is judged within steadyGap of the
+	// one before.
+	if t := time.Now(); a.lookedAt.IsZero() || t.Sub(a.lookedAt) > steadyGap(a.l.maxLook) {
+		a.steadyFrom, a.lookedAt = t, t
+	} else {
+		a.lookedAt = t
 	}
-	if a.lookedAt.IsZero() || sent.Sub(a.lookedAt) > steadyGap(a.l.maxLook) {
-		a.steadyFrom = t
-	}
-	a.lookedAt = t
 	rs := a.req.rules(v)
 	h, since, bypass := v.presume(now, &a.me, rs, a.turnSince)
 	a.turnSince = since
@@ -810,7 +807,6 @@ func (a *attempt) wait(ctx context.Context, v *view, look time.Duration, until t
 		}
 	}
 	a.lookBy = time.Time{}
-	a.readSent = time.Now()
 	v, err := a.l.read(ctx, a.req.Key)
 	a.asked, a.own = time.Now(), v
 	return v, err

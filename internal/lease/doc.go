@@ -570,13 +570,14 @@
 // answer (TestATaskBehindADeadWaiterIsStarted,
 // TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItDiedToo).
 // Presumed gone, they are passed only after a claim window more of steady
-// looks, each sent within steadyGap (2 × MaxLook) of the judgement before
-// (a slow answer does not count against it), for which it looks every
+// looks, each judged within steadyGap (3 × MaxLook) of the one before (a
+// read answered up to twice MaxLook late among them), for which it looks every
 // MaxLook however far back it waits, whatever else holds it back: a turn
 // that went and came back between its looks then reads as one that went,
 // and each dead caller costs the task up to two claim windows
 // (TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItReadsSlowly,
-// TestACallerPausedLooksSteadilyForATaskBehindADeadWaiter). A caller
+// TestACallerPausedLooksSteadilyForATaskBehindADeadWaiter,
+// TestACallerActingForATaskPassesNoLiveWaiterWhoseTurnWentDuringASlowAnswer). A caller
 // counts the turns it sees for itself: callers behind the task that each
 // wait less than that never pass the dead one (as synchronous callers
 // that each wait less than its claim window never do;

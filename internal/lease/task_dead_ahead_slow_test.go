@@ -87,17 +87,16 @@ func deadAheadVia(t *testing.T, db *memStore, st *starts, ctx context.Context, a
 
 // Tasks (doc.go): "the callers waiting behind the task pass it for the
 // task once its claim window has gone by ... and the task is started on
-// that write's answer"; its looks are steady while "each is sent within
-// steadyGap of the judgement before (a slow answer does not count against
-// it)".
+// that write's answer"; its looks are steady while "each is judged
+// within steadyGap (3 × MaxLook) of the one before", a read answered up
+// to twice MaxLook late included.
 //
 // Cap 1; H holds; D joins and dies; task T joins; C, live, waits behind T,
 // its every read answered 1.2 s after it is sent (a throttled read the
 // SDK retries, a slow network). H releases: D's turn. C presumes D gone
 // a claim window on and looks every MaxLook from then; its judgements are
-// MaxLook + 1.2 s apart, more than steadyGap, but each look is sent
-// MaxLook after the judgement before: its looks are steady, it passes D,
-// and T is started. (Counted from judgement to judgement, its looks were
+// MaxLook + 1.2 s apart, within steadyGap: its looks are steady, it
+// passes D, and T is started. (With steadyGap 2 × MaxLook its looks were
 // never steady, and T waited for D's ticket to lapse.)
 func TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItReadsSlowly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -191,9 +190,9 @@ func (s *resetReads) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opt
 // the live callers' look bound and, for each faulted request of theirs,
 // its latency and MaxLook, past simTaskSlack. doc.go (Tasks): the caller
 // behind passes the dead one "only after a claim window more of steady
-// looks", a look steady by when it was sent: one late answer costs the
-// task its latency, not a whole claim window again, and the model's
-// allowance holds.
+// looks", judged within 3 × MaxLook of each other: one answer 1.1 s late
+// costs the task its latency, not a whole claim window again, and the
+// model's allowance holds.
 //
 // Cap 1; H holds; D joins behind 30 callers (its look period and claim
 // window 30 s and 33 s), which then leave; task T; E, dead; C, live
