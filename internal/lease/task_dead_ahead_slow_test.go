@@ -44,47 +44,6 @@ func (s *lateReads) gaps(k int) []time.Duration {
 	return out
 }
 
-// deadAheadVia is deadAhead (cap 1, H holding, the names joining in
-// order) with the live caller's requests sent through api(db), its
-// request r(who) adjusted by adjust.
-func deadAheadVia(t *testing.T, db *memStore, st *starts, ctx context.Context, api func(API) API, adjust func(*Request), names ...string) (h *Lease, task string, live <-chan error) {
-	t.Helper()
-	req := func(who string) Request {
-		return Request{Key: "srv", Cap: 1, MaxQueued: 32, Wait: time.Hour, Hold: time.Minute, Holder: who}
-	}
-	h = acquire(t, New(db, rgTable, Options{InstanceID: "h", OnTaskStart: st.hook}), req("h"))
-	for _, n := range names {
-		switch n {
-		case "task":
-			task = enqueue(t, New(db, rgTable, Options{InstanceID: "q", OnTaskStart: st.hook}), req("q"), "task-1")
-		case "live":
-			got := make(chan error, 1)
-			r := req("c")
-			adjust(&r)
-			go func() {
-				ls, err := New(api(db), rgTable, Options{InstanceID: "c", OnTaskStart: st.hook}).Acquire(ctx, r)
-				if err == nil {
-					release(t, ls)
-				}
-				got <- err
-			}()
-			synctest.Wait()
-			live = got
-		default:
-			l := New(db, rgTable, Options{InstanceID: n})
-			a := l.newAttempt(req(n), l.newLeaseID(), false)
-			v, err := l.read(context.Background(), "srv")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.join(context.Background(), v); err != nil || !a.joined {
-				t.Fatalf("%s's join: %v", n, err)
-			}
-		}
-	}
-	return h, task, live
-}
-
 // Tasks (doc.go): "the callers waiting behind the task pass it for the
 // task once its claim window has gone by ... and the task is started on
 // that write's answer"; its looks are steady while "each is judged

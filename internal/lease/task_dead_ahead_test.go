@@ -15,6 +15,13 @@ import (
 // error sent on the channel returned). Starts are recorded in st.
 func deadAhead(t *testing.T, db *memStore, st *starts, ctx context.Context, names ...string) (h *Lease, task string, live <-chan error) {
 	t.Helper()
+	return deadAheadVia(t, db, st, ctx, func(a API) API { return a }, func(*Request) {}, names...)
+}
+
+// deadAheadVia is deadAhead with the live caller's requests sent through
+// api(db), its request adjusted by adjust.
+func deadAheadVia(t *testing.T, db *memStore, st *starts, ctx context.Context, api func(API) API, adjust func(*Request), names ...string) (h *Lease, task string, live <-chan error) {
+	t.Helper()
 	req := func(who string) Request {
 		return Request{Key: "srv", Cap: 1, MaxQueued: 32, Wait: time.Hour, Hold: time.Minute, Holder: who}
 	}
@@ -25,8 +32,10 @@ func deadAhead(t *testing.T, db *memStore, st *starts, ctx context.Context, name
 			task = enqueue(t, New(db, rgTable, Options{InstanceID: "q", OnTaskStart: st.hook}), req("q"), "task-1")
 		case "live":
 			got := make(chan error, 1)
+			r := req("c")
+			adjust(&r)
 			go func() {
-				ls, err := New(db, rgTable, Options{InstanceID: "c", OnTaskStart: st.hook}).Acquire(ctx, req("c"))
+				ls, err := New(api(db), rgTable, Options{InstanceID: "c", OnTaskStart: st.hook}).Acquire(ctx, r)
 				if err == nil {
 					release(t, ls)
 				}
