@@ -297,18 +297,13 @@ func (a *attempt) decide(v *view, now int64) (bool, handout, []*ticket) {
 	h, since, bypass := v.presume(now, &a.me, rs, a.turnSince)
 	a.turnSince = since
 	switch {
-	case !h.served && a.actsForTasks(v, now, rs, h, bypass):
-		// The callers presumed gone hold back tasks' turns: it removes
-		// them in a write of its own (pass), and starts the tasks on its
-		// answer.
-		dead := slices.DeleteFunc(slices.Clone(bypass), func(t *ticket) bool { return t.task })
-		return false, h, dead[:min(len(dead), maxPurge)]
-	case !h.served:
+	case !h.served && !a.actsForTasks(v, now, rs, h, bypass):
 		bypass = nil // passed over by the take of a caller whose turn it makes
-	case len(bypass) > maxPurge:
-		// More than one write may pass over: it removes maxPurge of the
-		// callers first, in a write of their own (pass); tasks keep their
-		// tickets, and are started again.
+	case !h.served, len(bypass) > maxPurge:
+		// The callers presumed gone hold back tasks' turns (they start on
+		// its answer), or more than one write may pass over: it removes
+		// maxPurge of the callers first, in a write of their own (pass);
+		// tasks keep their tickets, and are started again.
 		dead := slices.DeleteFunc(slices.Clone(bypass), func(t *ticket) bool { return t.task })
 		return false, h, dead[:min(len(dead), maxPurge)]
 	}

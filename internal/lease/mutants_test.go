@@ -100,7 +100,7 @@ var mutants = []mutant{
 	{"a pass over callers presumed gone that does not move freed", "acquire.go",
 		"		u.removeTicket(t.id, t.label, t.n, false)\n		u.count(u.path(FreedAttr), 1)\n", "		u.removeTicket(t.id, t.label, t.n, false)\n"},
 	{"no caller passing dead callers for the tasks they hold back", "acquire.go",
-		"case !h.served && a.actsForTasks(v, now, rs, h, bypass):", "case !h.served && a.actsForTasks(v, now, rs, h, bypass) && a.n < 0:"},
+		"case !h.served && !a.actsForTasks(v, now, rs, h, bypass):", "case !h.served:"},
 }
 
 // TestMutantsFailTheSimulation builds the package with each mutant in
