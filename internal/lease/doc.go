@@ -574,6 +574,9 @@
 // read answered up to twice MaxLook late among them), for which it looks every
 // MaxLook however far back it waits, whatever else holds it back: a turn
 // that went and came back between its looks then reads as one that went,
+// unless it did so within one gap, which may leave the waiter less than
+// ClaimWindow to take its place (open:
+// TestALiveWaiterWhoseTurnWentAndCameBackWithinASteadyGapIsNotPassedForATask),
 // and each dead caller costs the task up to two claim windows
 // (TestATaskBehindADeadWaiterIsStartedThoughTheCallerBehindItReadsSlowly,
 // TestACallerPausedLooksSteadilyForATaskBehindADeadWaiter,
